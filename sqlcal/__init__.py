@@ -1,0 +1,24 @@
+"""sqlcal: calibration metrics for probabilistic classifiers, computed inside the data warehouse.
+
+The engine reduces the rows to small summaries (Ibis queries); numpy and scipy finish the metric.
+"""
+
+from sqlcal.metrics.binned import brier_decomposition, ece, hosmer_lemeshow, reliability
+from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
+from sqlcal.source import InvalidInputError, Source, source
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "InvalidInputError",
+    "Source",
+    "brier",
+    "brier_decomposition",
+    "calibration_in_the_large",
+    "ece",
+    "hosmer_lemeshow",
+    "log_loss",
+    "reliability",
+    "source",
+    "spiegelhalter",
+]

@@ -1,0 +1,424 @@
+"""Binned calibration metrics: ECE (L1, L2, max), the reliability table, the binned Brier
+decomposition, and the Hosmer–Lemeshow test. All read the bins summary (one pass per binning)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from sqlcal import summaries
+from sqlcal.metrics import check_weight_kind, per_group, result
+from sqlcal.source import Source, as_source
+
+NORMS = {"l1": "ece", "l2": "rmsce", "max": "mce"}
+STRATEGIES = ("uniform", "quantile")
+
+
+def ece(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    bins: int = 15,
+    strategy: str = "uniform",
+    norm: str = "l1",
+    convention: str = "sqlcal",
+    approx: bool = False,
+    **source_options: Any,
+) -> pd.DataFrame:
+    r"""Binned expected calibration error with norm L1 (ECE), L2 (RMSCE) or max (MCE).
+
+    Parameters
+    ----------
+    data : Source, ibis Table, path, URL or frame
+        What to measure; see :func:`sqlcal.source` (its other options, such as ``table=`` and
+        ``on_invalid=``, pass through).
+    score, label : str
+        Score and label columns (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Weight column (frequency weights).
+    by : str or sequence of str, default ()
+        Group keys.
+    where : optional
+        Filter applied in the engine.
+    bins : int, default 15
+        Number of bins B.
+    strategy : {"uniform", "quantile"}, default "uniform"
+        Equal-width bins, or equal-mass bins on exact quantile edges computed in the engine
+        (right-closed, ties never split).
+    norm : {"l1", "l2", "max"}, default "l1"
+        L1 gives ECE, L2 the root-mean-square calibration error, max the maximum calibration error.
+    convention : {"sqlcal", "sklearn", "netcal", "relplot"}, default "sqlcal"
+        Equal-width bin edges; see :func:`sqlcal.summaries.uniform_bin`.
+    approx : bool, default False
+        Approximate quantile edges (unweighted only); the result's ``attrs`` say so.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the keys, ``ece`` (or ``rmsce``/``mce``), ``n`` (rows), ``W`` (total
+        weight), ``n_bins`` (non-empty bins).
+
+    Notes
+    -----
+    With bins :math:`k`, bin weight :math:`W_k`, mean score :math:`\bar p_k` and observed rate
+    :math:`\bar y_k` (all weighted),
+
+    .. math:: \mathrm{ECE} = \sum_k \frac{W_k}{W} |\bar y_k - \bar p_k|, \quad
+       \mathrm{RMSCE} = \Big(\sum_k \frac{W_k}{W} (\bar y_k - \bar p_k)^2\Big)^{1/2}, \quad
+       \mathrm{MCE} = \max_{k: W_k > 0} |\bar y_k - \bar p_k|.
+
+    This is the bin-mean binned CE of Guo et al. (2017) (spec seed002 §2.2): it estimates the
+    calibration error of the binned predictor, not of the scores themselves.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
+    >>> sqlcal.ece(df, score="p", label="y", bins=2)
+       ece  n    W  n_bins
+    0  0.3  4  4.0       2
+    """
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {tuple(NORMS)}, not {norm!r}")
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention, approx=approx)
+    name = NORMS[norm]
+
+    def finish(part: pd.DataFrame) -> dict:
+        part = part[part["W"] > 0]
+        W = part["W"].sum()
+        gap = np.abs(part["swy"] - part["swp"]) / part["W"]
+        if W <= 0:
+            value = np.nan
+        elif norm == "l1":
+            value = np.abs(part["swy"] - part["swp"]).sum() / W
+        elif norm == "l2":
+            value = np.sqrt((part["W"] * gap**2).sum() / W)
+        else:
+            value = gap.max()
+        return {name: value, "n_bins": int((part["n"] > 0).sum())}
+
+    out = result(src, per_group(frame, src.by, finish), [name, "n_bins"])
+    out["n_bins"] = out["n_bins"].fillna(0).astype(int)
+    out.attrs |= frame.attrs
+    return out
+
+
+def reliability(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    bins: int = 15,
+    strategy: str = "uniform",
+    convention: str = "sqlcal",
+    approx: bool = False,
+    ci: str | None = "wilson",
+    confidence: float = 0.95,
+    weight_kind: str = "frequency",
+    **source_options: Any,
+) -> pd.DataFrame:
+    r"""The reliability table: per group and non-empty bin, mean score, observed rate and its CI.
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where, bins, strategy, convention, approx
+        As for :func:`ece`.
+    ci : {"wilson", "clopper-pearson", None}, default "wilson"
+        Binomial confidence interval for each bin's observed rate: Wilson's score interval, or the
+        exact (conservative) Clopper–Pearson interval. ``None`` skips it (needed for soft labels).
+    confidence : float, default 0.95
+        Two-sided confidence level.
+    weight_kind : {"frequency", "sampling"}, default "frequency"
+        How weights enter the interval: as counts of identical rows (n = W), or as sampling
+        weights, with Kish's effective size :math:`n_\mathrm{eff} = W^2 / \sum w^2`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group and non-empty bin: the keys, ``bin``, ``bin_lower`` and ``bin_upper``
+        (the bin's edges), ``n``, ``W``, ``mean_score``, ``observed``, ``gap`` (observed − mean
+        score), ``ci_lower``, ``ci_upper``, ``p_min``, ``p_max``.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
+    >>> sqlcal.reliability(df, score="p", label="y", bins=2, ci=None)[["bin", "mean_score", "observed"]]
+       bin  mean_score  observed
+    0    0        0.15       0.5
+    1    1        0.85       1.0
+    """
+    if ci not in ("wilson", "clopper-pearson", None):
+        raise ValueError(f"ci must be 'wilson', 'clopper-pearson' or None, not {ci!r}")
+    check_weight_kind(weight_kind)
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    if ci is not None:
+        src.require_binary_labels("a binomial confidence interval (ci=None skips it)")
+    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention, approx=approx)
+    frame = frame.sort_values([*src.by, "bin"], ignore_index=True)
+    lower, upper = _bin_edges(frame, bins, strategy, convention)
+    out = frame[[*src.by, "bin"]].copy()
+    out["bin_lower"], out["bin_upper"] = lower, upper
+    out["n"], out["W"] = frame["n"], frame["W"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["mean_score"] = np.where(frame["W"] > 0, frame["swp"] / frame["W"], np.nan)
+        out["observed"] = np.where(frame["W"] > 0, frame["swy"] / frame["W"], np.nan)
+    out["gap"] = out["observed"] - out["mean_score"]
+    if weight_kind == "frequency":
+        n_eff = frame["W"].to_numpy(float)
+    else:
+        n_eff = (frame["W"] ** 2 / frame["sw2"]).to_numpy(float)
+    k = n_eff * out["observed"].to_numpy(float)
+    if ci is None:
+        out["ci_lower"] = out["ci_upper"] = np.nan
+    else:
+        method = wilson_interval if ci == "wilson" else clopper_pearson_interval
+        out["ci_lower"], out["ci_upper"] = method(k, n_eff, confidence)
+    out["p_min"], out["p_max"] = frame["p_min"], frame["p_max"]
+    out.attrs |= frame.attrs | {"ci": ci, "confidence": confidence, "weight_kind": weight_kind}
+    return out
+
+
+def brier_decomposition(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    bins: int = 15,
+    strategy: str = "uniform",
+    convention: str = "sqlcal",
+    approx: bool = False,
+    **source_options: Any,
+) -> pd.DataFrame:
+    r"""Brier score split into reliability, resolution and uncertainty, exactly, on bins.
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where, bins, strategy, convention, approx
+        As for :func:`ece`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the keys, ``brier``, ``n``, ``W``, ``reliability``, ``resolution``,
+        ``uncertainty``, ``within_bin_variance``, ``within_bin_covariance``, ``label_variance``.
+
+    Notes
+    -----
+    Murphy's decomposition holds only when scores are constant within a bin. Stephenson, Coelho and
+    Jolliffe (2008, Weather and Forecasting 23:752) add the two within-bin terms that make it exact:
+
+    .. math:: \mathrm{BS} = \mathrm{REL} - \mathrm{RES} + \mathrm{UNC} + \mathrm{WBV} - \mathrm{WBC}
+       - \mathrm{LV},
+
+    with :math:`\mathrm{REL} = \sum_k W_k(\bar p_k - \bar y_k)^2/W`,
+    :math:`\mathrm{RES} = \sum_k W_k(\bar y_k - \bar y)^2/W`, :math:`\mathrm{UNC} = \bar y(1-\bar y)`,
+    :math:`\mathrm{WBV} = \sum_k\sum_{i\in k} w_i(p_i - \bar p_k)^2/W`,
+    :math:`\mathrm{WBC} = 2\sum_k\sum_{i\in k} w_i(y_i-\bar y_k)(p_i-\bar p_k)/W`. The last term
+    :math:`\mathrm{LV} = \sum_i w_i y_i(1-y_i)/W` is 0 for labels in {0, 1}; it keeps the identity
+    exact for soft labels.
+    """
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention, approx=approx)
+    totals = src.totals.set_index(list(src.by)) if src.by else src.totals
+
+    def finish(part: pd.DataFrame) -> dict:
+        part = part[part["W"] > 0]
+        W = part["W"].sum()
+        if W <= 0:
+            return dict.fromkeys(_DECOMPOSITION, np.nan)
+        Wk, swy, swp = part["W"], part["swy"], part["swp"]
+        ybar, pbar, y_all = swy / Wk, swp / Wk, swy.sum() / W
+        parts = {
+            "reliability": (Wk * (pbar - ybar) ** 2).sum() / W,
+            "resolution": (Wk * (ybar - y_all) ** 2).sum() / W,
+            "uncertainty": y_all * (1 - y_all),
+            "within_bin_variance": (part["swpp"] - swp * pbar).sum() / W,
+            "within_bin_covariance": 2 * (part["swyp"] - swy * pbar).sum() / W,
+            "label_variance": (swy - part["swyy"]).sum() / W,
+        }
+        return parts
+
+    values = per_group(frame, src.by, finish)
+    t = totals.reset_index() if src.by else totals
+    brier = t[[*src.by, "sw_sq_resid", "W"]].copy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        brier["brier"] = np.where(brier["W"] > 0, brier["sw_sq_resid"] / brier["W"], np.nan)
+    if src.by:
+        values = values.merge(brier[[*src.by, "brier"]], on=list(src.by), how="left")
+    else:
+        values["brier"] = brier["brier"].to_numpy()
+    out = result(src, values, ["brier", *_DECOMPOSITION])
+    out.attrs |= frame.attrs
+    return out
+
+
+_DECOMPOSITION = (
+    "reliability",
+    "resolution",
+    "uncertainty",
+    "within_bin_variance",
+    "within_bin_covariance",
+    "label_variance",
+)
+
+
+def hosmer_lemeshow(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    groups: int = 10,
+    dof: str = "out_of_sample",
+    strategy: str = "quantile",
+    approx: bool = False,
+    weight_kind: str = "frequency",
+    **source_options: Any,
+) -> pd.DataFrame:
+    r"""The Hosmer–Lemeshow goodness-of-fit test on exact risk deciles.
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where, approx
+        As for :func:`ece`.
+    groups : int, default 10
+        Number of risk groups G (equal-mass bins on exact quantile edges; ties never split, so
+        fewer groups can be non-empty).
+    dof : {"out_of_sample", "in_sample"}, default "out_of_sample"
+        Degrees of freedom of the chi-squared reference: G for predictions evaluated on data the
+        model was not fitted on (the usual case for logged predictions), G − 2 for the classical
+        in-sample test of a fitted logistic model (Hosmer and Lemeshow 1980). G counts non-empty
+        groups.
+    strategy : {"quantile", "uniform"}, default "quantile"
+        Risk groups by quantiles (deciles of risk) or equal-width score bins.
+    weight_kind : {"frequency", "sampling"}, default "frequency"
+        Group variance :math:`W_g \bar\pi_g(1-\bar\pi_g)` (frequency weights) or
+        :math:`\sum_{i\in g} w_i^2\, \bar\pi_g(1-\bar\pi_g)` (sampling weights).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the keys, ``hl_statistic``, ``n``, ``W``, ``dof``, ``p_value``,
+        ``n_groups`` (non-empty risk groups).
+
+    Notes
+    -----
+    :math:`C = \sum_g (O_g - E_g)^2 / (W_g \bar\pi_g (1 - \bar\pi_g))` with :math:`O_g = \sum w y`,
+    :math:`E_g = \sum w p`, :math:`\bar\pi_g = E_g / W_g`, compared with :math:`\chi^2_\mathrm{dof}`.
+    A group whose scores are all 0 or all 1 has no variance: it adds 0 when :math:`O_g = E_g` and
+    makes C infinite (p-value 0) otherwise.
+    """
+    if dof not in ("out_of_sample", "in_sample"):
+        raise ValueError(f"dof must be 'out_of_sample' or 'in_sample', not {dof!r}")
+    check_weight_kind(weight_kind)
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    src.require_binary_labels("the Hosmer-Lemeshow test")
+    frame = bins_summary(src, bins=groups, strategy=strategy, convention="sqlcal", approx=approx)
+
+    def finish(part: pd.DataFrame) -> dict:
+        part = part[part["W"] > 0]
+        n_groups = len(part)
+        O, E, Wg = part["swy"], part["swp"], part["W"]
+        pi = E / Wg
+        size = Wg if weight_kind == "frequency" else part["sw2"]
+        var = size * pi * (1 - pi)
+        diff2 = (O - E) ** 2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(var > 0, diff2 / np.where(var > 0, var, 1.0),
+                             np.where(diff2 > 0, np.inf, 0.0))
+        stat = float(terms.sum()) if n_groups else np.nan
+        df = n_groups - (2 if dof == "in_sample" else 0)
+        p = float(stats.chi2.sf(stat, df)) if df > 0 and n_groups else np.nan
+        return {"hl_statistic": stat, "dof": df, "p_value": p, "n_groups": n_groups}
+
+    out = result(src, per_group(frame, src.by, finish),
+                 ["hl_statistic", "dof", "p_value", "n_groups"])
+    out.attrs |= frame.attrs | {"dof": dof, "weight_kind": weight_kind}
+    return out
+
+
+# -- the shared bins summary, and intervals ---------------------------------------------------
+
+
+def bins_summary(
+    src: Source, *, bins: int, strategy: str, convention: str, approx: bool
+) -> pd.DataFrame:
+    """The bins summary for ``src`` (cached on it, so a report scans once per binning)."""
+    if not isinstance(bins, (int, np.integer)) or bins < 1:
+        raise ValueError(f"bins must be a positive integer, not {bins!r}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
+    if convention not in summaries.CONVENTIONS:
+        raise ValueError(f"convention must be one of {summaries.CONVENTIONS}, not {convention!r}")
+    if strategy == "uniform":
+        key = ("uniform", bins, convention)
+        make = lambda: summaries.uniform_bins(src.rows, src.by, bins, convention)  # noqa: E731
+    else:
+        key = ("quantile", bins, approx)
+        weighted = src.weight is not None
+        make = lambda: summaries.quantile_bins(  # noqa: E731
+            src.rows, src.by, bins, weighted=weighted, approx=approx
+        )
+    frame = src.cached(key, lambda: summaries.execute(make())).copy()
+    frame.attrs = {
+        "bins": bins,
+        "strategy": strategy,
+        "convention": convention if strategy == "uniform" else None,
+        "approximate_edges": bool(approx and strategy == "quantile"),
+    }
+    return frame
+
+
+def _bin_edges(frame: pd.DataFrame, bins: int, strategy: str, convention: str):
+    b = frame["bin"].to_numpy()
+    if strategy == "uniform":
+        edges = summaries.uniform_edges(bins, convention)
+        return edges[b], edges[np.minimum(b + 1, len(edges) - 1)]
+    inner = frame[[f"e{k}" for k in range(1, bins)]].to_numpy(float)
+    full = np.column_stack([frame["p_min"].to_numpy(float), inner, frame["p_max"].to_numpy(float)])
+    rows = np.arange(len(frame))
+    lower = np.where(b == 0, frame["p_min"], full[rows, b])
+    upper = np.where(b == bins - 1, frame["p_max"], full[rows, b + 1])
+    return lower, upper
+
+
+def wilson_interval(k, n, confidence: float):
+    """Wilson's score interval for a binomial proportion k/n (non-integer k, n allowed)."""
+    k, n = np.asarray(k, float), np.asarray(n, float)
+    z = stats.norm.isf((1 - confidence) / 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        phat = k / n
+        denom = 1 + z**2 / n
+        center = (phat + z**2 / (2 * n)) / denom
+        half = z / denom * np.sqrt(phat * (1 - phat) / n + z**2 / (4 * n**2))
+    ok = n > 0
+    return (np.where(ok, np.clip(center - half, 0, 1), np.nan),
+            np.where(ok, np.clip(center + half, 0, 1), np.nan))
+
+
+def clopper_pearson_interval(k, n, confidence: float):
+    """The exact Clopper–Pearson interval, from beta quantiles."""
+    k, n = np.asarray(k, float), np.asarray(n, float)
+    alpha = 1 - confidence
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lo = np.where(k > 0, stats.beta.ppf(alpha / 2, k, n - k + 1), 0.0)
+        hi = np.where(k < n, stats.beta.ppf(1 - alpha / 2, k + 1, n - k), 1.0)
+    ok = n > 0
+    return np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)

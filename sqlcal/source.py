@@ -1,0 +1,400 @@
+"""What to measure: a table, its score/label/weight columns, group keys and filters.
+
+``source()`` resolves the data (Ibis table, path or glob, connection URL, in-memory frame), checks the
+columns once with one aggregate query in the engine, and returns a :class:`Source` that every metric
+accepts. The same query also produces the *totals* summary (see DESIGN.md), so metrics that need only
+totals cost no further scan.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import ibis
+import ibis.expr.types as ir
+import pandas as pd
+
+from sqlcal import summaries
+
+#: names of the normalised columns inside every query; group keys keep their own names
+INTERNAL = ("p", "y", "w")
+
+_CHECKS = (
+    # (column role, problem, result column)
+    ("score", "NULL", "score_null"),
+    ("score", "NaN", "score_nan"),
+    ("score", "outside [0, 1]", "score_range"),
+    ("label", "NULL", "label_null"),
+    ("label", "NaN", "label_nan"),
+    ("label", "outside [0, 1]", "label_range"),
+    ("label", "outside {0, 1}", "label_soft"),
+    ("weight", "NULL", "weight_null"),
+    ("weight", "NaN", "weight_nan"),
+    ("weight", "negative", "weight_negative"),
+    ("weight", "infinite", "weight_inf"),
+)
+
+
+class InvalidInputError(ValueError):
+    """The data cannot be measured as given: a column is missing, mistyped, or has bad rows."""
+
+
+@dataclass(eq=False)
+class Source:
+    """A validated description of what to measure. Build it with :func:`source`.
+
+    Attributes
+    ----------
+    rows : ibis Table
+        The rows to measure (invalid ones removed when ``on_invalid="drop"``), with the group keys
+        under their own names and the normalised columns ``p`` (score, DOUBLE), ``y`` (label,
+        DOUBLE) and ``w`` (weight, DOUBLE, 1.0 when there is no weight column).
+    score, label, weight : str or None
+        The user's column names, kept for messages.
+    by : tuple of str
+        Group keys.
+    totals : pandas DataFrame
+        The totals summary per group over the valid rows, with the counts of invalid rows.
+    allow_soft : bool
+        Whether labels strictly between 0 and 1 are accepted (``soft_labels=True``).
+    """
+
+    rows: ir.Table
+    score: str
+    label: str
+    weight: str | None
+    by: tuple[str, ...]
+    totals: pd.DataFrame
+    on_invalid: str
+    allow_soft: bool
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def groups(self) -> pd.DataFrame:
+        """Every group present in the data (before any row was dropped), keys only."""
+        return self.totals[list(self.by)]
+
+    @property
+    def dropped(self) -> pd.DataFrame:
+        """Rows dropped per group and reason (all zero unless ``on_invalid="drop"``)."""
+        cols = [c for _, _, c in _CHECKS if c in self.totals]
+        out = self.totals[[*self.by, *cols]].copy()
+        out["n_dropped"] = self.totals["n_rows"] - self.totals["n"]
+        return out
+
+    def require_binary_labels(self, metric: str) -> None:
+        """Raise when soft labels are present but ``metric`` needs labels in {0, 1}."""
+        n_soft = int(self.totals["label_soft"].sum()) if self.allow_soft else 0
+        if n_soft:
+            raise InvalidInputError(
+                f"{metric} needs labels in {{0, 1}}, but label column {self.label!r} has "
+                f"{n_soft} rows strictly between 0 and 1"
+            )
+
+    def cached(self, key: tuple, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
+        """Run ``compute`` once per summary ``key``: a report shares one pass per summary."""
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
+
+def source(
+    data: Any,
+    *,
+    score: str,
+    label: str,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    table: str | None = None,
+    on_invalid: str = "raise",
+    soft_labels: bool = False,
+) -> Source:
+    """Describe and validate the predictions to measure.
+
+    Parameters
+    ----------
+    data : ibis Table, str, path, tuple, or DataFrame
+        An Ibis table expression; a path or glob to Parquet or CSV files; a DuckDB database file or
+        an Ibis connection URL (``"duckdb:///preds.duckdb"``, ``"postgres://..."``) together with
+        ``table=``, or as a tuple ``(url, table)``; or an in-memory pandas, polars or pyarrow frame.
+    score : str
+        Column holding the predicted probability of the positive class, in [0, 1].
+    label : str
+        Column holding the outcome: 0/1 numbers or booleans (in [0, 1] with ``soft_labels=True``).
+    weight : str, optional
+        Column of non-negative row weights. Weights are frequency weights: a row of weight 2 counts
+        as two identical rows. Metrics with a variance (tests, intervals) also accept
+        ``weight_kind="sampling"``.
+    by : str or sequence of str, default ()
+        Group keys; every metric returns one row per group.
+    where : ibis boolean expression, callable, or SQL string, optional
+        A filter applied in the engine before anything else.
+    table : str, optional
+        Table name inside a database given by path or URL.
+    on_invalid : {"raise", "drop"}, default "raise"
+        ``"raise"``: any invalid row is an error naming the column, the problem and the count.
+        ``"drop"``: invalid rows are left out and counted per group (``Source.dropped``; every
+        result gets a column ``n_dropped``).
+    soft_labels : bool, default False
+        Accept labels strictly between 0 and 1 (for metrics defined on them: ECE, Brier, log loss,
+        reliability means). Metrics that need Bernoulli labels refuse them.
+
+    Returns
+    -------
+    Source
+    """
+    if on_invalid not in ("raise", "drop"):
+        raise ValueError(f"on_invalid must be 'raise' or 'drop', not {on_invalid!r}")
+    by = (by,) if isinstance(by, str) else tuple(by)
+    base = _resolve_table(data, table)
+    if where is not None:
+        base = _apply_where(base, where)
+    _check_columns(base, score, label, weight, by)
+
+    rows = base.select(
+        *by,
+        p=base[score].cast("float64"),
+        y=_label_expr(base[label]),
+        w=base[weight].cast("float64") if weight else ibis.literal(1.0),
+    )
+    checks = _check_exprs(rows, weight is not None, soft_labels)
+    valid = _valid_expr(rows, weight is not None, soft_labels)
+    totals = summaries.execute(summaries.totals(rows, by, checks=checks, valid=valid))
+    totals = totals.sort_values(list(by), ignore_index=True) if by else totals
+
+    src = Source(
+        rows=rows.filter(valid) if on_invalid == "drop" else rows,
+        score=score,
+        label=label,
+        weight=weight,
+        by=by,
+        totals=totals,
+        on_invalid=on_invalid,
+        allow_soft=soft_labels,
+    )
+    _report_invalid(src)
+    return src
+
+
+def as_source(data: Any, score: str | None, label: str | None, **kwargs: Any) -> Source:
+    """Accept a ready :class:`Source`, or build one from the same keywords as :func:`source`."""
+    if isinstance(data, Source):
+        given = {k: v for k, v in kwargs.items() if v not in (None, (), "raise", False)}
+        if score is not None or label is not None or given:
+            raise TypeError(
+                "pass score/label/weight/by/where either to sqlcal.source() or to the metric, "
+                "not both: a Source already has them"
+            )
+        return data
+    if score is None or label is None:
+        raise TypeError("score= and label= are required: name the score and label columns")
+    return source(data, score=score, label=label, **kwargs)
+
+
+# -- resolving the data -----------------------------------------------------------------------
+
+_FILE_READERS = {
+    ".parquet": "read_parquet",
+    ".pq": "read_parquet",
+    ".csv": "read_csv",
+    ".tsv": "read_csv",
+    ".gz": "read_csv",
+}
+_DB_SUFFIXES = (".duckdb", ".ddb", ".db")
+_connections: dict[str, Any] = {}
+
+
+def default_backend():
+    """The embedded DuckDB connection that reads files and in-memory frames."""
+    if "" not in _connections:
+        _connections[""] = ibis.duckdb.connect()
+    return _connections[""]
+
+
+def _connect(url: str):
+    if url not in _connections:
+        if url.endswith(_DB_SUFFIXES) and "://" not in url:
+            _connections[url] = ibis.duckdb.connect(url, read_only=True)
+        else:
+            _connections[url] = ibis.connect(url)
+    return _connections[url]
+
+
+def _resolve_table(data: Any, table: str | None) -> ir.Table:
+    if isinstance(data, tuple) and len(data) == 2:
+        data, table = data
+    if isinstance(data, ir.Table):
+        return data
+    if isinstance(data, os.PathLike):
+        data = os.fspath(data)
+    if isinstance(data, str):
+        return _table_from_string(data, table)
+    if hasattr(data, "list_tables") and hasattr(data, "table"):  # an Ibis backend
+        return _named_table(data, table, repr(data))
+    if _is_frame(data):
+        return ibis.memtable(data)
+    raise TypeError(
+        f"cannot read data of type {type(data).__name__}: pass an Ibis table, a path or glob to "
+        "Parquet/CSV, a database URL with table=, or a pandas/polars/pyarrow frame"
+    )
+
+
+def _table_from_string(data: str, table: str | None) -> ir.Table:
+    lower = data.lower()
+    if "://" in data or lower.endswith(_DB_SUFFIXES):
+        if "://" not in data and not os.path.exists(data):
+            raise FileNotFoundError(f"no database file at {data!r}")
+        return _named_table(_connect(data), table, data)
+    suffix = next((s for s in _FILE_READERS if lower.endswith(s)), None)
+    if suffix is None and os.path.isdir(data):
+        return default_backend().read_parquet(os.path.join(data, "**", "*.parquet"))
+    if suffix is None:
+        raise ValueError(
+            f"cannot tell how to read {data!r}: expected a .parquet/.csv path or glob, a "
+            ".duckdb file, or a connection URL such as 'duckdb:///preds.duckdb'"
+        )
+    if not any(ch in data for ch in "*?[") and not os.path.exists(data):
+        raise FileNotFoundError(f"no file at {data!r}")
+    return getattr(default_backend(), _FILE_READERS[suffix])(data)
+
+
+def _named_table(con, table: str | None, where: str) -> ir.Table:
+    if table is None:
+        names = con.list_tables()
+        if len(names) != 1:
+            raise ValueError(f"{where} holds tables {names}: name one with table=")
+        table = names[0]
+    return con.table(table)
+
+
+def _is_frame(data: Any) -> bool:
+    module = type(data).__module__.split(".")[0]
+    return module in ("pandas", "polars", "pyarrow")
+
+
+def _apply_where(base: ir.Table, where: Any) -> ir.Table:
+    if isinstance(where, str):
+        return _filter_sql(base, where)
+    return base.filter(where)
+
+
+def _filter_sql(base: ir.Table, condition: str) -> ir.Table:
+    # The condition is parsed into a sqlglot AST and attached to the query, never pasted in as text.
+    import sqlglot
+    from sqlglot import exp
+
+    backend = base._find_backend()
+    dialect = backend.dialect if hasattr(backend, "dialect") else backend.name
+    try:
+        predicate = sqlglot.parse_one(condition, read=dialect)
+    except sqlglot.errors.ParseError as e:
+        raise ValueError(f"where={condition!r} is not a SQL condition: {e}") from None
+    if isinstance(predicate, (exp.Select, exp.Command)) or predicate.find(exp.Select):
+        raise ValueError(f"where={condition!r} must be a condition, not a query")
+    inner = sqlglot.parse_one(ibis.to_sql(base, dialect=dialect), read=dialect)
+    query = exp.select("*").from_(inner.subquery("t")).where(predicate)
+    return backend.sql(query.sql(dialect=dialect), dialect=dialect)
+
+
+# -- validation -------------------------------------------------------------------------------
+
+
+def _check_columns(base: ir.Table, score, label, weight, by) -> None:
+    schema = base.schema()
+    roles = [("score", score), ("label", label), *([("weight", weight)] if weight else [])]
+    roles += [("group key", k) for k in by]
+    for role, col in roles:
+        if col not in schema:
+            raise InvalidInputError(
+                f"{role} column {col!r} is not in the table; its columns are {list(schema.names)}"
+            )
+    for role, col in roles[: 3 if weight else 2]:
+        dtype = schema[col]
+        ok = dtype.is_numeric() or (role == "label" and dtype.is_boolean())
+        if not ok:
+            raise InvalidInputError(
+                f"{role} column {col!r} has type {dtype}; expected a number"
+                + (" or boolean" if role == "label" else "")
+            )
+    clash = set(by) & set(INTERNAL)
+    if clash:
+        raise InvalidInputError(
+            f"group key {sorted(clash)} clashes with sqlcal's internal column names {INTERNAL}; "
+            "rename it in the table or with a view"
+        )
+
+
+def _label_expr(col: ir.Value) -> ir.FloatingValue:
+    if col.type().is_boolean():
+        # CASE keeps NULL as NULL; a plain cast of boolean to a number fails on Postgres.
+        return ibis.cases((col, 1.0), (~col, 0.0))
+    return col.cast("float64")
+
+
+def _check_exprs(rows: ir.Table, has_weight: bool, soft_labels: bool) -> dict[str, ir.BooleanValue]:
+    p, y, w = rows.p, rows.y, rows.w
+    checks = {
+        "score_null": p.isnull(),
+        "score_nan": p.isnan(),
+        "score_range": ~p.isnan() & ((p < 0) | (p > 1)),
+        "label_null": y.isnull(),
+        "label_nan": y.isnan(),
+        "label_range": ~y.isnan() & ((y < 0) | (y > 1)),
+        "label_soft": (y > 0) & (y < 1),
+    }
+    if has_weight:
+        checks |= {
+            "weight_null": w.isnull(),
+            "weight_nan": w.isnan(),
+            "weight_negative": w < 0,
+            "weight_inf": w.isinf() & (w > 0),
+        }
+    return checks
+
+
+def _valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool) -> ir.BooleanValue:
+    p, y, w = rows.p, rows.y, rows.w
+    # NaN compares greater than every number in DuckDB and Postgres, so the range tests reject it;
+    # NULL makes the whole conjunction NULL, which a filter drops.
+    valid = (p >= 0) & (p <= 1) & (y >= 0) & (y <= 1) & ~p.isnan() & ~y.isnan()
+    if not soft_labels:
+        valid &= (y == 0) | (y == 1)
+    if has_weight:
+        valid &= (w >= 0) & ~w.isnan() & ~w.isinf()
+    return valid
+
+
+def _report_invalid(src: Source) -> None:
+    t = src.totals
+    n_rows = int(t["n_rows"].sum())
+    if n_rows == 0:
+        raise InvalidInputError("the table has no rows to measure (after where=)")
+    problems = []
+    for role, problem, col in _CHECKS:
+        if col not in t:
+            continue
+        if col == "label_soft" and src.allow_soft:
+            continue
+        count = int(t[col].sum())
+        if count:
+            name = getattr(src, role)
+            problems.append(f"{role} column {name!r} has {count} rows {_describe(problem)}")
+    if not problems:
+        return
+    if src.on_invalid == "raise":
+        raise InvalidInputError(
+            "; ".join(problems)
+            + ". Clean them, or pass on_invalid='drop' to leave them out and count them"
+            + ("" if src.allow_soft else "; labels in (0, 1) need soft_labels=True")
+        )
+    if int(t["n"].sum()) == 0:
+        raise InvalidInputError("every row is invalid: " + "; ".join(problems))
+    warnings.warn("sqlcal dropped invalid rows: " + "; ".join(problems), stacklevel=3)
+
+
+def _describe(problem: str) -> str:
+    return {"NULL": "that are NULL", "NaN": "that are NaN"}.get(problem, problem)
