@@ -216,12 +216,18 @@ def default_backend():
 
 
 def _connect(url: str):
-    if url not in _connections:
-        if url.endswith(_DB_SUFFIXES) and "://" not in url:
-            _connections[url] = ibis.duckdb.connect(url, read_only=True)
+    # DuckDB files open read-only (sqlcal only reads), one connection per file: DuckDB refuses a
+    # second connection to a file with a different configuration.
+    path = url[len("duckdb://"):] if url.startswith("duckdb://") else None
+    if path is None and "://" not in url:
+        path = url
+    key = os.path.abspath(path) if path not in (None, "", ":memory:") else url
+    if key not in _connections:
+        if path not in (None, "", ":memory:"):
+            _connections[key] = ibis.duckdb.connect(path, read_only=True)
         else:
-            _connections[url] = ibis.connect(url)
-    return _connections[url]
+            _connections[key] = ibis.connect(url)
+    return _connections[key]
 
 
 def _resolve_table(data: Any, table: str | None) -> ir.Table:
@@ -287,17 +293,17 @@ def _filter_sql(base: ir.Table, condition: str) -> ir.Table:
     import sqlglot
     from sqlglot import exp
 
-    backend = base._find_backend()
-    dialect = backend.dialect if hasattr(backend, "dialect") else backend.name
+    backend = base._find_backend(use_default=True)
+    dialect = backend.compiler.dialect
     try:
-        predicate = sqlglot.parse_one(condition, read=dialect)
+        predicate = sqlglot.parse_one(condition, dialect=dialect)
     except sqlglot.errors.ParseError as e:
         raise ValueError(f"where={condition!r} is not a SQL condition: {e}") from None
-    if isinstance(predicate, (exp.Select, exp.Command)) or predicate.find(exp.Select):
+    if isinstance(predicate, (exp.Query, exp.Command)) or predicate.find(exp.Query):
         raise ValueError(f"where={condition!r} must be a condition, not a query")
-    inner = sqlglot.parse_one(ibis.to_sql(base, dialect=dialect), read=dialect)
+    inner = sqlglot.parse_one(str(ibis.to_sql(base)), dialect=dialect)
     query = exp.select("*").from_(inner.subquery("t")).where(predicate)
-    return backend.sql(query.sql(dialect=dialect), dialect=dialect)
+    return backend.sql(query.sql(dialect=dialect))
 
 
 # -- validation -------------------------------------------------------------------------------

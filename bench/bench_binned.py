@@ -1,0 +1,344 @@
+"""Benchmark: sqlcal's grouped calibration metrics against a bare grouped scan and a fetch-then-compute peer.
+
+Run from the repository root::
+
+    python bench/bench_binned.py --rows 1e6 1e7                # the usual check (a few minutes)
+    python bench/bench_binned.py --rows 1e8                    # on demand only: ~2 GB of data
+    python bench/bench_binned.py --rows 1e6 --groups 10 --out bench/out/results.json
+
+Data. For each row count a DuckDB file ``bench/out/preds_<rows>_<groups>g.duckdb`` (gitignored) holds
+table ``preds``: ``g`` VARCHAR ('g0'..'g9'), ``p`` DOUBLE ~ Beta(2, 5), ``y`` TINYINT ~
+Bernoulli(sigmoid(1.5 logit(p) + 0.2)) (over-confident with a shift, so the gap changes sign across
+the score range and the binning matters), ``w`` DOUBLE ~ Exp(1). It is generated with numpy in chunks
+of 1e6 rows and reused when it already holds the right number of rows.
+
+Measurement. Every task runs in a fresh subprocess (``--task NAME``) that imports, connects with
+``ibis.duckdb.connect(path, read_only=True, threads=2)`` and then runs the task 3 times. Reported:
+wall seconds and CPU seconds (user + sys of all threads, ``time.process_time``), each the median of
+the 3 repetitions; peak RSS (``ru_maxrss`` of the process plus its children) over the whole
+subprocess, and ``+RSS``, the peak minus the high-water mark already reached after imports and
+connecting (the part the task itself adds). Imports and connecting are not timed.
+
+Tasks, all grouped by ``g``:
+
+    floor        SELECT g, count(*), sum(p), sum(y) FROM preds GROUP BY g  (the bare grouped scan)
+    ece          sqlcal.ece, 15 equal-width bins, validation pass included (fresh call each time)
+    ece_w        the same with weight='w'
+    ece_q        sqlcal.ece strategy='quantile' (exact engine quantiles), unweighted
+    hl           sqlcal.hosmer_lemeshow (deciles of risk)
+    totals       sqlcal.brier + sqlcal.spiegelhalter (totals-only metrics)
+    report       one sqlcal.source, then ece, reliability, brier_decomposition, brier, log_loss,
+                 spiegelhalter, hosmer_lemeshow on it
+    peer         fetch g, p, y to arrow/numpy, then per group: 15-bin ECE (np.bincount),
+                 sklearn brier_score_loss and sklearn calibration_curve
+    peer_q       fetch as above, then per group the quantile ECE (np.quantile edges + searchsorted)
+
+Ratios. ``CPU/floor`` = CPU(task) / CPU(floor) for the sqlcal tasks: how many bare grouped scans a
+metric costs (targets: equal-width and totals-only metrics <= 3x, quantile metrics <= 5x).
+For the peers, ``peer/sqlcal CPU`` = CPU(peer) / CPU(ece) (CPU(peer_q) / CPU(ece_q)), and ``peer/sqlcal
+RSS`` the same for peak RSS (targets at 1e7 rows: >= 3x and >= 10x). The targets are printed, not
+asserted. The peers' ECE values are checked against sqlcal's (they use the same bins).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "out"
+CHUNK = 1_000_000
+BINS = 15
+THREADS = 2
+REPS = 3
+
+SQLCAL_TASKS = ["ece", "ece_w", "ece_q", "hl", "totals", "report"]
+TASKS = ["floor", *SQLCAL_TASKS, "peer", "peer_q"]
+CPU_TARGET = {"ece": 3, "ece_w": 3, "totals": 3, "ece_q": 5, "hl": 5}  # x CPU(floor)
+PEERS = {"peer": "ece", "peer_q": "ece_q"}  # peer -> the sqlcal task it is compared with
+
+
+# -- data ----------------------------------------------------------------------------------------
+
+
+def db_path(rows: int, groups: int) -> Path:
+    return OUT / f"preds_{rows}_{groups}g.duckdb"
+
+
+def ensure_data(rows: int, groups: int) -> Path:
+    """Create the table ``preds`` with ``rows`` rows unless a file with that many rows exists."""
+    import duckdb
+    import pyarrow as pa
+
+    path = db_path(rows, groups)
+    if path.exists():
+        try:  # an unreadable file (e.g. written by a newer DuckDB) is regenerated too
+            with duckdb.connect(str(path), read_only=True) as con:
+                if con.execute("SELECT count(*) FROM preds").fetchone()[0] == rows:
+                    return path
+        except duckdb.Error:
+            pass
+        path.unlink()
+    OUT.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.duckdb")
+    tmp.unlink(missing_ok=True)
+    print(f"generating {rows:,} rows into {path.relative_to(ROOT)} ...", file=sys.stderr)
+    with duckdb.connect(str(tmp)) as con:
+        con.execute("CREATE TABLE preds (g VARCHAR, p DOUBLE, y TINYINT, w DOUBLE)")
+        for i, start in enumerate(range(0, rows, CHUNK)):
+            n = min(CHUNK, rows - start)
+            rng = np.random.default_rng([20240, i])
+            p = rng.beta(2.0, 5.0, n)
+            true = 1.0 / (1.0 + np.exp(-(1.5 * np.log(p / (1.0 - p)) + 0.2)))
+            chunk = pa.table({  # noqa: F841 (read by the INSERT below)
+                "gi": rng.integers(0, groups, n, dtype=np.int16),
+                "p": p,
+                "y": (rng.random(n) < true).astype(np.int8),
+                "w": rng.exponential(1.0, n),
+            })
+            con.execute("INSERT INTO preds SELECT 'g' || gi, p, y, w FROM chunk")
+        con.execute("CHECKPOINT")
+    tmp.rename(path)
+    return path
+
+
+# -- tasks (run inside the subprocess) -----------------------------------------------------------
+
+
+def _fetch(t):
+    """The peer's fetch: g, p, y to arrow, then numpy arrays sorted by group."""
+    import pyarrow.compute as pc
+
+    at = t.select("g", "p", "y").to_pyarrow().combine_chunks()
+    g = pc.dictionary_encode(at["g"]).chunk(0)
+    codes = g.indices.to_numpy()
+    keys = g.dictionary.to_pylist()
+    order = np.argsort(codes, kind="stable")
+    p = at["p"].to_numpy()[order]
+    y = at["y"].to_numpy()[order].astype(np.float64)
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(keys)))])
+    return {k: (p[bounds[i]:bounds[i + 1]], y[bounds[i]:bounds[i + 1]]) for i, k in enumerate(keys)}
+
+
+def _binned_ece(p, y, b):
+    sp = np.bincount(b, weights=p, minlength=BINS)
+    sy = np.bincount(b, weights=y, minlength=BINS)
+    return float(np.abs(sy - sp).sum() / len(p))
+
+
+def task_peer(t):
+    from sklearn.calibration import calibration_curve
+    from sklearn.metrics import brier_score_loss
+
+    out = {}
+    for k, (p, y) in _fetch(t).items():
+        ece = _binned_ece(p, y, np.minimum((p * BINS).astype(np.int64), BINS - 1))
+        brier_score_loss(y, p)
+        calibration_curve(y, p, n_bins=BINS)
+        out[k] = ece
+    return out
+
+
+def task_peer_q(t):
+    out = {}
+    for k, (p, y) in _fetch(t).items():
+        edges = np.quantile(p, np.arange(1, BINS) / BINS)
+        out[k] = _binned_ece(p, y, np.searchsorted(edges, p, side="left"))  # right-closed bins
+    return out
+
+
+def _ece_dict(df):
+    return dict(zip(df["g"], df["ece"].astype(float)))
+
+
+def run_task(name: str, con):
+    """Run one task once; return a small JSON-able check value (ECE per group where there is one)."""
+    import sqlcal
+
+    t = con.table("preds")
+    kw = dict(score="p", label="y", by="g")
+    if name == "floor":
+        con.raw_sql("SELECT g, count(*), sum(p), sum(y) FROM preds GROUP BY g").fetchall()
+    elif name == "ece":
+        return _ece_dict(sqlcal.ece(t, **kw, bins=BINS))
+    elif name == "ece_w":
+        sqlcal.ece(t, **kw, weight="w", bins=BINS)
+    elif name == "ece_q":
+        return _ece_dict(sqlcal.ece(t, **kw, bins=BINS, strategy="quantile"))
+    elif name == "hl":
+        sqlcal.hosmer_lemeshow(t, **kw)
+    elif name == "totals":
+        sqlcal.brier(t, **kw)
+        sqlcal.spiegelhalter(t, **kw)
+    elif name == "report":
+        s = sqlcal.source(t, **kw)
+        for metric in (sqlcal.ece, sqlcal.reliability, sqlcal.brier_decomposition, sqlcal.brier,
+                       sqlcal.log_loss, sqlcal.spiegelhalter, sqlcal.hosmer_lemeshow):
+            metric(s)
+    elif name == "peer":
+        return task_peer(t)
+    elif name == "peer_q":
+        return task_peer_q(t)
+    else:
+        raise ValueError(f"unknown task {name!r}")
+    return None
+
+
+def _peak_rss_mb() -> float:
+    kb = sum(resource.getrusage(who).ru_maxrss
+             for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return kb / 1024  # ru_maxrss is in KiB on Linux
+
+
+def task_main(name: str, db: str, reps: int) -> None:
+    """Subprocess entry point: time ``reps`` runs of one task; print one JSON line."""
+    sys.path.insert(0, str(ROOT))
+    import ibis
+    import sqlcal  # noqa: F401  (imported before the baseline, like the peers' sklearn)
+    import sklearn.calibration  # noqa: F401
+    import sklearn.metrics  # noqa: F401
+
+    con = ibis.duckdb.connect(db, read_only=True, threads=THREADS)
+    con.table("preds")
+    base_rss, load = _peak_rss_mb(), os.getloadavg()[0]
+    walls, cpus, check = [], [], None
+    for _ in range(reps):
+        w0, c0 = time.perf_counter(), time.process_time()
+        check = run_task(name, con)
+        walls.append(time.perf_counter() - w0)
+        cpus.append(time.process_time() - c0)
+    peak = _peak_rss_mb()
+    print(json.dumps({
+        "wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus),
+        "walls": walls, "cpus": cpus, "peak_rss_mb": peak, "base_rss_mb": base_rss,
+        "task_rss_mb": peak - base_rss, "load1": load, "check": check,
+    }))
+
+
+# -- driver --------------------------------------------------------------------------------------
+
+
+def spawn(name: str, db: Path, reps: int) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--task", name, "--db", str(db),
+           "--reps", str(reps)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"task {name} FAILED:\n{proc.stderr}", file=sys.stderr)
+        return {"error": proc.stderr.strip()}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def ratios(res: dict) -> None:
+    """Add CPU/floor to the sqlcal tasks and peer/sqlcal ratios to the peers (in place)."""
+    ok = lambda k: k in res and "error" not in res[k]  # noqa: E731
+    for name in SQLCAL_TASKS:
+        if ok(name) and ok("floor"):
+            res[name]["cpu_vs_floor"] = res[name]["cpu_s"] / res["floor"]["cpu_s"]
+    for peer, ref in PEERS.items():
+        if ok(peer) and ok(ref):
+            res[peer]["cpu_vs_sqlcal"] = res[peer]["cpu_s"] / res[ref]["cpu_s"]
+            res[peer]["rss_vs_sqlcal"] = res[peer]["peak_rss_mb"] / res[ref]["peak_rss_mb"]
+            res[peer]["task_rss_vs_sqlcal"] = res[peer]["task_rss_mb"] / max(res[ref]["task_rss_mb"], 1)
+            a, b = res[peer].get("check") or {}, res[ref].get("check") or {}
+            res[peer]["max_abs_ece_diff"] = max(abs(a[k] - b[k]) for k in b) if a and b else None
+
+
+def fmt(x, spec=".2f", suffix=""):
+    return "—" if x is None else f"{x:{spec}}{suffix}"
+
+
+def table(rows: int, res: dict) -> str:
+    head = ("| task | rows | wall s | CPU s | peak RSS MB | +RSS MB | CPU/floor | "
+            "peer/sqlcal CPU | peer/sqlcal RSS (+RSS) |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for name in TASKS:
+        r = res.get(name, {})
+        if "error" in r:
+            lines.append(f"| {name} | {rows:.0e} | ERROR | | | | | | |")
+            continue
+        rss = r.get("rss_vs_sqlcal")
+        rss_s = "—" if rss is None else f"{rss:.2f}x ({r['task_rss_vs_sqlcal']:.1f}x)"
+        lines.append(
+            f"| {name} | {rows:.0e} | {r['wall_s']:.3f} | {r['cpu_s']:.3f} | {r['peak_rss_mb']:.0f} | "
+            f"{r['task_rss_mb']:.0f} | {fmt(r.get('cpu_vs_floor'), suffix='x')} | "
+            f"{fmt(r.get('cpu_vs_sqlcal'), suffix='x')} | {rss_s} |"
+        )
+    return "\n".join(lines)
+
+
+def targets(rows: int, res: dict) -> str:
+    out = []
+    for name, limit in CPU_TARGET.items():
+        x = res.get(name, {}).get("cpu_vs_floor")
+        if x is not None:
+            out.append(f"- {name}: CPU {x:.2f}x floor (target <= {limit}x): "
+                       f"{'met' if x <= limit else 'NOT met'}")
+    for peer, ref in PEERS.items():
+        r = res.get(peer, {})
+        if r.get("cpu_vs_sqlcal") is None:
+            continue
+        scope = "" if rows >= 10**7 else " [targets apply at 1e7]"
+        out.append(f"- {peer} vs {ref}: CPU {r['cpu_vs_sqlcal']:.2f}x (target >= 3x: "
+                   f"{'met' if r['cpu_vs_sqlcal'] >= 3 else 'NOT met'}), peak RSS "
+                   f"{r['rss_vs_sqlcal']:.2f}x (target >= 10x: "
+                   f"{'met' if r['rss_vs_sqlcal'] >= 10 else 'NOT met'}; +RSS "
+                   f"{r['task_rss_vs_sqlcal']:.1f}x){scope}; max |ECE diff| "
+                   f"{fmt(r.get('max_abs_ece_diff'), '.1e')}")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=float, nargs="+", default=[1e6], help="row counts, e.g. 1e6 1e7")
+    ap.add_argument("--groups", type=int, default=10)
+    ap.add_argument("--out", type=Path, default=OUT / "results.json")
+    ap.add_argument("--tasks", nargs="+", default=TASKS, choices=TASKS, help="subset of tasks")
+    ap.add_argument("--reps", type=int, default=REPS)
+    ap.add_argument("--task", help=argparse.SUPPRESS)  # subprocess entry point
+    ap.add_argument("--db", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.task:
+        return task_main(args.task, args.db, args.reps)
+
+    import duckdb
+    import ibis
+
+    meta = {"python": platform.python_version(), "ibis": ibis.__version__,
+            "duckdb": duckdb.__version__, "numpy": np.__version__, "cpus": os.cpu_count(),
+            "threads": THREADS, "reps": args.reps, "groups": args.groups, "bins": BINS,
+            "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                     capture_output=True, text=True).stdout.strip()}
+    results = []
+    for rows in (int(r) for r in args.rows):
+        db = ensure_data(rows, args.groups)
+        res = {}
+        for name in args.tasks:
+            t0 = time.perf_counter()
+            res[name] = spawn(name, db, args.reps)
+            print(f"  {rows:.0e} {name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        ratios(res)
+        print(f"\n### {rows:,} rows, {args.groups} groups, threads={THREADS}, median of {args.reps}\n")
+        print(table(rows, res))
+        loads = [r["load1"] for r in res.values() if "load1" in r]
+        if loads:  # other work on the machine skews the timings
+            print(f"\n1-min load average at task start: {min(loads):.2f}-{max(loads):.2f} "
+                  f"on {os.cpu_count()} CPUs")
+        print("\nTargets (shown, not asserted):\n" + targets(rows, res), flush=True)
+        results.append({"rows": rows, "tasks": res})
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""Binned metrics against brute-force numpy on the raw rows and against peers with matched
+conventions (scikit-learn, relplot), to 1e-12."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+import sqlcal
+from tests import oracle
+from tests.conftest import calibration_data
+
+TOL = dict(rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("convention", ["sqlcal", "sklearn", "netcal", "relplot"])
+@pytest.mark.parametrize("norm", ["l1", "l2", "max"])
+def test_ece_matches_brute_force(upload, convention, norm):
+    df = calibration_data(3000, seed=1, groups=3, weights=True)
+    df.loc[:20, "p"] = [0, 0.1, 0.3, 0.5, 0.6, 0.7, 1.0] * 3  # edge values
+    got = sqlcal.ece(upload(df), score="p", label="y", weight="w", by="g", bins=10, norm=norm,
+                     convention=convention)
+    name = {"l1": "ece", "l2": "rmsce", "max": "mce"}[norm]
+    for _, row in got.iterrows():
+        part = df[df.g == row.g]
+        ids = oracle.bin_ids(part.p, 10, convention)
+        want = oracle.binned_ece(part.p, part.y, part.w, ids, norm)
+        np.testing.assert_allclose(row[name], want, **TOL)
+        assert row.n == len(part)
+        np.testing.assert_allclose(row.W, part.w.sum(), **TOL)
+        assert row.n_bins == len(np.unique(ids))
+
+
+# spec peers.md §2.1: which neighbour an exact value joins, per library, with 10 bins
+EDGE_PROBE = {
+    # p:    sqlcal (floor)  sklearn  netcal  relplot
+    0.0: (0, 0, 0, 0),
+    0.1: (1, 0, 1, 1),
+    0.3: (3, 2, 2, 2),
+    0.5: (5, 4, 5, 5),
+    0.6: (6, 5, 5, 5),
+    0.7: (7, 6, 6, 6),
+    1.0: (9, 9, 9, 10),
+}
+
+
+@pytest.mark.parametrize("i, convention", enumerate(["sqlcal", "sklearn", "netcal", "relplot"]))
+def test_edge_values_follow_each_peer(upload, i, convention):
+    df = pd.DataFrame({"p": list(EDGE_PROBE), "y": [0] * len(EDGE_PROBE)})
+    df["g"] = df.p.astype(str)  # one probe per group, so each reports its own bin
+    got = sqlcal.reliability(upload(df), score="p", label="y", by="g", bins=10,
+                             convention=convention)
+    assert dict(zip(got.p_min, got.bin)) == {p: ids[i] for p, ids in EDGE_PROBE.items()}
+
+
+def test_sklearn_calibration_curve_uniform(upload):
+    from sklearn.calibration import calibration_curve
+
+    df = calibration_data(5000, seed=2)
+    df.loc[:6, "p"] = [0, 0.2, 0.4, 0.6, 0.8, 1.0, 0.3]
+    prob_true, prob_pred = calibration_curve(df.y, df.p, n_bins=5)
+    got = sqlcal.reliability(upload(df), score="p", label="y", bins=5, convention="sklearn")
+    np.testing.assert_allclose(got.observed, prob_true, **TOL)
+    np.testing.assert_allclose(got.mean_score, prob_pred, **TOL)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_sklearn_calibration_curve_quantile(upload, ties):
+    from sklearn.calibration import calibration_curve
+
+    df = calibration_data(4001, seed=3, ties=ties)
+    prob_true, prob_pred = calibration_curve(df.y, df.p, n_bins=10, strategy="quantile")
+    got = sqlcal.reliability(upload(df), score="p", label="y", bins=10, strategy="quantile")
+    np.testing.assert_allclose(got.observed, prob_true, **TOL)
+    np.testing.assert_allclose(got.mean_score, prob_pred, **TOL)
+    # ties are never split: every score value lives in exactly one bin
+    assert (got.p_max.to_numpy()[:-1] < got.p_min.to_numpy()[1:]).all()
+
+
+def test_relplot_binned_ece(upload):
+    import relplot
+
+    df = calibration_data(5000, seed=4)
+    df.loc[:8, "p"] = [0, 0.1, 0.3, 0.6, 0.7, 1.0, 1.0, 0.95, 0.999]
+    for nbins in (7, 10, 15):
+        want = relplot.metrics.binnedECE(df.p.to_numpy(), df.y.to_numpy(), nbins=nbins)
+        got = sqlcal.ece(upload(df), score="p", label="y", bins=nbins, convention="relplot")
+        np.testing.assert_allclose(got.ece.iloc[0], want, **TOL)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_weighted_quantile_bins_equal_expanded_rows(upload, ties):
+    df = calibration_data(1500, seed=5, ties=ties, groups=2)
+    df["w"] = np.random.default_rng(5).integers(0, 4, len(df)).astype(float)
+    got = sqlcal.ece(upload(df), score="p", label="y", weight="w", by="g", bins=7,
+                     strategy="quantile")
+    for _, row in got.iterrows():
+        part = df[df.g == row.g]
+        ids, _ = oracle.quantile_bin_ids(part.p, part.w, 7)
+        np.testing.assert_allclose(row.ece, oracle.binned_ece(part.p, part.y, part.w, ids), **TOL)
+        # the oracle itself equals numpy's quantile on the duplicated rows
+        expanded = np.repeat(part.p.to_numpy(), part.w.to_numpy().astype(int))
+        np.testing.assert_allclose(oracle.quantile_bin_ids(part.p, part.w, 7)[1],
+                                   np.quantile(expanded, np.arange(1, 7) / 7), rtol=0, atol=1e-15)
+
+
+def test_approximate_quantiles_are_reported(upload):
+    df = calibration_data(2000, seed=6)
+    got = sqlcal.ece(upload(df), score="p", label="y", strategy="quantile", approx=True)
+    assert got.attrs["approximate_edges"] is True
+    exact = sqlcal.ece(upload(df), score="p", label="y", strategy="quantile")
+    assert exact.attrs["approximate_edges"] is False
+    assert abs(got.ece.iloc[0] - exact.ece.iloc[0]) < 0.01
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "quantile"])
+def test_brier_decomposition_exact(upload, strategy):
+    df = calibration_data(3000, seed=7, groups=2, weights=True)
+    got = sqlcal.brier_decomposition(upload(df), score="p", label="y", weight="w", by="g",
+                                     bins=8, strategy=strategy)
+    for _, row in got.iterrows():
+        part = df[df.g == row.g]
+        ids = (oracle.bin_ids(part.p, 8) if strategy == "uniform"
+               else oracle.quantile_bin_ids(part.p, part.w, 8)[0])
+        want = oracle.brier_parts(part.p, part.y, part.w, ids)
+        for k, v in want.items():
+            np.testing.assert_allclose(row[k], v, rtol=1e-10, atol=1e-12)
+        identity = (row.reliability - row.resolution + row.uncertainty + row.within_bin_variance
+                    - row.within_bin_covariance - row.label_variance)
+        np.testing.assert_allclose(identity, row.brier, rtol=1e-12)
+
+
+def test_brier_decomposition_soft_labels(upload):
+    df = calibration_data(1000, seed=8)
+    df["y"] = np.random.default_rng(8).random(len(df))
+    got = sqlcal.brier_decomposition(upload(df), score="p", label="y", soft_labels=True, bins=5)
+    row = got.iloc[0]
+    want = oracle.brier_parts(df.p, df.y, np.ones(len(df)), oracle.bin_ids(df.p, 5))
+    for k, v in want.items():
+        np.testing.assert_allclose(row[k], v, rtol=1e-10, atol=1e-12)
+    assert row.label_variance > 0
+
+
+@pytest.mark.parametrize("dof, offset", [("out_of_sample", 0), ("in_sample", 2)])
+def test_hosmer_lemeshow_on_deciles(upload, dof, offset):
+    df = calibration_data(5000, seed=9)
+    got = sqlcal.hosmer_lemeshow(upload(df), score="p", label="y", dof=dof)
+    # deciles of risk as pandas/pycaleva make them: pd.qcut (linear quantiles, right-closed)
+    ids = pd.qcut(df.p, 10, labels=False)
+    stat, d, p = oracle.hosmer_lemeshow(df.p, df.y, ids, offset)
+    row = got.iloc[0]
+    np.testing.assert_allclose(row.hl_statistic, stat, **TOL)
+    assert row.dof == d and row.n_groups == 10
+    np.testing.assert_allclose(row.p_value, p, rtol=1e-10)
+
+
+@pytest.mark.parametrize("ci, method", [("wilson", "wilson"), ("clopper-pearson", "exact")])
+def test_reliability_intervals_match_scipy(upload, ci, method):
+    df = calibration_data(800, seed=10)
+    got = sqlcal.reliability(upload(df), score="p", label="y", bins=6, ci=ci, confidence=0.9)
+    ids = oracle.bin_ids(df.p, 6)
+    for _, row in got.iterrows():
+        m = ids == row.bin
+        k, n = int(df.y[m].sum()), int(m.sum())
+        want = stats.binomtest(k, n).proportion_ci(confidence_level=0.9, method=method)
+        np.testing.assert_allclose([row.ci_lower, row.ci_upper], [want.low, want.high],
+                                   rtol=1e-9, atol=1e-12)
+
+
+def test_reliability_sampling_weights_use_effective_size(upload):
+    df = calibration_data(500, seed=11, weights=True)
+    got = sqlcal.reliability(upload(df), score="p", label="y", weight="w", bins=3,
+                             weight_kind="sampling")
+    ids = oracle.bin_ids(df.p, 3)
+    z = stats.norm.isf(0.025)
+    for _, row in got.iterrows():
+        m = ids == row.bin
+        w, y = df.w[m].to_numpy(), df.y[m].to_numpy()
+        n_eff = w.sum() ** 2 / (w**2).sum()
+        phat = (w * y).sum() / w.sum()
+        # Wilson's interval: the p solving (phat - p)^2 = z^2 p (1 - p) / n_eff
+        a, b, c = 1 + z**2 / n_eff, -(2 * phat + z**2 / n_eff), phat**2
+        roots = np.sort(np.roots([a, b, c]))
+        np.testing.assert_allclose([row.ci_lower, row.ci_upper], roots, rtol=1e-9)
