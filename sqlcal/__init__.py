@@ -5,6 +5,7 @@ The engine reduces the rows to small summaries (Ibis queries); numpy and scipy f
 
 from sqlcal.metrics.binned import brier_decomposition, ece, hosmer_lemeshow, reliability
 from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
+from sqlcal.report import report
 from sqlcal.source import InvalidInputError, Source, source
 
 __version__ = "0.1.0"
@@ -19,6 +20,7 @@ __all__ = [
     "hosmer_lemeshow",
     "log_loss",
     "reliability",
+    "report",
     "source",
     "spiegelhalter",
 ]

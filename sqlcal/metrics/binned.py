@@ -82,8 +82,8 @@ def ece(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
     >>> sqlcal.ece(df, score="p", label="y", bins=2)
-       ece  n    W  n_bins
-    0  0.3  4  4.0       2
+        ece  n    W  n_bins
+    0  0.25  4  4.0       2
     """
     if norm not in NORMS:
         raise ValueError(f"norm must be one of {tuple(NORMS)}, not {norm!r}")

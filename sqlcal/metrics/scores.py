@@ -45,7 +45,7 @@ def brier(
     --------
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
-    >>> float(sqlcal.brier(df, score="p", label="y")["brier"].iloc[0])
+    >>> round(float(sqlcal.brier(df, score="p", label="y")["brier"].iloc[0]), 12)
     0.175
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)

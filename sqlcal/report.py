@@ -1,0 +1,125 @@
+"""Run a set of metrics over groups with one engine pass per summary, as one wide table.
+
+The source is validated once (that pass also yields the totals summary); each binning is computed
+once and shared by every metric that reads it, through the cache on the :class:`Source`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Sequence
+
+import pandas as pd
+
+from sqlcal.metrics.binned import brier_decomposition, ece, hosmer_lemeshow
+from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
+from sqlcal.source import Source, as_source
+
+#: report metric name -> (function, options, {result column: report column})
+METRICS: dict[str, tuple] = {
+    "ece": (ece, {}, {"ece": "ece"}),
+    "rmsce": (ece, {"norm": "l2"}, {"rmsce": "rmsce"}),
+    "mce": (ece, {"norm": "max"}, {"mce": "mce"}),
+    "ece_quantile": (ece, {"strategy": "quantile"}, {"ece": "ece_quantile"}),
+    "brier": (brier, {}, {"brier": "brier"}),
+    "log_loss": (log_loss, {}, {"log_loss": "log_loss"}),
+    "calibration_in_the_large": (
+        calibration_in_the_large, {}, {"citl": "citl", "oe_ratio": "oe_ratio"}
+    ),
+    "spiegelhalter": (
+        spiegelhalter, {}, {"z": "spiegelhalter_z", "p_value": "spiegelhalter_p"}
+    ),
+    "hosmer_lemeshow": (
+        hosmer_lemeshow, {},
+        {"hl_statistic": "hl_statistic", "dof": "hl_dof", "p_value": "hl_p"},
+    ),
+    "brier_decomposition": (
+        brier_decomposition, {},
+        {"reliability": "brier_reliability", "resolution": "brier_resolution",
+         "uncertainty": "brier_uncertainty"},
+    ),
+}
+DEFAULT_METRICS = (
+    "ece", "rmsce", "mce", "ece_quantile", "brier", "log_loss", "calibration_in_the_large",
+    "spiegelhalter", "hosmer_lemeshow",
+)
+SCHEMA_VERSION = 1
+
+
+def report(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    bins: int = 15,
+    **source_options: Any,
+) -> pd.DataFrame:
+    """Compute several metrics per group and return them side by side.
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where
+        As for :func:`ece`.
+    metrics : sequence of str
+        Names from :data:`METRICS`; by default every binned and totals metric.
+    bins : int, default 15
+        Bins for the ECE family and the Brier decomposition (Hosmer–Lemeshow uses deciles).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the keys, ``n``, ``W``, then each metric's columns.
+    """
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metrics {unknown}; choose from {sorted(METRICS)}")
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    keys = list(src.by)
+    out = src.totals[[*keys, "n", "W"]].copy()
+    if src.on_invalid == "drop":
+        out["n_dropped"] = src.totals["n_rows"] - src.totals["n"]
+    for name in metrics:
+        function, options, columns = METRICS[name]
+        if function in (ece, brier_decomposition):
+            options = {"bins": bins, **options}
+        values = function(src, **options)
+        for column, target in columns.items():
+            out[target] = values[column].to_numpy()
+    return out
+
+
+def to_json(table: pd.DataFrame, src_description: dict) -> str:
+    """The report as JSON with a schema version; NaN and infinities become null."""
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if hasattr(v, "item"):
+            return clean(v.item())
+        if hasattr(v, "isoformat"):
+            return v.isoformat()
+        return v
+
+    rows = [{k: clean(v) for k, v in row.items()} for row in table.to_dict(orient="records")]
+    return json.dumps({
+        "schema_version": SCHEMA_VERSION,
+        "sqlcal_version": _version(),
+        "source": src_description,
+        "columns": list(table.columns),
+        "rows": rows,
+    }, indent=2)
+
+
+def describe(src: Source) -> dict:
+    return {"score": src.score, "label": src.label, "weight": src.weight, "by": list(src.by),
+            "on_invalid": src.on_invalid}
+
+
+def _version() -> str:
+    from sqlcal import __version__
+
+    return __version__
