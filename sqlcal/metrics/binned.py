@@ -10,7 +10,7 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import summaries
-from sqlcal.metrics import check_weight_kind, per_group, result
+from sqlcal.metrics import check_weight_kind, per_group, result, safe_div
 from sqlcal.source import Source, as_source
 
 NORMS = {"l1": "ece", "l2": "rmsce", "max": "mce"}
@@ -234,8 +234,6 @@ def brier_decomposition(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention, approx=approx)
-    totals = src.totals.set_index(list(src.by)) if src.by else src.totals
-
     def finish(part: pd.DataFrame) -> dict:
         part = part[part["W"] > 0]
         W = part["W"].sum()
@@ -253,16 +251,11 @@ def brier_decomposition(
         }
         return parts
 
-    values = per_group(frame, src.by, finish)
-    t = totals.reset_index() if src.by else totals
-    brier = t[[*src.by, "sw_sq_resid", "W"]].copy()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        brier["brier"] = np.where(brier["W"] > 0, brier["sw_sq_resid"] / brier["W"], np.nan)
-    if src.by:
-        values = values.merge(brier[[*src.by, "brier"]], on=list(src.by), how="left")
-    else:
-        values["brier"] = brier["brier"].to_numpy()
-    out = result(src, values, ["brier", *_DECOMPOSITION])
+    out = result(src, per_group(frame, src.by, finish), list(_DECOMPOSITION))
+    # the Brier score itself comes from the totals (Σw(y−p)², no cancellation); result rows are in
+    # the totals' group order
+    out.insert(len(src.by), "brier", safe_div(src.totals["sw_sq_resid"], src.totals["W"]))
+    out = out[[*src.by, "brier", "n", "W", *[c for c in out if c not in (*src.by, "brier", "n", "W")]]]
     out.attrs |= frame.attrs
     return out
 
