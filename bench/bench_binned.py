@@ -17,7 +17,9 @@ Measurement. Every task runs in a fresh subprocess (``--task NAME``) that import
 wall seconds and CPU seconds (user + sys of all threads, ``time.process_time``), each the median of
 the 3 repetitions; peak RSS (``ru_maxrss`` of the process plus its children) over the whole
 subprocess, and ``+RSS``, the peak minus the high-water mark already reached after imports and
-connecting (the part the task itself adds). Imports and connecting are not timed.
+connecting (the part the task itself adds). Imports and connecting are not timed. (On Linux a child's
+ru_maxrss starts at its parent's high-water mark, so data are generated in a subprocess too and the
+driver stays small; the process image's own ``VmHWM`` is recorded in the JSON as a cross-check.)
 
 Tasks, all grouped by ``g``:
 
@@ -200,6 +202,15 @@ def _peak_rss_mb() -> float:
     return kb / 1024  # ru_maxrss is in KiB on Linux
 
 
+def _vmhwm_mb() -> float | None:
+    """This process image's own RSS high-water mark (Linux), to cross-check ru_maxrss."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) / 1024 for l in f if l.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return None
+
+
 def task_main(name: str, db: str, reps: int) -> None:
     """Subprocess entry point: time ``reps`` runs of one task; print one JSON line."""
     sys.path.insert(0, str(ROOT))
@@ -221,7 +232,7 @@ def task_main(name: str, db: str, reps: int) -> None:
     print(json.dumps({
         "wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus),
         "walls": walls, "cpus": cpus, "peak_rss_mb": peak, "base_rss_mb": base_rss,
-        "task_rss_mb": peak - base_rss, "load1": load, "check": check,
+        "task_rss_mb": peak - base_rss, "vmhwm_mb": _vmhwm_mb(), "load1": load, "check": check,
     }))
 
 
@@ -235,7 +246,11 @@ def spawn(name: str, db: Path, reps: int) -> dict:
     if proc.returncode != 0:
         print(f"task {name} FAILED:\n{proc.stderr}", file=sys.stderr)
         return {"error": proc.stderr.strip()}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    if r["vmhwm_mb"] and r["peak_rss_mb"] > 1.05 * r["vmhwm_mb"]:
+        print(f"warning: {name}: ru_maxrss {r['peak_rss_mb']:.0f} MB > VmHWM {r['vmhwm_mb']:.0f} MB "
+              "(inherited from the driver?)", file=sys.stderr)
+    return r
 
 
 def ratios(res: dict) -> None:
@@ -306,21 +321,29 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=REPS)
     ap.add_argument("--task", help=argparse.SUPPRESS)  # subprocess entry point
     ap.add_argument("--db", help=argparse.SUPPRESS)
+    ap.add_argument("--make-data", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.task:
         return task_main(args.task, args.db, args.reps)
+    if args.make_data:
+        return print(ensure_data(int(args.rows[0]), args.groups))
 
-    import duckdb
-    import ibis
+    from importlib.metadata import version
 
-    meta = {"python": platform.python_version(), "ibis": ibis.__version__,
-            "duckdb": duckdb.__version__, "numpy": np.__version__, "cpus": os.cpu_count(),
+    meta = {"python": platform.python_version(), "ibis": version("ibis-framework"),
+            "duckdb": version("duckdb"), "numpy": np.__version__, "cpus": os.cpu_count(),
             "threads": THREADS, "reps": args.reps, "groups": args.groups, "bins": BINS,
             "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                                     capture_output=True, text=True).stdout.strip()}
+                                     capture_output=True, text=True).stdout.strip(),
+            "sqlcal_dirty": bool(subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
+                                                 "sqlcal"], capture_output=True, text=True).stdout)}
     results = []
     for rows in (int(r) for r in args.rows):
-        db = ensure_data(rows, args.groups)
+        # In a subprocess: on Linux a child's ru_maxrss starts at its parent's high-water mark
+        # (kept across vfork + exec), so the driver itself must stay small.
+        db = Path(subprocess.run([sys.executable, __file__, "--make-data", "--rows", str(rows),
+                                  "--groups", str(args.groups)], check=True, text=True,
+                                 stdout=subprocess.PIPE).stdout.strip())
         res = {}
         for name in args.tasks:
             t0 = time.perf_counter()

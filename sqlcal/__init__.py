@@ -3,6 +3,7 @@
 The engine reduces the rows to small summaries (Ibis queries); numpy and scipy finish the metric.
 """
 
+from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
 from sqlcal.metrics.binned import brier_decomposition, ece, hosmer_lemeshow, reliability
 from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
 from sqlcal.report import report
@@ -16,8 +17,11 @@ __all__ = [
     "brier",
     "brier_decomposition",
     "calibration_in_the_large",
+    "cutoff_error",
     "ece",
     "hosmer_lemeshow",
+    "ks",
+    "kuiper",
     "log_loss",
     "reliability",
     "report",

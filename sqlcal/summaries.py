@@ -43,7 +43,8 @@ def totals(
     ``sw2`` = Σw², ``swy``, ``swp``, ``swpp`` = Σwp², ``swyy`` = Σwy², ``swyp``, ``sw_sq_resid`` =
     Σw(y−p)², the Spiegelhalter terms ``sw_spieg`` = Σw(y−p)(1−2p), ``sw_spieg_var`` =
     Σw(1−2p)²p(1−p) and ``sw2_spieg_var`` (same with w²), ``sw_logloss`` = Σw·(−y ln p − (1−y)
-    ln(1−p)) over finite terms, ``n_infinite_logloss``, ``p_min``, ``p_max``.
+    ln(1−p)) over finite terms, ``n_infinite_logloss``, the Bernoulli variances ``sw_pq`` =
+    Σwp(1−p) and ``sw2_pq`` = Σw²p(1−p), ``p_min``, ``p_max``.
     """
     p, y, w = rows.p, rows.y, rows.w
     r = y - p
@@ -71,6 +72,8 @@ def totals(
         sw_spieg_var=(w * spieg_var).sum(where=valid),
         sw2_spieg_var=(w * w * spieg_var).sum(where=valid),
         sw_logloss=(w * logloss).sum(where=valid),
+        sw_pq=(w * p * (1 - p)).sum(where=valid),
+        sw2_pq=(w * w * p * (1 - p)).sum(where=valid),
         n_infinite_logloss=rows.count(where=infinite),
         p_min=p.min(where=valid),
         p_max=p.max(where=valid),
@@ -199,3 +202,77 @@ def quantile_bins(
         joined = rows.cross_join(edges)
     binned = joined.mutate(bin=_case_bin(lambda e: joined.p <= e, [joined[n] for n in names]))
     return _bin_sums(binned, by, **{n: binned[n].max() for n in names})
+
+
+# -- cumulative residuals ---------------------------------------------------------------------
+
+
+def score_cell(p: ir.FloatingValue, cells: int) -> ir.IntegerValue:
+    """The grid cell of a score, ``LEAST(FLOOR(p·2^k), 2^k − 1)``: exact for a power of two, and
+    equal scores always share a cell."""
+    return ibis.least((p * cells).floor().cast("int64"), cells - 1)
+
+
+def cumulative(rows: ir.Table, by: Sequence[str], cells: int = 4096) -> ir.Table:
+    """Extremes of the running residual sum S over distinct scores, exactly, per group.
+
+    The segmented scan of DESIGN.md: rows are split into score cells (ties share a cell); a
+    RANGE-frame window partitioned by (group, cell) gives each row the running sum of its cell up
+    to and including its score (tied rows are peers and see the same sum), so ties are one unit and
+    no window spans a whole group; a window over the small cell table then adds each cell's offset.
+
+    Columns: keys, ``s_max`` and ``s_min`` (max and min of S over the distinct scores, without the
+    origin S₀ = 0), ``p_at_max`` and ``p_at_min`` (a score where each is reached), ``W``.
+    """
+    return _extremes(cumulative_cells(rows, by, cells), by)
+
+
+def cumulative_cells(rows: ir.Table, by: Sequence[str], cells: int) -> ir.Table:
+    """Per group and non-empty score cell: S at the cell's end (``s_end``), the exact max and min
+    of S inside it (``s_max``, ``s_min``, with the scores reaching them), the cell's weight ``W``
+    and Bernoulli variance ``var`` = Σwp(1−p), their running totals ``W_end`` and ``var_end``, and
+    the cell's lowest and highest score. Small: at most ``cells`` rows per group."""
+    t = rows.mutate(cell=score_cell(rows.p, cells), r=rows.w * (rows.y - rows.p))
+    within = ibis.range_window(preceding=None, following=0, group_by=[*by, "cell"], order_by=t.p)
+    t = t.mutate(S=t.r.sum().over(within))
+    per_cell = t.group_by([*by, "cell"]).aggregate(
+        total=t.r.sum(), s_max=t.S.max(), s_min=t.S.min(),
+        p_at_max=t.p.argmax(t.S), p_at_min=t.p.argmin(t.S),
+        W=t.w.sum(), var=(t.w * t.p * (1 - t.p)).sum(), p_first=t.p.min(), p_last=t.p.max(),
+    )
+    # Cells are distinct within a group, so this ROWS frame cannot split ties.
+    upto = ibis.cumulative_window(group_by=list(by), order_by=per_cell.cell)
+    c = per_cell.mutate(s_end=per_cell.total.sum().over(upto), W_end=per_cell.W.sum().over(upto),
+                        var_end=per_cell.var.sum().over(upto))
+    offset = c.s_end - c.total
+    return c.mutate(s_max=offset + c.s_max, s_min=offset + c.s_min).drop("total")
+
+
+def cumulative_grid(rows: ir.Table, by: Sequence[str], cells: int = 65536) -> ir.Table:
+    """The same extremes with scores quantised to grid cells: one GROUP BY, no window on rows.
+
+    S is observed only at cell ends, so the range it gives is a lower bound of the exact one; the
+    exact range exceeds it by at most twice the largest one-signed residual mass inside a cell
+    (column ``cell_mass``: max over cells of max(Σw(y−p)⁺, Σw(p−y)⁺)).
+    """
+    t = rows.mutate(cell=score_cell(rows.p, cells), r=rows.w * (rows.y - rows.p))
+    per_cell = t.group_by([*by, "cell"]).aggregate(
+        total=t.r.sum(),
+        positive=ibis.greatest(t.r, 0.0).sum(),
+        negative=ibis.greatest(-t.r, 0.0).sum(),
+        p_last=t.p.max(),
+        W=t.w.sum(),
+    )
+    upto = ibis.cumulative_window(group_by=list(by), order_by=per_cell.cell)
+    c = per_cell.mutate(s_end=per_cell.total.sum().over(upto))
+    c = c.mutate(s_max=c.s_end, s_min=c.s_end, p_at_max=c.p_last, p_at_min=c.p_last)
+    return _extremes(c, by, cell_mass=ibis.greatest(c.positive, c.negative).max())
+
+
+def _extremes(c: ir.Table, by: Sequence[str], **extra) -> ir.Table:
+    return _aggregate(
+        c, by,
+        s_max=c.s_max.max(), s_min=c.s_min.min(),
+        p_at_max=c.p_at_max.argmax(c.s_max), p_at_min=c.p_at_min.argmin(c.s_min),
+        W=c.W.sum(), **extra,
+    )

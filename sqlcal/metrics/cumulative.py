@@ -1,0 +1,299 @@
+"""Cumulative-residual metrics: the cutoff calibration error with its confidence bounds, and the
+Kolmogorov–Smirnov and Kuiper tests. All read one summary: the extremes of the running residual sum
+S_k = Σ_{j≤k} Σ_{p_i = u_j} w_i (y_i − p_i) over the distinct scores u_1 < … < u_K, with S_0 = 0.
+
+Sign convention: S rises where more positives occur than the scores predict (under-prediction)
+and falls where fewer occur (over-prediction).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from sqlcal import summaries
+from sqlcal.metrics import check_weight_kind, result, safe_div
+from sqlcal.source import Source, as_source
+
+#: E[range of standard Brownian motion on [0, 1]] = 2·sqrt(2/π): the calibrated model's expected
+#: cutoff error in units of sigma (spec seed004 §2.4)
+NOISE_FLOOR_FACTOR = 2 * np.sqrt(2 / np.pi)
+
+
+def cutoff_error(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    exact: bool = True,
+    cells: int | None = None,
+    delta: float = 0.05,
+    epsilon: float | None = None,
+    weight_kind: str = "frequency",
+    **source_options: Any,
+) -> pd.DataFrame:
+    r"""The cutoff calibration error: the largest weighted residual mass over any score interval.
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where
+        As for :func:`sqlcal.ece`.
+    exact : bool, default True
+        Exact segmented scan (a window per score cell and group). ``False`` quantises scores to
+        ``cells`` grid cells and needs only a GROUP BY; the value is then a lower bound, and
+        ``grid_bound`` says how much higher the exact value can be.
+    cells : int, optional
+        Number of score cells, a power of two: 4096 for the exact scan (any value gives the same,
+        exact answer; more cells mean more, smaller partitions), 65536 for grid mode.
+    delta : float, default 0.05
+        Failure probability of each confidence bound.
+    epsilon : float, optional
+        A tolerance to certify: adds ``certified_within`` (upper bound ≤ ε: calibrated within ε
+        with confidence 1 − δ) and ``certified_beyond`` (lower bound > ε: not calibrated within ε).
+    weight_kind : {"frequency", "sampling"}, default "frequency"
+        Frequency weights count rows, so the bounds use n = W. Sampling weights use Kish's
+        effective size W²/Σw², a heuristic: the bounds are not proven for them.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the keys, ``cutoff_error``, ``n``, ``W``, ``lower_bound``,
+        ``upper_bound``, ``noise_floor`` (expected value for a perfectly calibrated model with these
+        scores), ``excursion_above`` = max(0, max S)/W, ``excursion_below`` = −min(0, min S)/W,
+        ``interval_lower`` (exclusive; −inf when the worst interval starts at the lowest score),
+        ``interval_upper`` (inclusive), ``interval_gap`` (signed residual mass there over W: > 0
+        under-prediction, < 0 over-prediction), ``grid_bound`` (0 when exact), and with
+        ``epsilon``, ``certified_within`` and ``certified_beyond``.
+
+    Notes
+    -----
+    The cutoff calibration error of Rossellini, Soloff, Barber, Ren and Willett ("Can a calibration
+    metric be both testable and actionable?", Def. 2.1 and Prop. 4.1), which is the empirical
+    measure :math:`c_{emp}` of Gao, Parameswaran and Peng ("On the interpretability of conditional
+    probability estimates in the agnostic setting") and Tygert's Kuiper range over W:
+
+    .. math:: \widehat\Delta = \sup_I \Big|\sum_i w_i (y_i - p_i) 1\{p_i \in I\}\Big| / W
+       = \big(\max(0, \max_k S_k) - \min(0, \min_k S_k)\big) / W .
+
+    Ties are one unit: an interval holds all rows of a score or none (spec seed000 §1.5).
+
+    Bounds, for a fixed model evaluated on held-out i.i.d. rows, each holding with probability
+    at least 1 − δ:
+
+    - upper: :math:`\widehat\Delta + \sqrt{2\ln(1/\delta)/n}`, one-sided Hoeffding at the
+      population's worst interval (residuals lie in [−1, 1]); this corrects the factor 2 in Claim 4
+      of Gao et al. (seed004 erratum 1);
+    - lower: :math:`\widehat\Delta - (20 + \sqrt{2\ln(1/\delta)})/\sqrt n` (Rossellini et al.
+      Prop. 4.1). It is vacuous (0) below about n = 504/ε² rows; the constant is a worst case.
+
+    Both are clipped to [0, 1]. They do not hold for a model fitted or recalibrated on the same
+    rows, nor under drift; for simultaneous statements over G groups use δ/G.
+
+    Double-precision running sums: the error of S is at most about n·2⁻⁵³ times Σw|y − p| (worst
+    case), so the cutoff error's error is below n·1.1e-16; it stays under a calibrated model's
+    noise floor (about 0.8/√n) up to about 3·10¹⁰ rows per group.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.2, 0.2, 0.8, 0.8], "y": [1, 0, 0, 0]})
+    >>> round(float(sqlcal.cutoff_error(df, score="p", label="y").cutoff_error.iloc[0]), 12)
+    0.4
+    """
+    check_weight_kind(weight_kind)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), not {delta!r}")
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    t = _extremes(src, exact, cells)
+    W = t["W"].to_numpy(float)
+    hi, lo = np.maximum(t["s_max"], 0.0), np.minimum(t["s_min"], 0.0)
+    t["cutoff_error"] = safe_div(hi - lo, W)
+    t["excursion_above"] = safe_div(hi, W)
+    t["excursion_below"] = safe_div(-lo, W)
+    n = _effective_n(src, t, weight_kind)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_term = np.sqrt(2 * np.log(1 / delta))
+        upper = t["cutoff_error"] + t["grid_bound"] + np.sqrt(2 * np.log(1 / delta) / n)
+        lower = t["cutoff_error"] - (20 + log_term) / np.sqrt(n)
+    t["upper_bound"] = np.clip(upper, 0, 1)
+    t["lower_bound"] = np.clip(lower, 0, 1)
+    t["noise_floor"] = NOISE_FLOOR_FACTOR * _sigma(src, t, weight_kind)
+    _worst_interval(t)
+    columns = ["cutoff_error", "lower_bound", "upper_bound", "noise_floor", "excursion_above",
+               "excursion_below", "interval_lower", "interval_upper", "interval_gap",
+               "grid_bound"]
+    if epsilon is not None:
+        t["certified_within"] = t["upper_bound"] <= epsilon
+        t["certified_beyond"] = t["lower_bound"] > epsilon
+        columns += ["certified_within", "certified_beyond"]
+    out = result(src, t, columns)
+    out.attrs |= {"exact": exact, "delta": delta, "weight_kind": weight_kind}
+    return out
+
+
+def kuiper(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    exact: bool = True,
+    cells: int | None = None,
+    weight_kind: str = "frequency",
+    **source_options: Any,
+) -> pd.DataFrame:
+    r"""Kuiper's test of calibration on cumulative differences (Arrieta-Ibarra, Gujral, Tannen and
+    Tygert, JMLR 2022).
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where, exact, cells
+        As for :func:`cutoff_error`.
+    weight_kind : {"frequency", "sampling"}, default "frequency"
+        Null variance of S: :math:`\sum w p(1-p)` (a row of weight w is w Bernoulli trials) or
+        :math:`\sum w^2 p(1-p)` (Tygert's weighted normalisation, as MCGrad's ``ecce_sigma``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the keys, ``kuiper`` (the statistic), ``n``, ``W``, ``p_value``,
+        ``sigma`` (the null standard deviation of S_K over W), ``grid_bound`` (in statistic
+        units; 0 when exact).
+
+    Notes
+    -----
+    :math:`V = (\max_{0\le k\le K} S_k - \min_{0\le k\le K} S_k) / \sqrt{\sum w p(1-p)}`, the range
+    including the origin S₀ = 0. Under perfect calibration, given the scores, V converges to the
+    range of standard Brownian motion on [0, 1], whose survival function is
+    :math:`8\sum_{k\ge1}(-1)^{k-1} k\,\bar\Phi(kv)` (Feller 1951; integrated from its density).
+    The p-value is that tail, in [0, 1]. Ties are one unit (scores are grouped, never jittered).
+    """
+    return _brownian_test(data, "kuiper", score, label, weight, by, where, exact, cells,
+                          weight_kind, source_options)
+
+
+def ks(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    exact: bool = True,
+    cells: int | None = None,
+    weight_kind: str = "frequency",
+    **source_options: Any,
+) -> pd.DataFrame:
+    r"""Kolmogorov–Smirnov test of calibration on cumulative differences.
+
+    Parameters and Returns as :func:`kuiper`, with the statistic in column ``ks``.
+
+    Notes
+    -----
+    :math:`D = \max_k |S_k| / \sqrt{\sum w p(1-p)}`; under perfect calibration it converges to
+    :math:`\sup_{t\le1}|B_t|` of standard Brownian motion, whose survival function is
+    :math:`4\sum_{k\ge0}(-1)^k\bar\Phi((2k+1)x)` (reflection principle). Computed with the
+    normal tail directly, so large statistics give tiny positive p-values, never negative ones
+    (MAPIE's 1 − CDF can go below 0; spec peers.md §4.2).
+    """
+    return _brownian_test(data, "ks", score, label, weight, by, where, exact, cells,
+                          weight_kind, source_options)
+
+
+# -- the Brownian-motion distributions --------------------------------------------------------
+
+
+def kuiper_sf(v) -> np.ndarray:
+    """P(range of standard Brownian motion on [0, 1] ≥ v): 8 Σ_{k≥1} (−1)^{k−1} k Φ̄(kv)."""
+    return _alternating_tail(v, lambda k, x: 8 * (-1.0) ** (k - 1) * k * stats.norm.sf(k * x), 1)
+
+
+def ks_sf(x) -> np.ndarray:
+    """P(sup_{t≤1} |B_t| ≥ x) for standard Brownian motion: 4 Σ_{k≥0} (−1)^k Φ̄((2k+1)x)."""
+    return _alternating_tail(x, lambda k, z: 4 * (-1.0) ** k * stats.norm.sf((2 * k + 1) * z), 0)
+
+
+def _alternating_tail(x, term, first: int) -> np.ndarray:
+    x = np.atleast_1d(np.asarray(x, float))
+    out = np.full(x.shape, np.nan)
+    # Below 0.1 both tails equal 1 to double precision (the CDFs are below e^-100).
+    out[x < 0.1] = 1.0
+    for i in np.flatnonzero(x >= 0.1):
+        k = np.arange(first, first + int(np.ceil(40 / x[i])) + 2)  # Φ̄(40) < 1e-300
+        out[i] = np.clip(term(k, x[i]).sum(), 0.0, 1.0)
+    return out
+
+
+# -- shared pieces ----------------------------------------------------------------------------
+
+
+def _brownian_test(data, name, score, label, weight, by, where, exact, cells, weight_kind,
+                   source_options) -> pd.DataFrame:
+    check_weight_kind(weight_kind)
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    src.require_binary_labels(f"the {name} test")
+    t = _extremes(src, exact, cells)
+    hi, lo = np.maximum(t["s_max"], 0.0), np.minimum(t["s_min"], 0.0)
+    spread = hi - lo if name == "kuiper" else np.maximum(hi, -lo)
+    sigma = _sigma(src, t, weight_kind)
+    scale = sigma * t["W"].to_numpy(float)
+    t[name] = safe_div(spread, scale)
+    t["p_value"] = np.where(np.isfinite(t[name]), (kuiper_sf if name == "kuiper" else ks_sf)(
+        np.nan_to_num(t[name].to_numpy(float))), np.nan)
+    t["sigma"] = sigma
+    t["grid_bound"] = safe_div(t["grid_bound"] * t["W"], scale)
+    out = result(src, t, [name, "p_value", "sigma", "grid_bound"])
+    out.attrs |= {"exact": exact, "weight_kind": weight_kind}
+    return out
+
+
+def _extremes(src: Source, exact: bool, cells: int | None) -> pd.DataFrame:
+    """The cumulative summary joined to the totals, in the totals' group order."""
+    cells = cells or (4096 if exact else 65536)
+    if cells < 1 or cells & (cells - 1):
+        raise ValueError(f"cells must be a power of two, not {cells!r}")
+    make = summaries.cumulative if exact else summaries.cumulative_grid
+    frame = src.cached(("cumulative", exact, cells),
+                       lambda: summaries.execute(make(src.rows, src.by, cells)))
+    keys = list(src.by)
+    t = src.totals[[*keys, "n", "sw2", "sw_pq", "sw2_pq"]].copy()
+    extremes = frame.drop(columns="W")
+    t = t.merge(extremes, on=keys, how="left") if keys else pd.concat(
+        [t.reset_index(drop=True), extremes.reset_index(drop=True)], axis=1)
+    t["W"] = src.totals["W"].fillna(0.0).to_numpy()
+    t["grid_bound"] = 0.0 if exact else safe_div(2 * t["cell_mass"], t["W"])
+    return t
+
+
+def _effective_n(src: Source, t: pd.DataFrame, weight_kind: str) -> np.ndarray:
+    W = t["W"].to_numpy(float)
+    if weight_kind == "frequency" or src.weight is None:
+        return W
+    return safe_div(W**2, t["sw2"])
+
+
+def _sigma(src: Source, t: pd.DataFrame, weight_kind: str) -> np.ndarray:
+    var = t["sw_pq"] if weight_kind == "frequency" else t["sw2_pq"]
+    return safe_div(np.sqrt(var.to_numpy(float)), t["W"])
+
+
+def _worst_interval(t: pd.DataFrame) -> None:
+    # The origin S₀ = 0 sits before every score: where the extreme is the origin, the interval
+    # starts below the lowest score (−inf, exclusive).
+    at_max = np.where(t["s_max"] > 0, t["p_at_max"], -np.inf)
+    at_min = np.where(t["s_min"] < 0, t["p_at_min"], -np.inf)
+    rising = at_min < at_max  # the minimum comes first: S rises, under-prediction
+    t["interval_lower"] = np.where(rising, at_min, at_max)
+    t["interval_upper"] = np.where(rising, at_max, at_min)
+    t["interval_gap"] = np.where(rising, 1.0, -1.0) * t["cutoff_error"]
+    empty = ~(t["cutoff_error"] > 0)
+    t.loc[empty, ["interval_lower", "interval_upper", "interval_gap"]] = np.nan
