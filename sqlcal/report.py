@@ -12,7 +12,9 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from sqlcal.metrics.binned import brier_decomposition, ece, hosmer_lemeshow
+from sqlcal.metrics.binned import (bins_summary, brier_decomposition, cells_summary, ece,
+                                   hosmer_lemeshow)
+from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
 from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
 from sqlcal.source import Source, as_source
 
@@ -34,6 +36,12 @@ METRICS: dict[str, tuple] = {
         hosmer_lemeshow, {},
         {"hl_statistic": "hl_statistic", "dof": "hl_dof", "p_value": "hl_p"},
     ),
+    "cutoff_error": (
+        cutoff_error, {},
+        {"cutoff_error": "cutoff_error", "lower_bound": "cutoff_lower", "upper_bound": "cutoff_upper"},
+    ),
+    "kuiper": (kuiper, {}, {"kuiper": "kuiper", "p_value": "kuiper_p"}),
+    "ks": (ks, {}, {"ks": "ks", "p_value": "ks_p"}),
     "brier_decomposition": (
         brier_decomposition, {},
         {"reliability": "brier_reliability", "resolution": "brier_resolution",
@@ -42,7 +50,7 @@ METRICS: dict[str, tuple] = {
 }
 DEFAULT_METRICS = (
     "ece", "rmsce", "mce", "ece_quantile", "brier", "log_loss", "calibration_in_the_large",
-    "spiegelhalter", "hosmer_lemeshow",
+    "spiegelhalter", "hosmer_lemeshow", "cutoff_error", "kuiper",
 )
 SCHEMA_VERSION = 1
 
@@ -79,18 +87,26 @@ def report(
     if unknown:
         raise ValueError(f"unknown metrics {unknown}; choose from {sorted(METRICS)}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    keys = list(src.by)
-    out = src.totals[[*keys, "n", "W"]].copy()
-    if src.on_invalid == "drop":
-        out["n_dropped"] = src.totals["n_rows"] - src.totals["n"]
+    _prefetch(src, metrics, bins)
+    out = None
     for name in metrics:
         function, options, columns = METRICS[name]
         if function in (ece, brier_decomposition):
             options = {"bins": bins, **options}
         values = function(src, **options)
+        if out is None:
+            out = values[[c for c in values if c in (*src.by, "n", "W", "n_dropped")]].copy()
         for column, target in columns.items():
             out[target] = values[column].to_numpy()
     return out
+
+
+def _prefetch(src: Source, metrics: Sequence[str], bins: int) -> None:
+    # Ask for the union of columns each shared summary needs first: one pass per summary.
+    if "brier_decomposition" in metrics:
+        bins_summary(src, bins=bins, strategy="uniform", convention="sqlcal", moments=True)
+    if {"cutoff_error", "kuiper", "ks"} & set(metrics):
+        cells_summary(src, residuals=True)
 
 
 def to_json(table: pd.DataFrame, src_description: dict) -> str:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, Sequence
 
 import ibis
 import ibis.expr.types as ir
+import numpy as np
 import pandas as pd
 
 from sqlcal import summaries
@@ -44,7 +46,7 @@ class InvalidInputError(ValueError):
 
 @dataclass(eq=False)
 class Source:
-    """A validated description of what to measure. Build it with :func:`source`.
+    """A description of what to measure. Build it with :func:`source`.
 
     Attributes
     ----------
@@ -56,10 +58,14 @@ class Source:
         The user's column names, kept for messages.
     by : tuple of str
         Group keys.
-    totals : pandas DataFrame
-        The totals summary per group over the valid rows, with the counts of invalid rows.
+    on_invalid : {"raise", "drop"}
     allow_soft : bool
         Whether labels strictly between 0 and 1 are accepted (``soft_labels=True``).
+    float_label : bool
+        Whether the label column is floating point (so it could hold soft labels).
+    dropped : pandas DataFrame or None
+        With ``on_invalid="drop"``: per group, ``n_rows``, the count of rows failing each check,
+        ``n`` (valid rows) and ``n_dropped``.
     """
 
     rows: ir.Table
@@ -67,38 +73,87 @@ class Source:
     label: str
     weight: str | None
     by: tuple[str, ...]
-    totals: pd.DataFrame
     on_invalid: str
     allow_soft: bool
+    float_label: bool
+    dropped: pd.DataFrame | None = None
+    has_soft_labels: bool = False
+    _validated: bool = False
     _cache: dict = field(default_factory=dict, repr=False)
 
     @property
-    def groups(self) -> pd.DataFrame:
-        """Every group present in the data (before any row was dropped), keys only."""
-        return self.totals[list(self.by)]
+    def weighted(self) -> bool:
+        return self.weight is not None
 
-    @property
-    def dropped(self) -> pd.DataFrame:
-        """Rows dropped per group and reason (all zero unless ``on_invalid="drop"``)."""
-        cols = [c for _, _, c in _CHECKS if c in self.totals]
-        out = self.totals[[*self.by, *cols]].copy()
-        out["n_dropped"] = self.totals["n_rows"] - self.totals["n"]
-        return out
+    def summary(self, kind: tuple, parts: frozenset, build: Callable[..., Any]) -> pd.DataFrame:
+        """Run a summary query once and cache it. ``parts`` names optional column sets: a cached
+        summary of the same ``kind`` with more parts serves a request for fewer, so a report,
+        which asks for the union first, makes one pass per summary.
+
+        ``build(checks)`` returns the query. The first scan of a source also carries the cheap
+        validation aggregates (``checks``) and is checked here: validation costs no extra scan.
+        """
+        for (k, have), frame in self._cache.items():
+            if k == kind and have is not None and parts <= have:
+                return frame
+        check = not self._validated and self.on_invalid == "raise"
+        checks = (partial(summaries.check_aggregates, weighted=self.weighted,
+                          float_label=self.float_label) if check else None)
+        frame = summaries.execute(build(checks))
+        if check:
+            self._check(frame)
+            frame = frame.drop(columns=[c for c in frame if c.startswith("chk_")])
+        frame = summaries.fill_unweighted(frame)
+        self._cache[(kind, parts)] = frame
+        return frame
+
+    def scan(self, kind: tuple, build: Callable[[], Any]) -> pd.DataFrame:
+        """Run a follow-up query once (it reads rows an earlier summary already validated)."""
+        if (kind, None) not in self._cache:
+            frame = summaries.execute(build())
+            self._cache[(kind, None)] = summaries.fill_unweighted(frame)
+        return self._cache[(kind, None)]
 
     def require_binary_labels(self, metric: str) -> None:
         """Raise when soft labels are present but ``metric`` needs labels in {0, 1}."""
-        n_soft = int(self.totals["label_soft"].sum()) if self.allow_soft else 0
-        if n_soft:
+        if self.has_soft_labels:
+            counts = summaries.execute(summaries.validation(
+                self.rows, (), _check_exprs(self.rows, self.weighted),
+                _valid_expr(self.rows, self.weighted, True)))
             raise InvalidInputError(
                 f"{metric} needs labels in {{0, 1}}, but label column {self.label!r} has "
-                f"{n_soft} rows strictly between 0 and 1"
+                f"{int(counts['label_soft'].sum())} rows strictly between 0 and 1"
             )
 
-    def cached(self, key: tuple, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
-        """Run ``compute`` once per summary ``key``: a report shares one pass per summary."""
-        if key not in self._cache:
-            self._cache[key] = compute()
-        return self._cache[key]
+    def _check(self, frame: pd.DataFrame) -> None:
+        rows = int(frame["chk_rows"].sum())
+        if rows == 0:
+            raise InvalidInputError("the table has no rows to measure (after where=)")
+
+        def outside(col_lo: str, col_hi: str, high: float = 1.0) -> bool:
+            lo, hi = frame[col_lo].to_numpy(float), frame[col_hi].to_numpy(float)
+            return bool(np.isnan(lo).any() or np.isnan(hi).any() or (lo < 0).any()
+                        or (hi > high).any())
+
+        soft = float(frame["chk_y_soft"].sum()) if "chk_y_soft" in frame else 0.0
+        problems = [
+            int(frame["chk_p_count"].sum()) < rows,
+            int(frame["chk_y_count"].sum()) < rows,
+            outside("chk_p_min", "chk_p_max"),
+            outside("chk_y_min", "chk_y_max"),
+            soft > 0 and not self.allow_soft,
+        ]
+        if self.weighted:
+            problems += [int(frame["chk_w_count"].sum()) < rows,
+                         outside("chk_w_min", "chk_w_max", high=np.inf)
+                         or bool(np.isinf(frame["chk_w_max"].to_numpy(float)).any())]
+        if any(problems):  # a second, counting query names each problem and its count
+            valid = _valid_expr(self.rows, self.weighted, self.allow_soft)
+            counts = summaries.execute(summaries.validation(
+                self.rows, (), _check_exprs(self.rows, self.weighted), valid))
+            _report_invalid(self, counts)
+        self.has_soft_labels = soft > 0
+        self._validated = True
 
 
 def source(
@@ -161,22 +216,19 @@ def source(
         y=_label_expr(base[label]),
         w=base[weight].cast("float64") if weight else ibis.literal(1.0),
     )
-    checks = _check_exprs(rows, weight is not None, soft_labels)
-    valid = _valid_expr(rows, weight is not None, soft_labels)
-    totals = summaries.execute(summaries.totals(rows, by, checks=checks, valid=valid))
-    totals = totals.sort_values(list(by), ignore_index=True) if by else totals
-
-    src = Source(
-        rows=rows.filter(valid) if on_invalid == "drop" else rows,
-        score=score,
-        label=label,
-        weight=weight,
-        by=by,
-        totals=totals,
-        on_invalid=on_invalid,
-        allow_soft=soft_labels,
-    )
-    _report_invalid(src)
+    label_type = base[label].type()
+    src = Source(rows=rows, score=score, label=label, weight=weight, by=by,
+                 on_invalid=on_invalid, allow_soft=soft_labels,
+                 float_label=not (label_type.is_boolean() or label_type.is_integer()))
+    if on_invalid == "drop":
+        valid = _valid_expr(rows, src.weighted, soft_labels)
+        counts = summaries.execute(
+            summaries.validation(rows, by, _check_exprs(rows, src.weighted), valid))
+        counts = counts.sort_values(list(by), ignore_index=True) if by else counts
+        counts["n_dropped"] = counts["n_rows"] - counts["n"]
+        src.dropped, src.rows, src._validated = counts, rows.filter(valid), True
+        src.has_soft_labels = soft_labels and bool(counts["label_soft"].sum())
+        _report_invalid(src, counts)
     return src
 
 
@@ -341,7 +393,7 @@ def _label_expr(col: ir.Value) -> ir.FloatingValue:
     return col.cast("float64")
 
 
-def _check_exprs(rows: ir.Table, has_weight: bool, soft_labels: bool) -> dict[str, ir.BooleanValue]:
+def _check_exprs(rows: ir.Table, has_weight: bool) -> dict[str, ir.BooleanValue]:
     p, y, w = rows.p, rows.y, rows.w
     checks = {
         "score_null": p.isnull(),
@@ -374,32 +426,30 @@ def _valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool) -> ir.Boole
     return valid
 
 
-def _report_invalid(src: Source) -> None:
-    t = src.totals
-    n_rows = int(t["n_rows"].sum())
-    if n_rows == 0:
+def _report_invalid(src: Source, counts: pd.DataFrame) -> None:
+    """Raise (or, when dropping, warn) with each problem's column, description and row count."""
+    if int(counts["n_rows"].sum()) == 0:
         raise InvalidInputError("the table has no rows to measure (after where=)")
     problems = []
     for role, problem, col in _CHECKS:
-        if col not in t:
+        if col not in counts or (col == "label_soft" and src.allow_soft):
             continue
-        if col == "label_soft" and src.allow_soft:
-            continue
-        count = int(t[col].sum())
+        count = int(counts[col].sum())
         if count:
             name = getattr(src, role)
             problems.append(f"{role} column {name!r} has {count} rows {_describe(problem)}")
     if not problems:
         return
     if src.on_invalid == "raise":
+        soft = int(counts["label_soft"].sum()) and not src.allow_soft
         raise InvalidInputError(
             "; ".join(problems)
             + ". Clean them, or pass on_invalid='drop' to leave them out and count them"
-            + ("" if src.allow_soft else "; labels in (0, 1) need soft_labels=True")
+            + ("; labels in (0, 1) need soft_labels=True" if soft else "")
         )
-    if int(t["n"].sum()) == 0:
+    if int(counts["n"].sum()) == 0:
         raise InvalidInputError("every row is invalid: " + "; ".join(problems))
-    warnings.warn("sqlcal dropped invalid rows: " + "; ".join(problems), stacklevel=3)
+    warnings.warn("sqlcal dropped invalid rows: " + "; ".join(problems), stacklevel=4)
 
 
 def _describe(problem: str) -> str:

@@ -3,11 +3,16 @@
 Every function here maps a table expression of normalised rows (group keys, ``p``, ``y``, ``w``) to a
 small summary table expression; :func:`execute` brings a summary back as pandas. Nothing else in the
 package builds queries, and nothing here computes a metric.
+
+Summaries that scan all rows take ``checks``: a function of the scanned table giving extra cheap
+aggregates (counts, minima, maxima) that validate the input in the same pass (see
+``check_aggregates``), so validation costs no scan.
+Unweighted sources skip every weight product: the finish reads W = n.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import ibis
 import ibis.expr.types as ir
@@ -27,26 +32,84 @@ def _aggregate(t: ir.Table, by: Sequence[str], **metrics) -> ir.Table:
     return t.group_by(list(by)).aggregate(**metrics) if by else t.aggregate(**metrics)
 
 
+# -- validation -------------------------------------------------------------------------------
+
+
+def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool) -> dict[str, ir.Value]:
+    """Cheap aggregates that prove the rows valid: NULLs by count, NaN and range by MIN/MAX (NaN
+    sorts above every number in DuckDB, Postgres and Spark, so MAX is NaN when any value is), and
+    non-binary labels by Σy(1−y) (0 exactly when every label in [0, 1] is 0 or 1)."""
+    checks = {
+        "chk_rows": t.count(),
+        "chk_p_count": t.p.count(),
+        "chk_p_min": t.p.min(),
+        "chk_p_max": t.p.max(),
+        "chk_y_count": t.y.count(),
+        "chk_y_min": t.y.min(),
+        "chk_y_max": t.y.max(),
+    }
+    if float_label:
+        checks["chk_y_soft"] = (t.y * (1 - t.y)).sum()
+    if weighted:
+        checks |= {"chk_w_count": t.w.count(), "chk_w_min": t.w.min(), "chk_w_max": t.w.max()}
+    return checks
+
+
+def validation(rows: ir.Table, by: Sequence[str], checks: dict[str, ir.BooleanValue],
+               valid: ir.BooleanValue) -> ir.Table:
+    """Per group: ``n_rows``, the number of rows failing each named check, and ``n`` valid rows.
+    Run when the cheap checks fail (to name the counts) and for ``on_invalid="drop"``."""
+    metrics = {"n_rows": rows.count()}
+    metrics |= {name: rows.count(where=cond) for name, cond in checks.items()}
+    metrics["n"] = rows.count(where=valid)
+    return _aggregate(rows, by, **metrics)
+
+
+# -- sums shared by every summary -------------------------------------------------------------
+
+
+def _sums(t: ir.Table, *, weighted: bool, moments: bool = False, soft: bool = False) -> dict:
+    """n, W, Σw², Σwy, Σwp, min and max score; with ``moments`` also Σwp², Σwyp (and Σwy² for soft
+    labels). Unweighted, the weight products are left out (W = n)."""
+    w = t.w if weighted else None
+    times = (lambda v: w * v) if weighted else (lambda v: v)
+    sums = {"n": t.count(), "swy": times(t.y).sum(), "swp": times(t.p).sum(),
+            "p_min": t.p.min(), "p_max": t.p.max()}
+    if weighted:
+        sums |= {"W": w.sum(), "sw2": (w * w).sum()}
+    if moments:
+        sums |= {"swpp": times(t.p * t.p).sum(), "swyp": times(t.y * t.p).sum()}
+        if soft:
+            sums["swyy"] = times(t.y * t.y).sum()
+    return sums
+
+
+def fill_unweighted(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add the columns a summary leaves out: unweighted W = Σw² = n; binary labels Σwy² = Σwy."""
+    frame = frame.copy()
+    if "W" not in frame and "n" in frame:
+        frame["W"] = frame["n"].astype(float)
+        frame["sw2"] = frame["W"]
+    if "swpp" in frame and "swyy" not in frame:
+        frame["swyy"] = frame["swy"]
+    return frame
+
+
 # -- totals -----------------------------------------------------------------------------------
 
 
-def totals(
-    rows: ir.Table,
-    by: Sequence[str],
-    *,
-    checks: dict[str, ir.BooleanValue],
-    valid: ir.BooleanValue,
-) -> ir.Table:
-    """One row per group: counts of invalid rows, and the totals summary over the valid rows.
+def totals(rows: ir.Table, by: Sequence[str], *, weighted: bool, soft: bool,
+           checks: Callable | None = None) -> ir.Table:
+    """One row per group: the totals summary.
 
-    Columns: ``n_rows`` (all rows), one count per check, then over valid rows ``n``, ``W`` = Σw,
-    ``sw2`` = Σw², ``swy``, ``swp``, ``swpp`` = Σwp², ``swyy`` = Σwy², ``swyp``, ``sw_sq_resid`` =
+    Columns: ``n``, ``W``, ``sw2``, ``swy``, ``swp``, ``p_min``, ``p_max``, ``sw_sq_resid`` =
     Σw(y−p)², the Spiegelhalter terms ``sw_spieg`` = Σw(y−p)(1−2p), ``sw_spieg_var`` =
-    Σw(1−2p)²p(1−p) and ``sw2_spieg_var`` (same with w²), ``sw_logloss`` = Σw·(−y ln p − (1−y)
-    ln(1−p)) over finite terms, ``n_infinite_logloss``, the Bernoulli variances ``sw_pq`` =
-    Σwp(1−p) and ``sw2_pq`` = Σw²p(1−p), ``p_min``, ``p_max``.
+    Σw(1−2p)²p(1−p) and ``sw2_spieg_var`` (with w²), ``sw_logloss`` = Σw·(−y ln p − (1−y)ln(1−p))
+    over finite terms, ``n_infinite_logloss``.
     """
-    p, y, w = rows.p, rows.y, rows.w
+    p, y = rows.p, rows.y
+    w = rows.w if weighted else ibis.literal(1.0)
+    times = (lambda v: w * v) if weighted else (lambda v: v)
     r = y - p
     spieg_var = (1 - 2 * p) ** 2 * p * (1 - p)
     # 0·log 0 = 0: the log is taken only where its coefficient is non-zero and its argument
@@ -55,33 +118,20 @@ def totals(
     log_p = ibis.ifelse(p > 0, p, 1.0).ln()
     log_q = ibis.ifelse(p < 1, 1 - p, 1.0).ln()
     logloss = -(ibis.ifelse(y > 0, y * log_p, 0.0) + ibis.ifelse(y < 1, (1 - y) * log_q, 0.0))
-    infinite = valid & (w > 0) & (((p == 0) & (y > 0)) | ((p == 1) & (y < 1)))
-    metrics = {"n_rows": rows.count()}
-    metrics |= {name: rows.count(where=cond) for name, cond in checks.items()}
-    metrics |= dict(
-        n=rows.count(where=valid),
-        W=w.sum(where=valid),
-        sw2=(w * w).sum(where=valid),
-        swy=(w * y).sum(where=valid),
-        swp=(w * p).sum(where=valid),
-        swpp=(w * p * p).sum(where=valid),
-        swyy=(w * y * y).sum(where=valid),
-        swyp=(w * y * p).sum(where=valid),
-        sw_sq_resid=(w * r * r).sum(where=valid),
-        sw_spieg=(w * r * (1 - 2 * p)).sum(where=valid),
-        sw_spieg_var=(w * spieg_var).sum(where=valid),
-        sw2_spieg_var=(w * w * spieg_var).sum(where=valid),
-        sw_logloss=(w * logloss).sum(where=valid),
-        sw_pq=(w * p * (1 - p)).sum(where=valid),
-        sw2_pq=(w * w * p * (1 - p)).sum(where=valid),
+    infinite = (w > 0) & (((p == 0) & (y > 0)) | ((p == 1) & (y < 1)))
+    metrics = _sums(rows, weighted=weighted, soft=soft) | dict(
+        sw_sq_resid=times(r * r).sum(),
+        sw_spieg=times(r * (1 - 2 * p)).sum(),
+        sw_spieg_var=times(spieg_var).sum(),
+        sw_logloss=times(logloss).sum(),
         n_infinite_logloss=rows.count(where=infinite),
-        p_min=p.min(where=valid),
-        p_max=p.max(where=valid),
     )
-    return _aggregate(rows, by, **metrics)
+    if weighted:
+        metrics["sw2_spieg_var"] = (w * w * spieg_var).sum()
+    return _aggregate(rows, by, **metrics, **(checks(rows) if checks else {}))
 
 
-# -- bins -------------------------------------------------------------------------------------
+# -- equal-width bins -------------------------------------------------------------------------
 
 
 def uniform_edges(bins: int, convention: str) -> np.ndarray:
@@ -112,167 +162,84 @@ def uniform_bin(p: ir.FloatingValue, bins: int, convention: str) -> ir.IntegerVa
     if convention in ("sklearn", "netcal"):
         edges = uniform_edges(bins, convention)[1:-1]
         below = (lambda e: p <= e) if convention == "sklearn" else (lambda e: p < e)
-        return _case_bin(below, [ibis.literal(float(e)) for e in edges])
+        if not len(edges):
+            return ibis.literal(0, type="int64")
+        # A flat CASE (not a sum of comparisons) keeps the expression shallow for large B.
+        return ibis.cases(*[(below(float(e)), k) for k, e in enumerate(edges)],
+                          else_=len(edges)).cast("int64")
     raise ValueError(f"convention must be one of {CONVENTIONS}, not {convention!r}")
 
 
-def _case_bin(below, edges: Sequence[ir.Value]) -> ir.IntegerValue:
-    # A flat CASE (not a sum of comparisons) keeps the expression shallow for large B.
-    if not edges:
-        return ibis.literal(0, type="int64")
-    return ibis.cases(*[(below(e), k) for k, e in enumerate(edges)], else_=len(edges)).cast(
-        "int64"
-    )
+def uniform_bins(rows: ir.Table, by: Sequence[str], bins: int, convention: str, *,
+                 weighted: bool, moments: bool = False, soft: bool = False,
+                 checks: Callable | None = None) -> ir.Table:
+    """The bins summary for equal-width bins: one row per group and non-empty bin, with the sums
+    of :func:`_sums`."""
+    # NaN and ±inf scores land in some bin without failing the cast (LEAST ignores neither in
+    # DuckDB and Postgres), so the checks in this same pass can report them.
+    t = rows.mutate(bin=uniform_bin(_finite_or_zero(rows.p), bins, convention))
+    sums = _sums(t, weighted=weighted, moments=moments, soft=soft)
+    return t.group_by([*by, "bin"]).aggregate(**sums, **(checks(t) if checks else {}))
 
 
-def _bin_sums(t: ir.Table, by: Sequence[str], **extra) -> ir.Table:
-    w, p, y = t.w, t.p, t.y
-    return t.group_by([*by, "bin"]).aggregate(
-        n=t.count(),
-        W=w.sum(),
-        sw2=(w * w).sum(),
-        swy=(w * y).sum(),
-        swp=(w * p).sum(),
-        swpp=(w * p * p).sum(),
-        swyy=(w * y * y).sum(),
-        swyp=(w * y * p).sum(),
-        p_min=p.min(),
-        p_max=p.max(),
-        **extra,
-    )
+def _finite_or_zero(p: ir.FloatingValue) -> ir.FloatingValue:
+    # Invalid scores must not break the pass that reports them (FLOOR(NaN) cannot be cast to an
+    # integer): send them to bin 0, where the checks of the same query count them.
+    return ibis.ifelse((p >= 0) & (p <= 1), p, 0.0)
 
 
-def uniform_bins(rows: ir.Table, by: Sequence[str], bins: int, convention: str) -> ir.Table:
-    """The bins summary for equal-width bins: one row per group and non-empty bin.
-
-    Columns: keys, ``bin``, ``n``, ``W``, ``sw2``, ``swy``, ``swp``, ``swpp``, ``swyy``, ``swyp``,
-    ``p_min``, ``p_max``.
-    """
-    return _bin_sums(rows.mutate(bin=uniform_bin(rows.p, bins, convention)), by)
-
-
-def quantile_edges(
-    rows: ir.Table, by: Sequence[str], bins: int, *, weighted: bool, approx: bool = False
-) -> ir.Table:
-    """Interior equal-mass edges ``e1 … e{B−1}`` per group, computed in the engine in one query.
-
-    Unweighted: the exact list quantile (linear interpolation, numpy's default), or the engine's
-    approximate one when ``approx``. Weighted: the same linear-interpolation quantile of the
-    frequency-expanded sample (so integer weights equal row duplication), from the levels summary
-    and a running weight partitioned by group.
-    """
-    levels = [k / bins for k in range(1, bins)]
-    names = [f"e{k}" for k in range(1, bins)]
-    if not weighted:
-        q = rows.p.approx_quantile(levels) if approx else rows.p.quantile(levels)
-        listed = _aggregate(rows, by, edges=q)
-        return listed.select(*by, *[listed.edges[k].name(n) for k, n in enumerate(names)])
-    if approx:
-        raise ValueError("approximate quantiles are only offered without weights")
-    lv = rows.group_by([*by, "p"]).aggregate(lw=rows.w.sum())
-    # Levels are distinct scores, so a ROWS frame cannot split ties here.
-    lv = lv.mutate(
-        C=lv.lw.sum().over(ibis.cumulative_window(group_by=list(by), order_by=lv.p)),
-        Wt=lv.lw.sum().over(ibis.window(group_by=list(by))),
-    )
-    cols = {}
-    for name, q in zip(names, levels):
-        h = (lv.Wt - 1) * q
-        lo = lv.p.min(where=lv.C > h.floor())
-        hi = lv.p.min(where=lv.C > h.floor() + 1)
-        frac = (h - h.floor()).max()
-        cols[name] = lo + frac * (hi.coalesce(lo) - lo)
-    return _aggregate(lv, by, **cols)
-
-
-def quantile_bins(
-    rows: ir.Table, by: Sequence[str], bins: int, *, weighted: bool, approx: bool = False
-) -> ir.Table:
-    """The bins summary for equal-mass bins, right-closed on the quantile edges.
-
-    A row goes to bin #{k : p > e_k}: rows equal to an edge join the lower bin together, so ties are
-    never split (duplicate edges leave empty bins). The edges ``e1 … e{B−1}`` are carried as columns.
-    """
-    edges = quantile_edges(rows, by, bins, weighted=weighted, approx=approx)
-    names = [f"e{k}" for k in range(1, bins)]
-    if by:
-        joined = rows.join(edges, [rows[k].identical_to(edges[k]) for k in by])
-        joined = joined.select(*by, "p", "y", "w", *names)
-    else:
-        joined = rows.cross_join(edges)
-    binned = joined.mutate(bin=_case_bin(lambda e: joined.p <= e, [joined[n] for n in names]))
-    return _bin_sums(binned, by, **{n: binned[n].max() for n in names})
-
-
-# -- cumulative residuals ---------------------------------------------------------------------
+# -- score cells: the fine grid behind equal-mass bins and the cumulative metrics -------------
 
 
 def score_cell(p: ir.FloatingValue, cells: int) -> ir.IntegerValue:
     """The grid cell of a score, ``LEAST(FLOOR(p·2^k), 2^k − 1)``: exact for a power of two, and
-    equal scores always share a cell."""
-    return ibis.least((p * cells).floor().cast("int64"), cells - 1)
+    equal scores always share a cell, so cells are contiguous score ranges that never split ties."""
+    return ibis.least((_finite_or_zero(p) * cells).floor().cast("int64"), cells - 1)
 
 
-def cumulative(rows: ir.Table, by: Sequence[str], cells: int = 4096) -> ir.Table:
-    """Extremes of the running residual sum S over distinct scores, exactly, per group.
+def cells(rows: ir.Table, by: Sequence[str], cells: int, *, weighted: bool,
+          residuals: bool = False, moments: bool = False, soft: bool = False,
+          checks: Callable | None = None) -> ir.Table:
+    """One row per group and non-empty score cell: the sums of :func:`_sums`, and with
+    ``residuals`` the residual mass ``total`` = Σw(y−p), its one-signed parts ``positive`` =
+    Σw(y−p)⁺ and ``negative`` = Σw(p−y)⁺, and the Bernoulli variances ``var`` = Σwp(1−p)
+    (``var2`` = Σw²p(1−p) when weighted). At most ``cells`` rows per group: one GROUP BY."""
+    t = rows.mutate(cell=score_cell(rows.p, cells))
+    sums = _sums(t, weighted=weighted, moments=moments, soft=soft)
+    if residuals:
+        r = t.w * (t.y - t.p) if weighted else t.y - t.p
+        pq = t.p * (1 - t.p)
+        sums |= {"total": r.sum(), "positive": ibis.greatest(r, 0.0).sum(),
+                 "negative": ibis.greatest(-r, 0.0).sum(),
+                 "var": (t.w * pq if weighted else pq).sum()}
+        if weighted:
+            sums["var2"] = (t.w * t.w * pq).sum()
+    return t.group_by([*by, "cell"]).aggregate(**sums, **(checks(t) if checks else {}))
 
-    The segmented scan of DESIGN.md: rows are split into score cells (ties share a cell); a
-    RANGE-frame window partitioned by (group, cell) gives each row the running sum of its cell up
-    to and including its score (tied rows are peers and see the same sum), so ties are one unit and
-    no window spans a whole group; a window over the small cell table then adds each cell's offset.
 
-    Columns: keys, ``s_max`` and ``s_min`` (max and min of S over the distinct scores, without the
-    origin S₀ = 0), ``p_at_max`` and ``p_at_min`` (a score where each is reached), ``W``.
+def cell_levels(rows: ir.Table, by: Sequence[str], cells: int, cell_ids: Sequence[int], *,
+                weighted: bool, moments: bool = False, soft: bool = False) -> ir.Table:
+    """The levels summary (one row per group and distinct score) inside the given cells only."""
+    t = rows.mutate(cell=score_cell(rows.p, cells))
+    t = t.filter(t.cell.isin([int(c) for c in cell_ids]))
+    sums = _sums(t, weighted=weighted, moments=moments, soft=soft)
+    sums.pop("p_min"), sums.pop("p_max")
+    return t.group_by([*by, "cell", "p"]).aggregate(**sums)
+
+
+def cell_extremes(rows: ir.Table, by: Sequence[str], cells: int, cell_ids: Sequence[int], *,
+                  weighted: bool) -> ir.Table:
+    """The segmented scan, inside the given cells: per group and cell, the max and min of the
+    running residual sum from the cell's start (``s_max``, ``s_min``) and a score reaching each.
+
+    The window is partitioned by (group, cell) and ordered by score with a RANGE frame, so tied
+    rows are peers and share one running sum (ties are one unit), and no window spans a group.
     """
-    return _extremes(cumulative_cells(rows, by, cells), by)
-
-
-def cumulative_cells(rows: ir.Table, by: Sequence[str], cells: int) -> ir.Table:
-    """Per group and non-empty score cell: S at the cell's end (``s_end``), the exact max and min
-    of S inside it (``s_max``, ``s_min``, with the scores reaching them), the cell's weight ``W``
-    and Bernoulli variance ``var`` = Σwp(1−p), their running totals ``W_end`` and ``var_end``, and
-    the cell's lowest and highest score. Small: at most ``cells`` rows per group."""
-    t = rows.mutate(cell=score_cell(rows.p, cells), r=rows.w * (rows.y - rows.p))
+    t = rows.mutate(cell=score_cell(rows.p, cells))
+    t = t.filter(t.cell.isin([int(c) for c in cell_ids]))
+    r = t.w * (t.y - t.p) if weighted else t.y - t.p
     within = ibis.range_window(preceding=None, following=0, group_by=[*by, "cell"], order_by=t.p)
-    t = t.mutate(S=t.r.sum().over(within))
-    per_cell = t.group_by([*by, "cell"]).aggregate(
-        total=t.r.sum(), s_max=t.S.max(), s_min=t.S.min(),
-        p_at_max=t.p.argmax(t.S), p_at_min=t.p.argmin(t.S),
-        W=t.w.sum(), var=(t.w * t.p * (1 - t.p)).sum(), p_first=t.p.min(), p_last=t.p.max(),
-    )
-    # Cells are distinct within a group, so this ROWS frame cannot split ties.
-    upto = ibis.cumulative_window(group_by=list(by), order_by=per_cell.cell)
-    c = per_cell.mutate(s_end=per_cell.total.sum().over(upto), W_end=per_cell.W.sum().over(upto),
-                        var_end=per_cell.var.sum().over(upto))
-    offset = c.s_end - c.total
-    return c.mutate(s_max=offset + c.s_max, s_min=offset + c.s_min).drop("total")
-
-
-def cumulative_grid(rows: ir.Table, by: Sequence[str], cells: int = 65536) -> ir.Table:
-    """The same extremes with scores quantised to grid cells: one GROUP BY, no window on rows.
-
-    S is observed only at cell ends, so the range it gives is a lower bound of the exact one; the
-    exact range exceeds it by at most twice the largest one-signed residual mass inside a cell
-    (column ``cell_mass``: max over cells of max(Σw(y−p)⁺, Σw(p−y)⁺)).
-    """
-    t = rows.mutate(cell=score_cell(rows.p, cells), r=rows.w * (rows.y - rows.p))
-    per_cell = t.group_by([*by, "cell"]).aggregate(
-        total=t.r.sum(),
-        positive=ibis.greatest(t.r, 0.0).sum(),
-        negative=ibis.greatest(-t.r, 0.0).sum(),
-        p_last=t.p.max(),
-        W=t.w.sum(),
-    )
-    upto = ibis.cumulative_window(group_by=list(by), order_by=per_cell.cell)
-    c = per_cell.mutate(s_end=per_cell.total.sum().over(upto))
-    c = c.mutate(s_max=c.s_end, s_min=c.s_end, p_at_max=c.p_last, p_at_min=c.p_last)
-    return _extremes(c, by, cell_mass=ibis.greatest(c.positive, c.negative).max())
-
-
-def _extremes(c: ir.Table, by: Sequence[str], **extra) -> ir.Table:
-    return _aggregate(
-        c, by,
-        s_max=c.s_max.max(), s_min=c.s_min.min(),
-        p_at_max=c.p_at_max.argmax(c.s_max), p_at_min=c.p_at_min.argmin(c.s_min),
-        W=c.W.sum(), **extra,
+    t = t.mutate(S=r.sum().over(within))
+    return t.group_by([*by, "cell"]).aggregate(
+        s_max=t.S.max(), s_min=t.S.min(), p_at_max=t.p.argmax(t.S), p_at_min=t.p.argmin(t.S)
     )

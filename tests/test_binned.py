@@ -106,13 +106,16 @@ def test_weighted_quantile_bins_equal_expanded_rows(upload, ties):
                                    np.quantile(expanded, np.arange(1, 7) / 7), rtol=0, atol=1e-15)
 
 
-def test_approximate_quantiles_are_reported(upload):
-    df = calibration_data(2000, seed=6)
-    got = sqlcal.ece(upload(df), score="p", label="y", strategy="quantile", approx=True)
-    assert got.attrs["approximate_edges"] is True
-    exact = sqlcal.ece(upload(df), score="p", label="y", strategy="quantile")
-    assert exact.attrs["approximate_edges"] is False
-    assert abs(got.ece.iloc[0] - exact.ece.iloc[0]) < 0.01
+@pytest.mark.parametrize("ties", [False, True])
+def test_quantile_edges_are_numpys_to_the_last_bit(upload, ties):
+    df = calibration_data(3001, seed=6, ties=ties, groups=2)
+    got = sqlcal.reliability(upload(df), score="p", label="y", by="g", bins=9,
+                             strategy="quantile", ci=None)
+    for g, part in got.groupby("g"):
+        edges = np.quantile(df.p[df.g == g], np.arange(1, 9) / 9)
+        inner = part.bin_upper.to_numpy()[:-1]  # each bin's upper edge, but the last bin's
+        expect = edges[part.bin.to_numpy()[:-1]]
+        np.testing.assert_array_equal(inner, expect)
 
 
 @pytest.mark.parametrize("strategy", ["uniform", "quantile"])

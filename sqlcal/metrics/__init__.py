@@ -1,13 +1,13 @@
 """Metric families: pure functions of summaries (numpy/pandas), one module per family.
 
-This module holds the two helpers every family shares: applying a per-group finish to a summary
-frame, and laying out the result table (group keys first, then the value, ``n``, ``W``, the rest;
-every group present, with NULL values for an empty one).
+This module holds the helpers every family shares: splitting a summary by group, and laying out the
+result table (group keys first, then the value, ``n``, ``W``, the rest; every group present, with
+NULL values for an empty one).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -19,39 +19,49 @@ _ALL = "__all__"
 WEIGHT_KINDS = ("frequency", "sampling")
 
 
+def groups(frame: pd.DataFrame, by: Sequence[str]) -> Iterator[tuple[dict, pd.DataFrame]]:
+    """Yield (keys as a dict, that group's rows) for every group of a summary frame."""
+    if not by:
+        yield {}, frame
+        return
+    for key, part in frame.groupby(list(by), dropna=False, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        yield dict(zip(by, key)), part
+
+
 def per_group(
     frame: pd.DataFrame, by: Sequence[str], finish: Callable[[pd.DataFrame], dict]
 ) -> pd.DataFrame:
-    """Apply ``finish`` (a summary's rows for one group -> dict of values) to every group."""
-    keys = list(by) or [_ALL]
-    if not by:
-        frame = frame.assign(**{_ALL: 0})
-    rows = []
-    for key, part in frame.groupby(keys, dropna=False, sort=False):
-        key = key if isinstance(key, tuple) else (key,)
-        rows.append({**dict(zip(keys, key)), **finish(part)})
-    out = pd.DataFrame(rows, columns=None if rows else keys)
-    return out.drop(columns=[_ALL]) if not by else out
+    """Apply ``finish`` (one group's summary rows -> dict of values) to every group. Adds ``n``
+    and ``W`` (the group's rows and weight) unless ``finish`` returns them."""
+    rows = [{**key, "n": int(part["n"].sum()), "W": float(part["W"].sum()), **finish(part)}
+            for key, part in groups(frame, by)]
+    return pd.DataFrame(rows, columns=None if rows else [*by, "n", "W"])
 
 
 def result(src: Source, values: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """The result table: keys, ``columns[0]``, ``n``, ``W``, the other columns, ``n_dropped``.
 
-    ``values`` holds the keys and ``columns``; groups missing from it (no valid rows) get NaN.
+    ``values`` holds the keys, ``n``, ``W`` and ``columns`` of every group with valid rows; with
+    ``on_invalid="drop"``, groups that lost all their rows are added with NaN values.
     """
     by = list(src.by)
-    base = src.totals[[*by, "n", "W"]].copy()
-    base["W"] = base["W"].fillna(0.0)
-    if by:
-        out = base.merge(values[[*by, *columns]], on=by, how="left", sort=False)
-    else:
-        out = pd.concat([base.reset_index(drop=True), values[list(columns)].reset_index(drop=True)],
-                        axis=1)
+    values = values.reset_index(drop=True)
     order = [*by, columns[0], "n", "W", *columns[1:]]
     if src.on_invalid == "drop":
-        out["n_dropped"] = (src.totals["n_rows"] - src.totals["n"]).to_numpy()
+        base = src.dropped[[*by, "n_dropped"]].reset_index(drop=True)
+        if by:
+            out = base.merge(values[[*by, "n", "W", *columns]], on=by, how="left", sort=False)
+        else:
+            out = pd.concat([base, values[["n", "W", *columns]]], axis=1)
+        out["n"] = out["n"].fillna(0).astype(int)
+        out["W"] = out["W"].fillna(0.0)
         order.append("n_dropped")
-    return out[order]
+    else:
+        out = values.sort_values(by, ignore_index=True) if by else values
+    out = out[order].copy()
+    out["n"] = out["n"].astype(int)
+    return out
 
 
 def safe_div(num, den):

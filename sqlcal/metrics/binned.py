@@ -11,6 +11,7 @@ from scipy import stats
 
 from sqlcal import summaries
 from sqlcal.metrics import check_weight_kind, per_group, result, safe_div
+from sqlcal.metrics import groups as split_groups
 from sqlcal.source import Source, as_source
 
 NORMS = {"l1": "ece", "l2": "rmsce", "max": "mce"}
@@ -29,7 +30,6 @@ def ece(
     strategy: str = "uniform",
     norm: str = "l1",
     convention: str = "sqlcal",
-    approx: bool = False,
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""Binned expected calibration error with norm L1 (ECE), L2 (RMSCE) or max (MCE).
@@ -50,14 +50,12 @@ def ece(
     bins : int, default 15
         Number of bins B.
     strategy : {"uniform", "quantile"}, default "uniform"
-        Equal-width bins, or equal-mass bins on exact quantile edges computed in the engine
-        (right-closed, ties never split).
+        Equal-width bins, or equal-mass bins on exact quantile edges (right-closed, ties never
+        split), found from a fine score histogram and the few score levels near each edge.
     norm : {"l1", "l2", "max"}, default "l1"
         L1 gives ECE, L2 the root-mean-square calibration error, max the maximum calibration error.
     convention : {"sqlcal", "sklearn", "netcal", "relplot"}, default "sqlcal"
         Equal-width bin edges; see :func:`sqlcal.summaries.uniform_bin`.
-    approx : bool, default False
-        Approximate quantile edges (unweighted only); the result's ``attrs`` say so.
 
     Returns
     -------
@@ -88,7 +86,7 @@ def ece(
     if norm not in NORMS:
         raise ValueError(f"norm must be one of {tuple(NORMS)}, not {norm!r}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention, approx=approx)
+    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention)
     name = NORMS[norm]
 
     def finish(part: pd.DataFrame) -> dict:
@@ -122,7 +120,6 @@ def reliability(
     bins: int = 15,
     strategy: str = "uniform",
     convention: str = "sqlcal",
-    approx: bool = False,
     ci: str | None = "wilson",
     confidence: float = 0.95,
     weight_kind: str = "frequency",
@@ -132,7 +129,7 @@ def reliability(
 
     Parameters
     ----------
-    data, score, label, weight, by, where, bins, strategy, convention, approx
+    data, score, label, weight, by, where, bins, strategy, convention
         As for :func:`ece`.
     ci : {"wilson", "clopper-pearson", None}, default "wilson"
         Binomial confidence interval for each bin's observed rate: Wilson's score interval, or the
@@ -165,7 +162,7 @@ def reliability(
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     if ci is not None:
         src.require_binary_labels("a binomial confidence interval (ci=None skips it)")
-    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention, approx=approx)
+    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention)
     frame = frame.sort_values([*src.by, "bin"], ignore_index=True)
     lower, upper = _bin_edges(frame, bins, strategy, convention)
     out = frame[[*src.by, "bin"]].copy()
@@ -201,14 +198,13 @@ def brier_decomposition(
     bins: int = 15,
     strategy: str = "uniform",
     convention: str = "sqlcal",
-    approx: bool = False,
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""Brier score split into reliability, resolution and uncertainty, exactly, on bins.
 
     Parameters
     ----------
-    data, score, label, weight, by, where, bins, strategy, convention, approx
+    data, score, label, weight, by, where, bins, strategy, convention
         As for :func:`ece`.
 
     Returns
@@ -233,15 +229,17 @@ def brier_decomposition(
     exact for soft labels.
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention, approx=approx)
+    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention, moments=True)
+
     def finish(part: pd.DataFrame) -> dict:
         part = part[part["W"] > 0]
         W = part["W"].sum()
         if W <= 0:
-            return dict.fromkeys(_DECOMPOSITION, np.nan)
+            return dict.fromkeys(["brier", *_DECOMPOSITION], np.nan)
         Wk, swy, swp = part["W"], part["swy"], part["swp"]
         ybar, pbar, y_all = swy / Wk, swp / Wk, swy.sum() / W
         parts = {
+            "brier": (part["swyy"] - 2 * part["swyp"] + part["swpp"]).sum() / W,
             "reliability": (Wk * (pbar - ybar) ** 2).sum() / W,
             "resolution": (Wk * (ybar - y_all) ** 2).sum() / W,
             "uncertainty": y_all * (1 - y_all),
@@ -251,11 +249,7 @@ def brier_decomposition(
         }
         return parts
 
-    out = result(src, per_group(frame, src.by, finish), list(_DECOMPOSITION))
-    # the Brier score itself comes from the totals (Σw(y−p)², no cancellation); result rows are in
-    # the totals' group order
-    out.insert(len(src.by), "brier", safe_div(src.totals["sw_sq_resid"], src.totals["W"]))
-    out = out[[*src.by, "brier", "n", "W", *[c for c in out if c not in (*src.by, "brier", "n", "W")]]]
+    out = result(src, per_group(frame, src.by, finish), ["brier", *_DECOMPOSITION])
     out.attrs |= frame.attrs
     return out
 
@@ -281,7 +275,6 @@ def hosmer_lemeshow(
     groups: int = 10,
     dof: str = "out_of_sample",
     strategy: str = "quantile",
-    approx: bool = False,
     weight_kind: str = "frequency",
     **source_options: Any,
 ) -> pd.DataFrame:
@@ -289,7 +282,7 @@ def hosmer_lemeshow(
 
     Parameters
     ----------
-    data, score, label, weight, by, where, approx
+    data, score, label, weight, by, where
         As for :func:`ece`.
     groups : int, default 10
         Number of risk groups G (equal-mass bins on exact quantile edges; ties never split, so
@@ -323,7 +316,7 @@ def hosmer_lemeshow(
     check_weight_kind(weight_kind)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     src.require_binary_labels("the Hosmer-Lemeshow test")
-    frame = bins_summary(src, bins=groups, strategy=strategy, convention="sqlcal", approx=approx)
+    frame = bins_summary(src, bins=groups, strategy=strategy, convention="sqlcal")
 
     def finish(part: pd.DataFrame) -> dict:
         part = part[part["W"] > 0]
@@ -350,33 +343,114 @@ def hosmer_lemeshow(
 # -- the shared bins summary, and intervals ---------------------------------------------------
 
 
+#: score cells of the fine histogram behind equal-mass bins (shared with the cumulative metrics)
+CELLS = 4096
+
+
 def bins_summary(
-    src: Source, *, bins: int, strategy: str, convention: str, approx: bool
+    src: Source, *, bins: int, strategy: str, convention: str, moments: bool = False
 ) -> pd.DataFrame:
-    """The bins summary for ``src`` (cached on it, so a report scans once per binning)."""
+    """The bins summary for ``src``: one row per group and non-empty bin with n, W, Σw², Σwy,
+    Σwp, min and max score (and Σwp², Σwyp, Σwy² with ``moments``). Cached on the source, so a
+    report scans once per binning."""
     if not isinstance(bins, (int, np.integer)) or bins < 1:
         raise ValueError(f"bins must be a positive integer, not {bins!r}")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
     if convention not in summaries.CONVENTIONS:
         raise ValueError(f"convention must be one of {summaries.CONVENTIONS}, not {convention!r}")
+    parts = frozenset({"moments"} if moments else ())
     if strategy == "uniform":
-        key = ("uniform", bins, convention)
-        make = lambda: summaries.uniform_bins(src.rows, src.by, bins, convention)  # noqa: E731
+        frame = src.summary(("uniform", bins, convention), parts, lambda checks: (
+            summaries.uniform_bins(src.rows, src.by, bins, convention, weighted=src.weighted,
+                                   moments=moments, soft=src.allow_soft, checks=checks)))
     else:
-        key = ("quantile", bins, approx)
-        weighted = src.weight is not None
-        make = lambda: summaries.quantile_bins(  # noqa: E731
-            src.rows, src.by, bins, weighted=weighted, approx=approx
-        )
-    frame = src.cached(key, lambda: summaries.execute(make())).copy()
-    frame.attrs = {
-        "bins": bins,
-        "strategy": strategy,
-        "convention": convention if strategy == "uniform" else None,
-        "approximate_edges": bool(approx and strategy == "quantile"),
-    }
+        frame = _equal_mass_bins(src, bins, moments)
+    frame = frame.copy()
+    frame.attrs = {"bins": bins, "strategy": strategy,
+                   "convention": convention if strategy == "uniform" else None}
     return frame
+
+
+def cells_summary(src: Source, *, moments: bool = False, residuals: bool = False) -> pd.DataFrame:
+    """The fine score histogram (:func:`sqlcal.summaries.cells`), one pass, cached on the source."""
+    parts = frozenset(name for name, on in (("moments", moments), ("residuals", residuals)) if on)
+    return src.summary(("cells", CELLS), parts, lambda checks: summaries.cells(
+        src.rows, src.by, CELLS, weighted=src.weighted, moments=moments, residuals=residuals,
+        soft=src.allow_soft, checks=checks))
+
+
+def _equal_mass_bins(src: Source, bins: int, moments: bool) -> pd.DataFrame:
+    # Exact quantiles from two GROUP BY passes, no sort and no quantile function: the fine
+    # histogram locates the order statistics behind each edge, then the score levels of only
+    # those cells give their exact values. Every other cell lies wholly on one side of every edge.
+    cells = cells_summary(src, moments=moments).sort_values([*src.by, "cell"])
+    by = list(src.by)
+    wanted = {}
+    for key, part in split_groups(cells, by):
+        wanted[tuple(key.values())] = _edge_cells(part, bins)
+    ids = sorted(set().union(*wanted.values())) if wanted else []
+    if ids:
+        levels = src.scan(("levels", CELLS, tuple(ids), moments), lambda: summaries.cell_levels(
+            src.rows, src.by, CELLS, ids, weighted=src.weighted, moments=moments,
+            soft=src.allow_soft))
+        levels = levels.sort_values([*by, "p"])
+        level_parts = {tuple(k.values()): part for k, part in split_groups(levels, by)}
+    frames = []
+    for key, part in split_groups(cells, by):
+        own = wanted[tuple(key.values())]
+        if own:
+            lv = level_parts[tuple(key.values())]
+            lv = lv[lv["cell"].isin(own)].assign(p_min=lambda f: f["p"], p_max=lambda f: f["p"])
+            edges = _quantile_edges(part, lv, bins)
+            pieces = pd.concat([part[~part["cell"].isin(own)], lv.drop(columns="p")])
+        else:  # no weight: no quantiles, one bin
+            edges, pieces = np.full(bins - 1, np.inf), part
+        pieces = pieces.assign(bin=np.searchsorted(edges, pieces["p_min"].to_numpy(float)))
+        sums = [c for c in pieces if c.startswith("sw") or c in ("n", "W")]
+        agg = pieces.groupby("bin").agg({**dict.fromkeys(sums, "sum"), "p_min": "min",
+                                         "p_max": "max"}).reset_index()
+        agg = agg.assign(**key, **{f"e{i}": e for i, e in enumerate(edges, start=1)})
+        frames.append(agg)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _edge_cells(part: pd.DataFrame, bins: int) -> set:
+    """Cells holding the order statistics at positions ⌊h⌋ and ⌊h⌋+1 of every edge (and any
+    zero-weight cells between them), h = (W − 1)·k/B in the frequency-expanded sample."""
+    C = np.cumsum(part["W"].to_numpy(float))
+    cell = part["cell"].to_numpy()
+    if not len(C) or C[-1] <= 0:
+        return set()
+    out = set()
+    for k in range(1, bins):
+        t0 = np.floor((C[-1] - 1) * k / bins)
+        a = np.searchsorted(C, t0, side="right")
+        b = min(np.searchsorted(C, t0 + 1, side="right"), len(C) - 1)
+        out.update(cell[a:b + 1].tolist())
+    return out
+
+
+def _quantile_edges(part: pd.DataFrame, levels: pd.DataFrame, bins: int) -> np.ndarray:
+    """The B − 1 interior edges: numpy's linear-interpolation quantiles of the sample with each
+    row repeated w times (exactly np.quantile for unit or integer weights)."""
+    if not len(levels):
+        return np.full(bins - 1, np.inf)
+    before = dict(zip(part["cell"], np.cumsum(part["W"].to_numpy(float)) - part["W"].to_numpy(float)))
+    within = levels.groupby("cell", sort=False)["W"].cumsum().to_numpy(float)
+    C = np.array([before[c] for c in levels["cell"]]) + within
+    value = levels["p"].to_numpy(float)
+    W = part["W"].sum()
+    edges = []
+    for k in range(1, bins):
+        h = (W - 1) * k / bins
+        t0 = np.floor(h)
+        lo = value[min(np.searchsorted(C, t0, side="right"), len(C) - 1)]
+        hi = value[min(np.searchsorted(C, t0 + 1, side="right"), len(C) - 1)]
+        frac = h - t0
+        # numpy's _lerp, so edges equal np.quantile to the last bit
+        edges.append(hi - (hi - lo) * (1 - frac) if frac >= 0.5 else lo + (hi - lo) * frac)
+    return np.array(edges)
 
 
 def _bin_edges(frame: pd.DataFrame, bins: int, strategy: str, convention: str):

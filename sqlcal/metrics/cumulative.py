@@ -15,7 +15,8 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import summaries
-from sqlcal.metrics import check_weight_kind, result, safe_div
+from sqlcal.metrics import check_weight_kind, per_group, result, safe_div
+from sqlcal.metrics.binned import CELLS, cells_summary
 from sqlcal.source import Source, as_source
 
 #: E[range of standard Brownian motion on [0, 1]] = 2·sqrt(2/π): the calibrated model's expected
@@ -49,8 +50,9 @@ def cutoff_error(
         ``cells`` grid cells and needs only a GROUP BY; the value is then a lower bound, and
         ``grid_bound`` says how much higher the exact value can be.
     cells : int, optional
-        Number of score cells, a power of two: 4096 for the exact scan (any value gives the same,
-        exact answer; more cells mean more, smaller partitions), 65536 for grid mode.
+        Number of score cells, a power of two (default 4096). Exact mode gives the same answer
+        for any value; more cells make the first pass larger and the second smaller. In grid mode
+        more cells tighten ``grid_bound``.
     delta : float, default 0.05
         Failure probability of each confidence bound.
     epsilon : float, optional
@@ -240,8 +242,8 @@ def _brownian_test(data, name, score, label, weight, by, where, exact, cells, we
                    source_options) -> pd.DataFrame:
     check_weight_kind(weight_kind)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    src.require_binary_labels(f"the {name} test")
     t = _extremes(src, exact, cells)
+    src.require_binary_labels(f"the {name} test")
     hi, lo = np.maximum(t["s_max"], 0.0), np.minimum(t["s_min"], 0.0)
     spread = hi - lo if name == "kuiper" else np.maximum(hi, -lo)
     sigma = _sigma(src, t, weight_kind)
@@ -257,20 +259,67 @@ def _brownian_test(data, name, score, label, weight, by, where, exact, cells, we
 
 
 def _extremes(src: Source, exact: bool, cells: int | None) -> pd.DataFrame:
-    """The cumulative summary joined to the totals, in the totals' group order."""
-    cells = cells or (4096 if exact else 65536)
+    """Per group: n, W, Σw², the Bernoulli variances, and the max and min of S over the distinct
+    scores (``s_max``, ``s_min``, without S₀) with a score reaching each, and ``grid_bound``.
+
+    Two passes. The fine score histogram gives S at every cell end, and bounds S inside a cell by
+    its start plus its positive (minus its negative) residual mass. Only cells whose bound beats
+    the best cell end can hold the extreme; the exact segmented scan (a window partitioned by
+    group and cell) runs on those cells alone. Exact, and usually a small fraction of the rows.
+    Grid mode (``exact=False``) stops after the first pass and reports how far the extremes can
+    still move.
+    """
+    cells = cells or CELLS
     if cells < 1 or cells & (cells - 1):
         raise ValueError(f"cells must be a power of two, not {cells!r}")
-    make = summaries.cumulative if exact else summaries.cumulative_grid
-    frame = src.cached(("cumulative", exact, cells),
-                       lambda: summaries.execute(make(src.rows, src.by, cells)))
-    keys = list(src.by)
-    t = src.totals[[*keys, "n", "sw2", "sw_pq", "sw2_pq"]].copy()
-    extremes = frame.drop(columns="W")
-    t = t.merge(extremes, on=keys, how="left") if keys else pd.concat(
-        [t.reset_index(drop=True), extremes.reset_index(drop=True)], axis=1)
-    t["W"] = src.totals["W"].fillna(0.0).to_numpy()
-    t["grid_bound"] = 0.0 if exact else safe_div(2 * t["cell_mass"], t["W"])
+    by = list(src.by)
+    if cells == CELLS:
+        c = cells_summary(src, residuals=True)
+    else:
+        c = src.summary(("cells", cells), frozenset({"residuals"}), lambda checks: summaries.cells(
+            src.rows, src.by, cells, weighted=src.weighted, residuals=True, checks=checks))
+    c = c.sort_values([*by, "cell"], ignore_index=True)
+    if not src.weighted:
+        c["var2"] = c["var"]
+    g = c.groupby(by, dropna=False, sort=False) if by else None
+    cum = (lambda col: g[col].cumsum()) if by else (lambda col: c[col].cumsum())
+    best = (lambda v, how: v.groupby([c[k] for k in by], dropna=False).transform(how)) if by \
+        else (lambda v, how: pd.Series(getattr(v, how)(), index=v.index))
+    c["s_end"] = cum("total")
+    offset = c["s_end"] - c["total"]
+    end_max = np.maximum(best(c["s_end"], "max"), 0.0)  # S₀ = 0 is a candidate too
+    end_min = np.minimum(best(c["s_end"], "min"), 0.0)
+    reach_up, reach_down = offset + c["positive"], offset - c["negative"]
+    c["exact_max"], c["exact_min"] = c["s_end"], c["s_end"]
+    c["p_at_max"], c["p_at_min"] = c["p_max"], c["p_max"]
+    up, down = reach_up > end_max, reach_down < end_min
+    if exact and (up | down).any():
+        ids = sorted(set(c.loc[up | down, "cell"].tolist()))
+        inside = src.scan(("extremes", cells, tuple(ids)), lambda: summaries.cell_extremes(
+            src.rows, src.by, cells, ids, weighted=src.weighted))
+        c = c.merge(inside.rename(columns={"s_max": "in_max", "s_min": "in_min",
+                                           "p_at_max": "in_p_max", "p_at_min": "in_p_min"}),
+                    on=[*by, "cell"], how="left")
+        higher = up & (offset + c["in_max"] > c["s_end"])
+        lower = down & (offset + c["in_min"] < c["s_end"])
+        c.loc[higher, "exact_max"] = (offset + c["in_max"])[higher]
+        c.loc[higher, "p_at_max"] = c.loc[higher, "in_p_max"]
+        c.loc[lower, "exact_min"] = (offset + c["in_min"])[lower]
+        c.loc[lower, "p_at_min"] = c.loc[lower, "in_p_min"]
+        up[:], down[:] = False, False
+    c["slack_up"] = np.where(up, reach_up - end_max, 0.0)
+    c["slack_down"] = np.where(down, end_min - reach_down, 0.0)
+
+    def finish(part: pd.DataFrame) -> dict:
+        i, j = part["exact_max"].idxmax(), part["exact_min"].idxmin()
+        return {"sw2": part["sw2"].sum(), "sw_pq": part["var"].sum(),
+                "sw2_pq": part["var2"].sum(), "s_max": part["exact_max"][i],
+                "s_min": part["exact_min"][j], "p_at_max": part["p_at_max"][i],
+                "p_at_min": part["p_at_min"][j],
+                "grid_slack": part["slack_up"].max() + part["slack_down"].max()}
+
+    t = per_group(c, by, finish)
+    t["grid_bound"] = safe_div(t["grid_slack"], t["W"])
     return t
 
 

@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from sqlcal import summaries
 from sqlcal.metrics import check_weight_kind, result, safe_div
-from sqlcal.source import as_source
+from sqlcal.source import Source, as_source
 
 
 def brier(
@@ -49,7 +50,7 @@ def brier(
     0.175
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    t = src.totals.copy()
+    t = totals_summary(src)
     t["brier"] = safe_div(t["sw_sq_resid"], t["W"])
     return result(src, t, ["brier"])
 
@@ -84,7 +85,7 @@ def log_loss(
     scores to [ε, 1 − ε] with the float64 machine ε, so it reports about 36 instead.)
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    t = src.totals.copy()
+    t = totals_summary(src)
     t["n_infinite"] = t["n_infinite_logloss"].astype(int)
     value = safe_div(t["sw_logloss"], t["W"])
     t["log_loss"] = np.where(t["n_infinite"] > 0, np.inf, value)
@@ -111,7 +112,7 @@ def calibration_in_the_large(
         :math:`\sum wy / \sum wp`.
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    t = src.totals.copy()
+    t = totals_summary(src)
     t["mean_score"] = safe_div(t["swp"], t["W"])
     t["observed"] = safe_div(t["swy"], t["W"])
     t["citl"] = t["mean_score"] - t["observed"]
@@ -156,11 +157,17 @@ def spiegelhalter(
     """
     check_weight_kind(weight_kind)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    t = totals_summary(src)
     src.require_binary_labels("Spiegelhalter's test")
-    t = src.totals.copy()
-    var = t["sw_spieg_var"] if weight_kind == "frequency" else t["sw2_spieg_var"]
+    var = t["sw_spieg_var"] if weight_kind == "frequency" or not src.weighted else t["sw2_spieg_var"]
     t["z"] = safe_div(t["sw_spieg"], np.sqrt(var.astype(float)))
     t["p_value"] = 2 * stats.norm.sf(np.abs(t["z"]))
     out = result(src, t, ["z", "p_value"])
     out.attrs["weight_kind"] = weight_kind
     return out
+
+
+def totals_summary(src: Source) -> pd.DataFrame:
+    """The totals summary of ``src`` (one row per group), computed once and cached on it."""
+    return src.summary(("totals",), frozenset(), lambda checks: summaries.totals(
+        src.rows, src.by, weighted=src.weighted, soft=src.allow_soft, checks=checks)).copy()
