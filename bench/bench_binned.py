@@ -64,10 +64,12 @@ BINS = 15
 THREADS = 2
 REPS = 3
 
-SQLCAL_TASKS = ["ece", "ece_w", "ece_q", "hl", "totals", "report"]
-TASKS = ["floor", *SQLCAL_TASKS, "peer", "peer_q"]
-CPU_TARGET = {"ece": 3, "ece_w": 3, "totals": 3, "ece_q": 5, "hl": 5}  # x CPU(floor)
-PEERS = {"peer": "ece", "peer_q": "ece_q"}  # peer -> the sqlcal task it is compared with
+SQLCAL_TASKS = ["ece", "ece_w", "ece_q", "hl", "totals", "report", "cutoff", "cutoff_grid"]
+TASKS = ["floor", "sort", *SQLCAL_TASKS, "peer", "peer_q", "peer_cutoff"]
+CPU_TARGET = {"ece": 3, "ece_w": 3, "totals": 3, "ece_q": 5, "hl": 5,
+              "cutoff_grid": 3}  # x CPU(floor)
+SORT_TARGET = {"cutoff": 1.5}  # x CPU(sort): exact cutoff vs the cheapest exact alternative
+PEERS = {"peer": "ece", "peer_q": "ece_q", "peer_cutoff": "cutoff"}  # peer -> sqlcal task
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -151,6 +153,18 @@ def task_peer(t):
     return out
 
 
+def task_peer_cutoff(t):
+    """Fetch, then per group: sort, merge ties, running residual sum, range (exact cutoff)."""
+    out = {}
+    for k, (p, y) in _fetch(t).items():
+        order = np.argsort(p, kind="stable")
+        ps, r = p[order], (y - p)[order]
+        last = np.append(ps[1:] != ps[:-1], True)  # ends of tie groups
+        s = np.concatenate([[0.0], np.cumsum(r)[last]])
+        out[k] = float((s.max() - s.min()) / len(p))
+    return out
+
+
 def task_peer_q(t):
     out = {}
     for k, (p, y) in _fetch(t).items():
@@ -179,14 +193,19 @@ def run_task(name: str, con):
         return _ece_dict(sqlcal.ece(t, **kw, bins=BINS, strategy="quantile"))
     elif name == "hl":
         sqlcal.hosmer_lemeshow(t, **kw)
+    elif name == "sort":  # the cheapest exact alternative for the cutoff error: a bare sort
+        con.raw_sql("SELECT max(x) FROM (SELECT p + 0 AS x FROM preds ORDER BY p)").fetchall()
     elif name == "totals":
         sqlcal.brier(t, **kw)
-        sqlcal.spiegelhalter(t, **kw)
-    elif name == "report":
-        s = sqlcal.source(t, **kw)
-        for metric in (sqlcal.ece, sqlcal.reliability, sqlcal.brier_decomposition, sqlcal.brier,
-                       sqlcal.log_loss, sqlcal.spiegelhalter, sqlcal.hosmer_lemeshow):
-            metric(s)
+    elif name == "report":  # every default metric of sqlcal.report, one pass per summary
+        sqlcal.report(t, **kw)
+    elif name == "cutoff":
+        df = sqlcal.cutoff_error(t, **kw)
+        return dict(zip(df["g"], df["cutoff_error"].astype(float)))
+    elif name == "cutoff_grid":
+        sqlcal.cutoff_error(t, **kw, exact=False)
+    elif name == "peer_cutoff":
+        return task_peer_cutoff(t)
     elif name == "peer":
         return task_peer(t)
     elif name == "peer_q":
@@ -259,6 +278,8 @@ def ratios(res: dict) -> None:
     for name in SQLCAL_TASKS:
         if ok(name) and ok("floor"):
             res[name]["cpu_vs_floor"] = res[name]["cpu_s"] / res["floor"]["cpu_s"]
+        if ok(name) and ok("sort"):
+            res[name]["cpu_vs_sort"] = res[name]["cpu_s"] / res["sort"]["cpu_s"]
     for peer, ref in PEERS.items():
         if ok(peer) and ok(ref):
             res[peer]["cpu_vs_sqlcal"] = res[peer]["cpu_s"] / res[ref]["cpu_s"]
@@ -273,19 +294,20 @@ def fmt(x, spec=".2f", suffix=""):
 
 
 def table(rows: int, res: dict) -> str:
-    head = ("| task | rows | wall s | CPU s | peak RSS MB | +RSS MB | CPU/floor | "
+    head = ("| task | rows | wall s | CPU s | peak RSS MB | +RSS MB | CPU/floor | CPU/sort | "
             "peer/sqlcal CPU | peer/sqlcal RSS (+RSS) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for name in TASKS:
         r = res.get(name, {})
         if "error" in r:
-            lines.append(f"| {name} | {rows:.0e} | ERROR | | | | | | |")
+            lines.append(f"| {name} | {rows:.0e} | ERROR | | | | | | | |")
             continue
         rss = r.get("rss_vs_sqlcal")
         rss_s = "—" if rss is None else f"{rss:.2f}x ({r['task_rss_vs_sqlcal']:.1f}x)"
         lines.append(
             f"| {name} | {rows:.0e} | {r['wall_s']:.3f} | {r['cpu_s']:.3f} | {r['peak_rss_mb']:.0f} | "
             f"{r['task_rss_mb']:.0f} | {fmt(r.get('cpu_vs_floor'), suffix='x')} | "
+            f"{fmt(r.get('cpu_vs_sort'), suffix='x')} | "
             f"{fmt(r.get('cpu_vs_sqlcal'), suffix='x')} | {rss_s} |"
         )
     return "\n".join(lines)
@@ -298,6 +320,11 @@ def targets(rows: int, res: dict) -> str:
         if x is not None:
             out.append(f"- {name}: CPU {x:.2f}x floor (target <= {limit}x): "
                        f"{'met' if x <= limit else 'NOT met'}")
+    for name, limit in SORT_TARGET.items():
+        x = res.get(name, {}).get("cpu_vs_sort")
+        if x is not None:
+            out.append(f"- {name}: CPU {x:.2f}x a bare sort (target <= {limit}x): "
+                       f"{'met' if x <= limit else 'NOT met'}")
     for peer, ref in PEERS.items():
         r = res.get(peer, {})
         if r.get("cpu_vs_sqlcal") is None:
@@ -307,7 +334,7 @@ def targets(rows: int, res: dict) -> str:
                    f"{'met' if r['cpu_vs_sqlcal'] >= 3 else 'NOT met'}), peak RSS "
                    f"{r['rss_vs_sqlcal']:.2f}x (target >= 10x: "
                    f"{'met' if r['rss_vs_sqlcal'] >= 10 else 'NOT met'}; +RSS "
-                   f"{r['task_rss_vs_sqlcal']:.1f}x){scope}; max |ECE diff| "
+                   f"{r['task_rss_vs_sqlcal']:.1f}x){scope}; max |value diff| "
                    f"{fmt(r.get('max_abs_ece_diff'), '.1e')}")
     return "\n".join(out)
 

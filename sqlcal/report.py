@@ -15,7 +15,8 @@ import pandas as pd
 from sqlcal.metrics.binned import (bins_summary, brier_decomposition, cells_summary, ece,
                                    hosmer_lemeshow)
 from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
-from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
+from sqlcal.metrics.scores import (brier, calibration_in_the_large, log_loss, spiegelhalter,
+                                   totals_summary)
 from sqlcal.source import Source, as_source
 
 #: report metric name -> (function, options, {result column: report column})
@@ -103,10 +104,12 @@ def report(
 
 def _prefetch(src: Source, metrics: Sequence[str], bins: int) -> None:
     # Ask for the union of columns each shared summary needs first: one pass per summary.
+    if "log_loss" in metrics:
+        totals_summary(src, logloss=True)
     if "brier_decomposition" in metrics:
-        bins_summary(src, bins=bins, strategy="uniform", convention="sqlcal", moments=True)
+        bins_summary(src, bins=bins, strategy="uniform", convention="sqlcal", parts={"moments"})
     if {"cutoff_error", "kuiper", "ks"} & set(metrics):
-        cells_summary(src, residuals=True)
+        cells_summary(src, ("sums", "residuals"))
 
 
 def to_json(table: pd.DataFrame, src_description: dict) -> str:

@@ -99,7 +99,13 @@ class Source:
         check = not self._validated and self.on_invalid == "raise"
         checks = (partial(summaries.check_aggregates, weighted=self.weighted,
                           float_label=self.float_label) if check else None)
-        frame = summaries.execute(build(checks))
+        try:
+            frame = summaries.execute(build(checks))
+        except Exception:
+            # NaN or infinite scores fail the engine's integer cast of a bin id: say which rows
+            if check:
+                self._report_counts()
+            raise
         if check:
             self._check(frame)
             frame = frame.drop(columns=[c for c in frame if c.startswith("chk_")])
@@ -126,20 +132,27 @@ class Source:
             )
 
     def _check(self, frame: pd.DataFrame) -> None:
-        rows = int(frame["chk_rows"].sum())
+        rows = int(frame["n"].sum())
         if rows == 0:
             raise InvalidInputError("the table has no rows to measure (after where=)")
+        key = next((c for c in ("bin", "cell") if c in frame), None)
+        null_or_negative = key is not None and bool(
+            (frame[key].isna() | (frame[key] < 0)).any())
 
         def outside(col_lo: str, col_hi: str, high: float = 1.0) -> bool:
-            lo, hi = frame[col_lo].to_numpy(float), frame[col_hi].to_numpy(float)
+            # a summary without p_min still catches negative scores by their negative bin
+            lo = frame[col_lo].to_numpy(float) if col_lo in frame else np.zeros(1)
+            hi = frame[col_hi].to_numpy(float)
             return bool(np.isnan(lo).any() or np.isnan(hi).any() or (lo < 0).any()
                         or (hi > high).any())
 
         soft = float(frame["chk_y_soft"].sum()) if "chk_y_soft" in frame else 0.0
         problems = [
+            null_or_negative,
             int(frame["chk_p_count"].sum()) < rows,
             int(frame["chk_y_count"].sum()) < rows,
-            outside("chk_p_min", "chk_p_max"),
+            frame["p_max"].isna().any(),  # a group of NULL scores only
+            outside("p_min", "p_max"),
             outside("chk_y_min", "chk_y_max"),
             soft > 0 and not self.allow_soft,
         ]
@@ -147,13 +160,17 @@ class Source:
             problems += [int(frame["chk_w_count"].sum()) < rows,
                          outside("chk_w_min", "chk_w_max", high=np.inf)
                          or bool(np.isinf(frame["chk_w_max"].to_numpy(float)).any())]
-        if any(problems):  # a second, counting query names each problem and its count
-            valid = _valid_expr(self.rows, self.weighted, self.allow_soft)
-            counts = summaries.execute(summaries.validation(
-                self.rows, (), _check_exprs(self.rows, self.weighted), valid))
-            _report_invalid(self, counts)
+        if any(problems):
+            self._report_counts()
         self.has_soft_labels = soft > 0
         self._validated = True
+
+    def _report_counts(self) -> None:
+        """A second, counting query: names each problem, its column and its row count."""
+        valid = _valid_expr(self.rows, self.weighted, self.allow_soft)
+        counts = summaries.execute(summaries.validation(
+            self.rows, (), _check_exprs(self.rows, self.weighted), valid))
+        _report_invalid(self, counts)
 
 
 def source(
@@ -386,22 +403,25 @@ def _check_columns(base: ir.Table, score, label, weight, by) -> None:
         )
 
 
-def _label_expr(col: ir.Value) -> ir.FloatingValue:
+def _label_expr(col: ir.Value) -> ir.NumericValue:
     if col.type().is_boolean():
         # CASE keeps NULL as NULL; a plain cast of boolean to a number fails on Postgres.
-        return ibis.cases((col, 1.0), (~col, 0.0))
+        return ibis.cases((col, 1), (~col, 0))
+    if col.type().is_integer():
+        return col  # summed exactly as integers; a cast per row would cost a fifth of a scan
     return col.cast("float64")
 
 
 def _check_exprs(rows: ir.Table, has_weight: bool) -> dict[str, ir.BooleanValue]:
     p, y, w = rows.p, rows.y, rows.w
+    y_nan = y.isnan() if y.type().is_floating() else ibis.literal(False)
     checks = {
         "score_null": p.isnull(),
         "score_nan": p.isnan(),
         "score_range": ~p.isnan() & ((p < 0) | (p > 1)),
         "label_null": y.isnull(),
-        "label_nan": y.isnan(),
-        "label_range": ~y.isnan() & ((y < 0) | (y > 1)),
+        "label_nan": y_nan,
+        "label_range": ~y_nan & ((y < 0) | (y > 1)),
         "label_soft": (y > 0) & (y < 1),
     }
     if has_weight:
@@ -418,7 +438,9 @@ def _valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool) -> ir.Boole
     p, y, w = rows.p, rows.y, rows.w
     # NaN compares greater than every number in DuckDB and Postgres, so the range tests reject it;
     # NULL makes the whole conjunction NULL, which a filter drops.
-    valid = (p >= 0) & (p <= 1) & (y >= 0) & (y <= 1) & ~p.isnan() & ~y.isnan()
+    valid = (p >= 0) & (p <= 1) & (y >= 0) & (y <= 1) & ~p.isnan()
+    if y.type().is_floating():
+        valid &= ~y.isnan()
     if not soft_labels:
         valid &= (y == 0) | (y == 1)
     if has_weight:

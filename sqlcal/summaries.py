@@ -6,7 +6,10 @@ package builds queries, and nothing here computes a metric.
 
 Summaries that scan all rows take ``checks``: a function of the scanned table giving extra cheap
 aggregates (counts, minima, maxima) that validate the input in the same pass (see
-``check_aggregates``), so validation costs no scan.
+``check_aggregates``), so validation costs no scan. Bin ids are computed without guards (a guard on
+every row costs about one bare scan): a NULL score gets a NULL bin, a negative one a negative bin,
+and NaN or infinite scores make the engine's integer cast fail, which the caller turns into the
+validation report.
 Unweighted sources skip every weight product: the finish reads W = n.
 """
 
@@ -39,11 +42,9 @@ def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool) -> dict[
     """Cheap aggregates that prove the rows valid: NULLs by count, NaN and range by MIN/MAX (NaN
     sorts above every number in DuckDB, Postgres and Spark, so MAX is NaN when any value is), and
     non-binary labels by Σy(1−y) (0 exactly when every label in [0, 1] is 0 or 1)."""
+    # n, p_min and p_max are in every scanning summary already; a NULL score has a NULL bin
     checks = {
-        "chk_rows": t.count(),
         "chk_p_count": t.p.count(),
-        "chk_p_min": t.p.min(),
-        "chk_p_max": t.p.max(),
         "chk_y_count": t.y.count(),
         "chk_y_min": t.y.min(),
         "chk_y_max": t.y.max(),
@@ -68,44 +69,65 @@ def validation(rows: ir.Table, by: Sequence[str], checks: dict[str, ir.BooleanVa
 # -- sums shared by every summary -------------------------------------------------------------
 
 
-def _sums(t: ir.Table, *, weighted: bool, moments: bool = False, soft: bool = False) -> dict:
-    """n, W, Σw², Σwy, Σwp, min and max score; with ``moments`` also Σwp², Σwyp (and Σwy² for soft
-    labels). Unweighted, the weight products are left out (W = n)."""
+def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
+    """The sums a summary row carries, by ``parts`` (each metric asks only for what it reads):
+
+    always ``n``, ``p_max`` and (weighted) ``W`` = Σw; ``"sums"``: Σwy, Σwp, ``p_min``;
+    ``"sw2"``: Σw²; ``"moments"``: Σwp², Σwyp (and Σwy² with ``"soft"``); ``"residuals"``:
+    ``total`` = Σw(y−p), ``positive`` = Σw(y−p)⁺ (the negative part is positive − total) and the
+    Bernoulli variance ``var`` = Σwp(1−p) (``var2`` = Σw²p(1−p) with ``"sw2"``).
+    Unweighted, the weight products are left out: the finish reads W = Σw² = n.
+    """
     w = t.w if weighted else None
     times = (lambda v: w * v) if weighted else (lambda v: v)
-    sums = {"n": t.count(), "swy": times(t.y).sum(), "swp": times(t.p).sum(),
-            "p_min": t.p.min(), "p_max": t.p.max()}
+    sums = {"n": t.count(), "p_max": t.p.max()}
     if weighted:
-        sums |= {"W": w.sum(), "sw2": (w * w).sum()}
-    if moments:
+        sums["W"] = w.sum()
+    if "sums" in parts:
+        sums |= {"swy": times(t.y).sum(), "swp": times(t.p).sum(), "p_min": t.p.min()}
+    if "sw2" in parts and weighted:
+        sums["sw2"] = (w * w).sum()
+    if "moments" in parts:
         sums |= {"swpp": times(t.p * t.p).sum(), "swyp": times(t.y * t.p).sum()}
-        if soft:
+        if "soft" in parts:
             sums["swyy"] = times(t.y * t.y).sum()
+    if "residuals" in parts:
+        r = times(t.y - t.p)
+        pq = t.p * (1 - t.p)
+        sums |= {"total": r.sum(), "positive": ibis.greatest(r, 0.0).sum(), "var": times(pq).sum()}
+        if "sw2" in parts and weighted:
+            sums["var2"] = (w * w * pq).sum()
     return sums
 
 
 def fill_unweighted(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add the columns a summary leaves out: unweighted W = Σw² = n; binary labels Σwy² = Σwy."""
+    """Add the columns a summary leaves out: unweighted W = Σw² = n and Σw²p(1−p) = Σwp(1−p);
+    binary labels Σwy² = Σwy; the negative residual part Σw(p−y)⁺ = positive − total."""
     frame = frame.copy()
     if "W" not in frame and "n" in frame:
         frame["W"] = frame["n"].astype(float)
         frame["sw2"] = frame["W"]
+        if "var" in frame:
+            frame["var2"] = frame["var"]
     if "swpp" in frame and "swyy" not in frame:
         frame["swyy"] = frame["swy"]
+    if "positive" in frame:
+        frame["negative"] = frame["positive"] - frame["total"]
     return frame
 
 
 # -- totals -----------------------------------------------------------------------------------
 
 
-def totals(rows: ir.Table, by: Sequence[str], *, weighted: bool, soft: bool,
+def totals(rows: ir.Table, by: Sequence[str], parts: frozenset, *, weighted: bool,
            checks: Callable | None = None) -> ir.Table:
     """One row per group: the totals summary.
 
     Columns: ``n``, ``W``, ``sw2``, ``swy``, ``swp``, ``p_min``, ``p_max``, ``sw_sq_resid`` =
     Σw(y−p)², the Spiegelhalter terms ``sw_spieg`` = Σw(y−p)(1−2p), ``sw_spieg_var`` =
     Σw(1−2p)²p(1−p) and ``sw2_spieg_var`` (with w²), ``sw_logloss`` = Σw·(−y ln p − (1−y)ln(1−p))
-    over finite terms, ``n_infinite_logloss``.
+    over finite terms and ``n_infinite_logloss`` (with part ``"logloss"``: a log per row costs
+    about a bare scan, so only the log loss asks for it).
     """
     p, y = rows.p, rows.y
     w = rows.w if weighted else ibis.literal(1.0)
@@ -115,17 +137,17 @@ def totals(rows: ir.Table, by: Sequence[str], *, weighted: bool, soft: bool,
     # 0·log 0 = 0: the log is taken only where its coefficient is non-zero and its argument
     # positive (Postgres raises on ln(0)); a positive-weight row with y > 0 at p = 0 (or y < 1 at
     # p = 1) has infinite loss and is counted instead.
-    log_p = ibis.ifelse(p > 0, p, 1.0).ln()
-    log_q = ibis.ifelse(p < 1, 1 - p, 1.0).ln()
-    logloss = -(ibis.ifelse(y > 0, y * log_p, 0.0) + ibis.ifelse(y < 1, (1 - y) * log_q, 0.0))
-    infinite = (w > 0) & (((p == 0) & (y > 0)) | ((p == 1) & (y < 1)))
-    metrics = _sums(rows, weighted=weighted, soft=soft) | dict(
+    metrics = _sums(rows, parts | {"sums", "sw2"}, weighted=weighted) | dict(
         sw_sq_resid=times(r * r).sum(),
         sw_spieg=times(r * (1 - 2 * p)).sum(),
         sw_spieg_var=times(spieg_var).sum(),
-        sw_logloss=times(logloss).sum(),
-        n_infinite_logloss=rows.count(where=infinite),
     )
+    if "logloss" in parts:
+        log_p = ibis.ifelse(p > 0, p, 1.0).ln()
+        log_q = ibis.ifelse(p < 1, 1 - p, 1.0).ln()
+        loss = -(ibis.ifelse(y > 0, y * log_p, 0.0) + ibis.ifelse(y < 1, (1 - y) * log_q, 0.0))
+        infinite = (w > 0) & (((p == 0) & (y > 0)) | ((p == 1) & (y < 1)))
+        metrics |= dict(sw_logloss=times(loss).sum(), n_infinite_logloss=rows.count(where=infinite))
     if weighted:
         metrics["sw2_spieg_var"] = (w * w * spieg_var).sum()
     return _aggregate(rows, by, **metrics, **(checks(rows) if checks else {}))
@@ -170,22 +192,13 @@ def uniform_bin(p: ir.FloatingValue, bins: int, convention: str) -> ir.IntegerVa
     raise ValueError(f"convention must be one of {CONVENTIONS}, not {convention!r}")
 
 
-def uniform_bins(rows: ir.Table, by: Sequence[str], bins: int, convention: str, *,
-                 weighted: bool, moments: bool = False, soft: bool = False,
-                 checks: Callable | None = None) -> ir.Table:
+def uniform_bins(rows: ir.Table, by: Sequence[str], bins: int, convention: str,
+                 parts: frozenset, *, weighted: bool, checks: Callable | None = None) -> ir.Table:
     """The bins summary for equal-width bins: one row per group and non-empty bin, with the sums
     of :func:`_sums`."""
-    # NaN and ±inf scores land in some bin without failing the cast (LEAST ignores neither in
-    # DuckDB and Postgres), so the checks in this same pass can report them.
-    t = rows.mutate(bin=uniform_bin(_finite_or_zero(rows.p), bins, convention))
-    sums = _sums(t, weighted=weighted, moments=moments, soft=soft)
+    t = rows.mutate(bin=uniform_bin(rows.p, bins, convention))
+    sums = _sums(t, parts, weighted=weighted)
     return t.group_by([*by, "bin"]).aggregate(**sums, **(checks(t) if checks else {}))
-
-
-def _finite_or_zero(p: ir.FloatingValue) -> ir.FloatingValue:
-    # Invalid scores must not break the pass that reports them (FLOOR(NaN) cannot be cast to an
-    # integer): send them to bin 0, where the checks of the same query count them.
-    return ibis.ifelse((p >= 0) & (p <= 1), p, 0.0)
 
 
 # -- score cells: the fine grid behind equal-mass bins and the cumulative metrics -------------
@@ -194,36 +207,25 @@ def _finite_or_zero(p: ir.FloatingValue) -> ir.FloatingValue:
 def score_cell(p: ir.FloatingValue, cells: int) -> ir.IntegerValue:
     """The grid cell of a score, ``LEAST(FLOOR(p·2^k), 2^k − 1)``: exact for a power of two, and
     equal scores always share a cell, so cells are contiguous score ranges that never split ties."""
-    return ibis.least((_finite_or_zero(p) * cells).floor().cast("int64"), cells - 1)
+    return ibis.least((p * cells).floor().cast("int64"), cells - 1)
 
 
-def cells(rows: ir.Table, by: Sequence[str], cells: int, *, weighted: bool,
-          residuals: bool = False, moments: bool = False, soft: bool = False,
+def cells(rows: ir.Table, by: Sequence[str], cells: int, parts: frozenset, *, weighted: bool,
           checks: Callable | None = None) -> ir.Table:
-    """One row per group and non-empty score cell: the sums of :func:`_sums`, and with
-    ``residuals`` the residual mass ``total`` = Σw(y−p), its one-signed parts ``positive`` =
-    Σw(y−p)⁺ and ``negative`` = Σw(p−y)⁺, and the Bernoulli variances ``var`` = Σwp(1−p)
-    (``var2`` = Σw²p(1−p) when weighted). At most ``cells`` rows per group: one GROUP BY."""
+    """One row per group and non-empty score cell with the sums of :func:`_sums`: at most
+    ``cells`` rows per group, one GROUP BY."""
     t = rows.mutate(cell=score_cell(rows.p, cells))
-    sums = _sums(t, weighted=weighted, moments=moments, soft=soft)
-    if residuals:
-        r = t.w * (t.y - t.p) if weighted else t.y - t.p
-        pq = t.p * (1 - t.p)
-        sums |= {"total": r.sum(), "positive": ibis.greatest(r, 0.0).sum(),
-                 "negative": ibis.greatest(-r, 0.0).sum(),
-                 "var": (t.w * pq if weighted else pq).sum()}
-        if weighted:
-            sums["var2"] = (t.w * t.w * pq).sum()
+    sums = _sums(t, parts, weighted=weighted)
     return t.group_by([*by, "cell"]).aggregate(**sums, **(checks(t) if checks else {}))
 
 
-def cell_levels(rows: ir.Table, by: Sequence[str], cells: int, cell_ids: Sequence[int], *,
-                weighted: bool, moments: bool = False, soft: bool = False) -> ir.Table:
+def cell_levels(rows: ir.Table, by: Sequence[str], cells: int, cell_ids: Sequence[int],
+                parts: frozenset, *, weighted: bool) -> ir.Table:
     """The levels summary (one row per group and distinct score) inside the given cells only."""
     t = rows.mutate(cell=score_cell(rows.p, cells))
     t = t.filter(t.cell.isin([int(c) for c in cell_ids]))
-    sums = _sums(t, weighted=weighted, moments=moments, soft=soft)
-    sums.pop("p_min"), sums.pop("p_max")
+    sums = _sums(t, parts, weighted=weighted)
+    sums.pop("p_max"), sums.pop("p_min", None)
     return t.group_by([*by, "cell", "p"]).aggregate(**sums)
 
 

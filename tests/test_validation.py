@@ -32,19 +32,31 @@ CASES = [
 ]
 
 
+# each first scan of a source validates: equal-width bins, the fine score histogram, the totals
+FIRST_SCANS = [
+    lambda t: sqlcal.ece(t, score="p", label="y", weight="w"),
+    lambda t: sqlcal.ece(t, score="p", label="y", weight="w", convention="relplot"),
+    lambda t: sqlcal.hosmer_lemeshow(t, score="p", label="y", weight="w"),
+    lambda t: sqlcal.brier(t, score="p", label="y", weight="w"),
+    lambda t: sqlcal.cutoff_error(t, score="p", label="y", weight="w", by="g"),
+]
+
+
 @pytest.mark.parametrize("cols, message", CASES)
-def test_bad_rows_raise_with_column_problem_and_count(upload, cols, message):
+@pytest.mark.parametrize("first", range(len(FIRST_SCANS)))
+def test_bad_rows_raise_with_column_problem_and_count(upload, cols, message, first):
     t = upload(frame(**cols))
     with pytest.raises(InvalidInputError, match=re.escape(message)):
-        sqlcal.ece(t, score="p", label="y", weight="w")
+        FIRST_SCANS[first](t)
 
 
-def test_nan_is_reported_as_nan(con):
+@pytest.mark.parametrize("metric", [sqlcal.brier, sqlcal.ece, sqlcal.cutoff_error])
+def test_nan_is_reported_as_nan(con, metric):
     # NaN survives in an engine table (pandas uploads turn NaN into NULL, so insert it in SQL)
     t = con.sql("SELECT * FROM (VALUES (0.2::DOUBLE, 1), ('NaN'::DOUBLE, 0), ('NaN'::DOUBLE, 1)) "
                 "AS v(p, y)")
     with pytest.raises(InvalidInputError, match=re.escape("score column 'p' has 2 rows that are NaN")):
-        sqlcal.brier(t, score="p", label="y")
+        metric(t, score="p", label="y")
 
 
 def test_missing_and_mistyped_columns(upload):
@@ -77,7 +89,9 @@ def test_booleans_and_decimals_are_fine(con):
 
 def test_drop_reports_counts_per_group(upload):
     df = frame(p=[0.1, None, 1.5, 0.9], w=[1.0, 1.0, 1.0, -2.0])
-    src = sqlcal.source(upload(df), score="p", label="y", weight="w", by="g", on_invalid="drop")
+    with pytest.warns(UserWarning, match="dropped"):
+        src = sqlcal.source(upload(df), score="p", label="y", weight="w", by="g",
+                            on_invalid="drop")
     assert src.dropped.set_index("g").n_dropped.to_dict() == {"a": 1, "b": 2}
     with pytest.warns(UserWarning, match="dropped"):
         got = sqlcal.brier(upload(df), score="p", label="y", weight="w", by="g",

@@ -160,9 +160,10 @@ def reliability(
         raise ValueError(f"ci must be 'wilson', 'clopper-pearson' or None, not {ci!r}")
     check_weight_kind(weight_kind)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
+                         parts={"sw2"} if weight_kind == "sampling" else ())
     if ci is not None:
         src.require_binary_labels("a binomial confidence interval (ci=None skips it)")
-    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention)
     frame = frame.sort_values([*src.by, "bin"], ignore_index=True)
     lower, upper = _bin_edges(frame, bins, strategy, convention)
     out = frame[[*src.by, "bin"]].copy()
@@ -229,7 +230,8 @@ def brier_decomposition(
     exact for soft labels.
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention, moments=True)
+    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
+                         parts={"moments"})
 
     def finish(part: pd.DataFrame) -> dict:
         part = part[part["W"] > 0]
@@ -315,8 +317,9 @@ def hosmer_lemeshow(
         raise ValueError(f"dof must be 'out_of_sample' or 'in_sample', not {dof!r}")
     check_weight_kind(weight_kind)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    frame = bins_summary(src, bins=groups, strategy=strategy, convention="sqlcal",
+                         parts={"sw2"} if weight_kind == "sampling" else ())
     src.require_binary_labels("the Hosmer-Lemeshow test")
-    frame = bins_summary(src, bins=groups, strategy=strategy, convention="sqlcal")
 
     def finish(part: pd.DataFrame) -> dict:
         part = part[part["W"] > 0]
@@ -344,56 +347,61 @@ def hosmer_lemeshow(
 
 
 #: score cells of the fine histogram behind equal-mass bins (shared with the cumulative metrics)
-CELLS = 4096
+CELLS = 1024
 
 
 def bins_summary(
-    src: Source, *, bins: int, strategy: str, convention: str, moments: bool = False
+    src: Source, *, bins: int, strategy: str, convention: str, parts=()
 ) -> pd.DataFrame:
-    """The bins summary for ``src``: one row per group and non-empty bin with n, W, Σw², Σwy,
-    Σwp, min and max score (and Σwp², Σwyp, Σwy² with ``moments``). Cached on the source, so a
-    report scans once per binning."""
+    """The bins summary for ``src``: one row per group and non-empty bin with n, W, Σwy, Σwp,
+    min and max score, and the optional ``parts`` of :func:`sqlcal.summaries._sums` ("sw2",
+    "moments"). Cached on the source, so a report scans once per binning."""
     if not isinstance(bins, (int, np.integer)) or bins < 1:
         raise ValueError(f"bins must be a positive integer, not {bins!r}")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
     if convention not in summaries.CONVENTIONS:
         raise ValueError(f"convention must be one of {summaries.CONVENTIONS}, not {convention!r}")
-    parts = frozenset({"moments"} if moments else ())
+    parts = summary_parts(src, "sums", *parts)
     if strategy == "uniform":
         frame = src.summary(("uniform", bins, convention), parts, lambda checks: (
-            summaries.uniform_bins(src.rows, src.by, bins, convention, weighted=src.weighted,
-                                   moments=moments, soft=src.allow_soft, checks=checks)))
+            summaries.uniform_bins(src.rows, src.by, bins, convention, parts,
+                                   weighted=src.weighted, checks=checks)))
     else:
-        frame = _equal_mass_bins(src, bins, moments)
+        frame = _equal_mass_bins(src, bins, parts)
     frame = frame.copy()
     frame.attrs = {"bins": bins, "strategy": strategy,
                    "convention": convention if strategy == "uniform" else None}
     return frame
 
 
-def cells_summary(src: Source, *, moments: bool = False, residuals: bool = False) -> pd.DataFrame:
+def summary_parts(src: Source, *names: str) -> frozenset:
+    """The set of optional summary columns, with Σwy² added for soft labels' moments."""
+    parts = frozenset(names)
+    return parts | {"soft"} if src.allow_soft and "moments" in parts else parts
+
+
+def cells_summary(src: Source, parts=(), cells: int | None = None) -> pd.DataFrame:
     """The fine score histogram (:func:`sqlcal.summaries.cells`), one pass, cached on the source."""
-    parts = frozenset(name for name, on in (("moments", moments), ("residuals", residuals)) if on)
-    return src.summary(("cells", CELLS), parts, lambda checks: summaries.cells(
-        src.rows, src.by, CELLS, weighted=src.weighted, moments=moments, residuals=residuals,
-        soft=src.allow_soft, checks=checks))
+    cells = cells or CELLS
+    parts = summary_parts(src, *parts)
+    return src.summary(("cells", cells), parts, lambda checks: summaries.cells(
+        src.rows, src.by, cells, parts, weighted=src.weighted, checks=checks))
 
 
-def _equal_mass_bins(src: Source, bins: int, moments: bool) -> pd.DataFrame:
+def _equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
     # Exact quantiles from two GROUP BY passes, no sort and no quantile function: the fine
     # histogram locates the order statistics behind each edge, then the score levels of only
     # those cells give their exact values. Every other cell lies wholly on one side of every edge.
-    cells = cells_summary(src, moments=moments).sort_values([*src.by, "cell"])
+    cells = cells_summary(src, parts).sort_values([*src.by, "cell"])
     by = list(src.by)
     wanted = {}
     for key, part in split_groups(cells, by):
         wanted[tuple(key.values())] = _edge_cells(part, bins)
     ids = sorted(set().union(*wanted.values())) if wanted else []
     if ids:
-        levels = src.scan(("levels", CELLS, tuple(ids), moments), lambda: summaries.cell_levels(
-            src.rows, src.by, CELLS, ids, weighted=src.weighted, moments=moments,
-            soft=src.allow_soft))
+        levels = src.scan(("levels", CELLS, tuple(ids), parts), lambda: summaries.cell_levels(
+            src.rows, src.by, CELLS, ids, parts, weighted=src.weighted))
         levels = levels.sort_values([*by, "p"])
         level_parts = {tuple(k.values()): part for k, part in split_groups(levels, by)}
     frames = []

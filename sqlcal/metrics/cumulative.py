@@ -50,7 +50,7 @@ def cutoff_error(
         ``cells`` grid cells and needs only a GROUP BY; the value is then a lower bound, and
         ``grid_bound`` says how much higher the exact value can be.
     cells : int, optional
-        Number of score cells, a power of two (default 4096). Exact mode gives the same answer
+        Number of score cells, a power of two (default 1024). Exact mode gives the same answer
         for any value; more cells make the first pass larger and the second smaller. In grid mode
         more cells tighten ``grid_bound``.
     delta : float, default 0.05
@@ -112,7 +112,7 @@ def cutoff_error(
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), not {delta!r}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    t = _extremes(src, exact, cells)
+    t = _extremes(src, exact, cells, weight_kind)
     W = t["W"].to_numpy(float)
     hi, lo = np.maximum(t["s_max"], 0.0), np.minimum(t["s_min"], 0.0)
     t["cutoff_error"] = safe_div(hi - lo, W)
@@ -242,7 +242,7 @@ def _brownian_test(data, name, score, label, weight, by, where, exact, cells, we
                    source_options) -> pd.DataFrame:
     check_weight_kind(weight_kind)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    t = _extremes(src, exact, cells)
+    t = _extremes(src, exact, cells, weight_kind)
     src.require_binary_labels(f"the {name} test")
     hi, lo = np.maximum(t["s_max"], 0.0), np.minimum(t["s_min"], 0.0)
     spread = hi - lo if name == "kuiper" else np.maximum(hi, -lo)
@@ -258,7 +258,7 @@ def _brownian_test(data, name, score, label, weight, by, where, exact, cells, we
     return out
 
 
-def _extremes(src: Source, exact: bool, cells: int | None) -> pd.DataFrame:
+def _extremes(src: Source, exact: bool, cells: int | None, weight_kind: str) -> pd.DataFrame:
     """Per group: n, W, Σw², the Bernoulli variances, and the max and min of S over the distinct
     scores (``s_max``, ``s_min``, without S₀) with a score reaching each, and ``grid_bound``.
 
@@ -273,14 +273,8 @@ def _extremes(src: Source, exact: bool, cells: int | None) -> pd.DataFrame:
     if cells < 1 or cells & (cells - 1):
         raise ValueError(f"cells must be a power of two, not {cells!r}")
     by = list(src.by)
-    if cells == CELLS:
-        c = cells_summary(src, residuals=True)
-    else:
-        c = src.summary(("cells", cells), frozenset({"residuals"}), lambda checks: summaries.cells(
-            src.rows, src.by, cells, weighted=src.weighted, residuals=True, checks=checks))
-    c = c.sort_values([*by, "cell"], ignore_index=True)
-    if not src.weighted:
-        c["var2"] = c["var"]
+    parts = ("residuals", "sw2") if weight_kind == "sampling" else ("residuals",)
+    c = cells_summary(src, parts, cells).sort_values([*by, "cell"], ignore_index=True)
     g = c.groupby(by, dropna=False, sort=False) if by else None
     cum = (lambda col: g[col].cumsum()) if by else (lambda col: c[col].cumsum())
     best = (lambda v, how: v.groupby([c[k] for k in by], dropna=False).transform(how)) if by \
@@ -312,8 +306,8 @@ def _extremes(src: Source, exact: bool, cells: int | None) -> pd.DataFrame:
 
     def finish(part: pd.DataFrame) -> dict:
         i, j = part["exact_max"].idxmax(), part["exact_min"].idxmin()
-        return {"sw2": part["sw2"].sum(), "sw_pq": part["var"].sum(),
-                "sw2_pq": part["var2"].sum(), "s_max": part["exact_max"][i],
+        return {"sw2": part.get("sw2", part["W"]).sum(), "sw_pq": part["var"].sum(),
+                "sw2_pq": part.get("var2", part["var"]).sum(), "s_max": part["exact_max"][i],
                 "s_min": part["exact_min"][j], "p_at_max": part["p_at_max"][i],
                 "p_at_min": part["p_at_min"][j],
                 "grid_slack": part["slack_up"].max() + part["slack_down"].max()}

@@ -85,7 +85,7 @@ def log_loss(
     scores to [ε, 1 − ε] with the float64 machine ε, so it reports about 36 instead.)
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    t = totals_summary(src)
+    t = totals_summary(src, logloss=True)
     t["n_infinite"] = t["n_infinite_logloss"].astype(int)
     value = safe_div(t["sw_logloss"], t["W"])
     t["log_loss"] = np.where(t["n_infinite"] > 0, np.inf, value)
@@ -167,7 +167,8 @@ def spiegelhalter(
     return out
 
 
-def totals_summary(src: Source) -> pd.DataFrame:
+def totals_summary(src: Source, *, logloss: bool = False) -> pd.DataFrame:
     """The totals summary of ``src`` (one row per group), computed once and cached on it."""
-    return src.summary(("totals",), frozenset(), lambda checks: summaries.totals(
-        src.rows, src.by, weighted=src.weighted, soft=src.allow_soft, checks=checks)).copy()
+    parts = frozenset({"logloss"} if logloss else ())
+    return src.summary(("totals",), parts, lambda checks: summaries.totals(
+        src.rows, src.by, parts, weighted=src.weighted, checks=checks)).copy()
