@@ -398,10 +398,10 @@ def _equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
     wanted = {}
     for key, part in split_groups(cells, by):
         wanted[tuple(key.values())] = _edge_cells(part, bins)
-    ids = sorted(set().union(*wanted.values())) if wanted else []
-    if ids:
-        levels = src.scan(("levels", CELLS, tuple(ids), parts), lambda: summaries.cell_levels(
-            src.rows, src.by, CELLS, ids, parts, weighted=src.weighted))
+    if any(wanted.values()):
+        key = tuple((k, tuple(sorted(v))) for k, v in wanted.items())
+        levels = src.scan(("levels", CELLS, key, parts), lambda: summaries.cell_levels(
+            src.rows, src.by, CELLS, wanted, parts, weighted=src.weighted))
         levels = levels.sort_values([*by, "p"])
         level_parts = {tuple(k.values()): part for k, part in split_groups(levels, by)}
     frames = []

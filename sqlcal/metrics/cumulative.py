@@ -288,9 +288,13 @@ def _extremes(src: Source, exact: bool, cells: int | None, weight_kind: str) -> 
     c["p_at_max"], c["p_at_min"] = c["p_max"], c["p_max"]
     up, down = reach_up > end_max, reach_down < end_min
     if exact and (up | down).any():
-        ids = sorted(set(c.loc[up | down, "cell"].tolist()))
-        inside = src.scan(("extremes", cells, tuple(ids)), lambda: summaries.cell_extremes(
-            src.rows, src.by, cells, ids, weighted=src.weighted))
+        chosen = c.loc[up | down, [*by, "cell"]]
+        wanted = {}
+        for row in chosen.itertuples(index=False):
+            wanted.setdefault(tuple(row[:-1]), []).append(int(row[-1]))
+        key = tuple((k, tuple(v)) for k, v in wanted.items())
+        inside = src.scan(("extremes", cells, key), lambda: summaries.cell_extremes(
+            src.rows, src.by, cells, wanted, weighted=src.weighted))
         c = c.merge(inside.rename(columns={"s_max": "in_max", "s_min": "in_min",
                                            "p_at_max": "in_p_max", "p_at_min": "in_p_min"}),
                     on=[*by, "cell"], how="left")
