@@ -12,8 +12,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from sqlcal.metrics.binned import (bins_summary, brier_decomposition, cells_summary, ece,
-                                   hosmer_lemeshow)
+from sqlcal.metrics.binned import bins_summary, brier_decomposition, ece, hosmer_lemeshow
+from sqlcal.metrics.cells import cells_summary
 from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
 from sqlcal.metrics.scores import (brier, calibration_in_the_large, log_loss, spiegelhalter,
                                    totals_summary)

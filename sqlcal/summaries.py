@@ -211,9 +211,14 @@ def score_cell(p: ir.FloatingValue, cells: int) -> ir.IntegerValue:
 
 
 def cells(rows: ir.Table, by: Sequence[str], cells: int, parts: frozenset, *, weighted: bool,
-          checks: Callable | None = None) -> ir.Table:
+          within: tuple[int, dict] | None = None, checks: Callable | None = None) -> ir.Table:
     """One row per group and non-empty score cell with the sums of :func:`_sums`: at most
-    ``cells`` rows per group, one GROUP BY."""
+    ``cells`` rows per group, one GROUP BY. ``within=(coarse, wanted)`` keeps only the rows of
+    the wanted cells of a coarser grid (a zoom: ``cells`` is a multiple of ``coarse``)."""
+    if within is not None:
+        coarse, wanted = within
+        rows = rows.mutate(cell=score_cell(rows.p, coarse))
+        rows = rows.filter(in_cells(rows, wanted)).drop("cell")
     t = rows.mutate(cell=score_cell(rows.p, cells))
     sums = _sums(t, parts, weighted=weighted)
     return t.group_by([*by, "cell"]).aggregate(**sums, **(checks(t) if checks else {}))

@@ -187,3 +187,23 @@ def test_reliability_sampling_weights_use_effective_size(upload):
         a, b, c = 1 + z**2 / n_eff, -(2 * phat + z**2 / n_eff), phat**2
         roots = np.sort(np.roots([a, b, c]))
         np.testing.assert_allclose([row.ci_lower, row.ci_upper], roots, rtol=1e-9)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_equal_mass_bins_through_zoomed_cells(upload, monkeypatch, ties):
+    # force the histogram to zoom (split the wanted cells 1024-fold) before fetching levels
+    from sqlcal.metrics import cells
+
+    monkeypatch.setattr(cells, "LEVEL_ROWS", 20)
+    df = calibration_data(4000, seed=12, ties=ties, groups=2)
+    df["w"] = np.random.default_rng(12).integers(1, 4, len(df)).astype(float)
+    t = upload(df)
+    got = sqlcal.reliability(t, score="p", label="y", weight="w", by="g", bins=8,
+                             strategy="quantile", ci=None)
+    for g, part in got.groupby("g"):
+        rows = df[df.g == g]
+        ids, edges = oracle.quantile_bin_ids(rows.p, rows.w, 8)
+        np.testing.assert_array_equal(part.bin_upper.to_numpy()[:-1], edges[part.bin.to_numpy()[:-1]])
+        want = rows.assign(b=ids).groupby("b").apply(lambda f: np.average(f.y, weights=f.w),
+                                                     include_groups=False)
+        np.testing.assert_allclose(part.observed.to_numpy(), want.to_numpy(), **TOL)

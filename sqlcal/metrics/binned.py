@@ -11,7 +11,7 @@ from scipy import stats
 
 from sqlcal import summaries
 from sqlcal.metrics import check_weight_kind, per_group, result, safe_div
-from sqlcal.metrics import groups as split_groups
+from sqlcal.metrics.cells import equal_mass_bins, summary_parts
 from sqlcal.source import Source, as_source
 
 NORMS = {"l1": "ece", "l2": "rmsce", "max": "mce"}
@@ -346,10 +346,6 @@ def hosmer_lemeshow(
 # -- the shared bins summary, and intervals ---------------------------------------------------
 
 
-#: score cells of the fine histogram behind equal-mass bins (shared with the cumulative metrics)
-CELLS = 1024
-
-
 def bins_summary(
     src: Source, *, bins: int, strategy: str, convention: str, parts=()
 ) -> pd.DataFrame:
@@ -368,97 +364,11 @@ def bins_summary(
             summaries.uniform_bins(src.rows, src.by, bins, convention, parts,
                                    weighted=src.weighted, checks=checks)))
     else:
-        frame = _equal_mass_bins(src, bins, parts)
+        frame = equal_mass_bins(src, bins, parts)
     frame = frame.copy()
     frame.attrs = {"bins": bins, "strategy": strategy,
                    "convention": convention if strategy == "uniform" else None}
     return frame
-
-
-def summary_parts(src: Source, *names: str) -> frozenset:
-    """The set of optional summary columns, with Σwy² added for soft labels' moments."""
-    parts = frozenset(names)
-    return parts | {"soft"} if src.allow_soft and "moments" in parts else parts
-
-
-def cells_summary(src: Source, parts=(), cells: int | None = None) -> pd.DataFrame:
-    """The fine score histogram (:func:`sqlcal.summaries.cells`), one pass, cached on the source."""
-    cells = cells or CELLS
-    parts = summary_parts(src, *parts)
-    return src.summary(("cells", cells), parts, lambda checks: summaries.cells(
-        src.rows, src.by, cells, parts, weighted=src.weighted, checks=checks))
-
-
-def _equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
-    # Exact quantiles from two GROUP BY passes, no sort and no quantile function: the fine
-    # histogram locates the order statistics behind each edge, then the score levels of only
-    # those cells give their exact values. Every other cell lies wholly on one side of every edge.
-    cells = cells_summary(src, parts).sort_values([*src.by, "cell"])
-    by = list(src.by)
-    wanted = {}
-    for key, part in split_groups(cells, by):
-        wanted[tuple(key.values())] = _edge_cells(part, bins)
-    if any(wanted.values()):
-        key = tuple((k, tuple(sorted(v))) for k, v in wanted.items())
-        levels = src.scan(("levels", CELLS, key, parts), lambda: summaries.cell_levels(
-            src.rows, src.by, CELLS, wanted, parts, weighted=src.weighted))
-        levels = levels.sort_values([*by, "p"])
-        level_parts = {tuple(k.values()): part for k, part in split_groups(levels, by)}
-    frames = []
-    for key, part in split_groups(cells, by):
-        own = wanted[tuple(key.values())]
-        if own:
-            lv = level_parts[tuple(key.values())]
-            lv = lv[lv["cell"].isin(own)].assign(p_min=lambda f: f["p"], p_max=lambda f: f["p"])
-            edges = _quantile_edges(part, lv, bins)
-            pieces = pd.concat([part[~part["cell"].isin(own)], lv.drop(columns="p")])
-        else:  # no weight: no quantiles, one bin
-            edges, pieces = np.full(bins - 1, np.inf), part
-        pieces = pieces.assign(bin=np.searchsorted(edges, pieces["p_min"].to_numpy(float)))
-        sums = [c for c in pieces if c.startswith("sw") or c in ("n", "W")]
-        agg = pieces.groupby("bin").agg({**dict.fromkeys(sums, "sum"), "p_min": "min",
-                                         "p_max": "max"}).reset_index()
-        agg = agg.assign(**key, **{f"e{i}": e for i, e in enumerate(edges, start=1)})
-        frames.append(agg)
-    return pd.concat(frames, ignore_index=True)
-
-
-def _edge_cells(part: pd.DataFrame, bins: int) -> set:
-    """Cells holding the order statistics at positions ⌊h⌋ and ⌊h⌋+1 of every edge (and any
-    zero-weight cells between them), h = (W − 1)·k/B in the frequency-expanded sample."""
-    C = np.cumsum(part["W"].to_numpy(float))
-    cell = part["cell"].to_numpy()
-    if not len(C) or C[-1] <= 0:
-        return set()
-    out = set()
-    for k in range(1, bins):
-        t0 = np.floor((C[-1] - 1) * k / bins)
-        a = np.searchsorted(C, t0, side="right")
-        b = min(np.searchsorted(C, t0 + 1, side="right"), len(C) - 1)
-        out.update(cell[a:b + 1].tolist())
-    return out
-
-
-def _quantile_edges(part: pd.DataFrame, levels: pd.DataFrame, bins: int) -> np.ndarray:
-    """The B − 1 interior edges: numpy's linear-interpolation quantiles of the sample with each
-    row repeated w times (exactly np.quantile for unit or integer weights)."""
-    if not len(levels):
-        return np.full(bins - 1, np.inf)
-    before = dict(zip(part["cell"], np.cumsum(part["W"].to_numpy(float)) - part["W"].to_numpy(float)))
-    within = levels.groupby("cell", sort=False)["W"].cumsum().to_numpy(float)
-    C = np.array([before[c] for c in levels["cell"]]) + within
-    value = levels["p"].to_numpy(float)
-    W = part["W"].sum()
-    edges = []
-    for k in range(1, bins):
-        h = (W - 1) * k / bins
-        t0 = np.floor(h)
-        lo = value[min(np.searchsorted(C, t0, side="right"), len(C) - 1)]
-        hi = value[min(np.searchsorted(C, t0 + 1, side="right"), len(C) - 1)]
-        frac = h - t0
-        # numpy's _lerp, so edges equal np.quantile to the last bit
-        edges.append(hi - (hi - lo) * (1 - frac) if frac >= 0.5 else lo + (hi - lo) * frac)
-    return np.array(edges)
 
 
 def _bin_edges(frame: pd.DataFrame, bins: int, strategy: str, convention: str):

@@ -16,7 +16,7 @@ from scipy import stats
 
 from sqlcal import summaries
 from sqlcal.metrics import check_weight_kind, per_group, result, safe_div
-from sqlcal.metrics.binned import CELLS, cells_summary
+from sqlcal.metrics.cells import CELLS, cells_summary
 from sqlcal.source import Source, as_source
 
 #: E[range of standard Brownian motion on [0, 1]] = 2·sqrt(2/π): the calibrated model's expected

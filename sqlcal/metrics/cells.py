@@ -1,0 +1,138 @@
+"""The fine score histogram, and exact equal-mass bins built on it without sorting the rows.
+
+A score cell is ``LEAST(FLOOR(p·2^k), 2^k − 1)``: a contiguous score range, exact in binary floating
+point, that never splits tied scores. One GROUP BY gives the histogram (the *cells* summary, shared
+by equal-mass bins and the cumulative metrics). An exact quantile then needs only the score levels
+of the few cells holding the order statistics behind it; when those cells hold too many rows they
+are split 1024-fold first (a *zoom*, another GROUP BY over their rows only).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sqlcal import summaries
+from sqlcal.metrics import groups as split_groups
+from sqlcal.source import Source
+
+#: cells of the first histogram (2^10); a zoom multiplies by the same factor, so cell ids at
+#: depth d are FLOOR(p·2^(10d)), exact up to d = 5
+CELLS = 1024
+ZOOM = 1024
+#: fetch the score levels of the wanted cells once they hold at most this many rows
+LEVEL_ROWS = 200_000
+
+
+def summary_parts(src: Source, *names: str) -> frozenset:
+    """The set of optional summary columns, with Σwy² added for soft labels' moments."""
+    parts = frozenset(names)
+    return parts | {"soft"} if src.allow_soft and "moments" in parts else parts
+
+
+def cells_summary(src: Source, parts=(), cells: int | None = None) -> pd.DataFrame:
+    """The fine score histogram (:func:`sqlcal.summaries.cells`), one pass, cached on the source."""
+    cells = cells or CELLS
+    parts = summary_parts(src, *parts)
+    return src.summary(("cells", cells), parts, lambda checks: summaries.cells(
+        src.rows, src.by, cells, parts, weighted=src.weighted, checks=checks))
+
+
+def equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
+    """One row per group and non-empty equal-mass bin: the summed columns, ``p_min``, ``p_max``,
+    and the group's interior edges ``e1 … e{B−1}``.
+
+    Edges are numpy's linear-interpolation quantiles of the sample with each row repeated w times
+    (``np.quantile`` exactly, for unit or integer weights); bins are right-closed on them, so rows
+    equal to an edge join the lower bin together. Every cell that holds no order statistic behind
+    an edge lies wholly on one side of every edge, so only the wanted cells need their levels.
+    """
+    by = list(src.by)
+    scale = CELLS
+    pieces = {tuple(k.values()): part.sort_values("cell", ignore_index=True)
+              for k, part in split_groups(cells_summary(src, parts), by)}
+    wanted = {key: _edge_pieces(part, bins) for key, part in pieces.items()}
+    while _rows_to_fetch(pieces, wanted) > LEVEL_ROWS and scale * ZOOM <= 2**50:
+        ids = {key: part.loc[wanted[key], "cell"].tolist() for key, part in pieces.items()}
+        sub = src.scan(("zoom", scale, _key(ids), parts), lambda: summaries.cells(
+            src.rows, src.by, scale * ZOOM, parts, weighted=src.weighted, within=(scale, ids)))
+        sub_parts = {tuple(k.values()): p for k, p in split_groups(sub, by)}
+        for key, part in pieces.items():
+            finer = sub_parts.get(key, sub.iloc[:0])
+            finer = finer[(finer["cell"] // ZOOM).isin(ids[key])]
+            coarse = part.drop(index=wanted[key])
+            coarse = coarse.assign(cell=coarse["cell"] * ZOOM)  # the same range, finer ids
+            pieces[key] = pd.concat([coarse, finer]).sort_values("cell", ignore_index=True)
+        scale *= ZOOM
+        wanted = {key: _edge_pieces(part, bins) for key, part in pieces.items()}
+    ids = {key: part.loc[wanted[key], "cell"].tolist() for key, part in pieces.items()}
+    levels = {}
+    if any(ids.values()):
+        frame = src.scan(("levels", scale, _key(ids), parts), lambda: summaries.cell_levels(
+            src.rows, src.by, scale, ids, parts, weighted=src.weighted))
+        levels = {tuple(k.values()): p for k, p in split_groups(frame, by)}
+    out = []
+    for key, part in pieces.items():
+        own = part.loc[wanted[key]]
+        if len(own):
+            lv = levels[key]
+            lv = lv[lv["cell"].isin(own["cell"])]
+            lv = lv.iloc[np.argsort(lv["p"].to_numpy(), kind="stable")]
+            lv = lv.assign(p_min=lv["p"], p_max=lv["p"])
+            edges = _quantile_edges(part, lv, bins)
+            rest = pd.concat([part.drop(index=wanted[key]), lv.drop(columns="p")])
+        else:  # no weight: no quantiles, one bin
+            edges, rest = np.full(bins - 1, np.inf), part
+        rest = rest.assign(bin=np.searchsorted(edges, rest["p_min"].to_numpy(float)))
+        sums = [c for c in rest if c.startswith("sw") or c in ("n", "W", "total", "positive",
+                                                                "negative", "var", "var2")]
+        agg = rest.groupby("bin").agg({**dict.fromkeys(sums, "sum"), "p_min": "min",
+                                       "p_max": "max"}).reset_index()
+        keys = dict(zip(by, key))
+        out.append(agg.assign(**keys, **{f"e{i}": e for i, e in enumerate(edges, start=1)}))
+    return pd.concat(out, ignore_index=True)
+
+
+def _key(ids: dict) -> tuple:
+    return tuple((k, tuple(sorted(v))) for k, v in ids.items())
+
+
+def _rows_to_fetch(pieces: dict, wanted: dict) -> int:
+    # a cell holding a single score is one level whatever its row count
+    return sum(int(part.loc[wanted[k]].query("p_min < p_max")["n"].sum())
+               for k, part in pieces.items())
+
+
+def _edge_pieces(part: pd.DataFrame, bins: int) -> list:
+    """Row indices of the cells holding the order statistics at positions ⌊h⌋ and ⌊h⌋+1 of
+    every edge (and any zero-weight cells between them), h = (W − 1)·k/B."""
+    C = np.cumsum(part["W"].to_numpy(float))
+    if not len(C) or C[-1] <= 0:
+        return []
+    out = set()
+    for k in range(1, bins):
+        t0 = np.floor((C[-1] - 1) * k / bins)
+        a = np.searchsorted(C, t0, side="right")
+        b = min(np.searchsorted(C, t0 + 1, side="right"), len(C) - 1)
+        out.update(range(a, b + 1))
+    return sorted(out)
+
+
+def _quantile_edges(part: pd.DataFrame, levels: pd.DataFrame, bins: int) -> np.ndarray:
+    """The B − 1 interior edges from the wanted cells' levels (sorted by score)."""
+    W_cells = part["W"].to_numpy(float)
+    before = dict(zip(part["cell"], np.cumsum(W_cells) - W_cells))
+    within = levels.groupby("cell", sort=False)["W"].cumsum().to_numpy(float)
+    C = levels["cell"].map(before).to_numpy(float) + within
+    value = levels["p"].to_numpy(float)
+    W = W_cells.sum()
+    edges = []
+    for k in range(1, bins):
+        h = (W - 1) * k / bins
+        t0 = np.floor(h)
+        lo = value[min(np.searchsorted(C, t0, side="right"), len(C) - 1)]
+        hi = value[min(np.searchsorted(C, t0 + 1, side="right"), len(C) - 1)]
+        frac = h - t0
+        # numpy's _lerp, so edges equal np.quantile to the last bit
+        edges.append(hi - (hi - lo) * (1 - frac) if frac >= 0.5 else lo + (hi - lo) * frac)
+    return np.array(edges)
