@@ -298,7 +298,9 @@ def table(rows: int, res: dict) -> str:
             "peer/sqlcal CPU | peer/sqlcal RSS (+RSS) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for name in TASKS:
-        r = res.get(name, {})
+        r = res.get(name)
+        if r is None:
+            continue
         if "error" in r:
             lines.append(f"| {name} | {rows:.0e} | ERROR | | | | | | | |")
             continue

@@ -21,7 +21,7 @@ from sqlcal.source import Source
 CELLS = 1024
 ZOOM = 1024
 #: fetch the score levels of the wanted cells once they hold at most this many rows
-LEVEL_ROWS = 200_000
+LEVEL_ROWS = 1_000_000
 
 
 def summary_parts(src: Source, *names: str) -> frozenset:
