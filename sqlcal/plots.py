@@ -1,0 +1,138 @@
+"""Diagrams (matplotlib, the ``plot`` extra): the binned reliability diagram and the
+cumulative-difference plot. Each draws from a summary, never from the rows."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from sqlcal.metrics import groups
+from sqlcal.metrics.binned import reliability
+from sqlcal.metrics.cells import cells_summary
+from sqlcal.source import as_source
+
+
+def reliability_diagram(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    bins: int = 15,
+    strategy: str = "uniform",
+    ax=None,
+    **options: Any,
+):
+    """Observed rate against mean score per bin, with the bins' confidence intervals, one curve
+    per group, and the share of weight per bin underneath.
+
+    Parameters are those of :func:`sqlcal.reliability` (its ``ci``, ``confidence`` and
+    ``weight_kind`` pass through ``options``). Returns the matplotlib Axes.
+    """
+    plt = _pyplot()
+    table = reliability(data, score=score, label=label, weight=weight, by=by, where=where,
+                        bins=bins, strategy=strategy, **options)
+    keys = [c for c in table.columns[: table.columns.get_loc("bin")]]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 5.5))
+    ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--", label="calibrated")
+    hist = ax.inset_axes([0.0, 0.0, 1.0, 0.18], sharex=ax)
+    for key, part in groups(table, keys):
+        name = ", ".join(f"{v}" for v in key.values()) or "all"
+        err = np.vstack([part["observed"] - part["ci_lower"], part["ci_upper"] - part["observed"]])
+        line = ax.errorbar(part["mean_score"], part["observed"],
+                           yerr=None if np.isnan(err).all() else err, marker="o", ms=4,
+                           capsize=2, lw=1.2, label=name)
+        share = part["W"] / part["W"].sum()
+        hist.bar(part["mean_score"], share, width=0.8 / bins, alpha=0.35,
+                 color=line[0].get_color())
+    hist.set_ylim(0, max(hist.get_ylim()[1] * 4, 0.01))
+    hist.axis("off")
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean score in bin", ylabel="observed rate",
+           title=f"Reliability ({strategy} bins, B = {bins})")
+    ax.legend(loc="upper left", fontsize="small")
+    return ax
+
+
+def cumulative_plot(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    x: str = "weight",
+    cells: int = 1024,
+    ax=None,
+    **source_options: Any,
+):
+    """The cumulative-difference plot of Arrieta-Ibarra, Gujral, Tannen and Tygert: the running
+    residual sum S/W over increasing scores, against the cumulative share of weight (``x =
+    "weight"``) or the score (``x = "score"``).
+
+    A calibrated model's curve wanders within the dotted band ±2σ(t), where σ(t)² is the
+    null variance Σwp(1−p)/W² accumulated so far; a steady slope over a range of scores is a
+    miscalibration there (up: the model under-predicts; down: it over-predicts), and the
+    curve's total rise from its lowest to its highest point is the cutoff calibration error.
+    S is drawn at the ends of ``cells`` score cells (one GROUP BY); the shaded band shows how far
+    S can move inside each cell. Returns the matplotlib Axes.
+    """
+    if x not in ("weight", "score"):
+        raise ValueError(f"x must be 'weight' or 'score', not {x!r}")
+    plt = _pyplot()
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    frame = cells_summary(src, ("residuals",), cells).sort_values([*src.by, "cell"])
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    for key, part in groups(frame, list(src.by)):
+        curve = cumulative_curve(part)
+        along = curve["weight_share"] if x == "weight" else curve["score"]
+        name = ", ".join(f"{v}" for v in key.values()) or "all"
+        (line,) = ax.plot(along, curve["s"], lw=1.4, label=name)
+        ax.fill_between(along, curve["s_low"], curve["s_high"], color=line.get_color(),
+                        alpha=0.15, lw=0)
+        ax.plot(along, 2 * curve["sigma"], color=line.get_color(), ls=":", lw=1)
+        ax.plot(along, -2 * curve["sigma"], color=line.get_color(), ls=":", lw=1)
+    ax.axhline(0, color="0.6", lw=1)
+    ax.set(xlabel="cumulative share of weight" if x == "weight" else "score",
+           ylabel="cumulative residual Σw(y − p) / W",
+           title="Cumulative differences (up: under-prediction, down: over-prediction)")
+    ax.legend(loc="best", fontsize="small")
+    return ax
+
+
+def cumulative_curve(cells: pd.DataFrame) -> pd.DataFrame:
+    """One group's cells summary (sorted by cell) → the curve: at the origin and at each cell
+    end, ``weight_share``, ``score`` (the cell's highest score), ``s`` = S/W, ``s_low`` and
+    ``s_high`` (how far S/W can reach inside the cell), ``sigma`` (the null standard deviation
+    of S/W so far)."""
+    W = cells["W"].sum()
+    total = cells["total"].to_numpy(float)
+    end = np.cumsum(total)
+    start = end - total
+    high = start + cells["positive"].to_numpy(float)
+    low = start - cells["negative"].to_numpy(float)
+    cum_w = np.cumsum(cells["W"].to_numpy(float))
+    var = np.cumsum(cells["var"].to_numpy(float))
+    first = cells["p_max"].to_numpy(float)[0] if len(cells) else 0.0
+    return pd.DataFrame({
+        "weight_share": np.concatenate([[0.0], cum_w / W]),
+        "score": np.concatenate([[min(first, 0.0)], cells["p_max"].to_numpy(float)]),
+        "s": np.concatenate([[0.0], end / W]),
+        "s_low": np.concatenate([[0.0], np.minimum(low, end) / W]),
+        "s_high": np.concatenate([[0.0], np.maximum(high, end) / W]),
+        "sigma": np.concatenate([[0.0], np.sqrt(var) / W]),
+    })
+
+
+def _pyplot():
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise ImportError("plots need matplotlib: pip install 'sqlcal[plot]'") from e
+    return plt
