@@ -104,12 +104,17 @@ def report(
 
 def _prefetch(src: Source, metrics: Sequence[str], bins: int) -> None:
     # Ask for the union of columns each shared summary needs first: one pass per summary.
+    variance = ("sw2",) if src.weighted else ()
+    binned = {"ece", "rmsce", "mce", "brier_decomposition"} & set(metrics)
+    if binned:
+        moments = ("moments",) if "brier_decomposition" in metrics else ()
+        bins_summary(src, bins=bins, strategy="uniform", convention="sqlcal",
+                     parts=(*moments, *variance))
+    if {"ece_quantile", "hosmer_lemeshow", "cutoff_error", "kuiper", "ks"} & set(metrics):
+        residuals = ("residuals",) if {"cutoff_error", "kuiper", "ks"} & set(metrics) else ()
+        cells_summary(src, ("sums", *residuals, *variance))
     if "log_loss" in metrics:
         totals_summary(src, logloss=True)
-    if "brier_decomposition" in metrics:
-        bins_summary(src, bins=bins, strategy="uniform", convention="sqlcal", parts={"moments"})
-    if {"cutoff_error", "kuiper", "ks"} & set(metrics):
-        cells_summary(src, ("sums", "residuals"))
 
 
 def to_json(table: pd.DataFrame, src_description: dict) -> str:

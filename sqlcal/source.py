@@ -78,6 +78,7 @@ class Source:
     float_label: bool
     dropped: pd.DataFrame | None = None
     has_soft_labels: bool = False
+    integer_weights: bool = True
     _validated: bool = False
     _cache: dict = field(default_factory=dict, repr=False)
 
@@ -163,6 +164,8 @@ class Source:
         if any(problems):
             self._report_counts()
         self.has_soft_labels = soft > 0
+        if self.weighted:
+            self.integer_weights = float(frame["chk_w_frac"].sum()) == 0
         self._validated = True
 
     def _report_counts(self) -> None:
@@ -198,9 +201,10 @@ def source(
     label : str
         Column holding the outcome: 0/1 numbers or booleans (in [0, 1] with ``soft_labels=True``).
     weight : str, optional
-        Column of non-negative row weights. Weights are frequency weights: a row of weight 2 counts
-        as two identical rows. Metrics with a variance (tests, intervals) also accept
-        ``weight_kind="sampling"``.
+        Column of non-negative row weights. Whole-number weights are read as frequency weights (a
+        row of weight 2 counts as two identical rows); any other weights as sampling weights
+        (relative importance, each row one observation). Metrics with a variance (tests,
+        intervals, bounds) take ``weight_kind=`` to say which explicitly.
     by : str or sequence of str, default ()
         Group keys; every metric returns one row per group.
     where : ibis boolean expression, callable, or SQL string, optional
@@ -239,12 +243,15 @@ def source(
                  float_label=not (label_type.is_boolean() or label_type.is_integer()))
     if on_invalid == "drop":
         valid = _valid_expr(rows, src.weighted, soft_labels)
-        counts = summaries.execute(
-            summaries.validation(rows, by, _check_exprs(rows, src.weighted), valid))
+        checks = _check_exprs(rows, src.weighted)
+        if src.weighted:
+            checks["weight_fractional"] = valid & (rows.w != rows.w.floor())
+        counts = summaries.execute(summaries.validation(rows, by, checks, valid))
         counts = counts.sort_values(list(by), ignore_index=True) if by else counts
         counts["n_dropped"] = counts["n_rows"] - counts["n"]
         src.dropped, src.rows, src._validated = counts, rows.filter(valid), True
         src.has_soft_labels = soft_labels and bool(counts["label_soft"].sum())
+        src.integer_weights = not int(counts.get("weight_fractional", pd.Series([0])).sum())
         _report_invalid(src, counts)
     return src
 

@@ -52,7 +52,9 @@ def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool) -> dict[
     if float_label:
         checks["chk_y_soft"] = (t.y * (1 - t.y)).sum()
     if weighted:
-        checks |= {"chk_w_count": t.w.count(), "chk_w_min": t.w.min(), "chk_w_max": t.w.max()}
+        checks |= {"chk_w_count": t.w.count(), "chk_w_min": t.w.min(), "chk_w_max": t.w.max(),
+                   # 0 exactly when every weight is a whole number (a count of identical rows)
+                   "chk_w_frac": (t.w - t.w.floor()).sum()}
     return checks
 
 

@@ -21,9 +21,12 @@ def bin_ids(p, bins, convention="sqlcal"):
 
 
 def quantile_bin_ids(p, w, bins):
-    """Right-closed bins on linear-interpolation quantiles of the frequency-expanded sample."""
+    """Right-closed bins on linear-interpolation quantiles of the frequency-expanded sample
+    (integer weights), interpolated as numpy does."""
     p = np.asarray(p, float)
     w = np.asarray(w, float)
+    if (w != np.floor(w)).any():  # sampling weights: rescaled to sum to the row count
+        w = w * len(w) / w.sum()
     order = np.argsort(p, kind="stable")
     ps, ws = p[order], w[order]
     levels, idx = np.unique(ps, return_index=True)
@@ -31,12 +34,13 @@ def quantile_bin_ids(p, w, bins):
     C = np.cumsum(lw)
     W = C[-1]
     edges = []
-    for k in range(1, bins):
-        h = (W - 1) * k / bins
+    for q in np.linspace(0, 1, bins + 1)[1:-1]:  # the quantile levels numpy users pass
+        h = (W - 1) * q
         t0 = np.floor(h)
         lo = levels[np.argmax(C > t0)]
         hi = levels[np.argmax(C > t0 + 1)] if (C > t0 + 1).any() else lo
-        edges.append(lo + (h - t0) * (hi - lo))
+        frac = h - t0
+        edges.append(hi - (hi - lo) * (1 - frac) if frac >= 0.5 else lo + (hi - lo) * frac)
     return np.searchsorted(np.array(edges), p, side="left"), np.array(edges)
 
 

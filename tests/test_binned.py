@@ -102,8 +102,8 @@ def test_weighted_quantile_bins_equal_expanded_rows(upload, ties):
         np.testing.assert_allclose(row.ece, oracle.binned_ece(part.p, part.y, part.w, ids), **TOL)
         # the oracle itself equals numpy's quantile on the duplicated rows
         expanded = np.repeat(part.p.to_numpy(), part.w.to_numpy().astype(int))
-        np.testing.assert_allclose(oracle.quantile_bin_ids(part.p, part.w, 7)[1],
-                                   np.quantile(expanded, np.arange(1, 7) / 7), rtol=0, atol=1e-15)
+        np.testing.assert_array_equal(oracle.quantile_bin_ids(part.p, part.w, 7)[1],
+                                      np.quantile(expanded, np.linspace(0, 1, 8)[1:-1]))
 
 
 @pytest.mark.parametrize("ties", [False, True])
@@ -112,7 +112,7 @@ def test_quantile_edges_are_numpys_to_the_last_bit(upload, ties):
     got = sqlcal.reliability(upload(df), score="p", label="y", by="g", bins=9,
                              strategy="quantile", ci=None)
     for g, part in got.groupby("g"):
-        edges = np.quantile(df.p[df.g == g], np.arange(1, 9) / 9)
+        edges = np.quantile(df.p[df.g == g], np.linspace(0, 1, 10)[1:-1])
         inner = part.bin_upper.to_numpy()[:-1]  # each bin's upper edge, but the last bin's
         expect = edges[part.bin.to_numpy()[:-1]]
         np.testing.assert_array_equal(inner, expect)
@@ -121,6 +121,7 @@ def test_quantile_edges_are_numpys_to_the_last_bit(upload, ties):
 @pytest.mark.parametrize("strategy", ["uniform", "quantile"])
 def test_brier_decomposition_exact(upload, strategy):
     df = calibration_data(3000, seed=7, groups=2, weights=True)
+    df["w"] = np.ceil(df.w * 3)  # counts: equal-mass edges are then exact, not float-rounded
     got = sqlcal.brier_decomposition(upload(df), score="p", label="y", weight="w", by="g",
                                      bins=8, strategy=strategy)
     for _, row in got.iterrows():
@@ -207,3 +208,50 @@ def test_equal_mass_bins_through_zoomed_cells(upload, monkeypatch, ties):
         want = rows.assign(b=ids).groupby("b").apply(lambda f: np.average(f.y, weights=f.w),
                                                      include_groups=False)
         np.testing.assert_allclose(part.observed.to_numpy(), want.to_numpy(), **TOL)
+
+
+def test_equal_mass_bins_with_tied_edges_match_sklearn(upload):
+    # review finding: an edge computed as (n−1)·k/B instead of numpy's (n−1)·linspace lands a
+    # tied score in the wrong bin; here numpy's edge is 0.7999999999999999
+    from sklearn.calibration import calibration_curve
+
+    df = pd.DataFrame({"p": [.4, .6, .6, .6, .7, .8, .9, 1.0], "y": [1, 0, 0, 0, 1, 1, 0, 1]})
+    prob_true, prob_pred = calibration_curve(df.y, df.p, n_bins=7, strategy="quantile")
+    got = sqlcal.reliability(upload(df), score="p", label="y", bins=7, strategy="quantile", ci=None)
+    np.testing.assert_allclose(got.observed, prob_true, **TOL)
+    np.testing.assert_allclose(got.mean_score, prob_pred, **TOL)
+
+
+def test_equal_mass_bins_with_null_numeric_group_keys(upload):
+    df = calibration_data(600, seed=13)
+    df["g"] = np.random.default_rng(13).choice([1.0, 2.0, np.nan], len(df))
+    got = sqlcal.ece(upload(df), score="p", label="y", by="g", strategy="quantile", bins=5)
+    assert len(got) == 3 and got.ece.notna().all()
+    missing = df[df.g.isna()]
+    want = sqlcal.ece(upload(missing.drop(columns="g")), score="p", label="y",
+                      strategy="quantile", bins=5)
+    assert got.ece.iloc[-1] == pytest.approx(want.ece.iloc[0], abs=1e-15)
+
+
+def test_rescaled_sampling_weights_leave_equal_mass_bins_unchanged(upload):
+    df = calibration_data(2000, seed=14, weights=True)
+    a = sqlcal.hosmer_lemeshow(upload(df), score="p", label="y", weight="w", groups=5)
+    b = sqlcal.hosmer_lemeshow(upload(df.assign(w=df.w / df.w.sum())), score="p", label="y",
+                               weight="w", groups=5)
+    assert a.n_groups.iloc[0] == b.n_groups.iloc[0] == 5
+    assert a.hl_statistic.iloc[0] == pytest.approx(b.hl_statistic.iloc[0], rel=1e-9)
+    assert a.attrs["weight_kind"] == "sampling"
+
+
+def test_equal_mass_edges_with_sampling_weights(upload):
+    # non-integer weights are rescaled to sum to the row count before the positions are taken;
+    # edges agree with the oracle to rounding (bin membership of a score lying on an edge can
+    # then depend on the last bit, so only the edges are compared)
+    df = calibration_data(3000, seed=7, groups=2, weights=True)
+    got = sqlcal.reliability(upload(df), score="p", label="y", weight="w", by="g", bins=8,
+                             strategy="quantile", ci=None)
+    for g, part in got.groupby("g"):
+        rows = df[df.g == g]
+        _, edges = oracle.quantile_bin_ids(rows.p, rows.w, 8)
+        np.testing.assert_allclose(part.bin_upper.to_numpy()[:-1],
+                                   edges[part.bin.to_numpy()[:-1]], rtol=0, atol=1e-12)

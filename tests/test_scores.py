@@ -57,9 +57,16 @@ def test_spiegelhalter_two_sided(upload):
 
 def test_spiegelhalter_weight_kinds(upload):
     df = calibration_data(1000, seed=4, weights=True)
-    freq = sqlcal.spiegelhalter(upload(df), score="p", label="y", weight="w")
+    freq = sqlcal.spiegelhalter(upload(df), score="p", label="y", weight="w",
+                                weight_kind="frequency")
     samp = sqlcal.spiegelhalter(upload(df), score="p", label="y", weight="w",
                                 weight_kind="sampling")
+    # non-integer weights are sampling weights unless said otherwise; whole numbers, frequencies
+    auto = sqlcal.spiegelhalter(upload(df), score="p", label="y", weight="w")
+    assert auto.z.iloc[0] == samp.z.iloc[0] and auto.attrs["weight_kind"] == "sampling"
+    counts = sqlcal.spiegelhalter(upload(df.assign(w=np.ceil(df.w))), score="p", label="y",
+                                  weight="w")
+    assert counts.attrs["weight_kind"] == "frequency"
     p, y, w = df.p, df.y, df.w
     num = (w * (y - p) * (1 - 2 * p)).sum()
     v = (1 - 2 * p) ** 2 * p * (1 - p)
@@ -67,10 +74,14 @@ def test_spiegelhalter_weight_kinds(upload):
     np.testing.assert_allclose(samp.z.iloc[0], num / np.sqrt((w**2 * v).sum()), **TOL)
 
 
-def test_spiegelhalter_undefined_without_variance(upload):
-    df = pd.DataFrame({"p": [0.5, 0.5, 1.0], "y": [0, 1, 1]})
-    got = sqlcal.spiegelhalter(upload(df), score="p", label="y")
-    assert np.isnan(got.z.iloc[0]) and np.isnan(got.p_value.iloc[0])
+def test_spiegelhalter_without_variance(upload):
+    # scores of 0, 1/2 and 1 only: no null variance. Consistent labels: undefined; a score of 1
+    # with label 0 is certain miscalibration: infinite Z, p = 0
+    df = pd.DataFrame({"p": [0.5, 0.5, 1.0, 0.0, 1.0], "y": [0, 1, 1, 0, 0],
+                       "g": ["a", "a", "a", "b", "b"]})
+    got = sqlcal.spiegelhalter(upload(df), score="p", label="y", by="g").set_index("g")
+    assert np.isnan(got.z["a"]) and np.isnan(got.p_value["a"])
+    assert got.z["b"] == np.inf and got.p_value["b"] == 0  # Brier worse than calibration allows
 
 
 def test_calibration_in_the_large(upload):

@@ -16,7 +16,7 @@ from sqlcal.source import Source
 
 _ALL = "__all__"
 
-WEIGHT_KINDS = ("frequency", "sampling")
+WEIGHT_KINDS = ("auto", "frequency", "sampling")
 
 
 def groups(frame: pd.DataFrame, by: Sequence[str]) -> Iterator[tuple[dict, pd.DataFrame]]:
@@ -72,6 +72,30 @@ def safe_div(num, den):
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
+def statistic(num, den):
+    """A test statistic num / den: ±inf where the null variance den is 0 but num is not (scores
+    of 0 or 1 contradicted by the label: certain miscalibration), NaN only for 0 / 0."""
+    num = np.asarray(num, dtype=float)
+    den = np.asarray(den, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0),
+                        np.where(num != 0, np.sign(num) * np.inf, np.nan))
+
+
 def check_weight_kind(weight_kind: str) -> None:
     if weight_kind not in WEIGHT_KINDS:
         raise ValueError(f"weight_kind must be one of {WEIGHT_KINDS}, not {weight_kind!r}")
+
+
+def resolve_weight_kind(src: Source, weight_kind: str) -> str:
+    """``"auto"``: frequency weights when every weight is a whole number, sampling otherwise (so a
+    rescaled sampling weight cannot change a p-value). Unweighted sources are frequency-weighted."""
+    check_weight_kind(weight_kind)
+    if weight_kind != "auto":
+        return weight_kind
+    return "frequency" if not src.weighted or src.integer_weights else "sampling"
+
+
+def variance_parts(src: Source, weight_kind: str) -> tuple:
+    """Summary parts a variance needs: Σw² unless the weights are known to be frequencies."""
+    return ("sw2",) if src.weighted and weight_kind != "frequency" else ()

@@ -10,7 +10,8 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import summaries
-from sqlcal.metrics import check_weight_kind, per_group, result, safe_div
+from sqlcal.metrics import (check_weight_kind, per_group, resolve_weight_kind, result, safe_div,
+                            variance_parts)
 from sqlcal.metrics.cells import equal_mass_bins, summary_parts
 from sqlcal.source import Source, as_source
 
@@ -122,7 +123,7 @@ def reliability(
     convention: str = "sqlcal",
     ci: str | None = "wilson",
     confidence: float = 0.95,
-    weight_kind: str = "frequency",
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""The reliability table: per group and non-empty bin, mean score, observed rate and its CI.
@@ -136,7 +137,8 @@ def reliability(
         exact (conservative) Clopper–Pearson interval. ``None`` skips it (needed for soft labels).
     confidence : float, default 0.95
         Two-sided confidence level.
-    weight_kind : {"frequency", "sampling"}, default "frequency"
+    weight_kind : {"auto", "frequency", "sampling"}, default "auto"
+        ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
         How weights enter the interval: as counts of identical rows (n = W), or as sampling
         weights, with Kish's effective size :math:`n_\mathrm{eff} = W^2 / \sum w^2`.
 
@@ -144,7 +146,8 @@ def reliability(
     -------
     pandas.DataFrame
         One row per group and non-empty bin: the keys, ``bin``, ``bin_lower`` and ``bin_upper``
-        (the bin's edges), ``n``, ``W``, ``mean_score``, ``observed``, ``gap`` (observed − mean
+        (the bin's edges; for equal-mass bins the first bin starts at its lowest score and the
+        last ends at its highest), ``n``, ``W``, ``mean_score``, ``observed``, ``gap`` (observed − mean
         score), ``ci_lower``, ``ci_upper``, ``p_min``, ``p_max``.
 
     Examples
@@ -161,7 +164,8 @@ def reliability(
     check_weight_kind(weight_kind)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
-                         parts={"sw2"} if weight_kind == "sampling" else ())
+                         parts=variance_parts(src, weight_kind))
+    weight_kind = resolve_weight_kind(src, weight_kind)
     if ci is not None:
         src.require_binary_labels("a binomial confidence interval (ci=None skips it)")
     frame = frame.sort_values([*src.by, "bin"], ignore_index=True)
@@ -277,7 +281,7 @@ def hosmer_lemeshow(
     groups: int = 10,
     dof: str = "out_of_sample",
     strategy: str = "quantile",
-    weight_kind: str = "frequency",
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""The Hosmer–Lemeshow goodness-of-fit test on exact risk deciles.
@@ -296,7 +300,8 @@ def hosmer_lemeshow(
         groups.
     strategy : {"quantile", "uniform"}, default "quantile"
         Risk groups by quantiles (deciles of risk) or equal-width score bins.
-    weight_kind : {"frequency", "sampling"}, default "frequency"
+    weight_kind : {"auto", "frequency", "sampling"}, default "auto"
+        ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
         Group variance :math:`W_g \bar\pi_g(1-\bar\pi_g)` (frequency weights) or
         :math:`\sum_{i\in g} w_i^2\, \bar\pi_g(1-\bar\pi_g)` (sampling weights).
 
@@ -318,7 +323,8 @@ def hosmer_lemeshow(
     check_weight_kind(weight_kind)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=groups, strategy=strategy, convention="sqlcal",
-                         parts={"sw2"} if weight_kind == "sampling" else ())
+                         parts=variance_parts(src, weight_kind))
+    weight_kind = resolve_weight_kind(src, weight_kind)
     src.require_binary_labels("the Hosmer-Lemeshow test")
 
     def finish(part: pd.DataFrame) -> dict:

@@ -42,21 +42,22 @@ def equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
     """One row per group and non-empty equal-mass bin: the summed columns, ``p_min``, ``p_max``,
     and the group's interior edges ``e1 … e{B−1}``.
 
-    Edges are numpy's linear-interpolation quantiles of the sample with each row repeated w times
-    (``np.quantile`` exactly, for unit or integer weights); bins are right-closed on them, so rows
-    equal to an edge join the lower bin together. Every cell that holds no order statistic behind
+    Edges are numpy's linear-interpolation quantiles at ``np.linspace(0, 1, B + 1)`` of the sample
+    with each row repeated w times (``np.quantile`` to the last bit for unit or whole-number
+    weights; other weights are first rescaled to sum to the row count); bins are right-closed on
+    them, so rows equal to an edge join the lower bin together. Every cell that holds no order statistic behind
     an edge lies wholly on one side of every edge, so only the wanted cells need their levels.
     """
     by = list(src.by)
     scale = CELLS
-    pieces = {tuple(k.values()): part.sort_values("cell", ignore_index=True)
+    pieces = {_key_of(k): part.sort_values("cell", ignore_index=True)
               for k, part in split_groups(cells_summary(src, parts), by)}
-    wanted = {key: _edge_pieces(part, bins) for key, part in pieces.items()}
+    wanted = {key: _edge_pieces(part, bins, src.integer_weights) for key, part in pieces.items()}
     while _rows_to_fetch(pieces, wanted) > LEVEL_ROWS and scale * ZOOM <= 2**50:
         ids = {key: part.loc[wanted[key], "cell"].tolist() for key, part in pieces.items()}
         sub = src.scan(("zoom", scale, _key(ids), parts), lambda: summaries.cells(
             src.rows, src.by, scale * ZOOM, parts, weighted=src.weighted, within=(scale, ids)))
-        sub_parts = {tuple(k.values()): p for k, p in split_groups(sub, by)}
+        sub_parts = {_key_of(k): p for k, p in split_groups(sub, by)}
         for key, part in pieces.items():
             finer = sub_parts.get(key, sub.iloc[:0])
             finer = finer[(finer["cell"] // ZOOM).isin(ids[key])]
@@ -64,13 +65,14 @@ def equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
             coarse = coarse.assign(cell=coarse["cell"] * ZOOM)  # the same range, finer ids
             pieces[key] = pd.concat([coarse, finer]).sort_values("cell", ignore_index=True)
         scale *= ZOOM
-        wanted = {key: _edge_pieces(part, bins) for key, part in pieces.items()}
+        wanted = {key: _edge_pieces(part, bins, src.integer_weights)
+                  for key, part in pieces.items()}
     ids = {key: part.loc[wanted[key], "cell"].tolist() for key, part in pieces.items()}
     levels = {}
     if any(ids.values()):
         frame = src.scan(("levels", scale, _key(ids), parts), lambda: summaries.cell_levels(
             src.rows, src.by, scale, ids, parts, weighted=src.weighted))
-        levels = {tuple(k.values()): p for k, p in split_groups(frame, by)}
+        levels = {_key_of(k): p for k, p in split_groups(frame, by)}
     out = []
     for key, part in pieces.items():
         own = part.loc[wanted[key]]
@@ -79,7 +81,7 @@ def equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
             lv = lv[lv["cell"].isin(own["cell"])]
             lv = lv.iloc[np.argsort(lv["p"].to_numpy(), kind="stable")]
             lv = lv.assign(p_min=lv["p"], p_max=lv["p"])
-            edges = _quantile_edges(part, lv, bins)
+            edges = _quantile_edges(part, lv, bins, src.integer_weights)
             rest = pd.concat([part.drop(index=wanted[key]), lv.drop(columns="p")])
         else:  # no weight: no quantiles, one bin
             edges, rest = np.full(bins - 1, np.inf), part
@@ -93,6 +95,11 @@ def equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)
 
 
+def _key_of(keys: dict) -> tuple:
+    # NaN != NaN, so a NULL group key would miss itself in a dict: use None for it
+    return tuple(None if pd.isna(v) else v for v in keys.values())
+
+
 def _key(ids: dict) -> tuple:
     return tuple((k, tuple(sorted(v))) for k, v in ids.items())
 
@@ -103,32 +110,48 @@ def _rows_to_fetch(pieces: dict, wanted: dict) -> int:
                for k, part in pieces.items())
 
 
-def _edge_pieces(part: pd.DataFrame, bins: int) -> list:
+def _positions(part: pd.DataFrame, bins: int, integer_weights: bool):
+    """Cumulative weight per cell in position units, and the B − 1 positions h behind the edges.
+
+    Whole-number weights are frequencies: positions count rows of the expanded sample and
+    h = (W − 1)·q, numpy's linear rule on it. Other weights are rescaled to sum to the row count
+    first, so that rescaling them changes nothing (and equal weights give numpy's rule on the rows).
+    q comes from ``np.linspace`` as in scikit-learn, netcal and pandas' qcut, so edges match theirs
+    to the last bit."""
+    W_cells = part["W"].to_numpy(float)
+    W = W_cells.sum()
+    unit = 1.0 if integer_weights or W <= 0 else part["n"].sum() / W
+    total = W * unit
+    return unit, (total - 1) * np.linspace(0.0, 1.0, bins + 1)[1:-1]
+
+
+def _edge_pieces(part: pd.DataFrame, bins: int, integer_weights: bool = True) -> list:
     """Row indices of the cells holding the order statistics at positions ⌊h⌋ and ⌊h⌋+1 of
-    every edge (and any zero-weight cells between them), h = (W − 1)·k/B."""
-    C = np.cumsum(part["W"].to_numpy(float))
+    every edge (and any zero-weight cells between them)."""
+    unit, positions = _positions(part, bins, integer_weights)
+    C = np.cumsum(part["W"].to_numpy(float)) * unit
     if not len(C) or C[-1] <= 0:
         return []
     out = set()
-    for k in range(1, bins):
-        t0 = np.floor((C[-1] - 1) * k / bins)
+    for h in positions:
+        t0 = np.floor(h)
         a = np.searchsorted(C, t0, side="right")
         b = min(np.searchsorted(C, t0 + 1, side="right"), len(C) - 1)
         out.update(range(a, b + 1))
     return sorted(out)
 
 
-def _quantile_edges(part: pd.DataFrame, levels: pd.DataFrame, bins: int) -> np.ndarray:
+def _quantile_edges(part: pd.DataFrame, levels: pd.DataFrame, bins: int,
+                    integer_weights: bool = True) -> np.ndarray:
     """The B − 1 interior edges from the wanted cells' levels (sorted by score)."""
+    unit, positions = _positions(part, bins, integer_weights)
     W_cells = part["W"].to_numpy(float)
     before = dict(zip(part["cell"], np.cumsum(W_cells) - W_cells))
     within = levels.groupby("cell", sort=False)["W"].cumsum().to_numpy(float)
-    C = levels["cell"].map(before).to_numpy(float) + within
+    C = (levels["cell"].map(before).to_numpy(float) + within) * unit
     value = levels["p"].to_numpy(float)
-    W = W_cells.sum()
     edges = []
-    for k in range(1, bins):
-        h = (W - 1) * k / bins
+    for h in positions:
         t0 = np.floor(h)
         lo = value[min(np.searchsorted(C, t0, side="right"), len(C) - 1)]
         hi = value[min(np.searchsorted(C, t0 + 1, side="right"), len(C) - 1)]

@@ -15,7 +15,8 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import summaries
-from sqlcal.metrics import check_weight_kind, per_group, result, safe_div
+from sqlcal.metrics import (check_weight_kind, per_group, resolve_weight_kind, result, safe_div,
+                            statistic, variance_parts)
 from sqlcal.metrics.cells import CELLS, cells_summary
 from sqlcal.source import Source, as_source
 
@@ -36,7 +37,7 @@ def cutoff_error(
     cells: int | None = None,
     delta: float = 0.05,
     epsilon: float | None = None,
-    weight_kind: str = "frequency",
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""The cutoff calibration error: the largest weighted residual mass over any score interval.
@@ -58,7 +59,8 @@ def cutoff_error(
     epsilon : float, optional
         A tolerance to certify: adds ``certified_within`` (upper bound ≤ ε: calibrated within ε
         with confidence 1 − δ) and ``certified_beyond`` (lower bound > ε: not calibrated within ε).
-    weight_kind : {"frequency", "sampling"}, default "frequency"
+    weight_kind : {"auto", "frequency", "sampling"}, default "auto"
+        ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
         Frequency weights count rows, so the bounds use n = W. Sampling weights use Kish's
         effective size W²/Σw², a heuristic: the bounds are not proven for them.
 
@@ -94,8 +96,9 @@ def cutoff_error(
     - lower: :math:`\widehat\Delta - (20 + \sqrt{2\ln(1/\delta)})/\sqrt n` (Rossellini et al.
       Prop. 4.1). It is vacuous (0) below about n = 504/ε² rows; the constant is a worst case.
 
-    Both are clipped to [0, 1]. They do not hold for a model fitted or recalibrated on the same
-    rows, nor under drift; for simultaneous statements over G groups use δ/G.
+    Both are clipped to [0, 1]. Each holds with probability 1 − δ, so [lower, upper] is a 1 − 2δ
+    interval (pass δ/2 for a 1 − δ one). They do not hold for a model fitted or recalibrated on
+    the same rows, nor under drift; for simultaneous statements over G groups use δ/G.
 
     Double-precision running sums: the error of S is at most about n·2⁻⁵³ times Σw|y − p| (worst
     case), so the cutoff error's error is below n·1.1e-16; it stays under a calibrated model's
@@ -113,6 +116,7 @@ def cutoff_error(
         raise ValueError(f"delta must be in (0, 1), not {delta!r}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = _extremes(src, exact, cells, weight_kind)
+    weight_kind = resolve_weight_kind(src, weight_kind)
     W = t["W"].to_numpy(float)
     hi, lo = np.maximum(t["s_max"], 0.0), np.minimum(t["s_min"], 0.0)
     t["cutoff_error"] = safe_div(hi - lo, W)
@@ -149,7 +153,7 @@ def kuiper(
     where: Any = None,
     exact: bool = True,
     cells: int | None = None,
-    weight_kind: str = "frequency",
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""Kuiper's test of calibration on cumulative differences (Arrieta-Ibarra, Gujral, Tannen and
@@ -159,7 +163,8 @@ def kuiper(
     ----------
     data, score, label, weight, by, where, exact, cells
         As for :func:`cutoff_error`.
-    weight_kind : {"frequency", "sampling"}, default "frequency"
+    weight_kind : {"auto", "frequency", "sampling"}, default "auto"
+        ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
         Null variance of S: :math:`\sum w p(1-p)` (a row of weight w is w Bernoulli trials) or
         :math:`\sum w^2 p(1-p)` (Tygert's weighted normalisation, as MCGrad's ``ecce_sigma``).
 
@@ -192,7 +197,7 @@ def ks(
     where: Any = None,
     exact: bool = True,
     cells: int | None = None,
-    weight_kind: str = "frequency",
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""Kolmogorov–Smirnov test of calibration on cumulative differences.
@@ -204,8 +209,8 @@ def ks(
     :math:`D = \max_k |S_k| / \sqrt{\sum w p(1-p)}`; under perfect calibration it converges to
     :math:`\sup_{t\le1}|B_t|` of standard Brownian motion, whose survival function is
     :math:`4\sum_{k\ge0}(-1)^k\bar\Phi((2k+1)x)` (reflection principle). Computed with the
-    normal tail directly, so large statistics give tiny positive p-values, never negative ones
-    (MAPIE's 1 − CDF can go below 0; spec peers.md §4.2).
+    normal tail directly, so large statistics give tiny p-values (down to the smallest double,
+    then 0), never negative ones (MAPIE's 1 − CDF can go below 0; spec peers.md §4.2).
     """
     return _brownian_test(data, "ks", score, label, weight, by, where, exact, cells,
                           weight_kind, source_options)
@@ -243,14 +248,17 @@ def _brownian_test(data, name, score, label, weight, by, where, exact, cells, we
     check_weight_kind(weight_kind)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = _extremes(src, exact, cells, weight_kind)
+    weight_kind = resolve_weight_kind(src, weight_kind)
     src.require_binary_labels(f"the {name} test")
     hi, lo = np.maximum(t["s_max"], 0.0), np.minimum(t["s_min"], 0.0)
     spread = hi - lo if name == "kuiper" else np.maximum(hi, -lo)
     sigma = _sigma(src, t, weight_kind)
     scale = sigma * t["W"].to_numpy(float)
-    t[name] = safe_div(spread, scale)
-    t["p_value"] = np.where(np.isfinite(t[name]), (kuiper_sf if name == "kuiper" else ks_sf)(
-        np.nan_to_num(t[name].to_numpy(float))), np.nan)
+    t[name] = statistic(spread, scale)
+    sf = kuiper_sf if name == "kuiper" else ks_sf
+    value = t[name].to_numpy(float)
+    t["p_value"] = np.where(np.isnan(value), np.nan,
+                            np.where(np.isinf(value), 0.0, sf(np.nan_to_num(value, posinf=0))))
     t["sigma"] = sigma
     t["grid_bound"] = safe_div(t["grid_bound"] * t["W"], scale)
     out = result(src, t, [name, "p_value", "sigma", "grid_bound"])
@@ -273,7 +281,7 @@ def _extremes(src: Source, exact: bool, cells: int | None, weight_kind: str) -> 
     if cells < 1 or cells & (cells - 1):
         raise ValueError(f"cells must be a power of two, not {cells!r}")
     by = list(src.by)
-    parts = ("residuals", "sw2") if weight_kind == "sampling" else ("residuals",)
+    parts = ("residuals", *variance_parts(src, weight_kind))
     c = cells_summary(src, parts, cells).sort_values([*by, "cell"], ignore_index=True)
     g = c.groupby(by, dropna=False, sort=False) if by else None
     cum = (lambda col: g[col].cumsum()) if by else (lambda col: c[col].cumsum())
@@ -342,5 +350,6 @@ def _worst_interval(t: pd.DataFrame) -> None:
     t["interval_lower"] = np.where(rising, at_min, at_max)
     t["interval_upper"] = np.where(rising, at_max, at_min)
     t["interval_gap"] = np.where(rising, 1.0, -1.0) * t["cutoff_error"]
-    empty = ~(t["cutoff_error"] > 0)
+    # below 1e-12 the value is rounding noise (a constant predictor at the mean rate): no interval
+    empty = ~(t["cutoff_error"] > 1e-12)
     t.loc[empty, ["interval_lower", "interval_upper", "interval_gap"]] = np.nan

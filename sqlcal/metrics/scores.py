@@ -10,7 +10,7 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import summaries
-from sqlcal.metrics import check_weight_kind, result, safe_div
+from sqlcal.metrics import check_weight_kind, resolve_weight_kind, result, safe_div, statistic
 from sqlcal.source import Source, as_source
 
 
@@ -116,7 +116,7 @@ def calibration_in_the_large(
     t["mean_score"] = safe_div(t["swp"], t["W"])
     t["observed"] = safe_div(t["swy"], t["W"])
     t["citl"] = t["mean_score"] - t["observed"]
-    t["oe_ratio"] = safe_div(t["swy"], t["swp"])
+    t["oe_ratio"] = statistic(t["swy"], t["swp"])
     return result(src, t, ["citl", "mean_score", "observed", "oe_ratio"])
 
 
@@ -128,7 +128,7 @@ def spiegelhalter(
     weight: str | None = None,
     by: str | Sequence[str] = (),
     where: Any = None,
-    weight_kind: str = "frequency",
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""Spiegelhalter's Z test of calibration, with a two-sided p-value.
@@ -137,7 +137,8 @@ def spiegelhalter(
     ----------
     data, score, label, weight, by, where
         As for :func:`sqlcal.ece`.
-    weight_kind : {"frequency", "sampling"}, default "frequency"
+    weight_kind : {"auto", "frequency", "sampling"}, default "auto"
+        ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
         Null variance :math:`\sum w(1-2p)^2p(1-p)` (a row of weight w is w Bernoulli trials) or
         :math:`\sum w^2(1-2p)^2p(1-p)` (each row one trial scaled by its sampling weight).
 
@@ -152,15 +153,17 @@ def spiegelhalter(
     :math:`Z = \sum w(y-p)(1-2p) / \sqrt{\sum w(1-2p)^2p(1-p)}`, asymptotically standard normal
     when the scores are the true probabilities. Z > 0 means the Brier score is worse than
     calibration explains. The p-value is :math:`2\Phi(-|Z|)`: MAPIE's one-sided 1 − Φ(Z) gives an
-    under-confident model p = 1 (spec peers.md §4.2). Z is undefined (NULL) when every score is
-    0, 1/2 or 1.
+    under-confident model p = 1 (spec peers.md §4.2). When every score is 0, 1/2 or 1 the null
+    variance is 0: Z is ±inf (p = 0) if the numerator is not 0 (a score of 0 or 1 contradicted by
+    its label), NULL otherwise.
     """
     check_weight_kind(weight_kind)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = totals_summary(src)
     src.require_binary_labels("Spiegelhalter's test")
+    weight_kind = resolve_weight_kind(src, weight_kind)
     var = t["sw_spieg_var"] if weight_kind == "frequency" or not src.weighted else t["sw2_spieg_var"]
-    t["z"] = safe_div(t["sw_spieg"], np.sqrt(var.astype(float)))
+    t["z"] = statistic(t["sw_spieg"], np.sqrt(var.astype(float)))
     t["p_value"] = 2 * stats.norm.sf(np.abs(t["z"]))
     out = result(src, t, ["z", "p_value"])
     out.attrs["weight_kind"] = weight_kind
