@@ -5,6 +5,7 @@ The engine reduces the rows to small summaries (Ibis queries); numpy and scipy f
 
 from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
 from sqlcal.metrics.binned import brier_decomposition, ece, hosmer_lemeshow, reliability
+from sqlcal.metrics.smooth import ls_ece, smooth_ece, smooth_reliability
 from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
 from sqlcal.report import report
 from sqlcal.source import InvalidInputError, Source, source
@@ -23,8 +24,11 @@ __all__ = [
     "ks",
     "kuiper",
     "log_loss",
+    "ls_ece",
     "reliability",
     "report",
     "source",
+    "smooth_ece",
+    "smooth_reliability",
     "spiegelhalter",
 ]

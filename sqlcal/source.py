@@ -136,9 +136,10 @@ class Source:
         rows = int(frame["n"].sum())
         if rows == 0:
             raise InvalidInputError("the table has no rows to measure (after where=)")
-        key = next((c for c in ("bin", "cell") if c in frame), None)
+        key = next((c for c in ("bin", "cell", "k") if c in frame), None)
+        # a NULL score has a NULL bin; a negative one a negative bin (logit nodes may be negative)
         null_or_negative = key is not None and bool(
-            (frame[key].isna() | (frame[key] < 0)).any())
+            (frame[key].isna() | ((frame[key] < 0) & (key != "k"))).any())
 
         def outside(col_lo: str, col_hi: str, high: float = 1.0) -> bool:
             # a summary without p_min still catches negative scores by their negative bin

@@ -1,0 +1,183 @@
+"""LS-ECE against direct numerical integration on the raw rows, the paper's Monte Carlo estimator
+and the spec's fixtures; smooth ECE against relplot."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy import stats
+from scipy.special import expit, logit
+
+import sqlcal
+from tests.conftest import calibration_data
+
+
+def direct_ls_ece(p, y, w, sigma, noise="gaussian", clip=1e-6, step_fraction=2000):
+    """(1/W)∫|Σ w (y − ρ(u)) K(u − z)| du on a fine dense grid (trapezoid), from the raw rows."""
+    z = logit(np.clip(np.asarray(p, float), clip, 1 - clip))
+    y, w = np.asarray(y, float), np.asarray(w, float)
+    du = sigma / step_fraction
+    u = np.arange(z.min() - 9 * sigma, z.max() + 9 * sigma, du)
+    if noise == "gaussian":
+        K = stats.norm.pdf(u[:, None] - z[None, :], scale=sigma)
+    else:
+        K = (np.abs(u[:, None] - z[None, :]) <= sigma / 2) / sigma
+    A = (K * (w * y)[None, :]).sum(1) - expit(u) * (K * w[None, :]).sum(1)
+    return np.trapezoid(np.abs(A), u) / w.sum()
+
+
+@pytest.mark.parametrize("sigma", [0.05, 0.3, 1.0])
+def test_ls_ece_equals_direct_integration(upload, sigma):
+    df = calibration_data(300, seed=1, groups=2, weights=True)
+    got = sqlcal.ls_ece(upload(df), score="p", label="y", weight="w", by="g", sigma=sigma)
+    fine = sqlcal.ls_ece(upload(df), score="p", label="y", weight="w", by="g", sigma=sigma,
+                         delta=sigma / 100)
+    for (_, row), (_, row_fine) in zip(got.iterrows(), fine.iterrows()):
+        part = df[df.g == row.g]
+        want = direct_ls_ece(part.p, part.y, part.w, sigma)
+        assert abs(row.ls_ece - want) <= row.grid_bound
+        assert abs(row_fine.ls_ece - want) <= 1e-6
+
+
+def test_ls_ece_uniform_noise_within_its_bound(upload):
+    df = calibration_data(200, seed=2)
+    got = sqlcal.ls_ece(upload(df), score="p", label="y", sigma=0.2, noise="uniform").iloc[0]
+    want = direct_ls_ece(df.p, df.y, np.ones(len(df)), 0.2, noise="uniform")
+    assert abs(got.ls_ece - want) <= got.grid_bound
+
+
+def test_ls_ece_soft_labels(upload):
+    df = calibration_data(150, seed=3)
+    df["y"] = np.random.default_rng(3).random(len(df))
+    got = sqlcal.ls_ece(upload(df), score="p", label="y", sigma=0.3, soft_labels=True).iloc[0]
+    want = direct_ls_ece(df.p, df.y, np.ones(len(df)), 0.3)
+    assert abs(got.ls_ece - want) <= got.grid_bound
+
+
+def test_ls_ece_matches_the_papers_monte_carlo_estimator(upload):
+    # the paper's estimator: t = z_I + σε, Nadaraya–Watson m̂(t), mean |m̂(t) − ρ(t)|
+    rng = np.random.default_rng(4)
+    z = rng.normal(2, 1.5, 3000)
+    y = (rng.random(3000) < expit(0.8 * z + 0.1)).astype(float)
+    sigma, runs = 0.3, []
+    for seed in range(10):
+        r = np.random.default_rng(seed)
+        t = z[r.integers(0, len(z), 4000)] + sigma * r.standard_normal(4000)
+        K = np.exp(-0.5 * ((t[:, None] - z[None, :]) / sigma) ** 2)
+        runs.append(np.mean(np.abs(K @ y / K.sum(1) - expit(t))))
+    got = sqlcal.ls_ece(upload(pd.DataFrame({"p": expit(z), "y": y.astype(int)})), score="p",
+                        label="y", sigma=sigma).ls_ece.iloc[0]
+    assert abs(got - np.mean(runs)) <= 3 * np.std(runs, ddof=1) / np.sqrt(len(runs))
+
+
+# spec seed003 §6, T1 (two atoms at ±a, opposite labels) and T4 (one atom at 1/2)
+T1 = [  # a, (σ = 0.05, 0.1, 0.5)
+    (0.0, (0.009969, 0.019914, 0.095943)),
+    (1e-3, (0.001993, 0.015926, 0.095145)),
+    (0.1, (0.452074, 0.312266, 0.018456)),
+    (1.0, (0.269055, 0.269394, 0.254574)),
+]
+
+
+@pytest.mark.parametrize("a, values", T1)
+def test_two_atom_fixture(upload, a, values):
+    df = pd.DataFrame({"p": [expit(a), expit(-a)], "y": [1, 0]})
+    for sigma, want in zip((0.05, 0.1, 0.5), values):
+        got = sqlcal.ls_ece(upload(df), score="p", label="y", sigma=sigma).iloc[0]
+        assert abs(got.ls_ece - want) <= got.grid_bound + 1e-6
+
+
+def test_binned_ece_jumps_where_ls_ece_moves_continuously(upload):
+    # T1 at a → 0: the scores straddle 1/2, a 10-bin edge. Binned ECE jumps from 0 to about 1/2;
+    # LS-ECE moves by at most sqrt(2/π)·a/σ (its Lipschitz bound, spec §2.8)
+    sigma = 0.1
+    base = sqlcal.ls_ece(upload(pd.DataFrame({"p": [0.5, 0.5], "y": [1, 0]})), score="p",
+                         label="y", sigma=sigma).ls_ece.iloc[0]
+    for a in (1e-6, 1e-4, 1e-3):
+        df = pd.DataFrame({"p": [expit(a), expit(-a)], "y": [1, 0]})
+        t = upload(df)
+        assert sqlcal.ece(t, score="p", label="y", bins=10).ece.iloc[0] > 0.49
+        moved = abs(sqlcal.ls_ece(t, score="p", label="y", sigma=sigma).ls_ece.iloc[0] - base)
+        assert moved <= np.sqrt(2 / np.pi) * a / sigma + 1e-6
+    assert sqlcal.ece(upload(pd.DataFrame({"p": [0.5, 0.5], "y": [1, 0]})), score="p",
+                      label="y", bins=10).ece.iloc[0] == 0
+
+
+def test_calibration_limits_and_symmetry(upload):
+    df = calibration_data(400, seed=5)
+    t = upload(df)
+    mirrored = upload(df.assign(p=1 - df.p, y=1 - df.y))
+    for sigma in (0.1, 1.0):
+        a = sqlcal.ls_ece(t, score="p", label="y", sigma=sigma).ls_ece.iloc[0]
+        b = sqlcal.ls_ece(mirrored, score="p", label="y", sigma=sigma).ls_ece.iloc[0]
+        assert a == pytest.approx(b, abs=1e-9)
+    assert sqlcal.ls_ece(t, score="p", label="y", sigma=200.0).ls_ece.iloc[0] == pytest.approx(
+        0.5, abs=0.02)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), scale=st.floats(0.01, 0.5))
+def test_lipschitz_in_the_logits(upload, seed, scale):
+    rng = np.random.default_rng(seed)
+    df = calibration_data(60, seed=seed % 1000)
+    shift = rng.normal(0, scale, len(df))
+    moved = df.assign(p=expit(logit(df.p) + shift))
+    sigma = 0.2
+    a = sqlcal.ls_ece(upload(df), score="p", label="y", sigma=sigma).iloc[0]
+    b = sqlcal.ls_ece(upload(moved), score="p", label="y", sigma=sigma).iloc[0]
+    bound = np.sqrt(2 / np.pi) * np.abs(shift).mean() / sigma
+    assert abs(a.ls_ece - b.ls_ece) <= bound + a.grid_bound + b.grid_bound
+
+
+@pytest.mark.parametrize("n, ties", [(500, False), (5000, True), (50000, False)])
+def test_smooth_ece_matches_relplot(upload, n, ties):
+    import relplot
+
+    df = calibration_data(n, seed=6, ties=ties)
+    want, width = relplot.smECE(df.p.to_numpy(), df.y.to_numpy(), return_width=True)
+    got = sqlcal.smooth_ece(upload(df), score="p", label="y").iloc[0]
+    assert got.smooth_ece == pytest.approx(want, abs=1e-3)
+    assert got.sigma == width
+    fixed = sqlcal.smooth_ece(upload(df), score="p", label="y", sigma=0.05).smooth_ece.iloc[0]
+    assert fixed == pytest.approx(relplot.smECE_sigma(df.p.to_numpy(), df.y.to_numpy(), 0.05),
+                                  abs=1e-3)
+
+
+def test_smooth_ece_weights_equal_duplication_and_groups(upload):
+    df = calibration_data(3000, seed=7, groups=2)
+    df["w"] = np.random.default_rng(7).integers(1, 4, len(df)).astype(float)
+    weighted = sqlcal.smooth_ece(upload(df), score="p", label="y", weight="w", by="g")
+    expanded = df.loc[df.index.repeat(df.w.astype(int))]
+    plain = sqlcal.smooth_ece(upload(expanded), score="p", label="y", by="g")
+    np.testing.assert_allclose(weighted.smooth_ece, plain.smooth_ece, rtol=1e-9)
+
+
+def test_smooth_ece_bootstrap_interval(upload):
+    import relplot
+
+    df = calibration_data(4000, seed=8)
+    got = sqlcal.smooth_ece(upload(df), score="p", label="y", bootstrap=200, seed=1).iloc[0]
+    assert got.ci_lower < got.smooth_ece < got.ci_upper
+    # against a Poisson bootstrap of the raw rows through relplot itself
+    rng = np.random.default_rng(2)
+    draws = []
+    for _ in range(200):
+        k = rng.poisson(1, len(df))
+        draws.append(relplot.smECE(np.repeat(df.p.to_numpy(), k), np.repeat(df.y.to_numpy(), k)))
+    lo, hi = np.quantile(draws, [0.025, 0.975])
+    width = hi - lo
+    assert got.ci_lower == pytest.approx(lo, abs=0.25 * width)
+    assert got.ci_upper == pytest.approx(hi, abs=0.25 * width)
+
+
+def test_smooth_reliability_curve(upload):
+    df = calibration_data(5000, seed=9)
+    curve = sqlcal.smooth_reliability(upload(df), score="p", label="y", points=101)
+    assert len(curve) == 101
+    # the density integrates to 1 and the curve is a rate
+    assert np.trapezoid(curve.density, curve.t) == pytest.approx(1, abs=0.02)
+    dense = curve[curve.density > 0.5]
+    assert ((dense.observed > -0.05) & (dense.observed < 1.05)).all()
