@@ -8,9 +8,10 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from sqlcal.metrics import groups
+from sqlcal.metrics import groups, key_tuple
 from sqlcal.metrics.binned import reliability
 from sqlcal.metrics.cells import cells_summary
+from sqlcal.metrics.smooth import smooth_ece, smooth_reliability
 from sqlcal.source import as_source
 
 
@@ -54,6 +55,44 @@ def reliability_diagram(
     hist.axis("off")
     ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean score in bin", ylabel="observed rate",
            title=f"Reliability ({strategy} bins, B = {bins})")
+    ax.legend(loc="upper left", fontsize="small")
+    return ax
+
+
+def smooth_reliability_diagram(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    sigma: float | None = None,
+    ax=None,
+    **source_options: Any,
+):
+    """The smoothed reliability diagram of relplot: the kernel estimate of E[y | p] (reflected
+    Gaussian, bandwidth σ* by default) with a band whose width follows the score density, one
+    curve per group, its smooth ECE in the legend. Returns the matplotlib Axes."""
+    plt = _pyplot()
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    curve = smooth_reliability(src, sigma=sigma)
+    values = smooth_ece(src, sigma=sigma)
+    keys = list(src.by)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 5.5))
+    ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--", label="calibrated")
+    value = {key_tuple(k): float(v["smooth_ece"].iloc[0]) for k, v in groups(values, keys)}
+    for key, part in groups(curve, keys):
+        name = ", ".join(f"{v}" for v in key.values()) or "all"
+        (line,) = ax.plot(part["t"], part["observed"], lw=1.6,
+                          label=f"{name} (smECE {value[key_tuple(key)]:.3f})")
+        # the band's half-width grows where scores are dense (relplot draws it the same way)
+        half = 0.02 * part["density"] / part["density"].max()
+        ax.fill_between(part["t"], part["observed"] - half, part["observed"] + half,
+                        color=line.get_color(), alpha=0.25, lw=0)
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="score", ylabel="smoothed observed rate",
+           title="Smoothed reliability (relplot's kernel)")
     ax.legend(loc="upper left", fontsize="small")
     return ax
 

@@ -48,3 +48,20 @@ def test_reliability_diagram_has_one_point_per_bin(upload, tmp_path):
 
     image = matplotlib.image.imread(path)
     assert image.shape[0] > 100 and image.std() > 0  # a real, non-blank picture
+
+
+def test_smooth_reliability_diagram_draws_the_kernel_curve(upload, tmp_path):
+    df = calibration_data(4000, seed=3, groups=2)
+    ax = plots.smooth_reliability_diagram(upload(df), score="p", label="y", by="g")
+    curve = sqlcal.smooth_reliability(upload(df), score="p", label="y", by="g")
+    values = sqlcal.smooth_ece(upload(df), score="p", label="y", by="g")
+    lines = [line for line in ax.get_lines() if line.get_label().startswith("g")]
+    assert len(lines) == 2
+    for line in lines:
+        g = line.get_label().split(" ")[0]
+        np.testing.assert_allclose(line.get_ydata(), curve[curve.g == g].observed)
+        value = values.set_index("g").smooth_ece[g]
+        assert f"{value:.3f}" in line.get_label()
+    path = tmp_path / "smooth.png"
+    ax.figure.savefig(path)
+    assert path.stat().st_size > 10_000

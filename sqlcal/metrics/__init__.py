@@ -29,6 +29,11 @@ def groups(frame: pd.DataFrame, by: Sequence[str]) -> Iterator[tuple[dict, pd.Da
         yield dict(zip(by, key)), part
 
 
+def key_tuple(keys: dict) -> tuple:
+    """A group's key values as a dict key: NaN != NaN, so a NULL key would miss itself; use None."""
+    return tuple(None if pd.isna(v) else v for v in keys.values())
+
+
 def per_group(
     frame: pd.DataFrame, by: Sequence[str], finish: Callable[[pd.DataFrame], dict]
 ) -> pd.DataFrame:

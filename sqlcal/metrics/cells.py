@@ -14,6 +14,7 @@ import pandas as pd
 
 from sqlcal import summaries
 from sqlcal.metrics import groups as split_groups
+from sqlcal.metrics import key_tuple
 from sqlcal.source import Source
 
 #: cells of the first histogram (2^10); a zoom multiplies by the same factor, so cell ids at
@@ -50,14 +51,14 @@ def equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
     """
     by = list(src.by)
     scale = CELLS
-    pieces = {_key_of(k): part.sort_values("cell", ignore_index=True)
+    pieces = {key_tuple(k): part.sort_values("cell", ignore_index=True)
               for k, part in split_groups(cells_summary(src, parts), by)}
     wanted = {key: _edge_pieces(part, bins, src.integer_weights) for key, part in pieces.items()}
     while _rows_to_fetch(pieces, wanted) > LEVEL_ROWS and scale * ZOOM <= 2**50:
         ids = {key: part.loc[wanted[key], "cell"].tolist() for key, part in pieces.items()}
         sub = src.scan(("zoom", scale, _key(ids), parts), lambda: summaries.cells(
             src.rows, src.by, scale * ZOOM, parts, weighted=src.weighted, within=(scale, ids)))
-        sub_parts = {_key_of(k): p for k, p in split_groups(sub, by)}
+        sub_parts = {key_tuple(k): p for k, p in split_groups(sub, by)}
         for key, part in pieces.items():
             finer = sub_parts.get(key, sub.iloc[:0])
             finer = finer[(finer["cell"] // ZOOM).isin(ids[key])]
@@ -72,7 +73,7 @@ def equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
     if any(ids.values()):
         frame = src.scan(("levels", scale, _key(ids), parts), lambda: summaries.cell_levels(
             src.rows, src.by, scale, ids, parts, weighted=src.weighted))
-        levels = {_key_of(k): p for k, p in split_groups(frame, by)}
+        levels = {key_tuple(k): p for k, p in split_groups(frame, by)}
     out = []
     for key, part in pieces.items():
         own = part.loc[wanted[key]]
@@ -93,11 +94,6 @@ def equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
         keys = dict(zip(by, key))
         out.append(agg.assign(**keys, **{f"e{i}": e for i, e in enumerate(edges, start=1)}))
     return pd.concat(out, ignore_index=True)
-
-
-def _key_of(keys: dict) -> tuple:
-    # NaN != NaN, so a NULL group key would miss itself in a dict: use None for it
-    return tuple(None if pd.isna(v) else v for v in keys.values())
 
 
 def _key(ids: dict) -> tuple:
