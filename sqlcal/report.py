@@ -15,6 +15,7 @@ import pandas as pd
 from sqlcal.metrics.binned import bins_summary, brier_decomposition, ece, hosmer_lemeshow
 from sqlcal.metrics.cells import cells_summary
 from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
+from sqlcal.metrics.smooth import ls_ece, smooth_ece
 from sqlcal.metrics.scores import (brier, calibration_in_the_large, log_loss, spiegelhalter,
                                    totals_summary)
 from sqlcal.source import Source, as_source
@@ -43,6 +44,8 @@ METRICS: dict[str, tuple] = {
     ),
     "kuiper": (kuiper, {}, {"kuiper": "kuiper", "p_value": "kuiper_p"}),
     "ks": (ks, {}, {"ks": "ks", "p_value": "ks_p"}),
+    "ls_ece": (ls_ece, {}, {"ls_ece": "ls_ece"}),
+    "smooth_ece": (smooth_ece, {}, {"smooth_ece": "smooth_ece"}),
     "brier_decomposition": (
         brier_decomposition, {},
         {"reliability": "brier_reliability", "resolution": "brier_resolution",

@@ -177,6 +177,13 @@ def test_smooth_reliability_curve(upload):
     df = calibration_data(5000, seed=9)
     curve = sqlcal.smooth_reliability(upload(df), score="p", label="y", points=101)
     assert len(curve) == 101
+    # the Nadaraya–Watson estimate with relplot's kernel, computed on the raw rows
+    from relplot.kernels import ReflectedGaussianKernel
+
+    sigma = curve.sigma.iloc[0]
+    want, _ = ReflectedGaussianKernel(sigma).smooth(df.p.to_numpy(), df.y.to_numpy(float),
+                                                     curve.t.to_numpy())
+    np.testing.assert_allclose(curve.observed, want, atol=1e-6)
     # the density integrates to 1 and the curve is a rate
     assert np.trapezoid(curve.density, curve.t) == pytest.approx(1, abs=0.02)
     dense = curve[curve.density > 0.5]

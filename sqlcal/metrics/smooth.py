@@ -209,9 +209,9 @@ def smooth_reliability(
     points: int = 200,
     **source_options: Any,
 ) -> pd.DataFrame:
-    """The smoothed reliability curve behind :func:`smooth_ece`: per group and evaluation point t
-    in [0, 1], ``observed`` (the kernel estimate of E[y | p = t]), ``density`` (of the scores, so
-    that it integrates to 1) and ``sigma``."""
+    """The smoothed reliability curve: per group and evaluation point t in [0, 1], ``observed``
+    (the Nadaraya–Watson estimate of E[y | p = t] with :func:`smooth_ece`'s kernel and bandwidth,
+    as relplot's diagram draws it), ``density`` (of the scores, integrating to 1) and ``sigma``."""
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     cells = cells_summary(src, ("sums", "moments"), SMOOTH_CELLS)
     frames = []
@@ -221,9 +221,9 @@ def smooth_reliability(
             continue
         width = sigma or _fixed_point(hist)
         t = np.linspace(0, 1, points)
-        residual, density = hist.smooth(width, t)
-        frames.append(pd.DataFrame({**key, "t": t, "observed": t - residual,
-                                    "density": density / (density.mean()), "sigma": width}))
+        observed, density = hist.smooth(width, t, what="label")
+        frames.append(pd.DataFrame({**key, "t": t, "observed": observed,
+                                    "density": density / density.mean(), "sigma": width}))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -278,8 +278,9 @@ class _ScoreHistogram:
         np.add.at(out, left + 1, upper)
         return out
 
-    def smooth(self, sigma: float, t: np.ndarray):
-        """relplot's ReflectedGaussianKernel.smooth of the residual p − y and of the counts."""
+    def smooth(self, sigma: float, t: np.ndarray, what: str = "residual"):
+        """relplot's ReflectedGaussianKernel.smooth of the residual p − y (or, with ``what =
+        "label"``, of y: the Nadaraya–Watson estimate of E[y | p]) and of the counts."""
         nodes = max(2000, round(20 / sigma)) // 2 + 1
         kernel = np.exp(-((np.linspace(0, 1, nodes) - 0.5) ** 2) / (2 * sigma**2))
         kernel /= np.sqrt(2 * np.pi) * sigma
@@ -290,9 +291,12 @@ class _ScoreHistogram:
             smoothed = full[nodes // 2: nodes // 2 + nodes]
             return _interpolate(t, smoothed)
 
-        residual = convolve(self.grid(nodes, self.resid_p, self.resid))
+        if what == "residual":
+            values = convolve(self.grid(nodes, self.resid_p, self.resid))
+        else:  # Σwy and Σwy·p per cell
+            values = convolve(self.grid(nodes, self.pos_p, self.pos))
         density = convolve(self.grid(nodes, self.weight_p, self.weight)) + 1e-4
-        return residual / density, density
+        return values / density, density
 
     def smooth_ece(self, sigma: float | None) -> float:
         sigma = sigma or _fixed_point(self)

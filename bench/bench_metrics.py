@@ -2,9 +2,9 @@
 
 Run from the repository root::
 
-    python bench/bench_binned.py --rows 1e6 1e7                # the usual check (a few minutes)
-    python bench/bench_binned.py --rows 1e8                    # on demand only: ~2 GB of data
-    python bench/bench_binned.py --rows 1e6 --groups 10 --out bench/out/results.json
+    python bench/bench_metrics.py --rows 1e6 1e7                # the usual check (a few minutes)
+    python bench/bench_metrics.py --rows 1e8                    # on demand only: ~2 GB of data
+    python bench/bench_metrics.py --rows 1e6 --groups 10 --out bench/out/results.json
 
 Data. For each row count a DuckDB file ``bench/out/preds_<rows>_<groups>g.duckdb`` (gitignored) holds
 table ``preds``: ``g`` VARCHAR ('g0'..'g9'), ``p`` DOUBLE ~ Beta(2, 5), ``y`` TINYINT ~
@@ -64,12 +64,14 @@ BINS = 15
 THREADS = 2
 REPS = 3
 
-SQLCAL_TASKS = ["ece", "ece_w", "ece_q", "hl", "totals", "report", "cutoff", "cutoff_grid"]
-TASKS = ["floor", "sort", *SQLCAL_TASKS, "peer", "peer_q", "peer_cutoff"]
+SQLCAL_TASKS = ["ece", "ece_w", "ece_q", "hl", "totals", "report", "cutoff", "cutoff_grid",
+                "ls_ece", "smooth_ece"]
+TASKS = ["floor", "sort", *SQLCAL_TASKS, "peer", "peer_q", "peer_cutoff", "peer_smece"]
 CPU_TARGET = {"ece": 3, "ece_w": 3, "totals": 3, "ece_q": 5, "hl": 5,
               "cutoff_grid": 3}  # x CPU(floor)
 SORT_TARGET = {"cutoff": 1.5}  # x CPU(sort): exact cutoff vs the cheapest exact alternative
-PEERS = {"peer": "ece", "peer_q": "ece_q", "peer_cutoff": "cutoff"}  # peer -> sqlcal task
+PEERS = {"peer": "ece", "peer_q": "ece_q", "peer_cutoff": "cutoff",
+         "peer_smece": "smooth_ece"}  # peer -> sqlcal task
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -206,6 +208,15 @@ def run_task(name: str, con):
         sqlcal.cutoff_error(t, **kw, exact=False)
     elif name == "peer_cutoff":
         return task_peer_cutoff(t)
+    elif name == "ls_ece":
+        sqlcal.ls_ece(t, **kw, sigma=0.1)
+    elif name == "smooth_ece":
+        df = sqlcal.smooth_ece(t, **kw)
+        return dict(zip(df["g"], df["smooth_ece"].astype(float)))
+    elif name == "peer_smece":
+        import relplot
+
+        return {k: float(relplot.smECE(p, y)) for k, (p, y) in _fetch(t).items()}
     elif name == "peer":
         return task_peer(t)
     elif name == "peer_q":
