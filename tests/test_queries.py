@@ -1,0 +1,49 @@
+"""Rules every generated query keeps (DESIGN.md): no window spans a group's raw rows without a
+PARTITION BY, and ROWS frames only run over tables whose order key is unique."""
+
+from __future__ import annotations
+
+import re
+
+import ibis
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from sqlcal import summaries
+from sqlcal.source import _check_exprs, _valid_expr
+
+SCHEMA = {"g": "string", "p": "float64", "y": "int64", "w": "float64"}
+
+
+def queries(by):
+    t = ibis.table(SCHEMA, name="predictions")
+    parts = frozenset({"sums", "sw2", "moments", "residuals", "logloss"})
+    wanted = {("a",): [1, 2, 3]} if by else {(): [1, 2, 3]}
+    return {
+        "validation": summaries.validation(t, by, _check_exprs(t, True), _valid_expr(t, True, False)),
+        "totals": summaries.totals(t, by, parts, weighted=True),
+        "uniform_bins": summaries.uniform_bins(t, by, 15, "netcal", parts, weighted=True),
+        "cells": summaries.cells(t, by, 1024, parts, weighted=True),
+        "zoom": summaries.cells(t, by, 2**20, parts, weighted=True, within=(1024, wanted)),
+        "cell_levels": summaries.cell_levels(t, by, 1024, wanted, parts, weighted=True),
+        "cell_extremes": summaries.cell_extremes(t, by, 1024, wanted, weighted=True),
+        "logit_grid": summaries.logit_grid(t, by, 0.005, 1e-6, weighted=True),
+    }
+
+
+@pytest.mark.parametrize("by", [(), ("g",)])
+def test_no_window_spans_a_groups_raw_rows(by):
+    for name, expr in queries(by).items():
+        tree = sqlglot.parse_one(ibis.to_sql(expr, dialect="duckdb"), read="duckdb")
+        for window in tree.find_all(exp.Window):
+            partition = [c.sql() for c in window.args.get("partition_by") or []]
+            assert partition, f"{name}: a window with no PARTITION BY"
+            # the only window on raw rows is the segmented scan, partitioned by the score cell
+            assert any("cell" in c for c in partition), f"{name}: {window.sql()}"
+            spec = window.args.get("spec")
+            if spec is not None:
+                assert spec.args.get("kind", "").upper() == "RANGE", (
+                    f"{name}: a ROWS frame over raw rows splits ties: {window.sql()}")
+            for key in by:
+                assert any(re.search(rf"\b{key}\b", c) for c in partition), name
