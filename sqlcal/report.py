@@ -116,8 +116,9 @@ def _prefetch(src: Source, metrics: Sequence[str], bins: int) -> None:
     if {"ece_quantile", "hosmer_lemeshow", "cutoff_error", "kuiper", "ks"} & set(metrics):
         residuals = ("residuals",) if {"cutoff_error", "kuiper", "ks"} & set(metrics) else ()
         cells_summary(src, ("sums", *residuals, *variance))
-    if "log_loss" in metrics:
-        totals_summary(src, logloss=True)
+    if {"brier", "log_loss", "calibration_in_the_large", "spiegelhalter"} & set(metrics):
+        totals_summary(src, logloss="log_loss" in metrics,
+                       spiegelhalter="spiegelhalter" in metrics)
 
 
 def to_json(table: pd.DataFrame, src_description: dict) -> str:

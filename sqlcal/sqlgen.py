@@ -30,7 +30,8 @@ def reductions() -> dict[str, ibis.Table]:
     checks = _check_exprs(rows, True)
     return {
         "validation": summaries.validation(rows, by, checks, _valid_expr(rows, True, False)),
-        "totals": summaries.totals(rows, by, frozenset({"logloss"}), weighted=True),
+        "totals": summaries.totals(rows, by, frozenset({"logloss", "spiegelhalter"}),
+                                   weighted=True),
         "uniform_bins_15": summaries.uniform_bins(
             rows, by, 15, "sqlcal", frozenset({"sums", "sw2", "moments"}), weighted=True),
         "score_cells_1024": summaries.cells(

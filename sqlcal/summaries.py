@@ -126,9 +126,9 @@ def totals(rows: ir.Table, by: Sequence[str], parts: frozenset, *, weighted: boo
            checks: Callable | None = None) -> ir.Table:
     """One row per group: the totals summary.
 
-    Columns: ``n``, ``W``, ``sw2``, ``swy``, ``swp``, ``p_min``, ``p_max``, ``sw_sq_resid`` =
-    Σw(y−p)², the Spiegelhalter terms ``sw_spieg`` = Σw(y−p)(1−2p), ``sw_spieg_var`` =
-    Σw(1−2p)²p(1−p) and ``sw2_spieg_var`` (with w²), ``sw_logloss`` = Σw·(−y ln p − (1−y)ln(1−p))
+    Columns: ``n``, ``W``, ``swy``, ``swp``, ``p_min``, ``p_max``, ``sw_sq_resid`` = Σw(y−p)²;
+    with part ``"spiegelhalter"`` ``sw_spieg`` = Σw(y−p)(1−2p), ``sw_spieg_var`` =
+    Σw(1−2p)²p(1−p) and ``sw2_spieg_var`` (with w²); ``sw_logloss`` = Σw·(−y ln p − (1−y)ln(1−p))
     over finite terms and ``n_infinite_logloss`` (with part ``"logloss"``: a log per row costs
     about a bare scan, so only the log loss asks for it).
     """
@@ -140,19 +140,20 @@ def totals(rows: ir.Table, by: Sequence[str], parts: frozenset, *, weighted: boo
     # 0·log 0 = 0: the log is taken only where its coefficient is non-zero and its argument
     # positive (Postgres raises on ln(0)); a positive-weight row with y > 0 at p = 0 (or y < 1 at
     # p = 1) has infinite loss and is counted instead.
-    metrics = _sums(rows, parts | {"sums", "sw2"}, weighted=weighted) | dict(
+    metrics = _sums(rows, parts | {"sums"}, weighted=weighted) | dict(
         sw_sq_resid=times(r * r).sum(),
-        sw_spieg=times(r * (1 - 2 * p)).sum(),
-        sw_spieg_var=times(spieg_var).sum(),
     )
+    if "spiegelhalter" in parts:
+        metrics |= dict(sw_spieg=times(r * (1 - 2 * p)).sum(),
+                        sw_spieg_var=times(spieg_var).sum())
+        if weighted:
+            metrics["sw2_spieg_var"] = (w * w * spieg_var).sum()
     if "logloss" in parts:
         log_p = ibis.ifelse(p > 0, p, 1.0).ln()
         log_q = ibis.ifelse(p < 1, 1 - p, 1.0).ln()
         loss = -(ibis.ifelse(y > 0, y * log_p, 0.0) + ibis.ifelse(y < 1, (1 - y) * log_q, 0.0))
         infinite = (w > 0) & (((p == 0) & (y > 0)) | ((p == 1) & (y < 1)))
         metrics |= dict(sw_logloss=times(loss).sum(), n_infinite_logloss=rows.count(where=infinite))
-    if weighted:
-        metrics["sw2_spieg_var"] = (w * w * spieg_var).sum()
     return _aggregate(rows, by, **metrics, **(checks(rows) if checks else {}))
 
 

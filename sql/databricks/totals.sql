@@ -7,7 +7,6 @@ SELECT
   SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
   SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
   MIN(`t1`.`p`) AS `p_min`,
-  SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
   SUM(`t1`.`w` * (
     (
       `t1`.`y` - `t1`.`p`
@@ -40,6 +39,19 @@ SELECT
     )
   ) AS `sw_spieg_var`,
   SUM(
+    `t1`.`w` * `t1`.`w` * (
+      (
+        POWER((
+          1 - (
+            `t1`.`p` * 2
+          )
+        ), 2)
+      ) * `t1`.`p` * (
+        1 - `t1`.`p`
+      )
+    )
+  ) AS `sw2_spieg_var`,
+  SUM(
     `t1`.`w` * -(
       IF(`t1`.`y` > 0, `t1`.`y` * LN(IF(`t1`.`p` > 0, `t1`.`p`, 1.0)), 0.0) + IF(`t1`.`y` < 1, (
         1 - `t1`.`y`
@@ -66,20 +78,7 @@ SELECT
         )
       )
     ) AS BIGINT)
-  ) AS `n_infinite_logloss`,
-  SUM(
-    `t1`.`w` * `t1`.`w` * (
-      (
-        POWER((
-          1 - (
-            `t1`.`p` * 2
-          )
-        ), 2)
-      ) * `t1`.`p` * (
-        1 - `t1`.`p`
-      )
-    )
-  ) AS `sw2_spieg_var`
+  ) AS `n_infinite_logloss`
 FROM (
   SELECT
     `t0`.`segment`,

@@ -7,7 +7,6 @@ SELECT
   SUM("t1"."w" * "t1"."y") AS "swy",
   SUM("t1"."w" * "t1"."p") AS "swp",
   MIN("t1"."p") AS "p_min",
-  SUM("t1"."w" * "t1"."w") AS "sw2",
   SUM("t1"."w" * (
     (
       "t1"."y" - "t1"."p"
@@ -39,6 +38,19 @@ SELECT
       )
     )
   ) AS "sw_spieg_var",
+  SUM(
+    "t1"."w" * "t1"."w" * (
+      (
+        POWER((
+          1 - (
+            "t1"."p" * 2
+          )
+        ), 2)
+      ) * "t1"."p" * (
+        1 - "t1"."p"
+      )
+    )
+  ) AS "sw2_spieg_var",
   SUM(
     "t1"."w" * -(
       CASE
@@ -73,20 +85,7 @@ SELECT
           "t1"."y" < 1
         )
       )
-    )) AS "n_infinite_logloss",
-  SUM(
-    "t1"."w" * "t1"."w" * (
-      (
-        POWER((
-          1 - (
-            "t1"."p" * 2
-          )
-        ), 2)
-      ) * "t1"."p" * (
-        1 - "t1"."p"
-      )
-    )
-  ) AS "sw2_spieg_var"
+    )) AS "n_infinite_logloss"
 FROM (
   SELECT
     "t0"."segment",

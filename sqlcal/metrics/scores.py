@@ -159,7 +159,7 @@ def spiegelhalter(
     """
     check_weight_kind(weight_kind)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    t = totals_summary(src)
+    t = totals_summary(src, spiegelhalter=True)
     src.require_binary_labels("Spiegelhalter's test")
     weight_kind = resolve_weight_kind(src, weight_kind)
     var = t["sw_spieg_var"] if weight_kind == "frequency" or not src.weighted else t["sw2_spieg_var"]
@@ -170,8 +170,11 @@ def spiegelhalter(
     return out
 
 
-def totals_summary(src: Source, *, logloss: bool = False) -> pd.DataFrame:
-    """The totals summary of ``src`` (one row per group), computed once and cached on it."""
-    parts = frozenset({"logloss"} if logloss else ())
+def totals_summary(src: Source, *, logloss: bool = False, spiegelhalter: bool = False
+                   ) -> pd.DataFrame:
+    """The totals summary of ``src`` (one row per group), computed once and cached on it; the
+    log and Spiegelhalter terms only when asked for."""
+    parts = frozenset(name for name, on in (("logloss", logloss), ("spiegelhalter", spiegelhalter))
+                      if on)
     return src.summary(("totals",), parts, lambda checks: summaries.totals(
         src.rows, src.by, parts, weighted=src.weighted, checks=checks)).copy()
