@@ -378,6 +378,10 @@ def _filter_sql(base: ir.Table, condition: str) -> ir.Table:
         raise ValueError(f"where={condition!r} is not a SQL condition: {e}") from None
     if isinstance(predicate, (exp.Query, exp.Command)) or predicate.find(exp.Query):
         raise ValueError(f"where={condition!r} must be a condition, not a query")
+    # an in-memory frame is registered with the engine only when a query runs; this query is
+    # built from SQL text, so register it now (Ibis 12 has no public call for this)
+    if hasattr(backend, "_register_in_memory_tables"):
+        backend._register_in_memory_tables(base)
     inner = sqlglot.parse_one(str(ibis.to_sql(base)), dialect=dialect)
     query = exp.select("*").from_(inner.subquery("t")).where(predicate)
     return backend.sql(query.sql(dialect=dialect))
