@@ -37,7 +37,7 @@ def test_decisions_equal_scipy_everywhere():
         far = ~near_endpoint(q, intervals)
         np.testing.assert_array_equal(~accepted(q[far], intervals), want[far])
         checked += len(q)
-    assert checked > 9000
+    assert checked > 8000
 
 
 @pytest.mark.parametrize("k, n, q, rejected", [  # spec §1.4 special cases and rounding
