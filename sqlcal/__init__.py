@@ -5,6 +5,7 @@ The engine reduces the rows to small summaries (Ibis queries); numpy and scipy f
 
 from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
 from sqlcal.metrics.binned import brier_decomposition, ece, hosmer_lemeshow, reliability
+from sqlcal.metrics.tce import tce, tce_bins
 from sqlcal.metrics.smooth import ls_ece, smooth_ece, smooth_reliability
 from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
 from sqlcal.report import report
@@ -31,4 +32,6 @@ __all__ = [
     "smooth_ece",
     "smooth_reliability",
     "spiegelhalter",
+    "tce",
+    "tce_bins",
 ]

@@ -136,8 +136,9 @@ class Source:
         rows = int(frame["n"].sum())
         if rows == 0:
             raise InvalidInputError("the table has no rows to measure (after where=)")
-        key = next((c for c in ("bin", "cell", "k") if c in frame), None)
-        # a NULL score has a NULL bin; a negative one a negative bin (logit nodes may be negative)
+        key = next((c for c in ("bin", "cell", "k", "p") if c in frame), None)
+        # a NULL score has a NULL bin (or level); a negative one a negative bin (logit nodes may
+        # be negative)
         null_or_negative = key is not None and bool(
             (frame[key].isna() | ((frame[key] < 0) & (key != "k"))).any())
 

@@ -288,3 +288,12 @@ def logit_grid(rows: ir.Table, by: Sequence[str], delta: float, clip: float, *,
                        ("vy", times(t.y * g * h))):
         sums |= {f"{name}_lo": (mass * g).sum(), f"{name}_hi": (mass * h).sum()}
     return t.group_by([*by, "k"]).aggregate(**sums, **(checks(t) if checks else {}))
+
+
+def levels(rows: ir.Table, by: Sequence[str], parts: frozenset, *, weighted: bool,
+           checks: Callable | None = None) -> ir.Table:
+    """The levels summary: one row per group and distinct score ``p`` with the sums of
+    :func:`_sums` (as large as the number of distinct scores: for sequential algorithms over
+    them, such as PAVA-BC)."""
+    sums = _sums(rows, parts, weighted=weighted)
+    return rows.group_by([*by, "p"]).aggregate(**sums, **(checks(rows) if checks else {}))
