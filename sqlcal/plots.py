@@ -12,6 +12,7 @@ from sqlcal.metrics import groups, key_tuple
 from sqlcal.metrics.binned import reliability
 from sqlcal.metrics.cells import cells_summary
 from sqlcal.metrics.smooth import smooth_ece, smooth_reliability
+from sqlcal.metrics.tce import tce_bins
 from sqlcal.source import as_source
 
 
@@ -94,6 +95,46 @@ def smooth_reliability_diagram(
     ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="score", ylabel="smoothed observed rate",
            title="Smoothed reliability (relplot's kernel)")
     ax.legend(loc="upper left", fontsize="small")
+    return ax
+
+
+def tce_diagram(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    ax=None,
+    **options: Any,
+):
+    """TCE's test-based reliability diagram: for each bin, its predictions (the diagonal over the
+    bin's score range) against its observed rate (a horizontal bar), the scores the test accepts
+    drawn solid and the rejected ones dotted, with the count of rejected predictions. One group
+    (pass ``where=`` to pick it). ``options`` go to :func:`sqlcal.tce_bins`. Returns the Axes."""
+    plt = _pyplot()
+    table = tce_bins(data, score=score, label=label, weight=weight, by=by, where=where, **options)
+    keys = list(table.columns[: table.columns.get_loc("bin")])
+    if keys and table[keys].drop_duplicates().shape[0] > 1:
+        raise ValueError("tce_diagram draws one group: filter with where=")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 6))
+    ax.plot([0, 1], [0, 1], color="0.8", lw=1, ls="--")
+    for _, row in table.iterrows():
+        lo, hi = row["score_min"], row["score_max"]
+        ax.plot([lo, hi], [row["rate"], row["rate"]], color="C0", lw=2.5, solid_capstyle="butt")
+        ax.plot([lo, hi], [lo, hi], color="C3", lw=1, ls=":")  # rejected unless accepted below
+        for a, b in row["accepted"]:
+            a, b = max(a, lo), min(b, hi)
+            if a <= b:
+                ax.plot([a, b], [a, b], color="C2", lw=2.5)
+        ax.annotate(f"{row['rejected']:.0f}/{row['W']:.0f}", ((lo + hi) / 2, row["rate"]),
+                    textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+    total = 100 * table["rejected"].sum() / table["W"].sum()
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="prediction (bin's score range)",
+           ylabel="observed rate of the bin",
+           title=f"TCE {total:.1f}%: predictions accepted (green) or rejected (red)")
     return ax
 
 

@@ -16,6 +16,7 @@ from sqlcal.metrics.binned import bins_summary, brier_decomposition, ece, hosmer
 from sqlcal.metrics.cells import cells_summary
 from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
 from sqlcal.metrics.smooth import ls_ece, smooth_ece
+from sqlcal.metrics.tce import tce
 from sqlcal.metrics.scores import (brier, calibration_in_the_large, log_loss, spiegelhalter,
                                    totals_summary)
 from sqlcal.source import Source, as_source
@@ -45,6 +46,7 @@ METRICS: dict[str, tuple] = {
     "kuiper": (kuiper, {}, {"kuiper": "kuiper", "p_value": "kuiper_p"}),
     "ks": (ks, {}, {"ks": "ks", "p_value": "ks_p"}),
     "ls_ece": (ls_ece, {}, {"ls_ece": "ls_ece"}),
+    "tce": (tce, {}, {"tce": "tce", "n_bins": "tce_bins"}),
     "smooth_ece": (smooth_ece, {}, {"smooth_ece": "smooth_ece"}),
     "brier_decomposition": (
         brier_decomposition, {},

@@ -65,3 +65,16 @@ def test_smooth_reliability_diagram_draws_the_kernel_curve(upload, tmp_path):
     path = tmp_path / "smooth.png"
     ax.figure.savefig(path)
     assert path.stat().st_size > 10_000
+
+
+def test_tce_diagram_draws_each_bin(upload, tmp_path):
+    df = calibration_data(3000, seed=4)
+    ax = plots.tce_diagram(upload(df), score="p", label="y", strategy="quantile")
+    table = sqlcal.tce_bins(upload(df), score="p", label="y", strategy="quantile")
+    bars = [line for line in ax.get_lines() if line.get_linewidth() == 2.5
+            and line.get_color() == "C0"]
+    np.testing.assert_allclose(sorted(b.get_ydata()[0] for b in bars), sorted(table.rate))
+    labels = sorted(t.get_text() for t in ax.texts)
+    assert labels == sorted(f"{r:.0f}/{w:.0f}" for r, w in zip(table.rejected, table.W))
+    ax.figure.savefig(tmp_path / "tce.png")
+    assert (tmp_path / "tce.png").stat().st_size > 10_000

@@ -147,3 +147,25 @@ def test_ttest_variant_equals_ttest_1samp(upload):
         labels = df.y[ids == b].to_numpy(float)
         want = sum(stats.ttest_1samp(labels, q).pvalue <= 0.05 for q in df.p[ids == b])
         assert got.rejected[b] == want
+
+
+def test_soft_labels_and_bad_options_are_refused(upload):
+    df = calibration_data(200, seed=7)
+    soft = upload(df.assign(y=np.where(df.y == 1, 0.9, 0.1)))
+    with pytest.raises(InvalidInputError, match="TCE needs labels in {0, 1}"):
+        sqlcal.tce(soft, score="p", label="y", soft_labels=True)
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        sqlcal.tce(upload(df), score="p", label="y", strategy="ntile")
+    with pytest.raises(ValueError, match="n_min .* must not exceed n_max"):
+        sqlcal.tce(upload(df), score="p", label="y", n_min=50, n_max=10)
+
+
+def test_tce_grows_with_n_for_a_calibrated_model(upload):
+    # the paper's Table 12 effect, with bins as fractions of N
+    rng = np.random.default_rng(8)
+    values = []
+    for n in (2_000, 50_000):
+        p = rng.uniform(0.05, 0.95, n)
+        df = pd.DataFrame({"p": p, "y": (rng.random(n) < p).astype(int)})
+        values.append(sqlcal.tce(upload(df), score="p", label="y").tce.iloc[0])
+    assert values[1] > values[0] + 5
