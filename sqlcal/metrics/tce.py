@@ -141,41 +141,54 @@ def tce_bins(
         raise ValueError(f"alpha must be in (0, 1), not {alpha!r}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     if strategy == "pavabc":
-        pieces = _pavabc_pieces(src, n_min, n_max, tail_rule)
+        table = _pavabc_table(src, n_min, n_max, tail_rule, alpha, test)
     else:
         if not isinstance(bins, (int, np.integer)) or bins < 1:
             raise ValueError(f"bins must be a positive integer, not {bins!r}")
-        pieces = _histogram_pieces(src, strategy, bins)
-    table = _count_rejections(src, pieces, alpha, test)
+        table = _count_rejections(src, _histogram_pieces(src, strategy, bins), alpha, test)
     table.attrs = {"strategy": strategy, "alpha": alpha, "test": test, "bins": bins,
                    "n_min": n_min, "n_max": n_max, "tail_rule": tail_rule, "source": src}
     return table
 
 
-# -- pieces: disjoint score ranges with counts, each assigned to a bin ------------------------
-# A "piece" is a whole score cell of the histogram, or one distinct score (a level). Columns:
-# keys, bin, p_min, p_max, n, W, swy, swp, level (True for a single score).
+# -- bins ------------------------------------------------------------------------------------
+# For uniform and quantile bins a "piece" is a whole score cell of the histogram, or one
+# distinct score (a level). Columns: keys, bin, p_min, p_max, n, W, swy, swp, level.
 
 
-def _pavabc_pieces(src: Source, n_min, n_max, tail_rule) -> pd.DataFrame:
-    # PAVA-BC is sequential over the distinct scores of a group: the levels summary, one pass
+def _pavabc_table(src: Source, n_min, n_max, tail_rule, alpha, test) -> pd.DataFrame:
+    # PAVA-BC is sequential over the distinct scores of a group: the levels summary, one pass;
+    # every level's score is then at hand, so rejections are decided level by level in numpy
     levels = src.summary(("levels",), frozenset({"sums"}), lambda checks: summaries.levels(
         src.rows, src.by, frozenset({"sums"}), weighted=src.weighted, checks=checks))
     _require_counts(src)
-    out = []
+    rows = []
     for key, part in groups(levels, list(src.by)):
-        part = part.sort_values("p", ignore_index=True)
-        W = part["W"].to_numpy(float)
+        order = np.argsort(part["p"].to_numpy(float), kind="stable")
+        p = part["p"].to_numpy(float)[order]
+        W, Y = part["W"].to_numpy(float)[order], part["swy"].to_numpy(float)[order]
+        n_rows, wp = part["n"].to_numpy()[order], part["swp"].to_numpy(float)[order]
         N = int(round(W.sum()))
         lo = int(N / 20) if n_min is None else int(n_min)
         hi = int(N / 5) if n_max is None else int(n_max)
         if lo > hi:
             raise ValueError(f"n_min ({lo}) must not exceed n_max ({hi})")
-        starts = pavabc(W, part["swy"].to_numpy(float), lo, hi, tail_rule)
-        bin_id = np.searchsorted(starts, np.arange(len(part)), side="right") - 1
-        out.append(part.assign(bin=bin_id, p_min=part["p"], p_max=part["p"], level=True,
-                               **key))
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+        starts = pavabc(W, Y, lo, hi, tail_rule)
+        ends = np.append(starts[1:], len(p))
+        for b, (s, e) in enumerate(zip(starts, ends)):
+            k, n = float(Y[s:e].sum()), float(W[s:e].sum())
+            intervals = _acceptance(k, n, alpha, test)
+            rejected = float(W[s:e][_decide(k, n, p[s:e], alpha, test, intervals)].sum())
+            rows.append(_bin_row(key, b, p[s], p[e - 1], int(n_rows[s:e].sum()), n, k,
+                                 float(wp[s:e].sum()), intervals, rejected))
+    return pd.DataFrame(rows)
+
+
+def _bin_row(key, b, score_min, score_max, n_rows, n, k, wp, intervals, rejected) -> dict:
+    return {**key, "bin": b, "score_min": score_min, "score_max": score_max, "n": n_rows,
+            "W": n, "k": k, "rate": k / n if n > 0 else np.nan,
+            "mean_score": wp / n if n > 0 else np.nan, "accepted": intervals,
+            "rejected": rejected, "tce_bin": 100 * rejected / n if n > 0 else np.nan}
 
 
 def pavabc(W: np.ndarray, Y: np.ndarray, n_min: int, n_max: int, tail_rule: str = "code"):
@@ -321,13 +334,10 @@ def _count_rejections(src: Source, pieces: pd.DataFrame, alpha: float, test: str
             lv = lv[lv["cell"].isin(part.loc[unsure, "cell"])]
             rej = _decide(k, n, lv["p"].to_numpy(float), alpha, test, intervals)
             accepted_w += float(lv.loc[~rej, "W"].sum())
-        rejected = n - accepted_w
-        rows.append({**key, "score_min": float(part["p_min"].min()),
-                     "score_max": float(part["p_max"].max()), "n": int(part["n"].sum()),
-                     "W": n, "k": k, "rate": k / n if n > 0 else np.nan,
-                     "mean_score": float(part["swp"].sum()) / n if n > 0 else np.nan,
-                     "accepted": intervals, "rejected": rejected,
-                     "tce_bin": 100 * rejected / n if n > 0 else np.nan})
+        group = {c: key[c] for c in by}
+        rows.append(_bin_row(group, key["bin"], float(part["p_min"].min()),
+                             float(part["p_max"].max()), int(part["n"].sum()), n, k,
+                             float(part["swp"].sum()), intervals, n - accepted_w))
     table = pd.DataFrame(rows)
     return table.sort_values([*by, "bin"], ignore_index=True) if len(table) else table
 
