@@ -150,6 +150,8 @@ class Source:
                         or (hi > high).any())
 
         soft = float(frame["chk_y_soft"].sum()) if "chk_y_soft" in frame else 0.0
+        if "p_max" not in frame:  # the levels summary: its key is the score
+            frame = frame.assign(p_min=frame["p"], p_max=frame["p"])
         problems = [
             null_or_negative,
             int(frame["chk_p_count"].sum()) < rows,

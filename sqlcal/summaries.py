@@ -296,4 +296,5 @@ def levels(rows: ir.Table, by: Sequence[str], parts: frozenset, *, weighted: boo
     :func:`_sums` (as large as the number of distinct scores: for sequential algorithms over
     them, such as PAVA-BC)."""
     sums = _sums(rows, parts, weighted=weighted)
+    sums.pop("p_max"), sums.pop("p_min", None)  # the key p is the score itself
     return rows.group_by([*by, "p"]).aggregate(**sums, **(checks(rows) if checks else {}))

@@ -39,6 +39,8 @@ FIRST_SCANS = [
     lambda t: sqlcal.hosmer_lemeshow(t, score="p", label="y", weight="w"),
     lambda t: sqlcal.brier(t, score="p", label="y", weight="w"),
     lambda t: sqlcal.cutoff_error(t, score="p", label="y", weight="w", by="g"),
+    lambda t: sqlcal.tce(t, score="p", label="y", weight="w", by="g"),
+    lambda t: sqlcal.ls_ece(t, score="p", label="y", weight="w", by="g"),
 ]
 
 
@@ -50,7 +52,8 @@ def test_bad_rows_raise_with_column_problem_and_count(upload, cols, message, fir
         FIRST_SCANS[first](t)
 
 
-@pytest.mark.parametrize("metric", [sqlcal.brier, sqlcal.ece, sqlcal.cutoff_error])
+@pytest.mark.parametrize("metric", [sqlcal.brier, sqlcal.ece, sqlcal.cutoff_error, sqlcal.tce,
+                                    sqlcal.ls_ece])
 def test_nan_is_reported_as_nan(con, metric):
     # NaN survives in an engine table (pandas uploads turn NaN into NULL, so insert it in SQL)
     t = con.sql("SELECT * FROM (VALUES (0.2::DOUBLE, 1), ('NaN'::DOUBLE, 0), ('NaN'::DOUBLE, 1)) "
