@@ -113,7 +113,6 @@ def test_noise_floor_is_the_mean_of_a_calibrated_model():
     values = []
     for _ in range(200):
         df = pd.DataFrame({"p": p, "y": (rng.random(p.size) < p).astype(int)})
-        r = np.sort(p)
         s = np.concatenate([[0], np.cumsum((df.y.to_numpy() - p)[np.argsort(p)])])
         values.append((s.max() - s.min()) / p.size)
     floor = sqlcal.cutoff_error(df, score="p", label="y").noise_floor.iloc[0]

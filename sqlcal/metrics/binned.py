@@ -10,8 +10,7 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import summaries
-from sqlcal.metrics import (check_weight_kind, per_group, resolve_weight_kind, result, safe_div,
-                            variance_parts)
+from sqlcal.metrics import (check_weight_kind, per_group, resolve_weight_kind, result, variance_parts)
 from sqlcal.metrics.cells import equal_mass_bins, summary_parts
 from sqlcal.source import Source, as_source
 

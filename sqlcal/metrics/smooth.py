@@ -15,7 +15,7 @@ from scipy import signal, special, stats
 from sqlcal import summaries
 from sqlcal.metrics import groups, per_group, result
 from sqlcal.metrics.cells import cells_summary
-from sqlcal.source import Source, as_source
+from sqlcal.source import as_source
 
 NOISES = ("gaussian", "uniform")
 #: cells of the score histogram behind smECE: each cell's rows sit within 2^-14 of each other,
