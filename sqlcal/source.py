@@ -154,7 +154,7 @@ class Source:
             frame = frame.assign(p_min=frame["p"], p_max=frame["p"])
         problems = [
             null_or_negative,
-            int(frame["chk_p_count"].sum()) < rows,
+            "chk_p_count" in frame and int(frame["chk_p_count"].sum()) < rows,
             int(frame["chk_y_count"].sum()) < rows,
             frame["p_max"].isna().any(),  # a group of NULL scores only
             outside("p_min", "p_max"),
