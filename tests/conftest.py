@@ -1,8 +1,15 @@
-"""Shared fixtures: the engine connection ``con`` and a helper that uploads a frame to it."""
+"""Shared fixtures: the engine connection ``con`` and a helper that uploads a frame to it.
+
+``con`` runs every engine test on DuckDB, and on PostgreSQL when a server answers at
+``SQLCAL_POSTGRES_URL`` (default ``postgres://postgres:postgres@localhost:5432/sqlcal_test``);
+``.ci/run`` starts one. Without a server the Postgres cases are skipped with the reason printed
+(``-ra``).
+"""
 
 from __future__ import annotations
 
 import itertools
+import os
 
 import ibis
 import numpy as np
@@ -10,14 +17,25 @@ import pandas as pd
 import pytest
 
 _names = (f"t{i}" for i in itertools.count())
+POSTGRES_URL = os.environ.get("SQLCAL_POSTGRES_URL",
+                              "postgres://postgres:postgres@localhost:5432/sqlcal_test")
+ENGINES = ["duckdb", "postgres"]
 
 
-@pytest.fixture(scope="session", params=["duckdb"])
+def _postgres():
+    try:
+        return ibis.connect(POSTGRES_URL)
+    except Exception as e:  # no server, no driver, no database
+        pytest.skip(f"PostgreSQL is not reachable at {POSTGRES_URL}: {type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else ''}")
+
+
+@pytest.fixture(scope="session", params=ENGINES)
 def con(request):
     """An engine connection; every metric test runs against each engine available."""
     if request.param == "duckdb":
         return ibis.duckdb.connect()
-    raise ValueError(request.param)
+    return _postgres()
 
 
 @pytest.fixture
@@ -25,7 +43,7 @@ def upload(con):
     """upload(df) -> an Ibis table holding df in the engine under test."""
 
     def _upload(df: pd.DataFrame):
-        return con.create_table(next(_names), df)
+        return con.create_table(next(_names), df, temp=con.name == "postgres")
 
     return _upload
 
@@ -45,3 +63,17 @@ def calibration_data(n: int, seed: int = 0, *, groups: int = 0, ties: bool = Fal
     if weights:
         df["w"] = rng.exponential(size=n)
     return df
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print how many tests ran on each engine."""
+    counts = {}
+    for outcome in ("passed", "failed", "skipped"):
+        for report in terminalreporter.stats.get(outcome, []):
+            for engine in ENGINES:
+                if f"[{engine}" in report.nodeid:
+                    counts.setdefault(engine, {}).setdefault(outcome, 0)
+                    counts[engine][outcome] += 1
+    for engine, by_outcome in counts.items():
+        summary = ", ".join(f"{n} {o}" for o, n in sorted(by_outcome.items()))
+        terminalreporter.write_line(f"engine {engine}: {summary}")
