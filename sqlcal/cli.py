@@ -34,8 +34,20 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--on-invalid", choices=["raise", "drop"], default="raise")
     rep.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    sql = commands.add_parser("sql", help="print the SQL of a metric's reduction for a dialect")
+    sql.add_argument("metric")
+    sql.add_argument("--dialect", default="duckdb",
+                     help="duckdb, postgres, bigquery, snowflake, trino, databricks (Spark SQL)")
+    sql.add_argument("--table", required=True)
+    sql.add_argument("--score", required=True)
+    sql.add_argument("--label", required=True)
+    sql.add_argument("--weight")
+    sql.add_argument("--by", default="", help="comma-separated group keys")
+
     args = parser.parse_args(argv)
     try:
+        if args.command == "sql":
+            return _sql(args)
         return _demo(args) if args.command == "demo" else _report(args)
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"sqlcal: error: {e}", file=sys.stderr)
@@ -49,6 +61,16 @@ def _demo(args) -> int:
     print(f"wrote {args.rows} rows to table {args.table!r} in {args.path}")
     print(f"next: sqlcal report {args.path} --table {args.table} --score score --label label "
           "--weight weight --by model,segment")
+    return EXIT_OK
+
+
+def _sql(args) -> int:
+    from sqlcal.sqlgen import metric_sql
+
+    dialect = {"spark": "databricks"}.get(args.dialect, args.dialect)
+    by = tuple(k.strip() for k in args.by.split(",") if k.strip())
+    print(metric_sql(args.metric, dialect, table=args.table, score=args.score, label=args.label,
+                     weight=args.weight, by=by))
     return EXIT_OK
 
 

@@ -26,17 +26,48 @@ def reductions() -> dict[str, ibis.Table]:
     """name -> the Ibis expression of each core reduction over the canonical table."""
     t = ibis.table(SCHEMA, name="predictions")
     rows = t.select("segment", p=t.score.cast("float64"), y=t.label, w=t.weight)
-    by = ("segment",)
-    checks = _check_exprs(rows, True)
+    return _reductions(rows, ("segment",), weighted=True)
+
+
+def _reductions(rows, by, *, weighted: bool) -> dict[str, ibis.Table]:
+    variance = {"sw2"} if weighted else set()
     return {
-        "validation": summaries.validation(rows, by, checks, _valid_expr(rows, True, False)),
+        "validation": summaries.validation(rows, by, _check_exprs(rows, weighted),
+                                           _valid_expr(rows, weighted, False)),
         "totals": summaries.totals(rows, by, frozenset({"logloss", "spiegelhalter"}),
-                                   weighted=True),
+                                   weighted=weighted),
         "uniform_bins_15": summaries.uniform_bins(
-            rows, by, 15, "sqlcal", frozenset({"sums", "sw2", "moments"}), weighted=True),
+            rows, by, 15, "sqlcal", frozenset({"sums", "moments"} | variance),
+            weighted=weighted),
         "score_cells_1024": summaries.cells(
-            rows, by, 1024, frozenset({"sums", "sw2", "residuals"}), weighted=True),
+            rows, by, 1024, frozenset({"sums", "residuals"} | variance), weighted=weighted),
     }
+
+
+#: metric -> the reduction its first pass runs (follow-up passes depend on the data)
+METRIC_REDUCTIONS = {
+    "ece": "uniform_bins_15", "reliability": "uniform_bins_15",
+    "brier_decomposition": "uniform_bins_15", "brier": "totals", "log_loss": "totals",
+    "spiegelhalter": "totals", "calibration_in_the_large": "totals",
+    "hosmer_lemeshow": "score_cells_1024", "cutoff_error": "score_cells_1024",
+    "kuiper": "score_cells_1024", "ks": "score_cells_1024", "tce": "score_cells_1024",
+    "smooth_ece": "score_cells_1024", "validation": "validation", "totals": "totals",
+}
+
+
+def metric_sql(metric: str, dialect: str, *, table: str, score: str, label: str,
+               weight: str | None = None, by: tuple[str, ...] = ()) -> str:
+    """The SQL of a metric's first reduction for a named table and columns (score DOUBLE, label
+    integer, weight DOUBLE, keys text), built from the same expressions as the library."""
+    if metric not in METRIC_REDUCTIONS:
+        raise ValueError(f"no SQL for {metric!r}; choose from {sorted(METRIC_REDUCTIONS)}")
+    schema = {**{k: "string" for k in by}, score: "float64", label: "int64",
+              **({weight: "float64"} if weight else {})}
+    t = ibis.table(schema, name=table)
+    rows = t.select(*by, p=t[score].cast("float64"), y=t[label],
+                    w=t[weight].cast("float64") if weight else ibis.literal(1.0))
+    expr = _reductions(rows, by, weighted=weight is not None)[METRIC_REDUCTIONS[metric]]
+    return ibis.to_sql(expr, dialect=dialect).strip() + ";"
 
 
 def render(dialect: str) -> dict[str, str]:

@@ -35,3 +35,26 @@ def test_duckdb_sql_runs_and_gives_the_library_numbers():
         lambda f: (f.swy - f.swp).abs().sum() / f.W.sum(), include_groups=False)
     want = sqlcal.ece(df, score="score", label="label", weight="weight", by="segment")
     np.testing.assert_allclose(ece.sort_index().to_numpy(), want.ece.to_numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dialect", ["duckdb", "postgres", "bigquery", "snowflake", "trino", "spark"])
+def test_sql_command_prints_parseable_sql(capsys, dialect):
+    from sqlcal.cli import main
+
+    assert main(["sql", "ece", "--dialect", dialect, "--table", "preds", "--score", "p",
+                 "--label", "y", "--by", "segment,day"]) == 0
+    text = capsys.readouterr().out
+    tree = sqlglot.parse_one(text, read=dialect)
+    assert "preds" in text and tree.find(sqlglot.exp.Group) is not None
+
+
+def test_sql_command_runs_on_duckdb(capsys):
+    from sqlcal.cli import main
+
+    df = calibration_data(500, seed=4, groups=2)
+    con = ibis.duckdb.connect()
+    con.create_table("preds", df)
+    main(["sql", "brier", "--table", "preds", "--score", "p", "--label", "y", "--by", "g"])
+    totals = con.raw_sql(capsys.readouterr().out).df().sort_values("g")
+    want = sqlcal.brier(df, score="p", label="y", by="g")
+    np.testing.assert_allclose(totals.sw_sq_resid / totals.n, want.brier, rtol=1e-12)
