@@ -56,3 +56,13 @@ def test_large_bins_are_fast_and_one_interval():
     assert time.perf_counter() - start < 5
     half = stats.norm.isf(0.025) * np.sqrt(0.25 / 1e7)
     np.testing.assert_allclose(got, [(0.5 - half, 0.5 + half)], atol=1e-6)
+
+
+@pytest.mark.parametrize("k, n, alpha", [(1, 1000, 0.05), (5, 100_000, 0.01), (1, 10**6, 0.001)])
+def test_lower_endpoints_near_zero(k, n, alpha):
+    # review finding: lower endpoints come through the mirror 1 − q and are exact only to
+    # ~1e-12 absolute; just below them scipy still accepts
+    lo = acceptance_set(k, n, alpha)[0][0]
+    q = np.array([lo * (1 - 2e-9), lo * (1 - 1e-6), lo * (1 + 1e-6), lo * 0.5, lo * 1.5])
+    want = np.array([stats.binomtest(k, n, v).pvalue <= alpha for v in q])
+    np.testing.assert_array_equal(decide(k, n, q, alpha), want)

@@ -188,3 +188,22 @@ def test_smooth_reliability_curve(upload):
     assert np.trapezoid(curve.density, curve.t) == pytest.approx(1, abs=0.02)
     dense = curve[curve.density > 0.5]
     assert ((dense.observed > -0.05) & (dense.observed < 1.05)).all()
+
+
+@pytest.mark.parametrize("sigma", [10.0, 100.0, 1000.0])
+def test_ls_ece_large_sigma_tends_to_one_half(upload, sigma):
+    # one atom at 1/2 with both labels: LS-ECE = E|ρ(σZ) − ½| exactly (review finding: the grid
+    # must also resolve the sigmoid, not only the kernel)
+    from scipy import integrate
+
+    exact = 2 * integrate.quad(lambda x: (expit(sigma * x) - 0.5) * stats.norm.pdf(x), 0, 40,
+                               epsabs=1e-14)[0]
+    got = sqlcal.ls_ece(upload(pd.DataFrame({"p": [0.5, 0.5], "y": [0, 1]})), score="p",
+                        label="y", sigma=sigma).iloc[0]
+    assert abs(got.ls_ece - exact) <= got.grid_bound
+
+
+def test_smooth_ece_bootstrap_of_a_tiny_group(upload):
+    got = sqlcal.smooth_ece(upload(pd.DataFrame({"p": [0.3], "y": [1]})), score="p", label="y",
+                            bootstrap=50).iloc[0]
+    assert got.ci_lower > 0 and got.ci_lower <= got.smooth_ece <= got.ci_upper

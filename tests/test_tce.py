@@ -169,3 +169,17 @@ def test_tce_grows_with_n_for_a_calibrated_model(upload):
         df = pd.DataFrame({"p": p, "y": (rng.random(n) < p).astype(int)})
         values.append(sqlcal.tce(upload(df), score="p", label="y").tce.iloc[0])
     assert values[1] > values[0] + 5
+
+
+def test_paper_tail_rule_keeps_bins_within_n_max_with_tied_tails():
+    # review finding: a tied tail weighs more than n_min
+    W = np.array([1.0] * 8 + [3.0])
+    starts = pavabc(W, np.zeros(9), 2, 5, "paper")
+    sizes = np.add.reduceat(W, starts)
+    assert sizes.max() <= 5
+
+
+def test_bin_sizes_must_be_counts(upload):
+    df = calibration_data(100, seed=9)
+    with pytest.raises(ValueError, match="n_min must be a whole number"):
+        sqlcal.tce(upload(df), score="p", label="y", n_min=2.5, n_max=10)

@@ -11,9 +11,10 @@ has an island). ``acceptance_set`` finds every interval from the structure of th
 - so each segment contributes at most one accepted piece at each end, found by bisection;
 - q < k/n follows by symmetry: pval(k, n, q) = pval(n − k, n, 1 − q).
 
-Endpoints are accurate to far better than ``GUARD``; a score within ``GUARD`` (relative, at least
-1e-15 absolute) of an endpoint is decided by the p-value itself (:func:`pvalue`), for parity with
-scipy's floating-point decisions.
+Endpoints are accurate to far better than ``GUARD`` relative (about 1e-12 absolute for lower
+endpoints, which come through the mirror 1 − q); a score within ``guard(endpoint)`` (1e-9 relative,
+at least 1e-11 absolute) of an endpoint is decided by the p-value itself (:func:`pvalue`), for
+parity with scipy's floating-point decisions.
 """
 
 from __future__ import annotations
@@ -123,13 +124,19 @@ def accepted(q: np.ndarray, intervals: list[tuple[float, float]]) -> np.ndarray:
     return out
 
 
+def guard(end: float) -> float:
+    """How near an endpoint a score must be for its decision to be left to the p-value: GUARD
+    relative, at least 1e-11 absolute, since lower endpoints come from mirroring the upper side
+    of (n − k, n) through 1 − q, where bisection resolves about 1e-12 absolute."""
+    return max(GUARD * abs(end), 1e-11)
+
+
 def near_endpoint(q: np.ndarray, intervals: list[tuple[float, float]]) -> np.ndarray:
     """Scores within GUARD (relative) of an interval endpoint: their decision is a rounding call."""
     q = np.asarray(q, float)
     out = np.zeros(q.shape, bool)
     for end in (e for interval in intervals for e in interval):
-        # relative, with an absolute floor: mirrored endpoints are exact only to an ulp of 1
-        out |= np.abs(q - end) <= max(GUARD * abs(end), 1e-15)
+        out |= np.abs(q - end) <= guard(end)
     return out
 
 

@@ -52,7 +52,7 @@ def ls_ece(
         Scores are clipped to [clip, 1 − clip] before the logit (|z| ≤ 13.8): scores of exactly 0
         or 1 have no logit. A confidently wrong prediction still contributes about 1.
     delta : float, optional
-        Logit grid spacing; default σ/20 (Gaussian) or σ/200 (uniform).
+        Logit grid spacing; default min(σ, 1)/20 (Gaussian) or min(σ, 1)/200 (uniform).
 
     Returns
     -------
@@ -73,7 +73,8 @@ def ls_ece(
     ½δ²f(1−f)K'' with the spread, and integrates |A| by the trapezoid rule, exactly across sign
     changes. Gaussian noise: the error is at most about :math:`0.0243(\delta/\sigma)^3 +
     0.051(\delta/\sigma)^4` to leading order (3.4e-6 at δ = σ/20, 2.4e-8 at σ/100;
-    ``grid_bound``). Uniform noise: linear binning moves each row's kernel by at most
+    plus :math:`0.012\delta^2` for sampling the sigmoid on the grid (``grid_bound``; the default
+    keeps δ ≤ 0.05 logit units). Uniform noise: linear binning moves each row's kernel by at most
     :math:`\delta/\sigma` in total variation (first order, hence the finer default grid). LS-ECE is not 0 for a
     calibrated model (about 0.1σ for an atom) and tends to ½ as σ → ∞; values are comparable
     only at the same σ.
@@ -84,14 +85,16 @@ def ls_ece(
         raise ValueError(f"noise must be one of {NOISES}, not {noise!r}")
     if not 0 < clip < 0.5:
         raise ValueError(f"clip must be in (0, 1/2), not {clip!r}")
-    delta = delta or (sigma / 20 if noise == "gaussian" else sigma / 200)
+    # the grid must also resolve the sigmoid (scale 1), not only the kernel: δ ≤ 0.05 for σ ≥ 1
+    delta = delta or (min(sigma, 1.0) / 20 if noise == "gaussian" else min(sigma, 1.0) / 200)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     grid = src.summary(("logit_grid", delta, clip), frozenset(), lambda checks: (
         summaries.logit_grid(src.rows, src.by, delta, clip, weighted=src.weighted,
                              checks=checks)))
     kernel, curvature = _kernel(sigma, delta, noise)
     r = delta / sigma
-    bound = 0.0243 * r**3 + 0.051 * r**4 if noise == "gaussian" else r
+    # binning and kernel terms, plus the sigmoid sampled every δ: (δ²/8)·max|ρ''| = 0.012δ²
+    bound = (0.0243 * r**3 + 0.051 * r**4 if noise == "gaussian" else r) + 0.012 * delta**2
 
     def finish(part: pd.DataFrame) -> dict:
         u, mass, label_mass, var, label_var = _logit_masses(part, len(kernel) // 2)
@@ -186,9 +189,14 @@ def smooth_ece(
         width = sigma or _fixed_point(hist)
         out = {"smooth_ece": hist.smooth_ece(width), "sigma": width}
         if bootstrap:
-            draws = [hist.resample(rng).smooth_ece(sigma or None) for _ in range(bootstrap)]
+            draws = []
+            for _ in range(bootstrap):
+                replicate = hist.resample(rng)
+                # an empty resample (possible for tiny groups) has no smooth ECE: leave it out
+                draws.append(replicate.smooth_ece(sigma or None) if replicate.total > 0
+                             else np.nan)
             alpha = (1 - confidence) / 2
-            out["ci_lower"], out["ci_upper"] = np.quantile(draws, [alpha, 1 - alpha])
+            out["ci_lower"], out["ci_upper"] = np.nanquantile(draws, [alpha, 1 - alpha])
         return out
 
     columns = ["smooth_ece", "sigma"] + (["ci_lower", "ci_upper"] if bootstrap else [])

@@ -56,7 +56,8 @@ def tce(
         reference does (⌊kN/B⌋, not NTILE).
     n_min, n_max : int, optional
         PAVA-BC bin-size limits in rows (weight). Default ⌊N/20⌋ and ⌊N/5⌋ of each group, the
-        paper's setting (5 to 20 bins). At warehouse scale prefer fixed counts: see Notes.
+        paper's setting (5 to 20 bins). At warehouse scale prefer fixed counts: see Notes. A
+        group with no more than n_min rows is one bin.
     bins : int, default 10
         Number of bins for "uniform" and "quantile".
     alpha : float, default 0.05
@@ -169,8 +170,8 @@ def _pavabc_table(src: Source, n_min, n_max, tail_rule, alpha, test) -> pd.DataF
         W, Y = part["W"].to_numpy(float)[order], part["swy"].to_numpy(float)[order]
         n_rows, wp = part["n"].to_numpy()[order], part["swp"].to_numpy(float)[order]
         N = int(round(W.sum()))
-        lo = int(N / 20) if n_min is None else int(n_min)
-        hi = int(N / 5) if n_max is None else int(n_max)
+        lo = int(N / 20) if n_min is None else _count(n_min, "n_min")
+        hi = int(N / 5) if n_max is None else _count(n_max, "n_max")
         if lo > hi:
             raise ValueError(f"n_min ({lo}) must not exceed n_max ({hi})")
         starts = pavabc(W, Y, lo, hi, tail_rule)
@@ -182,6 +183,12 @@ def _pavabc_table(src: Source, n_min, n_max, tail_rule, alpha, test) -> pd.DataF
             rows.append(_bin_row(key, b, p[s], p[e - 1], int(n_rows[s:e].sum()), n, k,
                                  float(wp[s:e].sum()), intervals, rejected))
     return pd.DataFrame(rows)
+
+
+def _count(value, name: str) -> int:
+    if isinstance(value, bool) or not float(value).is_integer() or value < 0:
+        raise ValueError(f"{name} must be a whole number of rows, not {value!r}")
+    return int(value)
 
 
 def _bin_row(key, b, score_min, score_max, n_rows, n, k, wp, intervals, rejected) -> dict:
@@ -225,8 +232,9 @@ def pavabc(W: np.ndarray, Y: np.ndarray, n_min: int, n_max: int, tail_rule: str 
         w_tail = W[tail:].sum()
         last = blocks_w[-1] if blocks_w else None
         # the code tests the tail's own size after appending it; the paper, the last block's
+        # (with ties the tail can weigh more than n_min: the paper's bound uses its real size)
         merge = last is not None and ((w_tail + n_min <= n_max) if tail_rule == "code"
-                                      else (last + n_min <= n_max))
+                                      else (last + w_tail <= n_max))
         if not merge:
             blocks_start.append(tail)
     return np.array(blocks_start)
@@ -348,8 +356,7 @@ def _classify(part: pd.DataFrame, intervals) -> tuple[np.ndarray, np.ndarray]:
     inside = np.zeros(len(part), bool)
     touching = np.zeros(len(part), bool)
     for a, b in intervals:
-        margin_a = max(binomial.GUARD * abs(a), 1e-15)
-        margin_b = max(binomial.GUARD * abs(b), 1e-15)
+        margin_a, margin_b = binomial.guard(a), binomial.guard(b)
         inside |= (lo > a + margin_a) & (hi < b - margin_b)
         touching |= (hi >= a - margin_a) & (lo <= b + margin_b)
     return inside, ~touching
