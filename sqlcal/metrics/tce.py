@@ -94,10 +94,8 @@ def tce(
     12: 7.3% at N = 6,000, 19.1% at 60,000). With bins as fractions of N, a warehouse-sized table
     tends to 100%. Fix the bin sizes in counts (``n_min``/``n_max``) and report them with the value.
     """
-    table = tce_bins(data, score=score, label=label, weight=weight, by=by, where=where,
-                     strategy=strategy, n_min=n_min, n_max=n_max, bins=bins, alpha=alpha,
-                     test=test, tail_rule=tail_rule, **source_options)
-    src = table.attrs["source"]
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    table = _bins_table(src, strategy, n_min, n_max, bins, alpha, test, tail_rule)
     keys = list(src.by)
     rows = []
     for key, part in groups(table, keys):
@@ -107,7 +105,7 @@ def tce(
                      "tce": 100 * rejected / W if W > 0 else np.nan,
                      "n_bins": int((part["W"] > 0).sum()), "rejected": float(rejected)})
     out = result(src, pd.DataFrame(rows), ["tce", "n_bins", "rejected"])
-    out.attrs |= {k: v for k, v in table.attrs.items() if k != "source"}
+    out.attrs |= table.attrs
     return out
 
 
@@ -132,6 +130,11 @@ def tce_bins(
     ``score_max``, ``n`` (rows), ``W`` (predictions), ``k`` (positives), ``rate`` = k/W,
     ``mean_score``, ``accepted`` (the accepted score intervals), ``rejected`` (predictions the
     test rejects) and ``tce_bin`` (percent)."""
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    return _bins_table(src, strategy, n_min, n_max, bins, alpha, test, tail_rule)
+
+
+def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rule):
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
     if test not in TESTS:
@@ -140,7 +143,6 @@ def tce_bins(
         raise ValueError(f"tail_rule must be 'code' or 'paper', not {tail_rule!r}")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), not {alpha!r}")
-    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     if strategy == "pavabc":
         table = _pavabc_table(src, n_min, n_max, tail_rule, alpha, test)
     else:
@@ -148,7 +150,7 @@ def tce_bins(
             raise ValueError(f"bins must be a positive integer, not {bins!r}")
         table = _count_rejections(src, _histogram_pieces(src, strategy, bins), alpha, test)
     table.attrs = {"strategy": strategy, "alpha": alpha, "test": test, "bins": bins,
-                   "n_min": n_min, "n_max": n_max, "tail_rule": tail_rule, "source": src}
+                   "n_min": n_min, "n_max": n_max, "tail_rule": tail_rule}
     return table
 
 
