@@ -167,6 +167,11 @@ class Source:
                          or bool(np.isinf(frame["chk_w_max"].to_numpy(float)).any())]
         if any(problems):
             self._report_counts()
+            # the cheap checks saw a problem the counting query could not name
+            raise InvalidInputError(
+                f"invalid rows in score {self.score!r}, label {self.label!r}"
+                + (f" or weight {self.weight!r}" if self.weighted else "")
+                + " (NULL, NaN, infinite or out of range); pass on_invalid='drop' to count them")
         self.has_soft_labels = soft > 0
         if self.weighted:
             self.integer_weights = float(frame["chk_w_frac"].sum()) == 0
@@ -444,7 +449,8 @@ def _check_exprs(rows: ir.Table, has_weight: bool) -> dict[str, ir.BooleanValue]
             "weight_null": w.isnull(),
             "weight_nan": w.isnan(),
             "weight_negative": w < 0,
-            "weight_inf": w.isinf() & (w > 0),
+            # above the largest finite double: portable where ISINF is not (Spark)
+            "weight_inf": w > np.finfo(np.float64).max,
         }
     return checks
 
@@ -459,7 +465,7 @@ def _valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool) -> ir.Boole
     if not soft_labels:
         valid &= (y == 0) | (y == 1)
     if has_weight:
-        valid &= (w >= 0) & ~w.isnan() & ~w.isinf()
+        valid &= (w >= 0) & ~w.isnan() & (w <= np.finfo(np.float64).max)
     return valid
 
 

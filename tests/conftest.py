@@ -1,9 +1,9 @@
 """Shared fixtures: the engine connection ``con`` and a helper that uploads a frame to it.
 
-``con`` runs every engine test on DuckDB, and on PostgreSQL when a server answers at
-``SQLCAL_POSTGRES_URL`` (default ``postgres://postgres:postgres@localhost:5432/sqlcal_test``);
-``.ci/run`` starts one. Without a server the Postgres cases are skipped with the reason printed
-(``-ra``).
+``con`` runs every engine test on DuckDB, on PostgreSQL when a server answers at
+``SQLCAL_POSTGRES_URL`` (default ``postgres://postgres:postgres@localhost:5432/sqlcal_test``;
+``.ci/run`` starts one), and on Spark (PySpark in local mode, one session for the whole run) when
+``pyspark`` is installed. A missing engine is a skip with the reason printed (``-ra``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 _names = (f"t{i}" for i in itertools.count())
 POSTGRES_URL = os.environ.get("SQLCAL_POSTGRES_URL",
                               "postgres://postgres:postgres@localhost:5432/sqlcal_test")
-ENGINES = ["duckdb", "postgres"]
+ENGINES = ["duckdb", "postgres", "spark"]
 
 
 def _postgres():
@@ -30,12 +30,24 @@ def _postgres():
                     f"{str(e).splitlines()[0] if str(e) else ''}")
 
 
+def _spark():
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as e:
+        pytest.skip(f"Spark is not installed ({e}); pip install 'ibis-framework[pyspark]'")
+    spark = (SparkSession.builder.master("local[2]").appName("sqlcal-tests")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return ibis.pyspark.connect(spark)
+
+
 @pytest.fixture(scope="session", params=ENGINES)
 def con(request):
     """An engine connection; every metric test runs against each engine available."""
     if request.param == "duckdb":
         return ibis.duckdb.connect()
-    return _postgres()
+    return _postgres() if request.param == "postgres" else _spark()
 
 
 @pytest.fixture
@@ -43,7 +55,12 @@ def upload(con):
     """upload(df) -> an Ibis table holding df in the engine under test."""
 
     def _upload(df: pd.DataFrame):
-        return con.create_table(next(_names), df, temp=con.name == "postgres")
+        # temporary: nothing is left in the server's database or Spark's warehouse folder
+        name = next(_names)
+        if con.name == "pyspark":  # Ibis 12's PySpark backend has no temporary tables
+            con._session.createDataFrame(df).createOrReplaceTempView(name)
+            return con.table(name)
+        return con.create_table(name, df, temp=con.name == "postgres")
 
     return _upload
 
