@@ -35,9 +35,7 @@ SELECT
   COUNTIF(`t1`.`w` IS NULL) AS `weight_null`,
   COUNTIF(IS_NAN(`t1`.`w`)) AS `weight_nan`,
   COUNTIF(`t1`.`w` < 0) AS `weight_negative`,
-  COUNTIF(IS_INF(`t1`.`w`) AND (
-    `t1`.`w` > 0
-  )) AS `weight_inf`,
+  COUNTIF(`t1`.`w` > 1.7976931348623157e+308) AS `weight_inf`,
   COUNTIF(
     (
       `t1`.`p` >= 0
@@ -64,10 +62,12 @@ SELECT
     AND (
       (
         `t1`.`w` >= 0
-      ) AND NOT (
+      )
+      AND NOT (
         IS_NAN(`t1`.`w`)
-      ) AND NOT (
-        IS_INF(`t1`.`w`)
+      )
+      AND (
+        `t1`.`w` <= 1.7976931348623157e+308
       )
     )
   ) AS `n`

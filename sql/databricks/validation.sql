@@ -37,11 +37,7 @@ SELECT
   SUM(CAST(`t1`.`w` IS NULL OR ISNAN(`t1`.`w`) AS BIGINT)) AS `weight_null`,
   SUM(CAST(ISNAN(`t1`.`w`) AS BIGINT)) AS `weight_nan`,
   SUM(CAST(`t1`.`w` < 0 AS BIGINT)) AS `weight_negative`,
-  SUM(CAST((
-    FALSE OR FALSE
-  ) AND (
-    `t1`.`w` > 0
-  ) AS BIGINT)) AS `weight_inf`,
+  SUM(CAST(`t1`.`w` > 1.7976931348623157e+308 AS BIGINT)) AS `weight_inf`,
   SUM(
     CAST((
       `t1`.`p` >= 0
@@ -68,10 +64,12 @@ SELECT
     AND (
       (
         `t1`.`w` >= 0
-      ) AND NOT (
+      )
+      AND NOT (
         ISNAN(`t1`.`w`)
-      ) AND NOT (
-        FALSE OR FALSE
+      )
+      AND (
+        `t1`.`w` <= 1.7976931348623157e+308
       )
     ) AS BIGINT)
   ) AS `n`

@@ -44,9 +44,7 @@ SELECT
   COUNT(*) FILTER(WHERE
     "t1"."w" < 0) AS "weight_negative",
   COUNT(*) FILTER(WHERE
-    ISINF("t1"."w") AND (
-      "t1"."w" > 0
-    )) AS "weight_inf",
+    "t1"."w" > 1.7976931348623157e+308) AS "weight_inf",
   COUNT(*) FILTER(WHERE
     (
       "t1"."p" >= 0
@@ -73,10 +71,12 @@ SELECT
     AND (
       (
         "t1"."w" >= 0
-      ) AND NOT (
+      )
+      AND NOT (
         ISNAN("t1"."w")
-      ) AND NOT (
-        ISINF("t1"."w")
+      )
+      AND (
+        "t1"."w" <= 1.7976931348623157e+308
       )
     )) AS "n"
 FROM (

@@ -44,10 +44,7 @@ SELECT
   COUNT(*) FILTER(WHERE
     "t1"."w" < 0) AS "weight_negative",
   COUNT(*) FILTER(WHERE
-    "t1"."w" IN (CAST('Inf' AS DOUBLE PRECISION), -CAST('Inf' AS DOUBLE PRECISION))
-    AND (
-      "t1"."w" > 0
-    )) AS "weight_inf",
+    "t1"."w" > 1.7976931348623157e+308) AS "weight_inf",
   COUNT(*) FILTER(WHERE
     (
       "t1"."p" >= 0
@@ -78,8 +75,8 @@ SELECT
       AND NOT (
         "t1"."w" = CAST('NaN' AS DOUBLE PRECISION)
       )
-      AND NOT (
-        "t1"."w" IN (CAST('Inf' AS DOUBLE PRECISION), -CAST('Inf' AS DOUBLE PRECISION))
+      AND (
+        "t1"."w" <= 1.7976931348623157e+308
       )
     )) AS "n"
 FROM (

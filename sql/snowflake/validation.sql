@@ -35,12 +35,7 @@ SELECT
   COUNT_IF("t1"."w" IS NULL) AS "weight_null",
   COUNT_IF("t1"."w" = CAST('NaN' AS DOUBLE)) AS "weight_nan",
   COUNT_IF("t1"."w" < 0) AS "weight_negative",
-  COUNT_IF(
-    "t1"."w" IN (CAST('Inf' AS DOUBLE), CAST('-Inf' AS DOUBLE))
-    AND (
-      "t1"."w" > 0
-    )
-  ) AS "weight_inf",
+  COUNT_IF("t1"."w" > 1.7976931348623157e+308) AS "weight_inf",
   COUNT_IF(
     (
       "t1"."p" >= 0
@@ -71,8 +66,8 @@ SELECT
       AND NOT (
         "t1"."w" = CAST('NaN' AS DOUBLE)
       )
-      AND NOT (
-        "t1"."w" IN (CAST('Inf' AS DOUBLE), CAST('-Inf' AS DOUBLE))
+      AND (
+        "t1"."w" <= 1.7976931348623157e+308
       )
     )
   ) AS "n"

@@ -44,9 +44,7 @@ SELECT
   COUNT(*) FILTER(WHERE
     "t1"."w" < 0) AS "weight_negative",
   COUNT(*) FILTER(WHERE
-    IS_INFINITE("t1"."w") AND (
-      "t1"."w" > 0
-    )) AS "weight_inf",
+    "t1"."w" > CAST(1.7976931348623157e+308 AS DOUBLE)) AS "weight_inf",
   COUNT(*) FILTER(WHERE
     (
       "t1"."p" >= 0
@@ -77,8 +75,8 @@ SELECT
       AND NOT (
         IS_NAN("t1"."w")
       )
-      AND NOT (
-        IS_INFINITE("t1"."w")
+      AND (
+        "t1"."w" <= CAST(1.7976931348623157e+308 AS DOUBLE)
       )
     )) AS "n"
 FROM (
