@@ -16,7 +16,7 @@ from tests.conftest import calibration_data
 SQL = Path(__file__).resolve().parents[1] / "sql"
 
 
-@pytest.mark.parametrize("dialect", sqlgen.DIALECTS)
+@pytest.mark.parametrize("dialect", sqlgen.DIALECTS, ids=lambda d: f"dialect-{d}")
 def test_sql_folder_is_up_to_date_and_parses(dialect):
     for name, text in sqlgen.render(dialect).items():
         path = SQL / dialect / f"{name}.sql"
@@ -37,7 +37,8 @@ def test_duckdb_sql_runs_and_gives_the_library_numbers():
     np.testing.assert_allclose(ece.sort_index().to_numpy(), want.ece.to_numpy(), rtol=1e-12)
 
 
-@pytest.mark.parametrize("dialect", ["duckdb", "postgres", "bigquery", "snowflake", "trino", "spark"])
+@pytest.mark.parametrize("dialect", ["duckdb", "postgres", "bigquery", "snowflake", "trino", "spark"],
+                         ids=lambda d: f"dialect-{d}")
 def test_sql_command_prints_parseable_sql(capsys, dialect):
     from sqlcal.cli import main
 
