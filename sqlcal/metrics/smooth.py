@@ -15,7 +15,7 @@ from scipy import signal, special, stats
 from sqlcal import summaries
 from sqlcal.metrics import groups, per_group, result
 from sqlcal.metrics.cells import cells_summary
-from sqlcal.source import as_source
+from sqlcal.source import Source, as_source
 
 NOISES = ("gaussian", "uniform")
 #: cells of the score histogram behind smECE: each cell's rows sit within 2^-14 of each other,
@@ -180,9 +180,7 @@ def smooth_ece(
     rng = np.random.default_rng(seed)
 
     def finish(part: pd.DataFrame) -> dict:
-        scale = 1.0 if src.integer_weights or part["W"].sum() <= 0 else (
-            part["n"].sum() / part["W"].sum())
-        hist = _ScoreHistogram.from_cells(part, scale)
+        hist = _histogram(src, part)
         if hist.total <= 0:
             return {"smooth_ece": np.nan, "sigma": np.nan, "ci_lower": np.nan,
                     "ci_upper": np.nan}
@@ -224,7 +222,7 @@ def smooth_reliability(
     cells = cells_summary(src, ("sums", "moments"), SMOOTH_CELLS)
     frames = []
     for key, part in groups(cells, list(src.by)):
-        hist = _ScoreHistogram.from_cells(part, 1.0)
+        hist = _histogram(src, part)
         if hist.total <= 0:
             continue
         width = sigma or _fixed_point(hist)
@@ -236,6 +234,15 @@ def smooth_reliability(
 
 
 # -- relplot's smECE on a score histogram -----------------------------------------------------
+
+
+def _histogram(src: Source, part: pd.DataFrame) -> "_ScoreHistogram":
+    # relplot's density floor (1e-4 per node) is in counts: non-integer weights are rescaled to
+    # sum to the row count, whole-number weights are counts already
+    W = part["W"].sum()
+    scale = 1.0 if src.integer_weights or W <= 0 else part["n"].sum() / W
+    return _ScoreHistogram.from_cells(part, scale)
+
 
 
 class _ScoreHistogram:
