@@ -8,6 +8,7 @@ from sqlcal.metrics.binned import brier_decomposition, ece, hosmer_lemeshow, rel
 from sqlcal.metrics.tce import tce, tce_bins
 from sqlcal.metrics.smooth import ls_ece, smooth_ece, smooth_reliability
 from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
+from sqlcal.multiclass import multiclass
 from sqlcal.report import report
 from sqlcal.source import InvalidInputError, Source, source
 
@@ -25,6 +26,7 @@ __all__ = [
     "ks",
     "kuiper",
     "log_loss",
+    "multiclass",
     "ls_ece",
     "reliability",
     "report",
