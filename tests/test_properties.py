@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 import sqlcal
 
-SETTINGS = settings(max_examples=15, deadline=None,
+def examples(con) -> settings:
+    """15 examples per property; 4 on Spark, where every query costs a job."""
+    return settings(max_examples=4 if con.name == "pyspark" else 15, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # (metric, options, value columns compared)
@@ -50,9 +52,11 @@ def close(a: pd.DataFrame, b: pd.DataFrame):
     np.testing.assert_allclose(a.to_numpy(float), b.to_numpy(float), rtol=1e-9, atol=1e-12)
 
 
-@SETTINGS
-@given(df=predictions())
-def test_weights_equal_row_duplication(upload, df):
+def test_weights_equal_row_duplication(con, upload):
+    examples(con)(given(df=predictions())(lambda df: _duplication(upload, df)))()
+
+
+def _duplication(upload, df):
     expanded = df.loc[df.index.repeat(df.w.astype(int))].drop(columns="w")
     assume(len(expanded) > 0)
     weighted, plain = upload(df), upload(expanded)
@@ -65,9 +69,11 @@ def test_weights_equal_row_duplication(upload, df):
         assert empty[cols[0]].isna().all()
 
 
-@SETTINGS
-@given(df=predictions())
-def test_group_by_equals_filtering(upload, df):
+def test_group_by_equals_filtering(con, upload):
+    examples(con)(given(df=predictions())(lambda df: _filtering(upload, df)))()
+
+
+def _filtering(upload, df):
     t = upload(df)
     for metric, opts, cols in METRICS:
         grouped = values(metric, opts, cols, t, weight="w")
@@ -77,9 +83,12 @@ def test_group_by_equals_filtering(upload, df):
             close(grouped.loc[[g]], alone[cols])
 
 
-@SETTINGS
-@given(df=predictions(), seed=st.integers(0, 2**32 - 1))
-def test_permutation_invariance(upload, df, seed):
+def test_permutation_invariance(con, upload):
+    strategy = given(df=predictions(), seed=st.integers(0, 2**32 - 1))
+    examples(con)(strategy(lambda df, seed: _permutation(upload, df, seed)))()
+
+
+def _permutation(upload, df, seed):
     shuffled = df.sample(frac=1, random_state=np.random.RandomState(seed))
     a, b = upload(df), upload(shuffled)
     for metric, opts, cols in METRICS:
