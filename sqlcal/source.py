@@ -219,7 +219,8 @@ def source(
     where : ibis boolean expression, callable, or SQL string, optional
         A filter applied in the engine before anything else.
     table : str, optional
-        Table name inside a database given by path or URL.
+        Table name inside a database given by path or URL, optionally ``"schema.table"``. A folder
+        of Parquet files may be hive-partitioned; its partition keys become columns.
     on_invalid : {"raise", "drop"}, default "raise"
         ``"raise"``: any invalid row is an error naming the column, the problem and the count.
         ``"drop"``: invalid rows are left out and counted per group (``Source.dropped``; every
@@ -342,7 +343,10 @@ def _table_from_string(data: str, table: str | None) -> ir.Table:
         return _named_table(_connect(data), table, data)
     suffix = next((s for s in _FILE_READERS if lower.endswith(s)), None)
     if suffix is None and os.path.isdir(data):
-        return default_backend().read_parquet(os.path.join(data, "**", "*.parquet"))
+        # a folder of Parquet files, hive-partitioned (day=2026-11-01/…) or not: the partition
+        # keys become columns, usable in by= and where= (and pruned by the engine)
+        return default_backend().read_parquet(os.path.join(data, "**", "*.parquet"),
+                                              hive_partitioning=True)
     if suffix is None:
         raise ValueError(
             f"cannot tell how to read {data!r}: expected a .parquet/.csv path or glob, a "
@@ -359,6 +363,9 @@ def _named_table(con, table: str | None, where: str) -> ir.Table:
         if len(names) != 1:
             raise ValueError(f"{where} holds tables {names}: name one with table=")
         table = names[0]
+    if "." in table:  # "schema.table"
+        schema, name = table.rsplit(".", 1)
+        return con.table(name, database=schema)
     return con.table(table)
 
 

@@ -73,3 +73,23 @@ def test_unknown_inputs():
         sqlcal.ece("preds.xlsx", score="p", label="y")
     with pytest.raises(TypeError, match="cannot read data of type"):
         sqlcal.ece(42, score="p", label="y")
+
+
+def test_hive_partitioned_folder_and_named_schema(tmp_path, df):
+    kw = dict(score="p", label="y", weight="w")
+    df = df.assign(day=np.where(np.arange(len(df)) % 2, "2026-11-01", "2026-11-02"))
+    folder = tmp_path / "preds"
+    df.to_parquet(folder, partition_cols=["day"])
+    got = sqlcal.ece(str(folder), by="day", **kw)
+    want = sqlcal.ece(df, by="day", **kw)
+    np.testing.assert_allclose(got.ece, want.ece, rtol=1e-12)
+    assert sqlcal.ece(str(folder), where="day = '2026-11-01'", **kw).n.iloc[0] == (
+        df.day == "2026-11-01").sum()
+
+    db = tmp_path / "schemas.duckdb"
+    con = ibis.duckdb.connect(db)
+    con.raw_sql("CREATE SCHEMA scoring")
+    con.create_table("preds", df.drop(columns="day"), database="scoring")
+    con.disconnect()
+    got = sqlcal.ece(str(db), table="scoring.preds", **kw)
+    np.testing.assert_allclose(got.ece, sqlcal.ece(df, **kw).ece, rtol=1e-12)
