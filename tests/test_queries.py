@@ -47,3 +47,18 @@ def test_no_window_spans_a_groups_raw_rows(by):
                     f"{name}: a ROWS frame over raw rows splits ties: {window.sql()}")
             for key in by:
                 assert any(re.search(rf"\b{key}\b", c) for c in partition), name
+
+
+def test_multiclass_top_label_window_is_partitioned_by_example():
+    t = ibis.table({"model": "string", "example": "int64", "cls": "string", "prob": "float64",
+                    "label": "int64"}, name="scores")
+    import sqlcal
+
+    expr = sqlcal.multiclass(t, format="long", example="example", cls="cls", prob="prob",
+                             label="label", keys=["model"])
+    tree = sqlglot.parse_one(ibis.to_sql(expr, dialect="duckdb"), read="duckdb")
+    windows = list(tree.find_all(exp.Window))
+    assert windows
+    for window in windows:
+        partition = [c.sql() for c in window.args.get("partition_by") or []]
+        assert any("example" in c for c in partition) and any("model" in c for c in partition)
