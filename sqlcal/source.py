@@ -124,9 +124,7 @@ class Source:
     def require_binary_labels(self, metric: str) -> None:
         """Raise when soft labels are present but ``metric`` needs labels in {0, 1}."""
         if self.has_soft_labels:
-            counts = summaries.execute(summaries.validation(
-                self.rows, (), _check_exprs(self.rows, self.weighted),
-                _valid_expr(self.rows, self.weighted, True)))
+            counts = self._counts()
             raise InvalidInputError(
                 f"{metric} needs labels in {{0, 1}}, but label column {self.label!r} has "
                 f"{int(counts['label_soft'].sum())} rows strictly between 0 and 1"
@@ -179,10 +177,13 @@ class Source:
 
     def _report_counts(self) -> None:
         """A second, counting query: names each problem, its column and its row count."""
+        _report_invalid(self, self._counts())
+
+    def _counts(self) -> pd.DataFrame:
+        """Rows failing each check, over the whole table (run only to explain a problem)."""
         valid = _valid_expr(self.rows, self.weighted, self.allow_soft)
-        counts = summaries.execute(summaries.validation(
+        return summaries.execute(summaries.validation(
             self.rows, (), _check_exprs(self.rows, self.weighted), valid))
-        _report_invalid(self, counts)
 
 
 def source(

@@ -222,11 +222,16 @@ def cells(rows: ir.Table, by: Sequence[str], cells: int, parts: frozenset, *, we
     the wanted cells of a coarser grid (a zoom: ``cells`` is a multiple of ``coarse``)."""
     if within is not None:
         coarse, wanted = within
-        rows = rows.mutate(cell=score_cell(rows.p, coarse))
-        rows = rows.filter(in_cells(rows, wanted)).drop("cell")
+        rows = _rows_in_cells(rows, coarse, wanted).drop("cell")
     t = rows.mutate(cell=score_cell(rows.p, cells))
     sums = _sums(t, parts, weighted=weighted)
     return t.group_by([*by, "cell"]).aggregate(**sums, **(checks(t) if checks else {}))
+
+
+def _rows_in_cells(rows: ir.Table, cells: int, wanted: dict) -> ir.Table:
+    """The rows (with their ``cell``) whose cell some group wants."""
+    t = rows.mutate(cell=score_cell(rows.p, cells))
+    return t.filter(in_cells(t, wanted))
 
 
 def in_cells(t: ir.Table, wanted: dict) -> ir.BooleanValue:
@@ -238,8 +243,7 @@ def in_cells(t: ir.Table, wanted: dict) -> ir.BooleanValue:
 def cell_levels(rows: ir.Table, by: Sequence[str], cells: int, wanted: dict,
                 parts: frozenset, *, weighted: bool) -> ir.Table:
     """The levels summary (one row per group and distinct score) inside the wanted cells only."""
-    t = rows.mutate(cell=score_cell(rows.p, cells))
-    t = t.filter(in_cells(t, wanted))
+    t = _rows_in_cells(rows, cells, wanted)
     sums = _sums(t, parts, weighted=weighted)
     sums.pop("p_max"), sums.pop("p_min", None)
     return t.group_by([*by, "cell", "p"]).aggregate(**sums)
@@ -253,8 +257,7 @@ def cell_extremes(rows: ir.Table, by: Sequence[str], cells: int, wanted: dict, *
     The window is partitioned by (group, cell) and ordered by score with a RANGE frame, so tied
     rows are peers and share one running sum (ties are one unit), and no window spans a group.
     """
-    t = rows.mutate(cell=score_cell(rows.p, cells))
-    t = t.filter(in_cells(t, wanted))
+    t = _rows_in_cells(rows, cells, wanted)
     r = t.w * (t.y - t.p) if weighted else t.y - t.p
     within = ibis.range_window(preceding=None, following=0, group_by=[*by, "cell"], order_by=t.p)
     t = t.mutate(S=r.sum().over(within))
