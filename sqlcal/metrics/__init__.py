@@ -104,3 +104,19 @@ def resolve_weight_kind(src: Source, weight_kind: str) -> str:
 def variance_parts(src: Source, weight_kind: str) -> tuple:
     """Summary parts a variance needs: Σw² unless the weights are known to be frequencies."""
     return ("sw2",) if src.weighted and weight_kind != "frequency" else ()
+
+
+def level_sets(src: Source) -> pd.DataFrame:
+    """The levels summary of a source: one row per group and distinct score ``p``, sorted by
+    group and score, with ``n`` (rows), ``W`` = Σw, ``swy`` = Σwy, ``swp`` = Σwp.
+
+    One GROUP BY score, cached on the source (every level-set metric of a report shares it). It
+    is the sufficient statistic of the empirical law of (score, label): isotonic regression,
+    Platt scaling, the Lipschitz calibration error, the distances to calibration and the
+    decision losses are all functions of it alone.
+    """
+    from sqlcal import summaries
+
+    frame = src.summary(("levels",), frozenset({"sums"}), lambda checks: summaries.levels(
+        src.rows, src.by, frozenset({"sums"}), weighted=src.weighted, checks=checks))
+    return frame.sort_values([*src.by, "p"], ignore_index=True, kind="stable")

@@ -16,7 +16,7 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import summaries
-from sqlcal.metrics import groups, key_tuple, result
+from sqlcal.metrics import groups, key_tuple, level_sets, result
 from sqlcal.metrics import binomial
 from sqlcal.metrics.cells import CELLS, cells_summary
 from sqlcal.source import InvalidInputError, Source, as_source
@@ -162,8 +162,7 @@ def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rul
 def _pavabc_table(src: Source, n_min, n_max, tail_rule, alpha, test) -> pd.DataFrame:
     # PAVA-BC is sequential over the distinct scores of a group: the levels summary, one pass;
     # every level's score is then at hand, so rejections are decided level by level in numpy
-    levels = src.summary(("levels",), frozenset({"sums"}), lambda checks: summaries.levels(
-        src.rows, src.by, frozenset({"sums"}), weighted=src.weighted, checks=checks))
+    levels = level_sets(src)
     _require_counts(src)
     rows = []
     for key, part in groups(levels, list(src.by)):
