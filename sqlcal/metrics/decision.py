@@ -1,0 +1,777 @@
+"""Decision-theoretic metrics: what miscalibration costs a decision maker who trusts the scores.
+
+- :func:`calibration_decision_loss`: CDL, the worst payoff loss over all bounded decision tasks
+  (Hu and Wu), exact by a linear-size LP on the level sets, with its V-curve bounds;
+- :func:`decision_loss`: the loss of one fixed task (a threshold or a finite payoff table);
+- :func:`decision_risk_gap`: the risk of acting iff score ≥ τ against the best recalibrated and
+  the best monotone (threshold) rules (Rossellini et al. §3);
+- :func:`expected_cost`: the label-free cost estimate of interval decision rules on an unlabeled
+  table, with its error bound from a cutoff-error bound (Gao, Parameswaran and Peng §3.3.4).
+
+The first three read the levels summary (one GROUP BY score; with ``bins=``, the equal-width bins
+summary instead); the last one a single aggregate with one conditional sum per rule interval.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Mapping, Sequence
+
+import ibis
+import numpy as np
+import pandas as pd
+from scipy import optimize, sparse
+
+from sqlcal import summaries
+from sqlcal.metrics import groups, key_tuple, level_sets, per_group, result, safe_div
+from sqlcal.source import Source, as_source, source
+
+#: warn that the plug-in has degenerated when a group has at least this many distinct scores per
+#: row (and at least ``_WARN_MIN_ROWS`` rows): each level set is then about one row
+DEGENERATE_SHARE = 0.9
+_WARN_MIN_ROWS = 20
+#: the CDL LP has about 4m variables for m level sets; beyond this many, ask for bins=
+MAX_LEVELS = 20_000
+#: the name of the constant label given to an unlabeled table (expected_cost)
+_NO_LABEL = "__sqlcal_no_label"
+
+
+def calibration_decision_loss(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    bins: int | None = None,
+    **source_options: Any,
+) -> pd.DataFrame:
+    r"""The calibration decision loss (CDL): the most any bounded decision task loses by trusting
+    the scores, exact, with its V-curve bounds.
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where
+        As for :func:`sqlcal.ece`.
+    bins : int, optional
+        ``None`` (default): the CDL of the empirical law of (score, label), one level set per
+        distinct score. An integer B: the CDL of the *binned predictor* that maps each of B
+        equal-width bins (left-closed, 1 in the last) to its weighted mean score. The bins are
+        then part of the metric's identity. Use them for continuous scores: see Notes.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the keys, ``calibration_decision_loss``, ``n``, ``W``, ``v_star``
+        (the sup of the V-curve, an upper bound), ``two_action_bound`` (the best two-action task,
+        a lower bound), ``ece2_squared`` (a lower bound), ``ece`` (CDL ≤ 2·ECE), ``n_levels``
+        (level sets or non-empty bins used) and ``distinct_per_row`` (``n_levels`` / ``n``).
+
+    Notes
+    -----
+    Hu and Wu (FOCS 2024), as presented by Gopalan and Hu ("Calibration through the lens of
+    indistinguishability", §4; spec seed002 §2.6). A task has actions A and payoffs
+    :math:`u: A\times\{0,1\}\to[0,1]`; trusting the score means playing the best response
+    :math:`\sigma(p)`, while the best policy on the score plays :math:`\sigma(\hat p)` with
+    :math:`\hat p = E[y\mid p]`. Then
+
+    .. math:: \mathrm{CDL} = \sup_{u}\ E[u(\sigma(\hat p), y)] - E[u(\sigma(p), y)],
+
+    computed exactly on the level sets :math:`(v_j, n_j, \bar y_j)` (weights over W) by the LP
+    of seed002 §2.6 item 5: variables :math:`\varphi_k, g_k` (a convex function and its
+    subgradient) at the points :math:`S=\{v_j\}\cup\{\bar y_j\}\cup\{0,1\}`, maximising
+    :math:`\sum_j n_j[\varphi(\bar y_j) - \varphi(v_j) - g(v_j)(\bar y_j - v_j)]` under
+    convexity between neighbours and payoffs in [0, 1] (HiGHS; about 1e-8 absolute error). The
+    sup can need adversarial tie-breaking at kinks, so it is approached, not always attained.
+
+    Bounds reported beside it (seed002 §2.6 items 1, 3, 4 and Thm 4.3):
+    :math:`\max(\mathrm{ECE}_2^2,\ \sup_t V(t)/(2\max(t,1-t))) \le \mathrm{CDL} \le
+    \min(V^\star, 2\,\mathrm{ECE})`, with the V-curve
+    :math:`V(t)=\sum_j 2n_j|\bar y_j-t|\,1[\min(\bar y_j,v_j)<t\le\max(\bar y_j,v_j)]`.
+
+    With continuous scores every level set is a single row, so :math:`\bar y_j\in\{0,1\}` and the
+    plug-in degenerates (it is at least the Brier score): a warning is raised when a group has
+    at least 0.9 distinct scores per row; pass ``bins=``. Level sets beyond 20,000 per group
+    are refused for the same reason (and for the LP's size). Like ECE, the plug-in is biased
+    upward: a calibrated model gets a positive value on a finite sample.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from sqlcal.metrics.decision import calibration_decision_loss
+    >>> df = pd.DataFrame({"p": [0.5] * 10, "y": [1] * 6 + [0] * 4})
+    >>> out = calibration_decision_loss(df, score="p", label="y")
+    >>> out[["calibration_decision_loss", "v_star", "ece2_squared"]].round(6)
+       calibration_decision_loss  v_star  ece2_squared
+    0                        0.2     0.2          0.01
+    """
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    levels = _level_sets(src, bins)
+
+    def finish(part: pd.DataFrame) -> dict:
+        v, mass, ybar = _normalised(part)
+        if mass is None:
+            return _nan_row("calibration_decision_loss", "v_star", "two_action_bound",
+                            "ece2_squared", "ece") | _shape(part)
+        if len(v) > MAX_LEVELS:
+            raise ValueError(
+                f"a group has {len(v)} distinct scores: the exact CDL LP is limited to "
+                f"{MAX_LEVELS}; pass bins= (e.g. bins=100) to measure the binned predictor")
+        v_star, two_action = v_curve(v, mass, ybar)
+        return {"calibration_decision_loss": cdl_lp(v, mass, ybar), "v_star": v_star,
+                "two_action_bound": two_action,
+                "ece2_squared": float((mass * (ybar - v) ** 2).sum()),
+                "ece": float((mass * np.abs(ybar - v)).sum())} | _shape(part)
+
+    values = per_group(levels, src.by, finish)
+    if bins is None:
+        _warn_degenerate(values)
+    out = result(src, values, ["calibration_decision_loss", "v_star", "two_action_bound",
+                               "ece2_squared", "ece", "n_levels", "distinct_per_row"])
+    out["n_levels"] = out["n_levels"].fillna(0).astype(int)
+    out.attrs["bins"] = bins
+    return out
+
+
+def decision_loss(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    threshold: float | Sequence[float] | None = None,
+    payoffs: Any = None,
+    bins: int | None = None,
+    **source_options: Any,
+) -> pd.DataFrame:
+    r"""The calibration loss of one fixed decision task (CFDL): the payoff lost by acting on the
+    scores instead of on the recalibrated scores.
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where
+        As for :func:`sqlcal.ece`.
+    threshold : float or sequence of float, optional
+        The two-action task "act iff the probability is ≥ t", with cost t for acting on a
+        negative and 1 − t for not acting on a positive (payoffs (1, t) for not acting and
+        (1 − t, 1) for acting, slope jump 1). One row per group and threshold.
+    payoffs : array-like of shape (k, 2), optional
+        Instead of ``threshold``: a finite task, row a = (u(a, 0), u(a, 1)), the payoff of action
+        a when the label is 0 and 1. At a tie the action with the larger u(a, 1) − u(a, 0) is
+        played (as "act iff q ≥ t").
+    bins : int, optional
+        As for :func:`calibration_decision_loss`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group (and threshold): the keys, ``threshold`` (with ``threshold=``),
+        ``decision_loss``, ``n``, ``W``, ``payoff`` (mean payoff of trusting the scores) and
+        ``recalibrated_payoff`` (mean payoff of the best response to :math:`\bar y` per level).
+
+    Notes
+    -----
+    Gopalan and Hu §4, Def. 4.2 and (4.5); spec seed002 §2.6 item 2:
+    :math:`\mathrm{CFDL}=\sum_j n_j[\max_a\ell_a(\bar y_j)-\ell_{\sigma(v_j)}(\bar y_j)]` with
+    :math:`\ell_a(q)=(1-q)u(a,0)+q\,u(a,1)`. For a threshold t it is
+    :math:`\sum_j n_j|\bar y_j-t|\,1[1\{v_j\ge t\}\ne1\{\bar y_j\ge t\}]`, which equals the
+    ``risk_gap`` of :func:`decision_risk_gap` at τ = t. The umbrella example of the survey
+    (carry an umbrella iff p ≥ 0.1) is ``threshold=0.1``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from sqlcal.metrics.decision import decision_loss
+    >>> df = pd.DataFrame({"p": [0.4, 0.6], "y": [0, 1]})
+    >>> float(decision_loss(df, score="p", label="y", threshold=0.1)["decision_loss"].iloc[0])
+    0.05
+    """
+    if (threshold is None) == (payoffs is None):
+        raise ValueError("pass exactly one of threshold= and payoffs=")
+    if payoffs is not None:
+        table = np.asarray(payoffs, dtype=float)
+        if table.ndim != 2 or table.shape[1] != 2 or len(table) < 1 or not np.isfinite(table).all():
+            raise ValueError("payoffs must be a finite array of shape (k, 2): rows (u(a,0), u(a,1))")
+        thresholds = None
+    else:
+        thresholds = _thresholds(threshold)
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    levels = _level_sets(src, bins)
+    rows = []
+    for key, part in groups(levels, list(src.by)):
+        v, mass, ybar = _normalised(part)
+        base = {**key, "n": int(part["n"].sum()), "W": float(part["W"].sum())}
+        if thresholds is None:
+            rows.append(base | _finite_task_loss(v, mass, ybar, table))
+            continue
+        for t in thresholds:
+            rows.append(base | {"threshold": t} | _threshold_loss(v, mass, ybar, t))
+    columns = ["decision_loss", "payoff", "recalibrated_payoff"]
+    if thresholds is None:
+        out = result(src, _frame(rows, src.by, columns), columns)
+    else:
+        out = _by_threshold(src, _frame(rows, src.by, ["threshold", *columns]),
+                            ["threshold", *columns], "threshold", thresholds)
+    if bins is None:
+        _warn_degenerate(per_group(levels, src.by, _shape))
+    out.attrs["bins"] = bins
+    return out
+
+
+def decision_risk_gap(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    threshold: float | Sequence[float] = 0.5,
+    **source_options: Any,
+) -> pd.DataFrame:
+    r"""The risk of acting iff score ≥ τ, against the best recalibrated rule and the best
+    monotone threshold rule.
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where
+        As for :func:`sqlcal.ece`. Labels must be 0/1.
+    threshold : float or sequence of float, default 0.5
+        The decision threshold(s) τ in [0, 1]: acting costs τ on a negative, not acting costs
+        1 − τ on a positive.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group and threshold: the keys, ``threshold``, ``n``, ``W``, ``risk`` (the
+        plug-in risk :math:`\hat R_{bd}(f;\tau)`), ``bayes_risk`` (the grouped-Bayes risk: the
+        best rule on the level sets), ``risk_gap`` = risk − bayes_risk (≤ plug-in ECE),
+        ``monotone_risk`` (the best threshold rule in either direction, "never act" and "always
+        act" included), ``monotone_risk_gap`` = risk − monotone_risk (≤ 2·cutoff error),
+        ``best_rule`` ("never", "always", "increasing": act iff score ≥ ``best_threshold``, or
+        "decreasing": act iff score ≤ ``best_threshold``) and ``best_threshold`` (NaN for never
+        and always).
+
+    Notes
+    -----
+    Rossellini, Soloff, Barber, Ren and Willett ("Can a calibration metric be both testable and
+    actionable?", §3, Props. 3.1 and 3.2; spec seed000 §1.8). The loss is
+    :math:`\ell_{bd}(y,\hat y;\tau)=\tau(1-y)\hat y+(1-\tau)y(1-\hat y)`, and the plug-in rule acts
+    iff :math:`p\ge\tau` (a score equal to τ acts). With :math:`N^0_k, Y_k` the weights of
+    negatives and positives at the k-th distinct score, everything is a cumulative sum over the
+    level sets (O(m) per τ), normalised by W:
+
+    .. math:: \text{bayes\_risk}=\sum_k\min(\tau N^0_k,(1-\tau)Y_k)/W,\quad
+       L^\uparrow_k=\tau\sum_{j\ge k}N^0_j+(1-\tau)\sum_{j<k}Y_j,\quad
+       L^\downarrow_k=\tau\sum_{j\le k}N^0_j+(1-\tau)\sum_{j>k}Y_j .
+
+    The monotone gap is testable (bounded by twice the cutoff error, which concentrates); the
+    grouped-Bayes gap is not: with one row per distinct score it collapses to the risk itself.
+    The two bounds hold exactly on the (weighted) empirical law. Ties in the best rule are
+    resolved in the order never, always, increasing, decreasing (lowest threshold first).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from sqlcal.metrics.decision import decision_risk_gap
+    >>> df = pd.DataFrame({"p": [0.2, 0.2, 0.8, 0.8], "y": [1, 0, 0, 0]})
+    >>> out = decision_risk_gap(df, score="p", label="y", threshold=0.5)
+    >>> out[["risk", "bayes_risk", "monotone_risk_gap", "best_rule"]]
+        risk  bayes_risk  monotone_risk_gap best_rule
+    0  0.375       0.125               0.25     never
+    """
+    thresholds = _thresholds(threshold)
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    levels = level_sets(src)
+    src.require_binary_labels("the decision risk gap")
+    rows = []
+    for key, part in groups(levels, list(src.by)):
+        base = {**key, "n": int(part["n"].sum()), "W": float(part["W"].sum())}
+        u = part["p"].to_numpy(float)
+        Wk, Yk = part["W"].to_numpy(float), part["swy"].to_numpy(float)
+        rows += [base | {"threshold": t} | _risks(u, Wk, Yk, t) for t in thresholds]
+    columns = ["threshold", "risk", "bayes_risk", "risk_gap", "monotone_risk",
+               "monotone_risk_gap", "best_rule", "best_threshold"]
+    return _by_threshold(src, _frame(rows, src.by, columns), columns, "threshold", thresholds)
+
+
+def expected_cost(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    rules: Any,
+    epsilon: float | None = None,
+    validation: Any = None,
+    validation_label: str | None = None,
+    delta: float = 0.05,
+    **source_options: Any,
+) -> pd.DataFrame:
+    r"""The expected cost of interval decision rules, estimated from the scores alone (no
+    labels needed), with an error bound from a calibration bound.
+
+    Parameters
+    ----------
+    data, score, weight, by, where
+        As for :func:`sqlcal.ece`.
+    label : str, optional
+        A label column, when the table has one: adds the realised cost, to compare.
+    rules : sequence of (l, r, a, b), DataFrame, or dict of those
+        A decision rule: disjoint score intervals (l, r], each with an action costing a per
+        positive and b per negative (a score in no interval costs nothing; use l < 0 to include
+        a score of 0). Several rules: a dict name → rule, or a DataFrame with columns ``rule``,
+        ``l``, ``r``, ``a``, ``b``. A single rule is named ``"rule"``.
+    epsilon : float, optional
+        A bound on the cutoff error :math:`c_{emp}` of this table's own rows: then the bound on
+        the realised cost is deterministic (Gao et al. eq. (2)).
+    validation : Source or data, optional
+        Instead of ``epsilon``: labeled held-out rows scored by the same model, given as a
+        :func:`sqlcal.source` (its group keys must be ``by`` or none) or as data with the same
+        score column and the label ``validation_label``. See Notes for what the bounds then mean.
+    validation_label : str, optional
+        The label column of ``validation`` when it is not a Source.
+    delta : float, default 0.05
+        Failure probability of each confidence statement (with ``validation``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group and rule: the keys, ``rule``, ``n``, ``W``, ``expected_cost`` (the
+        label-free estimate per unit weight, :math:`\sum_i w_i\sum_j 1\{l_j<f_i\le r_j\}
+        [a_jf_i+b_j(1-f_i)]/W`; times W for the total), ``error_bound`` (bound on
+        \|realised − estimated\| per unit weight), ``cost_lower``, ``cost_upper`` (estimate ∓
+        bound), ``epsilon`` (the bound used for this table's cutoff error), ``population_bound``
+        (with ``validation``: bound on \|population cost per row − estimate\|), ``coverage``
+        (share of the weight in some interval) and ``realised_cost`` (with labels; else NaN).
+
+    Notes
+    -----
+    Gao, Parameswaran and Peng ("On the interpretability of conditional probability estimates
+    in the agnostic setting", §2.4 Claim 1 and §3.3.4 eq. (2); spec seed004 §6). For every
+    interval, :math:`|\sum_i w_i1\{l<f_i\le r\}(y_i-f_i)|\le c_{emp}W`, so the realised cost
+    differs from the estimate by at most :math:`c_{emp}\sum_j|a_j-b_j|` per unit weight.
+
+    With ``validation`` (rows not used to fit or recalibrate the model, i.i.d. like this table),
+    :math:`\hat\epsilon` is the ``upper_bound`` column of :func:`sqlcal.cutoff_error` on them:
+    :math:`c_{emp}(\text{val})+\sqrt{2\ln(1/\delta)/n_{val}}\ge c(f)` with probability 1 − δ. The
+    unlabeled table's own :math:`c_{emp}` cannot be computed, so (seed004 §6.2 caveat) it is
+    bounded by :math:`\hat\epsilon+(20+\sqrt{2\ln(1/\delta)})/\sqrt n` (Rossellini et al. Prop.
+    4.1, probability 1 − δ): ``error_bound`` then holds with probability at least 1 − 2δ, and
+    is loose below about 10⁵ rows. ``population_bound`` bounds the expected cost per row of the
+    population instead (Claim 1 plus Hoeffding on the estimate, range R of the costs):
+    :math:`\hat\epsilon\sum_j|a_j-b_j| + R\sqrt{\ln(2/\delta)/(2n)}`, also with probability at
+    least 1 − 2δ, and much tighter. n is W for whole-number weights, W²/Σw² otherwise (a
+    heuristic). Both statements assume i.i.d. rows: drift between the validation rows and this
+    table breaks them.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from sqlcal.metrics.decision import expected_cost
+    >>> df = pd.DataFrame({"p": [0.1, 0.4, 0.6, 0.9], "y": [0, 1, 0, 1]})
+    >>> rule = [(-1, 1 / 3, 1.0, 0.0), (1 / 3, 1, 0.0, 0.5)]
+    >>> out = expected_cost(df, score="p", label="y", rules=rule, epsilon=0.15)
+    >>> out[["expected_cost", "error_bound", "realised_cost"]].round(6)
+       expected_cost  error_bound  realised_cost
+    0         0.1625        0.225          0.125
+    """
+    if epsilon is not None and validation is not None:
+        raise ValueError("pass epsilon= or validation=, not both")
+    if epsilon is not None and not (np.isfinite(epsilon) and epsilon >= 0):
+        raise ValueError(f"epsilon must be a non-negative number, not {epsilon!r}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), not {delta!r}")
+    table = _rules_table(rules)
+    src, labelled = _cost_source(data, score, label, weight, by, where, source_options)
+    sums, index = _interval_sums(src, table, labelled)
+    eps_val = _validation_bound(validation, validation_label, src, score, delta)
+    by_keys = list(src.by)
+    rows = []
+    for key, part in groups(sums, by_keys):
+        g = part.iloc[0]
+        W, n_eff = float(g["W"]), _effective_n(src, g)
+        if eps_val is None:
+            eps_sample, eps_pop = (np.nan if epsilon is None else float(epsilon)), np.nan
+        else:
+            eps_pop = float(eps_val.get(key_tuple(key), np.nan))
+            with np.errstate(divide="ignore"):
+                eps_sample = eps_pop + (20 + np.sqrt(2 * np.log(1 / delta))) / np.sqrt(n_eff)
+        for name, rule in table.groupby("rule", sort=False):
+            rows.append({**key, "rule": name, "n": int(g["n"]), "W": W,
+                         **_rule_cost(g, rule, index, labelled, eps_sample, eps_pop, n_eff,
+                                     delta)})
+    columns = ["rule", "expected_cost", "error_bound", "cost_lower", "cost_upper", "epsilon",
+               "population_bound", "coverage", "realised_cost"]
+    names = list(dict.fromkeys(table["rule"]))
+    out = _by_threshold(src, _frame(rows, by_keys, columns), columns, "rule", names)
+    if (out["coverage"] < 1 - 1e-12).any():
+        warnings.warn("some scores fall in no interval of a rule and cost nothing there (see "
+                      "the coverage column); use l < 0 and r ≥ 1 to cover every score",
+                      stacklevel=2)
+    out.attrs |= {"delta": delta, "confidence": (1 - 2 * delta) if validation is not None
+                  else None}
+    return out
+
+
+# -- CDL: the LP and the V-curve ----------------------------------------------------------------
+
+
+def cdl_lp(v, mass, ybar) -> float:
+    """The CDL of the law with mass ``mass[j]`` at score ``v[j]`` and E[y | v] = ``ybar[j]``: the
+    linear-size LP of spec seed002 §2.6 item 5 (HiGHS)."""
+    v, mass, ybar = (np.asarray(a, float) for a in (v, mass, ybar))
+    live = (mass > 0) & (ybar != v)
+    if not live.any():
+        return 0.0
+    t = np.unique(np.concatenate([v, ybar, [0.0, 1.0]]))
+    K = len(t)
+    iv, iy = np.searchsorted(t, v), np.searchsorted(t, ybar)
+    # variables: x = (φ_0..φ_{K-1}, g_0..g_{K-1}); maximise Σ n[φ(ȳ) − φ(v) − g(v)(ȳ − v)]
+    c = np.zeros(2 * K)
+    np.add.at(c, iy, mass)
+    np.add.at(c, iv, -mass)
+    np.add.at(c, K + iv, -mass * (ybar - v))
+    k = np.arange(K - 1)
+    d = np.diff(t)
+    ones = np.ones(K - 1)
+    # convexity between neighbours: g_k Δ ≤ φ_{k+1} − φ_k ≤ g_{k+1} Δ
+    rows1 = (np.concatenate([k, k, k]), np.concatenate([K + k, k + 1, k]),
+             np.concatenate([d, -ones, ones]))
+    rows2 = (np.concatenate([k, k, k]) + (K - 1), np.concatenate([k + 1, k, K + k + 1]),
+             np.concatenate([ones, -ones, -d]))
+    # payoffs in [0, 1]: ℓ(0) = φ_k − g_k t_k and ℓ(1) = φ_k + g_k(1 − t_k)
+    j = np.arange(K)
+    base = 2 * (K - 1)
+    r_idx, c_idx, vals = [], [], []
+    for block, (sign, slope) in enumerate([(1, -t), (-1, t), (1, 1 - t), (-1, -(1 - t))]):
+        r_idx += [base + block * K + j] * 2
+        c_idx += [j, K + j]
+        vals += [sign * np.ones(K), sign * slope]
+    rows = np.concatenate([rows1[0], rows2[0], *r_idx])
+    cols = np.concatenate([rows1[1], rows2[1], *c_idx])
+    data = np.concatenate([rows1[2], rows2[2], *vals])
+    A = sparse.csr_matrix((data, (rows, cols)), shape=(base + 4 * K, 2 * K))
+    b = np.concatenate([np.zeros(base), np.ones(K), np.zeros(K), np.ones(K), np.zeros(K)])
+    res = optimize.linprog(-c, A_ub=A, b_ub=b, bounds=(None, None), method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"the CDL LP failed: {res.message}")
+    return float(max(-res.fun, 0.0))
+
+
+def v_curve(v, mass, ybar) -> tuple[float, float]:
+    """(V*, sup_t V(t)/(2 max(t, 1 − t))) for the V-curve of spec seed002 §2.6 items 3–4.
+
+    Each level set adds 2n|ȳ − t| on (min(ȳ, v), max(ȳ, v)]; V is linear between breakpoints, and
+    its sup is the closed-interval version at a breakpoint (the v_j are distinct, so no breakpoint
+    joins a positive term ending there with a positive term starting there). One sort and two
+    searchsorted passes: O(m log m)."""
+    v, mass, ybar = (np.asarray(a, float) for a in (v, mass, ybar))
+    live = (mass > 0) & (ybar != v)
+    if not live.any():
+        return 0.0, 0.0
+    v, mass, ybar = v[live], mass[live], ybar[live]
+    lo, hi = np.minimum(v, ybar), np.maximum(v, ybar)
+    # on [lo, hi] the term is α t + β: 2n(t − ȳ) when over-predicted (ȳ < v), 2n(ȳ − t) otherwise
+    alpha = np.where(ybar < v, 2 * mass, -2 * mass)
+    beta = -alpha * ybar
+    t = np.unique(np.concatenate([lo, hi, [0.5]]))
+    by_lo, by_hi = np.argsort(lo, kind="stable"), np.argsort(hi, kind="stable")
+    cum = lambda x, order: np.concatenate([[0.0], np.cumsum(x[order])])  # noqa: E731
+    started = np.searchsorted(lo[by_lo], t, side="right")  # lo ≤ t
+    ended = np.searchsorted(hi[by_hi], t, side="left")  # hi < t
+    A = cum(alpha, by_lo)[started] - cum(alpha, by_hi)[ended]
+    B = cum(beta, by_lo)[started] - cum(beta, by_hi)[ended]
+    V = np.maximum(A * t + B, 0.0)
+    return float(V.max()), float((V / (2 * np.maximum(t, 1 - t))).max())
+
+
+# -- fixed tasks and risks ----------------------------------------------------------------------
+
+
+def _threshold_loss(v, mass, ybar, t) -> dict:
+    if mass is None:
+        return _nan_row("decision_loss", "payoff", "recalibrated_payoff")
+    # payoffs (1, t) for not acting and (1 − t, 1) for acting: slope jump 1, threshold t
+    act, best = v >= t, ybar >= t
+    payoff_of = lambda a: np.where(a, (1 - ybar) * (1 - t) + ybar, (1 - ybar) + ybar * t)  # noqa
+    return {"decision_loss": float((mass * np.abs(ybar - t) * (act != best)).sum()),
+            "payoff": float((mass * payoff_of(act)).sum()),
+            "recalibrated_payoff": float((mass * payoff_of(best)).sum())}
+
+
+def _finite_task_loss(v, mass, ybar, table) -> dict:
+    if mass is None:
+        return _nan_row("decision_loss", "payoff", "recalibrated_payoff")
+    line = lambda q: np.outer(1 - q, table[:, 0]) + np.outer(q, table[:, 1])  # noqa: E731
+    at_v, at_y = line(v), line(ybar)
+    # best response to v, ties to the steepest action (then the first): "act iff q ≥ t"
+    scale = 1e-12 * max(1.0, float(np.abs(table).max()))
+    tied = at_v >= at_v.max(axis=1, keepdims=True) - scale
+    slope = np.where(tied, table[:, 1] - table[:, 0], -np.inf)
+    played = np.argmax(slope, axis=1)
+    got = at_y[np.arange(len(v)), played]
+    best = at_y.max(axis=1)
+    return {"decision_loss": float((mass * (best - got)).sum()),
+            "payoff": float((mass * got).sum()), "recalibrated_payoff": float((mass * best).sum())}
+
+
+def _risks(u, Wk, Yk, t) -> dict:
+    W = Wk.sum()
+    if not W > 0:
+        return _nan_row("risk", "bayes_risk", "risk_gap", "monotone_risk",
+                        "monotone_risk_gap", "best_threshold") | {"best_rule": None}
+    N0 = Wk - Yk
+    act = u >= t
+    risk = (t * N0[act].sum() + (1 - t) * Yk[~act].sum()) / W
+    bayes = np.minimum(t * N0, (1 - t) * Yk).sum() / W
+    # prefix sums with a leading 0: P[k] = Σ_{j<k}
+    PY, PN = np.concatenate([[0.0], np.cumsum(Yk)]), np.concatenate([[0.0], np.cumsum(N0)])
+    never, always = (1 - t) * PY[-1], t * PN[-1]
+    K = len(u)
+    up = t * (PN[-1] - PN[1:K]) + (1 - t) * PY[1:K]  # act iff p ≥ u_k, k = 2..K
+    down = t * PN[1:K] + (1 - t) * (PY[-1] - PY[1:K])  # act iff p ≤ u_k, k = 1..K−1
+    candidates = np.concatenate([[never, always], up, down])
+    best = candidates.min()
+    i = int(np.flatnonzero(candidates <= best + 1e-12 * W)[0])
+    rule, at = (("never", np.nan) if i == 0 else ("always", np.nan) if i == 1
+                else ("increasing", u[i - 1]) if i < K + 1 else ("decreasing", u[i - K - 1]))
+    best /= W
+    return {"risk": risk, "bayes_risk": bayes, "risk_gap": risk - bayes, "monotone_risk": best,
+            "monotone_risk_gap": risk - best, "best_rule": rule, "best_threshold": at}
+
+
+# -- expected cost ------------------------------------------------------------------------------
+
+
+def _rules_table(rules: Any) -> pd.DataFrame:
+    """Rules as one frame: rule, l, r, a, b; intervals checked non-empty and disjoint."""
+    if isinstance(rules, pd.DataFrame):
+        table = rules.copy()
+        if "rule" not in table:
+            table["rule"] = "rule"
+    elif isinstance(rules, Mapping):
+        parts = [_rules_table(list(rule)).assign(rule=name) for name, rule in rules.items()]
+        table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    else:
+        items = [tuple(x) for x in rules]
+        if any(len(x) != 4 for x in items):
+            raise ValueError("each interval of a rule is a tuple (l, r, a, b)")
+        table = pd.DataFrame(items, columns=["l", "r", "a", "b"]).assign(rule="rule")
+    missing = {"l", "r", "a", "b"} - set(table.columns)
+    if missing or table.empty:
+        raise ValueError(f"rules need intervals with columns l, r, a, b (missing {sorted(missing)})")
+    table = table[["rule", "l", "r", "a", "b"]].copy()
+    for col in "lrab":
+        table[col] = table[col].astype(float)
+    if not np.isfinite(table[["a", "b"]].to_numpy()).all():
+        raise ValueError("rule costs a and b must be finite numbers")
+    if (table["l"] >= table["r"]).any():
+        raise ValueError("every interval (l, r] needs l < r")
+    for name, rule in table.groupby("rule", sort=False):
+        rule = rule.sort_values("l")
+        if (rule["l"].to_numpy()[1:] < rule["r"].to_numpy()[:-1]).any():
+            raise ValueError(f"the intervals of rule {name!r} overlap; a rule takes one action "
+                             "per score")
+    return table.reset_index(drop=True)
+
+
+def _cost_source(data, score, label, weight, by, where, options) -> tuple[Source, bool]:
+    """The source to measure, with labels when there are some. An unlabeled table gets a constant
+    label column, so the shared validation (scores, weights, keys) applies unchanged; its label
+    sums are never read."""
+    if isinstance(data, Source) or label is not None:
+        return as_source(data, score, label, weight=weight, by=by, where=where, **options), True
+    if score is None:
+        raise TypeError("score= is required: name the score column")
+    from sqlcal.source import _resolve_table
+
+    options = dict(options)
+    base = _resolve_table(data, options.pop("table", None))
+    base = base.mutate(**{_NO_LABEL: ibis.literal(0, type="int64")})
+    return source(base, score=score, label=_NO_LABEL, weight=weight, by=by, where=where,
+                  **options), False
+
+
+def _interval_sums(src: Source, table: pd.DataFrame, labelled: bool) -> tuple[pd.DataFrame, dict]:
+    """One aggregate per group: n, W, Σw², score range, and per distinct interval i of the rules
+    W_i = Σw, F_i = Σwf (and Y_i = Σwy with labels) over the rows with l < f ≤ r."""
+    intervals = list(dict.fromkeys(zip(table["l"], table["r"])))
+    key = ("decision_intervals", tuple(intervals), labelled)
+
+    def build(checks):
+        t = src.rows
+        sums = {"n": t.count(), "p_min": t.p.min(), "p_max": t.p.max()}
+        if src.weighted:
+            sums |= {"W": t.w.sum(), "sw2": (t.w * t.w).sum()}
+        times = (lambda v: t.w * v) if src.weighted else (lambda v: v)
+        for i, (lo, hi) in enumerate(intervals):
+            inside = ibis.literal(True)
+            if lo >= 0:  # every score is ≥ 0: a negative l bounds nothing
+                inside &= t.p > lo
+            if hi < 1:
+                inside &= t.p <= hi
+            sums |= {f"W_{i}": (t.w.sum(where=inside) if src.weighted
+                                else t.count(where=inside).cast("float64")),
+                     f"F_{i}": times(t.p).sum(where=inside)}
+            if labelled:
+                sums[f"Y_{i}"] = times(t.y).sum(where=inside)
+        metrics = sums | (checks(t) if checks else {})
+        return t.group_by(list(src.by)).aggregate(**metrics) if src.by else t.aggregate(**metrics)
+
+    frame = src.summary(key, frozenset(), build).copy()
+    sums = [c for c in frame if c[:2] in ("W_", "F_", "Y_")]
+    frame[sums] = frame[sums].astype(float).fillna(0.0)  # a SUM over no rows is NULL
+    return frame, {iv: i for i, iv in enumerate(intervals)}
+
+
+def _validation_bound(validation, validation_label, src: Source, score, delta) -> dict | None:
+    """Per group key tuple: the cutoff error's upper confidence bound on the validation rows."""
+    if validation is None:
+        return None
+    from sqlcal.metrics.cumulative import cutoff_error
+
+    if isinstance(validation, Source):
+        bound = cutoff_error(validation, delta=delta)
+        keys = list(validation.by)
+    else:
+        if validation_label is None:
+            raise TypeError("validation_label= is required when validation is not a Source")
+        bound = cutoff_error(validation, score=src.score, label=validation_label,
+                             by=src.by, delta=delta)
+        keys = list(src.by)
+    if keys and keys != list(src.by):
+        raise ValueError(f"the validation source is grouped by {keys}, this table by "
+                         f"{list(src.by)}: group both the same way, or not the validation")
+    if not keys:
+        value = float(bound["upper_bound"].iloc[0])
+        return _Broadcast(value)
+    return {key_tuple(dict(zip(keys, row[:-1]))): row[-1]
+            for row in bound[[*keys, "upper_bound"]].itertuples(index=False)}
+
+
+class _Broadcast(dict):
+    """One value for every group (an ungrouped validation)."""
+
+    def __init__(self, value: float):
+        super().__init__()
+        self.value = value
+
+    def get(self, key, default=None):
+        return self.value
+
+
+def _effective_n(src: Source, g: pd.Series) -> float:
+    W = float(g["W"])
+    if not src.weighted or src.integer_weights:
+        return W
+    sw2 = float(g["sw2"])
+    return W * W / sw2 if sw2 > 0 else np.nan
+
+
+def _rule_cost(g: pd.Series, rule: pd.DataFrame, index: dict, labelled: bool,
+               eps_sample: float, eps_pop: float, n_eff: float, delta: float) -> dict:
+    W = float(g["W"])
+    estimate = realised = covered = 0.0
+    for l, r, a, b in rule[["l", "r", "a", "b"]].itertuples(index=False):
+        i = index[(l, r)]
+        Wi, Fi = float(g[f"W_{i}"]), float(g[f"F_{i}"])
+        estimate += a * Fi + b * (Wi - Fi)
+        covered += Wi
+        if labelled:
+            Yi = float(g[f"Y_{i}"])
+            realised += a * Yi + b * (Wi - Yi)
+    spread = float(np.abs(rule["a"] - rule["b"]).sum())
+    costs = np.concatenate([rule["a"], rule["b"], [0.0]])
+    R = float(costs.max() - costs.min())
+    estimate, realised, coverage = (safe_div(x, W).item() for x in (estimate, realised, covered))
+    bound = eps_sample * spread
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pop = eps_pop * spread + R * np.sqrt(np.log(2 / delta) / (2 * n_eff))
+    return {"expected_cost": estimate, "error_bound": bound, "cost_lower": estimate - bound,
+            "cost_upper": estimate + bound, "epsilon": eps_sample, "population_bound": pop,
+            "coverage": coverage, "realised_cost": realised if labelled else np.nan}
+
+
+# -- shared pieces ------------------------------------------------------------------------------
+
+
+def _level_sets(src: Source, bins: int | None) -> pd.DataFrame:
+    """Per group, sorted: the predictor's values ``p`` with n, W, swy. ``bins``: the equal-width
+    bins, each at its weighted mean score (the binned predictor)."""
+    if bins is None:
+        return level_sets(src)
+    from sqlcal.metrics.binned import bins_summary
+
+    frame = bins_summary(src, bins=bins, strategy="uniform", convention="sqlcal").copy()
+    frame["p"] = safe_div(frame["swp"], frame["W"])
+    return frame.sort_values([*src.by, "bin"], ignore_index=True, kind="stable")
+
+
+def _normalised(part: pd.DataFrame):
+    """(v, mass, ȳ) of one group's positive-weight level sets, masses summing to 1; mass is None
+    when the group has no weight."""
+    part = part[part["W"] > 0]
+    W = part["W"].sum()
+    if not W > 0:
+        return None, None, None
+    Wk = part["W"].to_numpy(float)
+    # a rounding excursion of Σwy outside [0, W] must not put ȳ outside [0, 1]
+    ybar = np.clip(part["swy"].to_numpy(float) / Wk, 0.0, 1.0)
+    return part["p"].to_numpy(float), Wk / W, ybar
+
+
+def _shape(part: pd.DataFrame) -> dict:
+    m, n = int((part["n"] > 0).sum()), int(part["n"].sum())
+    return {"n_levels": m, "distinct_per_row": m / n if n else np.nan}
+
+
+def _warn_degenerate(values: pd.DataFrame) -> None:
+    if values.empty:
+        return
+    bad = values[(values["distinct_per_row"] >= DEGENERATE_SHARE) & (values["n"] >= _WARN_MIN_ROWS)]
+    if len(bad):
+        warnings.warn(
+            f"{len(bad)} group(s) have about one row per distinct score (distinct_per_row up to "
+            f"{bad['distinct_per_row'].max():.2f}): each level set is one row, so the plug-in "
+            "degenerates towards the Brier score; pass bins= to measure a binned predictor",
+            stacklevel=3)
+
+
+def _nan_row(*names: str) -> dict:
+    return {name: np.nan for name in names}
+
+
+def _thresholds(threshold) -> list[float]:
+    values = [float(threshold)] if np.ndim(threshold) == 0 else [float(t) for t in threshold]
+    if not values or any(not 0 <= t <= 1 for t in values):
+        raise ValueError(f"threshold must be in [0, 1] (or a non-empty sequence of such), "
+                         f"not {threshold!r}")
+    return values
+
+
+def _frame(rows: list[dict], by, columns) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=None if rows else [*by, "n", "W", *columns])
+
+
+def _by_threshold(src: Source, values: pd.DataFrame, columns, name: str, wanted) -> pd.DataFrame:
+    """The result table with ``name`` (a threshold or rule) acting as a further key: rows ordered
+    by the keys then ``wanted``'s order, and a group with no valid rows (``on_invalid="drop"``)
+    given one NaN row per wanted value instead of one row with ``name`` missing."""
+    out = result(src, values, columns)
+    if "n_dropped" in out and not src.by:  # one group: result() put its count on the first row
+        out["n_dropped"] = out["n_dropped"].ffill().astype(int)
+    empty = out[name].isna()
+    if empty.any():
+        filled = [row.assign(**{name: value}) for value in wanted
+                  for row in [out[empty]]]
+        out = pd.concat([out[~empty], *filled], ignore_index=True)
+    order = {v: i for i, v in enumerate(wanted)}
+    out["__order"] = out[name].map(order)
+    out = out.sort_values([*src.by, "__order"], kind="stable", ignore_index=True)
+    return out.drop(columns="__order")
