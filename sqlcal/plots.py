@@ -77,7 +77,8 @@ def smooth_reliability_diagram(
     curve per group, its smooth ECE in the legend. Returns the matplotlib Axes."""
     plt = _pyplot()
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    curve = smooth_reliability(src, sigma=sigma)
+    # sorted like the other diagrams' tables, so a group keeps its colour from run to run
+    curve = smooth_reliability(src, sigma=sigma).sort_values([*src.by, "t"], kind="stable")
     values = smooth_ece(src, sigma=sigma)
     keys = list(src.by)
     if ax is None:

@@ -309,6 +309,17 @@ def test_smooth_reliability_diagram_png_draws_curves_and_bands():
                  for t, y in zip(a.t, top) if 0.3 < t < 0.85 and y < 0.95) > 0.95
 
 
+def test_smooth_reliability_diagram_orders_groups_like_the_other_diagrams():
+    from sqlcal.demo import demo_frame
+
+    df = demo_frame(rows=20_000)
+    kw = dict(score="score", label="label", weight="weight", by="segment")
+    smooth = plots.smooth_reliability_diagram(df, **kw).get_legend().get_texts()
+    binned = plots.reliability_diagram(df, **kw).get_legend().get_texts()
+    names = [t.get_text().split(" ")[0] for t in smooth[1:]]
+    assert names == sorted(names) == [t.get_text() for t in binned[1:]]
+
+
 def test_tce_diagram_png_draws_bars_and_verdicts():
     df = sloped_data(3000, seed=2, gap=(0, 0))
     ax = plots.tce_diagram(df, score="p", label="y", strategy="quantile", bins=8)
