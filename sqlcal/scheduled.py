@@ -1,0 +1,700 @@
+"""Scheduled reports: a TOML file names the data, the metrics with their options and the alert
+thresholds; one run measures every group, checks the thresholds and writes JSON, a self-contained
+HTML page and, optionally, rows appended to a results table in the warehouse.
+
+``sqlcal report --config report.toml`` is the command; :func:`load_config`, :func:`run_report`,
+:func:`write_results` and :func:`metric_series` are the same steps as functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import inspect
+import json
+import math
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import ibis
+import numpy as np
+import pandas as pd
+
+from sqlcal.report import METRICS, describe, summary_steps, to_json
+from sqlcal.source import Source, as_source
+
+#: section -> allowed keys (None: any metric name)
+SECTIONS: dict[str, tuple[str, ...] | None] = {
+    "source": ("data", "table", "score", "label", "weight", "by", "where", "on_invalid",
+               "soft_labels"),
+    "metrics": None,
+    "alerts": ("metric", "column", "above", "below"),
+    "time": ("key", "metrics"),
+    "report": ("title", "order_by", "diagrams", "bins"),
+    "output": ("json", "html"),
+    "results": ("table", "url", "database"),
+}
+#: the results table: one row per (run, group, metric, statistic)
+RESULTS_SCHEMA = ibis.schema({
+    "run_id": "string",
+    "run_at": "timestamp",
+    "config_hash": "string",
+    "group_keys": "string",
+    "metric": "string",
+    "statistic": "string",
+    "value": "float64",
+    "lower": "float64",
+    "upper": "float64",
+})
+# a metric's interval, reported on its first statistic
+_BOUNDS = (("lower_bound", "upper_bound"), ("ci_lower", "ci_upper"))
+# the arguments every metric takes from the source, not from its options
+_SOURCE_ARGS = {"data", "score", "label", "weight", "by", "where", "source_options"}
+
+
+class ConfigError(ValueError):
+    """The report configuration is invalid; nothing has been read or written."""
+
+
+@dataclass
+class ScheduledRun:
+    """The outcome of :func:`run_report`.
+
+    Attributes
+    ----------
+    config : dict
+        The validated configuration.
+    run_id, config_hash : str
+    run_at : datetime
+        UTC, naive (portable across engines).
+    source : Source
+    table : pandas.DataFrame
+        One row per group: the keys, ``n``, ``W``, then each metric's columns under the names of
+        :func:`sqlcal.report` (worst group first).
+    metrics : pandas.DataFrame
+        Tidy: the keys, ``metric``, ``statistic``, ``value``, ``lower``, ``upper``.
+    alerts : list of dict
+        The threshold rules that fired: ``group``, ``metric``, ``column``, ``value``, ``above`` or
+        ``below``, ``message``.
+    series : pandas.DataFrame or None
+        :func:`metric_series` for the configured time key.
+    figures : dict
+        PNG bytes: ``{"series": ...}`` and, per group key tuple, ``{"reliability", "cumulative"}``.
+    """
+
+    config: dict
+    run_id: str
+    run_at: dt.datetime
+    config_hash: str
+    source: Source
+    table: pd.DataFrame
+    metrics: pd.DataFrame
+    alerts: list[dict]
+    series: pd.DataFrame | None = None
+    figures: dict = field(default_factory=dict)
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self.source.by)
+
+    @property
+    def status(self) -> str:
+        return "alert" if self.alerts else "ok"
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+
+def load_config(path: str | os.PathLike) -> dict:
+    """Read and validate a report configuration (TOML); see :func:`validate_config`."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{os.fspath(path)} is not valid TOML: {e}") from None
+    return validate_config(raw, where=os.fspath(path))
+
+
+def validate_config(raw: dict, *, where: str = "config") -> dict:
+    """Check a configuration before anything touches the warehouse; return it normalised.
+
+    Unknown sections and keys, unknown metrics, metric options the metric does not take, alert
+    columns the metric does not report, and alerts without a threshold are errors that say where.
+    """
+    unknown = sorted(set(raw) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown sections {unknown}; expected {sorted(SECTIONS)}")
+    for name, allowed in SECTIONS.items():
+        blocks = raw.get(name, [] if name == "alerts" else {})
+        if name == "metrics" and isinstance(blocks, list):
+            continue
+        for i, block in enumerate(blocks if name == "alerts" else [blocks]):
+            label = f"[[alerts]] #{i + 1}" if name == "alerts" else f"[{name}]"
+            if not isinstance(block, dict):
+                raise ConfigError(f"{where}: {label} must be a table")
+            extra = sorted(set(block) - set(allowed)) if allowed is not None else []
+            if extra:
+                raise ConfigError(f"{where}: {label} has unknown keys {extra}; "
+                                  f"expected some of {list(allowed)}")
+
+    src = dict(raw.get("source", {}))
+    # from Python, data may also be anything else sqlcal.source() takes (an Ibis table, a frame)
+    if src.get("data") is None or isinstance(src["data"], str) and not src["data"]:
+        raise ConfigError(f"{where}: [source] needs data = \"<path or URL>\"")
+    for key in ("score", "label"):
+        if not isinstance(src.get(key), str) or not src[key]:
+            raise ConfigError(f"{where}: [source] needs {key} = \"<column>\"")
+    by = src.get("by", [])
+    src["by"] = [by] if isinstance(by, str) else list(by)
+
+    metrics = raw.get("metrics", {"ece": {}, "cutoff_error": {}, "kuiper": {}})
+    if isinstance(metrics, list):
+        metrics = {name: {} for name in metrics}
+    bad = [m for m in metrics if m not in METRICS]
+    if bad:
+        raise ConfigError(f"{where}: unknown metrics {bad}; choose from {sorted(METRICS)}")
+    if not metrics:
+        raise ConfigError(f"{where}: [metrics] names no metric")
+    for name, options in metrics.items():
+        if not isinstance(options, dict):
+            raise ConfigError(f"{where}: metrics.{name} must be a table of options, e.g. {{}}")
+        takes = set(inspect.signature(METRICS[name][0]).parameters) - _SOURCE_ARGS
+        extra = sorted(set(options) - takes)
+        if extra:
+            raise ConfigError(f"{where}: metrics.{name} has unknown options {extra}; "
+                              f"it takes {sorted(takes)}")
+
+    alerts = []
+    for i, rule in enumerate(raw.get("alerts", [])):
+        label = f"[[alerts]] #{i + 1}"
+        metric = rule.get("metric")
+        if metric not in metrics:
+            raise ConfigError(f"{where}: {label} names metric {metric!r}, which [metrics] does "
+                              f"not compute ({list(metrics)})")
+        column = _statistic(metric, rule.get("column"), f"{where}: {label}")
+        limits = {k: rule[k] for k in ("above", "below") if k in rule}
+        if not limits or not all(isinstance(v, (int, float)) for v in limits.values()):
+            raise ConfigError(f"{where}: {label} needs a number above= or below=")
+        alerts.append({"metric": metric, "column": column, **limits})
+
+    time_cfg = dict(raw["time"]) if "time" in raw else None
+    if time_cfg is not None:
+        if not isinstance(time_cfg.get("key"), str):
+            raise ConfigError(f"{where}: [time] needs key = \"<time column>\"")
+        series = time_cfg.get("metrics", list(metrics))
+        bad = [m for m in series if m not in metrics]
+        if bad:
+            raise ConfigError(f"{where}: [time] metrics {bad} are not in [metrics]")
+        time_cfg["metrics"] = list(series)
+
+    report = dict(raw.get("report", {}))
+    order_by = report.get("order_by", next(iter(metrics)))
+    metric, _, column = order_by.partition(".")
+    if metric not in metrics:
+        raise ConfigError(f"{where}: [report] order_by = {order_by!r} is not a computed metric")
+    report["order_by"] = [metric, _statistic(metric, column or None, f"{where}: [report]")]
+    report.setdefault("title", "Calibration report")
+    report.setdefault("diagrams", True)
+    report.setdefault("bins", 15)
+
+    results = dict(raw["results"]) if "results" in raw else None
+    if results is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*",
+                                                str(results.get("table", ""))):
+        raise ConfigError(f"{where}: [results] needs table = \"<name>\" (letters, digits, _)")
+    return {"source": src, "metrics": metrics, "alerts": alerts, "time": time_cfg,
+            "report": report, "output": dict(raw.get("output", {})), "results": results}
+
+
+def config_hash(config: dict) -> str:
+    """A digest of what a run measures and how it judges it (source, metrics, alerts, time key);
+    outputs, titles and comments do not change it."""
+    semantic = {k: config.get(k) for k in ("source", "metrics", "alerts", "time")}
+    text = json.dumps(semantic, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _statistic(metric: str, column: str | None, where: str) -> str:
+    # an alert may name a metric function's column or its report name (lower_bound/cutoff_lower)
+    mapping = METRICS[metric][2]
+    if column is None:
+        return next(iter(mapping))
+    by_report_name = {v: k for k, v in mapping.items()}
+    if column in mapping or column in by_report_name:
+        return by_report_name.get(column, column)
+    raise ConfigError(f"{where}: metric {metric!r} reports no column {column!r}; "
+                      f"choose from {list(mapping)}")
+
+
+# -- running ----------------------------------------------------------------------------------
+
+
+def run_report(
+    config: dict,
+    *,
+    run_id: str | None = None,
+    run_at: dt.datetime | None = None,
+    diagrams: bool | None = None,
+    progress: bool | None = False,
+) -> ScheduledRun:
+    """Measure every group as the configuration says and check its alert thresholds.
+
+    Parameters
+    ----------
+    config : dict
+        From :func:`load_config` (or :func:`validate_config`).
+    run_id : str, optional
+        Names the run in the results table; default ``<UTC time>-<config hash>``. Pass the
+        scheduler's run id (e.g. Airflow's ``{{ ds }}``) so a retried run is not recorded twice.
+    run_at : datetime, optional
+        Default now, UTC.
+    diagrams : bool, optional
+        Draw the per-group diagrams and the time-series chart (matplotlib); default
+        ``config["report"]["diagrams"]``.
+    progress : bool or None, default False
+        One line per engine pass on stderr; ``None``: when stderr is a terminal or the run has
+        lasted more than 5 seconds.
+
+    Returns
+    -------
+    ScheduledRun
+    """
+    step = _Progress(progress)
+    run_at = run_at or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None, microsecond=0)
+    digest = config_hash(config)
+    run_id = run_id or f"{run_at:%Y%m%dT%H%M%SZ}-{digest[:8]}"
+    with step("open the source"):
+        src = _open_source(config)
+    frames, tidy = _measure(src, config["metrics"], step)
+    table = _wide(src, frames, config["metrics"])
+    alerts = _check_alerts(src, frames, config["alerts"])
+    order = _worst_first(table, tidy, alerts, src, config["report"]["order_by"])
+    table = table.iloc[order].reset_index(drop=True)
+    run = ScheduledRun(config=config, run_id=run_id, run_at=run_at, config_hash=digest,
+                       source=src, table=table, metrics=tidy, alerts=alerts)
+    if config["time"]:
+        chosen = {m: config["metrics"][m] for m in config["time"]["metrics"]}
+        with step(f"series per {config['time']['key']}"):
+            series_src = _open_source(config, time=config["time"]["key"])
+            run.series = _measure(series_src, chosen, _quiet)[1]
+    if config["report"]["diagrams"] if diagrams is None else diagrams:
+        _draw(run, step)
+    return run
+
+
+def metric_series(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    time: str,
+    where: Any = None,
+    metrics: Sequence[str] | dict = ("ece",),
+    **source_options: Any,
+) -> pd.DataFrame:
+    """The same metrics per value of a time key (a day, a week, a model version), per group.
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where
+        As for :func:`sqlcal.ece`.
+    time : str
+        The time column; it becomes the last group key.
+    metrics : sequence of str or dict, default ("ece",)
+        Names from :data:`sqlcal.report.METRICS`, or ``{name: {option: value}}``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Tidy, sorted by the keys and ``time``: the group keys, the time key, ``n``, ``W``,
+        ``metric``, ``statistic``, ``value``, ``lower``, ``upper``.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal.scheduled as s
+    >>> df = pd.DataFrame({"p": [.2, .8, .3, .7], "y": [0, 1, 1, 1], "day": [1, 1, 2, 2]})
+    >>> s.metric_series(df, score="p", label="y", time="day", metrics=["brier"])[
+    ...     ["day", "metric", "value"]]
+       day metric  value
+    0    1  brier  0.040
+    1    2  brier  0.290
+    """
+    by = (by,) if isinstance(by, str) else tuple(by)
+    metrics = dict(metrics) if isinstance(metrics, dict) else {m: {} for m in metrics}
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metrics {unknown}; choose from {sorted(METRICS)}")
+    src = as_source(data, score, label, weight=weight, by=(*by, time), where=where,
+                    **source_options)
+    return _measure(src, metrics, _quiet)[1]
+
+
+def _quiet(label: str):
+    return contextlib.nullcontext()
+
+
+_writable: dict[str, Any] = {}
+
+
+def _open_source(config: dict, time: str | None = None) -> Source:
+    import sqlcal
+
+    cfg = dict(config["source"])
+    data, table = cfg.pop("data"), cfg.pop("table", None)
+    path = _duckdb_file(data)
+    if config["results"] and not config["results"].get("url") and path and table:
+        # the results go into the source's DuckDB file, which sqlcal.source opens read-only:
+        # open it read-write here (once) and measure through that connection
+        key = os.path.abspath(path)
+        if key not in _writable:
+            _writable[key] = ibis.duckdb.connect(path)
+        data, table = _writable[key].table(table), None
+    if time:
+        cfg["by"] = [*cfg["by"], time]
+    return sqlcal.source(data, table=table, **cfg)
+
+
+def _duckdb_file(data: Any) -> str | None:
+    if not isinstance(data, str):
+        return None
+    path = data[len("duckdb://"):] if data.startswith("duckdb://") else data
+    return path if "://" not in path and path.lower().endswith((".duckdb", ".ddb", ".db")) else None
+
+
+def _table_of(src: Source):
+    # the validated, normalised rows (p, y, w and the keys) as a new source's table
+    columns = [*src.by, "p", "y", *(["w"] if src.weighted else [])]
+    return src.rows.select(*columns)
+
+
+def _measure(src: Source, metrics: dict, step) -> tuple[dict, pd.DataFrame]:
+    """Run each metric on ``src`` after the shared summaries; return the metric functions' frames
+    and the tidy table."""
+    bins = next((o.get("bins", 15) for m, o in metrics.items() if METRICS[m][0].__name__ == "ece"
+                 and "strategy" not in o and "convention" not in o), 15)
+    for name, run in summary_steps(src, list(metrics), bins):
+        with step(f"summary: {name}"):
+            run()
+    frames, parts = {}, []
+    for name, options in metrics.items():
+        function, preset, mapping = METRICS[name]
+        with step(f"metric: {name}"):
+            frames[name] = values = function(src, **{**preset, **options})
+        bounds = next(((lo, hi) for lo, hi in _BOUNDS if lo in values and hi in values), None)
+        primary = next(iter(mapping))
+        for column in mapping:
+            if bounds and column in bounds:
+                continue
+            part = values[[*src.by, "n", "W"]].copy()
+            part["metric"], part["statistic"] = name, column
+            part["value"] = values[column].astype(float).to_numpy()
+            has = bounds and column == primary
+            part["lower"] = values[bounds[0]].astype(float).to_numpy() if has else np.nan
+            part["upper"] = values[bounds[1]].astype(float).to_numpy() if has else np.nan
+            parts.append(part)
+    tidy = pd.concat(parts, ignore_index=True)
+    if src.by:
+        tidy = tidy.sort_values(list(src.by), kind="stable", ignore_index=True)
+    return frames, tidy
+
+
+def _wide(src: Source, frames: dict, metrics: dict) -> pd.DataFrame:
+    first = frames[next(iter(metrics))]
+    out = first[[c for c in first if c in (*src.by, "n", "W", "n_dropped")]].copy()
+    for name in metrics:
+        for column, target in METRICS[name][2].items():
+            out[target] = frames[name][column].to_numpy()
+    return out
+
+
+def _check_alerts(src: Source, frames: dict, rules: list[dict]) -> list[dict]:
+    fired = []
+    for rule in rules:
+        values = frames[rule["metric"]]
+        for _, row in values.iterrows():
+            value = float(row[rule["column"]])
+            if math.isnan(value):
+                continue  # undefined (an empty or one-class group) is not a breach
+            for side, breach in (("above", value > rule.get("above", math.inf)),
+                                 ("below", value < rule.get("below", -math.inf))):
+                if breach:
+                    group = {k: row[k] for k in src.by}
+                    where = ", ".join(f"{k}={v}" for k, v in group.items()) or "all rows"
+                    fired.append({
+                        "group": group, "metric": rule["metric"], "column": rule["column"],
+                        "value": value, side: rule[side],
+                        "message": f"{where}: {rule['metric']}.{rule['column']} = {value:.4g} "
+                                   f"is {side} {rule[side]:g}",
+                    })
+    return fired
+
+
+def _worst_first(table, tidy, alerts, src, order_by) -> list[int]:
+    """Groups with more alerts first; then by the ``order_by`` statistic, largest first (smallest
+    first for a p-value); undefined values last."""
+    metric, column = order_by
+    counts = {}
+    for a in alerts:
+        key = tuple(a["group"].values())
+        counts[key] = counts.get(key, 0) + 1
+    values = METRICS[metric][2][column]
+
+    def rank(i):
+        row = table.iloc[i]
+        key = tuple(row[k] for k in src.by)
+        v = float(row[values])
+        v = -v if column == "p_value" else v
+        return (-counts.get(key, 0), math.isnan(v), -v if not math.isnan(v) else 0.0)
+
+    return sorted(range(len(table)), key=rank)
+
+
+# -- diagrams ---------------------------------------------------------------------------------
+
+
+def _draw(run: ScheduledRun, step) -> None:
+    from sqlcal.html import png
+    from sqlcal.plots import cumulative_plot, reliability_diagram
+
+    import matplotlib.pyplot as plt
+
+    src, bins = run.source, run.config["report"]["bins"]
+    rows = _table_of(src)
+    for _, row in run.table.iterrows():
+        key = tuple(row[k] for k in src.by)
+        name = ", ".join(f"{k}={v}" for k, v in zip(src.by, key)) or "all rows"
+        # one group's rows: each diagram reads its own summary of them (two passes a group)
+        part = rows
+        for k, v in zip(src.by, key):
+            part = part.filter(part[k].isnull() if _missing(v) else part[k] == _python(v))
+        with step(f"diagrams: {name}"):
+            sub = as_source(part.drop(*src.by), "p", "y", weight="w" if src.weighted else None)
+            fig, ax = plt.subplots(figsize=(5, 5))
+            reliability_diagram(sub, bins=bins, ax=ax)
+            ax.set_title(f"Reliability: {name}")
+            reliability = png(fig)
+            fig, ax = plt.subplots(figsize=(6.5, 4.2))
+            cumulative_plot(sub, ax=ax)
+            ax.set_title(f"Cumulative differences: {name}", fontsize="medium")
+            run.figures[key] = {"reliability": reliability, "cumulative": png(fig)}
+    if run.series is not None and len(run.series):
+        run.figures["series"] = png(series_plot(run.series, time=run.config["time"]["key"],
+                                                by=src.by))
+
+
+def series_plot(series: pd.DataFrame, *, time: str, by: Sequence[str] = ()):
+    """Small multiples of :func:`metric_series`: one panel per statistic, one line per group,
+    with the interval as a band where the metric has one. Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+
+    panels = list(dict.fromkeys(zip(series["metric"], series["statistic"])))
+    lines = len(series[list(by)].drop_duplicates()) if by else 1
+    cols = min(len(panels), 2)
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 3.6 * rows), squeeze=False)
+    for ax, (metric, statistic) in zip(axes.flat, panels):
+        part = series[(series["metric"] == metric) & (series["statistic"] == statistic)]
+        for key, line in (part.groupby(list(by), dropna=False, sort=True) if by
+                          else [((), part)]):
+            key = key if isinstance(key, tuple) else (key,)
+            line = line.sort_values(time)
+            drawn = ax.plot(line[time], line["value"], marker="o", ms=3, lw=1.3,
+                            label=", ".join(map(str, key)) or "all")
+            if line["lower"].notna().any() and lines <= 3:  # more bands hide the lines
+                ax.fill_between(line[time], line["lower"], line["upper"], alpha=0.15,
+                                color=drawn[0].get_color(), lw=0)
+        ax.set_title(metric if statistic == metric else f"{metric}: {statistic}",
+                     fontsize="medium")
+        ax.set_xlabel(time)
+        ax.tick_params(axis="x", labelrotation=30, labelsize="small")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize="x-small", loc="best")
+    fig.tight_layout()
+    return fig
+
+
+# -- results table ----------------------------------------------------------------------------
+
+
+def results_rows(run: ScheduledRun) -> pd.DataFrame:
+    """The run's tidy metrics as rows of the results table (:data:`RESULTS_SCHEMA`)."""
+    keys = run.keys
+    frame = pd.DataFrame({
+        "run_id": run.run_id,
+        "run_at": pd.Timestamp(run.run_at),
+        "config_hash": run.config_hash,
+        "group_keys": [_keys_json({k: row[k] for k in keys})
+                       for _, row in run.metrics.iterrows()],
+        "metric": run.metrics["metric"].to_numpy(),
+        "statistic": run.metrics["statistic"].to_numpy(),
+        "value": run.metrics["value"].to_numpy(float),
+        "lower": run.metrics["lower"].to_numpy(float),
+        "upper": run.metrics["upper"].to_numpy(float),
+    }, index=range(len(run.metrics)))
+    return frame
+
+
+def write_results(con, name: str, rows: pd.DataFrame, *, database: str | None = None) -> int:
+    """Append rows to a results table in one INSERT that adds nothing when their run id is
+    already there; create the table if absent. Returns the number of rows inserted.
+
+    The statement is ``INSERT INTO name SELECT * FROM new WHERE run_id NOT IN (SELECT run_id FROM
+    name)``: one statement, so the engine applies all the run's rows or none (atomic), and a
+    re-run with the same run id finds its rows and adds none (idempotent). Nothing but ``name``
+    (and, on some engines, the session's temporary table holding ``new``) is written.
+    """
+    ids = rows["run_id"].unique()
+    if len(ids) != 1:
+        raise ValueError(f"results rows must hold one run id, not {list(ids)}")
+    if name not in con.list_tables(database=database):
+        con.create_table(name, schema=RESULTS_SCHEMA, database=database)
+    target = con.table(name, database=database)
+    if _kinds(target.schema()) != _kinds(RESULTS_SCHEMA):
+        have = {k: str(v) for k, v in target.schema().items()}
+        raise ValueError(f"table {name!r} exists with columns {have}, not a results table's "
+                         f"{ {k: str(v) for k, v in RESULTS_SCHEMA.items()} }; choose another name")
+    before = _count(target, ids[0])
+    if before:
+        return 0
+    new = ibis.memtable(rows[list(RESULTS_SCHEMA)], schema=RESULTS_SCHEMA)
+    con.insert(name, new.filter(~new.run_id.isin(target.run_id)), database=database)
+    return _count(target, ids[0]) - before
+
+
+def _kinds(schema) -> dict:
+    # engines report their own precision and nullability (timestamp(6), !string): compare kinds
+    return {name: type(kind).__name__ for name, kind in schema.items()}
+
+
+def _count(target, run_id: str) -> int:
+    return int(target.filter(target.run_id == run_id).count().to_pyarrow().as_py())
+
+
+def results_connection(run: ScheduledRun):
+    """The connection the results table goes to: ``[results] url``, else the source's own."""
+    url = run.config["results"].get("url")
+    if url:
+        return ibis.connect(url)
+    return run.source.rows._find_backend()
+
+
+# -- JSON -------------------------------------------------------------------------------------
+
+
+def to_document(run: ScheduledRun) -> dict:
+    """The run as the JSON document of ``sqlcal/report.schema.json``: the plain report's fields
+    (``schema_version``, ``source``, ``columns``, ``rows``) and the run, the tidy metrics, the
+    alerts and the series."""
+    doc = json.loads(to_json(run.table, {**describe(run.source), **_where_from(run.config)}))
+    keys = run.keys
+
+    doc["status"] = run.status
+    doc["run"] = {"id": run.run_id, "at": run.run_at.isoformat() + "Z",
+                  "config_hash": run.config_hash,
+                  "config": json.loads(json.dumps(_redacted(run.config), default=str))}
+    doc["groups"] = [{k: _jsonable(r[k]) for k in keys} for _, r in run.table.iterrows()]
+    doc["metrics"] = _tidy_records(run.metrics, keys)
+    doc["alerts"] = [{**a, "group": {k: _jsonable(v) for k, v in a["group"].items()}}
+                     for a in run.alerts]
+    if run.series is not None:
+        key = run.config["time"]["key"]
+        doc["series"] = {"time": key, "rows": _tidy_records(run.series, keys, key)}
+    return doc
+
+
+def _tidy_records(frame: pd.DataFrame, keys: list[str], time: str | None = None) -> list[dict]:
+    fields = ("n", "W", "metric", "statistic", "value", "lower", "upper")
+    return [{"group": {k: _jsonable(r[k]) for k in keys},
+             **({"time": _jsonable(r[time])} if time else {}),
+             **{k: _jsonable(r[k]) for k in fields}}
+            for _, r in frame.iterrows()]
+
+
+def json_schema() -> dict:
+    """The JSON Schema (draft 2020-12) of :func:`to_document` and of ``sqlcal report --json``."""
+    from importlib.resources import files
+
+    return json.loads(files("sqlcal").joinpath("report.schema.json").read_text("utf-8"))
+
+
+def _where_from(config: dict) -> dict:
+    cfg = _redacted(config)["source"]
+    return {"data": cfg["data"], "table": cfg.get("table"), "where": cfg.get("where")}
+
+
+def _redacted(config: dict) -> dict:
+    # passwords in connection URLs stay out of JSON, HTML and logs
+    def clean(text):
+        return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", text) if isinstance(text, str) else text
+
+    out = json.loads(json.dumps(config, default=str))
+    if not isinstance(config["source"]["data"], str):  # from Python: an Ibis table, a frame
+        out["source"]["data"] = f"<{type(config['source']['data']).__name__}>"
+    out["source"]["data"] = clean(out["source"]["data"])
+    if out.get("results") and out["results"].get("url"):
+        out["results"]["url"] = clean(out["results"]["url"])
+    return out
+
+
+def _jsonable(v):
+    if isinstance(v, (float, np.floating)):
+        return float(v) if math.isfinite(v) else None
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NaT:
+        return None
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    return v
+
+
+def _keys_json(group: dict) -> str:
+    return json.dumps({k: _jsonable(v) for k, v in group.items()}, sort_keys=True)
+
+
+def _missing(v) -> bool:
+    return v is None or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
+
+
+def _python(v):
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, pd.Timestamp):
+        return v.to_pydatetime()
+    return v
+
+
+# -- progress ---------------------------------------------------------------------------------
+
+
+class _Progress:
+    """``with step("metric: ece"):`` prints ``sqlcal: metric: ece 0.12 s`` on stderr when enabled
+    (``None``: when stderr is a terminal or the run has lasted more than ``after`` seconds)."""
+
+    def __init__(self, enabled: bool | None, after: float = 5.0):
+        self.enabled, self.after, self.start = enabled, after, time.monotonic()
+
+    @contextlib.contextmanager
+    def __call__(self, label: str):
+        begin = time.monotonic()
+        yield
+        end = time.monotonic()
+        show = self.enabled
+        if show is None:
+            show = sys.stderr.isatty() or end - self.start > self.after
+        if show:
+            print(f"sqlcal: {label} {end - begin:.2f} s", file=sys.stderr, flush=True)
