@@ -108,19 +108,31 @@ def report(
 
 
 def _prefetch(src: Source, metrics: Sequence[str], bins: int) -> None:
-    # Ask for the union of columns each shared summary needs first: one pass per summary.
+    for _, run in summary_steps(src, metrics, bins):
+        run()
+
+
+def summary_steps(src: Source, metrics: Sequence[str], bins: int) -> list[tuple[str, Any]]:
+    """The shared summaries the metrics read, as ``(name, run)`` pairs; each ``run()`` is one pass.
+
+    Each asks for the union of columns its metrics need, so a report makes one pass per summary
+    (a scheduled run calls them one by one to show progress).
+    """
     variance = ("sw2",) if src.weighted else ()
+    steps = []
     binned = {"ece", "rmsce", "mce", "brier_decomposition"} & set(metrics)
     if binned:
         moments = ("moments",) if "brier_decomposition" in metrics else ()
-        bins_summary(src, bins=bins, strategy="uniform", convention="sqlcal",
-                     parts=(*moments, *variance))
+        steps.append(("equal-width bins", lambda: bins_summary(
+            src, bins=bins, strategy="uniform", convention="sqlcal",
+            parts=(*moments, *variance))))
     if {"ece_quantile", "hosmer_lemeshow", "cutoff_error", "kuiper", "ks"} & set(metrics):
         residuals = ("residuals",) if {"cutoff_error", "kuiper", "ks"} & set(metrics) else ()
-        cells_summary(src, ("sums", *residuals, *variance))
+        steps.append(("score cells", lambda: cells_summary(src, ("sums", *residuals, *variance))))
     if {"brier", "log_loss", "calibration_in_the_large", "spiegelhalter"} & set(metrics):
-        totals_summary(src, logloss="log_loss" in metrics,
-                       spiegelhalter="spiegelhalter" in metrics)
+        steps.append(("totals", lambda: totals_summary(
+            src, logloss="log_loss" in metrics, spiegelhalter="spiegelhalter" in metrics)))
+    return steps
 
 
 def to_json(table: pd.DataFrame, src_description: dict) -> str:
