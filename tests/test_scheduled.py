@@ -1,0 +1,237 @@
+"""Scheduled reports: the configuration, the HTML page in a headless browser, the JSON against its
+schema, the results table on every engine, the time series."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pandas as pd
+import pytest
+
+import sqlcal
+from sqlcal import scheduled
+from sqlcal.cli import main
+from sqlcal.demo import write_demo
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "report.toml"
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The demo database (about 100k logged rows) and the example configuration beside it."""
+    folder = tmp_path_factory.mktemp("demo")
+    write_demo(str(folder / "demo.duckdb"))
+    shutil.copy(EXAMPLE, folder / "report.toml")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def rendered(demo):
+    """``sqlcal report --config`` on the demo data: exit code, JSON document, HTML path."""
+    cwd = os.getcwd()
+    os.chdir(demo)
+    try:
+        code = main(["report", "--config", "report.toml", "--run-id", "html-test",
+                     "--output-dir", "out", "--no-results"])
+    finally:
+        os.chdir(cwd)
+    return code, json.loads((demo / "out" / "report.json").read_text()), demo / "out/report.html"
+
+
+def test_example_config_on_demo_data_alerts_and_validates(rendered):
+    code, doc, _ = rendered
+    # the demo's v1 ios/android/partner segments are miscalibrated: Kuiper's p-value alerts
+    assert code == 3
+    assert doc["status"] == "alert" and doc["run"]["id"] == "html-test"
+    jsonschema.validate(doc, scheduled.json_schema())
+    alerted = {(a["group"]["model"], a["group"]["segment"]) for a in doc["alerts"]}
+    assert {("v1", "ios"), ("v1", "android"), ("v1", "partner")} <= alerted
+    assert ("v1", "web") not in alerted and ("v2", "web") not in alerted
+    # worst first: every alerted group before every quiet one
+    order = [(g["model"], g["segment"]) for g in doc["groups"]]
+    assert [g in alerted for g in order] == sorted((g in alerted for g in order), reverse=True)
+    assert order == [(r["model"], r["segment"]) for r in doc["rows"]]
+    # one series point per group, day and statistic
+    assert {r["time"] for r in doc["series"]["rows"]} == {f"2026-11-{d:02d}" for d in range(1, 15)}
+    assert len(doc["series"]["rows"]) == 8 * 14 * 2
+
+
+def test_json_numbers_are_the_library_numbers(rendered, demo):
+    _, doc, _ = rendered
+    want = sqlcal.kuiper(str(demo / "demo.duckdb"), table="predictions", score="score",
+                         label="label", weight="weight", by=["model", "segment"])
+    got = {(m["group"]["model"], m["group"]["segment"]): m["value"] for m in doc["metrics"]
+           if m["metric"] == "kuiper" and m["statistic"] == "p_value"}
+    for _, row in want.iterrows():
+        assert got[(row["model"], row["segment"])] == pytest.approx(row["p_value"], rel=1e-12)
+
+
+def test_plain_report_json_validates_against_the_same_schema(demo, capsys):
+    assert main(["report", str(demo / "demo.duckdb"), "--score", "score", "--label", "label",
+                 "--by", "segment", "--metrics", "ece,kuiper", "--json"]) == 0
+    jsonschema.validate(json.loads(capsys.readouterr().out), scheduled.json_schema())
+
+
+def test_html_in_headless_chromium(rendered, tmp_path):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no {CHROMIUM}: apt-get install -y chromium (.ci/run does)")
+    _, doc, page = rendered
+    html = page.read_text()
+    # self-contained: every image is inline and nothing is fetched
+    assert not re.search(r'(src|href)="(?!data:|#)', html)
+    assert "<script" not in html
+    # a test-only copy records, once loaded, each image's decoded size in the DOM
+    probe = tmp_path / "probe.html"
+    probe.write_text(html.replace("</body>", """<script>
+window.addEventListener("load", () => {
+  for (const img of document.images) img.setAttribute("data-decoded", img.naturalWidth);
+  document.body.setAttribute("data-loaded", "yes");
+});</script></body>"""))
+    dom = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-dev-shm-usage", "--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True).stdout
+    assert 'data-loaded="yes"' in dom
+    for section in ("run", "alerts", "summary", "series"):
+        assert f'id="{section}"' in dom
+    groups = re.findall(r'<section class="group" id="group-\d+" data-alerts="(\d+)"><h2>([^<]*)',
+                        dom)
+    assert [name for _, name in groups] == [
+        f"model = {g['model']}, segment = {g['segment']}" for g in doc["groups"]]
+    counts = [int(n) for n, _ in groups]
+    assert counts == sorted(counts, reverse=True) and counts[0] > 0 and counts[-1] == 0
+    # two diagrams a group and the series chart, each decoded by the browser
+    widths = re.findall(r'<img[^>]*data-decoded="(\d+)"', dom)
+    assert len(widths) == 2 * 8 + 1
+    assert all(int(w) > 100 for w in widths)
+    for data in re.findall(r'src="data:image/png;base64,([^"]+)"', html)[:3]:
+        assert base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_config_errors_name_the_problem_before_any_query(tmp_path, capsys):
+    good = {"source": {"data": str(tmp_path / "absent.duckdb"), "table": "t", "score": "p",
+                       "label": "y"},
+            "metrics": {"ece": {"bins": 10}, "kuiper": {}}}
+    cases = [
+        ({"sorce": {}}, "unknown sections ['sorce']"),
+        ({"source": {**good["source"], "scroe": "p"}}, "[source] has unknown keys ['scroe']"),
+        ({"metrics": {"ecee": {}}}, "unknown metrics ['ecee']"),
+        ({"metrics": {"ece": {"bin": 10}}}, "metrics.ece has unknown options ['bin']"),
+        ({"alerts": [{"metric": "brier", "above": 1}]}, "names metric 'brier', which [metrics]"),
+        ({"alerts": [{"metric": "kuiper", "column": "pvalue", "below": 0.01}]},
+         "metric 'kuiper' reports no column 'pvalue'"),
+        ({"alerts": [{"metric": "kuiper", "column": "p_value"}]}, "needs a number above= or below="),
+        ({"time": {"key": "day", "metrics": ["brier"]}}, "[time] metrics ['brier'] are not in"),
+        ({"results": {"table": "x; drop table y"}}, "[results] needs table ="),
+    ]
+    for change, message in cases:
+        with pytest.raises(scheduled.ConfigError) as e:
+            scheduled.validate_config({**good, **change})
+        assert message in str(e.value)
+    # the CLI says the same and exits 2; the (absent) database is never opened
+    (tmp_path / "bad.toml").write_text('[source]\ndata = "absent.duckdb"\nscore = "p"\n'
+                                       'label = "y"\n[metrics]\nece = { bin = 10 }\n')
+    assert main(["report", "--config", str(tmp_path / "bad.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "metrics.ece has unknown options ['bin']" in err and "absent" not in err
+    # a valid config names the alert column by its report name too
+    config = scheduled.validate_config({**good, "alerts": [
+        {"metric": "kuiper", "column": "kuiper_p", "below": 0.01}]})
+    assert config["alerts"][0]["column"] == "p_value"
+
+
+def test_results_table_twice_with_one_run_id_has_no_duplicates(con, upload):
+    if con.name == "pyspark":
+        pytest.skip("Spark: results tables need a persistent catalog, and the test session's is "
+                    "a local folder; write_results issues the same single INSERT there, untested")
+    df = pd.DataFrame({"p": np.linspace(0.05, 0.95, 40), "y": np.tile([0, 1, 1, 0], 10),
+                       "g": np.repeat(["a", "b"], 20)})
+    data = upload(df)
+    config = scheduled.validate_config({
+        "source": {"data": data, "score": "p", "label": "y", "by": "g"},
+        "metrics": {"brier": {}, "cutoff_error": {}}})
+    run = scheduled.run_report(config, run_id="nightly-1", diagrams=False)
+    rows = scheduled.results_rows(run)
+    assert len(rows) == 2 * 2  # two groups, two statistics
+
+    name = f"sqlcal_results_{uuid.uuid4().hex[:8]}"
+    before = set(con.list_tables())
+    try:
+        assert scheduled.write_results(con, name, rows) == 4
+        assert scheduled.write_results(con, name, rows) == 0  # a retried run adds nothing
+        later = scheduled.results_rows(scheduled.run_report(config, run_id="nightly-2",
+                                                            diagrams=False))
+        assert scheduled.write_results(con, name, later) == 4
+        stored = con.table(name).to_pandas()
+        assert len(stored) == 8
+        assert not stored.duplicated(["run_id", "group_keys", "metric", "statistic"]).any()
+        first = stored[stored.run_id == "nightly-1"].sort_values(["group_keys", "metric"])
+        assert list(first.group_keys.unique()) == ['{"g": "a"}', '{"g": "b"}']
+        brier = first[first.metric == "brier"].value.to_numpy()
+        want = [np.mean((df.p[df.g == g] - df.y[df.g == g]) ** 2) for g in ("a", "b")]
+        np.testing.assert_allclose(brier, want, rtol=1e-12)
+        bounded = first[first.metric == "cutoff_error"]
+        assert (bounded.lower <= bounded.value).all() and (bounded.value <= bounded.upper).all()
+        # nothing else in the database changed: the source table is intact, the only new
+        # persistent table is the results table (Ibis's in-memory uploads are session temporaries)
+        new = set(con.list_tables()) - before - {name}
+        assert all(t.startswith("ibis_pandas_memtable_") for t in new), new
+        assert data.count().to_pyarrow().as_py() == 40
+    finally:
+        con.drop_table(name, force=True)
+
+
+def test_results_table_refuses_a_table_of_another_shape(con):
+    if con.name == "pyspark":
+        pytest.skip("Spark: results tables need a persistent catalog (see above)")
+    name = f"sqlcal_other_{uuid.uuid4().hex[:8]}"
+    con.create_table(name, schema={"run_id": "string", "x": "int64"})
+    try:
+        rows = pd.DataFrame({"run_id": ["r"], "run_at": [pd.Timestamp("2026-11-01")],
+                             "config_hash": ["h"], "group_keys": ["{}"], "metric": ["ece"],
+                             "statistic": ["ece"], "value": [0.1], "lower": [np.nan],
+                             "upper": [np.nan]})
+        with pytest.raises(ValueError, match="not a results table"):
+            scheduled.write_results(con, name, rows)
+        assert con.table(name).count().to_pyarrow().as_py() == 0
+    finally:
+        con.drop_table(name, force=True)
+
+
+def test_metric_series_is_the_metric_per_time_key(con, upload):
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({"p": rng.random(300), "g": rng.choice(["a", "b"], 300),
+                       "day": rng.choice([1, 2, 3], 300)})
+    df["y"] = (rng.random(300) < df.p).astype(int)
+    series = scheduled.metric_series(upload(df), score="p", label="y", by="g", time="day",
+                                     metrics=["brier", "kuiper"])
+    assert list(series.columns[:4]) == ["g", "day", "n", "W"]
+    brier = series[series.metric == "brier"].sort_values(["g", "day"])
+    want = df.assign(se=(df.p - df.y) ** 2).groupby(["g", "day"]).se.mean()
+    np.testing.assert_allclose(brier.value, want.to_numpy(), rtol=1e-12)
+    assert set(series.statistic) == {"brier", "kuiper", "p_value"}
+
+
+def test_progress_goes_to_stderr_only(demo, capsys):
+    config = scheduled.validate_config({
+        "source": {"data": str(demo / "demo.duckdb"), "table": "predictions", "score": "score",
+                   "label": "label"},
+        "metrics": {"ece": {}, "kuiper": {}}})
+    run = scheduled.run_report(config, diagrams=False, progress=True)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "summary: equal-width bins" in err and "summary: score cells" in err
+    assert "metric: kuiper" in err
+    assert run.status == "ok"
+    scheduled.run_report(config, diagrams=False, progress=False)
+    assert capsys.readouterr().err == ""
