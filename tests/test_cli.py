@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 import sqlcal
 from sqlcal.cli import main
@@ -63,3 +65,42 @@ def test_report_shares_one_pass_per_summary(monkeypatch):
     full = [sql for sql in calls if " IN (" not in sql]
     assert len(full) == 3
     assert len(calls) <= 6
+
+
+def test_config_exit_codes_and_results_once_per_run_id(tmp_path, capsys):
+    db = tmp_path / "demo.duckdb"
+    main(["demo", str(db), "--rows", "20000"])
+    capsys.readouterr()
+
+    def config(name, body):
+        path = tmp_path / name
+        path.write_text(f'[source]\ndata = "{db}"\ntable = "predictions"\nscore = "score"\n'
+                        f'label = "label"\nweight = "weight"\nby = "model"\n{body}')
+        return str(path)
+
+    quiet = config("ok.toml", '[metrics]\nece = {}\nbrier = {}\n'
+                              '[[alerts]]\nmetric = "ece"\nabove = 0.5\n'
+                              '[results]\ntable = "calibration_results"\n')
+    for _ in range(2):  # a retried run with the same id adds no rows
+        assert main(["report", "--config", quiet, "--run-id", "2026-11-22"]) == 0
+    printed = capsys.readouterr().out
+    assert "run 2026-11-22: OK, 2 groups, 0 alerts" in printed
+    assert "wrote 4 rows in table calibration_results" in printed
+    assert "wrote 0 rows in table calibration_results (run id 2026-11-22 was already there)" \
+        in printed
+    loud = config("alert.toml", '[metrics]\nece = {}\n[[alerts]]\nmetric = "ece"\nabove = 0\n')
+    assert main(["report", "--config", loud, "--json", "--quiet"]) == 3
+    doc = json.loads(capsys.readouterr().out)  # stdout holds the JSON and nothing else
+    assert doc["status"] == "alert" and len(doc["alerts"]) == 2
+    broken = config("broken.toml", '[metrics]\nece = {}\n')
+    Path(broken).write_text(Path(broken).read_text().replace('score = "score"', 'score = "nope"'))
+    assert main(["report", "--config", broken]) == 2
+    assert "score column 'nope' is not in the table" in capsys.readouterr().err
+    for argv in (["report"], ["report", str(db), "--config", quiet]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    assert "3  done, and at least one alert fired" in capsys.readouterr().out
