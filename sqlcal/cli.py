@@ -149,7 +149,7 @@ def _scheduled(args) -> int:
         for w in caught:
             print(f"sqlcal: warning: {w.message}", file=sys.stderr)
         written = _write_outputs(run, config, args)
-        if config["results"] and not args.no_results:
+        if config["results"]:
             con = scheduled.results_connection(run)
             added = scheduled.write_results(con, config["results"]["table"],
                                             scheduled.results_rows(run),
@@ -168,6 +168,8 @@ def _scheduled(args) -> int:
 
 
 def _override(config: dict, args) -> None:
+    if args.no_results:
+        config["results"] = None
     if args.time:
         metrics = config["time"]["metrics"] if config["time"] else list(config["metrics"])
         config["time"] = {"key": args.time, "metrics": metrics}

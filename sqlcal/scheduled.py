@@ -327,8 +327,8 @@ def metric_series(
     >>> s.metric_series(df, score="p", label="y", time="day", metrics=["brier"])[
     ...     ["day", "metric", "value"]]
        day metric  value
-    0    1  brier  0.040
-    1    2  brier  0.290
+    0    1  brier   0.04
+    1    2  brier   0.29
     """
     by = (by,) if isinstance(by, str) else tuple(by)
     metrics = dict(metrics) if isinstance(metrics, dict) else {m: {} for m in metrics}
@@ -344,9 +344,6 @@ def _quiet(label: str):
     return contextlib.nullcontext()
 
 
-_writable: dict[str, Any] = {}
-
-
 def _open_source(config: dict, time: str | None = None) -> Source:
     import sqlcal
 
@@ -354,15 +351,30 @@ def _open_source(config: dict, time: str | None = None) -> Source:
     data, table = cfg.pop("data"), cfg.pop("table", None)
     path = _duckdb_file(data)
     if config["results"] and not config["results"].get("url") and path and table:
-        # the results go into the source's DuckDB file, which sqlcal.source opens read-only:
-        # open it read-write here (once) and measure through that connection
-        key = os.path.abspath(path)
-        if key not in _writable:
-            _writable[key] = ibis.duckdb.connect(path)
-        data, table = _writable[key].table(table), None
+        # the results go into the source's DuckDB file, which sqlcal.source opens read-only
+        data, table = _writable_duckdb(path).table(table), None
     if time:
         cfg["by"] = [*cfg["by"], time]
     return sqlcal.source(data, table=table, **cfg)
+
+
+def _writable_duckdb(path: str):
+    # DuckDB allows one configuration per file and process: share sqlcal.source's connection
+    # cache, so later reads of the file reuse this read-write connection
+    from sqlcal.source import _connections
+
+    key = os.path.abspath(path)
+    if key not in _connections:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no database file at {path!r}")
+        _connections[key] = ibis.duckdb.connect(path)
+    con = _connections[key]
+    mode = con.raw_sql("SELECT current_setting('access_mode')").fetchone()[0]
+    if mode.lower() == "read_only":
+        raise ValueError(f"{path} is open read-only in this process (an earlier sqlcal call "
+                         "read it), so the results cannot go there: run in a new process, or "
+                         "set [results] url")
+    return con
 
 
 def _duckdb_file(data: Any) -> str | None:
