@@ -81,10 +81,71 @@ class Source:
     integer_weights: bool = True
     _validated: bool = False
     _cache: dict = field(default_factory=dict, repr=False)
+    #: where the rows come from and the filter, as given to source() (for the reprs)
+    origin: str = ""
+    where: str | None = None
 
     @property
     def weighted(self) -> bool:
         return self.weight is not None
+
+    def __repr__(self) -> str:
+        kind = self._weight_kind()
+        parts = [f"score={self.score!r}", f"label={self.label!r}"]
+        if self.weighted:
+            parts.append(f"weight={self.weight!r} ({kind or 'kind known after the first query'})")
+        if self.by:
+            parts.append(f"by={self.by!r}")
+        if self.where:
+            # a SQL condition quoted; an expression or a callable by its <description>
+            parts.append(f"where={self.where if self.where.startswith('<') else repr(self.where)}")
+        state = "validated" if self._validated else "not validated yet"
+        if self.dropped is not None:
+            state += f", {int(self.dropped['n_dropped'].sum()):,} invalid rows dropped"
+        return f"<Source: {self.origin or 'an Ibis table'}; {', '.join(parts)}; {state}>"
+
+    def _repr_html_(self) -> str:
+        # Jupyter shows a Source with this: it describes what is known and never runs a query
+        import html
+
+        def code(name: str) -> str:
+            return f"<code>{html.escape(name)}</code>"
+
+        kind = {"frequency": "frequency weights (whole numbers)",
+                "sampling": "sampling weights (fractional)",
+                None: "frequency or sampling: known after the first query"}[self._weight_kind()]
+        weight = f"{code(self.weight)}, {kind}" if self.weighted else "none: every row counts once"
+        if self.dropped is not None:
+            n_rows = int(self.dropped["n_rows"].sum())
+            invalid = f"dropped: {int(self.dropped['n_dropped'].sum()):,} of {n_rows:,} rows"
+        else:
+            invalid = "an error names them (on_invalid='raise')"
+        if self._validated:
+            validated = "yes" + ("; soft labels present" if self.has_soft_labels else "")
+        else:
+            validated = "not yet: the first metric's query checks the rows"
+        facts = [
+            ("score", code(self.score)),
+            ("label", code(self.label) + (", in [0, 1] (soft labels allowed)" if self.allow_soft
+                                          else ", 0/1")),
+            ("weight", weight),
+            ("groups", ", ".join(map(code, self.by)) if self.by else "none (one group)"),
+            ("where", "none" if not self.where else html.escape(self.where)
+             if self.where.startswith("<") else code(self.where)),
+            ("invalid rows", invalid),
+            ("validated", validated),
+            ("cached summaries", str(len(self._cache))),
+        ]
+        rows = "".join(f"<tr><th style='text-align:left'>{name}</th>"
+                       f"<td style='text-align:left'>{value}</td></tr>" for name, value in facts)
+        return (f"<div><strong>sqlcal.Source</strong> &middot; "
+                f"{html.escape(self.origin or 'an Ibis table')}<table>{rows}</table></div>")
+
+    def _weight_kind(self) -> str | None:
+        """How the weights are read, once the first query has seen them (None before)."""
+        if not self.weighted or not self._validated:
+            return None
+        return "frequency" if self.integer_weights else "sampling"
 
     def summary(self, kind: tuple, parts: frozenset, build: Callable[..., Any]) -> pd.DataFrame:
         """Run a summary query once and cache it. ``parts`` names optional column sets: a cached
@@ -238,6 +299,7 @@ def source(
         raise ValueError(f"on_invalid must be 'raise' or 'drop', not {on_invalid!r}")
     by = (by,) if isinstance(by, str) else tuple(by)
     base = _resolve_table(data, table)
+    origin = _origin(data, table, base)
     if where is not None:
         base = _apply_where(base, where)
     _check_columns(base, score, label, weight, by)
@@ -251,7 +313,8 @@ def source(
     label_type = base[label].type()
     src = Source(rows=rows, score=score, label=label, weight=weight, by=by,
                  on_invalid=on_invalid, allow_soft=soft_labels,
-                 float_label=not (label_type.is_boolean() or label_type.is_integer()))
+                 float_label=not (label_type.is_boolean() or label_type.is_integer()),
+                 origin=origin, where=_where_text(where))
     if on_invalid == "drop":
         valid = _valid_expr(rows, src.weighted, soft_labels)
         checks = _check_exprs(rows, src.weighted)
@@ -368,6 +431,52 @@ def _named_table(con, table: str | None, where: str) -> ir.Table:
         schema, name = table.rsplit(".", 1)
         return con.table(name, database=schema)
     return con.table(table)
+
+
+def _origin(data: Any, table: str | None, base: ir.Table) -> str:
+    """Where the rows come from, in words, for the reprs (a URL's password left out)."""
+    if isinstance(data, tuple) and len(data) == 2:
+        data, table = data
+    if isinstance(data, os.PathLike):
+        data = os.fspath(data)
+    named = f" table {table!r}" if table else ""
+    if isinstance(data, str):
+        return _without_password(data) + named
+    if _is_frame(data):
+        return f"in-memory {type(data).__module__.split('.')[0]} frame ({len(data):,} rows)"
+    if not isinstance(data, ir.Table):  # an Ibis backend
+        return f"{getattr(data, 'name', 'an Ibis')} connection{named}"
+    import ibis.expr.operations as ops
+
+    tables = base.op().find(ops.PhysicalTable)
+    try:
+        backend = base._find_backend(use_default=True).name
+    except Exception:  # e.g. an unbound table: the first query will say what is wrong
+        backend = "Ibis"
+    if len(tables) != 1:
+        return f"{backend} query"
+    if isinstance(tables[0], ops.InMemoryTable):
+        return f"{backend} in-memory table"
+    if isinstance(tables[0], ops.SQLQueryResult):
+        return f"{backend} SQL query"
+    return f"{backend} table {tables[0].name!r}"
+
+
+def _without_password(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url) if "://" in url else None
+    if parts is None or parts.password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
+
+
+def _where_text(where: Any) -> str | None:
+    if where is None:
+        return None
+    if isinstance(where, str):
+        return where
+    return "<a Python callable>" if callable(where) else "<an Ibis expression>"
 
 
 def _is_frame(data: Any) -> bool:
