@@ -443,7 +443,8 @@ def _origin(data: Any, table: str | None, base: ir.Table) -> str:
     if isinstance(data, str):
         return _without_password(data) + named
     if _is_frame(data):
-        return f"in-memory {type(data).__module__.split('.')[0]} frame ({len(data):,} rows)"
+        size = f" ({data.shape[0]:,} rows)" if hasattr(data, "shape") else ""  # not lazy frames
+        return f"in-memory {type(data).__module__.split('.')[0]} frame{size}"
     if not isinstance(data, ir.Table):  # an Ibis backend
         return f"{getattr(data, 'name', 'an Ibis')} connection{named}"
     import ibis.expr.operations as ops

@@ -140,3 +140,12 @@ def test_origin_names_files_and_hides_passwords(tmp_path):
     assert (_without_password("postgres://bob:s3cret@db:5432/x?sslmode=require")
             == "postgres://bob:***@db:5432/x?sslmode=require")
     assert _without_password("duckdb:///preds.duckdb") == "duckdb:///preds.duckdb"
+
+
+def test_origin_of_other_frames():
+    pl = pytest.importorskip("polars")
+    df = pl.from_pandas(calibration_data(40, seed=5))
+    assert repr(sqlcal.source(df, score="p", label="y")).startswith(
+        "<Source: in-memory polars frame (40 rows);")
+    lazy = sqlcal.source(df.lazy(), score="p", label="y")  # its size is unknown until read
+    assert repr(lazy).startswith("<Source: in-memory polars frame;")
