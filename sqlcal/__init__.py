@@ -9,6 +9,7 @@ from sqlcal.metrics.tce import tce, tce_bins
 from sqlcal.metrics.smooth import ls_ece, smooth_ece, smooth_reliability
 from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
 from sqlcal.multiclass import multiclass
+from sqlcal.recalibrate import calibration_slope, decompose, isotonic, platt
 from sqlcal.report import report
 from sqlcal.source import InvalidInputError, Source, source
 
@@ -19,14 +20,18 @@ __all__ = [
     "Source",
     "brier",
     "brier_decomposition",
+    "calibration_slope",
     "calibration_in_the_large",
     "cutoff_error",
+    "decompose",
     "ece",
     "hosmer_lemeshow",
+    "isotonic",
     "ks",
     "kuiper",
     "log_loss",
     "multiclass",
+    "platt",
     "ls_ece",
     "reliability",
     "report",
