@@ -27,7 +27,8 @@ th { background: #f4f4f4; } td.key, th.key { text-align: left; }
 tr.alert td, td.alert { background: #fde7e4; }
 figure { display: inline-block; margin: .5em 1em .5em 0; vertical-align: top; }
 figure img { max-width: 100%; border: 1px solid #eee; }
-.wide { overflow-x: auto; } .meta td, .meta th { text-align: left; } .note { color: #666; font-size: 90%; }
+.wide { overflow-x: auto; } .meta td, .meta th { text-align: left; }
+.note { color: #666; font-size: 90%; }
 """
 
 
@@ -93,8 +94,8 @@ def _alerts_section(run: ScheduledRun) -> str:
     if not run.alerts:
         return ('<section id="alerts"><h2>Alerts</h2>'
                 '<p class="status-ok">No threshold crossed.</p></section>')
-    head = "<tr><th class=key>group</th><th class=key>metric</th><th class=key>column</th>" \
-           "<th>value</th><th>threshold</th></tr>"
+    head = ("<tr><th class=key>group</th><th class=key>metric</th><th class=key>column</th>"
+            "<th>value</th><th>threshold</th></tr>")
     rows = []
     for a in run.alerts:
         side = "above" if "above" in a else "below"

@@ -277,7 +277,7 @@ def run_report(
     frames, tidy = _measure(src, config["metrics"], step)
     table = _wide(src, frames, config["metrics"])
     alerts = _check_alerts(src, frames, config["alerts"])
-    order = _worst_first(table, tidy, alerts, src, config["report"]["order_by"])
+    order = _worst_first(table, alerts, src.by, config["report"]["order_by"])
     table = table.iloc[order].reset_index(drop=True)
     run = ScheduledRun(config=config, run_id=run_id, run_at=run_at, config_hash=digest,
                        source=src, table=table, metrics=tidy, alerts=alerts)
@@ -380,7 +380,7 @@ def _writable_duckdb(path: str):
 def _duckdb_file(data: Any) -> str | None:
     if not isinstance(data, str):
         return None
-    path = data[len("duckdb://"):] if data.startswith("duckdb://") else data
+    path = data.removeprefix("duckdb://")
     return path if "://" not in path and path.lower().endswith((".duckdb", ".ddb", ".db")) else None
 
 
@@ -452,7 +452,8 @@ def _check_alerts(src: Source, frames: dict, rules: list[dict]) -> list[dict]:
     return fired
 
 
-def _worst_first(table, tidy, alerts, src, order_by) -> list[int]:
+def _worst_first(table: pd.DataFrame, alerts: list[dict], by: Sequence[str],
+                 order_by: list[str]) -> list[int]:
     """Groups with more alerts first; then by the ``order_by`` statistic, largest first (smallest
     first for a p-value); undefined values last."""
     metric, column = order_by
@@ -464,7 +465,7 @@ def _worst_first(table, tidy, alerts, src, order_by) -> list[int]:
 
     def rank(i):
         row = table.iloc[i]
-        key = tuple(row[k] for k in src.by)
+        key = tuple(row[k] for k in by)
         v = float(row[values])
         v = -v if column == "p_value" else v
         return (-counts.get(key, 0), math.isnan(v), -v if not math.isnan(v) else 0.0)
@@ -476,10 +477,10 @@ def _worst_first(table, tidy, alerts, src, order_by) -> list[int]:
 
 
 def _draw(run: ScheduledRun, step) -> None:
+    import matplotlib.pyplot as plt
+
     from sqlcal.html import png
     from sqlcal.plots import cumulative_plot, reliability_diagram
-
-    import matplotlib.pyplot as plt
 
     src, bins = run.source, run.config["report"]["bins"]
     rows = _table_of(src)

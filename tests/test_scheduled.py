@@ -130,7 +130,8 @@ def test_config_errors_name_the_problem_before_any_query(tmp_path, capsys):
         ({"alerts": [{"metric": "brier", "above": 1}]}, "names metric 'brier', which [metrics]"),
         ({"alerts": [{"metric": "kuiper", "column": "pvalue", "below": 0.01}]},
          "metric 'kuiper' reports no column 'pvalue'"),
-        ({"alerts": [{"metric": "kuiper", "column": "p_value"}]}, "needs a number above= or below="),
+        ({"alerts": [{"metric": "kuiper", "column": "p_value"}]},
+         "needs a number above= or below="),
         ({"time": {"key": "day", "metrics": ["brier"]}}, "[time] metrics ['brier'] are not in"),
         ({"results": {"table": "x; drop table y"}}, "[results] needs table ="),
     ]
@@ -235,3 +236,16 @@ def test_progress_goes_to_stderr_only(demo, capsys):
     assert run.status == "ok"
     scheduled.run_report(config, diagrams=False, progress=False)
     assert capsys.readouterr().err == ""
+
+
+def test_html_escapes_text_from_the_data():
+    from sqlcal.html import render
+
+    df = pd.DataFrame({"p": [0.2, 0.7, 0.4, 0.9], "y": [0, 1, 1, 1],
+                       "g": ["<b>x</b>", "<b>x</b>", "a&b", "a&b"]})
+    run = scheduled.run_report(scheduled.validate_config({
+        "source": {"data": df, "score": "p", "label": "y", "by": "g"},
+        "metrics": ["brier"], "report": {"title": "<i>t</i>"}}), diagrams=False)
+    page = render(run)
+    assert "<b>" not in page and "<i>" not in page
+    assert "g = &lt;b&gt;x&lt;/b&gt;" in page and "a&amp;b" in page
