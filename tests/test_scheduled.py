@@ -151,10 +151,7 @@ def test_config_errors_name_the_problem_before_any_query(tmp_path, capsys):
     assert config["alerts"][0]["column"] == "p_value"
 
 
-def test_results_table_twice_with_one_run_id_has_no_duplicates(con, upload):
-    if con.name == "pyspark":
-        pytest.skip("Spark: results tables need a persistent catalog, and the test session's is "
-                    "a local folder; write_results issues the same single INSERT there, untested")
+def test_results_table_twice_with_one_run_id_has_no_duplicates(con, upload, tmp_path):
     df = pd.DataFrame({"p": np.linspace(0.05, 0.95, 40), "y": np.tile([0, 1, 1, 0], 10),
                        "g": np.repeat(["a", "b"], 20)})
     data = upload(df)
@@ -166,14 +163,19 @@ def test_results_table_twice_with_one_run_id_has_no_duplicates(con, upload):
     assert len(rows) == 2 * 2  # two groups, two statistics
 
     name = f"sqlcal_results_{uuid.uuid4().hex[:8]}"
-    before = set(con.list_tables())
+    database = None
+    if con.name == "pyspark":  # a database of its own in tmp_path, not Spark's default folder
+        database = name
+        con.create_database(database, path=str(tmp_path / "warehouse"))
+    before = set(con.list_tables(database=database))
     try:
-        assert scheduled.write_results(con, name, rows) == 4
-        assert scheduled.write_results(con, name, rows) == 0  # a retried run adds nothing
+        assert scheduled.write_results(con, name, rows, database=database) == 4
+        # a retried run adds nothing
+        assert scheduled.write_results(con, name, rows, database=database) == 0
         later = scheduled.results_rows(scheduled.run_report(config, run_id="nightly-2",
                                                             diagrams=False))
-        assert scheduled.write_results(con, name, later) == 4
-        stored = con.table(name).to_pandas()
+        assert scheduled.write_results(con, name, later, database=database) == 4
+        stored = con.table(name, database=database).to_pandas()
         assert len(stored) == 8
         assert not stored.duplicated(["run_id", "group_keys", "metric", "statistic"]).any()
         first = stored[stored.run_id == "nightly-1"].sort_values(["group_keys", "metric"])
@@ -185,28 +187,34 @@ def test_results_table_twice_with_one_run_id_has_no_duplicates(con, upload):
         assert (bounded.lower <= bounded.value).all() and (bounded.value <= bounded.upper).all()
         # nothing else in the database changed: the source table is intact, the only new
         # persistent table is the results table (Ibis's in-memory uploads are session temporaries)
-        new = set(con.list_tables()) - before - {name}
+        new = set(con.list_tables(database=database)) - before - {name}
         assert all(t.startswith("ibis_pandas_memtable_") for t in new), new
         assert data.count().to_pyarrow().as_py() == 40
     finally:
-        con.drop_table(name, force=True)
+        con.drop_table(name, database=database, force=True)
+        if database:
+            con.drop_database(database, force=True)
 
 
-def test_results_table_refuses_a_table_of_another_shape(con):
-    if con.name == "pyspark":
-        pytest.skip("Spark: results tables need a persistent catalog (see above)")
+def test_results_table_refuses_a_table_of_another_shape(con, tmp_path):
     name = f"sqlcal_other_{uuid.uuid4().hex[:8]}"
-    con.create_table(name, schema={"run_id": "string", "x": "int64"})
+    database = None
+    if con.name == "pyspark":
+        database = name
+        con.create_database(database, path=str(tmp_path / "warehouse"))
+    con.create_table(name, schema={"run_id": "string", "x": "int64"}, database=database)
     try:
         rows = pd.DataFrame({"run_id": ["r"], "run_at": [pd.Timestamp("2026-11-01")],
                              "config_hash": ["h"], "group_keys": ["{}"], "metric": ["ece"],
                              "statistic": ["ece"], "value": [0.1], "lower": [np.nan],
                              "upper": [np.nan]})
         with pytest.raises(ValueError, match="not a results table"):
-            scheduled.write_results(con, name, rows)
-        assert con.table(name).count().to_pyarrow().as_py() == 0
+            scheduled.write_results(con, name, rows, database=database)
+        assert con.table(name, database=database).count().to_pyarrow().as_py() == 0
     finally:
-        con.drop_table(name, force=True)
+        con.drop_table(name, database=database, force=True)
+        if database:
+            con.drop_database(database, force=True)
 
 
 def test_metric_series_is_the_metric_per_time_key(con, upload):
