@@ -231,6 +231,8 @@ def _statistic(metric: str, column: str | None, where: str) -> str:
     by_report_name = {v: k for k, v in mapping.items()}
     if column in mapping or column in by_report_name:
         return by_report_name.get(column, column)
+    if any(column in pair for pair in _BOUNDS):  # an interval some options add (bootstrap=)
+        return column
     raise ConfigError(f"{where}: metric {metric!r} reports no column {column!r}; "
                       f"choose from {list(mapping)}")
 
@@ -434,6 +436,9 @@ def _check_alerts(src: Source, frames: dict, rules: list[dict]) -> list[dict]:
     fired = []
     for rule in rules:
         values = frames[rule["metric"]]
+        if rule["column"] not in values:
+            raise ValueError(f"alert on {rule['metric']}.{rule['column']}: the metric returned no "
+                             f"such column with these options (columns {list(values.columns)})")
         for _, row in values.iterrows():
             value = float(row[rule["column"]])
             if math.isnan(value):
@@ -564,9 +569,12 @@ def write_results(con, name: str, rows: pd.DataFrame, *, database: str | None = 
     already there; create the table if absent. Returns the number of rows inserted.
 
     The statement is ``INSERT INTO name SELECT * FROM new WHERE run_id NOT IN (SELECT run_id FROM
-    name)``: one statement, so the engine applies all the run's rows or none (atomic), and a
-    re-run with the same run id finds its rows and adds none (idempotent). Nothing but ``name``
-    (and, on some engines, the session's temporary table holding ``new``) is written.
+    name)``. It is one statement, so DuckDB and PostgreSQL apply all the run's rows or none
+    (atomic; on Spark, as atomic as the table format's commit: one job, ACID with Delta or
+    Iceberg), and a re-run with the same run id finds its rows and adds none (idempotent). Two
+    runs with the same id at the same moment could both insert under PostgreSQL's default
+    isolation; schedulers do not start one task instance twice at once. Nothing but ``name`` is
+    written (Ibis holds ``new`` in a temporary table or view of the session).
     """
     ids = rows["run_id"].unique()
     if len(ids) != 1:
