@@ -27,6 +27,14 @@ import pandas as pd
 CONVENTIONS = ("sqlcal", "sklearn", "netcal", "relplot")
 
 
+def number(x: float) -> ir.FloatingValue:
+    """A double literal every engine reads back bit for bit: the shortest round-trip decimal as a
+    string, cast. (DuckDB 1.5 reads a 17-digit decimal literal as DECIMAL and rounds its
+    conversion to DOUBLE off by an ulp about one time in nine: a score equal to a bin edge or a
+    block's end would then fall on the wrong side.)"""
+    return ibis.literal(repr(float(x))).cast("float64")
+
+
 def execute(expr: ir.Table) -> pd.DataFrame:
     """Run a summary query and return it as pandas (arrow transfer, no per-row Python)."""
     return expr.to_pyarrow().to_pandas()
@@ -185,14 +193,14 @@ def uniform_bin(p: ir.FloatingValue, bins: int, convention: str) -> ir.IntegerVa
     if convention == "sqlcal":
         return ibis.least((p * bins).floor().cast("int64"), bins - 1)
     if convention == "relplot":
-        return (p / ibis.literal(1.0 / bins)).floor().cast("int64")
+        return (p / number(1.0 / bins)).floor().cast("int64")
     if convention in ("sklearn", "netcal"):
         edges = uniform_edges(bins, convention)[1:-1]
         below = (lambda e: p <= e) if convention == "sklearn" else (lambda e: p < e)
         if not len(edges):
             return ibis.literal(0, type="int64")
         # A flat CASE (not a sum of comparisons) keeps the expression shallow for large B.
-        return ibis.cases(*[(below(float(e)), k) for k, e in enumerate(edges)],
+        return ibis.cases(*[(below(number(e)), k) for k, e in enumerate(edges)],
                           else_=len(edges)).cast("int64")
     raise ValueError(f"convention must be one of {CONVENTIONS}, not {convention!r}")
 

@@ -33,6 +33,20 @@ def test_ece_matches_brute_force(upload, convention, norm):
         assert row.n_bins == len(np.unique(ids))
 
 
+@pytest.mark.parametrize("convention", ["sklearn", "netcal", "relplot"])
+def test_scores_on_inexact_edges_join_the_peer_bin(upload, convention):
+    """Scores equal to numpy's linspace edges for B = 11 and 13 (17-digit decimals that DuckDB
+    reads as DECIMAL literals an ulp off): the bin ids must still match the peer's."""
+    for bins in (11, 13):
+        edges = np.linspace(0, 1, bins + 1)
+        df = pd.DataFrame({"p": np.repeat(edges, 2), "y": [0, 1] * len(edges)})
+        got = sqlcal.reliability(upload(df), score="p", label="y", bins=bins, ci=None,
+                                 convention=convention)
+        ids = oracle.bin_ids(df.p, bins, convention)
+        want = np.bincount(ids, minlength=ids.max() + 1)
+        np.testing.assert_array_equal(got.n.to_numpy(), want[want > 0])
+
+
 # spec peers.md §2.1: which neighbour an exact value joins, per library, with 10 bins
 EDGE_PROBE = {
     # p:    sqlcal (floor)  sklearn  netcal  relplot
