@@ -78,8 +78,8 @@ def test_isotonic_engine_passes_equal_numpy(upload, monkeypatch, weights):
     cols = dict(score="p", label="y", by="g", weight="w" if weights else None)
     whole = sqlcal.isotonic(t, **cols)
     monkeypatch.setattr(recalibrate, "LEVEL_CAP", 40)
-    passed = sqlcal.isotonic(t, **cols)
-    assert passed.info["passes"] > 3
+    passed = sqlcal.isotonic(t, **cols, method="engine")
+    assert passed.info["passes"] > 3 and passed.info["exact"]
     assert len(passed.table) == len(whole.table)
     np.testing.assert_allclose(passed.table.value, whole.table.value, rtol=1e-12, atol=1e-15)
     np.testing.assert_array_equal(passed.table.lo, whole.table.lo)
@@ -107,8 +107,8 @@ def test_exported_sql_equals_numpy(upload, con):
     platt = sqlcal.platt(df, score="p", label="y", weight="w", by="g")
     probe = pd.DataFrame({"p": np.concatenate([GRID, GRID]), "g": ["g0"] * len(GRID) + ["g1"] * len(GRID)})
     t = upload(probe)
-    # up to an ulp or two: engines parse long decimal literals with their own rounding
-    for m, tol in ((fitted, 5e-16), (platt, 1e-15)):
+    # bit for bit for isotonic maps; Platt's exp/log may differ from numpy's in the last ulp
+    for m, tol in ((fitted, 0), (platt, 1e-15)):
         want = m.transform_frame(probe, "p")
         got = m.apply(t, "p").execute().sort_values(["g", "p"])
         np.testing.assert_allclose(got.calibrated, want, rtol=tol, atol=tol)
@@ -305,3 +305,32 @@ def test_weights_equal_duplication_for_isotonic_and_platt():
     pa = sqlcal.platt(df, score="p", label="y", weight="w").table
     pb = sqlcal.platt(dup, score="p", label="y").table
     np.testing.assert_allclose(pa[["a", "b"]], pb[["a", "b"]], atol=1e-10)
+
+
+def test_isotonic_grid_is_exact_for_discrete_scores(upload):
+    df = _data(seed=51)  # scores with two decimals: one distinct score per 2^-16 cell
+    t = upload(df)
+    grid = sqlcal.isotonic(t, score="p", label="y", weight="w", by="g", method="grid")
+    levels = sqlcal.isotonic(t, score="p", label="y", weight="w", by="g", method="levels")
+    assert grid.info["exact"] and grid.info["mixed_cells"] == 0
+    pd.testing.assert_frame_equal(grid.table, levels.table)
+
+
+def test_isotonic_grid_is_the_fit_of_the_cell_rounded_score(upload):
+    """With mixed cells the grid fit is exact isotonic regression of the cell id (scikit-learn on
+    floor(p·cells)), flagged inexact; its in-sample cutoff error is still 0."""
+    df = calibration_data(3000, 52, groups=2, weights=True)
+    t = upload(df)
+    grid = sqlcal.isotonic(t, score="p", label="y", weight="w", by="g", method="grid", cells=64)
+    assert not grid.info["exact"] and grid.info["mixed_cells"] > 0
+    for g, part in df.groupby("g"):
+        cell = np.minimum(np.floor(part.p * 64), 63)
+        ref = IsotonicRegression().fit(cell, part.y, sample_weight=part.w).predict(cell)
+        np.testing.assert_allclose(grid.transform(part.p.to_numpy(), {"g": g}), ref, atol=1e-12)
+    mapped = grid.apply(t, "p")
+    err = sqlcal.cutoff_error(mapped, score="calibrated", label="y", weight="w", by="g")
+    assert err.cutoff_error.max() < 1e-13
+    with pytest.raises(ValueError, match="power of two"):
+        sqlcal.isotonic(t, score="p", label="y", method="grid", cells=1000)
+    with pytest.raises(ValueError, match="method"):
+        sqlcal.isotonic(t, score="p", label="y", method="bisect")
