@@ -1,0 +1,662 @@
+"""Distance-to-calibration metrics on the level sets: the Lipschitz (smooth) calibration error of
+Kakade and Foster, the lower and upper distances to calibration of Błasiok, Gopalan, Hu and
+Nakkiran, and the interval calibration error (spec seed002 §2.4–2.8).
+
+All three are functions of the empirical law of (score, label) alone, whose sufficient statistic
+is the levels summary: per distinct score v_j, the weight W_j and the residual R_j = Σw(y − p).
+With continuous scores there is one level per row; the engine then returns the 2^14-cell score
+histogram instead, each cell placed at its rows' mean score, which keeps every R_j exact and moves
+each row by at most its distance to that mean (the ``quantization_bound`` column, 0 when exact).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import sparse
+from scipy.optimize import linprog
+
+from sqlcal import summaries
+from sqlcal.metrics import groups, key_tuple, level_sets, result
+from sqlcal.metrics.binned import bins_summary
+from sqlcal.metrics.cells import cells_summary
+from sqlcal.metrics.smooth import SMOOTH_CELLS
+from sqlcal.source import Source, as_source
+
+MODES = ("auto", "exact", "cells")
+#: "auto" reads the exact levels when at most this many rows share a score cell with another score
+MAX_LEVELS = 50_000
+#: exact set-partition search for the upper distance up to this many levels (Bell(8) = 4140)
+PARTITION_LEVELS = 8
+#: exact intCE (every candidate width) up to this many levels; geometric widths above
+INTERVAL_LEVELS = 64
+#: the grouping dynamic programmes run on at most this many contiguous buckets
+GROUPING_LEVELS = 1024
+
+
+def lipschitz_calibration_error(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    lipschitz: float = 1.0,
+    mode: str = "auto",
+    max_levels: int = MAX_LEVELS,
+    **source_options: Any,
+) -> pd.DataFrame:
+    r"""The smooth (Lipschitz) calibration error smCE of Kakade and Foster.
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where
+        As for :func:`sqlcal.ece`. Labels may be soft (``soft_labels=True``).
+    lipschitz : float, default 1.0
+        The Lipschitz constant K of the weight functions. K = 1 is smCE; K = 2 is the earth
+        mover's distance EMD(J*, J^p) between the law of (score, label) and that of (score, a
+        label drawn from the score) under the metric |v − v'| + |y − y'| (spec seed002 §2.5).
+    mode : {"auto", "exact", "cells"}, default "auto"
+        ``"exact"``: the level sets (one GROUP BY score, as many rows as distinct scores).
+        ``"cells"``: the 16384-cell score histogram, each cell at its rows' mean score.
+        ``"auto"``: the cells first; then, if at most ``max_levels`` rows lie in cells holding
+        more than one distinct score, the levels inside those cells (exact); else the cells.
+    max_levels : int, default 50000
+        See ``mode``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the keys, ``lipschitz_calibration_error``, ``n``, ``W``,
+        ``quantization_bound`` (the value is within it of the exact one; 0 when exact),
+        ``levels`` (level sets or cells used).
+
+    Notes
+    -----
+    Kakade and Foster (2008), "Deterministic calibration and Nash equilibrium"; the survey of
+    Gopalan and Hu (2025), Def 3.2, spec seed002 §2.4. Not relplot's smooth ECE
+    (:func:`sqlcal.smooth_ece`). With levels :math:`v_1<\dots<v_m`, residuals
+    :math:`R_j=\sum_{p_i=v_j}w_i(y_i-p_i)/W` and gaps :math:`\Delta_j=v_{j+1}-v_j`,
+
+    .. math:: \mathrm{smCE}_K=\max_{w\ K\text{-Lipschitz},\ |w|\le1}\Big|\sum_jw(v_j)R_j\Big|
+       =\max_{|z_j|\le1,\ |z_{j+1}-z_j|\le K\Delta_j}\sum_jR_jz_j,
+
+    a linear programme solved exactly by dynamic programming: the value function
+    :math:`F_{j+1}(z)=R_{j+1}z+\max_{|z'-z|\le K\Delta_j}F_j(z')` is concave piecewise linear,
+    kept as its breakpoints left and right of its maximum in two deques with lazy shifts ("slope
+    trick"). Each level costs O(1) plus the breakpoints the maximum crosses: about 0.15 s for
+    10^4 levels, 4 s for 10^5 (random residuals). On cells, R is exact and each row moves to its
+    cell's mean score, so the value moves by at most :math:`K\,\mathbb E|p-\bar p_{\text{cell}}|`,
+    bounded by :math:`\sum_c 2(p_{\max}-\bar p_c)(\bar p_c-p_{\min})/(p_{\max}-p_{\min})\cdot
+    W_c/W` (the largest mean absolute deviation with that range and mean; at most 2^-15).
+    CITL ≤ smCE ≤ ECE, EMD/2 ≤ smCE ≤ EMD (Lemma 3.4), and smCE/2 ≤ lower distance ≤ 2·smCE
+    (Theorem 6.7).
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.4, 0.6], "y": [0, 1]})
+    >>> out = sqlcal.lipschitz_calibration_error(df, score="p", label="y")
+    >>> round(float(out["lipschitz_calibration_error"].iloc[0]), 12)
+    0.04
+    """
+    if not lipschitz > 0:
+        raise ValueError(f"lipschitz must be positive, not {lipschitz!r}")
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    frame = _reduced(src, mode, max_levels)
+
+    def finish(lv: _Levels) -> dict:
+        return {"lipschitz_calibration_error": _smce(lv, lipschitz),
+                "quantization_bound": lipschitz * lv.quantization, "levels": len(lv.p)}
+
+    out = _per_group(src, frame, finish, {"lipschitz_calibration_error": np.nan,
+                                          "quantization_bound": np.nan, "levels": 0})
+    out = result(src, out, ["lipschitz_calibration_error", "quantization_bound", "levels"])
+    out.attrs["lipschitz"] = lipschitz
+    return out
+
+
+def distance_to_calibration(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    grid: int = 128,
+    lower_levels: int = 64,
+    mode: str = "auto",
+    max_levels: int = MAX_LEVELS,
+    **source_options: Any,
+) -> pd.DataFrame:
+    r"""The bracket on the distance to calibration: the lower distance and an upper bound on the
+    upper distance, which hold the true (unknowable) distance between them.
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where
+        As for :func:`sqlcal.ece`. Labels may be soft (``soft_labels=True``).
+    grid : int, default 128
+        The lower-distance LP places calibrated mass on the points k/grid and the levels.
+    lower_levels : int, default 64
+        The LP runs on at most this many contiguous buckets of levels (at their mean scores);
+        its size is about 2·lower_levels·(grid + lower_levels) variables (0.1 s at the
+        defaults, 1 s at 128/128).
+    mode, max_levels
+        Which levels to read, as for :func:`lipschitz_calibration_error`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the keys,
+
+        - ``lower_distance``: the grid LP value. The lower distance lies in
+          [``lower_distance`` − ``lower_tolerance``, ``lower_distance`` +
+          ``quantization_bound``];
+        - ``n``, ``W``;
+        - ``lower_tolerance``: half the largest grid gap plus the bucketing's
+          :math:`\mathbb E|p-\bar p|`;
+        - ``upper_distance``: the smallest valid upper bound on the upper distance, and
+          ``upper_method``, the bound that gave it (see Notes);
+        - ``citl`` (|E[y − p]|, a lower bound on every distance), ``lipschitz_calibration_error``
+          (smCE on the levels used; max(citl, smCE/2) ≤ lower distance ≤ 2·smCE, up to
+          ``quantization_bound``);
+        - ``quantization_bound``: :math:`\mathbb E|p-\bar p_{\text{cell}}|` of the cells used
+          (0 on exact levels), ``levels``.
+
+    Notes
+    -----
+    Błasiok, Gopalan, Hu and Nakkiran (STOC 2023), as presented in Gopalan and Hu (2025) §6,
+    spec seed002 §2.7. The distance to calibration :math:`\mathrm{dCE}(p)=\min_{q\text{
+    calibrated}}\mathbb E|p-q|` depends on the feature space, which logged (score, label) rows
+    do not show; over all spaces consistent with the data it ranges over
+    :math:`[\underline{\mathrm{dCE}},\overline{\mathrm{dCE}}]`, and by Corollary 6.8 no measure
+    computed from the law of (score, label) can tell dCE ≥ η from dCE ≤ 2η²: the bracket can be
+    that wide (Theorem 6.9: :math:`\overline{\mathrm{dCE}}\le4\sqrt{\underline{\mathrm{dCE}}}`).
+
+    *Lower distance.* The coupling LP: move the mass at (v_j, y) to points u of a grid
+    :math:`U` so that the label mean at every u is u, at least cost
+    :math:`\sum|u-v_j|\cdot\text{mass}`. On :math:`U` it overestimates by at most half the
+    largest gap of :math:`U`: split the mass at an off-grid u between its neighbours g < u < g'
+    with label means g and g', so each unit moves (g' − u) or (u − g), on average
+    2(g' − u)(u − g)/(g' − g) ≤ (g' − g)/2 (the spec's bound, h, is twice this). Bucketing levels
+    at their mean scores moves the lower distance by at most :math:`\mathbb E|p-\bar p|`, both
+    ways (it is 1-Lipschitz in the scores). Hence the interval above.
+
+    *Upper distance* (Theorem 6.6): the least :math:`\mathbb E|p-\kappa(p)|` over maps κ with
+    κ(p) calibrated, i.e. over groupings of the levels, each moved to its group's label mean.
+    Bounds, all valid: ``"partitions"``: every grouping, exact (at most 8 levels);
+    ``"contiguous"``: the best grouping into runs of consecutive levels (an O(m²) dynamic
+    programme on at most 1024 buckets, evaluated on the levels); ``"ece"`` (κ = recalibration,
+    every level alone); ``"mean"`` (κ ≡ E[y]); ``"cutoff"``: 3·sqrt(cutoff error) (spec seed000
+    Lemma A.2: its binned predictor E[y | bin] is a function of the score, so it bounds the
+    upper distance too; exact levels only). On cells, every bound is a grouping of whole cells
+    plus ``quantization_bound``. The contiguous bound is at most ``ece``, ``mean`` and the
+    interval calibration error (an interval partition is a contiguous grouping, Lemma 6.11), and
+    the interval calibration error is at most 3·sqrt(cutoff); optimal groupings need not be
+    contiguous, so the reported value can exceed the upper distance.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.4, 0.6], "y": [0, 1]})
+    >>> out = sqlcal.distance_to_calibration(df, score="p", label="y")
+    >>> out[["lower_distance", "upper_distance", "upper_method"]].round(6)
+       lower_distance  upper_distance upper_method
+    0            0.08             0.1   partitions
+    """
+    for name, value in (("grid", grid), ("lower_levels", lower_levels)):
+        if not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    frame = _reduced(src, mode, max_levels)
+
+    def finish(lv: _Levels) -> dict:
+        coarse = _coarsen(lv, lower_levels)
+        lower, tolerance = _lower_distance(coarse, grid)
+        upper, method = _upper_distance(lv)
+        return {"lower_distance": lower, "lower_tolerance": tolerance + coarse.quantization,
+                "upper_distance": upper, "upper_method": method,
+                "citl": abs(lv.R.sum()) / lv.total,
+                "lipschitz_calibration_error": _smce(lv, 1.0),
+                "quantization_bound": lv.quantization, "levels": len(lv.p)}
+
+    columns = ["lower_distance", "lower_tolerance", "upper_distance", "upper_method", "citl",
+               "lipschitz_calibration_error", "quantization_bound", "levels"]
+    empty = dict.fromkeys(columns, np.nan) | {"upper_method": None, "levels": 0}
+    out = _per_group(src, frame, finish, empty)
+    return result(src, out, columns)
+
+
+def interval_calibration_error(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    bins: int | None = None,
+    mode: str = "auto",
+    max_levels: int = MAX_LEVELS,
+    **source_options: Any,
+) -> pd.DataFrame:
+    r"""The interval calibration error intCE: the binned calibration error of an interval
+    partition of [0, 1] plus its widest interval, minimised over partitions (or for given bins).
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where
+        As for :func:`sqlcal.ece`. Labels may be soft (``soft_labels=True``).
+    bins : int, optional
+        Evaluate the fixed partition into ``bins`` equal-width bins (left-closed, p = 1 in the
+        last, as :func:`sqlcal.ece`): :math:`\mathrm{intCE}_B=\mathrm{CE}_B+1/\text{bins}`, the
+        binned ECE with bin means plus the bin width (one GROUP BY bin). By default, the
+        infimum over all partitions.
+    mode, max_levels
+        Which levels to read for the infimum, as for :func:`lipschitz_calibration_error`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the keys, ``interval_calibration_error``, ``n``, ``W``,
+        ``binned_error`` (:math:`\mathrm{CE}_B` of the partition found), ``width`` (its widest
+        interval), ``method``: ``"fixed bins"``; ``"exact"`` (the infimum); ``"geometric
+        widths"`` (within a factor 2 of the infimum, see Notes); ``"bucketed"`` (geometric
+        widths over partitions whose cuts fall between buckets of levels or cells: an upper
+        bound on the infimum).
+
+    Notes
+    -----
+    Gopalan and Hu (2025), Def 6.10, spec seed002 §2.8:
+    :math:`\mathrm{CE}_B=\sum_{I\in B}|\mathbb E[(y-p)\mathbf 1(p\in I)]|`,
+    :math:`\mathrm{intCE}=\inf_B\mathrm{CE}_B+\mathrm{width}(B)`. Empty intervals are allowed,
+    so a partition costs the widest *span of scores* it groups; with every level alone the
+    width tends to 0 and intCE ≤ ECE; the infimum need not be attained. intCE bounds the upper
+    distance to calibration (Theorem 6.12) and is at most 4·sqrt(lower distance) (Lemma 6.13).
+
+    For a width cap h the best partition is a dynamic programme over contiguous groupings of
+    the levels whose spans are ≤ h, :math:`dp_e=\min_s dp_s+|P_e-P_s|` (P the prefix sums of
+    R). Up to 64 levels every span is tried (exact). Above, the caps are the smallest feasible
+    span times powers of 2 (and 0): the cap just above the optimal width is less than twice it,
+    so the value is at most 2·intCE. More than 1024 levels (or cells) are first merged into
+    1024 contiguous buckets of equal score width.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.4, 0.6], "y": [0, 1]})
+    >>> out = sqlcal.interval_calibration_error(df, score="p", label="y")
+    >>> out[["interval_calibration_error", "width", "method"]].round(6)
+       interval_calibration_error  width method
+    0                         0.2    0.2  exact
+    """
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    columns = ["interval_calibration_error", "binned_error", "width", "method"]
+    if bins is not None:
+        frame = bins_summary(src, bins=bins, strategy="uniform", convention="sqlcal")
+
+        def fixed(part: pd.DataFrame) -> dict:
+            W = part["W"].sum()
+            if W <= 0:
+                return {"interval_calibration_error": np.nan, "binned_error": np.nan,
+                        "width": 1 / bins, "method": "fixed bins"}
+            ce = np.abs((part["swy"] - part["swp"]).to_numpy(float)).sum() / W
+            return {"interval_calibration_error": ce + 1 / bins, "binned_error": ce,
+                    "width": 1 / bins, "method": "fixed bins"}
+
+        rows = [{**key, "n": int(part["n"].sum()), "W": float(part["W"].sum()), **fixed(part)}
+                for key, part in groups(frame, list(src.by))]
+        out = pd.DataFrame(rows, columns=None if rows else [*src.by, "n", "W", *columns])
+        return result(src, out, columns)
+    frame = _reduced(src, mode, max_levels)
+
+    def finish(lv: _Levels) -> dict:
+        value, ce, width, method = _interval_error(lv)
+        return {"interval_calibration_error": value, "binned_error": ce, "width": width,
+                "method": method}
+
+    empty = dict.fromkeys(columns, np.nan) | {"method": None}
+    return result(src, _per_group(src, frame, finish, empty), columns)
+
+
+# -- the levels: exact, or cells at their mean scores ------------------------------------------
+
+
+class _Levels(NamedTuple):
+    """One group's levels sorted by score: position ``p`` (the score, or a cell's mean score),
+    weight ``W``, label sum ``Y``, residual ``R`` = Σw(y − p), the lowest and highest score
+    ``lo``, ``hi``, and ``spread``, a bound on Σw|p_row − p| over the level's rows."""
+
+    p: np.ndarray
+    W: np.ndarray
+    Y: np.ndarray
+    R: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    spread: np.ndarray
+
+    @property
+    def total(self) -> float:
+        return float(self.W.sum())
+
+    @property
+    def quantization(self) -> float:
+        return float(self.spread.sum()) / self.total
+
+
+def _reduced(src: Source, mode: str, max_levels: int) -> pd.DataFrame:
+    """One row per group and level (or cell) with ``p``, ``W``, ``swy``, ``swp``, ``n``,
+    ``lo``, ``hi`` (see :class:`_Levels`)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    by = list(src.by)
+    if mode == "exact":
+        lv = level_sets(src)
+        return lv.assign(lo=lv["p"], hi=lv["p"])
+    cells = cells_summary(src, ("sums",), SMOOTH_CELLS)
+    cells = cells.assign(p=_mean_score(cells), lo=cells["p_min"], hi=cells["p_max"])
+    mixed = cells["p_min"] < cells["p_max"]
+    if mode == "cells" or not mixed.any() or cells.loc[mixed, "n"].sum() > max_levels:
+        return cells
+    ids = {key_tuple(k): part.loc[part["p_min"] < part["p_max"], "cell"].tolist()
+           for k, part in groups(cells, by)}
+    key = tuple((k, tuple(sorted(v))) for k, v in ids.items())
+    inside = src.scan(("levels", SMOOTH_CELLS, key, frozenset({"sums"})), lambda: (
+        summaries.cell_levels(src.rows, src.by, SMOOTH_CELLS, ids, frozenset({"sums"}),
+                              weighted=src.weighted)))
+    inside = summaries.fill_unweighted(inside) if "W" not in inside else inside
+    inside = inside.assign(lo=inside["p"], hi=inside["p"])
+    frame = pd.concat([cells[~mixed], inside], ignore_index=True)
+    return frame.sort_values([*by, "p"], ignore_index=True, kind="stable")
+
+
+def _mean_score(frame: pd.DataFrame) -> np.ndarray:
+    W = frame["W"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(W > 0, frame["swp"].to_numpy(float) / np.where(W > 0, W, 1.0),
+                        frame["p_min"].to_numpy(float))
+    # a float sum can land a hair outside the cell's range
+    return np.clip(mean, frame["p_min"].to_numpy(float), frame["p_max"].to_numpy(float))
+
+
+def _levels(part: pd.DataFrame) -> _Levels | None:
+    """A group's levels with positive weight, or None when it has no weight."""
+    part = part[part["W"].to_numpy(float) > 0].sort_values("p", kind="stable")
+    if not len(part):
+        return None
+    p = part["p"].to_numpy(float)
+    W = part["W"].to_numpy(float)
+    Y = part["swy"].to_numpy(float)
+    lo, hi = part["lo"].to_numpy(float), part["hi"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # the largest mean absolute deviation of a law on [lo, hi] with mean p
+        spread = np.where(hi > lo, 2 * W * (hi - p) * (p - lo) / np.where(hi > lo, hi - lo, 1),
+                          0.0)
+    return _Levels(p, W, Y, Y - part["swp"].to_numpy(float), lo, hi, np.maximum(spread, 0.0))
+
+
+def _per_group(src: Source, frame: pd.DataFrame, finish, empty: dict) -> pd.DataFrame:
+    rows = []
+    for key, part in groups(frame, list(src.by)):
+        lv = _levels(part)
+        values = empty if lv is None else finish(lv)
+        rows.append({**key, "n": int(part["n"].sum()), "W": float(part["W"].sum()), **values})
+    return pd.DataFrame(rows, columns=None if rows else [*src.by, "n", "W", *empty])
+
+
+def _coarsen(lv: _Levels, buckets: int) -> _Levels:
+    """At most ``buckets`` contiguous buckets of equal score width, at their mean scores; each
+    bucket's spread adds its levels' distances to that mean to their own spreads."""
+    if len(lv.p) <= buckets:
+        return lv
+    starts = np.flatnonzero(np.r_[True, np.diff(_bucket_ids(lv, buckets)) > 0])
+    W = np.add.reduceat(lv.W, starts)
+    p = np.add.reduceat(lv.W * lv.p, starts) / W
+    p = np.clip(p, np.minimum.reduceat(lv.p, starts), np.maximum.reduceat(lv.p, starts))
+    within = np.abs(lv.p - np.repeat(p, np.diff(np.r_[starts, len(lv.p)])))
+    spread = np.add.reduceat(lv.spread + lv.W * within, starts)
+    return _Levels(p, W, np.add.reduceat(lv.Y, starts), np.add.reduceat(lv.R, starts),
+                   np.minimum.reduceat(lv.lo, starts), np.maximum.reduceat(lv.hi, starts),
+                   spread)
+
+
+def _bucket_ids(lv: _Levels, buckets: int) -> np.ndarray:
+    """Each level's bucket among ``buckets`` of equal score width (non-decreasing)."""
+    if len(lv.p) <= buckets:
+        return np.arange(len(lv.p))
+    span = lv.p[-1] - lv.p[0]
+    return np.minimum(((lv.p - lv.p[0]) / span * buckets).astype(np.int64), buckets - 1)
+
+
+# -- the Lipschitz calibration error: an exact dynamic programme -------------------------------
+
+
+def _smce(lv: _Levels, lipschitz: float) -> float:
+    return _lipschitz_dp(lv.R / lv.total, lipschitz * np.diff(lv.p))
+
+
+def _lipschitz_dp(R: np.ndarray, gaps: np.ndarray) -> float:
+    """max Σ R_j z_j over |z_j| ≤ 1, |z_{j+1} − z_j| ≤ gaps_j, exactly.
+
+    F_j (the best value of the first j terms with z_j = z) is concave piecewise linear on
+    [−1, 1]. Its breakpoints left of the maximum sit in ``left`` and those right of it in
+    ``right`` (ascending, each with its slope decrease), ``c`` is the slope between them and
+    ``top`` the maximum. The window maximum over |z' − z| ≤ gap shifts ``left`` by −gap and
+    ``right`` by +gap (lazy offsets) and drops what leaves [−1, 1]; adding R·z walks the maximum
+    across the breakpoints until the slope changes sign, splitting the last one.
+    """
+    left, right = deque(), deque()
+    off_left = off_right = 0.0
+    top = c = 0.0
+    for j, r in enumerate(R):
+        if j and gaps[j - 1] > 0:
+            d = gaps[j - 1]
+            off_left -= d
+            off_right += d
+            if c > 0:  # the maximum was at z = 1: it becomes a plateau [1 − d, 1]
+                left.append((1.0 - d - off_left, c))
+            elif c < 0:
+                right.appendleft((-1.0 + d - off_right, -c))
+            c = 0.0
+            while left and left[0][0] + off_left <= -1.0:
+                left.popleft()
+            while right and right[-1][0] + off_right >= 1.0:
+                right.pop()
+        x = left[-1][0] + off_left if left else -1.0
+        value = top + r * x
+        c += r
+        if c > 0:
+            while True:
+                y = right[0][0] + off_right if right else 1.0
+                value += c * (y - x)
+                x = y
+                if not right:
+                    break
+                pos, w = right.popleft()
+                if c - w >= 0:
+                    left.append((pos + off_right - off_left, w))
+                    c -= w
+                    if c == 0:
+                        break
+                else:
+                    left.append((pos + off_right - off_left, c))
+                    right.appendleft((pos, w - c))
+                    c = 0.0
+                    break
+        elif c < 0:
+            while left:
+                pos, w = left.pop()
+                if c + w <= 0:
+                    right.appendleft((pos + off_left - off_right, w))
+                    c += w
+                    y = left[-1][0] + off_left if left else -1.0
+                    value += c * (y - x)
+                    x = y
+                    if c == 0:
+                        break
+                else:
+                    left.append((pos, c + w))
+                    right.appendleft((pos + off_left - off_right, -c))
+                    c = 0.0
+                    break
+        top = value
+    return float(top)
+
+
+# -- the lower distance: the coupling LP on a grid ---------------------------------------------
+
+
+def _lower_distance(lv: _Levels, grid: int) -> tuple[float, float]:
+    """The coupling LP of spec seed002 §2.7 on U = {k/grid} ∪ levels, and half U's widest gap."""
+    v = lv.p
+    U = np.union1d(np.arange(grid + 1) / grid, v)
+    if len(v) == 1:  # one level: everything moves to its label mean
+        return abs(lv.R[0]) / lv.total, 0.0
+    b = lv.Y / lv.total
+    a = lv.W / lv.total - b
+    m, k = len(v), len(U)
+    n = m * k
+    cost = np.abs(U[:, None] - v[None, :]).ravel()
+    level = np.tile(np.arange(m), k)
+    point = np.repeat(np.arange(k), m)
+    cols = np.arange(n)
+    A = sparse.csr_matrix(
+        (np.concatenate([np.ones(2 * n), -U[point], 1 - U[point]]),
+         (np.concatenate([level, m + level, 2 * m + point, 2 * m + point]),
+          np.concatenate([cols, n + cols, cols, n + cols]))),
+        shape=(2 * m + k, 2 * n))
+    rhs = np.concatenate([np.maximum(a, 0.0), np.maximum(b, 0.0), np.zeros(k)])
+    out = linprog(np.concatenate([cost, cost]), A_eq=A, b_eq=rhs, bounds=(0, None),
+                  method="highs")
+    if out.status != 0:
+        raise RuntimeError(f"the lower-distance LP failed: {out.message}")
+    return max(float(out.fun), 0.0), float(np.diff(U).max()) / 2
+
+
+# -- the upper distance: groupings of the levels -----------------------------------------------
+
+
+def _upper_distance(lv: _Levels) -> tuple[float, str]:
+    W = lv.total
+    bounds = {"ece": np.abs(lv.R).sum() / W + lv.quantization,
+              "mean": _grouping_cost(lv, np.zeros(len(lv.p), np.int64)) / W}
+    coarse = _coarsen(lv, GROUPING_LEVELS)
+    cuts = _best_contiguous(coarse)
+    # the grouping found on the buckets, evaluated on the levels themselves
+    ids = np.unique(_bucket_ids(lv, GROUPING_LEVELS), return_inverse=True)[1]
+    group = np.searchsorted(cuts, np.arange(len(coarse.p)), side="right") - 1
+    bounds["contiguous"] = _grouping_cost(lv, group[ids]) / W
+    if lv.quantization == 0:
+        P = np.r_[0.0, np.cumsum(lv.R)] / W
+        bounds["cutoff"] = 3 * np.sqrt(max(P.max() - P.min(), 0.0))
+    if len(lv.p) <= PARTITION_LEVELS:
+        bounds["partitions"] = _best_partition(lv) / W
+    # prefer the exact search on ties, then the contiguous grouping
+    order = ["partitions", "contiguous", "ece", "mean", "cutoff"]
+    method = min((m for m in order if m in bounds), key=lambda m: (bounds[m], order.index(m)))
+    return float(bounds[method]), method
+
+
+def _grouping_cost(lv: _Levels, group: np.ndarray) -> float:
+    """Σ over levels of W_j·|p_j − (label mean of its group)| plus the levels' spreads: the
+    distance from the scores to the calibrated predictor that maps each group to its mean."""
+    W = np.bincount(group, lv.W)
+    Y = np.bincount(group, lv.Y)
+    mean = Y[group] / W[group]
+    return float((lv.W * np.abs(lv.p - mean)).sum() + lv.spread.sum())
+
+
+def _best_contiguous(lv: _Levels) -> np.ndarray:
+    """Start indices of the contiguous grouping with the least Σ W_j|p_j − ȳ_G| (O(m²))."""
+    m = len(lv.p)
+    N = np.r_[0.0, np.cumsum(lv.W)]
+    PV = np.r_[0.0, np.cumsum(lv.W * lv.p)]
+    Y = np.r_[0.0, np.cumsum(lv.Y)]
+    dp = np.r_[0.0, np.full(m, np.inf)]
+    back = np.zeros(m + 1, np.int64)
+    for e in range(1, m + 1):
+        s = np.arange(e)
+        mean = (Y[e] - Y[s]) / (N[e] - N[s])
+        k = np.clip(np.searchsorted(lv.p, mean), s, e)
+        cost = (mean * (N[k] - N[s]) - (PV[k] - PV[s])
+                + (PV[e] - PV[k]) - mean * (N[e] - N[k]))
+        total = dp[:e] + cost
+        back[e] = int(np.argmin(total))
+        dp[e] = total[back[e]]
+    starts, e = [], m
+    while e > 0:
+        e = back[e]
+        starts.append(e)
+    return np.array(starts[::-1], np.int64)
+
+
+def _best_partition(lv: _Levels) -> float:
+    """The least grouping cost over every set partition of at most 8 levels (Bell(8) = 4140)."""
+    m = len(lv.p)
+    labels = np.array(list(_restricted_growth(m)), np.int64)  # (partitions, m)
+    onehot = labels[:, :, None] == np.arange(m)[None, None, :]
+    W = onehot.astype(float).transpose(0, 2, 1) @ lv.W
+    Y = onehot.astype(float).transpose(0, 2, 1) @ lv.Y
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.take_along_axis(Y / W, labels, axis=1)
+    cost = (lv.W * np.abs(lv.p - mean)).sum(axis=1) + lv.spread.sum()
+    return float(cost.min())
+
+
+def _restricted_growth(m: int):
+    """Every set partition of m items as labels a_0 = 0, a_i ≤ 1 + max(a_0 … a_{i−1})."""
+    def grow(prefix, top):
+        if len(prefix) == m:
+            yield tuple(prefix)
+            return
+        for a in range(top + 2):
+            yield from grow(prefix + [a], max(top, a))
+    yield from grow([0], 0)
+
+
+# -- the interval calibration error ------------------------------------------------------------
+
+
+def _interval_error(lv: _Levels) -> tuple[float, float, float, str]:
+    method = "exact" if len(lv.p) <= INTERVAL_LEVELS else "geometric widths"
+    if lv.quantization > 0 or len(lv.p) > GROUPING_LEVELS:
+        method = "bucketed"
+    lv = _coarsen(lv, GROUPING_LEVELS)
+    lo, hi = lv.lo, lv.hi
+    P = np.r_[0.0, np.cumsum(lv.R)] / lv.total
+    least = float((hi - lo).max())  # no cap below the widest single level can hold it
+    total = float(hi[-1] - lo[0])
+    if method == "exact":
+        spans = (hi[None, :] - lo[:, None])[np.triu_indices(len(lo))]
+        caps = np.unique(spans[spans >= least])
+    else:
+        # the optimal width h* lies in [base·2^(k−1), base·2^k) for some k (or is least, or
+        # the cap total covers it): that cap is less than 2h* and allows every grouping h* does
+        base = least if least > 0 else float(np.diff(lv.p).min())
+        steps = base * 2.0 ** np.arange(0, 64)
+        caps = np.unique(np.r_[least, steps[steps < total], total])
+    dp = _capped_groupings(P, lo, hi, caps)
+    value = caps + dp
+    best = int(np.argmin(value))
+    return float(value[best]), float(dp[best]), float(caps[best]), method
+
+
+def _capped_groupings(P: np.ndarray, lo: np.ndarray, hi: np.ndarray, caps: np.ndarray
+                      ) -> np.ndarray:
+    """For every cap h: the least Σ_G |Σ_{j∈G} R_j| over contiguous groupings of spans ≤ h."""
+    m = len(lo)
+    dp = np.full((len(caps), m + 1), np.inf)
+    dp[:, 0] = 0.0
+    for e in range(1, m + 1):
+        s = np.arange(e)
+        allowed = (hi[e - 1] - lo[s])[None, :] <= caps[:, None]
+        total = np.where(allowed, dp[:, :e] + np.abs(P[e] - P[s])[None, :], np.inf)
+        dp[:, e] = total.min(axis=1)
+    return dp[:, m]
