@@ -65,14 +65,16 @@ THREADS = 2
 REPS = 3
 
 SQLCAL_TASKS = ["ece", "ece_w", "ece_q", "hl", "totals", "report", "cutoff", "cutoff_grid",
-                "ls_ece", "smooth_ece", "tce", "tce_q"]
+                "ls_ece", "smooth_ece", "tce", "tce_q", "isotonic", "isotonic_levels",
+                "isotonic_engine"]
 TASKS = ["floor", "sort", *SQLCAL_TASKS, "peer", "peer_q", "peer_cutoff", "peer_smece",
-         "peer_tce"]
+         "peer_tce", "peer_isotonic"]
 CPU_TARGET = {"ece": 3, "ece_w": 3, "totals": 3, "ece_q": 5, "hl": 5,
               "cutoff_grid": 3}  # x CPU(floor)
 SORT_TARGET = {"cutoff": 1.5}  # x CPU(sort): exact cutoff vs the cheapest exact alternative
 PEERS = {"peer": "ece", "peer_q": "ece_q", "peer_cutoff": "cutoff",
-         "peer_smece": "smooth_ece", "peer_tce": "tce_q"}  # peer -> sqlcal task
+         "peer_smece": "smooth_ece", "peer_tce": "tce_q",
+         "peer_isotonic": "isotonic"}  # peer -> sqlcal task
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -190,6 +192,17 @@ def task_peer_tce(t):
     return out
 
 
+def task_peer_isotonic(t):
+    """Fetch, then per group scikit-learn's IsotonicRegression (it sorts and pools ties itself)."""
+    from sklearn.isotonic import IsotonicRegression
+
+    out = {}
+    for g, (p, y) in _fetch(t).items():
+        fit = IsotonicRegression(out_of_bounds="clip").fit(p, y)
+        out[g] = float(np.mean(fit.predict(p)))  # = the group's rate: a check both must share
+    return out
+
+
 def task_peer_q(t):
     out = {}
     for k, (p, y) in _fetch(t).items():
@@ -244,6 +257,13 @@ def run_task(name: str, con):
         return dict(zip(df["g"], df["tce"].astype(float)))
     elif name == "peer_tce":
         return task_peer_tce(t)
+    elif name in ("isotonic", "isotonic_levels", "isotonic_engine"):
+        method = {"isotonic": "auto", "isotonic_levels": "levels", "isotonic_engine": "engine"}
+        m = sqlcal.isotonic(t, **kw, method=method[name])
+        return {g: float(part["value"].to_numpy() @ part["W"].to_numpy() / part["W"].sum())
+                for g, part in m.table.groupby("g")}
+    elif name == "peer_isotonic":
+        return task_peer_isotonic(t)
     elif name == "peer_smece":
         import relplot
 

@@ -291,7 +291,8 @@ def isotonic(
         with at most 4 decimals, say), else the exact isotonic fit of the score rounded to its
         cell, and ``info["exact"]`` is False. ``"engine"``: grouped PAV passes in the engine on
         the levels, then numpy (exact; slower than fetching the levels on DuckDB, see Notes).
-        ``"auto"``: levels up to :data:`LEVEL_CAP` rows, grid above.
+        ``"auto"``: the grid when it is exact or the source has more than :data:`LEVEL_CAP`
+        rows, the levels otherwise.
     cells : int, default 2**16
         Cells of the grid (a power of two).
 
@@ -354,26 +355,28 @@ def isotonic_blocks(src: Source, method: str = "auto", cells: int = GRID_CELLS
     by = list(src.by)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, not {method!r}")
-    totals = totals_summary(src)  # validates the source, and counts its rows
-    if method == "auto":
-        method = "levels" if int(totals["n"].sum()) <= LEVEL_CAP else "grid"
-    info = {"method": method, "exact": True, "passes": 0, "mixed_cells": 0}
-    if method == "levels":
-        lv = level_sets(src)
-        blocks = pd.DataFrame({**{k: lv[k] for k in by}, "lo": lv["p"], "hi": lv["p"],
-                               "n": lv["n"], "W": lv["W"], "Y": lv["swy"]})
-    elif method == "grid":
+    if method in ("auto", "grid"):
         if cells < 2 or cells & (cells - 1):
             raise ValueError(f"cells must be a power of two, not {cells!r}")
-        grid = cells_summary(src, ("sums",), cells=cells)
+        grid = cells_summary(src, ("sums",), cells=cells)  # the first scan validates the source
         blocks = pd.DataFrame({**{k: grid[k] for k in by}, "lo": grid["p_min"],
                                "hi": grid["p_max"], "n": grid["n"], "W": grid["W"],
                                "Y": grid["swy"]})
         # a cell holding one distinct score is a level: then the grid fit is the exact fit
         mixed = int((grid["p_min"] < grid["p_max"]).sum())
-        info |= {"exact": mixed == 0, "mixed_cells": mixed, "cells": cells}
-    else:
-        blocks, info["passes"] = _reduce_in_engine(src)
+        info = {"method": "grid", "exact": mixed == 0, "passes": 0, "mixed_cells": mixed,
+                "cells": cells}
+        if method == "auto" and mixed and int(grid["n"].sum()) <= LEVEL_CAP:
+            method = "levels"
+    if method == "levels":
+        lv = level_sets(src)
+        blocks = pd.DataFrame({**{k: lv[k] for k in by}, "lo": lv["p"], "hi": lv["p"],
+                               "n": lv["n"], "W": lv["W"], "Y": lv["swy"]})
+        info = {"method": "levels", "exact": True, "passes": 0, "mixed_cells": 0}
+    elif method == "engine":
+        totals_summary(src)  # validates the source
+        blocks, passes = _reduce_in_engine(src)
+        info = {"method": "engine", "exact": True, "passes": passes, "mixed_cells": 0}
     parts = [_pav(key, part) for key, part in groups(blocks, by)]
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         columns=[*by, "lo", "hi", "value", "n", "W", "Y"])
