@@ -112,11 +112,26 @@ class CalibrationMap:
     def to_sql(self, table: str, score: str, *, dialect: str = "duckdb",
                name: str = "calibrated", columns: dict | None = None) -> str:
         """``SELECT *, <calibrated score> AS name FROM table`` in a SQL dialect, with the map
-        inlined. ``columns`` (name → Ibis type) describes the table; by default the score and
-        the group keys as doubles and strings."""
+        inlined (for a scheduled job or a view in the warehouse). ``columns`` (name → Ibis type)
+        types the score and group keys; by default the score is a double and the keys take the
+        type they had when the map was fitted."""
+        import sqlglot
+        from sqlglot import exp
+
         schema = columns or {score: "float64", **{k: self._key_type(k) for k in self.by}}
         unbound = ibis.table(schema, name=table)
-        return ibis.to_sql(self.apply(unbound, score, name=name), dialect=dialect)
+        query = self.apply(unbound, score, name=name)
+        read = {"pyspark": "spark"}.get(dialect, dialect)  # Ibis and sqlglot names differ
+        try:
+            tree = sqlglot.parse_one(ibis.to_sql(query, dialect=dialect), read=read)
+        except Exception:  # a dialect Ibis cannot compile without its backend (Spark): transpile
+            tree = sqlglot.parse_one(ibis.to_sql(query, dialect="duckdb"), read="duckdb")
+        source = tree.args.get("from_") or tree.args["from"]  # renamed in sqlglot 28
+        alias = source.this.alias_or_name
+        mapped = [e for e in tree.expressions if e.alias_or_name == name]
+        star = exp.Column(this=exp.Star(), table=exp.to_identifier(alias, quoted=True))
+        tree.set("expressions", [star, *mapped])
+        return tree.sql(dialect=read)
 
     def write(self, con, name: str, *, overwrite: bool = False) -> ir.Table:
         """Write the mapping table to the warehouse (a small table: one row per piece)."""

@@ -135,8 +135,10 @@ def test_to_sql_runs_in_duckdb():
         np.testing.assert_allclose(got.calibrated.to_numpy(float), want, rtol=1e-15, atol=0)
         assert np.isnan(got.calibrated.iloc[-1])
         # the other dialects compile too (BigQuery/Snowflake/Postgres text for a warehouse job)
-        for dialect in ("postgres", "bigquery", "snowflake"):
-            assert "CASE" in m.to_sql("preds", "score", dialect=dialect)
+        assert list(got.columns) == ["score", "g", "calibrated"]  # SELECT *, the map
+        for dialect in ("postgres", "bigquery", "snowflake", "trino", "pyspark"):
+            text = m.to_sql("preds", "score", dialect=dialect)
+            assert text.startswith("SELECT") and "calibrated" in text
 
 
 def test_unknown_group_maps_to_null():
