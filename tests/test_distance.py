@@ -221,6 +221,8 @@ def test_upper_distance_is_the_best_grouping(upload, seed, monkeypatch):
     got = dist(t).iloc[0]
     assert abs(got.upper_distance - upper_brute(df.p, df.y)) < 1e-12
     monkeypatch.setattr(distance, "PARTITION_LEVELS", 0)
+    assert dist(t).iloc[0].upper_distance >= upper_brute(df.p, df.y) - 1e-12
+    monkeypatch.setattr(distance, "REGROUP_GROUPS", 0)
     got = dist(t).iloc[0]
     assert got.upper_method in ("contiguous", "ece", "mean")
     assert abs(got.upper_distance - upper_brute(df.p, df.y, contiguous=True)) < 1e-12
@@ -321,14 +323,23 @@ def test_fixture_e(upload, weighted):
     # the upper distance 7/30 needs the non-contiguous grouping {0.1, 0.7}, {0.6}
     check(got, smce=0.25, emd=4 / 15, lower=7 / 30, upper=7 / 30, intce=0.3, citl=7 / 30)
     assert got["method"] == "partitions"
-    import sqlcal.metrics.distance as module
-    saved = module.PARTITION_LEVELS
-    module.PARTITION_LEVELS = 0
-    try:  # without the exact search the best contiguous grouping gives 0.3 (spec §5 E)
-        d = dist(t, **kw).iloc[0]
-    finally:
-        module.PARTITION_LEVELS = saved
-    assert abs(d.upper_distance - 0.3) < 1e-12 and d.upper_distance >= 7 / 30
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_fixture_e_without_the_exact_search(upload, weighted, monkeypatch):
+    # the best contiguous grouping gives 0.3 (spec §5 E); merging {0.1} with {0.7} gives 7/30
+    df = pd.DataFrame({"p": [0.1, 0.1, 0.6, 0.6, 0.7], "y": [1.0, 0, 1, 0, 0],
+                       "w": [2.0, 8, 5, 5, 10]})
+    if not weighted:
+        df = df.loc[df.index.repeat(df.w.astype(int))].drop(columns="w")
+    kw = dict(weight="w") if weighted else {}
+    t = upload(df)
+    monkeypatch.setattr(distance, "PARTITION_LEVELS", 0)
+    got = dist(t, **kw).iloc[0]
+    assert got.upper_method == "regrouped" and abs(got.upper_distance - 7 / 30) < 1e-12
+    monkeypatch.setattr(distance, "REGROUP_GROUPS", 0)
+    got = dist(t, **kw).iloc[0]
+    assert got.upper_method in ("contiguous", "ece") and abs(got.upper_distance - 0.3) < 1e-12
 
 
 def test_single_level(upload):

@@ -36,6 +36,8 @@ PARTITION_LEVELS = 8
 INTERVAL_LEVELS = 64
 #: the grouping dynamic programmes run on at most this many contiguous buckets
 GROUPING_LEVELS = 1024
+#: local search from the best contiguous grouping when it has at most this many groups
+REGROUP_GROUPS = 200
 
 
 def lipschitz_calibration_error(
@@ -193,14 +195,18 @@ def distance_to_calibration(
     κ(p) calibrated, i.e. over groupings of the levels, each moved to its group's label mean.
     Bounds, all valid: ``"partitions"``: every grouping, exact (at most 8 levels);
     ``"contiguous"``: the best grouping into runs of consecutive levels (an O(m²) dynamic
-    programme on at most 1024 buckets, evaluated on the levels); ``"ece"`` (κ = recalibration,
+    programme on at most 1024 buckets, evaluated on the levels); ``"regrouped"``: a local
+    search from that grouping (merge two groups, adjacent or not, or move one level to another
+    group or its own, while a step lowers the cost; when it has at most 200 groups);
+    ``"ece"`` (κ = recalibration,
     every level alone); ``"mean"`` (κ ≡ E[y]); ``"cutoff"``: 3·sqrt(cutoff error) (spec seed000
     Lemma A.2: its binned predictor E[y | bin] is a function of the score, so it bounds the
     upper distance too; exact levels only). On cells, every bound is a grouping of whole cells
     plus ``quantization_bound``. The contiguous bound is at most ``ece``, ``mean`` and the
     interval calibration error (an interval partition is a contiguous grouping, Lemma 6.11), and
-    the interval calibration error is at most 3·sqrt(cutoff); optimal groupings need not be
-    contiguous, so the reported value can exceed the upper distance.
+    the interval calibration error is at most 3·sqrt(cutoff). Optimal groupings need not be
+    contiguous (spec seed002 §5, Fixture E) and no efficient exact search is known, so above
+    8 levels the reported value can exceed the upper distance.
 
     Examples
     --------
@@ -553,13 +559,16 @@ def _upper_distance(lv: _Levels) -> tuple[float, str]:
     ids = np.unique(_bucket_ids(lv, GROUPING_LEVELS), return_inverse=True)[1]
     group = np.searchsorted(cuts, np.arange(len(coarse.p)), side="right") - 1
     bounds["contiguous"] = _grouping_cost(lv, group[ids]) / W
+    if len(cuts) <= REGROUP_GROUPS:
+        group = _regrouped(coarse, group)
+        bounds["regrouped"] = _grouping_cost(lv, group[ids]) / W
     if lv.quantization == 0:
         P = np.r_[0.0, np.cumsum(lv.R)] / W
         bounds["cutoff"] = 3 * np.sqrt(max(P.max() - P.min(), 0.0))
     if len(lv.p) <= PARTITION_LEVELS:
         bounds["partitions"] = _best_partition(lv) / W
     # prefer the exact search on ties, then the contiguous grouping
-    order = ["partitions", "contiguous", "ece", "mean", "cutoff"]
+    order = ["partitions", "contiguous", "regrouped", "ece", "mean", "cutoff"]
     method = min((m for m in order if m in bounds), key=lambda m: (bounds[m], order.index(m)))
     return float(bounds[method]), method
 
@@ -597,6 +606,66 @@ def _best_contiguous(lv: _Levels) -> np.ndarray:
     return np.array(starts[::-1], np.int64)
 
 
+def _regrouped(lv: _Levels, group: np.ndarray, rounds: int = 200) -> np.ndarray:
+    """Local search from ``group``: merge any two groups (adjacent or not), or move one level to
+    another group or to a group of its own, whichever lowers the cost most, while one does."""
+    group = np.unique(group, return_inverse=True)[1]
+    W1, Y1, p1 = lv.W, lv.Y, lv.p
+    m = len(p1)
+    alone_cost = np.abs(Y1 - W1 * p1)
+    for _ in range(rounds):
+        g = group.max() + 1
+        about = _about(lv, group, g)
+        ids = np.arange(g)[:, None]
+        W, Y = np.bincount(group, W1, g), np.bincount(group, Y1, g)
+        cost = about(np.arange(g), Y / W)
+        # merges: every pair about its merged mean
+        merge = about(ids, (Y[:, None] + Y[None, :]) / (W[:, None] + W[None, :]))
+        merge = merge + merge.T - cost[:, None] - cost[None, :]
+        np.fill_diagonal(merge, np.inf)
+        # moves: level j leaves its group a and joins group b, or a group of its own
+        a = group
+        others = W[a] - W1 > 0
+        rest = np.where(others, Y[a] - Y1, 0.0) / np.where(others, W[a] - W1, 1.0)
+        leave = np.where(others, about(a, rest) - W1 * np.abs(p1 - rest), 0.0) - cost[a]
+        joined = (Y[:, None] + Y1[None, :]) / (W[:, None] + W1[None, :])
+        move = leave[None, :] + about(ids, joined) + W1 * np.abs(p1 - joined) - cost[:, None]
+        move[a, np.arange(m)] = np.inf
+        solo = np.where(others, leave + alone_cost, np.inf)
+        options = [merge.min(), move.min(), solo.min()]
+        best = int(np.argmin(options))
+        if not options[best] < -1e-12 * lv.total:
+            break
+        group = group.copy()
+        if best == 0:
+            i, k = np.unravel_index(np.argmin(merge), merge.shape)
+            group[group == k] = i
+        elif best == 1:
+            k, j = np.unravel_index(np.argmin(move), move.shape)
+            group[j] = k
+        else:
+            group[int(np.argmin(solo))] = g
+        group = np.unique(group, return_inverse=True)[1]
+    return group
+
+
+def _about(lv: _Levels, group: np.ndarray, g: int):
+    """A function (b, t) ↦ Σ_{j in group b} W_j·|p_j − t| (arrays broadcast), from each group's
+    cumulative weight and weighted score along the sorted levels."""
+    m = len(lv.p)
+    onehot = np.zeros((g, m))
+    onehot[group, np.arange(m)] = 1.0
+    cw = np.concatenate([np.zeros((g, 1)), np.cumsum(onehot * lv.W, axis=1)], axis=1)
+    cwp = np.concatenate([np.zeros((g, 1)), np.cumsum(onehot * (lv.W * lv.p), axis=1)], axis=1)
+
+    def about(b, t):
+        i = np.searchsorted(lv.p, t)
+        below, below_p = cw[b, i], cwp[b, i]
+        return (t * below - below_p) + (cwp[b, m] - below_p) - t * (cw[b, m] - below)
+
+    return about
+
+
 def _best_partition(lv: _Levels) -> float:
     """The least grouping cost over every set partition of at most 8 levels (Bell(8) = 4140)."""
     m = len(lv.p)
@@ -625,22 +694,22 @@ def _restricted_growth(m: int):
 
 
 def _interval_error(lv: _Levels) -> tuple[float, float, float, str]:
-    method = "exact" if len(lv.p) <= INTERVAL_LEVELS else "geometric widths"
-    if lv.quantization > 0 or len(lv.p) > GROUPING_LEVELS:
-        method = "bucketed"
+    bucketed = lv.quantization > 0 or len(lv.p) > GROUPING_LEVELS
     lv = _coarsen(lv, GROUPING_LEVELS)
+    every_width = len(lv.p) <= INTERVAL_LEVELS
+    method = "bucketed" if bucketed else "exact" if every_width else "geometric widths"
     lo, hi = lv.lo, lv.hi
     P = np.r_[0.0, np.cumsum(lv.R)] / lv.total
     least = float((hi - lo).max())  # no cap below the widest single level can hold it
     total = float(hi[-1] - lo[0])
-    if method == "exact":
+    if every_width:
         spans = (hi[None, :] - lo[:, None])[np.triu_indices(len(lo))]
         caps = np.unique(spans[spans >= least])
     else:
         # the optimal width h* lies in [base·2^(k−1), base·2^k) for some k (or is least, or
         # the cap total covers it): that cap is less than 2h* and allows every grouping h* does
         base = least if least > 0 else float(np.diff(lv.p).min())
-        steps = base * 2.0 ** np.arange(0, 64)
+        steps = base * 2.0 ** np.arange(0, int(np.ceil(np.log2(total / base))) + 2)
         caps = np.unique(np.r_[least, steps[steps < total], total])
     dp = _capped_groupings(P, lo, hi, caps)
     value = caps + dp
