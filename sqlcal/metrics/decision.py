@@ -30,8 +30,9 @@ from sqlcal.source import Source, as_source, source
 #: row (and at least ``_WARN_MIN_ROWS`` rows): each level set is then about one row
 DEGENERATE_SHARE = 0.9
 _WARN_MIN_ROWS = 20
-#: the CDL LP has about 4m variables for m level sets; beyond this many, ask for bins=
-MAX_LEVELS = 20_000
+#: the spec's CDL LP (method="lp") has about 4m variables for m level sets and slows down and
+#: loses accuracy on near-equal breakpoints (12 s and a 10% error at m = 5,000 random levels)
+MAX_LP_LEVELS = 2_000
 #: the name of the constant label given to an unlabeled table (expected_cost)
 _NO_LABEL = "__sqlcal_no_label"
 
@@ -45,6 +46,7 @@ def calibration_decision_loss(
     by: str | Sequence[str] = (),
     where: Any = None,
     bins: int | None = None,
+    method: str = "hull",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""The calibration decision loss (CDL): the most any bounded decision task loses by trusting
@@ -59,6 +61,9 @@ def calibration_decision_loss(
         distinct score. An integer B: the CDL of the *binned predictor* that maps each of B
         equal-width bins (left-closed, 1 in the last) to its weighted mean score. The bins are
         then part of the metric's identity. Use them for continuous scores: see Notes.
+    method : {"hull", "lp"}, default "hull"
+        ``"hull"``: the exact closed form below (O(m log m), no solver). ``"lp"``: the spec's
+        linear-size LP (HiGHS; up to 2,000 level sets per group), for cross-checking.
 
     Returns
     -------
@@ -78,12 +83,17 @@ def calibration_decision_loss(
 
     .. math:: \mathrm{CDL} = \sup_{u}\ E[u(\sigma(\hat p), y)] - E[u(\sigma(p), y)],
 
-    computed exactly on the level sets :math:`(v_j, n_j, \bar y_j)` (weights over W) by the LP
-    of seed002 §2.6 item 5: variables :math:`\varphi_k, g_k` (a convex function and its
-    subgradient) at the points :math:`S=\{v_j\}\cup\{\bar y_j\}\cup\{0,1\}`, maximising
+    computed exactly on the level sets :math:`(v_j, n_j, \bar y_j)` (weights over W). sqlcal
+    derives (see :func:`cdl_hull`) that CDL is the upper concave envelope of the closed V-curve
+    (below), evaluated at t = 1/2: the best task needs at most two V-shaped kinks
+    :math:`s_1\le 1/2\le s_2`, and its value is the height at 1/2 of the chord joining
+    :math:`(s_1,V_c(s_1))` and :math:`(s_2,V_c(s_2))` (with (0, 0) and (1, 0) for one kink).
+    It agrees to 1e-15 with the LP of seed002 §2.6 item 5 (``method="lp"``: variables
+    :math:`\varphi_k, g_k` at :math:`S=\{v_j\}\cup\{\bar y_j\}\cup\{0,1\}`, maximising
     :math:`\sum_j n_j[\varphi(\bar y_j) - \varphi(v_j) - g(v_j)(\bar y_j - v_j)]` under
-    convexity between neighbours and payoffs in [0, 1] (HiGHS; about 1e-8 absolute error). The
-    sup can need adversarial tie-breaking at kinks, so it is approached, not always attained.
+    convexity between neighbours and payoffs in [0, 1]), which is slow and inaccurate with
+    thousands of near-equal breakpoints. The sup can need adversarial tie-breaking at kinks, so
+    it is approached, not always attained.
 
     Bounds reported beside it (seed002 §2.6 items 1, 3, 4 and Thm 4.3):
     :math:`\max(\mathrm{ECE}_2^2,\ \sup_t V(t)/(2\max(t,1-t))) \le \mathrm{CDL} \le
@@ -92,8 +102,7 @@ def calibration_decision_loss(
 
     With continuous scores every level set is a single row, so :math:`\bar y_j\in\{0,1\}` and the
     plug-in degenerates (it is at least the Brier score): a warning is raised when a group has
-    at least 0.9 distinct scores per row; pass ``bins=``. Level sets beyond 20,000 per group
-    are refused for the same reason (and for the LP's size). Like ECE, the plug-in is biased
+    at least 0.9 distinct scores per row; pass ``bins=``. Like ECE, the plug-in is biased
     upward: a calibrated model gets a positive value on a finite sample.
 
     Examples
@@ -106,6 +115,8 @@ def calibration_decision_loss(
        calibration_decision_loss  v_star  ece2_squared
     0                        0.2     0.2          0.01
     """
+    if method not in ("hull", "lp"):
+        raise ValueError(f"method must be 'hull' or 'lp', not {method!r}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     levels = _level_sets(src, bins)
 
@@ -114,12 +125,13 @@ def calibration_decision_loss(
         if mass is None:
             return _nan_row("calibration_decision_loss", "v_star", "two_action_bound",
                             "ece2_squared", "ece") | _shape(part)
-        if len(v) > MAX_LEVELS:
+        if method == "lp" and len(v) > MAX_LP_LEVELS:
             raise ValueError(
-                f"a group has {len(v)} distinct scores: the exact CDL LP is limited to "
-                f"{MAX_LEVELS}; pass bins= (e.g. bins=100) to measure the binned predictor")
+                f"a group has {len(v)} level sets: method='lp' is limited to {MAX_LP_LEVELS}; "
+                "use method='hull' (exact, any size) or bins=")
         v_star, two_action = v_curve(v, mass, ybar)
-        return {"calibration_decision_loss": cdl_lp(v, mass, ybar), "v_star": v_star,
+        cdl = cdl_hull(v, mass, ybar) if method == "hull" else cdl_lp(v, mass, ybar)
+        return {"calibration_decision_loss": cdl, "v_star": v_star,
                 "two_action_bound": two_action,
                 "ece2_squared": float((mass * (ybar - v) ** 2).sum()),
                 "ece": float((mass * np.abs(ybar - v)).sum())} | _shape(part)
@@ -130,7 +142,7 @@ def calibration_decision_loss(
     out = result(src, values, ["calibration_decision_loss", "v_star", "two_action_bound",
                                "ece2_squared", "ece", "n_levels", "distinct_per_row"])
     out["n_levels"] = out["n_levels"].fillna(0).astype(int)
-    out.attrs["bins"] = bins
+    out.attrs |= {"bins": bins, "method": method}
     return out
 
 
@@ -449,7 +461,7 @@ def cdl_lp(v, mass, ybar) -> float:
     j = np.arange(K)
     base = 2 * (K - 1)
     r_idx, c_idx, vals = [], [], []
-    for block, (sign, slope) in enumerate([(1, -t), (-1, t), (1, 1 - t), (-1, -(1 - t))]):
+    for block, (sign, slope) in enumerate([(1, -t), (-1, -t), (1, 1 - t), (-1, 1 - t)]):
         r_idx += [base + block * K + j] * 2
         c_idx += [j, K + j]
         vals += [sign * np.ones(K), sign * slope]
@@ -464,8 +476,51 @@ def cdl_lp(v, mass, ybar) -> float:
     return float(max(-res.fun, 0.0))
 
 
+def cdl_hull(v, mass, ybar) -> float:
+    """The CDL of the law with mass ``mass[j]`` at score ``v[j]`` and E[y | v] = ``ybar[j]``: the
+    upper concave envelope of the closed V-curve, evaluated at 1/2 (derived below; exact, no
+    solver, O(m log m)).
+
+    Why: subtracting the chord of φ (Bregman divergences ignore affine terms), payoffs in [0, 1]
+    are exactly the convex ψ with ψ(0) = ψ(1) = 0 and subgradients in [−1, 1] (the extreme
+    tangents, at 0 and 1, bound all others). Writing μ = dψ' (a measure on [0, 1], the endpoint
+    atoms being the subgradient choices there), ψ(1) − ψ(0) = 0 gives ψ'(0) = −∫(1 − s)dμ and
+    ψ'(1) = ∫s dμ, so the constraints are ∫s dμ ≤ 1 and ∫(1 − s)dμ ≤ 1, and Σ_j n_j D_ψ(ȳ_j‖v_j)
+    = ∫ V_c(s)/2 dμ(s), the closed V-curve because each level set may take the atom at its own
+    v_j (adversarial tie-breaking). A linear objective under two constraints is maximal at a
+    measure with at most two atoms s₁ ≤ 1/2 ≤ s₂, whose value is the height at 1/2 of the chord
+    joining (s₁, V_c(s₁)) and (s₂, V_c(s₂)); one atom is a chord to (0, 0) or (1, 0), the
+    two-action tasks. V_c is linear between breakpoints, so the envelope of its breakpoints is
+    enough. The spec's LP (:func:`cdl_lp`) gives the same values.
+    """
+    t, V = _v_closed(v, mass, ybar)
+    if t is None:
+        return 0.0
+    t, V = np.concatenate([[0.0], t, [1.0]]), np.concatenate([[0.0], V, [0.0]])
+    hull: list[int] = []  # upper hull, left to right (monotone chain)
+    for k in range(len(t)):
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            # drop b when it lies on or below the segment from a to k
+            if (t[b] - t[a]) * (V[k] - V[a]) - (V[b] - V[a]) * (t[k] - t[a]) >= 0:
+                hull.pop()
+            else:
+                break
+        hull.append(k)
+    h = np.asarray(hull)
+    return float(np.interp(0.5, t[h], V[h]))
+
+
 def v_curve(v, mass, ybar) -> tuple[float, float]:
-    """(V*, sup_t V(t)/(2 max(t, 1 − t))) for the V-curve of spec seed002 §2.6 items 3–4.
+    """(V*, sup_t V(t)/(2 max(t, 1 − t))) for the V-curve of spec seed002 §2.6 items 3–4."""
+    t, V = _v_closed(v, mass, ybar)
+    if t is None:
+        return 0.0, 0.0
+    return float(V.max()), float((V / (2 * np.maximum(t, 1 - t))).max())
+
+
+def _v_closed(v, mass, ybar):
+    """The breakpoints t (with 1/2) and the closed-interval V-curve V_c there.
 
     Each level set adds 2n|ȳ − t| on (min(ȳ, v), max(ȳ, v)]; V is linear between breakpoints, and
     its sup is the closed-interval version at a breakpoint (the v_j are distinct, so no breakpoint
@@ -474,7 +529,7 @@ def v_curve(v, mass, ybar) -> tuple[float, float]:
     v, mass, ybar = (np.asarray(a, float) for a in (v, mass, ybar))
     live = (mass > 0) & (ybar != v)
     if not live.any():
-        return 0.0, 0.0
+        return None, None
     v, mass, ybar = v[live], mass[live], ybar[live]
     lo, hi = np.minimum(v, ybar), np.maximum(v, ybar)
     # on [lo, hi] the term is α t + β: 2n(t − ȳ) when over-predicted (ȳ < v), 2n(ȳ − t) otherwise
@@ -487,8 +542,7 @@ def v_curve(v, mass, ybar) -> tuple[float, float]:
     ended = np.searchsorted(hi[by_hi], t, side="left")  # hi < t
     A = cum(alpha, by_lo)[started] - cum(alpha, by_hi)[ended]
     B = cum(beta, by_lo)[started] - cum(beta, by_hi)[ended]
-    V = np.maximum(A * t + B, 0.0)
-    return float(V.max()), float((V / (2 * np.maximum(t, 1 - t))).max())
+    return t, np.maximum(A * t + B, 0.0)
 
 
 # -- fixed tasks and risks ----------------------------------------------------------------------
