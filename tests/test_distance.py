@@ -403,9 +403,10 @@ def test_cells_within_their_bound(upload):
     d_cells = dist(t, weight="w", mode="cells").iloc[0]
     # the certified brackets of the lower distance overlap, and each upper bound is valid
     assert d_cells.lower_distance - d_cells.lower_tolerance <= \
-        d_exact.lower_distance + d_cells.quantization_bound + LP_TOL
+        d_exact.lower_distance + d_exact.lower_quantization + LP_TOL
     assert d_exact.lower_distance - d_exact.lower_tolerance <= \
-        d_cells.lower_distance + d_cells.quantization_bound + LP_TOL
+        d_cells.lower_distance + d_cells.lower_quantization + LP_TOL
+    assert d_cells.lower_quantization >= d_cells.quantization_bound
     for d in (d_exact, d_cells):
         assert d.lower_distance - d.lower_tolerance <= d.upper_distance
     assert intce(t, weight="w", mode="cells").iloc[0].method == "bucketed"
@@ -459,7 +460,8 @@ def _inequalities(upload, df):
     tol = 1e-9
     assert d.citl - tol <= s <= ece + tol
     assert emd / 2 - tol <= s <= emd + tol
-    lower_min, lower_max = d.lower_distance - d.lower_tolerance, d.lower_distance
+    lower_min = d.lower_distance - d.lower_tolerance
+    lower_max = d.lower_distance + d.lower_quantization
     assert s / 2 - LP_TOL <= lower_max and lower_min <= 2 * s + LP_TOL
     assert d.citl - LP_TOL <= lower_max
     assert lower_min <= d.upper_distance + LP_TOL

@@ -160,17 +160,19 @@ def distance_to_calibration(
 
         - ``lower_distance``: the grid LP value. The lower distance lies in
           [``lower_distance`` − ``lower_tolerance``, ``lower_distance`` +
-          ``quantization_bound``];
+          ``lower_quantization``];
         - ``n``, ``W``;
-        - ``lower_tolerance``: half the largest grid gap plus the bucketing's
-          :math:`\mathbb E|p-\bar p|`;
+        - ``lower_tolerance``: half the largest gap of the LP's grid plus
+          ``lower_quantization``;
+        - ``lower_quantization``: a bound on :math:`\mathbb E|p-\bar p|`, the distance from
+          the scores to the mean score of their LP bucket (0 when the LP runs on exact levels);
         - ``upper_distance``: the smallest valid upper bound on the upper distance, and
           ``upper_method``, the bound that gave it (see Notes);
         - ``citl`` (|E[y − p]|, a lower bound on every distance), ``lipschitz_calibration_error``
           (smCE on the levels used; max(citl, smCE/2) ≤ lower distance ≤ 2·smCE, up to
-          ``quantization_bound``);
-        - ``quantization_bound``: :math:`\mathbb E|p-\bar p_{\text{cell}}|` of the cells used
-          (0 on exact levels), ``levels``.
+          ``quantization_bound``, Theorem 6.7);
+        - ``quantization_bound``: the same bound for the cells used (0 on exact levels), and
+          ``levels``, the number of levels or cells used.
 
     Notes
     -----
@@ -228,12 +230,14 @@ def distance_to_calibration(
         lower, tolerance = _lower_distance(coarse, grid)
         upper, method = _upper_distance(lv)
         return {"lower_distance": lower, "lower_tolerance": tolerance + coarse.quantization,
+                "lower_quantization": coarse.quantization,
                 "upper_distance": upper, "upper_method": method,
                 "citl": abs(lv.R.sum()) / lv.total,
                 "lipschitz_calibration_error": _smce(lv, 1.0),
                 "quantization_bound": lv.quantization, "levels": len(lv.p)}
 
-    columns = ["lower_distance", "lower_tolerance", "upper_distance", "upper_method", "citl",
+    columns = ["lower_distance", "lower_tolerance", "lower_quantization", "upper_distance",
+               "upper_method", "citl",
                "lipschitz_calibration_error", "quantization_bound", "levels"]
     empty = dict.fromkeys(columns, np.nan) | {"upper_method": None, "levels": 0}
     out = _per_group(src, frame, finish, empty)
