@@ -16,8 +16,11 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 
 from sqlcal.metrics import distance
-from sqlcal.metrics.distance import (distance_to_calibration, interval_calibration_error,
-                                     lipschitz_calibration_error)
+from sqlcal.metrics.distance import (
+    distance_to_calibration,
+    interval_calibration_error,
+    lipschitz_calibration_error,
+)
 from tests.conftest import calibration_data
 
 LP_TOL = 1e-7
@@ -89,7 +92,7 @@ def lower_lp(p, y, w=None, grid=128):
     U = np.union1d(np.arange(grid + 1) / grid, v)
     m, k = len(v), len(U)
     # variables x[j, u, lab]: mass of label lab from level j sent to u
-    idx = lambda j, u, lab: (j * k + u) * 2 + lab  # noqa: E731
+    idx = lambda j, u, lab: (j * k + u) * 2 + lab
     N = m * k * 2
     c, rows, rhs = np.zeros(N), [], []
     for j, u, lab in itertools.product(range(m), range(k), (0, 1)):
@@ -150,8 +153,8 @@ def intce_brute(p, y, w=None):
     m, best = len(v), np.inf
     for cuts in itertools.product([0, 1], repeat=m - 1):
         starts = [0] + [j for j, c in enumerate(cuts, start=1) if c] + [m]
-        ce = sum(abs(R[a:b].sum()) for a, b in zip(starts, starts[1:]))
-        width = max(v[b - 1] - v[a] for a, b in zip(starts, starts[1:]))
+        ce = sum(abs(R[a:b].sum()) for a, b in itertools.pairwise(starts))
+        width = max(v[b - 1] - v[a] for a, b in itertools.pairwise(starts))
         best = min(best, ce + width)
     return best
 
@@ -200,6 +203,24 @@ def test_lipschitz_dp_equals_the_lp_on_many_instances():
         for K in (1.0, 3.0):
             got = distance._lipschitz_dp(R, K * np.diff(v))
             assert abs(got - smce_primal(df.p, df.y, K=K)) < LP_TOL
+
+
+def test_lipschitz_dp_equals_the_lp_on_a_thousand_levels():
+    rng = np.random.default_rng(8)
+    p = np.sort(rng.random(1000))
+    y = (rng.random(1000) < p ** 1.3).astype(float)
+    v, _, _, R = level_table(p, y)
+    assert abs(distance._lipschitz_dp(R, np.diff(v)) - smce_primal(p, y)) < LP_TOL
+
+
+def test_bad_options_are_errors(upload):
+    t = upload(pd.DataFrame({"p": [0.2, 0.4], "y": [0.0, 1.0]}))
+    with pytest.raises(ValueError, match="mode"):
+        smce(t, mode="fast")
+    with pytest.raises(ValueError, match="lipschitz"):
+        smce(t, lipschitz=0)
+    with pytest.raises(ValueError, match="grid"):
+        dist(t, grid=0)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -260,11 +281,11 @@ def test_fixed_bins(upload):
 def everything(t, **kw):
     """smCE, EMD, lower, upper and intCE of a table, with the lower LP's tolerance."""
     d = dist(t, **kw).iloc[0]
-    return dict(smce=smce(t, **kw).iloc[0].lipschitz_calibration_error,
-                emd=smce(t, lipschitz=2, **kw).iloc[0].lipschitz_calibration_error,
-                lower=d.lower_distance, tolerance=d.lower_tolerance, upper=d.upper_distance,
-                method=d.upper_method, intce=intce(t, **kw).iloc[0].interval_calibration_error,
-                citl=d.citl)
+    return {"smce": smce(t, **kw).iloc[0].lipschitz_calibration_error,
+                "emd": smce(t, lipschitz=2, **kw).iloc[0].lipschitz_calibration_error,
+                "lower": d.lower_distance, "tolerance": d.lower_tolerance, "upper": d.upper_distance,
+                "method": d.upper_method, "intce": intce(t, **kw).iloc[0].interval_calibration_error,
+                "citl": d.citl}
 
 
 def check(got, **want):
@@ -317,7 +338,7 @@ def test_fixture_e(upload, weighted):
     else:
         df = pd.DataFrame({"p": [0.1] * 10 + [0.6] * 10 + [0.7] * 10,
                            "y": [1.0] * 2 + [0.0] * 8 + [1.0] * 5 + [0.0] * 5 + [0.0] * 10})
-    kw = dict(weight="w") if weighted else {}
+    kw = {"weight": "w"} if weighted else {}
     t = upload(df)
     got = everything(t, **kw)
     # the upper distance 7/30 needs the non-contiguous grouping {0.1, 0.7}, {0.6}
@@ -332,7 +353,7 @@ def test_fixture_e_without_the_exact_search(upload, weighted, monkeypatch):
                        "w": [2.0, 8, 5, 5, 10]})
     if not weighted:
         df = df.loc[df.index.repeat(df.w.astype(int))].drop(columns="w")
-    kw = dict(weight="w") if weighted else {}
+    kw = {"weight": "w"} if weighted else {}
     t = upload(df)
     monkeypatch.setattr(distance, "PARTITION_LEVELS", 0)
     got = dist(t, **kw).iloc[0]
@@ -435,10 +456,10 @@ def predictions(draw, max_rows=30):
 
 
 VALUES = [(lipschitz_calibration_error, {}, ["lipschitz_calibration_error"]),
-          (lipschitz_calibration_error, dict(lipschitz=2), ["lipschitz_calibration_error"]),
-          (distance_to_calibration, dict(grid=16), ["lower_distance", "upper_distance", "citl"]),
+          (lipschitz_calibration_error, {"lipschitz": 2}, ["lipschitz_calibration_error"]),
+          (distance_to_calibration, {"grid": 16}, ["lower_distance", "upper_distance", "citl"]),
           (interval_calibration_error, {}, ["interval_calibration_error"]),
-          (interval_calibration_error, dict(bins=4), ["interval_calibration_error"])]
+          (interval_calibration_error, {"bins": 4}, ["interval_calibration_error"])]
 
 
 def by_group(metric, opts, cols, t, **kw):
@@ -466,6 +487,9 @@ def _inequalities(upload, df):
     assert d.citl - LP_TOL <= lower_max
     assert lower_min <= d.upper_distance + LP_TOL
     assert d.upper_distance <= min(ece, i) + tol
+    if df[df.w > 0].p.nunique() <= 6:  # the upper bound is valid: at least the exact value
+        exact = upper_brute(df.p, df.y, df.w)
+        assert exact - tol <= d.upper_distance and lower_min <= exact + LP_TOL
 
 
 def test_weights_equal_row_duplication(con, upload):

@@ -11,9 +11,9 @@ each row by at most its distance to that mean (the ``quantization_bound`` column
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -21,7 +21,7 @@ from scipy import sparse
 from scipy.optimize import linprog
 
 from sqlcal import summaries
-from sqlcal.metrics import groups, key_tuple, level_sets, result
+from sqlcal.metrics import groups, key_tuple, level_sets, per_group, result, safe_div
 from sqlcal.metrics.binned import bins_summary
 from sqlcal.metrics.cells import cells_summary
 from sqlcal.metrics.smooth import SMOOTH_CELLS
@@ -91,8 +91,9 @@ def lipschitz_calibration_error(
     a linear programme solved exactly by dynamic programming: the value function
     :math:`F_{j+1}(z)=R_{j+1}z+\max_{|z'-z|\le K\Delta_j}F_j(z')` is concave piecewise linear,
     kept as its breakpoints left and right of its maximum in two deques with lazy shifts ("slope
-    trick"). Each level costs O(1) plus the breakpoints the maximum crosses: about 0.15 s for
-    10^4 levels, 4 s for 10^5 (random residuals). On cells, R is exact and each row moves to its
+    trick"). Each level costs O(1) plus the breakpoints the maximum crosses (pure Python): about
+    1 s for 10^5 levels and 12 s for 10^6 (Beta scores, Bernoulli labels, query included), 0.1 s
+    on the 16384 cells. On cells, R is exact and each row moves to its
     cell's mean score, so the value moves by at most :math:`K\,\mathbb E|p-\bar p_{\text{cell}}|`,
     bounded by :math:`\sum_c 2(p_{\max}-\bar p_c)(\bar p_c-p_{\min})/(p_{\max}-p_{\min})\cdot
     W_c/W` (the largest mean absolute deviation with that range and mean; at most 2^-15).
@@ -294,8 +295,9 @@ def interval_calibration_error(
     For a width cap h the best partition is a dynamic programme over contiguous groupings of
     the levels whose spans are ≤ h, :math:`dp_e=\min_s dp_s+|P_e-P_s|` (P the prefix sums of
     R). Up to 64 levels every span is tried (exact). Above, the caps are the smallest feasible
-    span times powers of 2 (and 0): the cap just above the optimal width is less than twice it,
-    so the value is at most 2·intCE. More than 1024 levels (or cells) are first merged into
+    one (the widest single level: 0 on exact levels) and that (or else the smallest gap between
+    levels) times powers of 2 up to the whole span: the cap just above the optimal width is
+    less than twice it, so the value is at most 2·intCE. More than 1024 levels (or cells) are first merged into
     1024 contiguous buckets of equal score width.
 
     Examples
@@ -313,17 +315,11 @@ def interval_calibration_error(
         frame = bins_summary(src, bins=bins, strategy="uniform", convention="sqlcal")
 
         def fixed(part: pd.DataFrame) -> dict:
-            W = part["W"].sum()
-            if W <= 0:
-                return {"interval_calibration_error": np.nan, "binned_error": np.nan,
-                        "width": 1 / bins, "method": "fixed bins"}
-            ce = np.abs((part["swy"] - part["swp"]).to_numpy(float)).sum() / W
+            ce = float(safe_div(np.abs(part["swy"] - part["swp"]).sum(), part["W"].sum()))
             return {"interval_calibration_error": ce + 1 / bins, "binned_error": ce,
                     "width": 1 / bins, "method": "fixed bins"}
 
-        rows = [{**key, "n": int(part["n"].sum()), "W": float(part["W"].sum()), **fixed(part)}
-                for key, part in groups(frame, list(src.by))]
-        out = pd.DataFrame(rows, columns=None if rows else [*src.by, "n", "W", *columns])
+        out = per_group(frame, list(src.by), fixed)
         return result(src, out, columns)
     frame = _reduced(src, mode, max_levels)
 
