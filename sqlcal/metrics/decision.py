@@ -156,6 +156,7 @@ def decision_loss(
     where: Any = None,
     threshold: float | Sequence[float] | None = None,
     payoffs: Any = None,
+    tie: str = "higher",
     bins: int | None = None,
     **source_options: Any,
 ) -> pd.DataFrame:
@@ -172,8 +173,12 @@ def decision_loss(
         (1 − t, 1) for acting, slope jump 1). One row per group and threshold.
     payoffs : array-like of shape (k, 2), optional
         Instead of ``threshold``: a finite task, row a = (u(a, 0), u(a, 1)), the payoff of action
-        a when the label is 0 and 1. At a tie the action with the larger u(a, 1) − u(a, 0) is
-        played (as "act iff q ≥ t").
+        a when the label is 0 and 1.
+    tie : {"higher", "lower"}, default "higher"
+        The best response where actions tie: the one with the larger u(a, 1) − u(a, 0) (the
+        action for higher probabilities: "act iff q ≥ t", as :func:`decision_risk_gap`) or the
+        smaller ("act iff q > t", the survey's :math:`\sigma(v)=1[v>1/2]` for its task
+        :math:`T_1`).
     bins : int, optional
         As for :func:`calibration_decision_loss`.
 
@@ -203,6 +208,8 @@ def decision_loss(
     """
     if (threshold is None) == (payoffs is None):
         raise ValueError("pass exactly one of threshold= and payoffs=")
+    if tie not in ("higher", "lower"):
+        raise ValueError(f"tie must be 'higher' or 'lower', not {tie!r}")
     if payoffs is not None:
         table = np.asarray(payoffs, dtype=float)
         if table.ndim != 2 or table.shape[1] != 2 or len(table) < 1 or not np.isfinite(table).all():
@@ -217,10 +224,10 @@ def decision_loss(
         v, mass, ybar = _normalised(part)
         base = {**key, "n": int(part["n"].sum()), "W": float(part["W"].sum())}
         if thresholds is None:
-            rows.append(base | _finite_task_loss(v, mass, ybar, table))
+            rows.append(base | _finite_task_loss(v, mass, ybar, table, tie))
             continue
         for t in thresholds:
-            rows.append(base | {"threshold": t} | _threshold_loss(v, mass, ybar, t))
+            rows.append(base | {"threshold": t} | _threshold_loss(v, mass, ybar, t, tie))
     columns = ["decision_loss", "payoff", "recalibrated_payoff"]
     if thresholds is None:
         out = result(src, _frame(rows, src.by, columns), columns)
@@ -548,26 +555,28 @@ def _v_closed(v, mass, ybar):
 # -- fixed tasks and risks ----------------------------------------------------------------------
 
 
-def _threshold_loss(v, mass, ybar, t) -> dict:
+def _threshold_loss(v, mass, ybar, t, tie) -> dict:
     if mass is None:
         return _nan_row("decision_loss", "payoff", "recalibrated_payoff")
     # payoffs (1, t) for not acting and (1 − t, 1) for acting: slope jump 1, threshold t
-    act, best = v >= t, ybar >= t
+    act, best = (v >= t, ybar >= t) if tie == "higher" else (v > t, ybar > t)
     payoff_of = lambda a: np.where(a, (1 - ybar) * (1 - t) + ybar, (1 - ybar) + ybar * t)  # noqa
     return {"decision_loss": float((mass * np.abs(ybar - t) * (act != best)).sum()),
             "payoff": float((mass * payoff_of(act)).sum()),
             "recalibrated_payoff": float((mass * payoff_of(best)).sum())}
 
 
-def _finite_task_loss(v, mass, ybar, table) -> dict:
+def _finite_task_loss(v, mass, ybar, table, tie) -> dict:
     if mass is None:
         return _nan_row("decision_loss", "payoff", "recalibrated_payoff")
     line = lambda q: np.outer(1 - q, table[:, 0]) + np.outer(q, table[:, 1])  # noqa: E731
     at_v, at_y = line(v), line(ybar)
-    # best response to v, ties to the steepest action (then the first): "act iff q ≥ t"
+    # best response to v; among tied actions the steepest ("higher") or the flattest, then the
+    # first. A tolerance, as a tie computed in floating point is rarely exact.
     scale = 1e-12 * max(1.0, float(np.abs(table).max()))
     tied = at_v >= at_v.max(axis=1, keepdims=True) - scale
-    slope = np.where(tied, table[:, 1] - table[:, 0], -np.inf)
+    sign = 1.0 if tie == "higher" else -1.0
+    slope = np.where(tied, sign * (table[:, 1] - table[:, 0]), -np.inf)
     played = np.argmax(slope, axis=1)
     got = at_y[np.arange(len(v)), played]
     best = at_y.max(axis=1)

@@ -1,0 +1,509 @@
+"""Decision-theoretic metrics against independent oracles: the spec's hand-derived fixtures
+(seed002 §5, seed000 Example 3.1 and §3.5, seed004 §6.2), an LP written here with every pairwise
+tangent constraint, brute force over all threshold rules on raw rows, and the proven bounds."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy import optimize
+
+import sqlcal
+from sqlcal.metrics.decision import (calibration_decision_loss, cdl_hull, cdl_lp,
+                                     decision_loss, decision_risk_gap, expected_cost)
+
+LP_ATOL = 1e-7  # HiGHS tolerances (spec seed002 §5)
+
+
+def examples(con, n=15) -> settings:
+    return settings(max_examples=3 if con.name == "pyspark" else n, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def rows(*triples):
+    """(p, y, w) triples as a frame."""
+    return pd.DataFrame(triples, columns=["p", "y", "w"]).astype({"y": "int64"})
+
+
+def level_rows(v, k, n):
+    """Level sets as rows: at score v[j], k[j] positives out of n[j] rows."""
+    out = [(vj, 1) for vj, kj, nj in zip(v, k, n) for _ in range(kj)]
+    out += [(vj, 0) for vj, kj, nj in zip(v, k, n) for _ in range(nj - kj)]
+    return pd.DataFrame(out, columns=["p", "y"])
+
+
+# -- oracles ------------------------------------------------------------------------------------
+
+
+def pairwise_cdl(v, mass, ybar):
+    """CDL by an LP over all K² tangent constraints φ_l ≥ φ_k + g_k(t_l − t_k), payoffs in [0, 1]
+    (spec seed002 §2.6 item 5, the version its local constraints were checked against)."""
+    t = np.unique(np.concatenate([v, ybar, [0.0, 1.0]]))
+    K = len(t)
+    iv, iy = np.searchsorted(t, v), np.searchsorted(t, ybar)
+    c = np.zeros(2 * K)
+    for j in range(len(v)):
+        c[iy[j]] += mass[j]
+        c[iv[j]] -= mass[j]
+        c[K + iv[j]] -= mass[j] * (ybar[j] - v[j])
+    A, b = [], []
+    for k in range(K):
+        for l in range(K):
+            if k != l:  # φ_k + g_k(t_l − t_k) − φ_l ≤ 0
+                row = np.zeros(2 * K)
+                row[k], row[K + k], row[l] = 1, t[l] - t[k], -1
+                A.append(row), b.append(0.0)
+        for end in (0.0, 1.0):  # 0 ≤ φ_k + g_k(end − t_k) ≤ 1
+            row = np.zeros(2 * K)
+            row[k], row[K + k] = 1, end - t[k]
+            A += [row, -row]
+            b += [1.0, 0.0]
+    res = optimize.linprog(-c, A_ub=np.array(A), b_ub=np.array(b), bounds=(None, None),
+                           method="highs")
+    assert res.status == 0
+    return -res.fun
+
+
+def levels_np(df, weight=True):
+    """(v, mass, ȳ) of raw rows, in numpy."""
+    w = df["w"].to_numpy(float) if weight and "w" in df else np.ones(len(df))
+    v, inv = np.unique(df["p"].to_numpy(float), return_inverse=True)
+    W = np.bincount(inv, w, len(v))
+    Y = np.bincount(inv, w * df["y"].to_numpy(float), len(v))
+    keep = W > 0
+    return v[keep], W[keep] / W.sum(), Y[keep] / W[keep]
+
+
+def risk_of(p, y, w, act, tau):
+    return float((w * (tau * (1 - y) * act + (1 - tau) * y * (1 - act))).sum() / w.sum())
+
+
+def brute_force_risks(df, tau):
+    """Plug-in, grouped-Bayes and best threshold-rule risks, enumerated on the raw rows."""
+    p, y = df["p"].to_numpy(float), df["y"].to_numpy(float)
+    w = df["w"].to_numpy(float) if "w" in df else np.ones(len(df))
+    risk = risk_of(p, y, w, p >= tau, tau)
+    loss = lambda act: w * (tau * (1 - y) * act + (1 - tau) * y * (1 - act))  # noqa: E731
+    bayes = sum(min(loss(1)[p == u].sum(), loss(0)[p == u].sum()) for u in np.unique(p))
+    bayes /= w.sum()
+    rules = [np.zeros(len(p)), np.ones(len(p))]
+    rules += [p >= c for c in np.unique(p)] + [p <= c for c in np.unique(p)]
+    best = min(risk_of(p, y, w, r, tau) for r in rules)
+    return risk, bayes, best
+
+
+# -- CDL: spec fixtures -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.01])
+def test_cdl_fixture_a(upload, eps):
+    out = calibration_decision_loss(upload(rows((0.5 - eps, 0, 1), (0.5 + eps, 1, 1))),
+                                    score="p", label="y")
+    assert out["calibration_decision_loss"][0] == pytest.approx(0.5 - eps, abs=1e-12)
+    assert out["v_star"][0] == pytest.approx(0.5 - eps, abs=1e-12)
+    assert out["ece2_squared"][0] == pytest.approx((0.5 - eps) ** 2, abs=1e-12)
+
+
+def test_cdl_fixture_c(upload):
+    out = calibration_decision_loss(upload(level_rows([0.5], [6], [10])), score="p", label="y")
+    assert out["calibration_decision_loss"][0] == pytest.approx(0.2, abs=1e-12)
+    assert out["v_star"][0] == pytest.approx(0.2, abs=1e-12)
+    assert out["ece2_squared"][0] == pytest.approx(0.01, abs=1e-12)
+
+
+@pytest.mark.parametrize("K, want", [(20, 0.0165), (200, 0.011615)])
+def test_cdl_fixture_d_discretised_with_weights(upload, K, want):
+    eps = 0.1
+    v = eps + (np.arange(K) + 0.5) * (1 - eps) / K
+    df = pd.DataFrame({"p": np.repeat(v, 2), "y": np.tile([1, 0], K),
+                       "w": np.column_stack([v - eps, 1 - (v - eps)]).ravel()})
+    out = calibration_decision_loss(upload(df), score="p", label="y", weight="w")
+    assert out["calibration_decision_loss"][0] == pytest.approx(want, abs=1e-9)
+    assert out["v_star"][0] == pytest.approx(want, abs=1e-9)
+    assert out["ece2_squared"][0] == pytest.approx(0.01, abs=1e-12)
+    assert out["ece"][0] == pytest.approx(0.1, abs=1e-12)
+    if K == 20:
+        lp = calibration_decision_loss(upload(df), score="p", label="y", weight="w", method="lp")
+        assert lp["calibration_decision_loss"][0] == pytest.approx(want, abs=LP_ATOL)
+
+
+def test_cdl_fixture_e_and_weighted_twin(upload):
+    plain = level_rows([0.1, 0.6, 0.7], [2, 5, 0], [10, 10, 10])
+    twin = rows((0.1, 1, 2), (0.1, 0, 8), (0.6, 1, 5), (0.6, 0, 5), (0.7, 0, 10))
+    for df, weight in ((plain, None), (twin, "w")):
+        for method in ("hull", "lp"):
+            out = calibration_decision_loss(upload(df), score="p", label="y", weight=weight,
+                                            method=method)
+            assert out["calibration_decision_loss"][0] == pytest.approx(0.4, abs=LP_ATOL)
+            assert out["v_star"][0] == pytest.approx(7 / 15, abs=1e-12)
+            assert out["ece2_squared"][0] == pytest.approx(0.17, abs=1e-12)
+            assert out["ece"][0] == pytest.approx(0.3, abs=1e-12)
+        assert out["n_levels"][0] == 3
+
+
+@pytest.mark.parametrize("v, k, v_star, cdl", [
+    (0.3, 1, 0.4, 0.2 / 0.7),  # ȳ = 0.1
+    (0.5, 3, 0.4, 0.4),  # ȳ = 0.3
+    (0.6, 1, 1.0, 0.5 / 0.6),  # ȳ = 0.1
+])
+def test_cdl_mini_checks(upload, v, k, v_star, cdl):
+    out = calibration_decision_loss(upload(level_rows([v], [k], [10])), score="p", label="y")
+    assert out["calibration_decision_loss"][0] == pytest.approx(cdl, abs=1e-12)
+    assert out["v_star"][0] == pytest.approx(v_star, abs=1e-12)
+    # one level set: the two-action task at t = v is the best task
+    assert out["two_action_bound"][0] == pytest.approx(cdl, abs=1e-12)
+
+
+# -- CDL: against the K² LP, and the chain of bounds --------------------------------------------
+
+
+def test_cdl_equals_the_pairwise_lp_on_random_small_instances():
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        m = int(rng.integers(1, 6))
+        v = np.sort(rng.choice(np.arange(21) / 20, m, replace=False))
+        ybar = rng.choice(np.arange(11) / 10, m) if rng.random() < 0.7 else rng.random(m)
+        mass = rng.random(m)
+        mass /= mass.sum()
+        want = pairwise_cdl(v, mass, ybar)
+        assert cdl_hull(v, mass, ybar) == pytest.approx(want, abs=LP_ATOL)
+        assert cdl_lp(v, mass, ybar) == pytest.approx(want, abs=LP_ATOL)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cdl_public_function_matches_the_pairwise_lp(upload, seed):
+    rng = np.random.default_rng(seed)
+    n = 60
+    df = pd.DataFrame({"p": rng.choice([0.0, 0.15, 0.4, 0.55, 0.8, 1.0], n),
+                       "y": rng.integers(0, 2, n), "w": rng.integers(0, 4, n).astype(float),
+                       "g": rng.choice(["a", "b"], n)})
+    out = calibration_decision_loss(upload(df), score="p", label="y", weight="w", by="g")
+    for g, part in df.groupby("g"):
+        got = out.set_index("g").loc[g, "calibration_decision_loss"]
+        assert got == pytest.approx(pairwise_cdl(*levels_np(part)), abs=LP_ATOL)
+
+
+def test_cdl_binned_is_the_cdl_of_the_bin_mean_predictor(upload):
+    rng = np.random.default_rng(3)
+    n, B = 400, 5
+    df = pd.DataFrame({"p": rng.random(n), "y": rng.integers(0, 2, n),
+                       "w": rng.integers(1, 4, n).astype(float)})
+    out = calibration_decision_loss(upload(df), score="p", label="y", weight="w", bins=B)
+    b = np.minimum(np.floor(df["p"] * B), B - 1)
+    w = df["w"].to_numpy()
+    W = np.bincount(b.astype(int), w, B)
+    v = np.bincount(b.astype(int), w * df["p"], B) / W
+    ybar = np.bincount(b.astype(int), w * df["y"], B) / W
+    assert out["calibration_decision_loss"][0] == pytest.approx(
+        pairwise_cdl(v, W / W.sum(), ybar), abs=LP_ATOL)
+    assert out["n_levels"][0] == B
+    assert out.attrs["bins"] == B
+
+
+@st.composite
+def weighted_tied(draw, max_rows=30):
+    n = draw(st.integers(1, max_rows))
+    score = st.sampled_from([0.0, 0.05, 0.2, 0.35, 0.5, 0.65, 0.9, 1.0])
+    data = draw(st.lists(st.tuples(score, st.integers(0, 1), st.integers(1, 4)),
+                         min_size=n, max_size=n))
+    return pd.DataFrame(data, columns=["p", "y", "w"]).astype({"w": float})
+
+
+def test_cdl_chain_of_bounds(con, upload):
+    @examples(con, 25)
+    @given(df=weighted_tied())
+    def check(df):
+        out = calibration_decision_loss(upload(df), score="p", label="y", weight="w")
+        v, mass, ybar = levels_np(df)
+        ece = float((mass * np.abs(ybar - v)).sum())
+        ece2 = float((mass * (ybar - v) ** 2).sum())
+        cdl, v_star = out["calibration_decision_loss"][0], out["v_star"][0]
+        assert ece2 <= cdl + 1e-12
+        assert out["two_action_bound"][0] <= cdl + 1e-12
+        assert cdl <= min(2 * ece, v_star) + 1e-12
+        assert v_star / 2 <= cdl + 1e-12
+
+    check()
+
+
+def test_cdl_warns_when_each_level_is_one_row(upload):
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"p": rng.random(50), "y": rng.integers(0, 2, 50)})
+    with pytest.warns(UserWarning, match="bins="):
+        out = calibration_decision_loss(upload(df), score="p", label="y")
+    assert out["distinct_per_row"][0] == 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        calibration_decision_loss(upload(df), score="p", label="y", bins=10)
+
+
+# -- fixed tasks --------------------------------------------------------------------------------
+
+
+def test_decision_loss_spec_values(upload):
+    a = upload(rows((0.4, 0, 1), (0.6, 1, 1)))
+    assert decision_loss(a, score="p", label="y", threshold=0.1)["decision_loss"][0] \
+        == pytest.approx(0.05, abs=1e-12)  # Fixture A umbrella
+    e = upload(level_rows([0.1, 0.6, 0.7], [2, 5, 0], [10, 10, 10]))
+    out = decision_loss(e, score="p", label="y", threshold=[0.1, 0.5])
+    assert out["threshold"].tolist() == [0.1, 0.5]
+    assert out["decision_loss"][0] == pytest.approx(1 / 30, abs=1e-12)  # umbrella
+    assert out["decision_loss"][1] == pytest.approx(1 / 6, abs=1e-12)  # T₁ / 2 (slope jump 1)
+    t1 = [[1.0, 0.0], [0.0, 1.0]]  # u(a, y) = 1[a = y]
+    assert decision_loss(e, score="p", label="y", payoffs=t1)["decision_loss"][0] \
+        == pytest.approx(1 / 3, abs=1e-12)
+    c = upload(level_rows([0.5], [6], [10]))
+    # CFDL_T₁ of Fixture C with the survey's σ(v) = 1[v > 1/2]; acting at the tie loses nothing
+    assert decision_loss(c, score="p", label="y", payoffs=t1, tie="lower")["decision_loss"][0] \
+        == pytest.approx(0.2, abs=1e-12)
+    assert decision_loss(c, score="p", label="y", payoffs=t1)["decision_loss"][0] == 0.0
+    both = decision_loss(c, score="p", label="y", threshold=0.5, tie="lower")
+    assert both["decision_loss"][0] == pytest.approx(0.1, abs=1e-12)
+
+
+def test_decision_loss_finite_task_by_brute_force(upload):
+    rng = np.random.default_rng(5)
+    n = 80
+    df = pd.DataFrame({"p": rng.choice(np.arange(11) / 10, n), "y": rng.integers(0, 2, n),
+                       "w": rng.integers(1, 4, n).astype(float)})
+    table = rng.random((4, 2))
+    out = decision_loss(upload(df), score="p", label="y", weight="w", payoffs=table)
+    # per row: u(best response to the level's observed rate) − u(best response to the score)
+    p, y, w = df["p"].to_numpy(), df["y"].to_numpy(), df["w"].to_numpy()
+    rate = {u: (w[p == u] * y[p == u]).sum() / w[p == u].sum() for u in np.unique(p)}
+    respond = lambda q: int(np.argmax((1 - q) * table[:, 0] + q * table[:, 1]))  # noqa: E731
+    gain = [table[respond(rate[pi]), yi] - table[respond(pi), yi] for pi, yi in zip(p, y)]
+    assert out["decision_loss"][0] == pytest.approx((w * gain).sum() / w.sum(), abs=1e-12)
+
+
+# -- risk gaps ----------------------------------------------------------------------------------
+
+
+def test_risk_gap_example_3_1(upload):
+    eps = 0.01
+    tilde = upload(rows((0.75 - eps, 1, 3), (0.75 + eps, 0, 1)))
+    out = decision_risk_gap(tilde, score="p", label="y", weight="w", threshold=0.75)
+    assert out["risk"][0] == pytest.approx(3 / 8, abs=1e-12)
+    assert out["monotone_risk_gap"][0] == pytest.approx(3 / 8, abs=1e-12)
+    assert out["bayes_risk"][0] == pytest.approx(0.0, abs=1e-12)
+    assert (out["best_rule"][0], out["best_threshold"][0]) == ("decreasing", 0.75 - eps)
+    constant = upload(rows((0.75, 1, 3), (0.75, 0, 1)))
+    out = decision_risk_gap(constant, score="p", label="y", weight="w", threshold=0.75)
+    assert out["risk"][0] == pytest.approx(3 / 16, abs=1e-12)  # a score equal to τ acts
+
+
+def test_risk_gap_seed000_case_a(upload):
+    df = upload(pd.DataFrame({"p": [0.2, 0.2, 0.8, 0.8], "y": [1, 0, 0, 0]}))
+    out = decision_risk_gap(df, score="p", label="y", threshold=0.5)
+    assert out["risk"][0] == pytest.approx(0.375)
+    assert out["monotone_risk"][0] == pytest.approx(0.125)
+    assert out["risk_gap"][0] == pytest.approx(0.25)
+    assert out["best_rule"][0] == "never"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_risk_gap_matches_brute_force(upload, seed):
+    rng = np.random.default_rng(seed)
+    n = 50
+    df = pd.DataFrame({"p": rng.choice(np.arange(11) / 10, n) if seed else rng.random(n),
+                       "y": rng.integers(0, 2, n), "w": rng.integers(0, 4, n).astype(float)})
+    taus = [0.0, 0.3, 0.5, 0.77, 1.0]
+    out = decision_risk_gap(upload(df), score="p", label="y", weight="w", threshold=taus)
+    assert out["threshold"].tolist() == taus
+    p, y, w = (df[c].to_numpy(float) for c in "pyw")
+    for i, tau in enumerate(taus):
+        risk, bayes, best = brute_force_risks(df, tau)
+        assert out["risk"][i] == pytest.approx(risk, abs=1e-12)
+        assert out["bayes_risk"][i] == pytest.approx(bayes, abs=1e-12)
+        assert out["monotone_risk"][i] == pytest.approx(best, abs=1e-12)
+        rule, at = out["best_rule"][i], out["best_threshold"][i]
+        act = {"never": np.zeros(n), "always": np.ones(n)}.get(rule)
+        if act is None:
+            act = p >= at if rule == "increasing" else p <= at
+        assert risk_of(p, y, w, act, tau) == pytest.approx(best, abs=1e-12)
+
+
+def test_risk_gaps_bounded_by_cutoff_error_and_ece(con, upload):
+    @examples(con)
+    @given(df=weighted_tied(), tau=st.sampled_from([0.0, 0.2, 0.35, 0.5, 0.9, 1.0]))
+    def check(df, tau):
+        data = upload(df)
+        out = decision_risk_gap(data, score="p", label="y", weight="w", threshold=tau)
+        cutoff = sqlcal.cutoff_error(data, score="p", label="y", weight="w")["cutoff_error"][0]
+        v, mass, ybar = levels_np(df)
+        ece = float((mass * np.abs(ybar - v)).sum())
+        assert out["monotone_risk_gap"][0] <= 2 * cutoff + 1e-12
+        assert out["risk_gap"][0] <= ece + 1e-12
+        assert out["monotone_risk_gap"][0] >= -1e-12
+        assert out["risk_gap"][0] >= out["monotone_risk_gap"][0] - 1e-12
+
+    check()
+
+
+def test_fixed_threshold_loss_is_the_risk_gap(upload):
+    rng = np.random.default_rng(11)
+    df = upload(pd.DataFrame({"p": rng.choice(np.arange(21) / 20, 60),
+                              "y": rng.integers(0, 2, 60)}))
+    taus = [0.1, 0.45, 0.5, 0.8]
+    a = decision_loss(df, score="p", label="y", threshold=taus)["decision_loss"]
+    b = decision_risk_gap(df, score="p", label="y", threshold=taus)["risk_gap"]
+    np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+# -- expected cost ------------------------------------------------------------------------------
+
+RULE = [(-1, 1 / 3, 1.0, 0.0), (1 / 3, 1, 0.0, 0.5)]  # predict 0 = (1, 0), predict 1 = (0, 0.5)
+
+
+def test_expected_cost_worked_example(upload):
+    df = pd.DataFrame({"p": [0.1, 0.4, 0.6, 0.9], "y": [0, 1, 0, 1]})
+    out = expected_cost(upload(df), score="p", label="y", rules=RULE, epsilon=0.15)
+    assert out["expected_cost"][0] * out["W"][0] == pytest.approx(0.65, abs=1e-12)
+    assert out["expected_cost"][0] == pytest.approx(0.1625, abs=1e-12)
+    assert out["realised_cost"][0] * 4 == pytest.approx(0.5, abs=1e-12)
+    assert out["error_bound"][0] * 4 == pytest.approx(0.9, abs=1e-12)
+    assert out["coverage"][0] == 1.0
+    # no label column at all: the same estimate, no realised cost
+    unlabeled = expected_cost(upload(df[["p"]]), score="p", rules=RULE, epsilon=0.15)
+    assert unlabeled["expected_cost"][0] == pytest.approx(0.1625, abs=1e-12)
+    assert np.isnan(unlabeled["realised_cost"][0])
+
+
+def random_rules(rng, k=3):
+    cuts = np.sort(rng.choice(np.arange(1, 20) / 20, k - 1, replace=False))
+    edges = np.concatenate([[-1.0], cuts, [1.0]])
+    return [(edges[i], edges[i + 1], *rng.random(2)) for i in range(k)]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_expected_cost_brute_force_and_in_sample_bound(upload, seed):
+    rng = np.random.default_rng(seed)
+    n = 120
+    df = pd.DataFrame({"p": rng.choice(np.arange(21) / 20, n) if seed else rng.random(n),
+                       "y": rng.integers(0, 2, n), "w": rng.integers(0, 4, n).astype(float),
+                       "g": rng.choice(["a", "b"], n)})
+    rules = {"two": random_rules(rng, 2), "four": random_rules(rng, 4)}
+    data = upload(df)
+    cut = sqlcal.cutoff_error(data, score="p", label="y", weight="w", by="g")
+    out = expected_cost(data, score="p", label="y", weight="w", by="g", rules=rules)
+    assert out[["g", "rule"]].values.tolist() == [["a", "two"], ["a", "four"], ["b", "two"],
+                                                  ["b", "four"]]
+    for (g, name), row in out.set_index(["g", "rule"]).iterrows():
+        part = df[df.g == g]
+        p, y, w = (part[c].to_numpy(float) for c in "pyw")
+        est = real = 0.0
+        for l, r, a, b in rules[name]:
+            inside = (p > l) & (p <= r)
+            est += (w * inside * (a * p + b * (1 - p))).sum()
+            real += (w * inside * (a * y + b * (1 - y))).sum()
+        assert row["expected_cost"] == pytest.approx(est / w.sum(), abs=1e-12)
+        assert row["realised_cost"] == pytest.approx(real / w.sum(), abs=1e-12)
+        # eq. (2) is deterministic: ε = this table's own cutoff error bounds the realised cost
+        eps = float(cut.set_index("g").loc[g, "cutoff_error"])
+        spread = sum(abs(a - b) for _, _, a, b in rules[name])
+        assert abs(real - est) / w.sum() <= eps * spread + 1e-12
+        with_eps = expected_cost(data, score="p", label="y", weight="w", by="g", rules=rules,
+                                 epsilon=eps).set_index(["g", "rule"]).loc[(g, name)]
+        assert with_eps["error_bound"] == pytest.approx(eps * spread, abs=1e-15)
+        assert with_eps["cost_lower"] <= row["realised_cost"] + 1e-12
+        assert row["realised_cost"] <= with_eps["cost_upper"] + 1e-12
+
+
+def test_expected_cost_with_a_validation_set(upload):
+    rng = np.random.default_rng(2)
+    val = pd.DataFrame({"p": rng.random(300)})
+    val["y"] = (rng.random(300) < val["p"]).astype(int)
+    new = pd.DataFrame({"p": rng.random(500)})
+    delta = 0.1
+    out = expected_cost(upload(new), score="p", rules=RULE, validation=upload(val),
+                        validation_label="y", delta=delta)
+    upper = sqlcal.cutoff_error(upload(val), score="p", label="y", delta=delta)["upper_bound"][0]
+    eps = upper + (20 + np.sqrt(2 * np.log(1 / delta))) / np.sqrt(500)
+    assert out["epsilon"][0] == pytest.approx(eps, abs=1e-12)
+    assert out["error_bound"][0] == pytest.approx(eps * 1.5, abs=1e-12)
+    hoeffding = 1.0 * np.sqrt(np.log(2 / delta) / (2 * 500))  # costs range over [0, 1]
+    assert out["population_bound"][0] == pytest.approx(upper * 1.5 + hoeffding, abs=1e-12)
+    assert out.attrs["confidence"] == pytest.approx(1 - 2 * delta)
+    src = sqlcal.source(upload(val), score="p", label="y")
+    again = expected_cost(upload(new), score="p", rules=RULE, validation=src, delta=delta)
+    assert again["epsilon"][0] == pytest.approx(eps, abs=1e-12)
+
+
+def test_expected_cost_warns_about_uncovered_scores(upload):
+    df = upload(pd.DataFrame({"p": [0.0, 0.5, 1.0]}))
+    with pytest.warns(UserWarning, match="coverage"):
+        out = expected_cost(df, score="p", rules=[(0.0, 1.0, 1.0, 0.0)])
+    assert out["coverage"][0] == pytest.approx(2 / 3)  # (0, 1] leaves out the score 0
+
+
+def test_expected_cost_rejects_overlapping_intervals():
+    with pytest.raises(ValueError, match="overlap"):
+        expected_cost(pd.DataFrame({"p": [0.5]}), score="p",
+                      rules=[(-1, 0.6, 1, 0), (0.5, 1, 0, 1)])
+
+
+# -- weights, groups, empty groups --------------------------------------------------------------
+
+
+def _all_metrics(data, **kw):
+    opts = dict(score="p", label="y", **kw)
+    return [
+        calibration_decision_loss(data, **opts)[["calibration_decision_loss", "v_star",
+                                                 "two_action_bound", "ece2_squared"]],
+        decision_loss(data, threshold=[0.2, 0.5], **opts)[["decision_loss"]],
+        decision_risk_gap(data, threshold=[0.2, 0.5], **opts)[
+            ["risk", "bayes_risk", "monotone_risk"]],
+        expected_cost(data, rules=RULE, epsilon=0.1, **opts)[["expected_cost", "realised_cost"]],
+    ]
+
+
+def test_weights_equal_row_duplication(con, upload):
+    @examples(con, 10)
+    @given(df=weighted_tied(20))
+    def check(df):
+        expanded = df.loc[df.index.repeat(df["w"].astype(int))].drop(columns="w")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = _all_metrics(upload(df), weight="w")
+            want = _all_metrics(upload(expanded.reset_index(drop=True)))
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a.to_numpy(float), b.to_numpy(float), atol=1e-9)
+
+    check()
+
+
+def test_group_by_equals_filtering(upload):
+    rng = np.random.default_rng(4)
+    n = 90
+    df = pd.DataFrame({"p": rng.choice(np.arange(11) / 10, n), "y": rng.integers(0, 2, n),
+                       "g": rng.choice(["a", "b", "c"], n)})
+    data = upload(df)
+    grouped = _all_metrics(data, by="g")
+    for g in "abc":
+        alone = _all_metrics(upload(df[df.g == g].drop(columns="g").reset_index(drop=True)))
+        for whole, part, per in zip(grouped, alone, (1, 2, 2, 1)):
+            keys = calibration_decision_loss(data, score="p", label="y", by="g")["g"]
+            at = np.flatnonzero(np.repeat(keys.to_numpy(), per) == g)
+            np.testing.assert_allclose(whole.to_numpy(float)[at], part.to_numpy(float),
+                                       atol=1e-12)
+
+
+def test_empty_groups_are_nan(upload):
+    df = pd.DataFrame({"p": [0.2, 0.7, 0.4, 0.4], "y": [0, 1, 1, 0], "w": [1.0, 2.0, 0.0, 0.0],
+                       "g": ["a", "a", "b", "b"]})
+    data = upload(df)
+    for out in _all_metrics(data, weight="w", by="g"):
+        assert out.iloc[-1].isna().all() and out.iloc[0].notna().any()
+    # a group whose rows are all invalid (on_invalid="drop"): one NaN row per threshold
+    bad = pd.DataFrame({"p": [0.2, 0.7, 1.5], "y": [0, 1, 1], "g": ["a", "a", "b"]})
+    with pytest.warns(UserWarning, match="dropped"):
+        out = decision_risk_gap(upload(bad), score="p", label="y", by="g", threshold=[0.3, 0.6],
+                                on_invalid="drop")
+    assert out["g"].tolist() == ["a", "a", "b", "b"]
+    assert out["threshold"].tolist() == [0.3, 0.6, 0.3, 0.6]
+    assert out["risk"][2:].isna().all() and out["n_dropped"].tolist() == [0, 0, 1, 1]
