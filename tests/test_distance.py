@@ -487,6 +487,8 @@ def _inequalities(upload, df):
     assert d.citl - LP_TOL <= lower_max
     assert lower_min <= d.upper_distance + LP_TOL
     assert d.upper_distance <= min(ece, i) + tol
+    # Lemma 6.13 and Theorem 6.9: intCE, hence the upper distance, is ≤ 4·sqrt(lower distance)
+    assert i <= 4 * np.sqrt(max(lower_max, 0.0)) + LP_TOL
     if df[df.w > 0].p.nunique() <= 6:  # the upper bound is valid: at least the exact value
         exact = upper_brute(df.p, df.y, df.w)
         assert exact - tol <= d.upper_distance and lower_min <= exact + LP_TOL

@@ -205,9 +205,10 @@ def distance_to_calibration(
     every level alone); ``"mean"`` (κ ≡ E[y]); ``"cutoff"``: 3·sqrt(cutoff error) (spec seed000
     Lemma A.2: its binned predictor E[y | bin] is a function of the score, so it bounds the
     upper distance too; exact levels only). On cells, every bound is a grouping of whole cells
-    plus ``quantization_bound``. The contiguous bound is at most ``ece``, ``mean`` and the
-    interval calibration error (an interval partition is a contiguous grouping, Lemma 6.11), and
-    the interval calibration error is at most 3·sqrt(cutoff). Optimal groupings need not be
+    plus ``quantization_bound``. On at most 1024 levels the contiguous bound is at most
+    ``ece``, ``mean`` and the interval calibration error (an interval partition is a contiguous
+    grouping, Lemma 6.11), which is at most 3·sqrt(cutoff) (Lemma A.2 bins into intervals), so
+    intCE is not tried separately. Optimal groupings need not be
     contiguous (spec seed002 §5, Fixture E) and no efficient exact search is known, so above
     8 levels the reported value can exceed the upper distance.
 
@@ -461,9 +462,9 @@ def _lipschitz_dp(R: np.ndarray, gaps: np.ndarray) -> float:
     left, right = deque(), deque()
     off_left = off_right = 0.0
     top = c = 0.0
-    for j, r in enumerate(R):
-        if j and gaps[j - 1] > 0:
-            d = gaps[j - 1]
+    gaps = [0.0, *np.asarray(gaps, float).tolist()]  # Python floats: numpy scalars are slow here
+    for r, d in zip(np.asarray(R, float).tolist(), gaps):
+        if d > 0:
             off_left -= d
             off_right += d
             if c > 0:  # the maximum was at z = 1: it becomes a plateau [1 − d, 1]
