@@ -14,8 +14,14 @@ from hypothesis import strategies as st
 from scipy import optimize
 
 import sqlcal
-from sqlcal.metrics.decision import (calibration_decision_loss, cdl_hull, cdl_lp,
-                                     decision_loss, decision_risk_gap, expected_cost)
+from sqlcal.metrics.decision import (
+    calibration_decision_loss,
+    cdl_hull,
+    cdl_lp,
+    decision_loss,
+    decision_risk_gap,
+    expected_cost,
+)
 
 LP_ATOL = 1e-7  # HiGHS tolerances (spec seed002 §5)
 
@@ -88,7 +94,7 @@ def brute_force_risks(df, tau):
     p, y = df["p"].to_numpy(float), df["y"].to_numpy(float)
     w = df["w"].to_numpy(float) if "w" in df else np.ones(len(df))
     risk = risk_of(p, y, w, p >= tau, tau)
-    loss = lambda act: w * (tau * (1 - y) * act + (1 - tau) * y * (1 - act))  # noqa: E731
+    loss = lambda act: w * (tau * (1 - y) * act + (1 - tau) * y * (1 - act))
     bayes = sum(min(loss(1)[p == u].sum(), loss(0)[p == u].sum()) for u in np.unique(p))
     bayes /= w.sum()
     rules = [np.zeros(len(p)), np.ones(len(p))]
@@ -276,7 +282,7 @@ def test_decision_loss_finite_task_by_brute_force(upload):
     # per row: u(best response to the level's observed rate) − u(best response to the score)
     p, y, w = df["p"].to_numpy(), df["y"].to_numpy(), df["w"].to_numpy()
     rate = {u: (w[p == u] * y[p == u]).sum() / w[p == u].sum() for u in np.unique(p)}
-    respond = lambda q: int(np.argmax((1 - q) * table[:, 0] + q * table[:, 1]))  # noqa: E731
+    respond = lambda q: int(np.argmax((1 - q) * table[:, 0] + q * table[:, 1]))
     gain = [table[respond(rate[pi]), yi] - table[respond(pi), yi] for pi, yi in zip(p, y)]
     assert out["decision_loss"][0] == pytest.approx((w * gain).sum() / w.sum(), abs=1e-12)
 

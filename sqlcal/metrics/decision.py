@@ -15,14 +15,14 @@ summary instead); the last one a single aggregate with one conditional sum per r
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import ibis
 import numpy as np
 import pandas as pd
 from scipy import optimize, sparse
 
-from sqlcal import summaries
 from sqlcal.metrics import groups, key_tuple, level_sets, per_group, result, safe_div
 from sqlcal.source import Source, as_source, source
 
@@ -544,7 +544,7 @@ def _v_closed(v, mass, ybar):
     beta = -alpha * ybar
     t = np.unique(np.concatenate([lo, hi, [0.5]]))
     by_lo, by_hi = np.argsort(lo, kind="stable"), np.argsort(hi, kind="stable")
-    cum = lambda x, order: np.concatenate([[0.0], np.cumsum(x[order])])  # noqa: E731
+    cum = lambda x, order: np.concatenate([[0.0], np.cumsum(x[order])])
     started = np.searchsorted(lo[by_lo], t, side="right")  # lo ≤ t
     ended = np.searchsorted(hi[by_hi], t, side="left")  # hi < t
     A = cum(alpha, by_lo)[started] - cum(alpha, by_hi)[ended]
@@ -560,7 +560,7 @@ def _threshold_loss(v, mass, ybar, t, tie) -> dict:
         return _nan_row("decision_loss", "payoff", "recalibrated_payoff")
     # payoffs (1, t) for not acting and (1 − t, 1) for acting: slope jump 1, threshold t
     act, best = (v >= t, ybar >= t) if tie == "higher" else (v > t, ybar > t)
-    payoff_of = lambda a: np.where(a, (1 - ybar) * (1 - t) + ybar, (1 - ybar) + ybar * t)  # noqa
+    payoff_of = lambda a: np.where(a, (1 - ybar) * (1 - t) + ybar, (1 - ybar) + ybar * t)
     return {"decision_loss": float((mass * np.abs(ybar - t) * (act != best)).sum()),
             "payoff": float((mass * payoff_of(act)).sum()),
             "recalibrated_payoff": float((mass * payoff_of(best)).sum())}
@@ -569,7 +569,7 @@ def _threshold_loss(v, mass, ybar, t, tie) -> dict:
 def _finite_task_loss(v, mass, ybar, table, tie) -> dict:
     if mass is None:
         return _nan_row("decision_loss", "payoff", "recalibrated_payoff")
-    line = lambda q: np.outer(1 - q, table[:, 0]) + np.outer(q, table[:, 1])  # noqa: E731
+    line = lambda q: np.outer(1 - q, table[:, 0]) + np.outer(q, table[:, 1])
     at_v, at_y = line(v), line(ybar)
     # best response to v; among tied actions the steepest ("higher") or the flattest, then the
     # first. A tolerance, as a tie computed in floating point is rarely exact.
