@@ -531,3 +531,18 @@ def test_empty_group_is_null(upload):
     for metric, opts, cols in VALUES:
         got = by_group(metric, opts, cols, t, weight="w")
         assert got.loc["b"].isna().all() and got.loc["a"].notna().all()
+
+
+def test_groups_read_only_their_own_mixed_cells(upload):
+    # 0.5 and 0.5 + 1e-9 share a score cell: mixed in group b, a single score in group a, so
+    # "auto" reads that cell's levels for b only
+    df = pd.DataFrame({"p": [0.5, 0.2, 0.5, 0.5 + 1e-9, 0.9], "y": [0.0, 1, 1, 0, 1],
+                       "g": ["a", "a", "b", "b", "b"]})
+    t = upload(df)
+    for metric, opts, cols in VALUES:
+        grouped = by_group(metric, opts, cols, t)
+        for g in ("a", "b"):
+            alone = metric(upload(df[df.g == g]), score="p", label="y", **opts)
+            np.testing.assert_allclose(grouped.loc[[g]].to_numpy(float),
+                                       alone[cols].to_numpy(float), rtol=1e-9, atol=1e-12)
+    assert (lipschitz_calibration_error(t, score="p", label="y", by="g").levels == [2, 3]).all()

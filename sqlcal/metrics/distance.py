@@ -381,7 +381,8 @@ def _reduced(src: Source, mode: str, max_levels: int) -> pd.DataFrame:
     inside = src.scan(("levels", SMOOTH_CELLS, key, frozenset({"sums"})), lambda: (
         summaries.cell_levels(src.rows, src.by, SMOOTH_CELLS, ids, frozenset({"sums"}),
                               weighted=src.weighted)))
-    inside = summaries.fill_unweighted(inside) if "W" not in inside else inside
+    # the query reads the union of every group's wanted cells: keep each group's own
+    inside = inside.merge(cells.loc[mixed, [*by, "cell"]], on=[*by, "cell"], how="inner")
     inside = inside.assign(lo=inside["p"], hi=inside["p"])
     frame = pd.concat([cells[~mixed], inside], ignore_index=True)
     return frame.sort_values([*by, "p"], ignore_index=True, kind="stable")
