@@ -513,3 +513,23 @@ def test_empty_groups_are_nan(upload):
     assert out["g"].tolist() == ["a", "a", "b", "b"]
     assert out["threshold"].tolist() == [0.3, 0.6, 0.3, 0.6]
     assert out["risk"][2:].isna().all() and out["n_dropped"].tolist() == [0, 0, 1, 1]
+
+
+def test_expected_cost_best_rule_is_the_cheapest_interval_rule(upload):
+    rng = np.random.default_rng(8)
+    df = pd.DataFrame({"p": rng.random(200), "w": rng.integers(1, 3, 200).astype(float)})
+    actions = {"ignore": (1.0, 0.0), "treat": (0.1, 0.4), "refer": (0.3, 0.25)}
+    out = expected_cost(upload(df), score="p", weight="w", actions=actions, rules=RULE)
+    best = out.set_index("rule").loc["best", "expected_cost"]
+    p, w = df["p"].to_numpy(), df["w"].to_numpy()
+    cost = np.array([[a * f + b * (1 - f) for a, b in actions.values()] for f in p])
+    assert best == pytest.approx((w * cost.min(axis=1)).sum() / w.sum(), abs=1e-12)
+    # no single-cut rule between two of the actions does better (brute force over cuts)
+    for c in np.linspace(0, 1, 41):
+        for lo, hi in [("ignore", "treat"), ("ignore", "refer"), ("refer", "treat")]:
+            (a0, b0), (a1, b1) = actions[lo], actions[hi]
+            f = np.where(p <= c, a0 * p + b0 * (1 - p), a1 * p + b1 * (1 - p))
+            assert best <= (w * f).sum() / w.sum() + 1e-12
+    intervals = out.attrs["rules"].query("rule == 'best'")
+    assert intervals["action"].tolist() == ["ignore", "refer", "treat"]
+    assert intervals["l"].iloc[0] < 0 and intervals["r"].iloc[-1] == 1.0

@@ -325,7 +325,8 @@ def expected_cost(
     weight: str | None = None,
     by: str | Sequence[str] = (),
     where: Any = None,
-    rules: Any,
+    rules: Any = None,
+    actions: Any = None,
     epsilon: float | None = None,
     validation: Any = None,
     validation_label: str | None = None,
@@ -346,6 +347,11 @@ def expected_cost(
         positive and b per negative (a score in no interval costs nothing; use l < 0 to include
         a score of 0). Several rules: a dict name → rule, or a DataFrame with columns ``rule``,
         ``l``, ``r``, ``a``, ``b``. A single rule is named ``"rule"``.
+    actions : sequence of (a, b) or dict name → (a, b), optional
+        Actions with their costs per positive and per negative: adds the rule ``"best"``, the
+        one with the lowest estimated cost among all rules over these actions (each score takes
+        the action with the lowest a·f + b·(1 − f): Bayes on the scores, which is an interval
+        rule). Its intervals are in ``attrs["rules"]``.
     epsilon : float, optional
         A bound on the cutoff error :math:`c_{emp}` of this table's own rows: then the bound on
         the realised cost is deterministic (Gao et al. eq. (2)).
@@ -406,7 +412,14 @@ def expected_cost(
         raise ValueError(f"epsilon must be a non-negative number, not {epsilon!r}")
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), not {delta!r}")
-    table = _rules_table(rules)
+    if rules is None and actions is None:
+        raise TypeError("pass rules= (interval rules) or actions= (to find the best rule), or both")
+    parts = [] if rules is None else [_rules_table(rules)]
+    if actions is not None:
+        if parts and "best" in set(parts[0]["rule"]):
+            raise ValueError("a rule is named 'best'; rename it (actions= adds the rule 'best')")
+        parts.append(_best_rule(actions))
+    table = pd.concat(parts, ignore_index=True)
     src, labelled = _cost_source(data, score, label, weight, by, where, source_options)
     sums, index = _interval_sums(src, table, labelled)
     eps_val = _validation_bound(validation, validation_label, src, score, delta)
@@ -433,7 +446,7 @@ def expected_cost(
         warnings.warn("some scores fall in no interval of a rule and cost nothing there (see "
                       "the coverage column); use l < 0 and r ≥ 1 to cover every score",
                       stacklevel=2)
-    out.attrs |= {"delta": delta, "confidence": (1 - 2 * delta) if validation is not None
+    out.attrs |= {"rules": table, "delta": delta, "confidence": (1 - 2 * delta) if validation is not None
                   else None}
     return out
 
@@ -642,6 +655,33 @@ def _rules_table(rules: Any) -> pd.DataFrame:
             raise ValueError(f"the intervals of rule {name!r} overlap; a rule takes one action "
                              "per score")
     return table.reset_index(drop=True)
+
+
+def _best_rule(actions: Any) -> pd.DataFrame:
+    """The rule taking, at every score, the action of least expected cost a·f + b·(1 − f): the
+    lower envelope of the actions' cost lines, as intervals (l, r] (the first from −1, to hold a
+    score of 0). At a crossing both actions cost the same, so either side may hold it."""
+    items = list(actions.values() if isinstance(actions, Mapping) else actions)
+    names = list(actions.keys()) if isinstance(actions, Mapping) else list(range(len(items)))
+    costs = np.asarray(items, dtype=float)
+    if costs.ndim != 2 or costs.shape[1] != 2 or not len(costs) or not np.isfinite(costs).all():
+        raise ValueError("actions must be finite (a, b) pairs: cost per positive, per negative")
+    a, b = costs[:, 0], costs[:, 1]
+    # the lines a·f + b(1 − f) cross where f = (b_j − b_i) / ((a_i − b_i) − (a_j − b_j))
+    slope = a - b
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cross = (b[None, :] - b[:, None]) / (slope[:, None] - slope[None, :])
+    cuts = np.unique(np.concatenate([[0.0, 1.0], cross[(cross > 0) & (cross < 1)]]))
+    middles = (cuts[:-1] + cuts[1:]) / 2
+    choice = np.argmin(b[None, :] + np.outer(middles, slope), axis=1)  # first of tied actions
+    rows = []
+    for k, j in enumerate(choice):
+        if rows and rows[-1]["action"] == names[j]:
+            rows[-1]["r"] = cuts[k + 1]
+        else:
+            rows.append({"rule": "best", "l": -1.0 if k == 0 else cuts[k], "r": cuts[k + 1],
+                         "a": a[j], "b": b[j], "action": names[j]})
+    return pd.DataFrame(rows)
 
 
 def _cost_source(data, score, label, weight, by, where, options) -> tuple[Source, bool]:
