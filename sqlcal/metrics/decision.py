@@ -1,12 +1,14 @@
 """Decision-theoretic metrics: what miscalibration costs a decision maker who trusts the scores.
 
 - :func:`calibration_decision_loss`: CDL, the worst payoff loss over all bounded decision tasks
-  (Hu and Wu), exact by a linear-size LP on the level sets, with its V-curve bounds;
+  (Hu and Wu), exact on the level sets as the concave envelope of the V-curve at 1/2 (the spec's
+  linear-size LP gives the same values and stays as a cross-check), with its V-curve bounds;
 - :func:`decision_loss`: the loss of one fixed task (a threshold or a finite payoff table);
 - :func:`decision_risk_gap`: the risk of acting iff score ≥ τ against the best recalibrated and
   the best monotone (threshold) rules (Rossellini et al. §3);
 - :func:`expected_cost`: the label-free cost estimate of interval decision rules on an unlabeled
-  table, with its error bound from a cutoff-error bound (Gao, Parameswaran and Peng §3.3.4).
+  table, with its error bound from a cutoff-error bound, and the cheapest rule over a set of
+  actions (Gao, Parameswaran and Peng §2.4 and §3.3.4).
 
 The first three read the levels summary (one GROUP BY score; with ``bins=``, the equal-width bins
 summary instead); the last one a single aggregate with one conditional sum per rule interval.
@@ -369,11 +371,15 @@ def expected_cost(
     pandas.DataFrame
         One row per group and rule: the keys, ``rule``, ``n``, ``W``, ``expected_cost`` (the
         label-free estimate per unit weight, :math:`\sum_i w_i\sum_j 1\{l_j<f_i\le r_j\}
-        [a_jf_i+b_j(1-f_i)]/W`; times W for the total), ``error_bound`` (bound on
-        \|realised − estimated\| per unit weight), ``cost_lower``, ``cost_upper`` (estimate ∓
-        bound), ``epsilon`` (the bound used for this table's cutoff error), ``population_bound``
-        (with ``validation``: bound on \|population cost per row − estimate\|), ``coverage``
-        (share of the weight in some interval) and ``realised_cost`` (with labels; else NaN).
+        [a_jf_i+b_j(1-f_i)]/W`; times W for the total), ``error_bound`` (bound on the absolute
+        difference between the realised cost per unit weight and the estimate), ``cost_lower``,
+        ``cost_upper`` (estimate ∓ bound), ``epsilon`` (the bound used for this table's cutoff
+        error), ``population_bound`` (with ``validation``: bound on the absolute difference
+        between the population's expected cost per row and the estimate), ``coverage`` (share
+        of the weight in some interval) and ``realised_cost`` (with labels; else NaN).
+        ``attrs["rules"]`` holds the rules' intervals (with ``actions``, the best rule's and
+        its action names) and ``attrs["confidence"]`` the confidence of the bounds (1 − 2δ with
+        ``validation``; None when ``epsilon`` is given, whose own confidence carries over).
 
     Notes
     -----
@@ -387,7 +393,8 @@ def expected_cost(
     :math:`c_{emp}(\text{val})+\sqrt{2\ln(1/\delta)/n_{val}}\ge c(f)` with probability 1 − δ. The
     unlabeled table's own :math:`c_{emp}` cannot be computed, so (seed004 §6.2 caveat) it is
     bounded by :math:`\hat\epsilon+(20+\sqrt{2\ln(1/\delta)})/\sqrt n` (Rossellini et al. Prop.
-    4.1, probability 1 − δ): ``error_bound`` then holds with probability at least 1 − 2δ, and
+    4.1, probability 1 − δ; a smaller constant than the Theorem 2 radius of Gao et al. that
+    the spec quotes): ``error_bound`` then holds with probability at least 1 − 2δ, and
     is loose below about 10⁵ rows. ``population_bound`` bounds the expected cost per row of the
     population instead (Claim 1 plus Hoeffding on the estimate, range R of the costs):
     :math:`\hat\epsilon\sum_j|a_j-b_j| + R\sqrt{\ln(2/\delta)/(2n)}`, also with probability at
@@ -422,7 +429,7 @@ def expected_cost(
     table = pd.concat(parts, ignore_index=True)
     src, labelled = _cost_source(data, score, label, weight, by, where, source_options)
     sums, index = _interval_sums(src, table, labelled)
-    eps_val = _validation_bound(validation, validation_label, src, score, delta)
+    eps_val = _validation_bound(validation, validation_label, src, delta)
     by_keys = list(src.by)
     rows = []
     for key, part in groups(sums, by_keys):
@@ -431,7 +438,7 @@ def expected_cost(
         if eps_val is None:
             eps_sample, eps_pop = (np.nan if epsilon is None else float(epsilon)), np.nan
         else:
-            eps_pop = float(eps_val.get(key_tuple(key), np.nan))
+            eps_pop = eps_val(key_tuple(key))
             with np.errstate(divide="ignore"):
                 eps_sample = eps_pop + (20 + np.sqrt(2 * np.log(1 / delta))) / np.sqrt(n_eff)
         for name, rule in table.groupby("rule", sort=False):
@@ -446,8 +453,8 @@ def expected_cost(
         warnings.warn("some scores fall in no interval of a rule and cost nothing there (see "
                       "the coverage column); use l < 0 and r ≥ 1 to cover every score",
                       stacklevel=2)
-    out.attrs |= {"rules": table, "delta": delta, "confidence": (1 - 2 * delta) if validation is not None
-                  else None}
+    confidence = (1 - 2 * delta) if validation is not None else None
+    out.attrs |= {"rules": table, "delta": delta, "confidence": confidence}
     return out
 
 
@@ -733,8 +740,9 @@ def _interval_sums(src: Source, table: pd.DataFrame, labelled: bool) -> tuple[pd
     return frame, {iv: i for i, iv in enumerate(intervals)}
 
 
-def _validation_bound(validation, validation_label, src: Source, score, delta) -> dict | None:
-    """Per group key tuple: the cutoff error's upper confidence bound on the validation rows."""
+def _validation_bound(validation, validation_label, src: Source, delta):
+    """A function of a group's key tuple: the cutoff error's upper confidence bound on the
+    validation rows of that group (or of all of them, for an ungrouped validation)."""
     if validation is None:
         return None
     from sqlcal.metrics.cumulative import cutoff_error
@@ -753,20 +761,10 @@ def _validation_bound(validation, validation_label, src: Source, score, delta) -
                          f"{list(src.by)}: group both the same way, or not the validation")
     if not keys:
         value = float(bound["upper_bound"].iloc[0])
-        return _Broadcast(value)
-    return {key_tuple(dict(zip(keys, row[:-1]))): row[-1]
-            for row in bound[[*keys, "upper_bound"]].itertuples(index=False)}
-
-
-class _Broadcast(dict):
-    """One value for every group (an ungrouped validation)."""
-
-    def __init__(self, value: float):
-        super().__init__()
-        self.value = value
-
-    def get(self, key, default=None):
-        return self.value
+        return lambda key: value
+    table = {key_tuple(dict(zip(keys, row[:-1]))): float(row[-1])
+             for row in bound[[*keys, "upper_bound"]].itertuples(index=False)}
+    return lambda key: table.get(key, np.nan)
 
 
 def _effective_n(src: Source, g: pd.Series) -> float:
