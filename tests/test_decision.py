@@ -21,6 +21,7 @@ from sqlcal.metrics.decision import (
     decision_loss,
     decision_risk_gap,
     expected_cost,
+    v_curve,
 )
 
 LP_ATOL = 1e-7  # HiGHS tolerances (spec seed002 §5)
@@ -179,6 +180,14 @@ def test_cdl_equals_the_pairwise_lp_on_random_small_instances():
         want = pairwise_cdl(v, mass, ybar)
         assert cdl_hull(v, mass, ybar) == pytest.approx(want, abs=LP_ATOL)
         assert cdl_lp(v, mass, ybar) == pytest.approx(want, abs=LP_ATOL)
+        # the V-curve from its definition (half-open intervals), just beside every breakpoint
+        t = np.concatenate([v, ybar, [0.5]])
+        t = np.clip(np.concatenate([t - 1e-11, t, t + 1e-11]), 0, 1)
+        lo, hi = np.minimum(v, ybar), np.maximum(v, ybar)
+        V = np.array([(2 * mass * np.abs(ybar - s) * ((lo < s) & (s <= hi))).sum() for s in t])
+        got_star, got_two = v_curve(v, mass, ybar)
+        assert got_star == pytest.approx(V.max(), abs=1e-9)
+        assert got_two == pytest.approx((V / (2 * np.maximum(t, 1 - t))).max(), abs=1e-9)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -533,3 +542,20 @@ def test_expected_cost_best_rule_is_the_cheapest_interval_rule(upload):
     intervals = out.attrs["rules"].query("rule == 'best'")
     assert intervals["action"].tolist() == ["ignore", "refer", "treat"]
     assert intervals["l"].iloc[0] < 0 and intervals["r"].iloc[-1] == 1.0
+
+
+def test_option_errors():
+    df = pd.DataFrame({"p": [0.2, 0.8], "y": [0, 1]})
+    with pytest.raises(ValueError, match="threshold"):
+        decision_risk_gap(df, score="p", label="y", threshold=1.5)
+    with pytest.raises(ValueError, match="exactly one"):
+        decision_loss(df, score="p", label="y")
+    with pytest.raises(ValueError, match="shape"):
+        decision_loss(df, score="p", label="y", payoffs=[1, 0])
+    with pytest.raises(ValueError, match="method"):
+        calibration_decision_loss(df, score="p", label="y", method="simplex")
+    with pytest.raises(ValueError, match="epsilon= or validation="):
+        expected_cost(df, score="p", rules=RULE, epsilon=0.1, validation=df,
+                      validation_label="y")
+    with pytest.raises(ValueError, match="l < r"):
+        expected_cost(df, score="p", rules=[(0.5, 0.5, 1, 0)])
