@@ -11,6 +11,7 @@ from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spi
 from sqlcal.multiclass import multiclass
 from sqlcal.recalibrate import calibration_slope, decompose, isotonic, platt
 from sqlcal.report import report
+from sqlcal.scheduled import metric_series
 from sqlcal.source import InvalidInputError, Source, source
 
 __version__ = "0.1.0"
@@ -30,6 +31,7 @@ __all__ = [
     "ks",
     "kuiper",
     "log_loss",
+    "metric_series",
     "multiclass",
     "platt",
     "ls_ece",

@@ -17,6 +17,7 @@ from sqlcal.metrics.cells import cells_summary
 from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
 from sqlcal.metrics.smooth import ls_ece, smooth_ece
 from sqlcal.metrics.tce import tce
+from sqlcal.recalibrate import calibration_slope, decompose
 from sqlcal.metrics.scores import (brier, calibration_in_the_large, log_loss, spiegelhalter,
                                    totals_summary)
 from sqlcal.source import Source, as_source
@@ -48,6 +49,16 @@ METRICS: dict[str, tuple] = {
     "ls_ece": (ls_ece, {}, {"ls_ece": "ls_ece"}),
     "tce": (tce, {}, {"tce": "tce", "n_bins": "tce_bins"}),
     "smooth_ece": (smooth_ece, {}, {"smooth_ece": "smooth_ece"}),
+    "calibration_slope": (
+        calibration_slope, {},
+        {"slope": "calibration_slope", "slope_se": "calibration_slope_se",
+         "intercept": "calibration_intercept", "intercept_se": "calibration_intercept_se"},
+    ),
+    "decompose": (
+        decompose, {},
+        {"miscalibration": "corp_miscalibration", "discrimination": "corp_discrimination",
+         "uncertainty": "corp_uncertainty"},
+    ),
     "brier_decomposition": (
         brier_decomposition, {},
         {"reliability": "brier_reliability", "resolution": "brier_resolution",
