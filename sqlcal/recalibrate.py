@@ -392,7 +392,7 @@ def isotonic_blocks(src: Source, method: str = "auto", cells: int = GRID_CELLS
         totals_summary(src)  # validates the source
         blocks, passes = _reduce_in_engine(src)
         info = {"method": "engine", "exact": True, "passes": passes, "mixed_cells": 0}
-    parts = [_pav(key, part) for key, part in groups(blocks, by)]
+    parts = [fit for key, part in groups(blocks, by) if len(fit := _pav(key, part))]
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         columns=[*by, "lo", "hi", "value", "n", "W", "Y"])
     return out.sort_values([*by, "lo"], ignore_index=True, kind="stable"), info
