@@ -6,6 +6,8 @@ The engine reduces the rows to small summaries (Ibis queries); numpy and scipy f
 from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
 from sqlcal.metrics.binned import brier_decomposition, ece, hosmer_lemeshow, reliability
 from sqlcal.metrics.tce import tce, tce_bins
+from sqlcal.metrics.decision import (calibration_decision_loss, decision_loss,
+                                     decision_risk_gap, expected_cost)
 from sqlcal.metrics.smooth import ls_ece, smooth_ece, smooth_reliability
 from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
 from sqlcal.multiclass import multiclass
@@ -22,10 +24,14 @@ __all__ = [
     "brier",
     "brier_decomposition",
     "calibration_slope",
+    "calibration_decision_loss",
     "calibration_in_the_large",
     "cutoff_error",
+    "decision_loss",
+    "decision_risk_gap",
     "decompose",
     "ece",
+    "expected_cost",
     "hosmer_lemeshow",
     "isotonic",
     "ks",
