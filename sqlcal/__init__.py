@@ -6,6 +6,8 @@ The engine reduces the rows to small summaries (Ibis queries); numpy and scipy f
 from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
 from sqlcal.metrics.binned import brier_decomposition, ece, hosmer_lemeshow, reliability
 from sqlcal.metrics.tce import tce, tce_bins
+from sqlcal.metrics.distance import (distance_to_calibration, interval_calibration_error,
+                                     lipschitz_calibration_error)
 from sqlcal.metrics.decision import (calibration_decision_loss, decision_loss,
                                      decision_risk_gap, expected_cost)
 from sqlcal.metrics.smooth import ls_ece, smooth_ece, smooth_reliability
@@ -30,12 +32,15 @@ __all__ = [
     "decision_loss",
     "decision_risk_gap",
     "decompose",
+    "distance_to_calibration",
     "ece",
     "expected_cost",
     "hosmer_lemeshow",
+    "interval_calibration_error",
     "isotonic",
     "ks",
     "kuiper",
+    "lipschitz_calibration_error",
     "log_loss",
     "metric_series",
     "multiclass",

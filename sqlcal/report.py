@@ -17,6 +17,9 @@ from sqlcal.metrics.cells import cells_summary
 from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
 from sqlcal.metrics.smooth import ls_ece, smooth_ece
 from sqlcal.metrics.tce import tce
+from sqlcal.metrics.decision import calibration_decision_loss, decision_risk_gap
+from sqlcal.metrics.distance import (distance_to_calibration, interval_calibration_error,
+                                     lipschitz_calibration_error)
 from sqlcal.recalibrate import calibration_slope, decompose
 from sqlcal.metrics.scores import (brier, calibration_in_the_large, log_loss, spiegelhalter,
                                    totals_summary)
@@ -49,6 +52,27 @@ METRICS: dict[str, tuple] = {
     "ls_ece": (ls_ece, {}, {"ls_ece": "ls_ece"}),
     "tce": (tce, {}, {"tce": "tce", "n_bins": "tce_bins"}),
     "smooth_ece": (smooth_ece, {}, {"smooth_ece": "smooth_ece"}),
+    "lipschitz_calibration_error": (
+        lipschitz_calibration_error, {},
+        {"lipschitz_calibration_error": "lipschitz_calibration_error"},
+    ),
+    "distance_to_calibration": (
+        distance_to_calibration, {},
+        {"lower_distance": "lower_distance", "lower_tolerance": "lower_tolerance",
+         "upper_distance": "upper_distance"},
+    ),
+    "interval_calibration_error": (
+        interval_calibration_error, {},
+        {"interval_calibration_error": "interval_calibration_error"},
+    ),
+    "calibration_decision_loss": (
+        calibration_decision_loss, {},
+        {"calibration_decision_loss": "calibration_decision_loss", "v_star": "cdl_v_star"},
+    ),
+    "decision_risk_gap": (
+        decision_risk_gap, {},
+        {"risk_gap": "risk_gap", "monotone_risk_gap": "monotone_risk_gap"},
+    ),
     "calibration_slope": (
         calibration_slope, {},
         {"slope": "calibration_slope", "slope_se": "calibration_slope_se",
