@@ -30,6 +30,7 @@ print(json.dumps({
     "held_out_ece": comparison["ece"].reset_index().to_dict("records"),
     "held_out_mean": comparison.mean().unstack().to_dict("index"),
     "in_sample_cutoff": float(in_sample["cutoff_error"].abs().max()),
+    "infinite_log_loss": {k: int(v["n_infinite"].sum()) for k, v in log_loss.items()},
 }))
 """
 
@@ -87,6 +88,9 @@ def test_quickstart(tmp_path):
         assert mean[metric]["isotonic"] < mean[metric]["score"]
         assert mean[metric]["platt"] < mean[metric]["score"]
     assert out["in_sample_cutoff"] < 1e-12  # isotonic is calibrated on its own rows
+    # isotonic's blocks at exactly 0 or 1 meet the other label next week; Platt's never do
+    assert out["infinite_log_loss"]["isotonic"] > 0
+    assert out["infinite_log_loss"]["platt"] == 0
 
 
 def test_choosing_a_metric(tmp_path):
