@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from sqlcal import plots  # noqa: E402
 from sqlcal.demo import write_demo  # noqa: E402
+from sqlcal.scheduled import metric_series, series_plot  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "img"
 SIZE, DPI = (6.4, 4.2), 100
@@ -54,6 +55,15 @@ def main(demo: str | None = None) -> None:
             fig.savefig(OUT / name, dpi=DPI, pil_kwargs={"optimize": True})
             plt.close(fig)
             print(f"{OUT / name}: {(OUT / name).stat().st_size / 1000:.0f} kB")
+        # the scheduled report's chart over time: the cutoff error per day, v1 by segment
+        series = metric_series(path, **COLUMNS, by="segment", where="model = 'v1'", time="day",
+                               metrics=["cutoff_error"])
+        fig = series_plot(series, time="day", by=["segment"])
+        fig.set_size_inches(*SIZE)
+        fig.tight_layout()
+        fig.savefig(OUT / "series.png", dpi=DPI, pil_kwargs={"optimize": True})
+        plt.close(fig)
+        print(f"{OUT / 'series.png'}: {(OUT / 'series.png').stat().st_size / 1000:.0f} kB")
 
 
 if __name__ == "__main__":

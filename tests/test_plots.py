@@ -390,3 +390,29 @@ def test_cumulative_plot_png_draws_curve_bands_and_zero_line():
     # the grey zero line across the plot
     zero = np.linspace(0.05, 0.95, 60)
     assert share(grey_near(image, pixel(ax, a, 0), darker_than=0.8) for a in zero) > 0.8
+
+
+def test_series_chart_png_draws_one_line_per_group_with_a_point_per_day(upload):
+    """The scheduled report's chart over time: one panel per statistic, one line per group, a
+    marker per time value in the group's colour where the numbers put it."""
+    from sqlcal.scheduled import metric_series, series_plot
+
+    df = calibration_data(3000, seed=3, groups=3)
+    df["day"] = np.random.default_rng(3).integers(1, 6, len(df))
+    series = metric_series(upload(df), score="p", label="y", by="g", time="day",
+                           metrics=["brier", "ece"])
+    fig = series_plot(series, time="day", by=["g"])
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.lines]
+    assert [ax.get_title() for ax in panels] == ["brier", "ece"]
+    for ax in panels:
+        assert len(ax.lines) == 3 and ax.get_xlabel() == "day"
+        image = png_pixels(ax)
+        assert_not_blank(image)
+        metric = ax.get_title()
+        for line, (g, part) in zip(ax.lines, series[series.metric == metric].groupby("g")):
+            assert line.get_label() == g
+            np.testing.assert_allclose(line.get_ydata(), part.sort_values("day").value)
+            colour = line.get_color()
+            hits = [near(image, pixel(ax, d, v), colour, tol=0.15, r=2)
+                    for d, v in zip(part.sort_values("day").day, part.sort_values("day").value)]
+            assert share(hits) >= 0.8
