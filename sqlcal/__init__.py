@@ -20,6 +20,15 @@ from sqlcal.source import InvalidInputError, Source, source
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # sqlcal.plots needs matplotlib (the "plot" extra): imported on first use, not with sqlcal
+    if name == "plots":
+        import importlib
+
+        return importlib.import_module("sqlcal.plots")
+    raise AttributeError(f"module 'sqlcal' has no attribute {name!r}")
+
 __all__ = [
     "InvalidInputError",
     "Source",

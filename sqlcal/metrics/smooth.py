@@ -37,7 +37,7 @@ def ls_ece(
     delta: float | None = None,
     **source_options: Any,
 ) -> pd.DataFrame:
-    r"""The logit-smoothed ECE of Chidambaram, Lee, Ge, Peng and Ge ("How Flawed Is ECE? An
+    r"""The logit-smoothed ECE of Chidambaram, Lee, McSwiggen and Rezchikov ("How Flawed Is ECE? An
     Analysis via Logit Smoothing"): the ECE of the predictor after noise is added to its logit.
 
     Parameters
@@ -76,7 +76,8 @@ def ls_ece(
     plus :math:`0.012\delta^2` for sampling the sigmoid on the grid (``grid_bound``; the default
     keeps δ ≤ 0.05 logit units). Uniform noise: linear binning moves each row's kernel by at most
     :math:`\delta/\sigma` in total variation (first order, hence the finer default grid). LS-ECE is not 0 for a
-    calibrated model (about 0.1σ for an atom) and tends to ½ as σ → ∞; values are comparable
+    calibrated model (about 0.2σ for an atom at ½: (1/4)·sqrt(2/π)·σ = 0.1995σ; spec seed003
+    §0.7 says 0.0997σ, a factor 2 off its own value 0.019914 at σ = 0.1) and tends to ½ as σ → ∞; values are comparable
     only at the same σ.
     """
     if not sigma > 0:
