@@ -26,6 +26,7 @@ def reliability_diagram(
     where: Any = None,
     bins: int = 15,
     strategy: str = "uniform",
+    group: dict | None = None,
     ax=None,
     **options: Any,
 ):
@@ -33,12 +34,15 @@ def reliability_diagram(
     per group, and the share of weight per bin underneath.
 
     Parameters are those of :func:`sqlcal.reliability` (its ``ci``, ``confidence`` and
-    ``weight_kind`` pass through ``options``). Returns the matplotlib Axes.
+    ``weight_kind`` pass through ``options``); ``group`` (keys → values) draws that group only,
+    from the summary of all of them (cached on a :class:`sqlcal.Source`, so a diagram per group
+    costs no further pass). Returns the matplotlib Axes.
     """
     plt = _pyplot()
     table = reliability(data, score=score, label=label, weight=weight, by=by, where=where,
                         bins=bins, strategy=strategy, **options)
     keys = [c for c in table.columns[: table.columns.get_loc("bin")]]
+    table = _only(table, keys, group)
     if ax is None:
         _, ax = plt.subplots(figsize=(5.5, 5.5))
     ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--", label="calibrated")
@@ -149,6 +153,7 @@ def cumulative_plot(
     where: Any = None,
     x: str = "weight",
     cells: int = 1024,
+    group: dict | None = None,
     ax=None,
     **source_options: Any,
 ):
@@ -161,13 +166,15 @@ def cumulative_plot(
     miscalibration there (up: the model under-predicts; down: it over-predicts), and the
     curve's total rise from its lowest to its highest point is the cutoff calibration error.
     S is drawn at the ends of ``cells`` score cells (one GROUP BY); the shaded band shows how far
-    S can move inside each cell. Returns the matplotlib Axes.
+    S can move inside each cell. ``group`` (keys → values) draws that group only, from the summary
+    of all of them. Returns the matplotlib Axes.
     """
     if x not in ("weight", "score"):
         raise ValueError(f"x must be 'weight' or 'score', not {x!r}")
     plt = _pyplot()
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = cells_summary(src, ("residuals",), cells).sort_values([*src.by, "cell"])
+    frame = _only(frame, list(src.by), group)
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
     for key, part in groups(frame, list(src.by)):
@@ -209,6 +216,19 @@ def cumulative_curve(cells: pd.DataFrame) -> pd.DataFrame:
         "s_high": np.concatenate([[0.0], np.maximum(high, end) / W]),
         "sigma": np.concatenate([[0.0], np.sqrt(var) / W]),
     })
+
+
+def _only(table: pd.DataFrame, keys: list, group: dict | None) -> pd.DataFrame:
+    """The rows of one group (``group``: key → value; a missing value matches NULL)."""
+    if group is None:
+        return table
+    unknown = set(group) - set(keys)
+    if unknown:
+        raise ValueError(f"group names keys {sorted(unknown)} that are not group keys {keys}")
+    want = key_tuple({k: group.get(k) for k in keys})
+    mask = [key_tuple(dict(zip(keys, row))) == want
+            for row in table[keys].itertuples(index=False)]
+    return table[np.asarray(mask, dtype=bool)]
 
 
 def _pyplot():

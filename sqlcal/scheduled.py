@@ -386,12 +386,6 @@ def _duckdb_file(data: Any) -> str | None:
     return path if "://" not in path and path.lower().endswith((".duckdb", ".ddb", ".db")) else None
 
 
-def _table_of(src: Source):
-    # the validated, normalised rows (p, y, w and the keys) as a new source's table
-    columns = [*src.by, "p", "y", *(["w"] if src.weighted else [])]
-    return src.rows.select(*columns)
-
-
 def _measure(src: Source, metrics: dict, step) -> tuple[dict, pd.DataFrame]:
     """Run each metric on ``src`` after the shared summaries; return the metric functions' frames
     and the tidy table."""
@@ -488,22 +482,19 @@ def _draw(run: ScheduledRun, step) -> None:
     from sqlcal.plots import cumulative_plot, reliability_diagram
 
     src, bins = run.source, run.config["report"]["bins"]
-    rows = _table_of(src)
     for _, row in run.table.iterrows():
         key = tuple(row[k] for k in src.by)
         name = ", ".join(f"{k}={v}" for k, v in zip(src.by, key)) or "all rows"
-        # one group's rows: each diagram reads its own summary of them (two passes a group)
-        part = rows
-        for k, v in zip(src.by, key):
-            part = part.filter(part[k].isnull() if _missing(v) else part[k] == _python(v))
+        group = {k: (None if _missing(v) else _python(v)) for k, v in zip(src.by, key)}
+        # each diagram draws its group from the summary of all groups, which the metrics have
+        # already cached on the source: no engine pass per group
         with step(f"diagrams: {name}"):
-            sub = as_source(part.drop(*src.by), "p", "y", weight="w" if src.weighted else None)
             fig, ax = plt.subplots(figsize=(5, 5))
-            reliability_diagram(sub, bins=bins, ax=ax)
+            reliability_diagram(src, bins=bins, group=group or None, ax=ax)
             ax.set_title(f"Reliability: {name}")
             reliability = png(fig)
             fig, ax = plt.subplots(figsize=(6.5, 4.2))
-            cumulative_plot(sub, ax=ax)
+            cumulative_plot(src, group=group or None, ax=ax)
             ax.set_title(f"Cumulative differences: {name}", fontsize="medium")
             run.figures[key] = {"reliability": reliability, "cumulative": png(fig)}
     if run.series is not None and len(run.series):

@@ -269,3 +269,14 @@ def test_equal_mass_edges_with_sampling_weights(upload):
         _, edges = oracle.quantile_bin_ids(rows.p, rows.w, 8)
         np.testing.assert_allclose(part.bin_upper.to_numpy()[:-1],
                                    edges[part.bin.to_numpy()[:-1]], rtol=0, atol=1e-12)
+
+
+def test_wilson_interval_holds_the_observed_rate_exactly():
+    """At k = 0 (or k = n) rounding used to leave the bound 1e-17 off the rate."""
+    from sqlcal.metrics.binned import wilson_interval
+
+    k = np.array([0.0, 0.0, 16.084535, 4.756427, 3.0])
+    n = np.array([48.071779, 1.0, 16.084535, 4.756427, 10.0])
+    lo, hi = wilson_interval(k, n, 0.95)
+    assert np.all(lo <= k / n) and np.all(k / n <= hi)
+    assert lo[0] == 0 and lo[1] == 0 and hi[2] == 1 and hi[3] == 1

@@ -416,3 +416,31 @@ def test_series_chart_png_draws_one_line_per_group_with_a_point_per_day(upload):
             hits = [near(image, pixel(ax, d, v), colour, tol=0.15, r=2)
                     for d, v in zip(part.sort_values("day").day, part.sort_values("day").value)]
             assert share(hits) >= 0.8
+
+
+def test_one_group_drawn_from_the_summary_of_all_equals_its_own_diagram(upload):
+    """``group=`` draws one group from the all-groups summary cached on a Source (no pass per
+    group): the same curves as a diagram of that group's rows alone."""
+    from sqlcal import summaries
+
+    df = calibration_data(3000, seed=4, groups=3, weights=True)
+    src = sqlcal.source(upload(df), score="p", label="y", weight="w", by="g")
+    sqlcal.reliability(src, bins=10)
+    sqlcal.cutoff_error(src)
+    calls = []
+    real = summaries.execute
+    summaries.execute = lambda expr: calls.append(expr) or real(expr)
+    try:
+        one = plots.reliability_diagram(src, bins=10, group={"g": "g1"})
+        curve = plots.cumulative_plot(src, group={"g": "g1"})
+    finally:
+        summaries.execute = real
+    assert calls == []  # both diagrams came from summaries the metrics had cached
+    alone = sqlcal.source(upload(df[df.g == "g1"]), score="p", label="y", weight="w")
+    ref = plots.reliability_diagram(alone, bins=10)
+    np.testing.assert_allclose(one.lines[1].get_xydata(), ref.lines[1].get_xydata())
+    ref_curve = plots.cumulative_plot(alone)
+    np.testing.assert_allclose(curve.lines[0].get_xydata(), ref_curve.lines[0].get_xydata())
+    assert [t.get_text() for t in one.get_legend().get_texts()] == ["calibrated", "g1"]
+    with pytest.raises(ValueError, match="not group keys"):
+        plots.reliability_diagram(src, bins=10, group={"segment": "x"})

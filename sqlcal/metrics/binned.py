@@ -399,8 +399,10 @@ def wilson_interval(k, n, confidence: float):
         center = (phat + z**2 / (2 * n)) / denom
         half = z / denom * np.sqrt(phat * (1 - phat) / n + z**2 / (4 * n**2))
     ok = n > 0
-    return (np.where(ok, np.clip(center - half, 0, 1), np.nan),
-            np.where(ok, np.clip(center + half, 0, 1), np.nan))
+    # the interval contains k/n exactly; rounding can leave 1e-17 between them (at k = 0 or n),
+    # which a diagram's error bar would read as a negative length
+    return (np.where(ok, np.clip(center - half, 0, np.fmin(phat, 1)), np.nan),
+            np.where(ok, np.clip(center + half, np.fmax(phat, 0), 1), np.nan))
 
 
 def clopper_pearson_interval(k, n, confidence: float):
