@@ -41,6 +41,31 @@ METHODS = ("auto", "levels", "grid", "engine")
 CLIP = 1e-12
 FEATURES = ("logit", "score")
 INTERPOLATIONS = ("linear", "step")
+#: |exponents| are clipped here: PostgreSQL's exp() raises on overflow (above about 709), where
+#: numpy and DuckDB give inf; σ is then 0 or 1 to within 1e-304 either way
+EXP_LIMIT = 700.0
+#: a fitted σ this close to 0 or 1 on a level that holds the other label marks separation
+SATURATED = 1e-12
+SEPARATED = "the score separates its labels (no maximum-likelihood fit exists)"
+
+
+def _null_keys(frame: pd.DataFrame, by) -> pd.DataFrame:
+    """NULL group keys as None, not NaN: Spark would store a NaN in a string column as 'NaN'."""
+    frame = frame.copy()
+    for k in by:
+        if frame[k].isna().any() and not pd.api.types.is_float_dtype(frame[k].dtype):
+            frame[k] = frame[k].astype(object).where(frame[k].notna(), None)
+    return frame
+
+
+def _sigmoid(eta: ir.FloatingValue) -> ir.FloatingValue:
+    return 1 / (1 + ibis.greatest(ibis.least(-eta, EXP_LIMIT), -EXP_LIMIT).exp())
+
+
+def _missing_score(p: ir.FloatingValue, value: ir.FloatingValue) -> ir.FloatingValue:
+    """NULL for a NULL or NaN score (engines sort NaN above every number, so without the guard
+    it would take the last block's value), as numpy's transform gives NaN."""
+    return ibis.ifelse(p.isnull() | p.isnan(), ibis.null("float64"), value)
 
 
 # -- fitted maps ------------------------------------------------------------------------------
@@ -66,7 +91,7 @@ class CalibrationMap:
         """Calibrated scores for an array of scores of one group (``keys``: its key values)."""
         p = np.asarray(scores, dtype=float)
         part = self._part(keys or {})
-        if part is None:
+        if part is None or not len(part):
             return np.full(p.shape, np.nan)
         out = self._piece_numpy(part, p)
         return np.where(np.isnan(p), np.nan, out)
@@ -76,10 +101,10 @@ class CalibrationMap:
         out = np.full(len(frame), np.nan)
         if not self.by:
             return self.transform(frame[score].to_numpy(float))
-        for key, part in frame.groupby(list(self.by), sort=False, dropna=False):
+        scores = frame[score].to_numpy(float)
+        for key, rows in frame.groupby(list(self.by), sort=False, dropna=False).indices.items():
             key = key if isinstance(key, tuple) else (key,)
-            rows = frame.index.get_indexer(part.index)
-            out[rows] = self.transform(part[score].to_numpy(float), dict(zip(self.by, key)))
+            out[rows] = self.transform(scores[rows], dict(zip(self.by, key)))
         return out
 
     def expr(self, table: ir.Table, score: str) -> ir.FloatingValue:
@@ -95,7 +120,7 @@ class CalibrationMap:
                                     for k, v in key.items()))
                 branches.append((match, self._piece_expr(part, p)))
             value = ibis.cases(*branches, else_=ibis.null("float64"))
-        return ibis.ifelse(p.isnull(), ibis.null("float64"), value)
+        return _missing_score(p, value)
 
     def apply(self, table: ir.Table, score: str, *, name: str = "calibrated",
               mapping: ir.Table | None = None) -> ir.Table:
@@ -138,7 +163,7 @@ class CalibrationMap:
         return con.create_table(name, self.mapping_frame(), overwrite=overwrite)
 
     def mapping_frame(self) -> pd.DataFrame:
-        return self.table.reset_index(drop=True)
+        return _null_keys(self.table.reset_index(drop=True), self.by)
 
     def _part(self, keys: dict) -> pd.DataFrame | None:
         if not self.by:
@@ -151,11 +176,20 @@ class CalibrationMap:
 
     def _key_type(self, key: str) -> str:
         dtype = self.table[key].dtype
-        return "int64" if pd.api.types.is_integer_dtype(dtype) else (
-            "float64" if pd.api.types.is_float_dtype(dtype) else "string")
+        if pd.api.types.is_bool_dtype(dtype):
+            return "boolean"
+        if pd.api.types.is_integer_dtype(dtype):
+            return "int64"
+        if pd.api.types.is_float_dtype(dtype):
+            return "float64"
+        if pd.api.types.is_datetime64_any_dtype(dtype):
+            return "timestamp"
+        return "string"
 
     def _join_keys(self, table: ir.Table, mapping: ir.Table) -> list:
-        return [table[k] == mapping[k] for k in self.by]
+        # NULL keys are a group too: equal, or both NULL
+        return [(table[k] == mapping[k]) | (table[k].isnull() & mapping[k].isnull())
+                for k in self.by]
 
     def __repr__(self) -> str:
         groups_n = len(self.table.drop_duplicates(list(self.by))) if self.by else 1
@@ -213,14 +247,17 @@ class IsotonicMap(CalibrationMap):
         the score range ``[start, stop)`` the row serves (NULL: unbounded)."""
         parts = []
         for _, part in groups(self.table, list(self.by)):
+            if not len(part):
+                continue
             part = part.copy()
             part["slope"] = self._slopes(part)
             lo = part["lo"].to_numpy(float)
             part["start"] = np.append(np.nan, lo[1:])
             part["stop"] = np.append(lo[1:], np.nan)
             parts.append(part)
-        return pd.concat(parts, ignore_index=True)[
-            [*self.by, "start", "stop", "lo", "hi", "value", "slope", "n", "W"]]
+        columns = [*self.by, "start", "stop", "lo", "hi", "value", "slope", "n", "W"]
+        return _null_keys(pd.concat(parts, ignore_index=True)[columns], self.by) if parts \
+            else pd.DataFrame(columns=columns)
 
     def _apply_join(self, table, score, name, mapping):
         p = table[score].cast("float64")
@@ -229,7 +266,7 @@ class IsotonicMap(CalibrationMap):
                 m.stop.isnull() | (p < m.stop)]
         joined = table.left_join(m, cond)
         value = ibis.ifelse((p <= m.hi) | (m.slope == 0), m.value, m.value + (p - m.hi) * m.slope)
-        return joined.select(*table.columns, **{name: value.cast("float64")})
+        return joined.select(*table.columns, **{name: _missing_score(p, value.cast("float64"))})
 
 
 @dataclass(repr=False)
@@ -255,21 +292,24 @@ class PlattMap(CalibrationMap):
         row = part.iloc[0]
         if not pd.isna(row.get("constant", np.nan)):
             return np.full(p.shape, float(row["constant"]))
-        return 1 / (1 + np.exp(-(row["a"] + row["b"] * self._x_numpy(p))))
+        eta = row["a"] + row["b"] * self._x_numpy(p)
+        return 1 / (1 + np.exp(np.clip(-eta, -EXP_LIMIT, EXP_LIMIT)))
 
     def _piece_expr(self, part, p):
         row = part.iloc[0]
         if not pd.isna(row.get("constant", np.nan)):
             return number(row["constant"])
-        return 1 / (1 + (-(number(row["a"]) + number(row["b"]) * self._x_expr(p))).exp())
+        if not (np.isfinite(row["a"]) and np.isfinite(row["b"])):
+            return ibis.null("float64")  # a group without a fit (see platt's Notes)
+        return _sigmoid(number(row["a"]) + number(row["b"]) * self._x_expr(p))
 
     def _apply_join(self, table, score, name, mapping):
         p = table[score].cast("float64")
         m = mapping
         joined = table.left_join(m, self._join_keys(table, m)) if self.by else table.cross_join(m)
-        fitted = 1 / (1 + (-(m.a + m.b * self._x_expr(p))).exp())
+        fitted = _sigmoid(m.a + m.b * self._x_expr(p))
         value = ibis.ifelse(m.constant.notnull(), m.constant, fitted)
-        return joined.select(*table.columns, **{name: value.cast("float64")})
+        return joined.select(*table.columns, **{name: _missing_score(p, value.cast("float64"))})
 
 
 # -- isotonic regression ----------------------------------------------------------------------
@@ -330,8 +370,9 @@ def isotonic(
     PAV itself runs in numpy on the reduced rows (scipy's ``isotonic_regression``, O(blocks)).
     With continuous scores the levels are as many as the rows, and their GROUP BY costs more
     than scikit-learn's fetch-and-sort; the grid costs one GROUP BY into at most ``cells`` rows
-    per group. Pooling a cell changes the fit only where the exact solution changes value
-    inside that cell (width 1.5e-5 at the default): measured at 10⁷ rows, see the README.
+    per group. Pooling cells changes the fit in the cells where the exact fit is not constant,
+    and in the blocks those cells join (cells are 1.5e-5 wide at the default): measured at 10⁷
+    rows, see the README.
     In-sample, the grid fit keeps the defining property of isotonic calibration: the cutoff
     error of the mapped scores is exactly 0, as the proof of Lemma D.1 applies to any pooling.
 
@@ -433,6 +474,9 @@ def _reduce_in_engine(src: Source) -> tuple[pd.DataFrame, int]:
     Y = rows.y.cast("int64").sum() if exact else (
         (rows.w * rows.y).sum() if src.weighted else rows.y.sum())
     levels = rows.group_by([*by, "p"]).aggregate(n=rows.count(), W=W, Y=Y)
+    # a level of weight 0 would pass the merge test (0 >= 0) with both neighbours and join
+    # blocks that must stay apart; it carries nothing, so it goes
+    levels = levels.filter(levels.W > 0)
     blocks = levels.select(*by, lo=levels.p, hi=levels.p, n=levels.n, W=levels.W, Y=levels.Y)
     current = blocks.cache()
     count = int(current.count().execute())
@@ -492,8 +536,10 @@ def platt(
         cutoff paper's notebooks, statsmodels-style recipes and some peers do).
     smoothed_targets : bool, default True
         Platt's (1999) targets: positives (N₊+1)/(N₊+2), negatives 1/(N₋+2), with weighted
-        counts per group (cutoff paper, footnote 6). ``False`` fits the labels themselves (the
-        maximum-likelihood logistic regression).
+        counts per group (cutoff paper, footnote 6): whole-number weights count rows; other
+        (sampling) weights count Kish's effective number of observations, so their scale does not
+        matter. ``False`` fits the labels themselves (the maximum-likelihood logistic
+        regression).
     modified : bool, default False
         The cutoff paper's modified Platt scaling (App. D.2): keep the fit only where its in-sample
         cutoff error is at most ``tolerance``, otherwise map every score of the group to its
@@ -519,6 +565,10 @@ def platt(
     started from a fit on the 1024-cell score histogram. Platt scaling is monotone but carries
     no guarantee of calibration: on the paper's Fig. 4 example its cutoff error stays 0.243 with
     infinite data; the modified version guards against that.
+
+    A group whose fit does not exist gets NaN coefficients and maps to NULL, with a warning: a
+    single distinct score (no slope to fit), or, without smoothed targets, labels the score
+    separates. Modified Platt maps such a group to its rate.
     """
     if feature not in FEATURES:
         raise ValueError(f"feature must be one of {FEATURES}, not {feature!r}")
@@ -570,7 +620,8 @@ def calibration_slope(
     is from the model with the slope fixed at 1 (logit(p) as an offset): 0 means the mean score
     matches the observed rate on the logit scale, positive means under-prediction. Scores are
     clipped to [1e-12, 1 − 1e-12] before the logit. Both are exact maximum-likelihood fits on
-    the levels summary.
+    the levels summary. Where the fit does not exist (one distinct score, labels all equal or
+    separated by the score) the values are NaN, with a warning.
     """
     from sqlcal.metrics import resolve_weight_kind
 
@@ -596,9 +647,17 @@ def _logistic(src: Source, feature: str, *, offset: bool, smoothed: bool,
     by = list(src.by)
     totals = totals_summary(src)
     keys = [key_tuple(k) for k, _ in groups(totals, by)]
+    if smoothed and src.weighted and not src.integer_weights:
+        # sampling weights: Platt's counts are observations, so take Kish's effective number
+        # (W²/Σw²) in the label proportions; rescaling the weights then changes nothing
+        totals = src.summary(("totals",), frozenset({"sw2"}), lambda checks: summaries.totals(
+            src.rows, src.by, frozenset({"sw2"}), weighted=True, checks=checks))
     targets = {}
     for key, t in groups(totals, by):
         pos, W = float(t["swy"].sum()), float(t["W"].sum())
+        if smoothed and "sw2" in t and src.weighted and not src.integer_weights:
+            scale = W / float(t["sw2"].sum()) if W > 0 else 1.0  # n_eff / W
+            pos, W = pos * scale, W * scale
         targets[key_tuple(key)] = (((pos + 1) / (pos + 2), 1 / (W - pos + 2)) if smoothed
                                    else (1.0, 0.0))
     x_of = _features(feature)
@@ -619,21 +678,55 @@ def _logistic(src: Source, feature: str, *, offset: bool, smoothed: bool,
     else:
         stats, start = _engine_stats(src, x_of, targets, offset), _histogram_start(
             src, x_of, targets, offset)
-    fits = _newton(stats, {k: start.get(k) for k in keys}, offset)
+    # labels the score separates have no maximum-likelihood fit (Albert and Anderson 1984):
+    # found exactly from where each label lies, not from a diverging Newton run
+    separated = set() if smoothed else _separated(src, offset)
+    fits = _newton(stats, {k: start.get(k) if np.all(np.isfinite(start.get(k, 0))) else None
+                           for k in keys if k not in separated}, offset)
+    for k in separated:
+        where = f"group {k!r}" if k else "the rows"
+        warnings.warn(f"no logistic fit for {where}: {SEPARATED}; its coefficients are NaN",
+                      RuntimeWarning, stacklevel=3)
+        fits[k] = (np.full(1 if offset else 2, np.nan), 0, np.full((1, 1) if offset else (2, 2),
+                                                                 np.nan))
     if sandwich:
-        meat = _meat(src, x_of, {k: f[0] for k, f in fits.items()}, offset)
+        meat = _meat(src, x_of, {k: f[0] for k, f in fits.items() if np.all(np.isfinite(f[0]))},
+                     offset)
     rows = []
     for key, t in groups(totals, by):
         k = key_tuple(key)
         theta, its, cov = fits[k]
         if sandwich:
-            cov = cov @ meat[k] @ cov
+            cov = cov @ meat[k] @ cov if k in meat else np.full(cov.shape, np.nan)
         rows.append({**key, "n": int(t["n"].sum()), "W": float(t["W"].sum()),
                      "iterations": its, "a": theta[0], "b": 1.0 if offset else theta[1],
                      "a_se": float(np.sqrt(cov[0, 0])),
                      "b_se": np.nan if offset else float(np.sqrt(cov[1, 1]))})
     out = pd.DataFrame(rows)
     return out.sort_values(by, ignore_index=True, kind="stable") if by else out
+
+
+def _separated(src: Source, offset: bool) -> set:
+    """Groups whose labels the score separates: every positive at or above every negative, or
+    below (with the slope fixed, only all-positive or all-negative groups). One aggregate."""
+    by, rows = list(src.by), src.rows
+    w = rows.w if src.weighted else ibis.literal(1.0)
+    pos, neg = (rows.y > 0) & (w > 0), (rows.y < 1) & (w > 0)
+    frame = summaries.execute(summaries._aggregate(
+        rows, by, n_pos=rows.count(where=pos), n_neg=rows.count(where=neg),
+        pos_min=rows.p.min(where=pos), pos_max=rows.p.max(where=pos),
+        neg_min=rows.p.min(where=neg), neg_max=rows.p.max(where=neg)))
+    out = set()
+    for key, part in groups(frame, by):
+        v = part.iloc[0]
+        if int(v.n_pos) + int(v.n_neg) == 0:
+            continue  # no weight: NaN quietly
+        one_sided = int(v.n_pos) == 0 or int(v.n_neg) == 0
+        single = v.pos_min == v.pos_max == v.neg_min == v.neg_max  # no slope: Newton says so
+        split = not offset and not single and (v.neg_max <= v.pos_min or v.pos_max <= v.neg_min)
+        if one_sided or split:
+            out.add(key_tuple(key))
+    return out
 
 
 def _features(feature: str):
@@ -649,31 +742,47 @@ def _newton_terms(x, W, Yt, theta, offset):
     r = Yt - W * mu
     h = W * mu * (1 - mu)
     loglik = float(np.sum(Yt * special.log_expit(eta) + (W - Yt) * special.log_expit(-eta)))
+    separated = float(np.sum(((mu < SATURATED) & (Yt > 0)) | ((mu > 1 - SATURATED) & (W - Yt > 0))))
     return _terms(r.sum(), (r * x).sum(), h.sum(), (h * x).sum(), (h * x * x).sum(), loglik,
-                  offset)
+                  separated, offset)
 
 
-def _terms(r, rx, h, hx, hxx, loglik, offset):
+def _terms(r, rx, h, hx, hxx, loglik, separated, offset):
     if offset:
-        return np.array([r]), np.array([[h]]), loglik
-    return np.array([r, rx]), np.array([[h, hx], [hx, hxx]]), loglik
+        return np.array([r]), np.array([[h]]), loglik, separated
+    return np.array([r, rx]), np.array([[h, hx], [hx, hxx]]), loglik, separated
 
 
 def _newton(stats, start: dict, offset: bool, max_iter: int = 100) -> dict:
     """Newton's method for every group at once (one ``stats`` call per step, which is one query
-    in the engine), halving a group's step until its likelihood does not drop."""
+    in the engine), halving a group's step until its likelihood does not drop.
+
+    A group whose maximum-likelihood fit does not exist gets NaN coefficients: no weight, a
+    single distinct covariate (singular information), or labels the score separates (the fit
+    runs off to infinity until σ saturates; the rows on the wrong side of a saturated σ show it).
+    """
     theta = {k: (np.array([0.0] if offset else [0.0, 1.0]) if s is None else np.asarray(s, float))
              for k, s in start.items()}
     current = stats(theta)
     done: dict = {}
     scale = {k: 1.0 for k in theta}
+    nan = np.full(1 if offset else 2, np.nan)
+
+    def fail(k, it, why):
+        hess = current[k][1]
+        if np.any(hess):  # a group without weight is NaN quietly, as in every metric
+            where = f"group {k!r}" if k else "the rows"
+            warnings.warn(f"no logistic fit for {where}: {why}; its coefficients are NaN",
+                          RuntimeWarning, stacklevel=5)
+        done[k] = (nan, it, np.full(hess.shape, np.nan))
+
     for it in range(1, max_iter + 1):
         active = [k for k in theta if k not in done]
         if not active:
             break
         steps, cand = {}, {}
         for k in active:
-            grad, hess, _ = current[k]
+            grad, hess = current[k][:2]
             try:
                 steps[k] = np.linalg.solve(hess, grad)
             except np.linalg.LinAlgError:
@@ -683,20 +792,25 @@ def _newton(stats, start: dict, offset: bool, max_iter: int = 100) -> dict:
         for k in active:
             ll = current[k][2]
             if k not in trial:
-                done[k] = (theta[k], max_iter, _inverse(current[k][1]))
+                fail(k, it, SEPARATED if current[k][3] else
+                     "its information matrix is singular (fewer than two distinct scores)")
                 continue
-            if trial[k][2] < ll - 1e-12 * abs(ll) and scale[k] > 1e-8:
-                scale[k] /= 2  # retry this group with half the step
+            if trial[k][2] < ll - 1e-12 * abs(ll):
+                if scale[k] > 1e-8:
+                    scale[k] /= 2  # retry this group with half the step
+                else:
+                    fail(k, it, "the likelihood stopped increasing before convergence")
                 continue
             moved = np.max(np.abs(scale[k] * steps[k]))
             theta[k], current[k], scale[k] = cand[k], trial[k], 1.0
             if moved <= 1e-12 * max(1.0, np.max(np.abs(theta[k]))):
-                done[k] = (theta[k], it, _inverse(current[k][1]))
+                if current[k][3]:
+                    fail(k, it, SEPARATED)
+                else:
+                    done[k] = (theta[k], it, _inverse(current[k][1]))
     for k in theta:
         if k not in done:
-            warnings.warn("the logistic fit did not converge (separable labels?); its "
-                          "coefficients are not reliable", RuntimeWarning, stacklevel=4)
-            done[k] = (theta[k], max_iter, _inverse(current[k][1]))
+            fail(k, max_iter, f"no convergence in {max_iter} Newton steps")
     return done
 
 
@@ -732,23 +846,24 @@ def _engine_stats(src: Source, x_of, targets, offset):
         hi = _coefficient(rows, by, {k: targets[k][0] for k in thetas})
         lo = _coefficient(rows, by, {k: targets[k][1] for k in thetas})
         eta = a + b * x
-        mu = 1 / (1 + (-eta).exp())
+        mu = _sigmoid(eta)
         yt = rows.y * hi + (1 - rows.y) * lo
         r, h = w * (yt - mu), w * mu * (1 - mu)
         # log σ(η) = −log(1 + e^−η), on the side that cannot overflow; log(1 − σ) = log σ − η
         log_mu = -ibis.ifelse(eta > 0, (1 + (-eta).exp()).ln(), -eta + (1 + eta.exp()).ln())
         ll = w * (yt * log_mu + (1 - yt) * (log_mu - eta))
-        t = rows.mutate(_r=r, _h=h, _x=x, _ll=ll)
+        wrong = (w > 0) & (((mu < SATURATED) & (yt > 0)) | ((mu > 1 - SATURATED) & (yt < 1)))
+        t = rows.mutate(_r=r, _h=h, _x=x, _ll=ll, _sep=wrong)
         if by:
             t = t.filter(a.notnull())
         frame = summaries.execute(summaries._aggregate(
             t, by, r=t._r.sum(), rx=(t._r * t._x).sum(), h=t._h.sum(), hx=(t._h * t._x).sum(),
-            hxx=(t._h * t._x * t._x).sum(), ll=t._ll.sum()))
+            hxx=(t._h * t._x * t._x).sum(), ll=t._ll.sum(), sep=t.count(where=t._sep)))
         out = {}
         for key, part in groups(frame, by):
             v = part.iloc[0]
             out[key_tuple(key)] = _terms(*(float(v[c]) for c in ("r", "rx", "h", "hx", "hxx",
-                                                                 "ll")), offset)
+                                                                 "ll", "sep")), offset)
         return out
     return stats
 
@@ -777,7 +892,7 @@ def _meat(src: Source, x_of, thetas: dict, offset: bool) -> dict:
     a = _coefficient(rows, by, {k: t[0] for k, t in thetas.items()})
     b = ibis.literal(1.0) if offset else _coefficient(rows, by,
                                                        {k: t[1] for k, t in thetas.items()})
-    mu = 1 / (1 + (-(a + b * x)).exp())
+    mu = _sigmoid(a + b * x)
     t = rows.mutate(_e2=(rows.w * (rows.y - mu)) ** 2, _x=x)
     frame = summaries.execute(summaries._aggregate(
         t, by, m00=t._e2.sum(), m01=(t._e2 * t._x).sum(), m11=(t._e2 * t._x * t._x).sum()))
@@ -791,27 +906,31 @@ def _meat(src: Source, x_of, thetas: dict, offset: bool) -> dict:
 
 def _modify(src: Source, fitted: PlattMap, tolerance: float | None) -> None:
     """Modified Platt (cutoff paper App. D.2): keep a group's fit only if the in-sample cutoff
-    error of the mapped scores is within the tolerance, else its observed rate."""
+    error of the mapped scores is within the tolerance, else its observed rate. A group without
+    a fit (a single distinct score, say) can only be its rate."""
     from sqlcal.metrics.cumulative import cutoff_error
 
     by = list(src.by)
+    table = fitted.table
+    totals = totals_summary(src)
+    rate = table[by].merge(totals[[*by, "swy", "W"]], on=by, how="left") if by else totals
+    rate = safe_div(rate["swy"], rate["W"])
+    no_fit = ~(np.isfinite(table["a"]) & np.isfinite(table["b"])).to_numpy()
+    table["constant"] = np.where(no_fit, rate, np.nan)  # so every mapped score is valid
     mapped = fitted.apply(src.rows, "p", name="mapped")
     cols = {"score": "mapped", "label": "y", "by": by}
     if src.weighted:
         cols["weight"] = "w"
     errors = cutoff_error(mapped, soft_labels=src.allow_soft, **cols)
-    totals = totals_summary(src)
-    table = fitted.table
     # the sample size: rows, or the total of frequency (whole-number) weights
     n = table["W" if src.weighted and src.integer_weights else "n"].to_numpy(float)
     eps = (20 + np.sqrt(2 * np.log(20))) / np.sqrt(n) if tolerance is None else np.full(
         len(n), float(tolerance))
     merged = table[by].merge(errors[[*by, "cutoff_error"]], on=by, how="left") if by else errors
-    rate = table[by].merge(totals[[*by, "swy", "W"]], on=by, how="left") if by else totals
-    table["cutoff_error"] = merged["cutoff_error"].to_numpy(float)
+    table["cutoff_error"] = np.where(no_fit, np.nan, merged["cutoff_error"].to_numpy(float))
     table["tolerance"] = eps
-    fall = ~(table["cutoff_error"].to_numpy(float) <= eps)
-    table["constant"] = np.where(fall, safe_div(rate["swy"], rate["W"]), np.nan)
+    fall = no_fit | ~(table["cutoff_error"].to_numpy(float) <= eps)
+    table["constant"] = np.where(fall, rate, np.nan)
 
 
 # -- CORP decomposition -----------------------------------------------------------------------
@@ -858,6 +977,9 @@ def decompose(
     :math:`S = \mathrm{MCB} - \mathrm{DSC} + \mathrm{UNC}`, and MCB, DSC ≥ 0. It equals
     model-diagnostics' ``decompose`` (Fissler, Lorentzen and Mayer 2022) with matched
     conventions. PAV is optimal for every proper score at once, so one fit serves both scorings.
+    With soft labels the log score here is the cross-entropy −[y ln p + (1 − y) ln(1 − p)];
+    model-diagnostics subtracts the label's own entropy (its Bregman form), which changes the
+    score and UNC by that constant and leaves MCB and DSC as they are.
     Unlike the binned Murphy decomposition (:func:`sqlcal.brier_decomposition`), there is no bin
     count to choose.
     """

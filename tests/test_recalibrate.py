@@ -336,3 +336,104 @@ def test_isotonic_grid_is_the_fit_of_the_cell_rounded_score(upload):
         sqlcal.isotonic(t, score="p", label="y", method="grid", cells=1000)
     with pytest.raises(ValueError, match="method"):
         sqlcal.isotonic(t, score="p", label="y", method="bisect")
+
+
+# -- edge cases (from an independent review) --------------------------------------------------
+
+
+def test_logistic_fits_that_do_not_exist_are_nan_with_a_warning():
+    one_score = pd.DataFrame({"p": [0.3] * 50, "y": [0, 1] * 25})
+    with pytest.warns(RuntimeWarning, match="singular"):
+        out = sqlcal.calibration_slope(one_score, score="p", label="y")
+    assert np.isnan(out.slope[0]) and np.isnan(out.slope_se[0])
+    separable = pd.DataFrame({"p": np.linspace(0.05, 0.95, 40)})
+    separable["y"] = (separable.p > 0.5).astype(int)
+    with pytest.warns(RuntimeWarning, match="separates"):
+        out = sqlcal.calibration_slope(separable, score="p", label="y")
+    assert np.isnan(out.slope[0])
+    all_ones = pd.DataFrame({"p": np.linspace(0.05, 0.95, 40), "y": 1})
+    with pytest.warns(RuntimeWarning, match="separates"):
+        fit = sqlcal.platt(all_ones, score="p", label="y", smoothed_targets=False)
+    assert np.isnan(fit.transform([0.5])).all()
+    # smoothed targets keep every fit finite; modified Platt maps a group without a fit to its rate
+    assert np.isfinite(sqlcal.platt(all_ones, score="p", label="y").table.b[0])
+    with pytest.warns(RuntimeWarning):
+        modified = sqlcal.platt(one_score, score="p", label="y", modified=True)
+    assert modified.transform([0.1, 0.9]).tolist() == [0.5, 0.5]
+    # a group without weight is NaN quietly, as in every metric
+    empty = pd.DataFrame({"p": [0.2, 0.7, 0.4], "y": [0, 1, 1], "w": [0.0, 0.0, 1.0],
+                          "g": ["a", "a", "b"]})
+    out = sqlcal.platt(empty, score="p", label="y", weight="w", by="g")
+    assert np.isnan(out.table.a[0])
+
+
+def test_smoothed_targets_do_not_depend_on_the_scale_of_sampling_weights():
+    df = calibration_data(2000, 61, weights=True)
+    a = sqlcal.platt(df, score="p", label="y", weight="w").table
+    df["w"] = df.w / df.w.sum()
+    b = sqlcal.platt(df, score="p", label="y", weight="w").table
+    np.testing.assert_allclose(a[["a", "b"]], b[["a", "b"]], rtol=1e-9)
+
+
+def test_engine_passes_are_exact_with_zero_weights(upload, monkeypatch):
+    df = calibration_data(2000, 62, weights=True)
+    df["w"] = np.round(df.w)  # about 40% zeros
+    t = upload(df)
+    levels = sqlcal.isotonic(t, score="p", label="y", weight="w", method="levels")
+    monkeypatch.setattr(recalibrate, "LEVEL_CAP", 40)
+    engine = sqlcal.isotonic(t, score="p", label="y", weight="w", method="engine")
+    np.testing.assert_allclose(engine.table.value, levels.table.value, atol=1e-15)
+    np.testing.assert_array_equal(engine.table.lo, levels.table.lo)
+
+
+def test_every_export_agrees_on_null_keys_null_and_nan_scores(upload, con):
+    df = pd.DataFrame({"p": np.linspace(0.01, 0.99, 200)})
+    df["y"] = (np.arange(200) % 3 == 0).astype(int)
+    df["g"] = np.where(np.arange(200) % 2, "x", None)
+    fitted = [sqlcal.isotonic(df, score="p", label="y", by="g"),
+              sqlcal.platt(df, score="p", label="y", by="g"),
+              sqlcal.platt(df, score="p", label="y", by="g", modified=True, tolerance=0.0)]
+    probe = pd.DataFrame({"p": [0.0, 0.3, np.nan, None, 1.0] * 2,
+                          "g": ["x"] * 5 + [None] * 5}, dtype=object)
+    probe["p"] = probe.p.astype(float)
+    t = upload(probe)
+    for i, m in enumerate(fitted):
+        want = m.transform_frame(probe, "p")
+        name = f"map_null_{i}_{con.name}"
+        mapping = m.write(con, name, overwrite=True)
+        try:
+            for got in (m.apply(t, "p"), m.apply(t, "p", mapping=mapping)):
+                frame = got.execute()
+                frame = frame.assign(_g=frame.g.fillna("~"), _p=frame.p.fillna(-1.0)).sort_values(
+                    ["_g", "_p"], kind="stable")
+                ref = probe.assign(want=want, _g=probe.g.fillna("~"),
+                                   _p=probe.p.fillna(-1.0)).sort_values(["_g", "_p"],
+                                                                        kind="stable")
+                np.testing.assert_allclose(frame.calibrated.to_numpy(float), ref.want, rtol=1e-15)
+        finally:
+            con.drop_table(name, force=True)
+    assert np.isnan(want[2]) and not np.isnan(want[5 + 1])
+
+
+def test_platt_maps_with_huge_exponents_run_on_every_engine(upload):
+    """PostgreSQL's exp() raises on overflow: the exponent is clipped at ±700."""
+    df = pd.DataFrame({"p": [0.0, 0.2, 0.5, 0.8, 1.0] * 20, "y": [0, 0, 1, 1, 1] * 20})
+    m = sqlcal.platt(df, score="p", label="y", feature="score")
+    m.table.loc[0, "b"] = 5000.0  # a steep map, as separable labels give
+    got = m.apply(upload(df), "p").execute().sort_values("p")
+    np.testing.assert_allclose(got.calibrated, m.transform(got.p.to_numpy()), atol=1e-300)
+
+
+def test_maps_take_boolean_keys_and_frames_with_repeated_index():
+    df = calibration_data(1000, 63)
+    df["flag"] = df.p > 0.4
+    m = sqlcal.isotonic(df, score="p", label="y", by="flag")
+    db = duckdb.connect()
+    db.register("preds", df)
+    got = db.sql(m.to_sql("preds", "p")).df()
+    np.testing.assert_allclose(got.calibrated, m.transform_frame(got, "p"), rtol=0)
+    twice = pd.concat([df, df])
+    np.testing.assert_allclose(m.transform_frame(twice, "p")[: len(df)],
+                               m.transform_frame(df, "p"))
+    empty = sqlcal.isotonic(df.assign(w=0.0), score="p", label="y", weight="w")
+    assert np.isnan(empty.transform([0.5])).all() and len(empty.mapping_frame()) == 0
