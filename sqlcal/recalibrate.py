@@ -379,8 +379,9 @@ def isotonic(
     ``method="engine"`` runs grouped PAV passes in SQL: each pass merges every maximal run of
     adjacent blocks whose means do not increase (exact: such blocks share a level set of the
     solution, spec seed004 §5.5), comparing cross-multiplied integer sums when the rows are
-    unweighted with 0/1 labels; passes stop at :data:`MAX_PASSES` or when at most ``LEVEL_CAP``
-    blocks are left.
+    unweighted with 0/1 labels (exact), or double sums otherwise (exact up to rounding: two
+    block means within an ulp may merge); passes stop at :data:`MAX_PASSES` or when at most
+    ``LEVEL_CAP`` blocks are left.
 
     Examples
     --------
