@@ -1,6 +1,7 @@
 """Recalibration maps fitted in the warehouse and applied where the rows live: isotonic regression
 (pool adjacent violators), Platt scaling (plain, with Platt's smoothed targets, and the cutoff
-paper's modified Platt), the calibration slope and intercept, and the CORP score decomposition.
+paper's modified Platt), and the calibration slope and intercept. (The CORP decomposition, which
+rests on the isotonic fit, is in :mod:`sqlcal.metrics.corp`.)
 
 Everything here is a function of the levels summary (per group and distinct score: W = Σw and
 Y = Σwy). When a source has more rows than :data:`LEVEL_CAP`, the levels are not fetched: PAV
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 import html
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import ibis
 import ibis.expr.types as ir
@@ -23,11 +25,11 @@ import pandas as pd
 from scipy import optimize, special
 
 from sqlcal import summaries
-from sqlcal.summaries import number
 from sqlcal.metrics import groups, key_tuple, level_sets, result, safe_div
 from sqlcal.metrics.cells import cells_summary
 from sqlcal.metrics.scores import totals_summary
 from sqlcal.source import Source, as_source
+from sqlcal.summaries import number
 
 #: a source with at most this many rows has its levels summary fetched; above it, PAV merges
 #: blocks in the engine first and the logistic fits iterate with aggregate queries
@@ -932,102 +934,3 @@ def _modify(src: Source, fitted: PlattMap, tolerance: float | None) -> None:
     table["tolerance"] = eps
     fall = no_fit | ~(table["cutoff_error"].to_numpy(float) <= eps)
     table["constant"] = np.where(fall, rate, np.nan)
-
-
-# -- CORP decomposition -----------------------------------------------------------------------
-
-SCORINGS = ("brier", "log_loss")
-
-
-def decompose(
-    data: Any,
-    *,
-    score: str | None = None,
-    label: str | None = None,
-    weight: str | None = None,
-    by: str | Sequence[str] = (),
-    where: Any = None,
-    scoring: str = "brier",
-    method: str = "auto",
-    **source_options: Any,
-) -> pd.DataFrame:
-    r"""The CORP decomposition of a proper score: miscalibration − discrimination + uncertainty.
-
-    Parameters
-    ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`. Labels may be soft.
-    scoring : {"brier", "log_loss"}, default "brier"
-        Squared error (y − p)², or the logarithmic score (natural log, 0·log 0 = 0).
-    method : {"auto", "levels", "grid", "engine"}, default "auto"
-        How the isotonic recalibration is computed (:func:`isotonic`); the result's
-        ``attrs["exact"]`` says whether it is exact.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per group: the keys, ``score`` (the mean score of the predictions), ``n``, ``W``,
-        ``miscalibration`` = S(p) − S(p̂), ``discrimination`` = S(ȳ) − S(p̂), ``uncertainty`` =
-        S(ȳ), where p̂ is the isotonic recalibration of p (:func:`isotonic`) and ȳ the group's
-        observed rate.
-
-    Notes
-    -----
-    Dimitriadis, Gneiting and Jordan (2021, PNAS, "Stable reliability diagrams"): with the
-    isotonic (PAV) recalibration, the decomposition is exact,
-    :math:`S = \mathrm{MCB} - \mathrm{DSC} + \mathrm{UNC}`, and MCB, DSC ≥ 0. It equals
-    model-diagnostics' ``decompose`` (Fissler, Lorentzen and Mayer 2022) with matched
-    conventions. PAV is optimal for every proper score at once, so one fit serves both scorings.
-    With soft labels the log score here is the cross-entropy −[y ln p + (1 − y) ln(1 − p)];
-    model-diagnostics subtracts the label's own entropy (its Bregman form), which changes the
-    score and UNC by that constant and leaves MCB and DSC as they are.
-    Unlike the binned Murphy decomposition (:func:`sqlcal.brier_decomposition`), there is no bin
-    count to choose.
-    """
-    if scoring not in SCORINGS:
-        raise ValueError(f"scoring must be one of {SCORINGS}, not {scoring!r}")
-    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    by = list(src.by)
-    blocks, info = isotonic_blocks(src, method)
-    totals = totals_summary(src, logloss=scoring == "log_loss")
-    if scoring == "brier" and src.has_soft_labels:  # S(ȳ) and S(p̂) need Σwy²
-        moments = src.summary(("totals",), frozenset({"moments", "soft"}), lambda checks:
-                              summaries.totals(src.rows, src.by, frozenset({"moments", "soft"}),
-                                               weighted=src.weighted, checks=checks))
-        totals["swyy"] = moments["swyy"].to_numpy(float)
-    fitted = {key_tuple(k): part for k, part in groups(blocks, by)}
-    rows = []
-    for key, t in groups(totals, by):
-        W, Y = float(t["W"].sum()), float(t["swy"].sum())
-        part = fitted.get(key_tuple(key))
-        row = {**key, "n": int(t["n"].sum()), "W": W}
-        if W <= 0 or part is None:
-            rows.append(row | dict(score=np.nan, miscalibration=np.nan, discrimination=np.nan,
-                                   uncertainty=np.nan))
-            continue
-        bW, bY = part["W"].to_numpy(float), part["Y"].to_numpy(float)
-        if scoring == "brier":
-            yy = float(t["swyy"].sum()) if "swyy" in t else Y
-            s_p = float(t["sw_sq_resid"].sum()) / W
-            s_iso = (yy - float(np.sum(bY * bY / bW))) / W
-            s_clim = (yy - Y * Y / W) / W
-        else:
-            s_p = np.inf if int(t["n_infinite_logloss"].sum()) else float(
-                t["sw_logloss"].sum()) / W
-            s_iso = _log_score(bY, bW) / W
-            s_clim = _log_score(np.array([Y]), np.array([W])) / W
-        rows.append(row | dict(score=s_p, miscalibration=s_p - s_iso,
-                               discrimination=s_clim - s_iso, uncertainty=s_clim))
-    out = result(src, pd.DataFrame(rows), ["score", "miscalibration", "discrimination",
-                                           "uncertainty"])
-    out.attrs.update(scoring=scoring, exact=info["exact"], method=info["method"])
-    return out
-
-
-def _log_score(Y: np.ndarray, W: np.ndarray) -> float:
-    """Σ over blocks of the log score of predicting Y/W to rows with label sum Y and weight W."""
-    v = Y / W
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pos = np.where(Y > 0, Y * np.log(v), 0.0)
-        neg = np.where(W - Y > 0, (W - Y) * np.log1p(-v), 0.0)
-    return float(-np.sum(pos + neg))
