@@ -28,7 +28,7 @@ LP_ATOL = 1e-7  # HiGHS tolerances (spec seed002 §5)
 
 
 def examples(con, n=15) -> settings:
-    return settings(max_examples=3 if con.name == "pyspark" else n, deadline=None,
+    return settings(max_examples=2 if con.name == "pyspark" else n, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 

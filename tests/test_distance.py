@@ -437,7 +437,7 @@ def test_cells_within_their_bound(upload):
 
 
 def examples(con) -> settings:
-    return settings(max_examples=3 if con.name == "pyspark" else 12, deadline=None,
+    return settings(max_examples=2 if con.name == "pyspark" else 12, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
