@@ -559,3 +559,26 @@ def test_option_errors():
                       validation_label="y")
     with pytest.raises(ValueError, match="l < r"):
         expected_cost(df, score="p", rules=[(0.5, 0.5, 1, 0)])
+
+
+def test_cdl_lp_cross_check_falls_back_to_the_envelope_when_highs_fails():
+    """A heavily weighted instance on which HiGHS reports a solve error (found in review): the
+    LP path warns and returns the exact envelope; the envelope is the reference."""
+    from sqlcal.metrics.decision import cdl_hull, cdl_lp
+
+    v = np.linspace(0, 1, 11).round(1)
+    mass = np.array([0.99936, 8.0e-5, 1.3e-6, 1.05e-4, 6.8e-5, 8.7e-5, 6.8e-6, 1.2e-5, 3.4e-5,
+                     1.14e-4, 1.32e-4])
+    ybar = np.array([0, .4, .2, .3, 0, 0, 1, .2, .5, .6, .6])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        value = cdl_lp(v, mass, ybar)
+    assert value == pytest.approx(cdl_hull(v, mass, ybar), rel=1e-6)
+
+
+def test_expected_cost_interval_stays_within_the_possible_costs():
+    rng = np.random.default_rng(5)
+    f = rng.random(400)
+    out = sqlcal.expected_cost(pd.DataFrame({"p": f}), score="p",
+                               rules=[(0.0, 1.0, 0.0, 0.5)], epsilon=0.9)
+    assert out.cost_lower[0] >= 0.0 and out.cost_upper[0] <= 0.5
