@@ -360,11 +360,13 @@ def test_logistic_fits_that_do_not_exist_are_nan_with_a_warning():
     with pytest.warns(RuntimeWarning):
         modified = sqlcal.platt(one_score, score="p", label="y", modified=True)
     assert modified.transform([0.1, 0.9]).tolist() == [0.5, 0.5]
-    # a group without weight is NaN quietly, as in every metric
+    # a group without weight is NaN quietly, as in every metric; group b (one row) is warned of
     empty = pd.DataFrame({"p": [0.2, 0.7, 0.4], "y": [0, 1, 1], "w": [0.0, 0.0, 1.0],
                           "g": ["a", "a", "b"]})
-    out = sqlcal.platt(empty, score="p", label="y", weight="w", by="g")
-    assert np.isnan(out.table.a[0])
+    with pytest.warns(RuntimeWarning, match=r"group \('b',\)") as caught:
+        out = sqlcal.platt(empty, score="p", label="y", weight="w", by="g")
+    assert np.isnan(out.table.a).all()
+    assert not any("'a'" in str(w.message) for w in caught)
 
 
 def test_smoothed_targets_do_not_depend_on_the_scale_of_sampling_weights():
