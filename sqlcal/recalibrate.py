@@ -348,8 +348,8 @@ def isotonic(
         with at most 4 decimals, say), else the exact isotonic fit of the score rounded to its
         cell, and ``info["exact"]`` is False. ``"engine"``: grouped PAV passes in the engine on
         the levels, then numpy (exact; slower than fetching the levels on DuckDB, see Notes).
-        ``"auto"``: the grid when it is exact or the source has more than :data:`LEVEL_CAP`
-        rows, the levels otherwise.
+        ``"auto"`` (exact): the grid when it is exact; else the levels up to
+        :data:`LEVEL_CAP` rows; above, the grid refined to the exact fit (Notes).
     cells : int, default 2**16
         Cells of the grid (a power of two).
 
@@ -370,6 +370,14 @@ def isotonic(
     §1.11; Claim 6 of the agnostic paper, seed004 §5.3).
 
     PAV itself runs in numpy on the reduced rows (scipy's ``isotonic_regression``, O(blocks)).
+    The refinement makes the grid fit exact without reading every level: isotonic regression
+    is characterised (KKT) by blocks of increasing values v in which every prefix of levels
+    carries Σw(y − v) ≥ 0. The grid fit satisfies this at cell boundaries; inside a mixed cell
+    it can fail only if the prefix sum at the cell's start is below v·Σw(1 − y) of the cell.
+    Those cells get one windowed scan (RANGE frame by group and cell, the cell's v joined as a
+    small table) for their lowest prefix; the cells that fail are replaced by their levels and
+    PAV runs again, until every check passes (``info["refined_cells"]``). At 10⁷ continuous
+    scores in 10 groups this expands about 5,000 of 480,000 mixed cells, in one or two rounds.
     With continuous scores the levels are as many as the rows, and their GROUP BY costs more
     than scikit-learn's fetch-and-sort; the grid costs one GROUP BY into at most ``cells`` rows
     per group. Pooling cells changes the fit in the cells where the exact fit is not constant,
@@ -427,6 +435,9 @@ def isotonic_blocks(src: Source, method: str = "auto", cells: int = GRID_CELLS
                 "cells": cells}
         if method == "auto" and mixed and int(grid["n"].sum()) <= LEVEL_CAP:
             method = "levels"
+        elif method == "auto" and mixed:
+            blocks, info["refined_cells"], info["exact"] = _refine(src, grid, cells)
+            info["method"] = "grid, refined"
     if method == "levels":
         lv = level_sets(src)
         blocks = pd.DataFrame({**{k: lv[k] for k in by}, "lo": lv["p"], "hi": lv["p"],
@@ -442,12 +453,14 @@ def isotonic_blocks(src: Source, method: str = "auto", cells: int = GRID_CELLS
     return out.sort_values([*by, "lo"], ignore_index=True, kind="stable"), info
 
 
-def _pav(key: dict, part: pd.DataFrame) -> pd.DataFrame:
+def _pav(key: dict, part: pd.DataFrame, items: bool = False):
+    """PAV over a group's rows (levels, cells, blocks: lo, hi, n, W, Y) → its blocks; with
+    ``items``, also the rows used (sorted, weight > 0) and each one's block index."""
     part = part.sort_values("lo", kind="stable")
     part = part[part["W"].to_numpy(float) > 0]  # rows of weight 0 carry nothing
     W, Y = part["W"].to_numpy(float), part["Y"].to_numpy(float)
     if len(W) == 0:
-        return pd.DataFrame()
+        return (pd.DataFrame(), part, np.zeros(0, int)) if items else pd.DataFrame()
     fit = optimize.isotonic_regression(Y / W, weights=W, increasing=True)
     starts = np.asarray(fit.blocks[:-1])
     sums = {c: np.add.reduceat(part[c].to_numpy(float), starts) for c in ("n", "W", "Y")}
@@ -465,7 +478,80 @@ def _pav(key: dict, part: pd.DataFrame) -> pd.DataFrame:
                         "Y": merged["Y"]})
     for k, v in reversed(key.items()):
         out.insert(0, k, v)
-    return out
+    if not items:
+        return out
+    member = np.repeat(ids, np.diff(np.append(starts, len(W))))  # block of each row
+    return out, part, member
+
+
+def _refine(src: Source, grid: pd.DataFrame, cells: int, rounds: int = 8):
+    """Make the grid fit exact where it is not: the KKT conditions of isotonic regression ask,
+    in every block of value v, that each prefix of levels carry Σw(y − v) ≥ 0. Between cells
+    the grid fit satisfies them; inside a mixed cell, one windowed scan of its rows (RANGE frame
+    partitioned by group and cell, as the cutoff error's) finds the lowest prefix. Cells that
+    fail are replaced by their levels and PAV runs again, until every check passes.
+
+    Returns the rows for the final PAV (cells and levels), the number of cells expanded to
+    levels, and whether every check passed (False only after ``rounds`` rounds)."""
+    by = list(src.by)
+    items = pd.DataFrame({**{k: grid[k] for k in by}, "cell": grid["cell"].astype(int),
+                          "lo": grid["p_min"], "hi": grid["p_max"], "n": grid["n"],
+                          "W": grid["W"], "Y": grid["swy"],
+                          "mixed": (grid["p_min"] < grid["p_max"]).to_numpy()})
+    parts = {key_tuple(k): part for k, part in groups(items, by)}
+    expanded = 0
+    for round_ in range(rounds):
+        risky = []
+        for k, part in parts.items():
+            _, used, member = _pav(dict(zip(by, k)), part, items=True)
+            if not len(used):
+                continue
+            blocks_value = _block_values(used, member)
+            v = blocks_value[member]
+            resid = used["Y"].to_numpy(float) - v * used["W"].to_numpy(float)
+            # Σw(y − v) over the block's earlier rows: the prefix sum before each row
+            total = np.cumsum(resid)
+            first = np.r_[0, np.flatnonzero(np.diff(member)) + 1]
+            before = total - resid - np.repeat(np.r_[0.0, total][first],
+                                               np.diff(np.r_[first, len(member)]))
+            # only a cell whose negative mass (≤ v·Σw(1 − y)) can outweigh `before` can fail
+            at_risk = used["mixed"].to_numpy() & (
+                before - v * (used["W"].to_numpy(float) - used["Y"].to_numpy(float)) < 0)
+            if at_risk.any():
+                risky.append(pd.DataFrame({**{c: [val] * int(at_risk.sum())
+                                              for c, val in zip(by, k)},
+                                           "cell": used["cell"].to_numpy()[at_risk],
+                                           "v": v[at_risk], "before": before[at_risk]}))
+        if not risky:
+            return pd.concat(parts.values(), ignore_index=True), expanded, True
+        centres = pd.concat(risky, ignore_index=True)
+        scan = summaries.execute(summaries.cell_prefix_min(src.rows, by, cells, centres,
+                                                           weighted=src.weighted))
+        judged = centres.merge(scan, on=[*by, "cell"], how="left") if by else centres.merge(
+            scan, on="cell", how="left")
+        failing = judged[judged["before"] + judged["s_min"].fillna(0.0) < 0]
+        if not len(failing):
+            return pd.concat(parts.values(), ignore_index=True), expanded, True
+        wanted = {key_tuple(k): part["cell"].astype(int).tolist()
+                  for k, part in groups(failing, by)}
+        levels = summaries.fill_unweighted(summaries.execute(summaries.cell_levels_of(
+            src.rows, by, cells, failing, frozenset({"sums"}), weighted=src.weighted)))
+        found = {key_tuple(k): part for k, part in groups(levels, by)}
+        for k, ids in wanted.items():
+            part, lv = parts[k], found.get(k)
+            ids = set(ids)
+            parts[k] = pd.concat([part[~part["cell"].isin(ids)], pd.DataFrame({
+                **{c: lv[c] for c in by}, "cell": lv["cell"].astype(int), "lo": lv["p"],
+                "hi": lv["p"], "n": lv["n"], "W": lv["W"], "Y": lv["swy"], "mixed": False})],
+                ignore_index=True)
+            expanded += len(ids)
+    return pd.concat(parts.values(), ignore_index=True), expanded, False
+
+
+def _block_values(used: pd.DataFrame, member: np.ndarray) -> np.ndarray:
+    """Each block's value Σwy/Σw from the rows PAV used and their block index."""
+    return (np.bincount(member, weights=used["Y"].to_numpy(float))
+            / np.bincount(member, weights=used["W"].to_numpy(float)))
 
 
 def _reduce_in_engine(src: Source) -> tuple[pd.DataFrame, int]:

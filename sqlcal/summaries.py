@@ -258,20 +258,56 @@ def cell_levels(rows: ir.Table, by: Sequence[str], cells: int, wanted: dict,
 
 
 def cell_extremes(rows: ir.Table, by: Sequence[str], cells: int, wanted: dict, *,
-                  weighted: bool) -> ir.Table:
+                  weighted: bool, centre: Callable | None = None) -> ir.Table:
     """The segmented scan, inside the wanted cells: per group and cell, the max and min of the
     running residual sum from the cell's start (``s_max``, ``s_min``) and a score reaching each.
+    The residual is y − p, or y − ``centre(rows)`` (an expression of the row, e.g. a fitted map).
 
     The window is partitioned by (group, cell) and ordered by score with a RANGE frame, so tied
     rows are peers and share one running sum (ties are one unit), and no window spans a group.
     """
     t = _rows_in_cells(rows, cells, wanted)
-    r = t.w * (t.y - t.p) if weighted else t.y - t.p
+    c = t.p if centre is None else centre(t)
+    r = t.w * (t.y - c) if weighted else t.y - c
     within = ibis.range_window(preceding=None, following=0, group_by=[*by, "cell"], order_by=t.p)
     t = t.mutate(S=r.sum().over(within))
     return t.group_by([*by, "cell"]).aggregate(
         s_max=t.S.max(), s_min=t.S.min(), p_at_max=t.p.argmax(t.S), p_at_min=t.p.argmin(t.S)
     )
+
+
+def _joined_to_cells(rows: ir.Table, by: Sequence[str], cells: int,
+                     frame: pd.DataFrame) -> ir.Table:
+    """The rows of the (group, cell) pairs listed in ``frame`` (keys, ``cell``, other columns
+    suffixed ``_``): a join against it as a small table, not an IN list, whose thousands of
+    literals would cost Ibis seconds to compile."""
+    t = rows.mutate(cell=score_cell(rows.p, cells))
+    small = frame.rename(columns={c: f"{c}_" for c in frame.columns if c not in by})
+    m = ibis.memtable(small)
+    on = [t.cell == m.cell_, *(t[k].identical_to(m[k]) for k in by)]
+    extra = [c for c in small.columns if c not in (*by, "cell_")]
+    return t.join(m, on).select(*by, "cell", "p", "y", "w", *extra)
+
+
+def cell_levels_of(rows: ir.Table, by: Sequence[str], cells: int, wanted: pd.DataFrame,
+                   parts: frozenset, *, weighted: bool) -> ir.Table:
+    """The levels summary inside the (group, cell) pairs of ``wanted`` (keys and ``cell``)."""
+    t = _joined_to_cells(rows, by, cells, wanted[[*by, "cell"]])
+    sums = _sums(t, parts, weighted=weighted)
+    sums.pop("p_max"), sums.pop("p_min", None)
+    return t.group_by([*by, "cell", "p"]).aggregate(**sums)
+
+
+def cell_prefix_min(rows: ir.Table, by: Sequence[str], cells: int, centres: pd.DataFrame, *,
+                    weighted: bool) -> ir.Table:
+    """Per group and wanted cell, the lowest running sum of w(y − v) from the cell's start (a
+    RANGE window, ties one unit), with v the cell's own centre: ``centres`` has the keys,
+    ``cell`` and ``v`` (joined, keys compared NULL-safely)."""
+    t = _joined_to_cells(rows, by, cells, centres[[*by, "cell", "v"]])
+    r = t.w * (t.y - t.v_) if weighted else t.y - t.v_
+    within = ibis.range_window(preceding=None, following=0, group_by=[*by, "cell"], order_by=t.p)
+    t = t.mutate(S=r.sum().over(within))
+    return t.group_by([*by, "cell"]).aggregate(s_min=t.S.min())
 
 
 # -- logit grid: the linear-binned histogram behind LS-ECE ------------------------------------

@@ -439,3 +439,25 @@ def test_maps_take_boolean_keys_and_frames_with_repeated_index():
                                m.transform_frame(df, "p"))
     empty = sqlcal.isotonic(df.assign(w=0.0), score="p", label="y", weight="w")
     assert np.isnan(empty.transform([0.5])).all() and len(empty.mapping_frame()) == 0
+
+
+@pytest.mark.parametrize("weights", [False, True])
+def test_large_sources_get_the_exact_fit_by_refining_the_grid(upload, monkeypatch, weights):
+    """Above LEVEL_CAP rows, auto reads the grid, checks the KKT conditions inside every mixed
+    cell with one windowed scan, and replaces failing cells by their levels: the exact fit.
+    Coarse grids make most cells mixed; NULL keys form a group of their own."""
+    df = calibration_data(6000, 71, groups=2, weights=weights)
+    df.loc[df.index % 7 == 0, "g"] = None
+    t = upload(df)
+    cols = dict(score="p", label="y", by="g", weight="w" if weights else None)
+    exact = sqlcal.isotonic(t, **cols, method="levels")
+    monkeypatch.setattr(recalibrate, "LEVEL_CAP", 100)
+    for cells in (2**16, 256, 16):
+        fit = sqlcal.isotonic(t, **cols, cells=cells)
+        assert fit.info["method"] == "grid, refined" and fit.info["exact"]
+        assert fit.info["refined_cells"] > 0
+        assert len(fit.table) == len(exact.table)
+        np.testing.assert_allclose(fit.transform_frame(df, "p"), exact.transform_frame(df, "p"),
+                                   rtol=0, atol=1e-15)
+    grid_only = sqlcal.isotonic(t, **cols, method="grid", cells=16)
+    assert not grid_only.info["exact"]
