@@ -26,7 +26,7 @@ from scipy import optimize, special
 
 from sqlcal import summaries
 from sqlcal.metrics import groups, key_tuple, level_sets, result, safe_div
-from sqlcal.metrics.cells import cells_summary
+from sqlcal.metrics.cells import cells_summary, pair_levels
 from sqlcal.metrics.scores import totals_summary
 from sqlcal.source import Source, as_source
 from sqlcal.summaries import number
@@ -118,9 +118,8 @@ class CalibrationMap:
         else:
             branches = []
             for key, part in groups(self.table, list(self.by)):
-                match = ibis.and_(*(table[k].isnull() if pd.isna(v) else table[k] == v
-                                    for k, v in key.items()))
-                branches.append((match, self._piece_expr(part, p)))
+                branches.append((_key_match(table, key_tuple(key), self.by),
+                                 self._piece_expr(part, p)))
             value = ibis.cases(*branches, else_=ibis.null("float64"))
         return _missing_score(p, value)
 
@@ -534,9 +533,8 @@ def _refine(src: Source, grid: pd.DataFrame, cells: int, rounds: int = 8):
             return pd.concat(parts.values(), ignore_index=True), expanded, True
         wanted = {key_tuple(k): part["cell"].astype(int).tolist()
                   for k, part in groups(failing, by)}
-        levels = summaries.fill_unweighted(summaries.execute(summaries.cell_levels_of(
-            src.rows, by, cells, failing, frozenset({"sums"}), weighted=src.weighted)))
-        found = {key_tuple(k): part for k, part in groups(levels, by)}
+        found = {key_tuple(k): part
+                 for k, part in groups(pair_levels(src, cells, failing), by)}
         for k, ids in wanted.items():
             part, lv = parts[k], found.get(k)
             ids = set(ids)
@@ -801,7 +799,8 @@ def _separated(src: Source, offset: bool) -> set:
     by, rows = list(src.by), src.rows
     w = rows.w if src.weighted else ibis.literal(1.0)
     pos, neg = (rows.y > 0) & (w > 0), (rows.y < 1) & (w > 0)
-    frame = summaries.execute(summaries._aggregate(
+    # cached: the slope and the offset intercept of calibration_slope read it once
+    frame = src.scan(("label_ranges",), lambda: summaries._aggregate(
         rows, by, n_pos=rows.count(where=pos), n_neg=rows.count(where=neg),
         pos_min=rows.p.min(where=pos), pos_max=rows.p.max(where=pos),
         neg_min=rows.p.min(where=neg), neg_max=rows.p.max(where=neg)))
@@ -914,10 +913,13 @@ def _coefficient(rows: ir.Table, by: list, values: dict) -> ir.FloatingValue:
     """A per-group constant inlined as a CASE on the group keys."""
     if not by:
         return number(next(iter(values.values())))
-    branches = [(ibis.and_(*(rows[k].isnull() if v is None else rows[k] == v
-                             for k, v in zip(by, key))), number(value))
-                for key, value in values.items()]
+    branches = [(_key_match(rows, key, by), number(value)) for key, value in values.items()]
     return ibis.cases(*branches, else_=ibis.null("float64"))
+
+
+def _key_match(rows: ir.Table, key: tuple, by) -> ir.BooleanValue:
+    """Rows of the group with these key values (a NULL key value matches NULL)."""
+    return ibis.and_(*(rows[k].isnull() if v is None else rows[k] == v for k, v in zip(by, key)))
 
 
 def _engine_stats(src: Source, x_of, targets, offset):

@@ -251,26 +251,30 @@ def in_cells(t: ir.Table, wanted: dict) -> ir.BooleanValue:
 def cell_levels(rows: ir.Table, by: Sequence[str], cells: int, wanted: dict,
                 parts: frozenset, *, weighted: bool) -> ir.Table:
     """The levels summary (one row per group and distinct score) inside the wanted cells only."""
-    t = _rows_in_cells(rows, cells, wanted)
+    return _cell_levels(_rows_in_cells(rows, cells, wanted), by, parts, weighted)
+
+
+def _cell_levels(t: ir.Table, by: Sequence[str], parts: frozenset, weighted: bool) -> ir.Table:
     sums = _sums(t, parts, weighted=weighted)
-    sums.pop("p_max"), sums.pop("p_min", None)
+    sums.pop("p_max"), sums.pop("p_min", None)  # the key p is the score itself
     return t.group_by([*by, "cell", "p"]).aggregate(**sums)
 
 
-def cell_extremes(rows: ir.Table, by: Sequence[str], cells: int, wanted: dict, *,
-                  weighted: bool, centre: Callable | None = None) -> ir.Table:
-    """The segmented scan, inside the wanted cells: per group and cell, the max and min of the
-    running residual sum from the cell's start (``s_max``, ``s_min``) and a score reaching each.
-    The residual is y − p, or y − ``centre(rows)`` (an expression of the row, e.g. a fitted map).
-
-    The window is partitioned by (group, cell) and ordered by score with a RANGE frame, so tied
-    rows are peers and share one running sum (ties are one unit), and no window spans a group.
-    """
-    t = _rows_in_cells(rows, cells, wanted)
-    c = t.p if centre is None else centre(t)
-    r = t.w * (t.y - c) if weighted else t.y - c
+def _running(t: ir.Table, by: Sequence[str], r: ir.NumericValue) -> ir.NumericValue:
+    """The running sum of r from its cell's start: a window partitioned by (group, cell) and
+    ordered by score with a RANGE frame, so tied rows are peers and share one running sum (ties
+    are one unit), and no window spans a group."""
     within = ibis.range_window(preceding=None, following=0, group_by=[*by, "cell"], order_by=t.p)
-    t = t.mutate(S=r.sum().over(within))
+    return r.sum().over(within)
+
+
+def cell_extremes(rows: ir.Table, by: Sequence[str], cells: int, wanted: dict, *,
+                  weighted: bool) -> ir.Table:
+    """The segmented scan, inside the wanted cells: per group and cell, the max and min of the
+    running residual sum Σw(y − p) from the cell's start (``s_max``, ``s_min``) and a score
+    reaching each (see :func:`_running`)."""
+    t = _rows_in_cells(rows, cells, wanted)
+    t = t.mutate(S=_running(t, by, t.w * (t.y - t.p) if weighted else t.y - t.p))
     return t.group_by([*by, "cell"]).aggregate(
         s_max=t.S.max(), s_min=t.S.min(), p_at_max=t.p.argmax(t.S), p_at_min=t.p.argmin(t.S)
     )
@@ -291,11 +295,10 @@ def _joined_to_cells(rows: ir.Table, by: Sequence[str], cells: int,
 
 def cell_levels_of(rows: ir.Table, by: Sequence[str], cells: int, wanted: pd.DataFrame,
                    parts: frozenset, *, weighted: bool) -> ir.Table:
-    """The levels summary inside the (group, cell) pairs of ``wanted`` (keys and ``cell``)."""
-    t = _joined_to_cells(rows, by, cells, wanted[[*by, "cell"]])
-    sums = _sums(t, parts, weighted=weighted)
-    sums.pop("p_max"), sums.pop("p_min", None)
-    return t.group_by([*by, "cell", "p"]).aggregate(**sums)
+    """The levels summary inside the (group, cell) pairs of ``wanted`` (keys and ``cell``): no
+    other group's cells are read, unlike :func:`cell_levels`' shared IN list."""
+    return _cell_levels(_joined_to_cells(rows, by, cells, wanted[[*by, "cell"]]), by, parts,
+                        weighted)
 
 
 def cell_prefix_min(rows: ir.Table, by: Sequence[str], cells: int, centres: pd.DataFrame, *,
@@ -304,9 +307,7 @@ def cell_prefix_min(rows: ir.Table, by: Sequence[str], cells: int, centres: pd.D
     RANGE window, ties one unit), with v the cell's own centre: ``centres`` has the keys,
     ``cell`` and ``v`` (joined, keys compared NULL-safely)."""
     t = _joined_to_cells(rows, by, cells, centres[[*by, "cell", "v"]])
-    r = t.w * (t.y - t.v_) if weighted else t.y - t.v_
-    within = ibis.range_window(preceding=None, following=0, group_by=[*by, "cell"], order_by=t.p)
-    t = t.mutate(S=r.sum().over(within))
+    t = t.mutate(S=_running(t, by, t.w * (t.y - t.v_) if weighted else t.y - t.v_))
     return t.group_by([*by, "cell"]).aggregate(s_min=t.S.min())
 
 

@@ -39,6 +39,17 @@ def cells_summary(src: Source, parts=(), cells: int | None = None) -> pd.DataFra
         src.rows, src.by, cells, parts, weighted=src.weighted, checks=checks))
 
 
+def pair_levels(src: Source, cells: int, pairs: pd.DataFrame) -> pd.DataFrame:
+    """The levels summary (n, W, swy, swp per distinct score) of the given (group, cell) pairs
+    only (``pairs``: the keys and ``cell``), cached on the source: how a cell summary is made
+    exact where it has to be."""
+    by = list(src.by)
+    pairs = pairs[[*by, "cell"]].drop_duplicates().reset_index(drop=True)
+    key = tuple(map(tuple, pairs.astype(object).where(pairs.notna(), None).to_numpy()))
+    return src.scan(("pair_levels", cells, key), lambda: summaries.cell_levels_of(
+        src.rows, by, cells, pairs, frozenset({"sums"}), weighted=src.weighted))
+
+
 def equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
     """One row per group and non-empty equal-mass bin: the summed columns, ``p_min``, ``p_max``,
     and the group's interior edges ``e1 … e{B−1}``.

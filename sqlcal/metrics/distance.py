@@ -20,10 +20,9 @@ import pandas as pd
 from scipy import sparse
 from scipy.optimize import linprog
 
-from sqlcal import summaries
-from sqlcal.metrics import groups, key_tuple, level_sets, per_group, result, safe_div
+from sqlcal.metrics import level_sets, per_group, result, safe_div
 from sqlcal.metrics.binned import bins_summary
-from sqlcal.metrics.cells import cells_summary
+from sqlcal.metrics.cells import cells_summary, pair_levels
 from sqlcal.metrics.smooth import SMOOTH_CELLS
 from sqlcal.source import Source, as_source
 
@@ -375,14 +374,7 @@ def _reduced(src: Source, mode: str, max_levels: int) -> pd.DataFrame:
     mixed = cells["p_min"] < cells["p_max"]
     if mode == "cells" or not mixed.any() or cells.loc[mixed, "n"].sum() > max_levels:
         return cells
-    ids = {key_tuple(k): part.loc[part["p_min"] < part["p_max"], "cell"].tolist()
-           for k, part in groups(cells, by)}
-    key = tuple((k, tuple(sorted(v))) for k, v in ids.items())
-    inside = src.scan(("levels", SMOOTH_CELLS, key, frozenset({"sums"})), lambda: (
-        summaries.cell_levels(src.rows, src.by, SMOOTH_CELLS, ids, frozenset({"sums"}),
-                              weighted=src.weighted)))
-    # the query reads the union of every group's wanted cells: keep each group's own
-    inside = inside.merge(cells.loc[mixed, [*by, "cell"]], on=[*by, "cell"], how="inner")
+    inside = pair_levels(src, SMOOTH_CELLS, cells.loc[mixed, [*by, "cell"]])
     inside = inside.assign(lo=inside["p"], hi=inside["p"])
     frame = pd.concat([cells[~mixed], inside], ignore_index=True)
     return frame.sort_values([*by, "p"], ignore_index=True, kind="stable")
@@ -414,12 +406,11 @@ def _levels(part: pd.DataFrame) -> _Levels | None:
 
 
 def _per_group(src: Source, frame: pd.DataFrame, finish, empty: dict) -> pd.DataFrame:
-    rows = []
-    for key, part in groups(frame, list(src.by)):
-        lv = _levels(part)
-        values = empty if lv is None else finish(lv)
-        rows.append({**key, "n": int(part["n"].sum()), "W": float(part["W"].sum()), **values})
-    return pd.DataFrame(rows, columns=None if rows else [*src.by, "n", "W", *empty])
+    """:func:`sqlcal.metrics.per_group` on each group's levels (``empty`` for a group without
+    weight, and the columns of a source without rows)."""
+    out = per_group(frame, list(src.by),
+                    lambda part: empty if (lv := _levels(part)) is None else finish(lv))
+    return out if len(out) else pd.DataFrame(columns=[*src.by, "n", "W", *empty])
 
 
 def _coarsen(lv: _Levels, buckets: int) -> _Levels:
