@@ -51,10 +51,10 @@ def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool) -> dict[
     """Cheap aggregates that prove the rows valid: NULLs by count, NaN and range by MIN/MAX (NaN
     sorts above every number in DuckDB, Postgres and Spark, so MAX is NaN when any value is), and
     non-binary labels by Σy(1−y) (0 exactly when every label in [0, 1] is 0 or 1)."""
-    # n and p_max are in every scanning summary already; a NULL score has a NULL bin, cell or
-    # level, so only a summary without such a key (the totals) needs to count scores
-    checks = {} if {"bin", "cell", "k"} & set(t.columns) else {"chk_p_count": t.p.count()}
-    checks |= {
+    # Scores are counted in every summary, whatever its key: a bin id need not be NULL for a
+    # NULL score (LEAST(NULL, B - 1) is B - 1 in DuckDB), so a key cannot stand in for the count.
+    checks = {
+        "chk_p_count": t.p.count(),
         "chk_y_count": t.y.count(),
         "chk_y_min": t.y.min(),
         "chk_y_max": t.y.max(),
