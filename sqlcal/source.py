@@ -20,6 +20,8 @@ import numpy as np
 import pandas as pd
 
 from sqlcal import summaries
+from sqlcal.condition import parse_condition
+from sqlcal.errors import InvalidInputError
 
 #: names of the normalised columns inside every query; group keys keep their own names
 INTERNAL = ("p", "y", "w")
@@ -40,8 +42,6 @@ _CHECKS = (
 )
 
 
-class InvalidInputError(ValueError):
-    """The data cannot be measured as given: a column is missing, mistyped, or has bad rows."""
 
 
 @dataclass(eq=False)
@@ -487,30 +487,13 @@ def _is_frame(data: Any) -> bool:
 
 def _apply_where(base: ir.Table, where: Any) -> ir.Table:
     if isinstance(where, str):
-        return _filter_sql(base, where)
-    return base.filter(where)
-
-
-def _filter_sql(base: ir.Table, condition: str) -> ir.Table:
-    # The condition is parsed into a sqlglot AST and attached to the query, never pasted in as text.
-    import sqlglot
-    from sqlglot import exp
-
-    backend = base._find_backend(use_default=True)
-    dialect = backend.compiler.dialect
-    try:
-        predicate = sqlglot.parse_one(condition, dialect=dialect)
-    except sqlglot.errors.ParseError as e:
-        raise ValueError(f"where={condition!r} is not a SQL condition: {e}") from None
-    if isinstance(predicate, (exp.Query, exp.Command)) or predicate.find(exp.Query):
-        raise ValueError(f"where={condition!r} must be a condition, not a query")
-    # an in-memory frame is registered with the engine only when a query runs; this query is
-    # built from SQL text, so register it now (Ibis 12 has no public call for this)
-    if hasattr(backend, "_register_in_memory_tables"):
-        backend._register_in_memory_tables(base)
-    inner = sqlglot.parse_one(str(ibis.to_sql(base)), dialect=dialect)
-    query = exp.select("*").from_(inner.subquery("t")).where(predicate)
-    return backend.sql(query.sql(dialect=dialect))
+        # parsed into an Ibis expression over the table's columns: the text never reaches the
+        # engine (see sqlcal.condition)
+        return base.filter(parse_condition(where, base))
+    if isinstance(where, ir.BooleanValue) or callable(where):
+        return base.filter(where)
+    raise InvalidInputError(f"where= must be a SQL condition string, an Ibis boolean expression "
+                            f"or a callable, not {type(where).__name__}")
 
 
 # -- validation -------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ def test_where_expression_and_sql_string(upload, df):
     same(sqlcal.ece(t, where=lambda t: t.p > 0.3, **kw), want)
     same(sqlcal.ece(t, where="p > 0.3", **kw), want)
     same(sqlcal.ece(df, where="p > 0.3", **kw), want)  # an in-memory frame too
-    with pytest.raises(ValueError, match="must be a condition"):
+    with pytest.raises(ValueError, match="subqueries are not allowed"):
         sqlcal.ece(t, where="p > (SELECT 0.3)", **kw)
 
 
