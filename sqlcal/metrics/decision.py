@@ -16,8 +16,10 @@ summary instead); the last one a single aggregate with one conditional sum per r
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 import ibis
@@ -26,6 +28,7 @@ import pandas as pd
 from scipy import optimize, sparse
 
 from sqlcal.metrics import groups, key_tuple, level_sets, per_group, result, safe_div
+from sqlcal import summaries
 from sqlcal.source import Source, as_source, source
 
 #: warn that the plug-in has degenerated when a group has at least this many distinct scores per
@@ -74,7 +77,8 @@ def calibration_decision_loss(
         One row per group: the keys, ``calibration_decision_loss``, ``n``, ``W``, ``v_star``
         (the sup of the V-curve, an upper bound), ``two_action_bound`` (the best two-action task,
         a lower bound), ``ece2_squared`` (a lower bound), ``ece`` (CDL ≤ 2·ECE), ``n_levels``
-        (level sets or non-empty bins used) and ``distinct_per_row`` (``n_levels`` / ``n``).
+        (level sets or bins that carry weight: a row of weight 0 counts nowhere) and
+        ``distinct_per_row`` (``n_levels`` / ``n``).
 
     Notes
     -----
@@ -184,7 +188,12 @@ def decision_loss(
         The best response where actions tie: the one with the larger u(a, 1) − u(a, 0) (the
         action for higher probabilities: "act iff q ≥ t", as :func:`decision_risk_gap`) or the
         smaller ("act iff q > t", the survey's :math:`\sigma(v)=1[v>1/2]` for its task
-        :math:`T_1`).
+        :math:`T_1`); among identical actions, the first listed. Decided exactly, with no
+        tolerance: the payoffs are read as the decimals they print as (0.1 is 1/10), two
+        actions' payoff lines cross at an exact rational, and a score equal to the double
+        nearest that crossing is a tie (so a score of 0.3 ties at a crossing of exactly 3/10);
+        every other score is on the side its exact value is. The same rule as
+        :func:`expected_cost`'s ``tie``.
     bins : int, optional
         As for :func:`calibration_decision_loss`.
 
@@ -315,6 +324,7 @@ def decision_risk_gap(
     rows = []
     for key, part in groups(levels, list(src.by)):
         base = {**key, "n": int(part["n"].sum()), "W": float(part["W"].sum())}
+        part = part[part["W"] > 0]  # a score held only by weight-0 rows is no threshold
         u = part["p"].to_numpy(float)
         Wk, Yk = part["W"].to_numpy(float), part["swy"].to_numpy(float)
         rows += [base | {"threshold": t} | _risks(u, Wk, Yk, t) for t in thresholds]
@@ -337,6 +347,7 @@ def expected_cost(
     validation: Any = None,
     validation_label: str | None = None,
     delta: float = 0.05,
+    tie: str = "higher",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""The expected cost of interval decision rules, estimated from the scores alone (no
@@ -357,18 +368,33 @@ def expected_cost(
         Actions with their costs per positive and per negative: adds the rule ``"best"``, the
         one with the lowest estimated cost among all rules over these actions (each score takes
         the action with the lowest a·f + b·(1 − f): Bayes on the scores, which is an interval
-        rule). Its intervals are in ``attrs["rules"]``.
+        rule). Its intervals are in ``attrs["rules"]``, as (l, r] in doubles.
     epsilon : float, optional
         A bound on the cutoff error :math:`c_{emp}` of this table's own rows: then the bound on
         the realised cost is deterministic (Gao et al. eq. (2)).
     validation : Source or data, optional
-        Instead of ``epsilon``: labeled held-out rows scored by the same model, given as a
-        :func:`sqlcal.source` (its group keys must be ``by`` or none) or as data with the same
-        score column and the label ``validation_label``. See Notes for what the bounds then mean.
+        Instead of ``epsilon``: labeled held-out rows scored by the same model. Data (a frame,
+        path, Ibis table, ...) is read exactly as this table is: the same score column, the same
+        weight column (a weighted table makes a weighted validation set: its rows' weights count
+        as this table's do), the same group keys, ``on_invalid`` and ``soft_labels``, and the
+        label column ``validation_label`` (default: ``label``). ``where=`` filters this table
+        only. A :func:`sqlcal.source` is taken as it is, but must be weighted like this table
+        (the same weight column, or none when this table has none: a mismatch is an error) and
+        grouped by ``by`` or not at all. See Notes for what the bounds then mean.
     validation_label : str, optional
-        The label column of ``validation`` when it is not a Source.
+        The label column of ``validation`` when it is data; required when this table has no
+        label.
     delta : float, default 0.05
         Failure probability of each confidence statement (with ``validation``).
+    tie : {"higher", "lower"}, default "higher"
+        With ``actions``: where two actions cost the same at a score, the one best just above
+        it (the least a − b: the action for higher probabilities, as :func:`decision_loss`) or
+        just below it; identical actions go to the first listed. Decided exactly: the costs are
+        read as the decimals they print as (0.1 is 1/10), two actions' cost lines cross at an
+        exact rational, a score equal to the double nearest that crossing is a tie, and every
+        other score is on the side its exact value is. For the actions (1, 0), (0.1, 0.3),
+        (0, 0.6) the scores 0.25 and 0.75 are ties: "higher" gives them the second and third
+        action, "lower" the first and second.
 
     Returns
     -------
@@ -377,8 +403,9 @@ def expected_cost(
         label-free estimate per unit weight, :math:`\sum_i w_i\sum_j 1\{l_j<f_i\le r_j\}
         [a_jf_i+b_j(1-f_i)]/W`; times W for the total), ``error_bound`` (bound on the absolute
         difference between the realised cost per unit weight and the estimate), ``cost_lower``,
-        ``cost_upper`` (estimate ∓ bound), ``epsilon`` (the bound used for this table's cutoff
-        error), ``population_bound`` (with ``validation``: bound on the absolute difference
+        ``cost_upper`` (the range of the realised cost the bound allows: estimate ∓ bound, cut
+        to the costs labels can give; see Notes), ``epsilon`` (the bound used for this table's
+        cutoff error), ``population_bound`` (with ``validation``: bound on the absolute difference
         between the population's expected cost per row and the estimate), ``coverage`` (share
         of the weight in some interval) and ``realised_cost`` (with labels; else NaN).
         ``attrs["rules"]`` holds the rules' intervals (with ``actions``, the best rule's and
@@ -391,6 +418,13 @@ def expected_cost(
     in the agnostic setting", §2.4 Claim 1 and §3.3.4 eq. (2); spec seed004 §6). For every
     interval, :math:`|\sum_i w_i1\{l<f_i\le r\}(y_i-f_i)|\le c_{emp}W`, so the realised cost
     differs from the estimate by at most :math:`c_{emp}\sum_j|a_j-b_j|` per unit weight.
+    ``cost_lower`` and ``cost_upper`` are the tightest range this gives: the label mass
+    :math:`Y_j` of interval j lies within :math:`\epsilon W` of its score mass :math:`F_j` and
+    in :math:`[0, W_j]` (labels are in [0, 1]), and the realised cost is
+    :math:`\sum_j[a_jY_j+b_j(W_j-Y_j)]/W`, each term at its smallest or largest. So the range is
+    inside estimate ∓ ``error_bound`` and inside
+    :math:`[\sum_jW_j\min(a_j,b_j),\ \sum_jW_j\max(a_j,b_j)]/W`: a cost of 0 is in it only
+    through scores in no interval. NaN without ``epsilon`` or ``validation``.
 
     With ``validation`` (rows not used to fit or recalibrate the model, i.i.d. like this table),
     :math:`\hat\epsilon` is the ``upper_bound`` column of :func:`sqlcal.cutoff_error` on them:
@@ -405,6 +439,9 @@ def expected_cost(
     least 1 − 2δ, and much tighter. n is W for whole-number weights, W²/Σw² otherwise (a
     heuristic). Both statements assume i.i.d. rows: drift between the validation rows and this
     table breaks them.
+
+    With ``validation``, the weights of its rows count exactly as this table's: a row of
+    weight 2 is two rows in its cutoff error and in its n.
 
     Examples
     --------
@@ -423,17 +460,19 @@ def expected_cost(
         raise ValueError(f"epsilon must be a non-negative number, not {epsilon!r}")
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), not {delta!r}")
+    if tie not in ("higher", "lower"):
+        raise ValueError(f"tie must be 'higher' or 'lower', not {tie!r}")
     if rules is None and actions is None:
         raise TypeError("pass rules= (interval rules) or actions= (to find the best rule), or both")
     parts = [] if rules is None else [_rules_table(rules)]
     if actions is not None:
         if parts and "best" in set(parts[0]["rule"]):
             raise ValueError("a rule is named 'best'; rename it (actions= adds the rule 'best')")
-        parts.append(_best_rule(actions))
+        parts.append(_best_rule(actions, tie))
     table = pd.concat(parts, ignore_index=True)
     src, labelled = _cost_source(data, score, label, weight, by, where, source_options)
     sums, index = _interval_sums(src, table, labelled)
-    eps_val = _validation_bound(validation, validation_label, src, delta)
+    eps_val = _validation_bound(validation, validation_label, src, labelled, delta)
     by_keys = list(src.by)
     rows = []
     for key, part in groups(sums, by_keys):
@@ -598,15 +637,13 @@ def _threshold_loss(v, mass, ybar, t, tie) -> dict:
 def _finite_task_loss(v, mass, ybar, table, tie) -> dict:
     if mass is None:
         return _nan_row("decision_loss", "payoff", "recalibrated_payoff")
-    line = lambda q: np.outer(1 - q, table[:, 0]) + np.outer(q, table[:, 1])
-    at_v, at_y = line(v), line(ybar)
-    # best response to v; among tied actions the steepest ("higher") or the flattest, then the
-    # first. A tolerance, as a tie computed in floating point is rarely exact.
-    scale = 1e-12 * max(1.0, float(np.abs(table).max()))
-    tied = at_v >= at_v.max(axis=1, keepdims=True) - scale
-    sign = 1.0 if tie == "higher" else -1.0
-    slope = np.where(tied, sign * (table[:, 1] - table[:, 0]), -np.inf)
-    played = np.argmax(slope, axis=1)
+    at_y = np.outer(1 - ybar, table[:, 0]) + np.outer(ybar, table[:, 1])
+    # the best response to v, decided exactly (ties by the rule of _best_pieces): the payoff
+    # u(a, 0)(1 − q) + u(a, 1)q is minus the cost with a = −u(a, 1), b = −u(a, 0)
+    pieces = _best_pieces(-table[:, ::-1], tie)
+    ends = np.array([r for r, _ in pieces])
+    actions = np.array([j for _, j in pieces])
+    played = actions[np.minimum(np.searchsorted(ends, v, side="left"), len(ends) - 1)]
     got = at_y[np.arange(len(v)), played]
     best = at_y.max(axis=1)
     return {"decision_loss": float((mass * (best - got)).sum()),
@@ -673,31 +710,82 @@ def _rules_table(rules: Any) -> pd.DataFrame:
     return table.reset_index(drop=True)
 
 
-def _best_rule(actions: Any) -> pd.DataFrame:
-    """The rule taking, at every score, the action of least expected cost a·f + b·(1 − f): the
-    lower envelope of the actions' cost lines, as intervals (l, r] (the first from −1, to hold a
-    score of 0). At a crossing both actions cost the same, so either side may hold it."""
+def _best_rule(actions: Any, tie: str) -> pd.DataFrame:
+    """The rule taking, at every score, the action of least expected cost a·f + b·(1 − f), under
+    the exact tie rule of :func:`_best_pieces`: intervals (l, r] of doubles (the first from −1,
+    to hold a score of 0)."""
     items = list(actions.values() if isinstance(actions, Mapping) else actions)
     names = list(actions.keys()) if isinstance(actions, Mapping) else list(range(len(items)))
-    costs = np.asarray(items, dtype=float)
+    try:
+        costs = np.asarray(items, dtype=float)
+    except (TypeError, ValueError):
+        costs = np.empty((0, 0))
     if costs.ndim != 2 or costs.shape[1] != 2 or not len(costs) or not np.isfinite(costs).all():
         raise ValueError("actions must be finite (a, b) pairs: cost per positive, per negative")
-    a, b = costs[:, 0], costs[:, 1]
-    # the lines a·f + b(1 − f) cross where f = (b_j − b_i) / ((a_i − b_i) − (a_j − b_j))
-    slope = a - b
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cross = (b[None, :] - b[:, None]) / (slope[:, None] - slope[None, :])
-    cuts = np.unique(np.concatenate([[0.0, 1.0], cross[(cross > 0) & (cross < 1)]]))
-    middles = (cuts[:-1] + cuts[1:]) / 2
-    choice = np.argmin(b[None, :] + np.outer(middles, slope), axis=1)  # first of tied actions
-    rows = []
-    for k, j in enumerate(choice):
-        if rows and rows[-1]["action"] == names[j]:
-            rows[-1]["r"] = cuts[k + 1]
-        else:
-            rows.append({"rule": "best", "l": -1.0 if k == 0 else cuts[k], "r": cuts[k + 1],
-                         "a": a[j], "b": b[j], "action": names[j]})
+    rows, lo = [], -1.0
+    for r, j in _best_pieces(costs, tie):
+        rows.append({"rule": "best", "l": lo, "r": r, "a": costs[j, 0], "b": costs[j, 1],
+                     "action": names[j]})
+        lo = r
     return pd.DataFrame(rows)
+
+
+def _best_pieces(costs: np.ndarray, tie: str) -> list[tuple[float, int]]:
+    """The action of least expected cost a·q + b·(1 − q) at every score q in [0, 1], decided
+    exactly, as pieces (r, j): the scores f (doubles) with r_prev < f ≤ r take action j (r_prev is
+    −inf for the first piece, and the last r is 1).
+
+    The rule: costs are read as the decimals they print as (0.1 is 1/10, what the user wrote, not
+    the double nearest it) and compared in exact rational arithmetic. Two cost lines cross at an
+    exact rational x; a score equal to the double nearest x is *at* the crossing, where the tied
+    actions go by ``tie``: "higher", the action best just above the crossing (the least slope
+    a − b; "act iff q ≥ t"), or "lower", the one best just below (the greatest slope); identical
+    actions go to the first listed. Every other score is compared exactly as the double it is.
+    Floating point decides nothing: a crossing computed in floats lands either side of a score
+    that sits on it (0.25 or 0.75 for the costs (1, 0), (0.1, 0.3), (0, 0.6))."""
+    a = [_decimal(x) for x in costs[:, 0]]
+    b = [_decimal(x) for x in costs[:, 1]]
+    k = len(a)
+    slope = [a[j] - b[j] for j in range(k)]
+    order = (lambda j: (slope[j], j)) if tie == "higher" else (lambda j: (-slope[j], j))
+
+    def choose(q: Fraction) -> int:
+        cost = [b[j] + slope[j] * q for j in range(k)]
+        least = min(cost)
+        return min((j for j in range(k) if cost[j] == least), key=order)
+
+    at: dict[float, Fraction] = {}  # the double nearest a crossing -> the crossing (lowest)
+    for i in range(k):
+        for j in range(i + 1, k):
+            if slope[i] != slope[j]:
+                x = (b[j] - b[i]) / (slope[i] - slope[j])
+                if 0 <= x <= 1:
+                    d = float(x)  # correctly rounded: int / int in Python
+                    at[d] = min(at.get(d, x), x)
+    pieces: list[tuple[float, int]] = []
+
+    def add(r: float, j: int) -> None:
+        if pieces and pieces[-1][1] == j:
+            pieces[-1] = (r, j)
+        else:
+            pieces.append((r, j))
+
+    points = sorted(set(at) | {0.0, 1.0})
+    for i, d in enumerate(points):
+        if i:
+            # every double strictly between two points is on the same side of every crossing,
+            # so one of them decides for all
+            below, above = math.nextafter(d, -math.inf), math.nextafter(points[i - 1], math.inf)
+            if above <= below:
+                add(below, choose(Fraction(above)))
+        add(d, choose(at.get(d, Fraction(d))))
+    return pieces
+
+
+def _decimal(x: float) -> Fraction:
+    """A cost or payoff as the decimal it prints as (the shortest that reads back as the same
+    double): 0.1 is 1/10."""
+    return Fraction(repr(float(x)))
 
 
 def _cost_source(data, score, label, weight, by, where, options) -> tuple[Source, bool]:
@@ -731,10 +819,11 @@ def _interval_sums(src: Source, table: pd.DataFrame, labelled: bool) -> tuple[pd
         times = (lambda v: t.w * v) if src.weighted else (lambda v: v)
         for i, (lo, hi) in enumerate(intervals):
             inside = ibis.literal(True)
+            # literals read back bit for bit: a score equal to an end stays on its side
             if lo >= 0:  # every score is ≥ 0: a negative l bounds nothing
-                inside &= t.p > lo
+                inside &= t.p > summaries.number(lo)
             if hi < 1:
-                inside &= t.p <= hi
+                inside &= t.p <= summaries.number(hi)
             sums |= {f"W_{i}": (t.w.sum(where=inside) if src.weighted
                                 else t.count(where=inside).cast("float64")),
                      f"F_{i}": times(t.p).sum(where=inside)}
@@ -749,31 +838,56 @@ def _interval_sums(src: Source, table: pd.DataFrame, labelled: bool) -> tuple[pd
     return frame, {iv: i for i, iv in enumerate(intervals)}
 
 
-def _validation_bound(validation, validation_label, src: Source, delta):
+def _validation_bound(validation, validation_label, src: Source, labelled: bool, delta):
     """A function of a group's key tuple: the cutoff error's upper confidence bound on the
     validation rows of that group (or of all of them, for an ungrouped validation)."""
     if validation is None:
+        if validation_label is not None:
+            raise TypeError("validation_label= names the label of validation= rows; pass "
+                            "validation= too, or drop validation_label=")
         return None
     from sqlcal.metrics.cumulative import cutoff_error
 
-    if isinstance(validation, Source):
-        bound = cutoff_error(validation, delta=delta)
-        keys = list(validation.by)
-    else:
-        if validation_label is None:
-            raise TypeError("validation_label= is required when validation is not a Source")
-        bound = cutoff_error(validation, score=src.score, label=validation_label,
-                             by=src.by, delta=delta)
-        keys = list(src.by)
-    if keys and keys != list(src.by):
-        raise ValueError(f"the validation source is grouped by {keys}, this table by "
-                         f"{list(src.by)}: group both the same way, or not the validation")
+    val = _validation_source(validation, validation_label, src, labelled)
+    bound = cutoff_error(val, delta=delta)
+    keys = list(val.by)
     if not keys:
         value = float(bound["upper_bound"].iloc[0])
         return lambda key: value
     table = {key_tuple(dict(zip(keys, row[:-1]))): float(row[-1])
              for row in bound[[*keys, "upper_bound"]].itertuples(index=False)}
     return lambda key: table.get(key, np.nan)
+
+
+def _validation_source(validation, validation_label, src: Source, labelled: bool) -> Source:
+    """A second dataset as a source read like ``src``: data gets src's score, weight, keys and
+    options (its label from ``validation_label``, else src's); a ready Source must be weighted
+    and grouped like src."""
+    if not isinstance(validation, Source):
+        label = validation_label if validation_label is not None else (
+            src.label if labelled else None)
+        if label is None:
+            raise TypeError("validation_label= is required: this table has no label column, so "
+                            "name the label column of the validation rows")
+        return source(validation, score=src.score, label=label, weight=src.weight, by=src.by,
+                      on_invalid=src.on_invalid, soft_labels=src.allow_soft)
+    if validation_label is not None:
+        raise TypeError("validation_label= applies to validation data; a validation Source "
+                        f"already has its label ({validation.label!r}): drop validation_label=")
+    if validation.weight != src.weight:
+        def described(s: Source) -> str:
+            return f"weighted by {s.weight!r}" if s.weighted else "unweighted"
+        raise ValueError(
+            f"the validation source is {described(validation)} but this table is "
+            f"{described(src)}: the weights of the two must mean the same thing. Build the "
+            "validation source with "
+            + (f"weight={src.weight!r}" if src.weighted else "no weight=")
+            + ", or pass the validation rows as data (read with this table's weight column)")
+    if validation.by and list(validation.by) != list(src.by):
+        raise ValueError(f"the validation source is grouped by {list(validation.by)}, this "
+                         f"table by {list(src.by)}: group both the same way, or not the "
+                         "validation")
+    return validation
 
 
 def _effective_n(src: Source, g: pd.Series) -> float:
@@ -787,12 +901,16 @@ def _effective_n(src: Source, g: pd.Series) -> float:
 def _rule_cost(g: pd.Series, rule: pd.DataFrame, index: dict, labelled: bool,
                eps_sample: float, eps_pop: float, n_eff: float, delta: float) -> dict:
     W = float(g["W"])
-    estimate = realised = covered = 0.0
+    estimate = realised = covered = lowest = highest = 0.0
+    # each interval's label mass Y lies within ε·W of its score mass F and in [0, W_i]
+    slack = np.nan if np.isnan(eps_sample) else eps_sample * W
     for l, r, a, b in rule[["l", "r", "a", "b"]].itertuples(index=False):
         i = index[(l, r)]
         Wi, Fi = float(g[f"W_{i}"]), float(g[f"F_{i}"])
         estimate += a * Fi + b * (Wi - Fi)
         covered += Wi
+        ends = [b * Wi + (a - b) * y for y in (max(0.0, Fi - slack), min(Wi, Fi + slack))]
+        lowest, highest = lowest + min(ends), highest + max(ends)
         if labelled:
             Yi = float(g[f"Y_{i}"])
             realised += a * Yi + b * (Wi - Yi)
@@ -803,9 +921,12 @@ def _rule_cost(g: pd.Series, rule: pd.DataFrame, index: dict, labelled: bool,
     bound = eps_sample * spread
     with np.errstate(divide="ignore", invalid="ignore"):
         pop = eps_pop * spread + R * np.sqrt(np.log(2 / delta) / (2 * n_eff))
-    # a cost per unit weight lies between the rule's smallest and largest cost (0 outside it)
-    lower, upper = (np.clip(x, costs.min(), costs.max()) for x in (estimate - bound,
-                                                                  estimate + bound))
+    if np.isnan(slack):
+        lower = upper = np.nan
+    else:
+        # the box's ends, never past estimate ∓ bound (which they are inside but for rounding)
+        lower = max(safe_div(lowest, W).item(), estimate - bound)
+        upper = min(safe_div(highest, W).item(), estimate + bound)
     return {"expected_cost": estimate, "error_bound": bound, "cost_lower": lower,
             "cost_upper": upper, "epsilon": eps_sample, "population_bound": pop,
             "coverage": coverage, "realised_cost": realised if labelled else np.nan}
@@ -840,7 +961,8 @@ def _normalised(part: pd.DataFrame):
 
 
 def _shape(part: pd.DataFrame) -> dict:
-    m, n = int((part["n"] > 0).sum()), int(part["n"].sum())
+    # a level (or bin) whose rows all have weight 0 is absent, as its rows are
+    m, n = int((part["W"] > 0).sum()), int(part["n"].sum())
     return {"n_levels": m, "distinct_per_row": m / n if n else np.nan}
 
 
