@@ -1,0 +1,740 @@
+"""The declared options of every public function: one table, checked at the boundary.
+
+The Python API (through :func:`checked`), the CLI and the TOML config (through :func:`check`)
+read the same table, so an option means the same thing and is refused with the same message
+wherever it comes from. Every option has a type, a range and a one-line description
+(:data:`OPTIONS`); where a name means something else in one function, that function declares its
+own entry (:data:`OVERRIDES`; one name per concept is a later rename).
+
+Options whose cost grows with their value (bins, cells, grid sizes, kernel widths, bootstrap
+replicates) are checked against :data:`BUDGET` before any query runs or any array is allocated:
+the error says what the value would take, the budget, and the value to pass instead. Raise the
+budget for one block with :func:`budget`, or for the process by assigning ``BUDGET``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import functools
+import importlib
+import inspect
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+
+class OptionError(ValueError):
+    """An option of a public function has the wrong type or is out of its range."""
+
+
+class BudgetError(OptionError):
+    """An option would cost more cells, memory or query size than :data:`BUDGET` allows."""
+
+
+# -- the table ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its kind, range and meaning.
+
+    ``kind`` is ``"int"``, ``"float"``, ``"bool"``, ``"choice"`` (one of ``choices``),
+    ``"column"`` (a column name), ``"columns"`` (a name or a sequence of names), ``"text"``,
+    ``"count"`` (a whole number, int or float), ``"floats"`` (a number or a non-empty sequence of
+    numbers), ``"metrics"`` (report metric names) or ``"any"`` (checked by the function itself).
+    ``low``/``high`` bound numbers (``open_low``/``open_high`` exclude the bound); ``optional``
+    allows None; ``power_of_two`` asks an int to be one.
+    """
+
+    kind: str
+    description: str
+    choices: tuple = ()
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    open_high: bool = False
+    optional: bool = False
+    power_of_two: bool = False
+
+    def allowed(self) -> str:
+        """What the option accepts, in words."""
+        if self.kind == "choice":
+            text = "one of " + ", ".join(repr(c) for c in self.choices)
+        elif self.kind in ("int", "float", "count", "floats"):
+            noun = {"int": "an integer", "float": "a finite number", "count": "a whole number",
+                    "floats": "a finite number (or a non-empty sequence of them)"}[self.kind]
+            text = noun + (" and a power of two" if self.power_of_two else "") + _range(self)
+        else:
+            text = {"bool": "True or False", "column": "a column name (str)",
+                    "columns": "a column name or a sequence of column names",
+                    "text": "a string", "metrics": "a metric name or a sequence of metric names",
+                    "any": "any value the function documents"}[self.kind]
+        return text + (", or None" if self.optional else "")
+
+
+def _range(o: Option) -> str:
+    if o.low is not None and o.high is not None:
+        return (f" in {'(' if o.open_low else '['}{_num(o.low)}, "
+                f"{_num(o.high)}{')' if o.open_high else ']'}")
+    if o.low is not None:
+        return f" {'>' if o.open_low else '>='} {_num(o.low)}"
+    if o.high is not None:
+        return f" {'<' if o.open_high else '<='} {_num(o.high)}"
+    return ""
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def _choices(name: str) -> tuple:
+    return OPTIONS[name].choices
+
+
+COLUMN = Option("column", "a column of the table", optional=True)
+
+#: every option name and its usual meaning
+OPTIONS: dict[str, Option] = {
+    # the data
+    "score": Option("column", "column of the predicted probability of the positive class",
+                    optional=True),
+    "label": Option("column", "column of the outcome (0/1, booleans, or soft labels in [0, 1])",
+                    optional=True),
+    "weight": Option("column", "column of non-negative row weights", optional=True),
+    "by": Option("columns", "group keys: one result row per group"),
+    "where": Option("any", "a condition over the table's columns, applied in the engine first",
+                    optional=True),
+    "table": Option("text", "the table inside a database given by path or URL", optional=True),
+    "on_invalid": Option("choice", "invalid rows: 'raise' an error, or 'drop' and count them",
+                         choices=("raise", "drop")),
+    "soft_labels": Option("bool", "accept labels strictly between 0 and 1"),
+    # binning
+    "bins": Option("int", "number of bins", low=1),
+    "strategy": Option("choice", "how bins are cut: equal width or equal mass",
+                       choices=("uniform", "quantile")),
+    "convention": Option("choice", "equal-width bin edges of sqlcal or of a peer library",
+                         choices=("sqlcal", "sklearn", "netcal", "relplot")),
+    "norm": Option("choice", "the norm of the binned calibration error", choices=("l1", "l2", "max")),
+    "cells": Option("int", "score cells of the fine histogram (default 1024)", low=1,
+                    optional=True, power_of_two=True),
+    # inference
+    "ci": Option("choice", "the interval of each bin's observed rate",
+                 choices=("wilson", "clopper-pearson"), optional=True),
+    "confidence": Option("float", "confidence level of an interval", low=0, high=1,
+                         open_low=True, open_high=True),
+    "weight_kind": Option("choice", "how weights enter a variance", choices=("auto", "frequency",
+                                                                             "sampling")),
+    "dof": Option("choice", "degrees of freedom of the Hosmer-Lemeshow test",
+                  choices=("out_of_sample", "in_sample")),
+    "exact": Option("bool", "exact extremes (a second pass) or the grid's bound only"),
+    "delta": Option("float", "1 - confidence level of the bounds", low=0, high=1,
+                    open_low=True, open_high=True),
+    "epsilon": Option("float", "tolerance to certify against", low=0, optional=True),
+    "alpha": Option("float", "significance level of the per-bin tests", low=0, high=1,
+                    open_low=True, open_high=True),
+    # smoothing
+    "sigma": Option("float", "kernel bandwidth in probability units (default: relplot's fixed "
+                    "point)", low=0, high=1, open_low=True, optional=True),
+    "bootstrap": Option("int", "bootstrap replicates for an interval (0: none)", low=0),
+    "seed": Option("int", "seed of the random generator", low=0),
+    "points": Option("int", "evaluation points of the smoothed curve on [0, 1]", low=2),
+    "noise": Option("choice", "the noise added to the logits", choices=("gaussian", "uniform")),
+    "clip": Option("float", "scores are clipped to [clip, 1 - clip] before the logit", low=0,
+                   high=0.5, open_low=True, open_high=True),
+    # TCE
+    "n_min": Option("count", "fewest rows of a PAVA-BC bin (default N/20)", low=0, optional=True),
+    "n_max": Option("count", "most rows of a PAVA-BC bin (default N/5)", low=0, optional=True),
+    "test": Option("choice", "the per-bin test", choices=("binomial", "ttest")),
+    "tail_rule": Option("choice", "how PAVA-BC treats the last bin", choices=("code", "paper")),
+    # distances
+    "grid": Option("int", "points k/grid added to the levels of the coupling LP", low=1),
+    "lower_levels": Option("int", "levels (buckets) the lower-distance LP runs on", low=1),
+    "mode": Option("choice", "levels: exact, grid cells, or exact when small enough",
+                   choices=("auto", "exact", "cells")),
+    "max_levels": Option("int", "most rows of mixed cells fetched as levels in mode 'auto'",
+                         low=1),
+    "lipschitz": Option("float", "Lipschitz constant of the test functions", low=0,
+                        open_low=True),
+    # decisions
+    "threshold": Option("floats", "decision thresholds in [0, 1]", low=0, high=1, optional=True),
+    "payoffs": Option("any", "a (k, 2) array of payoffs (u(a, 0), u(a, 1))", optional=True),
+    "tie": Option("choice", "the action taken at a score equal to the threshold",
+                  choices=("higher", "lower")),
+    "rules": Option("any", "interval rules (l, r, a, b)", optional=True),
+    "actions": Option("any", "actions (a, b) to find the best rule among", optional=True),
+    "validation": Option("any", "a second dataset (a Source or data) estimating the error",
+                         optional=True),
+    "validation_label": Option("column", "the label column of the validation data",
+                               optional=True),
+    "method": Option("choice", "how the isotonic fit is computed",
+                     choices=("auto", "levels", "grid", "engine")),
+    "scoring": Option("choice", "the proper score decomposed", choices=("brier", "log_loss")),
+    # recalibration
+    "interpolation": Option("choice", "between blocks of the isotonic map",
+                            choices=("linear", "step")),
+    "feature": Option("choice", "Platt's regressor: the score's logit or the score",
+                      choices=("logit", "score")),
+    "smoothed_targets": Option("bool", "Platt's smoothed targets instead of 0/1"),
+    "modified": Option("bool", "fall back to the group's rate when the fit is miscalibrated"),
+    "tolerance": Option("float", "cutoff error a modified Platt fit may keep", low=0,
+                        optional=True),
+    # reports
+    "metrics": Option("metrics", "metric names of sqlcal.report.METRICS"),
+    "time": Option("column", "the time key of a series"),
+    # multiclass
+    "format": Option("choice", "long (one row per class) or wide (a column per class)",
+                     choices=("long", "wide")),
+    "example": Option("column", "long format: the example id column", optional=True),
+    "cls": Option("column", "long format: the class column", optional=True),
+    "prob": Option("column", "long format: the probability column", optional=True),
+    "probs": Option("columns", "wide format: one probability column per class", optional=True),
+    "keys": Option("columns", "columns carried along for by="),
+}
+
+#: where an option means something else in one function (declared, not renamed: a later issue)
+OVERRIDES: dict[str, dict[str, Option]] = {
+    "hosmer_lemeshow": {
+        "groups": Option("int", "number of Hosmer-Lemeshow groups (bins)", low=1),
+        "strategy": OPTIONS["strategy"],
+    },
+    "tce": {"strategy": Option("choice", "how TCE cuts bins",
+                               choices=("pavabc", "uniform", "quantile"))},
+    "ls_ece": {
+        "sigma": Option("float", "scale of the noise added to the logits", low=0, open_low=True),
+        "delta": Option("float", "logit grid step (default sigma/20, sigma/200 for uniform "
+                        "noise)", low=0, open_low=True, optional=True),
+    },
+    "calibration_decision_loss": {
+        "bins": Option("int", "equal-width bins of the binned predictor (default: the levels)",
+                       low=1, optional=True),
+        "method": Option("choice", "the convex hull (exact) or the LP", choices=("hull", "lp")),
+    },
+    "decision_loss": {"bins": Option("int", "equal-width bins of the binned predictor", low=1,
+                                     optional=True)},
+    "interval_calibration_error": {
+        "bins": Option("int", "equal-width bins (default: chosen from the data)", low=1,
+                       optional=True)},
+    "decision_risk_gap": {"threshold": Option("floats", "decision thresholds in [0, 1]", low=0,
+                                              high=1)},
+    "isotonic": {"cells": Option("int", "grid cells of the first fit", low=2,
+                                 power_of_two=True)},
+    "multiclass": {
+        "mode": Option("choice", "top-label or class-wise calibration",
+                       choices=("top_label", "classwise")),
+        "label": Option("column", "the true class (wide) or the 0/1 class indicator (long)"),
+        "classes": Option("any", "wide format: the label value of each probability column",
+                          optional=True),
+        "tolerance": Option("float", "largest |sum of an example's probabilities - 1| accepted",
+                            low=0),
+    },
+    "metric_series": {"metrics": Option("metrics", "metric names, or a dict of metric name to "
+                                        "its options")},
+}
+OVERRIDES["tce_bins"] = OVERRIDES["tce"]
+OVERRIDES["source"] = {"score": Option("column", OPTIONS["score"].description),
+                       "label": Option("column", OPTIONS["label"].description)}
+
+#: the keywords every metric forwards to :func:`sqlcal.source`
+SOURCE_OPTIONS = ("table", "on_invalid", "soft_labels")
+
+
+def option(function: str, name: str) -> Option:
+    """The declared option ``name`` of ``function``."""
+    found = OVERRIDES.get(function, {}).get(name) or OPTIONS.get(name)
+    # a keyword added to a function before the table knows it is passed on unchecked (a test
+    # asserts that every keyword is declared)
+    return found or Option("any", "not declared yet", optional=True)
+
+
+# -- budgets -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one call may spend, per group (see each option's cost in :func:`costs`).
+
+    - ``cells``: rows of one summary, nodes of one numpy grid, or values of an edge table.
+    - ``bytes``: memory of one numpy finish.
+    - ``terms``: literals in one query (a CASE branch per bin edge costs Ibis about 1 ms each).
+    - ``resamples``: bootstrap replicates.
+    - ``lp_variables``: variables of one linear program.
+    """
+
+    cells: int = 2**24
+    bytes: int = 2**30
+    terms: int = 10_000
+    resamples: int = 10_000
+    lp_variables: int = 2**20
+
+
+#: the budget every call is checked against; replace it, or use :func:`budget` for a block
+BUDGET = Budget()
+
+
+@contextlib.contextmanager
+def budget(**limits: int) -> Iterator[Budget]:
+    """Raise (or lower) the budget inside a ``with`` block:
+    ``with sqlcal.options.budget(cells=2**28, bytes=8 * 2**30): ...``."""
+    global BUDGET
+    before = BUDGET
+    BUDGET = dataclasses.replace(before, **limits)
+    try:
+        yield BUDGET
+    finally:
+        BUDGET = before
+
+
+_UNITS = {"cells": "cells", "bytes": "bytes", "terms": "query terms",
+          "resamples": "replicates", "lp_variables": "LP variables"}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What an option's value costs: ``amount`` of the budget's ``resource``."""
+
+    option: str
+    resource: str
+    amount: float
+    what: str
+
+
+def _ls_ece_grid(v: dict) -> tuple[float, float]:
+    # smooth.ls_ece: the grid step δ; the dense node array spans logit(clip)..logit(1 - clip)
+    # plus the kernel's half width each side (smooth._logit_masses), and the kernel has
+    # 2·half + 1 nodes (smooth._kernel)
+    sigma, clip = float(v["sigma"]), float(v["clip"])
+    gaussian = v["noise"] == "gaussian"
+    delta = v.get("delta") or (min(sigma, 1.0) / 20 if gaussian else min(sigma, 1.0) / 200)
+    span = 2 * math.log((1 - clip) / clip)
+    half = 8 * sigma / delta + 1 if gaussian else sigma / (2 * delta) + 2
+    nodes = span / delta + 3 + 2 * half
+    return nodes, 2 * half + 1
+
+
+def _smooth_nodes(sigma: float | None) -> float:
+    # smooth._ScoreHistogram.smooth: max(2000, 20/σ)//2 + 1 grid nodes; smooth_ece evaluates
+    # max(10/σ, 200) points. Without sigma the fixed point stops above 2^-10.
+    sigma = 2.0**-10 if sigma is None else float(sigma)
+    return max(2000.0, 20 / sigma) / 2 + 1 + max(10 / sigma, 200)
+
+
+#: measured peak bytes per node (tracemalloc, 1e5 rows): LS-ECE about 90 (five node arrays,
+#: the kernel and its curvature, FFT buffers); smooth ECE about 210-410 (the reflected signal is
+#: three times the grid, FFT buffers)
+LS_ECE_BYTES_PER_NODE = 96
+SMOOTH_BYTES_PER_NODE = 400
+
+
+def _bin_costs(option_name: str, bins: Any, strategy: str, convention: str) -> list[Cost]:
+    if bins is None:
+        return []
+    if strategy == "quantile":
+        # cells.equal_mass_bins: each of up to B bins carries the B − 1 edges (columns e1..)
+        return [Cost(option_name, "cells", float(bins) * (float(bins) - 1),
+                     "equal-mass bin edges carried on every bin, B·(B−1) values per group")]
+    out = [Cost(option_name, "cells", float(bins), "equal-width bins per group")]
+    if convention in ("sklearn", "netcal"):
+        out.append(Cost(option_name, "terms", float(bins) - 1,
+                        f"CASE branches in the query (one per {convention} bin edge)"))
+    return out
+
+
+def _costs_binned(v: dict) -> list[Cost]:
+    return _bin_costs("bins", v.get("bins"), v.get("strategy", "uniform"),
+                      v.get("convention", "sqlcal"))
+
+
+def _costs_cells(v: dict) -> list[Cost]:
+    cells = v.get("cells")
+    return [] if cells is None else [Cost("cells", "cells", float(cells),
+                                          "score cells of the histogram per group")]
+
+
+def _costs_ls_ece(v: dict) -> list[Cost]:
+    nodes, kernel = _ls_ece_grid(v)
+    return [Cost("sigma", "cells", nodes + kernel, "logit grid and kernel nodes per group"),
+            Cost("sigma", "bytes", LS_ECE_BYTES_PER_NODE * (nodes + kernel),
+                 "memory of the convolutions per group")]
+
+
+def _costs_smooth(v: dict) -> list[Cost]:
+    nodes = _smooth_nodes(v.get("sigma"))
+    out = [Cost("sigma", "cells", nodes, "kernel grid nodes and evaluation points per group"),
+           Cost("sigma", "bytes", SMOOTH_BYTES_PER_NODE * nodes,
+                "memory of the reflected convolution per group")]
+    if "bootstrap" in v:
+        out.append(Cost("bootstrap", "resamples", float(v["bootstrap"]),
+                        "bootstrap replicates per group, each a full smooth ECE"))
+    if "points" in v:
+        out.append(Cost("points", "cells", float(v["points"]), "curve points per group"))
+    return out
+
+
+def _costs_distance(v: dict) -> list[Cost]:
+    out = [Cost("max_levels", "cells", float(v.get("max_levels", 1)),
+                "levels fetched per group")]
+    if "grid" in v:
+        # distance._lower_distance: m ≤ lower_levels levels, k ≤ grid + 1 + m points, 2·m·k
+        levels = float(v["lower_levels"])
+        out += [Cost(name, "lp_variables", 2 * levels * (float(v["grid"]) + 1 + levels),
+                     "variables of the coupling LP, 2·L·(grid + 1 + L)")
+                for name in ("grid", "lower_levels")]
+    if v.get("bins") is not None:
+        out.append(Cost("bins", "cells", float(v["bins"]), "equal-width bins per group"))
+    return out
+
+
+def _costs_tce(v: dict) -> list[Cost]:
+    if v.get("strategy") not in ("uniform", "quantile"):
+        return []
+    # tce._cut_cells tests every bin edge against the 1024 cells of the histogram
+    return [Cost("bins", "cells", float(v["bins"]) * 1024,
+                 "bin edges tested against the 1024 score cells per group, B·1024")]
+
+
+def _costs_hl(v: dict) -> list[Cost]:
+    return _bin_costs("groups", v.get("groups"), v.get("strategy", "quantile"), "sqlcal")
+
+
+def _costs_report(v: dict) -> list[Cost]:
+    metrics = _metric_names(v.get("metrics", ()))
+    out = _bin_costs("bins", v.get("bins"), "uniform", "sqlcal")
+    if "ece_quantile" in metrics:
+        out += _bin_costs("bins", v.get("bins"), "quantile", "sqlcal")
+    return out
+
+
+COSTS: dict[str, Callable[[dict], list[Cost]]] = {
+    "ece": _costs_binned, "reliability": _costs_binned, "brier_decomposition": _costs_binned,
+    "hosmer_lemeshow": _costs_hl, "tce": _costs_tce, "tce_bins": _costs_tce,
+    "cutoff_error": _costs_cells, "ks": _costs_cells, "kuiper": _costs_cells,
+    "isotonic": _costs_cells, "ls_ece": _costs_ls_ece, "smooth_ece": _costs_smooth,
+    "smooth_reliability": _costs_smooth, "distance_to_calibration": _costs_distance,
+    "interval_calibration_error": _costs_distance, "lipschitz_calibration_error": _costs_distance,
+    "calibration_decision_loss": _costs_binned, "decision_loss": _costs_binned,
+    "report": _costs_report,
+}
+
+
+def costs(function: str, options: dict) -> list[Cost]:
+    """What ``function`` would spend with ``options`` (defaults filled in), per group."""
+    spec = _spec(function)
+    values = {**spec.defaults, **options}
+    rule = COSTS.get(spec.name)
+    return rule(values) if rule else []
+
+
+# -- checking ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Spec:
+    name: str
+    keywords: tuple  # keyword-only parameters, in order
+    defaults: dict
+    source: bool  # forwards **source_options to sqlcal.source
+
+
+_SPECS: dict[str, _Spec] = {}
+
+
+def _register(function: Callable) -> _Spec:
+    params = inspect.signature(function).parameters.values()
+    keywords = tuple(p.name for p in params if p.kind == p.KEYWORD_ONLY)
+    defaults = {p.name: p.default for p in params
+                if p.kind == p.KEYWORD_ONLY and p.default is not p.empty}
+    source = any(p.kind == p.VAR_KEYWORD for p in params)
+    spec = _Spec(function.__name__, keywords, defaults, source)
+    _SPECS[spec.name] = spec
+    return spec
+
+
+def _spec(function: str) -> _Spec:
+    if function not in _SPECS:
+        _register_public()
+        metrics = importlib.import_module("sqlcal.report").METRICS
+        if function not in _SPECS and function in metrics:  # a report metric: its function
+            return _spec(metrics[function][0].__name__)
+    if function not in _SPECS:
+        raise TypeError(f"sqlcal has no public function {function!r}; options are declared for "
+                        f"{', '.join(sorted(_SPECS))}")
+    return _SPECS[function]
+
+
+def _register_public() -> None:
+    # decorated functions register on import; the others (and the CLI, which may call check()
+    # first) are read from their signatures here
+    import sqlcal
+
+    for name in sqlcal.__all__:
+        obj = getattr(sqlcal, name)
+        if inspect.isfunction(obj) and name not in _SPECS:
+            _register(obj)
+
+
+def keywords(function: str) -> tuple:
+    """Every keyword ``function`` accepts (its own and the source's)."""
+    spec = _spec(function)
+    return spec.keywords + (SOURCE_OPTIONS if spec.source else ())
+
+
+def check(function_name: str, options: dict) -> dict:
+    """Check the keyword ``options`` of a public function against the declared table and the
+    budget; return them unchanged.
+
+    Raises
+    ------
+    TypeError
+        An option the function does not take (naming the function, the option and what it
+        takes; a close match is suggested).
+    OptionError
+        A value of the wrong type or out of range (naming the function, the option, the value
+        and what is allowed).
+    BudgetError
+        A value that would cost more than :data:`BUDGET` (naming the cost, the budget and the
+        value to pass instead).
+    """
+    spec = _spec(function_name)
+    name = function_name
+    allowed = keywords(function_name)
+    for key in options:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            source = (f"; and the source's {', '.join(SOURCE_OPTIONS)}" if spec.source else "")
+            raise TypeError(f"{name}() got an unexpected keyword argument {key!r}{hint}; it takes "
+                            f"{', '.join(spec.keywords)}{source}")
+    for key, value in options.items():
+        _check_value(name, spec.name, key, value)
+    _check_budget(name, spec, options)
+    return options
+
+
+def checked(function: Callable) -> Callable:
+    """Check a public function's keyword arguments against the table before it runs."""
+    spec = _register(function)
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        check(spec.name, kwargs)
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+def _check_value(shown: str, function: str, key: str, value: Any) -> None:
+    o = option(function, key)
+    if value is None:
+        if o.optional or o.kind == "any":
+            return
+        _fail(shown, key, value, o)
+    kind = o.kind
+    if kind == "any":
+        return
+    if kind == "bool":
+        if not isinstance(value, (bool, np.bool_)):
+            _fail(shown, key, value, o)
+    elif kind == "choice":
+        if not isinstance(value, str) or value not in o.choices:
+            _fail(shown, key, value, o)
+    elif kind in ("column", "text"):
+        if not isinstance(value, str):
+            _fail(shown, key, value, o)
+    elif kind == "columns":
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)) or not all(isinstance(c, str) for c in items):
+            _fail(shown, key, value, o)
+    elif kind == "metrics":
+        _check_metrics(shown, key, value, o)
+    elif kind == "floats":
+        items = value if isinstance(value, (list, tuple, np.ndarray)) else [value]
+        if len(items) == 0 or not all(_is_number(x) and _in_range(float(x), o) for x in items):
+            _fail(shown, key, value, o)
+    else:  # int, count, float
+        if not _is_number(value):
+            _fail(shown, key, value, o)
+        if kind == "int" and not isinstance(value, (numbers.Integral, np.integer)):
+            _fail(shown, key, value, o)
+        if kind == "count" and not float(value).is_integer():
+            _fail(shown, key, value, o)
+        if not _in_range(float(value), o):
+            _fail(shown, key, value, o)
+        if o.power_of_two and int(value) & (int(value) - 1):
+            _fail(shown, key, value, o)
+
+
+def _is_number(x: Any) -> bool:
+    return (isinstance(x, (numbers.Real, np.integer, np.floating))
+            and not isinstance(x, (bool, np.bool_)) and math.isfinite(float(x)))
+
+
+def _in_range(x: float, o: Option) -> bool:
+    if o.low is not None and (x < o.low or (o.open_low and x == o.low)):
+        return False
+    if o.high is not None and (x > o.high or (o.open_high and x == o.high)):
+        return False
+    return True
+
+
+def _fail(function: str, key: str, value: Any, o: Option) -> None:
+    raise OptionError(f"{function}(): {key}={_show(value)} is not allowed; {key} ({o.description}) "
+                      f"must be {o.allowed()}")
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _metric_names(value: Any) -> list:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return list(value)
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _check_metrics(shown: str, key: str, value: Any, o: Option) -> None:
+    from sqlcal.report import METRICS
+
+    if not isinstance(value, (str, list, tuple, dict)) or (
+            isinstance(value, dict) and not o.description.startswith("metric names, or a dict")):
+        _fail(shown, key, value, o)
+    names = _metric_names(value)
+    if not names:
+        raise OptionError(f"{shown}(): {key}={_show(value)} names no metric; choose from "
+                          f"{', '.join(sorted(METRICS))}")
+    unknown = [m for m in names if not isinstance(m, str) or m not in METRICS]
+    if unknown:
+        raise OptionError(f"{shown}(): {key} has unknown metric"
+                          f"{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(repr(m) for m in unknown)}; choose from "
+                          f"{', '.join(sorted(METRICS))}")
+    if isinstance(value, dict):
+        for metric, options in value.items():
+            if not isinstance(options, dict):
+                raise OptionError(f"{shown}(): {key}[{metric!r}] must be a dict of that "
+                                  f"metric's options, not {_show(options)}")
+            check(metric, options)
+
+
+# -- the budget check --------------------------------------------------------------------------
+
+
+def _check_budget(shown: str, spec: _Spec, options: dict) -> None:
+    rule = COSTS.get(spec.name)
+    if rule is None:
+        return
+    values = {**spec.defaults, **options}
+    all_costs = rule(values)
+    for cost in all_costs:
+        if cost.amount <= getattr(BUDGET, cost.resource):
+            continue
+        mine = [c for c in all_costs if c.option == cost.option]
+        over = [c for c in mine if c.amount > getattr(BUDGET, c.resource)]
+        takes = " and ".join(f"{_amount(c.amount, c.resource)} ({c.what})" for c in mine)
+        limits = " and ".join(f"{_amount(getattr(BUDGET, c.resource), c.resource)} "
+                              f"(sqlcal.options.BUDGET.{c.resource})" for c in over)
+        raise BudgetError(
+            f"{shown}(): {cost.option}={_show(values[cost.option])} would take {takes}; the "
+            f"budget is {limits}. {_advice(spec, rule, values, cost)}, or raise the budget with "
+            f"sqlcal.options.budget({', '.join(f'{c.resource}=...' for c in over)})")
+
+
+def _amount(x: float, resource: str) -> str:
+    if resource == "bytes":
+        for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if x >= size:
+                return f"{x / size:.3g} {unit}"
+        return f"{x:.0f} bytes"
+    return (f"{x:,.0f}" if x < 1e15 else f"{x:.3g}") + f" {_UNITS[resource]}"
+
+
+def _advice(spec: _Spec, rule: Callable, values: dict, cost: Cost) -> str:
+    """The nearest value of the option within the budget, by bisection between the given value
+    and a reference inside it (the default, or a small value)."""
+    name = cost.option
+    value = values[name]
+    o = option(spec.name, name)
+    reference = spec.defaults.get(name)
+    if reference is None:
+        reference = {"sigma": 0.1}.get(name, 1)
+
+    def within(x):
+        trial = {**values, name: x}
+        return all(c.amount <= getattr(BUDGET, c.resource) for c in rule(trial)
+                   if c.option == name)
+
+    if not within(reference):
+        return f"Pass a smaller {name}"
+    good, bad = float(reference), float(value)
+    integer = o.kind in ("int", "count")
+    for _ in range(200):
+        if integer:
+            if abs(bad - good) <= 1:
+                break
+            mid = float(math.floor((good + bad) / 2))
+            if o.power_of_two:
+                mid = float(2 ** math.floor(math.log2(mid)))
+                if mid in (good, bad):
+                    break
+        else:
+            if abs(bad - good) <= 1e-3 * abs(good):
+                break
+            mid = math.sqrt(good * bad) if good > 0 and bad > 0 else (good + bad) / 2
+        good, bad = (mid, bad) if within(mid) else (good, mid)
+    if integer:
+        return f"Pass {name} <= {int(good)}" if bad > good else f"Pass {name} >= {int(good)}"
+    return f"Pass {name} <= {good:.3g}" if bad > good else f"Pass {name} >= {good:.3g}"
+
+
+# -- JSON Schema -------------------------------------------------------------------------------
+
+
+def json_schema(function: str) -> dict:
+    """A JSON Schema fragment (an object's ``properties``) for the options of ``function``,
+    from the same table (for the TOML config schema)."""
+    spec = _spec(function)
+    properties = {}
+    for key in keywords(function):
+        o = option(spec.name, key)
+        properties[key] = _schema(o)
+    return {"type": "object", "properties": properties, "additionalProperties": False}
+
+
+def _schema(o: Option) -> dict:
+    out: dict[str, Any] = {"description": o.description}
+    if o.kind == "choice":
+        out["enum"] = list(o.choices)
+    elif o.kind in ("int", "count", "float"):
+        out["type"] = "integer" if o.kind == "int" else "number"
+        if o.low is not None:
+            out["exclusiveMinimum" if o.open_low else "minimum"] = o.low
+        if o.high is not None:
+            out["exclusiveMaximum" if o.open_high else "maximum"] = o.high
+    elif o.kind == "bool":
+        out["type"] = "boolean"
+    elif o.kind in ("column", "text"):
+        out["type"] = "string"
+    elif o.kind in ("columns", "metrics"):
+        out["anyOf"] = [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]
+    elif o.kind == "floats":
+        number = {"type": "number", "minimum": o.low, "maximum": o.high}
+        out["anyOf"] = [number, {"type": "array", "items": number, "minItems": 1}]
+    if o.optional and "enum" in out:
+        out["enum"].append(None)
+    elif o.optional and "type" in out:
+        out["type"] = [out["type"], "null"]
+    return out
+
+
+def declared(functions: Sequence[str] | None = None) -> dict[str, dict[str, Option]]:
+    """The declared option of every keyword of every public function (or of ``functions``)."""
+    _spec("ece")
+    names = functions or sorted(_SPECS)
+    return {f: {k: option(_spec(f).name, k) for k in keywords(f)} for f in names}
