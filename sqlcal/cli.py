@@ -6,33 +6,84 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import warnings
 
 import pandas as pd
 
+from sqlcal.report import DEFAULT_METRICS, METRICS
+from sqlcal.sqlgen import DIALECTS, METRIC_REDUCTIONS
+
 EXIT_OK, EXIT_ERROR, EXIT_ALERT = 0, 2, 3
 EXIT_CODES = """exit codes:
   0  done, every metric within the configured thresholds
   3  done, and at least one alert fired (--config)
-  2  error: bad arguments or configuration, unreadable data, engine or write failure
-  1  never returned by sqlcal itself (Python's code for a crash)"""
+  2  error: bad arguments or configuration, unreadable data, engine or write failure;
+     one line 'sqlcal: error: ...' on stderr, and nothing written
+  1  never returned by sqlcal itself (Python's code for a crash: a bug, with its traceback)
+A closed pipe (sqlcal report ... | head) ends the printing quietly and keeps the code the run
+would have had: the files and the results table are written before anything is printed."""
+# optional drivers -> the extra that installs them
+_EXTRAS = {"psycopg": "postgres", "psycopg2": "postgres", "pyspark": "spark",
+           "matplotlib": "plot"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``sqlcal: error: ...``), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(EXIT_ERROR, f"sqlcal: error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sqlcal", description=__doc__)
+    """Run the command; return its exit code (see ``sqlcal report --help``)."""
+    parser, commands = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        _check_report_flags(args, commands["report"])
+    try:
+        if args.command == "sql":
+            return _sql(args)
+        if args.command == "demo":
+            return _demo(args)
+        return _report(args)
+    except Exception as e:
+        message = _bad_input(e, args)
+        if message is None:
+            raise  # a bug: exit 1 with the traceback
+        print(f"sqlcal: error: {message}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict]:
+    parser = _Parser(prog="sqlcal", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    demo = commands.add_parser("demo", help="write an example DuckDB table of logged predictions")
+    demo = commands.add_parser(
+        "demo", help="write an example DuckDB table of logged predictions",
+        description="Write an example DuckDB database of logged click predictions. PATH must not "
+                    "exist, or be a database a previous 'sqlcal demo' wrote holding nothing "
+                    "else; anything else there is refused (exit 2) and left as it is.")
     demo.add_argument("path", nargs="?", default="demo.duckdb")
     demo.add_argument("--table", default="predictions")
-    demo.add_argument("--rows", type=int, default=200_000)
+    demo.add_argument("--rows", type=int, default=200_000,
+                      help="events to draw (default 200000); they are logged pre-aggregated, one "
+                           "row per distinct (model, segment, day, score, label) with weight = "
+                           "the number of events, so the table has fewer rows and its total "
+                           "weight is N")
     demo.add_argument("--seed", type=int, default=0)
 
     rep = commands.add_parser(
         "report", help="calibration metrics of a table, per group",
         description="Measure a table given by DATA and the column options, or run a scheduled "
-                    "report described by --config (see examples/report.toml).",
+                    "report described by --config (see examples/report.toml). --html, "
+                    "--json-file and --time also work without --config: the report is then "
+                    "built from DATA and the column options (no alerts, no results table) and "
+                    "--run-id, --output-dir and --quiet apply to it. Outputs never overwrite "
+                    "data: a path that is the source, a database or data file, a symlink, a "
+                    "directory, or an existing file other than a previous sqlcal output of the "
+                    "same kind is refused before any query.",
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     rep.add_argument("data", nargs="?",
                      help="Parquet/CSV path or glob, DuckDB file, or connection URL")
@@ -42,63 +93,100 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--label", help="label column (0/1 or boolean); required without --config")
     rep.add_argument("--weight", help="weight column (frequency weights)")
     rep.add_argument("--by", default="", help="comma-separated group keys")
-    rep.add_argument("--where", help="SQL condition applied in the engine")
-    rep.add_argument("--metrics", help="comma-separated metric names (default: all)")
-    rep.add_argument("--bins", type=int, default=15)
+    rep.add_argument("--where", help="a condition over the table's columns, e.g. "
+                                     "\"day >= DATE '2026-11-07' AND segment <> 'web'\"")
+    rep.add_argument("--metrics", metavar="NAMES",
+                     help="comma-separated metric names (default: "
+                          f"{','.join(DEFAULT_METRICS)}); choose from: {', '.join(METRICS)}")
+    rep.add_argument("--bins", type=int, default=15,
+                     help="bins of the ECE family and the Brier decomposition (default 15)")
     rep.add_argument("--on-invalid", choices=["raise", "drop"], default="raise")
     rep.add_argument("--json", action="store_true", help="print JSON instead of a table")
     sched = rep.add_argument_group("scheduled report")
     sched.add_argument("--config", metavar="TOML",
                        help="run the report a TOML file describes (source, metrics, alerts, "
                             "time key, outputs, results table)")
-    sched.add_argument("--run-id", help="the run's id in the results table (default: UTC time "
-                                        "and config hash); a repeated id adds no rows")
+    sched.add_argument("--run-id", help="the run's id in the JSON and the results table "
+                                        "(default: UTC time and config hash); a repeated id "
+                                        "adds no rows")
     sched.add_argument("--output-dir", metavar="DIR",
-                       help="folder for the config's relative output paths (default: .)")
+                       help="folder for relative output paths (default: .)")
     sched.add_argument("--json-file", metavar="PATH", help="write the JSON here (overrides "
                                                            "[output] json)")
-    sched.add_argument("--html", metavar="PATH", help="write the HTML page here (overrides "
-                                                      "[output] html)")
+    sched.add_argument("--html", metavar="PATH",
+                       help="write the HTML page here (overrides [output] html); its diagrams "
+                            "need matplotlib: pip install 'sqlcal[plot]'")
     sched.add_argument("--time", metavar="KEY", help="also measure per value of this column "
                                                       "(overrides [time] key)")
     sched.add_argument("--no-results", action="store_true",
-                       help="do not write to the results table")
+                       help="do not write to the results table (--config only)")
     sched.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
-    sql = commands.add_parser("sql", help="print the SQL of a metric's reduction for a dialect")
-    sql.add_argument("metric")
-    sql.add_argument("--dialect", default="duckdb",
-                     help="duckdb, postgres, bigquery, snowflake, trino, databricks (Spark SQL)")
+    sql = commands.add_parser("sql", help="print the SQL of a metric's reduction for a dialect",
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog="metrics: " + ", ".join(sorted(METRIC_REDUCTIONS)))
+    sql.add_argument("metric", choices=sorted(METRIC_REDUCTIONS), metavar="METRIC",
+                     help="one of the metrics listed below")
+    sql.add_argument("--dialect", default="duckdb", choices=[*DIALECTS, "spark"],
+                     help="default duckdb; databricks and spark are Spark SQL")
     sql.add_argument("--table", required=True)
     sql.add_argument("--score", required=True)
     sql.add_argument("--label", required=True)
     sql.add_argument("--weight")
     sql.add_argument("--by", default="", help="comma-separated group keys")
+    return parser, {"demo": demo, "report": rep, "sql": sql}
 
-    args = parser.parse_args(argv)
-    if args.command == "report":
-        if args.config and args.data:
-            rep.error("pass either DATA or --config (the config names the data)")
-        if not args.config and not (args.data and args.score and args.label):
-            rep.error("DATA, --score and --label are required without --config")
-        if args.config:
-            return _scheduled(args)
+
+def _check_report_flags(args, rep: argparse.ArgumentParser) -> None:
+    # flags are checked before anything is read: none is silently ignored
+    if args.config and args.data:
+        rep.error("pass either DATA or --config (the config names the data)")
+    if not args.config and not (args.data and args.score and args.label):
+        rep.error("DATA, --score and --label are required without --config")
+    if args.metrics is not None:
+        unknown = [m for m in _keys(args.metrics) if m not in METRICS]
+        if unknown or not _keys(args.metrics):
+            rep.error(f"--metrics: unknown metrics {unknown}; choose from {', '.join(METRICS)}")
+    if args.config:
+        return
+    if args.no_results:
+        rep.error("--no-results needs --config (a report without one writes no results table)")
+    runs = args.html or args.json_file or args.time
+    for flag, value in (("--run-id", args.run_id), ("--output-dir", args.output_dir),
+                        ("--quiet", args.quiet)):
+        if value and not runs:
+            rep.error(f"{flag} applies only with --config, --html, --json-file or --time")
+    _check_bins(args.bins, rep)
+
+
+def _check_bins(bins: int, rep: argparse.ArgumentParser) -> None:
+    # OPTIONS CALL SITE: sqlcal.options.check declares the type, range and budget of bins=
     try:
-        if args.command == "sql":
-            return _sql(args)
-        return _demo(args) if args.command == "demo" else _report(args)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"sqlcal: error: {e}", file=sys.stderr)
-        return EXIT_ERROR
+        from sqlcal import options
+    except ImportError:
+        return
+    try:
+        options.check("ece", {"bins": bins})
+    except ValueError as e:
+        rep.error(f"--bins: {e}")
 
 
 def _demo(args) -> int:
+    import duckdb
+
     from sqlcal.demo import write_demo
 
     write_demo(args.path, args.table, rows=args.rows, seed=args.seed)
-    print(f"wrote {args.rows} rows to table {args.table!r} in {args.path}")
-    print(f"next: sqlcal report {args.path} --table {args.table} --score score --label label "
-          "--weight weight --by model,segment")
+    con = duckdb.connect(args.path, read_only=True)
+    try:
+        rows, weight = con.execute(f"SELECT count(*), sum(weight) FROM {args.table}").fetchone()
+    finally:
+        con.close()
+    _out(f"wrote {rows} rows (total weight {weight:.0f}: {args.rows} events, one row per "
+         f"distinct model, segment, day, score and label) to table {args.table!r} in "
+         f"{args.path}")
+    _out(f"next: sqlcal report {args.path} --table {args.table} --score score --label label "
+         "--weight weight --by model,segment")
     return EXIT_OK
 
 
@@ -107,64 +195,81 @@ def _sql(args) -> int:
 
     dialect = {"spark": "databricks"}.get(args.dialect, args.dialect)
     by = tuple(k.strip() for k in args.by.split(",") if k.strip())
-    print(metric_sql(args.metric, dialect, table=args.table, score=args.score, label=args.label,
-                     weight=args.weight, by=by))
+    _out(metric_sql(args.metric, dialect, table=args.table, score=args.score, label=args.label,
+                    weight=args.weight, by=by))
     return EXIT_OK
 
 
 def _report(args) -> int:
-    import sqlcal
-    from sqlcal.report import DEFAULT_METRICS, describe, report, to_json
+    if args.config:
+        from sqlcal import scheduled
 
-    by = [k.strip() for k in args.by.split(",") if k.strip()]
-    metrics = ([m.strip() for m in args.metrics.split(",")] if args.metrics
-               else DEFAULT_METRICS)
+        return _scheduled(args, scheduled.load_config(args.config))
+    if args.html or args.json_file or args.time:
+        return _scheduled(args, _adhoc_config(args))
+    return _plain(args)
+
+
+def _plain(args) -> int:
+    import sqlcal
+    from sqlcal.report import describe, report, to_json
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
         src = sqlcal.source(args.data, table=args.table, score=args.score, label=args.label,
-                            weight=args.weight, by=by, where=args.where,
+                            weight=args.weight, by=_keys(args.by), where=args.where,
                             on_invalid=args.on_invalid)
-        table = report(src, metrics=metrics, bins=args.bins)
-    for w in caught:
-        print(f"sqlcal: warning: {w.message}", file=sys.stderr)
+        table = report(src, metrics=_metric_names(args), bins=args.bins)
+    _warn(caught)
     if args.json:
-        print(to_json(table, describe(src)))
+        _out(to_json(table, describe(src)))
     else:
         with pd.option_context("display.max_columns", None, "display.width", 200,
                                "display.float_format", "{:.4g}".format):
-            print(table.to_string(index=False))
+            _out(table.to_string(index=False))
     return EXIT_OK
 
 
-def _scheduled(args) -> int:
+def _adhoc_config(args) -> dict:
+    """The configuration the flags describe, for --html/--json-file/--time without --config."""
     from sqlcal import scheduled
 
-    try:
-        config = scheduled.load_config(args.config)
-        _override(config, args)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", UserWarning)
-            run = scheduled.run_report(config, run_id=args.run_id,
-                                       progress=False if args.quiet else None)
-        for w in caught:
-            print(f"sqlcal: warning: {w.message}", file=sys.stderr)
-        written = _write_outputs(run, config, args)
-        if config["results"]:
-            con = scheduled.results_connection(run)
-            added = scheduled.write_results(con, config["results"]["table"],
-                                            scheduled.results_rows(run),
-                                            database=config["results"].get("database"))
-            written.append(f"{added} rows in table {config['results']['table']}"
-                           + ("" if added else f" (run id {run.run_id} was already there)"))
-    except Exception as e:  # a scheduler needs one code for every failure, and a readable line
-        kind = "" if isinstance(e, (ValueError, TypeError, OSError)) else f"{type(e).__name__}: "
-        print(f"sqlcal: error: {kind}{e}", file=sys.stderr)
-        return EXIT_ERROR
+    source = {"data": args.data, "table": args.table, "score": args.score, "label": args.label,
+              "weight": args.weight, "by": _keys(args.by), "where": args.where,
+              "on_invalid": args.on_invalid}
+    metrics = {}
+    for name in _metric_names(args):
+        function = METRICS[name][0] if name in METRICS else None
+        # as sqlcal.report(bins=): the ECE family and the Brier decomposition take --bins
+        binned = function is not None and function.__name__ in ("ece", "brier_decomposition")
+        metrics[name] = {"bins": args.bins} if binned else {}
+    raw = {"source": {k: v for k, v in source.items() if v is not None}, "metrics": metrics,
+           "report": {"bins": args.bins}}
+    return scheduled.validate_config(raw, where="the command line")
+
+
+def _scheduled(args, config: dict) -> int:
+    from sqlcal import scheduled
+
+    _override(config, args)
+    # every output path (and matplotlib for the HTML's diagrams) is checked before any query
+    scheduled.check_outputs(config, output_dir=args.output_dir)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        run = scheduled.run_report(config, run_id=args.run_id,
+                                   progress=False if args.quiet else None)
+    _warn(caught)
+    written = scheduled.write_outputs(run, output_dir=args.output_dir)
+    if config["results"]:
+        added = scheduled.store_results(run)
+        written.append(f"{added} rows in table {config['results']['table']}"
+                       + ("" if added else f" (run id {run.run_id} was already there)"))
+    code = EXIT_ALERT if run.alerts else EXIT_OK
     if args.json:
-        print(json.dumps(scheduled.to_document(run), indent=2))
+        _out(json.dumps(scheduled.to_document(run), indent=2))
     else:
         _print_summary(run, written)
-    return EXIT_ALERT if run.alerts else EXIT_OK
+    return code
 
 
 def _override(config: dict, args) -> None:
@@ -179,37 +284,119 @@ def _override(config: dict, args) -> None:
         config["output"]["html"] = args.html
 
 
-def _write_outputs(run, config: dict, args) -> list[str]:
-    from sqlcal import scheduled
-    from sqlcal.html import render
-
-    written = []
-    for kind, text in (("json", lambda: json.dumps(scheduled.to_document(run), indent=2)),
-                       ("html", lambda: render(run))):
-        path = config["output"].get(kind)
-        if not path:
-            continue
-        path = os.path.join(args.output_dir or ".", path)
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        # write then rename: a reader (a web server, the next cron job) never sees half a file
-        partial = f"{path}.partial"
-        with open(partial, "w", encoding="utf-8") as f:
-            f.write(text())
-        os.replace(partial, path)
-        written.append(path)
-    return written
-
-
 def _print_summary(run, written: list[str]) -> None:
-    print(f"run {run.run_id}: {run.status.upper()}, {len(run.table)} groups, "
-          f"{len(run.alerts)} alerts")
-    for alert in run.alerts:
-        print(f"  ALERT {alert['message']}")
+    lines = [f"run {run.run_id}: {run.status.upper()}, {len(run.table)} groups, "
+             f"{len(run.alerts)} alerts"]
+    lines += [f"  ALERT {alert['message']}" for alert in run.alerts]
     with pd.option_context("display.max_columns", None, "display.width", 200,
                            "display.float_format", "{:.4g}".format):
-        print(run.table.to_string(index=False))
-    for item in written:
-        print(f"wrote {item}")
+        lines.append(run.table.to_string(index=False))
+    lines += [f"wrote {item}" for item in written]
+    _out("\n".join(lines))
+
+
+def _keys(text: str) -> list[str]:
+    return [k.strip() for k in text.split(",") if k.strip()]
+
+
+def _metric_names(args) -> list[str]:
+    return _keys(args.metrics) if args.metrics else list(DEFAULT_METRICS)
+
+
+def _warn(caught) -> None:
+    for w in caught:
+        print(f"sqlcal: warning: {w.message}", file=sys.stderr)
+
+
+def _out(text: str) -> None:
+    """Print to stdout; when the reader has gone (``| head``), stop printing quietly."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # the rest of the output, and Python's flush at exit, go nowhere instead of raising
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def _bad_input(e: BaseException, args) -> str | None:
+    """One line naming the problem when ``e`` comes from bad input (arguments, configuration,
+    data, engine, a missing optional driver, a failed write); None for anything else (a bug)."""
+    extra = _missing_extra(e)
+    if extra:
+        return extra
+    if isinstance(e, (ValueError, OSError)):  # ConfigError, OutputError, InvalidInputError, ...
+        if isinstance(e, OSError) and e.filename and e.strerror:
+            return f"{e.strerror}: {e.filename!r}"
+        return _one_line(str(e))
+    module = type(e).__module__ or ""
+    if type(e).__name__ == "TableNotFound" and module.startswith("ibis."):
+        where = f" in {args.data}" if getattr(args, "data", None) else ""
+        return f"table {_one_line(str(e))!r} not found{where}: name an existing one with --table"
+    if module.startswith("ibis."):
+        return _one_line(f"{type(e).__name__}: {e}")
+    if _is_engine_error(e):
+        return _one_line(str(e))
+    return None
+
+
+def _is_engine_error(e: BaseException) -> bool:
+    # errors the engine raises for the data or the query it was given, not for its own bugs
+    kinds = []
+    duckdb = sys.modules.get("duckdb")
+    if duckdb is not None:
+        kinds += [getattr(duckdb, name, None) for name in (
+            "IOException", "CatalogException", "BinderException", "InvalidInputException",
+            "ParserException", "ConversionException", "OutOfRangeException",
+            "PermissionException", "OutOfMemoryException", "HTTPException")]
+    for name in ("psycopg", "psycopg2"):
+        driver = sys.modules.get(name)
+        if driver is not None:
+            kinds += [getattr(driver, kind, None) for kind in (
+                "OperationalError", "ProgrammingError", "DataError")]
+    spark = sys.modules.get("pyspark.errors")
+    if spark is not None:
+        kinds += [getattr(spark, "AnalysisException", None)]
+    return isinstance(e, tuple(k for k in kinds if isinstance(k, type)))
+
+
+def _missing_extra(e: BaseException) -> str | None:
+    """The line for an ImportError of an optional driver (naming the extra), else None."""
+    chain, seen = [], e
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    imports = [x for x in chain if isinstance(x, ImportError)]
+    if not imports:
+        return None
+    for x in imports:
+        root = (x.name or "").split(".")[0]
+        if root in _EXTRAS:
+            return (f"{root} is not installed, and this data needs it: pip install "
+                    f"'sqlcal[{_EXTRAS[root]}]'")
+    for x in imports:
+        found = re.search(r"Failed to import the (\w+) backend", str(x))
+        if found:
+            backend = found.group(1)
+            extra = {"postgres": "postgres", "pyspark": "spark"}.get(backend)
+            hint = (f"pip install 'sqlcal[{extra}]'" if extra
+                    else f"pip install 'ibis-framework[{backend}]'")
+            return f"the {backend} backend's driver is not installed: {hint}"
+    return None
+
+
+def _one_line(text: str) -> str:
+    # engines add the query and a caret on later lines: keep the words, one line
+    lines = [line.strip() for line in str(text).splitlines()]
+    kept = [line for line in lines if line and not line.startswith("LINE ")
+            and set(line) - set("^ ")]
+    line = " ".join(kept) or type(text).__name__
+    return line if len(line) <= 600 else line[:597] + "..."
 
 
 if __name__ == "__main__":

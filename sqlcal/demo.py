@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import tempfile
+
+import duckdb
 import numpy as np
 import pandas as pd
+
+#: the comment on each table :func:`write_demo` writes: a later demo may replace that database
+DEMO_COMMENT = "sqlcal demo: example predictions, replaced by the next sqlcal demo"
 
 # (model, segment) -> (slope, shift) of the true log-odds against the model's log-odds:
 # slope < 1 means over-confident, shift > 0 means the model under-predicts.
@@ -53,16 +62,87 @@ def demo_frame(rows: int = 200_000, days: int = 14, seed: int = 0) -> pd.DataFra
 
 
 def write_demo(path: str = "demo.duckdb", table: str = "predictions", **kwargs) -> str:
-    """Write :func:`demo_frame` as a DuckDB table; returns the path."""
-    import ibis
+    """Write :func:`demo_frame` as a table of a new DuckDB database; returns the path.
 
+    The database is created only where no file is, or over a database that holds nothing but
+    tables a previous ``write_demo`` wrote (each carries the comment :data:`DEMO_COMMENT`): a
+    database with any other table (a results table, your data), any other file, a symlink or a
+    folder is refused with :class:`sqlcal.outputs.OutputError` before anything is written. The
+    database is built in a temporary folder beside ``path`` and renamed into place, so an
+    interrupted run leaves the old file or none.
+
+    Parameters
+    ----------
+    path : str, default "demo.duckdb"
+    table : str, default "predictions"
+        Letters, digits and ``_``.
+    **kwargs
+        Passed to :func:`demo_frame` (``rows`` events, ``days``, ``seed``).
+    """
     import pyarrow as pa
 
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", table):
+        raise ValueError(f"demo table name {table!r}: use letters, digits and _")
+    path = os.fspath(path)
+    check_demo_path(path)
     df = demo_frame(**kwargs)
     arrow = pa.Table.from_pandas(df, preserve_index=False)
     arrow = arrow.set_column(arrow.schema.get_field_index("day"), "day",
                              arrow["day"].cast(pa.date32()))
-    con = ibis.duckdb.connect(path)
-    con.create_table(table, arrow, overwrite=True)
-    con.disconnect()
+    _release(path)
+    folder = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".sqlcal-demo.")
+    try:
+        built = os.path.join(folder, "demo.duckdb")
+        con = duckdb.connect(built)
+        try:
+            con.register("demo_frame", arrow)
+            con.execute(f"CREATE TABLE {table} AS SELECT * FROM demo_frame")
+            con.execute(f"COMMENT ON TABLE {table} IS '{DEMO_COMMENT}'")
+        finally:
+            con.close()
+        os.replace(built, path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return path
+
+
+def check_demo_path(path: str) -> None:
+    """Refuse a demo database path that holds anything but a previous demo (see
+    :func:`write_demo`); raises :class:`sqlcal.outputs.OutputError`."""
+    from sqlcal.outputs import OutputError, data_kind
+
+    shown = f"demo database {path!r}"
+    if os.path.islink(path):
+        raise OutputError(f"{shown} is a symlink; pass a new path")
+    if os.path.isdir(path):
+        raise OutputError(f"{shown} is a directory; pass a file path such as "
+                          f"{os.path.join(path, 'demo.duckdb')!r}")
+    if not os.path.lexists(path):
+        return
+    if data_kind(path) != "a DuckDB database":
+        raise OutputError(f"{shown} exists and is not a DuckDB database a previous sqlcal demo "
+                          "wrote; sqlcal demo writes only a new file: pass a new path")
+    if os.path.exists(path + ".wal"):
+        raise OutputError(f"{shown} has a write-ahead log ({path}.wal): it is open elsewhere or "
+                          "was not closed cleanly; pass a new path")
+    con = duckdb.connect(path, read_only=True)
+    try:
+        objects = con.execute(
+            "SELECT table_name, comment FROM duckdb_tables() WHERE NOT internal "
+            "UNION ALL SELECT view_name, comment FROM duckdb_views() WHERE NOT internal"
+        ).fetchall()
+    finally:
+        con.close()
+    other = sorted(name for name, comment in objects if comment != DEMO_COMMENT)
+    if other:
+        raise OutputError(f"{shown} holds tables a previous sqlcal demo did not write {other}; "
+                          "sqlcal demo never replaces them: pass a new path")
+
+
+def _release(path: str) -> None:
+    # a connection sqlcal.source cached to the old file would keep reading it after the rename
+    from sqlcal.source import _connections
+
+    held = _connections.pop(os.path.abspath(path), None)
+    if held is not None:
+        held.disconnect()

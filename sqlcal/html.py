@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from sqlcal.outputs import HTML_MARKER
 from sqlcal.scheduled import ScheduledRun, _redacted
 
 _CSS = """
@@ -40,6 +41,7 @@ def render(run: ScheduledRun) -> str:
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        HTML_MARKER,  # the mark by which sqlcal knows the file is its own output
         f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
         _run_section(run),

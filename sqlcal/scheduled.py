@@ -25,6 +25,7 @@ import ibis
 import numpy as np
 import pandas as pd
 
+from sqlcal import outputs
 from sqlcal.report import METRICS, describe, summary_steps, to_json
 from sqlcal.source import Source, as_source
 
@@ -155,7 +156,11 @@ def validate_config(raw: dict, *, where: str = "config") -> dict:
         if not isinstance(src.get(key), str) or not src[key]:
             raise ConfigError(f"{where}: [source] needs {key} = \"<column>\"")
     by = src.get("by", [])
-    src["by"] = [by] if isinstance(by, str) else list(by)
+    by = [by] if isinstance(by, str) else by
+    if not isinstance(by, (list, tuple)) or not all(isinstance(k, str) and k for k in by):
+        raise ConfigError(f"{where}: [source] by must be a column name or a list of them, "
+                          f"not {by!r}")
+    src["by"] = list(by)
 
     metrics = raw.get("metrics", {"ece": {}, "cutoff_error": {}, "kuiper": {}})
     if isinstance(metrics, list):
@@ -173,6 +178,7 @@ def validate_config(raw: dict, *, where: str = "config") -> dict:
         if extra:
             raise ConfigError(f"{where}: metrics.{name} has unknown options {extra}; "
                               f"it takes {sorted(takes)}")
+        _check_options(METRICS[name][0].__name__, options, f"{where}: metrics.{name}")
 
     alerts = []
     for i, rule in enumerate(raw.get("alerts", [])):
@@ -211,8 +217,81 @@ def validate_config(raw: dict, *, where: str = "config") -> dict:
     if results is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*",
                                                 str(results.get("table", ""))):
         raise ConfigError(f"{where}: [results] needs table = \"<name>\" (letters, digits, _)")
+    output = dict(raw.get("output", {}))
+    for kind, path in output.items():
+        if not isinstance(path, str) or not path:
+            raise ConfigError(f"{where}: [output] {kind} must be a file path such as "
+                              f"\"report.{kind}\", not {path!r}")
     return {"source": src, "metrics": metrics, "alerts": alerts, "time": time_cfg,
-            "report": report, "output": dict(raw.get("output", {})), "results": results}
+            "report": report, "output": output, "results": results}
+
+
+def check_outputs(config: dict, *, output_dir: str | os.PathLike | None = None) -> dict:
+    """Check the configured outputs before any query; return ``{kind: absolute path}``.
+
+    Each path (relative ones under ``output_dir``, default the current folder) must not be the
+    source, a file the source matches, a database or data file, a symlink, a directory, or an
+    existing file other than a previous sqlcal output of the same kind
+    (:func:`sqlcal.outputs.check`). An HTML page with diagrams needs matplotlib.
+
+    Raises
+    ------
+    sqlcal.outputs.OutputError
+        Naming the output and why it is refused.
+    ConfigError
+        When an HTML page with diagrams is asked for and matplotlib is missing (naming the extra).
+    """
+    paths = {kind: _output_path(config, kind, output_dir) for kind in outputs.KINDS}
+    checked = outputs.check_all(paths, sources=_inputs(config))
+    if "html" in checked and config["report"]["diagrams"]:
+        _require_matplotlib("the HTML page's diagrams ([report] diagrams = true)")
+    return checked
+
+
+def write_outputs(run: ScheduledRun, *, output_dir: str | os.PathLike | None = None) -> list[str]:
+    """Write the run's JSON and HTML outputs (:func:`check_outputs` again, then each file to a
+    temporary file renamed into place); return the paths written."""
+    from sqlcal.html import render
+
+    sources = _inputs(run.config)
+    texts = {"json": lambda: json.dumps(to_document(run), indent=2), "html": lambda: render(run)}
+    written = []
+    for kind, path in check_outputs(run.config, output_dir=output_dir).items():
+        written.append(outputs.write_text(path, kind, texts[kind](), sources=sources))
+    return written
+
+
+def _output_path(config: dict, kind: str, output_dir) -> str | None:
+    path = config["output"].get(kind)
+    return os.path.join(os.fspath(output_dir or "."), path) if path else None
+
+
+def _inputs(config: dict) -> list[str]:
+    # every local file the run reads or writes as a database: the source and the results' url
+    url = (config.get("results") or {}).get("url")
+    return outputs.protected(config["source"]["data"], url)
+
+
+def _check_options(function: str, options: dict, where: str) -> None:
+    # OPTIONS CALL SITE: sqlcal.options.check(function, options) checks each option's type,
+    # range and resource budget when sqlcal/options.py exists (another helper builds it)
+    try:
+        from sqlcal import options as declared
+    except ImportError:
+        return
+    try:
+        declared.check(function, options)
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def _require_matplotlib(what: str) -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"{what} need matplotlib, which is not installed: pip install "
+                          "'sqlcal[plot]' (or set [report] diagrams = false, or write no "
+                          "HTML output)") from None
 
 
 def config_hash(config: dict) -> str:
@@ -260,8 +339,10 @@ def run_report(
     run_at : datetime, optional
         Default now, UTC.
     diagrams : bool, optional
-        Draw the per-group diagrams and the time-series chart (matplotlib); default
-        ``config["report"]["diagrams"]``.
+        Draw the per-group diagrams and the time-series chart (matplotlib) for the HTML page;
+        default: when the configuration has an HTML output and ``[report] diagrams`` is true.
+        Nothing else shows them, so without an HTML output none is drawn. When they are to be
+        drawn and matplotlib is missing, a :class:`ConfigError` names the extra before any query.
     progress : bool or None, default False
         One line per engine pass on stderr; ``None``: when stderr is a terminal or the run has
         lasted more than 5 seconds.
@@ -270,6 +351,10 @@ def run_report(
     -------
     ScheduledRun
     """
+    if diagrams is None:
+        diagrams = bool(config["report"]["diagrams"] and config["output"].get("html"))
+    if diagrams:
+        _require_matplotlib("diagrams")
     step = _Progress(progress)
     run_at = run_at or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None, microsecond=0)
     digest = config_hash(config)
@@ -288,7 +373,7 @@ def run_report(
         with step(f"series per {config['time']['key']}"):
             series_src = _open_source(config, time=config["time"]["key"])
             run.series = _measure(series_src, chosen, _quiet)[1]
-    if config["report"]["diagrams"] if diagrams is None else diagrams:
+    if diagrams:
         _draw(run, step)
     return run
 
@@ -351,32 +436,11 @@ def _open_source(config: dict, time: str | None = None) -> Source:
 
     cfg = dict(config["source"])
     data, table = cfg.pop("data"), cfg.pop("table", None)
-    path = _duckdb_file(data)
-    if config["results"] and not config["results"].get("url") and path and table:
-        # the results go into the source's DuckDB file, which sqlcal.source opens read-only
-        data, table = _writable_duckdb(path).table(table), None
     if time:
         cfg["by"] = [*cfg["by"], time]
+    # a DuckDB file opens read-only (sqlcal.source): results go in later, through a connection
+    # of their own (results_connection)
     return sqlcal.source(data, table=table, **cfg)
-
-
-def _writable_duckdb(path: str):
-    # DuckDB allows one configuration per file and process: share sqlcal.source's connection
-    # cache, so later reads of the file reuse this read-write connection
-    from sqlcal.source import _connections
-
-    key = os.path.abspath(path)
-    if key not in _connections:
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"no database file at {path!r}")
-        _connections[key] = ibis.duckdb.connect(path)
-    con = _connections[key]
-    mode = con.raw_sql("SELECT current_setting('access_mode')").fetchone()[0]
-    if mode.lower() == "read_only":
-        raise ValueError(f"{path} is open read-only in this process (an earlier sqlcal call "
-                         "read it), so the results cannot go there: run in a new process, or "
-                         "set [results] url")
-    return con
 
 
 def _duckdb_file(data: Any) -> str | None:
@@ -594,11 +658,48 @@ def _count(target, run_id: str) -> int:
     return int(target.filter(target.run_id == run_id).count().to_pyarrow().as_py())
 
 
+def store_results(run: ScheduledRun) -> int:
+    """Append the run's rows to ``[results] table`` (:func:`write_results`); return how many.
+
+    When the table lives in a DuckDB file (the source's, or ``[results] url = "duckdb://..."``),
+    the read-only connection sqlcal measured through is closed first and the rows go in through
+    a read-write connection opened for this one INSERT and closed right after: the source is
+    never open for writing while it is measured. Sources built earlier on that file in this
+    process must be rebuilt (their connection is closed).
+    """
+    cfg = run.config["results"]
+    con = results_connection(run)
+    try:
+        return write_results(con, cfg["table"], results_rows(run), database=cfg.get("database"))
+    finally:
+        if con is not _source_backend(run):
+            con.disconnect()
+
+
 def results_connection(run: ScheduledRun):
-    """The connection the results table goes to: ``[results] url``, else the source's own."""
+    """The connection the results table goes to: ``[results] url``, else the source's own.
+
+    For a DuckDB file it is a new read-write connection (the cached read-only one to that file
+    is closed first; DuckDB allows one configuration per file and process): disconnect it after
+    the insert, as :func:`store_results` does.
+    """
     url = run.config["results"].get("url")
+    path = _duckdb_file(url) if url else _duckdb_file(run.config["source"]["data"])
+    if path:
+        from sqlcal.source import _connections
+
+        held = _connections.pop(os.path.abspath(path), None)
+        if held is not None:
+            held.disconnect()
+        if not url and not os.path.exists(path):
+            raise FileNotFoundError(f"no database file at {path!r}")
+        return ibis.duckdb.connect(path)
     if url:
         return ibis.connect(url)
+    return _source_backend(run)
+
+
+def _source_backend(run: ScheduledRun):
     return run.source.rows._find_backend()
 
 
@@ -606,10 +707,13 @@ def results_connection(run: ScheduledRun):
 
 
 def to_document(run: ScheduledRun) -> dict:
-    """The run as the JSON document of ``sqlcal/report.schema.json``: the plain report's fields
-    (``schema_version``, ``source``, ``columns``, ``rows``) and the run, the tidy metrics, the
+    """The run as the JSON document of ``sqlcal/report.schema.json``: ``generator`` ("sqlcal",
+    the mark of sqlcal's own output files), the plain report's fields (``schema_version``,
+    ``source``, ``columns``, ``rows``) and the run, the tidy metrics, the
     alerts and the series."""
     doc = json.loads(to_json(run.table, {**describe(run.source), **_where_from(run.config)}))
+    # the marker by which sqlcal knows a file is its own output, which it may replace
+    doc = {outputs.JSON_MARKER[0]: outputs.JSON_MARKER[1], **doc}
     keys = run.keys
 
     doc["status"] = run.status

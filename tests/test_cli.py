@@ -38,8 +38,11 @@ def test_report_errors_are_one_line(tmp_path, capsys):
     main(["demo", db, "--rows", "1000"])
     assert main(["report", db, "--score", "nope", "--label", "label"]) == 2
     assert "score column 'nope' is not in the table" in capsys.readouterr().err
-    assert main(["report", db, "--score", "score", "--label", "label", "--metrics", "ece,x"]) == 2
-    assert "unknown metrics ['x']" in capsys.readouterr().err
+    # a misspelled metric is a flag error (argparse's SystemExit 2), found before any query
+    with pytest.raises(SystemExit) as e:
+        main(["report", db, "--score", "score", "--label", "label", "--metrics", "ece,x"])
+    assert e.value.code == 2
+    assert "--metrics: unknown metrics ['x']" in capsys.readouterr().err
 
 
 def test_demo_weights_are_frequencies():

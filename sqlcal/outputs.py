@@ -1,0 +1,262 @@
+"""The one writer of every file sqlcal writes: outputs never destroy data.
+
+An output path is refused when it is a symlink or a directory, when it is one of the files the
+report reads (its source file, any file a glob or folder source matches, a path inside a folder
+source), when it holds a database or data file (DuckDB, SQLite, Parquet, Arrow, ORC, Avro,
+compressed), and when it is any other existing file that is not a previous sqlcal output of the
+same kind. sqlcal marks its outputs: JSON with the top-level field ``"generator": "sqlcal"``, HTML
+with ``<meta name="generator" content="sqlcal">``. A file is written to a temporary file in the
+same folder (``tempfile.mkstemp``), flushed to disk, then renamed over the path in one step
+(``os.replace``), so a reader sees the old file or the new one, never half of one; on failure the
+temporary file is removed and the old file is untouched.
+
+:func:`check` is called when a configuration is validated or the command's flags are parsed,
+before any query; :func:`write_text` checks again and writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import glob
+import json
+import os
+import tempfile
+from typing import Any, Iterable, Iterator
+
+#: the marker of a JSON output (a top-level field) and of an HTML output (in <head>)
+JSON_MARKER = ("generator", "sqlcal")
+HTML_MARKER = '<meta name="generator" content="sqlcal">'
+KINDS = ("json", "html")
+
+# leading bytes of files that hold data: a report never replaces one, whatever its name
+_MAGIC = (
+    (8, b"DUCK", "a DuckDB database"),
+    (0, b"SQLite format 3\x00", "an SQLite database"),
+    (0, b"PAR1", "a Parquet file"),
+    (0, b"ARROW1", "an Arrow file"),
+    (0, b"ORC", "an ORC file"),
+    (0, b"Obj\x01", "an Avro file"),
+    (0, b"\x1f\x8b", "a gzip file"),
+    (0, b"PK\x03\x04", "a zip file"),
+    (0, b"\x28\xb5\x2f\xfd", "a zstd file"),
+)
+_DB_SUFFIXES = (".duckdb", ".ddb", ".db")
+
+
+class OutputError(ValueError):
+    """An output path sqlcal will not write; nothing has been read or written."""
+
+
+def check(path: str | os.PathLike, kind: str, *, sources: Iterable[str] = ()) -> str:
+    """Refuse an output path that could destroy data; return it as an absolute path.
+
+    Parameters
+    ----------
+    path : str or path-like
+        Where the output goes (relative to the current folder).
+    kind : {"json", "html"}
+        What is written: an existing file there must be a previous sqlcal output of this kind.
+    sources : iterable of str
+        What the report reads, as :func:`protected` returns it: files, and ``glob:`` patterns and
+        ``dir:`` folders whose files are inputs.
+
+    Returns
+    -------
+    str
+        The absolute path.
+
+    Raises
+    ------
+    OutputError
+        Naming the path and why: a symlink, a directory, an input of the report, a database or
+        data file, or another file than a previous sqlcal output of ``kind``.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown output kind {kind!r}; expected one of {KINDS}")
+    path = os.path.abspath(os.fspath(path))
+    shown = f"{kind} output {os.fspath(path)!r}"
+    if os.path.islink(path):
+        raise OutputError(f"{shown} is a symlink; sqlcal writes only regular files it owns: "
+                          "pass the real path or another one")
+    if os.path.isdir(path):
+        raise OutputError(f"{shown} is a directory; pass a file path such as "
+                          f"{os.path.join(path, 'report.' + kind)!r}")
+    reason = _reads(path, sources)
+    if reason:
+        raise OutputError(f"{shown} {reason}; the report never writes over its input: "
+                          "choose another path")
+    parent = _existing_ancestor(os.path.dirname(path))
+    if not os.path.isdir(parent):
+        raise OutputError(f"{shown}: {parent!r} is not a folder")
+    if os.path.lexists(path):
+        holds = data_kind(path)
+        if holds:
+            raise OutputError(f"{shown} is {holds}; sqlcal never writes over data: choose "
+                              "another path")
+        if not is_output(path, kind):
+            raise OutputError(
+                f"{shown} exists and is not a previous sqlcal {kind} output (no "
+                f"{_marker_text(kind)}); sqlcal replaces only its own outputs: delete it or "
+                "choose another path")
+    return path
+
+
+def check_all(paths: dict[str, Any], *, sources: Iterable[str] = ()) -> dict[str, str]:
+    """:func:`check` each ``{kind: path}`` (None skipped) and refuse two outputs on one path."""
+    sources = list(sources)
+    checked = {kind: check(p, kind, sources=sources) for kind, p in paths.items() if p}
+    seen: dict[str, str] = {}
+    for kind, path in checked.items():
+        real = os.path.realpath(path)
+        if real in seen:
+            raise OutputError(f"the {seen[real]} and {kind} outputs are both {path!r}; give "
+                              "each its own path")
+        seen[real] = kind
+    return checked
+
+
+def write_text(path: str | os.PathLike, kind: str, text: str, *,
+               sources: Iterable[str] = ()) -> str:
+    """Check ``path`` (:func:`check`) and replace it atomically with ``text`` (UTF-8).
+
+    Missing parent folders are created. Returns the absolute path.
+    """
+    path = check(path, kind, sources=sources)
+    if kind == "json" and not _has_json_marker(text):
+        raise ValueError(f"the JSON for {path!r} lacks the top-level generator field")
+    if kind == "html" and HTML_MARKER not in text[:4096]:
+        raise ValueError(f"the HTML for {path!r} lacks {HTML_MARKER}")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with replacing(path) as partial:
+        with open(partial, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    return path
+
+
+@contextlib.contextmanager
+def replacing(path: str) -> Iterator[str]:
+    """Yield a temporary path in ``path``'s folder; on success rename it over ``path``.
+
+    The temporary file exists (empty) when yielded; the body writes it. On any exception it is
+    removed and ``path`` is left as it was. Permissions follow the umask, as for a new file.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, partial = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.",
+                                   suffix=".partial")
+    os.close(fd)
+    try:
+        yield partial
+        os.chmod(partial, 0o666 & ~_umask())
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(partial)
+        raise
+    with contextlib.suppress(OSError):  # the rename itself survives a crash once the folder syncs
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def protected(data: Any, *more: Any) -> list[str]:
+    """What a source reads, for :func:`check`: a file path, a ``glob:`` pattern or a ``dir:``
+    folder for each of ``data`` and ``more`` that names local files (URLs other than
+    ``duckdb://`` and in-memory data name none)."""
+    out = []
+    for item in (data, *more):
+        if isinstance(item, os.PathLike):
+            item = os.fspath(item)
+        if not isinstance(item, str) or not item:
+            continue
+        if item.startswith("duckdb://"):
+            item = item[len("duckdb://"):]
+        elif "://" in item:
+            continue
+        if item in ("", ":memory:"):
+            continue
+        if any(ch in item for ch in "*?["):
+            out.append("glob:" + os.path.abspath(item))
+        elif os.path.isdir(item):
+            out.append("dir:" + os.path.realpath(item))
+        else:
+            out.append(os.path.realpath(item))
+            if item.lower().endswith(_DB_SUFFIXES):
+                out.append(os.path.realpath(item) + ".wal")
+    return out
+
+
+def data_kind(path: str) -> str | None:
+    """What data a file holds, by its leading bytes ("a DuckDB database", ...), or None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(32)
+    except OSError:
+        return None
+    for offset, magic, name in _MAGIC:
+        if head[offset:offset + len(magic)] == magic:
+            return name
+    return None
+
+
+def is_output(path: str, kind: str) -> bool:
+    """Whether ``path`` is a regular file sqlcal wrote as a ``kind`` output (by its marker)."""
+    if os.path.islink(path) or not os.path.isfile(path):
+        return False
+    if kind == "html":
+        with open(path, "rb") as f:
+            return HTML_MARKER.encode() in f.read(4096)
+    with open(path, "rb") as f:
+        text = f.read()
+    try:
+        return _has_json_marker(text.decode("utf-8"))
+    except UnicodeDecodeError:
+        return False
+
+
+def _has_json_marker(text: str) -> bool:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get(JSON_MARKER[0]) == JSON_MARKER[1]
+
+
+def _marker_text(kind: str) -> str:
+    return HTML_MARKER if kind == "html" else f'top-level "{JSON_MARKER[0]}": "{JSON_MARKER[1]}"'
+
+
+def _reads(path: str, sources: Iterable[str]) -> str | None:
+    real = os.path.realpath(path)
+    for item in sources:
+        if item.startswith("glob:"):
+            pattern = item[len("glob:"):]
+            matched = {os.path.realpath(m) for m in glob.glob(pattern, recursive=True)}
+            if real in matched or fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(real, pattern):
+                return f"matches the source pattern {pattern!r}"
+        elif item.startswith("dir:"):
+            folder = item[len("dir:"):]
+            if real == folder or real.startswith(folder.rstrip(os.sep) + os.sep):
+                return f"is inside the source folder {folder!r}"
+        elif real == item:
+            return "is a file the report reads"
+    return None
+
+
+def _existing_ancestor(folder: str) -> str:
+    while folder and not os.path.lexists(folder):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return folder
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
