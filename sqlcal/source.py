@@ -25,6 +25,13 @@ from sqlcal.errors import InvalidInputError
 
 #: names of the normalised columns inside every query; group keys keep their own names
 INTERNAL = ("p", "y", "w")
+#: column names the summaries use beside the group keys: a key may not take one
+_RESERVED = frozenset({
+    *INTERNAL, "n", "bin", "cell", "k", "u", "f", "v", "s", "within", "swy", "swp", "swyy", "swpp", "swyp",
+    "sw2", "p_min", "p_max", "p_at_min", "p_at_max", "s_min", "s_max", "total", "positive",
+    "negative", "var", "var2", "sw_sq_resid", "sw_spieg", "sw_spieg_var", "sw_logloss",
+    "n_infinite_logloss", "n_rows", "n_dropped",
+})
 
 _CHECKS = (
     # (column role, problem, result column)
@@ -427,10 +434,19 @@ def _named_table(con, table: str | None, where: str) -> ir.Table:
         if len(names) != 1:
             raise ValueError(f"{where} holds tables {names}: name one with table=")
         table = names[0]
-    if "." in table:  # "schema.table"
-        schema, name = table.rsplit(".", 1)
-        return con.table(name, database=schema)
-    return con.table(table)
+    if not isinstance(table, str) or not table:
+        raise InvalidInputError(f"table= must be a table name, not {table!r}")
+    # the name is looked up among the tables the connection lists (Ibis quotes it either way),
+    # so a name that is not a table is an error that lists the ones there are
+    schema, _, name = table.rpartition(".")  # "schema.table"
+    try:
+        names = con.list_tables(database=schema) if schema else con.list_tables()
+    except Exception:  # no such schema, or the engine cannot list it: let the lookup say
+        names = None
+    if names is not None and name not in names:
+        shown = names if len(names) <= 20 else [*names[:20], "..."]
+        raise InvalidInputError(f"table {table!r} is not in {where}; its tables are {shown}")
+    return con.table(name, database=schema) if schema else con.table(name)
 
 
 def _origin(data: Any, table: str | None, base: ir.Table) -> str:
@@ -516,11 +532,13 @@ def _check_columns(base: ir.Table, score, label, weight, by) -> None:
                 f"{role} column {col!r} has type {dtype}; expected a number"
                 + (" or boolean" if role == "label" else "")
             )
-    clash = set(by) & set(INTERNAL)
+    # engines fold unquoted names (DuckDB compares them case-insensitively), so compare folded
+    clash = sorted(k for k in by if k.lower() in _RESERVED or k.lower().startswith("chk_"))
     if clash:
         raise InvalidInputError(
-            f"group key {sorted(clash)} clashes with sqlcal's internal column names {INTERNAL}; "
-            "rename it in the table or with a view"
+            f"group key {clash} clashes with a column name of sqlcal's summaries "
+            f"({', '.join(sorted(_RESERVED))} or chk_*, compared case-insensitively); rename it "
+            "in the table or with a view"
         )
 
 
