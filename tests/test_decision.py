@@ -582,3 +582,252 @@ def test_expected_cost_interval_stays_within_the_possible_costs():
     out = sqlcal.expected_cost(pd.DataFrame({"p": f}), score="p",
                                rules=[(0.0, 1.0, 0.0, 0.5)], epsilon=0.9)
     assert out.cost_lower[0] >= 0.0 and out.cost_upper[0] <= 0.5
+
+
+# -- ties decided exactly (issue 20 item 2) ---------------------------------------------------
+
+from fractions import Fraction  # noqa: E402
+
+ISSUE_ACTIONS = [(1, 0), (0.1, 0.3), (0, 0.6)]  # cost lines cross at exactly 1/4 and 3/4
+
+
+def exact_choice(q: Fraction, costs, tie: str) -> int:
+    """Brute force: the action of least a·q + b(1 − q) in decimal rationals (costs as written);
+    ties to the least slope a − b ("higher") or the greatest ("lower"), then the first listed."""
+    ab = [(Fraction(str(a)), Fraction(str(b))) for a, b in costs]
+    value = [a * q + b * (1 - q) for a, b in ab]
+    tied = [j for j, v in enumerate(value) if v == min(value)]
+    slope = lambda j: ab[j][0] - ab[j][1]
+    return min(tied, key=lambda j: (slope(j) if tie == "higher" else -slope(j), j))
+
+
+def two_decimal_rows(n, seed, at=()):
+    rng = np.random.default_rng(seed)
+    p = np.concatenate([np.repeat(at, 5), rng.integers(0, 101, n) / 100])
+    return pd.DataFrame({"p": p, "y": (rng.random(len(p)) < p).astype(np.int64),
+                         "w": rng.integers(1, 4, len(p)).astype(float)})
+
+
+@pytest.mark.parametrize("tie", ["higher", "lower"])
+def test_best_rule_decides_ties_by_one_exact_rule(upload, tie):
+    """At 0.25 and 0.75 two actions cost the same; floating-point crossings put 0.25 below and
+    0.75 above (0.18775 on the issue's data, where ties-to-lower gives 0.18805 and ties-to-upper
+    0.18955). Now both follow ``tie``; the realised and estimated costs equal a brute force in
+    exact decimal arithmetic on every row."""
+    df = two_decimal_rows(600, 3, at=[0.25, 0.75])
+    out = expected_cost(upload(df), score="p", label="y", weight="w", actions=ISSUE_ACTIONS,
+                        tie=tie).iloc[0]
+    chosen = [exact_choice(Fraction(str(f)), ISSUE_ACTIONS, tie) for f in df["p"]]
+    a = np.array([ISSUE_ACTIONS[j][0] for j in chosen], float)
+    b = np.array([ISSUE_ACTIONS[j][1] for j in chosen], float)
+    p, y, w = (df[c].to_numpy(float) for c in "pyw")
+    assert out["realised_cost"] == pytest.approx((w * (a * y + b * (1 - y))).sum() / w.sum(),
+                                                 abs=1e-12)
+    assert out["expected_cost"] == pytest.approx((w * (a * p + b * (1 - p))).sum() / w.sum(),
+                                                 abs=1e-12)
+    want = {0.25: 1, 0.75: 2} if tie == "higher" else {0.25: 0, 0.75: 1}
+    assert {f: exact_choice(Fraction(str(f)), ISSUE_ACTIONS, tie) for f in want} == want
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_best_rule_matches_exact_brute_force_on_random_decimal_costs(con, upload, seed):
+    if con.name == "pyspark" and seed > 0:
+        pytest.skip("one case on Spark: every query is a job; DuckDB and PostgreSQL run four")
+    rng = np.random.default_rng(seed)
+    # costs on a 0.05 grid: many crossings fall on two-decimal scores
+    actions = [tuple(rng.integers(0, 21, 2) / 20) for _ in range(4)]
+    df = two_decimal_rows(400, seed)
+    data = upload(df)
+    for tie in ("higher", "lower"):
+        out = expected_cost(data, score="p", label="y", weight="w", actions=actions, tie=tie)
+        chosen = [exact_choice(Fraction(str(f)), actions, tie) for f in df["p"]]
+        cost = np.array([actions[j][0] if yi else actions[j][1]
+                         for j, yi in zip(chosen, df["y"])], float)
+        w = df["w"].to_numpy(float)
+        assert out["realised_cost"][0] == pytest.approx((w * cost).sum() / w.sum(), abs=1e-12)
+
+
+def test_a_crossing_between_doubles_ties_at_the_nearest_double(upload):
+    """Costs (1, 0) and (0, 0.5) cross at exactly 1/3, which no double equals: the double
+    nearest it is the tie; the doubles either side go to their side."""
+    third = 1 / 3
+    below, above = np.nextafter(third, 0), np.nextafter(third, 1)
+    df = pd.DataFrame({"p": [below, third, above], "y": [1, 1, 1]})
+    data = upload(df)
+    actions = [(1.0, 0.0), (0.0, 0.5)]
+    for tie, at_third in (("higher", 0.0), ("lower", 1.0)):
+        out = expected_cost(data, score="p", label="y", actions=actions, tie=tie)
+        # every label is 1: a row costs a = 1 under the first action and 0 under the second
+        assert out["realised_cost"][0] * 3 == pytest.approx(1.0 + at_third, abs=1e-15)
+
+
+def test_decision_loss_payoff_ties_follow_the_tie_rule_exactly(con, upload):
+    """Payoffs (1, 0), (0.9, 0.4), (0, 1) cross at exactly 0.2 and 0.6 (in decimals; the doubles
+    of 0.9 and 0.4 put the binary crossings a hair away). Brute force per row in exact decimals;
+    the old tolerance of 1e-12 and float rounding decided these asymmetrically."""
+    table = [(1.0, 0.0), (0.9, 0.4), (0.0, 1.0)]
+    df = two_decimal_rows(300, 9, at=[0.2, 0.6])
+    data = upload(df)
+    costs = [(-u1, -u0) for u0, u1 in table]  # payoff lines are minus cost lines
+    p, y, w = (df[c].to_numpy(float) for c in "pyw")
+    levels = pd.DataFrame({"p": p, "wy": w * y, "w": w}).groupby("p").sum()
+    ybar = dict(zip(levels.index, levels["wy"] / levels["w"]))
+    for tie in ("higher", "lower"):
+        got = decision_loss(data, score="p", label="y", weight="w", payoffs=table, tie=tie)
+        lost = 0.0
+        for pi, wi, yi in zip(p, w, y):
+            q = ybar[pi]
+            line = [(1 - q) * u0 + q * u1 for u0, u1 in table]
+            played = exact_choice(Fraction(str(pi)), costs, tie)
+            lost += wi * (max(line) - line[played])
+        assert got["decision_loss"][0] == pytest.approx(lost / w.sum(), abs=1e-12)
+    at = {f: exact_choice(Fraction(str(f)), costs, "higher") for f in (0.2, 0.6)}
+    assert at == {0.2: 1, 0.6: 2}
+
+
+def test_decision_loss_near_ties_are_not_ties(upload):
+    """Scores 1e-13 either side of the crossing at 1/2 of payoffs (1, 0) and (0, 1) are on
+    their side under either tie rule (a tolerance of 1e-12 made them ties, and sent one of them
+    to the wrong action); only 1/2 itself is a tie. Every label is 1, so a row loses 1 exactly
+    when it plays the first action."""
+    v = np.array([0.5 - 1e-13, 0.5, 0.5 + 1e-13])
+    data = upload(pd.DataFrame({"p": v, "y": [1, 1, 1]}))
+    table = [(1.0, 0.0), (0.0, 1.0)]
+    for tie in ("higher", "lower"):
+        plays_first = [exact_choice(Fraction(x), [(0.0, -1.0), (-1.0, 0.0)], tie) == 0
+                       for x in v]
+        assert plays_first == [True, tie == "lower", False]
+        got = decision_loss(data, score="p", label="y", payoffs=table, tie=tie)
+        assert got["decision_loss"][0] == pytest.approx(sum(plays_first) / 3, abs=1e-15)
+
+
+@pytest.mark.parametrize("t", [0.1, 0.25, 0.3, 0.5, 0.7])
+def test_threshold_and_payoff_forms_of_a_task_agree_at_ties(upload, t):
+    df = two_decimal_rows(200, 12, at=[t])
+    data = upload(df)
+    for tie in ("higher", "lower"):
+        one = decision_loss(data, score="p", label="y", weight="w", threshold=t, tie=tie)
+        two = decision_loss(data, score="p", label="y", weight="w",
+                            payoffs=[(1, t), (1 - t, 1)], tie=tie)
+        for col in ("decision_loss", "payoff", "recalibrated_payoff"):
+            assert one[col][0] == pytest.approx(two[col][0], abs=1e-12)
+
+
+# -- cost_lower and cost_upper (issue 20 item 3) ------------------------------------------------
+
+
+THREE_COSTS = [(-1, 0.5, 0.2, 0.4), (0.5, 1, 0.3, 0.6)]
+
+
+@pytest.mark.parametrize("eps, lower, upper", [
+    (0.05, 0.335, 0.385),  # estimate 0.36 ∓ 0.05·0.5: no interval's label mass hits 0 or W_j
+    (0.2, 0.29, 0.44),  # Y₁ ∈ [0, 1.2], Y₂ ∈ [0.8, 2]: tighter than 0.36 ∓ 0.1
+    (0.9, 0.25, 0.5),  # any labels: [Σ W_j min(a, b), Σ W_j max(a, b)] / W; 0 is not a cost
+])
+def test_cost_interval_is_the_range_labels_allow(upload, eps, lower, upper):
+    """Scores 0.1, 0.3 | 0.7, 0.9: W₁ = W₂ = 2, F₁ = 0.4, F₂ = 1.6; the realised cost is
+    [0.4·2 − 0.2·Y₁ + 0.6·2 − 0.3·Y₂] / 4 with |Y_j − F_j| ≤ 4ε and 0 ≤ Y_j ≤ 2 (hand-derived)."""
+    df = upload(pd.DataFrame({"p": [0.1, 0.3, 0.7, 0.9]}))
+    out = expected_cost(df, score="p", rules=THREE_COSTS, epsilon=eps).iloc[0]
+    assert out["expected_cost"] == pytest.approx(0.36, abs=1e-12)
+    assert out["error_bound"] == pytest.approx(0.5 * eps, abs=1e-12)
+    assert out["cost_lower"] == pytest.approx(lower, abs=1e-12)
+    assert out["cost_upper"] == pytest.approx(upper, abs=1e-12)
+
+
+def test_cost_interval_holds_for_every_labelling_and_is_reached(upload):
+    """All 2⁸ labellings of 8 rows: every labelling whose cutoff error (brute force over all
+    score intervals) is ≤ ε has its realised cost inside [cost_lower, cost_upper]; with ε ≥ 1 the
+    ends are the cheapest and dearest labellings. Uncovered scores bring 0 into the range."""
+    p = np.array([0.05, 0.2, 0.2, 0.45, 0.55, 0.7, 0.8, 0.95])
+    w = np.array([1.0, 2.0, 1.0, 3.0, 1.0, 2.0, 1.0, 1.0])
+    rule = [(0.1, 0.5, 0.2, 0.4), (0.5, 0.9, 0.7, 0.1)]  # 0.05 and 0.95 are in no interval
+    u = np.unique(p)
+
+    def cutoff(y):
+        r = np.array([(w * (y - p))[p == v].sum() for v in u])
+        return max(abs(r[i:j].sum()) for i in range(len(u)) for j in range(i + 1, len(u) + 1))
+
+    def realised(y):
+        return sum((w * ((p > l) & (p <= r)) * (a * y + b * (1 - y))).sum()
+                   for l, r, a, b in rule) / w.sum()
+
+    labellings = [np.array(bits, float) for bits in np.ndindex(*([2] * len(p)))]
+    data = upload(pd.DataFrame({"p": p, "w": w}))
+    for eps in (0.12, 0.15, 0.2, 1.0):  # 6, 11, 56 and all 256 labellings qualify
+        with pytest.warns(UserWarning, match="coverage"):
+            out = expected_cost(data, score="p", weight="w", rules=rule, epsilon=eps).iloc[0]
+        costs = [realised(y) for y in labellings if cutoff(y) <= eps * w.sum() + 1e-12]
+        assert len(costs) >= 6
+        assert out["cost_lower"] - 1e-12 <= min(costs) and max(costs) <= out["cost_upper"] + 1e-12
+    everything = [realised(y) for y in labellings]
+    assert out["cost_lower"] == pytest.approx(min(everything), abs=1e-12)
+    assert out["cost_upper"] == pytest.approx(max(everything), abs=1e-12)
+
+
+def test_cost_interval_is_nan_without_a_bound():
+    out = expected_cost(pd.DataFrame({"p": [0.2, 0.8]}), score="p", rules=THREE_COSTS)
+    assert np.isnan(out["cost_lower"][0]) and np.isnan(out["cost_upper"][0])
+
+
+# -- a weight-0 row is an absent row; integer weights are duplicated rows (issue 20 item 6) ----
+
+
+def _every_output(data, validation=None, **kw):
+    """Every decision function's full result table (n and distinct_per_row left out: see
+    test_zero_weights_equal_removed_rows), with the best rule's intervals."""
+    opts = dict(score="p", label="y", **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cost = expected_cost(data, actions=ISSUE_ACTIONS, rules=RULE, validation=validation,
+                             **opts)
+        tables = [
+            calibration_decision_loss(data, **opts),
+            calibration_decision_loss(data, bins=4, **opts),
+            decision_loss(data, threshold=[0.2, 0.5], **opts),
+            decision_loss(data, payoffs=[(1, 0), (0.9, 0.4), (0, 1)], **opts),
+            decision_risk_gap(data, threshold=[0.2, 0.5], **opts),
+            cost,
+            cost.attrs["rules"],
+        ]
+    return [t.drop(columns=[c for c in ("n", "distinct_per_row") if c in t]) for t in tables]
+
+
+def _same(got, want):
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert list(a.columns) == list(b.columns)
+        for col in a:
+            if a[col].dtype.kind in "fiu":
+                np.testing.assert_allclose(a[col].to_numpy(float), b[col].to_numpy(float),
+                                           rtol=0, atol=1e-9, err_msg=col)
+            else:
+                assert a[col].tolist() == b[col].tolist(), col
+
+
+def test_zero_weights_equal_removed_rows(upload):
+    """Every output column of every decision function (the validation argument included) is the
+    same with weight-0 rows as without them. ``n`` counts the rows read, weight 0 included, as
+    in every sqlcal metric, and ``distinct_per_row`` is n_levels / n; they are left out."""
+    rng = np.random.default_rng(21)
+    df = two_decimal_rows(300, 21)
+    df.loc[df.p >= 0.86, "w"] = 0.0  # scores 0.86 .. 1 carry no weight
+    df.loc[rng.random(len(df)) < 0.1, "w"] = 0.0  # nor do some rows elsewhere
+    val = two_decimal_rows(200, 22)
+    val.loc[val.index[::5], "w"] = 0.0
+    kept, val_kept = (x[x.w > 0].reset_index(drop=True) for x in (df, val))
+    _same(_every_output(upload(df), upload(val), weight="w"),
+          _every_output(upload(kept), upload(val_kept), weight="w"))
+    # the issue's count: levels holding weight, not every distinct score read
+    out = calibration_decision_loss(upload(df), score="p", label="y", weight="w")
+    assert out["n_levels"][0] == len(np.unique(kept["p"])) < len(np.unique(df["p"]))
+
+
+def test_integer_weights_equal_duplicated_rows(con, upload):
+    """The same for whole-number weights against rows repeated w times (w = 1 after)."""
+    df = two_decimal_rows(120, 23)
+    val = two_decimal_rows(100, 24)
+    dup, val_dup = (x.loc[x.index.repeat(x["w"].astype(int))].assign(w=1.0)
+                    .reset_index(drop=True) for x in (df, val))
+    _same(_every_output(upload(df), upload(val), weight="w"),
+          _every_output(upload(dup), upload(val_dup), weight="w"))
