@@ -147,7 +147,8 @@ def reliability(
         One row per group and non-empty bin: the keys, ``bin``, ``bin_lower`` and ``bin_upper``
         (the bin's edges; for equal-mass bins the first bin starts at its lowest score and the
         last ends at its highest), ``n``, ``W``, ``mean_score``, ``observed``, ``gap`` (observed − mean
-        score), ``ci_lower``, ``ci_upper``, ``p_min``, ``p_max``.
+        score), ``ci_lower``, ``ci_upper``, ``p_min``, ``p_max``; with ``on_invalid="drop"``,
+        ``n_dropped`` (the group's rows left out).
 
     Examples
     --------
@@ -187,6 +188,9 @@ def reliability(
         method = wilson_interval if ci == "wilson" else clopper_pearson_interval
         out["ci_lower"], out["ci_upper"] = method(k, n_eff, confidence)
     out["p_min"], out["p_max"] = frame["p_min"], frame["p_max"]
+    if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its bins
+        out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
+               if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
     out.attrs |= frame.attrs | {"ci": ci, "confidence": confidence, "weight_kind": weight_kind}
     return out
 

@@ -218,7 +218,9 @@ def smooth_reliability(
 ) -> pd.DataFrame:
     """The smoothed reliability curve: per group and evaluation point t in [0, 1], ``observed``
     (the Nadaraya–Watson estimate of E[y | p = t] with :func:`smooth_ece`'s kernel and bandwidth,
-    as relplot's diagram draws it), ``density`` (of the scores, integrating to 1) and ``sigma``."""
+    as relplot's diagram draws it), ``density`` (of the scores, integrating to 1) and ``sigma``,
+    sorted by the keys and t; with ``on_invalid="drop"``, ``n_dropped`` (the group's rows left
+    out)."""
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     cells = cells_summary(src, ("sums", "moments"), SMOOTH_CELLS)
     frames = []
@@ -231,7 +233,13 @@ def smooth_reliability(
         observed, density = hist.smooth(width, t, what="label")
         frames.append(pd.DataFrame({**key, "t": t, "observed": observed,
                                     "density": density / density.mean(), "sigma": width}))
-    return pd.concat(frames, ignore_index=True)
+    # sorted by the keys: the summary's group order is the engine's, which varies with the data
+    out = pd.concat(frames, ignore_index=True).sort_values([*src.by, "t"], kind="stable",
+                                                           ignore_index=True)
+    if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its rows
+        out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
+               if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
+    return out
 
 
 # -- relplot's smECE on a score histogram -----------------------------------------------------

@@ -129,9 +129,16 @@ def tce_bins(
     """The per-bin table behind :func:`tce` (and its diagram): the keys, ``bin``, ``score_min``,
     ``score_max``, ``n`` (rows), ``W`` (predictions), ``k`` (positives), ``rate`` = k/W,
     ``mean_score``, ``accepted`` (the accepted score intervals), ``rejected`` (predictions the
-    test rejects) and ``tce_bin`` (percent)."""
+    test rejects) and ``tce_bin`` (percent); with ``on_invalid="drop"``, ``n_dropped`` (the
+    group's rows left out)."""
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    return _bins_table(src, strategy, n_min, n_max, bins, alpha, test, tail_rule)
+    out = _bins_table(src, strategy, n_min, n_max, bins, alpha, test, tail_rule)
+    if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its bins
+        attrs = out.attrs
+        out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
+               if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
+        out.attrs = attrs
+    return out
 
 
 def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rule):
