@@ -22,6 +22,7 @@ import importlib
 import inspect
 import math
 import numbers
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -65,10 +66,17 @@ class Option:
         """What the option accepts, in words."""
         if self.kind == "choice":
             text = "one of " + ", ".join(repr(c) for c in self.choices)
+        elif self.power_of_two:
+            text = "an integer power of two" + _range(self)
+        elif self.kind in ("int", "float") and self.low == 0 and self.high is None:
+            sign = "a positive" if self.open_low else "a non-negative"
+            text = f"{sign} {'integer' if self.kind == 'int' else 'finite number'}"
+        elif self.kind == "int" and self.low == 1 and self.high is None:
+            text = "a positive integer"
         elif self.kind in ("int", "float", "count", "floats"):
             noun = {"int": "an integer", "float": "a finite number", "count": "a whole number",
                     "floats": "a finite number (or a non-empty sequence of them)"}[self.kind]
-            text = noun + (" and a power of two" if self.power_of_two else "") + _range(self)
+            text = noun + _range(self)
         else:
             text = {"bool": "True or False", "column": "a column name (str)",
                     "columns": "a column name or a sequence of column names",
@@ -199,7 +207,7 @@ OPTIONS: dict[str, Option] = {
 #: where an option means something else in one function (declared, not renamed: a later issue)
 OVERRIDES: dict[str, dict[str, Option]] = {
     "hosmer_lemeshow": {
-        "groups": Option("int", "number of Hosmer-Lemeshow groups (bins)", low=1),
+        "groups": Option("int", "number of Hosmer-Lemeshow groups, i.e. bins", low=1),
         "strategy": OPTIONS["strategy"],
     },
     "tce": {"strategy": Option("choice", "how TCE cuts bins",
@@ -518,13 +526,17 @@ def check(function_name: str, options: dict) -> dict:
 def checked(function: Callable) -> Callable:
     """Check a public function's keyword arguments against the table before it runs."""
     spec = _register(function)
+    check_options = check
 
-    @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        check(spec.name, kwargs)
+        check_options(spec.name, kwargs)
         return function(*args, **kwargs)
 
-    return wrapper
+    # the wrapper lives in the function's module (its globals), so doctest still finds the
+    # function's examples there; it reads only its closure
+    wrapper = types.FunctionType(wrapper.__code__, function.__globals__, function.__name__,
+                                 None, wrapper.__closure__)
+    return functools.update_wrapper(wrapper, function)
 
 
 def _check_value(shown: str, function: str, key: str, value: Any) -> None:
@@ -582,8 +594,8 @@ def _in_range(x: float, o: Option) -> bool:
 
 
 def _fail(function: str, key: str, value: Any, o: Option) -> None:
-    raise OptionError(f"{function}(): {key}={_show(value)} is not allowed; {key} ({o.description}) "
-                      f"must be {o.allowed()}")
+    raise OptionError(f"{function}(): {key} must be {o.allowed()}, not {_show(value)} "
+                      f"({key}: {o.description})")
 
 
 def _show(value: Any) -> str:

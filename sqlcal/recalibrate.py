@@ -30,6 +30,7 @@ from sqlcal.metrics.cells import cells_summary, pair_levels
 from sqlcal.metrics.scores import totals_summary
 from sqlcal.source import Source, as_source
 from sqlcal.summaries import number
+from sqlcal.options import checked
 
 #: a source with at most this many rows has its levels summary fetched; above it, PAV merges
 #: blocks in the engine first and the logistic fits iterate with aggregate queries
@@ -316,6 +317,7 @@ class PlattMap(CalibrationMap):
 # -- isotonic regression ----------------------------------------------------------------------
 
 
+@checked
 def isotonic(
     data: Any,
     *,
@@ -598,6 +600,7 @@ def _merge_pass(t: ir.Table, by: list) -> ir.Table:
 # -- logistic fits ----------------------------------------------------------------------------
 
 
+@checked
 def platt(
     data: Any,
     *,
@@ -671,6 +674,7 @@ def platt(
     return fitted
 
 
+@checked
 def calibration_slope(
     data: Any,
     *,

@@ -25,6 +25,7 @@ from sqlcal.recalibrate import calibration_slope
 from sqlcal.metrics.scores import (brier, calibration_in_the_large, log_loss, spiegelhalter,
                                    totals_summary)
 from sqlcal.source import Source, as_source
+from sqlcal.options import checked
 
 #: report metric name -> (function, options, {result column: report column})
 METRICS: dict[str, tuple] = {
@@ -97,6 +98,7 @@ DEFAULT_METRICS = (
 SCHEMA_VERSION = 1
 
 
+@checked
 def report(
     data: Any,
     *,
@@ -115,8 +117,9 @@ def report(
     ----------
     data, score, label, weight, by, where
         As for :func:`ece`.
-    metrics : sequence of str
-        Names from :data:`METRICS`; by default every binned and totals metric.
+    metrics : str or sequence of str
+        Names from :data:`METRICS` (one name is one metric); by default every binned and totals
+        metric. An unknown name is an error listing the valid ones.
     bins : int, default 15
         Bins for the ECE family and the Brier decomposition (Hosmer–Lemeshow uses deciles).
 
@@ -125,9 +128,7 @@ def report(
     pandas.DataFrame
         One row per group: the keys, ``n``, ``W``, then each metric's columns.
     """
-    unknown = [m for m in metrics if m not in METRICS]
-    if unknown:
-        raise ValueError(f"unknown metrics {unknown}; choose from {sorted(METRICS)}")
+    metrics = [metrics] if isinstance(metrics, str) else list(metrics)  # "ece" is one metric
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     _prefetch(src, metrics, bins)
     out = None

@@ -64,8 +64,15 @@ def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool) -> dict[
     if weighted:
         checks |= {"chk_w_count": t.w.count(), "chk_w_min": t.w.min(), "chk_w_max": t.w.max(),
                    # 0 exactly when every weight is a whole number (a count of identical rows)
-                   "chk_w_frac": (t.w - t.w.floor()).sum()}
+                   "chk_w_frac": fractional_part(t.w).sum()}
     return checks
+
+
+def fractional_part(x: ir.FloatingValue) -> ir.FloatingValue:
+    """x − FLOOR(x), without overflow: Ibis casts FLOOR to BIGINT, which fails above 9.2e18, so x
+    is first clamped to ±2^52, beyond which every double is a whole number (fraction 0)."""
+    clamped = ibis.greatest(ibis.least(x, number(2.0**52)), number(-(2.0**52)))
+    return clamped - clamped.floor()
 
 
 def validation(rows: ir.Table, by: Sequence[str], checks: dict[str, ir.BooleanValue],

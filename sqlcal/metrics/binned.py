@@ -13,11 +13,13 @@ from sqlcal import summaries
 from sqlcal.metrics import (check_weight_kind, per_group, resolve_weight_kind, result, variance_parts)
 from sqlcal.metrics.cells import equal_mass_bins, summary_parts
 from sqlcal.source import Source, as_source
+from sqlcal.options import checked
 
 NORMS = {"l1": "ece", "l2": "rmsce", "max": "mce"}
 STRATEGIES = ("uniform", "quantile")
 
 
+@checked
 def ece(
     data: Any,
     *,
@@ -109,6 +111,7 @@ def ece(
     return out
 
 
+@checked
 def reliability(
     data: Any,
     *,
@@ -195,6 +198,7 @@ def reliability(
     return out
 
 
+@checked
 def brier_decomposition(
     data: Any,
     *,
@@ -273,6 +277,7 @@ _DECOMPOSITION = (
 )
 
 
+@checked
 def hosmer_lemeshow(
     data: Any,
     *,

@@ -16,10 +16,12 @@ from sqlcal.metrics import groups, key_tuple, result
 from sqlcal.metrics.scores import totals_summary
 from sqlcal.recalibrate import isotonic_blocks
 from sqlcal.source import as_source
+from sqlcal.options import checked
 
 SCORINGS = ("brier", "log_loss")
 
 
+@checked
 def decompose(
     data: Any,
     *,

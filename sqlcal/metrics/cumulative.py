@@ -19,12 +19,14 @@ from sqlcal.metrics import (check_weight_kind, per_group, resolve_weight_kind, r
                             statistic, variance_parts)
 from sqlcal.metrics.cells import CELLS, cells_summary
 from sqlcal.source import Source, as_source
+from sqlcal.options import checked
 
 #: E[range of standard Brownian motion on [0, 1]] = 2·sqrt(2/π): the calibrated model's expected
 #: cutoff error in units of sigma (spec seed004 §2.4)
 NOISE_FLOOR_FACTOR = 2 * np.sqrt(2 / np.pi)
 
 
+@checked
 def cutoff_error(
     data: Any,
     *,
@@ -143,6 +145,7 @@ def cutoff_error(
     return out
 
 
+@checked
 def kuiper(
     data: Any,
     *,
@@ -187,6 +190,7 @@ def kuiper(
                           weight_kind, source_options)
 
 
+@checked
 def ks(
     data: Any,
     *,

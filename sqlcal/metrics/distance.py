@@ -25,6 +25,7 @@ from sqlcal.metrics.binned import bins_summary
 from sqlcal.metrics.cells import cells_summary, pair_levels
 from sqlcal.metrics.smooth import SMOOTH_CELLS
 from sqlcal.source import Source, as_source
+from sqlcal.options import checked
 
 MODES = ("auto", "exact", "cells")
 #: "auto" reads the exact levels when at most this many rows share a score cell with another score
@@ -39,6 +40,7 @@ GROUPING_LEVELS = 1024
 REGROUP_GROUPS = 200
 
 
+@checked
 def lipschitz_calibration_error(
     data: Any,
     *,
@@ -124,6 +126,7 @@ def lipschitz_calibration_error(
     return out
 
 
+@checked
 def distance_to_calibration(
     data: Any,
     *,
@@ -247,6 +250,7 @@ def distance_to_calibration(
     return result(src, out, columns)
 
 
+@checked
 def interval_calibration_error(
     data: Any,
     *,

@@ -12,8 +12,10 @@ from scipy import stats
 from sqlcal import summaries
 from sqlcal.metrics import check_weight_kind, resolve_weight_kind, result, safe_div, statistic
 from sqlcal.source import Source, as_source
+from sqlcal.options import checked
 
 
+@checked
 def brier(
     data: Any,
     *,
@@ -55,6 +57,7 @@ def brier(
     return result(src, t, ["brier"])
 
 
+@checked
 def log_loss(
     data: Any,
     *,
@@ -92,6 +95,7 @@ def log_loss(
     return result(src, t, ["log_loss", "n_infinite"])
 
 
+@checked
 def calibration_in_the_large(
     data: Any,
     *,
@@ -120,6 +124,7 @@ def calibration_in_the_large(
     return result(src, t, ["citl", "mean_score", "observed", "oe_ratio"])
 
 
+@checked
 def spiegelhalter(
     data: Any,
     *,

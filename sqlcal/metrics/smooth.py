@@ -16,6 +16,7 @@ from sqlcal import summaries
 from sqlcal.metrics import groups, per_group, result
 from sqlcal.metrics.cells import cells_summary
 from sqlcal.source import Source, as_source
+from sqlcal.options import checked
 
 NOISES = ("gaussian", "uniform")
 #: cells of the score histogram behind smECE: each cell's rows sit within 2^-14 of each other,
@@ -23,6 +24,7 @@ NOISES = ("gaussian", "uniform")
 SMOOTH_CELLS = 2**14
 
 
+@checked
 def ls_ece(
     data: Any,
     *,
@@ -117,6 +119,7 @@ def ls_ece(
     return out
 
 
+@checked
 def smooth_ece(
     data: Any,
     *,
@@ -204,6 +207,7 @@ def smooth_ece(
     return out
 
 
+@checked
 def smooth_reliability(
     data: Any,
     *,

@@ -20,11 +20,13 @@ from sqlcal.metrics import groups, key_tuple, level_sets, result
 from sqlcal.metrics import binomial
 from sqlcal.metrics.cells import CELLS, cells_summary
 from sqlcal.source import InvalidInputError, Source, as_source
+from sqlcal.options import checked
 
 STRATEGIES = ("pavabc", "uniform", "quantile")
 TESTS = ("binomial", "ttest")
 
 
+@checked
 def tce(
     data: Any,
     *,
@@ -109,6 +111,7 @@ def tce(
     return out
 
 
+@checked
 def tce_bins(
     data: Any,
     *,
