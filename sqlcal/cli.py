@@ -92,15 +92,17 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                                      "--config")
     rep.add_argument("--label", help="label column (0/1 or boolean); required without --config")
     rep.add_argument("--weight", help="weight column (frequency weights)")
-    rep.add_argument("--by", default="", help="comma-separated group keys")
+    rep.add_argument("--by", help="comma-separated group keys")
     rep.add_argument("--where", help="a condition over the table's columns, e.g. "
                                      "\"day >= DATE '2026-11-07' AND segment <> 'web'\"")
     rep.add_argument("--metrics", metavar="NAMES",
                      help="comma-separated metric names (default: "
                           f"{','.join(DEFAULT_METRICS)}); choose from: {', '.join(METRICS)}")
-    rep.add_argument("--bins", type=int, default=15,
+    rep.add_argument("--bins", type=int,
                      help="bins of the ECE family and the Brier decomposition (default 15)")
-    rep.add_argument("--on-invalid", choices=["raise", "drop"], default="raise")
+    rep.add_argument("--on-invalid", choices=["raise", "drop"],
+                     help="rows with a NULL or out-of-range score, label or weight: raise "
+                          "(default) an error naming the column and count, or drop them")
     rep.add_argument("--json", action="store_true", help="print JSON instead of a table")
     sched = rep.add_argument_group("scheduled report")
     sched.add_argument("--config", metavar="TOML",
@@ -143,12 +145,20 @@ def _check_report_flags(args, rep: argparse.ArgumentParser) -> None:
         rep.error("pass either DATA or --config (the config names the data)")
     if not args.config and not (args.data and args.score and args.label):
         rep.error("DATA, --score and --label are required without --config")
+    if args.config:
+        for flag in ("table", "score", "label", "weight", "by", "where", "metrics", "bins",
+                     "on_invalid"):
+            if getattr(args, flag) is not None:
+                rep.error(f"--{flag.replace('_', '-')} does not apply with --config (the "
+                          "config file names the data, columns and metrics)")
+        return
+    args.by = args.by or ""
+    args.bins = 15 if args.bins is None else args.bins
+    args.on_invalid = args.on_invalid or "raise"
     if args.metrics is not None:
         unknown = [m for m in _keys(args.metrics) if m not in METRICS]
         if unknown or not _keys(args.metrics):
             rep.error(f"--metrics: unknown metrics {unknown}; choose from {', '.join(METRICS)}")
-    if args.config:
-        return
     if args.no_results:
         rep.error("--no-results needs --config (a report without one writes no results table)")
     runs = args.html or args.json_file or args.time
@@ -156,17 +166,15 @@ def _check_report_flags(args, rep: argparse.ArgumentParser) -> None:
                         ("--quiet", args.quiet)):
         if value and not runs:
             rep.error(f"{flag} applies only with --config, --html, --json-file or --time")
-    _check_bins(args.bins, rep)
+    _check_bins(args, rep)
 
 
-def _check_bins(bins: int, rep: argparse.ArgumentParser) -> None:
-    # OPTIONS CALL SITE: sqlcal.options.check declares the type, range and budget of bins=
+def _check_bins(args, rep: argparse.ArgumentParser) -> None:
+    # the declared table of options checks --bins' type, range and budget, as report() would
+    from sqlcal import options
+
     try:
-        from sqlcal import options
-    except ImportError:
-        return
-    try:
-        options.check("ece", {"bins": bins})
+        options.check("report", {"bins": args.bins, "metrics": _metric_names(args)})
     except ValueError as e:
         rep.error(f"--bins: {e}")
 

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal import outputs
+from sqlcal.options import check as check_options
 from sqlcal.report import METRICS, describe, summary_steps, to_json
 from sqlcal.source import Source, as_source
 
@@ -178,7 +179,7 @@ def validate_config(raw: dict, *, where: str = "config") -> dict:
         if extra:
             raise ConfigError(f"{where}: metrics.{name} has unknown options {extra}; "
                               f"it takes {sorted(takes)}")
-        _check_options(METRICS[name][0].__name__, options, f"{where}: metrics.{name}")
+        _check_options(name, options, f"{where}: metrics.{name}")
 
     alerts = []
     for i, rule in enumerate(raw.get("alerts", [])):
@@ -272,16 +273,13 @@ def _inputs(config: dict) -> list[str]:
     return outputs.protected(config["source"]["data"], url)
 
 
-def _check_options(function: str, options: dict, where: str) -> None:
-    # OPTIONS CALL SITE: sqlcal.options.check(function, options) checks each option's type,
-    # range and resource budget when sqlcal/options.py exists (another helper builds it)
+def _check_options(name: str, options: dict, where: str) -> None:
+    # the declared table of options (type, range, resource budget), as the metric will see them:
+    # with the report name's preset (ece_quantile is ece with strategy="quantile")
+    function, preset, _ = METRICS[name]
     try:
-        from sqlcal import options as declared
-    except ImportError:
-        return
-    try:
-        declared.check(function, options)
-    except ValueError as e:
+        check_options(function.__name__, {**preset, **options})
+    except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {e}") from None
 
 

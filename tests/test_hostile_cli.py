@@ -47,6 +47,9 @@ def ws(tmp_path, monkeypatch):
     os.mkdir("empty")
     Path("notes.txt").write_text("my notes\n")
     Path("bad.toml").write_text("[source\ndata = 1\n")
+    Path("options.toml").write_text(
+        '[source]\ndata = "d.parquet"\nscore = "score"\nlabel = "label"\n'
+        '[metrics]\nhosmer_lemeshow = { groups = 0 }\n')
     Path("app.sqlite").write_bytes(b"SQLite format 3\x00" + bytes(100))  # by its header
     return tmp_path
 
@@ -140,6 +143,8 @@ BAD_INPUT = {
         ["other.duckdb", "DuckDB database"]),
     "output is an SQLite database": (
         ["report", "d.parquet", *COLUMNS, "--html", "app.sqlite"], ["app.sqlite", "SQLite"]),
+    "metric option out of range in a config": (
+        ["report", "--config", "options.toml"], ["metrics.hosmer_lemeshow", "groups"]),
     "output is an unrelated file": (
         ["report", "d.parquet", *COLUMNS, "--json-file", "notes.txt"],
         ["notes.txt", "not a previous sqlcal json output"]),
@@ -230,6 +235,12 @@ BAD_FLAGS = {
                                        ["--output-dir"]),
     "--quiet without an output": (["report", *DB, *COLUMNS, "--quiet"], ["--quiet"]),
     "no command": ([], ["command"]),
+    "--score with --config": (["report", "--config", "bad.toml", "--score", "p"],
+                              ["--score", "does not apply with --config"]),
+    "--bins with --config": (["report", "--config", "bad.toml", "--bins", "5"], ["--bins"]),
+    "--bins zero": (["report", *DB, *COLUMNS, "--bins", "0"], ["--bins", "positive"]),
+    "--bins over the budget": (["report", *DB, *COLUMNS, "--bins", "1000000000"],
+                               ["--bins", "budget"]),
 }
 
 
