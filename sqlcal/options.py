@@ -207,7 +207,7 @@ OPTIONS: dict[str, Option] = {
 #: where an option means something else in one function (declared, not renamed: a later issue)
 OVERRIDES: dict[str, dict[str, Option]] = {
     "hosmer_lemeshow": {
-        "groups": Option("int", "number of Hosmer-Lemeshow groups, i.e. bins", low=1),
+        "groups": Option("int", "number of Hosmer-Lemeshow risk groups", low=1),
         "strategy": OPTIONS["strategy"],
     },
     "tce": {"strategy": Option("choice", "how TCE cuts bins",
@@ -348,7 +348,7 @@ def _bin_costs(option_name: str, bins: Any, strategy: str, convention: str) -> l
     out = [Cost(option_name, "cells", float(bins), "equal-width bins per group")]
     if convention in ("sklearn", "netcal"):
         out.append(Cost(option_name, "terms", float(bins) - 1,
-                        f"CASE branches in the query (one per {convention} bin edge)"))
+                        f"CASE branches in the query, one per {convention} bin edge"))
     return out
 
 
@@ -649,7 +649,7 @@ def _check_budget(shown: str, spec: _Spec, options: dict) -> None:
             continue
         mine = [c for c in all_costs if c.option == cost.option]
         over = [c for c in mine if c.amount > getattr(BUDGET, c.resource)]
-        takes = " and ".join(f"{_amount(c.amount, c.resource)} ({c.what})" for c in mine)
+        takes = " and ".join(f"{_amount(c.amount, c.resource)} ({c.what})" for c in over)
         limits = " and ".join(f"{_amount(getattr(BUDGET, c.resource), c.resource)} "
                               f"(sqlcal.options.BUDGET.{c.resource})" for c in over)
         raise BudgetError(
@@ -682,6 +682,8 @@ def _advice(spec: _Spec, rule: Callable, values: dict, cost: Cost) -> str:
         return all(c.amount <= getattr(BUDGET, c.resource) for c in rule(trial)
                    if c.option == name)
 
+    if not within(reference) and o.kind in ("int", "count"):
+        reference = max(o.low or 1, 1)  # the default is over the budget: start from the least
     if not within(reference):
         return f"Pass a smaller {name}"
     good, bad = float(reference), float(value)
@@ -742,6 +744,8 @@ def _schema(o: Option) -> dict:
         out["enum"].append(None)
     elif o.optional and "type" in out:
         out["type"] = [out["type"], "null"]
+    elif o.optional and "anyOf" in out:
+        out["anyOf"].append({"type": "null"})
     return out
 
 
