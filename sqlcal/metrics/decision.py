@@ -440,8 +440,9 @@ def expected_cost(
     heuristic). Both statements assume i.i.d. rows: drift between the validation rows and this
     table breaks them.
 
-    With ``validation``, the weights of its rows count exactly as this table's: a row of
-    weight 2 is two rows in its cutoff error and in its n.
+    The validation rows' weights count exactly as this table's: a row of weight 0 is no row,
+    whole-number weights are repeated rows (in the cutoff error and in its n), other weights
+    sampling weights (n = W²/Σw², as :func:`sqlcal.cutoff_error`).
 
     Examples
     --------
