@@ -124,8 +124,11 @@ def multiclass(
     is the first of them: the first column of ``probs`` (wide), the smallest class value in the
     engine's ordering (long). The score does not depend on this rule; the label does.
 
-    The checks run as one aggregate query in the engine (examples are counted, never fetched);
-    a table not bound to an engine (``ibis.table(schema)``, for SQL export) is not checked.
+    The checks run as one aggregate query in the engine (examples are counted, never fetched;
+    a second query, only when something is wrong, counts each problem to name it). A table not
+    bound to an engine (``ibis.table(schema)``, for SQL export) is not checked. In the long
+    format an example may leave out classes (rows of probability 0); a class repeated within an
+    example is found whenever it changes the example's row count, true rows or sum.
     A table made in classwise mode refuses a metric without ``by="class"``, and one made with
     ``weight=`` a metric without ``weight="weight"`` (see :func:`check_use`).
 
@@ -231,7 +234,8 @@ def _wide(t: ir.Table, *, mode, probs, classes, label, weight, keys, tolerance,
                            _bad_weight(w)))
         return checks
 
-    if _bound(t):
+    if _bound(t) and not _wide_clean(t, *columns(t), values, tolerance):
+        # something is wrong: a second query counts each problem to name it
         p, y, w = columns(t)
         checks = value_checks(t)
         good = ~_any(e for _, e in checks)
@@ -249,7 +253,8 @@ def _wide(t: ir.Table, *, mode, probs, classes, label, weight, keys, tolerance,
             seen = summaries.execute(
                 t.filter(unmatched).group_by(label).aggregate(n_=lambda s: s.count())
                 .order_by([ibis.desc("n_"), label]).limit(5))
-            listed = ", ".join(f"{v!r} ({n} examples)" for v, n in zip(seen[label].tolist(), seen.n_.tolist()))
+            listed = ", ".join(f"{v!r} ({n} examples)"
+                               for v, n in zip(seen[label].tolist(), seen.n_.tolist()))
             more = int(counts.unmatched_values) - len(seen)
             layout.append(
                 f"label column {label!r} has {int(counts.unmatched)} examples whose true class "
@@ -298,7 +303,8 @@ def _long(t: ir.Table, *, mode, example, cls, prob, label, weight, keys, toleran
                            _bad_weight(w)))
         return checks
 
-    if _bound(t):
+    if _bound(t) and not _long_clean(t, ex, cls, *columns(t), value_checks(t), tolerance):
+        # something is wrong: a second query counts each problem to name it
         p, y, w = columns(t)
         checks = value_checks(t)
         per = t.group_by(ex).aggregate(
@@ -359,6 +365,47 @@ def _long(t: ir.Table, *, mode, example, cls, prob, label, weight, keys, toleran
     top = ranked.filter(ranked.sqlcal_rank_ == 0)
     p, y, w = columns(top)
     return top.select(*keys, score=p, label=y, **({"weight": w} if weight else {}))
+
+
+def _wide_clean(t: ir.Table, p: list, y: ir.Value, w: ir.Value | None, values: list,
+                tolerance: float) -> bool:
+    """One cheap aggregate proving every example valid: counts for NULLs, MIN/MAX for ranges
+    (NaN sorts above every number in DuckDB, Postgres and Spark, so MAX is NaN when any value
+    is), the extreme sums, and the labels outside the classes."""
+    total = sum(p[1:], p[0])
+    columns = [*p, *([w] if w is not None else [])]
+    quick = summaries.execute(t.aggregate(
+        n=t.count(), y_n=y.count(), unmatched=t.count(where=~y.isin(values)),
+        s_lo=total.min(), s_hi=total.max(),
+        **{f"{name}{i}": agg for i, c in enumerate(columns)
+           for name, agg in (("n", c.count()), ("lo", c.min()), ("hi", c.max()))})).iloc[0]
+    n = int(quick.n)
+    highs = [1.0] * len(p) + [_LARGEST] * (w is not None)
+    return (n > 0 and int(quick.y_n) == n and int(quick.unmatched) == 0
+            and all(int(quick[f"n{i}"]) == n and float(quick[f"lo{i}"]) >= 0
+                    and float(quick[f"hi{i}"]) <= high for i, high in enumerate(highs))
+            and abs(float(quick.s_lo) - 1) <= tolerance and abs(float(quick.s_hi) - 1) <= tolerance)
+
+
+def _long_clean(t: ir.Table, ex: list[str], cls: str, p: ir.Value, y: ir.Value,
+                w: ir.Value | None, checks: list, tolerance: float) -> bool:
+    """One cheap query proving every example valid: per example its rows, true rows, sum and
+    invalid values (no per-example distinct count: every example has one row per class of the
+    table, or the counting query looks for repeated classes)."""
+    per = t.group_by(ex).aggregate(
+        n_rows=t.count(), n_true=t.count(where=y == 1), total=p.sum(),
+        bad=t.count(where=_any(e for _, e in checks)),
+        **({"w_min": w.min(), "w_max": w.max()} if w is not None else {}))
+    quick = per.aggregate(
+        n=per.count(), bad=per.count(where=per.bad > 0), rows_lo=per.n_rows.min(),
+        rows_hi=per.n_rows.max(), not_one=per.count(where=per.n_true != 1),
+        s_lo=per.total.min(), s_hi=per.total.max(),
+        varies=per.count(where=per.w_max > per.w_min) if w is not None else ibis.literal(0))
+    quick = summaries.execute(quick.cross_join(t.aggregate(k=t[cls].nunique()))).iloc[0]
+    k = int(quick.k)
+    return (int(quick.n) > 0 and int(quick.bad) == 0 and int(quick.not_one) == 0
+            and int(quick.varies) == 0 and int(quick.rows_lo) == k and int(quick.rows_hi) == k
+            and abs(float(quick.s_lo) - 1) <= tolerance and abs(float(quick.s_hi) - 1) <= tolerance)
 
 
 def _judge(counts, checks: list[str], layout: list[str], on_invalid: str) -> bool:

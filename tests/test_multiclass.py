@@ -305,6 +305,25 @@ def test_long_examples_need_one_true_class_row(upload, change, problem):
                               prob="prob", label="label", on_invalid=on_invalid)
 
 
+def test_long_rows_of_zero_probability_may_be_left_out(upload):
+    # sparse storage: an example lists only the classes it gives some probability to
+    wide = multiclass_data(n=200, seed=16)
+    wide.loc[:19, list(CLASSES)] = [0.75, 0.25, 0.0]
+    long = to_long(wide)
+    sparse = long[(long.prob > 0) | (long.label == 1)]
+    assert len(sparse) < len(long)
+    for mode, by in (("top_label", []), ("classwise", ["class"])):
+        tables = [sqlcal.multiclass(upload(frame), format="long", mode=mode, example="example",
+                                    cls="cls", prob="prob", label="label")
+                  for frame in (long, sparse)]
+        dense, thin = (sqlcal.brier(t, score="score", label="label", by=by) for t in tables)
+        if mode == "top_label":
+            score, label = numpy_top_label(wide)
+            assert thin.brier.iloc[0] == pytest.approx(np.mean((score - label) ** 2), abs=1e-12)
+        else:  # a left-out row of probability 0 and label 0 adds 0 to the squared error
+            np.testing.assert_allclose(thin.brier * thin.n, dense.brier * dense.n, rtol=1e-12)
+
+
 @pytest.mark.parametrize("layout", ["wide", "long"])
 def test_probabilities_must_sum_to_one(upload, layout):
     wide = multiclass_data(n=100, seed=12)
