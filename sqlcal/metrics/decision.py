@@ -102,8 +102,8 @@ def calibration_decision_loss(
     convexity between neighbours and payoffs in [0, 1]), which is slow at thousands of levels
     and, with near-equal breakpoints, can be off by a factor 2 even at 15 levels (HiGHS's
     tolerances are about 1e-7); the envelope was checked against an independent K²-constraint
-    LP on 2,652 instances (largest difference 2.7e-12) and in exact rational arithmetic. The sup can need adversarial tie-breaking at kinks, so
-    it is approached, not always attained.
+    LP on 2,652 instances (largest difference 2.7e-12) and in exact rational arithmetic. The
+    sup can need adversarial tie-breaking at kinks, so it is approached, not always attained.
 
     Bounds reported beside it (seed002 §2.6 items 1, 3, 4 and Thm 4.3):
     :math:`\max(\mathrm{ECE}_2^2,\ \sup_t V(t)/(2\max(t,1-t))) \le \mathrm{CDL} \le
