@@ -360,7 +360,8 @@ def isotonic(
         ``.table``: one row per group and block, the keys, ``lo``, ``hi`` (the block's score
         range), ``value`` (its observed rate Σwy/Σw), ``n``, ``W``. ``.info``: ``method``,
         ``exact``, ``mixed_cells`` (grid cells holding more than one distinct score), ``passes``
-        (engine PAV passes). Apply with
+        (engine PAV passes), and with ``on_invalid="drop"`` ``dropped`` (per group, the rows
+        left out: ``n_dropped`` and the count failing each check). Apply with
         ``.transform``, ``.expr``, ``.apply``, ``.to_sql``; store with ``.write``.
 
     Notes
@@ -411,6 +412,8 @@ def isotonic(
         raise ValueError(f"interpolation must be one of {INTERPOLATIONS}, not {interpolation!r}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     blocks, info = isotonic_blocks(src, method, cells)
+    if src.dropped is not None:  # the rows left out are part of what the map was fitted on
+        info["dropped"] = src.dropped
     return IsotonicMap(by=tuple(src.by), table=blocks, kind="isotonic regression", info=info,
                        interpolation=interpolation)
 
@@ -645,7 +648,9 @@ def platt(
     PlattMap
         ``.table``: per group, the keys, ``a``, ``b`` (σ(a + b·x)), ``n``, ``W``,
         ``iterations``, and with ``modified`` ``cutoff_error`` (of the plain fit, in-sample),
-        ``tolerance``, ``constant`` (the fallback rate, NaN where the fit was kept).
+        ``tolerance``, ``constant`` (the fallback rate, NaN where the fit was kept). With
+        ``on_invalid="drop"``, ``.info["dropped"]``: per group, the rows left out
+        (``n_dropped`` and the count failing each check).
 
     Notes
     -----
@@ -668,6 +673,8 @@ def platt(
     table["constant"] = np.nan
     fitted = PlattMap(by=tuple(src.by), table=table, kind="Platt scaling", feature=feature,
                       info={"smoothed_targets": smoothed_targets})
+    if src.dropped is not None:  # the rows left out are part of what the map was fitted on
+        fitted.info["dropped"] = src.dropped
     if modified:
         _modify(src, fitted, tolerance)
         fitted.kind = "modified Platt scaling"
