@@ -34,8 +34,8 @@ from sqlcal.source import InvalidInputError, _resolve_table
 
 MODES = ("top_label", "classwise")
 FORMATS = ("long", "wide")
-#: the largest |Σₖ pₖ − 1| accepted per example by default (float32 softmax outputs over a few
-#: hundred classes stay well inside it; probabilities rounded for storage do not)
+#: the largest |Σₖ pₖ − 1| accepted per example by default (float32 softmax outputs stay within
+#: about 3e-7 of 1 up to 10^4 classes; probabilities rounded for storage do not)
 TOLERANCE = 1e-6
 #: the columns multiclass() adds next to the keys
 OUTPUTS = ("class", "score", "label", "weight")
@@ -122,7 +122,8 @@ def multiclass(
     Top-label: the score of example :math:`i` is :math:`\\max_k p_{ik}` and its label is
     :math:`1[\\hat k_i = y_i]`. When several classes share the top probability :math:`\\hat k_i`
     is the first of them: the first column of ``probs`` (wide), the smallest class value in the
-    engine's ordering (long). The score does not depend on this rule; the label does.
+    engine's ordering (long; for strings its collation: byte order in DuckDB, Spark and a
+    C-collated PostgreSQL). The score does not depend on this rule; the label does.
 
     The checks run as one aggregate query in the engine (examples are counted, never fetched;
     a second query, only when something is wrong, counts each problem to name it). A table not

@@ -85,6 +85,16 @@ def test_top_label_long_and_wide_agree_with_numpy(upload):
         assert got.n.iloc[0] == len(wide)
 
 
+def test_long_boolean_labels_give_the_numbers_of_0_1_labels(upload):
+    wide = multiclass_data(n=200, seed=17)
+    long = to_long(wide)
+    want = numpy_ece(*numpy_top_label(wide))
+    table = sqlcal.multiclass(upload(long.assign(label=long.label == 1)), format="long",
+                              example="example", cls="cls", prob="prob", label="label")
+    got = sqlcal.ece(table, score="score", label="label", bins=10)
+    assert got.ece.iloc[0] == pytest.approx(want, abs=1e-12)
+
+
 def test_classwise_ece_per_class_agrees_with_numpy(upload):
     wide = multiclass_data(seed=1)
     for table in (wide_table(upload, wide, mode="classwise", keys=["model"]),
@@ -250,6 +260,10 @@ def test_true_classes_matching_no_column_are_refused(upload):
                                                 r"true class matches no probability column: "
                                                 r"'A' \(12 examples\)"):
         wide_table(upload, wide)
+    data = upload(multiclass_data(n=200, seed=8))
+    data = data.mutate(truth=ibis.ifelse(data.example < 3, ibis.null("string"), data.truth))
+    with pytest.raises(InvalidInputError, match=r"label column 'truth' is NULL in 3 examples"):
+        sqlcal.multiclass(data, format="wide", probs=list(CLASSES), label="truth")
 
 
 @pytest.mark.parametrize("kind", ["NULL", "NaN", "above 1", "negative"])
