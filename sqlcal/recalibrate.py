@@ -408,8 +408,6 @@ def isotonic(
     >>> m.transform([0.1, 0.35, 0.9]).round(3).tolist()
     [0.0, 0.75, 1.0]
     """
-    if interpolation not in INTERPOLATIONS:
-        raise ValueError(f"interpolation must be one of {INTERPOLATIONS}, not {interpolation!r}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     blocks, info = isotonic_blocks(src, method, cells)
     if src.dropped is not None:  # the rows left out are part of what the map was fitted on
@@ -665,8 +663,6 @@ def platt(
     single distinct score (no slope to fit), or, without smoothed targets, labels the score
     separates. Modified Platt maps such a group to its rate.
     """
-    if feature not in FEATURES:
-        raise ValueError(f"feature must be one of {FEATURES}, not {feature!r}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     fits = _logistic(src, feature, offset=False, smoothed=smoothed_targets)
     table = fits[[*src.by, "a", "b", "n", "W", "iterations"]].copy()

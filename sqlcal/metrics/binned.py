@@ -10,7 +10,7 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import summaries
-from sqlcal.metrics import (check_weight_kind, per_group, resolve_weight_kind, result, variance_parts)
+from sqlcal.metrics import per_group, resolve_weight_kind, result, variance_parts
 from sqlcal.metrics.cells import equal_mass_bins, summary_parts
 from sqlcal.source import Source, as_source
 from sqlcal.options import checked
@@ -85,8 +85,6 @@ def ece(
         ece  n    W  n_bins
     0  0.25  4  4.0       2
     """
-    if norm not in NORMS:
-        raise ValueError(f"norm must be one of {tuple(NORMS)}, not {norm!r}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention)
     name = NORMS[norm]
@@ -162,9 +160,6 @@ def reliability(
     0    0        0.15       0.5
     1    1        0.85       1.0
     """
-    if ci not in ("wilson", "clopper-pearson", None):
-        raise ValueError(f"ci must be 'wilson', 'clopper-pearson' or None, not {ci!r}")
-    check_weight_kind(weight_kind)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
                          parts=variance_parts(src, weight_kind))
@@ -326,9 +321,6 @@ def hosmer_lemeshow(
     A group whose scores are all 0 or all 1 has no variance: it adds 0 when :math:`O_g = E_g` and
     makes C infinite (p-value 0) otherwise.
     """
-    if dof not in ("out_of_sample", "in_sample"):
-        raise ValueError(f"dof must be 'out_of_sample' or 'in_sample', not {dof!r}")
-    check_weight_kind(weight_kind)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=groups, strategy=strategy, convention="sqlcal",
                          parts=variance_parts(src, weight_kind))

@@ -67,8 +67,6 @@ def decompose(
     Unlike the binned Murphy decomposition (:func:`sqlcal.brier_decomposition`), there is no bin
     count to choose.
     """
-    if scoring not in SCORINGS:
-        raise ValueError(f"scoring must be one of {SCORINGS}, not {scoring!r}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     by = list(src.by)
     blocks, info = isotonic_blocks(src, method)

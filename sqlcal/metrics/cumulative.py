@@ -15,7 +15,7 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import summaries
-from sqlcal.metrics import (check_weight_kind, per_group, resolve_weight_kind, result, safe_div,
+from sqlcal.metrics import (per_group, resolve_weight_kind, result, safe_div,
                             statistic, variance_parts)
 from sqlcal.metrics.cells import CELLS, cells_summary
 from sqlcal.source import Source, as_source
@@ -113,9 +113,6 @@ def cutoff_error(
     >>> round(float(sqlcal.cutoff_error(df, score="p", label="y").cutoff_error.iloc[0]), 12)
     0.4
     """
-    check_weight_kind(weight_kind)
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), not {delta!r}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = _extremes(src, exact, cells, weight_kind)
     weight_kind = resolve_weight_kind(src, weight_kind)
@@ -249,7 +246,6 @@ def _alternating_tail(x, term, first: int) -> np.ndarray:
 
 def _brownian_test(data, name, score, label, weight, by, where, exact, cells, weight_kind,
                    source_options) -> pd.DataFrame:
-    check_weight_kind(weight_kind)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = _extremes(src, exact, cells, weight_kind)
     weight_kind = resolve_weight_kind(src, weight_kind)

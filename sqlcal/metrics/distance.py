@@ -110,8 +110,6 @@ def lipschitz_calibration_error(
     >>> round(float(out["lipschitz_calibration_error"].iloc[0]), 12)
     0.04
     """
-    if not lipschitz > 0:
-        raise ValueError(f"lipschitz must be positive, not {lipschitz!r}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = _reduced(src, mode, max_levels)
 
@@ -225,9 +223,6 @@ def distance_to_calibration(
        lower_distance  upper_distance upper_method
     0            0.08             0.1   partitions
     """
-    for name, value in (("grid", grid), ("lower_levels", lower_levels)):
-        if not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, not {value!r}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = _reduced(src, mode, max_levels)
 

@@ -10,7 +10,7 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import summaries
-from sqlcal.metrics import check_weight_kind, resolve_weight_kind, result, safe_div, statistic
+from sqlcal.metrics import resolve_weight_kind, result, safe_div, statistic
 from sqlcal.source import Source, as_source
 from sqlcal.options import checked
 
@@ -162,7 +162,6 @@ def spiegelhalter(
     variance is 0: Z is ±inf (p = 0) if the numerator is not 0 (a score of 0 or 1 contradicted by
     its label), NULL otherwise.
     """
-    check_weight_kind(weight_kind)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = totals_summary(src, spiegelhalter=True)
     src.require_binary_labels("Spiegelhalter's test")

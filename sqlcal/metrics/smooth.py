@@ -82,12 +82,6 @@ def ls_ece(
     §0.7 says 0.0997σ, a factor 2 off its own value 0.019914 at σ = 0.1) and tends to ½ as σ → ∞; values are comparable
     only at the same σ.
     """
-    if not sigma > 0:
-        raise ValueError(f"sigma must be positive, not {sigma!r}")
-    if noise not in NOISES:
-        raise ValueError(f"noise must be one of {NOISES}, not {noise!r}")
-    if not 0 < clip < 0.5:
-        raise ValueError(f"clip must be in (0, 1/2), not {clip!r}")
     # the grid must also resolve the sigmoid (scale 1), not only the kernel: δ ≤ 0.05 for σ ≥ 1
     delta = delta or (min(sigma, 1.0) / 20 if noise == "gaussian" else min(sigma, 1.0) / 200)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
@@ -175,8 +169,6 @@ def smooth_ece(
     weights this is exactly the Poisson bootstrap of the rows up to that placement, which leaves
     the linear binning unchanged (as above). Soft labels have no bootstrap.
     """
-    if sigma is not None and not 0 < sigma <= 1:
-        raise ValueError(f"sigma must be in (0, 1], not {sigma!r}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     cells = cells_summary(src, ("sums", "moments"), SMOOTH_CELLS)
     if bootstrap:

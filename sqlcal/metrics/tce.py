@@ -145,19 +145,9 @@ def tce_bins(
 
 
 def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rule):
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
-    if test not in TESTS:
-        raise ValueError(f"test must be one of {TESTS}, not {test!r}")
-    if tail_rule not in ("code", "paper"):
-        raise ValueError(f"tail_rule must be 'code' or 'paper', not {tail_rule!r}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), not {alpha!r}")
     if strategy == "pavabc":
         table = _pavabc_table(src, n_min, n_max, tail_rule, alpha, test)
     else:
-        if not isinstance(bins, (int, np.integer)) or bins < 1:
-            raise ValueError(f"bins must be a positive integer, not {bins!r}")
         table = _count_rejections(src, _histogram_pieces(src, strategy, bins), alpha, test)
     table.attrs = {"strategy": strategy, "alpha": alpha, "test": test, "bins": bins,
                    "n_min": n_min, "n_max": n_max, "tail_rule": tail_rule}
