@@ -202,6 +202,11 @@ OPTIONS: dict[str, Option] = {
     "prob": Option("column", "long format: the probability column", optional=True),
     "probs": Option("columns", "wide format: one probability column per class", optional=True),
     "keys": Option("columns", "columns carried along for by="),
+    # diagrams
+    "x": Option("choice", "the cumulative plot's horizontal axis: share of weight or score",
+                choices=("weight", "score")),
+    "group": Option("any", "draw this group only (keys -> values)", optional=True),
+    "ax": Option("any", "the matplotlib Axes to draw on", optional=True),
 }
 
 #: where an option means something else in one function (declared, not renamed: a later issue)
@@ -242,6 +247,7 @@ OVERRIDES: dict[str, dict[str, Option]] = {
     },
     "metric_series": {"metrics": Option("metrics", "metric names, or a dict of metric name to "
                                         "its options")},
+    "cumulative_plot": {"cells": Option("int", "score cells the curve is drawn at", low=1)},
 }
 OVERRIDES["tce_bins"] = OVERRIDES["tce"]
 OVERRIDES["source"] = {"score": Option("column", OPTIONS["score"].description),
@@ -425,7 +431,8 @@ COSTS: dict[str, Callable[[dict], list[Cost]]] = {
     "smooth_reliability": _costs_smooth, "distance_to_calibration": _costs_distance,
     "interval_calibration_error": _costs_distance, "lipschitz_calibration_error": _costs_distance,
     "calibration_decision_loss": _costs_binned, "decision_loss": _costs_binned,
-    "report": _costs_report,
+    "report": _costs_report, "cumulative_plot": _costs_cells,
+    "smooth_reliability_diagram": _costs_smooth,
 }
 
 

@@ -13,6 +13,7 @@ from sqlcal.metrics.binned import reliability
 from sqlcal.metrics.cells import cells_summary
 from sqlcal.metrics.smooth import smooth_ece, smooth_reliability
 from sqlcal.metrics.tce import tce_bins
+from sqlcal.options import checked
 from sqlcal.source import as_source
 
 
@@ -64,6 +65,7 @@ def reliability_diagram(
     return ax
 
 
+@checked
 def smooth_reliability_diagram(
     data: Any,
     *,
@@ -143,6 +145,7 @@ def tce_diagram(
     return ax
 
 
+@checked
 def cumulative_plot(
     data: Any,
     *,
@@ -169,8 +172,6 @@ def cumulative_plot(
     S can move inside each cell. ``group`` (keys → values) draws that group only, from the summary
     of all of them. Returns the matplotlib Axes.
     """
-    if x not in ("weight", "score"):
-        raise ValueError(f"x must be 'weight' or 'score', not {x!r}")
     plt = _pyplot()
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = cells_summary(src, ("residuals",), cells).sort_values([*src.by, "cell"])
