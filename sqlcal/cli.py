@@ -190,9 +190,9 @@ def _demo(args) -> int:
         rows, weight = con.execute(f"SELECT count(*), sum(weight) FROM {args.table}").fetchone()
     finally:
         con.close()
-    _out(f"wrote {rows} rows (total weight {weight:.0f}: {args.rows} events, one row per "
-         f"distinct model, segment, day, score and label) to table {args.table!r} in "
-         f"{args.path}")
+    _out(f"wrote {rows} rows to table {args.table!r} in {args.path}: one row per distinct "
+         f"model, segment, day, score and label, weighted by its number of events (total "
+         f"weight {weight:.0f})")
     _out(f"next: sqlcal report {args.path} --table {args.table} --score score --label label "
          "--weight weight --by model,segment")
     return EXIT_OK

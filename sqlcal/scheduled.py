@@ -251,14 +251,15 @@ def check_outputs(config: dict, *, output_dir: str | os.PathLike | None = None) 
 
 def write_outputs(run: ScheduledRun, *, output_dir: str | os.PathLike | None = None) -> list[str]:
     """Write the run's JSON and HTML outputs (:func:`check_outputs` again, then each file to a
-    temporary file renamed into place); return the paths written."""
+    temporary file renamed into place); return the paths written, joined to ``output_dir``."""
     from sqlcal.html import render
 
     sources = _inputs(run.config)
     texts = {"json": lambda: json.dumps(to_document(run), indent=2), "html": lambda: render(run)}
     written = []
     for kind, path in check_outputs(run.config, output_dir=output_dir).items():
-        written.append(outputs.write_text(path, kind, texts[kind](), sources=sources))
+        outputs.write_text(path, kind, texts[kind](), sources=sources)
+        written.append(_output_path(run.config, kind, output_dir))  # as the user gave it
     return written
 
 

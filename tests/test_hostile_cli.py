@@ -295,7 +295,7 @@ def test_ad_hoc_html_and_json_are_written_not_ignored(ws, capsys):
                          "model", "--metrics", "ece,brier", "--html", "out/r.html",
                          "--json-file", "out/r.json", "--run-id", "adhoc-1", "--quiet")
     assert code == 0, err
-    assert "wrote " + str(ws / "out" / "r.html") in out
+    assert "wrote ./out/r.html" in out and "wrote ./out/r.json" in out
     doc = json.loads(Path("out/r.json").read_text())
     assert doc["generator"] == "sqlcal" and doc["run"]["id"] == "adhoc-1"
     import jsonschema
@@ -441,7 +441,8 @@ def test_demo_prints_the_true_row_count_and_weight(ws, capsys):
         "WHERE table_name = 'predictions'").fetchone()
     con.close()
     assert rows < 4000 and weight == 4000 and comment == DEMO_COMMENT
-    assert f"wrote {rows} rows (total weight 4000" in out
+    assert f"wrote {rows} rows to table 'predictions' in new.duckdb" in out
+    assert "(total weight 4000)" in out
     # a previous demo may be replaced, and is, atomically
     inode = os.stat("new.duckdb").st_ino
     assert cli(capsys, "demo", "new.duckdb", "--rows", "1000")[0] == 0
