@@ -21,6 +21,7 @@ import fnmatch
 import glob
 import json
 import os
+import re
 import tempfile
 from typing import Any, Iterable, Iterator
 
@@ -42,6 +43,7 @@ _MAGIC = (
     (0, b"\x28\xb5\x2f\xfd", "a zstd file"),
 )
 _DB_SUFFIXES = (".duckdb", ".ddb", ".db")
+_JSON_PARSE_LIMIT = 64 * 2**20  # bytes
 
 
 class OutputError(ValueError):
@@ -89,6 +91,8 @@ def check(path: str | os.PathLike, kind: str, *, sources: Iterable[str] = ()) ->
     parent = _existing_ancestor(os.path.dirname(path))
     if not os.path.isdir(parent):
         raise OutputError(f"{shown}: {parent!r} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{shown}: the folder {parent!r} is not writable")
     if os.path.lexists(path):
         holds = data_kind(path)
         if holds:
@@ -127,12 +131,16 @@ def write_text(path: str | os.PathLike, kind: str, text: str, *,
         raise ValueError(f"the JSON for {path!r} lacks the top-level generator field")
     if kind == "html" and HTML_MARKER not in text[:4096]:
         raise ValueError(f"the HTML for {path!r} lacks {HTML_MARKER}")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with replacing(path) as partial:
-        with open(partial, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with replacing(path) as partial:
+            with open(partial, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+    except OSError as e:  # a full disk, a folder made read-only meanwhile: the old file stays
+        raise OutputError(f"cannot write the {kind} output {path!r}: "
+                          f"{e.strerror or e}; the previous file, if any, is unchanged") from e
     return path
 
 
@@ -211,7 +219,13 @@ def is_output(path: str, kind: str) -> bool:
         with open(path, "rb") as f:
             return HTML_MARKER.encode() in f.read(4096)
     with open(path, "rb") as f:
-        text = f.read()
+        head = f.read(4096)
+        # sqlcal writes the marker first; a reformatted file of reasonable size is parsed
+        if re.match(rb'\s*\{\s*"generator"\s*:\s*"sqlcal"', head):
+            return True
+        if os.path.getsize(path) > _JSON_PARSE_LIMIT:
+            return False
+        text = head + f.read()
     try:
         return _has_json_marker(text.decode("utf-8"))
     except UnicodeDecodeError:

@@ -350,11 +350,21 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(ws, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", fail)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(outputs.OutputError, match="r.json.*No space left on device"):
         outputs.write_text("r.json", "json", json.dumps({"generator": "sqlcal"}))
     assert snapshot(ws) == before
     assert os.listdir(".") == os.listdir(ws)
     assert not [p for p in os.listdir(".") if p.endswith(".partial")]
+
+
+def test_a_reformatted_previous_json_output_is_still_ours(ws):
+    # e.g. `jq -S .` sorted its keys: the marker is no longer first, the file still sqlcal's
+    Path("r.json").write_text(json.dumps({"alerts": [], "generator": "sqlcal"}, indent=4))
+    assert outputs.is_output("r.json", "json")
+    Path("r.json").write_text(json.dumps({"generator": "someone else"}))
+    assert not outputs.is_output("r.json", "json")
+    with pytest.raises(outputs.OutputError, match="not a previous sqlcal json output"):
+        outputs.check("r.json", "json")
 
 
 def test_outputs_refuse_text_without_the_marker(ws):

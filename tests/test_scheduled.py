@@ -54,6 +54,9 @@ def test_example_config_on_demo_data_alerts_and_validates(rendered):
     assert code == 3
     assert doc["status"] == "alert" and doc["run"]["id"] == "html-test"
     jsonschema.validate(doc, scheduled.json_schema())
+    # both files carry the mark that lets the next run replace them (and nothing else)
+    assert doc["generator"] == "sqlcal"
+    assert '<meta name="generator" content="sqlcal">' in rendered[2].read_text()[:1000]
     alerted = {(a["group"]["model"], a["group"]["segment"]) for a in doc["alerts"]}
     assert {("v1", "ios"), ("v1", "android"), ("v1", "partner")} <= alerted
     assert ("v1", "web") not in alerted and ("v2", "web") not in alerted
@@ -244,6 +247,20 @@ def test_progress_goes_to_stderr_only(demo, capsys):
     assert run.status == "ok"
     scheduled.run_report(config, diagrams=False, progress=False)
     assert capsys.readouterr().err == ""
+
+
+def test_diagrams_only_for_an_html_output(demo, tmp_path):
+    # nothing but the HTML page shows the diagrams: without one, none is drawn
+    base = {"source": {"data": str(demo / "demo.duckdb"), "table": "predictions",
+                       "score": "score", "label": "label", "by": "model"},
+            "metrics": {"brier": {}}}
+    run = scheduled.run_report(scheduled.validate_config(
+        {**base, "output": {"json": str(tmp_path / "r.json")}}))
+    assert run.figures == {}
+    run = scheduled.run_report(scheduled.validate_config(
+        {**base, "output": {"html": str(tmp_path / "r.html")}}))
+    assert sorted(run.figures) == [("v1",), ("v2",)]
+    assert all(f["reliability"][:8] == b"\x89PNG\r\n\x1a\n" for f in run.figures.values())
 
 
 def test_html_escapes_text_from_the_data():
