@@ -220,9 +220,10 @@ def test_every_keyword_of_every_public_function_is_declared():
 def test_public_metrics_are_checked():
     unchecked = [f for f in public_functions()
                  if not hasattr(getattr(sqlcal.plots if f in PLOTS else sqlcal, f), "__wrapped__")]
-    # decision.py, multiclass.py, scheduled.py and source.py are edited by others this round
-    assert set(unchecked) <= {"decision_loss", "calibration_decision_loss", "decision_risk_gap",
-                              "expected_cost", "multiclass", "metric_series", "source"}
+    # scheduled.py (metric_series), source.py and multiclass.py are edited by others this round;
+    # source() and multiclass() check their own options, metric_series' metrics reach checked
+    # metrics (and every option of theirs is declared: the sweep checks the table for them)
+    assert set(unchecked) <= {"metric_series", "source", "multiclass"}
 
 
 @pytest.mark.parametrize("function", public_functions())

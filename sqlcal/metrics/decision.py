@@ -29,6 +29,7 @@ from scipy import optimize, sparse
 
 from sqlcal.metrics import groups, key_tuple, level_sets, per_group, result, safe_div
 from sqlcal import summaries
+from sqlcal.options import checked
 from sqlcal.source import Source, as_source, source
 
 #: warn that the plug-in has degenerated when a group has at least this many distinct scores per
@@ -43,6 +44,7 @@ MAX_LP_LEVELS = 2_000
 _NO_LABEL = "__sqlcal_no_label"
 
 
+@checked
 def calibration_decision_loss(
     data: Any,
     *,
@@ -156,6 +158,7 @@ def calibration_decision_loss(
     return out
 
 
+@checked
 def decision_loss(
     data: Any,
     *,
@@ -255,6 +258,7 @@ def decision_loss(
     return out
 
 
+@checked
 def decision_risk_gap(
     data: Any,
     *,
@@ -333,6 +337,7 @@ def decision_risk_gap(
     return _by_threshold(src, _frame(rows, src.by, columns), columns, "threshold", thresholds)
 
 
+@checked
 def expected_cost(
     data: Any,
     *,
