@@ -71,6 +71,8 @@ def multiclass(
         Long: ``example``, ``cls``, ``prob`` and ``label`` (1 on the true class's row, else 0).
         Wide: ``probs`` (one column per class) and ``label`` (the true class).
     mode : {"top_label", "classwise"}, default "top_label"
+        Top-label: one row per example, the top probability and whether its class is the true
+        one. Classwise: one row per example and class, measured with ``by="class"``.
     example, cls, prob : str
         Long format: the example id, the class and the class's probability columns. An example is
         identified by ``(keys…, example)``.
@@ -131,7 +133,8 @@ def multiclass(
     format an example may leave out classes (rows of probability 0); a class repeated within an
     example is found whenever it changes the example's row count, true rows or sum.
     A table made in classwise mode refuses a metric without ``by="class"``, and one made with
-    ``weight=`` a metric without ``weight="weight"`` (see :func:`check_use`).
+    ``weight=`` a metric without ``weight="weight"`` (:func:`check_use`, which
+    :func:`sqlcal.source` calls for every metric).
 
     Examples
     --------
