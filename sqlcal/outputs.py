@@ -256,9 +256,16 @@ def _reads(path: str, sources: Iterable[str]) -> str | None:
             folder = item[len("dir:"):]
             if real == folder or real.startswith(folder.rstrip(os.sep) + os.sep):
                 return f"is inside the source folder {folder!r}"
-        elif real == item:
+        elif real == item or _same_file(path, item):  # the same file by another name
             return "is a file the report reads"
     return None
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # either is absent
+        return False
 
 
 def _existing_ancestor(folder: str) -> str:

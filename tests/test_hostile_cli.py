@@ -135,6 +135,8 @@ BAD_INPUT = {
     "new output the glob would read": (
         ["report", "parts/*.parquet", *COLUMNS, "--json-file", "parts/new.parquet"],
         ["new.parquet", "source pattern"]),
+    "output is a hard link to the CSV input": (
+        ["report", "d.csv", *COLUMNS, "--json-file", "hard.json"], ["hard.json", "reads"]),
     "output inside a folder source": (
         ["report", "parts", *COLUMNS, "--json-file", "parts/report.json"],
         ["parts", "inside the source folder"]),
@@ -170,6 +172,7 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(ws, capsys, no_query, 
     argv, names = BAD_INPUT[case]
     Path("other.duckdb").write_bytes(Path("d.duckdb").read_bytes())
     os.symlink("notes.txt", "link.json")
+    os.link("d.csv", "hard.json")
     before = snapshot(ws)
     code, out, err = cli(capsys, *argv)
     assert code == 2
