@@ -272,18 +272,23 @@ def option(function: str, name: str) -> Option:
 class Budget:
     """What one call may spend, per group (see each option's cost in :func:`costs`).
 
-    - ``cells``: rows of one summary, nodes of one numpy grid, or values of an edge table.
+    - ``cells``: rows of one summary, nodes of one numpy grid, or values of an edge table
+      (equal-mass ECE on 10^5 rows: 2.8 s at B = 1000, 14 s at B = 3000; the default admits
+      B = 4096).
     - ``bytes``: memory of one numpy finish.
-    - ``terms``: literals in one query (a CASE branch per bin edge costs Ibis about 1 ms each).
+    - ``terms``: literals in one query (a CASE branch per bin edge: 10,000 cost 12 s to compile
+      and run on 10^5 rows).
     - ``resamples``: bootstrap replicates.
-    - ``lp_variables``: variables of one linear program.
+    - ``lp_variables``: variables of one linear program (HiGHS on the coupling LP of
+      :func:`sqlcal.distance_to_calibration`, 2,000 rows: 0.6 s at 25,000 variables, 5 s at
+      139,000, 92 s at 532,000).
     """
 
     cells: int = 2**24
     bytes: int = 2**30
     terms: int = 10_000
     resamples: int = 10_000
-    lp_variables: int = 2**20
+    lp_variables: int = 2**18
 
 
 #: the budget every call is checked against; replace it, or use :func:`budget` for a block
