@@ -279,8 +279,10 @@ def source(
     label : str
         Column holding the outcome: 0/1 numbers or booleans (in [0, 1] with ``soft_labels=True``).
     weight : str, optional
-        Column of non-negative row weights. Whole-number weights are read as frequency weights (a
-        row of weight 2 counts as two identical rows); any other weights as sampling weights
+        Column of non-negative row weights. A row of weight 0 is an absent row: it is left out
+        before anything else (not validated, not counted in ``n``). Whole-number weights are read
+        as frequency weights (a row of weight 2 counts as two identical rows); any other weights
+        as sampling weights
         (relative importance, each row one observation). Metrics with a variance (tests,
         intervals, bounds) take ``weight_kind=`` to say which explicitly.
     by : str or sequence of str, default ()
@@ -317,6 +319,10 @@ def source(
         y=_label_expr(base[label]),
         w=base[weight].cast("float64") if weight else ibis.literal(1.0),
     )
+    if weight:
+        # a row of weight 0 is an absent row, in every metric and every count (n included); a
+        # NULL or NaN weight stays, for validation to name
+        rows = rows.filter((rows.w != 0) | rows.w.isnull() | rows.w.isnan())
     label_type = base[label].type()
     src = Source(rows=rows, score=score, label=label, weight=weight, by=by,
                  on_invalid=on_invalid, allow_soft=soft_labels,
@@ -326,7 +332,7 @@ def source(
         valid = _valid_expr(rows, src.weighted, soft_labels)
         checks = _check_exprs(rows, src.weighted)
         if src.weighted:
-            checks["weight_fractional"] = valid & (rows.w != rows.w.floor())
+            checks["weight_fractional"] = valid & (summaries.fractional_part(rows.w) != 0)
         counts = summaries.execute(summaries.validation(rows, by, checks, valid))
         counts = counts.sort_values(list(by), ignore_index=True) if by else counts
         counts["n_dropped"] = counts["n_rows"] - counts["n"]

@@ -315,9 +315,9 @@ XFAIL_DROP = {
 }
 
 #: every kind at once, one row per position: dropped whatever bin or group they would land in
-#: (a NaN or infinite weight is swept on its own below: source() fails on it in drop mode)
-DROP_FAILS = ("weight NaN", "weight inf")
-ALL_INVALID = [(kind, position) for kind, position in CASES if kind not in DROP_FAILS]
+ALL_INVALID = list(CASES)
+#: swept on their own too: a fractional-weight check once cast FLOOR to BIGINT and failed on them
+NON_FINITE_WEIGHTS = ("weight NaN", "weight inf")
 
 
 def _all_invalid() -> pa.Table:
@@ -362,11 +362,7 @@ def test_drop_equals_the_clean_rows(name):
     assert_same(got, want, context=name)
 
 
-@pytest.mark.xfail(strict=True, raises=Exception, reason=(
-    "source(on_invalid='drop') counts fractional weights with w != FLOOR(w), and Ibis casts "
-    "FLOOR to BIGINT: a NaN or infinite weight fails the cast (DuckDB ConversionException) "
-    "instead of being dropped; sqlcal/source.py, the lead's"))
-@pytest.mark.parametrize("kind", DROP_FAILS)
+@pytest.mark.parametrize("kind", NON_FINITE_WEIGHTS)
 def test_drop_nan_or_infinite_weight(kind):
     table = ibis.memtable(with_invalid(clean_rows(), kind, ["middle"]))
     got = run("ece", table, on_invalid="drop")
@@ -395,36 +391,10 @@ def test_integer_weights_equal_duplicated_rows(name):
     assert_same(got, want, skip=ROW_COUNTS, context=name)
 
 
-_ZERO_ROWS = ("rows of weight 0 reach the summaries, so {}. One fix for all of these, in "
-              "sqlcal/source.py (the lead's): keep rows of weight exactly 0 out of Source.rows "
-              "for a weighted source ((w != 0) | w IS NULL | isnan(w), so bad weights are still "
-              "validated)")
-_RESCALED = ("fractional weights are rescaled to sum to the row count n, and n counts the "
-             "zero-weight rows")
-#: (function, weights) -> what goes wrong
-XFAIL_ZERO = {
-    ("brier_decomposition[quantile]", "fractional"): _RESCALED + " (equal-mass edges, cells.py)",
-    ("ece[quantile]", "fractional"): _RESCALED + " (equal-mass edges, cells.py)",
-    ("hosmer_lemeshow", "fractional"): _RESCALED + " (equal-mass groups, cells.py)",
-    ("report", "fractional"): _RESCALED + " (ece_quantile's equal-mass edges, cells.py)",
-    ("smooth_ece", "fractional"): _RESCALED + " (relplot's density floor, smooth.py)",
-    ("smooth_ece[sigma]", "fractional"): _RESCALED + " (relplot's density floor, smooth.py)",
-    ("smooth_reliability", "fractional"): _RESCALED + " (relplot's density floor, smooth.py)",
-    ("plots.smooth_reliability_diagram", "fractional"): _RESCALED + " (smooth.py)",
-    ("reliability", "zero"): "a bin's p_min/p_max include its zero-weight rows",
-    ("reliability", "fractional"): "a bin's p_min/p_max include its zero-weight rows",
-    ("tce_bins", "zero"): "a PAVA-BC bin's score_min/score_max include zero-weight levels",
-    ("plots.cumulative_plot", "zero"): "zero-weight score cells are drawn as points",
-    ("plots.cumulative_plot", "fractional"): "zero-weight score cells are drawn as points",
-}
-
-
 def _zero_cases():
     for name in SWEPT:
         for weights in ("zero", "fractional"):
-            why = XFAIL_ZERO.get((name, weights))
-            marks = [pytest.mark.xfail(strict=True, reason=_ZERO_ROWS.format(why))] if why else []
-            yield pytest.param(name, weights, marks=marks, id=f"{name}-{weights}")
+            yield pytest.param(name, weights, id=f"{name}-{weights}")
 
 
 @pytest.mark.parametrize("name, weights", _zero_cases())
