@@ -21,8 +21,8 @@ error naming the column, the problem and the number of examples.
 from __future__ import annotations
 
 import warnings
-import weakref
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, Sequence
 
 import ibis
@@ -30,7 +30,7 @@ import ibis.expr.types as ir
 import numpy as np
 
 from sqlcal import summaries
-from sqlcal.source import InvalidInputError, _resolve_table
+from sqlcal.source import InvalidInputError, _USE_CHECKS, _resolve_table, register_use_check
 
 MODES = ("top_label", "classwise")
 FORMATS = ("long", "wide")
@@ -40,9 +40,6 @@ TOLERANCE = 1e-6
 #: the columns multiclass() adds next to the keys
 OUTPUTS = ("class", "score", "label", "weight")
 _LARGEST = float(np.finfo(np.float64).max)
-
-# tables made here, and what a metric must pass to measure them as meant (see check_use)
-_MADE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def multiclass(
@@ -180,7 +177,7 @@ def multiclass(
             raise ValueError(f"probs= names a column more than once: {probs}")
         _check_columns(t, [*(("probability", c) for c in probs), ("label", label)], weight, keys)
         result = _wide(t, probs=probs, classes=classes, **options)
-    _MADE[result.op()] = (mode == "classwise", weight is not None)
+    register_use_check(result, partial(_check_made_use, mode == "classwise", weight is not None))
     return result
 
 
@@ -201,10 +198,13 @@ def check_use(table: ir.Table, by: Sequence[str], weight: str | None) -> None:
     weight : str or None
         The metric's weight column.
     """
-    made = _MADE.get(table.op())
-    if made is None:
-        return
-    classwise, weighted = made
+    check = _USE_CHECKS.get(table.op())
+    if check is not None:
+        check(tuple(by), weight)
+
+
+def _check_made_use(classwise: bool, weighted: bool, by: Sequence[str],
+                    weight: str | None) -> None:
     problems = []
     if classwise and "class" not in by:
         problems.append(

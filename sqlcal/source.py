@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Sequence
@@ -49,6 +50,16 @@ _CHECKS = (
 )
 
 
+
+
+#: tables sqlcal made to be measured in one way only (multiclass): table op -> check(by, weight),
+#: which raises when a metric's keywords would measure the table otherwise
+_USE_CHECKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def register_use_check(table: ir.Table, check: Callable[[tuple, str | None], None]) -> None:
+    """Have :func:`source` call ``check(by, weight)`` before measuring ``table``."""
+    _USE_CHECKS[table.op()] = check
 
 
 @dataclass(eq=False)
@@ -308,6 +319,9 @@ def source(
         raise ValueError(f"on_invalid must be 'raise' or 'drop', not {on_invalid!r}")
     by = (by,) if isinstance(by, str) else tuple(by)
     base = _resolve_table(data, table)
+    use_check = _USE_CHECKS.get(base.op())
+    if use_check is not None:
+        use_check(by, weight)
     origin = _origin(data, table, base)
     if where is not None:
         base = _apply_where(base, where)

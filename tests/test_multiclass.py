@@ -401,3 +401,19 @@ def test_options_that_cannot_be_meant_are_refused(options, error, problem):
     with pytest.raises(error, match=problem):
         sqlcal.multiclass(wide, **{"format": "wide", "probs": ["a", "b"], "label": "truth",
                                    **options})
+
+
+def test_metrics_refuse_classwise_and_weighted_tables_measured_otherwise():
+    wide = multiclass_data(n=60, seed=15).assign(w=2.0)
+    per_class = sqlcal.multiclass(wide, format="wide", mode="classwise", probs=list(CLASSES),
+                                  label="truth")
+    with pytest.raises(InvalidInputError, match="pass by='class'"):
+        sqlcal.ece(per_class, score="score", label="label")
+    weighted = sqlcal.multiclass(wide, format="wide", probs=list(CLASSES), label="truth",
+                                 weight="w")
+    with pytest.raises(InvalidInputError, match="pass weight='weight'"):
+        sqlcal.ece(weighted, score="score", label="label")
+    # measured as made, both give one result per class / the weighted numbers
+    assert len(sqlcal.ece(per_class, score="score", label="label", by="class")) == len(CLASSES)
+    got = sqlcal.ece(weighted, score="score", label="label", weight="weight")
+    assert got.W.iloc[0] == 120.0
