@@ -322,11 +322,19 @@ class Cost:
     what: str
 
 
+def _float(x: Any) -> float:
+    """A value as a float for a cost estimate: an integer too large for a double is infinite."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf
+
+
 def _ls_ece_grid(v: dict) -> tuple[float, float]:
     # smooth.ls_ece: the grid step δ; the dense node array spans logit(clip)..logit(1 - clip)
     # plus the kernel's half width each side (smooth._logit_masses), and the kernel has
     # 2·half + 1 nodes (smooth._kernel)
-    sigma, clip = float(v["sigma"]), float(v["clip"])
+    sigma, clip = _float(v["sigma"]), _float(v["clip"])
     gaussian = v["noise"] == "gaussian"
     delta = v.get("delta") or (min(sigma, 1.0) / 20 if gaussian else min(sigma, 1.0) / 200)
     span = 2 * math.log((1 - clip) / clip)
@@ -338,7 +346,7 @@ def _ls_ece_grid(v: dict) -> tuple[float, float]:
 def _smooth_nodes(sigma: float | None) -> float:
     # smooth._ScoreHistogram.smooth: max(2000, 20/σ)//2 + 1 grid nodes; smooth_ece evaluates
     # max(10/σ, 200) points. Without sigma the fixed point stops above 2^-10.
-    sigma = 2.0**-10 if sigma is None else float(sigma)
+    sigma = 2.0**-10 if sigma is None else _float(sigma)
     return max(2000.0, 20 / sigma) / 2 + 1 + max(10 / sigma, 200)
 
 
@@ -354,11 +362,11 @@ def _bin_costs(option_name: str, bins: Any, strategy: str, convention: str) -> l
         return []
     if strategy == "quantile":
         # cells.equal_mass_bins: each of up to B bins carries the B − 1 edges (columns e1..)
-        return [Cost(option_name, "cells", float(bins) * (float(bins) - 1),
+        return [Cost(option_name, "cells", _float(bins) * (_float(bins) - 1),
                      "equal-mass bin edges carried on every bin, B·(B−1) values per group")]
-    out = [Cost(option_name, "cells", float(bins), "equal-width bins per group")]
+    out = [Cost(option_name, "cells", _float(bins), "equal-width bins per group")]
     if convention in ("sklearn", "netcal"):
-        out.append(Cost(option_name, "terms", float(bins) - 1,
+        out.append(Cost(option_name, "terms", _float(bins) - 1,
                         f"CASE branches in the query, one per {convention} bin edge"))
     return out
 
@@ -370,7 +378,7 @@ def _costs_binned(v: dict) -> list[Cost]:
 
 def _costs_cells(v: dict) -> list[Cost]:
     cells = v.get("cells")
-    return [] if cells is None else [Cost("cells", "cells", float(cells),
+    return [] if cells is None else [Cost("cells", "cells", _float(cells),
                                           "score cells of the histogram per group")]
 
 
@@ -387,24 +395,24 @@ def _costs_smooth(v: dict) -> list[Cost]:
            Cost("sigma", "bytes", SMOOTH_BYTES_PER_NODE * nodes,
                 "memory of the reflected convolution per group")]
     if "bootstrap" in v:
-        out.append(Cost("bootstrap", "resamples", float(v["bootstrap"]),
+        out.append(Cost("bootstrap", "resamples", _float(v["bootstrap"]),
                         "bootstrap replicates per group, each a full smooth ECE"))
     if "points" in v:
-        out.append(Cost("points", "cells", float(v["points"]), "curve points per group"))
+        out.append(Cost("points", "cells", _float(v["points"]), "curve points per group"))
     return out
 
 
 def _costs_distance(v: dict) -> list[Cost]:
-    out = [Cost("max_levels", "cells", float(v.get("max_levels", 1)),
+    out = [Cost("max_levels", "cells", _float(v.get("max_levels", 1)),
                 "levels fetched per group")]
     if "grid" in v:
         # distance._lower_distance: m ≤ lower_levels levels, k ≤ grid + 1 + m points, 2·m·k
-        levels = float(v["lower_levels"])
-        out += [Cost(name, "lp_variables", 2 * levels * (float(v["grid"]) + 1 + levels),
+        levels = _float(v["lower_levels"])
+        out += [Cost(name, "lp_variables", 2 * levels * (_float(v["grid"]) + 1 + levels),
                      "variables of the coupling LP, 2·L·(grid + 1 + L)")
                 for name in ("grid", "lower_levels")]
     if v.get("bins") is not None:
-        out.append(Cost("bins", "cells", float(v["bins"]), "equal-width bins per group"))
+        out.append(Cost("bins", "cells", _float(v["bins"]), "equal-width bins per group"))
     return out
 
 
@@ -412,7 +420,7 @@ def _costs_tce(v: dict) -> list[Cost]:
     if v.get("strategy") not in ("uniform", "quantile"):
         return []
     # tce._cut_cells tests every bin edge against the 1024 cells of the histogram
-    return [Cost("bins", "cells", float(v["bins"]) * 1024,
+    return [Cost("bins", "cells", _float(v["bins"]) * 1024,
                  "bin edges tested against the 1024 score cells per group, B·1024")]
 
 
@@ -577,16 +585,17 @@ def _check_value(shown: str, function: str, key: str, value: Any) -> None:
         _check_metrics(shown, key, value, o)
     elif kind == "floats":
         items = value if isinstance(value, (list, tuple, np.ndarray)) else [value]
-        if len(items) == 0 or not all(_is_number(x) and _in_range(float(x), o) for x in items):
+        if len(items) == 0 or not all(_is_number(x) and _in_range(x, o) for x in items):
             _fail(shown, key, value, o)
     else:  # int, count, float
         if not _is_number(value):
             _fail(shown, key, value, o)
         if kind == "int" and not isinstance(value, (numbers.Integral, np.integer)):
             _fail(shown, key, value, o)
-        if kind == "count" and not float(value).is_integer():
+        if kind == "count" and not (isinstance(value, (numbers.Integral, np.integer))
+                                    or float(value).is_integer()):
             _fail(shown, key, value, o)
-        if not _in_range(float(value), o):
+        if not _in_range(value, o):
             _fail(shown, key, value, o)
         if o.power_of_two and int(value) & (int(value) - 1):
             _fail(shown, key, value, o)
@@ -594,10 +603,13 @@ def _check_value(shown: str, function: str, key: str, value: Any) -> None:
 
 def _is_number(x: Any) -> bool:
     return (isinstance(x, (numbers.Real, np.integer, np.floating))
-            and not isinstance(x, (bool, np.bool_)) and math.isfinite(float(x)))
+            and not isinstance(x, (bool, np.bool_))
+            # a Python int is finite however large (float() would overflow)
+            and (isinstance(x, (numbers.Integral, np.integer)) or math.isfinite(float(x))))
 
 
-def _in_range(x: float, o: Option) -> bool:
+def _in_range(x: Any, o: Option) -> bool:
+    # ints compare exactly with the float bounds, at any size
     if o.low is not None and (x < o.low or (o.open_low and x == o.low)):
         return False
     if o.high is not None and (x > o.high or (o.open_high and x == o.high)):
@@ -698,7 +710,7 @@ def _advice(spec: _Spec, rule: Callable, values: dict, cost: Cost) -> str:
         reference = max(o.low or 1, 1)  # the default is over the budget: start from the least
     if not within(reference):
         return f"Pass a smaller {name}"
-    good, bad = float(reference), float(value)
+    good, bad = float(reference), min(_float(value), 2.0**62)
     integer = o.kind in ("int", "count")
     for _ in range(200):
         if integer:

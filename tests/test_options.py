@@ -389,3 +389,23 @@ def test_declared_choices_are_the_modules_own():
     ]
     for declared, own in pairs:
         assert tuple(declared) == tuple(own)
+
+
+ALL_OPTIONS = [(f, name) for f in public_functions() for name in options.declared([f])[f]]
+ANY_VALUE = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.integers(-2**70, 2**70).map(lambda i: i * 10**300),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5),
+    st.lists(st.one_of(st.floats(), st.text(max_size=2)), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.just(np.int64(7)), st.just(np.float32(0.5)), st.just(np.bool_(True)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(ALL_OPTIONS), ANY_VALUE)
+def test_any_value_is_accepted_or_refused_by_name(function_option, value):
+    # never another exception (an overflow in a cost formula, a comparison of str and int)
+    function, name = function_option
+    try:
+        options.check(function, {name: value})
+    except OptionError as e:
+        assert name in str(e) and f"{function}():" in str(e)
