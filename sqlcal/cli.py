@@ -67,7 +67,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                     "else; anything else there is refused (exit 2) and left as it is.")
     demo.add_argument("path", nargs="?", default="demo.duckdb")
     demo.add_argument("--table", default="predictions")
-    demo.add_argument("--rows", type=int, default=200_000,
+    demo.add_argument("--rows", type=_positive, default=200_000,
                       help="events to draw (default 200000); they are logged pre-aggregated, one "
                            "row per distinct (model, segment, day, score, label) with weight = "
                            "the number of events, so the table has fewer rows and its total "
@@ -137,6 +137,16 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     sql.add_argument("--weight")
     sql.add_argument("--by", default="", help="comma-separated group keys")
     return parser, {"demo": demo, "report": rep, "sql": sql}
+
+
+def _positive(text: str) -> int:
+    value = int(text)  # argparse turns the ValueError into "invalid _positive value"
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {value}")
+    return value
+
+
+_positive.__name__ = "positive integer"  # argparse's "invalid positive integer value: 'x'"
 
 
 def _check_report_flags(args, rep: argparse.ArgumentParser) -> None:
