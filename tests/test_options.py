@@ -356,7 +356,7 @@ def test_smooth_ece_bandwidth_and_bootstrap_budgets(frame, no_query):
     with pytest.raises(BudgetError, match=r"smooth_ece\(\): sigma=1e-09 would take .*TiB"):
         sqlcal.smooth_ece(Untouchable(), score="p", label="y", sigma=1e-9)
     with pytest.raises(BudgetError, match=r"bootstrap=1000000 would take 1,000,000 replicates"
-                                          r".*budget is 10,000 replicates"):
+                                          r".*budget is 2,000 replicates"):
         sqlcal.smooth_ece(Untouchable(), score="p", label="y", bootstrap=10**6)
 
 
