@@ -403,8 +403,9 @@ def metric_series(
     Returns
     -------
     pandas.DataFrame
-        Tidy, sorted by the keys and ``time``: the group keys, the time key, ``n``, ``W``,
-        ``metric``, ``statistic``, ``value``, ``lower``, ``upper``.
+        Tidy, sorted by the keys and ``time``: the group keys, the time key, ``n``, ``W``
+        (and ``n_dropped`` with ``on_invalid="drop"``), ``metric``, ``statistic``, ``value``,
+        ``lower``, ``upper``.
 
     Examples
     --------
@@ -467,7 +468,8 @@ def _measure(src: Source, metrics: dict, step) -> tuple[dict, pd.DataFrame]:
         for column in mapping:
             if bounds and column in bounds:
                 continue
-            part = values[[*src.by, "n", "W"]].copy()
+            counts = ["n", "W", *(["n_dropped"] if "n_dropped" in values else [])]
+            part = values[[*src.by, *counts]].copy()
             part["metric"], part["statistic"] = name, column
             part["value"] = values[column].astype(float).to_numpy()
             has = bounds and column == primary

@@ -308,11 +308,8 @@ def test_invalid_value_raises(name, kind, position):
         result_numbers(run(name, table))
 
 
-#: failures in files this sweep's author does not own, with their owner
-XFAIL_DROP = {
-    "metric_series": "metric_series(on_invalid='drop') has no n_dropped column: the rows left "
-                     "out are reported nowhere in its tidy table (sqlcal/scheduled.py, the lead's)",
-}
+#: failures in files this sweep's author does not own, with their owner (none left)
+XFAIL_DROP: dict[str, str] = {}
 
 #: every kind at once, one row per position: dropped whatever bin or group they would land in
 ALL_INVALID = list(CASES)
