@@ -30,6 +30,7 @@ import ibis.expr.types as ir
 import numpy as np
 
 from sqlcal import summaries
+from sqlcal.options import checked
 from sqlcal.source import InvalidInputError, _USE_CHECKS, _resolve_table, register_use_check
 
 MODES = ("top_label", "classwise")
@@ -42,6 +43,7 @@ OUTPUTS = ("class", "score", "label", "weight")
 _LARGEST = float(np.finfo(np.float64).max)
 
 
+@checked
 def multiclass(
     data: Any,
     *,

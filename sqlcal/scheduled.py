@@ -27,6 +27,7 @@ import pandas as pd
 
 from sqlcal import outputs
 from sqlcal.options import check as check_options
+from sqlcal.options import checked
 from sqlcal.report import METRICS, describe, summary_steps, to_json
 from sqlcal.source import Source, as_source
 
@@ -377,6 +378,7 @@ def run_report(
     return run
 
 
+@checked
 def metric_series(
     data: Any,
     *,

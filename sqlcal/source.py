@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal import summaries
+from sqlcal.options import checked
 from sqlcal.condition import parse_condition
 from sqlcal.errors import InvalidInputError
 
@@ -265,6 +266,7 @@ class Source:
             self.rows, (), _check_exprs(self.rows, self.weighted), valid))
 
 
+@checked
 def source(
     data: Any,
     *,

@@ -390,8 +390,8 @@ def test_classwise_and_weighted_tables_say_how_to_measure_them():
 
 @pytest.mark.parametrize("options, error, problem", [
     (dict(mode="pairwise"), ValueError, r"mode must be one of"),
-    (dict(tolerance=-1e-6), ValueError, r"tolerance must be a number >= 0"),
-    (dict(on_invalid="skip"), ValueError, r"on_invalid must be 'raise' or 'drop'"),
+    (dict(tolerance=-1e-6), ValueError, r"tolerance must be a non-negative finite number"),
+    (dict(on_invalid="skip"), ValueError, r"on_invalid must be one of 'raise', 'drop'"),
     (dict(keys=["score"]), InvalidInputError, r"keys \['score'\] clash with the columns"),
     (dict(weight="v"), InvalidInputError, r"weight column 'v' is not in the table"),
     (dict(probs=["a", "b", "a"]), ValueError, r"probs= names a column more than once"),
