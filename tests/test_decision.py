@@ -512,8 +512,12 @@ def test_empty_groups_are_nan(upload):
     df = pd.DataFrame({"p": [0.2, 0.7, 0.4, 0.4], "y": [0, 1, 1, 0], "w": [1.0, 2.0, 0.0, 0.0],
                        "g": ["a", "a", "b", "b"]})
     data = upload(df)
-    for out in _all_metrics(data, weight="w", by="g"):
-        assert out.iloc[-1].isna().all() and out.iloc[0].notna().any()
+    # a group whose rows all weigh 0 is an absent group: the same as the table without them
+    kept = upload(df[df.w > 0])
+    for out, want in zip(_all_metrics(data, weight="w", by="g"),
+                         _all_metrics(kept, weight="w", by="g")):
+        assert set(out["g"]) == {"a"} and out.iloc[0].notna().any()
+        pd.testing.assert_frame_equal(out, want, check_exact=False, rtol=1e-12)
     # a group whose rows are all invalid (on_invalid="drop"): one NaN row per threshold
     bad = pd.DataFrame({"p": [0.2, 0.7, 1.5], "y": [0, 1, 1], "g": ["a", "a", "b"]})
     with pytest.warns(UserWarning, match="dropped"):
