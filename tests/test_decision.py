@@ -516,7 +516,7 @@ def test_empty_groups_are_nan(upload):
     kept = upload(df[df.w > 0])
     for out, want in zip(_all_metrics(data, weight="w", by="g"),
                          _all_metrics(kept, weight="w", by="g")):
-        assert set(out["g"]) == {"a"} and out.iloc[0].notna().any()
+        assert out.notna().any(axis=1).all()  # no row left for group b
         pd.testing.assert_frame_equal(out, want, check_exact=False, rtol=1e-12)
     # a group whose rows are all invalid (on_invalid="drop"): one NaN row per threshold
     bad = pd.DataFrame({"p": [0.2, 0.7, 1.5], "y": [0, 1, 1], "g": ["a", "a", "b"]})
