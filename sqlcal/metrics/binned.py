@@ -58,12 +58,15 @@ def ece(
         L1 gives ECE, L2 the root-mean-square calibration error, max the maximum calibration error.
     convention : {"sqlcal", "sklearn", "netcal", "relplot"}, default "sqlcal"
         Equal-width bin edges; see :func:`sqlcal.summaries.uniform_bin`.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
     pandas.DataFrame
         One row per group: the keys, ``ece`` (or ``rmsce``/``mce``), ``n`` (rows), ``W`` (total
-        weight), ``n_bins`` (non-empty bins).
+        weight), ``n_bins`` (non-empty bins); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -74,8 +77,10 @@ def ece(
        \mathrm{RMSCE} = \Big(\sum_k \frac{W_k}{W} (\bar y_k - \bar p_k)^2\Big)^{1/2}, \quad
        \mathrm{MCE} = \max_{k: W_k > 0} |\bar y_k - \bar p_k|.
 
-    This is the bin-mean binned CE of Guo et al. (2017) (spec seed002 §2.2): it estimates the
-    calibration error of the binned predictor, not of the scores themselves.
+    This is the bin-mean binned calibration error of Guo, Pleiss, Sun & Weinberger (2017), On
+    Calibration of Modern Neural Networks (after Naeini, Cooper & Hauskrecht (2015), Obtaining Well
+    Calibrated Probabilities Using Bayesian Binning): it estimates the calibration error of the
+    binned predictor, not of the scores themselves.
 
     Examples
     --------
@@ -130,8 +135,25 @@ def reliability(
 
     Parameters
     ----------
-    data, score, label, weight, by, where, bins, strategy, convention
-        As for :func:`ece`.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
+    bins : int, default 15
+        Number of bins B.
+    strategy : {"uniform", "quantile"}, default "uniform"
+        Equal-width bins, or equal-mass bins on exact quantile edges (ties never split).
+    convention : {"sqlcal", "sklearn", "netcal", "relplot"}, default "sqlcal"
+        Equal-width bin edges, as in :func:`ece`.
     ci : {"wilson", "clopper-pearson", None}, default "wilson"
         Binomial confidence interval for each bin's observed rate: Wilson's score interval, or the
         exact (conservative) Clopper–Pearson interval. ``None`` skips it (needed for soft labels).
@@ -141,6 +163,9 @@ def reliability(
         ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
         How weights enter the interval: as counts of identical rows (n = W), or as sampling
         weights, with Kish's effective size :math:`n_\mathrm{eff} = W^2 / \sum w^2`.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
@@ -150,6 +175,16 @@ def reliability(
         last ends at its highest), ``n``, ``W``, ``mean_score``, ``observed``, ``gap`` (observed − mean
         score), ``ci_lower``, ``ci_upper``, ``p_min``, ``p_max``; with ``on_invalid="drop"``,
         ``n_dropped`` (the group's rows left out).
+
+    Notes
+    -----
+    A bin's mean score is :math:`\bar p_k = \sum_{i\in k} w_i p_i / W_k` and its observed rate
+    :math:`\bar y_k = \sum_{i\in k} w_i y_i / W_k`; plotted against each other they make the
+    reliability diagram of DeGroot & Fienberg (1983), The Comparison and Evaluation of Forecasters.
+    The intervals are Wilson's (1927), Probable Inference, the Law of Succession, and Statistical
+    Inference, and Clopper & Pearson's (1934), The Use of Confidence or Fiducial Limits Illustrated
+    in the Case of the Binomial, at :math:`k = n_\mathrm{eff}\,\bar y_k` successes in
+    :math:`n_\mathrm{eff}` trials.
 
     Examples
     --------
@@ -211,14 +246,35 @@ def brier_decomposition(
 
     Parameters
     ----------
-    data, score, label, weight, by, where, bins, strategy, convention
-        As for :func:`ece`.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
+    bins : int, default 15
+        Number of bins B.
+    strategy : {"uniform", "quantile"}, default "uniform"
+        Equal-width bins, or equal-mass bins on exact quantile edges (ties never split).
+    convention : {"sqlcal", "sklearn", "netcal", "relplot"}, default "sqlcal"
+        Equal-width bin edges, as in :func:`ece`.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
     pandas.DataFrame
         One row per group: the keys, ``brier``, ``n``, ``W``, ``reliability``, ``resolution``,
-        ``uncertainty``, ``within_bin_variance``, ``within_bin_covariance``, ``label_variance``.
+        ``uncertainty``, ``within_bin_variance``, ``within_bin_covariance``, ``label_variance``;
+        with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -233,7 +289,23 @@ def brier_decomposition(
     :math:`\mathrm{WBV} = \sum_k\sum_{i\in k} w_i(p_i - \bar p_k)^2/W`,
     :math:`\mathrm{WBC} = 2\sum_k\sum_{i\in k} w_i(y_i-\bar y_k)(p_i-\bar p_k)/W`. The last term
     :math:`\mathrm{LV} = \sum_i w_i y_i(1-y_i)/W` is 0 for labels in {0, 1}; it keeps the identity
-    exact for soft labels.
+    exact for soft labels. Murphy (1973), A New Vector Partition of the Probability Score.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
+    >>> sqlcal.brier_decomposition(df, score="p", label="y", bins=2).round(6).iloc[0]
+    brier                    0.1750
+    n                        4.0000
+    W                        4.0000
+    reliability              0.0725
+    resolution               0.0625
+    uncertainty              0.1875
+    within_bin_variance      0.0025
+    within_bin_covariance    0.0250
+    label_variance           0.0000
+    Name: 0, dtype: float64
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
@@ -291,8 +363,19 @@ def hosmer_lemeshow(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`ece`.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     groups : int, default 10
         Number of risk groups G (equal-mass bins on exact quantile edges; ties never split, so
         fewer groups can be non-empty).
@@ -307,19 +390,32 @@ def hosmer_lemeshow(
         ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
         Group variance :math:`W_g \bar\pi_g(1-\bar\pi_g)` (frequency weights) or
         :math:`\sum_{i\in g} w_i^2\, \bar\pi_g(1-\bar\pi_g)` (sampling weights).
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
     pandas.DataFrame
         One row per group: the keys, ``hl_statistic``, ``n``, ``W``, ``dof``, ``p_value``,
-        ``n_groups`` (non-empty risk groups).
+        ``n_groups`` (non-empty risk groups); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
     :math:`C = \sum_g (O_g - E_g)^2 / (W_g \bar\pi_g (1 - \bar\pi_g))` with :math:`O_g = \sum w y`,
     :math:`E_g = \sum w p`, :math:`\bar\pi_g = E_g / W_g`, compared with :math:`\chi^2_\mathrm{dof}`.
     A group whose scores are all 0 or all 1 has no variance: it adds 0 when :math:`O_g = E_g` and
-    makes C infinite (p-value 0) otherwise.
+    makes C infinite (p-value 0) otherwise. The test is from Hosmer & Lemeshow (1980), A
+    goodness-of-fit test for the multiple logistic regression model.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
+    ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
+    >>> sqlcal.hosmer_lemeshow(df, score="p", label="y", groups=4).round(6)
+       hl_statistic  n    W  dof   p_value  n_groups
+    0      1.101487  8  8.0    4  0.894036         4
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=groups, strategy=strategy, convention="sqlcal",
