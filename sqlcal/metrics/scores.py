@@ -30,19 +30,35 @@ def brier(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
     pandas.DataFrame
-        One row per group: the keys, ``brier``, ``n``, ``W``.
+        One row per group: the keys, ``brier``, ``n``, ``W``; with ``on_invalid="drop"``,
+        ``n_dropped``.
 
     Notes
     -----
-    Binary-outcome Brier score (Brier 1950) in scikit-learn's scale (``brier_score_loss``, in
-    [0, 1]). With soft labels it is the squared error to the label, which exceeds the expected
-    Bernoulli Brier score by the mean of y(1 − y) (spec seed002 §6.5).
+    Binary-outcome Brier score of Brier (1950), Verification of Forecasts Expressed in Terms of
+    Probability, in scikit-learn's scale (``brier_score_loss``, in [0, 1]). With soft labels it is
+    the squared error to the label, which exceeds the expected Bernoulli Brier score by the mean of
+    y(1 − y).
 
     Examples
     --------
@@ -72,20 +88,44 @@ def log_loss(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
     pandas.DataFrame
         One row per group: the keys, ``log_loss``, ``n``, ``W``, ``n_infinite`` (rows of positive
-        weight with p = 0 and y > 0, or p = 1 and y < 1).
+        weight with p = 0 and y > 0, or p = 1 and y < 1); with ``on_invalid="drop"``,
+        ``n_dropped``.
 
     Notes
     -----
     Scores are not clipped: :math:`0 \ln 0 = 0`, and a row with infinite loss makes the group's
     log loss ``inf``, with the count of such rows beside it. (scikit-learn's ``log_loss`` clips
-    scores to [ε, 1 − ε] with the float64 machine ε, so it reports about 36 instead.)
+    scores to [ε, 1 − ε] with the float64 machine ε, so it reports about 36 instead.) The
+    logarithmic scoring rule is from Good (1952), Rational Decisions.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
+    >>> sqlcal.log_loss(df, score="p", label="y").round(6)
+       log_loss  n    W  n_infinite
+    0  0.510826  4  4.0           0
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = totals_summary(src, logloss=True)
@@ -108,12 +148,47 @@ def calibration_in_the_large(
 ) -> pd.DataFrame:
     r"""Calibration-in-the-large (mean score − observed rate) and the observed/expected ratio.
 
+    Parameters
+    ----------
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
+
     Returns
     -------
     pandas.DataFrame
         One row per group: the keys, ``citl`` = :math:`(\sum wp - \sum wy)/W` (positive when the
         model over-predicts), ``n``, ``W``, ``mean_score``, ``observed``, ``oe_ratio`` =
-        :math:`\sum wy / \sum wp`.
+        :math:`\sum wy / \sum wp`; with ``on_invalid="drop"``, ``n_dropped``.
+
+    Notes
+    -----
+    .. math:: \mathrm{CITL} = \frac{\sum_i w_i p_i - \sum_i w_i y_i}{\sum_i w_i}, \qquad
+       O/E = \frac{\sum_i w_i y_i}{\sum_i w_i p_i}.
+
+    The first level of the calibration hierarchy of Van Calster et al. (2016), A calibration
+    hierarchy for risk models was defined: from utopia to empirical data (mean calibration).
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
+    >>> sqlcal.calibration_in_the_large(df, score="p", label="y").round(6)
+       citl  n    W  mean_score  observed  oe_ratio
+    0 -0.25  4  4.0         0.5      0.75       1.5
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = totals_summary(src)
@@ -140,27 +215,51 @@ def spiegelhalter(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     weight_kind : {"auto", "frequency", "sampling"}, default "auto"
         ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
         Null variance :math:`\sum w(1-2p)^2p(1-p)` (a row of weight w is w Bernoulli trials) or
         :math:`\sum w^2(1-2p)^2p(1-p)` (each row one trial scaled by its sampling weight).
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
     pandas.DataFrame
-        One row per group: the keys, ``z``, ``n``, ``W``, ``p_value`` (two-sided).
+        One row per group: the keys, ``z``, ``n``, ``W``, ``p_value`` (two-sided); with
+        ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
-    Spiegelhalter (1986, Statistics in Medicine 5:421):
+    Spiegelhalter (1986), Probabilistic prediction in patient management and clinical trials
+    (Statistics in Medicine 5:421):
     :math:`Z = \sum w(y-p)(1-2p) / \sqrt{\sum w(1-2p)^2p(1-p)}`, asymptotically standard normal
     when the scores are the true probabilities. Z > 0 means the Brier score is worse than
     calibration explains. The p-value is :math:`2\Phi(-|Z|)`: MAPIE's one-sided 1 − Φ(Z) gives an
-    under-confident model p = 1 (spec peers.md §4.2). When every score is 0, 1/2 or 1 the null
+    under-confident model p = 1. When every score is 0, 1/2 or 1 the null
     variance is 0: Z is ±inf (p = 0) if the numerator is not 0 (a score of 0 or 1 contradicted by
     its label), NULL otherwise.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
+    >>> sqlcal.spiegelhalter(df, score="p", label="y").round(6)
+              z  n    W   p_value
+    0  0.416667  4  4.0  0.676922
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = totals_summary(src, spiegelhalter=True)
