@@ -46,8 +46,19 @@ def cutoff_error(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     exact : bool, default True
         Exact segmented scan (a window per score cell and group). ``False`` quantises scores to
         ``cells`` grid cells and needs only a GROUP BY; the value is then a lower bound, and
@@ -65,6 +76,9 @@ def cutoff_error(
         ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
         Frequency weights count rows, so the bounds use n = W. Sampling weights use Kish's
         effective size W²/Σw², a heuristic: the bounds are not proven for them.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
@@ -75,26 +89,27 @@ def cutoff_error(
         ``interval_lower`` (exclusive; −inf when the worst interval starts at the lowest score),
         ``interval_upper`` (inclusive), ``interval_gap`` (signed residual mass there over W: > 0
         under-prediction, < 0 over-prediction), ``grid_bound`` (0 when exact), and with
-        ``epsilon``, ``certified_within`` and ``certified_beyond``.
+        ``epsilon``, ``certified_within`` and ``certified_beyond``; with ``on_invalid="drop"``,
+        ``n_dropped``.
 
     Notes
     -----
-    The cutoff calibration error of Rossellini, Soloff, Barber, Ren and Willett ("Can a calibration
-    metric be both testable and actionable?", Def. 2.1 and Prop. 4.1), which is the empirical
-    measure :math:`c_{emp}` of Gao, Parameswaran and Peng ("On the interpretability of conditional
-    probability estimates in the agnostic setting") and Tygert's Kuiper range over W:
+    The cutoff calibration error of Rossellini, Soloff, Barber, Ren & Willett (2025), Can a
+    calibration metric be both testable and actionable? (Def. 2.1 and Prop. 4.1), which is the
+    empirical measure :math:`c_{emp}` of Gao, Parameswaran & Peng (2017), On the interpretability of
+    conditional probability estimates in the agnostic setting, and Tygert's Kuiper range over W:
 
     .. math:: \widehat\Delta = \sup_I \Big|\sum_i w_i (y_i - p_i) 1\{p_i \in I\}\Big| / W
        = \big(\max(0, \max_k S_k) - \min(0, \min_k S_k)\big) / W .
 
-    Ties are one unit: an interval holds all rows of a score or none (spec seed000 §1.5).
+    Ties are one unit: an interval holds all rows of a score or none.
 
     Bounds, for a fixed model evaluated on held-out i.i.d. rows, each holding with probability
     at least 1 − δ:
 
     - upper: :math:`\widehat\Delta + \sqrt{2\ln(1/\delta)/n}`, one-sided Hoeffding at the
       population's worst interval (residuals lie in [−1, 1]); this corrects the factor 2 in Claim 4
-      of Gao et al. (seed004 erratum 1);
+      of Gao et al. (2017), whose Hoeffding slack assumes residuals of range 1;
     - lower: :math:`\widehat\Delta - (20 + \sqrt{2\ln(1/\delta)})/\sqrt n` (Rossellini et al.
       Prop. 4.1). It is vacuous (0) below about n = 504/ε² rows; the constant is a worst case.
 
@@ -112,6 +127,22 @@ def cutoff_error(
     >>> df = pd.DataFrame({"p": [0.2, 0.2, 0.8, 0.8], "y": [1, 0, 0, 0]})
     >>> round(float(sqlcal.cutoff_error(df, score="p", label="y").cutoff_error.iloc[0]), 12)
     0.4
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
+    ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
+    >>> sqlcal.cutoff_error(df, score="p", label="y").round(6).iloc[0]
+    cutoff_error       0.087500
+    n                  8.000000
+    W                  8.000000
+    lower_bound        0.000000
+    upper_bound        0.952909
+    noise_floor        0.236017
+    excursion_above    0.050000
+    excursion_below    0.037500
+    interval_lower     0.200000
+    interval_upper     0.300000
+    interval_gap       0.087500
+    grid_bound         0.000000
+    Name: 0, dtype: float64
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = _extremes(src, exact, cells, weight_kind)
@@ -156,32 +187,61 @@ def kuiper(
     weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
-    r"""Kuiper's test of calibration on cumulative differences (Arrieta-Ibarra, Gujral, Tannen and
-    Tygert, JMLR 2022).
+    r"""Kuiper's test of calibration on cumulative differences.
 
     Parameters
     ----------
-    data, score, label, weight, by, where, exact, cells
-        As for :func:`cutoff_error`.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
+    exact : bool, default True
+        Exact scan (``True``), or the score-grid lower bound with ``grid_bound`` beside it, as in
+        :func:`cutoff_error`.
+    cells : int, optional
+        Number of score cells, a power of two (default 1024), as in :func:`cutoff_error`.
     weight_kind : {"auto", "frequency", "sampling"}, default "auto"
         ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
         Null variance of S: :math:`\sum w p(1-p)` (a row of weight w is w Bernoulli trials) or
         :math:`\sum w^2 p(1-p)` (Tygert's weighted normalisation, as MCGrad's ``ecce_sigma``).
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
     pandas.DataFrame
         One row per group: the keys, ``kuiper`` (the statistic), ``n``, ``W``, ``p_value``,
         ``sigma`` (the null standard deviation of S_K over W), ``grid_bound`` (in statistic
-        units; 0 when exact).
+        units; 0 when exact); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
+    Arrieta-Ibarra, Gujral, Tannen, Tygert & Xu (2022), Metrics of calibration for probabilistic
+    predictions (JMLR 23):
     :math:`V = (\max_{0\le k\le K} S_k - \min_{0\le k\le K} S_k) / \sqrt{\sum w p(1-p)}`, the range
     including the origin S₀ = 0. Under perfect calibration, given the scores, V converges to the
     range of standard Brownian motion on [0, 1], whose survival function is
     :math:`8\sum_{k\ge1}(-1)^{k-1} k\,\bar\Phi(kv)` (Feller 1951; integrated from its density).
     The p-value is that tail, in [0, 1]. Ties are one unit (scores are grouped, never jittered).
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
+    ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
+    >>> sqlcal.kuiper(df, score="p", label="y").round(6)
+         kuiper  n    W   p_value     sigma  grid_bound
+    0  0.591608  8  8.0  0.999982  0.147902         0.0
     """
     return _brownian_test(data, "kuiper", score, label, weight, by, where, exact, cells,
                           weight_kind, source_options)
@@ -203,7 +263,40 @@ def ks(
 ) -> pd.DataFrame:
     r"""Kolmogorov–Smirnov test of calibration on cumulative differences.
 
-    Parameters and Returns as :func:`kuiper`, with the statistic in column ``ks``.
+    Parameters
+    ----------
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
+    exact : bool, default True
+        Exact scan (``True``), or the score-grid lower bound with ``grid_bound`` beside it, as in
+        :func:`cutoff_error`.
+    cells : int, optional
+        Number of score cells, a power of two (default 1024), as in :func:`cutoff_error`.
+    weight_kind : {"auto", "frequency", "sampling"}, default "auto"
+        ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
+        Null variance of S: :math:`\sum w p(1-p)` (a row of weight w is w Bernoulli trials) or
+        :math:`\sum w^2 p(1-p)` (Tygert's weighted normalisation, as MCGrad's ``ecce_sigma``).
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the keys, ``ks`` (the statistic), ``n``, ``W``, ``p_value``, ``sigma``
+        (the null standard deviation of S_K over W), ``grid_bound`` (in statistic units; 0 when
+        exact); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -211,7 +304,18 @@ def ks(
     :math:`\sup_{t\le1}|B_t|` of standard Brownian motion, whose survival function is
     :math:`4\sum_{k\ge0}(-1)^k\bar\Phi((2k+1)x)` (reflection principle). Computed with the
     normal tail directly, so large statistics give tiny p-values (down to the smallest double,
-    then 0), never negative ones (MAPIE's 1 − CDF can go below 0; spec peers.md §4.2).
+    then 0), never negative ones (MAPIE's 1 − CDF can go below 0). The test on cumulative
+    differences is from Arrieta-Ibarra, Gujral, Tannen, Tygert & Xu (2022), Metrics of calibration
+    for probabilistic predictions.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
+    ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
+    >>> sqlcal.ks(df, score="p", label="y").round(6)
+             ks  n    W   p_value     sigma  grid_bound
+    0  0.338062  8  8.0  0.999974  0.147902         0.0
     """
     return _brownian_test(data, "ks", score, label, weight, by, where, exact, cells,
                           weight_kind, source_options)
