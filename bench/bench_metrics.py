@@ -277,13 +277,13 @@ def run_task(name: str, con):
     return None
 
 
-def _peak_rss_mb() -> float:
+def peak_rss_mb() -> float:
     kb = sum(resource.getrusage(who).ru_maxrss
              for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     return kb / 1024  # ru_maxrss is in KiB on Linux
 
 
-def _vmhwm_mb() -> float | None:
+def vmhwm_mb() -> float | None:
     """This process image's own RSS high-water mark (Linux), to cross-check ru_maxrss."""
     try:
         with open("/proc/self/status") as f:
@@ -302,18 +302,18 @@ def task_main(name: str, db: str, reps: int) -> None:
 
     con = ibis.duckdb.connect(db, read_only=True, threads=THREADS)
     con.table("preds")
-    base_rss, load = _peak_rss_mb(), os.getloadavg()[0]
+    base_rss, load = peak_rss_mb(), os.getloadavg()[0]
     walls, cpus, check = [], [], None
     for _ in range(reps):
         w0, c0 = time.perf_counter(), time.process_time()
         check = run_task(name, con)
         walls.append(time.perf_counter() - w0)
         cpus.append(time.process_time() - c0)
-    peak = _peak_rss_mb()
+    peak = peak_rss_mb()
     print(json.dumps({
         "wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus),
         "walls": walls, "cpus": cpus, "peak_rss_mb": peak, "base_rss_mb": base_rss,
-        "task_rss_mb": peak - base_rss, "vmhwm_mb": _vmhwm_mb(), "load1": load, "check": check,
+        "task_rss_mb": peak - base_rss, "vmhwm_mb": vmhwm_mb(), "load1": load, "check": check,
     }))
 
 
