@@ -39,13 +39,23 @@ def ls_ece(
     delta: float | None = None,
     **source_options: Any,
 ) -> pd.DataFrame:
-    r"""The logit-smoothed ECE of Chidambaram, Lee, McSwiggen and Rezchikov ("How Flawed Is ECE? An
-    Analysis via Logit Smoothing"): the ECE of the predictor after noise is added to its logit.
+    r"""The logit-smoothed ECE: the ECE of the predictor after noise is added to its logit.
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`. Labels may be soft (``soft_labels=True``).
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes, or soft labels with ``soft_labels=True`` (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     sigma : float, default 0.1
         Noise scale in logit units (the paper sweeps 1/m for m = 1 … 100 and sets no default).
     noise : {"gaussian", "uniform"}, default "gaussian"
@@ -55,17 +65,21 @@ def ls_ece(
         or 1 have no logit. A confidently wrong prediction still contributes about 1.
     delta : float, optional
         Logit grid spacing; default min(σ, 1)/20 (Gaussian) or min(σ, 1)/200 (uniform).
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
     pandas.DataFrame
         One row per group: the keys, ``ls_ece``, ``n``, ``W``, ``grid_bound`` (the grid's error
-        bound, see Notes), ``sigma``.
+        bound, see Notes), ``sigma``; with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
-    With logits :math:`z_i` and noise density :math:`K_\sigma`, the estimand is the exact
-    integral (spec seed003 §2.5; no Monte Carlo, no division)
+    Chidambaram, Lee, McSwiggen & Rezchikov (2024), How Flawed Is ECE? An Analysis via Logit
+    Smoothing. With logits :math:`z_i` and noise density :math:`K_\sigma`, the estimand is the
+    exact integral (no Monte Carlo, no division)
 
     .. math:: \mathrm{LS\text{-}ECE}_\sigma = \frac1W \int \Big|\sum_i w_i (y_i - \rho(u))
        K_\sigma(u - z_i)\Big|\,du, \qquad \rho = \text{sigmoid}.
@@ -78,9 +92,17 @@ def ls_ece(
     plus :math:`0.012\delta^2` for sampling the sigmoid on the grid (``grid_bound``; the default
     keeps δ ≤ 0.05 logit units). Uniform noise: linear binning moves each row's kernel by at most
     :math:`\delta/\sigma` in total variation (first order, hence the finer default grid). LS-ECE is not 0 for a
-    calibrated model (about 0.2σ for an atom at ½: (1/4)·sqrt(2/π)·σ = 0.1995σ; spec seed003
-    §0.7 says 0.0997σ, a factor 2 off its own value 0.019914 at σ = 0.1) and tends to ½ as σ → ∞; values are comparable
-    only at the same σ.
+    calibrated model (about 0.2σ for an atom at ½: (1/4)·sqrt(2/π)·σ = 0.1995σ) and tends to ½
+    as σ → ∞; values are comparable only at the same σ.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
+    ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
+    >>> sqlcal.ls_ece(df, score="p", label="y").round(6)
+         ls_ece  n    W  grid_bound  sigma
+    0  0.342332  8  8.0    0.000004    0.1
     """
     # the grid must also resolve the sigmoid (scale 1), not only the kernel: δ ≤ 0.05 for σ ≥ 1
     delta = delta or (min(sigma, 1.0) / 20 if noise == "gaussian" else min(sigma, 1.0) / 200)
@@ -128,13 +150,23 @@ def smooth_ece(
     seed: int = 0,
     **source_options: Any,
 ) -> pd.DataFrame:
-    r"""relplot's smooth ECE (Błasiok and Nakkiran, "Smooth ECE: Principled Reliability Diagrams
-    via Kernel Smoothing", ICLR 2024), with its reflected Gaussian kernel and fixed-point bandwidth.
+    r"""The smooth ECE (smECE), with relplot's reflected Gaussian kernel and fixed-point bandwidth.
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     sigma : float, optional
         A bandwidth in probability units; by default relplot's fixed point σ* = smECE_σ*
         (bisection on [0, 1], ten halvings, the upper end kept).
@@ -145,15 +177,29 @@ def smooth_ece(
         Level of the bootstrap interval.
     seed : int, default 0
         Seed of the bootstrap.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
     pandas.DataFrame
         One row per group: the keys, ``smooth_ece``, ``n``, ``W``, ``sigma`` (the bandwidth
-        used), and with ``bootstrap``, ``ci_lower`` and ``ci_upper``.
+        used), and with ``bootstrap``, ``ci_lower`` and ``ci_upper``; with ``on_invalid="drop"``,
+        ``n_dropped``.
 
     Notes
     -----
+    Błasiok & Nakkiran (2024), Smooth ECE: Principled Reliability Diagrams via Kernel Smoothing
+    (ICLR 2024). With a kernel :math:`K_\sigma` (a Gaussian reflected at 0 and 1),
+
+    .. math:: \mathrm{smECE}_\sigma = \int_0^1 \Big|\frac1W \sum_i w_i K_\sigma(t, p_i)
+       (y_i - p_i)\Big|\,dt,
+
+    that is :math:`\int |\hat r_\sigma(t)|\,\hat\delta_\sigma(t)\,dt` with the smoothed residual
+    :math:`\hat r_\sigma` and the smoothed score density :math:`\hat\delta_\sigma`; the default
+    bandwidth is the fixed point :math:`\sigma^* = \mathrm{smECE}_{\sigma^*}`.
+
     relplot rounds the residuals f − y and the counts linearly onto a grid of E nodes on [0, 1],
     convolves with a Gaussian reflected at 0 and 1, and reports Σ|r̂|·dens / Σdens. Here the
     engine returns a 16384-cell histogram with each cell's Σw, Σwp, Σwy, Σwp², Σwyp. Linear
@@ -168,6 +214,18 @@ def smooth_ece(
     weight of that label) and places them at that cell and label's mean score. For whole-number
     weights this is exactly the Poisson bootstrap of the rows up to that placement, which leaves
     the linear binning unchanged (as above). Soft labels have no bootstrap.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
+    ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
+    >>> sqlcal.smooth_ece(df, score="p", label="y").round(6)
+       smooth_ece  n    W     sigma
+    0    0.088521  8  8.0  0.088867
+    >>> sqlcal.smooth_ece(df, score="p", label="y", sigma=0.1).round(6)
+       smooth_ece  n    W  sigma
+    0    0.072016  8  8.0    0.1
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     cells = cells_summary(src, ("sums", "moments"), SMOOTH_CELLS)
@@ -212,11 +270,61 @@ def smooth_reliability(
     points: int = 200,
     **source_options: Any,
 ) -> pd.DataFrame:
-    """The smoothed reliability curve: per group and evaluation point t in [0, 1], ``observed``
-    (the Nadaraya–Watson estimate of E[y | p = t] with :func:`smooth_ece`'s kernel and bandwidth,
-    as relplot's diagram draws it), ``density`` (of the scores, integrating to 1) and ``sigma``,
-    sorted by the keys and t; with ``on_invalid="drop"``, ``n_dropped`` (the group's rows left
-    out)."""
+    r"""The smoothed reliability curve: E[y | p = t] and the score density on a grid of t in [0, 1].
+
+    Parameters
+    ----------
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
+    sigma : float, optional
+        Kernel bandwidth in probability units; by default :func:`smooth_ece`'s fixed point.
+    points : int, default 200
+        Number of evaluation points t, evenly spaced on [0, 1] (both ends included).
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group and evaluation point, sorted by the keys and t: the keys, ``t``,
+        ``observed`` (the Nadaraya–Watson estimate of E[y | p = t] with :func:`smooth_ece`'s kernel
+        and bandwidth, as relplot's diagram draws it), ``density`` (of the scores, integrating to
+        1 on [0, 1]), ``sigma`` (the bandwidth used); with ``on_invalid="drop"``, ``n_dropped``
+        (the group's rows left out).
+
+    Notes
+    -----
+    .. math:: \hat y(t) = \frac{\sum_i w_i K_\sigma(t, p_i)\, y_i}{\sum_i w_i K_\sigma(t, p_i)},
+
+    with the reflected Gaussian kernel of Błasiok & Nakkiran (2024), Smooth ECE: Principled
+    Reliability Diagrams via Kernel Smoothing; the estimator is Nadaraya's (1964), On Estimating
+    Regression, and Watson's (1964), Smooth Regression Analysis.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
+    ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
+    >>> sqlcal.smooth_reliability(df, score="p", label="y", points=5).round(6)
+          t  observed   density     sigma
+    0  0.00  0.005462  0.761394  0.088867
+    1  0.25  0.390088  1.357909  0.088867
+    2  0.50  0.499991  0.761394  0.088867
+    3  0.75  0.609902  1.357909  0.088867
+    4  1.00  0.994520  0.761394  0.088867
+    """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     cells = cells_summary(src, ("sums", "moments"), SMOOTH_CELLS)
     frames = []
