@@ -48,9 +48,21 @@ def tce(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`. Weights must be whole numbers (frequency weights: a row of
-        weight 3 is three predictions); there is no exact binomial test for fractional counts.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1. Weights
+        must be whole numbers (frequency weights: a row of weight 3 is three predictions); there is
+        no exact binomial test for fractional counts.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     strategy : {"pavabc", "uniform", "quantile"}, default "pavabc"
         Bins: pool-adjacent-violators with bin sizes between ``n_min`` and ``n_max`` (the paper's
         default), ``bins`` equal-width bins on numpy ``linspace`` edges (left-closed, the last
@@ -72,18 +84,27 @@ def tce(
         PAVA-BC's last ``n_min`` points: merged into the last block when 2·n_min ≤ n_max (the
         reference code, which produced the published numbers; the last bin can then exceed
         n_max), or when that block plus n_min fits in n_max (the paper's Algorithm 2).
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
     pandas.DataFrame
         One row per group: the keys, ``tce`` (percent), ``n``, ``W``, ``n_bins``, ``rejected``
-        (weight of rejected predictions). :func:`tce_bins` gives the per-bin table.
+        (weight of rejected predictions); with ``on_invalid="drop"``, ``n_dropped``.
+        :func:`tce_bins` gives the per-bin table.
 
     Notes
     -----
-    :math:`\mathrm{TCE} = \frac{100}{W}\sum_b \sum_{i \in b} w_i\,1\{\mathrm{pval}(k_b, n_b,
-    q_i) \le \alpha\}` (paper Def. 2). The acceptance set of the two-sided exact test is a union of
-    intervals, not always one (spec seed001 §1.5): it is computed exactly, and predictions within
+    Matsubara, Tax, Mudd & Guy (2023), TCE: A Test-Based Approach to Measuring Calibration Error
+    (UAI 2023):
+
+    .. math:: \mathrm{TCE} = \frac{100}{W}\sum_b \sum_{i \in b} w_i\,1\{\mathrm{pval}(k_b, n_b,
+    q_i) \le \alpha\}
+
+    (the paper's Def. 2). The acceptance set of the two-sided exact test is a union of
+    intervals, not always one: it is computed exactly, and predictions within
     1e-9 of an endpoint are decided by scipy's p-value itself, so counts equal a per-prediction
     ``binomtest`` loop.
 
@@ -95,6 +116,15 @@ def tce(
     interval shrinks like 1/√n_b while the spread of its predictions does not (the paper's Table
     12: 7.3% at N = 6,000, 19.1% at 60,000). With bins as fractions of N, a warehouse-sized table
     tends to 100%. Fix the bin sizes in counts (``n_min``/``n_max``) and report them with the value.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9] * 2,
+    ...                    "y": [1, 0, 1, 0, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1]})
+    >>> sqlcal.tce(df, score="p", label="y", strategy="uniform", bins=2)
+        tce   n     W  n_bins  rejected
+    0  25.0  16  16.0       2       4.0
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     table = _bins_table(src, strategy, n_min, n_max, bins, alpha, test, tail_rule)
@@ -129,11 +159,66 @@ def tce_bins(
     tail_rule: str = "code",
     **source_options: Any,
 ) -> pd.DataFrame:
-    """The per-bin table behind :func:`tce` (and its diagram): the keys, ``bin``, ``score_min``,
-    ``score_max``, ``n`` (rows), ``W`` (predictions), ``k`` (positives), ``rate`` = k/W,
-    ``mean_score``, ``accepted`` (the accepted score intervals), ``rejected`` (predictions the
-    test rejects) and ``tce_bin`` (percent); with ``on_invalid="drop"``, ``n_dropped`` (the
-    group's rows left out)."""
+    r"""The per-bin table behind :func:`tce` (and its diagram): each bin's test and rejections.
+
+    Parameters
+    ----------
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
+    strategy : {"pavabc", "uniform", "quantile"}, default "pavabc"
+        Bins, as in :func:`tce`.
+    n_min, n_max : int, optional
+        PAVA-BC bin-size limits in rows (weight), as in :func:`tce`.
+    bins : int, default 10
+        Number of bins for "uniform" and "quantile".
+    alpha : float, default 0.05
+        Significance level; a prediction is rejected when its p-value is ≤ α.
+    test : {"binomial", "ttest"}, default "binomial"
+        The exact two-sided binomial test or the one-sample t-test, as in :func:`tce`.
+    tail_rule : {"code", "paper"}, default "code"
+        PAVA-BC's last ``n_min`` points, as in :func:`tce`.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group and bin: the keys, ``bin``, ``score_min``, ``score_max``, ``n`` (rows),
+        ``W`` (predictions), ``k`` (positives), ``rate`` = k/W, ``mean_score``, ``accepted`` (the
+        accepted score intervals, a list of (low, high) pairs), ``rejected`` (predictions the test
+        rejects) and ``tce_bin`` (percent); with ``on_invalid="drop"``, ``n_dropped`` (the group's
+        rows left out).
+
+    Notes
+    -----
+    A bin b with :math:`k_b` positives among :math:`n_b` predictions accepts the scores
+    :math:`\{q : \mathrm{pval}(k_b, n_b, q) > \alpha\}` (Matsubara, Tax, Mudd & Guy (2023), TCE: A
+    Test-Based Approach to Measuring Calibration Error); ``tce_bin`` is the percentage of the bin's
+    weight outside them.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9] * 2,
+    ...                    "y": [1, 0, 1, 0, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1]})
+    >>> bins = sqlcal.tce_bins(df, score="p", label="y", strategy="uniform", bins=2)
+    >>> bins[["bin", "k", "W", "accepted", "rejected", "tce_bin"]].round(6)
+       bin    k    W                accepted  rejected  tce_bin
+    0    0  5.0  8.0  [(0.289241, 0.888887)]       4.0     50.0
+    1    1  7.0  8.0       [(0.5, 0.993609)]       0.0      0.0
+    """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     out = _bins_table(src, strategy, n_min, n_max, bins, alpha, test, tail_rule)
     if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its bins
@@ -203,7 +288,7 @@ def pavabc(W: np.ndarray, Y: np.ndarray, n_min: int, n_max: int, tail_rule: str 
     """Pool adjacent violators with bin-size constraints over atoms (distinct scores in order,
     weight W, label sum Y): the index of the first atom of each block.
 
-    The reference ``_pavabc`` on atoms (spec seed001 §2.3.3, §2.3.6): each atom is pushed; the
+    The reference ``_pavabc`` on atoms (Matsubara et al. (2023), Algorithm 2): each atom is pushed; the
     top two blocks merge while their size is ≤ n_min, or ≤ n_max with the lower mean ≥ the upper
     (compared as Y0·W1 ≥ Y1·W0). The minimal suffix of atoms holding n_min is held back as a
     tail block, merged into the last block or appended by ``tail_rule``.
