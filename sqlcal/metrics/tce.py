@@ -101,7 +101,7 @@ def tce(
     (UAI 2023):
 
     .. math:: \mathrm{TCE} = \frac{100}{W}\sum_b \sum_{i \in b} w_i\,1\{\mathrm{pval}(k_b, n_b,
-    q_i) \le \alpha\}
+       q_i) \le \alpha\}
 
     (the paper's Def. 2). The acceptance set of the two-sided exact test is a union of
     intervals, not always one: it is computed exactly, and predictions within
