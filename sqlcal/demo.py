@@ -141,8 +141,8 @@ def check_demo_path(path: str) -> None:
 
 def _release(path: str) -> None:
     # a connection sqlcal.source cached to the old file would keep reading it after the rename
-    from sqlcal.source import _connections
+    from sqlcal.source import connections
 
-    held = _connections.pop(os.path.abspath(path), None)
+    held = connections.pop(os.path.abspath(path), None)
     if held is not None:
         held.disconnect()

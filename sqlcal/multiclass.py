@@ -31,7 +31,7 @@ import numpy as np
 
 from sqlcal import summaries
 from sqlcal.options import checked
-from sqlcal.source import InvalidInputError, _USE_CHECKS, _resolve_table, register_use_check
+from sqlcal.source import USE_CHECKS, InvalidInputError, register_use_check, resolve_table
 
 MODES = ("top_label", "classwise")
 FORMATS = ("long", "wide")
@@ -157,7 +157,7 @@ def multiclass(
             or not tolerance >= 0):
         raise ValueError(f"tolerance must be a number >= 0 (the largest |sum of an example's "
                          f"probabilities - 1| accepted), not {tolerance!r}")
-    t = _resolve_table(data, table)
+    t = resolve_table(data, table)
     keys = [keys] if isinstance(keys, str) else list(keys)
     options = dict(mode=mode, label=label, weight=weight, keys=keys, tolerance=tolerance,
                    on_invalid=on_invalid)
@@ -200,7 +200,7 @@ def check_use(table: ir.Table, by: Sequence[str], weight: str | None) -> None:
     weight : str or None
         The metric's weight column.
     """
-    check = _USE_CHECKS.get(table.op())
+    check = USE_CHECKS.get(table.op())
     if check is not None:
         check(tuple(by), weight)
 

@@ -689,9 +689,9 @@ def results_connection(run: ScheduledRun):
     url = run.config["results"].get("url")
     path = _duckdb_file(url) if url else _duckdb_file(run.config["source"]["data"])
     if path:
-        from sqlcal.source import _connections
+        from sqlcal.source import connections
 
-        held = _connections.pop(os.path.abspath(path), None)
+        held = connections.pop(os.path.abspath(path), None)
         if held is not None:
             held.disconnect()
         if not url and not os.path.exists(path):

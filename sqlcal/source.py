@@ -55,12 +55,12 @@ _CHECKS = (
 
 #: tables sqlcal made to be measured in one way only (multiclass): table op -> check(by, weight),
 #: which raises when a metric's keywords would measure the table otherwise
-_USE_CHECKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+USE_CHECKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def register_use_check(table: ir.Table, check: Callable[[tuple, str | None], None]) -> None:
     """Have :func:`source` call ``check(by, weight)`` before measuring ``table``."""
-    _USE_CHECKS[table.op()] = check
+    USE_CHECKS[table.op()] = check
 
 
 @dataclass(eq=False)
@@ -261,9 +261,9 @@ class Source:
 
     def _counts(self) -> pd.DataFrame:
         """Rows failing each check, over the whole table (run only to explain a problem)."""
-        valid = _valid_expr(self.rows, self.weighted, self.allow_soft)
+        valid = valid_expr(self.rows, self.weighted, self.allow_soft)
         return summaries.execute(summaries.validation(
-            self.rows, (), _check_exprs(self.rows, self.weighted), valid))
+            self.rows, (), check_exprs(self.rows, self.weighted), valid))
 
 
 @checked
@@ -320,8 +320,8 @@ def source(
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', not {on_invalid!r}")
     by = (by,) if isinstance(by, str) else tuple(by)
-    base = _resolve_table(data, table)
-    use_check = _USE_CHECKS.get(base.op())
+    base = resolve_table(data, table)
+    use_check = USE_CHECKS.get(base.op())
     if use_check is not None:
         use_check(by, weight)
     origin = _origin(data, table, base)
@@ -345,8 +345,8 @@ def source(
                  float_label=not (label_type.is_boolean() or label_type.is_integer()),
                  origin=origin, where=_where_text(where))
     if on_invalid == "drop":
-        valid = _valid_expr(rows, src.weighted, soft_labels)
-        checks = _check_exprs(rows, src.weighted)
+        valid = valid_expr(rows, src.weighted, soft_labels)
+        checks = check_exprs(rows, src.weighted)
         if src.weighted:
             checks["weight_fractional"] = valid & (summaries.fractional_part(rows.w) != 0)
         counts = summaries.execute(summaries.validation(rows, by, checks, valid))
@@ -384,14 +384,16 @@ _FILE_READERS = {
     ".gz": "read_csv",
 }
 _DB_SUFFIXES = (".duckdb", ".ddb", ".db")
-_connections: dict[str, Any] = {}
+#: the open connections, one per database URL or DuckDB file (keyed by its absolute path; "" is
+#: the embedded DuckDB): reused by every source, closed by whoever replaces the file
+connections: dict[str, Any] = {}
 
 
 def default_backend():
     """The embedded DuckDB connection that reads files and in-memory frames."""
-    if "" not in _connections:
-        _connections[""] = ibis.duckdb.connect()
-    return _connections[""]
+    if "" not in connections:
+        connections[""] = ibis.duckdb.connect()
+    return connections[""]
 
 
 def _connect(url: str):
@@ -401,15 +403,16 @@ def _connect(url: str):
     if path is None and "://" not in url:
         path = url
     key = os.path.abspath(path) if path not in (None, "", ":memory:") else url
-    if key not in _connections:
+    if key not in connections:
         if path not in (None, "", ":memory:"):
-            _connections[key] = ibis.duckdb.connect(path, read_only=True)
+            connections[key] = ibis.duckdb.connect(path, read_only=True)
         else:
-            _connections[key] = ibis.connect(url)
-    return _connections[key]
+            connections[key] = ibis.connect(url)
+    return connections[key]
 
 
-def _resolve_table(data: Any, table: str | None) -> ir.Table:
+def resolve_table(data: Any, table: str | None) -> ir.Table:
+    """The Ibis table ``data`` names: a table, a backend with ``table``, a path, URL or frame."""
     if isinstance(data, tuple) and len(data) == 2:
         data, table = data
     if isinstance(data, ir.Table):
@@ -573,7 +576,8 @@ def _label_expr(col: ir.Value) -> ir.NumericValue:
     return col.cast("float64")
 
 
-def _check_exprs(rows: ir.Table, has_weight: bool) -> dict[str, ir.BooleanValue]:
+def check_exprs(rows: ir.Table, has_weight: bool) -> dict[str, ir.BooleanValue]:
+    """Per validation problem (``score_null``, ``label_range``...), the rows that have it."""
     p, y, w = rows.p, rows.y, rows.w
     y_nan = y.isnan() if y.type().is_floating() else ibis.literal(False)
     checks = {
@@ -596,7 +600,8 @@ def _check_exprs(rows: ir.Table, has_weight: bool) -> dict[str, ir.BooleanValue]
     return checks
 
 
-def _valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool) -> ir.BooleanValue:
+def valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool) -> ir.BooleanValue:
+    """True for a normalised row that passes validation (score and label in [0, 1], weight ≥ 0)."""
     p, y, w = rows.p, rows.y, rows.w
     # NaN compares greater than every number in DuckDB and Postgres, so the range tests reject it;
     # NULL makes the whole conjunction NULL, which a filter drops.

@@ -15,7 +15,7 @@ from pathlib import Path
 import ibis
 
 from sqlcal import summaries
-from sqlcal.source import _check_exprs, _valid_expr
+from sqlcal.source import check_exprs, valid_expr
 
 #: dialects written to sql/ ("databricks" is Spark SQL)
 DIALECTS = ("duckdb", "postgres", "bigquery", "snowflake", "trino", "databricks")
@@ -32,8 +32,8 @@ def reductions() -> dict[str, ibis.Table]:
 def _reductions(rows, by, *, weighted: bool) -> dict[str, ibis.Table]:
     variance = {"sw2"} if weighted else set()
     return {
-        "validation": summaries.validation(rows, by, _check_exprs(rows, weighted),
-                                           _valid_expr(rows, weighted, False)),
+        "validation": summaries.validation(rows, by, check_exprs(rows, weighted),
+                                           valid_expr(rows, weighted, False)),
         "totals": summaries.totals(rows, by, frozenset({"logloss", "spiegelhalter"}),
                                    weighted=weighted),
         "uniform_bins_15": summaries.uniform_bins(

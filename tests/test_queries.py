@@ -11,7 +11,7 @@ import sqlglot
 from sqlglot import exp
 
 from sqlcal import summaries
-from sqlcal.source import _check_exprs, _valid_expr
+from sqlcal.source import check_exprs, valid_expr
 
 SCHEMA = {"g": "string", "p": "float64", "y": "int64", "w": "float64"}
 
@@ -21,7 +21,7 @@ def queries(by):
     parts = frozenset({"sums", "sw2", "moments", "residuals", "logloss"})
     wanted = {("a",): [1, 2, 3]} if by else {(): [1, 2, 3]}
     return {
-        "validation": summaries.validation(t, by, _check_exprs(t, True), _valid_expr(t, True, False)),
+        "validation": summaries.validation(t, by, check_exprs(t, True), valid_expr(t, True, False)),
         "totals": summaries.totals(t, by, parts, weighted=True),
         "uniform_bins": summaries.uniform_bins(t, by, 15, "netcal", parts, weighted=True),
         "cells": summaries.cells(t, by, 1024, parts, weighted=True),

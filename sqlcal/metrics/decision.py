@@ -802,10 +802,10 @@ def _cost_source(data, score, label, weight, by, where, options) -> tuple[Source
         return as_source(data, score, label, weight=weight, by=by, where=where, **options), True
     if score is None:
         raise TypeError("score= is required: name the score column")
-    from sqlcal.source import _resolve_table
+    from sqlcal.source import resolve_table
 
     options = dict(options)
-    base = _resolve_table(data, options.pop("table", None))
+    base = resolve_table(data, options.pop("table", None))
     base = base.mutate(**{_NO_LABEL: ibis.literal(0, type="int64")})
     return source(base, score=score, label=_NO_LABEL, weight=weight, by=by, where=where,
                   **options), False

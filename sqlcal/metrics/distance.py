@@ -1,6 +1,7 @@
 """Distance-to-calibration metrics on the level sets: the Lipschitz (smooth) calibration error of
 Kakade and Foster, the lower and upper distances to calibration of Błasiok, Gopalan, Hu and
-Nakkiran, and the interval calibration error (spec seed002 §2.4–2.8).
+Nakkiran, and the interval calibration error (as surveyed by Gopalan and Hu (2025), Calibration
+through the Lens of Indistinguishability).
 
 All three are functions of the empirical law of (score, label) alone, whose sufficient statistic
 is the levels summary: per distinct score v_j, the weight W_j and the residual R_j = Σw(y − p).
@@ -58,12 +59,23 @@ def lipschitz_calibration_error(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`. Labels may be soft (``soft_labels=True``).
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes, or soft labels with ``soft_labels=True`` (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     lipschitz : float, default 1.0
         The Lipschitz constant K of the weight functions. K = 1 is smCE; K = 2 is the earth
         mover's distance EMD(J*, J^p) between the law of (score, label) and that of (score, a
-        label drawn from the score) under the metric |v − v'| + |y − y'| (spec seed002 §2.5).
+        label drawn from the score) under the metric |v − v'| + |y − y'|.
     mode : {"auto", "exact", "cells"}, default "auto"
         ``"exact"``: the level sets (one GROUP BY score, as many rows as distinct scores).
         ``"cells"``: the 16384-cell score histogram, each cell at its rows' mean score.
@@ -71,18 +83,22 @@ def lipschitz_calibration_error(
         more than one distinct score, the levels inside those cells (exact); else the cells.
     max_levels : int, default 50000
         See ``mode``.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
     pandas.DataFrame
         One row per group: the keys, ``lipschitz_calibration_error``, ``n``, ``W``,
         ``quantization_bound`` (the value is within it of the exact one; 0 when exact),
-        ``levels`` (level sets or cells used).
+        ``levels`` (level sets or cells used); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
-    Kakade and Foster (2008), "Deterministic calibration and Nash equilibrium"; the survey of
-    Gopalan and Hu (2025), Def 3.2, spec seed002 §2.4. Not relplot's smooth ECE
+    Kakade and Foster (2008), Deterministic calibration and Nash equilibrium; the survey of
+    Gopalan and Hu (2025), Calibration through the Lens of Indistinguishability, Def. 3.2. Not
+    relplot's smooth ECE
     (:func:`sqlcal.smooth_ece`). With levels :math:`v_1<\dots<v_m`, residuals
     :math:`R_j=\sum_{p_i=v_j}w_i(y_i-p_i)/W` and gaps :math:`\Delta_j=v_{j+1}-v_j`,
 
@@ -144,16 +160,33 @@ def distance_to_calibration(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`. Labels may be soft (``soft_labels=True``).
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes, or soft labels with ``soft_labels=True`` (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     grid : int, default 128
         The lower-distance LP places calibrated mass on the points k/grid and the levels.
     lower_levels : int, default 64
         The LP runs on at most this many contiguous buckets of levels (at their mean scores);
         its size is about 2·lower_levels·(grid + lower_levels) variables (0.1 s at the
         defaults, 1 s at 128/128).
-    mode, max_levels
+    mode : {"auto", "exact", "cells"}, default "auto"
         Which levels to read, as for :func:`lipschitz_calibration_error`.
+    max_levels : int, default 50000
+        Rows in shared score cells up to which ``mode="auto"`` reads the exact levels, as for
+        :func:`lipschitz_calibration_error`.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
@@ -174,12 +207,14 @@ def distance_to_calibration(
           (smCE on the levels used; max(citl, smCE/2) ≤ lower distance ≤ 2·smCE, up to
           ``quantization_bound``, Theorem 6.7);
         - ``quantization_bound``: the same bound for the cells used (0 on exact levels), and
-          ``levels``, the number of levels or cells used.
+          ``levels``, the number of levels or cells used;
+        - with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
-    Błasiok, Gopalan, Hu and Nakkiran (STOC 2023), as presented in Gopalan and Hu (2025) §6,
-    spec seed002 §2.7. The distance to calibration :math:`\mathrm{dCE}(p)=\min_{q\text{
+    Błasiok, Gopalan, Hu and Nakkiran (2023), A Unifying Theory of Distance from Calibration
+    (STOC 2023), as presented in Gopalan and Hu (2025), Calibration through the Lens of
+    Indistinguishability, Section 6. The distance to calibration :math:`\mathrm{dCE}(p)=\min_{q\text{
     calibrated}}\mathbb E|p-q|` depends on the feature space, which logged (score, label) rows
     do not show; over all spaces consistent with the data it ranges over
     :math:`[\underline{\mathrm{dCE}},\overline{\mathrm{dCE}}]`, and by Corollary 6.8 no measure
@@ -191,7 +226,7 @@ def distance_to_calibration(
     :math:`\sum|u-v_j|\cdot\text{mass}`. On :math:`U` it overestimates by at most half the
     largest gap of :math:`U`: split the mass at an off-grid u between its neighbours g < u < g'
     with label means g and g', so each unit moves (g' − u) or (u − g), on average
-    2(g' − u)(u − g)/(g' − g) ≤ (g' − g)/2 (the spec's bound, h, is twice this). Bucketing levels
+    2(g' − u)(u − g)/(g' − g) ≤ (g' − g)/2 (the cruder bound h is twice this). Bucketing levels
     at their mean scores moves the lower distance by at most :math:`\mathbb E|p-\bar p|`, both
     ways (it is 1-Lipschitz in the scores). Hence the interval above.
 
@@ -203,14 +238,16 @@ def distance_to_calibration(
     search from that grouping (merge two groups, adjacent or not, or move one level to another
     group or its own, while a step lowers the cost; when it has at most 200 groups);
     ``"ece"`` (κ = recalibration,
-    every level alone); ``"mean"`` (κ ≡ E[y]); ``"cutoff"``: 3·sqrt(cutoff error) (spec seed000
-    Lemma A.2: its binned predictor E[y | bin] is a function of the score, so it bounds the
+    every level alone); ``"mean"`` (κ ≡ E[y]); ``"cutoff"``: 3·sqrt(cutoff error) (Rossellini et al.
+    (2025), Can a calibration metric be both testable and actionable?, Lemma A.2: its binned
+    predictor E[y | bin] is a function of the score, so it bounds the
     upper distance too; exact levels only). On cells, every bound is a grouping of whole cells
     plus ``quantization_bound``. On at most 1024 levels the contiguous bound is at most
     ``ece``, ``mean`` and the interval calibration error (an interval partition is a contiguous
     grouping, Lemma 6.11), which is at most 3·sqrt(cutoff) (Lemma A.2 bins into intervals), so
     intCE is not tried separately. Optimal groupings need not be
-    contiguous (spec seed002 §5, Fixture E) and no efficient exact search is known, so above
+    contiguous (three levels can show it: 10 rows each at p = 0.1, 0.6, 0.7 with 2, 5
+    and 0 positives) and no efficient exact search is known, so above
     8 levels the reported value can exceed the upper distance.
 
     Examples
@@ -264,15 +301,32 @@ def interval_calibration_error(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`. Labels may be soft (``soft_labels=True``).
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes, or soft labels with ``soft_labels=True`` (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     bins : int, optional
         Evaluate the fixed partition into ``bins`` equal-width bins (left-closed, p = 1 in the
         last, as :func:`sqlcal.ece`): :math:`\mathrm{intCE}_B=\mathrm{CE}_B+1/\text{bins}`, the
         binned ECE with bin means plus the bin width (one GROUP BY bin). By default, the
         infimum over all partitions.
-    mode, max_levels
-        Which levels to read for the infimum, as for :func:`lipschitz_calibration_error`.
+    mode : {"auto", "exact", "cells"}, default "auto"
+        Which levels to read, as for :func:`lipschitz_calibration_error`.
+    max_levels : int, default 50000
+        Rows in shared score cells up to which ``mode="auto"`` reads the exact levels, as for
+        :func:`lipschitz_calibration_error`.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
@@ -282,11 +336,11 @@ def interval_calibration_error(
         interval), ``method``: ``"fixed bins"``; ``"exact"`` (the infimum); ``"geometric
         widths"`` (within a factor 2 of the infimum, see Notes); ``"bucketed"`` (geometric
         widths over partitions whose cuts fall between buckets of levels or cells: an upper
-        bound on the infimum).
+        bound on the infimum); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
-    Gopalan and Hu (2025), Def 6.10, spec seed002 §2.8:
+    Gopalan and Hu (2025), Calibration through the Lens of Indistinguishability, Def. 6.10:
     :math:`\mathrm{CE}_B=\sum_{I\in B}|\mathbb E[(y-p)\mathbf 1(p\in I)]|`,
     :math:`\mathrm{intCE}=\inf_B\mathrm{CE}_B+\mathrm{width}(B)`. Empty intervals are allowed,
     so a partition costs the widest *span of scores* it groups; with every level alone the
@@ -515,7 +569,8 @@ def _lipschitz_dp(R: np.ndarray, gaps: np.ndarray) -> float:
 
 
 def _lower_distance(lv: _Levels, grid: int) -> tuple[float, float]:
-    """The coupling LP of spec seed002 §2.7 on U = {k/grid} ∪ levels, and half U's widest gap."""
+    """The coupling LP of the lower distance (Błasiok et al. 2023) on U = {k/grid} ∪ levels, and
+    half U's widest gap."""
     v = lv.p
     U = np.union1d(np.arange(grid + 1) / grid, v)
     if len(v) == 1:  # one level: everything moves to its label mean
