@@ -1,14 +1,14 @@
 """Decision-theoretic metrics: what miscalibration costs a decision maker who trusts the scores.
 
 - :func:`calibration_decision_loss`: CDL, the worst payoff loss over all bounded decision tasks
-  (Hu and Wu), exact on the level sets as the concave envelope of the V-curve at 1/2 (the spec's
+  (Hu and Wu 2024), exact on the level sets as the concave envelope of the V-curve at 1/2 (a
   linear-size LP gives the same values and stays as a cross-check), with its V-curve bounds;
 - :func:`decision_loss`: the loss of one fixed task (a threshold or a finite payoff table);
 - :func:`decision_risk_gap`: the risk of acting iff score ≥ τ against the best recalibrated and
-  the best monotone (threshold) rules (Rossellini et al. §3);
+  the best monotone (threshold) rules (Rossellini et al. 2025, Section 3);
 - :func:`expected_cost`: the label-free cost estimate of interval decision rules on an unlabeled
   table, with its error bound from a cutoff-error bound, and the cheapest rule over a set of
-  actions (Gao, Parameswaran and Peng §2.4 and §3.3.4).
+  actions (Gao, Parameswaran and Peng 2017, Sections 2.4 and 3.3.4).
 
 The first three read the levels summary (one GROUP BY score; with ``bins=``, the equal-width bins
 summary instead); the last one a single aggregate with one conditional sum per rule interval.
@@ -62,16 +62,30 @@ def calibration_decision_loss(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     bins : int, optional
         ``None`` (default): the CDL of the empirical law of (score, label), one level set per
         distinct score. An integer B: the CDL of the *binned predictor* that maps each of B
         equal-width bins (left-closed, 1 in the last) to its weighted mean score. The bins are
         then part of the metric's identity. Use them for continuous scores: see Notes.
     method : {"hull", "lp"}, default "hull"
-        ``"hull"``: the exact closed form below (O(m log m), no solver). ``"lp"``: the spec's
+        ``"hull"``: the exact closed form below (O(m log m), no solver). ``"lp"``: a
         linear-size LP (HiGHS; up to 2,000 level sets per group), for cross-checking.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
@@ -80,12 +94,13 @@ def calibration_decision_loss(
         (the sup of the V-curve, an upper bound), ``two_action_bound`` (the best two-action task,
         a lower bound), ``ece2_squared`` (a lower bound), ``ece`` (CDL ≤ 2·ECE), ``n_levels``
         (level sets or bins that carry weight: a row of weight 0 counts nowhere) and
-        ``distinct_per_row`` (``n_levels`` / ``n``).
+        ``distinct_per_row`` (``n_levels`` / ``n``); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
-    Hu and Wu (FOCS 2024), as presented by Gopalan and Hu ("Calibration through the lens of
-    indistinguishability", §4; spec seed002 §2.6). A task has actions A and payoffs
+    Hu and Wu (2024), Predict to Minimize Swap Regret for All Payoff-Bounded Tasks (FOCS 2024),
+    as presented by Gopalan and Hu (2025), Calibration through the Lens of Indistinguishability,
+    Section 4. A task has actions A and payoffs
     :math:`u: A\times\{0,1\}\to[0,1]`; trusting the score means playing the best response
     :math:`\sigma(p)`, while the best policy on the score plays :math:`\sigma(\hat p)` with
     :math:`\hat p = E[y\mid p]`. Then
@@ -97,7 +112,7 @@ def calibration_decision_loss(
     (below), evaluated at t = 1/2: the best task needs at most two V-shaped kinks
     :math:`s_1\le 1/2\le s_2`, and its value is the height at 1/2 of the chord joining
     :math:`(s_1,V_c(s_1))` and :math:`(s_2,V_c(s_2))` (with (0, 0) and (1, 0) for one kink).
-    It agrees with the LP of seed002 §2.6 item 5 to HiGHS's tolerances (``method="lp"``:
+    It agrees with a linear-size LP to HiGHS's tolerances (``method="lp"``:
     variables
     :math:`\varphi_k, g_k` at :math:`S=\{v_j\}\cup\{\bar y_j\}\cup\{0,1\}`, maximising
     :math:`\sum_j n_j[\varphi(\bar y_j) - \varphi(v_j) - g(v_j)(\bar y_j - v_j)]` under
@@ -107,7 +122,7 @@ def calibration_decision_loss(
     LP on 2,652 instances (largest difference 2.7e-12) and in exact rational arithmetic. The
     sup can need adversarial tie-breaking at kinks, so it is approached, not always attained.
 
-    Bounds reported beside it (seed002 §2.6 items 1, 3, 4 and Thm 4.3):
+    Bounds reported beside it (from Gopalan and Hu (2025), Theorems 4.3 and 4.10):
     :math:`\max(\mathrm{ECE}_2^2,\ \sup_t V(t)/(2\max(t,1-t))) \le \mathrm{CDL} \le
     \min(V^\star, 2\,\mathrm{ECE})`, with the V-curve
     :math:`V(t)=\sum_j 2n_j|\bar y_j-t|\,1[\min(\bar y_j,v_j)<t\le\max(\bar y_j,v_j)]`.
@@ -178,8 +193,19 @@ def decision_loss(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     threshold : float or sequence of float, optional
         The two-action task "act iff the probability is ≥ t", with cost t for acting on a
         negative and 1 − t for not acting on a positive (payoffs (1, t) for not acting and
@@ -198,18 +224,24 @@ def decision_loss(
         every other score is on the side its exact value is. The same rule as
         :func:`expected_cost`'s ``tie``.
     bins : int, optional
-        As for :func:`calibration_decision_loss`.
+        ``None`` (default): the level sets of the scores; an integer B: the binned predictor on B
+        equal-width bins, as for :func:`calibration_decision_loss`.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
     pandas.DataFrame
         One row per group (and threshold): the keys, ``threshold`` (with ``threshold=``),
         ``decision_loss``, ``n``, ``W``, ``payoff`` (mean payoff of trusting the scores) and
-        ``recalibrated_payoff`` (mean payoff of the best response to :math:`\bar y` per level).
+        ``recalibrated_payoff`` (mean payoff of the best response to :math:`\bar y` per level);
+        with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
-    Gopalan and Hu §4, Def. 4.2 and (4.5); spec seed002 §2.6 item 2:
+    Hu and Wu (2024), Predict to Minimize Swap Regret for All Payoff-Bounded Tasks; Gopalan and
+    Hu (2025), Calibration through the Lens of Indistinguishability, Def. 4.2 and (4.5):
     :math:`\mathrm{CFDL}=\sum_j n_j[\max_a\ell_a(\bar y_j)-\ell_{\sigma(v_j)}(\bar y_j)]` with
     :math:`\ell_a(q)=(1-q)u(a,0)+q\,u(a,1)`. For a threshold t it is
     :math:`\sum_j n_j|\bar y_j-t|\,1[1\{v_j\ge t\}\ne1\{\bar y_j\ge t\}]`, which equals the
@@ -275,11 +307,25 @@ def decision_risk_gap(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`. Labels must be 0/1.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     threshold : float or sequence of float, default 0.5
         The decision threshold(s) τ in [0, 1]: acting costs τ on a negative, not acting costs
         1 − τ on a positive.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
@@ -291,12 +337,12 @@ def decision_risk_gap(
         act" included), ``monotone_risk_gap`` = risk − monotone_risk (≤ 2·cutoff error),
         ``best_rule`` ("never", "always", "increasing": act iff score ≥ ``best_threshold``, or
         "decreasing": act iff score ≤ ``best_threshold``) and ``best_threshold`` (NaN for never
-        and always).
+        and always); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
-    Rossellini, Soloff, Barber, Ren and Willett ("Can a calibration metric be both testable and
-    actionable?", §3, Props. 3.1 and 3.2; spec seed000 §1.8). The loss is
+    Rossellini, Soloff, Barber, Ren and Willett (2025), Can a calibration metric be both testable
+    and actionable?, Section 3, Props. 3.1 and 3.2. The loss is
     :math:`\ell_{bd}(y,\hat y;\tau)=\tau(1-y)\hat y+(1-\tau)y(1-\hat y)`, and the plug-in rule acts
     iff :math:`p\ge\tau` (a score equal to τ acts). With :math:`N^0_k, Y_k` the weights of
     negatives and positives at the k-th distinct score, everything is a cumulative sum over the
@@ -360,8 +406,17 @@ def expected_cost(
 
     Parameters
     ----------
-    data, score, weight, by, where
-        As for :func:`sqlcal.ece`.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     label : str, optional
         A label column, when the table has one: adds the realised cost, to compare.
     rules : sequence of (l, r, a, b), DataFrame, or dict of those
@@ -400,6 +455,9 @@ def expected_cost(
         other score is on the side its exact value is. For the actions (1, 0), (0.1, 0.3),
         (0, 0.6) the scores 0.25 and 0.75 are ties: "higher" gives them the second and third
         action, "lower" the first and second.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
@@ -416,11 +474,12 @@ def expected_cost(
         ``attrs["rules"]`` holds the rules' intervals (with ``actions``, the best rule's and
         its action names) and ``attrs["confidence"]`` the confidence of the bounds (1 − 2δ with
         ``validation``; None when ``epsilon`` is given, whose own confidence carries over).
+        With ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
-    Gao, Parameswaran and Peng ("On the interpretability of conditional probability estimates
-    in the agnostic setting", §2.4 Claim 1 and §3.3.4 eq. (2); spec seed004 §6). For every
+    Gao, Parameswaran and Peng (2017), On the interpretability of conditional probability
+    estimates in the agnostic setting, Section 2.4 Claim 1 and Section 3.3.4 eq. (2). For every
     interval, :math:`|\sum_i w_i1\{l<f_i\le r\}(y_i-f_i)|\le c_{emp}W`, so the realised cost
     differs from the estimate by at most :math:`c_{emp}\sum_j|a_j-b_j|` per unit weight.
     ``cost_lower`` and ``cost_upper`` are the tightest range this gives: the label mass
@@ -434,10 +493,10 @@ def expected_cost(
     With ``validation`` (rows not used to fit or recalibrate the model, i.i.d. like this table),
     :math:`\hat\epsilon` is the ``upper_bound`` column of :func:`sqlcal.cutoff_error` on them:
     :math:`c_{emp}(\text{val})+\sqrt{2\ln(1/\delta)/n_{val}}\ge c(f)` with probability 1 − δ. The
-    unlabeled table's own :math:`c_{emp}` cannot be computed, so (seed004 §6.2 caveat) it is
+    unlabeled table's own :math:`c_{emp}` cannot be computed, so it is
     bounded by :math:`\hat\epsilon+(20+\sqrt{2\ln(1/\delta)})/\sqrt n` (Rossellini et al. Prop.
-    4.1, probability 1 − δ; a smaller constant than the Theorem 2 radius of Gao et al. that
-    the spec quotes): ``error_bound`` then holds with probability at least 1 − 2δ, and
+    4.1, probability 1 − δ; a smaller constant than the Theorem 2 radius of Gao et al.):
+    ``error_bound`` then holds with probability at least 1 − 2δ, and
     is loose below about 10⁵ rows. ``population_bound`` bounds the expected cost per row of the
     population instead (Claim 1 plus Hoeffding on the estimate, range R of the costs):
     :math:`\hat\epsilon\sum_j|a_j-b_j| + R\sqrt{\ln(2/\delta)/(2n)}`, also with probability at
@@ -512,7 +571,7 @@ def expected_cost(
 
 def cdl_lp(v, mass, ybar) -> float:
     """The CDL of the law with mass ``mass[j]`` at score ``v[j]`` and E[y | v] = ``ybar[j]``: the
-    linear-size LP of spec seed002 §2.6 item 5 (HiGHS)."""
+    linear-size LP over convex payoff potentials on the breakpoints (HiGHS)."""
     v, mass, ybar = (np.asarray(a, float) for a in (v, mass, ybar))
     live = (mass > 0) & (ybar != v)
     if not live.any():
@@ -572,7 +631,7 @@ def cdl_hull(v, mass, ybar) -> float:
     measure with at most two atoms s₁ ≤ 1/2 ≤ s₂, whose value is the height at 1/2 of the chord
     joining (s₁, V_c(s₁)) and (s₂, V_c(s₂)); one atom is a chord to (0, 0) or (1, 0), the
     two-action tasks. V_c is linear between breakpoints, so the envelope of its breakpoints is
-    enough. The spec's LP (:func:`cdl_lp`) gives the same values.
+    enough. The linear-size LP (:func:`cdl_lp`) gives the same values.
     """
     t, V = _v_closed(v, mass, ybar)
     if t is None:
@@ -593,7 +652,8 @@ def cdl_hull(v, mass, ybar) -> float:
 
 
 def v_curve(v, mass, ybar) -> tuple[float, float]:
-    """(V*, sup_t V(t)/(2 max(t, 1 − t))) for the V-curve of spec seed002 §2.6 items 3–4."""
+    """(V*, sup_t V(t)/(2 max(t, 1 − t))) for the V-curve of Gopalan and Hu (2025), Theorem
+    4.10 and (4.12)."""
     t, V = _v_closed(v, mass, ybar)
     if t is None:
         return 0.0, 0.0
