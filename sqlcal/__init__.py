@@ -13,7 +13,7 @@ from sqlcal.metrics.decision import (calibration_decision_loss, decision_loss,
 from sqlcal.metrics.smooth import ls_ece, smooth_ece, smooth_reliability
 from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
 from sqlcal.multiclass import multiclass
-from sqlcal.metrics.corp import decompose
+from sqlcal.corp import decompose
 from sqlcal.recalibrate import calibration_slope, isotonic, platt
 from sqlcal.report import report
 from sqlcal.scheduled import metric_series

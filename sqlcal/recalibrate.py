@@ -1,7 +1,7 @@
 """Recalibration maps fitted in the warehouse and applied where the rows live: isotonic regression
 (pool adjacent violators), Platt scaling (plain, with Platt's smoothed targets, and the cutoff
 paper's modified Platt), and the calibration slope and intercept. (The CORP decomposition, which
-rests on the isotonic fit, is in :mod:`sqlcal.metrics.corp`.)
+rests on the isotonic fit, is in :mod:`sqlcal.corp`.)
 
 Everything here is a function of the levels summary (per group and distinct score: W = Σw and
 Y = Σwy). When a source has more rows than :data:`LEVEL_CAP`, the levels are not fetched: PAV

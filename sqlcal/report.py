@@ -20,7 +20,7 @@ from sqlcal.metrics.tce import tce
 from sqlcal.metrics.decision import calibration_decision_loss, decision_risk_gap
 from sqlcal.metrics.distance import (distance_to_calibration, interval_calibration_error,
                                      lipschitz_calibration_error)
-from sqlcal.metrics.corp import decompose
+from sqlcal.corp import decompose
 from sqlcal.recalibrate import calibration_slope
 from sqlcal.metrics.scores import (brier, calibration_in_the_large, log_loss, spiegelhalter,
                                    totals_summary)

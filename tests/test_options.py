@@ -376,7 +376,7 @@ def test_declared_choices_are_the_modules_own():
         (options.option("tce", "strategy").choices, module("sqlcal.metrics.tce").STRATEGIES),
         (options.option("tce", "test").choices, module("sqlcal.metrics.tce").TESTS),
         (options.option("ls_ece", "noise").choices, module("sqlcal.metrics.smooth").NOISES),
-        (options.option("decompose", "scoring").choices, module("sqlcal.metrics.corp").SCORINGS),
+        (options.option("decompose", "scoring").choices, module("sqlcal.corp").SCORINGS),
         (options.option("isotonic", "method").choices, module("sqlcal.recalibrate").METHODS),
         (options.option("isotonic", "interpolation").choices,
          module("sqlcal.recalibrate").INTERPOLATIONS),
