@@ -38,13 +38,27 @@ def decompose(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`. Labels may be soft.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes, or soft labels with ``soft_labels=True`` (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     scoring : {"brier", "log_loss"}, default "brier"
         Squared error (y − p)², or the logarithmic score (natural log, 0·log 0 = 0).
     method : {"auto", "levels", "grid", "engine"}, default "auto"
         How the isotonic recalibration is computed (:func:`isotonic`); the result's
         ``attrs["exact"]`` says whether it is exact.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
@@ -52,13 +66,19 @@ def decompose(
         One row per group: the keys, ``score`` (the mean score of the predictions), ``n``, ``W``,
         ``miscalibration`` = S(p) − S(p̂), ``discrimination`` = S(ȳ) − S(p̂), ``uncertainty`` =
         S(ȳ), where p̂ is the isotonic recalibration of p (:func:`isotonic`) and ȳ the group's
-        observed rate.
+        observed rate; with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
-    Dimitriadis, Gneiting and Jordan (2021, PNAS, "Stable reliability diagrams"): with the
-    isotonic (PAV) recalibration, the decomposition is exact,
-    :math:`S = \mathrm{MCB} - \mathrm{DSC} + \mathrm{UNC}`, and MCB, DSC ≥ 0. It equals
+    Dimitriadis, Gneiting and Jordan (2021), Stable reliability diagrams for probabilistic
+    classifiers (PNAS): with the isotonic (PAV) recalibration :math:`\hat p` and the observed rate
+    :math:`\bar y`, the decomposition is exact,
+
+    .. math:: \bar S(p) = \underbrace{\bar S(p) - \bar S(\hat p)}_{\mathrm{MCB}}
+       - \underbrace{(\bar S(\bar y) - \bar S(\hat p))}_{\mathrm{DSC}}
+       + \underbrace{\bar S(\bar y)}_{\mathrm{UNC}},
+
+    with :math:`\bar S(q) = \sum_i w_i S(q_i, y_i) / W`, and MCB, DSC ≥ 0. It equals
     model-diagnostics' ``decompose`` (Fissler, Lorentzen and Mayer 2022) with matched
     conventions. PAV is optimal for every proper score at once, so one fit serves both scorings.
     With soft labels the log score here is the cross-entropy −[y ln p + (1 − y) ln(1 − p)];
@@ -66,6 +86,15 @@ def decompose(
     score and UNC by that constant and leaves MCB and DSC as they are.
     Unlike the binned Murphy decomposition (:func:`sqlcal.brier_decomposition`), there is no bin
     count to choose.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
+    ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
+    >>> sqlcal.decompose(df, score="p", label="y").round(6)
+       score  n    W  miscalibration  discrimination  uncertainty
+    0  0.175  8  8.0            0.05           0.125         0.25
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     by = list(src.by)
