@@ -19,7 +19,7 @@ from sqlcal.report import report
 from sqlcal.scheduled import metric_series
 from sqlcal.source import InvalidInputError, Source, source
 
-__version__ = "0.1.0"
+from sqlcal._version import __version__
 
 
 def __getattr__(name: str):

@@ -11,12 +11,15 @@ import base64
 import io
 import math
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from sqlcal._version import __version__
 from sqlcal.outputs import HTML_MARKER
-from sqlcal.scheduled import ScheduledRun, _redacted
+
+if TYPE_CHECKING:  # annotations only: sqlcal.scheduled renders its runs with this module
+    from sqlcal.scheduled import ScheduledRun
 
 _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
@@ -72,9 +75,7 @@ def png(fig, dpi: int = 96) -> bytes:
 
 
 def _run_section(run: ScheduledRun) -> str:
-    from sqlcal.report import _version
-
-    cfg = _redacted(run.config)["source"]
+    cfg = run.redacted_config["source"]
     described = cfg["data"] + (f" table {cfg['table']}" if cfg.get("table") else "")
     rows = [
         ("status", f'<strong class="status-{run.status}">{run.status.upper()}</strong> '
@@ -86,7 +87,7 @@ def _run_section(run: ScheduledRun) -> str:
         ("columns", escape(f"score={cfg['score']}, label={cfg['label']}, "
                            f"weight={cfg.get('weight')}, by={cfg['by']}")),
         ("filter", escape(str(cfg.get("where") or "none"))),
-        ("sqlcal", escape(_version())),
+        ("sqlcal", escape(__version__)),
     ]
     body = "".join(f'<tr><th>{k}</th><td>{v}</td></tr>' for k, v in rows)
     return f'<section id="run"><table class="meta">{body}</table></section>'

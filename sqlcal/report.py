@@ -199,6 +199,6 @@ def describe(src: Source) -> dict:
 
 
 def _version() -> str:
-    from sqlcal import __version__
+    from sqlcal._version import __version__
 
     return __version__

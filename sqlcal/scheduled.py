@@ -109,6 +109,11 @@ class ScheduledRun:
     def status(self) -> str:
         return "alert" if self.alerts else "ok"
 
+    @property
+    def redacted_config(self) -> dict:
+        """The configuration as JSON, HTML and logs show it: passwords in URLs masked."""
+        return _redacted(self.config)
+
 
 # -- configuration ----------------------------------------------------------------------------
 
