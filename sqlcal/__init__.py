@@ -15,7 +15,7 @@ from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spi
 from sqlcal.multiclass import multiclass
 from sqlcal.corp import decompose
 from sqlcal.recalibrate import calibration_slope, isotonic, platt
-from sqlcal.report import report
+from sqlcal.reporting import report
 from sqlcal.scheduled import metric_series
 from sqlcal.source import InvalidInputError, Source, source
 

@@ -12,7 +12,7 @@ import warnings
 
 import pandas as pd
 
-from sqlcal.report import DEFAULT_METRICS, METRICS
+from sqlcal.reporting import DEFAULT_METRICS, METRICS
 from sqlcal.sqlgen import DIALECTS, METRIC_REDUCTIONS
 
 EXIT_OK, EXIT_ERROR, EXIT_ALERT = 0, 2, 3
@@ -230,7 +230,7 @@ def _report(args) -> int:
 
 def _plain(args) -> int:
     import sqlcal
-    from sqlcal.report import describe, report, to_json
+    from sqlcal.reporting import describe, report, to_json
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)

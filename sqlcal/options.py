@@ -192,7 +192,7 @@ OPTIONS: dict[str, Option] = {
     "tolerance": Option("float", "cutoff error a modified Platt fit may keep", low=0,
                         optional=True),
     # reports
-    "metrics": Option("metrics", "metric names of sqlcal.report.METRICS"),
+    "metrics": Option("metrics", "metric names of sqlcal.reporting.METRICS"),
     "time": Option("column", "the time key of a series"),
     # multiclass
     "format": Option("choice", "long (one row per class) or wide (a column per class)",
@@ -486,7 +486,7 @@ def _register(function: Callable) -> _Spec:
 def _spec(function: str) -> _Spec:
     if function not in _SPECS:
         _register_public()
-        metrics = importlib.import_module("sqlcal.report").METRICS
+        metrics = importlib.import_module("sqlcal.reporting").METRICS
         if function not in _SPECS and function in metrics:  # a report metric: its function
             return _spec(metrics[function][0].__name__)
     if function not in _SPECS:
@@ -637,7 +637,7 @@ def _metric_names(value: Any) -> list:
 
 
 def _check_metrics(shown: str, key: str, value: Any, o: Option) -> None:
-    from sqlcal.report import METRICS
+    from sqlcal.reporting import METRICS
 
     if not isinstance(value, (str, list, tuple, dict)) or (
             isinstance(value, dict) and not o.description.startswith("metric names, or a dict")):

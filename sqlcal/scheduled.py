@@ -28,7 +28,7 @@ import pandas as pd
 from sqlcal import outputs
 from sqlcal.options import check as check_options
 from sqlcal.options import checked
-from sqlcal.report import METRICS, describe, summary_steps, to_json
+from sqlcal.reporting import METRICS, describe, summary_steps, to_json
 from sqlcal.source import Source, as_source
 
 #: section -> allowed keys (None: any metric name)
@@ -405,7 +405,7 @@ def metric_series(
     time : str
         The time column; it becomes the last group key.
     metrics : sequence of str or dict, default ("ece",)
-        Names from :data:`sqlcal.report.METRICS`, or ``{name: {option: value}}``.
+        Names from :data:`sqlcal.reporting.METRICS`, or ``{name: {option: value}}``.
 
     Returns
     -------

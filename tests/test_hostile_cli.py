@@ -18,7 +18,7 @@ import pytest
 from sqlcal import outputs, scheduled
 from sqlcal.cli import main
 from sqlcal.demo import DEMO_COMMENT, write_demo
-from sqlcal.report import METRICS
+from sqlcal.reporting import METRICS
 from sqlcal.sqlgen import METRIC_REDUCTIONS
 
 COLUMNS = ["--score", "score", "--label", "label"]
@@ -263,7 +263,7 @@ def test_bad_flags_are_one_line_exit_2(ws, capsys, case):
 
 def test_a_bug_keeps_its_traceback(ws, capsys, monkeypatch):
     # exit 1 stays "a bug": an unexpected exception is not dressed up as bad input
-    report_module = sys.modules["sqlcal.report"]  # sqlcal.report is also the function
+    import sqlcal.reporting as report_module
 
     def broken(*args, **kwargs):
         raise RuntimeError("a bug")
