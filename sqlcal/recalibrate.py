@@ -335,8 +335,20 @@ def isotonic(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`. Labels may be soft (``soft_labels=True``).
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes, or of soft labels in [0, 1] with ``soft_labels=True`` (not needed
+        when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     interpolation : {"linear", "step"}, default "linear"
         How scores between two fitted blocks are mapped: linearly between the blocks' values
         (scikit-learn's ``IsotonicRegression``), or to the lower block's value. Fitted scores
@@ -353,6 +365,9 @@ def isotonic(
         :data:`LEVEL_CAP` rows; above, the grid refined to the exact fit (Notes).
     cells : int, default 2**16
         Cells of the grid (a power of two).
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
@@ -366,10 +381,21 @@ def isotonic(
 
     Notes
     -----
+    Isotonic regression of the label on the score,
+
+    .. math:: \hat f = \arg\min_{f \text{ non-decreasing}} \sum_i w_i (y_i - f(p_i))^2,
+
+    is solved by pool adjacent violators (Ayer, Brunk, Ewing, Reid & Silverman (1955), An
+    Empirical Distribution Function for Sampling with Incomplete Information); as a recalibration
+    map it is Zadrozny & Elkan's (2002), Transforming Classifier Scores into Accurate Multiclass
+    Probability Estimates.
+
     Tied scores are pooled first (the levels summary), so the fit is a function of the score:
     scikit-learn's ``IsotonicRegression`` does the same, and it is what makes the in-sample
-    cutoff error of the fitted map exactly 0 (Lemma D.1 of the cutoff paper, spec seed000
-    §1.11; Claim 6 of the agnostic paper, seed004 §5.3).
+    cutoff error of the fitted map exactly 0 (Lemma D.1 of Rossellini et al. (2025), Can a
+    calibration metric be both testable and actionable?; Claim 6 of Gao, Parameswaran & Peng
+    (2017), On the interpretability of conditional probability estimates in the agnostic
+    setting).
 
     PAV itself runs in numpy on the reduced rows (scipy's ``isotonic_regression``, O(blocks)).
     The refinement makes the grid fit exact without reading every level: isotonic regression
@@ -390,7 +416,7 @@ def isotonic(
 
     ``method="engine"`` runs grouped PAV passes in SQL: each pass merges every maximal run of
     adjacent blocks whose means do not increase (exact: such blocks share a level set of the
-    solution, spec seed004 §5.5), comparing cross-multiplied integer sums when the rows are
+    solution), comparing cross-multiplied integer sums when the rows are
     unweighted with 0/1 labels (exact), or double sums otherwise (exact up to rounding: two
     block means within an ulp may merge); passes stop at :data:`MAX_PASSES` or when at most
     ``LEVEL_CAP`` blocks are left.
@@ -620,8 +646,19 @@ def platt(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     feature : {"logit", "score"}, default "logit"
         The covariate: logit(p) (scores clipped to [1e-12, 1 − 1e-12]), or p itself (as the
         cutoff paper's notebooks, statsmodels-style recipes and some peers do).
@@ -640,6 +677,9 @@ def platt(
         ε_n for ``modified``; default :math:`(20 + \sqrt{2\ln 20})/\sqrt{n}` (the paper's
         suggestion: the 95% upper confidence bound of the cutoff error of a calibrated model),
         with n the group's rows, or its total weight when the weights are whole numbers.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
@@ -652,6 +692,15 @@ def platt(
 
     Notes
     -----
+    Platt (1999), Probabilistic Outputs for Support Vector Machines and Comparisons to
+    Regularized Likelihood Methods: :math:`\hat p = \sigma(a + b\,x)` with
+    :math:`x = \operatorname{logit}(p)` (or p), a and b maximising
+
+    .. math:: \sum_i w_i \big[t_i \ln \sigma(a + b x_i) + (1 - t_i) \ln(1 - \sigma(a + b x_i))\big]
+
+    for the targets :math:`t_i` (the smoothed targets, or the labels). The cutoff paper is
+    Rossellini et al. (2025), Can a calibration metric be both testable and actionable?
+
     The fit is the exact weighted maximum-likelihood solution on the levels summary (Newton's
     method, i.e. IRLS, to a step below 1e-12): the likelihood depends on the rows only through
     W and Σwy per distinct score. Large sources take each Newton step as one aggregate query,
@@ -662,6 +711,18 @@ def platt(
     A group whose fit does not exist gets NaN coefficients and maps to NULL, with a warning: a
     single distinct score (no slope to fit), or, without smoothed targets, labels the score
     separates. Modified Platt maps such a group to its rate.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
+    ...                    "y": [0, 0, 1, 0, 1, 1, 1, 1]})
+    >>> m = sqlcal.platt(df, score="p", label="y")
+    >>> m.table.round(6)
+              a         b  n    W  iterations  constant
+    0  0.598782  0.875512  8  8.0           6       NaN
+    >>> m.transform([0.25, 0.5, 0.75]).round(6).tolist()
+    [0.410218, 0.645378, 0.826444]
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     fits = _logistic(src, feature, offset=False, smoothed=smoothed_targets)
@@ -694,21 +755,39 @@ def calibration_slope(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`. Labels must be 0/1.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     weight_kind : {"auto", "frequency", "sampling"}, default "auto"
+        ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
         Frequency weights give the model-based standard errors of the row-duplicated data;
         sampling weights give sandwich (robust) standard errors.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
     pandas.DataFrame
         One row per group: the keys, ``slope``, ``n``, ``W``, ``slope_se``, ``intercept``,
-        ``intercept_se``, ``joint_intercept`` (the intercept fitted together with the slope).
+        ``intercept_se``, ``joint_intercept`` (the intercept fitted together with the slope);
+        with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
-    Cox (1958); Van Calster et al. (2016, 2019). The slope b is from
+    Cox (1958), Two Further Applications of a Model for Binary Regression; Van Calster et al.
+    (2016), A calibration hierarchy for risk models was defined: from utopia to empirical data,
+    and (2019), Calibration: the Achilles heel of predictive analytics. The slope b is from
     :math:`\operatorname{logit} P(y=1) = a + b\,\operatorname{logit}(p)`; 1 means the scores
     are neither over- nor under-confident, below 1 over-confident. The calibration intercept a'
     is from the model with the slope fixed at 1 (logit(p) as an offset): 0 means the mean score
@@ -716,6 +795,21 @@ def calibration_slope(
     clipped to [1e-12, 1 − 1e-12] before the logit. Both are exact maximum-likelihood fits on
     the levels summary. Where the fit does not exist (one distinct score, labels all equal or
     separated by the score) the values are NaN, with a warning.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
+    ...                    "y": [0, 0, 1, 0, 1, 1, 1, 1]})
+    >>> sqlcal.calibration_slope(df, score="p", label="y").round(6).iloc[0]
+    slope              2.414576
+    n                  8.000000
+    W                  8.000000
+    slope_se           1.764436
+    intercept          0.724482
+    intercept_se       0.863595
+    joint_intercept    1.446795
+    Name: 0, dtype: float64
     """
     from sqlcal.metrics import resolve_weight_kind
 
