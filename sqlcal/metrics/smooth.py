@@ -49,7 +49,8 @@ def ls_ece(
         Column of predicted probabilities of the positive class (not needed when ``data`` is a
         :class:`~sqlcal.Source`).
     label : str, optional
-        Column of 0/1 outcomes, or soft labels with ``soft_labels=True`` (not needed when ``data`` is a :class:`~sqlcal.Source`).
+        Column of 0/1 outcomes, or of soft labels in [0, 1] with ``soft_labels=True`` (not needed
+        when ``data`` is a :class:`~sqlcal.Source`).
     weight : str, optional
         Column of non-negative row weights; by default every row weighs 1.
     by : str or sequence of str, default ()
