@@ -65,7 +65,8 @@ def lipschitz_calibration_error(
         Column of predicted probabilities of the positive class (not needed when ``data`` is a
         :class:`~sqlcal.Source`).
     label : str, optional
-        Column of 0/1 outcomes, or soft labels with ``soft_labels=True`` (not needed when ``data`` is a :class:`~sqlcal.Source`).
+        Column of 0/1 outcomes, or of soft labels in [0, 1] with ``soft_labels=True`` (not needed
+        when ``data`` is a :class:`~sqlcal.Source`).
     weight : str, optional
         Column of non-negative row weights; by default every row weighs 1.
     by : str or sequence of str, default ()
@@ -166,7 +167,8 @@ def distance_to_calibration(
         Column of predicted probabilities of the positive class (not needed when ``data`` is a
         :class:`~sqlcal.Source`).
     label : str, optional
-        Column of 0/1 outcomes, or soft labels with ``soft_labels=True`` (not needed when ``data`` is a :class:`~sqlcal.Source`).
+        Column of 0/1 outcomes, or of soft labels in [0, 1] with ``soft_labels=True`` (not needed
+        when ``data`` is a :class:`~sqlcal.Source`).
     weight : str, optional
         Column of non-negative row weights; by default every row weighs 1.
     by : str or sequence of str, default ()
@@ -307,7 +309,8 @@ def interval_calibration_error(
         Column of predicted probabilities of the positive class (not needed when ``data`` is a
         :class:`~sqlcal.Source`).
     label : str, optional
-        Column of 0/1 outcomes, or soft labels with ``soft_labels=True`` (not needed when ``data`` is a :class:`~sqlcal.Source`).
+        Column of 0/1 outcomes, or of soft labels in [0, 1] with ``soft_labels=True`` (not needed
+        when ``data`` is a :class:`~sqlcal.Source`).
     weight : str, optional
         Column of non-negative row weights; by default every row weighs 1.
     by : str or sequence of str, default ()
