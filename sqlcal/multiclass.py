@@ -65,22 +65,23 @@ def multiclass(
 
     Parameters
     ----------
-    data : as for :func:`sqlcal.source`
+    data : ibis Table, path, URL or DataFrame
+        The predictions, read as :func:`sqlcal.source` reads its ``data``.
     format : {"long", "wide"}, default "long"
         Long: ``example``, ``cls``, ``prob`` and ``label`` (1 on the true class's row, else 0).
         Wide: ``probs`` (one column per class) and ``label`` (the true class).
     mode : {"top_label", "classwise"}, default "top_label"
         Top-label: one row per example, the top probability and whether its class is the true
         one. Classwise: one row per example and class, measured with ``by="class"``.
-    example, cls, prob : str
-        Long format: the example id, the class and the class's probability columns. An example is
+    example, cls, prob : str, optional
+        Long format (required there): the example id, the class and the class's probability columns. An example is
         identified by ``(keys…, example)``.
     label : str
         Long format: 0/1 (or boolean), 1 on the true class's row. Wide format: the true class:
         a string naming a column of ``probs``, an integer when the columns are named by its
         digits ("0", "1", …), or any value listed in ``classes``.
-    probs : sequence of str
-        Wide format: the probability columns, one per class, in class order.
+    probs : sequence of str, optional
+        Wide format (required there): the probability columns, one per class, in class order.
     classes : sequence or mapping, optional
         Wide format: the value of ``label`` for each column of ``probs``, either a list in the
         order of ``probs`` (``classes=[0, 1, 2]``) or a mapping from value to column
@@ -89,12 +90,12 @@ def multiclass(
         Column of non-negative example weights (in the long format, equal on every row of an
         example), carried into the result as ``weight``: pass ``weight="weight"`` to the metric.
         Whole numbers count as repeated examples, as everywhere in sqlcal.
-    keys : str or sequence of str
+    keys : str or sequence of str, default ()
         Columns carried along (model version, segment, day) for ``by=``. In the long format they
         also tell examples apart: rows of the same ``example`` id under different keys are
         different examples.
     table : str, optional
-        As for :func:`sqlcal.source`.
+        Table name inside a database given by path or URL, as for :func:`sqlcal.source`.
     on_invalid : {"raise", "drop"}, default "raise"
         An example with a NULL, NaN or out-of-range probability, a NULL (long: non-0/1) label, a
         NULL class or an invalid weight is an error (``"raise"``) or is left out with a warning
@@ -125,6 +126,10 @@ def multiclass(
     is the first of them: the first column of ``probs`` (wide), the smallest class value in the
     engine's ordering (long; for strings its collation: byte order in DuckDB, Spark and a
     C-collated PostgreSQL). The score does not depend on this rule; the label does.
+    Top-label calibration is that of Guo, Pleiss, Sun & Weinberger (2017), On Calibration of
+    Modern Neural Networks (confidence calibration) and Gupta & Ramdas (2022), Top-label
+    calibration and multiclass-to-binary reductions; classwise calibration that of Kull,
+    Perello-Nieto, Kängsepp, Silva Filho, Song & Flach (2019), Beyond temperature scaling.
 
     The checks run as one aggregate query in the engine (examples are counted, never fetched;
     a second query, only when something is wrong, counts each problem to name it). A table not
