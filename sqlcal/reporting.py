@@ -115,18 +115,55 @@ def report(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`ece`.
-    metrics : str or sequence of str
-        Names from :data:`METRICS` (one name is one metric); by default every binned and totals
-        metric. An unknown name is an error listing the valid ones.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
+    metrics : str or sequence of str, default DEFAULT_METRICS
+        Names from :data:`METRICS` (one name is one metric); by default ``ece``, ``rmsce``,
+        ``mce``, ``ece_quantile``, ``brier``, ``log_loss``, ``calibration_in_the_large``,
+        ``spiegelhalter``, ``hosmer_lemeshow``, ``cutoff_error`` and ``kuiper``. An unknown name is
+        an error listing the valid ones.
     bins : int, default 15
         Bins for the ECE family and the Brier decomposition (Hosmer–Lemeshow uses deciles).
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
     pandas.DataFrame
-        One row per group: the keys, ``n``, ``W``, then each metric's columns.
+        One row per group: the keys, ``n``, ``W``, then each metric's columns (with
+        ``on_invalid="drop"``, ``n_dropped`` after ``W``). The default metrics give ``ece``,
+        ``rmsce``, ``mce``, ``ece_quantile``, ``brier``, ``log_loss``, ``citl``, ``oe_ratio``,
+        ``spiegelhalter_z``, ``spiegelhalter_p``, ``hl_statistic``, ``hl_dof``, ``hl_p``,
+        ``cutoff_error``, ``cutoff_lower``, ``cutoff_upper``, ``kuiper`` and ``kuiper_p``; each
+        metric's own function documents its value and the paper it comes from.
+
+    Notes
+    -----
+    The summaries the chosen metrics need are fetched together before any metric is finished,
+    so a summary shared by several metrics is computed once.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
+    ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1], "m": ["a"] * 4 + ["b"] * 4})
+    >>> sqlcal.report(df, score="p", label="y", by="m",
+    ...               metrics=["ece", "brier", "cutoff_error"]).round(6)
+       m  n    W   ece  brier  cutoff_error  cutoff_lower  cutoff_upper
+    0  a  4  4.0  0.35  0.175         0.175           0.0           1.0
+    1  b  4  4.0  0.35  0.175         0.175           0.0           1.0
     """
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)  # "ece" is one metric
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
