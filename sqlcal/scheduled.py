@@ -400,23 +400,54 @@ def metric_series(
 
     Parameters
     ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`.
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one series per group.
     time : str
         The time column; it becomes the last group key.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
     metrics : sequence of str or dict, default ("ece",)
         Names from :data:`sqlcal.reporting.METRICS`, or ``{name: {option: value}}``.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
 
     Returns
     -------
     pandas.DataFrame
         Tidy, sorted by the keys and ``time``: the group keys, the time key, ``n``, ``W``
         (and ``n_dropped`` with ``on_invalid="drop"``), ``metric``, ``statistic``, ``value``,
-        ``lower``, ``upper``.
+        ``lower``, ``upper``: one row per group, time value and statistic; ``metric`` names the
+        metric, ``statistic`` its value column, ``lower`` and ``upper`` its bounds where the metric
+        has some (NaN otherwise).
+
+    Notes
+    -----
+    Each metric is the one of the same name (:func:`sqlcal.ece`, :func:`sqlcal.cutoff_error`,
+    ...), computed with the time key as the last group key; its docstring gives the formula
+    and the paper.
 
     Examples
     --------
-    >>> import pandas as pd, sqlcal.scheduled as s
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [.2, .8, .3, .7], "y": [0, 1, 1, 1], "day": [1, 1, 2, 2]})
+    >>> sqlcal.metric_series(df, score="p", label="y", time="day",
+    ...                      metrics=["brier", "cutoff_error"]).round(6)
+       day  n    W        metric     statistic  value  lower  upper
+    0    1  2  2.0         brier         brier   0.04    NaN    NaN
+    1    1  2  2.0  cutoff_error  cutoff_error   0.10    0.0    1.0
+    2    2  2  2.0         brier         brier   0.29    NaN    NaN
+    3    2  2  2.0  cutoff_error  cutoff_error   0.50    0.0    1.0
+    >>> import sqlcal.scheduled as s
     >>> df = pd.DataFrame({"p": [.2, .8, .3, .7], "y": [0, 1, 1, 1], "day": [1, 1, 2, 2]})
     >>> s.metric_series(df, score="p", label="y", time="day", metrics=["brier"])[
     ...     ["day", "metric", "value"]]
