@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import difflib
 import functools
-import importlib
 import inspect
 import math
 import numbers
@@ -470,6 +469,9 @@ class _Spec:
 
 
 _SPECS: dict[str, _Spec] = {}
+#: the metrics ``report(metrics=)`` runs, name -> the function computing it: declared by
+#: :mod:`sqlcal.reporting` (a layer above this one) with :func:`declare_report_metrics`
+_REPORT_METRICS: dict[str, Callable] = {}
 
 
 def _register(function: Callable) -> _Spec:
@@ -484,26 +486,17 @@ def _register(function: Callable) -> _Spec:
 
 
 def _spec(function: str) -> _Spec:
-    if function not in _SPECS:
-        _register_public()
-        metrics = importlib.import_module("sqlcal.reporting").METRICS
-        if function not in _SPECS and function in metrics:  # a report metric: its function
-            return _spec(metrics[function][0].__name__)
+    if function not in _SPECS and function in _REPORT_METRICS:  # a report metric: its function
+        return _spec(_REPORT_METRICS[function].__name__)
     if function not in _SPECS:
         raise TypeError(f"sqlcal has no public function {function!r}; options are declared for "
                         f"{', '.join(sorted(_SPECS))}")
     return _SPECS[function]
 
 
-def _register_public() -> None:
-    # decorated functions register on import; the others (and the CLI, which may call check()
-    # first) are read from their signatures here
-    import sqlcal
-
-    for name in sqlcal.__all__:
-        obj = getattr(sqlcal, name)
-        if inspect.isfunction(obj) and name not in _SPECS:
-            _register(obj)
+def declare_report_metrics(metrics: dict[str, Callable]) -> None:
+    """Declare the metric names ``report(metrics=)`` accepts and the function computing each."""
+    _REPORT_METRICS.update(metrics)
 
 
 def keywords(function: str) -> tuple:
@@ -637,21 +630,19 @@ def _metric_names(value: Any) -> list:
 
 
 def _check_metrics(shown: str, key: str, value: Any, o: Option) -> None:
-    from sqlcal.reporting import METRICS
-
     if not isinstance(value, (str, list, tuple, dict)) or (
             isinstance(value, dict) and not o.description.startswith("metric names, or a dict")):
         _fail(shown, key, value, o)
     names = _metric_names(value)
     if not names:
         raise OptionError(f"{shown}(): {key}={_show(value)} names no metric; choose from "
-                          f"{', '.join(sorted(METRICS))}")
-    unknown = [m for m in names if not isinstance(m, str) or m not in METRICS]
+                          f"{', '.join(sorted(_REPORT_METRICS))}")
+    unknown = [m for m in names if not isinstance(m, str) or m not in _REPORT_METRICS]
     if unknown:
         raise OptionError(f"{shown}(): {key} has unknown metric"
                           f"{'s' if len(unknown) > 1 else ''} "
                           f"{', '.join(repr(m) for m in unknown)}; choose from "
-                          f"{', '.join(sorted(METRICS))}")
+                          f"{', '.join(sorted(_REPORT_METRICS))}")
     if isinstance(value, dict):
         for metric, options in value.items():
             if not isinstance(options, dict):

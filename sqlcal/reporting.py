@@ -25,7 +25,7 @@ from sqlcal.recalibrate import calibration_slope
 from sqlcal.metrics.scores import (brier, calibration_in_the_large, log_loss, spiegelhalter,
                                    totals_summary)
 from sqlcal.source import Source, as_source
-from sqlcal.options import checked
+from sqlcal.options import checked, declare_report_metrics
 
 #: report metric name -> (function, options, {result column: report column})
 METRICS: dict[str, tuple] = {
@@ -91,6 +91,7 @@ METRICS: dict[str, tuple] = {
          "uncertainty": "brier_uncertainty"},
     ),
 }
+declare_report_metrics({name: spec[0] for name, spec in METRICS.items()})
 DEFAULT_METRICS = (
     "ece", "rmsce", "mce", "ece_quantile", "brier", "log_loss", "calibration_in_the_large",
     "spiegelhalter", "hosmer_lemeshow", "cutoff_error", "kuiper",
