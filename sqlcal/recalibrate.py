@@ -901,7 +901,7 @@ def _separated(src: Source, offset: bool) -> set:
     w = rows.w if src.weighted else ibis.literal(1.0)
     pos, neg = (rows.y > 0) & (w > 0), (rows.y < 1) & (w > 0)
     # cached: the slope and the offset intercept of calibration_slope read it once
-    frame = src.scan(("label_ranges",), lambda: summaries._aggregate(
+    frame = src.scan(("label_ranges",), lambda: _grouped(
         rows, by, n_pos=rows.count(where=pos), n_neg=rows.count(where=neg),
         pos_min=rows.p.min(where=pos), pos_max=rows.p.max(where=pos),
         neg_min=rows.p.min(where=neg), neg_max=rows.p.max(where=neg)))
@@ -1048,7 +1048,7 @@ def _engine_stats(src: Source, x_of, targets, offset):
         t = rows.mutate(_r=r, _h=h, _x=x, _ll=ll, _sep=wrong)
         if by:
             t = t.filter(a.notnull())
-        frame = summaries.execute(summaries._aggregate(
+        frame = summaries.execute(_grouped(
             t, by, r=t._r.sum(), rx=(t._r * t._x).sum(), h=t._h.sum(), hx=(t._h * t._x).sum(),
             hxx=(t._h * t._x * t._x).sum(), ll=t._ll.sum(), sep=t.count(where=t._sep)))
         out = {}
@@ -1086,7 +1086,7 @@ def _meat(src: Source, x_of, thetas: dict, offset: bool) -> dict:
                                                        {k: t[1] for k, t in thetas.items()})
     mu = _sigmoid(a + b * x)
     t = rows.mutate(_e2=(rows.w * (rows.y - mu)) ** 2, _x=x)
-    frame = summaries.execute(summaries._aggregate(
+    frame = summaries.execute(_grouped(
         t, by, m00=t._e2.sum(), m01=(t._e2 * t._x).sum(), m11=(t._e2 * t._x * t._x).sum()))
     out = {}
     for key, part in groups(frame, by):
@@ -1123,3 +1123,8 @@ def _modify(src: Source, fitted: PlattMap, tolerance: float | None) -> None:
     table["tolerance"] = eps
     fall = no_fit | ~(table["cutoff_error"].to_numpy(float) <= eps)
     table["constant"] = np.where(fall, rate, np.nan)
+
+
+def _grouped(t: ir.Table, by: Sequence[str], **sums) -> ir.Table:
+    """One row per group of ``by`` (one row in all without keys) with the aggregates ``sums``."""
+    return t.group_by(list(by)).aggregate(**sums) if by else t.aggregate(**sums)
