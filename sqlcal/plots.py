@@ -31,13 +31,60 @@ def reliability_diagram(
     ax=None,
     **options: Any,
 ):
-    """Observed rate against mean score per bin, with the bins' confidence intervals, one curve
-    per group, and the share of weight per bin underneath.
+    r"""The binned reliability diagram: observed rate against mean score per bin, one curve per group.
 
-    Parameters are those of :func:`sqlcal.reliability` (its ``ci``, ``confidence`` and
-    ``weight_kind`` pass through ``options``); ``group`` (keys → values) draws that group only,
-    from the summary of all of them (cached on a :class:`sqlcal.Source`, so a diagram per group
-    costs no further pass). Returns the matplotlib Axes.
+    Each bin's point carries its confidence interval, and the share of weight per bin is drawn
+    underneath.
+
+    Parameters
+    ----------
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
+    bins : int, default 15
+        Number of bins.
+    strategy : {"uniform", "quantile"}, default "uniform"
+        Equal-width or equal-mass bins, as in :func:`sqlcal.reliability`.
+    group : dict, optional
+        Keys → values: draw that group only, from the summary of all of them (cached on a
+        :class:`sqlcal.Source`, so a diagram per group costs no further pass).
+    ax : matplotlib Axes, optional
+        Where to draw; by default a new figure.
+    **options
+        Further options of :func:`sqlcal.reliability` (``ci``, ``confidence``, ``weight_kind``,
+        ``convention``) and of :func:`sqlcal.source`.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The Axes drawn on.
+
+    Notes
+    -----
+    The points are the table of :func:`sqlcal.reliability`: per bin, the mean score
+    :math:`\bar p_k` and the observed rate :math:`\bar y_k`; the diagram is that of DeGroot &
+    Fienberg (1983), The Comparison and Evaluation of Forecasters.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")  # no window: draw off screen
+    >>> import pandas as pd, sqlcal.plots
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
+    ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
+    >>> ax = sqlcal.plots.reliability_diagram(df, score="p", label="y", bins=2)
+    >>> ax.get_title()
+    'Reliability (uniform bins, B = 2)'
     """
     plt = _pyplot()
     table = reliability(data, score=score, label=label, weight=weight, by=by, where=where,
@@ -78,9 +125,58 @@ def smooth_reliability_diagram(
     ax=None,
     **source_options: Any,
 ):
-    """The smoothed reliability diagram of relplot: the kernel estimate of E[y | p] (reflected
-    Gaussian, bandwidth σ* by default) with a band whose width follows the score density, one
-    curve per group, its smooth ECE in the legend. Returns the matplotlib Axes."""
+    r"""The smoothed reliability diagram: the kernel estimate of E[y | p], one curve per group.
+
+    The curve is drawn with a band whose width follows the score density, and each group's smooth
+    ECE in the legend.
+
+    Parameters
+    ----------
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
+    sigma : float, optional
+        Kernel bandwidth in probability units; by default the fixed point σ* of
+        :func:`sqlcal.smooth_ece`.
+    ax : matplotlib Axes, optional
+        Where to draw; by default a new figure.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The Axes drawn on.
+
+    Notes
+    -----
+    The curve is :func:`sqlcal.smooth_reliability`,
+    :math:`\hat y(t) = \sum_i w_i K_\sigma(t, p_i) y_i / \sum_i w_i K_\sigma(t, p_i)` with a
+    Gaussian kernel reflected at 0 and 1, as relplot draws it: Błasiok & Nakkiran (2024), Smooth
+    ECE: Principled Reliability Diagrams via Kernel Smoothing.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")  # no window: draw off screen
+    >>> import pandas as pd, sqlcal.plots
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
+    ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
+    >>> ax = sqlcal.plots.smooth_reliability_diagram(df, score="p", label="y")
+    >>> [t.get_text() for t in ax.get_legend().get_texts()]
+    ['calibrated', 'all (smECE 0.089)']
+    """
     plt = _pyplot()
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     # sorted like the other diagrams' tables, so a group keeps its colour from run to run
@@ -116,10 +212,54 @@ def tce_diagram(
     ax=None,
     **options: Any,
 ):
-    """TCE's test-based reliability diagram: for each bin, its predictions (the diagonal over the
-    bin's score range) against its observed rate (a horizontal bar), the scores the test accepts
-    drawn solid and the rejected ones dotted, with the count of rejected predictions. One group
-    (pass ``where=`` to pick it). ``options`` go to :func:`sqlcal.tce_bins`. Returns the Axes."""
+    r"""TCE's test-based reliability diagram: each bin's predictions against its observed rate.
+
+    For each bin, its predictions (the diagonal over the bin's score range) against its observed
+    rate (a horizontal bar), the scores the test accepts drawn solid and the rejected ones dotted,
+    with the count of rejected predictions. One group (pass ``where=`` to pick it).
+
+    Parameters
+    ----------
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys; the table must hold one group only.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
+    ax : matplotlib Axes, optional
+        Where to draw; by default a new figure.
+    **options
+        Further options of :func:`sqlcal.tce_bins` (``strategy``, ``n_min``, ``n_max``, ``bins``,
+        ``alpha``, ``test``, ``tail_rule``) and of :func:`sqlcal.source`.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The Axes drawn on.
+
+    Notes
+    -----
+    The bins and acceptance sets are those of :func:`sqlcal.tce_bins`: Matsubara, Tax, Mudd & Guy
+    (2023), TCE: A Test-Based Approach to Measuring Calibration Error.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")  # no window: draw off screen
+    >>> import pandas as pd, sqlcal.plots
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9] * 2,
+    ...                    "y": [1, 0, 1, 0, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1]})
+    >>> ax = sqlcal.plots.tce_diagram(df, score="p", label="y", strategy="uniform", bins=2)
+    >>> ax.get_title()
+    'TCE 25.0%: predictions accepted (green) or rejected (red)'
+    """
     plt = _pyplot()
     table = tce_bins(data, score=score, label=label, weight=weight, by=by, where=where, **options)
     keys = list(table.columns[: table.columns.get_loc("bin")])
@@ -160,17 +300,68 @@ def cumulative_plot(
     ax=None,
     **source_options: Any,
 ):
-    """The cumulative-difference plot of Arrieta-Ibarra, Gujral, Tannen and Tygert: the running
-    residual sum S/W over increasing scores, against the cumulative share of weight (``x =
-    "weight"``) or the score (``x = "score"``).
+    r"""The cumulative-difference plot: the running residual sum S/W over increasing scores.
 
-    A calibrated model's curve wanders within the dotted band ±2σ(t), where σ(t)² is the
+    The curve is drawn against the cumulative share of weight (``x = "weight"``) or the score
+    (``x = "score"``). A calibrated model's curve wanders within the dotted band ±2σ(t), where σ(t)² is the
     null variance Σwp(1−p)/W² accumulated so far; a steady slope over a range of scores is a
     miscalibration there (up: the model under-predicts; down: it over-predicts), and the
     curve's total rise from its lowest to its highest point is the cutoff calibration error.
     S is drawn at the ends of ``cells`` score cells (one GROUP BY); the shaded band shows how far
-    S can move inside each cell. ``group`` (keys → values) draws that group only, from the summary
-    of all of them. Returns the matplotlib Axes.
+    S can move inside each cell.
+
+    Parameters
+    ----------
+    data : Source, ibis Table, path, URL or DataFrame
+        What to measure; see :func:`sqlcal.source`.
+    score : str, optional
+        Column of predicted probabilities of the positive class (not needed when ``data`` is a
+        :class:`~sqlcal.Source`).
+    label : str, optional
+        Column of 0/1 outcomes (not needed when ``data`` is a :class:`~sqlcal.Source`).
+    weight : str, optional
+        Column of non-negative row weights; by default every row weighs 1.
+    by : str or sequence of str, default ()
+        Group keys: one result row per group.
+    where : ibis boolean expression, callable or SQL string, optional
+        Filter applied in the engine before anything else.
+    x : {"weight", "score"}, default "weight"
+        The horizontal axis: the cumulative share of weight, or the score.
+    cells : int, default 1024
+        Number of score cells at whose ends S is drawn.
+    group : dict, optional
+        Keys → values: draw that group only, from the summary of all of them.
+    ax : matplotlib Axes, optional
+        Where to draw; by default a new figure.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
+        ``soft_labels=``.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The Axes drawn on.
+
+    Notes
+    -----
+    Arrieta-Ibarra, Gujral, Tannen, Tygert & Xu (2022), Metrics of calibration for probabilistic
+    predictions. Over the distinct scores :math:`u_1 < \dots < u_K`,
+
+    .. math:: S_k = \sum_{j \le k} \sum_{p_i = u_j} w_i (y_i - p_i), \qquad
+       \sigma_k^2 = \sum_{j \le k} \sum_{p_i = u_j} w_i p_i (1 - p_i),
+
+    both drawn over W; :func:`sqlcal.cutoff_error` is the range of S/W.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")  # no window: draw off screen
+    >>> import pandas as pd, sqlcal.plots
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
+    ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
+    >>> ax = sqlcal.plots.cumulative_plot(df, score="p", label="y")
+    >>> ax.get_xlabel()
+    'cumulative share of weight'
     """
     plt = _pyplot()
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
@@ -196,10 +387,35 @@ def cumulative_plot(
 
 
 def cumulative_curve(cells: pd.DataFrame) -> pd.DataFrame:
-    """One group's cells summary (sorted by cell) → the curve: at the origin and at each cell
-    end, ``weight_share``, ``score`` (the cell's highest score), ``s`` = S/W, ``s_low`` and
-    ``s_high`` (how far S/W can reach inside the cell), ``sigma`` (the null standard deviation
-    of S/W so far)."""
+    r"""The points of :func:`cumulative_plot`'s curve, from one group's score-cell summary.
+
+    Parameters
+    ----------
+    cells : pandas.DataFrame
+        One group's cells, sorted by score: ``W`` (weight), ``total`` (residual sum
+        :math:`\sum w(y - p)`), ``positive`` and ``negative`` (the sums of its positive and of
+        its negative residuals, both ≥ 0), ``var`` (:math:`\sum w p(1 - p)`) and ``p_max`` (the
+        cell's highest score).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row at the origin and one per cell end: ``weight_share`` (cumulative share of the
+        weight), ``score`` (the cell's highest score), ``s`` = S/W, ``s_low`` and ``s_high``
+        (how far S/W can reach inside the cell), ``sigma`` (the null standard deviation of S/W
+        so far).
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal.plots
+    >>> cells = pd.DataFrame({"W": [2.0, 2.0], "total": [0.7, 0.3], "positive": [0.8, 0.3],
+    ...                       "negative": [0.1, 0.0], "var": [0.25, 0.25], "p_max": [0.2, 0.9]})
+    >>> sqlcal.plots.cumulative_curve(cells).round(6)
+       weight_share  score      s  s_low  s_high     sigma
+    0           0.0    0.0  0.000  0.000    0.00  0.000000
+    1           0.5    0.2  0.175 -0.025    0.20  0.125000
+    2           1.0    0.9  0.250  0.175    0.25  0.176777
+    """
     W = cells["W"].sum()
     total = cells["total"].to_numpy(float)
     end = np.cumsum(total)
