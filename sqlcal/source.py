@@ -2,8 +2,8 @@
 
 ``source()`` resolves the data (Ibis table, path or glob, connection URL, in-memory frame), checks the
 columns once with one aggregate query in the engine, and returns a :class:`Source` that every metric
-accepts. The same query also produces the *totals* summary (see DESIGN.md), so metrics that need only
-totals cost no further scan.
+accepts. The same query also produces the *totals* summary (per group: n, W, Σwy, Σwp, Σw(y − p)², ...), so metrics
+that need only totals cost no further scan.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ class Source:
     by : tuple of str
         Group keys.
     on_invalid : {"raise", "drop"}
+        What :func:`source` was told to do with invalid rows.
     allow_soft : bool
         Whether labels strictly between 0 and 1 are accepted (``soft_labels=True``).
     float_label : bool
@@ -85,6 +86,28 @@ class Source:
     dropped : pandas DataFrame or None
         With ``on_invalid="drop"``: per group, ``n_rows``, the count of rows failing each check,
         ``n`` (valid rows) and ``n_dropped``.
+    has_soft_labels : bool
+        Whether a label strictly between 0 and 1 was found (known after validation).
+    integer_weights : bool
+        Whether every weight is a whole number (read as frequency weights; known after
+        validation).
+    origin : str
+        Where the rows come from, as given to :func:`source` (for the reprs).
+    where : str or None
+        The filter, as given to :func:`source` (for the reprs).
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1], "w": [1, 2, 1, 1]})
+    >>> src = sqlcal.source(df, score="p", label="y", weight="w")
+    >>> src  # doctest: +ELLIPSIS
+    <Source: in-memory pandas frame (4 rows); score='p', label='y', weight='w' ...; not validated yet>
+    >>> sqlcal.ece(src, bins=2)
+        ece  n    W  n_bins
+    0  0.36  4  5.0       2
+    >>> src.integer_weights, src.has_soft_labels
+    (True, False)
     """
 
     rows: ir.Table
@@ -279,7 +302,7 @@ def source(
     on_invalid: str = "raise",
     soft_labels: bool = False,
 ) -> Source:
-    """Describe and validate the predictions to measure.
+    r"""Describe and validate the predictions to measure.
 
     Parameters
     ----------
@@ -316,6 +339,35 @@ def source(
     Returns
     -------
     Source
+        The description every metric accepts in place of ``data``; the columns are checked
+        with the first metric's query, and the summaries the metrics compute are cached on it,
+        so several metrics of one source share their scans.
+
+    Raises
+    ------
+    InvalidInputError
+        A column is missing or mistyped, or (with ``on_invalid="raise"``) has invalid rows; the
+        message names the column, the problem and the count of rows.
+
+    Notes
+    -----
+    Weighted metrics read a row of weight :math:`w_i` as :math:`w_i` identical rows when the
+    weights are whole numbers (frequency weights), and as a row of relative importance
+    :math:`w_i` otherwise (sampling weights, with Kish's (1965, Survey Sampling) effective size
+    :math:`n_\mathrm{eff} = (\sum_i w_i)^2 / \sum_i w_i^2` wherever a count enters a variance).
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1], "w": [1, 2, 1, 1]})
+    >>> src = sqlcal.source(df, score="p", label="y", weight="w")
+    >>> sqlcal.ece(src, bins=2)
+        ece  n    W  n_bins
+    0  0.36  4  5.0       2
+    >>> bad = pd.DataFrame({"p": [0.1, 1.5], "y": [0, 1]})
+    >>> sqlcal.ece(bad, score="p", label="y", on_invalid="drop")
+       ece  n    W  n_bins  n_dropped
+    0  0.1  1  1.0       1          1
     """
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', not {on_invalid!r}")
