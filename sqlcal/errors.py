@@ -2,4 +2,18 @@
 
 
 class InvalidInputError(ValueError):
-    """The data cannot be measured as given: a column is missing, mistyped, or has bad rows."""
+    """The data cannot be measured as given: a column is missing, mistyped, or has bad rows.
+
+    A subclass of ``ValueError``; the message names the column, the problem, the count of rows
+    and what to pass instead.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> bad = pd.DataFrame({"p": [0.1, 1.5], "y": [0, 1]})
+    >>> try:
+    ...     sqlcal.ece(bad, score="p", label="y")
+    ... except sqlcal.InvalidInputError as e:
+    ...     print(e)  # doctest: +ELLIPSIS
+    score column 'p' has 1 rows outside [0, 1]. Clean them, or pass on_invalid='drop' ...
+    """
