@@ -1,8 +1,10 @@
 """The exact two-sided binomial test of TCE, as sets of accepted probabilities.
 
 ``scipy.stats.binomtest(k, n, q).pvalue`` (two-sided, "minlike") is not monotone in q, so the set
-A(k, n, α) = {q : p-value > α} is a union of intervals, usually one (spec seed001 §1.5; (29, 2501)
-has an island). ``acceptance_set`` finds every interval from the structure of the p-value:
+A(k, n, α) = {q : p-value > α} is a union of intervals, usually one (k = 29, n = 2501 has an
+island). The test is TCE's: Matsubara, Tax, Mudd & Guy (2023), TCE: A Test-Based Approach to
+Measuring Calibration Error. ``acceptance_set`` finds every interval from the structure of the
+p-value:
 
 - for q > k/n the tail set is {j ≥ k+1 : f(j) ≤ c·f(k)} ∪ {0..k} with c = 1 + 1e-7, and j belongs to
   it iff q ≤ t_j, logit(t_j) = (ln c + ln C(n,k) − ln C(n,j))/(j − k), nondecreasing in j;
