@@ -134,10 +134,9 @@ def calibration_decision_loss(
 
     Examples
     --------
-    >>> import pandas as pd
-    >>> from sqlcal.metrics.decision import calibration_decision_loss
+    >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.5] * 10, "y": [1] * 6 + [0] * 4})
-    >>> out = calibration_decision_loss(df, score="p", label="y")
+    >>> out = sqlcal.calibration_decision_loss(df, score="p", label="y")
     >>> out[["calibration_decision_loss", "v_star", "ece2_squared"]].round(6)
        calibration_decision_loss  v_star  ece2_squared
     0                        0.2     0.2          0.01
@@ -250,11 +249,12 @@ def decision_loss(
 
     Examples
     --------
-    >>> import pandas as pd
-    >>> from sqlcal.metrics.decision import decision_loss
+    >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.4, 0.6], "y": [0, 1]})
-    >>> float(decision_loss(df, score="p", label="y", threshold=0.1)["decision_loss"].iloc[0])
-    0.05
+    >>> sqlcal.decision_loss(df, score="p", label="y", threshold=[0.1, 0.5]).round(6)
+       threshold  n    W  decision_loss  payoff  recalibrated_payoff
+    0        0.1  2  2.0           0.05    0.95                  1.0
+    1        0.5  2  2.0           0.00    1.00                  1.0
     """
     if (threshold is None) == (payoffs is None):
         raise ValueError("pass exactly one of threshold= and payoffs=")
@@ -359,10 +359,9 @@ def decision_risk_gap(
 
     Examples
     --------
-    >>> import pandas as pd
-    >>> from sqlcal.metrics.decision import decision_risk_gap
+    >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.2, 0.2, 0.8, 0.8], "y": [1, 0, 0, 0]})
-    >>> out = decision_risk_gap(df, score="p", label="y", threshold=0.5)
+    >>> out = sqlcal.decision_risk_gap(df, score="p", label="y", threshold=0.5)
     >>> out[["risk", "bayes_risk", "monotone_risk_gap", "best_rule"]]
         risk  bayes_risk  monotone_risk_gap best_rule
     0  0.375       0.125               0.25     never
@@ -510,11 +509,10 @@ def expected_cost(
 
     Examples
     --------
-    >>> import pandas as pd
-    >>> from sqlcal.metrics.decision import expected_cost
+    >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.4, 0.6, 0.9], "y": [0, 1, 0, 1]})
     >>> rule = [(-1, 1 / 3, 1.0, 0.0), (1 / 3, 1, 0.0, 0.5)]
-    >>> out = expected_cost(df, score="p", label="y", rules=rule, epsilon=0.15)
+    >>> out = sqlcal.expected_cost(df, score="p", label="y", rules=rule, epsilon=0.15)
     >>> out[["expected_cost", "error_bound", "realised_cost"]].round(6)
        expected_cost  error_bound  realised_cost
     0         0.1625        0.225          0.125
