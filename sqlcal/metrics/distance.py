@@ -120,10 +120,9 @@ def lipschitz_calibration_error(
 
     Examples
     --------
-    >>> import pandas as pd
-    >>> from sqlcal.metrics.distance import lipschitz_calibration_error
+    >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.4, 0.6], "y": [0, 1]})
-    >>> out = lipschitz_calibration_error(df, score="p", label="y")
+    >>> out = sqlcal.lipschitz_calibration_error(df, score="p", label="y")
     >>> round(float(out["lipschitz_calibration_error"].iloc[0]), 12)
     0.04
     """
@@ -254,10 +253,9 @@ def distance_to_calibration(
 
     Examples
     --------
-    >>> import pandas as pd
-    >>> from sqlcal.metrics.distance import distance_to_calibration
+    >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.4, 0.6], "y": [0, 1]})
-    >>> out = distance_to_calibration(df, score="p", label="y")
+    >>> out = sqlcal.distance_to_calibration(df, score="p", label="y")
     >>> out[["lower_distance", "upper_distance", "upper_method"]].round(6)
        lower_distance  upper_distance upper_method
     0            0.08             0.1   partitions
@@ -360,10 +358,9 @@ def interval_calibration_error(
 
     Examples
     --------
-    >>> import pandas as pd
-    >>> from sqlcal.metrics.distance import interval_calibration_error
+    >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.4, 0.6], "y": [0, 1]})
-    >>> out = interval_calibration_error(df, score="p", label="y")
+    >>> out = sqlcal.interval_calibration_error(df, score="p", label="y")
     >>> out[["interval_calibration_error", "width", "method"]].round(6)
        interval_calibration_error  width method
     0                         0.2    0.2  exact
