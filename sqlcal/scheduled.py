@@ -447,13 +447,6 @@ def metric_series(
     1    1  2  2.0  cutoff_error  cutoff_error   0.10    0.0    1.0
     2    2  2  2.0         brier         brier   0.29    NaN    NaN
     3    2  2  2.0  cutoff_error  cutoff_error   0.50    0.0    1.0
-    >>> import sqlcal.scheduled as s
-    >>> df = pd.DataFrame({"p": [.2, .8, .3, .7], "y": [0, 1, 1, 1], "day": [1, 1, 2, 2]})
-    >>> s.metric_series(df, score="p", label="y", time="day", metrics=["brier"])[
-    ...     ["day", "metric", "value"]]
-       day metric  value
-    0    1  brier   0.04
-    1    2  brier   0.29
     """
     by = (by,) if isinstance(by, str) else tuple(by)
     metrics = dict(metrics) if isinstance(metrics, dict) else {m: {} for m in metrics}
