@@ -55,6 +55,8 @@ def brier(
 
     Notes
     -----
+    .. math:: \mathrm{BS} = \frac{1}{W} \sum_i w_i (y_i - p_i)^2, \qquad W = \sum_i w_i.
+
     Binary-outcome Brier score of Brier (1950), Verification of Forecasts Expressed in Terms of
     Probability, in scikit-learn's scale (``brier_score_loss``, in [0, 1]). With soft labels it is
     the squared error to the label, which exceeds the expected Bernoulli Brier score by the mean of
