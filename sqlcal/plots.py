@@ -247,7 +247,10 @@ def tce_diagram(
     Notes
     -----
     The bins and acceptance sets are those of :func:`sqlcal.tce_bins`: Matsubara, Tax, Mudd & Guy
-    (2023), TCE: A Test-Based Approach to Measuring Calibration Error.
+    (2023), TCE: A Test-Based Approach to Measuring Calibration Error. A bin b with
+    :math:`k_b` positives among :math:`n_b` predictions accepts the scores
+    :math:`\{q : \mathrm{pval}(k_b, n_b, q) > \alpha\}`; the title's TCE is the percentage of
+    the weight outside them.
 
     Examples
     --------
