@@ -48,7 +48,7 @@ def reliability_diagram(
     weight : str, optional
         Column of non-negative row weights; by default every row weighs 1.
     by : str or sequence of str, default ()
-        Group keys: one result row per group.
+        Group keys: one curve per group.
     where : ibis boolean expression, callable or SQL string, optional
         Filter applied in the engine before anything else.
     bins : int, default 15
@@ -142,7 +142,7 @@ def smooth_reliability_diagram(
     weight : str, optional
         Column of non-negative row weights; by default every row weighs 1.
     by : str or sequence of str, default ()
-        Group keys: one result row per group.
+        Group keys: one curve per group.
     where : ibis boolean expression, callable or SQL string, optional
         Filter applied in the engine before anything else.
     sigma : float, optional
@@ -306,8 +306,8 @@ def cumulative_plot(
     r"""The cumulative-difference plot: the running residual sum S/W over increasing scores.
 
     The curve is drawn against the cumulative share of weight (``x = "weight"``) or the score
-    (``x = "score"``). A calibrated model's curve wanders within the dotted band ±2σ(t), where σ(t)² is the
-    null variance Σwp(1−p)/W² accumulated so far; a steady slope over a range of scores is a
+    (``x = "score"``). A calibrated model's curve wanders within the dotted band ±2σ(t), where
+    σ(t)² is the null variance Σwp(1−p)/W² accumulated so far; a steady slope over a range of scores is a
     miscalibration there (up: the model under-predicts; down: it over-predicts), and the
     curve's total rise from its lowest to its highest point is the cutoff calibration error.
     S is drawn at the ends of ``cells`` score cells (one GROUP BY); the shaded band shows how far
@@ -325,7 +325,7 @@ def cumulative_plot(
     weight : str, optional
         Column of non-negative row weights; by default every row weighs 1.
     by : str or sequence of str, default ()
-        Group keys: one result row per group.
+        Group keys: one curve per group.
     where : ibis boolean expression, callable or SQL string, optional
         Filter applied in the engine before anything else.
     x : {"weight", "score"}, default "weight"
@@ -353,7 +353,8 @@ def cumulative_plot(
     .. math:: S_k = \sum_{j \le k} \sum_{p_i = u_j} w_i (y_i - p_i), \qquad
        \sigma_k^2 = \sum_{j \le k} \sum_{p_i = u_j} w_i p_i (1 - p_i),
 
-    both drawn over W; :func:`sqlcal.cutoff_error` is the range of S/W.
+    both drawn over W; :func:`sqlcal.cutoff_error` is the range of S/W, :math:`S_0 = 0`
+    included.
 
     Examples
     --------
