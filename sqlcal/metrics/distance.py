@@ -215,8 +215,8 @@ def distance_to_calibration(
     -----
     Błasiok, Gopalan, Hu and Nakkiran (2023), A Unifying Theory of Distance from Calibration
     (STOC 2023), as presented in Gopalan and Hu (2025), Calibration through the Lens of
-    Indistinguishability, Section 6. The distance to calibration :math:`\mathrm{dCE}(p)=\min_{q\text{
-    calibrated}}\mathbb E|p-q|` depends on the feature space, which logged (score, label) rows
+    Indistinguishability, Section 6. The distance to calibration
+    :math:`\mathrm{dCE}(p)=\min_{q\text{ calibrated}}\mathbb E|p-q|` depends on the feature space, which logged (score, label) rows
     do not show; over all spaces consistent with the data it ranges over
     :math:`[\underline{\mathrm{dCE}},\overline{\mathrm{dCE}}]`, and by Corollary 6.8 no measure
     computed from the law of (score, label) can tell dCE ≥ η from dCE ≤ 2η²: the bracket can be
