@@ -74,8 +74,8 @@ def multiclass(
         Top-label: one row per example, the top probability and whether its class is the true
         one. Classwise: one row per example and class, measured with ``by="class"``.
     example, cls, prob : str, optional
-        Long format (required there): the example id, the class and the class's probability columns. An example is
-        identified by ``(keys…, example)``.
+        Long format (required there): the example id, the class and the class's probability
+        columns. An example is identified by ``(keys…, example)``.
     label : str
         Long format: 0/1 (or boolean), 1 on the true class's row. Wide format: the true class:
         a string naming a column of ``probs``, an integer when the columns are named by its
