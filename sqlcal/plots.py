@@ -31,7 +31,7 @@ def reliability_diagram(
     ax=None,
     **options: Any,
 ):
-    r"""The binned reliability diagram: observed rate against mean score per bin, one curve per group.
+    r"""The binned reliability diagram: observed rate against mean score per bin, per group.
 
     Each bin's point carries its confidence interval, and the share of weight per bin is drawn
     underneath.
@@ -307,8 +307,8 @@ def cumulative_plot(
 
     The curve is drawn against the cumulative share of weight (``x = "weight"``) or the score
     (``x = "score"``). A calibrated model's curve wanders within the dotted band ±2σ(t), where
-    σ(t)² is the null variance Σwp(1−p)/W² accumulated so far; a steady slope over a range of scores is a
-    miscalibration there (up: the model under-predicts; down: it over-predicts), and the
+    σ(t)² is the null variance Σwp(1−p)/W² accumulated so far; a steady slope over a range of
+    scores is a miscalibration there (up: the model under-predicts; down: it over-predicts), and the
     curve's total rise from its lowest to its highest point is the cutoff calibration error.
     S is drawn at the ends of ``cells`` score cells (one GROUP BY); the shaded band shows how far
     S can move inside each cell.
