@@ -2,8 +2,8 @@
 
 ``source()`` resolves the data (Ibis table, path or glob, connection URL, in-memory frame), checks the
 columns once with one aggregate query in the engine, and returns a :class:`Source` that every metric
-accepts. The same query also produces the *totals* summary (per group: n, W, Σwy, Σwp, Σw(y − p)², ...), so metrics
-that need only totals cost no further scan.
+accepts. The same query also produces the *totals* summary (per group: n, W, Σwy, Σwp,
+Σw(y − p)², ...), so metrics that need only totals cost no further scan.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class Source:
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1], "w": [1, 2, 1, 1]})
     >>> src = sqlcal.source(df, score="p", label="y", weight="w")
     >>> src  # doctest: +ELLIPSIS
-    <Source: in-memory pandas frame (4 rows); score='p', label='y', weight='w' ...; not validated yet>
+    <Source: in-memory pandas frame (4 rows); score='p', label='y', weight='w' ...>
     >>> sqlcal.ece(src, bins=2)
         ece  n    W  n_bins
     0  0.36  4  5.0       2
