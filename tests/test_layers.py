@@ -8,6 +8,7 @@ import ast
 import importlib
 import inspect
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,7 +41,7 @@ def lint_imports(cwd: Path, pythonpath: Path | None = None) -> subprocess.Comple
 def test_the_import_contracts_hold():
     run = lint_imports(ROOT)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "3 kept, 0 broken" in run.stdout, run.stdout
+    assert re.search(r"Contracts: [1-9]\d* kept, 0 broken", run.stdout), run.stdout
 
 
 def test_the_contracts_catch_an_upward_import_a_cycle_and_an_unplaced_module(tmp_path):
