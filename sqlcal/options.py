@@ -660,7 +660,8 @@ def _check_budget(shown: str, spec: _Spec, options: dict) -> None:
         return
     values = {**spec.defaults, **options}
     all_costs = rule(values)
-    for cost in all_costs:
+    # where several options share a cost (the LP's grid and levels), name one the caller passed
+    for cost in sorted(all_costs, key=lambda c: c.option not in options):
         if cost.amount <= getattr(BUDGET, cost.resource):
             continue
         mine = [c for c in all_costs if c.option == cost.option]

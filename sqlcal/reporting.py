@@ -6,14 +6,14 @@ once and shared by every metric that reads it, through the cache on the :class:`
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from typing import Any, Sequence
 
 import pandas as pd
 
-from sqlcal.metrics.binned import bins_summary, brier_decomposition, ece, hosmer_lemeshow
-from sqlcal.metrics.cells import cells_summary
+from sqlcal.metrics.binned import brier_decomposition, ece, hosmer_lemeshow
 from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
 from sqlcal.metrics.smooth import ls_ece, smooth_ece
 from sqlcal.metrics.tce import tce
@@ -22,9 +22,14 @@ from sqlcal.metrics.distance import (distance_to_calibration, interval_calibrati
                                      lipschitz_calibration_error)
 from sqlcal.corp import decompose
 from sqlcal.recalibrate import calibration_slope
-from sqlcal.metrics.scores import (brier, calibration_in_the_large, log_loss, spiegelhalter,
-                                   totals_summary)
+from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
+from sqlcal.metrics import binned, cumulative, scores
+from sqlcal.query import planner
+from sqlcal.query.declared import Summary
 from sqlcal.source import Source, as_source
+
+#: metric function name -> its declared first-stage summaries (each family's NEEDS)
+_NEEDS = {**binned.NEEDS, **scores.NEEDS, **cumulative.NEEDS}
 from sqlcal.options import checked, declare_report_metrics
 
 #: report metric name -> (function, options, {result column: report column})
@@ -168,13 +173,12 @@ def report(
     """
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)  # "ece" is one metric
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    _prefetch(src, metrics, bins)
+    chosen = {name: metric_options(name, bins=bins) for name in metrics}
+    planner.prefetch(src, needs(src, chosen))
     out = None
     for name in metrics:
-        function, options, columns = METRICS[name]
-        if function in (ece, brier_decomposition):
-            options = {"bins": bins, **options}
-        values = function(src, **options)
+        function, _, columns = METRICS[name]
+        values = function(src, **chosen[name])
         if out is None:
             out = values[[c for c in values if c in (*src.by, "n", "W", "n_dropped")]].copy()
         for column, target in columns.items():
@@ -182,32 +186,38 @@ def report(
     return out
 
 
-def _prefetch(src: Source, metrics: Sequence[str], bins: int) -> None:
-    for _, run in summary_steps(src, metrics, bins):
-        run()
+def needs(src: Source, metrics: dict[str, dict]) -> list[Summary]:
+    """The first-stage summaries that ``metrics`` (report name -> options) read, as each
+    metric's module declares them (its ``NEEDS``); a metric that declares none fetches its own."""
+    out = []
+    for name, options in metrics.items():
+        function = METRICS[name][0]
+        declare = _NEEDS.get(function.__name__)
+        if declare is not None:
+            out += declare(src, {**_defaults(function), **options})
+    return out
 
 
-def summary_steps(src: Source, metrics: Sequence[str], bins: int) -> list[tuple[str, Any]]:
-    """The shared summaries the metrics read, as ``(name, run)`` pairs; each ``run()`` is one pass.
+def summary_steps(src: Source, metrics: dict[str, dict]) -> list[tuple[str, Any]]:
+    """The scans that compute the metrics' shared summaries, as ``(description, run)`` pairs,
+    each ``run()`` one engine pass: the planner fuses totals, bins and cells into one (a
+    scheduled run calls them one by one to show progress)."""
+    return planner.steps(src, needs(src, metrics))
 
-    Each asks for the union of columns its metrics need, so a report makes one pass per summary
-    (a scheduled run calls them one by one to show progress).
-    """
-    variance = ("sw2",) if src.weighted else ()
-    steps = []
-    binned = {"ece", "rmsce", "mce", "brier_decomposition"} & set(metrics)
-    if binned:
-        moments = ("moments",) if "brier_decomposition" in metrics else ()
-        steps.append(("equal-width bins", lambda: bins_summary(
-            src, bins=bins, strategy="uniform", convention="sqlcal",
-            parts=(*moments, *variance))))
-    if {"ece_quantile", "hosmer_lemeshow", "cutoff_error", "kuiper", "ks"} & set(metrics):
-        residuals = ("residuals",) if {"cutoff_error", "kuiper", "ks"} & set(metrics) else ()
-        steps.append(("score cells", lambda: cells_summary(src, ("sums", *residuals, *variance))))
-    if {"brier", "log_loss", "calibration_in_the_large", "spiegelhalter"} & set(metrics):
-        steps.append(("totals", lambda: totals_summary(
-            src, logloss="log_loss" in metrics, spiegelhalter="spiegelhalter" in metrics)))
-    return steps
+
+def metric_options(name: str, options: dict | None = None, bins: int | None = None) -> dict:
+    """A report metric's options: its preset, then ``options``; ``bins`` for the ECE family
+    and the Brier decomposition unless set."""
+    function, preset, _ = METRICS[name]
+    chosen = {**preset, **(options or {})}
+    if bins is not None and function in (ece, brier_decomposition):
+        chosen = {"bins": bins, **chosen}
+    return chosen
+
+
+def _defaults(function) -> dict:
+    return {k: p.default for k, p in inspect.signature(function).parameters.items()
+            if p.default is not inspect.Parameter.empty}
 
 
 def to_json(table: pd.DataFrame, src_description: dict) -> str:

@@ -28,7 +28,7 @@ import pandas as pd
 from sqlcal import outputs
 from sqlcal.options import check as check_options
 from sqlcal.options import checked
-from sqlcal.reporting import METRICS, describe, summary_steps, to_json
+from sqlcal.reporting import METRICS, describe, metric_options, summary_steps, to_json
 from sqlcal.source import Source, as_source
 
 #: section -> allowed keys (None: any metric name)
@@ -484,10 +484,9 @@ def _duckdb_file(data: Any) -> str | None:
 def _measure(src: Source, metrics: dict, step) -> tuple[dict, pd.DataFrame]:
     """Run each metric on ``src`` after the shared summaries; return the metric functions' frames
     and the tidy table."""
-    bins = next((o.get("bins", 15) for m, o in metrics.items() if METRICS[m][0].__name__ == "ece"
-                 and "strategy" not in o and "convention" not in o), 15)
-    for name, run in summary_steps(src, list(metrics), bins):
-        with step(f"summary: {name}"):
+    chosen = {name: metric_options(name, options) for name, options in metrics.items()}
+    for name, run in summary_steps(src, chosen):
+        with step(name):
             run()
     frames, parts = {}, []
     for name, options in metrics.items():

@@ -197,9 +197,28 @@ class Source:
         ``build(checks)`` returns the query. The first scan of a source also carries the cheap
         validation aggregates (``checks``) and is checked here: validation costs no extra scan.
         """
+        frame = self.lookup(kind, parts)
+        if frame is None:
+            frame = self.store(kind, parts, self.run(build))
+        return frame
+
+    def lookup(self, kind: tuple, parts: frozenset) -> pd.DataFrame | None:
+        """The cached summary of ``kind`` holding at least ``parts``, or None."""
         for (k, have), frame in self._cache.items():
             if k == kind and have is not None and parts <= have:
                 return frame
+        return None
+
+    def store(self, kind: tuple, parts: frozenset, frame: pd.DataFrame) -> pd.DataFrame:
+        """Cache a summary computed from this source's rows (the planner splits fused scans into
+        the summaries they hold); returns it with the columns an unweighted summary leaves out."""
+        frame = summaries.fill_unweighted(frame)
+        self._cache[(kind, parts)] = frame
+        return frame
+
+    def run(self, build: Callable[..., Any]) -> pd.DataFrame:
+        """Execute ``build(checks)``; the first scan of the source validates it on the way (the
+        ``chk_`` columns are checked, then dropped)."""
         check = not self._validated and self.on_invalid == "raise"
         checks = (partial(summaries.check_aggregates, weighted=self.weighted,
                           float_label=self.float_label) if check else None)
@@ -213,8 +232,6 @@ class Source:
         if check:
             self._check(frame)
             frame = frame.drop(columns=[c for c in frame if c.startswith("chk_")])
-        frame = summaries.fill_unweighted(frame)
-        self._cache[(kind, parts)] = frame
         return frame
 
     def scan(self, kind: tuple, build: Callable[[], Any]) -> pd.DataFrame:

@@ -242,7 +242,8 @@ def test_progress_goes_to_stderr_only(demo, capsys):
     run = scheduled.run_report(config, diagrams=False, progress=True)
     out, err = capsys.readouterr()
     assert out == ""
-    assert "summary: equal-width bins" in err and "summary: score cells" in err
+    # the planner reads both summaries in one fused scan, and says so
+    assert "summaries: uniform_bins_15, score_cells_1024 (one scan)" in err
     assert "metric: kuiper" in err
     assert run.status == "ok"
     scheduled.run_report(config, diagrams=False, progress=False)

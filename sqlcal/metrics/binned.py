@@ -10,8 +10,9 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import summaries
+from sqlcal.query import declared, planner
 from sqlcal.metrics import per_group, resolve_weight_kind, result, variance_parts
-from sqlcal.metrics.cells import equal_mass_bins, summary_parts
+from sqlcal.metrics.cells import cells_needs, equal_mass_bins, summary_parts
 from sqlcal.source import Source, as_source
 from sqlcal.options import checked
 
@@ -462,9 +463,7 @@ def bins_summary(
         raise ValueError(f"convention must be one of {summaries.CONVENTIONS}, not {convention!r}")
     parts = summary_parts(src, "sums", *parts)
     if strategy == "uniform":
-        frame = src.summary(("uniform", bins, convention), parts, lambda checks: (
-            summaries.uniform_bins(src.rows, src.by, bins, convention, parts,
-                                   weighted=src.weighted, checks=checks)))
+        frame = planner.fetch(src, declared.uniform(bins, convention, *parts))
     else:
         frame = equal_mass_bins(src, bins, parts)
     frame = frame.copy()
@@ -511,3 +510,29 @@ def clopper_pearson_interval(k, n, confidence: float):
         hi = np.where(k < n, stats.beta.ppf(1 - alpha / 2, k + 1, n - k), 1.0)
     ok = n > 0
     return np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
+
+
+def bins_needs(src: Source, *, bins: int, strategy: str, convention: str, parts=()) -> list:
+    """The first-stage summary :func:`bins_summary` reads: the equal-width bins, or for
+    equal-mass bins the score-cell histogram their edges are found from."""
+    parts = summary_parts(src, "sums", *parts)
+    if strategy == "uniform":
+        return [declared.uniform(bins, convention, *parts)]
+    return cells_needs(src, parts)
+
+
+#: metric -> the first-stage summaries it reads, from its options (every option given, defaults
+#: filled); the planner fuses the needs of a report's metrics into one scan
+NEEDS = {
+    "ece": lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
+                                     convention=o["convention"]),
+    "reliability": lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
+                                             convention=o["convention"],
+                                             parts=variance_parts(src, o["weight_kind"])),
+    "brier_decomposition": lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
+                                                     convention=o["convention"],
+                                                     parts={"moments"}),
+    "hosmer_lemeshow": lambda src, o: bins_needs(src, bins=o["groups"], strategy=o["strategy"],
+                                                 convention="sqlcal",
+                                                 parts=variance_parts(src, o["weight_kind"])),
+}

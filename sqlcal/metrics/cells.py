@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal import summaries
+from sqlcal.query import declared, planner
 from sqlcal.metrics import groups as split_groups
 from sqlcal.metrics import key_tuple
 from sqlcal.source import Source
@@ -33,10 +34,12 @@ def summary_parts(src: Source, *names: str) -> frozenset:
 
 def cells_summary(src: Source, parts=(), cells: int | None = None) -> pd.DataFrame:
     """The fine score histogram (:func:`sqlcal.summaries.cells`), one pass, cached on the source."""
-    cells = cells or CELLS
-    parts = summary_parts(src, *parts)
-    return src.summary(("cells", cells), parts, lambda checks: summaries.cells(
-        src.rows, src.by, cells, parts, weighted=src.weighted, checks=checks))
+    return planner.fetch(src, *cells_needs(src, parts, cells))
+
+
+def cells_needs(src: Source, parts=(), cells: int | None = None) -> list:
+    """The declared summary :func:`cells_summary` reads."""
+    return [declared.cells(cells or CELLS, *summary_parts(src, *parts))]
 
 
 def pair_levels(src: Source, cells: int, pairs: pd.DataFrame) -> pd.DataFrame:

@@ -17,7 +17,8 @@ from scipy import stats
 from sqlcal import summaries
 from sqlcal.metrics import (per_group, resolve_weight_kind, result, safe_div,
                             statistic, variance_parts)
-from sqlcal.metrics.cells import CELLS, cells_summary
+from sqlcal.metrics.cells import CELLS, cells_needs
+from sqlcal.query import planner
 from sqlcal.source import Source, as_source
 from sqlcal.options import checked
 
@@ -385,8 +386,8 @@ def _extremes(src: Source, exact: bool, cells: int | None, weight_kind: str) -> 
     if cells < 1 or cells & (cells - 1):
         raise ValueError(f"cells must be a power of two, not {cells!r}")
     by = list(src.by)
-    parts = ("residuals", *variance_parts(src, weight_kind))
-    c = cells_summary(src, parts, cells).sort_values([*by, "cell"], ignore_index=True)
+    c = planner.fetch(src, *_extremes_needs(src, cells, weight_kind))
+    c = c.sort_values([*by, "cell"], ignore_index=True)
     g = c.groupby(by, dropna=False, sort=False) if by else None
     cum = (lambda col: g[col].cumsum()) if by else (lambda col: c[col].cumsum())
     best = (lambda v, how: v.groupby([c[k] for k in by], dropna=False).transform(how)) if by \
@@ -457,3 +458,13 @@ def _worst_interval(t: pd.DataFrame) -> None:
     # below 1e-12 the value is rounding noise (a constant predictor at the mean rate): no interval
     empty = ~(t["cutoff_error"] > 1e-12)
     t.loc[empty, ["interval_lower", "interval_upper", "interval_gap"]] = np.nan
+
+
+def _extremes_needs(src: Source, cells: int | None, weight_kind: str) -> list:
+    """The score-cell histogram with residual sums that :func:`_extremes` starts from."""
+    return cells_needs(src, ("residuals", *variance_parts(src, weight_kind)), cells)
+
+
+#: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS)
+NEEDS = {name: (lambda src, o: _extremes_needs(src, o["cells"], o["weight_kind"]))
+         for name in ("cutoff_error", "kuiper", "ks")}

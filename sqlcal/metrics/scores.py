@@ -10,6 +10,7 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import summaries
+from sqlcal.query import declared, planner
 from sqlcal.metrics import resolve_weight_kind, result, safe_div, statistic
 from sqlcal.source import Source, as_source
 from sqlcal.options import checked
@@ -279,7 +280,19 @@ def totals_summary(src: Source, *, logloss: bool = False, spiegelhalter: bool = 
                    ) -> pd.DataFrame:
     """The totals summary of ``src`` (one row per group), computed once and cached on it; the
     log and Spiegelhalter terms only when asked for."""
-    parts = frozenset(name for name, on in (("logloss", logloss), ("spiegelhalter", spiegelhalter))
-                      if on)
-    return src.summary(("totals",), parts, lambda checks: summaries.totals(
-        src.rows, src.by, parts, weighted=src.weighted, checks=checks)).copy()
+    return planner.fetch(src, *totals_needs(logloss=logloss, spiegelhalter=spiegelhalter)).copy()
+
+
+def totals_needs(*, logloss: bool = False, spiegelhalter: bool = False) -> list:
+    """The declared totals summary, with the log-loss and Spiegelhalter sums when asked for."""
+    return [declared.totals(*(name for name, on in (("logloss", logloss),
+                                                     ("spiegelhalter", spiegelhalter)) if on))]
+
+
+#: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS)
+NEEDS = {
+    "brier": lambda src, o: totals_needs(),
+    "calibration_in_the_large": lambda src, o: totals_needs(),
+    "log_loss": lambda src, o: totals_needs(logloss=True),
+    "spiegelhalter": lambda src, o: totals_needs(spiegelhalter=True),
+}

@@ -1,0 +1,194 @@
+"""The summaries, declared once: what each is keyed by, what it carries, how two of them merge.
+
+A :class:`Summary` names one reduction of the normalised rows (group keys, ``p``, ``y``, ``w``):
+its kind, the parameters that shape it (number of bins, convention, cells) and the optional column
+sets (``parts``) a metric asks for. The Ibis reduction of each kind lives in
+:mod:`sqlcal.summaries`; this module holds no query code, so metric modules can name what they need
+without importing Ibis.
+
+**Merge rules.** Every column of a first-stage summary is a sum, a minimum or a maximum over the
+rows behind its key, so the summaries of two disjoint sets of rows combine exactly: concatenate,
+then group by the keys and add (``n``, ``W``, Σwy, Σwp, the residual and variance sums, the log-loss
+sums, the validation counts), take the least (``p_min``, ``chk_*_min``) or the greatest (``p_max``,
+``chk_*_max``). The levels summary merges the same way (union of levels, sums added). A column with
+no rule (a windowed running-sum extreme, an equal-mass edge) cannot merge: :func:`merge` says so,
+and the summary has to be recomputed from mergeable ones (levels or cells).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+#: kinds whose summaries one GROUP BY over the rows can produce together (see the planner)
+FUSABLE = ("totals", "uniform", "cells")
+#: kind -> the key column a summary adds after the group keys
+KEY_COLUMN = {"totals": None, "uniform": "bin", "cells": "cell", "levels": "p", "logit_grid": "k"}
+
+_SUMS = frozenset({
+    "n", "W", "swy", "swp", "swpp", "swyp", "swyy", "sw2", "total", "positive", "negative", "var",
+    "var2", "sw_sq_resid", "sw_spieg", "sw_spieg_var", "sw2_spieg_var", "sw_logloss",
+    "n_infinite_logloss", "chk_p_count", "chk_y_count", "chk_w_count", "chk_y_soft", "chk_w_frac",
+    "m_lo", "m_hi", "y_lo", "y_hi", "v_lo", "v_hi", "vy_lo", "vy_hi",
+})
+_MINIMA = frozenset({"p_min", "chk_y_min", "chk_w_min"})
+_MAXIMA = frozenset({"p_max", "chk_y_max", "chk_w_max"})
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One summary a metric needs.
+
+    Parameters
+    ----------
+    kind : {"totals", "uniform", "cells", "levels", "logit_grid"}
+        ``totals``: one row per group. ``uniform``: per group and equal-width bin. ``cells``: per
+        group and cell of the 2^k score grid. ``levels``: per group and distinct score.
+        ``logit_grid``: per group and node of the logit grid.
+    params : tuple
+        ``uniform``: ``(bins, convention)``; ``cells``: ``(cells,)``; ``logit_grid``:
+        ``(step, clip)``; otherwise ``()``.
+    parts : frozenset of str
+        Optional column sets: ``sums``, ``sw2``, ``moments``, ``soft``, ``residuals`` (all
+        kinds); ``logloss``, ``spiegelhalter`` (totals).
+
+    Examples
+    --------
+    >>> Summary("uniform", (15, "sqlcal"), frozenset({"sums"})).key
+    ('uniform', 15, 'sqlcal')
+    >>> Summary("cells", (1024,)).key_column
+    'cell'
+    """
+
+    kind: str
+    params: tuple = ()
+    parts: frozenset = field(default_factory=frozenset)
+
+    def __post_init__(self):
+        if self.kind not in KEY_COLUMN:
+            raise ValueError(f"unknown summary kind {self.kind!r}; expected one of "
+                             f"{sorted(KEY_COLUMN)}")
+        object.__setattr__(self, "parts", frozenset(self.parts))
+
+    @property
+    def key(self) -> tuple:
+        """The summary's identity without its parts (how a source caches it)."""
+        return (self.kind, *self.params)
+
+    @property
+    def key_column(self) -> str | None:
+        return KEY_COLUMN[self.kind]
+
+    def serves(self, other: "Summary") -> bool:
+        """Whether this summary holds every column ``other`` asks for."""
+        return self.key == other.key and other.parts <= self.parts
+
+    @property
+    def name(self) -> str:
+        """A short file-friendly name: ``uniform_bins_15``, ``score_cells_1024``, ``totals``."""
+        if self.kind == "uniform":
+            bins, convention = self.params
+            return f"uniform_bins_{bins}" + ("" if convention == "sqlcal" else f"_{convention}")
+        if self.kind == "cells":
+            return f"score_cells_{self.params[0]}"
+        if self.kind == "logit_grid":
+            return "logit_grid"
+        return self.kind
+
+
+def totals(*parts: str) -> Summary:
+    """The totals summary with the given parts (``sums`` always)."""
+    return Summary("totals", (), frozenset({"sums", *parts}))
+
+
+def uniform(bins: int, convention: str = "sqlcal", *parts: str) -> Summary:
+    """The equal-width bins summary."""
+    return Summary("uniform", (int(bins), convention), frozenset(parts))
+
+
+def cells(cells: int, *parts: str) -> Summary:
+    """The score-cell histogram on a 2^k grid."""
+    return Summary("cells", (int(cells),), frozenset(parts))
+
+
+def union(needs: Iterable[Summary]) -> list[Summary]:
+    """One summary per key, with the union of the parts asked for, in first-asked order."""
+    merged: dict[tuple, Summary] = {}
+    for s in needs:
+        have = merged.get(s.key)
+        merged[s.key] = s if have is None else Summary(s.kind, s.params, have.parts | s.parts)
+    return list(merged.values())
+
+
+def rule(column: str) -> str | None:
+    """How a summary column merges over disjoint sets of rows: ``"sum"``, ``"min"``, ``"max"``,
+    or None (it cannot: recompute it from a mergeable summary)."""
+    if column in _SUMS:
+        return "sum"
+    if column in _MINIMA:
+        return "min"
+    if column in _MAXIMA:
+        return "max"
+    return None
+
+
+def merge(frames: Sequence[pd.DataFrame], keys: Sequence[str]) -> pd.DataFrame:
+    """The summary of the union of disjoint row sets, from their summaries.
+
+    Parameters
+    ----------
+    frames : sequence of pandas.DataFrame
+        Summaries of one kind (same keys and columns), each over its own rows.
+    keys : sequence of str
+        The key columns: the group keys, then the summary's key column (``bin``, ``cell``,
+        ``p``, ``k``) if it has one.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per distinct key (NULL keys kept, sorted), every other column merged by
+        :func:`rule`.
+
+    Raises
+    ------
+    ValueError
+        When a column has no merge rule.
+
+    Examples
+    --------
+    >>> a = pd.DataFrame({"bin": [0, 1], "n": [2, 1], "swy": [1.0, 1.0], "p_max": [.4, .9]})
+    >>> b = pd.DataFrame({"bin": [1], "n": [3], "swy": [2.0], "p_max": [.8]})
+    >>> merge([a, b], ["bin"])
+       bin  n  swy  p_max
+    0    0  2  1.0    0.4
+    1    1  4  3.0    0.9
+    """
+    keys = list(keys)
+    frame = pd.concat([f for f in frames if len(f)] or list(frames[:1]), ignore_index=True)
+    rules = {c: rule(c) for c in frame.columns if c not in keys}
+    lost = sorted(c for c, r in rules.items() if r is None)
+    if lost:
+        raise ValueError(f"summary columns {lost} have no merge rule: recompute them from a "
+                         "mergeable summary (levels or cells)")
+    if not keys:
+        row = {c: _reduce(frame[c], r) for c, r in rules.items()}
+        return pd.DataFrame([row], columns=list(rules))
+    out = frame.groupby(keys, dropna=False, sort=True).agg(rules).reset_index()
+    return out[[*keys, *rules]]
+
+
+def _reduce(values: pd.Series, how: str):
+    if how == "sum":
+        return values.sum()
+    return values.min() if how == "min" else values.max()
+
+
+def coarser_cells(cell: np.ndarray, fine: int, coarse: int) -> np.ndarray:
+    """The cell of a coarser 2^k grid holding each cell of a finer one: exact, since both grids
+    cut [0, 1] at multiples of powers of two (and p = 1 sits in the last cell of both)."""
+    if fine % coarse:
+        raise ValueError(f"a grid of {coarse} cells is not coarser than one of {fine}")
+    return np.asarray(cell) // (fine // coarse)

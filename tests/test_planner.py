@@ -1,0 +1,151 @@
+"""The query layer: declared summaries merge exactly, the planner's fused scan equals the separate
+summaries, and each metric's declared needs are what it reads (so a report scans once for all)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import sqlcal
+from sqlcal import summaries
+from sqlcal.metrics import binned, cumulative, scores
+from sqlcal.query import declared, planner
+from sqlcal.query.declared import Summary, merge
+from sqlcal.reporting import DEFAULT_METRICS, METRICS, _defaults, metric_options, needs
+from tests.conftest import calibration_data
+
+FIRST_STAGE = [
+    declared.totals("logloss", "spiegelhalter", "moments", "sw2"),
+    declared.uniform(15, "sqlcal", "sums", "moments", "sw2"),
+    declared.uniform(10, "sklearn", "sums"),
+    declared.cells(1024, "sums", "residuals", "sw2"),
+    declared.cells(64, "sums"),
+]
+
+
+def _data(n=400, seed=0, weighted=True):
+    df = calibration_data(n, seed=seed, groups=3, ties=True, weights=weighted)
+    df.loc[df.index[:7], "g"] = None  # a NULL group key is a group too
+    df.loc[df.index[7:9], "p"] = [0.0, 1.0]  # the ends of the range
+    if weighted:
+        df["w"] = np.round(df["w"] * 4) / 4  # exact binary fractions: sums do not depend on order
+    return df
+
+
+def _summary(src, s: Summary) -> pd.DataFrame:
+    frame = summaries.execute(summaries.reduce(s, src.rows, src.by, weighted=src.weighted))
+    keys = [*src.by, *([s.key_column] if s.key_column else [])]
+    return summaries.fill_unweighted(frame).sort_values(keys, ignore_index=True)
+
+
+def _same(got: pd.DataFrame, want: pd.DataFrame):
+    assert list(got.columns) == list(want.columns)
+    for c in got.columns:
+        a, b = got[c].to_numpy(), want[c].to_numpy()
+        if a.dtype.kind in "fiu" and b.dtype.kind in "fiu":
+            np.testing.assert_allclose(a.astype(float), b.astype(float), rtol=1e-12, atol=1e-12,
+                                       err_msg=c)
+        else:
+            assert [None if pd.isna(x) else x for x in a] == \
+                [None if pd.isna(x) else x for x in b], c
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_merge_of_disjoint_parts_equals_the_whole(upload, weighted):
+    df = _data(weighted=weighted)
+    kw = dict(score="p", label="y", by="g", weight="w" if weighted else None)
+    whole = sqlcal.source(upload(df), **kw)
+    halves = [sqlcal.source(upload(part), **kw) for part in (df.iloc[::2], df.iloc[1::2])]
+    for s in [*FIRST_STAGE, Summary("levels", (), frozenset({"sums"}))]:
+        keys = ["g", *([s.key_column] if s.key_column else [])]
+        merged = merge([_summary(h, s) for h in halves], keys)
+        _same(merged, _summary(whole, s)[list(merged.columns)])
+
+
+def test_merge_refuses_a_column_without_a_rule():
+    frame = pd.DataFrame({"cell": [1], "s_max": [0.3]})
+    with pytest.raises(ValueError, match=r"\['s_max'\] have no merge rule"):
+        merge([frame, frame], ["cell"])
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_fused_scan_equals_each_summary(upload, weighted):
+    df = _data(seed=1, weighted=weighted)
+    kw = dict(score="p", label="y", by="g", weight="w" if weighted else None)
+    src = sqlcal.source(upload(df), **kw)
+    scans = planner.prefetch(src, FIRST_STAGE)
+    assert len(scans) == 1 and len(scans[0][1]) == len(FIRST_STAGE)
+    for s in FIRST_STAGE:
+        keys = ["g", *([s.key_column] if s.key_column else [])]
+        got = src.lookup(s.key, s.parts).sort_values(keys, ignore_index=True)
+        want = _summary(sqlcal.source(upload(df), **kw), s)
+        _same(got[list(want.columns)], want)
+        assert set(got.columns) == set(want.columns)
+
+
+def test_a_report_reads_the_table_once_for_its_first_stage(monkeypatch):
+    df = _data(2000, seed=2)
+    queries = []
+    execute = summaries.execute
+    monkeypatch.setattr(summaries, "execute", lambda expr: queries.append(expr) or execute(expr))
+    src = sqlcal.source(df, score="p", label="y", weight="w", by="g")
+    chosen = {name: metric_options(name, bins=15) for name in DEFAULT_METRICS}
+    scans = planner.prefetch(src, needs(src, chosen))
+    assert len(scans) == 1 and len(queries) == 1
+    # every default metric then finds its first-stage summary cached: what runs after are the
+    # follow-up passes of the adaptive ones (equal-mass edges, the cutoff error's cells)
+    before = len(queries)
+    for name in DEFAULT_METRICS:
+        function = METRICS[name][0]
+        function(src, **chosen[name])
+    follow_ups = queries[before:]
+    kinds = {type(q.op()).__name__ for q in follow_ups}
+    assert len(follow_ups) <= 4, kinds
+
+
+@pytest.mark.parametrize("name", sorted({**binned.NEEDS, **scores.NEEDS, **cumulative.NEEDS}))
+def test_declared_needs_are_what_each_metric_reads(name, monkeypatch):
+    df = _data(500, seed=3)
+    function = getattr(sqlcal, name)
+    src = sqlcal.source(df, score="p", label="y", weight="w", by="g")
+    registry = {**binned.NEEDS, **scores.NEEDS, **cumulative.NEEDS}
+    planner.prefetch(src, registry[name](src, _defaults(function)))
+    first = []
+    monkeypatch.setattr(src, "run", lambda build: first.append(build) or (_ for _ in ()).throw(
+        AssertionError(f"{name} ran a first-stage scan its NEEDS did not declare")))
+    out = function(src)
+    assert len(out) and not first
+
+
+def test_report_numbers_equal_each_metric_alone():
+    df = _data(3000, seed=4)
+    kw = dict(score="p", label="y", weight="w", by="g")
+    got = sqlcal.report(df, **kw)
+    for name in DEFAULT_METRICS:
+        function, preset, columns = METRICS[name]
+        alone = function(df, **kw, **preset)
+        for column, target in columns.items():
+            np.testing.assert_allclose(got[target].to_numpy(float),
+                                       alone[column].to_numpy(float), rtol=1e-12, atol=1e-15,
+                                       err_msg=f"{name}.{column}")
+
+
+def test_log_loss_one_logarithm_for_binary_labels_equals_numpy():
+    rng = np.random.default_rng(5)
+    p = rng.random(500)
+    p[:3] = [0.0, 1.0, 0.5]
+    y = (rng.random(500) < p).astype(int)
+    y[:2] = [0, 1]  # finite at the ends
+    w = rng.integers(0, 4, 500).astype(float)
+    df = pd.DataFrame({"p": p, "y": y, "w": w})
+    got = sqlcal.log_loss(df, score="p", label="y", weight="w")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = -np.where(y == 1, np.log(p), np.log1p(-p))
+    keep = w > 0
+    want = (w[keep] * terms[keep]).sum() / w[keep].sum()
+    assert got.log_loss.iloc[0] == pytest.approx(want, rel=1e-12)
+    y2 = y.copy()
+    y2[0] = 1  # p = 0 with y = 1: infinite loss, counted not hidden
+    df2 = df.assign(y=y2, w=np.where(np.arange(500) == 0, 1.0, w))
+    assert np.isinf(sqlcal.log_loss(df2, score="p", label="y", weight="w").log_loss.iloc[0])
