@@ -463,7 +463,7 @@ def _quiet(label: str):
 
 
 def _open_source(config: dict, time: str | None = None) -> Source:
-    import sqlcal
+    from sqlcal.source import source
 
     cfg = dict(config["source"])
     data, table = cfg.pop("data"), cfg.pop("table", None)
@@ -471,7 +471,7 @@ def _open_source(config: dict, time: str | None = None) -> Source:
         cfg["by"] = [*cfg["by"], time]
     # a DuckDB file opens read-only (sqlcal.source): results go in later, through a connection
     # of their own (results_connection)
-    return sqlcal.source(data, table=table, **cfg)
+    return source(data, table=table, **cfg)
 
 
 def _duckdb_file(data: Any) -> str | None:
