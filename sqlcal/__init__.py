@@ -18,6 +18,7 @@ from sqlcal.recalibrate import calibration_slope, isotonic, platt
 from sqlcal.reporting import report
 from sqlcal.scheduled import metric_series
 from sqlcal.source import InvalidInputError, Source, source
+from sqlcal.export import from_summaries, summary_sql
 
 from sqlcal._version import __version__
 
@@ -45,6 +46,7 @@ __all__ = [
     "distance_to_calibration",
     "ece",
     "expected_cost",
+    "from_summaries",
     "hosmer_lemeshow",
     "interval_calibration_error",
     "isotonic",
@@ -62,6 +64,7 @@ __all__ = [
     "smooth_ece",
     "smooth_reliability",
     "spiegelhalter",
+    "summary_sql",
     "tce",
     "tce_bins",
 ]

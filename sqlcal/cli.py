@@ -13,7 +13,7 @@ import warnings
 import pandas as pd
 
 from sqlcal.reporting import DEFAULT_METRICS, METRICS
-from sqlcal.sqlgen import DIALECTS, METRIC_REDUCTIONS
+from sqlcal.sqlgen import DIALECTS, METRICS as SQL_METRICS
 
 EXIT_OK, EXIT_ERROR, EXIT_ALERT = 0, 2, 3
 EXIT_CODES = """exit codes:
@@ -126,8 +126,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
 
     sql = commands.add_parser("sql", help="print the SQL of a metric's reduction for a dialect",
                               formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog="metrics: " + ", ".join(sorted(METRIC_REDUCTIONS)))
-    sql.add_argument("metric", choices=sorted(METRIC_REDUCTIONS), metavar="METRIC",
+                              epilog="metrics: " + ", ".join(SQL_METRICS))
+    sql.add_argument("metric", choices=SQL_METRICS, metavar="METRIC",
                      help="one of the metrics listed below")
     sql.add_argument("--dialect", default="duckdb", choices=[*DIALECTS, "spark"],
                      help="default duckdb; databricks and spark are Spark SQL")

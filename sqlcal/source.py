@@ -123,6 +123,7 @@ class Source:
     integer_weights: bool = True
     _validated: bool = False
     _cache: dict = field(default_factory=dict, repr=False)
+    _forbidden: str | None = field(default=None, repr=False)
     #: where the rows come from and the filter, as given to source() (for the reprs)
     origin: str = ""
     where: str | None = None
@@ -219,6 +220,7 @@ class Source:
     def run(self, build: Callable[..., Any]) -> pd.DataFrame:
         """Execute ``build(checks)``; the first scan of the source validates it on the way (the
         ``chk_`` columns are checked, then dropped)."""
+        self._may_query()
         check = not self._validated and self.on_invalid == "raise"
         checks = (partial(summaries.check_aggregates, weighted=self.weighted,
                           float_label=self.float_label) if check else None)
@@ -237,9 +239,23 @@ class Source:
     def scan(self, kind: tuple, build: Callable[[], Any]) -> pd.DataFrame:
         """Run a follow-up query once (it reads rows an earlier summary already validated)."""
         if (kind, None) not in self._cache:
+            self._may_query()
             frame = summaries.execute(build())
             self._cache[(kind, None)] = summaries.fill_unweighted(frame)
         return self._cache[(kind, None)]
+
+    def validate(self, frame: pd.DataFrame) -> None:
+        """Check a summary's validation aggregates (``chk_*``) computed elsewhere (see
+        :func:`sqlcal.from_summaries`): the same checks, without a counting query to name them."""
+        self._check(frame, explain=False)
+
+    def forbid_queries(self, why: str) -> None:
+        """From now on any query is an error saying ``why`` (a source built from summaries)."""
+        self._forbidden = why
+
+    def _may_query(self) -> None:
+        if self._forbidden:
+            raise ValueError(f"{self._forbidden}: it would read the rows again")
 
     def require_binary_labels(self, metric: str) -> None:
         """Raise when soft labels are present but ``metric`` needs labels in {0, 1}."""
@@ -250,7 +266,7 @@ class Source:
                 f"{int(counts['label_soft'].sum())} rows strictly between 0 and 1"
             )
 
-    def _check(self, frame: pd.DataFrame) -> None:
+    def _check(self, frame: pd.DataFrame, explain: bool = True) -> None:
         rows = int(frame["n"].sum())
         if rows == 0:
             raise InvalidInputError("the table has no rows to measure (after where=)")
@@ -284,7 +300,8 @@ class Source:
                          outside("chk_w_min", "chk_w_max", high=np.inf)
                          or bool(np.isinf(frame["chk_w_max"].to_numpy(float)).any())]
         if any(problems):
-            self._report_counts()
+            if explain:
+                self._report_counts()
             # the cheap checks saw a problem the counting query could not name
             raise InvalidInputError(
                 f"invalid rows in score {self.score!r}, label {self.label!r}"

@@ -1,10 +1,10 @@
-"""The core reductions as plain SQL, for users who schedule SQL only (dbt, cron, a warehouse's
-own scheduler). Generated from the same Ibis expressions the library runs, for a canonical table
-``predictions(segment, score, label, weight)``; ``python -m sqlcal.sqlgen`` rewrites ``sql/``, and a
-test fails when the files drift from the code.
+"""Every exported metric's summaries as plain SQL, for users who schedule SQL only (dbt, cron, a
+warehouse's own scheduler). Written by :func:`sqlcal.summary_sql`, the statements the library
+runs, for a canonical table ``predictions(segment, score, label, weight)``; ``python -m
+sqlcal.sqlgen`` rewrites ``sql/``, and a test fails when the files drift from the code.
 
-Each query returns a small summary per segment; sqlcal's metric functions document how to finish
-them (for example ECE = Σ_bins |swy − swp| / Σ W).
+Each statement returns a small summary per segment; :func:`sqlcal.from_summaries` finishes any
+exported metric from them (``sql/README.md`` lists which metric reads which file).
 """
 
 from __future__ import annotations
@@ -15,74 +15,69 @@ from pathlib import Path
 import ibis
 
 from sqlcal import summaries
+from sqlcal.export import exportable, statements, summary_sql
 from sqlcal.source import check_exprs, valid_expr
 
 #: dialects written to sql/ ("databricks" is Spark SQL)
 DIALECTS = ("duckdb", "postgres", "bigquery", "snowflake", "trino", "databricks")
-SCHEMA = {"segment": "string", "score": "float64", "label": "int64", "weight": "float64"}
-
-
-def reductions() -> dict[str, ibis.Table]:
-    """name -> the Ibis expression of each core reduction over the canonical table."""
-    t = ibis.table(SCHEMA, name="predictions")
-    rows = t.select("segment", p=t.score.cast("float64"), y=t.label, w=t.weight)
-    return _reductions(rows, ("segment",), weighted=True)
-
-
-def _reductions(rows, by, *, weighted: bool) -> dict[str, ibis.Table]:
-    variance = {"sw2"} if weighted else set()
-    return {
-        "validation": summaries.validation(rows, by, check_exprs(rows, weighted),
-                                           valid_expr(rows, weighted, False)),
-        "totals": summaries.totals(rows, by, frozenset({"logloss", "spiegelhalter"}),
-                                   weighted=weighted),
-        "uniform_bins_15": summaries.uniform_bins(
-            rows, by, 15, "sqlcal", frozenset({"sums", "moments"} | variance),
-            weighted=weighted),
-        "score_cells_1024": summaries.cells(
-            rows, by, 1024, frozenset({"sums", "residuals"} | variance), weighted=weighted),
-    }
-
-
-#: metric -> the reduction its first pass runs (follow-up passes depend on the data)
-METRIC_REDUCTIONS = {
-    "ece": "uniform_bins_15", "reliability": "uniform_bins_15",
-    "brier_decomposition": "uniform_bins_15", "brier": "totals", "log_loss": "totals",
-    "spiegelhalter": "totals", "calibration_in_the_large": "totals",
-    "hosmer_lemeshow": "score_cells_1024", "cutoff_error": "score_cells_1024",
-    "kuiper": "score_cells_1024", "ks": "score_cells_1024", "tce": "score_cells_1024",
-    "smooth_ece": "score_cells_1024", "validation": "validation", "totals": "totals",
-}
+#: the canonical table of sql/
+TABLE = "predictions"
+COLUMNS = dict(score="score", label="label", weight="weight", by=("segment",))
+#: metric -> the one-shot options sql/ exports it with (its defaults refine with follow-ups)
+ONE_SHOT = {"hosmer_lemeshow": {"strategy": "uniform"}, "cutoff_error": {"exact": False},
+            "kuiper": {"exact": False}, "ks": {"exact": False}}
+#: the metrics ``sqlcal sql`` prints
+METRICS = tuple(exportable())
 
 
 def metric_sql(metric: str, dialect: str, *, table: str, score: str, label: str,
-               weight: str | None = None, by: tuple[str, ...] = ()) -> str:
-    """The SQL of a metric's first reduction for a named table and columns (score DOUBLE, label
-    integer, weight DOUBLE, keys text), built from the same expressions as the library."""
-    if metric not in METRIC_REDUCTIONS:
-        raise ValueError(f"no SQL for {metric!r}; choose from {sorted(METRIC_REDUCTIONS)}")
-    schema = {**{k: "string" for k in by}, score: "float64", label: "int64",
-              **({weight: "float64"} if weight else {})}
-    t = ibis.table(schema, name=table)
-    rows = t.select(*by, p=t[score].cast("float64"), y=t[label],
-                    w=t[weight].cast("float64") if weight else ibis.literal(1.0))
-    expr = _reductions(rows, by, weighted=weight is not None)[METRIC_REDUCTIONS[metric]]
-    return ibis.to_sql(expr, dialect=dialect).strip() + ";"
+               weight: str | None = None, by: tuple[str, ...] = (), **options) -> str:
+    """The statements of a metric's summaries for a named table and columns, each behind a
+    ``-- summary: NAME`` line (what :func:`sqlcal.from_summaries` calls it)."""
+    sql = summary_sql(metric, dialect=dialect, table=table, score=score, label=label,
+                      weight=weight, by=by, **{**ONE_SHOT.get(metric, {}), **options})
+    note = "".join(f"-- {metric}({k}={v!r}): the one-shot form\n"
+                   for k, v in ONE_SHOT.get(metric, {}).items() if k not in options)
+    return note + "\n".join(f"-- summary: {name}\n{text}" for name, text in sql.items())
 
 
 def render(dialect: str) -> dict[str, str]:
+    """file stem -> SQL text of ``sql/<dialect>/``: each summary any exported metric reads, once,
+    and the validation counts."""
     header = (f"-- sqlcal {__import__('sqlcal').__version__}: generated by `python -m sqlcal.sqlgen`"
               f" for {dialect}; do not edit.\n")
-    return {name: header + ibis.to_sql(expr, dialect=dialect).strip() + ";\n"
-            for name, expr in reductions().items()}
+    out = {"validation": header + ibis.to_sql(_validation(), dialect=dialect).strip() + ";\n"}
+    sql = statements({m: ONE_SHOT.get(m, {}) for m in METRICS}, dialect=dialect, table=TABLE,
+                     **COLUMNS)
+    return out | {name: header + text + "\n" for name, text in sql.items()}
+
+
+def readers() -> dict[str, list[str]]:
+    """metric -> the summary files it reads (for sql/README.md)."""
+    return {metric: list(summary_sql(metric, table=TABLE, **COLUMNS,
+                                     **ONE_SHOT.get(metric, {})))
+            for metric in METRICS}
+
+
+def _validation() -> ibis.Table:
+    schema = {"segment": "string", "score": "float64", "label": "int64", "weight": "float64"}
+    t = ibis.table(schema, name=TABLE)
+    rows = t.select("segment", p=t.score.cast("float64"), y=t.label, w=t.weight)
+    return summaries.validation(rows, ("segment",), check_exprs(rows, True),
+                                valid_expr(rows, True, False))
 
 
 def write(root: Path) -> list[Path]:
     paths = []
     for dialect in DIALECTS:
-        for name, sql in render(dialect).items():
-            path = root / dialect / f"{name}.sql"
-            path.parent.mkdir(parents=True, exist_ok=True)
+        folder = root / dialect
+        folder.mkdir(parents=True, exist_ok=True)
+        wanted = render(dialect)
+        for stale in folder.glob("*.sql"):
+            if stale.stem not in wanted:
+                stale.unlink()
+        for name, sql in wanted.items():
+            path = folder / f"{name}.sql"
             path.write_text(sql)
             paths.append(path)
     return paths

@@ -62,12 +62,13 @@ def test_report_shares_one_pass_per_summary(monkeypatch):
     monkeypatch.setattr(summaries, "execute", lambda e: calls.append(ibis.to_sql(e)) or real(e))
     df = demo_frame(rows=5000)
     sqlcal.report(df, score="score", label="label", weight="weight", by="segment")
-    # eleven metrics, three full scans: equal-width bins (validation rides along), the fine score
-    # histogram (equal-mass bins, Hosmer-Lemeshow, cutoff error, Kuiper), the totals (Brier, log
-    # loss, Spiegelhalter, calibration-in-the-large); the other queries read only a few cells
+    # eleven metrics, one full scan: the planner fuses the equal-width bins, the fine score
+    # histogram (equal-mass bins, Hosmer-Lemeshow, cutoff error, Kuiper) and the totals (Brier,
+    # log loss, Spiegelhalter, calibration-in-the-large) into one GROUP BY, validation riding
+    # along; the other queries read only a few cells
     full = [sql for sql in calls if " IN (" not in sql]
-    assert len(full) == 3
-    assert len(calls) <= 6
+    assert len(full) == 1
+    assert len(calls) <= 4
 
 
 def test_config_exit_codes_and_results_once_per_run_id(tmp_path, capsys):

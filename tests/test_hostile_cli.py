@@ -19,7 +19,7 @@ from sqlcal import outputs, scheduled
 from sqlcal.cli import main
 from sqlcal.demo import DEMO_COMMENT, write_demo
 from sqlcal.reporting import METRICS
-from sqlcal.sqlgen import METRIC_REDUCTIONS
+from sqlcal.sqlgen import METRICS as SQL_METRICS
 
 COLUMNS = ["--score", "score", "--label", "label"]
 DB = ["d.duckdb", "--table", "predictions"]
@@ -474,6 +474,6 @@ def test_help_lists_metric_names_and_dialects(capsys):
         assert name in flat
     code, out, _ = cli(capsys, "sql", "--help")
     assert code == 0
-    for name in METRIC_REDUCTIONS:
+    for name in SQL_METRICS:
         assert name in out
     assert "duckdb" in out and "postgres" in out and "oracle" not in out

@@ -5,9 +5,6 @@ SELECT
   COUNT(*) AS `n`,
   MAX(`t1`.`p`) AS `p_max`,
   SUM(`t1`.`w`) AS `W`,
-  SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
-  SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
-  MIN(`t1`.`p`) AS `p_min`,
   SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
   SUM(`t1`.`w` * (
     `t1`.`y` - `t1`.`p`
@@ -24,7 +21,28 @@ SELECT
     `t1`.`p` * (
       1 - `t1`.`p`
     )
-  )) AS `var2`
+  )) AS `var2`,
+  COUNT(`t1`.`p`) AS `chk_p_count`,
+  COUNT(`t1`.`y`) AS `chk_y_count`,
+  MIN(`t1`.`y`) AS `chk_y_min`,
+  MAX(`t1`.`y`) AS `chk_y_max`,
+  SUM(`t1`.`y` * (
+    1 - `t1`.`y`
+  )) AS `chk_y_soft`,
+  COUNT(`t1`.`w`) AS `chk_w_count`,
+  MIN(`t1`.`w`) AS `chk_w_min`,
+  MAX(`t1`.`w`) AS `chk_w_max`,
+  SUM(
+    GREATEST(
+      LEAST(`t1`.`w`, CAST('4503599627370496.0' AS FLOAT64)),
+      CAST('-4503599627370496.0' AS FLOAT64)
+    ) - CAST(FLOOR(
+      GREATEST(
+        LEAST(`t1`.`w`, CAST('4503599627370496.0' AS FLOAT64)),
+        CAST('-4503599627370496.0' AS FLOAT64)
+      )
+    ) AS INT64)
+  ) AS `chk_w_frac`
 FROM (
   SELECT
     `t0`.`segment`,
@@ -33,6 +51,12 @@ FROM (
     `t0`.`weight` AS `w`,
     LEAST(CAST(FLOOR(`t0`.`score` * 1024) AS INT64), 1023) AS `cell`
   FROM `predictions` AS `t0`
+  WHERE
+    (
+      `t0`.`weight` <> 0
+    ) OR (
+      `t0`.`weight` IS NULL
+    ) OR IS_NAN(`t0`.`weight`)
 ) AS `t1`
 GROUP BY
   1,

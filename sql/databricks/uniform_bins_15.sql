@@ -14,7 +14,28 @@ SELECT
   )) AS `swpp`,
   SUM(`t1`.`w` * (
     `t1`.`y` * `t1`.`p`
-  )) AS `swyp`
+  )) AS `swyp`,
+  COUNT(`t1`.`p`) AS `chk_p_count`,
+  COUNT(`t1`.`y`) AS `chk_y_count`,
+  MIN(`t1`.`y`) AS `chk_y_min`,
+  MAX(`t1`.`y`) AS `chk_y_max`,
+  SUM(`t1`.`y` * (
+    1 - `t1`.`y`
+  )) AS `chk_y_soft`,
+  COUNT(`t1`.`w`) AS `chk_w_count`,
+  MIN(`t1`.`w`) AS `chk_w_min`,
+  MAX(`t1`.`w`) AS `chk_w_max`,
+  SUM(
+    GREATEST(
+      LEAST(`t1`.`w`, CAST('4503599627370496.0' AS DOUBLE)),
+      CAST('-4503599627370496.0' AS DOUBLE)
+    ) - CAST(FLOOR(
+      GREATEST(
+        LEAST(`t1`.`w`, CAST('4503599627370496.0' AS DOUBLE)),
+        CAST('-4503599627370496.0' AS DOUBLE)
+      )
+    ) AS BIGINT)
+  ) AS `chk_w_frac`
 FROM (
   SELECT
     `t0`.`segment`,
@@ -23,6 +44,14 @@ FROM (
     `t0`.`weight` AS `w`,
     LEAST(CAST(FLOOR(`t0`.`score` * 15) AS BIGINT), 14) AS `bin`
   FROM `predictions` AS `t0`
+  WHERE
+    (
+      `t0`.`weight` <> 0
+    )
+    OR (
+      `t0`.`weight` IS NULL OR ISNAN(`t0`.`weight`)
+    )
+    OR ISNAN(`t0`.`weight`)
 ) AS `t1`
 GROUP BY
   1,

@@ -57,17 +57,13 @@ SELECT
   ) AS "sw2_spieg_var",
   SUM(
     "t1"."w" * -(
-      CASE
-        WHEN "t1"."y" > 0
-        THEN "t1"."y" * LN(CASE WHEN "t1"."p" > 0 THEN "t1"."p" ELSE 1.0 END)
-        ELSE 0.0
-      END + CASE
-        WHEN "t1"."y" < 1
-        THEN (
-          1 - "t1"."y"
-        ) * LN(CASE WHEN "t1"."p" < 1 THEN 1 - "t1"."p" ELSE 1.0 END)
-        ELSE 0.0
-      END
+      LN(
+        CASE
+          WHEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END > 0
+          THEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END
+          ELSE 1.0
+        END
+      )
     )
   ) AS "sw_logloss",
   COUNT(*) FILTER(WHERE
@@ -89,7 +85,28 @@ SELECT
           "t1"."y" < 1
         )
       )
-    )) AS "n_infinite_logloss"
+    )) AS "n_infinite_logloss",
+  COUNT("t1"."p") AS "chk_p_count",
+  COUNT("t1"."y") AS "chk_y_count",
+  MIN("t1"."y") AS "chk_y_min",
+  MAX("t1"."y") AS "chk_y_max",
+  SUM("t1"."y" * (
+    1 - "t1"."y"
+  )) AS "chk_y_soft",
+  COUNT("t1"."w") AS "chk_w_count",
+  MIN("t1"."w") AS "chk_w_min",
+  MAX("t1"."w") AS "chk_w_max",
+  SUM(
+    GREATEST(
+      LEAST("t1"."w", CAST('4503599627370496.0' AS DOUBLE)),
+      CAST('-4503599627370496.0' AS DOUBLE)
+    ) - CAST(FLOOR(
+      GREATEST(
+        LEAST("t1"."w", CAST('4503599627370496.0' AS DOUBLE)),
+        CAST('-4503599627370496.0' AS DOUBLE)
+      )
+    ) AS BIGINT)
+  ) AS "chk_w_frac"
 FROM (
   SELECT
     "t0"."segment",
@@ -97,6 +114,12 @@ FROM (
     "t0"."label" AS "y",
     "t0"."weight" AS "w"
   FROM "predictions" AS "t0"
+  WHERE
+    (
+      "t0"."weight" <> 0
+    ) OR (
+      "t0"."weight" IS NULL
+    ) OR ISNAN("t0"."weight")
 ) AS "t1"
 GROUP BY
   1;

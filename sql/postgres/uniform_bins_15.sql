@@ -14,7 +14,28 @@ SELECT
   )) AS "swpp",
   SUM("t1"."w" * (
     "t1"."y" * "t1"."p"
-  )) AS "swyp"
+  )) AS "swyp",
+  COUNT("t1"."p") AS "chk_p_count",
+  COUNT("t1"."y") AS "chk_y_count",
+  MIN("t1"."y") AS "chk_y_min",
+  MAX("t1"."y") AS "chk_y_max",
+  SUM("t1"."y" * (
+    1 - "t1"."y"
+  )) AS "chk_y_soft",
+  COUNT("t1"."w") AS "chk_w_count",
+  MIN("t1"."w") AS "chk_w_min",
+  MAX("t1"."w") AS "chk_w_max",
+  SUM(
+    GREATEST(
+      LEAST("t1"."w", CAST('4503599627370496.0' AS DOUBLE PRECISION)),
+      CAST('-4503599627370496.0' AS DOUBLE PRECISION)
+    ) - CAST(FLOOR(
+      GREATEST(
+        LEAST("t1"."w", CAST('4503599627370496.0' AS DOUBLE PRECISION)),
+        CAST('-4503599627370496.0' AS DOUBLE PRECISION)
+      )
+    ) AS BIGINT)
+  ) AS "chk_w_frac"
 FROM (
   SELECT
     "t0"."segment",
@@ -23,6 +44,16 @@ FROM (
     "t0"."weight" AS "w",
     LEAST(CAST(FLOOR("t0"."score" * 15) AS BIGINT), 14) AS "bin"
   FROM "predictions" AS "t0"
+  WHERE
+    (
+      "t0"."weight" <> 0
+    )
+    OR (
+      "t0"."weight" IS NULL
+    )
+    OR (
+      "t0"."weight" = CAST('NaN' AS DOUBLE PRECISION)
+    )
 ) AS "t1"
 GROUP BY
   1,

@@ -57,9 +57,13 @@ SELECT
   ) AS "sw2_spieg_var",
   SUM(
     "t1"."w" * -(
-      IFF("t1"."y" > 0, "t1"."y" * LN(IFF("t1"."p" > 0, "t1"."p", 1.0)), 0.0) + IFF("t1"."y" < 1, (
-        1 - "t1"."y"
-      ) * LN(IFF("t1"."p" < 1, 1 - "t1"."p", 1.0)), 0.0)
+      LN(
+        IFF(
+          IFF("t1"."y" > 0, "t1"."p", 1 - "t1"."p") > 0,
+          IFF("t1"."y" > 0, "t1"."p", 1 - "t1"."p"),
+          1.0
+        )
+      )
     )
   ) AS "sw_logloss",
   COUNT_IF(
@@ -82,7 +86,28 @@ SELECT
         )
       )
     )
-  ) AS "n_infinite_logloss"
+  ) AS "n_infinite_logloss",
+  COUNT("t1"."p") AS "chk_p_count",
+  COUNT("t1"."y") AS "chk_y_count",
+  MIN("t1"."y") AS "chk_y_min",
+  MAX("t1"."y") AS "chk_y_max",
+  SUM("t1"."y" * (
+    1 - "t1"."y"
+  )) AS "chk_y_soft",
+  COUNT("t1"."w") AS "chk_w_count",
+  MIN("t1"."w") AS "chk_w_min",
+  MAX("t1"."w") AS "chk_w_max",
+  SUM(
+    GREATEST(
+      LEAST("t1"."w", CAST('4503599627370496.0' AS DOUBLE)),
+      CAST('-4503599627370496.0' AS DOUBLE)
+    ) - CAST(FLOOR(
+      GREATEST(
+        LEAST("t1"."w", CAST('4503599627370496.0' AS DOUBLE)),
+        CAST('-4503599627370496.0' AS DOUBLE)
+      )
+    ) AS BIGINT)
+  ) AS "chk_w_frac"
 FROM (
   SELECT
     "t0"."segment",
@@ -90,6 +115,16 @@ FROM (
     "t0"."label" AS "y",
     "t0"."weight" AS "w"
   FROM "predictions" AS "t0"
+  WHERE
+    (
+      "t0"."weight" <> 0
+    )
+    OR (
+      "t0"."weight" IS NULL
+    )
+    OR (
+      "t0"."weight" = CAST('NaN' AS DOUBLE)
+    )
 ) AS "t1"
 GROUP BY
   1;

@@ -57,16 +57,12 @@ SELECT
   ) AS "sw2_spieg_var",
   SUM(
     "t1"."w" * -(
-      IF(
-        "t1"."y" > 0,
-        "t1"."y" * LN(IF("t1"."p" > 0, "t1"."p", CAST(1.0 AS DOUBLE))),
-        CAST(0.0 AS DOUBLE)
-      ) + IF(
-        "t1"."y" < 1,
-        (
-          1 - "t1"."y"
-        ) * LN(IF("t1"."p" < 1, 1 - "t1"."p", CAST(1.0 AS DOUBLE))),
-        CAST(0.0 AS DOUBLE)
+      LN(
+        IF(
+          IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p") > 0,
+          IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p"),
+          CAST(1.0 AS DOUBLE)
+        )
       )
     )
   ) AS "sw_logloss",
@@ -89,7 +85,28 @@ SELECT
           "t1"."y" < 1
         )
       )
-    )) AS "n_infinite_logloss"
+    )) AS "n_infinite_logloss",
+  COUNT("t1"."p") AS "chk_p_count",
+  COUNT("t1"."y") AS "chk_y_count",
+  MIN("t1"."y") AS "chk_y_min",
+  MAX("t1"."y") AS "chk_y_max",
+  SUM("t1"."y" * (
+    1 - "t1"."y"
+  )) AS "chk_y_soft",
+  COUNT("t1"."w") AS "chk_w_count",
+  MIN("t1"."w") AS "chk_w_min",
+  MAX("t1"."w") AS "chk_w_max",
+  SUM(
+    GREATEST(
+      LEAST("t1"."w", CAST('4503599627370496.0' AS DOUBLE)),
+      CAST('-4503599627370496.0' AS DOUBLE)
+    ) - CAST(FLOOR(
+      GREATEST(
+        LEAST("t1"."w", CAST('4503599627370496.0' AS DOUBLE)),
+        CAST('-4503599627370496.0' AS DOUBLE)
+      )
+    ) AS BIGINT)
+  ) AS "chk_w_frac"
 FROM (
   SELECT
     "t0"."segment",
@@ -97,6 +114,12 @@ FROM (
     "t0"."label" AS "y",
     "t0"."weight" AS "w"
   FROM "predictions" AS "t0"
+  WHERE
+    (
+      "t0"."weight" <> 0
+    ) OR (
+      "t0"."weight" IS NULL
+    ) OR IS_NAN("t0"."weight")
 ) AS "t1"
 GROUP BY
   1;

@@ -1,0 +1,211 @@
+"""The SQL sqlcal runs, exported: ``summary_sql`` gives the statements of the summaries a metric
+reads, ``from_summaries`` finishes the metric from the frames those statements return, wherever
+they ran (a scheduler that runs SQL only, dbt, a warehouse's own jobs, stored daily summaries).
+
+Both come from the declarations the library itself uses (each metric family's ``NEEDS``, the
+reductions of :mod:`sqlcal.summaries`), so the exported SQL is the SQL that runs. A metric is
+exported when its summaries are one-shot: read in one pass, with no follow-up that depends on the
+data. The equal-width binned metrics, the totals metrics and the grid form of the cumulative
+metrics (``exact=False``, which reports its certified ``grid_bound``) are; the exact equal-mass
+bins and the exact cutoff error refine with follow-up passes, and :func:`summary_sql` says which
+option gives the one-shot form.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Sequence
+
+import ibis
+import pandas as pd
+
+from sqlcal import summaries
+from sqlcal.metrics import binned, cumulative, scores
+from sqlcal.query.declared import union
+from sqlcal.source import Source, source
+
+#: metric function name -> its declared first-stage summaries
+NEEDS = {**binned.NEEDS, **scores.NEEDS, **cumulative.NEEDS}
+#: (metric, option, value) that needs follow-up passes -> the one-shot value to pass instead
+_FOLLOW_UPS = {
+    **{(m, "strategy", "quantile"): "strategy='uniform'"
+       for m in ("ece", "reliability", "brier_decomposition", "hosmer_lemeshow")},
+    **{(m, "exact", True): "exact=False (the grid form, with its certified grid_bound)"
+       for m in ("cutoff_error", "kuiper", "ks")},
+}
+
+
+def exportable() -> list[str]:
+    """The metrics :func:`summary_sql` exports (some only with a one-shot option)."""
+    return sorted(NEEDS)
+
+
+def summary_sql(metric: str, *, dialect: str = "duckdb", table: str, score: str, label: str,
+                weight: str | None = None, by: str | Sequence[str] = (), where: str | None = None,
+                schema: dict[str, str] | None = None, **options: Any) -> dict[str, str]:
+    """The SQL statements of the summaries a metric reads, one per summary.
+
+    Parameters
+    ----------
+    metric : str
+        A metric function's name (see :func:`exportable`).
+    dialect : str, default "duckdb"
+        A dialect Ibis compiles to: duckdb, postgres, bigquery, snowflake, trino, databricks
+        or spark (Spark SQL), ...
+    table : str
+        The table to read, optionally ``"schema.table"``.
+    score, label, weight, by, where
+        As for the metric. ``where`` may name only columns that ``schema`` declares.
+    schema : dict, optional
+        Types of the table's columns (Ibis type names). Default: ``score``, ``label`` and
+        ``weight`` DOUBLE, group keys text.
+    **options
+        The metric's options (``bins=``, ``strategy=``, ...).
+
+    Returns
+    -------
+    dict
+        Summary name (``"uniform_bins_15"``, ``"totals"``, ``"score_cells_1024"``) -> one SQL
+        statement returning that summary per group, with the validation aggregates (``chk_*``)
+        that :func:`from_summaries` checks.
+
+    Raises
+    ------
+    ValueError
+        For a metric that is not exported, or options whose form needs follow-up passes (the
+        message names the one-shot option to pass instead).
+
+    Examples
+    --------
+    >>> sql = summary_sql("ece", table="preds", score="p", label="y", by="segment")
+    >>> list(sql)
+    ['uniform_bins_15']
+    >>> "GROUP BY" in sql["uniform_bins_15"]
+    True
+    """
+    return statements({metric: options}, dialect=dialect, table=table, score=score,
+                      label=label, weight=weight, by=by, where=where, schema=schema)
+
+
+def statements(metrics: dict[str, dict], *, dialect: str = "duckdb", table: str, score: str,
+               label: str, weight: str | None = None, by: str | Sequence[str] = (),
+               where: str | None = None, schema: dict[str, str] | None = None
+               ) -> dict[str, str]:
+    """:func:`summary_sql` for several metrics at once (metric -> options): one statement per
+    distinct summary, holding every column any of them reads."""
+    needs, src = [], None
+    for metric, options in metrics.items():
+        src, chosen = _spec(metric, table=table, score=score, label=label, weight=weight, by=by,
+                            where=where, schema=schema, options=options)
+        needs += NEEDS[metric](src, chosen)
+    dialect = {"spark": "databricks", "pyspark": "databricks"}.get(dialect, dialect)
+    checks = lambda t: summaries.check_aggregates(t, weighted=src.weighted,  # noqa: E731
+                                                  float_label=src.float_label)
+    out = {}
+    for s in union(needs):
+        expr = summaries.reduce(s, src.rows, src.by, weighted=src.weighted, checks=checks,
+                                soft=src.allow_soft)
+        out[s.name] = ibis.to_sql(expr, dialect=dialect).strip() + ";"
+    return out
+
+
+def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str = "score",
+                   label: str = "label", weight: str | None = None,
+                   by: str | Sequence[str] = (), **options: Any) -> pd.DataFrame:
+    """Finish a metric from the summaries :func:`summary_sql`'s statements returned.
+
+    Parameters
+    ----------
+    metric : str
+        As given to :func:`summary_sql`.
+    frames : dict
+        Summary name -> the frame its statement returned (any engine, any client).
+    score, label : str
+        Only for messages.
+    weight : str, optional
+        The weight column the statements were made with (None: unweighted).
+    by : str or sequence of str
+        The group keys the statements were made with.
+    **options
+        The metric's options, as given to :func:`summary_sql`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The metric's result table, equal to the direct call on the same rows.
+
+    Examples
+    --------
+    >>> import duckdb, pandas as pd
+    >>> preds = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
+    >>> sql = summary_sql("ece", table="preds", score="p", label="y", bins=2)
+    >>> frames = {name: duckdb.sql(text).df() for name, text in sql.items()}
+    >>> from_summaries("ece", frames, score="p", label="y", bins=2)
+        ece  n    W  n_bins
+    0  0.25  4  4.0       2
+    """
+    table = "summaries"
+    src, chosen = _spec(metric, table=table, score=score, label=label, weight=weight, by=by,
+                        where=None, schema=None, options=options)
+    needs = NEEDS[metric](src, chosen)
+    missing = [s.name for s in needs if s.name not in frames]
+    if missing:
+        raise ValueError(f"{metric} needs the summaries {missing}; got {sorted(frames)}")
+    for i, s in enumerate(needs):
+        frame = frames[s.name].copy()
+        expected = [*src.by, *([s.key_column] if s.key_column else []), "n"]
+        absent = [c for c in expected if c not in frame]
+        if absent:
+            raise ValueError(f"summary {s.name!r} has no columns {absent}: pass the frame its "
+                             "statement returned, with the same by= and weight=")
+        # engines and clients return exact sums as decimals (DuckDB's HUGEINT, PostgreSQL's
+        # NUMERIC): numbers, read as doubles like the library's own queries
+        keys = [*src.by, *([s.key_column] if s.key_column else [])]
+        for c in frame.columns.difference(keys):
+            if frame[c].dtype == object:
+                frame[c] = frame[c].astype(float)
+        checks = [c for c in frame if c.startswith("chk_")]
+        if checks and not src._validated:
+            src.validate(frame)
+        frame = frame.drop(columns=checks)
+        src.store(s.key, s.parts, frame)
+    if not src._validated:
+        raise ValueError("the summaries carry no validation columns (chk_*): pass the frames "
+                         "summary_sql's statements returned")
+    src.forbid_queries(f"{metric} with these options needs more than its exported summaries")
+    function = _function(metric)
+    return function(src, **chosen)
+
+
+def _function(metric: str):
+    return next(getattr(m, metric) for m in (binned, scores, cumulative) if hasattr(m, metric))
+
+
+def _spec(metric, *, table, score, label, weight, by, where, schema, options
+          ) -> tuple[Source, dict]:
+    if metric not in NEEDS:
+        raise ValueError(f"summary_sql exports {exportable()}, not {metric!r}")
+    function = _function(metric)
+    defaults = {k: p.default for k, p in inspect.signature(function).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise TypeError(f"{metric}() got unexpected options {unknown}")
+    chosen = {**{k: defaults[k] for k in defaults if k not in
+                 ("score", "label", "weight", "by", "where")}, **options}
+    for (name, option, value), instead in _FOLLOW_UPS.items():
+        if name == metric and chosen.get(option) == value:
+            raise ValueError(f"{metric}({option}={value!r}) refines with follow-up passes over "
+                             f"the rows, which one exported statement cannot hold: pass "
+                             f"{instead}, or measure with sqlcal where the rows are")
+    by = (by,) if isinstance(by, str) else tuple(by)
+    types = {**{k: "string" for k in by}, score: "float64", label: "float64",
+             **({weight: "float64"} if weight else {}), **(schema or {})}
+    *prefix, name = table.split(".")  # [catalog.][schema.]table
+    if len(prefix) > 2:
+        raise ValueError(f"table {table!r}: expected table, schema.table or catalog.schema.table")
+    t = ibis.table(types, name=name, database=prefix[-1] if prefix else None,
+                   catalog=prefix[0] if len(prefix) == 2 else None)
+    src = source(t, score=score, label=label, weight=weight, by=by, where=where)
+    return src, {k: v for k, v in chosen.items() if k in defaults}
+
