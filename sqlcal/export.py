@@ -21,6 +21,7 @@ import pandas as pd
 
 from sqlcal import summaries
 from sqlcal.metrics import binned, cumulative, scores
+from sqlcal.options import check as check_options
 from sqlcal.query.declared import union
 from sqlcal.source import Source, source
 
@@ -188,9 +189,12 @@ def _spec(metric, *, table, score, label, weight, by, where, schema, options
     function = _function(metric)
     defaults = {k: p.default for k, p in inspect.signature(function).parameters.items()
                 if p.default is not inspect.Parameter.empty}
-    unknown = sorted(set(options) - set(defaults))
-    if unknown:
-        raise TypeError(f"{metric}() got unexpected options {unknown}")
+    options = check_options(metric, options)  # the metric's own declared checks and budget
+    foreign = sorted(set(options) - set(defaults))
+    if foreign:
+        raise TypeError(f"{metric}: {foreign} are options of the source, which an exported "
+                        "statement does not take (it measures every row of the table; invalid "
+                        "rows are counted in its chk_* columns)")
     chosen = {**{k: defaults[k] for k in defaults if k not in
                  ("score", "label", "weight", "by", "where")}, **options}
     for (name, option, value), instead in _FOLLOW_UPS.items():

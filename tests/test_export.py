@@ -61,7 +61,7 @@ def test_forms_with_follow_up_passes_are_refused_with_the_one_shot_option():
         sqlcal.summary_sql("cutoff_error", **kw)
     with pytest.raises(ValueError, match="exports .*not 'smooth_ece'"):
         sqlcal.summary_sql("smooth_ece", **kw)
-    with pytest.raises(TypeError, match="unexpected options"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'n_bins'"):
         sqlcal.summary_sql("ece", n_bins=3, **kw)
 
 

@@ -49,7 +49,18 @@ def frame():
 
 def public_functions():
     return [name for name in sqlcal.__all__ if callable(getattr(sqlcal, name))
-            and not isinstance(getattr(sqlcal, name), type)] + PLOTS
+            and not isinstance(getattr(sqlcal, name), type) and name not in FORWARDING] + PLOTS
+
+
+#: functions that pass their options to a metric's own check (tested below)
+FORWARDING = ["summary_sql", "from_summaries"]
+
+
+def test_exported_sql_checks_the_metrics_options():
+    with pytest.raises(OptionError, match=r"ece\(\): bins must be a positive integer"):
+        sqlcal.summary_sql("ece", table="t", score="p", label="y", bins=0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'n_bins'"):
+        sqlcal.from_summaries("ece", {}, n_bins=3)
 
 
 #: diagrams with options of their own (the others pass theirs to a checked metric)
