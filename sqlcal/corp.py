@@ -55,8 +55,8 @@ def decompose(
     scoring : {"brier", "log_loss"}, default "brier"
         Squared error (y − p)², or the logarithmic score (natural log, 0·log 0 = 0).
     method : {"auto", "levels", "grid", "engine"}, default "auto"
-        How the isotonic recalibration is computed (:func:`isotonic`); the result's
-        ``attrs["exact"]`` says whether it is exact.
+        How the isotonic recalibration is computed (:func:`isotonic`); the result's ``exact``
+        and ``method`` columns say whether it is exact and how it was computed.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -67,7 +67,9 @@ def decompose(
         One row per group: the keys, ``score`` (the mean score of the predictions), ``n``, ``W``,
         ``miscalibration`` = S(p) − S(p̂), ``discrimination`` = S(ȳ) − S(p̂), ``uncertainty`` =
         S(ȳ), where p̂ is the isotonic recalibration of p (:func:`isotonic`) and ȳ the group's
-        observed rate; with ``on_invalid="drop"``, ``n_dropped``.
+        observed rate, ``scoring`` (the ``scoring`` option), ``exact`` (whether the isotonic
+        fit is exact; False on the score grid), ``method`` (the isotonic method used, ``"auto"``
+        resolved); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -93,9 +95,10 @@ def decompose(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
-    >>> sqlcal.decompose(df, score="p", label="y").round(6)
-       score  n    W  miscalibration  discrimination  uncertainty
-    0  0.175  8  8.0            0.05           0.125         0.25
+    >>> out = sqlcal.decompose(df, score="p", label="y")
+    >>> out[["score", "miscalibration", "discrimination", "uncertainty", "exact"]].round(6)
+       score  miscalibration  discrimination  uncertainty  exact
+    0  0.175            0.05           0.125         0.25   True
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     by = list(src.by)
@@ -129,10 +132,9 @@ def decompose(
             s_clim = _log_score(np.array([Y]), np.array([W])) / W
         rows.append(row | dict(score=s_p, miscalibration=s_p - s_iso,
                                discrimination=s_clim - s_iso, uncertainty=s_clim))
-    out = result(src, pd.DataFrame(rows), ["score", "miscalibration", "discrimination",
-                                           "uncertainty"])
-    out.attrs.update(scoring=scoring, exact=info["exact"], method=info["method"])
-    return out
+    return result(src, pd.DataFrame(rows), ["score", "miscalibration", "discrimination",
+                                            "uncertainty"],
+                  {"scoring": scoring, "exact": bool(info["exact"]), "method": info["method"]})
 
 
 def _log_score(Y: np.ndarray, W: np.ndarray) -> float:

@@ -780,8 +780,9 @@ def calibration_slope(
     -------
     pandas.DataFrame
         One row per group: the keys, ``slope``, ``n``, ``W``, ``slope_se``, ``intercept``,
-        ``intercept_se``, ``joint_intercept`` (the intercept fitted together with the slope);
-        with ``on_invalid="drop"``, ``n_dropped``.
+        ``intercept_se``, ``joint_intercept`` (the intercept fitted together with the slope),
+        ``weight_kind`` (``"frequency"``: model-based standard errors, or ``"sampling"``:
+        sandwich ones; ``"auto"`` resolved); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -802,14 +803,15 @@ def calibration_slope(
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
     ...                    "y": [0, 0, 1, 0, 1, 1, 1, 1]})
     >>> sqlcal.calibration_slope(df, score="p", label="y").round(6).iloc[0]
-    slope              2.414576
-    n                  8.000000
-    W                  8.000000
-    slope_se           1.764436
-    intercept          0.724482
-    intercept_se       0.863595
-    joint_intercept    1.446795
-    Name: 0, dtype: float64
+    slope               2.414576
+    n                          8
+    W                        8.0
+    slope_se            1.764436
+    intercept           0.724482
+    intercept_se        0.863595
+    joint_intercept     1.446795
+    weight_kind        frequency
+    Name: 0, dtype: object
     """
     from sqlcal.metrics import resolve_weight_kind
 
@@ -822,10 +824,8 @@ def calibration_slope(
     out = joint.rename(columns={"b": "slope", "b_se": "slope_se", "a": "joint_intercept"})
     out["intercept"] = fixed["a"].to_numpy()
     out["intercept_se"] = fixed["a_se"].to_numpy()
-    table = result(src, out, ["slope", "slope_se", "intercept", "intercept_se",
-                              "joint_intercept"])
-    table.attrs["weight_kind"] = weight_kind
-    return table
+    return result(src, out, ["slope", "slope_se", "intercept", "intercept_se",
+                             "joint_intercept"], {"weight_kind": weight_kind})
 
 
 def _logistic(src: Source, feature: str, *, offset: bool, smoothed: bool,

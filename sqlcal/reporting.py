@@ -97,6 +97,36 @@ METRICS: dict[str, tuple] = {
     ),
 }
 declare_report_metrics({name: spec[0] for name, spec in METRICS.items()})
+
+#: report metric name -> {result column: report column} for the columns that say how far to
+#: trust its numbers (exact or grid, the grid's bound, the weight kind, the confidence level,
+#: the bins). A report column that several metrics map to (``weight_kind``, ``exact``) is one
+#: column while they agree on every group; a metric that disagrees gets its own
+#: ``<metric>_<column>`` beside it. None keeps a fact out of the wide table (the bins: the
+#: metric's name and the report's ``bins=`` fix them); every fact, None or not, travels in the
+#: ``trust`` column of the tidy tables (:func:`trust`), hence in the JSON and the results table.
+TRUST: dict[str, dict[str, str | None]] = {
+    "ece": {"binning": None},
+    "rmsce": {"binning": None},
+    "mce": {"binning": None},
+    "ece_quantile": {"binning": None},
+    "spiegelhalter": {"weight_kind": "weight_kind"},
+    "hosmer_lemeshow": {"binning": None, "dof_rule": None, "weight_kind": "weight_kind"},
+    "cutoff_error": {"exact": "exact", "grid_bound": "cutoff_grid_bound",
+                     "confidence": "cutoff_confidence", "weight_kind": "weight_kind"},
+    "kuiper": {"exact": "exact", "grid_bound": "kuiper_grid_bound", "weight_kind": "weight_kind"},
+    "ks": {"exact": "exact", "grid_bound": "ks_grid_bound", "weight_kind": "weight_kind"},
+    "ls_ece": {"grid_bound": "ls_ece_grid_bound"},
+    "tce": {"binning": None, "alpha": None, "test": None},
+    "lipschitz_calibration_error": {"quantization_bound": "lipschitz_quantization_bound",
+                                    "lipschitz": None},
+    "distance_to_calibration": {"upper_method": None},
+    "interval_calibration_error": {"method": "interval_calibration_method"},
+    "calibration_decision_loss": {"binning": None, "method": None},
+    "calibration_slope": {"weight_kind": "weight_kind"},
+    "decompose": {"exact": "exact", "method": None, "scoring": None},
+    "brier_decomposition": {"binning": None},
+}
 DEFAULT_METRICS = (
     "ece", "rmsce", "mce", "ece_quantile", "brier", "log_loss", "calibration_in_the_large",
     "spiegelhalter", "hosmer_lemeshow", "cutoff_error", "kuiper",
@@ -153,7 +183,12 @@ def report(
         ``rmsce``, ``mce``, ``ece_quantile``, ``brier``, ``log_loss``, ``citl``, ``oe_ratio``,
         ``spiegelhalter_z``, ``spiegelhalter_p``, ``hl_statistic``, ``hl_dof``, ``hl_p``,
         ``cutoff_error``, ``cutoff_lower``, ``cutoff_upper``, ``kuiper`` and ``kuiper_p``; each
-        metric's own function documents its value and the paper it comes from.
+        metric's own function documents its value and the paper it comes from. Then what
+        qualifies the numbers (:data:`TRUST`), after the metrics: by default ``weight_kind``
+        (how the tests and bounds read the weights), ``exact`` (False when a metric ran on the
+        score grid), ``cutoff_grid_bound``, ``cutoff_confidence`` (the level of
+        [``cutoff_lower``, ``cutoff_upper``]) and ``kuiper_grid_bound``; a metric that
+        disagrees with a shared one gets its own, e.g. ``kuiper_exact``.
 
     Notes
     -----
@@ -165,25 +200,66 @@ def report(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1], "m": ["a"] * 4 + ["b"] * 4})
-    >>> sqlcal.report(df, score="p", label="y", by="m",
-    ...               metrics=["ece", "brier", "cutoff_error"]).round(6)
+    >>> out = sqlcal.report(df, score="p", label="y", by="m",
+    ...                     metrics=["ece", "brier", "cutoff_error"])
+    >>> out.iloc[:, :8].round(6)
        m  n    W   ece  brier  cutoff_error  cutoff_lower  cutoff_upper
     0  a  4  4.0  0.35  0.175         0.175           0.0           1.0
     1  b  4  4.0  0.35  0.175         0.175           0.0           1.0
+    >>> out.iloc[:, 8:]
+       exact  cutoff_grid_bound  cutoff_confidence weight_kind
+    0   True                0.0                0.9   frequency
+    1   True                0.0                0.9   frequency
     """
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)  # "ece" is one metric
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     chosen = {name: metric_options(name, bins=bins) for name in metrics}
     planner.prefetch(src, needs(src, chosen))
-    out = None
-    for name in metrics:
-        function, _, columns = METRICS[name]
-        values = function(src, **chosen[name])
+    return wide(src, {name: METRICS[name][0](src, **chosen[name]) for name in metrics})
+
+
+def wide(src: Source, frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The report table from each metric's result (report name -> frame, in order): the keys,
+    ``n``, ``W`` (and ``n_dropped``), each metric's columns under its report names, then the
+    facts of :data:`TRUST` that qualify them, a shared column once."""
+    out, trusted = None, {}
+    for name, values in frames.items():
         if out is None:
             out = values[[c for c in values if c in (*src.by, "n", "W", "n_dropped")]].copy()
-        for column, target in columns.items():
+        for column, target in METRICS[name][2].items():
             out[target] = values[column].to_numpy()
+        for column, target in TRUST.get(name, {}).items():
+            if target is None or column not in values:
+                continue
+            fact = values[column].to_numpy()
+            if target in trusted and not _same(trusted[target], fact):
+                target = f"{name}_{column}"
+            trusted.setdefault(target, fact)
+    for target, fact in trusted.items():
+        out[target] = fact
     return out
+
+
+def trust(name: str, values: pd.DataFrame) -> list[str]:
+    """Per row of a metric's result, the facts of :data:`TRUST` that qualify it, as a JSON object
+    (sorted keys; NaN as null): the ``trust`` column of the tidy tables, the JSON's metric
+    records and the results table (``{}`` for a metric with none)."""
+    columns = [c for c in TRUST.get(name, {}) if c in values]
+    return [json.dumps({c: _plain(row[c]) for c in columns}, sort_keys=True)
+            for _, row in values[columns].iterrows()] if columns else ["{}"] * len(values)
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(x == y or (_plain(x) is None and _plain(y) is None)
+                                    for x, y in zip(a, b))
+
+
+def _plain(v):
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
 
 
 def needs(src: Source, metrics: dict[str, dict]) -> list[Summary]:

@@ -18,6 +18,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -28,7 +29,8 @@ import pandas as pd
 from sqlcal import outputs
 from sqlcal.options import check as check_options
 from sqlcal.options import checked
-from sqlcal.reporting import METRICS, describe, metric_options, summary_steps, to_json
+from sqlcal.reporting import (METRICS, describe, metric_options, summary_steps, to_json, trust,
+                              wide)
 from sqlcal.source import Source, as_source
 
 #: section -> allowed keys (None: any metric name)
@@ -42,7 +44,10 @@ SECTIONS: dict[str, tuple[str, ...] | None] = {
     "output": ("json", "html"),
     "results": ("table", "url", "database"),
 }
-#: the results table: one row per (run, group, metric, statistic)
+#: the results table: one row per (run, group, metric, statistic); ``trust`` is the metric's
+#: facts that qualify the value (exact or grid, the grid's bound, the weight kind, the
+#: confidence level, the bins), a JSON object as text (:func:`sqlcal.reporting.trust`): one
+#: documented column rather than a row per fact, so that every row stays a number to plot
 RESULTS_SCHEMA = ibis.schema({
     "run_id": "string",
     "run_at": "timestamp",
@@ -53,6 +58,7 @@ RESULTS_SCHEMA = ibis.schema({
     "value": "float64",
     "lower": "float64",
     "upper": "float64",
+    "trust": "string",
 })
 # a metric's interval, reported on its first statistic
 _BOUNDS = (("lower_bound", "upper_bound"), ("ci_lower", "ci_upper"))
@@ -80,7 +86,8 @@ class ScheduledRun:
         One row per group: the keys, ``n``, ``W``, then each metric's columns under the names of
         :func:`sqlcal.report` (worst group first).
     metrics : pandas.DataFrame
-        Tidy: the keys, ``metric``, ``statistic``, ``value``, ``lower``, ``upper``.
+        Tidy: the keys, ``metric``, ``statistic``, ``value``, ``lower``, ``upper``, ``trust``
+        (the metric's qualifying facts, a JSON object: :func:`sqlcal.reporting.trust`).
     alerts : list of dict
         The threshold rules that fired: ``group``, ``metric``, ``column``, ``value``, ``above`` or
         ``below``, ``message``.
@@ -426,9 +433,11 @@ def metric_series(
     pandas.DataFrame
         Tidy, sorted by the keys and ``time``: the group keys, the time key, ``n``, ``W``
         (and ``n_dropped`` with ``on_invalid="drop"``), ``metric``, ``statistic``, ``value``,
-        ``lower``, ``upper``: one row per group, time value and statistic; ``metric`` names the
-        metric, ``statistic`` its value column, ``lower`` and ``upper`` its bounds where the metric
-        has some (NaN otherwise).
+        ``lower``, ``upper``, ``trust``: one row per group, time value and statistic; ``metric``
+        names the metric, ``statistic`` its value column, ``lower`` and ``upper`` its bounds where
+        the metric has some (NaN otherwise), ``trust`` the facts that qualify the metric's numbers
+        (exact or grid, the grid's bound, the weight kind, the confidence level, the bins) as a
+        JSON object (:func:`sqlcal.reporting.trust`).
 
     Notes
     -----
@@ -440,13 +449,16 @@ def metric_series(
     --------
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [.2, .8, .3, .7], "y": [0, 1, 1, 1], "day": [1, 1, 2, 2]})
-    >>> sqlcal.metric_series(df, score="p", label="y", time="day",
-    ...                      metrics=["brier", "cutoff_error"]).round(6)
+    >>> out = sqlcal.metric_series(df, score="p", label="y", time="day",
+    ...                            metrics=["brier", "cutoff_error"])
+    >>> out.drop(columns="trust").round(6)
        day  n    W        metric     statistic  value  lower  upper
     0    1  2  2.0         brier         brier   0.04    NaN    NaN
     1    1  2  2.0  cutoff_error  cutoff_error   0.10    0.0    1.0
     2    2  2  2.0         brier         brier   0.29    NaN    NaN
     3    2  2  2.0  cutoff_error  cutoff_error   0.50    0.0    1.0
+    >>> print(out["trust"].iloc[1])
+    {"confidence": 0.9, "exact": true, "grid_bound": 0.0, "weight_kind": "frequency"}
     """
     by = (by,) if isinstance(by, str) else tuple(by)
     metrics = dict(metrics) if isinstance(metrics, dict) else {m: {} for m in metrics}
@@ -505,6 +517,7 @@ def _measure(src: Source, metrics: dict, step) -> tuple[dict, pd.DataFrame]:
             has = bounds and column == primary
             part["lower"] = values[bounds[0]].astype(float).to_numpy() if has else np.nan
             part["upper"] = values[bounds[1]].astype(float).to_numpy() if has else np.nan
+            part["trust"] = trust(name, values)
             parts.append(part)
     tidy = pd.concat(parts, ignore_index=True)
     if src.by:
@@ -513,12 +526,7 @@ def _measure(src: Source, metrics: dict, step) -> tuple[dict, pd.DataFrame]:
 
 
 def _wide(src: Source, frames: dict, metrics: dict) -> pd.DataFrame:
-    first = frames[next(iter(metrics))]
-    out = first[[c for c in first if c in (*src.by, "n", "W", "n_dropped")]].copy()
-    for name in metrics:
-        for column, target in METRICS[name][2].items():
-            out[target] = frames[name][column].to_numpy()
-    return out
+    return wide(src, {name: frames[name] for name in metrics})
 
 
 def _check_alerts(src: Source, frames: dict, rules: list[dict]) -> list[dict]:
@@ -646,6 +654,7 @@ def results_rows(run: ScheduledRun) -> pd.DataFrame:
         "value": run.metrics["value"].to_numpy(float),
         "lower": run.metrics["lower"].to_numpy(float),
         "upper": run.metrics["upper"].to_numpy(float),
+        "trust": run.metrics["trust"].to_numpy(object),
     }, index=range(len(run.metrics)))
     return frame
 
@@ -668,14 +677,22 @@ def write_results(con, name: str, rows: pd.DataFrame, *, database: str | None = 
     if name not in con.list_tables(database=database):
         con.create_table(name, schema=RESULTS_SCHEMA, database=database)
     target = con.table(name, database=database)
-    if _kinds(target.schema()) != _kinds(RESULTS_SCHEMA):
+    # a results table written before the trust column existed still takes the other columns
+    earlier = {k: v for k, v in RESULTS_SCHEMA.items() if k != "trust"}
+    if _kinds(target.schema()) not in (_kinds(RESULTS_SCHEMA), _kinds(earlier)):
         have = {k: str(v) for k, v in target.schema().items()}
         raise ValueError(f"table {name!r} exists with columns {have}, not a results table's "
                          f"{ {k: str(v) for k, v in RESULTS_SCHEMA.items()} }; choose another name")
+    schema = RESULTS_SCHEMA if "trust" in target.schema() else ibis.schema(earlier)
+    if "trust" not in schema:
+        warnings.warn(f"results table {name!r} has no trust column: the facts that qualify the "
+                      f"values (exact, grid bounds, weight kind, confidence) are not stored; add "
+                      f"it with ALTER TABLE {name} ADD COLUMN trust VARCHAR (TEXT on "
+                      f"PostgreSQL, STRING on Spark)", stacklevel=2)
     before = _count(target, ids[0])
     if before:
         return 0
-    new = ibis.memtable(rows[list(RESULTS_SCHEMA)], schema=RESULTS_SCHEMA)
+    new = ibis.memtable(rows[list(schema)], schema=schema)
     con.insert(name, new.filter(~new.run_id.isin(target.run_id)), database=database)
     return _count(target, ids[0]) - before
 
@@ -765,7 +782,7 @@ def _tidy_records(frame: pd.DataFrame, keys: list[str], time: str | None = None)
     fields = ("n", "W", "metric", "statistic", "value", "lower", "upper")
     return [{"group": {k: _jsonable(r[k]) for k in keys},
              **({"time": _jsonable(r[time])} if time else {}),
-             **{k: _jsonable(r[k]) for k in fields}}
+             **{k: _jsonable(r[k]) for k in fields}, "trust": json.loads(r["trust"])}
             for _, r in frame.iterrows()]
 
 

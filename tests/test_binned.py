@@ -254,7 +254,7 @@ def test_rescaled_sampling_weights_leave_equal_mass_bins_unchanged(upload):
                                weight="w", groups=5)
     assert a.n_groups.iloc[0] == b.n_groups.iloc[0] == 5
     assert a.hl_statistic.iloc[0] == pytest.approx(b.hl_statistic.iloc[0], rel=1e-9)
-    assert a.attrs["weight_kind"] == "sampling"
+    assert (a.weight_kind == "sampling").all()
 
 
 def test_equal_mass_edges_with_sampling_weights(upload):

@@ -26,7 +26,14 @@ def test_demo_then_report(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema_version"] == 1
     assert doc["columns"] == ["model", "n", "W", "ece", "brier", "spiegelhalter_z",
-                              "spiegelhalter_p"]
+                              "spiegelhalter_p", "weight_kind"]
+    # the weight kind travels with the test's numbers: the demo's weights count identical events
+    import duckdb
+
+    with duckdb.connect(db, read_only=True) as c:
+        weights = c.sql("SELECT weight FROM predictions").fetchnumpy()["weight"]
+    kind = "frequency" if np.all(weights == np.round(weights)) else "sampling"
+    assert kind == "frequency" and [r["weight_kind"] for r in doc["rows"]] == [kind] * 2
     # the JSON numbers are the library's numbers
     want = sqlcal.ece(db, table="predictions", score="score", label="label", weight="weight",
                       by="model")

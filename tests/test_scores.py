@@ -63,10 +63,10 @@ def test_spiegelhalter_weight_kinds(upload):
                                 weight_kind="sampling")
     # non-integer weights are sampling weights unless said otherwise; whole numbers, frequencies
     auto = sqlcal.spiegelhalter(upload(df), score="p", label="y", weight="w")
-    assert auto.z.iloc[0] == samp.z.iloc[0] and auto.attrs["weight_kind"] == "sampling"
+    assert auto.z.iloc[0] == samp.z.iloc[0] and auto.weight_kind.iloc[0] == "sampling"
     counts = sqlcal.spiegelhalter(upload(df.assign(w=np.ceil(df.w))), score="p", label="y",
                                   weight="w")
-    assert counts.attrs["weight_kind"] == "frequency"
+    assert counts.weight_kind.iloc[0] == "frequency"
     p, y, w = df.p, df.y, df.w
     num = (w * (y - p) * (1 - 2 * p)).sum()
     v = (1 - 2 * p) ** 2 * p * (1 - p)

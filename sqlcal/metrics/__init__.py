@@ -44,11 +44,16 @@ def per_group(
     return pd.DataFrame(rows, columns=None if rows else [*by, "n", "W"])
 
 
-def result(src: Source, values: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
-    """The result table: keys, ``columns[0]``, ``n``, ``W``, the other columns, ``n_dropped``.
+def result(src: Source, values: pd.DataFrame, columns: Sequence[str],
+           trust: dict | None = None) -> pd.DataFrame:
+    """The result table: keys, ``columns[0]``, ``n``, ``W``, the other columns, the ``trust``
+    columns, ``n_dropped``.
 
     ``values`` holds the keys, ``n``, ``W`` and ``columns`` of every group with valid rows; with
-    ``on_invalid="drop"``, groups that lost all their rows are added with NaN values.
+    ``on_invalid="drop"``, groups that lost all their rows are added with NaN values. ``trust``
+    maps column names to facts that hold for every group (the weight kind, the bins, the
+    confidence level): what a reader needs to trust the numbers travels in the table itself,
+    so it survives concatenation, :func:`sqlcal.report`, JSON and the results table.
     """
     by = list(src.by)
     values = values.reset_index(drop=True)
@@ -66,6 +71,9 @@ def result(src: Source, values: pd.DataFrame, columns: Sequence[str]) -> pd.Data
         out = values.sort_values(by, ignore_index=True) if by else values
     out = out[order].copy()
     out["n"] = out["n"].astype(int)
+    at = len(order) - (src.on_invalid == "drop")
+    for i, (name, value) in enumerate((trust or {}).items()):
+        out.insert(at + i, name, [value] * len(out))
     return out
 
 

@@ -67,7 +67,9 @@ def ece(
     -------
     pandas.DataFrame
         One row per group: the keys, ``ece`` (or ``rmsce``/``mce``), ``n`` (rows), ``W`` (total
-        weight), ``n_bins`` (non-empty bins); with ``on_invalid="drop"``, ``n_dropped``.
+        weight), ``n_bins`` (non-empty bins), ``binning`` (the bins asked for:
+        ``"uniform(B, convention)"`` or ``"quantile(B)"``); with ``on_invalid="drop"``,
+        ``n_dropped``.
 
     Notes
     -----
@@ -88,8 +90,8 @@ def ece(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
     >>> sqlcal.ece(df, score="p", label="y", bins=2)
-        ece  n    W  n_bins
-    0  0.25  4  4.0       2
+        ece  n    W  n_bins             binning
+    0  0.25  4  4.0       2  uniform(2, sqlcal)
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention)
@@ -109,9 +111,9 @@ def ece(
             value = gap.max()
         return {name: value, "n_bins": int((part["n"] > 0).sum())}
 
-    out = result(src, per_group(frame, src.by, finish), [name, "n_bins"])
+    out = result(src, per_group(frame, src.by, finish), [name, "n_bins"],
+                 {"binning": binning(bins, strategy, convention)})
     out["n_bins"] = out["n_bins"].fillna(0).astype(int)
-    out.attrs |= frame.attrs
     return out
 
 
@@ -174,8 +176,11 @@ def reliability(
         One row per group and non-empty bin: the keys, ``bin``, ``bin_lower`` and ``bin_upper``
         (the bin's edges; for equal-mass bins the first bin starts at its lowest score and the
         last ends at its highest), ``n``, ``W``, ``mean_score``, ``observed``, ``gap`` (observed − mean
-        score), ``ci_lower``, ``ci_upper``, ``p_min``, ``p_max``; with ``on_invalid="drop"``,
-        ``n_dropped`` (the group's rows left out).
+        score), ``ci_lower``, ``ci_upper``, ``p_min``, ``p_max``, ``binning`` (as in :func:`ece`),
+        ``ci_method`` (``ci``: the interval's name, or None), ``confidence`` (the intervals'
+        two-sided level), ``weight_kind`` (``"frequency"`` or ``"sampling"``: how the weights
+        entered the intervals, ``"auto"`` resolved); with ``on_invalid="drop"``, ``n_dropped``
+        (the group's rows left out).
 
     Notes
     -----
@@ -222,10 +227,11 @@ def reliability(
         method = wilson_interval if ci == "wilson" else clopper_pearson_interval
         out["ci_lower"], out["ci_upper"] = method(k, n_eff, confidence)
     out["p_min"], out["p_max"] = frame["p_min"], frame["p_max"]
+    out["binning"] = binning(bins, strategy, convention)
+    out["ci_method"], out["confidence"], out["weight_kind"] = ci, confidence, weight_kind
     if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its bins
         out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
                if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
-    out.attrs |= frame.attrs | {"ci": ci, "confidence": confidence, "weight_kind": weight_kind}
     return out
 
 
@@ -274,8 +280,8 @@ def brier_decomposition(
     -------
     pandas.DataFrame
         One row per group: the keys, ``brier``, ``n``, ``W``, ``reliability``, ``resolution``,
-        ``uncertainty``, ``within_bin_variance``, ``within_bin_covariance``, ``label_variance``;
-        with ``on_invalid="drop"``, ``n_dropped``.
+        ``uncertainty``, ``within_bin_variance``, ``within_bin_covariance``, ``label_variance``,
+        ``binning`` (as in :func:`ece`); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -296,7 +302,8 @@ def brier_decomposition(
     --------
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
-    >>> sqlcal.brier_decomposition(df, score="p", label="y", bins=2).round(6).iloc[0]
+    >>> out = sqlcal.brier_decomposition(df, score="p", label="y", bins=2)
+    >>> out.drop(columns="binning").round(6).iloc[0]
     brier                    0.1750
     n                        4.0000
     W                        4.0000
@@ -307,6 +314,8 @@ def brier_decomposition(
     within_bin_covariance    0.0250
     label_variance           0.0000
     Name: 0, dtype: float64
+    >>> out["binning"].iloc[0]
+    'uniform(2, sqlcal)'
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
@@ -330,9 +339,8 @@ def brier_decomposition(
         }
         return parts
 
-    out = result(src, per_group(frame, src.by, finish), ["brier", *_DECOMPOSITION])
-    out.attrs |= frame.attrs
-    return out
+    return result(src, per_group(frame, src.by, finish), ["brier", *_DECOMPOSITION],
+                  {"binning": binning(bins, strategy, convention)})
 
 
 _DECOMPOSITION = (
@@ -399,7 +407,10 @@ def hosmer_lemeshow(
     -------
     pandas.DataFrame
         One row per group: the keys, ``hl_statistic``, ``n``, ``W``, ``dof``, ``p_value``,
-        ``n_groups`` (non-empty risk groups); with ``on_invalid="drop"``, ``n_dropped``.
+        ``n_groups`` (non-empty risk groups), ``binning`` (the risk groups asked for, as in
+        :func:`ece`), ``dof_rule`` (the ``dof`` option), ``weight_kind`` (``"frequency"`` or
+        ``"sampling"``: the group variance used, ``"auto"`` resolved); with
+        ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -414,9 +425,10 @@ def hosmer_lemeshow(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
-    >>> sqlcal.hosmer_lemeshow(df, score="p", label="y", groups=4).round(6)
-       hl_statistic  n    W  dof   p_value  n_groups
-    0      1.101487  8  8.0    4  0.894036         4
+    >>> out = sqlcal.hosmer_lemeshow(df, score="p", label="y", groups=4)
+    >>> out[["hl_statistic", "dof", "p_value", "n_groups", "weight_kind"]].round(6)
+       hl_statistic  dof   p_value  n_groups weight_kind
+    0      1.101487    4  0.894036         4   frequency
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=groups, strategy=strategy, convention="sqlcal",
@@ -440,10 +452,10 @@ def hosmer_lemeshow(
         p = float(stats.chi2.sf(stat, df)) if df > 0 and n_groups else np.nan
         return {"hl_statistic": stat, "dof": df, "p_value": p, "n_groups": n_groups}
 
-    out = result(src, per_group(frame, src.by, finish),
-                 ["hl_statistic", "dof", "p_value", "n_groups"])
-    out.attrs |= frame.attrs | {"dof": dof, "weight_kind": weight_kind}
-    return out
+    return result(src, per_group(frame, src.by, finish),
+                  ["hl_statistic", "dof", "p_value", "n_groups"],
+                  {"binning": binning(groups, strategy, "sqlcal"), "dof_rule": dof,
+                   "weight_kind": weight_kind})
 
 
 # -- the shared bins summary, and intervals ---------------------------------------------------
@@ -466,10 +478,13 @@ def bins_summary(
         frame = planner.fetch(src, declared.uniform(bins, convention, *parts))
     else:
         frame = equal_mass_bins(src, bins, parts)
-    frame = frame.copy()
-    frame.attrs = {"bins": bins, "strategy": strategy,
-                   "convention": convention if strategy == "uniform" else None}
-    return frame
+    return frame.copy()
+
+
+def binning(bins: int, strategy: str, convention: str) -> str:
+    """The bins a binned result was computed on, as its ``binning`` column states them:
+    ``"uniform(B, convention)"`` (equal-width, with the edge convention) or ``"quantile(B)"``."""
+    return f"uniform({bins}, {convention})" if strategy == "uniform" else f"quantile({bins})"
 
 
 def _bin_edges(frame: pd.DataFrame, bins: int, strategy: str, convention: str):

@@ -90,8 +90,11 @@ def cutoff_error(
         ``interval_lower`` (exclusive; −inf when the worst interval starts at the lowest score),
         ``interval_upper`` (inclusive), ``interval_gap`` (signed residual mass there over W: > 0
         under-prediction, < 0 over-prediction), ``grid_bound`` (0 when exact), and with
-        ``epsilon``, ``certified_within`` and ``certified_beyond``; with ``on_invalid="drop"``,
-        ``n_dropped``.
+        ``epsilon``, ``certified_within`` and ``certified_beyond``; then ``exact`` (the
+        ``exact`` option: False for the grid's lower bound), ``confidence`` (1 − 2δ, the level
+        of [``lower_bound``, ``upper_bound``]; each bound alone holds with 1 − δ),
+        ``weight_kind`` (``"frequency"`` or ``"sampling"``: the n of the bounds, ``"auto"``
+        resolved); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -131,19 +134,22 @@ def cutoff_error(
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
     >>> sqlcal.cutoff_error(df, score="p", label="y").round(6).iloc[0]
-    cutoff_error       0.087500
-    n                  8.000000
-    W                  8.000000
-    lower_bound        0.000000
-    upper_bound        0.952909
-    noise_floor        0.236017
-    excursion_above    0.050000
-    excursion_below    0.037500
-    interval_lower     0.200000
-    interval_upper     0.300000
-    interval_gap       0.087500
-    grid_bound         0.000000
-    Name: 0, dtype: float64
+    cutoff_error          0.0875
+    n                          8
+    W                        8.0
+    lower_bound              0.0
+    upper_bound         0.952909
+    noise_floor         0.236017
+    excursion_above         0.05
+    excursion_below       0.0375
+    interval_lower           0.2
+    interval_upper           0.3
+    interval_gap          0.0875
+    grid_bound               0.0
+    exact                   True
+    confidence               0.9
+    weight_kind        frequency
+    Name: 0, dtype: object
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = _extremes(src, exact, cells, weight_kind)
@@ -169,9 +175,8 @@ def cutoff_error(
         t["certified_within"] = t["upper_bound"] <= epsilon
         t["certified_beyond"] = t["lower_bound"] > epsilon
         columns += ["certified_within", "certified_beyond"]
-    out = result(src, t, columns)
-    out.attrs |= {"exact": exact, "delta": delta, "weight_kind": weight_kind}
-    return out
+    return result(src, t, columns, {"exact": bool(exact), "confidence": 1 - 2 * delta,
+                                    "weight_kind": weight_kind})
 
 
 @checked
@@ -223,7 +228,9 @@ def kuiper(
     pandas.DataFrame
         One row per group: the keys, ``kuiper`` (the statistic), ``n``, ``W``, ``p_value``,
         ``sigma`` (the null standard deviation of S_K over W), ``grid_bound`` (in statistic
-        units; 0 when exact); with ``on_invalid="drop"``, ``n_dropped``.
+        units; 0 when exact), ``exact`` (the ``exact`` option), ``weight_kind`` (``"frequency"``
+        or ``"sampling"``: the null variance used, ``"auto"`` resolved); with
+        ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -241,8 +248,8 @@ def kuiper(
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
     >>> sqlcal.kuiper(df, score="p", label="y").round(6)
-         kuiper  n    W   p_value     sigma  grid_bound
-    0  0.591608  8  8.0  0.999982  0.147902         0.0
+         kuiper  n    W   p_value     sigma  grid_bound  exact weight_kind
+    0  0.591608  8  8.0  0.999982  0.147902         0.0   True   frequency
     """
     return _brownian_test(data, "kuiper", score, label, weight, by, where, exact, cells,
                           weight_kind, source_options)
@@ -297,7 +304,9 @@ def ks(
     pandas.DataFrame
         One row per group: the keys, ``ks`` (the statistic), ``n``, ``W``, ``p_value``, ``sigma``
         (the null standard deviation of S_K over W), ``grid_bound`` (in statistic units; 0 when
-        exact); with ``on_invalid="drop"``, ``n_dropped``.
+        exact), ``exact`` (the ``exact`` option), ``weight_kind`` (``"frequency"`` or
+        ``"sampling"``: the null variance used, ``"auto"`` resolved); with
+        ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -315,8 +324,8 @@ def ks(
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
     >>> sqlcal.ks(df, score="p", label="y").round(6)
-             ks  n    W   p_value     sigma  grid_bound
-    0  0.338062  8  8.0  0.999974  0.147902         0.0
+             ks  n    W   p_value     sigma  grid_bound  exact weight_kind
+    0  0.338062  8  8.0  0.999974  0.147902         0.0   True   frequency
     """
     return _brownian_test(data, "ks", score, label, weight, by, where, exact, cells,
                           weight_kind, source_options)
@@ -366,9 +375,8 @@ def _brownian_test(data, name, score, label, weight, by, where, exact, cells, we
                             np.where(np.isinf(value), 0.0, sf(np.nan_to_num(value, posinf=0))))
     t["sigma"] = sigma
     t["grid_bound"] = safe_div(t["grid_bound"] * t["W"], scale)
-    out = result(src, t, [name, "p_value", "sigma", "grid_bound"])
-    out.attrs |= {"exact": exact, "weight_kind": weight_kind}
-    return out
+    return result(src, t, [name, "p_value", "sigma", "grid_bound"],
+                  {"exact": bool(exact), "weight_kind": weight_kind})
 
 
 def _extremes(src: Source, exact: bool, cells: int | None, weight_kind: str) -> pd.DataFrame:

@@ -93,7 +93,8 @@ def lipschitz_calibration_error(
     pandas.DataFrame
         One row per group: the keys, ``lipschitz_calibration_error``, ``n``, ``W``,
         ``quantization_bound`` (the value is within it of the exact one; 0 when exact),
-        ``levels`` (level sets or cells used); with ``on_invalid="drop"``, ``n_dropped``.
+        ``levels`` (level sets or cells used), ``lipschitz`` (the constant K); with
+        ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -135,9 +136,8 @@ def lipschitz_calibration_error(
 
     out = _per_group(src, frame, finish, {"lipschitz_calibration_error": np.nan,
                                           "quantization_bound": np.nan, "levels": 0})
-    out = result(src, out, ["lipschitz_calibration_error", "quantization_bound", "levels"])
-    out.attrs["lipschitz"] = lipschitz
-    return out
+    return result(src, out, ["lipschitz_calibration_error", "quantization_bound", "levels"],
+                  {"lipschitz": lipschitz})
 
 
 @checked

@@ -242,8 +242,9 @@ def spiegelhalter(
     Returns
     -------
     pandas.DataFrame
-        One row per group: the keys, ``z``, ``n``, ``W``, ``p_value`` (two-sided); with
-        ``on_invalid="drop"``, ``n_dropped``.
+        One row per group: the keys, ``z``, ``n``, ``W``, ``p_value`` (two-sided),
+        ``weight_kind`` (``"frequency"`` or ``"sampling"``: the null variance used, ``"auto"``
+        resolved); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -261,8 +262,8 @@ def spiegelhalter(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
     >>> sqlcal.spiegelhalter(df, score="p", label="y").round(6)
-              z  n    W   p_value
-    0  0.416667  4  4.0  0.676922
+              z  n    W   p_value weight_kind
+    0  0.416667  4  4.0  0.676922   frequency
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = totals_summary(src, spiegelhalter=True)
@@ -271,9 +272,7 @@ def spiegelhalter(
     var = t["sw_spieg_var"] if weight_kind == "frequency" or not src.weighted else t["sw2_spieg_var"]
     t["z"] = statistic(t["sw_spieg"], np.sqrt(var.astype(float)))
     t["p_value"] = 2 * stats.norm.sf(np.abs(t["z"]))
-    out = result(src, t, ["z", "p_value"])
-    out.attrs["weight_kind"] = weight_kind
-    return out
+    return result(src, t, ["z", "p_value"], {"weight_kind": weight_kind})
 
 
 def totals_summary(src: Source, *, logloss: bool = False, spiegelhalter: bool = False

@@ -92,8 +92,10 @@ def tce(
     -------
     pandas.DataFrame
         One row per group: the keys, ``tce`` (percent), ``n``, ``W``, ``n_bins``, ``rejected``
-        (weight of rejected predictions); with ``on_invalid="drop"``, ``n_dropped``.
-        :func:`tce_bins` gives the per-bin table.
+        (weight of rejected predictions), ``binning`` (the bins: ``"pavabc(n_min, n_max,
+        tail_rule)"`` with the group's bin-size limits in rows, ``"uniform(B)"`` or
+        ``"quantile(B)"``), ``alpha`` and ``test`` (the test's level and kind); with
+        ``on_invalid="drop"``, ``n_dropped``. :func:`tce_bins` gives the per-bin table.
 
     Notes
     -----
@@ -123,8 +125,8 @@ def tce(
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9] * 2,
     ...                    "y": [1, 0, 1, 0, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1]})
     >>> sqlcal.tce(df, score="p", label="y", strategy="uniform", bins=2)
-        tce   n     W  n_bins  rejected
-    0  25.0  16  16.0       2       4.0
+        tce   n     W  n_bins  rejected     binning  alpha      test
+    0  25.0  16  16.0       2       4.0  uniform(2)   0.05  binomial
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     table = _bins_table(src, strategy, n_min, n_max, bins, alpha, test, tail_rule)
@@ -135,9 +137,12 @@ def tce(
         rejected = part["rejected"].sum()
         rows.append({**key, "n": int(part["n"].sum()), "W": float(W),
                      "tce": 100 * rejected / W if W > 0 else np.nan,
-                     "n_bins": int((part["W"] > 0).sum()), "rejected": float(rejected)})
-    out = result(src, pd.DataFrame(rows), ["tce", "n_bins", "rejected"])
-    out.attrs |= table.attrs
+                     "n_bins": int((part["W"] > 0).sum()), "rejected": float(rejected),
+                     "binning": part["binning"].iloc[0]})
+    out = result(src, pd.DataFrame(rows, columns=None if rows else [*keys, "n", "W"]),
+                 ["tce", "n_bins", "rejected", "binning"], {"alpha": alpha, "test": test})
+    if out["binning"].isna().any():  # groups left without rows still had these bins asked for
+        out["binning"] = out["binning"].fillna(_binning(strategy, n_min, n_max, bins, tail_rule))
     return out
 
 
@@ -198,8 +203,8 @@ def tce_bins(
         One row per group and bin: the keys, ``bin``, ``score_min``, ``score_max``, ``n`` (rows),
         ``W`` (predictions), ``k`` (positives), ``rate`` = k/W, ``mean_score``, ``accepted`` (the
         accepted score intervals, a list of (low, high) pairs), ``rejected`` (predictions the test
-        rejects) and ``tce_bin`` (percent); with ``on_invalid="drop"``, ``n_dropped`` (the group's
-        rows left out).
+        rejects), ``tce_bin`` (percent), ``binning``, ``alpha`` and ``test`` (as in :func:`tce`);
+        with ``on_invalid="drop"``, ``n_dropped`` (the group's rows left out).
 
     Notes
     -----
@@ -221,11 +226,10 @@ def tce_bins(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     out = _bins_table(src, strategy, n_min, n_max, bins, alpha, test, tail_rule)
+    out["alpha"], out["test"] = alpha, test
     if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its bins
-        attrs = out.attrs
         out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
                if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
-        out.attrs = attrs
     return out
 
 
@@ -234,9 +238,18 @@ def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rul
         table = _pavabc_table(src, n_min, n_max, tail_rule, alpha, test)
     else:
         table = _count_rejections(src, _histogram_pieces(src, strategy, bins), alpha, test)
-    table.attrs = {"strategy": strategy, "alpha": alpha, "test": test, "bins": bins,
-                   "n_min": n_min, "n_max": n_max, "tail_rule": tail_rule}
+        table["binning"] = _binning(strategy, n_min, n_max, bins, tail_rule)
     return table
+
+
+def _binning(strategy, n_min, n_max, bins, tail_rule) -> str:
+    """The ``binning`` column: the bins as asked for (PAVA-BC's limits in rows; N/20 and N/5,
+    the paper's default, stand for the group's own counts when no row count is known)."""
+    if strategy != "pavabc":
+        return f"{strategy}({bins})"
+    lo = "N/20" if n_min is None else n_min
+    hi = "N/5" if n_max is None else n_max
+    return f"pavabc({lo}, {hi}, {tail_rule})"
 
 
 # -- bins ------------------------------------------------------------------------------------
@@ -267,7 +280,8 @@ def _pavabc_table(src: Source, n_min, n_max, tail_rule, alpha, test) -> pd.DataF
             intervals = _acceptance(k, n, alpha, test)
             rejected = float(W[s:e][_decide(k, n, p[s:e], alpha, test, intervals)].sum())
             rows.append(_bin_row(key, b, p[s], p[e - 1], int(n_rows[s:e].sum()), n, k,
-                                 float(wp[s:e].sum()), intervals, rejected))
+                                 float(wp[s:e].sum()), intervals, rejected)
+                        | {"binning": _binning("pavabc", lo, hi, None, tail_rule)})
     return pd.DataFrame(rows)
 
 
