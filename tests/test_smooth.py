@@ -3,6 +3,8 @@ and the spec's fixtures; smooth ECE against relplot."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -139,11 +141,96 @@ def test_smooth_ece_matches_relplot(upload, n, ties):
     df = calibration_data(n, seed=6, ties=ties)
     want, width = relplot.smECE(df.p.to_numpy(), df.y.to_numpy(), return_width=True)
     got = sqlcal.smooth_ece(upload(df), score="p", label="y").iloc[0]
-    assert got.smooth_ece == pytest.approx(want, abs=1e-3)
+    assert got.smooth_ece == pytest.approx(want, rel=1e-9)
     assert got.sigma == width
     fixed = sqlcal.smooth_ece(upload(df), score="p", label="y", sigma=0.05).smooth_ece.iloc[0]
     assert fixed == pytest.approx(relplot.smECE_sigma(df.p.to_numpy(), df.y.to_numpy(), 0.05),
-                                  abs=1e-3)
+                                  rel=1e-9)
+
+
+def classifier_outputs(n: int, seed: int, *, groups: int = 0, weights: bool = False):
+    """Scores shaped like a confident classifier's: sigmoids of logits of magnitude about 10
+    (three quarters of the rows within 1e-3 of 0 or 1), nearly all distinct, plus a tenth of
+    the rows tied on a few values: scores drawn from the rest, nodes of relplot's grids
+    (i/1000, i/2560), score-cell edges (c/2^14) and both ends."""
+    rng = np.random.default_rng(seed)
+    z = rng.choice([-1.0, 1.0], n) * rng.gamma(6.0, 1.6, n) + rng.normal(0, 0.5, n)
+    p = expit(z)
+    special_values = [0.0, 1.0, 0.001, 0.999, 0.5, 3 / 2560, 2557 / 2560, 17 / 2**14,
+                      (2**14 - 17) / 2**14, 1 / 2**14, 1 - 1 / 2**14]
+    tied = rng.random(n) < 0.1
+    p[tied] = rng.choice(np.concatenate([rng.choice(p, 100), special_values]), tied.sum())
+    # slightly over-confident, the tied rows calibrated
+    y = (rng.random(n) < np.where(tied, p, expit(0.85 * z + 0.3))).astype(np.int64)
+    df = pd.DataFrame({"p": p, "y": y})
+    if groups:
+        df["g"] = rng.choice([f"g{i}" for i in range(groups)], n)
+    if weights:
+        df["w"] = rng.integers(1, 5, n).astype(float)
+    return df
+
+
+@functools.lru_cache(maxsize=None)
+def relplot_smooth_ece(n: int, seed: int, sigma: float | None, groups: int,
+                       weights: bool = False) -> dict:
+    """relplot's smooth ECE (and bandwidth) per group of ``classifier_outputs``, each row
+    repeated w times when weighted (relplot takes no weights). Cached: every engine compares
+    against the same numbers."""
+    import relplot
+
+    df = classifier_outputs(n, seed, groups=groups, weights=weights)
+    if weights:
+        df = df.loc[df.index.repeat(df.w.astype(int))]
+    out = {}
+    for g, part in df.groupby("g") if groups else [(None, df)]:
+        p, y = part.p.to_numpy(), part.y.to_numpy()
+        out[g] = (relplot.smECE(p, y, return_width=True) if sigma is None
+                  else (relplot.smECE_sigma(p, y, sigma), sigma))
+    return out
+
+
+def engine_size(con, duckdb: int, others: int) -> int:
+    return duckdb if con.name == "duckdb" else others
+
+
+@pytest.mark.parametrize("sigma", [None, 1 / 256, 0.01, 0.1])
+def test_smooth_ece_equals_relplot_on_classifier_outputs(con, upload, sigma):
+    # most mass within 1e-3 of 0 and 1: the score cells there straddle the nodes of relplot's
+    # grid (the automatic bandwidth lands below 0.01, on finer grids than σ = 1's)
+    n = engine_size(con, 120_000, 20_000)
+    df = classifier_outputs(n, seed=11, groups=3)
+    assert df.p.nunique() > 0.8 * n
+    assert ((df.p < 1e-3) | (df.p > 1 - 1e-3)).mean() > 0.6
+    got = sqlcal.smooth_ece(upload(df), score="p", label="y", by="g", sigma=sigma)
+    want = relplot_smooth_ece(n, 11, sigma, 3)
+    assert sorted(got.g) == sorted(want)
+    for _, row in got.iterrows():
+        value, width = want[row.g]
+        assert row.smooth_ece == pytest.approx(value, rel=1e-9, abs=0)
+        assert row.sigma == pytest.approx(width, rel=1e-9, abs=0)
+        if sigma is None:
+            assert width < 0.01  # the search read grids finer than σ = 1's
+
+
+@pytest.mark.parametrize("sigma", [None, 1 / 256])
+def test_smooth_ece_weighted_equals_relplot_on_repeated_rows(con, upload, sigma):
+    n = engine_size(con, 40_000, 10_000)
+    df = classifier_outputs(n, seed=12, groups=2, weights=True)
+    got = sqlcal.smooth_ece(upload(df), score="p", label="y", weight="w", by="g", sigma=sigma)
+    want = relplot_smooth_ece(n, 12, sigma, 2, weights=True)
+    for _, row in got.iterrows():
+        value, width = want[row.g]
+        assert row.smooth_ece == pytest.approx(value, rel=1e-9, abs=0)
+        assert row.sigma == pytest.approx(width, rel=1e-9, abs=0)
+
+
+def test_smooth_ece_with_several_nodes_in_a_cell(con, upload):
+    # σ = 6e-4: relplot's grid has 16666 intervals, finer than the 2^14 score cells
+    n = engine_size(con, 30_000, 10_000)
+    df = classifier_outputs(n, seed=13)
+    got = sqlcal.smooth_ece(upload(df), score="p", label="y", sigma=6e-4).smooth_ece.iloc[0]
+    value, _ = relplot_smooth_ece(n, 13, 6e-4, 0)[None]
+    assert got == pytest.approx(value, rel=1e-9, abs=0)
 
 
 def test_smooth_ece_weights_equal_duplication_and_groups(upload):

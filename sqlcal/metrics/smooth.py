@@ -1,7 +1,8 @@
 """Smooth calibration metrics: the logit-smoothed ECE (LS-ECE) and relplot's smooth ECE (smECE).
 
 The engine does the O(N) part as one GROUP BY: a fine histogram (a linear-binned logit grid for
-LS-ECE; the 16384-cell score histogram with first moments for smECE). numpy does the smoothing.
+LS-ECE; the 16384-cell score histogram split at the nodes of relplot's grid for smECE). numpy
+does the smoothing.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ import pandas as pd
 from scipy import signal, special, stats
 
 from sqlcal import summaries
-from sqlcal.metrics import groups, per_group, result
-from sqlcal.metrics.cells import cells_summary
+from sqlcal.metrics import groups, key_tuple, per_group, result
 from sqlcal.source import Source, as_source
 from sqlcal.options import checked
 
 NOISES = ("gaussian", "uniform")
-#: cells of the score histogram behind smECE: each cell's rows sit within 2^-14 of each other,
-#: and with first moments the linear binning onto relplot's coarser grids is exact (see below)
+#: cells of the score histogram behind smECE: with the offsets' first moments, linear binning
+#: of a cell lying within one interval of relplot's grid is exact (see ``_ScoreHistogram.grid``)
 SMOOTH_CELLS = 2**14
 
 
@@ -74,7 +74,8 @@ def ls_ece(
     -------
     pandas.DataFrame
         One row per group: the keys, ``ls_ece``, ``n``, ``W``, ``grid_bound`` (the grid's error
-        bound, see Notes), ``sigma``; with ``on_invalid="drop"``, ``n_dropped``.
+        bound, see Notes), ``sigma``, ``noise``, ``clip`` and ``grid_step`` (the logit grid
+        spacing δ used); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -102,8 +103,8 @@ def ls_ece(
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
     >>> sqlcal.ls_ece(df, score="p", label="y").round(6)
-         ls_ece  n    W  grid_bound  sigma
-    0  0.342332  8  8.0    0.000004    0.1
+         ls_ece  n    W  grid_bound  sigma     noise      clip  grid_step
+    0  0.342332  8  8.0    0.000004    0.1  gaussian  0.000001      0.005
     """
     # the grid must also resolve the sigmoid (scale 1), not only the kernel: δ ≤ 0.05 for σ ≥ 1
     delta = delta or (min(sigma, 1.0) / 20 if noise == "gaussian" else min(sigma, 1.0) / 200)
@@ -131,8 +132,8 @@ def ls_ece(
 
     out = per_group(grid, src.by, finish)
     out["grid_bound"], out["sigma"] = bound, sigma
-    out = result(src, out, ["ls_ece", "grid_bound", "sigma"])
-    out.attrs |= {"noise": noise, "clip": clip, "delta": delta}
+    out = result(src, out, ["ls_ece", "grid_bound", "sigma"],
+                 {"noise": noise, "clip": clip, "grid_step": delta})
     return out
 
 
@@ -186,8 +187,8 @@ def smooth_ece(
     -------
     pandas.DataFrame
         One row per group: the keys, ``smooth_ece``, ``n``, ``W``, ``sigma`` (the bandwidth
-        used), and with ``bootstrap``, ``ci_lower`` and ``ci_upper``; with ``on_invalid="drop"``,
-        ``n_dropped``.
+        used), and with ``bootstrap``, ``ci_lower``, ``ci_upper``, ``bootstrap`` (the replicates)
+        and ``confidence`` (the interval's level); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -201,20 +202,25 @@ def smooth_ece(
     :math:`\hat r_\sigma` and the smoothed score density :math:`\hat\delta_\sigma`; the default
     bandwidth is the fixed point :math:`\sigma^* = \mathrm{smECE}_{\sigma^*}`.
 
-    relplot rounds the residuals f − y and the counts linearly onto a grid of E nodes on [0, 1],
-    convolves with a Gaussian reflected at 0 and 1, and reports Σ|r̂|·dens / Σdens. Here the
-    engine returns a 16384-cell histogram with each cell's Σw, Σwp, Σwy, Σwp², Σwyp. Linear
-    binning is linear in each row's score between two grid nodes, so a cell lying between two
-    nodes contributes exactly what its rows would: only cells straddling a node (at most one per
-    node) are split by their mean, a shift below 2^-14. The rest is relplot's algorithm, so values
-    agree with ``relplot.smECE`` to about 1e-6 (tested to 1e-3, the issue's bound). Weights: a row
-    of weight w counts w times; non-integer weights are first rescaled to sum to the row count,
-    since relplot's density floor (1e-4 per grid node) is in counts.
+    relplot rounds the residuals f − y and the counts linearly onto a grid of nodes i/h on
+    [0, 1] (h = max(2000, round(20/σ)) // 2), convolves with a Gaussian reflected at 0 and 1,
+    and reports Σ|r̂|·dens / Σdens. Linear binning is linear in a row's score between two
+    nodes, so the engine returns, per score cell of width 2^-14 and per grid interval (a cell
+    holding a node is split at it), Σw, Σwy, Σw(y − p) and each times the offset from the
+    cell's start, from which every node receives exactly what its rows would give it. The
+    automatic bandwidth reads the grid of σ = 1 (the same for every σ ≥ 0.01); a search that
+    reaches σ < 0.01 splits the cells holding a node of each finer grid it reads by one more
+    query over those cells' rows. The rest is relplot's algorithm, so values and the bandwidth
+    agree with ``relplot.smECE`` and ``relplot.smECE_sigma`` to rounding (tested to 1e-9
+    relative, on scores crowded within 1e-3 of 0 and 1). Weights: a row of weight w counts w
+    times; non-integer weights are first rescaled to sum to the row count, since relplot's
+    density floor (1e-4 per grid node) is in counts.
 
     The bootstrap draws, for every (cell, label), a Poisson(m) count of rows (m the cell's
     weight of that label) and places them at that cell and label's mean score. For whole-number
     weights this is exactly the Poisson bootstrap of the rows up to that placement, which leaves
-    the linear binning unchanged (as above). Soft labels have no bootstrap.
+    the linear binning unchanged except in the cells holding a node (a shift below 2^-14 there).
+    Soft labels have no bootstrap.
 
     Examples
     --------
@@ -229,17 +235,17 @@ def smooth_ece(
     0    0.072016  8  8.0    0.1
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    cells = cells_summary(src, ("sums", "moments"), SMOOTH_CELLS)
     if bootstrap:
         src.require_binary_labels("the smooth ECE bootstrap")
+    hists, widths = _exact_histograms(src, sigma)
     rng = np.random.default_rng(seed)
 
-    def finish(part: pd.DataFrame) -> dict:
-        hist = _histogram(src, part)
+    def finish(key: tuple) -> dict:
+        hist = hists[key]
         if hist.total <= 0:
             return {"smooth_ece": np.nan, "sigma": np.nan, "ci_lower": np.nan,
                     "ci_upper": np.nan}
-        width = sigma or _fixed_point(hist)
+        width = widths[key]
         out = {"smooth_ece": hist.smooth_ece(width), "sigma": width}
         if bootstrap:
             draws = []
@@ -253,8 +259,10 @@ def smooth_ece(
         return out
 
     columns = ["smooth_ece", "sigma"] + (["ci_lower", "ci_upper"] if bootstrap else [])
-    out = result(src, per_group(cells, src.by, finish), columns)
-    out.attrs |= {"bootstrap": bootstrap, "confidence": confidence}
+    rows = [{**hist.keys, "n": hist.n, "W": hist.W, **finish(key)} for key, hist in hists.items()]
+    values = pd.DataFrame(rows, columns=None if rows else [*src.by, "n", "W"])
+    out = result(src, values, columns,
+                 {"bootstrap": bootstrap, "confidence": confidence} if bootstrap else None)
     return out
 
 
@@ -327,16 +335,15 @@ def smooth_reliability(
     4  1.00  0.994520  0.761394  0.088867
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    cells = cells_summary(src, ("sums", "moments"), SMOOTH_CELLS)
+    hists, widths = _exact_histograms(src, sigma)
     frames = []
-    for key, part in groups(cells, list(src.by)):
-        hist = _histogram(src, part)
+    for key, hist in hists.items():
         if hist.total <= 0:
             continue
-        width = sigma or _fixed_point(hist)
+        width = widths[key]
         t = np.linspace(0, 1, points)
         observed, density = hist.smooth(width, t, what="label")
-        frames.append(pd.DataFrame({**key, "t": t, "observed": observed,
+        frames.append(pd.DataFrame({**hist.keys, "t": t, "observed": observed,
                                     "density": density / density.mean(), "sigma": width}))
     # sorted by the keys: the summary's group order is the engine's, which varies with the data
     out = pd.concat(frames, ignore_index=True).sort_values([*src.by, "t"], kind="stable",
@@ -350,67 +357,156 @@ def smooth_reliability(
 # -- relplot's smECE on a score histogram -----------------------------------------------------
 
 
-def _histogram(src: Source, part: pd.DataFrame) -> "_ScoreHistogram":
+def _exact_histograms(src: Source, sigma: float | None) -> tuple[dict, dict]:
+    """Each group's score histogram, split at the nodes of every grid its smooth ECE reads, and
+    its bandwidth (``sigma`` or the fixed point): {key: histogram}, {key: bandwidth}.
+
+    The grid depends on the bandwidth, and the automatic bandwidth on the data, so the grids are
+    found by running the search. The first scan splits the cells at the nodes of the grid of
+    ``sigma`` (automatic: of σ = 1, which every search reads, and which serves every σ ≥ 0.01);
+    a search that reads a finer grid (σ < 0.01) has the cells straddling its nodes split by one
+    more query over their rows only, and runs again, until it reads no grid it lacks."""
+    first = _intervals(sigma or 1.0)
+    cells = src.summary(("smooth_cells", SMOOTH_CELLS, first), frozenset(), lambda checks: (
+        summaries.smooth_cells(src.rows, src.by, SMOOTH_CELLS, [first], weighted=src.weighted,
+                               checks=checks)))
+    hists = {key_tuple(keys): _histogram(src, part, keys, first)
+             for keys, part in groups(cells, list(src.by))}
+    have = {first}
+    while True:
+        widths, wanted = {}, set()
+        for key, hist in hists.items():
+            if hist.total > 0:
+                hist.read.clear()
+                widths[key] = sigma or _fixed_point(hist)
+                wanted |= hist.read | {_intervals(widths[key])}
+        missing = sorted(wanted - have)
+        if not missing:
+            return hists, widths
+        split = src.scan(("smooth_split", SMOOTH_CELLS, tuple(missing)), lambda: (
+            summaries.smooth_cells(src.rows, src.by, SMOOTH_CELLS, missing,
+                                   weighted=src.weighted, straddling=True)))
+        pieces = {key_tuple(keys): part for keys, part in groups(split, list(src.by))}
+        for key, hist in hists.items():
+            hist.split(pieces.get(key, split.iloc[:0]), missing)
+        have |= set(missing)
+
+
+def _intervals(sigma: float) -> int:
+    """The intervals of relplot's grid at bandwidth σ: nodes i/h, i = 0 … h."""
+    return max(2000, round(20 / sigma)) // 2
+
+
+def _straddles(cell: np.ndarray, h: int) -> np.ndarray:
+    """Whether score cell c holds a node i/h strictly inside: c·h < i·2^14 < (c + 1)·h."""
+    return (cell * h // SMOOTH_CELLS + 1) * SMOOTH_CELLS < (cell + 1) * h
+
+
+def _histogram(src: Source, part: pd.DataFrame, keys: dict, h: int) -> "_ScoreHistogram":
     # relplot's density floor (1e-4 per node) is in counts: non-integer weights are rescaled to
     # sum to the row count, whole-number weights are counts already
     W = part["W"].sum()
     scale = 1.0 if src.integer_weights or W <= 0 else part["n"].sum() / W
-    return _ScoreHistogram.from_cells(part, scale)
+    whole = part.groupby("cell", sort=False)[list(_COLUMNS)].sum().reset_index()
+    hist = _ScoreHistogram(whole["cell"].to_numpy(np.int64), _quantities(whole, scale), scale)
+    hist.split(part, [h])
+    hist.keys, hist.n, hist.W = keys, int(part["n"].sum()), float(W)
+    return hist
 
+
+#: the summed columns of :func:`sqlcal.summaries.smooth_cells`
+_COLUMNS = ("W", "swd", "swy", "swyd", "swr", "swrd")
+
+
+def _quantities(part: pd.DataFrame, scale: float) -> dict:
+    """Per summary row, Σv and Σv·d (d = p − the cell's start) of the three quantities relplot
+    smooths: the weight (v = w), the residual (v = w(p − y)) and the label (v = wy)."""
+    W, swd, swy, swyd, swr, swrd = (part[c].to_numpy(float) * scale for c in _COLUMNS)
+    return {"weight": (W, swd), "residual": (-swr, -swrd), "label": (swy, swyd)}
 
 
 class _ScoreHistogram:
-    """Per score cell: total weight, Σw·p, residual Σw(p − y), Σw(p − y)·p, for one group."""
+    """One group's score histogram: per score cell, Σv and Σv·d of the weight, the residual
+    p − y and the label (:func:`_quantities`); and for each grid h it was split for, the same
+    sums of the rows of the cells straddling a node, by interval (``pieces[h]``)."""
 
-    def __init__(self, lo, hi, weight, weight_p, resid, resid_p, pos=None, pos_p=None):
-        self.lo, self.hi = lo, hi
-        self.weight, self.weight_p = weight, weight_p
-        self.resid, self.resid_p = resid, resid_p
-        self.pos, self.pos_p = pos, pos_p  # label-1 weight and Σw·p over label 1 (bootstrap)
-        self.total = float(weight.sum())
+    def __init__(self, cell: np.ndarray, sums: dict, scale: float = 1.0):
+        self.cell, self.sums, self.scale = cell, sums, scale
+        self.total = float(sums["weight"][0].sum())
+        self.pieces: dict[int, tuple] = {}
+        self.read: set[int] = set()  # the grids smooth() has read since last cleared
+        self.keys, self.n, self.W = {}, 0, self.total
 
-    @classmethod
-    def from_cells(cls, part: pd.DataFrame, scale: float) -> "_ScoreHistogram":
-        cell = part["cell"].to_numpy()
-        W, swp = part["W"].to_numpy(float), part["swp"].to_numpy(float)
-        swy, swpp, swyp = (part[c].to_numpy(float) for c in ("swy", "swpp", "swyp"))
-        return cls(cell / SMOOTH_CELLS, (cell + 1) / SMOOTH_CELLS, W * scale, swp * scale,
-                   (swp - swy) * scale, (swpp - swyp) * scale, swy * scale, swyp * scale)
+    def split(self, part: pd.DataFrame, grids) -> None:
+        """Take the rows of the cells straddling a node of each grid h in ``grids``, by interval
+        (``part``: this group's rows of :func:`sqlcal.summaries.smooth_cells` with ``b_<h>``)."""
+        for h in grids:
+            # a query for several grids holds the cells straddling any of them: keep h's own
+            own = part[_straddles(part["cell"].to_numpy(np.int64), h)]
+            own = own.groupby(["cell", f"b_{h}"], sort=False)[list(_COLUMNS)].sum().reset_index()
+            self.pieces[h] = (own["cell"].to_numpy(np.int64), own[f"b_{h}"].to_numpy(np.int64),
+                              _quantities(own, self.scale))
 
     def resample(self, rng) -> "_ScoreHistogram":
         # Poisson bootstrap by (cell, label); each resampled row sits at its cell-label mean
-        neg, neg_p = self.weight - self.pos, self.weight_p - self.pos_p
+        lo = self.cell / SMOOTH_CELLS
+        (weight, weight_d), (pos, pos_d) = self.sums["weight"], self.sums["label"]
+        neg, neg_d = weight - pos, weight_d - pos_d
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean_pos = np.where(self.pos > 0, self.pos_p / self.pos, 0.0)
-            mean_neg = np.where(neg > 0, neg_p / neg, 0.0)
-        k_pos = rng.poisson(np.maximum(self.pos, 0)).astype(float)
+            d_pos = np.where(pos > 0, pos_d / pos, 0.0)
+            d_neg = np.where(neg > 0, neg_d / neg, 0.0)
+        k_pos = rng.poisson(np.maximum(pos, 0)).astype(float)
         k_neg = rng.poisson(np.maximum(neg, 0)).astype(float)
-        weight = k_pos + k_neg
-        weight_p = k_pos * mean_pos + k_neg * mean_neg
-        # residual p − y: positives contribute (p − 1), negatives p
-        resid = weight_p - k_pos
-        resid_p = k_pos * mean_pos**2 + k_neg * mean_neg**2 - k_pos * mean_pos
-        return _ScoreHistogram(self.lo, self.hi, weight, weight_p, resid, resid_p,
-                               k_pos, k_pos * mean_pos)
+        # residual p − y: positives contribute p − 1, negatives p
+        r_pos, r_neg = (lo - 1) + d_pos, lo + d_neg
+        return _ScoreHistogram(self.cell, {
+            "weight": (k_pos + k_neg, k_pos * d_pos + k_neg * d_neg),
+            "residual": (k_pos * r_pos + k_neg * r_neg,
+                         k_pos * r_pos * d_pos + k_neg * r_neg * d_neg),
+            "label": (k_pos, k_pos * d_pos)})
 
-    def grid(self, nodes: int, moment: np.ndarray, mass: np.ndarray) -> np.ndarray:
-        """relplot's ``smooth_round_to_grid`` of a quantity onto ``nodes`` points on [0, 1],
-        from per-cell sums of the quantity and of quantity·p (exact for cells between nodes)."""
-        step = nodes - 1
-        with np.errstate(invalid="ignore", divide="ignore"):
-            centre = np.where(self.weight > 0, self.weight_p / self.weight, (self.lo + self.hi) / 2)
-        left = np.clip((centre * step).astype(int), 0, nodes - 2)
-        # Σ v·hat_{left+1}(p) = Σ v·(p·step − left): linear in p within [left, left+1]/step
-        upper = moment * step - mass * left
-        out = np.zeros(nodes)
-        np.add.at(out, left, mass - upper)
-        np.add.at(out, left + 1, upper)
-        return out
+    def grid(self, nodes: int, what: str) -> np.ndarray:
+        """relplot's ``smooth_round_to_grid`` onto ``nodes`` points i/h of [0, 1] (h = nodes − 1)
+        of the weight, the residual p − y or the label (``what``).
+
+        A row at p in [i/h, (i+1)/h] gives v·(1 − f) to node i and v·f to node i + 1, with
+        f = p·h − i: linear in p, so the rows of a cell [c, c + 2^-14) lying within one
+        interval give exactly Σv·f = Σv·(c·h − i) + h·Σv·d to node i + 1 and the rest to node
+        i (c·h − i is exact, and d = p − c carries no cancellation). A cell holding a node
+        strictly inside is read from its pieces on either side of the node (:meth:`split`);
+        without them (a bootstrap replicate), by the interval of its mean.
+        """
+        h = nodes - 1
+        self.read.add(h)
+        cell, (mass, mass_d) = self.cell, self.sums[what]
+        straddles = _straddles(cell, h)
+        # a cell within one interval: the interval of its midpoint (no rounding at its ends)
+        at = (cell + 0.5) / SMOOTH_CELLS
+        pieces = self.pieces.get(h)
+        if pieces is not None:
+            keep = ~straddles
+            piece_cell, piece_left, piece_sums = pieces
+            left = np.concatenate([np.floor(at[keep] * h).astype(np.int64), piece_left])
+            cell = np.concatenate([cell[keep], piece_cell])
+            mass = np.concatenate([mass[keep], piece_sums[what][0]])
+            mass_d = np.concatenate([mass_d[keep], piece_sums[what][1]])
+        else:
+            if straddles.any():
+                weight, weight_d = self.sums["weight"]
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    mean = cell / SMOOTH_CELLS + np.where(weight > 0, weight_d / weight, 0.0)
+                at = np.where(straddles, mean, at)
+            left = np.floor(at * h).astype(np.int64)
+        # p = 1 is the end of the last interval, as in relplot
+        left = np.clip(left, 0, h - 1)
+        upper = mass * (cell * h / SMOOTH_CELLS - left) + h * mass_d
+        return (np.bincount(left, mass - upper, minlength=nodes)
+                + np.bincount(left + 1, upper, minlength=nodes))
 
     def smooth(self, sigma: float, t: np.ndarray, what: str = "residual"):
         """relplot's ReflectedGaussianKernel.smooth of the residual p − y (or, with ``what =
         "label"``, of y: the Nadaraya–Watson estimate of E[y | p]) and of the counts."""
-        nodes = max(2000, round(20 / sigma)) // 2 + 1
+        nodes = _intervals(sigma) + 1
         kernel = np.exp(-((np.linspace(0, 1, nodes) - 0.5) ** 2) / (2 * sigma**2))
         kernel /= np.sqrt(2 * np.pi) * sigma
 
@@ -420,11 +516,8 @@ class _ScoreHistogram:
             smoothed = full[nodes // 2: nodes // 2 + nodes]
             return _interpolate(t, smoothed)
 
-        if what == "residual":
-            values = convolve(self.grid(nodes, self.resid_p, self.resid))
-        else:  # Σwy and Σwy·p per cell
-            values = convolve(self.grid(nodes, self.pos_p, self.pos))
-        density = convolve(self.grid(nodes, self.weight_p, self.weight)) + 1e-4
+        values = convolve(self.grid(nodes, what))
+        density = convolve(self.grid(nodes, "weight")) + 1e-4
         return values / density, density
 
     def smooth_ece(self, sigma: float | None) -> float:
