@@ -816,6 +816,9 @@ def calibration_slope(
     from sqlcal.metrics import resolve_weight_kind
 
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    # the first scan validates: soft labels and fractional weights are known only after it
+    # (before, "auto" read any weights as frequencies and soft labels passed unseen)
+    totals_summary(src)
     src.require_binary_labels("the calibration slope")
     weight_kind = resolve_weight_kind(src, weight_kind)
     sandwich = src.weighted and weight_kind == "sampling"

@@ -299,7 +299,7 @@ def test_cdl_binned_is_the_cdl_of_the_bin_mean_predictor(upload):
     assert out["calibration_decision_loss"][0] == pytest.approx(
         pairwise_cdl(v, W / W.sum(), ybar), abs=LP_ATOL)
     assert out["n_levels"][0] == B
-    assert out.attrs["bins"] == B
+    assert out["binning"][0] == f"uniform({B}, sqlcal)"
 
 
 @st.composite
@@ -525,7 +525,7 @@ def test_expected_cost_with_a_validation_set(upload):
     assert out["error_bound"][0] == pytest.approx(eps * 1.5, abs=1e-12)
     hoeffding = 1.0 * np.sqrt(np.log(2 / delta) / (2 * 500))  # costs range over [0, 1]
     assert out["population_bound"][0] == pytest.approx(upper * 1.5 + hoeffding, abs=1e-12)
-    assert out.attrs["confidence"] == pytest.approx(1 - 2 * delta)
+    assert out["confidence"][0] == pytest.approx(1 - 2 * delta)
     src = sqlcal.source(upload(val), score="p", label="y")
     again = expected_cost(upload(new), score="p", rules=RULE, validation=src, delta=delta)
     assert again["epsilon"][0] == pytest.approx(eps, abs=1e-12)
@@ -625,9 +625,9 @@ def test_expected_cost_best_rule_is_the_cheapest_interval_rule(upload):
             (a0, b0), (a1, b1) = actions[lo], actions[hi]
             f = np.where(p <= c, a0 * p + b0 * (1 - p), a1 * p + b1 * (1 - p))
             assert best <= (w * f).sum() / w.sum() + 1e-12
-    intervals = out.attrs["rules"].query("rule == 'best'")
-    assert intervals["action"].tolist() == ["ignore", "refer", "treat"]
-    assert intervals["l"].iloc[0] < 0 and intervals["r"].iloc[-1] == 1.0
+    best_row = out[out["rule"] == "best"].iloc[0]
+    assert best_row["actions"] == ["ignore", "refer", "treat"]
+    assert best_row["intervals"][0][0] < 0 and best_row["intervals"][-1][1] == 1.0
 
 
 def test_option_errors():
@@ -867,7 +867,7 @@ def test_cost_interval_is_nan_without_a_bound():
 
 def _every_output(data, validation=None, **kw):
     """Every decision function's full result table (n and distinct_per_row left out: see
-    test_zero_weights_equal_removed_rows), with the best rule's intervals."""
+    test_zero_weights_equal_removed_rows); the best rule's intervals are a column of the cost."""
     opts = dict(score="p", label="y", **kw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -880,7 +880,6 @@ def _every_output(data, validation=None, **kw):
             decision_loss(data, payoffs=[(1, 0), (0.9, 0.4), (0, 1)], **opts),
             decision_risk_gap(data, threshold=[0.2, 0.5], **opts),
             cost,
-            cost.attrs["rules"],
         ]
     return [t.drop(columns=[c for c in ("n", "distinct_per_row") if c in t]) for t in tables]
 

@@ -97,8 +97,10 @@ def calibration_decision_loss(
         One row per group: the keys, ``calibration_decision_loss``, ``n``, ``W``, ``v_star``
         (the sup of the V-curve, an upper bound), ``two_action_bound`` (the best two-action task,
         a lower bound), ``ece2_squared`` (a lower bound), ``ece`` (CDL ≤ 2·ECE), ``n_levels``
-        (level sets or bins that carry weight: a row of weight 0 counts nowhere) and
-        ``distinct_per_row`` (``n_levels`` / ``n``); with ``on_invalid="drop"``, ``n_dropped``.
+        (level sets or bins that carry weight: a row of weight 0 counts nowhere),
+        ``distinct_per_row`` (``n_levels`` / ``n``), ``binning`` (``"levels"``, or
+        ``"uniform(B, sqlcal)"`` with ``bins``) and ``method`` (``"hull"`` or ``"lp"``); with
+        ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -177,8 +179,7 @@ def calibration_decision_loss(
     out = result(src, values, ["calibration_decision_loss", "v_star", "two_action_bound",
                                "ece2_squared", "ece", "n_levels", "distinct_per_row"])
     out["n_levels"] = out["n_levels"].fillna(0).astype(int)
-    out.attrs |= {"bins": bins, "method": method}
-    return out
+    return _with_trust(out, binning=_binning(bins), method=method)
 
 
 @checked
@@ -243,8 +244,9 @@ def decision_loss(
     pandas.DataFrame
         One row per group (and threshold): the keys, ``threshold`` (with ``threshold=``),
         ``decision_loss``, ``n``, ``W``, ``payoff`` (mean payoff of trusting the scores) and
-        ``recalibrated_payoff`` (mean payoff of the best response to :math:`\bar y` per level);
-        with ``on_invalid="drop"``, ``n_dropped``.
+        ``recalibrated_payoff`` (mean payoff of the best response to :math:`\bar y` per level),
+        ``binning`` (as in :func:`calibration_decision_loss`); with ``on_invalid="drop"``,
+        ``n_dropped``.
 
     Notes
     -----
@@ -261,9 +263,9 @@ def decision_loss(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.4, 0.6], "y": [0, 1]})
     >>> sqlcal.decision_loss(df, score="p", label="y", threshold=[0.1, 0.5]).round(6)
-       threshold  n    W  decision_loss  payoff  recalibrated_payoff
-    0        0.1  2  2.0           0.05    0.95                  1.0
-    1        0.5  2  2.0           0.00    1.00                  1.0
+       threshold  n    W  decision_loss  payoff  recalibrated_payoff binning
+    0        0.1  2  2.0           0.05    0.95                  1.0  levels
+    1        0.5  2  2.0           0.00    1.00                  1.0  levels
     """
     if (threshold is None) == (payoffs is None):
         raise ValueError("pass exactly one of threshold= and payoffs=")
@@ -295,8 +297,7 @@ def decision_loss(
                             ["threshold", *columns], "threshold", thresholds)
     if bins is None:
         _warn_degenerate(per_group(levels, src.by, _shape))
-    out.attrs["bins"] = bins
-    return out
+    return _with_trust(out, binning=_binning(bins))
 
 
 @checked
@@ -436,7 +437,7 @@ def expected_cost(
         Actions with their costs per positive and per negative: adds the rule ``"best"``, the
         one with the lowest estimated cost among all rules over these actions (each score takes
         the action with the lowest a·f + b·(1 − f): Bayes on the scores, which is an interval
-        rule). Its intervals are in ``attrs["rules"]``, as (l, r] in doubles.
+        rule). Its intervals are in the ``intervals`` column, as (l, r] in doubles.
     epsilon : float, optional
         A bound on the cutoff error :math:`c_{emp}` of this table's own rows: then the bound on
         the realised cost is deterministic (Gao et al. eq. (2)).
@@ -478,10 +479,10 @@ def expected_cost(
         to the costs labels can give; see Notes), ``epsilon`` (the bound used for this table's
         cutoff error), ``population_bound`` (with ``validation``: bound on the absolute difference
         between the population's expected cost per row and the estimate), ``coverage`` (share
-        of the weight in some interval) and ``realised_cost`` (with labels; else NaN).
-        ``attrs["rules"]`` holds the rules' intervals (with ``actions``, the best rule's and
-        its action names) and ``attrs["confidence"]`` the confidence of the bounds (1 − 2δ with
-        ``validation``; None when ``epsilon`` is given, whose own confidence carries over).
+        of the weight in some interval), ``realised_cost`` (with labels; else NaN),
+        ``intervals`` (the rule: a list of (l, r, a, b)), ``actions`` (for the rule ``"best"``,
+        the action name of each interval; else None) and ``confidence`` (of the bounds: 1 − 2δ
+        with ``validation``; NaN when ``epsilon`` is given, whose own confidence carries over).
         With ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
@@ -568,9 +569,15 @@ def expected_cost(
         warnings.warn("some scores fall in no interval of a rule and cost nothing there (see "
                       "the coverage column); use l < 0 and r ≥ 1 to cover every score",
                       stacklevel=2)
-    confidence = (1 - 2 * delta) if validation is not None else None
-    out.attrs |= {"rules": table, "delta": delta, "confidence": confidence}
-    return out
+    rules = {name: rule for name, rule in table.groupby("rule", sort=False)}
+    intervals = {name: [tuple(float(x) for x in row)
+                        for row in rule[["l", "r", "a", "b"]].itertuples(index=False)]
+                 for name, rule in rules.items()}
+    actions = {name: (list(rule["action"]) if "action" in rule and rule["action"].notna().all()
+                      else None) for name, rule in rules.items()}
+    return _with_trust(out, intervals=out["rule"].map(intervals).tolist(),
+                       actions=out["rule"].map(actions).tolist(),
+                       confidence=(1 - 2 * delta) if validation is not None else np.nan)
 
 
 # -- CDL: the LP and the V-curve ----------------------------------------------------------------
@@ -1079,6 +1086,18 @@ def _thresholds(threshold) -> list[float]:
         raise ValueError(f"threshold must be in [0, 1] (or a non-empty sequence of such), "
                          f"not {threshold!r}")
     return values
+
+
+def _binning(bins: int | None) -> str:
+    return "levels" if bins is None else f"uniform({bins}, sqlcal)"
+
+
+def _with_trust(out: pd.DataFrame, **columns) -> pd.DataFrame:
+    """``out`` with the facts a reader needs to trust it as columns, before ``n_dropped``."""
+    at = out.columns.get_loc("n_dropped") if "n_dropped" in out else len(out.columns)
+    for i, (name, value) in enumerate(columns.items()):
+        out.insert(at + i, name, value if isinstance(value, list) else [value] * len(out))
+    return out
 
 
 def _frame(rows: list[dict], by, columns) -> pd.DataFrame:
