@@ -122,8 +122,9 @@ OPTIONS: dict[str, Option] = {
     "soft_labels": Option("bool", "accept labels strictly between 0 and 1"),
     # binning
     "bins": Option("int", "number of bins", low=1),
-    "strategy": Option("choice", "how bins are cut: equal width or equal mass",
-                       choices=("uniform", "quantile")),
+    "strategy": Option("choice", "how bins are cut: equal width, equal mass on quantile edges, or "
+                       "equal mass as uncertainty-calibration cuts it",
+                       choices=("uniform", "quantile", "uncertainty_calibration")),
     "convention": Option("choice", "equal-width bin edges of sqlcal or of a peer library",
                          choices=("sqlcal", "sklearn", "netcal", "relplot")),
     "norm": Option("choice", "the norm of the binned calibration error", choices=("l1", "l2", "max")),
@@ -212,7 +213,8 @@ OPTIONS: dict[str, Option] = {
 OVERRIDES: dict[str, dict[str, Option]] = {
     "hosmer_lemeshow": {
         "groups": Option("int", "number of Hosmer-Lemeshow risk groups", low=1),
-        "strategy": OPTIONS["strategy"],
+        "strategy": Option("choice", "how risk groups are cut: equal mass or equal width",
+                           choices=("quantile", "uniform")),
     },
     "tce": {"strategy": Option("choice", "how TCE cuts bins",
                                choices=("pavabc", "uniform", "quantile"))},

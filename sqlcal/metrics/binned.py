@@ -12,12 +12,13 @@ from scipy import stats
 from sqlcal import summaries
 from sqlcal.query import declared, planner
 from sqlcal.metrics import per_group, resolve_weight_kind, result, variance_parts
-from sqlcal.metrics.cells import cells_needs, equal_mass_bins, summary_parts
+from sqlcal.metrics.cells import (EQUAL_MASS_STRATEGIES, cells_needs, equal_mass_bins,
+                                  summary_parts)
 from sqlcal.source import Source, as_source
 from sqlcal.options import checked
 
 NORMS = {"l1": "ece", "l2": "rmsce", "max": "mce"}
-STRATEGIES = ("uniform", "quantile")
+STRATEGIES = ("uniform", *EQUAL_MASS_STRATEGIES)
 
 
 @checked
@@ -52,9 +53,10 @@ def ece(
         Filter applied in the engine.
     bins : int, default 15
         Number of bins B.
-    strategy : {"uniform", "quantile"}, default "uniform"
-        Equal-width bins, or equal-mass bins on exact quantile edges (right-closed, ties never
-        split), found from a fine score histogram and the few score levels near each edge.
+    strategy : {"uniform", "quantile", "uncertainty_calibration"}, default "uniform"
+        Equal-width bins; equal-mass bins on exact quantile edges (right-closed, ties never
+        split), found from a fine score histogram and the few score levels near each edge; or
+        uncertainty-calibration's equal-mass bins (see Notes), found the same way.
     norm : {"l1", "l2", "max"}, default "l1"
         L1 gives ECE, L2 the root-mean-square calibration error, max the maximum calibration error.
     convention : {"sqlcal", "sklearn", "netcal", "relplot"}, default "sqlcal"
@@ -68,8 +70,8 @@ def ece(
     pandas.DataFrame
         One row per group: the keys, ``ece`` (or ``rmsce``/``mce``), ``n`` (rows), ``W`` (total
         weight), ``n_bins`` (non-empty bins), ``binning`` (the bins asked for:
-        ``"uniform(B, convention)"`` or ``"quantile(B)"``); with ``on_invalid="drop"``,
-        ``n_dropped``.
+        ``"uniform(B, convention)"``, ``"quantile(B)"`` or ``"uncertainty_calibration(B)"``);
+        with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -84,6 +86,20 @@ def ece(
     Calibration of Modern Neural Networks (after Naeini, Cooper & Hauskrecht (2015), Obtaining Well
     Calibrated Probabilities Using Bayesian Binning): it estimates the calibration error of the
     binned predictor, not of the scores themselves.
+
+    ``strategy="uncertainty_calibration"`` cuts as uncertainty-calibration (Kumar, Liang & Ma
+    (2019), Verified Uncertainty Calibration) does in ``get_equal_bins``: the N sorted scores
+    are split into min(B, N) blocks of consecutive ranks as ``np.array_split`` splits them (the
+    first N mod B blocks one row longer), each interior edge is the midpoint
+    :math:`(s_{(e-1)} + s_{(e)})/2` of the last score of a block and the first of the next, and
+    bins are right-closed on the edges (a score equal to an edge joins the lower bin, so tied
+    scores are never split; a tie across a block boundary moves rows between blocks). With
+    ``norm="l1"`` or ``"l2"`` the value equals its plug-in binned estimator,
+    ``lower_bound_scaling_ce(p, y, p=1 or 2, debias=False, num_bins=B,
+    binning_scheme=get_equal_bins)`` (``get_ece_em`` for L1), to about 1e-15; its default
+    ``get_calibration_error`` debiases instead, and switches to other bins when scores repeat.
+    The peer has no weights: whole-number weights count as repeated rows (ranks of the expanded
+    sample), and fractional weights are refused.
 
     Examples
     --------
@@ -153,8 +169,9 @@ def reliability(
         Filter applied in the engine before anything else.
     bins : int, default 15
         Number of bins B.
-    strategy : {"uniform", "quantile"}, default "uniform"
-        Equal-width bins, or equal-mass bins on exact quantile edges (ties never split).
+    strategy : {"uniform", "quantile", "uncertainty_calibration"}, default "uniform"
+        Equal-width bins, equal-mass bins on exact quantile edges (ties never split), or
+        uncertainty-calibration's equal-mass bins (see :func:`ece`).
     convention : {"sqlcal", "sklearn", "netcal", "relplot"}, default "sqlcal"
         Equal-width bin edges, as in :func:`ece`.
     ci : {"wilson", "clopper-pearson", None}, default "wilson"
@@ -268,8 +285,9 @@ def brier_decomposition(
         Filter applied in the engine before anything else.
     bins : int, default 15
         Number of bins B.
-    strategy : {"uniform", "quantile"}, default "uniform"
-        Equal-width bins, or equal-mass bins on exact quantile edges (ties never split).
+    strategy : {"uniform", "quantile", "uncertainty_calibration"}, default "uniform"
+        Equal-width bins, equal-mass bins on exact quantile edges (ties never split), or
+        uncertainty-calibration's equal-mass bins (see :func:`ece`).
     convention : {"sqlcal", "sklearn", "netcal", "relplot"}, default "sqlcal"
         Equal-width bin edges, as in :func:`ece`.
     **source_options
@@ -477,14 +495,15 @@ def bins_summary(
     if strategy == "uniform":
         frame = planner.fetch(src, declared.uniform(bins, convention, *parts))
     else:
-        frame = equal_mass_bins(src, bins, parts)
+        frame = equal_mass_bins(src, bins, parts, strategy)
     return frame.copy()
 
 
 def binning(bins: int, strategy: str, convention: str) -> str:
     """The bins a binned result was computed on, as its ``binning`` column states them:
-    ``"uniform(B, convention)"`` (equal-width, with the edge convention) or ``"quantile(B)"``."""
-    return f"uniform({bins}, {convention})" if strategy == "uniform" else f"quantile({bins})"
+    ``"uniform(B, convention)"`` (equal-width, with the edge convention), ``"quantile(B)"`` or
+    ``"uncertainty_calibration(B)"`` (equal mass)."""
+    return f"uniform({bins}, {convention})" if strategy == "uniform" else f"{strategy}({bins})"
 
 
 def _bin_edges(frame: pd.DataFrame, bins: int, strategy: str, convention: str):

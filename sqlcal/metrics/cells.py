@@ -24,6 +24,11 @@ CELLS = 1024
 ZOOM = 1024
 #: fetch the score levels of the wanted cells once they hold at most this many rows
 LEVEL_ROWS = 1_000_000
+#: the equal-mass strategies: edges at numpy's linear-interpolation quantiles (sqlcal's own, also
+#: scikit-learn's, netcal's and pandas' qcut), or uncertainty-calibration's rank blocks with edges
+#: at the midpoints between the last score of one block and the first of the next (its
+#: ``get_equal_bins``)
+EQUAL_MASS_STRATEGIES = ("quantile", "uncertainty_calibration")
 
 
 def summary_parts(src: Source, *names: str) -> frozenset:
@@ -53,21 +58,41 @@ def pair_levels(src: Source, cells: int, pairs: pd.DataFrame) -> pd.DataFrame:
         src.rows, by, cells, pairs, frozenset({"sums"}), weighted=src.weighted))
 
 
-def equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
+def equal_mass_bins(src: Source, bins: int, parts: frozenset,
+                    strategy: str = "quantile") -> pd.DataFrame:
     """One row per group and non-empty equal-mass bin: the summed columns, ``p_min``, ``p_max``,
     and the group's interior edges ``e1 … e{B−1}``.
 
-    Edges are numpy's linear-interpolation quantiles at ``np.linspace(0, 1, B + 1)`` of the sample
-    with each row repeated w times (``np.quantile`` to the last bit for unit or whole-number
-    weights; other weights are first rescaled to sum to the row count); bins are right-closed on
-    them, so rows equal to an edge join the lower bin together. Every cell that holds no order statistic behind
-    an edge lies wholly on one side of every edge, so only the wanted cells need their levels.
+    ``strategy="quantile"``: edges are numpy's linear-interpolation quantiles at
+    ``np.linspace(0, 1, B + 1)`` of the sample with each row repeated w times (``np.quantile`` to
+    the last bit for unit or whole-number weights; other weights are first rescaled to sum to the
+    row count).
+
+    ``strategy="uncertainty_calibration"``: the sorted sample (each row repeated w times; whole
+    weights only) is split into min(B, N) blocks of consecutive ranks as ``np.array_split`` does
+    (the first N mod B blocks one longer), and edge i is (s[e_i − 1] + s[e_i]) / 2 with e_i the
+    first rank of block i + 1: the edges of uncertainty-calibration's ``get_equal_bins``, to the
+    last bit. With fewer rows than bins the missing edges repeat the highest score.
+
+    Bins are right-closed on the edges, so rows equal to an edge join the lower bin together.
+    Every cell that holds no order statistic behind an edge lies wholly on one side of every
+    edge, so only the wanted cells need their levels.
     """
+    if strategy not in EQUAL_MASS_STRATEGIES:
+        raise ValueError(f"strategy must be one of {EQUAL_MASS_STRATEGIES} for equal-mass bins, "
+                         f"not {strategy!r}")
     by = list(src.by)
     scale = CELLS
     pieces = {key_tuple(k): part.sort_values("cell", ignore_index=True)
               for k, part in split_groups(cells_summary(src, parts), by)}
-    wanted = {key: _edge_pieces(part, bins, src.integer_weights) for key, part in pieces.items()}
+    if strategy == "uncertainty_calibration" and src.weighted and not src.integer_weights:
+        raise ValueError(
+            f"strategy='uncertainty_calibration' cuts equal-mass bins by row rank, and weight "
+            f"column {src.weight!r} holds fractional weights, for which uncertainty-calibration "
+            "has no definition (whole-number weights count as repeated rows); pass "
+            "strategy='quantile' (weighted quantile edges) or drop weight=")
+    edge_rule = (bins, src.integer_weights, strategy)
+    wanted = {key: _edge_pieces(part, *edge_rule) for key, part in pieces.items()}
     while _rows_to_fetch(pieces, wanted) > LEVEL_ROWS and scale * ZOOM <= 2**50:
         ids = {key: part.loc[wanted[key], "cell"].tolist() for key, part in pieces.items()}
         sub = src.scan(("zoom", scale, _key(ids), parts), lambda: summaries.cells(
@@ -80,8 +105,7 @@ def equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
             coarse = coarse.assign(cell=coarse["cell"] * ZOOM)  # the same range, finer ids
             pieces[key] = pd.concat([coarse, finer]).sort_values("cell", ignore_index=True)
         scale *= ZOOM
-        wanted = {key: _edge_pieces(part, bins, src.integer_weights)
-                  for key, part in pieces.items()}
+        wanted = {key: _edge_pieces(part, *edge_rule) for key, part in pieces.items()}
     ids = {key: part.loc[wanted[key], "cell"].tolist() for key, part in pieces.items()}
     levels = {}
     if any(ids.values()):
@@ -96,7 +120,7 @@ def equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
             lv = lv[lv["cell"].isin(own["cell"])]
             lv = lv.iloc[np.argsort(lv["p"].to_numpy(), kind="stable")]
             lv = lv.assign(p_min=lv["p"], p_max=lv["p"])
-            edges = _quantile_edges(part, lv, bins, src.integer_weights)
+            edges = _quantile_edges(part, lv, *edge_rule)
             rest = pd.concat([part.drop(index=wanted[key]), lv.drop(columns="p")])
         else:  # no weight: no quantiles, one bin
             edges, rest = np.full(bins - 1, np.inf), part
@@ -106,7 +130,11 @@ def equal_mass_bins(src: Source, bins: int, parts: frozenset) -> pd.DataFrame:
         agg = rest.groupby("bin").agg({**dict.fromkeys(sums, "sum"), "p_min": "min",
                                        "p_max": "max"}).reset_index()
         keys = dict(zip(by, key))
-        out.append(agg.assign(**keys, **{f"e{i}": e for i, e in enumerate(edges, start=1)}))
+        # the edge columns in one piece: B − 1 single assignments fragment the frame
+        edge_columns = pd.DataFrame(np.tile(np.asarray(edges, float), (len(agg), 1)),
+                                    columns=[f"e{i}" for i in range(1, len(edges) + 1)],
+                                    index=agg.index)
+        out.append(pd.concat([agg.assign(**keys), edge_columns], axis=1))
     return pd.concat(out, ignore_index=True)
 
 
@@ -120,25 +148,36 @@ def _rows_to_fetch(pieces: dict, wanted: dict) -> int:
                for k, part in pieces.items())
 
 
-def _positions(part: pd.DataFrame, bins: int, integer_weights: bool):
-    """Cumulative weight per cell in position units, and the B − 1 positions h behind the edges.
+def _positions(part: pd.DataFrame, bins: int, integer_weights: bool, strategy: str = "quantile"):
+    """Cumulative weight per cell in position units, and the positions h behind the edges: each
+    edge is found from the order statistics at ranks ⌊h⌋ and ⌊h⌋ + 1 (from 0).
 
     Whole-number weights are frequencies: positions count rows of the expanded sample and
     h = (W − 1)·q, numpy's linear rule on it. Other weights are rescaled to sum to the row count
     first, so that rescaling them changes nothing (and equal weights give numpy's rule on the rows).
     q comes from ``np.linspace`` as in scikit-learn, netcal and pandas' qcut, so edges match theirs
-    to the last bit."""
+    to the last bit. For uncertainty-calibration's blocks (N = W rows, B' = min(B, N) blocks,
+    ``np.array_split`` sizes), h = e_i − 1/2 with e_i = i·⌊N/B'⌋ + min(i, N mod B'): the last
+    rank of block i and the first of block i + 1."""
     W_cells = part["W"].to_numpy(float)
     W = W_cells.sum()
+    if strategy == "uncertainty_calibration":
+        N = int(round(W))
+        blocks = min(bins, N)
+        if blocks < 2:  # one block: with B > 1, one edge at the highest score (padded later)
+            return 1.0, np.array([N - 0.5] if bins > 1 and N else [])
+        i = np.arange(1, blocks)
+        return 1.0, i * (N // blocks) + np.minimum(i, N % blocks) - 0.5
     unit = 1.0 if integer_weights or W <= 0 else part["n"].sum() / W
     total = W * unit
     return unit, (total - 1) * np.linspace(0.0, 1.0, bins + 1)[1:-1]
 
 
-def _edge_pieces(part: pd.DataFrame, bins: int, integer_weights: bool = True) -> list:
+def _edge_pieces(part: pd.DataFrame, bins: int, integer_weights: bool = True,
+                 strategy: str = "quantile") -> list:
     """Row indices of the cells holding the order statistics at positions ⌊h⌋ and ⌊h⌋+1 of
     every edge (and any zero-weight cells between them)."""
-    unit, positions = _positions(part, bins, integer_weights)
+    unit, positions = _positions(part, bins, integer_weights, strategy)
     C = np.cumsum(part["W"].to_numpy(float)) * unit
     if not len(C) or C[-1] <= 0:
         return []
@@ -152,9 +191,9 @@ def _edge_pieces(part: pd.DataFrame, bins: int, integer_weights: bool = True) ->
 
 
 def _quantile_edges(part: pd.DataFrame, levels: pd.DataFrame, bins: int,
-                    integer_weights: bool = True) -> np.ndarray:
+                    integer_weights: bool = True, strategy: str = "quantile") -> np.ndarray:
     """The B − 1 interior edges from the wanted cells' levels (sorted by score)."""
-    unit, positions = _positions(part, bins, integer_weights)
+    unit, positions = _positions(part, bins, integer_weights, strategy)
     W_cells = part["W"].to_numpy(float)
     before = dict(zip(part["cell"], np.cumsum(W_cells) - W_cells))
     within = levels.groupby("cell", sort=False)["W"].cumsum().to_numpy(float)
@@ -166,6 +205,10 @@ def _quantile_edges(part: pd.DataFrame, levels: pd.DataFrame, bins: int,
         lo = value[min(np.searchsorted(C, t0, side="right"), len(C) - 1)]
         hi = value[min(np.searchsorted(C, t0 + 1, side="right"), len(C) - 1)]
         frac = h - t0
-        # numpy's _lerp, so edges equal np.quantile to the last bit
-        edges.append(hi - (hi - lo) * (1 - frac) if frac >= 0.5 else lo + (hi - lo) * frac)
+        if strategy == "uncertainty_calibration":
+            edges.append((lo + hi) / 2.0)  # get_equal_bins' midpoint, rounded as it rounds it
+        else:  # numpy's _lerp, so edges equal np.quantile to the last bit
+            edges.append(hi - (hi - lo) * (1 - frac) if frac >= 0.5 else lo + (hi - lo) * frac)
+    if len(edges) < bins - 1:  # fewer rows than bins: the missing edges close the last bin
+        edges += [value[-1]] * (bins - 1 - len(edges))
     return np.array(edges)
