@@ -425,11 +425,11 @@ def smooth_cells(rows: ir.Table, by: Sequence[str], cells: int, grids: Sequence[
     where scores crowd near 1, unlike Σwp and Σwy).
 
     ``straddling=True`` reads only the rows of cells holding a node of some grid strictly
-    inside: cell c holds one of grid h when FLOOR(((c+1)h − 1)/2^k) > FLOOR(ch/2^k)."""
+    inside: cell c holds a node i/h when c·h < i·2^k < (c+1)·h, that is (c·h mod 2^k) > 2^k − h
+    (every cell does when h ≥ 2^k)."""
     t = rows.mutate(cell=score_cell(rows.p, cells))
-    if straddling:
-        t = t.filter(ibis.or_(*(((t.cell * h + (h - 1)) / cells).floor()
-                                > (t.cell * h / cells).floor() for h in grids)))
+    if straddling and max(grids) < cells:
+        t = t.filter(ibis.or_(*((t.cell * h) % cells > cells - h for h in grids)))
     bins = {f"b_{h}": (t.p * h).floor().cast("int64") for h in grids}
     t = t.mutate(**bins, d=t.p - t.cell.cast("float64") / cells, r=t.y - t.p)
     times = (lambda v: t.w * v) if weighted else (lambda v: v)

@@ -398,8 +398,9 @@ def _intervals(sigma: float) -> int:
 
 
 def _straddles(cell: np.ndarray, h: int) -> np.ndarray:
-    """Whether score cell c holds a node i/h strictly inside: c·h < i·2^14 < (c + 1)·h."""
-    return (cell * h // SMOOTH_CELLS + 1) * SMOOTH_CELLS < (cell + 1) * h
+    """Whether score cell c holds a node i/h strictly inside: c·h < i·2^14 < (c + 1)·h, that is
+    (c·h mod 2^14) > 2^14 − h."""
+    return cell * h % SMOOTH_CELLS > SMOOTH_CELLS - h
 
 
 def _histogram(src: Source, part: pd.DataFrame, keys: dict, h: int) -> "_ScoreHistogram":
