@@ -270,11 +270,29 @@ def test_smooth_reliability_curve(upload):
     sigma = curve.sigma.iloc[0]
     want, _ = ReflectedGaussianKernel(sigma).smooth(df.p.to_numpy(), df.y.to_numpy(float),
                                                      curve.t.to_numpy())
-    np.testing.assert_allclose(curve.observed, want, atol=1e-6)
+    np.testing.assert_allclose(curve.observed, want, rtol=1e-9, atol=1e-12)
     # the density integrates to 1 and the curve is a rate
     assert np.trapezoid(curve.density, curve.t) == pytest.approx(1, abs=0.02)
     dense = curve[curve.density > 0.5]
     assert ((dense.observed > -0.05) & (dense.observed < 1.05)).all()
+
+
+@pytest.mark.parametrize("sigma", [None, 1 / 256])
+def test_smooth_reliability_equals_relplot_on_classifier_outputs(con, upload, sigma):
+    # where the scores are sparse the curve divides a vanishing sum by a vanishing density
+    from relplot.kernels import ReflectedGaussianKernel
+
+    n = engine_size(con, 40_000, 10_000)
+    df = classifier_outputs(n, seed=14, groups=2)
+    curve = sqlcal.smooth_reliability(upload(df), score="p", label="y", by="g", sigma=sigma,
+                                      points=301)
+    for g, part in df.groupby("g"):
+        mine = curve[curve.g == g]
+        width = relplot_smooth_ece(n, 14, sigma, 2)[g][1] if sigma is None else sigma
+        assert mine.sigma.iloc[0] == width
+        want, _ = ReflectedGaussianKernel(width).smooth(part.p.to_numpy(), part.y.to_numpy(float),
+                                                        mine.t.to_numpy())
+        np.testing.assert_allclose(mine.observed, want, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("sigma", [10.0, 100.0, 1000.0])

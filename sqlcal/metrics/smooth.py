@@ -510,10 +510,16 @@ class _ScoreHistogram:
         nodes = _intervals(sigma) + 1
         kernel = np.exp(-((np.linspace(0, 1, nodes) - 0.5) ** 2) / (2 * sigma**2))
         kernel /= np.sqrt(2 * np.pi) * sigma
+        # the curve divides by the density, where it vanishes too: there the FFT's rounding
+        # (relative to the largest node) would show, so it is convolved directly as relplot
+        # does, up to grids of 10^4 nodes (σ ≥ 1/1024, 0.2 s); smooth ECE sums |r̂|·dens and
+        # takes the FFT
+        direct = what == "label" and nodes <= 10_241
 
         def convolve(values):
             ext = np.concatenate([np.flip(values)[:-1], values, np.flip(values)[1:]])
-            full = signal.fftconvolve(ext, kernel, mode="valid")
+            full = (np.convolve(ext, kernel, "valid") if direct
+                    else signal.fftconvolve(ext, kernel, mode="valid"))
             smoothed = full[nodes // 2: nodes // 2 + nodes]
             return _interpolate(t, smoothed)
 
