@@ -31,6 +31,8 @@ NEEDS = {**binned.NEEDS, **scores.NEEDS, **cumulative.NEEDS}
 _FOLLOW_UPS = {
     **{(m, "strategy", "quantile"): "strategy='uniform'"
        for m in ("ece", "reliability", "brier_decomposition", "hosmer_lemeshow")},
+    **{(m, "strategy", "uncertainty_calibration"): "strategy='uniform'"
+       for m in ("ece", "reliability", "brier_decomposition")},
     **{(m, "exact", True): "exact=False (the grid form, with its certified grid_bound)"
        for m in ("cutoff_error", "kuiper", "ks")},
 }

@@ -362,7 +362,7 @@ SMOOTH_BYTES_PER_NODE = 400
 def _bin_costs(option_name: str, bins: Any, strategy: str, convention: str) -> list[Cost]:
     if bins is None:
         return []
-    if strategy == "quantile":
+    if strategy in ("quantile", "uncertainty_calibration"):
         # cells.equal_mass_bins: each of up to B bins carries the B − 1 edges (columns e1..)
         return [Cost(option_name, "cells", _float(bins) * (_float(bins) - 1),
                      "equal-mass bin edges carried on every bin, B·(B−1) values per group")]

@@ -53,7 +53,7 @@ def reliability_diagram(
         Filter applied in the engine before anything else.
     bins : int, default 15
         Number of bins.
-    strategy : {"uniform", "quantile"}, default "uniform"
+    strategy : {"uniform", "quantile", "uncertainty_calibration"}, default "uniform"
         Equal-width or equal-mass bins, as in :func:`sqlcal.reliability`.
     group : dict, optional
         Keys → values: draw that group only, from the summary of all of them (cached on a

@@ -200,7 +200,8 @@ def uniform_bin(p: ir.FloatingValue, bins: int, convention: str) -> ir.IntegerVa
 
     - ``sqlcal``: ``LEAST(FLOOR(p·B), B−1)``, left-closed, p = 1 in the last bin.
     - ``sklearn``: right-closed on numpy ``linspace`` edges, 0 in the first bin, 1 in the last
-      (scikit-learn ``calibration_curve``, uncertainty-calibration).
+      (scikit-learn ``calibration_curve``; uncertainty-calibration's equal-width edges are
+      ``i/B`` instead, which is this module's ``sqlcal`` edges with right-closed bins).
     - ``netcal``: left-closed on ``linspace`` edges, the last bin closed (netcal, the TCE
       reference, MCGrad). ``linspace`` puts 0.3, 0.6 and 0.7 just above the decimals, so these
       scores fall in the lower bin; the edges go in as the literals numpy computes.

@@ -118,6 +118,9 @@ NOT_SWEPT = {
     "multiclass": "reshapes multiclass tables into a score/label table; swept by its own tests "
                   "(tests/test_multiclass.py)",
     "plots.cumulative_curve": "takes a cells summary frame, not data",
+    "summary_sql": "takes no data: it returns SQL text (tests/test_export.py runs it on engines)",
+    "from_summaries": "takes summary frames whose validation columns it checks as the engine "
+                      "path does (tests/test_export.py: invalid rows seen in the frames)",
 }
 
 #: the second data-valued arguments: name -> call(data, validation, **keywords)
