@@ -116,11 +116,13 @@ TRUST: dict[str, dict[str, str | None]] = {
                      "confidence": "cutoff_confidence", "weight_kind": "weight_kind"},
     "kuiper": {"exact": "exact", "grid_bound": "kuiper_grid_bound", "weight_kind": "weight_kind"},
     "ks": {"exact": "exact", "grid_bound": "ks_grid_bound", "weight_kind": "weight_kind"},
-    "ls_ece": {"grid_bound": "ls_ece_grid_bound"},
+    "ls_ece": {"grid_bound": "ls_ece_grid_bound", "noise": None, "grid_step": None},
+    "smooth_ece": {"bootstrap": None, "confidence": None},  # with bootstrap= only
     "tce": {"binning": None, "alpha": None, "test": None},
     "lipschitz_calibration_error": {"quantization_bound": "lipschitz_quantization_bound",
                                     "lipschitz": None},
-    "distance_to_calibration": {"upper_method": None},
+    "distance_to_calibration": {"upper_method": None, "lower_quantization": None,
+                                "quantization_bound": None},
     "interval_calibration_error": {"method": "interval_calibration_method"},
     "calibration_decision_loss": {"binning": None, "method": None},
     "calibration_slope": {"weight_kind": "weight_kind"},
@@ -244,7 +246,7 @@ def trust(name: str, values: pd.DataFrame) -> list[str]:
     """Per row of a metric's result, the facts of :data:`TRUST` that qualify it, as a JSON object
     (sorted keys; NaN as null): the ``trust`` column of the tidy tables, the JSON's metric
     records and the results table (``{}`` for a metric with none)."""
-    columns = [c for c in TRUST.get(name, {}) if c in values]
+    columns = [c for c in TRUST.get(name, {}) if c in values]  # some come with an option only
     return [json.dumps({c: _plain(row[c]) for c in columns}, sort_keys=True)
             for _, row in values[columns].iterrows()] if columns else ["{}"] * len(values)
 

@@ -281,6 +281,8 @@ def test_trust_object_holds_every_fact_of_the_table():
     # every metric's declared facts exist in its result (a misspelt TRUST entry would vanish)
     df = _data(groups=True)
     for name, (function, preset, _) in reporting.METRICS.items():
+        if name == "smooth_ece":  # its interval's facts come with its interval
+            preset = {**preset, "bootstrap": 3}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             values = function(df, score="p", label="y", by="g", **preset)
@@ -316,3 +318,14 @@ def test_calibration_slope_reads_the_weights_and_labels_before_resolving():
     soft = df.assign(y=np.where(np.arange(len(df)) % 7 == 0, 0.5, df.y))
     with pytest.raises(sqlcal.InvalidInputError, match="label column 'y' has 58 rows"):
         sqlcal.calibration_slope(soft, score="p", label="y", soft_labels=True)
+
+
+def test_an_interval_from_options_carries_its_level_in_the_tidy_rows():
+    df = _data(groups=True).assign(day=lambda d: np.arange(len(d)) % 2)
+    series = sqlcal.metric_series(df, score="p", label="y", time="day",
+                                  metrics={"smooth_ece": {"bootstrap": 20, "confidence": 0.8},
+                                           "brier": {}})
+    smooth = series[series["metric"] == "smooth_ece"]
+    assert len(smooth) == 2 and smooth["lower"].notna().all()
+    assert [json.loads(t) for t in smooth["trust"]] == [{"bootstrap": 20, "confidence": 0.8}] * 2
+    assert set(series.loc[series["metric"] == "brier", "trust"]) == {"{}"}
