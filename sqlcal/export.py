@@ -144,8 +144,8 @@ def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str =
     >>> sql = summary_sql("ece", table="preds", score="p", label="y", bins=2)
     >>> frames = {name: duckdb.sql(text).df() for name, text in sql.items()}
     >>> from_summaries("ece", frames, score="p", label="y", bins=2)
-        ece  n    W  n_bins
-    0  0.25  4  4.0       2
+        ece  n    W  n_bins             binning
+    0  0.25  4  4.0       2  uniform(2, sqlcal)
     """
     table = "summaries"
     src, chosen = _spec(metric, table=table, score=score, label=label, weight=weight, by=by,

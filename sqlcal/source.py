@@ -104,8 +104,8 @@ class Source:
     >>> src  # doctest: +ELLIPSIS
     <Source: in-memory pandas frame (4 rows); score='p', label='y', weight='w' ...>
     >>> sqlcal.ece(src, bins=2)
-        ece  n    W  n_bins
-    0  0.36  4  5.0       2
+        ece  n    W  n_bins             binning
+    0  0.36  4  5.0       2  uniform(2, sqlcal)
     >>> src.integer_weights, src.has_soft_labels
     (True, False)
     """
@@ -396,12 +396,12 @@ def source(
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1], "w": [1, 2, 1, 1]})
     >>> src = sqlcal.source(df, score="p", label="y", weight="w")
     >>> sqlcal.ece(src, bins=2)
-        ece  n    W  n_bins
-    0  0.36  4  5.0       2
+        ece  n    W  n_bins             binning
+    0  0.36  4  5.0       2  uniform(2, sqlcal)
     >>> bad = pd.DataFrame({"p": [0.1, 1.5], "y": [0, 1]})
     >>> sqlcal.ece(bad, score="p", label="y", on_invalid="drop")
-       ece  n    W  n_bins  n_dropped
-    0  0.1  1  1.0       1          1
+       ece  n    W  n_bins              binning  n_dropped
+    0  0.1  1  1.0       1  uniform(15, sqlcal)          1
     """
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', not {on_invalid!r}")
