@@ -36,7 +36,9 @@ def _spark():
     except ImportError as e:
         pytest.skip(f"Spark is not installed ({e}); pip install 'ibis-framework[pyspark]'")
     spark = (SparkSession.builder.master("local[2]").appName("sqlcal-tests")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.default.parallelism", "2").config("spark.sql.adaptive.enabled", "false")
+             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return ibis.pyspark.connect(spark)
