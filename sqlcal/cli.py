@@ -190,16 +190,19 @@ def _check_bins(args, rep: argparse.ArgumentParser) -> None:
 
 
 def _demo(args) -> int:
-    import duckdb
 
     from sqlcal.demo import write_demo
 
     write_demo(args.path, args.table, rows=args.rows, seed=args.seed)
-    con = duckdb.connect(args.path, read_only=True)
+    import ibis
+
+    con = ibis.duckdb.connect(args.path, read_only=True)
     try:
-        rows, weight = con.execute(f"SELECT count(*), sum(weight) FROM {args.table}").fetchone()
+        t = con.table(args.table)  # quoted by Ibis
+        counts = t.aggregate(rows=t.count(), weight=t.weight.sum()).to_pyarrow().to_pylist()[0]
+        rows, weight = counts["rows"], counts["weight"]
     finally:
-        con.close()
+        con.disconnect()
     _out(f"wrote {rows} rows to table {args.table!r} in {args.path}: one row per distinct "
          f"model, segment, day, score and label, weighted by its number of events (total "
          f"weight {weight:.0f})")

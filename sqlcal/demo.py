@@ -10,6 +10,7 @@ import tempfile
 import duckdb
 import numpy as np
 import pandas as pd
+import sqlglot
 
 #: the comment on each table :func:`write_demo` writes: a later demo may replace that database
 DEMO_COMMENT = "sqlcal demo: example predictions, replaced by the next sqlcal demo"
@@ -96,8 +97,9 @@ def write_demo(path: str = "demo.duckdb", table: str = "predictions", **kwargs) 
         con = duckdb.connect(built)
         try:
             con.register("demo_frame", arrow)
-            con.execute(f"CREATE TABLE {table} AS SELECT * FROM demo_frame")
-            con.execute(f"COMMENT ON TABLE {table} IS '{DEMO_COMMENT}'")
+            name = sqlglot.exp.to_identifier(table, quoted=True).sql("duckdb")  # quoted as well
+            con.execute(f"CREATE TABLE {name} AS SELECT * FROM demo_frame")
+            con.execute(f"COMMENT ON TABLE {name} IS '{DEMO_COMMENT}'")
         finally:
             con.close()
         os.replace(built, path)
