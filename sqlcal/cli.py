@@ -190,12 +190,11 @@ def _check_bins(args, rep: argparse.ArgumentParser) -> None:
 
 
 def _demo(args) -> int:
+    import ibis
 
     from sqlcal.demo import write_demo
 
     write_demo(args.path, args.table, rows=args.rows, seed=args.seed)
-    import ibis
-
     con = ibis.duckdb.connect(args.path, read_only=True)
     try:
         t = con.table(args.table)  # quoted by Ibis
