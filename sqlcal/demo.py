@@ -96,10 +96,12 @@ def write_demo(path: str = "demo.duckdb", table: str = "predictions", **kwargs) 
         built = os.path.join(folder, "demo.duckdb")
         con = duckdb.connect(built)
         try:
-            con.register("demo_frame", arrow)
-            name = sqlglot.exp.to_identifier(table, quoted=True).sql("duckdb")  # quoted as well
-            con.execute(f"CREATE TABLE {name} AS SELECT * FROM demo_frame")
-            con.execute(f"COMMENT ON TABLE {name} IS '{DEMO_COMMENT}'")
+            con.from_arrow(arrow).create(table)
+            # the statement is built by sqlglot, the name quoted and the comment a literal
+            name = sqlglot.exp.Table(this=sqlglot.exp.to_identifier(table, quoted=True))
+            con.execute(sqlglot.exp.Comment(this=name, kind="TABLE",
+                                            expression=sqlglot.exp.Literal.string(DEMO_COMMENT))
+                        .sql("duckdb"))
         finally:
             con.close()
         os.replace(built, path)
