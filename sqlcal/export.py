@@ -20,27 +20,14 @@ import ibis
 import pandas as pd
 
 from sqlcal import summaries
-from sqlcal.metrics import binned, cumulative, scores
+from sqlcal import catalog
 from sqlcal.options import check as check_options
 from sqlcal.query.declared import union
 from sqlcal.source import Source, source
 
-#: metric function name -> its declared first-stage summaries
-NEEDS = {**binned.NEEDS, **scores.NEEDS, **cumulative.NEEDS}
-#: (metric, option, value) that needs follow-up passes -> the one-shot value to pass instead
-_FOLLOW_UPS = {
-    **{(m, "strategy", "quantile"): "strategy='uniform'"
-       for m in ("ece", "reliability", "brier_decomposition", "hosmer_lemeshow")},
-    **{(m, "strategy", "uncertainty_calibration"): "strategy='uniform'"
-       for m in ("ece", "reliability", "brier_decomposition")},
-    **{(m, "exact", True): "exact=False (the grid form, with its certified grid_bound)"
-       for m in ("cutoff_error", "kuiper", "ks")},
-}
-
-
 def exportable() -> list[str]:
     """The metrics :func:`summary_sql` exports (some only with a one-shot option)."""
-    return sorted(NEEDS)
+    return sorted(catalog.needs())
 
 
 def summary_sql(metric: str, *, dialect: str = "duckdb", table: str, score: str, label: str,
@@ -100,7 +87,7 @@ def statements(metrics: dict[str, dict], *, dialect: str = "duckdb", table: str,
     for metric, options in metrics.items():
         src, chosen = _spec(metric, table=table, score=score, label=label, weight=weight, by=by,
                             where=where, schema=schema, options=options)
-        needs += NEEDS[metric](src, chosen)
+        needs += catalog.needs()[metric](src, chosen)
     dialect = {"spark": "databricks", "pyspark": "databricks"}.get(dialect, dialect)
     checks = lambda t: summaries.check_aggregates(t, weighted=src.weighted,  # noqa: E731
                                                   float_label=src.float_label)
@@ -150,7 +137,7 @@ def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str =
     table = "summaries"
     src, chosen = _spec(metric, table=table, score=score, label=label, weight=weight, by=by,
                         where=None, schema=None, options=options)
-    needs = NEEDS[metric](src, chosen)
+    needs = catalog.needs()[metric](src, chosen)
     missing = [s.name for s in needs if s.name not in frames]
     if missing:
         raise ValueError(f"{metric} needs the summaries {missing}; got {sorted(frames)}")
@@ -176,19 +163,15 @@ def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str =
         raise ValueError("the summaries carry no validation columns (chk_*): pass the frames "
                          "summary_sql's statements returned")
     src.forbid_queries(f"{metric} with these options needs more than its exported summaries")
-    function = _function(metric)
+    function = catalog.function(metric)
     return function(src, **chosen)
-
-
-def _function(metric: str):
-    return next(getattr(m, metric) for m in (binned, scores, cumulative) if hasattr(m, metric))
 
 
 def _spec(metric, *, table, score, label, weight, by, where, schema, options
           ) -> tuple[Source, dict]:
-    if metric not in NEEDS:
+    if metric not in catalog.needs():
         raise ValueError(f"summary_sql exports {exportable()}, not {metric!r}")
-    function = _function(metric)
+    function = catalog.function(metric)
     defaults = {k: p.default for k, p in inspect.signature(function).parameters.items()
                 if p.default is not inspect.Parameter.empty}
     options = check_options(metric, options)  # the metric's own declared checks and budget
@@ -199,7 +182,7 @@ def _spec(metric, *, table, score, label, weight, by, where, schema, options
                         "rows are counted in its chk_* columns)")
     chosen = {**{k: defaults[k] for k in defaults if k not in
                  ("score", "label", "weight", "by", "where")}, **options}
-    for (name, option, value), instead in _FOLLOW_UPS.items():
+    for (name, option, value), instead in catalog.follow_ups().items():
         if name == metric and chosen.get(option) == value:
             raise ValueError(f"{metric}({option}={value!r}) refines with follow-up passes over "
                              f"the rows, which one exported statement cannot hold: pass "

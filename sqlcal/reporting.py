@@ -23,13 +23,11 @@ from sqlcal.metrics.distance import (distance_to_calibration, interval_calibrati
 from sqlcal.corp import decompose
 from sqlcal.recalibrate import calibration_slope
 from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
-from sqlcal.metrics import binned, cumulative, scores
+from sqlcal import catalog
 from sqlcal.query import planner
 from sqlcal.query.declared import Summary
 from sqlcal.source import Source, as_source
 
-#: metric function name -> its declared first-stage summaries (each family's NEEDS)
-_NEEDS = {**binned.NEEDS, **scores.NEEDS, **cumulative.NEEDS}
 from sqlcal.options import checked, declare_report_metrics
 
 #: report metric name -> (function, options, {result column: report column})
@@ -270,7 +268,7 @@ def needs(src: Source, metrics: dict[str, dict]) -> list[Summary]:
     out = []
     for name, options in metrics.items():
         function = METRICS[name][0]
-        declare = _NEEDS.get(function.__name__)
+        declare = catalog.needs().get(function.__name__)
         if declare is not None:
             out += declare(src, {**_defaults(function), **options})
     return out

@@ -23,8 +23,7 @@ import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
 
-#: the uniform-bin conventions; see ``uniform_bin``
-CONVENTIONS = ("sqlcal", "sklearn", "netcal", "relplot")
+from sqlcal.grids import CONVENTIONS, uniform_edges  # noqa: F401 (part of this module's API)
 
 
 def number(x: float) -> ir.FloatingValue:
@@ -183,16 +182,6 @@ def totals_sums(t: ir.Table, parts: frozenset, *, weighted: bool, soft: bool = T
 
 
 # -- equal-width bins -------------------------------------------------------------------------
-
-
-def uniform_edges(bins: int, convention: str) -> np.ndarray:
-    """The bin edges a convention uses, as numpy computes them (``linspace`` edges are inexact)."""
-    if convention in ("sklearn", "netcal"):
-        return np.linspace(0.0, 1.0, bins + 1)
-    edges = np.arange(bins + 1) / bins
-    if convention == "relplot":  # relplot's extra bin holds p = 1 alone
-        edges = np.append(edges, 1.0)
-    return edges
 
 
 def uniform_bin(p: ir.FloatingValue, bins: int, convention: str) -> ir.IntegerValue:

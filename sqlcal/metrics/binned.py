@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal import summaries
+from sqlcal import grids
 from sqlcal.query import declared, planner
 from sqlcal.metrics import per_group, resolve_weight_kind, result, variance_parts
 from sqlcal.metrics.cells import (EQUAL_MASS_STRATEGIES, cells_needs, equal_mass_bins,
@@ -489,8 +489,8 @@ def bins_summary(
         raise ValueError(f"bins must be a positive integer, not {bins!r}")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
-    if convention not in summaries.CONVENTIONS:
-        raise ValueError(f"convention must be one of {summaries.CONVENTIONS}, not {convention!r}")
+    if convention not in grids.CONVENTIONS:
+        raise ValueError(f"convention must be one of {grids.CONVENTIONS}, not {convention!r}")
     parts = summary_parts(src, "sums", *parts)
     if strategy == "uniform":
         frame = planner.fetch(src, declared.uniform(bins, convention, *parts))
@@ -509,7 +509,7 @@ def binning(bins: int, strategy: str, convention: str) -> str:
 def _bin_edges(frame: pd.DataFrame, bins: int, strategy: str, convention: str):
     b = frame["bin"].to_numpy()
     if strategy == "uniform":
-        edges = summaries.uniform_edges(bins, convention)
+        edges = grids.uniform_edges(bins, convention)
         return edges[b], edges[np.minimum(b + 1, len(edges) - 1)]
     inner = frame[[f"e{k}" for k in range(1, bins)]].to_numpy(float)
     full = np.column_stack([frame["p_min"].to_numpy(float), inner, frame["p_max"].to_numpy(float)])
@@ -569,4 +569,12 @@ NEEDS = {
     "hosmer_lemeshow": lambda src, o: bins_needs(src, bins=o["groups"], strategy=o["strategy"],
                                                  convention="sqlcal",
                                                  parts=variance_parts(src, o["weight_kind"])),
+}
+
+#: (metric, option, value) whose bins refine with follow-up passes -> the one-shot option
+FOLLOW_UPS = {
+    **{(m, "strategy", "quantile"): "strategy='uniform'"
+       for m in ("ece", "reliability", "brier_decomposition", "hosmer_lemeshow")},
+    **{(m, "strategy", "uncertainty_calibration"): "strategy='uniform'"
+       for m in ("ece", "reliability", "brier_decomposition")},
 }

@@ -476,3 +476,7 @@ def _extremes_needs(src: Source, cells: int | None, weight_kind: str) -> list:
 #: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS)
 NEEDS = {name: (lambda src, o: _extremes_needs(src, o["cells"], o["weight_kind"]))
          for name in ("cutoff_error", "kuiper", "ks")}
+
+#: (metric, option, value) that refines with follow-up passes -> the one-shot option
+FOLLOW_UPS = {(m, "exact", True): "exact=False (the grid form, with its certified grid_bound)"
+              for m in ("cutoff_error", "kuiper", "ks")}

@@ -1,0 +1,41 @@
+"""The metric catalogue: every family's declarations in one place, for the report, the SQL
+export and the CLI.
+
+Each family module under :mod:`sqlcal.metrics` declares, next to its metrics:
+
+- ``NEEDS``: metric function name -> ``needs(src, options) -> [Summary]``, the summaries the
+  metric reads before any follow-up (options complete: defaults filled in);
+- ``FOLLOW_UPS`` (optional): ``(metric, option, value)`` -> the one-shot option to pass instead,
+  for the forms that refine with follow-up passes over the rows (what one exported statement
+  cannot hold).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Callable
+
+from sqlcal.metrics import binned, cumulative, decision, distance, scores, smooth, tce
+
+#: the metric families, in catalogue order
+FAMILIES: tuple[ModuleType, ...] = (binned, scores, cumulative, smooth, tce, distance, decision)
+
+
+def needs() -> dict[str, Callable]:
+    """metric name -> its declared ``needs(src, options)``."""
+    return {name: declare for family in FAMILIES
+            for name, declare in getattr(family, "NEEDS", {}).items()}
+
+
+def follow_ups() -> dict[tuple, str]:
+    """``(metric, option, value)`` -> the one-shot option that replaces a refining form."""
+    return {key: instead for family in FAMILIES
+            for key, instead in getattr(family, "FOLLOW_UPS", {}).items()}
+
+
+def function(metric: str) -> Callable:
+    """The public function of a declared metric."""
+    for family in FAMILIES:
+        if metric in getattr(family, "NEEDS", {}):
+            return getattr(family, metric)
+    raise ValueError(f"no declared metric {metric!r}; declared: {sorted(needs())}")
