@@ -3,12 +3,14 @@ reads, ``from_summaries`` finishes the metric from the frames those statements r
 they ran (a scheduler that runs SQL only, dbt, a warehouse's own jobs, stored daily summaries).
 
 Both come from the declarations the library itself uses (each metric family's ``NEEDS``, the
-reductions of :mod:`sqlcal.summaries`), so the exported SQL is the SQL that runs. A metric is
-exported when its summaries are one-shot: read in one pass, with no follow-up that depends on the
-data. The equal-width binned metrics, the totals metrics and the grid form of the cumulative
-metrics (``exact=False``, which reports its certified ``grid_bound``) are; the exact equal-mass
-bins and the exact cutoff error refine with follow-up passes, and :func:`summary_sql` says which
-option gives the one-shot form.
+reductions of :mod:`sqlcal.summaries`), so the exported SQL is the SQL that runs. A metric whose
+summaries are one-shot (read in one pass, with no follow-up that depends on the data) exports
+them: the equal-width binned metrics, the totals metrics, the grid form of the cumulative metrics
+(``exact=False``, which reports its certified ``grid_bound``). A form that refines with follow-up
+passes (equal-mass bins, the exact cutoff error) exports instead the one-shot exact summary, the
+**levels** (one row per group and distinct score, so as large as the number of distinct scores):
+every summary of binary-labelled rows is a function of the levels, and :func:`from_summaries`
+evaluates the follow-ups from them in pandas (:mod:`sqlcal.query.local`), exactly.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import pandas as pd
 
 from sqlcal import summaries
 from sqlcal import catalog
+from sqlcal.errors import InvalidInputError
+from sqlcal.query import declared
 from sqlcal.options import check as check_options
 from sqlcal.query.declared import union
 from sqlcal.source import Source, source
@@ -87,7 +91,7 @@ def statements(metrics: dict[str, dict], *, dialect: str = "duckdb", table: str,
     for metric, options in metrics.items():
         src, chosen = _spec(metric, table=table, score=score, label=label, weight=weight, by=by,
                             where=where, schema=schema, options=options)
-        needs += catalog.needs()[metric](src, chosen)
+        needs += _needs(metric, src, chosen)
     dialect = {"spark": "databricks", "pyspark": "databricks"}.get(dialect, dialect)
     checks = lambda t: summaries.check_aggregates(t, weighted=src.weighted,  # noqa: E731
                                                   float_label=src.float_label)
@@ -95,7 +99,8 @@ def statements(metrics: dict[str, dict], *, dialect: str = "duckdb", table: str,
     for s in union(needs):
         expr = summaries.reduce(s, src.rows, src.by, weighted=src.weighted, checks=checks,
                                 soft=src.allow_soft)
-        out[s.name] = ibis.to_sql(expr, dialect=dialect).strip() + ";"
+        header = _LEVELS_HEADER if s.key == LEVELS.key else ""
+        out[s.name] = header + ibis.to_sql(expr, dialect=dialect).strip() + ";"
     return out
 
 
@@ -137,8 +142,10 @@ def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str =
     table = "summaries"
     src, chosen = _spec(metric, table=table, score=score, label=label, weight=weight, by=by,
                         where=None, schema=None, options=options)
-    needs = catalog.needs()[metric](src, chosen)
+    needs = _needs(metric, src, chosen)
     missing = [s.name for s in needs if s.name not in frames]
+    if LEVELS.name in frames and (missing or needs == [LEVELS]):  # any metric, from the levels
+        return _from_levels(metric, src, chosen, frames[LEVELS.name])
     if missing:
         raise ValueError(f"{metric} needs the summaries {missing}; got {sorted(frames)}")
     for i, s in enumerate(needs):
@@ -182,11 +189,6 @@ def _spec(metric, *, table, score, label, weight, by, where, schema, options
                         "rows are counted in its chk_* columns)")
     chosen = {**{k: defaults[k] for k in defaults if k not in
                  ("score", "label", "weight", "by", "where")}, **options}
-    for (name, option, value), instead in catalog.follow_ups().items():
-        if name == metric and chosen.get(option) == value:
-            raise ValueError(f"{metric}({option}={value!r}) refines with follow-up passes over "
-                             f"the rows, which one exported statement cannot hold: pass "
-                             f"{instead}, or measure with sqlcal where the rows are")
     by = (by,) if isinstance(by, str) else tuple(by)
     types = {**{k: "string" for k in by}, score: "float64", label: "float64",
              **({weight: "float64"} if weight else {}), **(schema or {})}
@@ -198,3 +200,58 @@ def _spec(metric, *, table, score, label, weight, by, where, schema, options
     src = source(t, score=score, label=label, weight=weight, by=by, where=where)
     return src, {k: v for k, v in chosen.items() if k in defaults}
 
+
+
+#: the one-shot exact summary: per group and distinct score, the sums every summary of binary
+#: labelled rows is a function of (Σw² for sampling variances, the count of positive rows for
+#: infinite log-loss terms)
+LEVELS = declared.levels("sw2", "ny")
+_LEVELS_HEADER = ("-- levels: one row per group and distinct score (as many rows as the table has "
+                  "distinct scores per group);\n-- the one-shot exact summary of a metric that "
+                  "refines with follow-up passes: sqlcal.from_summaries finishes it\n")
+
+
+def refines(metric: str, chosen: dict) -> str | None:
+    """The one-shot option replacing ``metric``'s form under ``chosen`` options, when that form
+    refines with follow-up passes over the rows (None when it is one-shot)."""
+    return next((instead for (name, option, value), instead in catalog.follow_ups().items()
+                 if name == metric and chosen.get(option) == value), None)
+
+
+def _needs(metric: str, src: Source, chosen: dict) -> list:
+    """What ``metric`` exports: its first-stage summaries, or the levels for a refining form."""
+    return [LEVELS] if refines(metric, chosen) else catalog.needs()[metric](src, chosen)
+
+
+def _from_levels(metric: str, src: Source, chosen: dict, levels: pd.DataFrame) -> pd.DataFrame:
+    """Finish ``metric`` with every summary evaluated in pandas from the levels."""
+    keys = [*src.by, "p"]
+    absent = [c for c in [*keys, "n", "swy", "swp"] if c not in levels]
+    if absent:
+        raise ValueError(f"the levels frame has no columns {absent}: pass the frame the levels "
+                         "statement of summary_sql returned, with the same by= and weight=")
+    frame = levels.copy()
+    for c in frame.columns.difference(keys):
+        if frame[c].dtype == object:  # exact sums come back as decimals
+            frame[c] = frame[c].astype(float)
+    checks = [c for c in frame if c.startswith("chk_")]
+    if not checks:
+        raise ValueError("the levels carry no validation columns (chk_*): pass the frame "
+                         "summary_sql's levels statement returned")
+    src.validate(frame)
+    if src.has_soft_labels:
+        raise InvalidInputError(
+            f"the levels are sufficient statistics only for labels in {{0, 1}}, and label column "
+            f"{src.label!r} holds values strictly between 0 and 1: run the metric where the rows "
+            "are, or export a one-shot form")
+    frame = frame.drop(columns=checks)
+    if "W" not in frame:  # unweighted: W = Σw² = n, and Σwy counts the rows with y = 1
+        frame = frame.assign(W=frame["n"].astype(float), sw2=frame["n"].astype(float),
+                             ny=frame["swy"])
+    missing = [c for c in ("sw2", "ny") if c not in frame]
+    if missing:
+        raise ValueError(f"the levels frame has no columns {missing}: pass the frame the levels "
+                         "statement of summary_sql returned")
+    src.local_levels = frame.sort_values(keys, ignore_index=True, kind="stable")
+    src.forbid_queries(f"{metric} finishes from the levels")
+    return catalog.function(metric)(src, **chosen)

@@ -124,6 +124,9 @@ class Source:
     _validated: bool = False
     _cache: dict = field(default_factory=dict, repr=False)
     _forbidden: str | None = field(default=None, repr=False)
+    #: the levels of the rows, when the summaries are evaluated from them in pandas
+    #: (:mod:`sqlcal.query.local`) instead of queried: a source built by from_summaries
+    local_levels: pd.DataFrame | None = field(default=None, repr=False)
     #: where the rows come from and the filter, as given to source() (for the reprs)
     origin: str = ""
     where: str | None = None

@@ -91,7 +91,7 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
     """The sums a summary row carries, by ``parts`` (each metric asks only for what it reads):
 
     always ``n``, ``p_max`` and (weighted) ``W`` = Σw; ``"sums"``: Σwy, Σwp, ``p_min``;
-    ``"sw2"``: Σw²; ``"moments"``: Σwp², Σwyp (and Σwy² with ``"soft"``); ``"residuals"``:
+    ``"sw2"``: Σw²; ``"ny"``: Σy, the rows with y = 1 of binary labels; ``"moments"``: Σwp², Σwyp (and Σwy² with ``"soft"``); ``"residuals"``:
     ``total`` = Σw(y−p), ``positive`` = Σw(y−p)⁺ (the negative part is positive − total) and the
     Bernoulli variance ``var`` = Σwp(1−p) (``var2`` = Σw²p(1−p) with ``"sw2"``).
     Unweighted, the weight products are left out: the finish reads W = Σw² = n.
@@ -105,6 +105,8 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
         sums |= {"swy": times(t.y).sum(), "swp": times(t.p).sum(), "p_min": t.p.min()}
     if "sw2" in parts and weighted:
         sums["sw2"] = (w * w).sum()
+    if "ny" in parts and weighted:  # rows with y = 1 (unweighted, Σwy counts them)
+        sums["ny"] = t.y.sum()
     if "moments" in parts:
         sums |= {"swpp": times(t.p * t.p).sum(), "swyp": times(t.y * t.p).sum()}
         if "soft" in parts:

@@ -1,6 +1,6 @@
 """Exported SQL is the SQL that runs: for every exported metric, summary_sql's statements run on
-each engine and from_summaries gives the direct call's table; metrics whose form needs follow-up
-passes are refused with the one-shot option named."""
+each engine and from_summaries gives the direct call's table; forms that refine with follow-up
+passes export the levels, from which any metric finishes."""
 
 from __future__ import annotations
 
@@ -53,16 +53,67 @@ def test_every_exported_metric_runs_anywhere_and_finishes_like_the_direct_call(c
                                    err_msg=metric)
 
 
-def test_forms_with_follow_up_passes_are_refused_with_the_one_shot_option():
+def test_forms_with_follow_up_passes_export_the_levels_with_their_size_said():
     kw = dict(table="preds", score="p", label="y")
-    with pytest.raises(ValueError, match="pass strategy='uniform'"):
-        sqlcal.summary_sql("hosmer_lemeshow", **kw)
-    with pytest.raises(ValueError, match="pass exact=False"):
-        sqlcal.summary_sql("cutoff_error", **kw)
-    with pytest.raises(ValueError, match="exports .*not 'smooth_ece'"):
-        sqlcal.summary_sql("smooth_ece", **kw)
+    for metric, options in [("hosmer_lemeshow", {}), ("cutoff_error", {}),
+                            ("ece", {"strategy": "quantile"})]:
+        sql = sqlcal.summary_sql(metric, **kw, **options)
+        assert list(sql) == ["levels"], metric
+        assert sql["levels"].startswith("-- levels: one row per group and distinct score")
+        assert "GROUP BY" in sql["levels"]
+    with pytest.raises(ValueError, match="exports .*not 'no_such_metric'"):
+        sqlcal.summary_sql("no_such_metric", **kw)
     with pytest.raises(TypeError, match="unexpected keyword argument 'n_bins'"):
         sqlcal.summary_sql("ece", n_bins=3, **kw)
+
+
+#: one-shot metrics finished from the levels alone (the follow-up forms' own round trips live
+#: with their families' tests)
+FROM_LEVELS = [("ece", {}), ("ece", {"norm": "max", "convention": "sklearn"}),
+               ("reliability", {}), ("brier_decomposition", {}),
+               ("hosmer_lemeshow", {"strategy": "uniform"}), ("cutoff_error", {"exact": False}),
+               ("brier", {}), ("log_loss", {}), ("spiegelhalter", {}),
+               ("calibration_in_the_large", {})]
+
+
+@pytest.mark.parametrize("weights", [None, "whole", "fractional"])
+def test_any_metric_finishes_from_the_exported_levels(con, upload, weights):
+    # the levels are sufficient for binary labels: every summary is evaluated from them in
+    # pandas, exactly (scores at 0 and 1 with the opposite label: infinite log-loss terms)
+    df = calibration_data(1200, seed=21, groups=2, ties=True, weights=weights is not None)
+    df.loc[:9, "p"], df.loc[:4, "y"] = 0.0, 1
+    df.loc[10:19, "p"], df.loc[10:14, "y"] = 1.0, 0
+    if weights == "fractional":
+        df["w"] = np.random.default_rng(21).uniform(0.1, 3.0, len(df))
+    t = upload(df)
+    kw = dict(score="p", label="y", by="g", weight="w" if weights else None)
+    sql = sqlcal.summary_sql("cutoff_error", dialect=DIALECT[con.name], table=t.get_name(), **kw)
+    levels = _run(con, sql["levels"])
+    metrics = FROM_LEVELS if con.name == "duckdb" else FROM_LEVELS[:1] + FROM_LEVELS[-4:]
+    for metric, options in metrics:
+        got = sqlcal.from_summaries(metric, {"levels": levels}, **kw, **options)
+        want = getattr(sqlcal, metric)(df, **kw, **options)
+        assert list(got.columns) == list(want.columns), metric
+        assert got["g"].tolist() == want["g"].tolist(), metric
+        np.testing.assert_allclose(_numbers(got).to_numpy(float),
+                                   _numbers(want).to_numpy(float), rtol=1e-9, atol=1e-12,
+                                   err_msg=f"{metric} {options}")
+
+
+def test_levels_are_refused_for_soft_labels_and_without_their_checks():
+    df = calibration_data(300, seed=22).astype({"y": float})
+    df.loc[0, "y"] = 0.5
+    con = duckdb.connect()
+    con.register("preds", df)
+    sql = sqlcal.summary_sql("cutoff_error", table="preds", score="p", label="y")
+    levels = con.sql(sql["levels"]).df()
+    # a label strictly between 0 and 1 is invalid unless soft labels are asked for, and the
+    # levels cannot carry them: the frames' own validation columns refuse it
+    with pytest.raises(sqlcal.InvalidInputError, match="invalid rows in score 'p', label 'y'"):
+        sqlcal.from_summaries("ece", {"levels": levels}, score="p", label="y")
+    with pytest.raises(ValueError, match="no validation columns"):
+        sqlcal.from_summaries("ece", {"levels": levels.drop(
+            columns=[c for c in levels if c.startswith("chk_")])}, score="p", label="y")
 
 
 def test_from_summaries_checks_the_frames():

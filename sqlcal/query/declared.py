@@ -29,7 +29,7 @@ FUSABLE = ("totals", "uniform", "cells")
 KEY_COLUMN = {"totals": None, "uniform": "bin", "cells": "cell", "levels": "p", "logit_grid": "k"}
 
 _SUMS = frozenset({
-    "n", "W", "swy", "swp", "swpp", "swyp", "swyy", "sw2", "total", "positive", "negative", "var",
+    "n", "W", "ny", "swy", "swp", "swpp", "swyp", "swyy", "sw2", "total", "positive", "negative", "var",
     "var2", "sw_sq_resid", "sw_spieg", "sw_spieg_var", "sw2_spieg_var", "sw_logloss",
     "n_infinite_logloss", "chk_p_count", "chk_y_count", "chk_w_count", "chk_y_soft", "chk_w_frac",
     "m_lo", "m_hi", "y_lo", "y_hi", "v_lo", "v_hi", "vy_lo", "vy_hi",
@@ -112,6 +112,11 @@ def uniform(bins: int, convention: str = "sqlcal", *parts: str) -> Summary:
 def cells(cells: int, *parts: str) -> Summary:
     """The score-cell histogram on a 2^k grid."""
     return Summary("cells", (int(cells),), frozenset(parts))
+
+
+def levels(*parts: str) -> Summary:
+    """The levels summary: per group and distinct score (``sums`` always)."""
+    return Summary("levels", (), frozenset({"sums", *parts}))
 
 
 def union(needs: Iterable[Summary]) -> list[Summary]:

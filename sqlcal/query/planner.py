@@ -14,12 +14,19 @@ from typing import Iterable
 import pandas as pd
 
 from sqlcal import summaries
+from sqlcal.query import local
 from sqlcal.query.declared import FUSABLE, Summary, coarser_cells, merge, union
 from sqlcal.source import Source
 
 
 def fetch(src: Source, summary: Summary) -> pd.DataFrame:
-    """One declared summary of ``src``: cached, or one scan (validating the source on its first)."""
+    """One declared summary of ``src``: cached, or one scan (validating the source on its first).
+    A source holding the levels of its rows (built by :func:`sqlcal.from_summaries`) evaluates
+    the summary from them in pandas instead (:mod:`sqlcal.query.local`)."""
+    if src.local_levels is not None:
+        have = src.lookup(summary.key, summary.parts)
+        return have if have is not None else src.store(
+            summary.key, summary.parts, local.evaluate(summary, src.local_levels, src.by))
     return src.summary(summary.key, summary.parts, lambda checks: summaries.reduce(
         summary, src.rows, src.by, weighted=src.weighted, checks=checks,
         soft=src.allow_soft))
@@ -50,8 +57,9 @@ def plan(wanted: list[Summary]) -> list[list[Summary]]:
 
 def run(src: Source, group: list[Summary]) -> list[Summary]:
     """Run one scan of :func:`plan` and cache each summary it holds on ``src``."""
-    if len(group) == 1:
-        fetch(src, group[0])
+    if len(group) == 1 or src.local_levels is not None:
+        for summary in group:
+            fetch(src, summary)
         return group
     frame = src.run(lambda checks: summaries.fused(
         group, src.rows, src.by, weighted=src.weighted, checks=checks, soft=src.allow_soft))
