@@ -12,6 +12,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
+from sqlcal.query import declared, planner
 from sqlcal.source import Source
 
 _ALL = "__all__"
@@ -123,8 +124,5 @@ def level_sets(src: Source) -> pd.DataFrame:
     Platt scaling, the Lipschitz calibration error, the distances to calibration and the
     decision losses are all functions of it alone.
     """
-    from sqlcal import summaries
-
-    frame = src.summary(("levels",), frozenset({"sums"}), lambda checks: summaries.levels(
-        src.rows, src.by, frozenset({"sums"}), weighted=src.weighted, checks=checks))
+    frame = planner.fetch(src, declared.levels("sums"))
     return frame.sort_values([*src.by, "p"], ignore_index=True, kind="stable")

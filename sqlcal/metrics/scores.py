@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal import summaries
 from sqlcal.query import declared, planner
 from sqlcal.metrics import resolve_weight_kind, result, safe_div, statistic
 from sqlcal.source import Source, as_source
@@ -71,9 +70,7 @@ def brier(
     0.175
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    t = totals_summary(src)
-    t["brier"] = safe_div(t["sw_sq_resid"], t["W"])
-    return result(src, t, ["brier"])
+    return result(src, brier_finish(totals_summary(src)), ["brier"])
 
 
 @checked
@@ -131,10 +128,7 @@ def log_loss(
     0  0.510826  4  4.0           0
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    t = totals_summary(src, logloss=True)
-    t["n_infinite"] = t["n_infinite_logloss"].astype(int)
-    value = safe_div(t["sw_logloss"], t["W"])
-    t["log_loss"] = np.where(t["n_infinite"] > 0, np.inf, value)
+    t = log_loss_finish(totals_summary(src, logloss=True))
     return result(src, t, ["log_loss", "n_infinite"])
 
 
@@ -194,11 +188,7 @@ def calibration_in_the_large(
     0 -0.25  4  4.0         0.5      0.75       1.5
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    t = totals_summary(src)
-    t["mean_score"] = safe_div(t["swp"], t["W"])
-    t["observed"] = safe_div(t["swy"], t["W"])
-    t["citl"] = t["mean_score"] - t["observed"]
-    t["oe_ratio"] = statistic(t["swy"], t["swp"])
+    t = calibration_in_the_large_finish(totals_summary(src))
     return result(src, t, ["citl", "mean_score", "observed", "oe_ratio"])
 
 
@@ -269,10 +259,59 @@ def spiegelhalter(
     t = totals_summary(src, spiegelhalter=True)
     src.require_binary_labels("Spiegelhalter's test")
     weight_kind = resolve_weight_kind(src, weight_kind)
-    var = t["sw_spieg_var"] if weight_kind == "frequency" or not src.weighted else t["sw2_spieg_var"]
-    t["z"] = statistic(t["sw_spieg"], np.sqrt(var.astype(float)))
-    t["p_value"] = 2 * stats.norm.sf(np.abs(t["z"]))
+    t = spiegelhalter_finish(t, weight_kind=weight_kind)
     return result(src, t, ["z", "p_value"], {"weight_kind": weight_kind})
+
+
+# -- finishes: the metrics as functions of the totals summary (no engine) --------------------
+
+
+def brier_finish(totals: pd.DataFrame) -> pd.DataFrame:
+    """The totals with ``brier`` = Σw(y − p)² / W (NaN for a group of no weight).
+
+    ``totals`` is the totals summary, one row per group: ``W`` and ``sw_sq_resid``.
+    """
+    return totals.assign(brier=safe_div(totals["sw_sq_resid"], totals["W"]))
+
+
+def log_loss_finish(totals: pd.DataFrame) -> pd.DataFrame:
+    """The totals with ``log_loss`` = Σw·(−y ln p − (1 − y) ln(1 − p)) / W and ``n_infinite``.
+
+    ``totals`` carries the log-loss part: ``W``, ``sw_logloss`` (the finite terms) and
+    ``n_infinite_logloss`` (rows of positive weight whose term is infinite); a group with such a
+    row has log loss ``inf``.
+    """
+    n_infinite = totals["n_infinite_logloss"].astype(int)
+    value = safe_div(totals["sw_logloss"], totals["W"])
+    return totals.assign(n_infinite=n_infinite,
+                         log_loss=np.where(n_infinite > 0, np.inf, value))
+
+
+def calibration_in_the_large_finish(totals: pd.DataFrame) -> pd.DataFrame:
+    """The totals with ``mean_score`` = Σwp/W, ``observed`` = Σwy/W, ``citl`` (their difference)
+    and ``oe_ratio`` = Σwy/Σwp (±inf when Σwp = 0 < Σwy)."""
+    mean_score = safe_div(totals["swp"], totals["W"])
+    observed = safe_div(totals["swy"], totals["W"])
+    return totals.assign(mean_score=mean_score, observed=observed, citl=mean_score - observed,
+                         oe_ratio=statistic(totals["swy"], totals["swp"]))
+
+
+def spiegelhalter_finish(totals: pd.DataFrame, *, weight_kind: str) -> pd.DataFrame:
+    """The totals with Spiegelhalter's ``z`` and its two-sided ``p_value``.
+
+    ``totals`` carries the Spiegelhalter part: ``sw_spieg`` = Σw(y − p)(1 − 2p) and the null
+    variances ``sw_spieg_var`` = Σw(1 − 2p)²p(1 − p) (read for ``weight_kind="frequency"``)
+    and ``sw2_spieg_var`` (with w², for ``"sampling"``; an unweighted summary leaves it out,
+    since with w = 1 it equals the first).
+    """
+    if weight_kind not in ("frequency", "sampling"):
+        raise ValueError(f"weight_kind must be 'frequency' or 'sampling' here, not "
+                         f"{weight_kind!r}")
+    var = totals["sw_spieg_var"]
+    if weight_kind == "sampling" and "sw2_spieg_var" in totals:
+        var = totals["sw2_spieg_var"]
+    z = statistic(totals["sw_spieg"], np.sqrt(var.to_numpy(float)))
+    return totals.assign(z=z, p_value=2 * stats.norm.sf(np.abs(z)))
 
 
 def totals_summary(src: Source, *, logloss: bool = False, spiegelhalter: bool = False
