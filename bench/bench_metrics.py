@@ -33,6 +33,13 @@ Tasks, all grouped by ``g``:
                  spiegelhalter, hosmer_lemeshow on it
     peer         fetch g, p, y to arrow/numpy, then per group: 15-bin ECE (np.bincount),
                  sklearn brier_score_loss and sklearn calibration_curve
+    peer_user    the peer as its users write it (the README's comparison): fetch g, p, y to Arrow,
+                 numpy arrays, then per group a boolean mask and np.histogram (counts, Σp, Σy)
+                 for the 15-bin ECE
+    ece_brier_curve  one sqlcal.source, then sqlcal.report(metrics=("ece", "brier")) and
+                 sqlcal.reliability (15 bins) on it
+    peer_user_curve  peer_user plus, per group, scikit-learn brier_score_loss and
+                 calibration_curve (the same three results as ece_brier_curve)
     peer_q       fetch as above, then per group the quantile ECE (np.quantile edges + searchsorted)
 
 Ratios. ``CPU/floor`` = CPU(task) / CPU(floor) for the sqlcal tasks: how many bare grouped scans a
@@ -64,15 +71,17 @@ BINS = 15
 THREADS = 2
 REPS = 3
 
-SQLCAL_TASKS = ["ece", "ece_w", "ece_q", "hl", "totals", "report", "cutoff", "cutoff_grid",
+SQLCAL_TASKS = ["ece", "ece_w", "ece_q", "hl", "totals", "report", "ece_brier_curve", "cutoff",
+                "cutoff_grid",
                 "ls_ece", "smooth_ece", "tce", "tce_q", "isotonic", "isotonic_levels",
                 "isotonic_engine"]
-TASKS = ["floor", "sort", *SQLCAL_TASKS, "peer", "peer_q", "peer_cutoff", "peer_smece",
-         "peer_tce", "peer_isotonic"]
+TASKS = ["floor", "sort", *SQLCAL_TASKS, "peer", "peer_user", "peer_user_curve", "peer_q",
+         "peer_cutoff", "peer_smece", "peer_tce", "peer_isotonic"]
 CPU_TARGET = {"ece": 3, "ece_w": 3, "totals": 3, "ece_q": 5, "hl": 5,
               "cutoff_grid": 3}  # x CPU(floor)
 SORT_TARGET = {"cutoff": 1.5}  # x CPU(sort): exact cutoff vs the cheapest exact alternative
-PEERS = {"peer": "ece", "peer_q": "ece_q", "peer_cutoff": "cutoff",
+PEERS = {"peer": "ece", "peer_user": "ece", "peer_user_curve": "ece_brier_curve",
+         "peer_q": "ece_q", "peer_cutoff": "cutoff",
          "peer_smece": "smooth_ece", "peer_tce": "tce_q",
          "peer_isotonic": "isotonic"}  # peer -> sqlcal task
 
@@ -211,6 +220,39 @@ def task_peer_q(t):
     return out
 
 
+def _user_fetch(t):
+    """The peer's fetch as users write it: the columns to Arrow, then numpy arrays (the group
+    as dictionary codes, so a mask per group compares integers, not strings)."""
+    at = t.select("g", "p", "y").to_pyarrow().combine_chunks()
+    g = at["g"].dictionary_encode().chunk(0)
+    keys = np.asarray(g.dictionary.to_pylist(), dtype=object)
+    return (keys, g.indices.to_numpy()), at["p"].to_numpy(), at["y"].to_numpy().astype(np.float64)
+
+
+def _user_ece(p, y):
+    """15-bin ECE with np.histogram on [0, 1] (last bin closed, as sqlcal's bins)."""
+    counts, _ = np.histogram(p, bins=BINS, range=(0.0, 1.0))
+    sum_p, _ = np.histogram(p, bins=BINS, range=(0.0, 1.0), weights=p)
+    sum_y, _ = np.histogram(p, bins=BINS, range=(0.0, 1.0), weights=y)
+    return float(np.abs(sum_y - sum_p).sum() / counts.sum())
+
+
+def task_peer_user(t, curve: bool = False):
+    from sklearn.calibration import calibration_curve
+    from sklearn.metrics import brier_score_loss
+
+    (keys, codes), p, y = _user_fetch(t)
+    out = {}
+    for i, k in enumerate(keys):
+        mask = codes == i
+        pk, yk = p[mask], y[mask]
+        out[str(k)] = _user_ece(pk, yk)
+        if curve:
+            brier_score_loss(yk, pk)
+            calibration_curve(yk, pk, n_bins=BINS)
+    return out
+
+
 def _ece_dict(df):
     return dict(zip(df["g"], df["ece"].astype(float)))
 
@@ -270,6 +312,15 @@ def run_task(name: str, con):
         return {k: float(relplot.smECE(p, y)) for k, (p, y) in _fetch(t).items()}
     elif name == "peer":
         return task_peer(t)
+    elif name == "peer_user":
+        return task_peer_user(t)
+    elif name == "peer_user_curve":
+        return task_peer_user(t, curve=True)
+    elif name == "ece_brier_curve":
+        src = sqlcal.source(t, **kw)
+        df = sqlcal.report(src, metrics=("ece", "brier"), bins=BINS)
+        sqlcal.reliability(src, bins=BINS)
+        return _ece_dict(df)
     elif name == "peer_q":
         return task_peer_q(t)
     else:
@@ -416,6 +467,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT / "results.json")
     ap.add_argument("--tasks", nargs="+", default=TASKS, choices=TASKS, help="subset of tasks")
     ap.add_argument("--reps", type=int, default=REPS)
+    ap.add_argument("--keep-data", action="store_true",
+                    help="keep the data files of 1e8 rows and more (deleted after the run)")
     ap.add_argument("--task", help=argparse.SUPPRESS)  # subprocess entry point
     ap.add_argument("--db", help=argparse.SUPPRESS)
     ap.add_argument("--make-data", action="store_true", help=argparse.SUPPRESS)
@@ -455,6 +508,8 @@ def main() -> None:
                   f"on {os.cpu_count()} CPUs")
         print("\nTargets (shown, not asserted):\n" + targets(rows, res), flush=True)
         results.append({"rows": rows, "tasks": res})
+        if rows >= 10**8 and not args.keep_data:  # gigabytes: made again on demand
+            db.unlink(missing_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     print(f"\nwrote {args.out}")
