@@ -376,6 +376,10 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
     if summary.kind == "logit_grid":
         step, clip = summary.params
         return logit_grid(rows, by, step, clip, weighted=weighted, checks=checks)
+    if summary.kind in ("smooth_cells", "smooth_split"):
+        grid, grids = summary.params
+        return smooth_cells(rows, by, grid, list(grids), weighted=weighted, checks=checks,
+                            straddling=summary.kind == "smooth_split")
     raise ValueError(f"no reduction for summary kind {summary.kind!r}")
 
 

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 from scipy import signal, special, stats
 
-from sqlcal import summaries
 from sqlcal.metrics import groups, key_tuple, per_group, result
+from sqlcal.query import declared, planner
 from sqlcal.source import Source, as_source
 from sqlcal.options import checked
 
@@ -106,35 +106,12 @@ def ls_ece(
          ls_ece  n    W  grid_bound  sigma     noise      clip  grid_step
     0  0.342332  8  8.0    0.000004    0.1  gaussian  0.000001      0.005
     """
-    # the grid must also resolve the sigmoid (scale 1), not only the kernel: δ ≤ 0.05 for σ ≥ 1
-    delta = delta or (min(sigma, 1.0) / 20 if noise == "gaussian" else min(sigma, 1.0) / 200)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    grid = src.summary(("logit_grid", delta, clip), frozenset(), lambda checks: (
-        summaries.logit_grid(src.rows, src.by, delta, clip, weighted=src.weighted,
-                             checks=checks)))
-    kernel, curvature = _kernel(sigma, delta, noise)
-    r = delta / sigma
-    # binning and kernel terms, plus the sigmoid sampled every δ: (δ²/8)·max|ρ''| = 0.012δ²
-    bound = (0.0243 * r**3 + 0.051 * r**4 if noise == "gaussian" else r) + 0.012 * delta**2
-
-    def finish(part: pd.DataFrame) -> dict:
-        u, mass, label_mass, var, label_var = _logit_masses(part, len(kernel) // 2)
-        W = part["W"].sum()
-        if W <= 0:
-            return {"ls_ece": np.nan}
-        N = signal.fftconvolve(mass, kernel, mode="same")
-        N1 = signal.fftconvolve(label_mass, kernel, mode="same")
-        if curvature is not None:  # cancel linear binning's ½δ²f(1−f)K'' per row
-            N -= 0.5 * delta**2 * signal.fftconvolve(var, curvature, mode="same")
-            N1 -= 0.5 * delta**2 * signal.fftconvolve(label_var, curvature, mode="same")
-        A = N1 - special.expit(u * delta) * N
-        return {"ls_ece": float(_integral_of_abs(A, delta) / W)}
-
-    out = per_group(grid, src.by, finish)
-    out["grid_bound"], out["sigma"] = bound, sigma
-    out = result(src, out, ["ls_ece", "grid_bound", "sigma"],
-                 {"noise": noise, "clip": clip, "grid_step": delta})
-    return out
+    delta = _logit_step(sigma, noise, delta)
+    grid = planner.fetch(src, declared.logit_grid(delta, clip))
+    out = ls_ece_finish(grid, by=src.by, sigma=sigma, noise=noise, delta=delta)
+    return result(src, out, ["ls_ece", "grid_bound", "sigma"],
+                  {"noise": noise, "clip": clip, "grid_step": delta})
 
 
 @checked
@@ -237,33 +214,13 @@ def smooth_ece(
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     if bootstrap:
         src.require_binary_labels("the smooth ECE bootstrap")
-    hists, widths = _exact_histograms(src, sigma)
-    rng = np.random.default_rng(seed)
-
-    def finish(key: tuple) -> dict:
-        hist = hists[key]
-        if hist.total <= 0:
-            return {"smooth_ece": np.nan, "sigma": np.nan, "ci_lower": np.nan,
-                    "ci_upper": np.nan}
-        width = widths[key]
-        out = {"smooth_ece": hist.smooth_ece(width), "sigma": width}
-        if bootstrap:
-            draws = []
-            for _ in range(bootstrap):
-                replicate = hist.resample(rng)
-                # an empty resample (possible for tiny groups) has no smooth ECE: leave it out
-                draws.append(replicate.smooth_ece(sigma or None) if replicate.total > 0
-                             else np.nan)
-            alpha = (1 - confidence) / 2
-            out["ci_lower"], out["ci_upper"] = np.nanquantile(draws, [alpha, 1 - alpha])
-        return out
-
+    cells = planner.fetch(src, *_cells_needs(src, {"sigma": sigma}))
+    values = smooth_ece_finish(cells, by=src.by, sigma=sigma, bootstrap=bootstrap,
+                               confidence=confidence, seed=seed,
+                               integer_weights=_integer_weights(src), split=_splitter(src))
     columns = ["smooth_ece", "sigma"] + (["ci_lower", "ci_upper"] if bootstrap else [])
-    rows = [{**hist.keys, "n": hist.n, "W": hist.W, **finish(key)} for key, hist in hists.items()]
-    values = pd.DataFrame(rows, columns=None if rows else [*src.by, "n", "W"])
-    out = result(src, values, columns,
-                 {"bootstrap": bootstrap, "confidence": confidence} if bootstrap else None)
-    return out
+    return result(src, values, columns,
+                  {"bootstrap": bootstrap, "confidence": confidence} if bootstrap else None)
 
 
 @checked
@@ -335,7 +292,127 @@ def smooth_reliability(
     4  1.00  0.994520  0.761394  0.088867
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    hists, widths = _exact_histograms(src, sigma)
+    cells = planner.fetch(src, *_cells_needs(src, {"sigma": sigma}))
+    out = smooth_reliability_finish(cells, by=src.by, sigma=sigma, points=points,
+                                    integer_weights=_integer_weights(src), split=_splitter(src))
+    if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its rows
+        out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
+               if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
+    return out
+
+
+# -- the declarations: what each metric reads --------------------------------------------------
+
+
+def _logit_step(sigma: float, noise: str, delta: float | None) -> float:
+    # the grid must also resolve the sigmoid (scale 1), not only the kernel: δ ≤ 0.05 for σ ≥ 1
+    return delta or (min(sigma, 1.0) / 20 if noise == "gaussian" else min(sigma, 1.0) / 200)
+
+
+def _cells_needs(src: Source, options: dict) -> list:
+    """smECE's first histogram: the cells split at the grid of ``sigma`` (automatic: of σ = 1,
+    which every bandwidth search reads first and which serves every σ ≥ 0.01)."""
+    return [declared.smooth_cells(SMOOTH_CELLS, [_intervals(options["sigma"] or 1.0)])]
+
+
+def _splitter(src: Source):
+    """The follow-up of a bandwidth search that reads finer grids: the cells straddling their
+    nodes, split by one more query over those cells' rows only."""
+    return lambda grids: planner.fetch(src, declared.smooth_split(SMOOTH_CELLS, grids))
+
+
+def _integer_weights(src: Source) -> bool:
+    return not src.weighted or bool(src.integer_weights)
+
+
+#: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS)
+NEEDS = {
+    "ls_ece": lambda src, o: [declared.logit_grid(_logit_step(o["sigma"], o["noise"],
+                                                              o["delta"]), o["clip"])],
+    "smooth_ece": _cells_needs,
+    "smooth_reliability": _cells_needs,
+}
+#: the automatic bandwidth's search can read finer grids (σ < 0.01), each a follow-up over the
+#: straddling cells: one exported statement holds the histogram of a fixed bandwidth
+FOLLOW_UPS = {(m, "sigma", None): "sigma=<a bandwidth> (one histogram split at its grid)"
+              for m in ("smooth_ece", "smooth_reliability")}
+
+
+# -- the finishes: numpy from the summary frames ----------------------------------------------
+
+
+def ls_ece_finish(grid: pd.DataFrame, *, by: Sequence[str], sigma: float, noise: str,
+                  delta: float) -> pd.DataFrame:
+    """LS-ECE per group from the logit-grid histogram (:func:`sqlcal.query.declared.logit_grid`
+    of step ``delta``): the keys, ``n``, ``W``, ``ls_ece``, ``grid_bound``, ``sigma``."""
+    kernel, curvature = _kernel(sigma, delta, noise)
+    r = delta / sigma
+    # binning and kernel terms, plus the sigmoid sampled every δ: (δ²/8)·max|ρ''| = 0.012δ²
+    bound = (0.0243 * r**3 + 0.051 * r**4 if noise == "gaussian" else r) + 0.012 * delta**2
+
+    def finish(part: pd.DataFrame) -> dict:
+        u, mass, label_mass, var, label_var = _logit_masses(part, len(kernel) // 2)
+        W = part["W"].sum()
+        if W <= 0:
+            return {"ls_ece": np.nan}
+        N = signal.fftconvolve(mass, kernel, mode="same")
+        N1 = signal.fftconvolve(label_mass, kernel, mode="same")
+        if curvature is not None:  # cancel linear binning's ½δ²f(1−f)K'' per row
+            N -= 0.5 * delta**2 * signal.fftconvolve(var, curvature, mode="same")
+            N1 -= 0.5 * delta**2 * signal.fftconvolve(label_var, curvature, mode="same")
+        A = N1 - special.expit(u * delta) * N
+        return {"ls_ece": float(_integral_of_abs(A, delta) / W)}
+
+    out = per_group(grid, list(by), finish)
+    out["grid_bound"], out["sigma"] = bound, sigma
+    return out
+
+
+def smooth_ece_finish(cells: pd.DataFrame, *, by: Sequence[str], sigma: float | None = None,
+                      bootstrap: int = 0, confidence: float = 0.95, seed: int = 0,
+                      integer_weights: bool = True, split=None) -> pd.DataFrame:
+    """smECE per group from its score histogram (:func:`sqlcal.query.declared.smooth_cells`,
+    split at the grids of its ``b_<h>`` columns): the keys, ``n``, ``W``, ``smooth_ece``,
+    ``sigma`` and with ``bootstrap``, ``ci_lower``, ``ci_upper``.
+
+    ``split(grids)`` returns :func:`sqlcal.query.declared.smooth_split` for grids a bandwidth
+    search reads beyond those of ``cells`` (None: such a search is an error).
+    ``integer_weights``: whether every weight is a whole number (relplot's density floor is in
+    counts; other weights are rescaled to sum to the row count)."""
+    hists, widths = exact_histograms(cells, by=by, sigma=sigma,
+                                     integer_weights=integer_weights, split=split)
+    rng = np.random.default_rng(seed)
+
+    def finish(key: tuple) -> dict:
+        hist = hists[key]
+        if hist.total <= 0:
+            return {"smooth_ece": np.nan, "sigma": np.nan, "ci_lower": np.nan,
+                    "ci_upper": np.nan}
+        width = widths[key]
+        out = {"smooth_ece": hist.smooth_ece(width), "sigma": width}
+        if bootstrap:
+            draws = []
+            for _ in range(bootstrap):
+                replicate = hist.resample(rng)
+                # an empty resample (possible for tiny groups) has no smooth ECE: leave it out
+                draws.append(replicate.smooth_ece(sigma or None) if replicate.total > 0
+                             else np.nan)
+            alpha = (1 - confidence) / 2
+            out["ci_lower"], out["ci_upper"] = np.nanquantile(draws, [alpha, 1 - alpha])
+        return out
+
+    rows = [{**hist.keys, "n": hist.n, "W": hist.W, **finish(key)} for key, hist in hists.items()]
+    return pd.DataFrame(rows, columns=None if rows else [*by, "n", "W"])
+
+
+def smooth_reliability_finish(cells: pd.DataFrame, *, by: Sequence[str],
+                              sigma: float | None = None, points: int = 200,
+                              integer_weights: bool = True, split=None) -> pd.DataFrame:
+    """The smoothed reliability curve per group from smECE's histogram (as
+    :func:`smooth_ece_finish`): the keys, ``t``, ``observed``, ``density``, ``sigma``, sorted by
+    the keys and t."""
+    hists, widths = exact_histograms(cells, by=by, sigma=sigma,
+                                     integer_weights=integer_weights, split=split)
     frames = []
     for key, hist in hists.items():
         if hist.total <= 0:
@@ -346,33 +423,27 @@ def smooth_reliability(
         frames.append(pd.DataFrame({**hist.keys, "t": t, "observed": observed,
                                     "density": density / density.mean(), "sigma": width}))
     # sorted by the keys: the summary's group order is the engine's, which varies with the data
-    out = pd.concat(frames, ignore_index=True).sort_values([*src.by, "t"], kind="stable",
-                                                           ignore_index=True)
-    if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its rows
-        out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
-               if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
-    return out
+    return pd.concat(frames, ignore_index=True).sort_values([*by, "t"], kind="stable",
+                                                            ignore_index=True)
 
 
 # -- relplot's smECE on a score histogram -----------------------------------------------------
 
 
-def _exact_histograms(src: Source, sigma: float | None) -> tuple[dict, dict]:
+def exact_histograms(cells: pd.DataFrame, *, by: Sequence[str], sigma: float | None,
+                     integer_weights: bool = True, split=None) -> tuple[dict, dict]:
     """Each group's score histogram, split at the nodes of every grid its smooth ECE reads, and
     its bandwidth (``sigma`` or the fixed point): {key: histogram}, {key: bandwidth}.
 
     The grid depends on the bandwidth, and the automatic bandwidth on the data, so the grids are
-    found by running the search. The first scan splits the cells at the nodes of the grid of
-    ``sigma`` (automatic: of σ = 1, which every search reads, and which serves every σ ≥ 0.01);
-    a search that reads a finer grid (σ < 0.01) has the cells straddling its nodes split by one
-    more query over their rows only, and runs again, until it reads no grid it lacks."""
-    first = _intervals(sigma or 1.0)
-    cells = src.summary(("smooth_cells", SMOOTH_CELLS, first), frozenset(), lambda checks: (
-        summaries.smooth_cells(src.rows, src.by, SMOOTH_CELLS, [first], weighted=src.weighted,
-                               checks=checks)))
-    hists = {key_tuple(keys): _histogram(src, part, keys, first)
-             for keys, part in groups(cells, list(src.by))}
-    have = {first}
+    found by running the search. ``cells`` holds the cells split at the nodes of its grids (its
+    ``b_<h>`` columns); a search that reads another grid has the cells straddling its nodes
+    split by ``split(grids)`` (a query over their rows only), and runs again, until it reads no
+    grid it lacks."""
+    by = list(by)
+    have = {int(c[2:]) for c in cells if c.startswith("b_")}
+    hists = {key_tuple(keys): _histogram(part, keys, sorted(have), integer_weights)
+             for keys, part in groups(cells, by)}
     while True:
         widths, wanted = {}, set()
         for key, hist in hists.items():
@@ -383,12 +454,13 @@ def _exact_histograms(src: Source, sigma: float | None) -> tuple[dict, dict]:
         missing = sorted(wanted - have)
         if not missing:
             return hists, widths
-        split = src.scan(("smooth_split", SMOOTH_CELLS, tuple(missing)), lambda: (
-            summaries.smooth_cells(src.rows, src.by, SMOOTH_CELLS, missing,
-                                   weighted=src.weighted, straddling=True)))
-        pieces = {key_tuple(keys): part for keys, part in groups(split, list(src.by))}
+        if split is None:
+            raise ValueError(f"the smooth ECE reads relplot's grids {missing}, which the score "
+                             f"histogram was not split at (it has {sorted(have)})")
+        pieces = split(missing)
+        parts = {key_tuple(keys): part for keys, part in groups(pieces, by)}
         for key, hist in hists.items():
-            hist.split(pieces.get(key, split.iloc[:0]), missing)
+            hist.split(parts.get(key, pieces.iloc[:0]), missing)
         have |= set(missing)
 
 
@@ -403,19 +475,22 @@ def _straddles(cell: np.ndarray, h: int) -> np.ndarray:
     return cell * h % SMOOTH_CELLS > SMOOTH_CELLS - h
 
 
-def _histogram(src: Source, part: pd.DataFrame, keys: dict, h: int) -> "_ScoreHistogram":
+def _histogram(part: pd.DataFrame, keys: dict, grids: list, integer_weights: bool
+               ) -> "_ScoreHistogram":
     # relplot's density floor (1e-4 per node) is in counts: non-integer weights are rescaled to
     # sum to the row count, whole-number weights are counts already
     W = part["W"].sum()
-    scale = 1.0 if src.integer_weights or W <= 0 else part["n"].sum() / W
-    whole = part.groupby("cell", sort=False)[list(_COLUMNS)].sum().reset_index()
+    scale = 1.0 if integer_weights or W <= 0 else part["n"].sum() / W
+    # cells in order: a seeded bootstrap draws the same replicates whatever order the engine
+    # returned the rows in
+    whole = part.groupby("cell", sort=True)[list(_COLUMNS)].sum().reset_index()
     hist = _ScoreHistogram(whole["cell"].to_numpy(np.int64), _quantities(whole, scale), scale)
-    hist.split(part, [h])
+    hist.split(part, grids)
     hist.keys, hist.n, hist.W = keys, int(part["n"].sum()), float(W)
     return hist
 
 
-#: the summed columns of :func:`sqlcal.summaries.smooth_cells`
+#: the summed columns of :func:`sqlcal.query.declared.smooth_cells`
 _COLUMNS = ("W", "swd", "swy", "swyd", "swr", "swrd")
 
 
@@ -440,7 +515,8 @@ class _ScoreHistogram:
 
     def split(self, part: pd.DataFrame, grids) -> None:
         """Take the rows of the cells straddling a node of each grid h in ``grids``, by interval
-        (``part``: this group's rows of :func:`sqlcal.summaries.smooth_cells` with ``b_<h>``)."""
+        (``part``: this group's rows of :func:`sqlcal.query.declared.smooth_cells` with
+        ``b_<h>``)."""
         for h in grids:
             # a query for several grids holds the cells straddling any of them: keep h's own
             own = part[_straddles(part["cell"].to_numpy(np.int64), h)]
