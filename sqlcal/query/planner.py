@@ -16,7 +16,7 @@ import pandas as pd
 from sqlcal import summaries
 from sqlcal.query import local
 from sqlcal.query.declared import FUSABLE, Summary, coarser_cells, merge, union
-from sqlcal.source import Source
+from sqlcal.source import Planned, Source
 
 
 def fetch(src: Source, summary: Summary) -> pd.DataFrame:
@@ -61,8 +61,10 @@ def run(src: Source, group: list[Summary]) -> list[Summary]:
         for summary in group:
             fetch(src, summary)
         return group
-    frame = src.run(lambda checks: summaries.fused(
-        group, src.rows, src.by, weighted=src.weighted, checks=checks, soft=src.allow_soft))
+    # named by its members: an in-memory source reuses the compiled statement (Planned)
+    frame = src.run(Planned(lambda checks: summaries.fused(
+        group, src.rows, src.by, weighted=src.weighted, checks=checks, soft=src.allow_soft),
+        ("fused", *((s.key, s.parts) for s in group))))
     for summary in group:
         src.store(summary.key, summary.parts, split(frame, summary, group, src))
     return group
