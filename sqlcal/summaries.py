@@ -39,52 +39,6 @@ def execute(expr: ir.Table) -> pd.DataFrame:
     return expr.to_pyarrow().to_pandas()
 
 
-def statement(expr: ir.Table, dialect: str = "duckdb") -> str:
-    """The SQL text of a summary query, as :func:`sqlcal.summary_sql` exports it."""
-    return ibis.to_sql(expr, dialect=dialect).strip()
-
-
-#: the table name a cached statement reads (see :func:`execute_planned`)
-ROWS = "__sqlcal_rows__"
-#: compiled statements of in-memory sources: plan key -> (SQL reading ROWS, result schema)
-_PLANS: dict[tuple, tuple[str, object]] = {}
-_PLANS_MAX = 512
-
-
-def execute_planned(plan: tuple, build: Callable[[], ir.Table], con, name: str,
-                    data) -> pd.DataFrame:
-    """Run a summary query over an in-memory table through a cached compiled statement.
-
-    ``plan`` identifies the statement: the source's shape (schema, columns, keys, filter text,
-    options) and the summary's key, parts and whether it validates. On the first call ``build()``
-    gives the Ibis query over the in-memory table ``name``; its SQL (:func:`statement`, what
-    :func:`sqlcal.summary_sql` exports, with the table renamed) is kept, and later calls with
-    the same plan build and compile nothing. ``data`` (an Arrow table, the rows of ``name``) is
-    registered on the raw DuckDB connection ``con`` for the query only; the result is converted
-    to the query's Ibis schema as :func:`execute` does. A query reading any other in-memory table
-    (a follow-up joined to a small frame) is run by :func:`execute` and not cached.
-    """
-    from ibis.backends.duckdb.converter import DuckDBPyArrowData
-    import ibis.expr.operations as ops
-
-    cached = _PLANS.get(plan)
-    if cached is None:
-        expr = build()
-        if [t.name for t in expr.op().find(ops.InMemoryTable)] != [name]:
-            return execute(expr)
-        cached = (statement(expr).replace(f'"{name}"', f'"{ROWS}"'), expr.schema())
-        if len(_PLANS) >= _PLANS_MAX:
-            _PLANS.pop(next(iter(_PLANS)))
-        _PLANS[plan] = cached
-    sql, schema = cached
-    con.register(name, data)
-    try:
-        table = con.execute(sql.replace(f'"{ROWS}"', f'"{name}"')).to_arrow_table()
-    finally:
-        con.unregister(name)
-    return DuckDBPyArrowData.convert_table(table, schema).to_pandas()
-
-
 def _aggregate(t: ir.Table, by: Sequence[str], **metrics) -> ir.Table:
     return t.group_by(list(by)).aggregate(**metrics) if by else t.aggregate(**metrics)
 
@@ -403,6 +357,29 @@ def levels(rows: ir.Table, by: Sequence[str], parts: frozenset, *, weighted: boo
     return rows.group_by([*by, "p"]).aggregate(**sums, **(checks(rows) if checks else {}))
 
 
+# -- score intervals: the pieces of the decision rules' intervals ------------------------------
+
+
+def score_interval(p: ir.FloatingValue, cuts: Sequence[float]) -> ir.IntegerValue:
+    """The piece of the score axis cut at ``cuts`` (sorted) holding a score: the number of cuts
+    below it, so piece k holds (cuts[k − 1], cuts[k]]. A flat CASE of ``p <= cut`` against
+    literals read back bit for bit (:func:`number`): a score equal to a cut stays in the piece
+    that cut closes."""
+    if not len(cuts):
+        return ibis.literal(0, type="int64")
+    return ibis.cases(*[(p <= number(c), k) for k, c in enumerate(cuts)],
+                      else_=len(cuts)).cast("int64")
+
+
+def intervals(rows: ir.Table, by: Sequence[str], cuts: Sequence[float], parts: frozenset, *,
+              weighted: bool, checks: Callable | None = None) -> ir.Table:
+    """One row per group and non-empty piece ``interval`` of the score axis cut at ``cuts``
+    (:func:`score_interval`), with the sums of :func:`_sums`."""
+    t = rows.mutate(interval=score_interval(rows.p, cuts))
+    sums = _sums(t, parts, weighted=weighted)
+    return t.group_by([*by, "interval"]).aggregate(**sums, **(checks(t) if checks else {}))
+
+
 # -- declared summaries (sqlcal.query.declared) and their fused scan --------------------------
 
 
@@ -422,10 +399,8 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
     if summary.kind == "logit_grid":
         step, clip = summary.params
         return logit_grid(rows, by, step, clip, weighted=weighted, checks=checks)
-    if summary.kind in ("smooth_cells", "smooth_split"):
-        grid, grids = summary.params
-        return smooth_cells(rows, by, grid, list(grids), weighted=weighted, checks=checks,
-                            straddling=summary.kind == "smooth_split")
+    if summary.kind == "intervals":
+        return intervals(rows, by, summary.params[0], parts, weighted=weighted, checks=checks)
     raise ValueError(f"no reduction for summary kind {summary.kind!r}")
 
 
