@@ -39,6 +39,52 @@ def execute(expr: ir.Table) -> pd.DataFrame:
     return expr.to_pyarrow().to_pandas()
 
 
+def statement(expr: ir.Table, dialect: str = "duckdb") -> str:
+    """The SQL text of a summary query, as :func:`sqlcal.summary_sql` exports it."""
+    return ibis.to_sql(expr, dialect=dialect).strip()
+
+
+#: the table name a cached statement reads (see :func:`execute_planned`)
+ROWS = "__sqlcal_rows__"
+#: compiled statements of in-memory sources: plan key -> (SQL reading ROWS, result schema)
+_PLANS: dict[tuple, tuple[str, object]] = {}
+_PLANS_MAX = 512
+
+
+def execute_planned(plan: tuple, build: Callable[[], ir.Table], con, name: str,
+                    data) -> pd.DataFrame:
+    """Run a summary query over an in-memory table through a cached compiled statement.
+
+    ``plan`` identifies the statement: the source's shape (schema, columns, keys, filter text,
+    options) and the summary's key, parts and whether it validates. On the first call ``build()``
+    gives the Ibis query over the in-memory table ``name``; its SQL (:func:`statement`, what
+    :func:`sqlcal.summary_sql` exports, with the table renamed) is kept, and later calls with
+    the same plan build and compile nothing. ``data`` (an Arrow table, the rows of ``name``) is
+    registered on the raw DuckDB connection ``con`` for the query only; the result is converted
+    to the query's Ibis schema as :func:`execute` does. A query reading any other in-memory table
+    (a follow-up joined to a small frame) is run by :func:`execute` and not cached.
+    """
+    from ibis.backends.duckdb.converter import DuckDBPyArrowData
+    import ibis.expr.operations as ops
+
+    cached = _PLANS.get(plan)
+    if cached is None:
+        expr = build()
+        if [t.name for t in expr.op().find(ops.InMemoryTable)] != [name]:
+            return execute(expr)
+        cached = (statement(expr).replace(f'"{name}"', f'"{ROWS}"'), expr.schema())
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[plan] = cached
+    sql, schema = cached
+    con.register(name, data)
+    try:
+        table = con.execute(sql.replace(f'"{ROWS}"', f'"{name}"')).to_arrow_table()
+    finally:
+        con.unregister(name)
+    return DuckDBPyArrowData.convert_table(table, schema).to_pandas()
+
+
 def _aggregate(t: ir.Table, by: Sequence[str], **metrics) -> ir.Table:
     return t.group_by(list(by)).aggregate(**metrics) if by else t.aggregate(**metrics)
 
@@ -401,6 +447,10 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
         return logit_grid(rows, by, step, clip, weighted=weighted, checks=checks)
     if summary.kind == "intervals":
         return intervals(rows, by, summary.params[0], parts, weighted=weighted, checks=checks)
+    if summary.kind in ("smooth_cells", "smooth_split"):
+        grid, grids = summary.params
+        return smooth_cells(rows, by, grid, list(grids), weighted=weighted, checks=checks,
+                            straddling=summary.kind == "smooth_split")
     raise ValueError(f"no reduction for summary kind {summary.kind!r}")
 
 

@@ -27,6 +27,9 @@ import pandas as pd
 FUSABLE = ("totals", "uniform", "cells")
 #: kind -> the key column a summary adds after the group keys
 KEY_COLUMN = {"totals": None, "uniform": "bin", "cells": "cell", "levels": "p", "logit_grid": "k"}
+#: smooth ECE's score histogram split at the nodes of relplot's grids (key ``cell``, then one
+#: interval column ``b_<h>`` per grid h), and the same over the cells straddling a node only
+KEY_COLUMN.update({"smooth_cells": "cell", "smooth_split": "cell"})
 #: the decision rules' summary (sqlcal.metrics.decision.expected_cost): the score axis cut at the
 #: ends of the rules' intervals, one row per group and piece between two cuts
 KEY_COLUMN["intervals"] = "interval"
@@ -37,6 +40,7 @@ _SUMS = frozenset({
     "n_infinite_logloss", "chk_p_count", "chk_y_count", "chk_w_count", "chk_y_soft", "chk_w_frac",
     "m_lo", "m_hi", "y_lo", "y_hi", "v_lo", "v_hi", "vy_lo", "vy_hi",
 })
+_SUMS |= {"swr", "swd", "swyd", "swrd"}  # smooth_cells: the residual and the offsets' moments
 _MINIMA = frozenset({"p_min", "chk_y_min", "chk_w_min"})
 _MAXIMA = frozenset({"p_max", "chk_y_max", "chk_w_max"})
 
@@ -99,6 +103,9 @@ class Summary:
             return f"score_cells_{self.params[0]}"
         if self.kind == "logit_grid":
             return "logit_grid"
+        if self.kind in ("smooth_cells", "smooth_split"):  # smooth_cells_16384_1000
+            cells, grids = self.params
+            return f"{self.kind}_{cells}" + "".join(f"_{h}" for h in grids)
         return self.kind
 
 
@@ -120,6 +127,45 @@ def cells(cells: int, *parts: str) -> Summary:
 def levels(*parts: str) -> Summary:
     """The levels summary: per group and distinct score (``sums`` always)."""
     return Summary("levels", (), frozenset({"sums", *parts}))
+
+
+def logit_grid(step: float, clip: float) -> Summary:
+    """LS-ECE's linear-binned histogram on the logit grid of spacing ``step``, scores clipped
+    to [clip, 1 − clip] (key ``k``, the node below each row's logit).
+
+    Examples
+    --------
+    >>> logit_grid(0.005, 1e-6).key
+    ('logit_grid', 0.005, 1e-06)
+    """
+    return Summary("logit_grid", (float(step), float(clip)))
+
+
+def smooth_cells(cells: int, grids: Iterable[int]) -> Summary:
+    """Smooth ECE's score histogram: per group, score cell of the 2^k grid of ``cells`` and
+    interval ``b_<h>`` = FLOOR(p·h) of each of relplot's grids h in ``grids`` (the cells split at
+    the nodes i/h), with Σw, Σwy, Σw(y − p) and each times the offset d = p − cell/2^k.
+
+    Examples
+    --------
+    >>> s = smooth_cells(2**14, [1000])
+    >>> s.key, s.name
+    (('smooth_cells', 16384, (1000,)), 'smooth_cells_16384_1000')
+    """
+    return Summary("smooth_cells", (int(cells), tuple(sorted({int(h) for h in grids}))))
+
+
+def smooth_split(cells: int, grids: Iterable[int]) -> Summary:
+    """:func:`smooth_cells` over the rows of the cells holding a node of some grid in ``grids``
+    strictly inside (cell c holds a node i/h when (c·h mod 2^k) > 2^k − h; every cell does when
+    h ≥ 2^k): the follow-up that splits them for grids a bandwidth search reaches later.
+
+    Examples
+    --------
+    >>> smooth_split(2**14, [5120, 2048]).params
+    (16384, (2048, 5120))
+    """
+    return Summary("smooth_split", (int(cells), tuple(sorted({int(h) for h in grids}))))
 
 
 def intervals(cuts, *parts: str) -> Summary:

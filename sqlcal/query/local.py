@@ -193,3 +193,55 @@ def _totals(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
     out = merge([frame], keys)
     return out.sort_values(keys, ignore_index=True, kind="stable") if keys else out
 
+
+# -- the smooth metrics' histograms (sqlcal.metrics.smooth) -----------------------------------
+
+
+def _keyed_sums(levels: pd.DataFrame, by: tuple, keys: dict, sums: dict) -> pd.DataFrame:
+    """Per-level ``sums`` (with ``n``, ``p_min``, ``p_max``) grouped by the group keys and the
+    per-level ``keys`` columns, merged by their rules, sorted by the keys."""
+    p = levels["p"].to_numpy(float)
+    frame = pd.concat([levels[list(by)].reset_index(drop=True), pd.DataFrame(
+        {**{k: np.asarray(v, np.int64) for k, v in keys.items()},
+         "n": levels["n"].to_numpy(), "p_min": p, "p_max": p, **sums})], axis=1)
+    names = [*by, *keys]
+    return merge([frame], names).sort_values(names, ignore_index=True, kind="stable")
+
+
+@register("smooth_cells")
+@register("smooth_split")
+def _smooth_cells(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    # the offset d = p − cell/2^k is exact in doubles (Sterbenz: p and cell/2^k are within a
+    # factor 2), so each level's sums times d are its row sums times d
+    grid, grids = summary.params
+    p = levels["p"].to_numpy(float)
+    cell = score_cell(p, grid)
+    if summary.kind == "smooth_split" and max(grids) < grid:
+        keep = np.zeros(len(p), bool)
+        for h in grids:
+            keep |= cell * h % grid > grid - h
+        levels, p, cell = levels[keep], p[keep], cell[keep]
+    W, swy = levels["W"].to_numpy(float), levels["swy"].to_numpy(float)
+    # Σw(y − p): a one gives 1 − p, a zero −p (W − Σwy is only rounding when every label is 1)
+    zeros = np.where(W - swy > 1e-12 * np.abs(W), W - swy, 0.0)
+    swr = swy * (1 - p) - zeros * p
+    d = p - cell / grid
+    keys = {"cell": cell, **{f"b_{h}": np.floor(p * h) for h in grids}}
+    return _keyed_sums(levels, by, keys, {"W": W, "swy": swy, "swr": swr, "swd": W * d,
+                                          "swyd": swy * d, "swrd": swr * d})
+
+
+@register("logit_grid")
+def _logit_grid(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    step, clip = summary.params
+    p = levels["p"].to_numpy(float)
+    clipped = np.maximum(np.minimum(p, 1 - clip), clip)
+    x = (np.log(clipped) - np.log(1 - clipped)) / step
+    k = np.floor(x)
+    h = x - k
+    g = 1 - h
+    W, swy = levels["W"].to_numpy(float), levels["swy"].to_numpy(float)
+    sums = {"W": W}
+    for name, mass in (("m", W), ("y", swy), ("v", W * (g * h)), ("vy", swy * (g * h))):
+        sums |= {f"{name}_lo": mass * g, f"{name}_hi": mass * h}
+    return _keyed_sums(levels, by, {"k": k}, sums)
