@@ -6,31 +6,32 @@ rests on the isotonic fit, is in :mod:`sqlcal.corp`.)
 Everything here is a function of the levels summary (per group and distinct score: W = Σw and
 Y = Σwy). When a source has more rows than :data:`LEVEL_CAP`, the levels are not fetched: PAV
 merges runs of blocks in the engine until few are left, and the logistic fits take their Newton
-steps as aggregate queries. A fitted map exports itself as an Ibis expression, as SQL for a
-dialect, or as a mapping table written to the warehouse.
+steps as aggregate queries. Every query is a declared summary (:mod:`sqlcal.query.declared`)
+fetched through the planner: the adaptive passes (Newton steps, isotonic's KKT checks, grouped PAV
+passes) are summaries whose parameters carry the current coefficients or score ranges, and with
+the levels in hand they are evaluated from them in pandas (:mod:`sqlcal.query.local`), so a fit
+runs without an engine. The fitted maps and their export (Ibis expression, SQL, mapping table)
+are in :mod:`sqlcal.maps`.
 """
 
 from __future__ import annotations
 
-import html
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-import ibis
-import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
-from scipy import optimize, special
+from scipy import optimize
 
-from sqlcal import summaries
+from sqlcal.maps import CLIP, EXP_LIMIT, CalibrationMap, IsotonicMap, PlattMap  # noqa: F401
 from sqlcal.metrics import groups, key_tuple, level_sets, result, safe_div
 from sqlcal.metrics.cells import cells_summary, pair_levels
 from sqlcal.metrics.scores import totals_summary
-from sqlcal.source import Source, as_source
-from sqlcal.summaries import number
 from sqlcal.options import checked
+from sqlcal.query import declared, local, planner
+from sqlcal.query.declared import SATURATED
+from sqlcal.source import Source, as_source
 
 #: a source with at most this many rows has its levels summary fetched; above it, PAV merges
 #: blocks in the engine first and the logistic fits iterate with aggregate queries
@@ -40,281 +41,9 @@ MAX_PASSES = 30
 #: score cells of the grid fit (``method="grid"``): blocks are unions of cells of width 2^-16
 GRID_CELLS = 2**16
 METHODS = ("auto", "levels", "grid", "engine")
-#: logit features clip scores to [CLIP, 1 − CLIP]: 0 and 1 have no logit
-CLIP = 1e-12
 FEATURES = ("logit", "score")
 INTERPOLATIONS = ("linear", "step")
-#: |exponents| are clipped here: PostgreSQL's exp() raises on overflow (above about 709), where
-#: numpy and DuckDB give inf; σ is then 0 or 1 to within 1e-304 either way
-EXP_LIMIT = 700.0
-#: a fitted σ this close to 0 or 1 on a level that holds the other label marks separation
-SATURATED = 1e-12
 SEPARATED = "the score separates its labels (no maximum-likelihood fit exists)"
-
-
-def _null_keys(frame: pd.DataFrame, by) -> pd.DataFrame:
-    """NULL group keys as None, not NaN: Spark would store a NaN in a string column as 'NaN'."""
-    frame = frame.copy()
-    for k in by:
-        if frame[k].isna().any() and not pd.api.types.is_float_dtype(frame[k].dtype):
-            frame[k] = frame[k].astype(object).where(frame[k].notna(), None)
-    return frame
-
-
-def _sigmoid(eta: ir.FloatingValue) -> ir.FloatingValue:
-    return 1 / (1 + ibis.greatest(ibis.least(-eta, EXP_LIMIT), -EXP_LIMIT).exp())
-
-
-def _missing_score(p: ir.FloatingValue, value: ir.FloatingValue) -> ir.FloatingValue:
-    """NULL for a NULL or NaN score (engines sort NaN above every number, so without the guard
-    it would take the last block's value), as numpy's transform gives NaN."""
-    return ibis.ifelse(p.isnull() | p.isnan(), ibis.null("float64"), value)
-
-
-# -- fitted maps ------------------------------------------------------------------------------
-
-
-@dataclass
-class CalibrationMap:
-    """A fitted recalibration map, one piece per group: apply it in numpy, as an Ibis expression,
-    as SQL, or through a mapping table in the warehouse.
-
-    ``table`` is the map as data: group keys first, then the map's parameters. Rows of a group
-    the map was not fitted on map to NULL (NaN in numpy); so do NULL scores.
-    """
-
-    by: tuple
-    table: pd.DataFrame
-    kind: str = ""
-    info: dict = field(default_factory=dict)
-
-    # subclasses: _piece_numpy(part, p) and _piece_expr(part, p)
-
-    def transform(self, scores, keys: dict | None = None) -> np.ndarray:
-        """Calibrated scores for an array of scores of one group (``keys``: its key values)."""
-        p = np.asarray(scores, dtype=float)
-        part = self._part(keys or {})
-        if part is None or not len(part):
-            return np.full(p.shape, np.nan)
-        out = self._piece_numpy(part, p)
-        return np.where(np.isnan(p), np.nan, out)
-
-    def transform_frame(self, frame: pd.DataFrame, score: str) -> np.ndarray:
-        """Calibrated scores for every row of a pandas frame holding the score and group keys."""
-        out = np.full(len(frame), np.nan)
-        if not self.by:
-            return self.transform(frame[score].to_numpy(float))
-        scores = frame[score].to_numpy(float)
-        for key, rows in frame.groupby(list(self.by), sort=False, dropna=False).indices.items():
-            key = key if isinstance(key, tuple) else (key,)
-            out[rows] = self.transform(scores[rows], dict(zip(self.by, key)))
-        return out
-
-    def expr(self, table: ir.Table, score: str) -> ir.FloatingValue:
-        """The calibrated score as an Ibis expression over ``table`` (a CASE per group: a
-        balanced tree of comparisons for isotonic maps, so a row costs O(log pieces))."""
-        p = table[score].cast("float64")
-        if not self.by:
-            value = self._piece_expr(self.table, p)
-        else:
-            branches = []
-            for key, part in groups(self.table, list(self.by)):
-                branches.append((_key_match(table, key_tuple(key), self.by),
-                                 self._piece_expr(part, p)))
-            value = ibis.cases(*branches, else_=ibis.null("float64"))
-        return _missing_score(p, value)
-
-    def apply(self, table: ir.Table, score: str, *, name: str = "calibrated",
-              mapping: ir.Table | None = None) -> ir.Table:
-        """``table`` with the calibrated score added as column ``name``.
-
-        By default the map is inlined as a CASE expression; with ``mapping`` (the table written by
-        :meth:`write`) the rows are joined to it instead, which keeps the query text small when
-        there are many groups or pieces.
-        """
-        if mapping is None:
-            return table.mutate(**{name: self.expr(table, score)})
-        return self._apply_join(table, score, name, mapping)
-
-    def to_sql(self, table: str, score: str, *, dialect: str = "duckdb",
-               name: str = "calibrated", columns: dict | None = None) -> str:
-        """``SELECT *, <calibrated score> AS name FROM table`` in a SQL dialect, with the map
-        inlined (for a scheduled job or a view in the warehouse). ``columns`` (name → Ibis type)
-        types the score and group keys; by default the score is a double and the keys take the
-        type they had when the map was fitted."""
-        import sqlglot
-        from sqlglot import exp
-
-        schema = columns or {score: "float64", **{k: self._key_type(k) for k in self.by}}
-        unbound = ibis.table(schema, name=table)
-        query = self.apply(unbound, score, name=name)
-        read = {"pyspark": "spark"}.get(dialect, dialect)  # Ibis and sqlglot names differ
-        try:
-            tree = sqlglot.parse_one(ibis.to_sql(query, dialect=dialect), read=read)
-        except Exception:  # a dialect Ibis cannot compile without its backend (Spark): transpile
-            tree = sqlglot.parse_one(ibis.to_sql(query, dialect="duckdb"), read="duckdb")
-        source = tree.args.get("from_") or tree.args["from"]  # renamed in sqlglot 28
-        alias = source.this.alias_or_name
-        mapped = [e for e in tree.expressions if e.alias_or_name == name]
-        star = exp.Column(this=exp.Star(), table=exp.to_identifier(alias, quoted=True))
-        tree.set("expressions", [star, *mapped])
-        return tree.sql(dialect=read)
-
-    def write(self, con, name: str, *, overwrite: bool = False) -> ir.Table:
-        """Write the mapping table to the warehouse (a small table: one row per piece)."""
-        return con.create_table(name, self.mapping_frame(), overwrite=overwrite)
-
-    def mapping_frame(self) -> pd.DataFrame:
-        return _null_keys(self.table.reset_index(drop=True), self.by)
-
-    def _part(self, keys: dict) -> pd.DataFrame | None:
-        if not self.by:
-            return self.table
-        want = key_tuple({k: keys.get(k) for k in self.by})
-        for key, part in groups(self.table, list(self.by)):
-            if key_tuple(key) == want:
-                return part
-        return None
-
-    def _key_type(self, key: str) -> str:
-        dtype = self.table[key].dtype
-        if pd.api.types.is_bool_dtype(dtype):
-            return "boolean"
-        if pd.api.types.is_integer_dtype(dtype):
-            return "int64"
-        if pd.api.types.is_float_dtype(dtype):
-            return "float64"
-        if pd.api.types.is_datetime64_any_dtype(dtype):
-            return "timestamp"
-        return "string"
-
-    def _join_keys(self, table: ir.Table, mapping: ir.Table) -> list:
-        # NULL keys are a group too: equal, or both NULL
-        return [(table[k] == mapping[k]) | (table[k].isnull() & mapping[k].isnull())
-                for k in self.by]
-
-    def __repr__(self) -> str:
-        groups_n = len(self.table.drop_duplicates(list(self.by))) if self.by else 1
-        return (f"<{type(self).__name__}: {self.kind}, {groups_n} group(s), "
-                f"{len(self.table)} row(s) in the map>")
-
-    def _repr_html_(self) -> str:
-        head = html.escape(repr(self))
-        return f"<p>{head}</p>" + self.table.head(20).to_html(index=False)
-
-
-@dataclass(repr=False)
-class IsotonicMap(CalibrationMap):
-    """Isotonic regression per group: blocks ``[lo, hi]`` of scores mapped to ``value`` (the
-    block's observed rate), linear between blocks (scikit-learn's ``IsotonicRegression``) or a
-    step, clipped outside the fitted range."""
-
-    interpolation: str = "linear"
-
-    def _slopes(self, part: pd.DataFrame) -> np.ndarray:
-        lo, hi, v = (part[c].to_numpy(float) for c in ("lo", "hi", "value"))
-        slope = np.zeros(len(v))
-        if self.interpolation == "linear" and len(v) > 1:
-            slope[:-1] = (v[1:] - v[:-1]) / (lo[1:] - hi[:-1])
-        return slope
-
-    def _piece_numpy(self, part, p):
-        lo, hi, v = (part[c].to_numpy(float) for c in ("lo", "hi", "value"))
-        slope = self._slopes(part)
-        k = np.clip(np.searchsorted(lo, p, side="right") - 1, 0, len(v) - 1)
-        # the same operations, in the same order, as the SQL expression below
-        between = v[k] + (p - hi[k]) * slope[k]
-        return np.where((p <= hi[k]) | (slope[k] == 0), v[k], between)
-
-    def _piece_expr(self, part, p):
-        lo, hi, v = (part[c].to_numpy(float) for c in ("lo", "hi", "value"))
-        slope = self._slopes(part)
-
-        def piece(k):
-            if slope[k] == 0:
-                return number(v[k])
-            return ibis.ifelse(p <= number(hi[k]), number(v[k]),
-                               number(v[k]) + (p - number(hi[k])) * number(slope[k]))
-
-        def tree(i, j):  # pieces i..j: piece k holds lo[k] <= p < lo[k + 1]
-            if i == j:
-                return piece(i)
-            mid = (i + j + 1) // 2
-            return ibis.ifelse(p < number(lo[mid]), tree(i, mid - 1), tree(mid, j))
-
-        return tree(0, len(v) - 1).cast("float64")
-
-    def mapping_frame(self) -> pd.DataFrame:
-        """One row per block: keys, ``lo``, ``hi``, ``value``, ``slope`` to the next block, and
-        the score range ``[start, stop)`` the row serves (NULL: unbounded)."""
-        parts = []
-        for _, part in groups(self.table, list(self.by)):
-            if not len(part):
-                continue
-            part = part.copy()
-            part["slope"] = self._slopes(part)
-            lo = part["lo"].to_numpy(float)
-            part["start"] = np.append(np.nan, lo[1:])
-            part["stop"] = np.append(lo[1:], np.nan)
-            parts.append(part)
-        columns = [*self.by, "start", "stop", "lo", "hi", "value", "slope", "n", "W"]
-        return _null_keys(pd.concat(parts, ignore_index=True)[columns], self.by) if parts \
-            else pd.DataFrame(columns=columns)
-
-    def _apply_join(self, table, score, name, mapping):
-        p = table[score].cast("float64")
-        m = mapping
-        cond = [*self._join_keys(table, m), m.start.isnull() | (p >= m.start),
-                m.stop.isnull() | (p < m.stop)]
-        joined = table.left_join(m, cond)
-        value = ibis.ifelse((p <= m.hi) | (m.slope == 0), m.value, m.value + (p - m.hi) * m.slope)
-        return joined.select(*table.columns, **{name: _missing_score(p, value.cast("float64"))})
-
-
-@dataclass(repr=False)
-class PlattMap(CalibrationMap):
-    """A logistic map per group: σ(a + b·x), x = logit(clip(p)) or the score itself; a group
-    with a ``constant`` (modified Platt's fallback) maps every score to it."""
-
-    feature: str = "logit"
-
-    def _x_numpy(self, p):
-        if self.feature == "score":
-            return p
-        q = np.clip(p, CLIP, 1 - CLIP)
-        return np.log(q / (1 - q))
-
-    def _x_expr(self, p):
-        if self.feature == "score":
-            return p
-        q = ibis.greatest(ibis.least(p, 1 - CLIP), CLIP)
-        return (q / (1 - q)).ln()
-
-    def _piece_numpy(self, part, p):
-        row = part.iloc[0]
-        if not pd.isna(row.get("constant", np.nan)):
-            return np.full(p.shape, float(row["constant"]))
-        eta = row["a"] + row["b"] * self._x_numpy(p)
-        return 1 / (1 + np.exp(np.clip(-eta, -EXP_LIMIT, EXP_LIMIT)))
-
-    def _piece_expr(self, part, p):
-        row = part.iloc[0]
-        if not pd.isna(row.get("constant", np.nan)):
-            return number(row["constant"])
-        if not (np.isfinite(row["a"]) and np.isfinite(row["b"])):
-            return ibis.null("float64")  # a group without a fit (see platt's Notes)
-        return _sigmoid(number(row["a"]) + number(row["b"]) * self._x_expr(p))
-
-    def _apply_join(self, table, score, name, mapping):
-        p = table[score].cast("float64")
-        m = mapping
-        joined = table.left_join(m, self._join_keys(table, m)) if self.by else table.cross_join(m)
-        fitted = _sigmoid(m.a + m.b * self._x_expr(p))
-        value = ibis.ifelse(m.constant.notnull(), m.constant, fitted)
-        return joined.select(*table.columns, **{name: _missing_score(p, value.cast("float64"))})
-
-
-# -- isotonic regression ----------------------------------------------------------------------
 
 
 @checked
@@ -553,8 +282,9 @@ def _refine(src: Source, grid: pd.DataFrame, cells: int, rounds: int = 8):
         if not risky:
             return pd.concat(parts.values(), ignore_index=True), expanded, True
         centres = pd.concat(risky, ignore_index=True)
-        scan = summaries.execute(summaries.cell_prefix_min(src.rows, by, cells, centres,
-                                                           weighted=src.weighted))
+        scan = planner.fetch(src, declared.prefix_min(cells, _cell_ranges(centres, by, cells)))
+        scan = scan.assign(cell=np.round(scan["lo"].to_numpy(float) * cells).astype(int)).drop(
+            columns="lo")
         judged = centres.merge(scan, on=[*by, "cell"], how="left") if by else centres.merge(
             scan, on="cell", how="left")
         failing = judged[judged["before"] + judged["s_min"].fillna(0.0) < 0]
@@ -581,47 +311,32 @@ def _block_values(used: pd.DataFrame, member: np.ndarray) -> np.ndarray:
             / np.bincount(member, weights=used["W"].to_numpy(float)))
 
 
+def _cell_ranges(centres: pd.DataFrame, by: list, cells: int) -> list:
+    """The wanted cells (keys, ``cell``, ``v``) as the score ranges a declared summary reads:
+    (key tuple, lo, hi, v), cell c being [c/cells, (c + 1)/cells) (exact doubles)."""
+    keys = [key_tuple(dict(zip(by, row))) for row in centres[by].itertuples(index=False)] \
+        if by else [()] * len(centres)
+    return [(k, c / cells, (c + 1) / cells, float(v))
+            for k, c, v in zip(keys, centres["cell"].astype(int), centres["v"])]
+
+
 def _reduce_in_engine(src: Source) -> tuple[pd.DataFrame, int]:
-    """Grouped PAV passes in the engine on the levels, each materialised (Ibis ``cache``)."""
-    by, rows = list(src.by), src.rows
+    """Grouped PAV passes in the engine on the levels: each pass count is one declared summary
+    (the blocks left after k passes), until few blocks are left; then the blocks themselves."""
     # unweighted 0/1 labels: integer sums, so the merge test is exact cross-multiplication
-    exact = not src.weighted and not src.has_soft_labels
-    W = rows.w.sum() if src.weighted else rows.count()
-    Y = rows.y.cast("int64").sum() if exact else (
-        (rows.w * rows.y).sum() if src.weighted else rows.y.sum())
-    levels = rows.group_by([*by, "p"]).aggregate(n=rows.count(), W=W, Y=Y)
-    # a level of weight 0 would pass the merge test (0 >= 0) with both neighbours and join
-    # blocks that must stay apart; it carries nothing, so it goes
-    levels = levels.filter(levels.W > 0)
-    blocks = levels.select(*by, lo=levels.p, hi=levels.p, n=levels.n, W=levels.W, Y=levels.Y)
-    current = blocks.cache()
-    count = int(current.count().execute())
-    passes = 0
-    while count > LEVEL_CAP and passes < MAX_PASSES:
-        merged = _merge_pass(current, by).cache()
-        new_count = int(merged.count().execute())
-        current.release()
-        current, passes = merged, passes + 1
-        if new_count == count:
+    integer = not src.weighted and not src.has_soft_labels
+
+    def count(passes: int) -> int:
+        return int(planner.fetch(src, declared.pav_count(passes, integer))["blocks"].sum())
+
+    current, passes = count(0), 0
+    while current > LEVEL_CAP and passes < MAX_PASSES:
+        passes += 1
+        new_count = count(passes)
+        if new_count == current:
             break  # no adjacent pair violates: these are the solution's blocks already
-        count = new_count
-    frame = summaries.execute(current)
-    current.release()
-    return frame, passes
-
-
-def _merge_pass(t: ir.Table, by: list) -> ir.Table:
-    """One pass: merge every maximal run of adjacent blocks with mean_prev >= mean_next."""
-    order = ibis.window(group_by=by, order_by=t.lo)
-    prev_W, prev_Y = t.W.lag().over(order), t.Y.lag().over(order)
-    flagged = t.mutate(start=ibis.ifelse(
-        prev_W.notnull() & (prev_Y * t.W >= t.Y * prev_W), 0, 1))
-    # lo is unique within a group, so this running count has no ties to split
-    marked = flagged.mutate(run=flagged.start.sum().over(
-        ibis.window(group_by=by, order_by=flagged.lo, rows=(None, 0))))
-    return marked.group_by([*by, "run"]).aggregate(
-        lo=marked.lo.min(), hi=marked.hi.max(), n=marked.n.sum(), W=marked.W.sum(),
-        Y=marked.Y.sum()).drop("run")
+        current = new_count
+    return planner.fetch(src, declared.pav_blocks(passes, integer)), passes
 
 
 # -- logistic fits ----------------------------------------------------------------------------
@@ -841,8 +556,7 @@ def _logistic(src: Source, feature: str, *, offset: bool, smoothed: bool,
     if smoothed and src.weighted and not src.integer_weights:
         # sampling weights: Platt's counts are observations, so take Kish's effective number
         # (W²/Σw²) in the label proportions; rescaling the weights then changes nothing
-        totals = src.summary(("totals",), frozenset({"sw2"}), lambda checks: summaries.totals(
-            src.rows, src.by, frozenset({"sw2"}), weighted=True, checks=checks))
+        totals = planner.fetch(src, declared.totals("sw2"))
     targets = {}
     for key, t in groups(totals, by):
         pos, W = float(t["swy"].sum()), float(t["W"].sum())
@@ -851,27 +565,22 @@ def _logistic(src: Source, feature: str, *, offset: bool, smoothed: bool,
             pos, W = pos * scale, W * scale
         targets[key_tuple(key)] = (((pos + 1) / (pos + 2), 1 / (W - pos + 2)) if smoothed
                                    else (1.0, 0.0))
-    x_of = _features(feature)
     if int(totals["n"].sum()) <= LEVEL_CAP:
-        frames = {key_tuple(k): part for k, part in groups(level_sets(src), by)}
+        # the levels in hand: every later summary (Newton terms, label ranges) is evaluated
+        # from them in pandas, with no query
+        levels = level_sets(src)
 
-        def stats(thetas: dict) -> dict:
-            out = {}
-            for key, theta in thetas.items():
-                part = frames[key]
-                W, Y = part["W"].to_numpy(float), part["swy"].to_numpy(float)
-                hi, lo = targets[key]
-                # Σw·target per level: linear in the label, so the levels suffice
-                out[key] = _newton_terms(x_of[0](part["p"].to_numpy(float)), W,
-                                         Y * hi + (W - Y) * lo, theta, offset)
-            return out
+        def read(summary: declared.Summary) -> pd.DataFrame:
+            return local.EVALUATORS[summary.kind](summary, levels, tuple(by))
         start = {}
     else:
-        stats, start = _engine_stats(src, x_of, targets, offset), _histogram_start(
-            src, x_of, targets, offset)
+        def read(summary: declared.Summary) -> pd.DataFrame:
+            return planner.fetch(src, summary)
+        start = _histogram_start(src, feature, targets, offset)
+    stats = _stats(read, feature, targets, offset, by)
     # labels the score separates have no maximum-likelihood fit (Albert and Anderson 1984):
     # found exactly from where each label lies, not from a diverging Newton run
-    separated = set() if smoothed else _separated(src, offset)
+    separated = set() if smoothed else _separated(read(declared.label_ranges()), by, offset)
     fits = _newton(stats, {k: start.get(k) if np.all(np.isfinite(start.get(k, 0))) else None
                            for k in keys if k not in separated}, offset)
     for k in separated:
@@ -881,8 +590,8 @@ def _logistic(src: Source, feature: str, *, offset: bool, smoothed: bool,
         fits[k] = (np.full(1 if offset else 2, np.nan), 0, np.full((1, 1) if offset else (2, 2),
                                                                  np.nan))
     if sandwich:
-        meat = _meat(src, x_of, {k: f[0] for k, f in fits.items() if np.all(np.isfinite(f[0]))},
-                     offset)
+        meat = _meat(src, feature, {k: f[0] for k, f in fits.items()
+                                    if np.all(np.isfinite(f[0]))}, offset)
     rows = []
     for key, t in groups(totals, by):
         k = key_tuple(key)
@@ -897,23 +606,16 @@ def _logistic(src: Source, feature: str, *, offset: bool, smoothed: bool,
     return out.sort_values(by, ignore_index=True, kind="stable") if by else out
 
 
-def _separated(src: Source, offset: bool) -> set:
-    """Groups whose labels the score separates: every positive at or above every negative, or
-    below (with the slope fixed, only all-positive or all-negative groups). One aggregate."""
-    by, rows = list(src.by), src.rows
-    w = rows.w if src.weighted else ibis.literal(1.0)
-    pos, neg = (rows.y > 0) & (w > 0), (rows.y < 1) & (w > 0)
-    # cached: the slope and the offset intercept of calibration_slope read it once
-    frame = src.scan(("label_ranges",), lambda: _grouped(
-        rows, by, n_pos=rows.count(where=pos), n_neg=rows.count(where=neg),
-        pos_min=rows.p.min(where=pos), pos_max=rows.p.max(where=pos),
-        neg_min=rows.p.min(where=neg), neg_max=rows.p.max(where=neg)))
+def _separated(frame: pd.DataFrame, by: list, offset: bool) -> set:
+    """Groups whose labels the score separates, from the ``label_ranges`` summary: every
+    positive at or above every negative, or below (with the slope fixed, only all-positive or
+    all-negative groups)."""
     out = set()
     for key, part in groups(frame, by):
         v = part.iloc[0]
-        if int(v.n_pos) + int(v.n_neg) == 0:
+        if float(v.pos_mass) + float(v.neg_mass) == 0:
             continue  # no weight: NaN quietly
-        one_sided = int(v.n_pos) == 0 or int(v.n_neg) == 0
+        one_sided = float(v.pos_mass) == 0 or float(v.neg_mass) == 0
         single = v.pos_min == v.pos_max == v.neg_min == v.neg_max  # no slope: Newton says so
         split = not offset and not single and (v.neg_max <= v.pos_min or v.pos_max <= v.neg_min)
         if one_sided or split:
@@ -921,22 +623,21 @@ def _separated(src: Source, offset: bool) -> set:
     return out
 
 
-def _features(feature: str):
-    """(numpy, Ibis) versions of the covariate: the same operations in both."""
-    plain = PlattMap(by=(), table=pd.DataFrame(), feature=feature)
-    return plain._x_numpy, plain._x_expr
-
-
-def _newton_terms(x, W, Yt, theta, offset):
-    a, b = theta[0], (1.0 if offset else theta[1])
-    eta = a + b * x
-    mu = special.expit(eta)
-    r = Yt - W * mu
-    h = W * mu * (1 - mu)
-    loglik = float(np.sum(Yt * special.log_expit(eta) + (W - Yt) * special.log_expit(-eta)))
-    separated = float(np.sum(((mu < SATURATED) & (Yt > 0)) | ((mu > 1 - SATURATED) & (W - Yt > 0))))
-    return _terms(r.sum(), (r * x).sum(), h.sum(), (h * x).sum(), (h * x * x).sum(), loglik,
-                  separated, offset)
+def _stats(read, feature: str, targets: dict, offset: bool, by: list):
+    """Newton terms of every group at its coefficients: one declared ``logistic_terms``
+    summary per step, read by ``read`` (from the levels in hand, or one aggregate query)."""
+    def stats(thetas: dict) -> dict:
+        if not thetas:
+            return {}
+        summary = declared.logistic_terms(feature, CLIP, offset, [
+            (k, t[0], 1.0 if offset else t[1], *targets[k]) for k, t in thetas.items()])
+        out = {}
+        for key, part in groups(read(summary), by):
+            v = part.iloc[0]
+            out[key_tuple(key)] = _terms(*(float(v[c]) for c in (
+                "r", "rx", "h", "hx", "hxx", "ll", "sep")), offset)
+        return out
+    return stats
 
 
 def _terms(r, rx, h, hx, hxx, loglik, separated, offset):
@@ -1013,84 +714,28 @@ def _inverse(hess):
         return np.full(hess.shape, np.nan)
 
 
-def _coefficient(rows: ir.Table, by: list, values: dict) -> ir.FloatingValue:
-    """A per-group constant inlined as a CASE on the group keys."""
-    if not by:
-        return number(next(iter(values.values())))
-    branches = [(_key_match(rows, key, by), number(value)) for key, value in values.items()]
-    return ibis.cases(*branches, else_=ibis.null("float64"))
-
-
-def _key_match(rows: ir.Table, key: tuple, by) -> ir.BooleanValue:
-    """Rows of the group with these key values (a NULL key value matches NULL)."""
-    return ibis.and_(*(rows[k].isnull() if v is None else rows[k] == v for k, v in zip(by, key)))
-
-
-def _engine_stats(src: Source, x_of, targets, offset):
-    """Newton terms of every group as one aggregate query over the rows."""
-    by, rows = list(src.by), src.rows
-    x = x_of[1](rows.p)
-    w = rows.w if src.weighted else ibis.literal(1.0)
-
-    def stats(thetas: dict) -> dict:
-        if not thetas:
-            return {}
-        a = _coefficient(rows, by, {k: t[0] for k, t in thetas.items()})
-        b = ibis.literal(1.0) if offset else _coefficient(
-            rows, by, {k: t[1] for k, t in thetas.items()})
-        hi = _coefficient(rows, by, {k: targets[k][0] for k in thetas})
-        lo = _coefficient(rows, by, {k: targets[k][1] for k in thetas})
-        eta = a + b * x
-        mu = _sigmoid(eta)
-        yt = rows.y * hi + (1 - rows.y) * lo
-        r, h = w * (yt - mu), w * mu * (1 - mu)
-        # log σ(η) = −log(1 + e^−η), on the side that cannot overflow; log(1 − σ) = log σ − η
-        log_mu = -ibis.ifelse(eta > 0, (1 + (-eta).exp()).ln(), -eta + (1 + eta.exp()).ln())
-        ll = w * (yt * log_mu + (1 - yt) * (log_mu - eta))
-        wrong = (w > 0) & (((mu < SATURATED) & (yt > 0)) | ((mu > 1 - SATURATED) & (yt < 1)))
-        t = rows.mutate(_r=r, _h=h, _x=x, _ll=ll, _sep=wrong)
-        if by:
-            t = t.filter(a.notnull())
-        frame = summaries.execute(_grouped(
-            t, by, r=t._r.sum(), rx=(t._r * t._x).sum(), h=t._h.sum(), hx=(t._h * t._x).sum(),
-            hxx=(t._h * t._x * t._x).sum(), ll=t._ll.sum(), sep=t.count(where=t._sep)))
-        out = {}
-        for key, part in groups(frame, by):
-            v = part.iloc[0]
-            out[key_tuple(key)] = _terms(*(float(v[c]) for c in ("r", "rx", "h", "hx", "hxx",
-                                                                 "ll", "sep")), offset)
-        return out
-    return stats
-
-
-def _histogram_start(src: Source, x_of, targets, offset) -> dict:
+def _histogram_start(src: Source, feature: str, targets: dict, offset: bool) -> dict:
     """Starting values for the engine's Newton steps: the fit on the 1024-cell histogram with
     each cell at its mean score (a few steps on the rows then finish it exactly)."""
     by = list(src.by)
     cells = cells_summary(src, ("sums",))
-    frames = {}
-    for key, part in groups(cells, by):
-        W, Y = part["W"].to_numpy(float), part["swy"].to_numpy(float)
-        keep = W > 0
-        hi, lo = targets[key_tuple(key)]
-        frames[key_tuple(key)] = (x_of[0](part["swp"].to_numpy(float)[keep] / W[keep]), W[keep],
-                                  Y[keep] * hi + (W[keep] - Y[keep]) * lo)
-    fits = _newton(lambda th: {k: _newton_terms(*frames[k], t, offset) for k, t in th.items()},
-                   {k: None for k in frames}, offset)
+    cells = cells[cells["W"].to_numpy(float) > 0]
+    # the cells as levels at their mean scores: the same Newton terms, evaluated in pandas
+    means = cells.assign(p=cells["swp"].to_numpy(float) / cells["W"].to_numpy(float))
+    fits = _newton(_stats(lambda summary: local.EVALUATORS[summary.kind](summary, means,
+                                                                         tuple(by)),
+                          feature, targets, offset, by),
+                   {key_tuple(k): None for k, _ in groups(means, by)}, offset)
     return {k: f[0] for k, f in fits.items()}
 
 
-def _meat(src: Source, x_of, thetas: dict, offset: bool) -> dict:
+def _meat(src: Source, feature: str, thetas: dict, offset: bool) -> dict:
     """Σ w²(y − μ)² x xᵀ per group (the sandwich's middle, for sampling weights): one query."""
-    by, rows = list(src.by), src.rows
-    x = x_of[1](rows.p)
-    a = _coefficient(rows, by, {k: t[0] for k, t in thetas.items()})
-    b = ibis.literal(1.0) if offset else _coefficient(rows, by,
-                                                       {k: t[1] for k, t in thetas.items()})
-    mu = _sigmoid(a + b * x)
-    t = rows.mutate(_e2=(rows.w * (rows.y - mu)) ** 2, _x=x)
-    frame = summaries.execute(_grouped(
-        t, by, m00=t._e2.sum(), m01=(t._e2 * t._x).sum(), m11=(t._e2 * t._x * t._x).sum()))
+    by = list(src.by)
+    if not thetas:
+        return {}
+    frame = planner.fetch(src, declared.logistic_meat(feature, CLIP, offset, [
+        (k, t[0], 1.0 if offset else t[1]) for k, t in thetas.items()]))
     out = {}
     for key, part in groups(frame, by):
         v = part.iloc[0]
@@ -1126,8 +771,3 @@ def _modify(src: Source, fitted: PlattMap, tolerance: float | None) -> None:
     table["tolerance"] = eps
     fall = no_fit | ~(table["cutoff_error"].to_numpy(float) <= eps)
     table["constant"] = np.where(fall, rate, np.nan)
-
-
-def _grouped(t: ir.Table, by: Sequence[str], **sums) -> ir.Table:
-    """One row per group of ``by`` (one row in all without keys) with the aggregates ``sums``."""
-    return t.group_by(list(by)).aggregate(**sums) if by else t.aggregate(**sums)

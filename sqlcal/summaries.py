@@ -451,6 +451,8 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
         grid, grids = summary.params
         return smooth_cells(rows, by, grid, list(grids), weighted=weighted, checks=checks,
                             straddling=summary.kind == "smooth_split")
+    if summary.kind in RECALIBRATION_KINDS:
+        return recalibration_reduce(summary, rows, by, weighted=weighted, checks=checks)
     raise ValueError(f"no reduction for summary kind {summary.kind!r}")
 
 
@@ -506,3 +508,164 @@ def smooth_cells(rows: ir.Table, by: Sequence[str], cells: int, grids: Sequence[
     sums |= {"swy": times(t.y).sum(), "swr": times(t.r).sum(), "swd": times(t.d).sum(),
              "swyd": times(t.y * t.d).sum(), "swrd": times(t.r * t.d).sum()}
     return t.group_by([*by, "cell", *bins]).aggregate(**sums, **(checks(t) if checks else {}))
+
+
+# -- the recalibration fits' summaries (sqlcal.recalibrate) ----------------------------------
+
+#: as :data:`sqlcal.query.declared.EXP_LIMIT` and ``SATURATED`` (this layer cannot import it)
+EXP_LIMIT = 700.0
+SATURATED = 1e-12
+RECALIBRATION_KINDS = ("label_ranges", "logistic_terms", "logistic_meat", "prefix_min",
+                       "pav_count", "pav_blocks")
+
+
+def recalibration_reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
+                         checks: Callable | None = None) -> ir.Table:
+    """The reductions of the recalibration fits' declared summaries (see
+    :mod:`sqlcal.query.declared`: ``label_ranges``, ``logistic_terms``, ``logistic_meat``,
+    ``prefix_min``, ``pav_count``, ``pav_blocks``)."""
+    kind, params = summary.kind, summary.params
+    if kind == "label_ranges":
+        return label_ranges(rows, by, weighted=weighted, checks=checks)
+    if kind == "logistic_terms":
+        return logistic_terms(rows, by, *params, weighted=weighted)
+    if kind == "logistic_meat":
+        return logistic_meat(rows, by, *params, weighted=weighted)
+    if kind == "prefix_min":
+        return range_prefix_min(rows, by, *params, weighted=weighted)
+    if kind == "pav_blocks":
+        return pav_blocks(rows, by, *params, weighted=weighted)
+    if kind == "pav_count":
+        t = pav_blocks(rows, by, *params, weighted=weighted)
+        return _aggregate(t, by, blocks=t.count())
+    raise ValueError(f"no reduction for summary kind {kind!r}")
+
+
+def label_ranges(rows: ir.Table, by: Sequence[str], *, weighted: bool,
+                 checks: Callable | None = None) -> ir.Table:
+    """Per group, where each label lies: ``n``, ``p_min``, ``p_max``, ``pos_mass`` = Σwy,
+    ``neg_mass`` = Σw(1 − y), and the least and greatest score of a row of positive weight with
+    y > 0 (``pos_min``, ``pos_max``) and with y < 1 (``neg_min``, ``neg_max``): whether the
+    score separates the labels."""
+    w = rows.w if weighted else ibis.literal(1.0)
+    pos, neg = (rows.y > 0) & (w > 0), (rows.y < 1) & (w > 0)
+    # n, p_min, p_max: the validation reads them when this is a source's first scan
+    return _aggregate(rows, by, n=rows.count(), p_min=rows.p.min(), p_max=rows.p.max(),
+                      pos_mass=(w * rows.y).sum(), neg_mass=(w * (1 - rows.y)).sum(),
+                      pos_min=rows.p.min(where=pos), pos_max=rows.p.max(where=pos),
+                      neg_min=rows.p.min(where=neg), neg_max=rows.p.max(where=neg),
+                      **(checks(rows) if checks else {}))
+
+
+def key_match(rows: ir.Table, key: tuple, by: Sequence[str]) -> ir.BooleanValue:
+    """Rows of the group with these key values (a NULL key value matches NULL)."""
+    return ibis.and_(*(rows[k].isnull() if v is None else rows[k] == v for k, v in zip(by, key)))
+
+
+def group_value(rows: ir.Table, by: Sequence[str], values: dict) -> ir.FloatingValue:
+    """A per-group constant (``values``: key tuple -> float) inlined as a CASE on the group
+    keys; NULL for a group not listed."""
+    if not by:
+        return number(next(iter(values.values())))
+    branches = [(key_match(rows, key, by), number(value)) for key, value in values.items()]
+    return ibis.cases(*branches, else_=ibis.null("float64"))
+
+
+def logistic_feature(p: ir.FloatingValue, feature: str, clip: float) -> ir.FloatingValue:
+    """The covariate of a logistic fit: logit(p) with p clipped to [clip, 1 − clip], or p."""
+    if feature == "score":
+        return p
+    q = ibis.greatest(ibis.least(p, 1 - clip), clip)
+    return (q / (1 - q)).ln()
+
+
+def sigmoid(eta: ir.FloatingValue) -> ir.FloatingValue:
+    """σ(η), the exponent clipped to ±:data:`EXP_LIMIT`."""
+    return 1 / (1 + ibis.greatest(ibis.least(-eta, EXP_LIMIT), -EXP_LIMIT).exp())
+
+
+def logistic_terms(rows: ir.Table, by: Sequence[str], feature: str, clip: float, offset: bool,
+                   groups: tuple, *, weighted: bool) -> ir.Table:
+    """The Newton terms of σ(a + b·x) at each listed group's coefficients (one aggregate):
+    ``r`` = Σw(t − μ), ``rx``, ``h`` = Σwμ(1 − μ), ``hx``, ``hxx``, ``ll`` = Σw(t ln μ +
+    (1 − t) ln(1 − μ)), ``sep`` = the target mass where μ is saturated the wrong way; targets
+    t = y·hi + (1 − y)·lo. ``groups``: (key tuple, a, b, hi, lo); other groups are left out."""
+    column = {name: {g[0]: g[i] for g in groups} for i, name in enumerate("kabhl") if i}
+    x = logistic_feature(rows.p, feature, clip)
+    w = rows.w if weighted else ibis.literal(1.0)
+    a = group_value(rows, by, column["a"])
+    b = ibis.literal(1.0) if offset else group_value(rows, by, column["b"])
+    hi, lo = group_value(rows, by, column["h"]), group_value(rows, by, column["l"])
+    eta = a + b * x
+    mu = sigmoid(eta)
+    yt = rows.y * hi + (1 - rows.y) * lo
+    r, h = w * (yt - mu), w * mu * (1 - mu)
+    # log σ(η) = −log(1 + e^−η), on the side that cannot overflow; log(1 − σ) = log σ − η
+    log_mu = -ibis.ifelse(eta > 0, (1 + (-eta).exp()).ln(), -eta + (1 + eta.exp()).ln())
+    ll = w * (yt * log_mu + (1 - yt) * (log_mu - eta))
+    sep = (ibis.ifelse(mu < SATURATED, w * yt, 0.0)
+           + ibis.ifelse(mu > 1 - SATURATED, w * (1 - yt), 0.0))
+    t = rows.mutate(_r=r, _h=h, _x=x, _ll=ll, _sep=sep)
+    if by:
+        t = t.filter(a.notnull())
+    return _aggregate(t, by, r=t._r.sum(), rx=(t._r * t._x).sum(), h=t._h.sum(),
+                      hx=(t._h * t._x).sum(), hxx=(t._h * t._x * t._x).sum(), ll=t._ll.sum(),
+                      sep=t._sep.sum())
+
+
+def logistic_meat(rows: ir.Table, by: Sequence[str], feature: str, clip: float, offset: bool,
+                  groups: tuple, *, weighted: bool) -> ir.Table:
+    """Σw²(y − μ)²·(1, x, x²) per group (``m00``, ``m01``, ``m11``) at the listed groups'
+    coefficients (key tuple, a, b): the middle of the sandwich covariance."""
+    x = logistic_feature(rows.p, feature, clip)
+    w = rows.w if weighted else ibis.literal(1.0)
+    a = group_value(rows, by, {g[0]: g[1] for g in groups})
+    b = ibis.literal(1.0) if offset else group_value(rows, by, {g[0]: g[2] for g in groups})
+    mu = sigmoid(a + b * x)
+    t = rows.mutate(_e2=(w * (rows.y - mu)) ** 2, _x=x)
+    return _aggregate(t, by, m00=t._e2.sum(), m01=(t._e2 * t._x).sum(),
+                      m11=(t._e2 * t._x * t._x).sum())
+
+
+def range_prefix_min(rows: ir.Table, by: Sequence[str], cells: int, ranges: tuple, *,
+                     weighted: bool) -> ir.Table:
+    """:func:`cell_prefix_min` of score ranges given as (key tuple, lo, hi, v), each a cell
+    [lo, hi) of the grid of ``cells`` (lo·cells is its exact id): keys, ``lo``, ``s_min``."""
+    centres = pd.DataFrame({**{k: [r[0][i] for r in ranges] for i, k in enumerate(by)},
+                            "cell": [int(r[1] * cells) for r in ranges],
+                            "v": [float(r[3]) for r in ranges]})
+    out = cell_prefix_min(rows, by, cells, centres, weighted=weighted)
+    return out.select(*by, lo=out.cell.cast("float64") / cells, s_min=out.s_min)
+
+
+def pav_blocks(rows: ir.Table, by: Sequence[str], passes: int, integer: bool, *,
+               weighted: bool) -> ir.Table:
+    """The levels (weight > 0) as blocks ``lo``, ``hi``, ``n``, ``W``, ``Y`` = Σwy, after
+    ``passes`` grouped PAV passes (:func:`pav_pass`). ``integer``: Y summed as an integer
+    (unweighted 0/1 labels), so the merge test is exact cross-multiplication."""
+    W = rows.w.sum() if weighted else rows.count()
+    Y = rows.y.cast("int64").sum() if integer else (
+        (rows.w * rows.y).sum() if weighted else rows.y.sum())
+    levels = rows.group_by([*by, "p"]).aggregate(n=rows.count(), W=W, Y=Y)
+    # a level of weight 0 would pass the merge test (0 >= 0) with both neighbours and join
+    # blocks that must stay apart; it carries nothing, so it goes
+    levels = levels.filter(levels.W > 0)
+    t = levels.select(*by, lo=levels.p, hi=levels.p, n=levels.n, W=levels.W, Y=levels.Y)
+    for _pass in range(passes):
+        t = pav_pass(t, by)
+    return t
+
+
+def pav_pass(t: ir.Table, by: Sequence[str]) -> ir.Table:
+    """One pass: merge every maximal run of adjacent blocks with mean_prev >= mean_next."""
+    by = list(by)
+    order = ibis.window(group_by=by, order_by=t.lo)
+    prev_W, prev_Y = t.W.lag().over(order), t.Y.lag().over(order)
+    flagged = t.mutate(start=ibis.ifelse(
+        prev_W.notnull() & (prev_Y * t.W >= t.Y * prev_W), 0, 1))
+    # lo is unique within a group, so this running count has no ties to split
+    marked = flagged.mutate(run=flagged.start.sum().over(
+        ibis.window(group_by=by, order_by=flagged.lo, rows=(None, 0))))
+    return marked.group_by([*by, "run"]).aggregate(
+        lo=marked.lo.min(), hi=marked.hi.max(), n=marked.n.sum(), W=marked.W.sum(),
+        Y=marked.Y.sum()).drop("run")

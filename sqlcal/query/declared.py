@@ -27,6 +27,15 @@ import pandas as pd
 FUSABLE = ("totals", "uniform", "cells")
 #: kind -> the key column a summary adds after the group keys
 KEY_COLUMN = {"totals": None, "uniform": "bin", "cells": "cell", "levels": "p", "logit_grid": "k"}
+#: the recalibration fits' summaries (sqlcal.recalibrate): where each label lies, the Newton terms
+#: of a logistic fit at given coefficients, the sandwich's middle, the lowest running residual
+#: inside score ranges (isotonic's KKT checks), and grouped PAV passes run in the engine
+KEY_COLUMN.update({"label_ranges": None, "logistic_terms": None, "logistic_meat": None,
+                   "prefix_min": "lo", "pav_count": None, "pav_blocks": "lo"})
+#: the logistic terms clip |exponents| here (PostgreSQL's exp() raises on overflow, near 709)
+EXP_LIMIT = 700.0
+#: a σ this close to 0 or 1 on a score holding the other label marks separation (``sep``)
+SATURATED = 1e-12
 #: smooth ECE's score histogram split at the nodes of relplot's grids (key ``cell``, then one
 #: interval column ``b_<h>`` per grid h), and the same over the cells straddling a node only
 KEY_COLUMN.update({"smooth_cells": "cell", "smooth_split": "cell"})
@@ -183,6 +192,107 @@ def intervals(cuts, *parts: str) -> Summary:
     'interval'
     """
     return Summary("intervals", (tuple(sorted({float(c) for c in cuts})),), frozenset(parts))
+
+
+def label_ranges() -> Summary:
+    """Per group, where each label lies: ``pos_mass`` = Σwy, ``neg_mass`` = Σw(1 − y) and the
+    least and greatest score carrying each (``pos_min``, ``pos_max``, ``neg_min``, ``neg_max``),
+    besides ``n``, ``p_min`` and ``p_max``.
+
+    Examples
+    --------
+    >>> label_ranges().key
+    ('label_ranges',)
+    """
+    return Summary("label_ranges")
+
+
+def _scalar(v):
+    """A key value as a plain Python scalar (hashable, and an exact literal)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _coefficients(rows) -> tuple:
+    return tuple((tuple(_scalar(v) for v in key), *(float(c) for c in values))
+                 for key, *values in rows)
+
+
+def logistic_terms(feature: str, clip: float, offset: bool, groups) -> Summary:
+    """The Newton terms of a logistic fit σ(a + b·x) at given coefficients, per group: the
+    score ``r`` = Σw(t − μ), ``rx``, the information ``h`` = Σwμ(1 − μ), ``hx``, ``hxx``, the
+    log-likelihood ``ll`` and ``sep`` (the target mass on the wrong side of a saturated μ), with
+    targets t = y·hi + (1 − y)·lo.
+
+    Parameters
+    ----------
+    feature : {"logit", "score"}
+        x = logit(p) with p clipped to [clip, 1 − clip], or x = p.
+    clip : float
+        The clip of the logit feature.
+    offset : bool
+        Whether b is fixed at 1 (then only ``r`` and ``h`` are read).
+    groups : iterable of (key tuple, a, b, hi, lo)
+        The coefficients and targets of each group to evaluate (other groups are left out).
+
+    Examples
+    --------
+    >>> s = logistic_terms("logit", 1e-12, False, [((), 0.0, 1.0, 1.0, 0.0)])
+    >>> s.params
+    ('logit', 1e-12, False, (((), 0.0, 1.0, 1.0, 0.0),))
+    """
+    return Summary("logistic_terms", (feature, float(clip), bool(offset), _coefficients(groups)))
+
+
+def logistic_meat(feature: str, clip: float, offset: bool, groups) -> Summary:
+    """The middle of the sandwich covariance of a logistic fit, per group: ``m00`` =
+    Σw²(y − μ)², ``m01`` = Σw²(y − μ)²x, ``m11`` = Σw²(y − μ)²x²; ``groups``: (key tuple, a, b).
+    Not a function of the levels (it needs Σw²y per score): the engine computes it.
+
+    Examples
+    --------
+    >>> logistic_meat("logit", 1e-12, True, [(("a",), 0.5, 1.0)]).params[3]
+    ((('a',), 0.5, 1.0),)
+    """
+    return Summary("logistic_meat", (feature, float(clip), bool(offset), _coefficients(groups)))
+
+
+def prefix_min(cells: int, ranges) -> Summary:
+    """Per group and score range, the lowest running sum of w(y − v) over the range's scores in
+    increasing order (ties one unit), from the range's start: ``s_min``. Each range is a cell
+    ``[lo, hi)`` of the 2^k grid of ``cells`` (the last one holds p = 1), given as
+    ``(key tuple, lo, hi, v)``. Isotonic regression's KKT check inside a pooled cell.
+
+    Examples
+    --------
+    >>> prefix_min(4, [((), 0.25, 0.5, 0.3)]).params
+    (4, (((), 0.25, 0.5, 0.3),))
+    """
+    return Summary("prefix_min", (int(cells), _coefficients(ranges)))
+
+
+def pav_count(passes: int, integer: bool) -> Summary:
+    """The number of blocks per group (``blocks``) after ``passes`` grouped PAV passes on the
+    levels (``integer``: labels summed as integers, exact for unweighted 0/1 labels).
+
+    Examples
+    --------
+    >>> pav_count(2, True).key
+    ('pav_count', 2, True)
+    """
+    return Summary("pav_count", (int(passes), bool(integer)))
+
+
+def pav_blocks(passes: int, integer: bool) -> Summary:
+    """The blocks per group (``lo``, ``hi``, ``n``, ``W``, ``Y`` = Σwy) after ``passes``
+    grouped PAV passes on the levels: each pass merges every maximal run of adjacent blocks
+    whose means do not increase.
+
+    Examples
+    --------
+    >>> pav_blocks(0, False).key_column
+    'lo'
+    """
+    return Summary("pav_blocks", (int(passes), bool(integer)))
 
 
 def union(needs: Iterable[Summary]) -> list[Summary]:

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.grids import uniform_edges
-from sqlcal.query.declared import Summary, merge
+from sqlcal.query.declared import SATURATED, Summary, merge
 
 #: the columns a levels frame carries for local evaluation
 LEVEL_COLUMNS = ("n", "W", "swy", "swp", "sw2", "ny")
@@ -245,3 +245,150 @@ def _logit_grid(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFra
     for name, mass in (("m", W), ("y", swy), ("v", W * (g * h)), ("vy", swy * (g * h))):
         sums |= {f"{name}_lo": mass * g, f"{name}_hi": mass * h}
     return _keyed_sums(levels, by, {"k": k}, sums)
+
+
+# -- the recalibration fits' summaries (sqlcal.recalibrate) ----------------------------------
+
+
+def _by_group(levels: pd.DataFrame, by: tuple) -> dict:
+    """Key tuple (plain scalars, None for NULL, as the declared params hold them) -> the
+    group's levels, sorted by score."""
+    levels = levels.sort_values([*by, "p"], kind="stable")
+    if not by:
+        return {(): levels}
+    out = {}
+    for key, part in levels.groupby(list(by), dropna=False, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        out[tuple(None if pd.isna(v) else (v.item() if isinstance(v, np.generic) else v)
+                  for v in key)] = part
+    return out
+
+
+def _rows(by: tuple, rows: list, columns: list) -> pd.DataFrame:
+    """A frame of (key tuple, values...) rows with the keys spread into the ``by`` columns."""
+    return pd.DataFrame([{**dict(zip(by, key)), **dict(zip(columns, values))}
+                         for key, *values in rows], columns=[*by, *columns])
+
+
+def _negative_mass(W: np.ndarray, swy: np.ndarray) -> np.ndarray:
+    """Σw(1 − y) per level, 0 where it is only the rounding of W − Σwy (every label 1)."""
+    neg = W - swy
+    return np.where(neg > 1e-12 * np.abs(W), neg, 0.0)
+
+
+@register("label_ranges")
+def _label_ranges(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    rows = []
+    for key, part in _by_group(levels, by).items():
+        p, W, swy = (part[c].to_numpy(float) for c in ("p", "W", "swy"))
+        neg = _negative_mass(W, swy)
+        pos_p, neg_p = p[swy > 0], p[neg > 0]
+        ends = [(s.min(), s.max()) if len(s) else (np.nan, np.nan) for s in (pos_p, neg_p)]
+        rows.append((key, int(part["n"].sum()), p.min(), p.max(), swy.sum(), neg.sum(),
+                     *ends[0], *ends[1]))
+    return _rows(by, rows, ["n", "p_min", "p_max", "pos_mass", "neg_mass", "pos_min", "pos_max",
+                            "neg_min", "neg_max"])
+
+
+def logistic_feature(p: np.ndarray, feature: str, clip: float) -> np.ndarray:
+    """:func:`sqlcal.summaries.logistic_feature` in numpy: logit of the clipped score, or p."""
+    if feature == "score":
+        return p
+    q = np.clip(p, clip, 1 - clip)
+    return np.log(q / (1 - q))
+
+
+def logistic_sums(x: np.ndarray, W: np.ndarray, Yt: np.ndarray, a: float, b: float) -> tuple:
+    """The Newton terms of σ(a + b·x) over points x of weight W and target mass Yt: ``r``,
+    ``rx``, ``h``, ``hx``, ``hxx``, ``ll``, ``sep`` (as :func:`sqlcal.summaries.logistic_terms`
+    sums them over rows)."""
+    from scipy import special
+
+    eta = a + b * x
+    mu = special.expit(eta)
+    r = Yt - W * mu
+    h = W * mu * (1 - mu)
+    ll = float(np.sum(Yt * special.log_expit(eta) + (W - Yt) * special.log_expit(-eta)))
+    sep = float(np.sum(np.where(mu < SATURATED, Yt, 0.0)
+                       + np.where(mu > 1 - SATURATED, W - Yt, 0.0)))
+    return (float(r.sum()), float((r * x).sum()), float(h.sum()), float((h * x).sum()),
+            float((h * x * x).sum()), ll, sep)
+
+
+@register("logistic_terms")
+def _logistic_terms(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    feature, clip, offset, groups = summary.params
+    parts = _by_group(levels, by)
+    rows = []
+    for key, a, b, hi, lo in groups:
+        part = parts.get(tuple(key))
+        if part is None:
+            continue
+        W, swy = part["W"].to_numpy(float), part["swy"].to_numpy(float)
+        x = logistic_feature(part["p"].to_numpy(float), feature, clip)
+        rows.append((key, *logistic_sums(x, W, swy * hi + (W - swy) * lo, a,
+                                         1.0 if offset else b)))
+    return _rows(by, rows, ["r", "rx", "h", "hx", "hxx", "ll", "sep"])
+
+
+@register("prefix_min")
+def _prefix_min(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    cells, ranges = summary.params
+    parts = _by_group(levels, by)
+    rows = []
+    for key, lo, hi, v in ranges:
+        part = parts.get(tuple(key))
+        if part is None:
+            continue
+        inside = score_cell(part["p"].to_numpy(float), cells) == int(lo * cells)
+        if not inside.any():
+            continue
+        W, swy = (part[c].to_numpy(float)[inside] for c in ("W", "swy"))
+        rows.append((key, lo, float(np.cumsum(swy - v * W).min())))
+    return _rows(by, rows, ["lo", "s_min"])
+
+
+def pav_pass(blocks: pd.DataFrame) -> pd.DataFrame:
+    """One grouped PAV pass on one group's blocks (sorted ``lo``, ``hi``, ``n``, ``W``, ``Y``):
+    every maximal run of adjacent blocks with mean_prev >= mean_next merges, as
+    :func:`sqlcal.summaries.pav_pass` does in the engine."""
+    W, Y = blocks["W"].to_numpy(float), blocks["Y"].to_numpy(float)
+    start = np.ones(len(W), dtype=bool)
+    start[1:] = ~(Y[:-1] * W[1:] >= Y[1:] * W[:-1])
+    first = np.flatnonzero(start)
+    out = {"lo": blocks["lo"].to_numpy(float)[first],
+           "hi": blocks["hi"].to_numpy(float)[np.append(first[1:], len(W)) - 1]}
+    out |= {c: np.add.reduceat(blocks[c].to_numpy(), first) for c in ("n", "W", "Y")}
+    return pd.DataFrame(out)
+
+
+def _pav(summary: Summary, levels: pd.DataFrame, by: tuple) -> list:
+    passes, _integer = summary.params
+    found = []
+    for key, part in _by_group(levels, by).items():
+        part = part[part["W"].to_numpy(float) > 0]
+        if not len(part):
+            continue
+        blocks = pd.DataFrame({"lo": part["p"].to_numpy(float), "hi": part["p"].to_numpy(float),
+                               "n": part["n"].to_numpy(), "W": part["W"].to_numpy(float),
+                               "Y": part["swy"].to_numpy(float)})
+        for _pass in range(passes):
+            blocks = pav_pass(blocks)
+        for k, v in zip(by, key):
+            blocks.insert(len(blocks.columns) - 5, k, [v] * len(blocks))
+        found.append((key, blocks))
+    return found
+
+
+@register("pav_blocks")
+def _pav_blocks(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    found = [blocks for _key, blocks in _pav(summary, levels, by)]
+    columns = [*by, "lo", "hi", "n", "W", "Y"]
+    return pd.concat(found, ignore_index=True)[columns] if found else pd.DataFrame(
+        columns=columns)
+
+
+@register("pav_count")
+def _pav_count(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    return _rows(by, [(key, len(blocks)) for key, blocks in _pav(summary, levels, by)],
+                 ["blocks"])

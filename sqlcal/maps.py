@@ -1,0 +1,306 @@
+"""Fitted recalibration maps and their export: a map applied in numpy, as an Ibis expression over
+any table, as SQL for a dialect, or through a mapping table written to the warehouse.
+
+The fits that make these maps (isotonic regression, Platt scaling) are in
+:mod:`sqlcal.recalibrate`; this module only holds what a fitted map is and how it leaves Python.
+A map is data (:attr:`CalibrationMap.table`: group keys, then its parameters), so applying it in
+the warehouse is a CASE expression per group, or a join to that table.
+
+Examples
+--------
+>>> import pandas as pd
+>>> m = IsotonicMap(by=(), table=pd.DataFrame({"lo": [0.1, 0.4], "hi": [0.2, 0.6],
+...                                            "value": [0.0, 1.0], "n": [2, 2],
+...                                            "W": [2.0, 2.0]}))
+>>> m.transform([0.1, 0.3, 0.9]).round(6).tolist()
+[0.0, 0.5, 1.0]
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+import ibis
+import ibis.expr.types as ir
+import numpy as np
+import pandas as pd
+
+from sqlcal.metrics import groups, key_tuple
+from sqlcal.summaries import number
+
+#: logit features clip scores to [CLIP, 1 − CLIP]: 0 and 1 have no logit
+CLIP = 1e-12
+#: |exponents| are clipped here: PostgreSQL's exp() raises on overflow (above about 709), where
+#: numpy and DuckDB give inf; σ is then 0 or 1 to within 1e-304 either way
+EXP_LIMIT = 700.0
+
+
+def _null_keys(frame: pd.DataFrame, by) -> pd.DataFrame:
+    """NULL group keys as None, not NaN: Spark would store a NaN in a string column as 'NaN'."""
+    frame = frame.copy()
+    for k in by:
+        if frame[k].isna().any() and not pd.api.types.is_float_dtype(frame[k].dtype):
+            frame[k] = frame[k].astype(object).where(frame[k].notna(), None)
+    return frame
+
+
+def _sigmoid(eta: ir.FloatingValue) -> ir.FloatingValue:
+    return 1 / (1 + ibis.greatest(ibis.least(-eta, EXP_LIMIT), -EXP_LIMIT).exp())
+
+
+def _missing_score(p: ir.FloatingValue, value: ir.FloatingValue) -> ir.FloatingValue:
+    """NULL for a NULL or NaN score (engines sort NaN above every number, so without the guard
+    it would take the last block's value), as numpy's transform gives NaN."""
+    return ibis.ifelse(p.isnull() | p.isnan(), ibis.null("float64"), value)
+
+
+# -- fitted maps ------------------------------------------------------------------------------
+
+
+@dataclass
+class CalibrationMap:
+    """A fitted recalibration map, one piece per group: apply it in numpy, as an Ibis expression,
+    as SQL, or through a mapping table in the warehouse.
+
+    ``table`` is the map as data: group keys first, then the map's parameters. Rows of a group
+    the map was not fitted on map to NULL (NaN in numpy); so do NULL scores.
+    """
+
+    by: tuple
+    table: pd.DataFrame
+    kind: str = ""
+    info: dict = field(default_factory=dict)
+
+    # subclasses: _piece_numpy(part, p) and _piece_expr(part, p)
+
+    def transform(self, scores, keys: dict | None = None) -> np.ndarray:
+        """Calibrated scores for an array of scores of one group (``keys``: its key values)."""
+        p = np.asarray(scores, dtype=float)
+        part = self._part(keys or {})
+        if part is None or not len(part):
+            return np.full(p.shape, np.nan)
+        out = self._piece_numpy(part, p)
+        return np.where(np.isnan(p), np.nan, out)
+
+    def transform_frame(self, frame: pd.DataFrame, score: str) -> np.ndarray:
+        """Calibrated scores for every row of a pandas frame holding the score and group keys."""
+        out = np.full(len(frame), np.nan)
+        if not self.by:
+            return self.transform(frame[score].to_numpy(float))
+        scores = frame[score].to_numpy(float)
+        for key, rows in frame.groupby(list(self.by), sort=False, dropna=False).indices.items():
+            key = key if isinstance(key, tuple) else (key,)
+            out[rows] = self.transform(scores[rows], dict(zip(self.by, key)))
+        return out
+
+    def expr(self, table: ir.Table, score: str) -> ir.FloatingValue:
+        """The calibrated score as an Ibis expression over ``table`` (a CASE per group: a
+        balanced tree of comparisons for isotonic maps, so a row costs O(log pieces))."""
+        p = table[score].cast("float64")
+        if not self.by:
+            value = self._piece_expr(self.table, p)
+        else:
+            branches = []
+            for key, part in groups(self.table, list(self.by)):
+                branches.append((_key_match(table, key_tuple(key), self.by),
+                                 self._piece_expr(part, p)))
+            value = ibis.cases(*branches, else_=ibis.null("float64"))
+        return _missing_score(p, value)
+
+    def apply(self, table: ir.Table, score: str, *, name: str = "calibrated",
+              mapping: ir.Table | None = None) -> ir.Table:
+        """``table`` with the calibrated score added as column ``name``.
+
+        By default the map is inlined as a CASE expression; with ``mapping`` (the table written by
+        :meth:`write`) the rows are joined to it instead, which keeps the query text small when
+        there are many groups or pieces.
+        """
+        if mapping is None:
+            return table.mutate(**{name: self.expr(table, score)})
+        return self._apply_join(table, score, name, mapping)
+
+    def to_sql(self, table: str, score: str, *, dialect: str = "duckdb",
+               name: str = "calibrated", columns: dict | None = None) -> str:
+        """``SELECT *, <calibrated score> AS name FROM table`` in a SQL dialect, with the map
+        inlined (for a scheduled job or a view in the warehouse). ``columns`` (name → Ibis type)
+        types the score and group keys; by default the score is a double and the keys take the
+        type they had when the map was fitted."""
+        import sqlglot
+        from sqlglot import exp
+
+        schema = columns or {score: "float64", **{k: self._key_type(k) for k in self.by}}
+        unbound = ibis.table(schema, name=table)
+        query = self.apply(unbound, score, name=name)
+        read = {"pyspark": "spark"}.get(dialect, dialect)  # Ibis and sqlglot names differ
+        try:
+            tree = sqlglot.parse_one(ibis.to_sql(query, dialect=dialect), read=read)
+        except Exception:  # a dialect Ibis cannot compile without its backend (Spark): transpile
+            tree = sqlglot.parse_one(ibis.to_sql(query, dialect="duckdb"), read="duckdb")
+        source = tree.args.get("from_") or tree.args["from"]  # renamed in sqlglot 28
+        alias = source.this.alias_or_name
+        mapped = [e for e in tree.expressions if e.alias_or_name == name]
+        star = exp.Column(this=exp.Star(), table=exp.to_identifier(alias, quoted=True))
+        tree.set("expressions", [star, *mapped])
+        return tree.sql(dialect=read)
+
+    def write(self, con, name: str, *, overwrite: bool = False) -> ir.Table:
+        """Write the mapping table to the warehouse (a small table: one row per piece)."""
+        return con.create_table(name, self.mapping_frame(), overwrite=overwrite)
+
+    def mapping_frame(self) -> pd.DataFrame:
+        return _null_keys(self.table.reset_index(drop=True), self.by)
+
+    def _part(self, keys: dict) -> pd.DataFrame | None:
+        if not self.by:
+            return self.table
+        want = key_tuple({k: keys.get(k) for k in self.by})
+        for key, part in groups(self.table, list(self.by)):
+            if key_tuple(key) == want:
+                return part
+        return None
+
+    def _key_type(self, key: str) -> str:
+        dtype = self.table[key].dtype
+        if pd.api.types.is_bool_dtype(dtype):
+            return "boolean"
+        if pd.api.types.is_integer_dtype(dtype):
+            return "int64"
+        if pd.api.types.is_float_dtype(dtype):
+            return "float64"
+        if pd.api.types.is_datetime64_any_dtype(dtype):
+            return "timestamp"
+        return "string"
+
+    def _join_keys(self, table: ir.Table, mapping: ir.Table) -> list:
+        # NULL keys are a group too: equal, or both NULL
+        return [(table[k] == mapping[k]) | (table[k].isnull() & mapping[k].isnull())
+                for k in self.by]
+
+    def __repr__(self) -> str:
+        groups_n = len(self.table.drop_duplicates(list(self.by))) if self.by else 1
+        return (f"<{type(self).__name__}: {self.kind}, {groups_n} group(s), "
+                f"{len(self.table)} row(s) in the map>")
+
+    def _repr_html_(self) -> str:
+        head = html.escape(repr(self))
+        return f"<p>{head}</p>" + self.table.head(20).to_html(index=False)
+
+
+@dataclass(repr=False)
+class IsotonicMap(CalibrationMap):
+    """Isotonic regression per group: blocks ``[lo, hi]`` of scores mapped to ``value`` (the
+    block's observed rate), linear between blocks (scikit-learn's ``IsotonicRegression``) or a
+    step, clipped outside the fitted range."""
+
+    interpolation: str = "linear"
+
+    def _slopes(self, part: pd.DataFrame) -> np.ndarray:
+        lo, hi, v = (part[c].to_numpy(float) for c in ("lo", "hi", "value"))
+        slope = np.zeros(len(v))
+        if self.interpolation == "linear" and len(v) > 1:
+            slope[:-1] = (v[1:] - v[:-1]) / (lo[1:] - hi[:-1])
+        return slope
+
+    def _piece_numpy(self, part, p):
+        lo, hi, v = (part[c].to_numpy(float) for c in ("lo", "hi", "value"))
+        slope = self._slopes(part)
+        k = np.clip(np.searchsorted(lo, p, side="right") - 1, 0, len(v) - 1)
+        # the same operations, in the same order, as the SQL expression below
+        between = v[k] + (p - hi[k]) * slope[k]
+        return np.where((p <= hi[k]) | (slope[k] == 0), v[k], between)
+
+    def _piece_expr(self, part, p):
+        lo, hi, v = (part[c].to_numpy(float) for c in ("lo", "hi", "value"))
+        slope = self._slopes(part)
+
+        def piece(k):
+            if slope[k] == 0:
+                return number(v[k])
+            return ibis.ifelse(p <= number(hi[k]), number(v[k]),
+                               number(v[k]) + (p - number(hi[k])) * number(slope[k]))
+
+        def tree(i, j):  # pieces i..j: piece k holds lo[k] <= p < lo[k + 1]
+            if i == j:
+                return piece(i)
+            mid = (i + j + 1) // 2
+            return ibis.ifelse(p < number(lo[mid]), tree(i, mid - 1), tree(mid, j))
+
+        return tree(0, len(v) - 1).cast("float64")
+
+    def mapping_frame(self) -> pd.DataFrame:
+        """One row per block: keys, ``lo``, ``hi``, ``value``, ``slope`` to the next block, and
+        the score range ``[start, stop)`` the row serves (NULL: unbounded)."""
+        parts = []
+        for _, part in groups(self.table, list(self.by)):
+            if not len(part):
+                continue
+            part = part.copy()
+            part["slope"] = self._slopes(part)
+            lo = part["lo"].to_numpy(float)
+            part["start"] = np.append(np.nan, lo[1:])
+            part["stop"] = np.append(lo[1:], np.nan)
+            parts.append(part)
+        columns = [*self.by, "start", "stop", "lo", "hi", "value", "slope", "n", "W"]
+        return _null_keys(pd.concat(parts, ignore_index=True)[columns], self.by) if parts \
+            else pd.DataFrame(columns=columns)
+
+    def _apply_join(self, table, score, name, mapping):
+        p = table[score].cast("float64")
+        m = mapping
+        cond = [*self._join_keys(table, m), m.start.isnull() | (p >= m.start),
+                m.stop.isnull() | (p < m.stop)]
+        joined = table.left_join(m, cond)
+        value = ibis.ifelse((p <= m.hi) | (m.slope == 0), m.value, m.value + (p - m.hi) * m.slope)
+        return joined.select(*table.columns, **{name: _missing_score(p, value.cast("float64"))})
+
+
+@dataclass(repr=False)
+class PlattMap(CalibrationMap):
+    """A logistic map per group: σ(a + b·x), x = logit(clip(p)) or the score itself; a group
+    with a ``constant`` (modified Platt's fallback) maps every score to it."""
+
+    feature: str = "logit"
+
+    def _x_numpy(self, p):
+        if self.feature == "score":
+            return p
+        q = np.clip(p, CLIP, 1 - CLIP)
+        return np.log(q / (1 - q))
+
+    def _x_expr(self, p):
+        if self.feature == "score":
+            return p
+        q = ibis.greatest(ibis.least(p, 1 - CLIP), CLIP)
+        return (q / (1 - q)).ln()
+
+    def _piece_numpy(self, part, p):
+        row = part.iloc[0]
+        if not pd.isna(row.get("constant", np.nan)):
+            return np.full(p.shape, float(row["constant"]))
+        eta = row["a"] + row["b"] * self._x_numpy(p)
+        return 1 / (1 + np.exp(np.clip(-eta, -EXP_LIMIT, EXP_LIMIT)))
+
+    def _piece_expr(self, part, p):
+        row = part.iloc[0]
+        if not pd.isna(row.get("constant", np.nan)):
+            return number(row["constant"])
+        if not (np.isfinite(row["a"]) and np.isfinite(row["b"])):
+            return ibis.null("float64")  # a group without a fit (see platt's Notes)
+        return _sigmoid(number(row["a"]) + number(row["b"]) * self._x_expr(p))
+
+    def _apply_join(self, table, score, name, mapping):
+        p = table[score].cast("float64")
+        m = mapping
+        joined = table.left_join(m, self._join_keys(table, m)) if self.by else table.cross_join(m)
+        fitted = _sigmoid(m.a + m.b * self._x_expr(p))
+        value = ibis.ifelse(m.constant.notnull(), m.constant, fitted)
+        return joined.select(*table.columns, **{name: _missing_score(p, value.cast("float64"))})
+
+
+# -- isotonic regression ----------------------------------------------------------------------
+
+
+def _key_match(rows: ir.Table, key: tuple, by) -> ir.BooleanValue:
+    """Rows of the group with these key values (a NULL key value matches NULL)."""
+    return ibis.and_(*(rows[k].isnull() if v is None else rows[k] == v for k, v in zip(by, key)))
