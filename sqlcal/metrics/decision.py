@@ -11,7 +11,10 @@
   actions (Gao, Parameswaran and Peng 2017, Sections 2.4 and 3.3.4).
 
 The first three read the levels summary (one GROUP BY score; with ``bins=``, the equal-width bins
-summary instead); the last one a single aggregate with one conditional sum per rule interval.
+summary instead); the last one the score axis cut at its rules' interval ends (one GROUP BY of the
+pieces between two ends). Each metric's arithmetic is a function of those frames below it
+(:func:`cdl_finish`, :func:`decision_loss_finish`, :func:`risk_gap_finish`,
+:func:`expected_cost_finish`).
 """
 
 from __future__ import annotations
@@ -22,14 +25,14 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-import ibis
 import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from sqlcal.metrics import groups, key_tuple, level_sets, per_group, result, safe_div
-from sqlcal import summaries
+from sqlcal.metrics import groups, key_tuple, per_group, result, safe_div
 from sqlcal.options import checked
+from sqlcal.query import declared, planner
+from sqlcal.query.unlabeled import unlabeled_source
 from sqlcal.source import Source, as_source, source
 
 #: warn that the plug-in has degenerated when a group has at least this many distinct scores per
@@ -42,8 +45,6 @@ MAX_LP_LEVELS = 2_000
 #: the largest optimality gap (upper minus lower bound, over the live mass) the CDL LP may return
 #: with; measured at most 1.8e-10 on 6,000 random and near-degenerate inputs
 LP_GAP = 5e-10
-#: the name of the constant label given to an unlabeled table (expected_cost)
-_NO_LABEL = "__sqlcal_no_label"
 
 
 @checked
@@ -155,8 +156,43 @@ def calibration_decision_loss(
     if method not in ("hull", "lp"):
         raise ValueError(f"method must be 'hull' or 'lp', not {method!r}")
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    levels = _level_sets(src, bins)
+    values = cdl_finish(_level_sets(src, bins), by=src.by, method=method)
+    if bins is None:
+        _warn_degenerate(values)
+    out = result(src, values, ["calibration_decision_loss", "v_star", "two_action_bound",
+                               "ece2_squared", "ece", "n_levels", "distinct_per_row"])
+    out["n_levels"] = out["n_levels"].fillna(0).astype(int)
+    return _with_trust(out, binning=_binning(bins), method=method)
 
+
+def cdl_finish(levels: pd.DataFrame, *, by: Sequence[str] = (), method: str = "hull"
+               ) -> pd.DataFrame:
+    """The calibration decision loss and its bounds of each group, from its level sets.
+
+    Parameters
+    ----------
+    levels : pandas.DataFrame
+        Per group and value of the predictor: the group keys, ``p`` (the value), ``n`` (rows),
+        ``W`` = Σw and ``swy`` = Σwy (the levels summary, or the binned predictor of
+        :func:`predictor_levels`).
+    by : sequence of str, default ()
+        The group keys.
+    method : {"hull", "lp"}, default "hull"
+        As for :func:`calibration_decision_loss`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the keys, ``n``, ``W``, ``calibration_decision_loss``, ``v_star``,
+        ``two_action_bound``, ``ece2_squared``, ``ece``, ``n_levels``, ``distinct_per_row``.
+
+    Examples
+    --------
+    >>> levels = pd.DataFrame({"p": [0.5], "n": [10], "W": [10.0], "swy": [6.0]})
+    >>> cdl_finish(levels)[["calibration_decision_loss", "v_star", "ece"]].round(6)
+       calibration_decision_loss  v_star  ece
+    0                        0.2     0.2  0.1
+    """
     def finish(part: pd.DataFrame) -> dict:
         v, mass, ybar = _normalised(part)
         if mass is None:
@@ -173,13 +209,7 @@ def calibration_decision_loss(
                 "ece2_squared": float((mass * (ybar - v) ** 2).sum()),
                 "ece": float((mass * np.abs(ybar - v)).sum())} | _shape(part)
 
-    values = per_group(levels, src.by, finish)
-    if bins is None:
-        _warn_degenerate(values)
-    out = result(src, values, ["calibration_decision_loss", "v_star", "two_action_bound",
-                               "ece2_squared", "ece", "n_levels", "distinct_per_row"])
-    out["n_levels"] = out["n_levels"].fillna(0).astype(int)
-    return _with_trust(out, binning=_binning(bins), method=method)
+    return per_group(levels, by, finish)
 
 
 @checked
@@ -277,27 +307,64 @@ def decision_loss(
             raise ValueError("payoffs must be a finite array of shape (k, 2): rows (u(a,0), u(a,1))")
         thresholds = None
     else:
-        thresholds = _thresholds(threshold)
+        table, thresholds = None, _thresholds(threshold)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     levels = _level_sets(src, bins)
+    values = decision_loss_finish(levels, by=src.by, thresholds=thresholds, payoffs=table,
+                                  tie=tie)
+    columns = ["decision_loss", "payoff", "recalibrated_payoff"]
+    if thresholds is None:
+        out = result(src, values, columns)
+    else:
+        out = _by_threshold(src, values, ["threshold", *columns], "threshold", thresholds)
+    if bins is None:
+        _warn_degenerate(per_group(levels, src.by, _shape))
+    return _with_trust(out, binning=_binning(bins))
+
+
+def decision_loss_finish(levels: pd.DataFrame, *, by: Sequence[str] = (),
+                         thresholds: Sequence[float] | None = None,
+                         payoffs: np.ndarray | None = None, tie: str = "higher") -> pd.DataFrame:
+    """The loss of one fixed decision task of each group, from its level sets.
+
+    Parameters
+    ----------
+    levels : pandas.DataFrame
+        As for :func:`cdl_finish`.
+    by : sequence of str, default ()
+        The group keys.
+    thresholds : sequence of float, optional
+        The two-action tasks "act iff the probability is ≥ t" (one row per group and t).
+    payoffs : numpy.ndarray of shape (k, 2), optional
+        Instead of ``thresholds``: a finite task, row a = (u(a, 0), u(a, 1)).
+    tie : {"higher", "lower"}, default "higher"
+        As for :func:`decision_loss`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group (and threshold): the keys, ``n``, ``W``, ``threshold`` (with
+        ``thresholds``), ``decision_loss``, ``payoff``, ``recalibrated_payoff``.
+
+    Examples
+    --------
+    >>> levels = pd.DataFrame({"p": [0.4, 0.6], "n": [1, 1], "W": [1.0, 1.0],
+    ...                        "swy": [0.0, 1.0]})
+    >>> decision_loss_finish(levels, thresholds=[0.1])
+       n    W  threshold  decision_loss  payoff  recalibrated_payoff
+    0  2  2.0        0.1           0.05    0.95                  1.0
+    """
     rows = []
-    for key, part in groups(levels, list(src.by)):
+    for key, part in groups(levels, list(by)):
         v, mass, ybar = _normalised(part)
         base = {**key, "n": int(part["n"].sum()), "W": float(part["W"].sum())}
         if thresholds is None:
-            rows.append(base | _finite_task_loss(v, mass, ybar, table, tie))
+            rows.append(base | _finite_task_loss(v, mass, ybar, payoffs, tie))
             continue
         for t in thresholds:
             rows.append(base | {"threshold": t} | _threshold_loss(v, mass, ybar, t, tie))
     columns = ["decision_loss", "payoff", "recalibrated_payoff"]
-    if thresholds is None:
-        out = result(src, _frame(rows, src.by, columns), columns)
-    else:
-        out = _by_threshold(src, _frame(rows, src.by, ["threshold", *columns]),
-                            ["threshold", *columns], "threshold", thresholds)
-    if bins is None:
-        _warn_degenerate(per_group(levels, src.by, _shape))
-    return _with_trust(out, binning=_binning(bins))
+    return _frame(rows, by, columns if thresholds is None else ["threshold", *columns])
 
 
 @checked
@@ -378,18 +445,52 @@ def decision_risk_gap(
     """
     thresholds = _thresholds(threshold)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    levels = level_sets(src)
+    levels = _level_sets(src, None)
     src.require_binary_labels("the decision risk gap")
+    values = risk_gap_finish(levels, by=src.by, thresholds=thresholds)
+    return _by_threshold(src, values, _RISK_COLUMNS, "threshold", thresholds)
+
+
+_RISK_COLUMNS = ["threshold", "risk", "bayes_risk", "risk_gap", "monotone_risk",
+                 "monotone_risk_gap", "best_rule", "best_threshold"]
+
+
+def risk_gap_finish(levels: pd.DataFrame, *, by: Sequence[str] = (),
+                    thresholds: Sequence[float] = (0.5,)) -> pd.DataFrame:
+    """The plug-in, grouped-Bayes and best monotone risks of each group, from its level sets.
+
+    Parameters
+    ----------
+    levels : pandas.DataFrame
+        The levels summary, sorted by group and score: the group keys, ``p``, ``n``, ``W``,
+        ``swy`` (binary labels).
+    by : sequence of str, default ()
+        The group keys.
+    thresholds : sequence of float, default (0.5,)
+        The decision thresholds τ.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group and threshold: the keys, ``n``, ``W`` and the columns of
+        :func:`decision_risk_gap` from ``threshold`` to ``best_threshold``.
+
+    Examples
+    --------
+    >>> levels = pd.DataFrame({"p": [0.2, 0.8], "n": [2, 2], "W": [2.0, 2.0],
+    ...                        "swy": [1.0, 0.0]})
+    >>> risk_gap_finish(levels)[["risk", "bayes_risk", "best_rule"]]
+        risk  bayes_risk best_rule
+    0  0.375       0.125     never
+    """
     rows = []
-    for key, part in groups(levels, list(src.by)):
+    for key, part in groups(levels, list(by)):
         base = {**key, "n": int(part["n"].sum()), "W": float(part["W"].sum())}
         part = part[part["W"] > 0]  # a score held only by weight-0 rows is no threshold
         u = part["p"].to_numpy(float)
         Wk, Yk = part["W"].to_numpy(float), part["swy"].to_numpy(float)
         rows += [base | {"threshold": t} | _risks(u, Wk, Yk, t) for t in thresholds]
-    columns = ["threshold", "risk", "bayes_risk", "risk_gap", "monotone_risk",
-               "monotone_risk_gap", "best_rule", "best_threshold"]
-    return _by_threshold(src, _frame(rows, src.by, columns), columns, "threshold", thresholds)
+    return _frame(rows, by, _RISK_COLUMNS)
 
 
 @checked
@@ -535,36 +636,15 @@ def expected_cost(
         raise ValueError(f"delta must be in (0, 1), not {delta!r}")
     if tie not in ("higher", "lower"):
         raise ValueError(f"tie must be 'higher' or 'lower', not {tie!r}")
-    if rules is None and actions is None:
-        raise TypeError("pass rules= (interval rules) or actions= (to find the best rule), or both")
-    parts = [] if rules is None else [_rules_table(rules)]
-    if actions is not None:
-        if parts and "best" in set(parts[0]["rule"]):
-            raise ValueError("a rule is named 'best'; rename it (actions= adds the rule 'best')")
-        parts.append(_best_rule(actions, tie))
-    table = pd.concat(parts, ignore_index=True)
+    table = rules_table(rules, actions, tie)
     src, labelled = _cost_source(data, score, label, weight, by, where, source_options)
-    sums, index = _interval_sums(src, table, labelled)
-    eps_val = _validation_bound(validation, validation_label, src, labelled, delta)
-    by_keys = list(src.by)
-    rows = []
-    for key, part in groups(sums, by_keys):
-        g = part.iloc[0]
-        W, n_eff = float(g["W"]), _effective_n(src, g)
-        if eps_val is None:
-            eps_sample, eps_pop = (np.nan if epsilon is None else float(epsilon)), np.nan
-        else:
-            eps_pop = eps_val(key_tuple(key))
-            with np.errstate(divide="ignore"):
-                eps_sample = eps_pop + (20 + np.sqrt(2 * np.log(1 / delta))) / np.sqrt(n_eff)
-        for name, rule in table.groupby("rule", sort=False):
-            rows.append({**key, "rule": name, "n": int(g["n"]), "W": W,
-                         **_rule_cost(g, rule, index, labelled, eps_sample, eps_pop, n_eff,
-                                     delta)})
-    columns = ["rule", "expected_cost", "error_bound", "cost_lower", "cost_upper", "epsilon",
-               "population_bound", "coverage", "realised_cost"]
+    pieces = planner.fetch(src, _pieces_summary(table))
+    bounds = _validation_bound(validation, validation_label, src, labelled, delta)
+    values = expected_cost_finish(pieces, table, by=src.by, labelled=labelled, epsilon=epsilon,
+                                  validation_bounds=bounds, delta=delta,
+                                  frequency=not src.weighted or src.integer_weights)
     names = list(dict.fromkeys(table["rule"]))
-    out = _by_threshold(src, _frame(rows, by_keys, columns), columns, "rule", names)
+    out = _by_threshold(src, values, _COST_COLUMNS, "rule", names)
     if (out["coverage"] < 1 - 1e-12).any():
         warnings.warn("some scores fall in no interval of a rule and cost nothing there (see "
                       "the coverage column); use l < 0 and r ≥ 1 to cover every score",
@@ -578,6 +658,163 @@ def expected_cost(
     return _with_trust(out, intervals=out["rule"].map(intervals).tolist(),
                        actions=out["rule"].map(actions).tolist(),
                        confidence=(1 - 2 * delta) if validation is not None else np.nan)
+
+
+_COST_COLUMNS = ["rule", "expected_cost", "error_bound", "cost_lower", "cost_upper", "epsilon",
+                 "population_bound", "coverage", "realised_cost"]
+
+
+def rules_table(rules: Any = None, actions: Any = None, tie: str = "higher") -> pd.DataFrame:
+    """The interval rules of :func:`expected_cost` as one frame (``rule``, ``l``, ``r``, ``a``,
+    ``b``, and ``action`` for the rule ``"best"`` found from ``actions``), checked.
+
+    Examples
+    --------
+    >>> rules_table([(-1, 0.5, 1.0, 0.0), (0.5, 1, 0.0, 1.0)])[["rule", "l", "r"]]
+       rule    l    r
+    0  rule -1.0  0.5
+    1  rule  0.5  1.0
+    """
+    if rules is None and actions is None:
+        raise TypeError("pass rules= (interval rules) or actions= (to find the best rule), or both")
+    parts = [] if rules is None else [_rules_table(rules)]
+    if actions is not None:
+        if parts and "best" in set(parts[0]["rule"]):
+            raise ValueError("a rule is named 'best'; rename it (actions= adds the rule 'best')")
+        parts.append(_best_rule(actions, tie))
+    return pd.concat(parts, ignore_index=True)
+
+
+def expected_cost_finish(pieces: pd.DataFrame, rules: pd.DataFrame, *, by: Sequence[str] = (),
+                         labelled: bool = True, epsilon: float | None = None,
+                         validation_bounds: pd.DataFrame | None = None, delta: float = 0.05,
+                         frequency: bool = True) -> pd.DataFrame:
+    """The label-free cost of each rule in each group, with its bounds, from the score-interval
+    summary.
+
+    Parameters
+    ----------
+    pieces : pandas.DataFrame
+        The summary of the score axis cut at the rules' interval ends (:func:`interval_cuts`):
+        per group and piece ``interval``, ``n``, ``W`` = Σw, ``swp`` = Σwf, ``swy`` = Σwy and
+        ``sw2`` = Σw².
+    rules : pandas.DataFrame
+        The rules, as :func:`rules_table` gives them.
+    by : sequence of str, default ()
+        The group keys.
+    labelled : bool, default True
+        Whether ``swy`` holds labels (else ``realised_cost`` is NaN).
+    epsilon : float, optional
+        A bound on this table's cutoff error, as for :func:`expected_cost`.
+    validation_bounds : pandas.DataFrame, optional
+        Instead of ``epsilon``: the validation rows' cutoff-error ``upper_bound``, per group (the
+        keys) or one row for every group.
+    delta : float, default 0.05
+        Failure probability of each confidence statement (with ``validation_bounds``).
+    frequency : bool, default True
+        Whether the weights count rows (n = W), else n = W²/Σw².
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group and rule: the keys, ``n``, ``W`` and the columns of
+        :func:`expected_cost` from ``rule`` to ``realised_cost``.
+
+    Examples
+    --------
+    >>> pieces = pd.DataFrame({"interval": [0, 1], "n": [2, 2], "W": [2.0, 2.0],
+    ...                        "swp": [0.5, 1.5], "swy": [1.0, 1.0], "sw2": [2.0, 2.0]})
+    >>> rules = rules_table([(-1, 0.5, 1.0, 0.0), (0.5, 1, 0.0, 0.5)])
+    >>> expected_cost_finish(pieces, rules, epsilon=0.1)[["expected_cost", "error_bound"]]
+       expected_cost  error_bound
+    0         0.1875         0.15
+    """
+    by = list(by)
+    cuts = interval_cuts(rules)
+    spans = {(l, r): _span(l, r, cuts) for l, r in zip(rules["l"], rules["r"])}
+    named = list(rules.groupby("rule", sort=False))
+    rows = []
+    for key, part in groups(pieces, by):
+        at = part["interval"].to_numpy(np.int64)
+        sums = {}
+        for c in ("W", "swp", "swy"):
+            per_piece = np.zeros(len(cuts) + 1)
+            np.add.at(per_piece, at, part[c].to_numpy(float))
+            sums[c] = per_piece
+        W, sw2 = float(part["W"].sum()), float(part["sw2"].sum())
+        n_eff = W if frequency else (W * W / sw2 if sw2 > 0 else np.nan)
+        if validation_bounds is None:
+            eps_sample, eps_pop = (np.nan if epsilon is None else float(epsilon)), np.nan
+        else:
+            eps_pop = _bound_of(validation_bounds, by, key)
+            with np.errstate(divide="ignore"):
+                eps_sample = eps_pop + (20 + np.sqrt(2 * np.log(1 / delta))) / np.sqrt(n_eff)
+        masses = {iv: tuple(float(sums[c][lo:hi + 1].sum()) for c in ("W", "swp", "swy"))
+                  for iv, (lo, hi) in spans.items()}
+        for name, rule in named:
+            rows.append({**key, "rule": name, "n": int(part["n"].sum()), "W": W,
+                         **_rule_cost(W, masses, rule, labelled, eps_sample, eps_pop, n_eff,
+                                      delta)})
+    return _frame(rows, by, _COST_COLUMNS)
+
+
+def interval_cuts(rules: pd.DataFrame) -> tuple[float, ...]:
+    """The ends that bound the rules' intervals (l, r]: every l ≥ 0 and every r < 1 (a score is
+    in [0, 1], so the others bound nothing), sorted and distinct.
+
+    Examples
+    --------
+    >>> interval_cuts(rules_table([(-1, 0.5, 1.0, 0.0), (0.5, 1, 0.0, 1.0)]))
+    (0.5,)
+    """
+    ends = [float(l) for l in rules["l"] if l >= 0] + [float(r) for r in rules["r"] if r < 1]
+    return tuple(sorted(set(ends)))
+
+
+def _pieces_summary(rules: pd.DataFrame) -> declared.Summary:
+    """The summary :func:`expected_cost_finish` reads: the score axis cut at the rules' ends."""
+    return declared.intervals(interval_cuts(rules), "sums", "sw2")
+
+
+def _span(l: float, r: float, cuts: tuple) -> tuple[int, int]:
+    """The first and last piece of (l, r] on the axis cut at ``cuts`` (piece k is
+    (cuts[k − 1], cuts[k]])."""
+    lo = int(np.searchsorted(cuts, l)) + 1 if l >= 0 else 0
+    hi = int(np.searchsorted(cuts, r)) if r < 1 else len(cuts)
+    return lo, hi
+
+
+def _bound_of(bounds: pd.DataFrame, by: list, key: dict) -> float:
+    """The validation bound of one group: its own row, or the one row of an ungrouped
+    validation (NaN for a group the validation rows lack)."""
+    keys = [k for k in by if k in bounds]
+    if not keys:
+        return float(bounds["upper_bound"].iloc[0])
+    for row in bounds[[*keys, "upper_bound"]].itertuples(index=False):
+        if key_tuple(dict(zip(keys, row[:-1]))) == key_tuple({k: key[k] for k in keys}):
+            return float(row[-1])
+    return np.nan
+
+
+def _expected_cost_needs(src: Source, options: dict) -> list:
+    if options["validation"] is not None:
+        raise ValueError(
+            "expected_cost(validation=...) reads a second table (the labeled validation rows, "
+            "whose cutoff error bounds the cost), which the statements of one table cannot "
+            "hold: pass epsilon= (e.g. the upper_bound of sqlcal.cutoff_error on the validation "
+            "rows), or measure with sqlcal where both tables are")
+    return [_pieces_summary(rules_table(options["rules"], options["actions"], options["tie"]))]
+
+
+#: metric -> the summaries it reads, from its options (every option given, defaults filled): the
+#: level sets (or equal-width bins) for the decision losses and risks, the score axis cut at the
+#: rules' ends for the expected cost; none refines with follow-up passes
+NEEDS = {
+    "calibration_decision_loss": lambda src, o: levels_needs(o["bins"]),
+    "decision_loss": lambda src, o: levels_needs(o["bins"]),
+    "decision_risk_gap": lambda src, o: levels_needs(None),
+    "expected_cost": _expected_cost_needs,
+}
 
 
 # -- CDL: the LP and the V-curve ----------------------------------------------------------------
@@ -887,58 +1124,20 @@ def _decimal(x: float) -> Fraction:
 
 
 def _cost_source(data, score, label, weight, by, where, options) -> tuple[Source, bool]:
-    """The source to measure, with labels when there are some. An unlabeled table gets a constant
-    label column, so the shared validation (scores, weights, keys) applies unchanged; its label
-    sums are never read."""
+    """The source to measure, with labels when there are some (an unlabeled table gets a
+    constant label: :func:`sqlcal.query.unlabeled.unlabeled_source`)."""
     if isinstance(data, Source) or label is not None:
         return as_source(data, score, label, weight=weight, by=by, where=where, **options), True
     if score is None:
         raise TypeError("score= is required: name the score column")
-    from sqlcal.source import resolve_table
-
-    options = dict(options)
-    base = resolve_table(data, options.pop("table", None))
-    base = base.mutate(**{_NO_LABEL: ibis.literal(0, type="int64")})
-    return source(base, score=score, label=_NO_LABEL, weight=weight, by=by, where=where,
-                  **options), False
+    return unlabeled_source(data, score=score, weight=weight, by=by, where=where,
+                            **options), False
 
 
-def _interval_sums(src: Source, table: pd.DataFrame, labelled: bool) -> tuple[pd.DataFrame, dict]:
-    """One aggregate per group: n, W, Σw², score range, and per distinct interval i of the rules
-    W_i = Σw, F_i = Σwf (and Y_i = Σwy with labels) over the rows with l < f ≤ r."""
-    intervals = list(dict.fromkeys(zip(table["l"], table["r"])))
-    key = ("decision_intervals", tuple(intervals), labelled)
-
-    def build(checks):
-        t = src.rows
-        sums = {"n": t.count(), "p_min": t.p.min(), "p_max": t.p.max()}
-        if src.weighted:
-            sums |= {"W": t.w.sum(), "sw2": (t.w * t.w).sum()}
-        times = (lambda v: t.w * v) if src.weighted else (lambda v: v)
-        for i, (lo, hi) in enumerate(intervals):
-            inside = ibis.literal(True)
-            # literals read back bit for bit: a score equal to an end stays on its side
-            if lo >= 0:  # every score is ≥ 0: a negative l bounds nothing
-                inside &= t.p > summaries.number(lo)
-            if hi < 1:
-                inside &= t.p <= summaries.number(hi)
-            sums |= {f"W_{i}": (t.w.sum(where=inside) if src.weighted
-                                else t.count(where=inside).cast("float64")),
-                     f"F_{i}": times(t.p).sum(where=inside)}
-            if labelled:
-                sums[f"Y_{i}"] = times(t.y).sum(where=inside)
-        metrics = sums | (checks(t) if checks else {})
-        return t.group_by(list(src.by)).aggregate(**metrics) if src.by else t.aggregate(**metrics)
-
-    frame = src.summary(key, frozenset(), build).copy()
-    sums = [c for c in frame if c[:2] in ("W_", "F_", "Y_")]
-    frame[sums] = frame[sums].astype(float).fillna(0.0)  # a SUM over no rows is NULL
-    return frame, {iv: i for i, iv in enumerate(intervals)}
-
-
-def _validation_bound(validation, validation_label, src: Source, labelled: bool, delta):
-    """A function of a group's key tuple: the cutoff error's upper confidence bound on the
-    validation rows of that group (or of all of them, for an ungrouped validation)."""
+def _validation_bound(validation, validation_label, src: Source, labelled: bool, delta
+                      ) -> pd.DataFrame | None:
+    """The cutoff error's upper confidence bound on the validation rows, per group (the keys
+    and ``upper_bound``; no keys for an ungrouped validation)."""
     if validation is None:
         if validation_label is not None:
             raise TypeError("validation_label= names the label of validation= rows; pass "
@@ -948,13 +1147,7 @@ def _validation_bound(validation, validation_label, src: Source, labelled: bool,
 
     val = _validation_source(validation, validation_label, src, labelled)
     bound = cutoff_error(val, delta=delta)
-    keys = list(val.by)
-    if not keys:
-        value = float(bound["upper_bound"].iloc[0])
-        return lambda key: value
-    table = {key_tuple(dict(zip(keys, row[:-1]))): float(row[-1])
-             for row in bound[[*keys, "upper_bound"]].itertuples(index=False)}
-    return lambda key: table.get(key, np.nan)
+    return bound[[*val.by, "upper_bound"]]
 
 
 def _validation_source(validation, validation_label, src: Source, labelled: bool) -> Source:
@@ -988,29 +1181,20 @@ def _validation_source(validation, validation_label, src: Source, labelled: bool
     return validation
 
 
-def _effective_n(src: Source, g: pd.Series) -> float:
-    W = float(g["W"])
-    if not src.weighted or src.integer_weights:
-        return W
-    sw2 = float(g["sw2"])
-    return W * W / sw2 if sw2 > 0 else np.nan
-
-
-def _rule_cost(g: pd.Series, rule: pd.DataFrame, index: dict, labelled: bool,
+def _rule_cost(W: float, masses: dict, rule: pd.DataFrame, labelled: bool,
                eps_sample: float, eps_pop: float, n_eff: float, delta: float) -> dict:
-    W = float(g["W"])
+    """One rule's cost in one group; ``masses``: (l, r) -> (W_i, F_i, Y_i), the weight, score
+    mass and label mass of the rows with l < f ≤ r."""
     estimate = realised = covered = lowest = highest = 0.0
     # each interval's label mass Y lies within ε·W of its score mass F and in [0, W_i]
     slack = np.nan if np.isnan(eps_sample) else eps_sample * W
     for l, r, a, b in rule[["l", "r", "a", "b"]].itertuples(index=False):
-        i = index[(l, r)]
-        Wi, Fi = float(g[f"W_{i}"]), float(g[f"F_{i}"])
+        Wi, Fi, Yi = masses[(l, r)]
         estimate += a * Fi + b * (Wi - Fi)
         covered += Wi
         ends = [b * Wi + (a - b) * y for y in (max(0.0, Fi - slack), min(Wi, Fi + slack))]
         lowest, highest = lowest + min(ends), highest + max(ends)
         if labelled:
-            Yi = float(g[f"Y_{i}"])
             realised += a * Yi + b * (Wi - Yi)
     spread = float(np.abs(rule["a"] - rule["b"]).sum())
     costs = np.concatenate([rule["a"], rule["b"], [0.0]])
@@ -1034,15 +1218,44 @@ def _rule_cost(g: pd.Series, rule: pd.DataFrame, index: dict, labelled: bool,
 
 
 def _level_sets(src: Source, bins: int | None) -> pd.DataFrame:
-    """Per group, sorted: the predictor's values ``p`` with n, W, swy. ``bins``: the equal-width
-    bins, each at its weighted mean score (the binned predictor)."""
-    if bins is None:
-        return level_sets(src)
-    from sqlcal.metrics.binned import bins_summary
+    """The predictor's level sets of ``src`` (:func:`predictor_levels` of the summary that
+    :func:`levels_needs` declares)."""
+    if bins is not None and (not isinstance(bins, (int, np.integer)) or bins < 1):
+        raise ValueError(f"bins must be a positive integer, not {bins!r}")
+    return predictor_levels(planner.fetch(src, *levels_needs(bins)), src.by)
 
-    frame = bins_summary(src, bins=bins, strategy="uniform", convention="sqlcal").copy()
-    frame["p"] = safe_div(frame["swp"], frame["W"])
-    return frame.sort_values([*src.by, "bin"], ignore_index=True, kind="stable")
+
+def levels_needs(bins: int | None) -> list:
+    """The summary the level-set metrics read: the levels, or with ``bins`` the equal-width bins
+    (the binned predictor's levels).
+
+    Examples
+    --------
+    >>> [s.name for s in levels_needs(None)], [s.name for s in levels_needs(10)]
+    (['levels'], ['uniform_bins_10'])
+    """
+    return [declared.levels() if bins is None else declared.uniform(bins, "sqlcal", "sums")]
+
+
+def predictor_levels(frame: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
+    """The level sets of the predictor, sorted by group and value: the levels summary as it is,
+    or the equal-width bins summary (a ``bin`` column) with each bin at its weighted mean score
+    ``p`` = Σwp / W (the binned predictor).
+
+    Examples
+    --------
+    >>> bins = pd.DataFrame({"bin": [1, 0], "n": [1, 2], "W": [1.0, 2.0], "swp": [0.9, 0.5],
+    ...                      "swy": [1.0, 1.0]})
+    >>> predictor_levels(bins)[["bin", "p"]]
+       bin     p
+    0    0  0.25
+    1    1  0.90
+    """
+    frame = frame.copy()
+    if "bin" in frame:
+        frame["p"] = safe_div(frame["swp"], frame["W"])
+        return frame.sort_values([*by, "bin"], ignore_index=True, kind="stable")
+    return frame.sort_values([*by, "p"], ignore_index=True, kind="stable")
 
 
 def _normalised(part: pd.DataFrame):
