@@ -1,7 +1,8 @@
 """The CORP decomposition of a proper score (Dimitriadis, Gneiting and Jordan 2021): the mean
 score of the predictions = miscalibration − discrimination + uncertainty, with the isotonic
 (PAV) recalibration in the role of the ideal recalibrated forecast. One isotonic fit
-(:func:`sqlcal.recalibrate.isotonic_blocks`) and the totals summary suffice."""
+(:func:`sqlcal.recalibrate.isotonic_blocks`) and the totals summary suffice; :func:`corp_finish`
+is the arithmetic from those two frames."""
 
 from __future__ import annotations
 
@@ -11,12 +12,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sqlcal import summaries
 from sqlcal.metrics import groups, key_tuple, result
-from sqlcal.metrics.scores import totals_summary
+from sqlcal.options import checked
+from sqlcal.query import declared, planner
 from sqlcal.recalibrate import isotonic_blocks
 from sqlcal.source import as_source
-from sqlcal.options import checked
 
 SCORINGS = ("brier", "log_loss")
 
@@ -101,14 +101,48 @@ def decompose(
     0  0.175            0.05           0.125         0.25   True
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    by = list(src.by)
     blocks, info = isotonic_blocks(src, method)
-    totals = totals_summary(src, logloss=scoring == "log_loss")
+    totals = planner.fetch(src, declared.totals(*(["logloss"] if scoring == "log_loss" else [])))
     if scoring == "brier" and src.has_soft_labels:  # S(ȳ) and S(p̂) need Σwy²
-        moments = src.summary(("totals",), frozenset({"moments", "soft"}), lambda checks:
-                              summaries.totals(src.rows, src.by, frozenset({"moments", "soft"}),
-                                               weighted=src.weighted, checks=checks))
-        totals["swyy"] = moments["swyy"].to_numpy(float)
+        moments = planner.fetch(src, declared.totals("moments", "soft"))
+        totals = totals.assign(swyy=moments["swyy"].to_numpy(float))
+    values = corp_finish(totals, blocks, by=src.by, scoring=scoring)
+    return result(src, values, ["score", "miscalibration", "discrimination", "uncertainty"],
+                  {"scoring": scoring, "exact": bool(info["exact"]), "method": info["method"]})
+
+
+def corp_finish(totals: pd.DataFrame, blocks: pd.DataFrame, *, by: Sequence[str] = (),
+                scoring: str = "brier") -> pd.DataFrame:
+    """The CORP decomposition of each group from its totals and its isotonic blocks.
+
+    Parameters
+    ----------
+    totals : pandas.DataFrame
+        The totals summary, one row per group: the keys, ``n``, ``W`` = Σw, ``swy`` = Σwy, and
+        ``sw_sq_resid`` = Σw(y − p)² (Brier; ``swyy`` = Σwy² for soft labels) or
+        ``sw_logloss`` and ``n_infinite_logloss`` (log loss).
+    blocks : pandas.DataFrame
+        The isotonic fit's blocks: the keys, ``W`` (the block's weight) and ``Y`` (its Σwy).
+    by : sequence of str, default ()
+        The group keys.
+    scoring : {"brier", "log_loss"}, default "brier"
+        The proper score.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the keys, ``n``, ``W``, ``score``, ``miscalibration``,
+        ``discrimination``, ``uncertainty``.
+
+    Examples
+    --------
+    >>> totals = pd.DataFrame({"n": [4], "W": [4.0], "swy": [2.0], "sw_sq_resid": [0.9]})
+    >>> blocks = pd.DataFrame({"W": [2.0, 2.0], "Y": [0.5, 1.5]})
+    >>> corp_finish(totals, blocks)[["score", "miscalibration", "discrimination"]].round(6)
+       score  miscalibration  discrimination
+    0  0.225          0.0375          0.0625
+    """
+    by = list(by)
     fitted = {key_tuple(k): part for k, part in groups(blocks, by)}
     rows = []
     for key, t in groups(totals, by):
@@ -132,9 +166,8 @@ def decompose(
             s_clim = _log_score(np.array([Y]), np.array([W])) / W
         rows.append(row | dict(score=s_p, miscalibration=s_p - s_iso,
                                discrimination=s_clim - s_iso, uncertainty=s_clim))
-    return result(src, pd.DataFrame(rows), ["score", "miscalibration", "discrimination",
-                                            "uncertainty"],
-                  {"scoring": scoring, "exact": bool(info["exact"]), "method": info["method"]})
+    columns = ["score", "miscalibration", "discrimination", "uncertainty"]
+    return pd.DataFrame(rows, columns=None if rows else [*by, "n", "W", *columns])
 
 
 def _log_score(Y: np.ndarray, W: np.ndarray) -> float:
