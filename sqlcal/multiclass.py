@@ -25,13 +25,19 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any, Sequence
 
-import ibis
-import ibis.expr.types as ir
+from typing import TYPE_CHECKING
+
 import numpy as np
+import pandas as pd
 
 from sqlcal import summaries
 from sqlcal.options import checked
-from sqlcal.source import USE_CHECKS, InvalidInputError, register_use_check, resolve_table
+from sqlcal.query import declared, planner
+from sqlcal.source import (USE_CHECKS, InvalidInputError, Source, register_use_check,
+                           resolve_table)
+
+if TYPE_CHECKING:
+    import ibis.expr.types as ir
 
 MODES = ("top_label", "classwise")
 FORMATS = ("long", "wide")
@@ -229,45 +235,25 @@ def _check_made_use(classwise: bool, weighted: bool, by: Sequence[str],
 def _wide(t: ir.Table, *, mode, probs, classes, label, weight, keys, tolerance,
           on_invalid) -> ir.Table:
     values = _class_values(t, probs, label, classes)
-    label_type = t[label].type()
-
-    def columns(t):
-        return ([t[c].cast("float64") for c in probs], t[label],
-                t[weight].cast("float64") if weight else None)
-
-    def value_checks(t):
-        p, y, w = columns(t)
-        checks = [(f"probability column {c!r} is NULL, NaN or outside [0, 1]", _bad_prob(pk))
-                  for c, pk in zip(probs, p)]
-        checks.append((f"label column {label!r} is NULL", y.isnull()))
-        if weight:
-            checks.append((f"weight column {weight!r} is NULL, NaN, negative or infinite",
-                           _bad_weight(w)))
-        return checks
-
-    if _bound(t) and not _wide_clean(t, *columns(t), values, tolerance):
+    layout = ("wide", tuple(keys), tuple(probs), label, weight, tuple(values))
+    texts = [f"probability column {c!r} is NULL, NaN or outside [0, 1]" for c in probs]
+    texts.append(f"label column {label!r} is NULL")
+    if weight:
+        texts.append(f"weight column {weight!r} is NULL, NaN, negative or infinite")
+    drop = False
+    if summaries.is_bound(t) and not _wide_clean(_fetch(t, "multiclass_quick", layout,
+                                                        tolerance), len(probs), weight,
+                                                tolerance):
         # something is wrong: a second query counts each problem to name it
-        p, y, w = columns(t)
-        checks = value_checks(t)
-        good = ~_any(e for _, e in checks)
-        unmatched = good & ~y.isin(values)
-        total = sum(p[1:], p[0])
-        off = good & ~unmatched & ((total - 1).abs() > tolerance)
-        counts = summaries.execute(t.aggregate(
-            n=t.count(), bad=t.count(where=~good), unmatched=t.count(where=unmatched),
-            unmatched_values=y.nunique(where=unmatched), off=t.count(where=off),
-            off_max=total.max(where=off), off_min=total.min(where=off),
-            **{f"v{i}": t.count(where=e) for i, (_, e) in enumerate(checks)})).iloc[0]
-        layout = []
+        counts = _fetch(t, "multiclass_counts", layout, tolerance).iloc[0]
+        layout_problems = []
         if counts.unmatched:
-            # a second, small query only to name the values in the message
-            seen = summaries.execute(
-                t.filter(unmatched).group_by(label).aggregate(n_=lambda s: s.count())
-                .order_by([ibis.desc("n_"), label]).limit(5))
+            # a third, small query only to name the values in the message
+            seen = _fetch(t, "multiclass_unmatched", layout, tolerance)
             listed = ", ".join(f"{v!r} ({n} examples)"
                                for v, n in zip(seen[label].tolist(), seen.n_.tolist()))
             more = int(counts.unmatched_values) - len(seen)
-            layout.append(
+            layout_problems.append(
                 f"label column {label!r} has {int(counts.unmatched)} examples whose true class "
                 f"matches no probability column: {listed}"
                 + (f" and {more} more values" if more > 0 else "")
@@ -275,148 +261,91 @@ def _wide(t: ir.Table, *, mode, probs, classes, label, weight, keys, tolerance,
                 "column in probs=, and pass classes=[the label value of each column, in probs "
                 "order] or classes={value: column} when the labels are not the column names")
         if counts.off:
-            layout.append(_sum_problem(int(counts.off), float(counts.off_min),
-                                       float(counts.off_max), f"columns {probs}", tolerance))
-        drop = _judge(counts, [text for text, _ in checks], layout, on_invalid)
-        if drop:
-            t = t.filter(~_any(e for _, e in value_checks(t)))
-
-    p, y, w = columns(t)
-    carried = {"weight": w} if weight else {}
-    if mode == "classwise":
-        return ibis.union(*[
-            t.select(*keys, **{"class": ibis.literal(v, type=label_type)}, score=pk,
-                     label=ibis.ifelse(y == ibis.literal(v, type=label_type), 1, 0), **carried)
-            for pk, v in zip(p, values)])
-    top = ibis.greatest(*p)
-    # the first column reaching the top probability is the predicted class
-    correct = ibis.cases(*[(pk == top, ibis.ifelse(y == ibis.literal(v, type=label_type), 1, 0))
-                           for pk, v in zip(p, values)])
-    return t.select(*keys, score=top, label=correct, **carried)
+            layout_problems.append(_sum_problem(int(counts.off), float(counts.off_min),
+                                                float(counts.off_max), f"columns {probs}",
+                                                tolerance))
+        drop = _judge(counts, texts, layout_problems, on_invalid)
+    return summaries.multiclass_rows(t, layout, mode, drop=drop)
 
 
 def _long(t: ir.Table, *, mode, example, cls, prob, label, weight, keys, tolerance,
           on_invalid) -> ir.Table:
-    ex = [*keys, example]
-
-    def columns(t):
-        return (t[prob].cast("float64"), _binary(t[label]),
-                t[weight].cast("float64") if weight else None)
-
-    def value_checks(t):
-        p, y, w = columns(t)
-        checks = [(f"probability column {prob!r} is NULL, NaN or outside [0, 1]", _bad_prob(p)),
-                  (f"label column {label!r} is NULL or not 0/1",
-                   y.isnull() | ((y != 0) & (y != 1)).fill_null(True)),
-                  (f"class column {cls!r} is NULL", t[cls].isnull())]
-        if weight:
-            checks.append((f"weight column {weight!r} is NULL, NaN, negative or infinite",
-                           _bad_weight(w)))
-        return checks
-
-    if _bound(t) and not _long_clean(t, ex, cls, *columns(t), value_checks(t), tolerance):
+    if not (t[label].type().is_boolean() or t[label].type().is_numeric()):
+        raise InvalidInputError(f"label column {label!r} has type {t[label].type()}; the long "
+                                "format wants 0/1 or a boolean (1 on the true class's row)")
+    layout = ("long", tuple(keys), example, cls, prob, label, weight)
+    texts = [f"probability column {prob!r} is NULL, NaN or outside [0, 1]",
+             f"label column {label!r} is NULL or not 0/1", f"class column {cls!r} is NULL"]
+    if weight:
+        texts.append(f"weight column {weight!r} is NULL, NaN, negative or infinite")
+    drop = False
+    if summaries.is_bound(t) and not _long_clean(_fetch(t, "multiclass_quick", layout,
+                                                        tolerance), weight, tolerance):
         # something is wrong: a second query counts each problem to name it
-        p, y, w = columns(t)
-        checks = value_checks(t)
-        per = t.group_by(ex).aggregate(
-            n_rows=t.count(), n_classes=t[cls].nunique(), n_true=t.count(where=y == 1),
-            total=p.sum(), **({"w_min": w.min(), "w_max": w.max()} if weight else {}),
-            **{f"v{i}": t.count(where=e) for i, (_, e) in enumerate(checks)})
-        good = ~_any(per[f"v{i}"] > 0 for i in range(len(checks)))
-        repeated = good & (per.n_rows > per.n_classes)
-        single = good & ~repeated
-        off = single & ((per.total - 1).abs() > tolerance)
-        counts = summaries.execute(per.aggregate(
-            n=per.count(), bad=per.count(where=~good), repeated=per.count(where=repeated),
-            no_true=per.count(where=single & (per.n_true == 0)),
-            several=per.count(where=single & (per.n_true > 1)),
-            off=per.count(where=off), off_max=per.total.max(where=off),
-            off_min=per.total.min(where=off),
-            **({"varies": per.count(where=good & (per.w_max > per.w_min))} if weight else {}),
-            **{f"v{i}": per.count(where=per[f"v{i}"] > 0) for i in range(len(checks))}
-        )).iloc[0]
+        counts = _fetch(t, "multiclass_counts", layout, tolerance).iloc[0]
         example_id = f"{example!r}" + (f" within keys {keys}" if keys else "")
-        layout = []
+        layout_problems = []
         if counts.repeated:
-            layout.append(
+            layout_problems.append(
                 f"{int(counts.repeated)} examples (by {example_id}) have more than one row for "
                 f"the same class in column {cls!r}: example ids repeat, as when several models "
                 "score the same examples; pass keys=[the column(s) telling them apart, such as "
                 "the model] or remove the duplicate rows")
         if counts.no_true:
-            layout.append(
+            layout_problems.append(
                 f"{int(counts.no_true)} examples (by {example_id}) have no row with label "
                 f"{label!r} = 1: each example needs exactly one true-class row (is its true "
                 "class missing from the class rows?)")
         if counts.several:
-            layout.append(
+            layout_problems.append(
                 f"{int(counts.several)} examples (by {example_id}) have several rows with label "
                 f"{label!r} = 1: each example needs exactly one true-class row")
         if counts.off:
-            layout.append(_sum_problem(int(counts.off), float(counts.off_min),
-                                       float(counts.off_max), f"column {prob!r}", tolerance))
+            layout_problems.append(_sum_problem(int(counts.off), float(counts.off_min),
+                                                float(counts.off_max), f"column {prob!r}",
+                                                tolerance))
         if weight and counts.varies:
-            layout.append(
+            layout_problems.append(
                 f"weight column {weight!r} differs between the rows of {int(counts.varies)} "
                 "examples: an example has one weight, repeated on each of its rows")
-        drop = _judge(counts, [text for text, _ in checks], layout, on_invalid)
-        if drop:
-            bad = ibis.ifelse(_any(e for _, e in value_checks(t)), 1, 0)
-            t = t.mutate(sqlcal_bad_=bad.max().over(ibis.window(group_by=ex)))
-            t = t.filter(t.sqlcal_bad_ == 0).drop("sqlcal_bad_")
-
-    p, y, w = columns(t)
-    carried = {"weight": w} if weight else {}
-    if mode == "classwise":
-        return t.select(*keys, **{"class": t[cls]}, score=p, label=y, **carried)
-    # the top class of each example: a window partitioned by example (never over all rows);
-    # ties go to the smallest class value
-    rank = ibis.row_number().over(ibis.window(group_by=ex, order_by=[p.desc(), t[cls].asc()]))
-    ranked = t.mutate(sqlcal_rank_=rank)
-    top = ranked.filter(ranked.sqlcal_rank_ == 0)
-    p, y, w = columns(top)
-    return top.select(*keys, score=p, label=y, **({"weight": w} if weight else {}))
+        drop = _judge(counts, texts, layout_problems, on_invalid)
+    return summaries.multiclass_rows(t, layout, mode, drop=drop)
 
 
-def _wide_clean(t: ir.Table, p: list, y: ir.Value, w: ir.Value | None, values: list,
-                tolerance: float) -> bool:
-    """One cheap aggregate proving every example valid: counts for NULLs, MIN/MAX for ranges
-    (NaN sorts above every number in DuckDB, Postgres and Spark, so MAX is NaN when any value
-    is), the extreme sums, and the labels outside the classes."""
-    total = sum(p[1:], p[0])
-    columns = [*p, *([w] if w is not None else [])]
-    quick = summaries.execute(t.aggregate(
-        n=t.count(), y_n=y.count(), unmatched=t.count(where=~y.isin(values)),
-        s_lo=total.min(), s_hi=total.max(),
-        **{f"{name}{i}": agg for i, c in enumerate(columns)
-           for name, agg in (("n", c.count()), ("lo", c.min()), ("hi", c.max()))})).iloc[0]
+def _fetch(t: ir.Table, kind: str, layout: tuple, tolerance: float) -> pd.DataFrame:
+    """One declared check of the multiclass table, through the planner: a source whose rows
+    are the table as given (these summaries are its validation, so none runs before them)."""
+    src = Source(rows=t, score="", label="", weight=None, by=(), on_invalid="raise",
+                 allow_soft=True, float_label=False, _validated=True,
+                 origin="a multiclass table")
+    return planner.fetch(src, declared.multiclass_check(kind, layout, tolerance))
+
+
+def _wide_clean(quick, n_probs: int, weight: str | None, tolerance: float) -> bool:
+    """Whether the cheap aggregate (``multiclass_quick``) proves every example valid: counts for
+    NULLs, MIN/MAX for ranges (NaN sorts above every number in DuckDB, Postgres and Spark, so
+    MAX is NaN when any value is), the extreme sums, and the labels outside the classes."""
+    quick = quick.iloc[0]
     n = int(quick.n)
-    highs = [1.0] * len(p) + [_LARGEST] * (w is not None)
+    tolerance_ok = (abs(float(quick.s_lo) - 1) <= tolerance
+                    and abs(float(quick.s_hi) - 1) <= tolerance)
+    highs = [1.0] * n_probs + [_LARGEST] * (weight is not None)
     return (n > 0 and int(quick.y_n) == n and int(quick.unmatched) == 0
             and all(int(quick[f"n{i}"]) == n and float(quick[f"lo{i}"]) >= 0
                     and float(quick[f"hi{i}"]) <= high for i, high in enumerate(highs))
-            and abs(float(quick.s_lo) - 1) <= tolerance and abs(float(quick.s_hi) - 1) <= tolerance)
+            and tolerance_ok)
 
 
-def _long_clean(t: ir.Table, ex: list[str], cls: str, p: ir.Value, y: ir.Value,
-                w: ir.Value | None, checks: list, tolerance: float) -> bool:
-    """One cheap query proving every example valid: per example its rows, true rows, sum and
-    invalid values (no per-example distinct count: every example has one row per class of the
-    table, or the counting query looks for repeated classes)."""
-    per = t.group_by(ex).aggregate(
-        n_rows=t.count(), n_true=t.count(where=y == 1), total=p.sum(),
-        bad=t.count(where=_any(e for _, e in checks)),
-        **({"w_min": w.min(), "w_max": w.max()} if w is not None else {}))
-    quick = per.aggregate(
-        n=per.count(), bad=per.count(where=per.bad > 0), rows_lo=per.n_rows.min(),
-        rows_hi=per.n_rows.max(), not_one=per.count(where=per.n_true != 1),
-        s_lo=per.total.min(), s_hi=per.total.max(),
-        varies=per.count(where=per.w_max > per.w_min) if w is not None else ibis.literal(0))
-    quick = summaries.execute(quick.cross_join(t.aggregate(k=t[cls].nunique()))).iloc[0]
+def _long_clean(quick, weight: str | None, tolerance: float) -> bool:
+    """Whether the cheap query (``multiclass_quick``: per example its rows, true rows, sum and
+    invalid values) proves every example valid (no per-example distinct count: every example
+    has one row per class of the table, or the counting query looks for repeated classes)."""
+    quick = quick.iloc[0]
     k = int(quick.k)
     return (int(quick.n) > 0 and int(quick.bad) == 0 and int(quick.not_one) == 0
             and int(quick.varies) == 0 and int(quick.rows_lo) == k and int(quick.rows_hi) == k
-            and abs(float(quick.s_lo) - 1) <= tolerance and abs(float(quick.s_hi) - 1) <= tolerance)
+            and abs(float(quick.s_lo) - 1) <= tolerance
+            and abs(float(quick.s_hi) - 1) <= tolerance)
 
 
 def _judge(counts, checks: list[str], layout: list[str], on_invalid: str) -> bool:
@@ -490,12 +419,8 @@ def _class_values(t: ir.Table, probs: list[str], label: str, classes) -> list:
     if len(set(values)) != len(values):
         raise ValueError(f"classes= gives the same label value to several columns: {values}")
     for v in values:
-        try:
-            literal = ibis.literal(v)
-            ok = not isinstance(v, bool) or label_type.is_boolean()
-            t[label] == literal  # noqa: B015 (raises when the types cannot be compared)
-        except Exception:
-            ok = False
+        ok = (not isinstance(v, bool) or label_type.is_boolean()) and summaries.comparable(
+            t[label], v)
         if not ok:
             raise ValueError(f"classes= value {v!r} cannot be compared with label column "
                              f"{label!r} of type {label_type}")
@@ -517,37 +442,3 @@ def _check_columns(t: ir.Table, roles: list[tuple[str, str]], weight: str | None
     if clash:
         raise InvalidInputError(f"keys {clash} clash with the columns multiclass() writes "
                                 f"{OUTPUTS}; rename them in the table or with a view")
-
-
-def _bound(t: ir.Table) -> bool:
-    """Whether the table can be queried (an unbound ibis.table(schema) is for SQL export)."""
-    try:
-        t._find_backend(use_default=True)
-    except ibis.common.exceptions.IbisError:
-        return False
-    return True
-
-
-def _binary(col: ir.Value) -> ir.NumericValue:
-    if col.type().is_boolean():
-        return ibis.cases((col, 1), (~col, 0))  # NULL stays NULL
-    if not col.type().is_numeric():
-        raise InvalidInputError(f"label column {col.get_name()!r} has type {col.type()}; the long "
-                                "format wants 0/1 or a boolean (1 on the true class's row)")
-    return col
-
-
-def _bad_prob(p: ir.FloatingValue) -> ir.BooleanValue:
-    # NULL or NaN, or outside [0, 1]; never NULL itself, so it can be counted and negated
-    return p.isnull() | (p.isnan() | (p < 0) | (p > 1)).fill_null(True)
-
-
-def _bad_weight(w: ir.FloatingValue) -> ir.BooleanValue:
-    return w.isnull() | (w.isnan() | (w < 0) | (w > _LARGEST)).fill_null(True)
-
-
-def _any(conditions) -> ir.BooleanValue:
-    result = ibis.literal(False)
-    for c in conditions:
-        result = result | c
-    return result

@@ -453,6 +453,8 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
                             straddling=summary.kind == "smooth_split")
     if summary.kind in RECALIBRATION_KINDS:
         return recalibration_reduce(summary, rows, by, weighted=weighted, checks=checks)
+    if summary.kind in MULTICLASS_KINDS:
+        return multiclass_checks(summary, rows)
     raise ValueError(f"no reduction for summary kind {summary.kind!r}")
 
 
@@ -669,3 +671,177 @@ def pav_pass(t: ir.Table, by: Sequence[str]) -> ir.Table:
     return marked.group_by([*by, "run"]).aggregate(
         lo=marked.lo.min(), hi=marked.hi.max(), n=marked.n.sum(), W=marked.W.sum(),
         Y=marked.Y.sum()).drop("run")
+
+
+# -- multiclass tables (sqlcal.multiclass): their checks and their binary rows ---------------
+#
+# A layout names the columns of a multiclass table: ``("wide", keys, probs, label, weight,
+# values)`` (one probability column per class, the true class in ``label``, ``values`` the label
+# value of each column) or ``("long", keys, example, cls, prob, label, weight)`` (one row per
+# example and class, ``label`` 1 on the true class's row). The checks are declared summaries of
+# the table as given (:func:`sqlcal.query.declared.multiclass_check`).
+
+MULTICLASS_KINDS = ("multiclass_quick", "multiclass_counts", "multiclass_unmatched")
+_LARGEST = float(np.finfo(np.float64).max)
+
+
+def multiclass_columns(t: ir.Table, layout: tuple) -> tuple:
+    """The probabilities (wide: a list, one per class; long: one expression), the label (long:
+    0/1, a boolean read as 1/0) and the weight (None without one) of a multiclass table."""
+    weight = layout[-2] if layout[0] == "wide" else layout[-1]
+    w = t[weight].cast("float64") if weight else None
+    if layout[0] == "wide":
+        return [t[c].cast("float64") for c in layout[2]], t[layout[3]], w
+    col = t[layout[5]]
+    y = ibis.cases((col, 1), (~col, 0)) if col.type().is_boolean() else col  # NULL stays NULL
+    return t[layout[4]].cast("float64"), y, w
+
+
+def multiclass_value_checks(t: ir.Table, layout: tuple) -> list:
+    """Per-row checks of a multiclass table, in the order :mod:`sqlcal.multiclass` names them:
+    wide: each probability column NULL, NaN or outside [0, 1], the label NULL, the weight
+    invalid; long: the probability, the label NULL or not 0/1, the class NULL, the weight."""
+    p, y, w = multiclass_columns(t, layout)
+    if layout[0] == "wide":
+        checks = [_bad_prob(pk) for pk in p] + [y.isnull()]
+    else:
+        checks = [_bad_prob(p), y.isnull() | ((y != 0) & (y != 1)).fill_null(True),
+                  t[layout[3]].isnull()]
+    return checks + ([_bad_weight(w)] if w is not None else [])
+
+
+def _bad_prob(p: ir.FloatingValue) -> ir.BooleanValue:
+    # NULL or NaN, or outside [0, 1]; never NULL itself, so it can be counted and negated
+    return p.isnull() | (p.isnan() | (p < 0) | (p > 1)).fill_null(True)
+
+
+def _bad_weight(w: ir.FloatingValue) -> ir.BooleanValue:
+    return w.isnull() | (w.isnan() | (w < 0) | (w > _LARGEST)).fill_null(True)
+
+
+def _any_of(conditions) -> ir.BooleanValue:
+    result = ibis.literal(False)
+    for c in conditions:
+        result = result | c
+    return result
+
+
+def _class_literals(t: ir.Table, layout: tuple) -> list:
+    label_type = t[layout[3]].type()
+    return [ibis.literal(v, type=label_type) for v in layout[5]]
+
+
+def multiclass_checks(summary, t: ir.Table) -> ir.Table:
+    """The check queries of a multiclass table (params: layout, tolerance), one row each.
+
+    ``multiclass_quick``: the one cheap aggregate proving every example valid (counts for
+    NULLs, MIN/MAX for ranges, the extreme sums; wide: labels outside the classes; long: per
+    example its rows, true rows, sum and invalid values, and the number of classes ``k``).
+    ``multiclass_counts``: each problem counted, to name it (``n``, ``bad``, ``v<i>`` per value
+    check, and the layout's problems). ``multiclass_unmatched`` (wide): the five most frequent
+    label values matching no class, with their counts ``n_``."""
+    layout, tolerance = summary.params
+    checks = multiclass_value_checks(t, layout)
+    p, y, w = multiclass_columns(t, layout)
+    if layout[0] == "wide":
+        values = _class_literals(t, layout)
+        total = sum(p[1:], p[0])
+        if summary.kind == "multiclass_quick":
+            columns = [*p, *([w] if w is not None else [])]
+            return t.aggregate(
+                n=t.count(), y_n=y.count(), unmatched=t.count(where=~y.isin(values)),
+                s_lo=total.min(), s_hi=total.max(),
+                **{f"{name}{i}": agg for i, c in enumerate(columns)
+                   for name, agg in (("n", c.count()), ("lo", c.min()), ("hi", c.max()))})
+        good = ~_any_of(checks)
+        unmatched = good & ~y.isin(values)
+        if summary.kind == "multiclass_unmatched":
+            label = layout[3]
+            return (t.filter(unmatched).group_by(label).aggregate(n_=lambda s: s.count())
+                    .order_by([ibis.desc("n_"), label]).limit(5))
+        off = good & ~unmatched & ((total - 1).abs() > tolerance)
+        return t.aggregate(
+            n=t.count(), bad=t.count(where=~good), unmatched=t.count(where=unmatched),
+            unmatched_values=y.nunique(where=unmatched), off=t.count(where=off),
+            off_max=total.max(where=off), off_min=total.min(where=off),
+            **{f"v{i}": t.count(where=e) for i, e in enumerate(checks)})
+    ex = [*layout[1], layout[2]]
+    cls = layout[3]
+    if summary.kind == "multiclass_quick":
+        per = t.group_by(ex).aggregate(
+            n_rows=t.count(), n_true=t.count(where=y == 1), total=p.sum(),
+            bad=t.count(where=_any_of(checks)),
+            **({"w_min": w.min(), "w_max": w.max()} if w is not None else {}))
+        quick = per.aggregate(
+            n=per.count(), bad=per.count(where=per.bad > 0), rows_lo=per.n_rows.min(),
+            rows_hi=per.n_rows.max(), not_one=per.count(where=per.n_true != 1),
+            s_lo=per.total.min(), s_hi=per.total.max(),
+            varies=(per.count(where=per.w_max > per.w_min) if w is not None
+                    else ibis.literal(0)))
+        return quick.cross_join(t.aggregate(k=t[cls].nunique()))
+    per = t.group_by(ex).aggregate(
+        n_rows=t.count(), n_classes=t[cls].nunique(), n_true=t.count(where=y == 1),
+        total=p.sum(), **({"w_min": w.min(), "w_max": w.max()} if w is not None else {}),
+        **{f"v{i}": t.count(where=e) for i, e in enumerate(checks)})
+    good = ~_any_of(per[f"v{i}"] > 0 for i in range(len(checks)))
+    repeated = good & (per.n_rows > per.n_classes)
+    single = good & ~repeated
+    off = single & ((per.total - 1).abs() > tolerance)
+    return per.aggregate(
+        n=per.count(), bad=per.count(where=~good), repeated=per.count(where=repeated),
+        no_true=per.count(where=single & (per.n_true == 0)),
+        several=per.count(where=single & (per.n_true > 1)),
+        off=per.count(where=off), off_max=per.total.max(where=off),
+        off_min=per.total.min(where=off),
+        **({"varies": per.count(where=good & (per.w_max > per.w_min))} if w is not None else {}),
+        **{f"v{i}": per.count(where=per[f"v{i}"] > 0) for i in range(len(checks))})
+
+
+def multiclass_rows(t: ir.Table, layout: tuple, mode: str, *, drop: bool = False) -> ir.Table:
+    """The binary (score, label) rows of a multiclass table: top-label (one row per example,
+    the top probability and whether its class is the true one) or classwise (one row per
+    example and class, with ``class``); ``drop`` leaves out the examples failing a value check
+    (long: every row of such an example)."""
+    keys = list(layout[1])
+    if layout[0] == "wide":
+        if drop:
+            t = t.filter(~_any_of(multiclass_value_checks(t, layout)))
+        p, y, w = multiclass_columns(t, layout)
+        values = _class_literals(t, layout)
+        carried = {"weight": w} if w is not None else {}
+        if mode == "classwise":
+            return ibis.union(*[
+                t.select(*keys, **{"class": v}, score=pk, label=ibis.ifelse(y == v, 1, 0),
+                         **carried)
+                for pk, v in zip(p, values)])
+        top = ibis.greatest(*p)
+        # the first column reaching the top probability is the predicted class
+        correct = ibis.cases(*[(pk == top, ibis.ifelse(y == v, 1, 0))
+                               for pk, v in zip(p, values)])
+        return t.select(*keys, score=top, label=correct, **carried)
+    ex = [*keys, layout[2]]
+    cls = layout[3]
+    if drop:
+        bad = ibis.ifelse(_any_of(multiclass_value_checks(t, layout)), 1, 0)
+        t = t.mutate(sqlcal_bad_=bad.max().over(ibis.window(group_by=ex)))
+        t = t.filter(t.sqlcal_bad_ == 0).drop("sqlcal_bad_")
+    p, y, w = multiclass_columns(t, layout)
+    carried = {"weight": w} if w is not None else {}
+    if mode == "classwise":
+        return t.select(*keys, **{"class": t[cls]}, score=p, label=y, **carried)
+    # the top class of each example: a window partitioned by example (never over all rows);
+    # ties go to the smallest class value
+    rank = ibis.row_number().over(ibis.window(group_by=ex, order_by=[p.desc(), t[cls].asc()]))
+    ranked = t.mutate(sqlcal_rank_=rank)
+    top = ranked.filter(ranked.sqlcal_rank_ == 0)
+    p, y, w = multiclass_columns(top, layout)
+    return top.select(*keys, score=p, label=y, **({"weight": w} if w is not None else {}))
+
+
+def comparable(col: ir.Value, value) -> bool:
+    """Whether a column can be compared with a Python value (an Ibis literal of it)."""
+    try:
+        col == ibis.literal(value)  # noqa: B015 (raises when the types cannot be compared)
+    except Exception:
+        return False
+    return True

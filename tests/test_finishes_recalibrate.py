@@ -344,3 +344,36 @@ def test_engine_sandwich_middle_equals_brute_force(con, upload, offset):
         e2 = (part["w"].to_numpy(float) * (part["y"].to_numpy(float) - mu)) ** 2
         np.testing.assert_allclose(got.loc[g, ["m00", "m01", "m11"]].to_numpy(float),
                                    [e2.sum(), (e2 * x).sum(), (e2 * x * x).sum()], rtol=1e-9)
+
+
+# -- no query outside the query layer ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("module", ["recalibrate.py", "multiclass.py"])
+def test_the_fits_and_multiclass_build_and_run_no_query(module):
+    # every query is a declared summary fetched through the planner: these modules import no
+    # Ibis at run time, nor the reductions, and call no execute/scan/run/summary of a source
+    import ast
+    import pathlib
+
+    path = pathlib.Path(sqlcal.__file__).parent / module
+    tree = ast.parse(path.read_text())
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+    imported = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            imported |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    assert not {m for m in imported if m == "ibis" or m.startswith("ibis.")}, imported
+    assert "sqlcal.summaries" not in imported or module == "multiclass.py"
+    calls = {node.func.attr for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+    assert not calls & {"execute", "scan", "to_pyarrow", "to_pandas", "cache", "aggregate",
+                        "group_by", "mutate", "select", "filter"}, calls & {
+        "execute", "scan", "to_pyarrow", "to_pandas", "cache", "aggregate", "group_by",
+        "mutate", "select", "filter"}
+    assert "summary" not in calls and "run" not in calls

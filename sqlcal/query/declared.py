@@ -32,6 +32,9 @@ KEY_COLUMN = {"totals": None, "uniform": "bin", "cells": "cell", "levels": "p", 
 #: inside score ranges (isotonic's KKT checks), and grouped PAV passes run in the engine
 KEY_COLUMN.update({"label_ranges": None, "logistic_terms": None, "logistic_meat": None,
                    "prefix_min": "lo", "pav_count": None, "pav_blocks": "lo"})
+#: the checks of a multiclass table as given (sqlcal.multiclass), one row each
+KEY_COLUMN.update({"multiclass_quick": None, "multiclass_counts": None,
+                   "multiclass_unmatched": None})
 #: the logistic terms clip |exponents| here (PostgreSQL's exp() raises on overflow, near 709)
 EXP_LIMIT = 700.0
 #: a σ this close to 0 or 1 on a score holding the other label marks separation (``sep``)
@@ -293,6 +296,22 @@ def pav_blocks(passes: int, integer: bool) -> Summary:
     'lo'
     """
     return Summary("pav_blocks", (int(passes), bool(integer)))
+
+
+def multiclass_check(kind: str, layout: tuple, tolerance: float) -> Summary:
+    """A check of a multiclass table (``kind``: ``multiclass_quick``, ``multiclass_counts`` or
+    ``multiclass_unmatched``), read from the table as given, not from normalised rows.
+    ``layout``: ``("wide", keys, probs, label, weight, values)`` or ``("long", keys, example,
+    cls, prob, label, weight)``, with tuples for the lists.
+
+    Examples
+    --------
+    >>> s = multiclass_check("multiclass_quick", ("wide", (), ("a", "b"), "y", None,
+    ...                                           ("a", "b")), 1e-6)
+    >>> s.key_column is None, s.params[1]
+    (True, 1e-06)
+    """
+    return Summary(kind, (layout, float(tolerance)))
 
 
 def union(needs: Iterable[Summary]) -> list[Summary]:
