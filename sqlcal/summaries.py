@@ -845,3 +845,12 @@ def comparable(col: ir.Value, value) -> bool:
     except Exception:
         return False
     return True
+
+
+def is_bound(t: ir.Table) -> bool:
+    """Whether the table can be queried (an unbound ibis.table(schema) is for SQL export)."""
+    try:
+        t._find_backend(use_default=True)
+    except ibis.common.exceptions.IbisError:
+        return False
+    return True
