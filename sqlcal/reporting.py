@@ -214,7 +214,7 @@ def report(
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)  # "ece" is one metric
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     chosen = {name: metric_options(name, bins=bins) for name in metrics}
-    planner.prefetch(src, needs(src, chosen))
+    planner.prefetch(src, needs(src, chosen), follow_ups(src, chosen))
     return wide(src, {name: METRICS[name][0](src, **chosen[name]) for name in metrics})
 
 
@@ -278,7 +278,22 @@ def summary_steps(src: Source, metrics: dict[str, dict]) -> list[tuple[str, Any]
     """The scans that compute the metrics' shared summaries, as ``(description, run)`` pairs,
     each ``run()`` one engine pass: the planner fuses totals, bins and cells into one (a
     scheduled run calls them one by one to show progress)."""
-    return planner.steps(src, needs(src, metrics))
+    return planner.steps(src, needs(src, metrics), follow_ups(src, metrics))
+
+
+def follow_ups(src: Source, metrics: dict[str, dict]) -> list:
+    """Each adaptive metric's next follow-up (``ask(src) -> [Summary]``, its family's
+    ``FOLLOW_UP_NEEDS`` bound to its options), for the planner to run them shared: quantile ECE
+    and Hosmer-Lemeshow read the levels around their edges in one pass."""
+    declared = {name: ask for family in catalog.FAMILIES
+                for name, ask in getattr(family, "FOLLOW_UP_NEEDS", {}).items()}
+    out = []
+    for name, options in metrics.items():
+        function = METRICS[name][0]
+        ask = declared.get(function.__name__)
+        if ask is not None:
+            out.append(lambda src, ask=ask, o={**_defaults(function), **options}: ask(src, o))
+    return out
 
 
 def metric_options(name: str, options: dict | None = None, bins: int | None = None) -> dict:

@@ -15,6 +15,7 @@ Unweighted sources skip every weight product: the finish reads W = n.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Callable, Sequence
 
 import ibis
@@ -334,6 +335,74 @@ def cell_extremes(rows: ir.Table, by: Sequence[str], cells: int, wanted: dict, *
     )
 
 
+def in_range(p: ir.FloatingValue, lo: float, hi: float) -> ir.BooleanValue:
+    """lo <= p < hi, or lo <= p <= 1 when hi = 1 (the last cell of a 2^k grid holds p = 1)."""
+    return (p >= number(lo)) & ((p <= number(hi)) if hi == 1.0 else (p < number(hi)))
+
+
+def within_ranges(rows: ir.Table, by: Sequence[str], ranges: tuple) -> ir.Table:
+    """The rows inside score ranges ``((group key values, lo, hi), ...)`` (merged per group,
+    see :func:`sqlcal.query.declared.score_ranges`). Ranges of a 2^k grid (every follow-up's)
+    are cell ids: one IN list of cell ids over the union of the groups' ranges, then, among the
+    few rows it keeps, an OR over groups of the group's keys (NULL compared as NULL) and its
+    own cells. (Score comparisons per group on every row cost DuckDB ten times more.)"""
+    if not ranges:
+        return rows.filter(ibis.literal(False))
+    cells = [_range_cells(lo, hi) for _, lo, hi in ranges]
+    if any(c is None for c in cells):  # not on a 2^k grid, or too many cells: compare scores
+        anywhere = ibis.or_(*(in_range(rows.p, lo, hi) for _, lo, hi in ranges))
+        own = {tuple(key): [] for key, _, _ in ranges}
+        for key, lo, hi in ranges:
+            own[tuple(key)].append(in_range(rows.p, lo, hi))
+    else:
+        union: dict[int, set] = {}
+        for k, ids in cells:
+            union.setdefault(k, set()).update(ids)
+        anywhere = ibis.or_(*(score_cell(rows.p, 2**k).isin(sorted(ids))
+                              for k, ids in sorted(union.items())))
+        own = {}
+        for (key, _, _), (k, ids) in zip(ranges, cells):
+            own.setdefault(tuple(key), {}).setdefault(k, set()).update(ids)
+        own = {key: [score_cell(rows.p, 2**k).isin(sorted(ids)) for k, ids in grids.items()]
+               for key, grids in own.items()}
+    if not by:
+        return rows.filter(anywhere)
+    return rows.filter(anywhere).filter(ibis.or_(*(
+        ibis.and_(*(_key_is(rows[k], v) for k, v in zip(by, key)), ibis.or_(*conds))
+        for key, conds in own.items())))
+
+
+def _range_cells(lo: float, hi: float, most: int = 1 << 16):
+    """``(k, cell ids)`` of the 2^k grid whose cells make up [lo, hi) (the last cell holds
+    p = 1), k the coarsest grid both ends lie on; None when there is none or too many cells."""
+    k = max(_grid_exponent(lo), _grid_exponent(hi))
+    if k > 52:
+        return None
+    first, stop = int(lo * 2**k), int(hi * 2**k)
+    return (k, range(first, stop)) if 0 < stop - first <= most else None
+
+
+def _grid_exponent(x: float) -> int:
+    """The least k with x·2^k a whole number (x a double in [0, 1])."""
+    return Fraction(x).denominator.bit_length() - 1
+
+
+def _key_is(column: ir.Value, value) -> ir.BooleanValue:
+    return column.isnull() if value is None else column == value
+
+
+def running_extremes(rows: ir.Table, by: Sequence[str], cells: int, *,
+                     weighted: bool) -> ir.Table:
+    """Per group and cell of the 2^k grid (``cells``): the max and min of the running residual
+    sum Σw(y − p) from the cell's start (``s_max``, ``s_min``) and a score reaching each, ties
+    one unit (see :func:`_running`); run on the rows of a few cells (:func:`within_ranges`)."""
+    t = rows.mutate(cell=score_cell(rows.p, cells))
+    t = t.mutate(S=_running(t, by, t.w * (t.y - t.p) if weighted else t.y - t.p))
+    return t.group_by([*by, "cell"]).aggregate(
+        s_max=t.S.max(), s_min=t.S.min(), p_at_max=t.p.argmax(t.S), p_at_min=t.p.argmin(t.S)
+    )
+
+
 def _joined_to_cells(rows: ir.Table, by: Sequence[str], cells: int,
                      frame: pd.DataFrame) -> ir.Table:
     """The rows of the (group, cell) pairs listed in ``frame`` (keys, ``cell``, other columns
@@ -455,6 +524,16 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
         return recalibration_reduce(summary, rows, by, weighted=weighted, checks=checks)
     if summary.kind in MULTICLASS_KINDS:
         return multiclass_checks(summary, rows)
+    if summary.kind == "cells_within":
+        grid, ranges = summary.params
+        return cells(within_ranges(rows, by, ranges), by, grid, parts, weighted=weighted,
+                     checks=checks)
+    if summary.kind == "levels_within":
+        return levels(within_ranges(rows, by, summary.params[0]), by, parts, weighted=weighted,
+                      checks=checks)
+    if summary.kind == "extremes_within":
+        grid, ranges = summary.params
+        return running_extremes(within_ranges(rows, by, ranges), by, grid, weighted=weighted)
     raise ValueError(f"no reduction for summary kind {summary.kind!r}")
 
 

@@ -12,7 +12,8 @@ from sqlcal import summaries
 from sqlcal.metrics import binned, cumulative, scores
 from sqlcal.query import declared, planner
 from sqlcal.query.declared import Summary, merge
-from sqlcal.reporting import DEFAULT_METRICS, METRICS, _defaults, metric_options, needs
+from sqlcal.reporting import (DEFAULT_METRICS, METRICS, _defaults, follow_ups,
+                              metric_options, needs)
 from tests.conftest import calibration_data
 
 FIRST_STAGE = [
@@ -86,22 +87,24 @@ def test_fused_scan_equals_each_summary(upload, weighted):
 
 def test_a_report_reads_the_table_once_for_its_first_stage(monkeypatch):
     df = _data(2000, seed=2)
-    queries = []
-    execute = summaries.execute
-    monkeypatch.setattr(summaries, "execute", lambda expr: queries.append(expr) or execute(expr))
     src = sqlcal.source(df, score="p", label="y", weight="w", by="g")
+    queries = []
+    run = type(src).run
+    monkeypatch.setattr(type(src), "run",
+                        lambda self, build, **kw: queries.append(build) or run(self, build, **kw))
     chosen = {name: metric_options(name, bins=15) for name in DEFAULT_METRICS}
     scans = planner.prefetch(src, needs(src, chosen))
     assert len(scans) == 1 and len(queries) == 1
-    # every default metric then finds its first-stage summary cached: what runs after are the
-    # follow-up passes of the adaptive ones (equal-mass edges, the cutoff error's cells)
+    # the adaptive metrics' follow-ups, shared: the equal-mass levels of quantile ECE and
+    # Hosmer-Lemeshow in one pass, the cutoff error's and Kuiper's window in another
+    scans = planner.prefetch(src, needs(src, chosen), follow_ups(src, chosen))
+    assert len(scans) == len(queries) - 1 <= 2, [d for d, _ in scans]
+    # every default metric then finds each summary it reads cached
     before = len(queries)
     for name in DEFAULT_METRICS:
         function = METRICS[name][0]
         function(src, **chosen[name])
-    follow_ups = queries[before:]
-    kinds = {type(q.op()).__name__ for q in follow_ups}
-    assert len(follow_ups) <= 4, kinds
+    assert len(queries) == before
 
 
 @pytest.mark.parametrize("name", sorted({**binned.NEEDS, **scores.NEEDS, **cumulative.NEEDS}))
@@ -110,10 +113,14 @@ def test_declared_needs_are_what_each_metric_reads(name, monkeypatch):
     function = getattr(sqlcal, name)
     src = sqlcal.source(df, score="p", label="y", weight="w", by="g")
     registry = {**binned.NEEDS, **scores.NEEDS, **cumulative.NEEDS}
-    planner.prefetch(src, registry[name](src, _defaults(function)))
+    adaptive = {**binned.FOLLOW_UP_NEEDS, **cumulative.FOLLOW_UP_NEEDS}
+    options = _defaults(function)
+    asks = [lambda s: adaptive[name](s, options)] if name in adaptive else []
+    planner.prefetch(src, registry[name](src, options), asks)
     first = []
-    monkeypatch.setattr(src, "run", lambda build: first.append(build) or (_ for _ in ()).throw(
-        AssertionError(f"{name} ran a first-stage scan its NEEDS did not declare")))
+    monkeypatch.setattr(src, "run", lambda build, **kw: first.append(build) or (
+        _ for _ in ()).throw(AssertionError(f"{name} ran a scan its NEEDS and FOLLOW_UP_NEEDS "
+                                            "did not declare")))
     out = function(src)
     assert len(out) and not first
 

@@ -13,7 +13,7 @@ from sqlcal import grids
 from sqlcal.query import declared, planner
 from sqlcal.metrics import per_group, resolve_weight_kind, result, variance_parts
 from sqlcal.metrics.cells import (EQUAL_MASS_STRATEGIES, cells_needs, equal_mass_bins,
-                                  summary_parts)
+                                  equal_mass_follow_up, summary_parts)
 from sqlcal.source import Source, as_source
 from sqlcal.options import checked
 
@@ -111,23 +111,7 @@ def ece(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention)
-    name = NORMS[norm]
-
-    def finish(part: pd.DataFrame) -> dict:
-        part = part[part["W"] > 0]
-        W = part["W"].sum()
-        gap = np.abs(part["swy"] - part["swp"]) / part["W"]
-        if W <= 0:
-            value = np.nan
-        elif norm == "l1":
-            value = np.abs(part["swy"] - part["swp"]).sum() / W
-        elif norm == "l2":
-            value = np.sqrt((part["W"] * gap**2).sum() / W)
-        else:
-            value = gap.max()
-        return {name: value, "n_bins": int((part["n"] > 0).sum())}
-
-    out = result(src, per_group(frame, src.by, finish), [name, "n_bins"],
+    out = result(src, ece_finish(frame, by=src.by, norm=norm), [NORMS[norm], "n_bins"],
                  {"binning": binning(bins, strategy, convention)})
     out["n_bins"] = out["n_bins"].fillna(0).astype(int)
     return out
@@ -224,9 +208,25 @@ def reliability(
     weight_kind = resolve_weight_kind(src, weight_kind)
     if ci is not None:
         src.require_binary_labels("a binomial confidence interval (ci=None skips it)")
-    frame = frame.sort_values([*src.by, "bin"], ignore_index=True)
+    out = reliability_finish(frame, by=src.by, bins=bins, strategy=strategy,
+                             convention=convention, ci=ci, confidence=confidence,
+                             weight_kind=weight_kind)
+    if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its bins
+        out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
+               if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
+    return out
+
+
+def reliability_finish(frame: pd.DataFrame, *, by=(), bins: int = 15, strategy: str = "uniform",
+                       convention: str = "sqlcal", ci: str | None = "wilson",
+                       confidence: float = 0.95, weight_kind: str = "frequency"
+                       ) -> pd.DataFrame:
+    """The reliability table from the bins summary (per group and bin ``n``, ``W``, ``swy``,
+    ``swp``, ``p_min``, ``p_max``, ``sw2`` for sampling weights, and the edges ``e1…`` of
+    equal-mass bins); ``weight_kind`` resolved. See :func:`reliability`."""
+    frame = frame.sort_values([*by, "bin"], ignore_index=True)
     lower, upper = _bin_edges(frame, bins, strategy, convention)
-    out = frame[[*src.by, "bin"]].copy()
+    out = frame[[*by, "bin"]].copy()
     out["bin_lower"], out["bin_upper"] = lower, upper
     out["n"], out["W"] = frame["n"], frame["W"]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -246,9 +246,6 @@ def reliability(
     out["p_min"], out["p_max"] = frame["p_min"], frame["p_max"]
     out["binning"] = binning(bins, strategy, convention)
     out["ci_method"], out["confidence"], out["weight_kind"] = ci, confidence, weight_kind
-    if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its bins
-        out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
-               if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
     return out
 
 
@@ -338,26 +335,7 @@ def brier_decomposition(
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
                          parts={"moments"})
-
-    def finish(part: pd.DataFrame) -> dict:
-        part = part[part["W"] > 0]
-        W = part["W"].sum()
-        if W <= 0:
-            return dict.fromkeys(["brier", *_DECOMPOSITION], np.nan)
-        Wk, swy, swp = part["W"], part["swy"], part["swp"]
-        ybar, pbar, y_all = swy / Wk, swp / Wk, swy.sum() / W
-        parts = {
-            "brier": (part["swyy"] - 2 * part["swyp"] + part["swpp"]).sum() / W,
-            "reliability": (Wk * (pbar - ybar) ** 2).sum() / W,
-            "resolution": (Wk * (ybar - y_all) ** 2).sum() / W,
-            "uncertainty": y_all * (1 - y_all),
-            "within_bin_variance": (part["swpp"] - swp * pbar).sum() / W,
-            "within_bin_covariance": 2 * (part["swyp"] - swy * pbar).sum() / W,
-            "label_variance": (swy - part["swyy"]).sum() / W,
-        }
-        return parts
-
-    return result(src, per_group(frame, src.by, finish), ["brier", *_DECOMPOSITION],
+    return result(src, brier_finish(frame, by=src.by), ["brier", *_DECOMPOSITION],
                   {"binning": binning(bins, strategy, convention)})
 
 
@@ -453,7 +431,76 @@ def hosmer_lemeshow(
                          parts=variance_parts(src, weight_kind))
     weight_kind = resolve_weight_kind(src, weight_kind)
     src.require_binary_labels("the Hosmer-Lemeshow test")
+    return result(src, hosmer_lemeshow_finish(frame, by=src.by, dof=dof, weight_kind=weight_kind),
+                  ["hl_statistic", "dof", "p_value", "n_groups"],
+                  {"binning": binning(groups, strategy, "sqlcal"), "dof_rule": dof,
+                   "weight_kind": weight_kind})
 
+
+# -- finishes: plain functions of the bins summary -------------------------------------------
+
+
+def ece_finish(bins: pd.DataFrame, *, by=(), norm: str = "l1") -> pd.DataFrame:
+    """Per group: the binned calibration error of ``norm`` (column ``ece``, ``rmsce`` or
+    ``mce``), ``n``, ``W`` and ``n_bins``, from the bins summary (per group and bin ``n``,
+    ``W``, ``swy`` = Σwy, ``swp`` = Σwp). See :func:`ece`.
+
+    Examples
+    --------
+    >>> bins = pd.DataFrame({"bin": [0, 1], "n": [2, 2], "W": [2.0, 2.0], "swy": [1.0, 2.0],
+    ...                      "swp": [0.3, 1.7]})
+    >>> ece_finish(bins)
+       n    W   ece  n_bins
+    0  4  4.0  0.25       2
+    """
+    name = NORMS[norm]
+
+    def finish(part: pd.DataFrame) -> dict:
+        part = part[part["W"] > 0]
+        W = part["W"].sum()
+        gap = np.abs(part["swy"] - part["swp"]) / part["W"]
+        if W <= 0:
+            value = np.nan
+        elif norm == "l1":
+            value = np.abs(part["swy"] - part["swp"]).sum() / W
+        elif norm == "l2":
+            value = np.sqrt((part["W"] * gap**2).sum() / W)
+        else:
+            value = gap.max()
+        return {name: value, "n_bins": int((part["n"] > 0).sum())}
+
+    return per_group(bins, by, finish)
+
+
+def brier_finish(bins: pd.DataFrame, *, by=()) -> pd.DataFrame:
+    """Per group: the Brier score and its exact decomposition from the bins summary with
+    moments (``swpp`` = Σwp², ``swyp`` = Σwyp, ``swyy`` = Σwy²). See
+    :func:`brier_decomposition`."""
+    def finish(part: pd.DataFrame) -> dict:
+        part = part[part["W"] > 0]
+        W = part["W"].sum()
+        if W <= 0:
+            return dict.fromkeys(["brier", *_DECOMPOSITION], np.nan)
+        Wk, swy, swp = part["W"], part["swy"], part["swp"]
+        ybar, pbar, y_all = swy / Wk, swp / Wk, swy.sum() / W
+        return {
+            "brier": (part["swyy"] - 2 * part["swyp"] + part["swpp"]).sum() / W,
+            "reliability": (Wk * (pbar - ybar) ** 2).sum() / W,
+            "resolution": (Wk * (ybar - y_all) ** 2).sum() / W,
+            "uncertainty": y_all * (1 - y_all),
+            "within_bin_variance": (part["swpp"] - swp * pbar).sum() / W,
+            "within_bin_covariance": 2 * (part["swyp"] - swy * pbar).sum() / W,
+            "label_variance": (swy - part["swyy"]).sum() / W,
+        }
+
+    return per_group(bins, by, finish)
+
+
+def hosmer_lemeshow_finish(bins: pd.DataFrame, *, by=(), dof: str = "out_of_sample",
+                           weight_kind: str = "frequency") -> pd.DataFrame:
+    """Per group: the Hosmer-Lemeshow statistic, ``dof``, ``p_value`` and ``n_groups`` from the
+    bins summary of the risk groups (``sw2`` for sampling weights); ``weight_kind`` resolved.
+    See :func:`hosmer_lemeshow`."""
     def finish(part: pd.DataFrame) -> dict:
         part = part[part["W"] > 0]
         n_groups = len(part)
@@ -470,10 +517,7 @@ def hosmer_lemeshow(
         p = float(stats.chi2.sf(stat, df)) if df > 0 and n_groups else np.nan
         return {"hl_statistic": stat, "dof": df, "p_value": p, "n_groups": n_groups}
 
-    return result(src, per_group(frame, src.by, finish),
-                  ["hl_statistic", "dof", "p_value", "n_groups"],
-                  {"binning": binning(groups, strategy, "sqlcal"), "dof_rule": dof,
-                   "weight_kind": weight_kind})
+    return per_group(bins, by, finish)
 
 
 # -- the shared bins summary, and intervals ---------------------------------------------------
@@ -569,6 +613,30 @@ NEEDS = {
     "hosmer_lemeshow": lambda src, o: bins_needs(src, bins=o["groups"], strategy=o["strategy"],
                                                  convention="sqlcal",
                                                  parts=variance_parts(src, o["weight_kind"])),
+}
+
+
+
+def bins_follow_up(src: Source, *, bins: int, strategy: str, parts=()) -> list:
+    """The next follow-up :func:`bins_summary` reads that ``src`` does not hold yet, from the
+    frames cached so far ([] for equal-width bins, or once every read is cached)."""
+    if strategy == "uniform":
+        return []
+    return equal_mass_follow_up(src, bins, summary_parts(src, "sums", *parts), strategy)
+
+
+#: metric -> its next follow-up from the cached frames: a report's planner runs the equal-mass
+#: follow-ups of all its metrics together (quantile ECE and Hosmer-Lemeshow read one levels pass)
+FOLLOW_UP_NEEDS = {
+    "ece": lambda src, o: bins_follow_up(src, bins=o["bins"], strategy=o["strategy"]),
+    "reliability": lambda src, o: bins_follow_up(src, bins=o["bins"], strategy=o["strategy"],
+                                                 parts=variance_parts(src, o["weight_kind"])),
+    "brier_decomposition": lambda src, o: bins_follow_up(src, bins=o["bins"],
+                                                         strategy=o["strategy"],
+                                                         parts={"moments"}),
+    "hosmer_lemeshow": lambda src, o: bins_follow_up(src, bins=o["groups"],
+                                                     strategy=o["strategy"],
+                                                     parts=variance_parts(src, o["weight_kind"])),
 }
 
 #: (metric, option, value) whose bins refine with follow-up passes -> the one-shot option

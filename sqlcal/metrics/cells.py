@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sqlcal import summaries
 from sqlcal.query import declared, planner
 from sqlcal.metrics import groups as split_groups
 from sqlcal.metrics import key_tuple
@@ -48,14 +47,27 @@ def cells_needs(src: Source, parts=(), cells: int | None = None) -> list:
 
 
 def pair_levels(src: Source, cells: int, pairs: pd.DataFrame) -> pd.DataFrame:
-    """The levels summary (n, W, swy, swp per distinct score) of the given (group, cell) pairs
-    only (``pairs``: the keys and ``cell``), cached on the source: how a cell summary is made
-    exact where it has to be."""
+    """The levels summary (n, W, swy, swp per distinct score, and its ``cell``) of the given
+    (group, cell) pairs only (``pairs``: the keys and ``cell``), cached on the source: how a
+    cell summary is made exact where it has to be. Declared by the cells' score ranges."""
     by = list(src.by)
-    pairs = pairs[[*by, "cell"]].drop_duplicates().reset_index(drop=True)
-    key = tuple(map(tuple, pairs.astype(object).where(pairs.notna(), None).to_numpy()))
-    return src.scan(("pair_levels", cells, key), lambda: summaries.cell_levels_of(
-        src.rows, by, cells, pairs, frozenset({"sums"}), weighted=src.weighted))
+    pairs = pairs[[*by, "cell"]].drop_duplicates()
+    frame = planner.fetch(src, declared.levels_within(cell_ranges(pairs, by, cells)))
+    frame = frame.assign(cell=cell_of(frame["p"].to_numpy(float), cells))
+    return frame.sort_values([*by, "p"], ignore_index=True, kind="stable")
+
+
+def cell_of(p: np.ndarray, cells: int) -> np.ndarray:
+    """The cell of each score on the 2^k grid, as the engine computes it (p·2^k is exact)."""
+    return np.minimum(np.floor(np.asarray(p, float) * cells), cells - 1).astype(np.int64)
+
+
+def cell_ranges(frame: pd.DataFrame, by, cells: int) -> list:
+    """The score ranges ``(group key values, lo, hi)`` of the cells listed in ``frame`` (the
+    keys and ``cell`` at the 2^k grid ``cells``): cell c is [c/2^k, (c + 1)/2^k), exact."""
+    keys = frame[list(by)].astype(object).where(frame[list(by)].notna(), None).to_numpy()
+    ids = frame["cell"].to_numpy(np.int64)
+    return [(tuple(k), c / cells, (c + 1) / cells) for k, c in zip(keys, ids.tolist())]
 
 
 def equal_mass_bins(src: Source, bins: int, parts: frozenset,
@@ -76,52 +88,93 @@ def equal_mass_bins(src: Source, bins: int, parts: frozenset,
 
     Bins are right-closed on the edges, so rows equal to an edge join the lower bin together.
     Every cell that holds no order statistic behind an edge lies wholly on one side of every
-    edge, so only the wanted cells need their levels.
+    edge, so only the wanted cells need their levels: read by :func:`equal_mass_walk`'s
+    follow-ups (shared with other equal-mass metrics of a report), finished by
+    :func:`equal_mass_finish`.
     """
     if strategy not in EQUAL_MASS_STRATEGIES:
         raise ValueError(f"strategy must be one of {EQUAL_MASS_STRATEGIES} for equal-mass bins, "
                          f"not {strategy!r}")
-    by = list(src.by)
-    scale = CELLS
-    pieces = {key_tuple(k): part.sort_values("cell", ignore_index=True)
-              for k, part in split_groups(cells_summary(src, parts), by)}
+    cells_summary(src, parts)  # the first scan: it tells whether the weights are whole
     if strategy == "uncertainty_calibration" and src.weighted and not src.integer_weights:
         raise ValueError(
             f"strategy='uncertainty_calibration' cuts equal-mass bins by row rank, and weight "
             f"column {src.weight!r} holds fractional weights, for which uncertainty-calibration "
             "has no definition (whole-number weights count as repeated rows); pass "
             "strategy='quantile' (weighted quantile edges) or drop weight=")
-    edge_rule = (bins, src.integer_weights, strategy)
-    wanted = {key: _edge_pieces(part, *edge_rule) for key, part in pieces.items()}
+    pieces, scale, levels = equal_mass_walk(src, bins, parts, strategy,
+                                            lambda summary: planner.fetch(src, summary))
+    return equal_mass_finish(pieces, levels, by=src.by, bins=bins, scale=scale,
+                             integer_weights=src.integer_weights, strategy=strategy)
+
+
+def equal_mass_follow_up(src: Source, bins: int, parts, strategy: str) -> list:
+    """The next follow-up :func:`equal_mass_bins` reads that ``src`` does not hold ([] when
+    none): a pure function of the frames cached so far, for the planner to share."""
+    if strategy == "uncertainty_calibration" and src.weighted and not src.integer_weights:
+        return []  # refused by the metric itself
+    parts = summary_parts(src, "sums", *parts)
+    return planner.follow_up(src, lambda read: equal_mass_walk(src, bins, parts, strategy, read))
+
+
+def equal_mass_walk(src: Source, bins: int, parts: frozenset, strategy: str, read):
+    """The reads behind equal-mass bins, each chosen from the frames before it: the score-cell
+    histogram; while the cells holding the order statistics behind the edges hold more than
+    :data:`LEVEL_ROWS` rows, a 1024-fold finer histogram of those cells (a zoom); then the levels
+    inside them. Returns the histogram (zoomed cells at ``scale``, the others renumbered to it),
+    the scale, and the levels (None when no cell is wanted)."""
+    by = list(src.by)
+    rule = (bins, src.integer_weights, strategy)
+    scale = CELLS
+    histogram = read(cells_needs(src, parts)[0])
+    pieces = {key_tuple(k): part.sort_values("cell", ignore_index=True)
+              for k, part in split_groups(histogram, by)}
+    wanted = {key: _edge_pieces(part, *rule) for key, part in pieces.items()}
     while _rows_to_fetch(pieces, wanted) > LEVEL_ROWS and scale * ZOOM <= 2**50:
-        ids = {key: part.loc[wanted[key], "cell"].tolist() for key, part in pieces.items()}
-        sub = src.scan(("zoom", scale, _key(ids), parts), lambda: summaries.cells(
-            src.rows, src.by, scale * ZOOM, parts, weighted=src.weighted, within=(scale, ids)))
+        sub = read(declared.cells_within(scale * ZOOM, _wanted_ranges(pieces, wanted, by, scale),
+                                         *parts))
         sub_parts = {key_tuple(k): p for k, p in split_groups(sub, by)}
         for key, part in pieces.items():
+            ids = part.loc[wanted[key], "cell"]
             finer = sub_parts.get(key, sub.iloc[:0])
-            finer = finer[(finer["cell"] // ZOOM).isin(ids[key])]
+            finer = finer[(finer["cell"] // ZOOM).isin(ids)]
             coarse = part.drop(index=wanted[key])
             coarse = coarse.assign(cell=coarse["cell"] * ZOOM)  # the same range, finer ids
             pieces[key] = pd.concat([coarse, finer]).sort_values("cell", ignore_index=True)
         scale *= ZOOM
-        wanted = {key: _edge_pieces(part, *edge_rule) for key, part in pieces.items()}
-    ids = {key: part.loc[wanted[key], "cell"].tolist() for key, part in pieces.items()}
-    levels = {}
-    if any(ids.values()):
-        frame = src.scan(("levels", scale, _key(ids), parts), lambda: summaries.cell_levels(
-            src.rows, src.by, scale, ids, parts, weighted=src.weighted))
-        levels = {key_tuple(k): p for k, p in split_groups(frame, by)}
+        wanted = {key: _edge_pieces(part, *rule) for key, part in pieces.items()}
+    ranges = _wanted_ranges(pieces, wanted, by, scale)
+    levels = read(declared.levels_within(ranges, *parts)) if ranges else None
+    frame = pd.concat(list(pieces.values()), ignore_index=True) if pieces else histogram.iloc[:0]
+    return frame, scale, levels
+
+
+def equal_mass_finish(cells: pd.DataFrame, levels: pd.DataFrame | None, *, by, bins: int,
+                      scale: int = CELLS, integer_weights: bool = True,
+                      strategy: str = "quantile") -> pd.DataFrame:
+    """Equal-mass bins from the score-cell histogram (``cells`` at the 2^k grid ``scale``) and
+    the levels (``p`` and the sums per group and distinct score) of at least the cells holding
+    the order statistics behind the edges: one row per group and non-empty bin with the summed
+    columns, ``p_min``, ``p_max`` and the edges ``e1 … e{B−1}`` (see :func:`equal_mass_bins`)."""
+    by = list(by)
+    rule = (bins, integer_weights, strategy)
+    found = {}
+    if levels is not None and len(levels):
+        levels = levels.assign(cell=cell_of(levels["p"].to_numpy(float), scale))
+        found = {key_tuple(k): p for k, p in split_groups(levels, by)}
     out = []
-    for key, part in pieces.items():
-        own = part.loc[wanted[key]]
+    for keys, part in split_groups(cells, by):
+        key = key_tuple(keys)
+        part = part.sort_values("cell", ignore_index=True)
+        wanted = _edge_pieces(part, *rule)
+        own = part.loc[wanted]
         if len(own):
-            lv = levels[key]
+            lv = found[key]
             lv = lv[lv["cell"].isin(own["cell"])]
             lv = lv.iloc[np.argsort(lv["p"].to_numpy(), kind="stable")]
             lv = lv.assign(p_min=lv["p"], p_max=lv["p"])
-            edges = _quantile_edges(part, lv, *edge_rule)
-            rest = pd.concat([part.drop(index=wanted[key]), lv.drop(columns="p")])
+            edges = _quantile_edges(part, lv, *rule)
+            rest = pd.concat([part.drop(index=wanted), lv.drop(columns="p")])
         else:  # no weight: no quantiles, one bin
             edges, rest = np.full(bins - 1, np.inf), part
         rest = rest.assign(bin=np.searchsorted(edges, rest["p_min"].to_numpy(float)))
@@ -129,17 +182,18 @@ def equal_mass_bins(src: Source, bins: int, parts: frozenset,
                                                                 "negative", "var", "var2")]
         agg = rest.groupby("bin").agg({**dict.fromkeys(sums, "sum"), "p_min": "min",
                                        "p_max": "max"}).reset_index()
-        keys = dict(zip(by, key))
         # the edge columns in one piece: B − 1 single assignments fragment the frame
         edge_columns = pd.DataFrame(np.tile(np.asarray(edges, float), (len(agg), 1)),
                                     columns=[f"e{i}" for i in range(1, len(edges) + 1)],
                                     index=agg.index)
-        out.append(pd.concat([agg.assign(**keys), edge_columns], axis=1))
+        out.append(pd.concat([agg.assign(**dict(zip(by, key))), edge_columns], axis=1))
     return pd.concat(out, ignore_index=True)
 
 
-def _key(ids: dict) -> tuple:
-    return tuple((k, tuple(sorted(v))) for k, v in ids.items())
+def _wanted_ranges(pieces: dict, wanted: dict, by, scale: int) -> list:
+    frames = [part.loc[wanted[key], ["cell"]].assign(**dict(zip(by, key)))
+              for key, part in pieces.items() if wanted[key]]
+    return cell_ranges(pd.concat(frames), by, scale) if frames else []
 
 
 def _rows_to_fetch(pieces: dict, wanted: dict) -> int:

@@ -14,17 +14,19 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal import summaries
 from sqlcal.metrics import (per_group, resolve_weight_kind, result, safe_div,
                             statistic, variance_parts)
-from sqlcal.metrics.cells import CELLS, cells_needs
-from sqlcal.query import planner
+from sqlcal.metrics.cells import CELLS, ZOOM, cell_ranges, cells_needs
+from sqlcal.query import declared, planner
 from sqlcal.source import Source, as_source
 from sqlcal.options import checked
 
 #: E[range of standard Brownian motion on [0, 1]] = 2·sqrt(2/π): the calibrated model's expected
 #: cutoff error in units of sigma (spec seed004 §2.4)
 NOISE_FLOOR_FACTOR = 2 * np.sqrt(2 / np.pi)
+#: the exact extremes zoom into the candidate cells (a GROUP BY over their rows) while those
+#: hold more rows than this, so the window that resolves them runs over few rows
+WINDOW_ROWS = 50_000
 
 
 @checked
@@ -154,26 +156,12 @@ def cutoff_error(
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = _extremes(src, exact, cells, weight_kind)
     weight_kind = resolve_weight_kind(src, weight_kind)
-    W = t["W"].to_numpy(float)
-    hi, lo = np.maximum(t["s_max"], 0.0), np.minimum(t["s_min"], 0.0)
-    t["cutoff_error"] = safe_div(hi - lo, W)
-    t["excursion_above"] = safe_div(hi, W)
-    t["excursion_below"] = safe_div(-lo, W)
-    n = _effective_n(src, t, weight_kind)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_term = np.sqrt(2 * np.log(1 / delta))
-        upper = t["cutoff_error"] + t["grid_bound"] + np.sqrt(2 * np.log(1 / delta) / n)
-        lower = t["cutoff_error"] - (20 + log_term) / np.sqrt(n)
-    t["upper_bound"] = np.clip(upper, 0, 1)
-    t["lower_bound"] = np.clip(lower, 0, 1)
-    t["noise_floor"] = NOISE_FLOOR_FACTOR * _sigma(src, t, weight_kind)
-    _worst_interval(t)
+    t = cutoff_finish(t, delta=delta, epsilon=epsilon, weight_kind=weight_kind,
+                      weighted=src.weight is not None)
     columns = ["cutoff_error", "lower_bound", "upper_bound", "noise_floor", "excursion_above",
                "excursion_below", "interval_lower", "interval_upper", "interval_gap",
                "grid_bound"]
     if epsilon is not None:
-        t["certified_within"] = t["upper_bound"] <= epsilon
-        t["certified_beyond"] = t["lower_bound"] > epsilon
         columns += ["certified_within", "certified_beyond"]
     return result(src, t, columns, {"exact": bool(exact), "confidence": 1 - 2 * delta,
                                     "weight_kind": weight_kind})
@@ -364,9 +352,48 @@ def _brownian_test(data, name, score, label, weight, by, where, exact, cells, we
     t = _extremes(src, exact, cells, weight_kind)
     weight_kind = resolve_weight_kind(src, weight_kind)
     src.require_binary_labels(f"the {name} test")
+    t = brownian_finish(t, name, weight_kind=weight_kind)
+    return result(src, t, [name, "p_value", "sigma", "grid_bound"],
+                  {"exact": bool(exact), "weight_kind": weight_kind})
+
+
+# -- finishes: plain functions of the extremes table ------------------------------------------
+
+
+def cutoff_finish(t: pd.DataFrame, *, delta: float = 0.05, epsilon: float | None = None,
+                  weight_kind: str = "frequency", weighted: bool = False) -> pd.DataFrame:
+    """The cutoff error, its bounds, noise floor and worst interval from the extremes table of
+    :func:`extremes_finish` (one row per group; ``weight_kind`` resolved, ``weighted``: whether
+    the rows carry a weight column)."""
+    t = t.copy()
+    W = t["W"].to_numpy(float)
+    hi, lo = np.maximum(t["s_max"], 0.0), np.minimum(t["s_min"], 0.0)
+    t["cutoff_error"] = safe_div(hi - lo, W)
+    t["excursion_above"] = safe_div(hi, W)
+    t["excursion_below"] = safe_div(-lo, W)
+    n = _effective_n(weighted, t, weight_kind)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_term = np.sqrt(2 * np.log(1 / delta))
+        upper = t["cutoff_error"] + t["grid_bound"] + np.sqrt(2 * np.log(1 / delta) / n)
+        lower = t["cutoff_error"] - (20 + log_term) / np.sqrt(n)
+    t["upper_bound"] = np.clip(upper, 0, 1)
+    t["lower_bound"] = np.clip(lower, 0, 1)
+    t["noise_floor"] = NOISE_FLOOR_FACTOR * _sigma(t, weight_kind)
+    _worst_interval(t)
+    if epsilon is not None:
+        t["certified_within"] = t["upper_bound"] <= epsilon
+        t["certified_beyond"] = t["lower_bound"] > epsilon
+    return t
+
+
+def brownian_finish(t: pd.DataFrame, name: str, *, weight_kind: str = "frequency"
+                    ) -> pd.DataFrame:
+    """The Kuiper (``name="kuiper"``) or Kolmogorov-Smirnov (``"ks"``) statistic, its p-value,
+    sigma and grid bound in statistic units, from the extremes table of :func:`extremes_finish`."""
+    t = t.copy()
     hi, lo = np.maximum(t["s_max"], 0.0), np.minimum(t["s_min"], 0.0)
     spread = hi - lo if name == "kuiper" else np.maximum(hi, -lo)
-    sigma = _sigma(src, t, weight_kind)
+    sigma = _sigma(t, weight_kind)
     scale = sigma * t["W"].to_numpy(float)
     t[name] = statistic(spread, scale)
     sf = kuiper_sf if name == "kuiper" else ks_sf
@@ -375,47 +402,86 @@ def _brownian_test(data, name, score, label, weight, by, where, exact, cells, we
                             np.where(np.isinf(value), 0.0, sf(np.nan_to_num(value, posinf=0))))
     t["sigma"] = sigma
     t["grid_bound"] = safe_div(t["grid_bound"] * t["W"], scale)
-    return result(src, t, [name, "p_value", "sigma", "grid_bound"],
-                  {"exact": bool(exact), "weight_kind": weight_kind})
+    return t
 
 
 def _extremes(src: Source, exact: bool, cells: int | None, weight_kind: str) -> pd.DataFrame:
     """Per group: n, W, Σw², the Bernoulli variances, and the max and min of S over the distinct
     scores (``s_max``, ``s_min``, without S₀) with a score reaching each, and ``grid_bound``.
 
-    Two passes. The fine score histogram gives S at every cell end, and bounds S inside a cell by
-    its start plus its positive (minus its negative) residual mass. Only cells whose bound beats
-    the best cell end can hold the extreme; the exact segmented scan (a window partitioned by
-    group and cell) runs on those cells alone. Exact, and usually a small fraction of the rows.
+    The fine score histogram gives S at every cell end, and bounds S inside a cell by its start
+    plus its positive (minus its negative) residual mass. Only cells whose bound beats the best
+    cell end can hold the extreme. While those hold many rows, a 1024-fold finer histogram of
+    them narrows the candidates (one GROUP BY over their rows); the exact segmented scan (a
+    window partitioned by group and cell) then runs on the remaining candidate cells alone.
     Grid mode (``exact=False``) stops after the first pass and reports how far the extremes can
-    still move.
+    still move. The reads are :func:`extremes_walk`'s; the arithmetic :func:`extremes_finish`'s.
     """
-    cells = cells or CELLS
-    if cells < 1 or cells & (cells - 1):
-        raise ValueError(f"cells must be a power of two, not {cells!r}")
+    cells = _checked_cells(cells)
+    frame, scale, inside = extremes_walk(src, exact, cells, weight_kind,
+                                         lambda summary: planner.fetch(src, summary))
+    return extremes_finish(frame, inside, by=src.by)
+
+
+def extremes_follow_up(src: Source, exact: bool, cells: int | None, weight_kind: str) -> list:
+    """The next follow-up :func:`_extremes` reads that ``src`` does not hold ([] when none)."""
+    cells = _checked_cells(cells)
+    return planner.follow_up(src, lambda read: extremes_walk(src, exact, cells, weight_kind,
+                                                             read))
+
+
+def extremes_walk(src: Source, exact: bool, cells: int, weight_kind: str, read):
+    """The reads behind the extremes, each chosen from the frames before it: the score-cell
+    histogram with residual sums; in exact mode, while the candidate cells hold more than
+    :data:`WINDOW_ROWS` rows (and each zoom at least halves them), a 1024-fold finer histogram
+    of the candidates; then the running-sum extremes inside the remaining candidates. Returns
+    the histogram (zoomed cells at ``scale``, the others renumbered to it), the scale, and the
+    window's extremes (None when nothing is left to resolve)."""
     by = list(src.by)
-    c = planner.fetch(src, *_extremes_needs(src, cells, weight_kind))
-    c = c.sort_values([*by, "cell"], ignore_index=True)
-    g = c.groupby(by, dropna=False, sort=False) if by else None
-    cum = (lambda col: g[col].cumsum()) if by else (lambda col: c[col].cumsum())
-    best = (lambda v, how: v.groupby([c[k] for k in by], dropna=False).transform(how)) if by \
-        else (lambda v, how: pd.Series(getattr(v, how)(), index=v.index))
-    c["s_end"] = cum("total")
-    offset = c["s_end"] - c["total"]
-    end_max = np.maximum(best(c["s_end"], "max"), 0.0)  # S₀ = 0 is a candidate too
-    end_min = np.minimum(best(c["s_end"], "min"), 0.0)
+    needs = _extremes_needs(src, cells, weight_kind)[0]
+    frame = read(needs).sort_values([*by, "cell"], ignore_index=True)
+    scale, inside = cells, None
+    if not exact:
+        return frame, scale, inside
+    chosen = candidates(frame, by)
+    rows = frame.loc[chosen, "n"].sum()
+    while rows > WINDOW_ROWS and scale * ZOOM <= 2**50:
+        fine = read(declared.cells_within(scale * ZOOM, cell_ranges(frame[chosen], by, scale),
+                                          *needs.parts))
+        coarse = frame[~chosen].assign(cell=frame.loc[~chosen, "cell"] * ZOOM)
+        frame = pd.concat([coarse, fine[frame.columns.intersection(fine.columns)]],
+                          ignore_index=True).sort_values([*by, "cell"], ignore_index=True)
+        scale *= ZOOM
+        chosen = candidates(frame, by)
+        before, rows = rows, frame.loc[chosen, "n"].sum()
+        if rows > before / 2:  # ties or dense scores: finer cells no longer split them
+            break
+    if chosen.any():
+        inside = read(declared.extremes_within(scale, cell_ranges(frame[chosen], by, scale)))
+    return frame, scale, inside
+
+
+def candidates(cells: pd.DataFrame, by) -> np.ndarray:
+    """Which cells (sorted by group and cell, with ``total``, ``positive``, ``negative``) can
+    hold an extreme of S beyond the best cell end: S inside a cell lies between its start minus
+    its negative and its start plus its positive residual mass."""
+    up, down = _reach(cells, list(by))[:2]
+    return (up | down).to_numpy()
+
+
+def extremes_finish(cells: pd.DataFrame, inside: pd.DataFrame | None, *, by) -> pd.DataFrame:
+    """Per group, the extremes of S from the score-cell histogram (``cells``: per group and cell
+    ``n``, ``W``, ``total``, ``positive``, ``negative``, ``var``, ``p_max``, sorted or not) and
+    the running-sum extremes inside the candidate cells (``inside``: per group and cell
+    ``s_max``, ``s_min``, ``p_at_max``, ``p_at_min`` from the cell's start; None in grid mode,
+    when ``grid_bound`` says how far the extremes can still move)."""
+    by = list(by)
+    c = cells.sort_values([*by, "cell"], ignore_index=True)
+    up, down, offset, end_max, end_min = _reach(c, by)
     reach_up, reach_down = offset + c["positive"], offset - c["negative"]
     c["exact_max"], c["exact_min"] = c["s_end"], c["s_end"]
     c["p_at_max"], c["p_at_min"] = c["p_max"], c["p_max"]
-    up, down = reach_up > end_max, reach_down < end_min
-    if exact and (up | down).any():
-        chosen = c.loc[up | down, [*by, "cell"]]
-        wanted = {}
-        for row in chosen.itertuples(index=False):
-            wanted.setdefault(tuple(row[:-1]), []).append(int(row[-1]))
-        key = tuple((k, tuple(v)) for k, v in wanted.items())
-        inside = src.scan(("extremes", cells, key), lambda: summaries.cell_extremes(
-            src.rows, src.by, cells, wanted, weighted=src.weighted))
+    if inside is not None and (up | down).any():
         c = c.merge(inside.rename(columns={"s_max": "in_max", "s_min": "in_min",
                                            "p_at_max": "in_p_max", "p_at_min": "in_p_min"}),
                     on=[*by, "cell"], how="left")
@@ -428,28 +494,51 @@ def _extremes(src: Source, exact: bool, cells: int | None, weight_kind: str) -> 
         up[:], down[:] = False, False
     c["slack_up"] = np.where(up, reach_up - end_max, 0.0)
     c["slack_down"] = np.where(down, end_min - reach_down, 0.0)
-
-    def finish(part: pd.DataFrame) -> dict:
-        i, j = part["exact_max"].idxmax(), part["exact_min"].idxmin()
-        return {"sw2": part.get("sw2", part["W"]).sum(), "sw_pq": part["var"].sum(),
-                "sw2_pq": part.get("var2", part["var"]).sum(), "s_max": part["exact_max"][i],
-                "s_min": part["exact_min"][j], "p_at_max": part["p_at_max"][i],
-                "p_at_min": part["p_at_min"][j],
-                "grid_slack": part["slack_up"].max() + part["slack_down"].max()}
-
-    t = per_group(c, by, finish)
+    t = per_group(c, by, _group_extremes)
     t["grid_bound"] = safe_div(t["grid_slack"], t["W"])
     return t
 
 
-def _effective_n(src: Source, t: pd.DataFrame, weight_kind: str) -> np.ndarray:
+def _group_extremes(part: pd.DataFrame) -> dict:
+    i, j = part["exact_max"].idxmax(), part["exact_min"].idxmin()
+    return {"sw2": part.get("sw2", part["W"]).sum(), "sw_pq": part["var"].sum(),
+            "sw2_pq": part.get("var2", part["var"]).sum(), "s_max": part["exact_max"][i],
+            "s_min": part["exact_min"][j], "p_at_max": part["p_at_max"][i],
+            "p_at_min": part["p_at_min"][j],
+            "grid_slack": part["slack_up"].max() + part["slack_down"].max()}
+
+
+def _reach(c: pd.DataFrame, by: list):
+    """On ``c`` (sorted by group and cell), S at each cell end (``c["s_end"]``, added), and per
+    cell: whether its bound beats the group's best end upwards or downwards (S₀ = 0 counts),
+    its start, and the group's best ends."""
+    g = c.groupby(by, dropna=False, sort=False) if by else None
+    c["s_end"] = g["total"].cumsum() if by else c["total"].cumsum()
+    best = (lambda v, how: v.groupby([c[k] for k in by], dropna=False).transform(how)) if by \
+        else (lambda v, how: pd.Series(getattr(v, how)(), index=v.index))
+    offset = c["s_end"] - c["total"]
+    end_max = np.maximum(best(c["s_end"], "max"), 0.0)  # S₀ = 0 is a candidate too
+    end_min = np.minimum(best(c["s_end"], "min"), 0.0)
+    up = offset + c["positive"] > end_max
+    down = offset - c["negative"] < end_min
+    return up, down, offset, end_max, end_min
+
+
+def _checked_cells(cells: int | None) -> int:
+    cells = cells or CELLS
+    if cells < 1 or cells & (cells - 1):
+        raise ValueError(f"cells must be a power of two, not {cells!r}")
+    return cells
+
+
+def _effective_n(weighted: bool, t: pd.DataFrame, weight_kind: str) -> np.ndarray:
     W = t["W"].to_numpy(float)
-    if weight_kind == "frequency" or src.weight is None:
+    if weight_kind == "frequency" or not weighted:
         return W
     return safe_div(W**2, t["sw2"])
 
 
-def _sigma(src: Source, t: pd.DataFrame, weight_kind: str) -> np.ndarray:
+def _sigma(t: pd.DataFrame, weight_kind: str) -> np.ndarray:
     var = t["sw_pq"] if weight_kind == "frequency" else t["sw2_pq"]
     return safe_div(np.sqrt(var.to_numpy(float)), t["W"])
 
@@ -476,6 +565,11 @@ def _extremes_needs(src: Source, cells: int | None, weight_kind: str) -> list:
 #: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS)
 NEEDS = {name: (lambda src, o: _extremes_needs(src, o["cells"], o["weight_kind"]))
          for name in ("cutoff_error", "kuiper", "ks")}
+
+#: metric -> its next follow-up from the cached frames (the planner shares them in a report)
+FOLLOW_UP_NEEDS = {name: (lambda src, o: extremes_follow_up(src, o["exact"], o["cells"],
+                                                             o["weight_kind"]))
+                   for name in ("cutoff_error", "kuiper", "ks")}
 
 #: (metric, option, value) that refines with follow-up passes -> the one-shot option
 FOLLOW_UPS = {(m, "exact", True): "exact=False (the grid form, with its certified grid_bound)"

@@ -27,6 +27,9 @@ import pandas as pd
 FUSABLE = ("totals", "uniform", "cells")
 #: kind -> the key column a summary adds after the group keys
 KEY_COLUMN = {"totals": None, "uniform": "bin", "cells": "cell", "levels": "p", "logit_grid": "k"}
+#: follow-ups that read the rows inside score ranges only; their last param is the ranges
+RANGED = {"cells_within": "cell", "levels_within": "p", "extremes_within": "cell"}
+KEY_COLUMN.update(RANGED)
 #: the recalibration fits' summaries (sqlcal.recalibrate): where each label lies, the Newton terms
 #: of a logistic fit at given coefficients, the sandwich's middle, the lowest running residual
 #: inside score ranges (isotonic's KKT checks), and grouped PAV passes run in the engine
@@ -115,6 +118,8 @@ class Summary:
             return f"score_cells_{self.params[0]}"
         if self.kind == "logit_grid":
             return "logit_grid"
+        if self.kind in RANGED:  # a follow-up: named by its grid, not its (data-dependent) ranges
+            return self.kind + "".join(f"_{p}" for p in self.params[:-1])
         if self.kind in ("smooth_cells", "smooth_split"):  # smooth_cells_16384_1000
             cells, grids = self.params
             return f"{self.kind}_{cells}" + "".join(f"_{h}" for h in grids)
@@ -312,6 +317,59 @@ def multiclass_check(kind: str, layout: tuple, tolerance: float) -> Summary:
     (True, 1e-06)
     """
     return Summary(kind, (layout, float(tolerance)))
+
+
+def score_ranges(ranges: Iterable[tuple]) -> tuple:
+    """Score ranges ``(group key values, lo, hi)`` in one canonical form: key values as plain
+    Python values (None for NULL), groups sorted, each group's ranges sorted with overlapping
+    or adjacent ones merged. A range holds lo <= p < hi, and p = 1 too when hi = 1 (the last
+    cell of a 2^k grid holds p = 1); lo and hi are exact doubles (cell c of 2^k cells is
+    [c/2^k, (c + 1)/2^k)).
+
+    Examples
+    --------
+    >>> score_ranges([((1,), 0.5, 0.75), ((1,), 0.25, 0.5), ((None,), 0.0, 1.0)])
+    (((1,), 0.25, 0.75), ((None,), 0.0, 1.0))
+    """
+    per_group: dict[tuple, list] = {}
+    for key, lo, hi in ranges:
+        key = tuple(None if _is_null(v) else (v.item() if hasattr(v, "item") else v)
+                    for v in key)
+        per_group.setdefault(key, []).append((float(lo), float(hi)))
+    out = []
+    for key in sorted(per_group, key=_null_last):
+        merged: list[list[float]] = []
+        for lo, hi in sorted(per_group[key]):
+            if merged and lo <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        out += [(key, lo, hi) for lo, hi in merged]
+    return tuple(out)
+
+
+def cells_within(cells: int, ranges: Iterable[tuple], *parts: str) -> Summary:
+    """A finer score histogram (2^k ``cells``) of the rows inside ``ranges`` only: a zoom."""
+    return Summary("cells_within", (int(cells), score_ranges(ranges)), frozenset(parts))
+
+
+def levels_within(ranges: Iterable[tuple], *parts: str) -> Summary:
+    """The levels summary of the rows inside ``ranges`` only (``sums`` always)."""
+    return Summary("levels_within", (score_ranges(ranges),), frozenset({"sums", *parts}))
+
+
+def extremes_within(cells: int, ranges: Iterable[tuple]) -> Summary:
+    """Per group and cell (of 2^k ``cells``) inside ``ranges``: the extremes of the running
+    residual sum from the cell's start, ties one unit (a window over those rows only)."""
+    return Summary("extremes_within", (int(cells), score_ranges(ranges)))
+
+
+def _is_null(v) -> bool:
+    return v is None or (isinstance(v, float) and v != v) or v is pd.NaT or v is pd.NA
+
+
+def _null_last(key: tuple) -> tuple:
+    return tuple((v is None, "" if v is None else type(v).__name__, v) for v in key)
 
 
 def union(needs: Iterable[Summary]) -> list[Summary]:

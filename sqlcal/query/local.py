@@ -392,3 +392,61 @@ def _pav_blocks(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFra
 def _pav_count(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
     return _rows(by, [(key, len(blocks)) for key, blocks in _pav(summary, levels, by)],
                  ["blocks"])
+
+
+def in_ranges(levels: pd.DataFrame, by: Sequence[str], ranges: tuple) -> np.ndarray:
+    """Which levels lie inside score ranges ``((group key values, lo, hi), ...)``, by the rule
+    of :func:`sqlcal.summaries.within_ranges` (lo <= p < hi; p = 1 too when hi = 1)."""
+    p = levels["p"].to_numpy(float)
+    inside = np.zeros(len(p), dtype=bool)
+    per_group: dict[tuple, list] = {}
+    for key, lo, hi in ranges:
+        per_group.setdefault(tuple(key), []).append((lo, hi))
+    if by:
+        positions = {tuple(None if pd.isna(v) else v for v in (k if isinstance(k, tuple) else (k,))):
+                     rows for k, rows in levels.groupby(list(by), dropna=False,
+                                                         sort=False).indices.items()}
+    else:
+        positions = {(): np.arange(len(p))}
+    for key, spans in per_group.items():
+        rows = positions.get(key)
+        if rows is None:
+            continue
+        spans = sorted(spans)
+        los, his = (np.array([s[i] for s in spans]) for i in (0, 1))
+        at = np.searchsorted(los, p[rows], side="right") - 1
+        hi = his[np.maximum(at, 0)]
+        inside[rows] = (at >= 0) & ((p[rows] < hi) | ((hi == 1.0) & (p[rows] <= 1.0)))
+    return inside
+
+
+@register("cells_within")
+def _cells_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    grid, ranges = summary.params
+    return _cells(Summary("cells", (grid,), summary.parts),
+                  levels[in_ranges(levels, by, ranges)], by)
+
+
+@register("levels_within")
+def _levels_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    (ranges,) = summary.params
+    return _levels(Summary("levels", (), summary.parts), levels[in_ranges(levels, by, ranges)],
+                   by)
+
+
+@register("extremes_within")
+def _extremes_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    grid, ranges = summary.params
+    lv = levels[in_ranges(levels, by, ranges)]
+    keys = [*by, "cell"]
+    frame = lv[list(by)].reset_index(drop=True).assign(
+        cell=score_cell(lv["p"].to_numpy(float), grid), p=lv["p"].to_numpy(float),
+        r=(lv["swy"].to_numpy(float) - lv["swp"].to_numpy(float)))
+    frame = frame.sort_values([*keys, "p"], ignore_index=True, kind="stable")
+    frame["S"] = frame.groupby(keys, dropna=False, sort=False)["r"].cumsum()
+    grouped = frame.groupby(keys, dropna=False, sort=True)["S"]
+    at_max, at_min = grouped.idxmax(), grouped.idxmin()
+    out = pd.DataFrame({"s_max": grouped.max(), "s_min": grouped.min()}).reset_index()
+    out["p_at_max"] = frame["p"].to_numpy()[at_max.to_numpy()]
+    out["p_at_min"] = frame["p"].to_numpy()[at_min.to_numpy()]
+    return out

@@ -9,13 +9,14 @@ metrics' own requests find it, so a report reads the table once for all of them.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 import pandas as pd
 
 from sqlcal import summaries
 from sqlcal.query import local
-from sqlcal.query.declared import FUSABLE, Summary, coarser_cells, merge, union
+from sqlcal.query.declared import (FUSABLE, RANGED, Summary, coarser_cells, merge,
+                                   score_ranges, union)
 from sqlcal.source import Planned, Source
 
 
@@ -32,20 +33,127 @@ def fetch(src: Source, summary: Summary) -> pd.DataFrame:
         soft=src.allow_soft))
 
 
-def prefetch(src: Source, needs: Iterable[Summary]) -> list[tuple[str, list[Summary]]]:
-    """Run every summary in ``needs`` that ``src`` does not hold yet, in the fewest scans.
+def prefetch(src: Source, needs: Iterable[Summary], follow_ups: Iterable[Callable] = ()
+             ) -> list[tuple[str, list[Summary]]]:
+    """Run every summary in ``needs`` that ``src`` does not hold yet, in the fewest scans; then
+    the adaptive metrics' follow-ups, shared (:func:`shared_follow_ups`).
 
     Returns the scans run, as ``(description, summaries)`` pairs (for progress lines and tests).
     """
     wanted = [s for s in union(needs) if src.lookup(s.key, s.parts) is None]
-    return [(_describe(group), run(src, group)) for group in plan(wanted)]
+    scans = [(_describe(group), run(src, group)) for group in plan(wanted)]
+    return scans + shared_follow_ups(src, follow_ups)
 
 
-def steps(src: Source, needs: Iterable[Summary]) -> list[tuple[str, callable]]:
+def steps(src: Source, needs: Iterable[Summary], follow_ups: Iterable[Callable] = ()
+          ) -> list[tuple[str, callable]]:
     """The scans :func:`prefetch` would run, as ``(description, run)`` pairs, each ``run()`` one
-    engine pass (a scheduled report calls them one by one to show progress)."""
+    engine pass (a scheduled report calls them one by one to show progress); the follow-ups,
+    which depend on what the first scans return, come last as one step."""
     wanted = [s for s in union(needs) if src.lookup(s.key, s.parts) is None]
-    return [(_describe(group), lambda group=group: run(src, group)) for group in plan(wanted)]
+    out = [(_describe(group), lambda group=group: run(src, group)) for group in plan(wanted)]
+    follow_ups = list(follow_ups)
+    if follow_ups:
+        out.append(("follow-ups: score ranges the adaptive metrics refine (shared scans)",
+                    lambda: shared_follow_ups(src, follow_ups)))
+    return out
+
+
+def lookup(src: Source, summary: Summary) -> pd.DataFrame | None:
+    """The cached frame of ``summary`` on ``src``, or None: never a scan."""
+    return src.lookup(summary.key, summary.parts)
+
+
+def follow_up(src: Source, walk: Callable) -> list[Summary]:
+    """The next summary an adaptive metric reads that ``src`` does not hold yet ([] when none).
+
+    ``walk(read)`` is the metric's own sequence of reads (``read(summary) -> frame``), each read
+    chosen from the frames before it; run here with cached frames only, it stops at the first
+    missing one. The metric runs the same walk with :func:`fetch`: a pure function of the
+    frames, so after :func:`shared_follow_ups` its every read is a cache hit."""
+    def read(summary: Summary) -> pd.DataFrame:
+        have = lookup(src, summary)
+        if have is None:
+            raise _Missing(summary)
+        return have
+
+    try:
+        walk(read)
+    except _Missing as missing:
+        return [missing.summary]
+    return []
+
+
+class _Missing(Exception):
+    def __init__(self, summary: Summary):
+        super().__init__(summary.name)
+        self.summary = summary
+
+
+def shared_follow_ups(src: Source, follow_ups: Iterable[Callable]
+                      ) -> list[tuple[str, list[Summary]]]:
+    """Run the follow-ups of several adaptive metrics together, stage by stage.
+
+    Each of ``follow_ups`` (``ask(src) -> [Summary]``, e.g. a metric family's
+    ``FOLLOW_UP_NEEDS`` bound to its options) names the next summary its metric reads, from the
+    frames cached so far. Summaries of one ranged kind and grid (the levels inside score ranges,
+    a finer histogram of some cells) are read by one scan over the union of their ranges, then
+    split by each one's ranges into its own cache entry: quantile ECE and Hosmer-Lemeshow read
+    the levels around their edges in one pass. Repeats until no metric asks for more."""
+    follow_ups, scans = list(follow_ups), []
+    for _ in range(64):  # each round reads one stage further; a walk has a handful
+        wanted = [s for ask in follow_ups for s in ask(src) if lookup(src, s) is None]
+        if not wanted:
+            break
+        for group in _shared(wanted):
+            scans.append((_describe(group), _run_shared(src, group)))
+    return scans
+
+
+def _shared(wanted: list[Summary]) -> list[list[Summary]]:
+    """Ranged summaries of one kind and grid together (when their ranges split exactly); any
+    other summary alone."""
+    groups: dict[tuple, list[Summary]] = {}
+    for s in union(wanted):
+        if s.kind in RANGED and _aligned(s):
+            groups.setdefault((s.kind, *s.params[:-1]), []).append(s)
+        else:
+            groups[("alone", s.key)] = [s]
+    return list(groups.values())
+
+
+def _aligned(summary: Summary) -> bool:
+    """Whether each row of the ranged summary lies wholly inside or outside any range it is
+    split by: levels always; cells when every range ends on the grid."""
+    if summary.kind == "levels_within":
+        return True
+    grid, ranges = summary.params
+    return all(float(lo * grid).is_integer() and float(hi * grid).is_integer()
+               for _, lo, hi in ranges)
+
+
+def _run_shared(src: Source, group: list[Summary]) -> list[Summary]:
+    if len(group) == 1:
+        fetch(src, group[0])
+        return group
+    first = group[0]
+    ranges = score_ranges(r for s in group for r in s.params[-1])
+    parts = frozenset().union(*(s.parts for s in group))
+    together = Summary(first.kind, (*first.params[:-1], ranges), parts)
+    frame = fetch(src, together)
+    for s in group:
+        src.store(s.key, parts, _within(frame, s, src.by))
+    return group
+
+
+def _within(frame: pd.DataFrame, summary: Summary, by) -> pd.DataFrame:
+    """The rows of a shared ranged frame inside ``summary``'s own ranges."""
+    ranges = summary.params[-1]
+    if summary.kind == "levels_within":
+        at = frame
+    else:  # a cell lies inside a range when its start does (ranges end on the grid)
+        at = frame.assign(p=frame["cell"].to_numpy(float) / summary.params[0])
+    return frame[local.in_ranges(at, list(by), ranges)].reset_index(drop=True)
 
 
 def plan(wanted: list[Summary]) -> list[list[Summary]]:
