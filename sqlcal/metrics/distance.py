@@ -22,8 +22,9 @@ from scipy import sparse
 from scipy.optimize import linprog
 
 from sqlcal.metrics import level_sets, per_group, result, safe_div
-from sqlcal.metrics.binned import bins_summary
-from sqlcal.metrics.cells import cells_summary, pair_levels
+from sqlcal.metrics.binned import bins_needs, bins_summary
+from sqlcal.metrics.cells import cells_needs, cells_summary, pair_levels
+from sqlcal.query import declared
 from sqlcal.metrics.smooth import SMOOTH_CELLS
 from sqlcal.source import Source, as_source
 from sqlcal.options import checked
@@ -128,14 +129,7 @@ def lipschitz_calibration_error(
     0.04
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    frame = _reduced(src, mode, max_levels)
-
-    def finish(lv: _Levels) -> dict:
-        return {"lipschitz_calibration_error": _smce(lv, lipschitz),
-                "quantization_bound": lipschitz * lv.quantization, "levels": len(lv.p)}
-
-    out = _per_group(src, frame, finish, {"lipschitz_calibration_error": np.nan,
-                                          "quantization_bound": np.nan, "levels": 0})
+    out = lipschitz_finish(_reduced(src, mode, max_levels), by=src.by, lipschitz=lipschitz)
     return result(src, out, ["lipschitz_calibration_error", "quantization_bound", "levels"],
                   {"lipschitz": lipschitz})
 
@@ -261,25 +255,9 @@ def distance_to_calibration(
     0            0.08             0.1   partitions
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    frame = _reduced(src, mode, max_levels)
-
-    def finish(lv: _Levels) -> dict:
-        coarse = _coarsen(lv, lower_levels)
-        lower, tolerance = _lower_distance(coarse, grid)
-        upper, method = _upper_distance(lv)
-        return {"lower_distance": lower, "lower_tolerance": tolerance + coarse.quantization,
-                "lower_quantization": coarse.quantization,
-                "upper_distance": upper, "upper_method": method,
-                "citl": abs(lv.R.sum()) / lv.total,
-                "lipschitz_calibration_error": _smce(lv, 1.0),
-                "quantization_bound": lv.quantization, "levels": len(lv.p)}
-
-    columns = ["lower_distance", "lower_tolerance", "lower_quantization", "upper_distance",
-               "upper_method", "citl",
-               "lipschitz_calibration_error", "quantization_bound", "levels"]
-    empty = dict.fromkeys(columns, np.nan) | {"upper_method": None, "levels": 0}
-    out = _per_group(src, frame, finish, empty)
-    return result(src, out, columns)
+    out = distance_finish(_reduced(src, mode, max_levels), by=src.by, grid=grid,
+                          lower_levels=lower_levels)
+    return result(src, out, _DISTANCE_COLUMNS)
 
 
 @checked
@@ -366,26 +344,114 @@ def interval_calibration_error(
     0                         0.2    0.2  exact
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    columns = ["interval_calibration_error", "binned_error", "width", "method"]
     if bins is not None:
         frame = bins_summary(src, bins=bins, strategy="uniform", convention="sqlcal")
+        return result(src, interval_bins_finish(frame, by=src.by, bins=bins), _INTERVAL_COLUMNS)
+    out = interval_finish(_reduced(src, mode, max_levels), by=src.by)
+    return result(src, out, _INTERVAL_COLUMNS)
 
-        def fixed(part: pd.DataFrame) -> dict:
-            ce = float(safe_div(np.abs(part["swy"] - part["swp"]).sum(), part["W"].sum()))
-            return {"interval_calibration_error": ce + 1 / bins, "binned_error": ce,
-                    "width": 1 / bins, "method": "fixed bins"}
 
-        out = per_group(frame, list(src.by), fixed)
-        return result(src, out, columns)
-    frame = _reduced(src, mode, max_levels)
+# -- the declarations: what each metric reads --------------------------------------------------
 
+
+def _levels_needs(src: Source, options: dict) -> list:
+    """The levels (``mode="exact"``) or the 2^14-cell histogram (``"cells"``, and ``"auto"``
+    before its follow-up: the levels inside the cells holding several scores)."""
+    if options["mode"] == "exact":
+        return [declared.levels("sums")]
+    return cells_needs(src, ("sums",), SMOOTH_CELLS)
+
+
+#: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS)
+NEEDS = {
+    "lipschitz_calibration_error": _levels_needs,
+    "distance_to_calibration": _levels_needs,
+    "interval_calibration_error": lambda src, o: (
+        _levels_needs(src, o) if o["bins"] is None
+        else bins_needs(src, bins=o["bins"], strategy="uniform", convention="sqlcal")),
+}
+#: "auto" reads the levels of the cells holding several scores when they are few (a follow-up)
+FOLLOW_UPS = {(m, "mode", "auto"): "mode='cells' (the histogram, with its quantization_bound) "
+              "or mode='exact' (the levels)" for m in NEEDS}
+
+
+# -- the finishes: numpy from the levels (or cells) frame -------------------------------------
+# ``frame``: one row per group and level (or cell) with ``p`` (the score, or the cell's mean
+# score), ``W``, ``swy``, ``swp``, ``n``, and the lowest and highest score ``lo``, ``hi``;
+# :func:`levels_frame` and :func:`cells_frame` make it from the levels or the score cells.
+
+
+def levels_frame(levels: pd.DataFrame) -> pd.DataFrame:
+    """The finishes' frame from the levels summary (exact: each level is one score)."""
+    return levels.assign(lo=levels["p"], hi=levels["p"])
+
+
+def cells_frame(cells: pd.DataFrame) -> pd.DataFrame:
+    """The finishes' frame from a score-cell histogram: each cell at its rows' mean score."""
+    return cells.assign(p=_mean_score(cells), lo=cells["p_min"], hi=cells["p_max"])
+
+
+def lipschitz_finish(frame: pd.DataFrame, *, by: Sequence[str], lipschitz: float = 1.0
+                     ) -> pd.DataFrame:
+    """smCE per group: the keys, ``n``, ``W``, ``lipschitz_calibration_error``,
+    ``quantization_bound``, ``levels``."""
+    def finish(lv: _Levels) -> dict:
+        return {"lipschitz_calibration_error": _smce(lv, lipschitz),
+                "quantization_bound": lipschitz * lv.quantization, "levels": len(lv.p)}
+
+    return _per_group(by, frame, finish, {"lipschitz_calibration_error": np.nan,
+                                          "quantization_bound": np.nan, "levels": 0})
+
+
+_DISTANCE_COLUMNS = ["lower_distance", "lower_tolerance", "lower_quantization", "upper_distance",
+                     "upper_method", "citl", "lipschitz_calibration_error",
+                     "quantization_bound", "levels"]
+
+
+def distance_finish(frame: pd.DataFrame, *, by: Sequence[str], grid: int = 128,
+                    lower_levels: int = 64) -> pd.DataFrame:
+    """The distance bracket per group: the keys, ``n``, ``W`` and the columns of
+    :func:`distance_to_calibration`."""
+    def finish(lv: _Levels) -> dict:
+        coarse = _coarsen(lv, lower_levels)
+        lower, tolerance = _lower_distance(coarse, grid)
+        upper, method = _upper_distance(lv)
+        return {"lower_distance": lower, "lower_tolerance": tolerance + coarse.quantization,
+                "lower_quantization": coarse.quantization,
+                "upper_distance": upper, "upper_method": method,
+                "citl": abs(lv.R.sum()) / lv.total,
+                "lipschitz_calibration_error": _smce(lv, 1.0),
+                "quantization_bound": lv.quantization, "levels": len(lv.p)}
+
+    empty = dict.fromkeys(_DISTANCE_COLUMNS, np.nan) | {"upper_method": None, "levels": 0}
+    return _per_group(by, frame, finish, empty)
+
+
+_INTERVAL_COLUMNS = ["interval_calibration_error", "binned_error", "width", "method"]
+
+
+def interval_finish(frame: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
+    """intCE per group, the infimum over partitions: the keys, ``n``, ``W``,
+    ``interval_calibration_error``, ``binned_error``, ``width``, ``method``."""
     def finish(lv: _Levels) -> dict:
         value, ce, width, method = _interval_error(lv)
         return {"interval_calibration_error": value, "binned_error": ce, "width": width,
                 "method": method}
 
-    empty = dict.fromkeys(columns, np.nan) | {"method": None}
-    return result(src, _per_group(src, frame, finish, empty), columns)
+    empty = dict.fromkeys(_INTERVAL_COLUMNS, np.nan) | {"method": None}
+    return _per_group(by, frame, finish, empty)
+
+
+def interval_bins_finish(bins_frame: pd.DataFrame, *, by: Sequence[str], bins: int
+                         ) -> pd.DataFrame:
+    """intCE of the fixed partition into ``bins`` equal-width bins, from their summary (``W``,
+    ``swy``, ``swp`` per group and bin)."""
+    def fixed(part: pd.DataFrame) -> dict:
+        ce = float(safe_div(np.abs(part["swy"] - part["swp"]).sum(), part["W"].sum()))
+        return {"interval_calibration_error": ce + 1 / bins, "binned_error": ce,
+                "width": 1 / bins, "method": "fixed bins"}
+
+    return per_group(bins_frame, list(by), fixed)
 
 
 # -- the levels: exact, or cells at their mean scores ------------------------------------------
@@ -420,15 +486,12 @@ def _reduced(src: Source, mode: str, max_levels: int) -> pd.DataFrame:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     by = list(src.by)
     if mode == "exact":
-        lv = level_sets(src)
-        return lv.assign(lo=lv["p"], hi=lv["p"])
-    cells = cells_summary(src, ("sums",), SMOOTH_CELLS)
-    cells = cells.assign(p=_mean_score(cells), lo=cells["p_min"], hi=cells["p_max"])
+        return levels_frame(level_sets(src))
+    cells = cells_frame(cells_summary(src, ("sums",), SMOOTH_CELLS))
     mixed = cells["p_min"] < cells["p_max"]
     if mode == "cells" or not mixed.any() or cells.loc[mixed, "n"].sum() > max_levels:
         return cells
-    inside = pair_levels(src, SMOOTH_CELLS, cells.loc[mixed, [*by, "cell"]])
-    inside = inside.assign(lo=inside["p"], hi=inside["p"])
+    inside = levels_frame(pair_levels(src, SMOOTH_CELLS, cells.loc[mixed, [*by, "cell"]]))
     frame = pd.concat([cells[~mixed], inside], ignore_index=True)
     return frame.sort_values([*by, "p"], ignore_index=True, kind="stable")
 
@@ -458,12 +521,12 @@ def _levels(part: pd.DataFrame) -> _Levels | None:
     return _Levels(p, W, Y, Y - part["swp"].to_numpy(float), lo, hi, np.maximum(spread, 0.0))
 
 
-def _per_group(src: Source, frame: pd.DataFrame, finish, empty: dict) -> pd.DataFrame:
+def _per_group(by: Sequence[str], frame: pd.DataFrame, finish, empty: dict) -> pd.DataFrame:
     """:func:`sqlcal.metrics.per_group` on each group's levels (``empty`` for a group without
     weight, and the columns of a source without rows)."""
-    out = per_group(frame, list(src.by),
+    out = per_group(frame, list(by),
                     lambda part: empty if (lv := _levels(part)) is None else finish(lv))
-    return out if len(out) else pd.DataFrame(columns=[*src.by, "n", "W", *empty])
+    return out if len(out) else pd.DataFrame(columns=[*by, "n", "W", *empty])
 
 
 def _coarsen(lv: _Levels, buckets: int) -> _Levels:

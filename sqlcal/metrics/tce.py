@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal import summaries
 from sqlcal.metrics import groups, key_tuple, level_sets, result
 from sqlcal.metrics import binomial
-from sqlcal.metrics.cells import CELLS, cells_summary
+from sqlcal.metrics.cells import CELLS, cells_needs, cells_summary
+from sqlcal.query import declared, planner
 from sqlcal.source import InvalidInputError, Source, as_source
 from sqlcal.options import checked
 
@@ -130,17 +130,8 @@ def tce(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     table = _bins_table(src, strategy, n_min, n_max, bins, alpha, test, tail_rule)
-    keys = list(src.by)
-    rows = []
-    for key, part in groups(table, keys):
-        W = part["W"].sum()
-        rejected = part["rejected"].sum()
-        rows.append({**key, "n": int(part["n"].sum()), "W": float(W),
-                     "tce": 100 * rejected / W if W > 0 else np.nan,
-                     "n_bins": int((part["W"] > 0).sum()), "rejected": float(rejected),
-                     "binning": part["binning"].iloc[0]})
-    out = result(src, pd.DataFrame(rows, columns=None if rows else [*keys, "n", "W"]),
-                 ["tce", "n_bins", "rejected", "binning"], {"alpha": alpha, "test": test})
+    out = result(src, tce_finish(table, by=src.by), ["tce", "n_bins", "rejected", "binning"],
+                 {"alpha": alpha, "test": test})
     if out["binning"].isna().any():  # groups left without rows still had these bins asked for
         out["binning"] = out["binning"].fillna(_binning(strategy, n_min, n_max, bins, tail_rule))
     return out
@@ -235,10 +226,59 @@ def tce_bins(
 
 def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rule):
     if strategy == "pavabc":
-        table = _pavabc_table(src, n_min, n_max, tail_rule, alpha, test)
+        frame = level_sets(src)
     else:
-        table = _count_rejections(src, _histogram_pieces(src, strategy, bins), alpha, test)
-        table["binning"] = _binning(strategy, n_min, n_max, bins, tail_rule)
+        frame = cells_summary(src, ("sums",))
+    _require_counts(src)
+    return tce_bins_finish(frame, by=src.by, strategy=strategy, n_min=n_min, n_max=n_max,
+                           bins=bins, alpha=alpha, test=test, tail_rule=tail_rule,
+                           levels_in=lambda ranges: planner.fetch(
+                               src, declared.levels_within(ranges, "sums")))
+
+
+#: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS): PAVA-BC runs
+#: over the levels; uniform and quantile bins over the score cells, then read the levels of the
+#: cells holding a bin edge or an acceptance interval's end (follow-ups)
+NEEDS = {name: (lambda src, o: [declared.levels("sums")] if o["strategy"] == "pavabc"
+                else cells_needs(src, ("sums",)))
+         for name in ("tce", "tce_bins")}
+FOLLOW_UPS = {(name, "strategy", strategy): "strategy='pavabc' (the levels, read in one pass)"
+              for name in ("tce", "tce_bins") for strategy in ("uniform", "quantile")}
+
+
+# -- the finishes: numpy from the summary frames ----------------------------------------------
+
+
+def tce_finish(table: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
+    """TCE per group from its bins table (:func:`tce_bins_finish`): the keys, ``n``, ``W``,
+    ``tce`` (percent), ``n_bins``, ``rejected``, ``binning``."""
+    keys = list(by)
+    rows = []
+    for key, part in groups(table, keys):
+        W = part["W"].sum()
+        rejected = part["rejected"].sum()
+        rows.append({**key, "n": int(part["n"].sum()), "W": float(W),
+                     "tce": 100 * rejected / W if W > 0 else np.nan,
+                     "n_bins": int((part["W"] > 0).sum()), "rejected": float(rejected),
+                     "binning": part["binning"].iloc[0]})
+    return pd.DataFrame(rows, columns=None if rows else [*keys, "n", "W"])
+
+
+def tce_bins_finish(frame: pd.DataFrame, *, by: Sequence[str], strategy: str = "pavabc",
+                    n_min=None, n_max=None, bins: int = 10, alpha: float = 0.05,
+                    test: str = "binomial", tail_rule: str = "code", levels_in=None
+                    ) -> pd.DataFrame:
+    """The per-bin table of :func:`tce_bins` (without ``alpha``, ``test``), from the levels
+    (``strategy="pavabc"``: one row per group and distinct score with ``n``, ``W``, ``swy``,
+    ``swp``) or the score cells of :data:`sqlcal.metrics.cells.CELLS` (other strategies, with
+    ``p_min``, ``p_max``). ``levels_in(ranges)`` returns the levels of the rows inside score
+    ranges ``((group key tuple, lo, hi), ...)`` (:func:`sqlcal.query.declared.levels_within`):
+    the cells holding a bin edge or an acceptance interval's end."""
+    if strategy == "pavabc":
+        return _pavabc_table(frame, by, n_min, n_max, tail_rule, alpha, test)
+    pieces = _histogram_pieces(frame, by, strategy, bins, levels_in)
+    table = _count_rejections(by, pieces, alpha, test, levels_in)
+    table["binning"] = _binning(strategy, n_min, n_max, bins, tail_rule)
     return table
 
 
@@ -257,13 +297,12 @@ def _binning(strategy, n_min, n_max, bins, tail_rule) -> str:
 # distinct score (a level). Columns: keys, bin, p_min, p_max, n, W, swy, swp, level.
 
 
-def _pavabc_table(src: Source, n_min, n_max, tail_rule, alpha, test) -> pd.DataFrame:
+def _pavabc_table(levels: pd.DataFrame, by, n_min, n_max, tail_rule, alpha, test
+                  ) -> pd.DataFrame:
     # PAVA-BC is sequential over the distinct scores of a group: the levels summary, one pass;
     # every level's score is then at hand, so rejections are decided level by level in numpy
-    levels = level_sets(src)
-    _require_counts(src)
     rows = []
-    for key, part in groups(levels, list(src.by)):
+    for key, part in groups(levels, list(by)):
         order = np.argsort(part["p"].to_numpy(float), kind="stable")
         p = part["p"].to_numpy(float)[order]
         W, Y = part["W"].to_numpy(float)[order], part["swy"].to_numpy(float)[order]
@@ -340,14 +379,13 @@ def pavabc(W: np.ndarray, Y: np.ndarray, n_min: int, n_max: int, tail_rule: str 
     return np.array(blocks_start)
 
 
-def _histogram_pieces(src: Source, strategy: str, bins: int) -> pd.DataFrame:
-    cells = cells_summary(src, ("sums",))
-    _require_counts(src)
-    by = list(src.by)
+def _histogram_pieces(cells: pd.DataFrame, by, strategy: str, bins: int, levels_in
+                      ) -> pd.DataFrame:
+    by = list(by)
     per_group = {key_tuple(k): p.sort_values("cell", ignore_index=True)
                  for k, p in groups(cells, by)}
     wanted = {key: _cut_cells(part, strategy, bins) for key, part in per_group.items()}
-    levels = _levels(src, wanted)
+    levels = _levels(levels_in, by, wanted)
     out = []
     for key, part in per_group.items():
         own = wanted[key]
@@ -395,13 +433,20 @@ def _assign(pieces: pd.DataFrame, strategy: str, bins: int) -> np.ndarray:
     return np.floor(((first + 1) * bins - 1) / max(N, 1)).astype(int).clip(0, bins - 1)
 
 
-def _levels(src: Source, wanted: dict) -> dict:
+def _levels(levels_in, by, wanted: dict) -> dict:
+    """The levels inside the wanted cells ({group key tuple: cells}), by group, each with its
+    ``cell``: cell c is the score range [c/2^10, (c + 1)/2^10), exact in doubles."""
     if not any(wanted.values()):
         return {}
-    key = tuple((k, tuple(sorted(v))) for k, v in wanted.items())
-    frame = src.scan(("tce_levels", CELLS, key), lambda: summaries.cell_levels(
-        src.rows, src.by, CELLS, wanted, frozenset({"sums"}), weighted=src.weighted))
-    return {key_tuple(k): p for k, p in groups(frame, list(src.by))}
+    if levels_in is None:
+        raise ValueError("these bins need the levels of the cells holding their edges: pass "
+                         "levels_in")
+    ranges = [(key, c / CELLS, (c + 1) / CELLS) for key, cells in wanted.items()
+              for c in sorted(cells)]
+    frame = levels_in(ranges)
+    frame = frame.assign(cell=np.minimum(np.floor(frame["p"].to_numpy(float) * CELLS),
+                                         CELLS - 1).astype(np.int64))
+    return {key_tuple(k): p for k, p in groups(frame, list(by))}
 
 
 def _require_counts(src: Source) -> None:
@@ -415,8 +460,8 @@ def _require_counts(src: Source) -> None:
 # -- the tests and the counting ---------------------------------------------------------------
 
 
-def _count_rejections(src: Source, pieces: pd.DataFrame, alpha: float, test: str):
-    by = list(src.by)
+def _count_rejections(by, pieces: pd.DataFrame, alpha: float, test: str, levels_in):
+    by = list(by)
     rows, endpoint_cells = [], {}
     plans = []
     for key, part in groups(pieces, [*by, "bin"]):
@@ -428,7 +473,7 @@ def _count_rejections(src: Source, pieces: pd.DataFrame, alpha: float, test: str
         if unsure.any():
             endpoint_cells.setdefault(group, set()).update(part.loc[unsure, "cell"].astype(int))
         plans.append((key, part, k, n, intervals, inside, unsure))
-    levels = _levels(src, endpoint_cells) if any(endpoint_cells.values()) else {}
+    levels = _levels(levels_in, by, endpoint_cells)
     for key, part, k, n, intervals, inside, unsure in plans:
         accepted_w = float(part.loc[inside & ~part["level"].to_numpy(), "W"].sum())
         # single scores: decided one by one (exactly, near an endpoint)

@@ -1,0 +1,107 @@
+"""Exported SQL for the smooth, TCE and distance families: summary_sql's statements run on each
+engine and from_summaries gives the direct call's table (1e-9 relative), for every metric and
+the forms that matter (one-shot histograms, and the levels for forms that refine with follow-up
+passes: the automatic smooth ECE bandwidth, TCE's uniform and quantile bins, the distances'
+mode="auto")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import sqlcal
+from tests.test_export import DIALECT, _run
+from tests.test_smooth import classifier_outputs
+
+#: (metric, options, the statements summary_sql gives)
+CASES = [
+    ("ls_ece", {}, ["logit_grid"]),
+    ("ls_ece", {"sigma": 0.5, "noise": "uniform"}, ["logit_grid"]),
+    ("smooth_ece", {}, ["levels"]),
+    ("smooth_ece", {"sigma": 0.05}, ["smooth_cells_16384_1000"]),
+    ("smooth_ece", {"sigma": 1 / 256}, ["smooth_cells_16384_2560"]),
+    ("smooth_ece", {"sigma": 0.05, "bootstrap": 20, "seed": 3}, ["smooth_cells_16384_1000"]),
+    ("smooth_ece", {"bootstrap": 20, "seed": 3}, ["levels"]),
+    ("smooth_reliability", {"points": 21}, ["levels"]),
+    ("smooth_reliability", {"sigma": 0.1, "points": 21}, ["smooth_cells_16384_1000"]),
+    ("tce", {}, ["levels"]),
+    ("tce", {"strategy": "uniform", "bins": 5}, ["levels"]),
+    ("tce", {"strategy": "quantile", "bins": 5, "test": "ttest"}, ["levels"]),
+    ("tce_bins", {"strategy": "uniform", "bins": 4}, ["levels"]),
+    ("tce_bins", {"n_min": 50, "n_max": 400}, ["levels"]),
+    ("lipschitz_calibration_error", {}, ["levels"]),
+    ("lipschitz_calibration_error", {"mode": "cells"}, ["score_cells_16384"]),
+    ("lipschitz_calibration_error", {"mode": "exact", "lipschitz": 2.0}, ["levels"]),
+    ("distance_to_calibration", {"grid": 32, "lower_levels": 16}, ["levels"]),
+    ("distance_to_calibration", {"mode": "cells", "grid": 32, "lower_levels": 16},
+     ["score_cells_16384"]),
+    ("interval_calibration_error", {}, ["levels"]),
+    ("interval_calibration_error", {"mode": "cells"}, ["score_cells_16384"]),
+    ("interval_calibration_error", {"bins": 10, "mode": "cells"}, ["uniform_bins_10"]),
+]
+
+
+def data(n: int, weighted: bool) -> pd.DataFrame:
+    """Confident classifier outputs (the automatic smooth ECE bandwidth lands below 0.01, on
+    grids a follow-up splits the cells for), a tenth tied, two groups, whole weights (TCE counts
+    predictions)."""
+    df = classifier_outputs(n, 41, groups=2)
+    if weighted:
+        df["w"] = np.random.default_rng(41).integers(1, 4, len(df)).astype(float)
+    return df
+
+
+def same(got: pd.DataFrame, want: pd.DataFrame, what: str) -> None:
+    assert list(got.columns) == list(want.columns), what
+    assert len(got) == len(want), what
+    for c in want.columns:
+        a, b = got[c].tolist(), want[c].tolist()
+        if want[c].dtype.kind in "fiub":
+            np.testing.assert_allclose(np.asarray(a, float), np.asarray(b, float), rtol=1e-9,
+                                       atol=1e-12, err_msg=f"{what}: {c}")
+        elif c == "accepted":  # TCE's accepted intervals: lists of (low, high)
+            for x, y in zip(a, b):
+                np.testing.assert_allclose(np.asarray(x, float), np.asarray(y, float),
+                                           rtol=1e-9, err_msg=f"{what}: {c}")
+        else:
+            assert a == b, f"{what}: {c}"
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_every_metric_of_the_families_round_trips_through_exported_sql(con, upload, weighted):
+    df = data(6000 if con.name == "duckdb" else 2500, weighted)
+    t = upload(df)
+    kw = dict(score="p", label="y", by="g", weight="w" if weighted else None)
+    for metric, options, names in CASES:
+        what = f"{metric} {options}"
+        sql = sqlcal.summary_sql(metric, dialect=DIALECT[con.name], table=t.get_name(), **kw,
+                                 **options)
+        assert list(sql) == names, what
+        frames = {name: _run(con, text) for name, text in sql.items()}
+        got = sqlcal.from_summaries(metric, frames, **kw, **options)
+        want = getattr(sqlcal, metric)(t, **kw, **options)
+        keys = [c for c in ("g", "bin", "t") if c in want]
+        same(got.sort_values(keys, ignore_index=True), want.sort_values(keys, ignore_index=True),
+             what)
+
+
+def test_the_automatic_bandwidth_reads_finer_grids_here():
+    # the data above exercise the follow-up: the bandwidth search reaches σ < 0.01, whose grid
+    # (more than 1000 intervals) the first histogram was not split at
+    out = sqlcal.smooth_ece(data(6000, False), score="p", label="y", by="g")
+    assert (out.sigma < 0.01).all()
+
+
+def test_smooth_ece_statement_is_the_histogram_it_reads():
+    # the statement holds the 2^14 cells split at relplot's grid, with the offsets' moments
+    sql = sqlcal.summary_sql("smooth_ece", table="preds", score="p", label="y", sigma=0.05)
+    text = sql["smooth_cells_16384_1000"]
+    assert "16384" in text and "1000" in text
+    for column in ("swd", "swyd", "swrd", "chk_y_count"):
+        assert column in text
+    # PAVA-BC reads the levels (one pass), not a histogram; the automatic bandwidth exports them
+    for metric in ("tce", "smooth_ece"):
+        sql = sqlcal.summary_sql(metric, table="preds", score="p", label="y")
+        assert list(sql) == ["levels"], metric
+        assert sql["levels"].startswith("-- levels: one row per group and distinct score")
