@@ -255,16 +255,21 @@ class Source:
                 shape, table = self._plan
                 if self._arrow is None:
                     self._arrow = _to_arrow(table)
-                frame = summaries.execute_planned(
+                result = summaries.execute_planned(
                     (shape, plan, check), lambda: build(checks),
-                    frame_connection(self._arrow.num_rows), table.name, self._arrow)
+                    frame_connection(self._arrow.num_rows), table.name, self._arrow, arrow=True)
             else:
-                frame = summaries.execute(build(checks))
+                result = frame = summaries.execute(build(checks))
         except Exception:
             # NaN or infinite scores fail the engine's integer cast of a bin id: say which rows
             if check:
                 self._report_counts()
             raise
+        if not isinstance(result, pd.DataFrame):  # Arrow: checked, then one conversion
+            if check:
+                self._check(result)
+            return result.drop_columns([c for c in result.column_names
+                                        if c.startswith("chk_")]).to_pandas()
         if check:
             self._check(frame)
             frame = frame.drop(columns=[c for c in frame if c.startswith("chk_")])
@@ -300,39 +305,44 @@ class Source:
                 f"{int(counts['label_soft'].sum())} rows strictly between 0 and 1"
             )
 
-    def _check(self, frame: pd.DataFrame, explain: bool = True) -> None:
-        rows = int(frame["n"].sum())
+    def _check(self, frame: Any, explain: bool = True) -> None:
+        """Check the validation aggregates of a summary (a pandas frame or an Arrow table)."""
+        frame = _Floats(frame)
+        rows = int(np.nansum(frame["n"]))
         if rows == 0:
             raise InvalidInputError("the table has no rows to measure (after where=)")
         key = next((c for c in ("bin", "cell", "k", "p") if c in frame), None)
         # a NULL score has a NULL bin (or level); a negative one a negative bin (logit nodes may
         # be negative)
         null_or_negative = key is not None and bool(
-            (frame[key].isna() | ((frame[key] < 0) & (key != "k"))).any())
+            (np.isnan(frame[key]) | ((frame[key] < 0) & (key != "k"))).any())
 
         def outside(col_lo: str, col_hi: str, high: float = 1.0) -> bool:
             # a summary without p_min still catches negative scores by their negative bin
-            lo = frame[col_lo].to_numpy(float) if col_lo in frame else np.zeros(1)
-            hi = frame[col_hi].to_numpy(float)
+            lo = frame[col_lo] if col_lo in frame else np.zeros(1)
+            hi = frame[col_hi]
             return bool(np.isnan(lo).any() or np.isnan(hi).any() or (lo < 0).any()
                         or (hi > high).any())
 
-        soft = float(frame["chk_y_soft"].sum()) if "chk_y_soft" in frame else 0.0
+        def total(name: str) -> float:
+            return float(np.nansum(frame[name]))
+
+        soft = total("chk_y_soft") if "chk_y_soft" in frame else 0.0
         if "p_max" not in frame:  # the levels summary: its key is the score
-            frame = frame.assign(p_min=frame["p"], p_max=frame["p"])
+            frame.alias(p_min="p", p_max="p")
         problems = [
             null_or_negative,
-            "chk_p_count" in frame and int(frame["chk_p_count"].sum()) < rows,
-            int(frame["chk_y_count"].sum()) < rows,
-            frame["p_max"].isna().any(),  # a group of NULL scores only
+            "chk_p_count" in frame and total("chk_p_count") < rows,
+            total("chk_y_count") < rows,
+            bool(np.isnan(frame["p_max"]).any()),  # a group of NULL scores only
             outside("p_min", "p_max"),
             outside("chk_y_min", "chk_y_max"),
             soft > 0 and not self.allow_soft,
         ]
         if self.weighted:
-            problems += [int(frame["chk_w_count"].sum()) < rows,
+            problems += [total("chk_w_count") < rows,
                          outside("chk_w_min", "chk_w_max", high=np.inf)
-                         or bool(np.isinf(frame["chk_w_max"].to_numpy(float)).any())]
+                         or bool(np.isinf(frame["chk_w_max"]).any())]
         if any(problems):
             if explain:
                 self._report_counts()
@@ -343,7 +353,7 @@ class Source:
                 + " (NULL, NaN, infinite or out of range); pass on_invalid='drop' to count them")
         self.has_soft_labels = soft > 0
         if self.weighted:
-            self.integer_weights = float(frame["chk_w_frac"].sum()) == 0
+            self.integer_weights = total("chk_w_frac") == 0
         self._validated = True
 
     def _report_counts(self) -> None:
@@ -481,6 +491,34 @@ def source(
     return src
 
 
+class _Floats:
+    """The columns of a summary (pandas frame or Arrow table) as float64 numpy arrays, NULL as
+    NaN, converted when first read."""
+
+    def __init__(self, frame: Any):
+        self.frame = frame
+        self.names = set(frame.columns if isinstance(frame, pd.DataFrame) else frame.column_names)
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.arrays:
+            if isinstance(self.frame, pd.DataFrame):
+                values = self.frame[name].to_numpy(dtype=float, na_value=np.nan)
+            else:
+                values = self.frame.column(name).to_numpy().astype(float)
+            self.arrays[name] = values
+        return self.arrays[name]
+
+    def alias(self, **names: str) -> None:
+        """Read column ``new`` as column ``old`` for each ``new=old``."""
+        for new, old in names.items():
+            self.arrays[new] = self[old]
+            self.names.add(new)
+
+
 def _plan(table: Any, where: Any, options: tuple) -> tuple | None:
     """The plan of a source whose rows are an in-memory table (None for any other): its shape,
     which names its compiled statements (schema, the columns and options of :func:`source`, the
@@ -593,11 +631,33 @@ def resolve_table(data: Any, table: str | None) -> ir.Table:
     if hasattr(data, "list_tables") and hasattr(data, "table"):  # an Ibis backend
         return _named_table(data, table, repr(data))
     if _is_frame(data):
-        return ibis.memtable(data)
+        return ibis.memtable(data, schema=_frame_schema(data))
     raise TypeError(
         f"cannot read data of type {type(data).__name__}: pass an Ibis table, a path or glob to "
         "Parquet/CSV, a database URL with table=, or a pandas/polars/pyarrow frame"
     )
+
+
+#: Ibis schemas of pandas frames of plain numpy columns, by column names and dtypes
+_FRAME_SCHEMAS: dict[tuple, Any] = {}
+
+
+def _frame_schema(data: Any) -> Any:
+    """The Ibis schema of a pandas frame whose columns are named by strings and hold numpy
+    numbers or booleans, inferred once per names and dtypes (Ibis infers it from the frame on
+    every memtable: most of a small call's setup); None for any other frame (Ibis infers)."""
+    if type(data).__module__.split(".")[0] != "pandas":
+        return None
+    dtypes = data.dtypes
+    key = tuple(dtypes.items())
+    if not all(isinstance(name, str) and isinstance(dtype, np.dtype) and dtype.kind in "biuf"
+               for name, dtype in key):
+        return None
+    if key not in _FRAME_SCHEMAS:
+        if len(_FRAME_SCHEMAS) >= 256:
+            _FRAME_SCHEMAS.clear()
+        _FRAME_SCHEMAS[key] = ibis.memtable(data).schema()
+    return _FRAME_SCHEMAS[key]
 
 
 def _table_from_string(data: str, table: str | None) -> ir.Table:

@@ -53,7 +53,7 @@ _PLANS_MAX = 512
 
 
 def execute_planned(plan: tuple, build: Callable[[], ir.Table], con, name: str,
-                    data) -> pd.DataFrame:
+                    data, *, arrow: bool = False):
     """Run a summary query over an in-memory table through a cached compiled statement.
 
     ``plan`` identifies the statement: the source's shape (schema, columns, keys, filter text,
@@ -62,8 +62,9 @@ def execute_planned(plan: tuple, build: Callable[[], ir.Table], con, name: str,
     :func:`sqlcal.summary_sql` exports, with the table renamed) is kept, and later calls with
     the same plan build and compile nothing. ``data`` (an Arrow table, the rows of ``name``) is
     registered on the raw DuckDB connection ``con`` for the query only; the result is converted
-    to the query's Ibis schema as :func:`execute` does. A query reading any other in-memory table
-    (a follow-up joined to a small frame) is run by :func:`execute` and not cached.
+    to the query's Ibis schema as :func:`execute` does, and returned as pandas, or with
+    ``arrow=True`` as an Arrow table. A query reading any other in-memory table (a follow-up
+    joined to a small frame) is run by :func:`execute` and not cached (its result is pandas).
     """
     from ibis.backends.duckdb.converter import DuckDBPyArrowData
     import ibis.expr.operations as ops
@@ -73,17 +74,24 @@ def execute_planned(plan: tuple, build: Callable[[], ir.Table], con, name: str,
         expr = build()
         if [t.name for t in expr.op().find(ops.InMemoryTable)] != [name]:
             return execute(expr)
-        cached = (statement(expr).replace(f'"{name}"', f'"{ROWS}"'), expr.schema())
+        cached = (statement(expr).replace(f'"{name}"', f'"{ROWS}"'), expr.schema(), [])
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.pop(next(iter(_PLANS)))
         _PLANS[plan] = cached
-    sql, schema = cached
+    sql, schema, same = cached
     con.register(name, data)
     try:
         table = con.execute(sql.replace(f'"{ROWS}"', f'"{name}"')).to_arrow_table()
     finally:
         con.unregister(name)
-    return DuckDBPyArrowData.convert_table(table, schema).to_pandas()
+    if not same or table.schema != same[0]:
+        # the engine's types (HUGEINT sums...) as the Ibis schema says; skipped when the first
+        # conversion of this plan changed nothing
+        converted = DuckDBPyArrowData.convert_table(table, schema)
+        if not same and converted.schema == table.schema:
+            same.append(table.schema)
+        table = converted
+    return table if arrow else table.to_pandas()
 
 
 def _aggregate(t: ir.Table, by: Sequence[str], **metrics) -> ir.Table:

@@ -29,7 +29,7 @@ def test_cached_statement_is_the_exported_one(metric):
     df = frame()[["p", "y"]]
     summaries._PLANS.clear()
     metric(df, score="p", label="y")
-    (sql, _), = summaries._PLANS.values()
+    (sql, *_), = summaries._PLANS.values()
     exported = sqlcal.summary_sql(metric.__name__, table=summaries.ROWS, score="p", label="y")
     assert [sql + ";"] == list(exported.values())
 
