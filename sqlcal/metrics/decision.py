@@ -665,8 +665,18 @@ _COST_COLUMNS = ["rule", "expected_cost", "error_bound", "cost_lower", "cost_upp
 
 
 def rules_table(rules: Any = None, actions: Any = None, tie: str = "higher") -> pd.DataFrame:
-    """The interval rules of :func:`expected_cost` as one frame (``rule``, ``l``, ``r``, ``a``,
-    ``b``, and ``action`` for the rule ``"best"`` found from ``actions``), checked.
+    """The interval rules of :func:`expected_cost` as one frame, checked.
+
+    Parameters
+    ----------
+    rules, actions, tie
+        As for :func:`expected_cost` (at least one of ``rules`` and ``actions``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per interval: ``rule``, ``l``, ``r``, ``a``, ``b``, and ``action`` for the rule
+        ``"best"`` found from ``actions``.
 
     Examples
     --------
@@ -761,6 +771,16 @@ def expected_cost_finish(pieces: pd.DataFrame, rules: pd.DataFrame, *, by: Seque
 def interval_cuts(rules: pd.DataFrame) -> tuple[float, ...]:
     """The ends that bound the rules' intervals (l, r]: every l ≥ 0 and every r < 1 (a score is
     in [0, 1], so the others bound nothing), sorted and distinct.
+
+    Parameters
+    ----------
+    rules : pandas.DataFrame
+        As :func:`rules_table` gives them.
+
+    Returns
+    -------
+    tuple of float
+        The cuts of the intervals summary (:func:`sqlcal.query.declared.intervals`).
 
     Examples
     --------
@@ -1229,6 +1249,16 @@ def levels_needs(bins: int | None) -> list:
     """The summary the level-set metrics read: the levels, or with ``bins`` the equal-width bins
     (the binned predictor's levels).
 
+    Parameters
+    ----------
+    bins : int or None
+        As for :func:`calibration_decision_loss`.
+
+    Returns
+    -------
+    list of Summary
+        The one declared summary.
+
     Examples
     --------
     >>> [s.name for s in levels_needs(None)], [s.name for s in levels_needs(10)]
@@ -1241,6 +1271,19 @@ def predictor_levels(frame: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFram
     """The level sets of the predictor, sorted by group and value: the levels summary as it is,
     or the equal-width bins summary (a ``bin`` column) with each bin at its weighted mean score
     ``p`` = Σwp / W (the binned predictor).
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        The levels summary (keys, ``p``, ``n``, ``W``, ``swy``) or the equal-width bins summary
+        (keys, ``bin``, ``n``, ``W``, ``swy``, ``swp``).
+    by : sequence of str, default ()
+        The group keys.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The frame with ``p`` the predictor's value, sorted by the keys and ``p`` (or ``bin``).
 
     Examples
     --------
