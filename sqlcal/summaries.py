@@ -636,11 +636,12 @@ def label_ranges(rows: ir.Table, by: Sequence[str], *, weighted: bool,
     ``neg_mass`` = Σw(1 − y), and the least and greatest score of a row of positive weight with
     y > 0 (``pos_min``, ``pos_max``) and with y < 1 (``neg_min``, ``neg_max``): whether the
     score separates the labels."""
-    w = rows.w if weighted else ibis.literal(1.0)
-    pos, neg = (rows.y > 0) & (w > 0), (rows.y < 1) & (w > 0)
+    y = rows.y.cast("float64")  # an integer label would sum to NUMERIC in PostgreSQL
+    pos_w, neg_w = (rows.w * y, rows.w * (1 - y)) if weighted else (y, 1 - y)
+    pos, neg = pos_w > 0, neg_w > 0  # a row of positive weight with y > 0, with y < 1
     # n, p_min, p_max: the validation reads them when this is a source's first scan
     return _aggregate(rows, by, n=rows.count(), p_min=rows.p.min(), p_max=rows.p.max(),
-                      pos_mass=(w * rows.y).sum(), neg_mass=(w * (1 - rows.y)).sum(),
+                      pos_mass=pos_w.sum(), neg_mass=neg_w.sum(),
                       pos_min=rows.p.min(where=pos), pos_max=rows.p.max(where=pos),
                       neg_min=rows.p.min(where=neg), neg_max=rows.p.max(where=neg),
                       **(checks(rows) if checks else {}))
