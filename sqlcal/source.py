@@ -9,6 +9,7 @@ accepts. The same query also produces the *totals* summary (per group: n, W, Σw
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -104,6 +105,9 @@ class Source:
     integer_weights : bool
         Whether every weight is a whole number (read as frequency weights; known after
         validation).
+    local_levels : pandas DataFrame or None
+        The levels of the rows (per group and distinct score) when the summaries are evaluated
+        from them in pandas instead of queried: a source built by :func:`sqlcal.from_summaries`.
     origin : str
         Where the rows come from, as given to :func:`source` (for the reprs).
     where : str or None
@@ -586,21 +590,23 @@ def default_backend():
 
 #: in-memory frames below this many rows are read by one thread (see frame_connection)
 SMALL_FRAME = 1_000_000
-_small_frames: list = []
+_small_frames = threading.local()
 
 
 def frame_connection(rows: int):
     """The raw DuckDB connection that reads an in-memory frame of ``rows`` rows: the embedded
-    one, or below :data:`SMALL_FRAME` rows one of its own limited to a single thread (on a
-    small frame a second thread costs more CPU in coordination than it saves: 12 against 17
-    CPU ms for an ECE of 5*10^4 rows)."""
+    one, or below :data:`SMALL_FRAME` rows one of the calling thread's own (a DuckDB connection
+    serves one thread at a time), limited to a single DuckDB thread (on a small frame a second
+    thread costs more CPU in coordination than it saves: 12 against 17 CPU ms for an ECE of
+    5*10^4 rows)."""
     if rows >= SMALL_FRAME:
         return default_backend().con
-    if not _small_frames:
+    con = getattr(_small_frames, "con", None)
+    if con is None:
         import duckdb
 
-        _small_frames.append(duckdb.connect(config={"threads": 1}))
-    return _small_frames[0]
+        con = _small_frames.con = duckdb.connect(config={"threads": 1})
+    return con
 
 
 def _connect(url: str):

@@ -74,3 +74,15 @@ def test_nan_score_in_a_frame_is_named():
     df.loc[3, "p"] = np.nan
     with pytest.raises(InvalidInputError, match="score column 'p' has 1 rows that are NULL"):
         sqlcal.ece(df, score="p", label="y")
+
+
+def test_threads_measure_frames_at_once():
+    # each thread reads its frames through its own DuckDB connection
+    from concurrent.futures import ThreadPoolExecutor
+
+    frames = [frame(n=2000, seed=10 + i) for i in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda df: sqlcal.brier(df, score="p", label="y", weight="w"), frames))
+    for df, out in zip(frames, got):
+        want = np.average((df.y - df.p) ** 2, weights=df.w)
+        np.testing.assert_allclose(out.brier.iloc[0], want, rtol=1e-12)
