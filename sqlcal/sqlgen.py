@@ -26,8 +26,11 @@ COLUMNS = dict(score="score", label="label", weight="weight", by=("segment",))
 #: metric -> the one-shot options sql/ exports it with (its defaults refine with follow-ups)
 ONE_SHOT = {"hosmer_lemeshow": {"strategy": "uniform"}, "cutoff_error": {"exact": False},
             "kuiper": {"exact": False}, "ks": {"exact": False}}
-#: the metrics ``sqlcal sql`` prints
-METRICS = tuple(exportable())
+#: metrics whose statement depends on data the caller passes (expected_cost's rules cut the
+#: score axis): exported by sqlcal.summary_sql with those options, not written to sql/
+CALLER_SHAPED = ("expected_cost",)
+#: the metrics ``sqlcal sql`` prints and sql/ holds
+METRICS = tuple(m for m in exportable() if m not in CALLER_SHAPED)
 
 
 def metric_sql(metric: str, dialect: str, *, table: str, score: str, label: str,

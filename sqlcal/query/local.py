@@ -64,7 +64,7 @@ def evaluate(summary: Summary, levels: pd.DataFrame, by: Sequence[str]) -> pd.Da
     >>> levels = pd.DataFrame({"p": [0.25, 0.75], "n": [2, 1], "W": [2.0, 1.0],
     ...                        "swy": [1.0, 1.0], "swp": [0.5, 0.75], "sw2": [2.0, 1.0],
     ...                        "ny": [1, 1]})
-    >>> evaluate(declared.uniform(2), levels, ())[["bin", "n", "swy", "swp"]]
+    >>> evaluate(declared.uniform(2, "sqlcal", "sums"), levels, ())[["bin", "n", "swy", "swp"]]
        bin  n  swy   swp
     0    0  2  1.0  0.50
     1    1  1  1.0  0.75
@@ -194,57 +194,62 @@ def _totals(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
     return out.sort_values(keys, ignore_index=True, kind="stable") if keys else out
 
 
-# -- the smooth metrics' histograms (sqlcal.metrics.smooth) -----------------------------------
-
-
-def _keyed_sums(levels: pd.DataFrame, by: tuple, keys: dict, sums: dict) -> pd.DataFrame:
-    """Per-level ``sums`` (with ``n``, ``p_min``, ``p_max``) grouped by the group keys and the
-    per-level ``keys`` columns, merged by their rules, sorted by the keys."""
+def in_ranges(levels: pd.DataFrame, by: Sequence[str], ranges: tuple) -> np.ndarray:
+    """Which levels lie inside score ranges ``((group key values, lo, hi), ...)``, by the rule
+    of :func:`sqlcal.summaries.within_ranges` (lo <= p < hi; p = 1 too when hi = 1)."""
     p = levels["p"].to_numpy(float)
-    frame = pd.concat([levels[list(by)].reset_index(drop=True), pd.DataFrame(
-        {**{k: np.asarray(v, np.int64) for k, v in keys.items()},
-         "n": levels["n"].to_numpy(), "p_min": p, "p_max": p, **sums})], axis=1)
-    names = [*by, *keys]
-    return merge([frame], names).sort_values(names, ignore_index=True, kind="stable")
+    inside = np.zeros(len(p), dtype=bool)
+    per_group: dict[tuple, list] = {}
+    for key, lo, hi in ranges:
+        per_group.setdefault(tuple(key), []).append((lo, hi))
+    if by:
+        positions = {tuple(None if pd.isna(v) else v for v in (k if isinstance(k, tuple) else (k,))):
+                     rows for k, rows in levels.groupby(list(by), dropna=False,
+                                                         sort=False).indices.items()}
+    else:
+        positions = {(): np.arange(len(p))}
+    for key, spans in per_group.items():
+        rows = positions.get(key)
+        if rows is None:
+            continue
+        spans = sorted(spans)
+        los, his = (np.array([s[i] for s in spans]) for i in (0, 1))
+        at = np.searchsorted(los, p[rows], side="right") - 1
+        hi = his[np.maximum(at, 0)]
+        inside[rows] = (at >= 0) & ((p[rows] < hi) | ((hi == 1.0) & (p[rows] <= 1.0)))
+    return inside
 
 
-@register("smooth_cells")
-@register("smooth_split")
-def _smooth_cells(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
-    # the offset d = p − cell/2^k is exact in doubles (Sterbenz: p and cell/2^k are within a
-    # factor 2), so each level's sums times d are its row sums times d
-    grid, grids = summary.params
-    p = levels["p"].to_numpy(float)
-    cell = score_cell(p, grid)
-    if summary.kind == "smooth_split" and max(grids) < grid:
-        keep = np.zeros(len(p), bool)
-        for h in grids:
-            keep |= cell * h % grid > grid - h
-        levels, p, cell = levels[keep], p[keep], cell[keep]
-    W, swy = levels["W"].to_numpy(float), levels["swy"].to_numpy(float)
-    # Σw(y − p): a one gives 1 − p, a zero −p (W − Σwy is only rounding when every label is 1)
-    zeros = np.where(W - swy > 1e-12 * np.abs(W), W - swy, 0.0)
-    swr = swy * (1 - p) - zeros * p
-    d = p - cell / grid
-    keys = {"cell": cell, **{f"b_{h}": np.floor(p * h) for h in grids}}
-    return _keyed_sums(levels, by, keys, {"W": W, "swy": swy, "swr": swr, "swd": W * d,
-                                          "swyd": swy * d, "swrd": swr * d})
+@register("cells_within")
+def _cells_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    grid, ranges = summary.params
+    return _cells(Summary("cells", (grid,), summary.parts),
+                  levels[in_ranges(levels, by, ranges)], by)
 
 
-@register("logit_grid")
-def _logit_grid(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
-    step, clip = summary.params
-    p = levels["p"].to_numpy(float)
-    clipped = np.maximum(np.minimum(p, 1 - clip), clip)
-    x = (np.log(clipped) - np.log(1 - clipped)) / step
-    k = np.floor(x)
-    h = x - k
-    g = 1 - h
-    W, swy = levels["W"].to_numpy(float), levels["swy"].to_numpy(float)
-    sums = {"W": W}
-    for name, mass in (("m", W), ("y", swy), ("v", W * (g * h)), ("vy", swy * (g * h))):
-        sums |= {f"{name}_lo": mass * g, f"{name}_hi": mass * h}
-    return _keyed_sums(levels, by, {"k": k}, sums)
+@register("levels_within")
+def _levels_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    (ranges,) = summary.params
+    return _levels(Summary("levels", (), summary.parts), levels[in_ranges(levels, by, ranges)],
+                   by)
+
+
+@register("extremes_within")
+def _extremes_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    grid, ranges = summary.params
+    lv = levels[in_ranges(levels, by, ranges)]
+    keys = [*by, "cell"]
+    frame = lv[list(by)].reset_index(drop=True).assign(
+        cell=score_cell(lv["p"].to_numpy(float), grid), p=lv["p"].to_numpy(float),
+        r=(lv["swy"].to_numpy(float) - lv["swp"].to_numpy(float)))
+    frame = frame.sort_values([*keys, "p"], ignore_index=True, kind="stable")
+    frame["S"] = frame.groupby(keys, dropna=False, sort=False)["r"].cumsum()
+    grouped = frame.groupby(keys, dropna=False, sort=True)["S"]
+    at_max, at_min = grouped.idxmax(), grouped.idxmin()
+    out = pd.DataFrame({"s_max": grouped.max(), "s_min": grouped.min()}).reset_index()
+    out["p_at_max"] = frame["p"].to_numpy()[at_max.to_numpy()]
+    out["p_at_min"] = frame["p"].to_numpy()[at_min.to_numpy()]
+    return out
 
 
 # -- the recalibration fits' summaries (sqlcal.recalibrate) ----------------------------------
@@ -394,59 +399,54 @@ def _pav_count(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFram
                  ["blocks"])
 
 
-def in_ranges(levels: pd.DataFrame, by: Sequence[str], ranges: tuple) -> np.ndarray:
-    """Which levels lie inside score ranges ``((group key values, lo, hi), ...)``, by the rule
-    of :func:`sqlcal.summaries.within_ranges` (lo <= p < hi; p = 1 too when hi = 1)."""
+# -- the smooth metrics' histograms (sqlcal.metrics.smooth) -----------------------------------
+
+
+def _keyed_sums(levels: pd.DataFrame, by: tuple, keys: dict, sums: dict) -> pd.DataFrame:
+    """Per-level ``sums`` (with ``n``, ``p_min``, ``p_max``) grouped by the group keys and the
+    per-level ``keys`` columns, merged by their rules, sorted by the keys."""
     p = levels["p"].to_numpy(float)
-    inside = np.zeros(len(p), dtype=bool)
-    per_group: dict[tuple, list] = {}
-    for key, lo, hi in ranges:
-        per_group.setdefault(tuple(key), []).append((lo, hi))
-    if by:
-        positions = {tuple(None if pd.isna(v) else v for v in (k if isinstance(k, tuple) else (k,))):
-                     rows for k, rows in levels.groupby(list(by), dropna=False,
-                                                         sort=False).indices.items()}
-    else:
-        positions = {(): np.arange(len(p))}
-    for key, spans in per_group.items():
-        rows = positions.get(key)
-        if rows is None:
-            continue
-        spans = sorted(spans)
-        los, his = (np.array([s[i] for s in spans]) for i in (0, 1))
-        at = np.searchsorted(los, p[rows], side="right") - 1
-        hi = his[np.maximum(at, 0)]
-        inside[rows] = (at >= 0) & ((p[rows] < hi) | ((hi == 1.0) & (p[rows] <= 1.0)))
-    return inside
+    frame = pd.concat([levels[list(by)].reset_index(drop=True), pd.DataFrame(
+        {**{k: np.asarray(v, np.int64) for k, v in keys.items()},
+         "n": levels["n"].to_numpy(), "p_min": p, "p_max": p, **sums})], axis=1)
+    names = [*by, *keys]
+    return merge([frame], names).sort_values(names, ignore_index=True, kind="stable")
 
 
-@register("cells_within")
-def _cells_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
-    grid, ranges = summary.params
-    return _cells(Summary("cells", (grid,), summary.parts),
-                  levels[in_ranges(levels, by, ranges)], by)
+@register("smooth_cells")
+@register("smooth_split")
+def _smooth_cells(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    # the offset d = p − cell/2^k is exact in doubles (Sterbenz: p and cell/2^k are within a
+    # factor 2), so each level's sums times d are its row sums times d
+    grid, grids = summary.params
+    p = levels["p"].to_numpy(float)
+    cell = score_cell(p, grid)
+    if summary.kind == "smooth_split" and max(grids) < grid:
+        keep = np.zeros(len(p), bool)
+        for h in grids:
+            keep |= cell * h % grid > grid - h
+        levels, p, cell = levels[keep], p[keep], cell[keep]
+    W, swy = levels["W"].to_numpy(float), levels["swy"].to_numpy(float)
+    # Σw(y − p): a one gives 1 − p, a zero −p (W − Σwy is only rounding when every label is 1)
+    zeros = np.where(W - swy > 1e-12 * np.abs(W), W - swy, 0.0)
+    swr = swy * (1 - p) - zeros * p
+    d = p - cell / grid
+    keys = {"cell": cell, **{f"b_{h}": np.floor(p * h) for h in grids}}
+    return _keyed_sums(levels, by, keys, {"W": W, "swy": swy, "swr": swr, "swd": W * d,
+                                          "swyd": swy * d, "swrd": swr * d})
 
 
-@register("levels_within")
-def _levels_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
-    (ranges,) = summary.params
-    return _levels(Summary("levels", (), summary.parts), levels[in_ranges(levels, by, ranges)],
-                   by)
-
-
-@register("extremes_within")
-def _extremes_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
-    grid, ranges = summary.params
-    lv = levels[in_ranges(levels, by, ranges)]
-    keys = [*by, "cell"]
-    frame = lv[list(by)].reset_index(drop=True).assign(
-        cell=score_cell(lv["p"].to_numpy(float), grid), p=lv["p"].to_numpy(float),
-        r=(lv["swy"].to_numpy(float) - lv["swp"].to_numpy(float)))
-    frame = frame.sort_values([*keys, "p"], ignore_index=True, kind="stable")
-    frame["S"] = frame.groupby(keys, dropna=False, sort=False)["r"].cumsum()
-    grouped = frame.groupby(keys, dropna=False, sort=True)["S"]
-    at_max, at_min = grouped.idxmax(), grouped.idxmin()
-    out = pd.DataFrame({"s_max": grouped.max(), "s_min": grouped.min()}).reset_index()
-    out["p_at_max"] = frame["p"].to_numpy()[at_max.to_numpy()]
-    out["p_at_min"] = frame["p"].to_numpy()[at_min.to_numpy()]
-    return out
+@register("logit_grid")
+def _logit_grid(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    step, clip = summary.params
+    p = levels["p"].to_numpy(float)
+    clipped = np.maximum(np.minimum(p, 1 - clip), clip)
+    x = (np.log(clipped) - np.log(1 - clipped)) / step
+    k = np.floor(x)
+    h = x - k
+    g = 1 - h
+    W, swy = levels["W"].to_numpy(float), levels["swy"].to_numpy(float)
+    sums = {"W": W}
+    for name, mass in (("m", W), ("y", swy), ("v", W * (g * h)), ("vy", swy * (g * h))):
+        sums |= {f"{name}_lo": mass * g, f"{name}_hi": mass * h}
+    return _keyed_sums(levels, by, {"k": k}, sums)
