@@ -759,11 +759,14 @@ def _modify(src: Source, fitted: PlattMap, tolerance: float | None) -> None:
     rate = safe_div(rate["swy"], rate["W"])
     no_fit = ~(np.isfinite(table["a"]) & np.isfinite(table["b"])).to_numpy()
     table["constant"] = np.where(no_fit, rate, np.nan)  # so every mapped score is valid
-    mapped = fitted.apply(src.rows, "p", name="mapped")
-    cols = {"score": "mapped", "label": "y", "by": by}
-    if src.weighted:
-        cols["weight"] = "w"
-    errors = cutoff_error(mapped, soft_labels=src.allow_soft, **cols)
+    if int(totals["n"].sum()) <= LEVEL_CAP:
+        errors = mapped_cutoff_error(fitted, level_sets(src), by)
+    else:  # the map applied in the engine, and the cutoff error of the mapped scores there
+        mapped = fitted.apply(src.rows, "p", name="mapped")
+        cols = {"score": "mapped", "label": "y", "by": by}
+        if src.weighted:
+            cols["weight"] = "w"
+        errors = cutoff_error(mapped, soft_labels=src.allow_soft, **cols)
     # the sample size: rows, or the total of frequency (whole-number) weights
     n = table["W" if src.weighted and src.integer_weights else "n"].to_numpy(float)
     eps = (20 + np.sqrt(2 * np.log(20))) / np.sqrt(n) if tolerance is None else np.full(
@@ -773,3 +776,48 @@ def _modify(src: Source, fitted: PlattMap, tolerance: float | None) -> None:
     table["tolerance"] = eps
     fall = no_fit | ~(table["cutoff_error"].to_numpy(float) <= eps)
     table["constant"] = np.where(fall, rate, np.nan)
+
+
+def mapped_cutoff_error(fitted: CalibrationMap, levels: pd.DataFrame, by) -> pd.DataFrame:
+    """The in-sample cutoff error of the mapped scores, per group, from the levels summary: a
+    map is constant on each level, so the mapped scores' levels are the levels merged where
+    they map to one value (ties one unit), and the cutoff error is (max(0, max S) − min(0,
+    min S))/W with S the running sum of Σw(y − f) over them in increasing order.
+
+    Parameters
+    ----------
+    fitted : CalibrationMap
+        The map, applied in numpy (:meth:`~sqlcal.maps.CalibrationMap.transform`).
+    levels : pandas.DataFrame
+        The levels summary: the keys, ``p``, ``W`` and ``swy``.
+    by : sequence of str
+        The group keys.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The keys and ``cutoff_error`` of every group.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> m = PlattMap(by=(), table=pd.DataFrame({"a": [0.0], "b": [0.0], "constant": [0.5]}))
+    >>> levels = pd.DataFrame({"p": [0.2, 0.8], "W": [2.0, 2.0], "swy": [0.0, 2.0]})
+    >>> mapped_cutoff_error(m, levels, ()).to_dict("records")  # one mapped level: S = 0
+    [{'cutoff_error': 0.0}]
+    >>> m = PlattMap(by=(), table=pd.DataFrame({"a": [-10.0], "b": [20.0]}), feature="score")
+    >>> got = mapped_cutoff_error(m, levels, ())["cutoff_error"][0]
+    >>> # f(0.2) = σ(−6), f(0.8) = σ(6): S = (−2σ(−6), 0), so the error is 2σ(−6)/4
+    >>> bool(abs(got - 2 / (1 + np.exp(6)) / 4) < 1e-15)
+    True
+    """
+    by = list(by)
+    rows = []
+    for key, part in groups(levels, by):
+        f = fitted.transform(part["p"].to_numpy(float), key)
+        W, swy = part["W"].to_numpy(float), part["swy"].to_numpy(float)
+        residual = pd.Series(swy - f * W).groupby(f, sort=True).sum().to_numpy()
+        S = np.cumsum(residual)
+        top, bottom = max(0.0, S.max(initial=0.0)), min(0.0, S.min(initial=0.0))
+        rows.append({**key, "cutoff_error": float(safe_div(top - bottom, W.sum()))})
+    return pd.DataFrame(rows, columns=[*by, "cutoff_error"])

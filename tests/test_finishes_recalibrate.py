@@ -258,6 +258,28 @@ def test_calibration_slope_from_levels_equals_the_raw_rows_fit(weights):
         assert row.weight_kind == "frequency"
 
 
+@pytest.mark.parametrize("weights", [None, "fractional"])
+def test_modified_platt_from_levels_cutoff_error_by_brute_force_over_intervals(weights):
+    # the in-sample cutoff error of the mapped scores: the largest |Σ w(y − f)| over every
+    # interval of mapped values, enumerated here row by row, over W
+    df = rows(240, seed=10, weights=weights, groups=2, decimals=2)
+    fitted = sqlcal.platt(levels_source(df, ["g"]), modified=True, tolerance=0.05)
+    table = fitted.table.set_index("g")
+    for (g,), part in parts(df, ["g"]):
+        p, y = part["p"].to_numpy(float), part["y"].to_numpy(float)
+        w = part["w"].to_numpy(float) if "w" in part else np.ones(len(p))
+        row = table.loc[g]
+        f = special.expit(row.a + row.b * feature_of(p, "logit"))
+        values = np.unique(f)
+        best = 0.0
+        for i, lo in enumerate(values):
+            for hi in values[i:]:
+                inside = (f >= lo) & (f <= hi)
+                best = max(best, abs(float((w * (y - f))[inside].sum())))
+        assert row.cutoff_error == pytest.approx(best / w.sum(), rel=1e-9, abs=1e-15)
+        assert np.isnan(row.constant) == (row.cutoff_error <= 0.05)
+
+
 def test_separated_labels_from_levels_give_nan_with_a_warning():
     # group a: every positive above every negative; group b: overlapping labels
     df = pd.DataFrame({"p": [.1, .2, .3, .6, .7, .2, .4, .5, .6, .8],
