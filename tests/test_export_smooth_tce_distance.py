@@ -105,3 +105,25 @@ def test_smooth_ece_statement_is_the_histogram_it_reads():
         sql = sqlcal.summary_sql(metric, table="preds", score="p", label="y")
         assert list(sql) == ["levels"], metric
         assert sql["levels"].startswith("-- levels: one row per group and distinct score")
+
+
+#: one-shot forms finished from the exported levels alone (every summary evaluated from them)
+FROM_LEVELS = [("ls_ece", {}), ("smooth_ece", {"sigma": 1 / 256}),
+               ("smooth_reliability", {"sigma": 0.1, "points": 11}),
+               ("tce", {"strategy": "quantile", "bins": 4}),
+               ("distance_to_calibration", {"mode": "cells", "grid": 16, "lower_levels": 8}),
+               ("interval_calibration_error", {"bins": 12, "mode": "cells"})]
+
+
+def test_one_shot_forms_finish_from_the_exported_levels_too(con, upload):
+    df = data(2000, weighted=True)
+    t = upload(df)
+    kw = dict(score="p", label="y", by="g", weight="w")
+    sql = sqlcal.summary_sql("smooth_ece", dialect=DIALECT[con.name], table=t.get_name(), **kw)
+    levels = _run(con, sql["levels"])
+    for metric, options in FROM_LEVELS:
+        got = sqlcal.from_summaries(metric, {"levels": levels}, **kw, **options)
+        want = getattr(sqlcal, metric)(df, **kw, **options)
+        keys = [c for c in ("g", "t") if c in want]
+        same(got.sort_values(keys, ignore_index=True), want.sort_values(keys, ignore_index=True),
+             f"{metric} {options}")

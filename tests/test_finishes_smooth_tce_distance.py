@@ -64,15 +64,18 @@ def test_smooth_ece_finish_weights_count_as_repeated_rows():
 
 
 def test_smooth_ece_finish_bootstrap_is_seeded_and_brackets_the_value():
-    df = calibration_data(3000, seed=33)
-    cells, split = smooth_frames(df, [], 0.05)
-    one = smooth.smooth_ece_finish(cells, by=[], sigma=0.05, bootstrap=50, seed=4, split=split)
-    # the same histogram in another row order (as another engine returns it): the same draws
+    df = calibration_data(3000, seed=33, groups=3)
+    cells, split = smooth_frames(df, ["g"], 0.05)
+    one = smooth.smooth_ece_finish(cells, by=["g"], sigma=0.05, bootstrap=50, seed=4,
+                                   split=split).sort_values("g", ignore_index=True)
+    # the same histogram in another row and group order (as another engine returns it): the
+    # same draws
     shuffled = cells.sample(frac=1.0, random_state=0)
-    two = smooth.smooth_ece_finish(shuffled, by=[], sigma=0.05, bootstrap=50, seed=4)
-    assert one.ci_lower.iloc[0] == two.ci_lower.iloc[0]
-    assert one.ci_upper.iloc[0] == two.ci_upper.iloc[0]
-    assert one.ci_lower.iloc[0] < one.smooth_ece.iloc[0] < one.ci_upper.iloc[0]
+    two = smooth.smooth_ece_finish(shuffled, by=["g"], sigma=0.05, bootstrap=50, seed=4)
+    two = two.sort_values("g", ignore_index=True)
+    assert one.ci_lower.tolist() == two.ci_lower.tolist()
+    assert one.ci_upper.tolist() == two.ci_upper.tolist()
+    assert (one.ci_lower < one.smooth_ece).all() and (one.smooth_ece < one.ci_upper).all()
 
 
 def test_smooth_reliability_finish_is_nadaraya_watson_with_relplots_kernel():

@@ -442,6 +442,9 @@ def exact_histograms(cells: pd.DataFrame, *, by: Sequence[str], sigma: float | N
     grid it lacks."""
     by = list(by)
     have = {int(c[2:]) for c in cells if c.startswith("b_")}
+    # groups in key order: a seeded bootstrap draws each group's replicates in turn, whatever
+    # order the engine returned the groups in
+    cells = cells.sort_values([*by, "cell"], kind="stable") if by else cells
     hists = {key_tuple(keys): _histogram(part, keys, sorted(have), integer_weights)
              for keys, part in groups(cells, by)}
     while True:
