@@ -86,3 +86,18 @@ def test_threads_measure_frames_at_once():
     for df, out in zip(frames, got):
         want = np.average((df.y - df.p) ** 2, weights=df.w)
         np.testing.assert_allclose(out.brier.iloc[0], want, rtol=1e-12)
+
+
+def test_dropped_rows_of_each_frame_are_its_own():
+    # on_invalid="drop" filters in the cached statement; each frame drops its own bad rows
+    summaries._PLANS.clear()
+    for seed, bad in ((20, [0, 5]), (21, [7, 8, 9])):
+        df = frame(seed=seed)
+        df.loc[bad, "p"] = 1.5
+        with pytest.warns(UserWarning, match="dropped"):
+            got = sqlcal.ece(df, score="p", label="y", by="g", on_invalid="drop")
+        with pytest.warns(UserWarning, match="dropped"):
+            want = sqlcal.ece(ibis.memtable(df), score="p", label="y", by="g",
+                              on_invalid="drop")
+        pd.testing.assert_frame_equal(got, want)
+        assert got.n_dropped.sum() == len(bad) and got.n.sum() == len(df) - len(bad)
