@@ -127,3 +127,32 @@ def test_one_shot_forms_finish_from_the_exported_levels_too(con, upload):
         keys = [c for c in ("g", "t") if c in want]
         same(got.sort_values(keys, ignore_index=True), want.sort_values(keys, ignore_index=True),
              f"{metric} {options}")
+
+
+#: the one-shot forms: NEEDS declares every summary they read
+ONE_SHOT = [("ls_ece", {}), ("smooth_ece", {"sigma": 0.05}),
+            ("smooth_reliability", {"sigma": 1 / 256}), ("tce", {}), ("tce_bins", {}),
+            ("lipschitz_calibration_error", {"mode": "cells"}),
+            ("lipschitz_calibration_error", {"mode": "exact"}),
+            ("distance_to_calibration", {"mode": "cells", "grid": 16, "lower_levels": 8}),
+            ("interval_calibration_error", {"mode": "exact"}),
+            ("interval_calibration_error", {"bins": 10})]
+
+
+@pytest.mark.parametrize("metric, options", ONE_SHOT, ids=lambda v: str(v))
+def test_declared_needs_are_what_each_one_shot_form_reads(metric, options, monkeypatch):
+    import inspect
+
+    from sqlcal import catalog
+    from sqlcal.options import check
+    from sqlcal.query import planner
+
+    function = getattr(sqlcal, metric)
+    src = sqlcal.source(data(800, weighted=True), score="p", label="y", weight="w", by="g")
+    chosen = {k: v.default for k, v in inspect.signature(function).parameters.items()
+              if v.default is not v.empty and v.kind == v.KEYWORD_ONLY}
+    chosen |= check(metric, options)
+    planner.prefetch(src, catalog.needs()[metric](src, chosen))
+    monkeypatch.setattr(src, "run", lambda build, **kw: (_ for _ in ()).throw(AssertionError(
+        f"{metric} {options} ran a scan its NEEDS did not declare")))
+    assert len(function(src, **options))
