@@ -256,9 +256,9 @@ class Source:
                           float_label=self.float_label) if check else None)
         try:
             if plan is not None and self._plan is not None:
-                shape, table = self._plan
+                shape, table, columns = self._plan
                 if self._arrow is None:
-                    self._arrow = _to_arrow(table)
+                    self._arrow = _to_arrow(table, columns)
                 result = summaries.execute_planned(
                     (shape, plan, check), lambda: build(checks),
                     frame_connection(self._arrow.num_rows), table.name, self._arrow, arrow=True)
@@ -526,29 +526,39 @@ class _Floats:
 def _plan(table: Any, where: Any, options: tuple) -> tuple | None:
     """The plan of a source whose rows are an in-memory table (None for any other): its shape,
     which names its compiled statements (schema, the columns and options of :func:`source`, the
-    filter's text), and the table. A filter given as an expression or a callable has no text
-    to key on: such a source compiles its queries each time."""
+    filter's text), the table, and the columns its queries read (None: all, when a filter may
+    name any). A filter given as an expression or a callable has no text to key on: such a
+    source compiles its queries each time."""
     import ibis.expr.operations as ops
 
     if not isinstance(table, ops.InMemoryTable) or not (where is None or isinstance(where, str)):
         return None
     schema = tuple((name, str(dtype)) for name, dtype in table.schema.items())
-    return (schema, where, *options), table
+    score, label, weight, by = options[:4]
+    columns = None if where is not None else tuple(dict.fromkeys(
+        [*by, score, label, *([weight] if weight else [])]))
+    return (schema, where, *options), table, columns
 
 
-def _to_arrow(table: Any) -> Any:
-    """The rows of an in-memory table as Arrow, as Ibis registers them (NaN read as NULL): a
-    pandas frame of plain numeric and boolean columns column by column, without pandas
-    metadata; any other frame through Ibis."""
+def _to_arrow(table: Any, columns: Sequence[str] | None = None) -> Any:
+    """The rows of an in-memory table as Arrow, as Ibis registers them (NaN read as NULL), only
+    ``columns`` (default all): a pandas frame of plain numeric and boolean columns column by
+    column, without pandas metadata; any other frame through Ibis."""
     import pyarrow as pa
 
+    names = list(columns or table.schema.names)
     frame = table.data.obj
     if type(frame).__module__.split(".")[0] == "pandas" and list(frame.columns) == list(
-            table.schema.names) and all(isinstance(dtype, np.dtype) and dtype.kind in "biuf"
-                                        for dtype in frame.dtypes):
-        return pa.table({name: pa.array(frame[name].to_numpy(), from_pandas=True)
-                         for name in table.schema.names})
-    return table.data.to_pyarrow(table.schema)
+            table.schema.names):
+        if all(isinstance(frame[name].dtype, np.dtype) and frame[name].dtype.kind in "biuf"
+               for name in names):
+            return pa.table({name: pa.array(frame[name].to_numpy(), from_pandas=True)
+                             for name in names})
+        from ibis.formats.pandas import PandasDataFrameProxy
+
+        return PandasDataFrameProxy(frame[names]).to_pyarrow(
+            ibis.schema({name: table.schema[name] for name in names}))
+    return table.data.to_pyarrow(table.schema).select(names)
 
 
 def as_source(data: Any, score: str | None, label: str | None, **kwargs: Any) -> Source:

@@ -84,14 +84,28 @@ def execute_planned(plan: tuple, build: Callable[[], ir.Table], con, name: str,
         table = con.execute(sql.replace(f'"{ROWS}"', f'"{name}"')).to_arrow_table()
     finally:
         con.unregister(name)
-    if not same or table.schema != same[0]:
-        # the engine's types (HUGEINT sums...) as the Ibis schema says; skipped when the first
-        # conversion of this plan changed nothing
+    # the engine's types (HUGEINT sums...) as the Ibis schema says. The first result of a plan
+    # is converted by Ibis; when that was a plain cast of the columns (or nothing), later
+    # results of the same types get the cast alone
+    if same and table.schema == same[0]:
+        if same[1] is not None:
+            table = table.cast(same[1])
+    else:
         converted = DuckDBPyArrowData.convert_table(table, schema)
-        if not same and converted.schema == table.schema:
-            same.append(table.schema)
+        if not same:
+            cast = None if converted.schema == table.schema else converted.schema
+            if cast is None or _casts_to(table, cast, converted):
+                same += [table.schema, cast]
         table = converted
     return table if arrow else table.to_pandas()
+
+
+def _casts_to(table, schema, converted) -> bool:
+    """Whether casting ``table`` to ``schema`` gives ``converted``."""
+    try:
+        return table.cast(schema).equals(converted)
+    except Exception:  # a conversion no cast makes
+        return False
 
 
 def _aggregate(t: ir.Table, by: Sequence[str], **metrics) -> ir.Table:
