@@ -363,54 +363,39 @@ def in_range(p: ir.FloatingValue, lo: float, hi: float) -> ir.BooleanValue:
 
 
 def within_ranges(rows: ir.Table, by: Sequence[str], ranges: tuple) -> ir.Table:
-    """The rows inside score ranges ``((group key values, lo, hi), ...)`` (merged per group,
-    see :func:`sqlcal.query.declared.score_ranges`). Ranges of a 2^k grid (every follow-up's)
-    are cell ids: one IN list of cell ids over the union of the groups' ranges, then, among the
-    few rows it keeps, an OR over groups of the group's keys (NULL compared as NULL) and its
-    own cells. (Score comparisons per group on every row cost DuckDB ten times more.)"""
+    """The rows inside the union of every group's score ranges ``((group key values, lo, hi),
+    ...)``: ranges of a 2^k grid (every follow-up's) as one IN list of cell ids, others as score
+    comparisons. Rows of one group inside another group's ranges pass too, so a summary over
+    them holds a few extra keys, which the planner drops in pandas
+    (:func:`sqlcal.query.planner.fetch`): a condition per group costs DuckDB several times the
+    whole follow-up, on rows or on the grouped result."""
     if not ranges:
         return rows.filter(ibis.literal(False))
-    cells = [_range_cells(lo, hi) for _, lo, hi in ranges]
-    if any(c is None for c in cells):  # not on a 2^k grid, or too many cells: compare scores
-        anywhere = ibis.or_(*(in_range(rows.p, lo, hi) for _, lo, hi in ranges))
-        own = {tuple(key): [] for key, _, _ in ranges}
-        for key, lo, hi in ranges:
-            own[tuple(key)].append(in_range(rows.p, lo, hi))
-    else:
-        union: dict[int, set] = {}
-        for k, ids in cells:
-            union.setdefault(k, set()).update(ids)
-        anywhere = ibis.or_(*(score_cell(rows.p, 2**k).isin(sorted(ids))
-                              for k, ids in sorted(union.items())))
-        own = {}
-        for (key, _, _), (k, ids) in zip(ranges, cells):
-            own.setdefault(tuple(key), {}).setdefault(k, set()).update(ids)
-        own = {key: [score_cell(rows.p, 2**k).isin(sorted(ids)) for k, ids in grids.items()]
-               for key, grids in own.items()}
-    if not by:
-        return rows.filter(anywhere)
-    return rows.filter(anywhere).filter(ibis.or_(*(
-        ibis.and_(*(_key_is(rows[k], v) for k, v in zip(by, key)), ibis.or_(*conds))
-        for key, conds in own.items())))
+    return rows.filter(_in_ranges(rows.p, [(lo, hi) for _, lo, hi in ranges]))
 
 
-def _range_cells(lo: float, hi: float, most: int = 1 << 16):
-    """``(k, cell ids)`` of the 2^k grid whose cells make up [lo, hi) (the last cell holds
-    p = 1), k the coarsest grid both ends lie on; None when there is none or too many cells."""
-    k = max(_grid_exponent(lo), _grid_exponent(hi))
-    if k > 52:
-        return None
-    first, stop = int(lo * 2**k), int(hi * 2**k)
-    return (k, range(first, stop)) if 0 < stop - first <= most else None
+def _in_ranges(p: ir.FloatingValue, spans: list) -> ir.BooleanValue:
+    """p inside any of ``spans`` (lo, hi): score comparisons when the merged spans are a few,
+    else one IN list of the cell ids of the finest 2^k grid they end on. Measured on DuckDB
+    over 10^7 rows (CPU s): 2 spans 0.19 compared; 14 spans 1.1 compared, 0.17 as 21 cell ids;
+    333 cell ids 0.28 in one list, 1.9 spread over the lists of four grids."""
+    merged: list[list[float]] = []
+    for lo, hi in sorted(spans):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    k = max(max(_grid_exponent(lo), _grid_exponent(hi)) for lo, hi in merged)
+    ids = sum(int(hi * 2**k) - int(lo * 2**k) for lo, hi in merged) if k <= 52 else None
+    if len(merged) <= 4 or ids is None or ids > 1 << 14:
+        return ibis.or_(*(in_range(p, lo, hi) for lo, hi in merged))
+    cells = [c for lo, hi in merged for c in range(int(lo * 2**k), int(hi * 2**k))]
+    return score_cell(p, 2**k).isin(cells)
 
 
 def _grid_exponent(x: float) -> int:
     """The least k with x·2^k a whole number (x a double in [0, 1])."""
     return Fraction(x).denominator.bit_length() - 1
-
-
-def _key_is(column: ir.Value, value) -> ir.BooleanValue:
-    return column.isnull() if value is None else column == value
 
 
 def running_extremes(rows: ir.Table, by: Sequence[str], cells: int, *,

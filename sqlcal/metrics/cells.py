@@ -198,8 +198,12 @@ def _wanted_ranges(pieces: dict, wanted: dict, by, scale: int) -> list:
 
 def _rows_to_fetch(pieces: dict, wanted: dict) -> int:
     # a cell holding a single score is one level whatever its row count
-    return sum(int(part.loc[wanted[k]].query("p_min < p_max")["n"].sum())
-               for k, part in pieces.items())
+    total = 0
+    for k, part in pieces.items():
+        rows = np.asarray(wanted[k], dtype=np.int64)
+        mixed = part["p_min"].to_numpy()[rows] < part["p_max"].to_numpy()[rows]
+        total += int(part["n"].to_numpy()[rows][mixed].sum())
+    return total
 
 
 def _positions(part: pd.DataFrame, bins: int, integer_weights: bool, strategy: str = "quantile"):

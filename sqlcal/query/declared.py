@@ -349,8 +349,9 @@ def score_ranges(ranges: Iterable[tuple]) -> tuple:
 
 
 def cells_within(cells: int, ranges: Iterable[tuple], *parts: str) -> Summary:
-    """A finer score histogram (2^k ``cells``) of the rows inside ``ranges`` only: a zoom."""
-    return Summary("cells_within", (int(cells), score_ranges(ranges)), frozenset(parts))
+    """A finer score histogram (2^k ``cells``) of the rows inside ``ranges`` only: a zoom. The
+    ranges end on the grid (each cell wholly inside or outside them)."""
+    return Summary("cells_within", (int(cells), _on_grid(cells, ranges)), frozenset(parts))
 
 
 def levels_within(ranges: Iterable[tuple], *parts: str) -> Summary:
@@ -361,7 +362,16 @@ def levels_within(ranges: Iterable[tuple], *parts: str) -> Summary:
 def extremes_within(cells: int, ranges: Iterable[tuple]) -> Summary:
     """Per group and cell (of 2^k ``cells``) inside ``ranges``: the extremes of the running
     residual sum from the cell's start, ties one unit (a window over those rows only)."""
-    return Summary("extremes_within", (int(cells), score_ranges(ranges)))
+    return Summary("extremes_within", (int(cells), _on_grid(cells, ranges)))
+
+
+def _on_grid(cells: int, ranges: Iterable[tuple]) -> tuple:
+    ranges = score_ranges(ranges)
+    off = [(lo, hi) for _, lo, hi in ranges
+           if not (float(lo * cells).is_integer() and float(hi * cells).is_integer())]
+    if off:
+        raise ValueError(f"score ranges {off[:3]} do not end on the grid of {cells} cells")
+    return ranges
 
 
 def _is_null(v) -> bool:

@@ -28,6 +28,12 @@ def fetch(src: Source, summary: Summary) -> pd.DataFrame:
         have = src.lookup(summary.key, summary.parts)
         return have if have is not None else src.store(
             summary.key, summary.parts, local.evaluate(summary, src.local_levels, src.by))
+    if summary.kind in RANGED:  # the engine reads the union of the groups' ranges: keep each own
+        have = src.lookup(summary.key, summary.parts)
+        return have if have is not None else src.store(summary.key, summary.parts, _within(
+            src.run(lambda checks: summaries.reduce(summary, src.rows, src.by,
+                                                    weighted=src.weighted)),
+            summary, src.by))
     return src.summary(summary.key, summary.parts, lambda checks: summaries.reduce(
         summary, src.rows, src.by, weighted=src.weighted, checks=checks,
         soft=src.allow_soft))
@@ -110,6 +116,14 @@ def shared_follow_ups(src: Source, follow_ups: Iterable[Callable]
     return scans
 
 
+def _together(group: list[Summary]) -> Summary:
+    """One ranged summary over the union of a group's ranges and parts."""
+    first = group[0]
+    ranges = score_ranges(r for s in group for r in s.params[-1])
+    parts = frozenset().union(*(s.parts for s in group))
+    return Summary(first.kind, (*first.params[:-1], ranges), parts)
+
+
 def _shared(wanted: list[Summary]) -> list[list[Summary]]:
     """Ranged summaries of one kind and grid together (when their ranges split exactly); any
     other summary alone."""
@@ -124,7 +138,7 @@ def _shared(wanted: list[Summary]) -> list[list[Summary]]:
 
 def _aligned(summary: Summary) -> bool:
     """Whether each row of the ranged summary lies wholly inside or outside any range it is
-    split by: levels always; cells when every range ends on the grid."""
+    split by: levels always; cells when every range ends on the grid (as declared ones do)."""
     if summary.kind == "levels_within":
         return True
     grid, ranges = summary.params
@@ -136,13 +150,10 @@ def _run_shared(src: Source, group: list[Summary]) -> list[Summary]:
     if len(group) == 1:
         fetch(src, group[0])
         return group
-    first = group[0]
-    ranges = score_ranges(r for s in group for r in s.params[-1])
-    parts = frozenset().union(*(s.parts for s in group))
-    together = Summary(first.kind, (*first.params[:-1], ranges), parts)
+    together = _together(group)
     frame = fetch(src, together)
     for s in group:
-        src.store(s.key, parts, _within(frame, s, src.by))
+        src.store(s.key, together.parts, _within(frame, s, src.by))
     return group
 
 
