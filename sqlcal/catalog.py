@@ -5,9 +5,12 @@ Each family module under :mod:`sqlcal.metrics` declares, next to its metrics:
 
 - ``NEEDS``: metric function name -> ``needs(src, options) -> [Summary]``, the summaries the
   metric reads before any follow-up (options complete: defaults filled in);
+- ``FOLLOW_UP_NEEDS`` (optional): metric -> ``needs(src, options)``, the follow-up summaries an
+  adaptive metric reads once its first-stage summaries are cached (score ranges of a few cells),
+  so the planner runs the follow-ups of several metrics as one scan;
 - ``FOLLOW_UPS`` (optional): ``(metric, option, value)`` -> the one-shot option to pass instead,
   for the forms that refine with follow-up passes over the rows (what one exported statement
-  cannot hold).
+  cannot hold; :func:`sqlcal.summary_sql` exports the levels for them).
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ def needs() -> dict[str, Callable]:
     """metric name -> its declared ``needs(src, options)``."""
     return {name: declare for family in FAMILIES
             for name, declare in getattr(family, "NEEDS", {}).items()}
+
+
+def follow_up_needs() -> dict[str, Callable]:
+    """metric name -> its declared ``follow_up_needs(src, options)``."""
+    return {name: ask for family in FAMILIES
+            for name, ask in getattr(family, "FOLLOW_UP_NEEDS", {}).items()}
 
 
 def follow_ups() -> dict[tuple, str]:

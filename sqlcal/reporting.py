@@ -285,8 +285,7 @@ def follow_ups(src: Source, metrics: dict[str, dict]) -> list:
     """Each adaptive metric's next follow-up (``ask(src) -> [Summary]``, its family's
     ``FOLLOW_UP_NEEDS`` bound to its options), for the planner to run them shared: quantile ECE
     and Hosmer-Lemeshow read the levels around their edges in one pass."""
-    declared = {name: ask for family in catalog.FAMILIES
-                for name, ask in getattr(family, "FOLLOW_UP_NEEDS", {}).items()}
+    declared = catalog.follow_up_needs()
     out = []
     for name, options in metrics.items():
         function = METRICS[name][0]
