@@ -283,11 +283,11 @@ def run_task(name: str, con):
         df = sqlcal.cutoff_error(t, **kw)
         return dict(zip(df["g"], df["cutoff_error"].astype(float)))
     elif name == "cutoff_grid":
-        sqlcal.cutoff_error(t, **kw, exact=False)
+        sqlcal.cutoff_error(t, **kw, method="grid")
     elif name == "peer_cutoff":
         return task_peer_cutoff(t)
     elif name == "ls_ece":
-        sqlcal.ls_ece(t, **kw, sigma=0.1)
+        sqlcal.ls_ece(t, **kw, noise_scale=0.1)
     elif name == "smooth_ece":
         df = sqlcal.smooth_ece(t, **kw)
         return dict(zip(df["g"], df["smooth_ece"].astype(float)))

@@ -8,7 +8,7 @@ Each family module under :mod:`sqlcal.metrics` declares, next to its metrics:
 - ``FOLLOW_UP_NEEDS`` (optional): metric -> ``needs(src, options)``, the follow-up summaries an
   adaptive metric reads once its first-stage summaries are cached (score ranges of a few cells),
   so the planner runs the follow-ups of several metrics as one scan;
-- ``FOLLOW_UPS`` (optional): ``(metric, option, value)`` -> the one-shot option to pass instead,
+- ``REFINING`` (optional): ``(metric, option, value)`` -> the one-shot option to pass instead,
   for the forms that refine with follow-up passes over the rows (what one exported statement
   cannot hold; :func:`sqlcal.summary_sql` exports the levels for them).
 """
@@ -36,10 +36,10 @@ def follow_up_needs() -> dict[str, Callable]:
             for name, ask in getattr(family, "FOLLOW_UP_NEEDS", {}).items()}
 
 
-def follow_ups() -> dict[tuple, str]:
+def refining() -> dict[tuple, str]:
     """``(metric, option, value)`` -> the one-shot option that replaces a refining form."""
     return {key: instead for family in FAMILIES
-            for key, instead in getattr(family, "FOLLOW_UPS", {}).items()}
+            for key, instead in getattr(family, "REFINING", {}).items()}
 
 
 def function(metric: str) -> Callable:

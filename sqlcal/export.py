@@ -6,7 +6,7 @@ Both come from the declarations the library itself uses (each metric family's ``
 reductions of :mod:`sqlcal.summaries`), so the exported SQL is the SQL that runs. A metric whose
 summaries are one-shot (read in one pass, with no follow-up that depends on the data) exports
 them: the equal-width binned metrics, the totals metrics, the grid form of the cumulative metrics
-(``exact=False``, which reports its certified ``grid_bound``). A form that refines with follow-up
+(``method="grid"``, which reports its certified ``grid_bound``). A form that refines with follow-up
 passes (equal-mass bins, the exact cutoff error) exports instead the one-shot exact summary, the
 **levels** (one row per group and distinct score, so as large as the number of distinct scores):
 every summary of binary-labelled rows is a function of the levels, and :func:`from_summaries`
@@ -214,7 +214,7 @@ _LEVELS_HEADER = ("-- levels: one row per group and distinct score (as many rows
 def refines(metric: str, chosen: dict) -> str | None:
     """The one-shot option replacing ``metric``'s form under ``chosen`` options, when that form
     refines with follow-up passes over the rows (None when it is one-shot)."""
-    return next((instead for (name, option, value), instead in catalog.follow_ups().items()
+    return next((instead for (name, option, value), instead in catalog.refining().items()
                  if name == metric and chosen.get(option) == value), None)
 
 

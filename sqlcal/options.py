@@ -133,15 +133,13 @@ OPTIONS: dict[str, Option] = {
     # inference
     "ci": Option("choice", "the interval of each bin's observed rate",
                  choices=("wilson", "clopper-pearson"), optional=True),
-    "confidence": Option("float", "confidence level of an interval", low=0, high=1,
+    "confidence": Option("float", "confidence level of an interval or of a pair of bounds",
+                         low=0, high=1,
                          open_low=True, open_high=True),
     "weight_kind": Option("choice", "how weights enter a variance", choices=("auto", "frequency",
                                                                              "sampling")),
     "dof": Option("choice", "degrees of freedom of the Hosmer-Lemeshow test",
                   choices=("out_of_sample", "in_sample")),
-    "exact": Option("bool", "exact extremes (a second pass) or the grid's bound only"),
-    "delta": Option("float", "1 - confidence level of the bounds", low=0, high=1,
-                    open_low=True, open_high=True),
     "epsilon": Option("float", "tolerance to certify against", low=0, optional=True),
     "alpha": Option("float", "significance level of the per-bin tests", low=0, high=1,
                     open_low=True, open_high=True),
@@ -162,9 +160,7 @@ OPTIONS: dict[str, Option] = {
     # distances
     "grid": Option("int", "points k/grid added to the levels of the coupling LP", low=1),
     "lower_levels": Option("int", "levels (buckets) the lower-distance LP runs on", low=1),
-    "mode": Option("choice", "levels: exact, grid cells, or exact when small enough",
-                   choices=("auto", "exact", "cells")),
-    "max_levels": Option("int", "most rows of mixed cells fetched as levels in mode 'auto'",
+    "max_levels": Option("int", "most rows of mixed cells fetched as levels with method 'auto'",
                          low=1),
     "lipschitz": Option("float", "Lipschitz constant of the test functions", low=0,
                         open_low=True),
@@ -209,19 +205,20 @@ OPTIONS: dict[str, Option] = {
     "ax": Option("any", "the matplotlib Axes to draw on", optional=True),
 }
 
-#: where an option means something else in one function (declared, not renamed: a later issue)
+#: where an option takes other values in one function
 OVERRIDES: dict[str, dict[str, Option]] = {
     "hosmer_lemeshow": {
-        "groups": Option("int", "number of Hosmer-Lemeshow risk groups", low=1),
+        "bins": Option("int", "number of Hosmer-Lemeshow risk groups", low=1),
         "strategy": Option("choice", "how risk groups are cut: equal mass or equal width",
                            choices=("quantile", "uniform")),
     },
     "tce": {"strategy": Option("choice", "how TCE cuts bins",
                                choices=("pavabc", "uniform", "quantile"))},
     "ls_ece": {
-        "sigma": Option("float", "scale of the noise added to the logits", low=0, open_low=True),
-        "delta": Option("float", "logit grid step (default sigma/20, sigma/200 for uniform "
-                        "noise)", low=0, open_low=True, optional=True),
+        "noise_scale": Option("float", "scale of the noise added to the logits", low=0,
+                              open_low=True),
+        "step": Option("float", "logit grid step (default noise_scale/20, noise_scale/200 for "
+                       "uniform noise)", low=0, open_low=True, optional=True),
     },
     "calibration_decision_loss": {
         "bins": Option("int", "equal-width bins of the binned predictor (default: the levels)",
@@ -250,6 +247,15 @@ OVERRIDES: dict[str, dict[str, Option]] = {
                                         "its options")},
     "cumulative_plot": {"cells": Option("int", "score cells the curve is drawn at", low=1)},
 }
+for _name in ("distance_to_calibration", "interval_calibration_error",
+              "lipschitz_calibration_error"):
+    OVERRIDES[_name] = {**OVERRIDES.get(_name, {}), "method": Option(
+        "choice", "levels: exact, grid cells, or exact when small enough",
+        choices=("auto", "exact", "cells"))}
+for _name in ("cutoff_error", "kuiper", "ks"):
+    OVERRIDES[_name] = {"method": Option("choice", "the exact extremes (a second pass) or the "
+                                         "score grid's lower bound and its grid_bound",
+                                         choices=("exact", "grid"))}
 OVERRIDES["tce_bins"] = OVERRIDES["tce"]
 OVERRIDES["source"] = {"score": Option("column", OPTIONS["score"].description),
                        "label": Option("column", OPTIONS["label"].description)}
@@ -336,9 +342,9 @@ def _ls_ece_grid(v: dict) -> tuple[float, float]:
     # smooth.ls_ece: the grid step δ; the dense node array spans logit(clip)..logit(1 - clip)
     # plus the kernel's half width each side (smooth._logit_masses), and the kernel has
     # 2·half + 1 nodes (smooth._kernel)
-    sigma, clip = _float(v["sigma"]), _float(v["clip"])
+    sigma, clip = _float(v["noise_scale"]), _float(v["clip"])
     gaussian = v["noise"] == "gaussian"
-    delta = v.get("delta") or (min(sigma, 1.0) / 20 if gaussian else min(sigma, 1.0) / 200)
+    delta = v.get("step") or (min(sigma, 1.0) / 20 if gaussian else min(sigma, 1.0) / 200)
     span = 2 * math.log((1 - clip) / clip)
     half = 8 * sigma / delta + 1 if gaussian else sigma / (2 * delta) + 2
     nodes = span / delta + 3 + 2 * half
@@ -386,8 +392,8 @@ def _costs_cells(v: dict) -> list[Cost]:
 
 def _costs_ls_ece(v: dict) -> list[Cost]:
     nodes, kernel = _ls_ece_grid(v)
-    return [Cost("sigma", "cells", nodes + kernel, "logit grid and kernel nodes per group"),
-            Cost("sigma", "bytes", LS_ECE_BYTES_PER_NODE * (nodes + kernel),
+    return [Cost("noise_scale", "cells", nodes + kernel, "logit grid and kernel nodes per group"),
+            Cost("noise_scale", "bytes", LS_ECE_BYTES_PER_NODE * (nodes + kernel),
                  "memory of the convolutions per group")]
 
 
@@ -427,7 +433,7 @@ def _costs_tce(v: dict) -> list[Cost]:
 
 
 def _costs_hl(v: dict) -> list[Cost]:
-    return _bin_costs("groups", v.get("groups"), v.get("strategy", "quantile"), "sqlcal")
+    return _bin_costs("bins", v.get("bins"), v.get("strategy", "quantile"), "sqlcal")
 
 
 def _costs_report(v: dict) -> list[Cost]:
@@ -694,7 +700,7 @@ def _advice(spec: _Spec, rule: Callable, values: dict, cost: Cost) -> str:
     o = option(spec.name, name)
     reference = spec.defaults.get(name)
     if reference is None:
-        reference = {"sigma": 0.1}.get(name, 1)
+        reference = {"sigma": 0.1, "noise_scale": 0.1}.get(name, 1)
 
     def within(x):
         trial = {**values, name: x}

@@ -24,8 +24,8 @@ DIALECTS = ("duckdb", "postgres", "bigquery", "snowflake", "trino", "databricks"
 TABLE = "predictions"
 COLUMNS = dict(score="score", label="label", weight="weight", by=("segment",))
 #: metric -> the one-shot options sql/ exports it with (its defaults refine with follow-ups)
-ONE_SHOT = {"hosmer_lemeshow": {"strategy": "uniform"}, "cutoff_error": {"exact": False},
-            "kuiper": {"exact": False}, "ks": {"exact": False}}
+ONE_SHOT = {"hosmer_lemeshow": {"strategy": "uniform"}, "cutoff_error": {"method": "grid"},
+            "kuiper": {"method": "grid"}, "ks": {"method": "grid"}}
 #: metrics whose statement depends on data the caller passes (expected_cost's rules cut the
 #: score axis): exported by sqlcal.summary_sql with those options, not written to sql/
 CALLER_SHAPED = ("expected_cost",)

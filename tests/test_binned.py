@@ -170,7 +170,7 @@ def test_hosmer_lemeshow_on_deciles(upload, dof, offset):
     stat, d, p = oracle.hosmer_lemeshow(df.p, df.y, ids, offset)
     row = got.iloc[0]
     np.testing.assert_allclose(row.hl_statistic, stat, **TOL)
-    assert row.dof == d and row.n_groups == 10
+    assert row.dof == d and row.n_bins == 10
     np.testing.assert_allclose(row.p_value, p, rtol=1e-10)
 
 
@@ -249,10 +249,10 @@ def test_equal_mass_bins_with_null_numeric_group_keys(upload):
 
 def test_rescaled_sampling_weights_leave_equal_mass_bins_unchanged(upload):
     df = calibration_data(2000, seed=14, weights=True)
-    a = sqlcal.hosmer_lemeshow(upload(df), score="p", label="y", weight="w", groups=5)
+    a = sqlcal.hosmer_lemeshow(upload(df), score="p", label="y", weight="w", bins=5)
     b = sqlcal.hosmer_lemeshow(upload(df.assign(w=df.w / df.w.sum())), score="p", label="y",
-                               weight="w", groups=5)
-    assert a.n_groups.iloc[0] == b.n_groups.iloc[0] == 5
+                               weight="w", bins=5)
+    assert a.n_bins.iloc[0] == b.n_bins.iloc[0] == 5
     assert a.hl_statistic.iloc[0] == pytest.approx(b.hl_statistic.iloc[0], rel=1e-9)
     assert (a.weight_kind == "sampling").all()
 

@@ -41,11 +41,11 @@ FIXTURES = [
 
 
 @pytest.mark.parametrize("p, y, w, want", FIXTURES)
-@pytest.mark.parametrize("exact", [True, False])
-def test_hand_checked_fixtures(upload, p, y, w, want, exact):
+@pytest.mark.parametrize("method", ["exact", "grid"])
+def test_hand_checked_fixtures(upload, p, y, w, want, method):
     df = pd.DataFrame({"p": p, "y": y, "w": w or [1.0] * len(p)})
-    got = sqlcal.cutoff_error(upload(df), score="p", label="y", weight="w", exact=exact).iloc[0]
-    if exact:
+    got = sqlcal.cutoff_error(upload(df), score="p", label="y", weight="w", method=method).iloc[0]
+    if method == "exact":
         assert got.cutoff_error == pytest.approx(want, abs=1e-12)
         assert got.grid_bound == 0
     else:  # grid mode brackets the exact value
@@ -86,7 +86,7 @@ def test_grid_mode_brackets_exact(upload):
     t = upload(df)
     exact = sqlcal.cutoff_error(t, score="p", label="y", weight="w", by="g")
     for cells in (16, 1024):
-        grid = sqlcal.cutoff_error(t, score="p", label="y", weight="w", by="g", exact=False,
+        grid = sqlcal.cutoff_error(t, score="p", label="y", weight="w", by="g", method="grid",
                                    cells=cells)
         assert (grid.cutoff_error <= exact.cutoff_error + 1e-12).all()
         assert (exact.cutoff_error <= grid.cutoff_error + grid.grid_bound + 1e-12).all()
@@ -95,7 +95,7 @@ def test_grid_mode_brackets_exact(upload):
 
 def test_bounds_formulas(upload):
     df = calibration_data(5000, seed=6)
-    got = sqlcal.cutoff_error(upload(df), score="p", label="y", delta=0.01, epsilon=0.05).iloc[0]
+    got = sqlcal.cutoff_error(upload(df), score="p", label="y", confidence=0.98, epsilon=0.05).iloc[0]
     n, c = 5000, got.cutoff_error
     assert got.upper_bound == pytest.approx(min(1, c + np.sqrt(2 * np.log(100) / n)), abs=1e-12)
     assert got.lower_bound == pytest.approx(max(0, c - (20 + np.sqrt(2 * np.log(100))) / np.sqrt(n)),

@@ -516,10 +516,10 @@ def test_expected_cost_with_a_validation_set(upload):
     val = pd.DataFrame({"p": rng.random(300)})
     val["y"] = (rng.random(300) < val["p"]).astype(int)
     new = pd.DataFrame({"p": rng.random(500)})
-    delta = 0.1
+    delta = 0.1  # confidence 0.8: each statement fails with probability 0.1
     out = expected_cost(upload(new), score="p", rules=RULE, validation=upload(val),
-                        validation_label="y", delta=delta)
-    upper = sqlcal.cutoff_error(upload(val), score="p", label="y", delta=delta)["upper_bound"][0]
+                        validation_label="y", confidence=1 - 2 * delta)
+    upper = sqlcal.cutoff_error(upload(val), score="p", label="y", confidence=1 - 2 * delta)["upper_bound"][0]
     eps = upper + (20 + np.sqrt(2 * np.log(1 / delta))) / np.sqrt(500)
     assert out["epsilon"][0] == pytest.approx(eps, abs=1e-12)
     assert out["error_bound"][0] == pytest.approx(eps * 1.5, abs=1e-12)
@@ -527,7 +527,8 @@ def test_expected_cost_with_a_validation_set(upload):
     assert out["population_bound"][0] == pytest.approx(upper * 1.5 + hoeffding, abs=1e-12)
     assert out["confidence"][0] == pytest.approx(1 - 2 * delta)
     src = sqlcal.source(upload(val), score="p", label="y")
-    again = expected_cost(upload(new), score="p", rules=RULE, validation=src, delta=delta)
+    again = expected_cost(upload(new), score="p", rules=RULE, validation=src,
+                          confidence=1 - 2 * delta)
     assert again["epsilon"][0] == pytest.approx(eps, abs=1e-12)
 
 

@@ -84,7 +84,7 @@ def test_forms_with_follow_up_passes_export_the_levels_with_their_size_said():
 #: with their families' tests)
 FROM_LEVELS = [("ece", {}), ("ece", {"norm": "max", "convention": "sklearn"}),
                ("reliability", {}), ("brier_decomposition", {}),
-               ("hosmer_lemeshow", {"strategy": "uniform"}), ("cutoff_error", {"exact": False}),
+               ("hosmer_lemeshow", {"strategy": "uniform"}), ("cutoff_error", {"method": "grid"}),
                ("brier", {}), ("log_loss", {}), ("spiegelhalter", {}),
                ("calibration_in_the_large", {})]
 

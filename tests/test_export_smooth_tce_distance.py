@@ -2,7 +2,7 @@
 engine and from_summaries gives the direct call's table (1e-9 relative), for every metric and
 the forms that matter (one-shot histograms, and the levels for forms that refine with follow-up
 passes: the automatic smooth ECE bandwidth, TCE's uniform and quantile bins, the distances'
-mode="auto")."""
+method="auto")."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.test_smooth import classifier_outputs
 #: (metric, options, the statements summary_sql gives)
 CASES = [
     ("ls_ece", {}, ["logit_grid"]),
-    ("ls_ece", {"sigma": 0.5, "noise": "uniform"}, ["logit_grid"]),
+    ("ls_ece", {"noise_scale": 0.5, "noise": "uniform"}, ["logit_grid"]),
     ("smooth_ece", {}, ["levels"]),
     ("smooth_ece", {"sigma": 0.05}, ["smooth_cells_16384_1000"]),
     ("smooth_ece", {"sigma": 1 / 256}, ["smooth_cells_16384_2560"]),
@@ -31,14 +31,14 @@ CASES = [
     ("tce_bins", {"strategy": "uniform", "bins": 4}, ["levels"]),
     ("tce_bins", {"n_min": 50, "n_max": 400}, ["levels"]),
     ("lipschitz_calibration_error", {}, ["levels"]),
-    ("lipschitz_calibration_error", {"mode": "cells"}, ["score_cells_16384"]),
-    ("lipschitz_calibration_error", {"mode": "exact", "lipschitz": 2.0}, ["levels"]),
+    ("lipschitz_calibration_error", {"method": "cells"}, ["score_cells_16384"]),
+    ("lipschitz_calibration_error", {"method": "exact", "lipschitz": 2.0}, ["levels"]),
     ("distance_to_calibration", {"grid": 32, "lower_levels": 16}, ["levels"]),
-    ("distance_to_calibration", {"mode": "cells", "grid": 32, "lower_levels": 16},
+    ("distance_to_calibration", {"method": "cells", "grid": 32, "lower_levels": 16},
      ["score_cells_16384"]),
     ("interval_calibration_error", {}, ["levels"]),
-    ("interval_calibration_error", {"mode": "cells"}, ["score_cells_16384"]),
-    ("interval_calibration_error", {"bins": 10, "mode": "cells"}, ["uniform_bins_10"]),
+    ("interval_calibration_error", {"method": "cells"}, ["score_cells_16384"]),
+    ("interval_calibration_error", {"bins": 10, "method": "cells"}, ["uniform_bins_10"]),
 ]
 
 
@@ -111,8 +111,8 @@ def test_smooth_ece_statement_is_the_histogram_it_reads():
 FROM_LEVELS = [("ls_ece", {}), ("smooth_ece", {"sigma": 1 / 256}),
                ("smooth_reliability", {"sigma": 0.1, "points": 11}),
                ("tce", {"strategy": "quantile", "bins": 4}),
-               ("distance_to_calibration", {"mode": "cells", "grid": 16, "lower_levels": 8}),
-               ("interval_calibration_error", {"bins": 12, "mode": "cells"})]
+               ("distance_to_calibration", {"method": "cells", "grid": 16, "lower_levels": 8}),
+               ("interval_calibration_error", {"bins": 12, "method": "cells"})]
 
 
 def test_one_shot_forms_finish_from_the_exported_levels_too(con, upload):
@@ -132,10 +132,10 @@ def test_one_shot_forms_finish_from_the_exported_levels_too(con, upload):
 #: the one-shot forms: NEEDS declares every summary they read
 ONE_SHOT = [("ls_ece", {}), ("smooth_ece", {"sigma": 0.05}),
             ("smooth_reliability", {"sigma": 1 / 256}), ("tce", {}), ("tce_bins", {}),
-            ("lipschitz_calibration_error", {"mode": "cells"}),
-            ("lipschitz_calibration_error", {"mode": "exact"}),
-            ("distance_to_calibration", {"mode": "cells", "grid": 16, "lower_levels": 8}),
-            ("interval_calibration_error", {"mode": "exact"}),
+            ("lipschitz_calibration_error", {"method": "cells"}),
+            ("lipschitz_calibration_error", {"method": "exact"}),
+            ("distance_to_calibration", {"method": "cells", "grid": 16, "lower_levels": 8}),
+            ("interval_calibration_error", {"method": "exact"}),
             ("interval_calibration_error", {"bins": 10})]
 
 

@@ -117,7 +117,7 @@ def test_hosmer_lemeshow_finish_on_deciles_equals_loops():
         O, E, n = inside["y"].sum(), inside["p"].sum(), len(inside)
         stat += (O - E) ** 2 / (n * (E / n) * (1 - E / n))
     assert got["hl_statistic"] == pytest.approx(stat, rel=1e-10)
-    assert got["p_value"] == pytest.approx(stats.chi2.sf(stat, got["n_groups"]), rel=1e-10)
+    assert got["p_value"] == pytest.approx(stats.chi2.sf(stat, got["n_bins"]), rel=1e-10)
 
 
 def test_brier_finish_equals_the_rows():

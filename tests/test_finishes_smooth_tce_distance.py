@@ -99,7 +99,7 @@ def test_ls_ece_finish_equals_direct_integration(sigma, noise):
     df = calibration_data(300, seed=35, groups=2, weights=True)
     delta = smooth._logit_step(sigma, noise, None)
     grid = local.evaluate(declared.logit_grid(delta, 1e-6), levels_of(df, ["g"]), ["g"])
-    got = smooth.ls_ece_finish(grid, by=["g"], sigma=sigma, noise=noise, delta=delta)
+    got = smooth.ls_ece_finish(grid, by=["g"], noise_scale=sigma, noise=noise, step=delta)
     for _, row in got.iterrows():
         part = df[df.g == row.g]
         want = direct_ls_ece(part.p, part.y, part.w, sigma, noise=noise)

@@ -49,7 +49,7 @@ def ws(tmp_path, monkeypatch):
     Path("bad.toml").write_text("[source\ndata = 1\n")
     Path("options.toml").write_text(
         '[source]\ndata = "d.parquet"\nscore = "score"\nlabel = "label"\n'
-        '[metrics]\nhosmer_lemeshow = { groups = 0 }\n')
+        '[metrics]\nhosmer_lemeshow = { bins = 0 }\n')
     Path("app.sqlite").write_bytes(b"SQLite format 3\x00" + bytes(100))  # by its header
     return tmp_path
 
@@ -146,7 +146,7 @@ BAD_INPUT = {
     "output is an SQLite database": (
         ["report", "d.parquet", *COLUMNS, "--html", "app.sqlite"], ["app.sqlite", "SQLite"]),
     "metric option out of range in a config": (
-        ["report", "--config", "options.toml"], ["metrics.hosmer_lemeshow", "groups"]),
+        ["report", "--config", "options.toml"], ["metrics.hosmer_lemeshow", "bins"]),
     "output is an unrelated file": (
         ["report", "d.parquet", *COLUMNS, "--json-file", "notes.txt"],
         ["notes.txt", "not a previous sqlcal json output"]),

@@ -81,23 +81,24 @@ def test_bool_is_not_an_integer(no_query):
         sqlcal.ece(Untouchable(), score="p", label="y", bins=True)
 
 
-def test_hosmer_lemeshow_groups_blames_groups(no_query):
+def test_hosmer_lemeshow_bins_are_its_risk_groups(no_query):
+    # one word per concept: the test's risk groups are bins, as for every binned metric
     with pytest.raises(OptionError) as err:
-        sqlcal.hosmer_lemeshow(Untouchable(), score="p", label="y", groups=0)
-    assert str(err.value).startswith("hosmer_lemeshow(): groups must be a positive integer")
-    assert "bins" not in str(err.value)
+        sqlcal.hosmer_lemeshow(Untouchable(), score="p", label="y", bins=0)
+    assert str(err.value).startswith("hosmer_lemeshow(): bins must be a positive integer, not 0")
+    assert "Hosmer-Lemeshow risk groups" in str(err.value)
 
 
 @pytest.mark.parametrize("sigma, size", [(1e-9, "TiB"), (1e6, "GiB")])
 def test_ls_ece_sigma_is_refused_before_allocating(no_query, sigma, size):
     tracemalloc.start()
     with pytest.raises(BudgetError) as err:
-        sqlcal.ls_ece(Untouchable(), score="p", label="y", sigma=sigma)
+        sqlcal.ls_ece(Untouchable(), score="p", label="y", noise_scale=sigma)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     message = str(err.value)
-    assert message.startswith(f"ls_ece(): sigma={sigma!r} would take")
-    assert size in message and "budget is" in message and "Pass sigma" in message
+    assert message.startswith(f"ls_ece(): noise_scale={sigma!r} would take")
+    assert size in message and "budget is" in message and "Pass noise_scale" in message
     assert peak < 2**20
 
 
@@ -346,21 +347,22 @@ def test_ls_ece_grid_estimate_bounds_what_is_allocated(frame, monkeypatch):
 
     monkeypatch.setattr(smooth, "_logit_masses", record)
     sigma = 0.01  # δ = 5e-4; logit(1 − 1e-6) spans 2·13.8155 = 27.631: 55,262 cells + kernel
-    estimate = [c for c in options.costs("ls_ece", {"sigma": sigma}) if c.resource == "cells"]
+    estimate = [c for c in options.costs("ls_ece", {"noise_scale": sigma})
+                if c.resource == "cells"]
     assert 55_262 < estimate[0].amount < 57_000
     tracemalloc.start()
-    value = sqlcal.ls_ece(frame, score="p", label="y", sigma=sigma)["ls_ece"].iloc[0]
+    value = sqlcal.ls_ece(frame, score="p", label="y", noise_scale=sigma)["ls_ece"].iloc[0]
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert max(seen) <= estimate[0].amount
-    bytes_estimate = [c for c in options.costs("ls_ece", {"sigma": sigma})
+    bytes_estimate = [c for c in options.costs("ls_ece", {"noise_scale": sigma})
                       if c.resource == "bytes"][0].amount
     assert peak <= bytes_estimate
     with options.budget(cells=math.ceil(estimate[0].amount), bytes=math.ceil(bytes_estimate)):
-        again = sqlcal.ls_ece(frame, score="p", label="y", sigma=sigma)["ls_ece"].iloc[0]
+        again = sqlcal.ls_ece(frame, score="p", label="y", noise_scale=sigma)["ls_ece"].iloc[0]
         assert again == value
-        with pytest.raises(BudgetError, match=r"ls_ece\(\): sigma=0.009 would take"):
-            sqlcal.ls_ece(frame, score="p", label="y", sigma=0.009)
+        with pytest.raises(BudgetError, match=r"ls_ece\(\): noise_scale=0.009 would take"):
+            sqlcal.ls_ece(frame, score="p", label="y", noise_scale=0.009)
 
 
 def test_smooth_ece_bandwidth_and_bootstrap_budgets(frame, no_query):
@@ -392,8 +394,10 @@ def test_declared_choices_are_the_modules_own():
         (options.option("isotonic", "interpolation").choices,
          module("sqlcal.recalibrate").INTERPOLATIONS),
         (options.option("platt", "feature").choices, module("sqlcal.recalibrate").FEATURES),
-        (options.option("distance_to_calibration", "mode").choices,
-         module("sqlcal.metrics.distance").MODES),
+        (options.option("distance_to_calibration", "method").choices,
+         module("sqlcal.metrics.distance").METHODS),
+        (options.option("cutoff_error", "method").choices,
+         module("sqlcal.metrics.cumulative").METHODS),
         (options.option("multiclass", "mode").choices, module("sqlcal.multiclass").MODES),
         (options.option("reliability", "weight_kind").choices,
          module("sqlcal.metrics").WEIGHT_KINDS),

@@ -145,5 +145,5 @@ def test_fractional_weights_are_refused():
 def test_hosmer_lemeshow_keeps_its_two_strategies():
     df = pd.DataFrame({"p": [0.1, 0.4, 0.8, 0.9], "y": [0, 1, 1, 1]})
     with pytest.raises(ValueError, match="strategy"):
-        sqlcal.hosmer_lemeshow(df, score="p", label="y", groups=2,
+        sqlcal.hosmer_lemeshow(df, score="p", label="y", bins=2,
                                strategy="uncertainty_calibration")

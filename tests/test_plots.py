@@ -28,7 +28,7 @@ def test_cumulative_plot_draws_the_running_residual_sum(upload, tmp_path):
         ends = np.concatenate([[0.0], s[np.append(cell[1:] != cell[:-1], True)]])
         np.testing.assert_allclose(line.get_ydata(), ends, atol=1e-12)
         # the curve's range is the grid value of the cutoff error
-        grid = sqlcal.cutoff_error(part, score="p", label="y", exact=False, cells=64)
+        grid = sqlcal.cutoff_error(part, score="p", label="y", method="grid", cells=64)
         assert np.ptp(line.get_ydata()) == pytest.approx(grid.cutoff_error.iloc[0], abs=1e-12)
     path = tmp_path / "cumulative.png"
     ax.figure.savefig(path)

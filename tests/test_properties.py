@@ -24,7 +24,7 @@ METRICS = [
     (sqlcal.brier, {}, ["brier"]),
     (sqlcal.log_loss, {}, ["log_loss"]),
     (sqlcal.spiegelhalter, {}, ["z", "p_value"]),
-    (sqlcal.hosmer_lemeshow, dict(groups=4), ["hl_statistic", "p_value", "dof"]),
+    (sqlcal.hosmer_lemeshow, dict(bins=4), ["hl_statistic", "p_value", "dof"]),
     (sqlcal.brier_decomposition, dict(bins=3), ["reliability", "resolution",
                                                 "within_bin_variance", "within_bin_covariance"]),
     (sqlcal.calibration_in_the_large, {}, ["citl", "oe_ratio"]),

@@ -34,9 +34,9 @@ def direct_ls_ece(p, y, w, sigma, noise="gaussian", clip=1e-6, step_fraction=200
 @pytest.mark.parametrize("sigma", [0.05, 0.3, 1.0])
 def test_ls_ece_equals_direct_integration(upload, sigma):
     df = calibration_data(300, seed=1, groups=2, weights=True)
-    got = sqlcal.ls_ece(upload(df), score="p", label="y", weight="w", by="g", sigma=sigma)
-    fine = sqlcal.ls_ece(upload(df), score="p", label="y", weight="w", by="g", sigma=sigma,
-                         delta=sigma / 100)
+    got = sqlcal.ls_ece(upload(df), score="p", label="y", weight="w", by="g", noise_scale=sigma)
+    fine = sqlcal.ls_ece(upload(df), score="p", label="y", weight="w", by="g", noise_scale=sigma,
+                         step=sigma / 100)
     for (_, row), (_, row_fine) in zip(got.iterrows(), fine.iterrows()):
         part = df[df.g == row.g]
         want = direct_ls_ece(part.p, part.y, part.w, sigma)
@@ -46,7 +46,7 @@ def test_ls_ece_equals_direct_integration(upload, sigma):
 
 def test_ls_ece_uniform_noise_within_its_bound(upload):
     df = calibration_data(200, seed=2)
-    got = sqlcal.ls_ece(upload(df), score="p", label="y", sigma=0.2, noise="uniform").iloc[0]
+    got = sqlcal.ls_ece(upload(df), score="p", label="y", noise_scale=0.2, noise="uniform").iloc[0]
     want = direct_ls_ece(df.p, df.y, np.ones(len(df)), 0.2, noise="uniform")
     assert abs(got.ls_ece - want) <= got.grid_bound
 
@@ -54,7 +54,7 @@ def test_ls_ece_uniform_noise_within_its_bound(upload):
 def test_ls_ece_soft_labels(upload):
     df = calibration_data(150, seed=3)
     df["y"] = np.random.default_rng(3).random(len(df))
-    got = sqlcal.ls_ece(upload(df), score="p", label="y", sigma=0.3, soft_labels=True).iloc[0]
+    got = sqlcal.ls_ece(upload(df), score="p", label="y", noise_scale=0.3, soft_labels=True).iloc[0]
     want = direct_ls_ece(df.p, df.y, np.ones(len(df)), 0.3)
     assert abs(got.ls_ece - want) <= got.grid_bound
 
@@ -71,7 +71,7 @@ def test_ls_ece_matches_the_papers_monte_carlo_estimator(upload):
         K = np.exp(-0.5 * ((t[:, None] - z[None, :]) / sigma) ** 2)
         runs.append(np.mean(np.abs(K @ y / K.sum(1) - expit(t))))
     got = sqlcal.ls_ece(upload(pd.DataFrame({"p": expit(z), "y": y.astype(int)})), score="p",
-                        label="y", sigma=sigma).ls_ece.iloc[0]
+                        label="y", noise_scale=sigma).ls_ece.iloc[0]
     assert abs(got - np.mean(runs)) <= 3 * np.std(runs, ddof=1) / np.sqrt(len(runs))
 
 
@@ -88,7 +88,7 @@ T1 = [  # a, (σ = 0.05, 0.1, 0.5)
 def test_two_atom_fixture(upload, a, values):
     df = pd.DataFrame({"p": [expit(a), expit(-a)], "y": [1, 0]})
     for sigma, want in zip((0.05, 0.1, 0.5), values):
-        got = sqlcal.ls_ece(upload(df), score="p", label="y", sigma=sigma).iloc[0]
+        got = sqlcal.ls_ece(upload(df), score="p", label="y", noise_scale=sigma).iloc[0]
         assert abs(got.ls_ece - want) <= got.grid_bound + 1e-6
 
 
@@ -97,12 +97,12 @@ def test_binned_ece_jumps_where_ls_ece_moves_continuously(upload):
     # LS-ECE moves by at most sqrt(2/π)·a/σ (its Lipschitz bound, spec §2.8)
     sigma = 0.1
     base = sqlcal.ls_ece(upload(pd.DataFrame({"p": [0.5, 0.5], "y": [1, 0]})), score="p",
-                         label="y", sigma=sigma).ls_ece.iloc[0]
+                         label="y", noise_scale=sigma).ls_ece.iloc[0]
     for a in (1e-6, 1e-4, 1e-3):
         df = pd.DataFrame({"p": [expit(a), expit(-a)], "y": [1, 0]})
         t = upload(df)
         assert sqlcal.ece(t, score="p", label="y", bins=10).ece.iloc[0] > 0.49
-        moved = abs(sqlcal.ls_ece(t, score="p", label="y", sigma=sigma).ls_ece.iloc[0] - base)
+        moved = abs(sqlcal.ls_ece(t, score="p", label="y", noise_scale=sigma).ls_ece.iloc[0] - base)
         assert moved <= np.sqrt(2 / np.pi) * a / sigma + 1e-6
     assert sqlcal.ece(upload(pd.DataFrame({"p": [0.5, 0.5], "y": [1, 0]})), score="p",
                       label="y", bins=10).ece.iloc[0] == 0
@@ -113,10 +113,10 @@ def test_calibration_limits_and_symmetry(upload):
     t = upload(df)
     mirrored = upload(df.assign(p=1 - df.p, y=1 - df.y))
     for sigma in (0.1, 1.0):
-        a = sqlcal.ls_ece(t, score="p", label="y", sigma=sigma).ls_ece.iloc[0]
-        b = sqlcal.ls_ece(mirrored, score="p", label="y", sigma=sigma).ls_ece.iloc[0]
+        a = sqlcal.ls_ece(t, score="p", label="y", noise_scale=sigma).ls_ece.iloc[0]
+        b = sqlcal.ls_ece(mirrored, score="p", label="y", noise_scale=sigma).ls_ece.iloc[0]
         assert a == pytest.approx(b, abs=1e-9)
-    assert sqlcal.ls_ece(t, score="p", label="y", sigma=200.0).ls_ece.iloc[0] == pytest.approx(
+    assert sqlcal.ls_ece(t, score="p", label="y", noise_scale=200.0).ls_ece.iloc[0] == pytest.approx(
         0.5, abs=0.02)
 
 
@@ -128,8 +128,8 @@ def test_lipschitz_in_the_logits(upload, seed, scale):
     shift = rng.normal(0, scale, len(df))
     moved = df.assign(p=expit(logit(df.p) + shift))
     sigma = 0.2
-    a = sqlcal.ls_ece(upload(df), score="p", label="y", sigma=sigma).iloc[0]
-    b = sqlcal.ls_ece(upload(moved), score="p", label="y", sigma=sigma).iloc[0]
+    a = sqlcal.ls_ece(upload(df), score="p", label="y", noise_scale=sigma).iloc[0]
+    b = sqlcal.ls_ece(upload(moved), score="p", label="y", noise_scale=sigma).iloc[0]
     bound = np.sqrt(2 / np.pi) * np.abs(shift).mean() / sigma
     assert abs(a.ls_ece - b.ls_ece) <= bound + a.grid_bound + b.grid_bound
 
@@ -304,7 +304,7 @@ def test_ls_ece_large_sigma_tends_to_one_half(upload, sigma):
     exact = 2 * integrate.quad(lambda x: (expit(sigma * x) - 0.5) * stats.norm.pdf(x), 0, 40,
                                epsabs=1e-14)[0]
     got = sqlcal.ls_ece(upload(pd.DataFrame({"p": [0.5, 0.5], "y": [0, 1]})), score="p",
-                        label="y", sigma=sigma).iloc[0]
+                        label="y", noise_scale=sigma).iloc[0]
     assert abs(got.ls_ece - exact) <= got.grid_bound
 
 

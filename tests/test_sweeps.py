@@ -63,7 +63,7 @@ SWEPT = {
     "calibration_in_the_large": lambda d, **k: sqlcal.calibration_in_the_large(d, **k),
     "calibration_slope": lambda d, **k: sqlcal.calibration_slope(d, **k),
     "cutoff_error": lambda d, **k: sqlcal.cutoff_error(d, **k),
-    "cutoff_error[grid]": lambda d, **k: sqlcal.cutoff_error(d, exact=False, cells=64, **k),
+    "cutoff_error[grid]": lambda d, **k: sqlcal.cutoff_error(d, method="grid", cells=64, **k),
     "decision_loss": lambda d, **k: sqlcal.decision_loss(d, threshold=[0.3, 0.5], **k),
     "decision_loss[payoffs]": lambda d, **k: sqlcal.decision_loss(
         d, payoffs=[[1.0, 0.0], [0.2, 0.7], [0.0, 1.0]], **k),

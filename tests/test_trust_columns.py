@@ -70,9 +70,9 @@ def _cases():
         ("reliability", {"bins": 4, "ci": "clopper-pearson", "confidence": 0.8},
          {"binning": "uniform(4, sqlcal)", "ci_method": "clopper-pearson", "confidence": 0.8}),
         ("brier_decomposition", {"bins": 6, "strategy": "quantile"}, {"binning": "quantile(6)"}),
-        ("hosmer_lemeshow", {"groups": 8, "dof": "in_sample"},
+        ("hosmer_lemeshow", {"bins": 8, "dof": "in_sample"},
          {"binning": "quantile(8)", "dof_rule": "in_sample"}),
-        ("cutoff_error", {"delta": 0.01}, {"exact": True, "confidence": 0.98}),
+        ("cutoff_error", {"confidence": 0.98}, {"exact": True, "confidence": 0.98}),
         ("kuiper", {}, {"exact": True}),
         ("ks", {}, {"exact": True}),
         ("tce", {"strategy": "uniform", "bins": 4, "alpha": 0.1, "test": "ttest"},
@@ -81,9 +81,9 @@ def _cases():
                                             "alpha": 0.05, "test": "binomial"}),
         ("tce_bins", {"strategy": "quantile", "bins": 3}, {"binning": "quantile(3)"}),
         ("lipschitz_calibration_error", {"lipschitz": 2.0}, {"lipschitz": 2.0}),
-        ("ls_ece", {"sigma": 0.2, "noise": "uniform", "clip": 1e-4},
+        ("ls_ece", {"noise_scale": 0.2, "noise": "uniform", "clip": 1e-4},
          {"noise": "uniform", "clip": 1e-4, "grid_step": 0.2 / 200}),
-        ("ls_ece", {"sigma": 0.1, "delta": 0.004}, {"noise": "gaussian", "grid_step": 0.004}),
+        ("ls_ece", {"noise_scale": 0.1, "step": 0.004}, {"noise": "gaussian", "grid_step": 0.004}),
         ("smooth_ece", {"bootstrap": 5, "confidence": 0.9}, {"bootstrap": 5, "confidence": 0.9}),
         ("calibration_decision_loss", {}, {"binning": "levels", "method": "hull"}),
         ("calibration_decision_loss", {"bins": 5}, {"binning": "uniform(5, sqlcal)"}),
@@ -126,7 +126,7 @@ def test_expected_cost_carries_its_rules_and_confidence():
     rule = [(-1.0, 0.5, 1.0, 0.0), (0.5, 1.0, 0.0, 0.6)]
     val = _data(seed=9)
     out = sqlcal.expected_cost(df, score="p", label="y", rules=rule, actions=actions,
-                               validation=val, delta=0.1)
+                               validation=val, confidence=0.8)
     mine = out[out["rule"] == "rule"].iloc[0]
     assert mine["intervals"] == rule and mine["actions"] is None
     best = out[out["rule"] == "best"].iloc[0]
@@ -154,7 +154,7 @@ def test_grid_mode_says_so_and_bounds_its_error(upload, name):
     bounded = 0
     for cells in (4, 16, 64):
         grid = getattr(sqlcal, name)(data, score="p", label="y", weight="w", by="g",
-                                     exact=False, cells=cells)
+                                     method="grid", cells=cells)
         assert grid["exact"].tolist() == [False, False] and exact["exact"].tolist() == [True] * 2
         assert (exact["grid_bound"] == 0).all()
         gap = (exact[name] - grid[name]).to_numpy(float)
@@ -182,8 +182,8 @@ def test_decompose_exact_flag_is_honest():
 def test_trust_survives_concat():
     whole, frac = _data(whole=True), _data(whole=False, seed=4)
     a = sqlcal.cutoff_error(whole, score="p", label="y", weight="w")
-    b = sqlcal.cutoff_error(frac, score="p", label="y", weight="w", exact=False, cells=8,
-                            delta=0.025)
+    b = sqlcal.cutoff_error(frac, score="p", label="y", weight="w", method="grid", cells=8,
+                            confidence=0.95)
     both = pd.concat([a, b], ignore_index=True)
     assert both["weight_kind"].tolist() == [_kind(whole.w), _kind(frac.w)]
     assert both["exact"].tolist() == [True, False]
@@ -213,7 +213,7 @@ def _run(df):
     config = scheduled.validate_config({
         "source": {"data": df, "score": "p", "label": "y", "weight": "w", "by": "g"},
         "metrics": {"spiegelhalter": {}, "kuiper": {"weight_kind": "sampling"},
-                    "cutoff_error": {"exact": False, "cells": 8}, "ece": {"bins": 5}}})
+                    "cutoff_error": {"method": "grid", "cells": 8}, "ece": {"bins": 5}}})
     return scheduled.run_report(config, run_id="trust-1", diagrams=False)
 
 
@@ -227,7 +227,7 @@ def test_disagreeing_metrics_get_their_own_column_and_the_json_keeps_everything(
     assert table["kuiper_weight_kind"].tolist() == ["sampling"] * 2
     assert table["exact"].tolist() == [True] * 2
     assert table["cutoff_error_exact"].tolist() == [False] * 2
-    direct = sqlcal.cutoff_error(df, score="p", label="y", weight="w", by="g", exact=False,
+    direct = sqlcal.cutoff_error(df, score="p", label="y", weight="w", by="g", method="grid",
                                  cells=8)
     order = [list(direct["g"]).index(g) for g in table["g"]]
     # the run fuses its summaries into one scan: the same sums in another order

@@ -358,7 +358,7 @@ def hosmer_lemeshow(
     weight: str | None = None,
     by: str | Sequence[str] = (),
     where: Any = None,
-    groups: int = 10,
+    bins: int = 10,
     dof: str = "out_of_sample",
     strategy: str = "quantile",
     weight_kind: str = "auto",
@@ -381,9 +381,9 @@ def hosmer_lemeshow(
         Group keys: one result row per group.
     where : ibis boolean expression, callable or SQL string, optional
         Filter applied in the engine before anything else.
-    groups : int, default 10
-        Number of risk groups G (equal-mass bins on exact quantile edges; ties never split, so
-        fewer groups can be non-empty).
+    bins : int, default 10
+        Number of risk groups G, the test's bins (equal-mass bins on exact quantile edges;
+        ties never split, so fewer can be non-empty).
     dof : {"out_of_sample", "in_sample"}, default "out_of_sample"
         Degrees of freedom of the chi-squared reference: G for predictions evaluated on data the
         model was not fitted on (the usual case for logged predictions), G − 2 for the classical
@@ -403,7 +403,7 @@ def hosmer_lemeshow(
     -------
     pandas.DataFrame
         One row per group: the keys, ``hl_statistic``, ``n``, ``W``, ``dof``, ``p_value``,
-        ``n_groups`` (non-empty risk groups), ``binning`` (the risk groups asked for, as in
+        ``n_bins`` (non-empty risk groups), ``binning`` (the risk groups asked for, as in
         :func:`ece`), ``dof_rule`` (the ``dof`` option), ``weight_kind`` (``"frequency"`` or
         ``"sampling"``: the group variance used, ``"auto"`` resolved); with
         ``on_invalid="drop"``, ``n_dropped``.
@@ -421,19 +421,19 @@ def hosmer_lemeshow(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
-    >>> out = sqlcal.hosmer_lemeshow(df, score="p", label="y", groups=4)
-    >>> out[["hl_statistic", "dof", "p_value", "n_groups", "weight_kind"]].round(6)
-       hl_statistic  dof   p_value  n_groups weight_kind
-    0      1.101487    4  0.894036         4   frequency
+    >>> out = sqlcal.hosmer_lemeshow(df, score="p", label="y", bins=4)
+    >>> out[["hl_statistic", "dof", "p_value", "n_bins", "weight_kind"]].round(6)
+       hl_statistic  dof   p_value  n_bins weight_kind
+    0      1.101487    4  0.894036       4   frequency
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    frame = bins_summary(src, bins=groups, strategy=strategy, convention="sqlcal",
+    frame = bins_summary(src, bins=bins, strategy=strategy, convention="sqlcal",
                          parts=variance_parts(src, weight_kind))
     weight_kind = resolve_weight_kind(src, weight_kind)
     src.require_binary_labels("the Hosmer-Lemeshow test")
     return result(src, hosmer_lemeshow_finish(frame, by=src.by, dof=dof, weight_kind=weight_kind),
-                  ["hl_statistic", "dof", "p_value", "n_groups"],
-                  {"binning": binning(groups, strategy, "sqlcal"), "dof_rule": dof,
+                  ["hl_statistic", "dof", "p_value", "n_bins"],
+                  {"binning": binning(bins, strategy, "sqlcal"), "dof_rule": dof,
                    "weight_kind": weight_kind})
 
 
@@ -498,12 +498,12 @@ def brier_finish(bins: pd.DataFrame, *, by=()) -> pd.DataFrame:
 
 def hosmer_lemeshow_finish(bins: pd.DataFrame, *, by=(), dof: str = "out_of_sample",
                            weight_kind: str = "frequency") -> pd.DataFrame:
-    """Per group: the Hosmer-Lemeshow statistic, ``dof``, ``p_value`` and ``n_groups`` from the
+    """Per group: the Hosmer-Lemeshow statistic, ``dof``, ``p_value`` and ``n_bins`` from the
     bins summary of the risk groups (``sw2`` for sampling weights); ``weight_kind`` resolved.
     See :func:`hosmer_lemeshow`."""
     def finish(part: pd.DataFrame) -> dict:
         part = part[part["W"] > 0]
-        n_groups = len(part)
+        n_bins = len(part)
         O, E, Wg = part["swy"], part["swp"], part["W"]
         pi = E / Wg
         size = Wg if weight_kind == "frequency" else part["sw2"]
@@ -512,10 +512,10 @@ def hosmer_lemeshow_finish(bins: pd.DataFrame, *, by=(), dof: str = "out_of_samp
         with np.errstate(divide="ignore", invalid="ignore"):
             terms = np.where(var > 0, diff2 / np.where(var > 0, var, 1.0),
                              np.where(diff2 > 0, np.inf, 0.0))
-        stat = float(terms.sum()) if n_groups else np.nan
-        df = n_groups - (2 if dof == "in_sample" else 0)
-        p = float(stats.chi2.sf(stat, df)) if df > 0 and n_groups else np.nan
-        return {"hl_statistic": stat, "dof": df, "p_value": p, "n_groups": n_groups}
+        stat = float(terms.sum()) if n_bins else np.nan
+        df = n_bins - (2 if dof == "in_sample" else 0)
+        p = float(stats.chi2.sf(stat, df)) if df > 0 and n_bins else np.nan
+        return {"hl_statistic": stat, "dof": df, "p_value": p, "n_bins": n_bins}
 
     return per_group(bins, by, finish)
 
@@ -610,7 +610,7 @@ NEEDS = {
     "brier_decomposition": lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
                                                      convention=o["convention"],
                                                      parts={"moments"}),
-    "hosmer_lemeshow": lambda src, o: bins_needs(src, bins=o["groups"], strategy=o["strategy"],
+    "hosmer_lemeshow": lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
                                                  convention="sqlcal",
                                                  parts=variance_parts(src, o["weight_kind"])),
 }
@@ -634,13 +634,13 @@ FOLLOW_UP_NEEDS = {
     "brier_decomposition": lambda src, o: bins_follow_up(src, bins=o["bins"],
                                                          strategy=o["strategy"],
                                                          parts={"moments"}),
-    "hosmer_lemeshow": lambda src, o: bins_follow_up(src, bins=o["groups"],
+    "hosmer_lemeshow": lambda src, o: bins_follow_up(src, bins=o["bins"],
                                                      strategy=o["strategy"],
                                                      parts=variance_parts(src, o["weight_kind"])),
 }
 
 #: (metric, option, value) whose bins refine with follow-up passes -> the one-shot option
-FOLLOW_UPS = {
+REFINING = {
     **{(m, "strategy", "quantile"): "strategy='uniform'"
        for m in ("ece", "reliability", "brier_decomposition", "hosmer_lemeshow")},
     **{(m, "strategy", "uncertainty_calibration"): "strategy='uniform'"

@@ -24,6 +24,8 @@ from sqlcal.options import checked
 #: E[range of standard Brownian motion on [0, 1]] = 2·sqrt(2/π): the calibrated model's expected
 #: cutoff error in units of sigma (spec seed004 §2.4)
 NOISE_FLOOR_FACTOR = 2 * np.sqrt(2 / np.pi)
+#: how the extremes are computed: the exact segmented scan, or the score grid and its bound
+METHODS = ("exact", "grid")
 #: the exact extremes zoom into the candidate cells (a GROUP BY over their rows) while those
 #: hold more rows than this, so the window that resolves them sorts fewer rows. At 10^7 rows
 #: (10 groups, DuckDB) the candidates hold 10^6 rows, a zoom leaves 1.3·10^5: the cutoff error
@@ -43,9 +45,9 @@ def cutoff_error(
     weight: str | None = None,
     by: str | Sequence[str] = (),
     where: Any = None,
-    exact: bool = True,
+    method: str = "exact",
     cells: int | None = None,
-    delta: float = 0.05,
+    confidence: float = 0.9,
     epsilon: float | None = None,
     weight_kind: str = "auto",
     **source_options: Any,
@@ -67,16 +69,17 @@ def cutoff_error(
         Group keys: one result row per group.
     where : ibis boolean expression, callable or SQL string, optional
         Filter applied in the engine before anything else.
-    exact : bool, default True
-        Exact segmented scan (a window per score cell and group). ``False`` quantises scores to
-        ``cells`` grid cells and needs only a GROUP BY; the value is then a lower bound, and
-        ``grid_bound`` says how much higher the exact value can be.
+    method : {"exact", "grid"}, default "exact"
+        ``"exact"``: the exact segmented scan (a window per score cell and group). ``"grid"``
+        quantises scores to ``cells`` grid cells and needs only a GROUP BY; the value is then a
+        lower bound, and ``grid_bound`` says how much higher the exact value can be.
     cells : int, optional
         Number of score cells, a power of two (default 1024). Exact mode gives the same answer
         for any value; more cells make the first pass larger and the second smaller. In grid mode
         more cells tighten ``grid_bound``.
-    delta : float, default 0.05
-        Failure probability of each confidence bound.
+    confidence : float, default 0.9
+        Confidence level of [``lower_bound``, ``upper_bound``]: each bound alone fails with
+        probability δ = (1 − confidence)/2.
     epsilon : float, optional
         A tolerance to certify: adds ``certified_within`` (upper bound ≤ ε: calibrated within ε
         with confidence 1 − δ) and ``certified_beyond`` (lower bound > ε: not calibrated within ε).
@@ -97,9 +100,9 @@ def cutoff_error(
         ``interval_lower`` (exclusive; −inf when the worst interval starts at the lowest score),
         ``interval_upper`` (inclusive), ``interval_gap`` (signed residual mass there over W: > 0
         under-prediction, < 0 over-prediction), ``grid_bound`` (0 when exact), and with
-        ``epsilon``, ``certified_within`` and ``certified_beyond``; then ``exact`` (the
-        ``exact`` option: False for the grid's lower bound), ``confidence`` (1 − 2δ, the level
-        of [``lower_bound``, ``upper_bound``]; each bound alone holds with 1 − δ),
+        ``epsilon``, ``certified_within`` and ``certified_beyond``; then ``exact`` (False for
+        the grid's lower bound, ``method="grid"``), ``confidence`` (the level of
+        [``lower_bound``, ``upper_bound``]; each bound alone holds with 1 − δ),
         ``weight_kind`` (``"frequency"`` or ``"sampling"``: the n of the bounds, ``"auto"``
         resolved); with ``on_invalid="drop"``, ``n_dropped``.
 
@@ -158,6 +161,8 @@ def cutoff_error(
     weight_kind        frequency
     Name: 0, dtype: object
     """
+    exact = _exact(method)
+    delta = (1 - confidence) / 2  # each one-sided bound's failure probability
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = _extremes(src, exact, cells, weight_kind)
     weight_kind = resolve_weight_kind(src, weight_kind)
@@ -168,7 +173,7 @@ def cutoff_error(
                "grid_bound"]
     if epsilon is not None:
         columns += ["certified_within", "certified_beyond"]
-    return result(src, t, columns, {"exact": bool(exact), "confidence": 1 - 2 * delta,
+    return result(src, t, columns, {"exact": exact, "confidence": confidence,
                                     "weight_kind": weight_kind})
 
 
@@ -181,7 +186,7 @@ def kuiper(
     weight: str | None = None,
     by: str | Sequence[str] = (),
     where: Any = None,
-    exact: bool = True,
+    method: str = "exact",
     cells: int | None = None,
     weight_kind: str = "auto",
     **source_options: Any,
@@ -203,9 +208,9 @@ def kuiper(
         Group keys: one result row per group.
     where : ibis boolean expression, callable or SQL string, optional
         Filter applied in the engine before anything else.
-    exact : bool, default True
-        Exact scan (``True``), or the score-grid lower bound with ``grid_bound`` beside it, as in
-        :func:`cutoff_error`.
+    method : {"exact", "grid"}, default "exact"
+        As for :func:`cutoff_error`: ``"grid"`` reads the score cells only and reports
+        ``grid_bound``.
     cells : int, optional
         Number of score cells, a power of two (default 1024), as in :func:`cutoff_error`.
     weight_kind : {"auto", "frequency", "sampling"}, default "auto"
@@ -221,7 +226,7 @@ def kuiper(
     pandas.DataFrame
         One row per group: the keys, ``kuiper`` (the statistic), ``n``, ``W``, ``p_value``,
         ``sigma`` (the null standard deviation of S_K over W), ``grid_bound`` (in statistic
-        units; 0 when exact), ``exact`` (the ``exact`` option), ``weight_kind`` (``"frequency"``
+        units; 0 when exact), ``exact`` (False with ``method="grid"``), ``weight_kind`` (``"frequency"``
         or ``"sampling"``: the null variance used, ``"auto"`` resolved); with
         ``on_invalid="drop"``, ``n_dropped``.
 
@@ -244,7 +249,7 @@ def kuiper(
          kuiper  n    W   p_value     sigma  grid_bound  exact weight_kind
     0  0.591608  8  8.0  0.999982  0.147902         0.0   True   frequency
     """
-    return _brownian_test(data, "kuiper", score, label, weight, by, where, exact, cells,
+    return _brownian_test(data, "kuiper", score, label, weight, by, where, method, cells,
                           weight_kind, source_options)
 
 
@@ -257,7 +262,7 @@ def ks(
     weight: str | None = None,
     by: str | Sequence[str] = (),
     where: Any = None,
-    exact: bool = True,
+    method: str = "exact",
     cells: int | None = None,
     weight_kind: str = "auto",
     **source_options: Any,
@@ -279,9 +284,9 @@ def ks(
         Group keys: one result row per group.
     where : ibis boolean expression, callable or SQL string, optional
         Filter applied in the engine before anything else.
-    exact : bool, default True
-        Exact scan (``True``), or the score-grid lower bound with ``grid_bound`` beside it, as in
-        :func:`cutoff_error`.
+    method : {"exact", "grid"}, default "exact"
+        As for :func:`cutoff_error`: ``"grid"`` reads the score cells only and reports
+        ``grid_bound``.
     cells : int, optional
         Number of score cells, a power of two (default 1024), as in :func:`cutoff_error`.
     weight_kind : {"auto", "frequency", "sampling"}, default "auto"
@@ -297,7 +302,7 @@ def ks(
     pandas.DataFrame
         One row per group: the keys, ``ks`` (the statistic), ``n``, ``W``, ``p_value``, ``sigma``
         (the null standard deviation of S_K over W), ``grid_bound`` (in statistic units; 0 when
-        exact), ``exact`` (the ``exact`` option), ``weight_kind`` (``"frequency"`` or
+        exact), ``exact`` (False with ``method="grid"``), ``weight_kind`` (``"frequency"`` or
         ``"sampling"``: the null variance used, ``"auto"`` resolved); with
         ``on_invalid="drop"``, ``n_dropped``.
 
@@ -320,7 +325,7 @@ def ks(
              ks  n    W   p_value     sigma  grid_bound  exact weight_kind
     0  0.338062  8  8.0  0.999974  0.147902         0.0   True   frequency
     """
-    return _brownian_test(data, "ks", score, label, weight, by, where, exact, cells,
+    return _brownian_test(data, "ks", score, label, weight, by, where, method, cells,
                           weight_kind, source_options)
 
 
@@ -351,15 +356,22 @@ def _alternating_tail(x, term, first: int) -> np.ndarray:
 # -- shared pieces ----------------------------------------------------------------------------
 
 
-def _brownian_test(data, name, score, label, weight, by, where, exact, cells, weight_kind,
+def _exact(method: str) -> bool:
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+    return method == "exact"
+
+
+def _brownian_test(data, name, score, label, weight, by, where, method, cells, weight_kind,
                    source_options) -> pd.DataFrame:
+    exact = _exact(method)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = _extremes(src, exact, cells, weight_kind)
     weight_kind = resolve_weight_kind(src, weight_kind)
     src.require_binary_labels(f"the {name} test")
     t = brownian_finish(t, name, weight_kind=weight_kind)
     return result(src, t, [name, "p_value", "sigma", "grid_bound"],
-                  {"exact": bool(exact), "weight_kind": weight_kind})
+                  {"exact": exact, "weight_kind": weight_kind})
 
 
 # -- finishes: plain functions of the extremes table ------------------------------------------
@@ -419,7 +431,7 @@ def _extremes(src: Source, exact: bool, cells: int | None, weight_kind: str) -> 
     cell end can hold the extreme. While those hold many rows, a 1024-fold finer histogram of
     them narrows the candidates (one GROUP BY over their rows); the exact segmented scan (a
     window partitioned by group and cell) then runs on the remaining candidate cells alone.
-    Grid mode (``exact=False``) stops after the first pass and reports how far the extremes can
+    Grid mode (``method="grid"``) stops after the first pass and reports how far the extremes can
     still move. The reads are :func:`extremes_walk`'s; the arithmetic :func:`extremes_finish`'s.
     """
     cells = _checked_cells(cells)
@@ -575,10 +587,11 @@ NEEDS = {name: (lambda src, o: _extremes_needs(src, o["cells"], o["weight_kind"]
          for name in ("cutoff_error", "kuiper", "ks")}
 
 #: metric -> its next follow-up from the cached frames (the planner shares them in a report)
-FOLLOW_UP_NEEDS = {name: (lambda src, o: extremes_follow_up(src, o["exact"], o["cells"],
-                                                             o["weight_kind"]))
-                   for name in ("cutoff_error", "kuiper", "ks")}
+FOLLOW_UP_NEEDS = {
+    name: (lambda src, o: extremes_follow_up(src, _exact(o["method"]), o["cells"],
+                                             o["weight_kind"]))
+    for name in ("cutoff_error", "kuiper", "ks")}
 
 #: (metric, option, value) that refines with follow-up passes -> the one-shot option
-FOLLOW_UPS = {(m, "exact", True): "exact=False (the grid form, with its certified grid_bound)"
+REFINING = {(m, "method", "exact"): "method='grid' (the grid form, with its certified grid_bound)"
               for m in ("cutoff_error", "kuiper", "ks")}

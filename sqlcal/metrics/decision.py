@@ -507,7 +507,7 @@ def expected_cost(
     epsilon: float | None = None,
     validation: Any = None,
     validation_label: str | None = None,
-    delta: float = 0.05,
+    confidence: float = 0.9,
     tie: str = "higher",
     **source_options: Any,
 ) -> pd.DataFrame:
@@ -554,8 +554,9 @@ def expected_cost(
     validation_label : str, optional
         The label column of ``validation`` when it is data; required when this table has no
         label.
-    delta : float, default 0.05
-        Failure probability of each confidence statement (with ``validation``).
+    confidence : float, default 0.9
+        With ``validation``: the confidence level of the bounds (the ``confidence`` column);
+        each of the two statements behind them fails with probability δ = (1 − confidence)/2.
     tie : {"higher", "lower"}, default "higher"
         With ``actions``: where two actions cost the same at a score, the one best just above
         it (the least a − b: the action for higher probabilities, as :func:`decision_loss`) or
@@ -632,8 +633,9 @@ def expected_cost(
         raise ValueError("pass epsilon= or validation=, not both")
     if epsilon is not None and not (np.isfinite(epsilon) and epsilon >= 0):
         raise ValueError(f"epsilon must be a non-negative number, not {epsilon!r}")
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), not {delta!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), not {confidence!r}")
+    delta = (1 - confidence) / 2
     if tie not in ("higher", "lower"):
         raise ValueError(f"tie must be 'higher' or 'lower', not {tie!r}")
     table = rules_table(rules, actions, tie)
@@ -657,7 +659,7 @@ def expected_cost(
                       else None) for name, rule in rules.items()}
     return _with_trust(out, intervals=out["rule"].map(intervals).tolist(),
                        actions=out["rule"].map(actions).tolist(),
-                       confidence=(1 - 2 * delta) if validation is not None else np.nan)
+                       confidence=confidence if validation is not None else np.nan)
 
 
 _COST_COLUMNS = ["rule", "expected_cost", "error_bound", "cost_lower", "cost_upper", "epsilon",
@@ -1166,7 +1168,7 @@ def _validation_bound(validation, validation_label, src: Source, labelled: bool,
     from sqlcal.metrics.cumulative import cutoff_error
 
     val = _validation_source(validation, validation_label, src, labelled)
-    bound = cutoff_error(val, delta=delta)
+    bound = cutoff_error(val, confidence=1 - 2 * delta)
     return bound[[*val.by, "upper_bound"]]
 
 

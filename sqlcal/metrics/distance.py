@@ -29,7 +29,7 @@ from sqlcal.metrics.smooth import SMOOTH_CELLS
 from sqlcal.source import Source, as_source
 from sqlcal.options import checked
 
-MODES = ("auto", "exact", "cells")
+METHODS = ("auto", "exact", "cells")
 #: "auto" reads the exact levels when at most this many rows share a score cell with another score
 MAX_LEVELS = 50_000
 #: exact set-partition search for the upper distance up to this many levels (Bell(8) = 4140)
@@ -52,7 +52,7 @@ def lipschitz_calibration_error(
     by: str | Sequence[str] = (),
     where: Any = None,
     lipschitz: float = 1.0,
-    mode: str = "auto",
+    method: str = "auto",
     max_levels: int = MAX_LEVELS,
     **source_options: Any,
 ) -> pd.DataFrame:
@@ -78,13 +78,13 @@ def lipschitz_calibration_error(
         The Lipschitz constant K of the weight functions. K = 1 is smCE; K = 2 is the earth
         mover's distance EMD(J*, J^p) between the law of (score, label) and that of (score, a
         label drawn from the score) under the metric |v − v'| + |y − y'|.
-    mode : {"auto", "exact", "cells"}, default "auto"
+    method : {"auto", "exact", "cells"}, default "auto"
         ``"exact"``: the level sets (one GROUP BY score, as many rows as distinct scores).
         ``"cells"``: the 16384-cell score histogram, each cell at its rows' mean score.
         ``"auto"``: the cells first; then, if at most ``max_levels`` rows lie in cells holding
         more than one distinct score, the levels inside those cells (exact); else the cells.
     max_levels : int, default 50000
-        See ``mode``.
+        See ``method``.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -129,7 +129,7 @@ def lipschitz_calibration_error(
     0.04
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    out = lipschitz_finish(_reduced(src, mode, max_levels), by=src.by, lipschitz=lipschitz)
+    out = lipschitz_finish(_reduced(src, method, max_levels), by=src.by, lipschitz=lipschitz)
     return result(src, out, ["lipschitz_calibration_error", "quantization_bound", "levels"],
                   {"lipschitz": lipschitz})
 
@@ -145,7 +145,7 @@ def distance_to_calibration(
     where: Any = None,
     grid: int = 128,
     lower_levels: int = 64,
-    mode: str = "auto",
+    method: str = "auto",
     max_levels: int = MAX_LEVELS,
     **source_options: Any,
 ) -> pd.DataFrame:
@@ -174,10 +174,10 @@ def distance_to_calibration(
         The LP runs on at most this many contiguous buckets of levels (at their mean scores);
         its size is about 2·lower_levels·(grid + lower_levels) variables (0.1 s at the
         defaults, 1 s at 128/128).
-    mode : {"auto", "exact", "cells"}, default "auto"
+    method : {"auto", "exact", "cells"}, default "auto"
         Which levels to read, as for :func:`lipschitz_calibration_error`.
     max_levels : int, default 50000
-        Rows in shared score cells up to which ``mode="auto"`` reads the exact levels, as for
+        Rows in shared score cells up to which ``method="auto"`` reads the exact levels, as for
         :func:`lipschitz_calibration_error`.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
@@ -255,7 +255,7 @@ def distance_to_calibration(
     0            0.08             0.1   partitions
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    out = distance_finish(_reduced(src, mode, max_levels), by=src.by, grid=grid,
+    out = distance_finish(_reduced(src, method, max_levels), by=src.by, grid=grid,
                           lower_levels=lower_levels)
     return result(src, out, _DISTANCE_COLUMNS)
 
@@ -270,7 +270,7 @@ def interval_calibration_error(
     by: str | Sequence[str] = (),
     where: Any = None,
     bins: int | None = None,
-    mode: str = "auto",
+    method: str = "auto",
     max_levels: int = MAX_LEVELS,
     **source_options: Any,
 ) -> pd.DataFrame:
@@ -298,10 +298,10 @@ def interval_calibration_error(
         last, as :func:`sqlcal.ece`): :math:`\mathrm{intCE}_B=\mathrm{CE}_B+1/\text{bins}`, the
         binned ECE with bin means plus the bin width (one GROUP BY bin). By default, the
         infimum over all partitions.
-    mode : {"auto", "exact", "cells"}, default "auto"
+    method : {"auto", "exact", "cells"}, default "auto"
         Which levels to read, as for :func:`lipschitz_calibration_error`.
     max_levels : int, default 50000
-        Rows in shared score cells up to which ``mode="auto"`` reads the exact levels, as for
+        Rows in shared score cells up to which ``method="auto"`` reads the exact levels, as for
         :func:`lipschitz_calibration_error`.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
@@ -347,7 +347,7 @@ def interval_calibration_error(
     if bins is not None:
         frame = bins_summary(src, bins=bins, strategy="uniform", convention="sqlcal")
         return result(src, interval_bins_finish(frame, by=src.by, bins=bins), _INTERVAL_COLUMNS)
-    out = interval_finish(_reduced(src, mode, max_levels), by=src.by)
+    out = interval_finish(_reduced(src, method, max_levels), by=src.by)
     return result(src, out, _INTERVAL_COLUMNS)
 
 
@@ -355,9 +355,9 @@ def interval_calibration_error(
 
 
 def _levels_needs(src: Source, options: dict) -> list:
-    """The levels (``mode="exact"``) or the 2^14-cell histogram (``"cells"``, and ``"auto"``
+    """The levels (``method="exact"``) or the 2^14-cell histogram (``"cells"``, and ``"auto"``
     before its follow-up: the levels inside the cells holding several scores)."""
-    if options["mode"] == "exact":
+    if options["method"] == "exact":
         return [declared.levels("sums")]
     return cells_needs(src, ("sums",), SMOOTH_CELLS)
 
@@ -371,8 +371,8 @@ NEEDS = {
         else bins_needs(src, bins=o["bins"], strategy="uniform", convention="sqlcal")),
 }
 #: "auto" reads the levels of the cells holding several scores when they are few (a follow-up)
-FOLLOW_UPS = {(m, "mode", "auto"): "mode='cells' (the histogram, with its quantization_bound) "
-              "or mode='exact' (the levels)" for m in NEEDS}
+REFINING = {(m, "method", "auto"): "method='cells' (the histogram, with its quantization_bound) "
+              "or method='exact' (the levels)" for m in NEEDS}
 
 
 # -- the finishes: numpy from the levels (or cells) frame -------------------------------------
@@ -479,17 +479,17 @@ class _Levels(NamedTuple):
         return float(self.spread.sum()) / self.total
 
 
-def _reduced(src: Source, mode: str, max_levels: int) -> pd.DataFrame:
+def _reduced(src: Source, method: str, max_levels: int) -> pd.DataFrame:
     """One row per group and level (or cell) with ``p``, ``W``, ``swy``, ``swp``, ``n``,
     ``lo``, ``hi`` (see :class:`_Levels`)."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, not {method!r}")
     by = list(src.by)
-    if mode == "exact":
+    if method == "exact":
         return levels_frame(level_sets(src))
     cells = cells_frame(cells_summary(src, ("sums",), SMOOTH_CELLS))
     mixed = cells["p_min"] < cells["p_max"]
-    if mode == "cells" or not mixed.any() or cells.loc[mixed, "n"].sum() > max_levels:
+    if method == "cells" or not mixed.any() or cells.loc[mixed, "n"].sum() > max_levels:
         return cells
     inside = levels_frame(pair_levels(src, SMOOTH_CELLS, cells.loc[mixed, [*by, "cell"]]))
     frame = pd.concat([cells[~mixed], inside], ignore_index=True)

@@ -33,10 +33,10 @@ def ls_ece(
     weight: str | None = None,
     by: str | Sequence[str] = (),
     where: Any = None,
-    sigma: float = 0.1,
+    noise_scale: float = 0.1,
     noise: str = "gaussian",
     clip: float = 1e-6,
-    delta: float | None = None,
+    step: float | None = None,
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""The logit-smoothed ECE: the ECE of the predictor after noise is added to its logit.
@@ -57,15 +57,16 @@ def ls_ece(
         Group keys: one result row per group.
     where : ibis boolean expression, callable or SQL string, optional
         Filter applied in the engine before anything else.
-    sigma : float, default 0.1
-        Noise scale in logit units (the paper sweeps 1/m for m = 1 … 100 and sets no default).
+    noise_scale : float, default 0.1
+        The noise scale σ in logit units (the paper sweeps 1/m for m = 1 … 100 and sets no
+        default).
     noise : {"gaussian", "uniform"}, default "gaussian"
         ξ ~ N(0, σ²) (the paper's main text) or σ·U[−½, ½] (its appendix).
     clip : float, default 1e-6
         Scores are clipped to [clip, 1 − clip] before the logit (|z| ≤ 13.8): scores of exactly 0
         or 1 have no logit. A confidently wrong prediction still contributes about 1.
-    delta : float, optional
-        Logit grid spacing; default min(σ, 1)/20 (Gaussian) or min(σ, 1)/200 (uniform).
+    step : float, optional
+        The logit grid's spacing δ; default min(σ, 1)/20 (Gaussian) or min(σ, 1)/200 (uniform).
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -74,8 +75,8 @@ def ls_ece(
     -------
     pandas.DataFrame
         One row per group: the keys, ``ls_ece``, ``n``, ``W``, ``grid_bound`` (the grid's error
-        bound, see Notes), ``sigma``, ``noise``, ``clip`` and ``grid_step`` (the logit grid
-        spacing δ used); with ``on_invalid="drop"``, ``n_dropped``.
+        bound, see Notes), ``noise_scale``, ``noise``, ``clip`` and ``grid_step`` (the logit
+        grid spacing δ used); with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -103,15 +104,15 @@ def ls_ece(
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
     >>> sqlcal.ls_ece(df, score="p", label="y").round(6)
-         ls_ece  n    W  grid_bound  sigma     noise      clip  grid_step
-    0  0.342332  8  8.0    0.000004    0.1  gaussian  0.000001      0.005
+         ls_ece  n    W  grid_bound  noise_scale     noise      clip  grid_step
+    0  0.342332  8  8.0    0.000004          0.1  gaussian  0.000001      0.005
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    delta = _logit_step(sigma, noise, delta)
-    grid = planner.fetch(src, declared.logit_grid(delta, clip))
-    out = ls_ece_finish(grid, by=src.by, sigma=sigma, noise=noise, delta=delta)
-    return result(src, out, ["ls_ece", "grid_bound", "sigma"],
-                  {"noise": noise, "clip": clip, "grid_step": delta})
+    step = _logit_step(noise_scale, noise, step)
+    grid = planner.fetch(src, declared.logit_grid(step, clip))
+    out = ls_ece_finish(grid, by=src.by, noise_scale=noise_scale, noise=noise, step=step)
+    return result(src, out, ["ls_ece", "grid_bound", "noise_scale"],
+                  {"noise": noise, "clip": clip, "grid_step": step})
 
 
 @checked
@@ -327,24 +328,25 @@ def _integer_weights(src: Source) -> bool:
 
 #: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS)
 NEEDS = {
-    "ls_ece": lambda src, o: [declared.logit_grid(_logit_step(o["sigma"], o["noise"],
-                                                              o["delta"]), o["clip"])],
+    "ls_ece": lambda src, o: [declared.logit_grid(_logit_step(o["noise_scale"], o["noise"],
+                                                              o["step"]), o["clip"])],
     "smooth_ece": _cells_needs,
     "smooth_reliability": _cells_needs,
 }
 #: the automatic bandwidth's search can read finer grids (σ < 0.01), each a follow-up over the
 #: straddling cells: one exported statement holds the histogram of a fixed bandwidth
-FOLLOW_UPS = {(m, "sigma", None): "sigma=<a bandwidth> (one histogram split at its grid)"
+REFINING = {(m, "sigma", None): "sigma=<a bandwidth> (one histogram split at its grid)"
               for m in ("smooth_ece", "smooth_reliability")}
 
 
 # -- the finishes: numpy from the summary frames ----------------------------------------------
 
 
-def ls_ece_finish(grid: pd.DataFrame, *, by: Sequence[str], sigma: float, noise: str,
-                  delta: float) -> pd.DataFrame:
+def ls_ece_finish(grid: pd.DataFrame, *, by: Sequence[str], noise_scale: float, noise: str,
+                  step: float) -> pd.DataFrame:
     """LS-ECE per group from the logit-grid histogram (:func:`sqlcal.query.declared.logit_grid`
-    of step ``delta``): the keys, ``n``, ``W``, ``ls_ece``, ``grid_bound``, ``sigma``."""
+    of step ``step``): the keys, ``n``, ``W``, ``ls_ece``, ``grid_bound``, ``noise_scale``."""
+    sigma, delta = noise_scale, step  # the paper's σ and the grid's δ
     kernel, curvature = _kernel(sigma, delta, noise)
     r = delta / sigma
     # binning and kernel terms, plus the sigmoid sampled every δ: (δ²/8)·max|ρ''| = 0.012δ²
@@ -364,7 +366,7 @@ def ls_ece_finish(grid: pd.DataFrame, *, by: Sequence[str], sigma: float, noise:
         return {"ls_ece": float(_integral_of_abs(A, delta) / W)}
 
     out = per_group(grid, list(by), finish)
-    out["grid_bound"], out["sigma"] = bound, sigma
+    out["grid_bound"], out["noise_scale"] = bound, sigma
     return out
 
 

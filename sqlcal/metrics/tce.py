@@ -242,7 +242,7 @@ def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rul
 NEEDS = {name: (lambda src, o: [declared.levels("sums")] if o["strategy"] == "pavabc"
                 else cells_needs(src, ("sums",)))
          for name in ("tce", "tce_bins")}
-FOLLOW_UPS = {(name, "strategy", strategy): "strategy='pavabc' (the levels, read in one pass)"
+REFINING = {(name, "strategy", strategy): "strategy='pavabc' (the levels, read in one pass)"
               for name in ("tce", "tce_bins") for strategy in ("uniform", "quantile")}
 
 
