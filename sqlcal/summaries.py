@@ -301,40 +301,13 @@ def score_cell(p: ir.FloatingValue, cells: int) -> ir.IntegerValue:
 
 
 def cells(rows: ir.Table, by: Sequence[str], cells: int, parts: frozenset, *, weighted: bool,
-          within: tuple[int, dict] | None = None, checks: Callable | None = None) -> ir.Table:
+          checks: Callable | None = None) -> ir.Table:
     """One row per group and non-empty score cell with the sums of :func:`_sums`: at most
-    ``cells`` rows per group, one GROUP BY. ``within=(coarse, wanted)`` keeps only the rows of
-    the wanted cells of a coarser grid (a zoom: ``cells`` is a multiple of ``coarse``)."""
-    if within is not None:
-        coarse, wanted = within
-        rows = _rows_in_cells(rows, coarse, wanted).drop("cell")
+    ``cells`` rows per group, one GROUP BY (a zoom into a few cells runs it on
+    :func:`within_ranges`)."""
     t = rows.mutate(cell=score_cell(rows.p, cells))
     sums = _sums(t, parts, weighted=weighted)
     return t.group_by([*by, "cell"]).aggregate(**sums, **(checks(t) if checks else {}))
-
-
-def _rows_in_cells(rows: ir.Table, cells: int, wanted: dict) -> ir.Table:
-    """The rows (with their ``cell``) whose cell some group wants."""
-    t = rows.mutate(cell=score_cell(rows.p, cells))
-    return t.filter(in_cells(t, wanted))
-
-
-def in_cells(t: ir.Table, wanted: dict) -> ir.BooleanValue:
-    """Rows in any cell some group wants (``wanted`` maps a tuple of key values to cells). One IN
-    list over the union: a condition per group costs DuckDB ten times more than the extra rows."""
-    return t.cell.isin(sorted({int(c) for ids in wanted.values() for c in ids}))
-
-
-def cell_levels(rows: ir.Table, by: Sequence[str], cells: int, wanted: dict,
-                parts: frozenset, *, weighted: bool) -> ir.Table:
-    """The levels summary (one row per group and distinct score) inside the wanted cells only."""
-    return _cell_levels(_rows_in_cells(rows, cells, wanted), by, parts, weighted)
-
-
-def _cell_levels(t: ir.Table, by: Sequence[str], parts: frozenset, weighted: bool) -> ir.Table:
-    sums = _sums(t, parts, weighted=weighted)
-    sums.pop("p_max"), sums.pop("p_min", None)  # the key p is the score itself
-    return t.group_by([*by, "cell", "p"]).aggregate(**sums)
 
 
 def _running(t: ir.Table, by: Sequence[str], r: ir.NumericValue) -> ir.NumericValue:
@@ -343,18 +316,6 @@ def _running(t: ir.Table, by: Sequence[str], r: ir.NumericValue) -> ir.NumericVa
     are one unit), and no window spans a group."""
     within = ibis.range_window(preceding=None, following=0, group_by=[*by, "cell"], order_by=t.p)
     return r.sum().over(within)
-
-
-def cell_extremes(rows: ir.Table, by: Sequence[str], cells: int, wanted: dict, *,
-                  weighted: bool) -> ir.Table:
-    """The segmented scan, inside the wanted cells: per group and cell, the max and min of the
-    running residual sum Σw(y − p) from the cell's start (``s_max``, ``s_min``) and a score
-    reaching each (see :func:`_running`)."""
-    t = _rows_in_cells(rows, cells, wanted)
-    t = t.mutate(S=_running(t, by, t.w * (t.y - t.p) if weighted else t.y - t.p))
-    return t.group_by([*by, "cell"]).aggregate(
-        s_max=t.S.max(), s_min=t.S.min(), p_at_max=t.p.argmax(t.S), p_at_min=t.p.argmin(t.S)
-    )
 
 
 def in_range(p: ir.FloatingValue, lo: float, hi: float) -> ir.BooleanValue:
@@ -421,14 +382,6 @@ def _joined_to_cells(rows: ir.Table, by: Sequence[str], cells: int,
     on = [t.cell == m.cell_, *(t[k].identical_to(m[k]) for k in by)]
     extra = [c for c in small.columns if c not in (*by, "cell_")]
     return t.join(m, on).select(*by, "cell", "p", "y", "w", *extra)
-
-
-def cell_levels_of(rows: ir.Table, by: Sequence[str], cells: int, wanted: pd.DataFrame,
-                   parts: frozenset, *, weighted: bool) -> ir.Table:
-    """The levels summary inside the (group, cell) pairs of ``wanted`` (keys and ``cell``): no
-    other group's cells are read, unlike :func:`cell_levels`' shared IN list."""
-    return _cell_levels(_joined_to_cells(rows, by, cells, wanted[[*by, "cell"]]), by, parts,
-                        weighted)
 
 
 def cell_prefix_min(rows: ir.Table, by: Sequence[str], cells: int, centres: pd.DataFrame, *,

@@ -11,6 +11,7 @@ import sqlglot
 from sqlglot import exp
 
 from sqlcal import summaries
+from sqlcal.query import declared
 from sqlcal.source import check_exprs, valid_expr
 
 SCHEMA = {"g": "string", "p": "float64", "y": "int64", "w": "float64"}
@@ -19,15 +20,17 @@ SCHEMA = {"g": "string", "p": "float64", "y": "int64", "w": "float64"}
 def queries(by):
     t = ibis.table(SCHEMA, name="predictions")
     parts = frozenset({"sums", "sw2", "moments", "residuals", "logloss"})
-    wanted = {("a",): [1, 2, 3]} if by else {(): [1, 2, 3]}
+    # cells 1, 2 and 3 of the 1024-cell grid (of group "a")
+    ranges = (((("a",) if by else ()), 1 / 1024, 4 / 1024),)
+    follow_up = lambda s: summaries.reduce(s, t, by, weighted=True)  # noqa: E731
     return {
         "validation": summaries.validation(t, by, check_exprs(t, True), valid_expr(t, True, False)),
         "totals": summaries.totals(t, by, parts, weighted=True),
         "uniform_bins": summaries.uniform_bins(t, by, 15, "netcal", parts, weighted=True),
         "cells": summaries.cells(t, by, 1024, parts, weighted=True),
-        "zoom": summaries.cells(t, by, 2**20, parts, weighted=True, within=(1024, wanted)),
-        "cell_levels": summaries.cell_levels(t, by, 1024, wanted, parts, weighted=True),
-        "cell_extremes": summaries.cell_extremes(t, by, 1024, wanted, weighted=True),
+        "cells_within": follow_up(declared.cells_within(2**20, ranges, *parts)),
+        "levels_within": follow_up(declared.levels_within(ranges, *parts)),
+        "extremes_within": follow_up(declared.extremes_within(1024, ranges)),
         "logit_grid": summaries.logit_grid(t, by, 0.005, 1e-6, weighted=True),
     }
 
