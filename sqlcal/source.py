@@ -472,8 +472,10 @@ def source(
     )
     if weight:
         # a row of weight 0 is an absent row, in every metric and every count (n included); a
-        # NULL or NaN weight stays, for validation to name
-        rows = rows.filter((rows.w != 0) | rows.w.isnull() | rows.w.isnan())
+        # NULL or NaN weight stays, for validation to name. Written NOT (w = 0 AND w NOT NULL)
+        # (NaN = 0 is false in every engine): DuckDB drops the filter when the column's
+        # statistics show no zero, where w <> 0 OR w IS NULL OR ISNAN(w) was tested on every row
+        rows = rows.filter(~((rows.w == 0) & rows.w.notnull()))
     label_type = base[label].type()
     src = Source(rows=rows, score=score, label=label, weight=weight, by=by,
                  on_invalid=on_invalid, allow_soft=soft_labels,

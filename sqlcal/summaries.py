@@ -137,10 +137,18 @@ def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool) -> dict[
 
 
 def fractional_part(x: ir.FloatingValue) -> ir.FloatingValue:
-    """x − FLOOR(x), without overflow: Ibis casts FLOOR to BIGINT, which fails above 9.2e18, so x
-    is first clamped to ±2^52, beyond which every double is a whole number (fraction 0)."""
-    clamped = ibis.greatest(ibis.least(x, number(2.0**52)), number(-(2.0**52)))
-    return clamped - clamped.floor()
+    """The distance from |x| to the nearest whole number: 0 exactly when x is whole (and for an
+    x that is infinite, NaN or NULL), in (0, 0.5] otherwise.
+
+    Pure double arithmetic, no FLOOR: for 0 ≤ a < 2^52, (a + 2^52) − 2^52 rounds a to a whole
+    number (doubles in [2^52, 2^53) are the whole numbers), exactly in IEEE round-to-nearest, as
+    DuckDB, PostgreSQL and Spark compute; every |x| ≥ 2^52 is whole. (Ibis's FLOOR casts to
+    BIGINT, which needed a clamp to ±2^52 on both sides of each row: that cost a quarter of the
+    weighted ECE query's CPU.)
+    """
+    a = x.abs()
+    c = number(2.0**52)
+    return (a < c).ifelse((a - ((a + c) - c)).abs(), number(0.0))
 
 
 def validation(rows: ir.Table, by: Sequence[str], checks: dict[str, ir.BooleanValue],

@@ -21,15 +21,17 @@ SELECT
   MIN(`t1`.`w`) AS `chk_w_min`,
   MAX(`t1`.`w`) AS `chk_w_max`,
   SUM(
-    GREATEST(
-      LEAST(`t1`.`w`, CAST('4503599627370496.0' AS FLOAT64)),
-      CAST('-4503599627370496.0' AS FLOAT64)
-    ) - CAST(FLOOR(
-      GREATEST(
-        LEAST(`t1`.`w`, CAST('4503599627370496.0' AS FLOAT64)),
-        CAST('-4503599627370496.0' AS FLOAT64)
-      )
-    ) AS INT64)
+    IF(
+      ABS(`t1`.`w`) < CAST('4503599627370496.0' AS FLOAT64),
+      ABS(
+        ABS(`t1`.`w`) - (
+          (
+            ABS(`t1`.`w`) + CAST('4503599627370496.0' AS FLOAT64)
+          ) - CAST('4503599627370496.0' AS FLOAT64)
+        )
+      ),
+      CAST('0.0' AS FLOAT64)
+    )
   ) AS `chk_w_frac`
 FROM (
   SELECT
@@ -39,11 +41,13 @@ FROM (
     `t0`.`weight` AS `w`
   FROM `predictions` AS `t0`
   WHERE
-    (
-      `t0`.`weight` <> 0
-    ) OR (
-      `t0`.`weight` IS NULL
-    ) OR IS_NAN(`t0`.`weight`)
+    NOT (
+      (
+        `t0`.`weight` = 0
+      ) AND (
+        `t0`.`weight` IS NOT NULL
+      )
+    )
 ) AS `t1`
 GROUP BY
   1,

@@ -51,15 +51,17 @@ SELECT
   MIN(`t2`.`w`) AS `chk_w_min`,
   MAX(`t2`.`w`) AS `chk_w_max`,
   SUM(
-    GREATEST(
-      LEAST(`t2`.`w`, CAST('4503599627370496.0' AS FLOAT64)),
-      CAST('-4503599627370496.0' AS FLOAT64)
-    ) - CAST(FLOOR(
-      GREATEST(
-        LEAST(`t2`.`w`, CAST('4503599627370496.0' AS FLOAT64)),
-        CAST('-4503599627370496.0' AS FLOAT64)
-      )
-    ) AS INT64)
+    IF(
+      ABS(`t2`.`w`) < CAST('4503599627370496.0' AS FLOAT64),
+      ABS(
+        ABS(`t2`.`w`) - (
+          (
+            ABS(`t2`.`w`) + CAST('4503599627370496.0' AS FLOAT64)
+          ) - CAST('4503599627370496.0' AS FLOAT64)
+        )
+      ),
+      CAST('0.0' AS FLOAT64)
+    )
   ) AS `chk_w_frac`
 FROM (
   SELECT
@@ -82,11 +84,13 @@ FROM (
       ) AS `x`
     FROM `predictions` AS `t0`
     WHERE
-      (
-        `t0`.`weight` <> 0
-      ) OR (
-        `t0`.`weight` IS NULL
-      ) OR IS_NAN(`t0`.`weight`)
+      NOT (
+        (
+          `t0`.`weight` = 0
+        ) AND (
+          `t0`.`weight` IS NOT NULL
+        )
+      )
   ) AS `t1`
 ) AS `t2`
 GROUP BY

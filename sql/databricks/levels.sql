@@ -21,15 +21,17 @@ SELECT
   MIN(`t1`.`w`) AS `chk_w_min`,
   MAX(`t1`.`w`) AS `chk_w_max`,
   SUM(
-    GREATEST(
-      LEAST(`t1`.`w`, CAST('4503599627370496.0' AS DOUBLE)),
-      CAST('-4503599627370496.0' AS DOUBLE)
-    ) - CAST(FLOOR(
-      GREATEST(
-        LEAST(`t1`.`w`, CAST('4503599627370496.0' AS DOUBLE)),
-        CAST('-4503599627370496.0' AS DOUBLE)
-      )
-    ) AS BIGINT)
+    IF(
+      ABS(`t1`.`w`) < CAST('4503599627370496.0' AS DOUBLE),
+      ABS(
+        ABS(`t1`.`w`) - (
+          (
+            ABS(`t1`.`w`) + CAST('4503599627370496.0' AS DOUBLE)
+          ) - CAST('4503599627370496.0' AS DOUBLE)
+        )
+      ),
+      CAST('0.0' AS DOUBLE)
+    )
   ) AS `chk_w_frac`
 FROM (
   SELECT
@@ -39,13 +41,14 @@ FROM (
     `t0`.`weight` AS `w`
   FROM `predictions` AS `t0`
   WHERE
-    (
-      `t0`.`weight` <> 0
+    NOT (
+      (
+        `t0`.`weight` = 0
+      )
+      AND (
+        `t0`.`weight` IS NOT NULL AND NOT ISNAN(`t0`.`weight`)
+      )
     )
-    OR (
-      `t0`.`weight` IS NULL OR ISNAN(`t0`.`weight`)
-    )
-    OR ISNAN(`t0`.`weight`)
 ) AS `t1`
 GROUP BY
   1,

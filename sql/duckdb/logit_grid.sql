@@ -51,15 +51,17 @@ SELECT
   MIN("t2"."w") AS "chk_w_min",
   MAX("t2"."w") AS "chk_w_max",
   SUM(
-    GREATEST(
-      LEAST("t2"."w", CAST('4503599627370496.0' AS DOUBLE)),
-      CAST('-4503599627370496.0' AS DOUBLE)
-    ) - CAST(FLOOR(
-      GREATEST(
-        LEAST("t2"."w", CAST('4503599627370496.0' AS DOUBLE)),
-        CAST('-4503599627370496.0' AS DOUBLE)
+    CASE
+      WHEN ABS("t2"."w") < CAST('4503599627370496.0' AS DOUBLE)
+      THEN ABS(
+        ABS("t2"."w") - (
+          (
+            ABS("t2"."w") + CAST('4503599627370496.0' AS DOUBLE)
+          ) - CAST('4503599627370496.0' AS DOUBLE)
+        )
       )
-    ) AS BIGINT)
+      ELSE CAST('0.0' AS DOUBLE)
+    END
   ) AS "chk_w_frac"
 FROM (
   SELECT
@@ -81,11 +83,13 @@ FROM (
       ) / 0.005 AS "x"
     FROM "predictions" AS "t0"
     WHERE
-      (
-        "t0"."weight" <> 0
-      ) OR (
-        "t0"."weight" IS NULL
-      ) OR ISNAN("t0"."weight")
+      NOT (
+        (
+          "t0"."weight" = 0
+        ) AND (
+          "t0"."weight" IS NOT NULL
+        )
+      )
   ) AS "t1"
 ) AS "t2"
 GROUP BY

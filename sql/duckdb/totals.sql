@@ -97,15 +97,17 @@ SELECT
   MIN("t1"."w") AS "chk_w_min",
   MAX("t1"."w") AS "chk_w_max",
   SUM(
-    GREATEST(
-      LEAST("t1"."w", CAST('4503599627370496.0' AS DOUBLE)),
-      CAST('-4503599627370496.0' AS DOUBLE)
-    ) - CAST(FLOOR(
-      GREATEST(
-        LEAST("t1"."w", CAST('4503599627370496.0' AS DOUBLE)),
-        CAST('-4503599627370496.0' AS DOUBLE)
+    CASE
+      WHEN ABS("t1"."w") < CAST('4503599627370496.0' AS DOUBLE)
+      THEN ABS(
+        ABS("t1"."w") - (
+          (
+            ABS("t1"."w") + CAST('4503599627370496.0' AS DOUBLE)
+          ) - CAST('4503599627370496.0' AS DOUBLE)
+        )
       )
-    ) AS BIGINT)
+      ELSE CAST('0.0' AS DOUBLE)
+    END
   ) AS "chk_w_frac"
 FROM (
   SELECT
@@ -115,11 +117,13 @@ FROM (
     "t0"."weight" AS "w"
   FROM "predictions" AS "t0"
   WHERE
-    (
-      "t0"."weight" <> 0
-    ) OR (
-      "t0"."weight" IS NULL
-    ) OR ISNAN("t0"."weight")
+    NOT (
+      (
+        "t0"."weight" = 0
+      ) AND (
+        "t0"."weight" IS NOT NULL
+      )
+    )
 ) AS "t1"
 GROUP BY
   1;

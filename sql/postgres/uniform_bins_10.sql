@@ -20,15 +20,17 @@ SELECT
   MIN("t1"."w") AS "chk_w_min",
   MAX("t1"."w") AS "chk_w_max",
   SUM(
-    GREATEST(
-      LEAST("t1"."w", CAST('4503599627370496.0' AS DOUBLE PRECISION)),
-      CAST('-4503599627370496.0' AS DOUBLE PRECISION)
-    ) - CAST(FLOOR(
-      GREATEST(
-        LEAST("t1"."w", CAST('4503599627370496.0' AS DOUBLE PRECISION)),
-        CAST('-4503599627370496.0' AS DOUBLE PRECISION)
+    CASE
+      WHEN ABS("t1"."w") < CAST('4503599627370496.0' AS DOUBLE PRECISION)
+      THEN ABS(
+        ABS("t1"."w") - (
+          (
+            ABS("t1"."w") + CAST('4503599627370496.0' AS DOUBLE PRECISION)
+          ) - CAST('4503599627370496.0' AS DOUBLE PRECISION)
+        )
       )
-    ) AS BIGINT)
+      ELSE CAST('0.0' AS DOUBLE PRECISION)
+    END
   ) AS "chk_w_frac"
 FROM (
   SELECT
@@ -39,14 +41,12 @@ FROM (
     LEAST(CAST(FLOOR("t0"."score" * 10) AS BIGINT), 9) AS "bin"
   FROM "predictions" AS "t0"
   WHERE
-    (
-      "t0"."weight" <> 0
-    )
-    OR (
-      "t0"."weight" IS NULL
-    )
-    OR (
-      "t0"."weight" = CAST('NaN' AS DOUBLE PRECISION)
+    NOT (
+      (
+        "t0"."weight" = 0
+      ) AND (
+        "t0"."weight" IS NOT NULL
+      )
     )
 ) AS "t1"
 GROUP BY

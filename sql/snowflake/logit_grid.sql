@@ -51,15 +51,17 @@ SELECT
   MIN("t2"."w") AS "chk_w_min",
   MAX("t2"."w") AS "chk_w_max",
   SUM(
-    GREATEST(
-      LEAST("t2"."w", CAST('4503599627370496.0' AS DOUBLE)),
-      CAST('-4503599627370496.0' AS DOUBLE)
-    ) - CAST(FLOOR(
-      GREATEST(
-        LEAST("t2"."w", CAST('4503599627370496.0' AS DOUBLE)),
-        CAST('-4503599627370496.0' AS DOUBLE)
-      )
-    ) AS BIGINT)
+    IFF(
+      ABS("t2"."w") < CAST('4503599627370496.0' AS DOUBLE),
+      ABS(
+        ABS("t2"."w") - (
+          (
+            ABS("t2"."w") + CAST('4503599627370496.0' AS DOUBLE)
+          ) - CAST('4503599627370496.0' AS DOUBLE)
+        )
+      ),
+      CAST('0.0' AS DOUBLE)
+    )
   ) AS "chk_w_frac"
 FROM (
   SELECT
@@ -81,14 +83,12 @@ FROM (
       ) / 0.005 AS "x"
     FROM "predictions" AS "t0"
     WHERE
-      (
-        "t0"."weight" <> 0
-      )
-      OR (
-        "t0"."weight" IS NULL
-      )
-      OR (
-        "t0"."weight" = CAST('NaN' AS DOUBLE)
+      NOT (
+        (
+          "t0"."weight" = 0
+        ) AND (
+          "t0"."weight" IS NOT NULL
+        )
       )
   ) AS "t1"
 ) AS "t2"
