@@ -155,12 +155,7 @@ def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str =
         if absent:
             raise ValueError(f"summary {s.name!r} has no columns {absent}: pass the frame its "
                              "statement returned, with the same by= and weight=")
-        # engines and clients return exact sums as decimals (DuckDB's HUGEINT, PostgreSQL's
-        # NUMERIC): numbers, read as doubles like the library's own queries
-        keys = [*src.by, *([s.key_column] if s.key_column else [])]
-        for c in frame.columns.difference(keys):
-            if frame[c].dtype == object:
-                frame[c] = frame[c].astype(float)
+        frame = _as_numbers(frame, [*src.by, *([s.key_column] if s.key_column else [])])
         checks = [c for c in frame if c.startswith("chk_")]
         if checks and not src._validated:
             src.validate(frame)
@@ -230,10 +225,7 @@ def _from_levels(metric: str, src: Source, chosen: dict, levels: pd.DataFrame) -
     if absent:
         raise ValueError(f"the levels frame has no columns {absent}: pass the frame the levels "
                          "statement of summary_sql returned, with the same by= and weight=")
-    frame = levels.copy()
-    for c in frame.columns.difference(keys):
-        if frame[c].dtype == object:  # exact sums come back as decimals
-            frame[c] = frame[c].astype(float)
+    frame = _as_numbers(levels.copy(), keys)
     checks = [c for c in frame if c.startswith("chk_")]
     if not checks:
         raise ValueError("the levels carry no validation columns (chk_*): pass the frame "
@@ -255,3 +247,12 @@ def _from_levels(metric: str, src: Source, chosen: dict, levels: pd.DataFrame) -
     src.local_levels = frame.sort_values(keys, ignore_index=True, kind="stable")
     src.forbid_queries(f"{metric} finishes from the levels")
     return catalog.function(metric)(src, **chosen)
+
+
+def _as_numbers(frame: pd.DataFrame, keys: list) -> pd.DataFrame:
+    """Engines and clients return exact sums as decimals (DuckDB's HUGEINT, PostgreSQL's
+    NUMERIC): every column but the keys read as doubles, like the library's own queries."""
+    for c in frame.columns.difference(keys):
+        if frame[c].dtype == object:
+            frame[c] = frame[c].astype(float)
+    return frame

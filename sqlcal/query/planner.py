@@ -212,11 +212,19 @@ def split(frame: pd.DataFrame, summary: Summary, group: list[Summary], src: Sour
 
 
 def _columns(summary: Summary, src: Source) -> list[str]:
-    """The value columns the summary's own query returns (read from its Ibis schema, not run)."""
-    expr = summaries.reduce(summary, src.rows, src.by, weighted=src.weighted,
-                            soft=src.allow_soft)
-    key = summary.key_column
-    return [c for c in expr.columns if c not in (*src.by, key)]
+    """The value columns the summary's own query returns (read from its Ibis schema, not run;
+    they depend only on the summary, the keys and the weighting, so each is built once)."""
+    cache_key = (summary, tuple(src.by), src.weighted, src.allow_soft)
+    if cache_key not in _COLUMNS:
+        expr = summaries.reduce(summary, src.rows, src.by, weighted=src.weighted,
+                                soft=src.allow_soft)
+        key = summary.key_column
+        _COLUMNS[cache_key] = [c for c in expr.columns if c not in (*src.by, key)]
+    return _COLUMNS[cache_key]
+
+
+#: (summary, keys, weighted, soft labels) -> the value columns of its query
+_COLUMNS: dict[tuple, list[str]] = {}
 
 
 def _describe(group: list[Summary]) -> str:
