@@ -227,8 +227,8 @@ def totals(rows: ir.Table, by: Sequence[str], parts: frozenset, *, weighted: boo
     about a bare scan, so only the log loss asks for it). ``soft=False`` (labels known to be 0 or
     1, or refused by the validation this scan carries) takes one logarithm per row instead of two.
     """
-    return _aggregate(rows, by, **totals_sums(rows, parts, weighted=weighted, soft=soft),
-                      **(checks(rows) if checks else {}))
+    return grouped(rows, by, totals_sums(rows, parts, weighted=weighted, soft=soft),
+                   checks(rows) if checks else {}, weighted=weighted, soft=soft)
 
 
 def totals_sums(t: ir.Table, parts: frozenset, *, weighted: bool, soft: bool = True) -> dict:
@@ -309,13 +309,13 @@ def score_cell(p: ir.FloatingValue, cells: int) -> ir.IntegerValue:
 
 
 def cells(rows: ir.Table, by: Sequence[str], cells: int, parts: frozenset, *, weighted: bool,
-          checks: Callable | None = None) -> ir.Table:
+          checks: Callable | None = None, soft: bool = True) -> ir.Table:
     """One row per group and non-empty score cell with the sums of :func:`_sums`: at most
     ``cells`` rows per group, one GROUP BY (a zoom into a few cells runs it on
     :func:`within_ranges`)."""
     t = rows.mutate(cell=score_cell(rows.p, cells))
-    sums = _sums(t, parts, weighted=weighted)
-    return t.group_by([*by, "cell"]).aggregate(**sums, **(checks(t) if checks else {}))
+    return grouped(t, [*by, "cell"], _sums(t, parts, weighted=weighted),
+                   checks(t) if checks else {}, weighted=weighted, soft=soft)
 
 
 def _running(t: ir.Table, by: Sequence[str], r: ir.NumericValue) -> ir.NumericValue:
@@ -476,7 +476,8 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
         bins, convention = summary.params
         return uniform_bins(rows, by, bins, convention, parts, weighted=weighted, checks=checks)
     if summary.kind == "cells":
-        return cells(rows, by, summary.params[0], parts, weighted=weighted, checks=checks)
+        return cells(rows, by, summary.params[0], parts, weighted=weighted, checks=checks,
+                     soft=soft)
     if summary.kind == "levels":
         return levels(rows, by, parts, weighted=weighted, checks=checks)
     if summary.kind == "logit_grid":
@@ -495,7 +496,7 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
     if summary.kind == "cells_within":
         grid, ranges = summary.params
         return cells(within_ranges(rows, by, ranges), by, grid, parts, weighted=weighted,
-                     checks=checks)
+                     checks=checks, soft=soft)
     if summary.kind == "levels_within":
         return levels(within_ranges(rows, by, summary.params[0]), by, parts, weighted=weighted,
                       checks=checks)
@@ -526,7 +527,48 @@ def fused(members: Sequence, rows: ir.Table, by: Sequence[str], *, weighted: boo
     for s in members:
         if s.kind == "totals":
             sums |= totals_sums(t, s.parts, weighted=weighted, soft=soft)
-    return t.group_by([*by, *keys]).aggregate(**sums, **(checks(t) if checks else {}))
+    return grouped(t, [*by, *keys], sums, checks(t) if checks else {}, weighted=weighted,
+                   soft=soft)
+
+
+#: the residual sums that binary labels (y² = y, (y − p)⁺ = y(1 − p)) make linear in Σwy, Σwp,
+#: Σwyp, Σwp² and Σw·q² (q = p(1 − p), (1 − 2p)² = 1 − 4q), from those sums of the group
+DERIVED = {
+    "total": lambda a: a.swy - a.swp,
+    "positive": lambda a: a.swy - a.swyp,
+    "var": lambda a: a.swp - a.swpp,
+    "sw_sq_resid": lambda a: a.swy - 2 * a.swyp + a.swpp,
+    "sw_spieg": lambda a: a.swy - 2 * a.swyp - a.swp + 2 * a.swpp,
+    "sw_spieg_var": lambda a: (a.swp - a.swpp) - 4 * a.swqq,
+}
+
+
+def grouped(t: ir.Table, keys: Sequence[str], sums: dict, checks: dict, *, weighted: bool,
+            soft: bool) -> ir.Table:
+    """``t`` grouped by ``keys`` with the aggregates ``sums`` and ``checks``.
+
+    With binary labels (``soft=False``) the residual sums of :data:`DERIVED` are not summed
+    row by row: the scan sums the few products they are linear in, and the grouped rows (a
+    few thousand) combine them. Measured on DuckDB over 10^7 rows, the default report's fused
+    scan took 1.25 CPU s with a formula per residual sum and 0.85 s this way. The combination
+    cancels at most W·2^-52 absolutely (every product is in [0, 1] times w), far inside the
+    1e-9 relative agreement the numbers keep; a Spiegelhalter numerator of size √W is then off
+    by W^(1/2)·2^-52 relatively (1e-11 at W = 10^9).
+    """
+    derived = [name for name in DERIVED if name in sums] if not soft else []
+    if not derived:
+        return _aggregate(t, keys, **sums, **checks)
+    w = (lambda v: t.w * v) if weighted else (lambda v: v)
+    basis = {"swy": w(t.y).sum(), "swp": w(t.p).sum(), "swyp": w(t.y * t.p).sum(),
+             "swpp": w(t.p * t.p).sum()}
+    if "sw_spieg_var" in derived:
+        q = t.p - t.p * t.p
+        basis["swqq"] = w(q * q).sum()
+    scanned = {k: v for k, v in sums.items() if k not in derived}
+    scanned |= {k: v for k, v in basis.items() if k not in scanned}
+    out = _aggregate(t, keys, **scanned, **checks)
+    out = out.mutate(**{name: DERIVED[name](out) for name in derived})
+    return out.select(*keys, *sums, *checks)
 
 
 # -- smooth ECE: score cells split at the nodes of relplot's grids ---------------------------

@@ -32,7 +32,8 @@ def fetch(src: Source, summary: Summary) -> pd.DataFrame:
         have = src.lookup(summary.key, summary.parts)
         return have if have is not None else src.store(summary.key, summary.parts, _within(
             src.run(lambda checks: summaries.reduce(summary, src.rows, src.by,
-                                                    weighted=src.weighted)),
+                                                    weighted=src.weighted,
+                                                    soft=src.allow_soft)),
             summary, src.by))
     return src.summary(summary.key, summary.parts, lambda checks: summaries.reduce(
         summary, src.rows, src.by, weighted=src.weighted, checks=checks,
