@@ -1,0 +1,256 @@
+"""The summary store's tables, as plain data: what ``sqlcal.snapshot`` writes and ``sqlcal.stored``
+reads (and what the dbt package writes and the detector reads).
+
+No Ibis here: the writers (:mod:`sqlcal.monitor.store`, the dbt macros) and the readers
+(:mod:`sqlcal.monitor.stored`, the detector) import these lists.
+
+**Layout.** Every summary table is long and narrow. Each row belongs to one snapshot version
+(``spec_hash``, ``version``) of one period (``period_start``), one group (``group_keys``: canonical
+JSON, plus one typed column per ``by`` key, named as the key) and one ``delay``:
+
+- ``delay = -1`` (:data:`DELAY_LABEL_FREE`): the label-free part, summed over *every* row of the
+  period with its label read as 0 (n, W, Σwp, Σwp², ...); the label columns are 0 in these rows.
+- ``delay = k >= 0``: the label part of the rows whose label is 1 and arrived in delay bucket k,
+  that is ``delays[k] <= (label_time - time) in days < delays[k + 1]`` (the last bucket is open;
+  a label that arrives before its prediction counts in bucket 0). Only the label columns are
+  non-zero (``p_min``, ``p_max`` are NULL).
+- ``delay = -2`` (:data:`DELAY_UNKNOWN`): label part of positives whose arrival time is not known
+  (no ``label_time`` column, or a NULL one): counted by the ``"all"`` and ``"mature"`` views, not
+  by ``"lag:a"``.
+
+For binary labels every label-dependent sum is Σ w·y·f(p), so the summary of the rows as seen
+with the labels known at age a is the label-free row plus the label rows of the buckets <= a:
+a window and a maturity view is one ``SUM ... GROUP BY`` over the rows they admit (``MIN``/``MAX``
+for ``p_min``/``p_max``). :data:`DERIVED` gives the columns of sqlcal's summaries
+(:mod:`sqlcal.query.declared`) as linear combinations of the stored ones.
+
+**Versions.** A snapshot of a period writes all its summary rows with ``version`` = one more than
+any version of that (``spec_hash``, ``period_start``) in the store, then one row in the manifest
+(:data:`MANIFEST`). Readers use, per (``spec_hash``, ``period_start``), the greatest version that
+has a manifest row, so rows written by a snapshot that died before its manifest row are never read,
+and a re-snapshot replaces a period without deleting anything. ``current`` is True on the version
+readers use (cleared on older ones where the engine can update rows).
+
+**spec_hash** (:func:`spec_hash`): the first 16 hex digits of the SHA-256 of the canonical JSON
+(sorted keys, no spaces) of the spec dict (:data:`SPEC_FIELDS`): everything that changes what the
+stored sums mean. Summaries of two specs never mix.
+
+Examples
+--------
+>>> [c for c, _ in TABLES["totals"]["label"]][:3]
+['n_pos', 'swy', 'swyp']
+>>> delay_bucket(2.5, (0, 1, 2, 3, 5, 7, 14, 30)), delay_bucket(45, (0, 1, 2, 3, 5, 7, 14, 30))
+(2, 7)
+>>> table_name("cells", "sqlcal_")
+'sqlcal_sum_cells'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any, Mapping, Sequence
+
+#: version of what the stored sums mean; part of the spec hash
+SUMMARY_VERSION = 1
+#: default prefix of the store's tables
+PREFIX = "sqlcal_"
+#: the ``delay`` of the label-free part
+DELAY_LABEL_FREE = -1
+#: the ``delay`` of label rows whose arrival time is unknown
+DELAY_UNKNOWN = -2
+#: default delay-bucket lower edges, in days
+DELAYS = (0, 1, 2, 3, 5, 7, 14, 30)
+#: the period lengths a snapshot cuts the time column into
+GRAINS = {"day": 86400, "hour": 3600}
+
+#: the manifest: one row per written version of a period
+MANIFEST = (
+    ("spec_hash", "string"),
+    ("spec", "string"),             # the spec dict as canonical JSON (what the hash is of)
+    ("period_start", "timestamp"),  # the period, half-open [start, end), UTC
+    ("period_end", "timestamp"),
+    ("as_of", "timestamp"),         # the label cut-off of this version
+    ("version", "int64"),
+    ("current", "boolean"),
+    ("fingerprint", "string"),      # count, Σw, Σwp and Σwy of the period's rows (see store)
+    ("mature", "boolean"),          # age >= horizon + settle at as_of: a final version
+    ("rows_scanned", "int64"),
+    ("n_groups", "int64"),
+    ("written_at", "timestamp"),
+    ("sqlcal_version", "string"),
+)
+
+#: the columns every summary table starts with; then one column per ``by`` key (typed as in the
+#: source), then the table's parameter and key columns, then its value columns
+LEADING = (
+    ("spec_hash", "string"),
+    ("version", "int64"),
+    ("period_start", "timestamp"),
+    ("delay", "int64"),
+    ("group_keys", "string"),
+)
+
+_CELL_FREE = (("n", "int64"), ("W", "float64"), ("sw2", "float64"), ("swp", "float64"),
+              ("swpp", "float64"), ("sw2_pq", "float64"), ("p_min", "float64"),
+              ("p_max", "float64"))
+_CELL_LABEL = (("n_pos", "int64"), ("swy", "float64"), ("swyp", "float64"))
+
+#: per summary table: its name suffix, parameter columns (which stored variant), key columns,
+#: label-free and label value columns (sums unless named in MINIMA / MAXIMA)
+TABLES: dict[str, dict[str, Any]] = {
+    # one row per group; every totals metric (Brier, log loss, calibration-in-the-large, O/E,
+    # Spiegelhalter) and the detector's citl and slope statistics
+    "totals": {
+        "suffix": "sum_totals", "params": (), "keys": (),
+        "label_free": (
+            ("n", "int64"), ("W", "float64"), ("sw2", "float64"), ("swp", "float64"),
+            ("swpp", "float64"),
+            ("sw2_pq", "float64"),          # Σw²p(1−p)
+            ("spieg_var", "float64"),       # Σw(1−2p)²p(1−p)
+            ("sw2_spieg_var", "float64"),   # Σw²(1−2p)²p(1−p)
+            ("sw_lnq", "float64"),          # Σw·ln(1−p) over p < 1
+            ("n_p1", "int64"),              # rows with p = 1
+            ("swp_h", "float64"),           # Σw·h(p)·p, h(p) = clip(logit p, −4, 4)/4
+            ("p_min", "float64"), ("p_max", "float64"),
+        ),
+        "label": (
+            ("n_pos", "int64"), ("swy", "float64"), ("swyp", "float64"),
+            ("swy_lnp", "float64"),         # Σwy·ln p over p > 0
+            ("swy_lnq", "float64"),         # Σwy·ln(1−p) over p < 1
+            ("n_pos_p0", "int64"), ("n_pos_p1", "int64"),
+            ("swy_h", "float64"),           # Σwy·h(p)
+        ),
+    },
+    # per group and equal-width bin, one set of rows per stored (bins, convention)
+    "bins": {
+        "suffix": "sum_bins", "params": (("bins", "int64"), ("convention", "string")),
+        "keys": (("bin", "int64"),), "label_free": _CELL_FREE, "label": _CELL_LABEL,
+    },
+    # per group and cell of the 2^k score grid, LEAST(FLOOR(p·K), K − 1)
+    "cells": {
+        "suffix": "sum_cells", "params": (("cells", "int64"),),
+        "keys": (("cell", "int64"),), "label_free": _CELL_FREE, "label": _CELL_LABEL,
+    },
+    # per group and node k of LS-ECE's logit grid (step, clip): linear-binned masses
+    "logit": {
+        "suffix": "sum_logit", "params": (("step", "float64"), ("clip", "float64")),
+        "keys": (("k", "int64"),),
+        "label_free": (("n", "int64"), ("W", "float64"), ("m_lo", "float64"),
+                       ("m_hi", "float64"), ("v_lo", "float64"), ("v_hi", "float64"),
+                       ("p_min", "float64"), ("p_max", "float64")),
+        "label": (("n_pos", "int64"), ("y_lo", "float64"), ("y_hi", "float64"),
+                  ("vy_lo", "float64"), ("vy_hi", "float64")),
+    },
+    # smooth ECE's histogram: per group, cell of the 2^k grid and interval FLOOR(p·grid)
+    "smooth": {
+        "suffix": "sum_smooth", "params": (("cells", "int64"), ("grid", "int64")),
+        "keys": (("cell", "int64"), ("interval", "int64")),
+        "label_free": (("n", "int64"), ("W", "float64"), ("swp", "float64"),
+                       ("swd", "float64"),   # Σw·d, d = p − cell/K
+                       ("swpd", "float64"),  # Σw·p·d
+                       ("p_min", "float64"), ("p_max", "float64")),
+        "label": (("n_pos", "int64"), ("swy", "float64"), ("swyd", "float64")),
+    },
+    # optional: per group and distinct score
+    "levels": {
+        "suffix": "sum_levels", "params": (), "keys": (("p", "float64"),),
+        "label_free": (("n", "int64"), ("W", "float64"), ("sw2", "float64"),
+                       ("swp", "float64"), ("swpp", "float64"), ("sw2_pq", "float64")),
+        "label": (("n_pos", "int64"), ("swy", "float64"), ("swyp", "float64")),
+    },
+}
+
+#: columns merged by MIN / MAX (every other value column is a sum)
+MINIMA = frozenset({"p_min"})
+MAXIMA = frozenset({"p_max"})
+
+#: sqlcal's summary columns (sqlcal.query.declared) as linear combinations of stored columns
+#: (binary labels: y² = y, (y − p)⁺ = y(1 − p)); a column not named here is stored as is
+DERIVED: dict[str, dict[str, float]] = {
+    "total": {"swy": 1, "swp": -1},
+    "positive": {"swy": 1, "swyp": -1},
+    "var": {"swp": 1, "swpp": -1},
+    "var2": {"sw2_pq": 1},
+    "sw_sq_resid": {"swy": 1, "swyp": -2, "swpp": 1},
+    "sw_spieg": {"swy": 1, "swyp": -2, "swp": -1, "swpp": 2},
+    "sw_spieg_var": {"spieg_var": 1},
+    "sw_logloss": {"swy_lnp": -1, "sw_lnq": -1, "swy_lnq": 1},
+    "n_infinite_logloss": {"n_p1": 1, "n_pos_p0": 1, "n_pos_p1": -1},
+    "ny": {"n_pos": 1},
+    "swyy": {"swy": 1},
+    "swr": {"swy": 1, "swp": -1},
+    "swrd": {"swyd": 1, "swpd": -1},
+}
+
+#: the spec dict's fields (spec_hash is over all of them)
+SPEC_FIELDS = (
+    "summary_version", "origin", "where", "score", "label", "weight", "by", "time", "grain",
+    "label_time", "unknown", "delays", "cells", "bins", "logit", "smooth", "levels",
+)
+
+
+def table_name(kind: str, prefix: str = PREFIX) -> str:
+    """The store table of a summary kind (``"manifest"`` for the manifest)."""
+    return prefix + ("snapshots" if kind == "manifest" else TABLES[kind]["suffix"])
+
+
+def columns(kind: str, by: Mapping[str, str] | Sequence[tuple[str, str]] = ()) -> list[tuple]:
+    """Every ``(name, type)`` column of a summary table, with the ``by`` keys' typed columns
+    (``{key: type}``) after :data:`LEADING`.
+
+    Examples
+    --------
+    >>> [c for c, _ in columns("cells", {"model": "string"})][:8]
+    ['spec_hash', 'version', 'period_start', 'delay', 'group_keys', 'model', 'cells', 'cell']
+    """
+    if kind == "manifest":
+        return list(MANIFEST)
+    table = TABLES[kind]
+    by = list(by.items()) if isinstance(by, Mapping) else list(by)
+    return [*LEADING, *by, *table["params"], *table["keys"], *table["label_free"],
+            *table["label"]]
+
+
+def delay_bucket(days: float, delays: Sequence[float] = DELAYS) -> int:
+    """The delay bucket of a label that arrived ``days`` after its prediction: the last k with
+    ``delays[k] <= days`` (0 for a label before its prediction)."""
+    k = 0
+    for i, edge in enumerate(delays):
+        if days >= edge:
+            k = i
+    return k
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no spaces, floats as Python writes them (shortest round trip)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def group_keys(keys: Mapping[str, Any]) -> str:
+    """A group's ``group_keys`` value: canonical JSON of {key: value} (NULL as null).
+
+    Examples
+    --------
+    >>> group_keys({"segment": "ios", "model": "v2"})
+    '{"model":"v2","segment":"ios"}'
+    """
+    def plain(v):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return None
+        return v.item() if hasattr(v, "item") else v
+    return canonical_json({k: plain(v) for k, v in keys.items()})
+
+
+def spec_hash(spec: Mapping[str, Any]) -> str:
+    """The first 16 hex digits of the SHA-256 of the spec's canonical JSON.
+
+    Examples
+    --------
+    >>> spec_hash({"b": 1, "a": [1, 2]}) == spec_hash({"a": [1, 2], "b": 1})
+    True
+    >>> len(spec_hash({}))
+    16
+    """
+    return hashlib.sha256(canonical_json(dict(spec)).encode()).hexdigest()[:16]
