@@ -78,6 +78,7 @@ MANIFEST = (
     ("mature", "boolean"),          # age >= horizon + settle at as_of: a final version
     ("rows_scanned", "int64"),
     ("n_groups", "int64"),
+    ("integer_weights", "boolean"),  # every weight a whole number (frequency weights)
     ("written_at", "timestamp"),
     ("sqlcal_version", "string"),
 )
