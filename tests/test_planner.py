@@ -10,7 +10,7 @@ import pytest
 import sqlcal
 from sqlcal import summaries
 from sqlcal.metrics import binned, cumulative, scores
-from sqlcal.query import declared, planner
+from sqlcal.query import declared, local, planner
 from sqlcal.query.declared import Summary, merge
 from sqlcal.reporting import (DEFAULT_METRICS, METRICS, _defaults, follow_ups,
                               metric_options, needs)
@@ -83,6 +83,41 @@ def test_fused_scan_equals_each_summary(upload, weighted):
         want = _summary(sqlcal.source(upload(df), **kw), s)
         _same(got[list(want.columns)], want)
         assert set(got.columns) == set(want.columns)
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_shared_follow_ups_equal_each_summary_alone(upload, weighted):
+    # one stage of follow-ups: histograms of cells at two grids (read once, at the finer), and
+    # the levels of some ranges with the running-sum extremes of others (read as one levels
+    # scan, the extremes evaluated from the levels in pandas)
+    df = _data(seed=4, weighted=weighted)
+    kw = dict(score="p", label="y", by="g", weight="w" if weighted else None)
+    a, b = (("g0",), 0.25, 0.5), ((None,), 0.5, 0.75)
+    stage = [declared.cells_within(4096, [a], "sums", "residuals"),
+             declared.cells_within(256, [b, (("g1",), 0.0, 0.125)], "sums"),
+             declared.levels_within([a, (("g1",), 0.625, 1.0)]),
+             declared.extremes_within(1024, [b, (("g0",), 0.125, 0.25)])]
+    src = sqlcal.source(upload(df), **kw)
+    planner.prefetch(src, [declared.totals()])  # the first scan, which validates the rows
+    queries = []
+    run = type(src).run
+    src_run = lambda build, **k: queries.append(build) or run(src, build, **k)  # noqa: E731
+    src.run = src_run
+    scans = planner.shared_follow_ups(src, [lambda _: stage])
+    assert len(scans) == len(queries) == 2, [d for d, _ in scans]
+    for s in stage:
+        keys = ["g", *([s.key_column] if s.key_column else [])]
+        if s.kind == "extremes_within":
+            keys = ["g", "cell"]
+        got = src.lookup(s.key, s.parts).sort_values(keys, ignore_index=True)
+        want = _summary(sqlcal.source(upload(df), **kw), s)
+        # the engine reads the union of every group's ranges: keep each group's own
+        at = want if s.kind == "levels_within" else want.assign(p=want["cell"] / s.params[0])
+        want = want[local.in_ranges(at, ["g"], s.params[-1])]
+        want = want.sort_values(keys, ignore_index=True)
+        columns = [c for c in want.columns if c in got.columns]
+        assert set(want.columns) - set(columns) <= {"W", "sw2", "var2"}  # unweighted fill-ins
+        _same(got[columns], want[columns])
 
 
 def test_a_report_reads_the_table_once_for_its_first_stage(monkeypatch):

@@ -24,6 +24,10 @@ def fetch(src: Source, summary: Summary) -> pd.DataFrame:
     """One declared summary of ``src``: cached, or one scan (validating the source on its first).
     A source holding the levels of its rows (built by :func:`sqlcal.from_summaries`) evaluates
     the summary from them in pandas instead (:mod:`sqlcal.query.local`)."""
+    if src.served is not None:  # a stored window: merged from its summary store
+        have = src.lookup(summary.key, summary.parts)
+        return have if have is not None else src.store(summary.key, summary.parts,
+                                                       src.served(summary))
     if src.local_levels is not None:
         have = src.lookup(summary.key, summary.parts)
         return have if have is not None else src.store(
@@ -118,19 +122,32 @@ def shared_follow_ups(src: Source, follow_ups: Iterable[Callable]
 
 
 def _together(group: list[Summary]) -> Summary:
-    """One ranged summary over the union of a group's ranges and parts."""
+    """One ranged summary over the union of a group's ranges and parts (cells at the finest
+    grid; the levels when a window's extremes are among them)."""
     first = group[0]
     ranges = score_ranges(r for s in group for r in s.params[-1])
     parts = frozenset().union(*(s.parts for s in group))
+    if first.kind == "cells_within":
+        return Summary(first.kind, (max(s.params[0] for s in group), ranges), parts)
+    if first.kind in ("levels_within", "extremes_within"):
+        return Summary("levels_within", (ranges,), parts | {"sums"})
     return Summary(first.kind, (*first.params[:-1], ranges), parts)
 
 
 def _shared(wanted: list[Summary]) -> list[list[Summary]]:
-    """Ranged summaries of one kind and grid together (when their ranges split exactly); any
-    other summary alone."""
+    """Which follow-ups of one stage one scan reads: histograms of score cells at any grid
+    together (read at the finest, each summed up to its own grid: a coarser 2^k cell is a union
+    of finer ones); the levels inside score ranges together with the running-sum extremes of a
+    window (evaluated from those levels in pandas, so the window's scan is saved); any other
+    summary alone. Measured on DuckDB at 10^8 rows, the default report's four follow-up scans
+    (8.4 CPU s) became two this way."""
     groups: dict[tuple, list[Summary]] = {}
     for s in union(wanted):
-        if s.kind in RANGED and _aligned(s):
+        if s.kind == "cells_within" and _aligned(s):
+            groups.setdefault(("cells_within",), []).append(s)
+        elif s.kind in ("levels_within", "extremes_within"):
+            groups.setdefault(("levels_within",), []).append(s)
+        elif s.kind in RANGED and _aligned(s):
             groups.setdefault((s.kind, *s.params[:-1]), []).append(s)
         else:
             groups[("alone", s.key)] = [s]
@@ -154,17 +171,28 @@ def _run_shared(src: Source, group: list[Summary]) -> list[Summary]:
     together = _together(group)
     frame = fetch(src, together)
     for s in group:
-        src.store(s.key, together.parts, _within(frame, s, src.by))
+        if s.kind == "extremes_within":  # reads Σwy − Σwp per level: the sums part
+            own = local.EVALUATORS[s.kind](s, frame, tuple(src.by))
+        elif s.kind == "cells_within" and s.params[0] < together.params[0]:
+            fine = _within(frame, s, src.by, grid=together.params[0])
+            fine = fine.assign(cell=coarser_cells(fine["cell"].to_numpy(), together.params[0],
+                                                  s.params[0]))
+            own = merge([fine], [*src.by, "cell"])
+        else:
+            own = _within(frame, s, src.by)
+        src.store(s.key, together.parts, own)
     return group
 
 
-def _within(frame: pd.DataFrame, summary: Summary, by) -> pd.DataFrame:
-    """The rows of a shared ranged frame inside ``summary``'s own ranges."""
+def _within(frame: pd.DataFrame, summary: Summary, by, grid: int | None = None
+            ) -> pd.DataFrame:
+    """The rows of a shared ranged frame inside ``summary``'s own ranges (a cell frame at
+    ``grid``, the summary's own grid unless given)."""
     ranges = summary.params[-1]
     if summary.kind == "levels_within":
         at = frame
     else:  # a cell lies inside a range when its start does (ranges end on the grid)
-        at = frame.assign(p=frame["cell"].to_numpy(float) / summary.params[0])
+        at = frame.assign(p=frame["cell"].to_numpy(float) / (grid or summary.params[0]))
     return frame[local.in_ranges(at, list(by), ranges)].reset_index(drop=True)
 
 
@@ -177,7 +205,7 @@ def plan(wanted: list[Summary]) -> list[list[Summary]]:
 
 def run(src: Source, group: list[Summary]) -> list[Summary]:
     """Run one scan of :func:`plan` and cache each summary it holds on ``src``."""
-    if len(group) == 1 or src.local_levels is not None:
+    if len(group) == 1 or src.local_levels is not None or src.served is not None:
         for summary in group:
             fetch(src, summary)
         return group
