@@ -3,7 +3,14 @@
 ``con`` runs every engine test on DuckDB, on PostgreSQL when a server answers at
 ``SQLCAL_POSTGRES_URL`` (default ``postgres://postgres:postgres@localhost:5432/sqlcal_test``;
 ``.ci/run`` starts one), and on Spark (PySpark in local mode, one session for the whole run) when
-``pyspark`` is installed. A missing engine is a skip with the reason printed (``-ra``).
+``pyspark`` is installed. A missing engine is a skip with the reason printed (``-ra``); with
+``SQLCAL_STRICT_ENGINES=1`` (``.ci/run`` sets it) it is a failure instead.
+
+``spark_cluster`` runs a representative subset (:data:`CLUSTER_TESTS`, or tests marked
+``@pytest.mark.cluster``) on a Spark standalone cluster at ``SQLCAL_SPARK_MASTER`` (e.g.
+``spark://127.0.0.1:7077``; ``.ci/spark-cluster start`` runs a master and two workers on loopback);
+without that variable it is skipped with the reason printed. One Spark session lives at a time in
+the process: switching between local mode and the cluster stops the other one.
 """
 
 from __future__ import annotations
@@ -19,23 +26,59 @@ import pytest
 _names = (f"t{i}" for i in itertools.count())
 POSTGRES_URL = os.environ.get("SQLCAL_POSTGRES_URL",
                               "postgres://postgres:postgres@localhost:5432/sqlcal_test")
-ENGINES = ["duckdb", "postgres", "spark"]
+ENGINES = ["duckdb", "postgres", "spark", "spark_cluster"]
+SPARK_MASTER = os.environ.get("SQLCAL_SPARK_MASTER", "")
+#: a missing engine (or dbt, for its tests) fails instead of skipping
+STRICT = os.environ.get("SQLCAL_STRICT_ENGINES", "") not in ("", "0")
+#: the engine tests that also run on the Spark cluster: one per metric family, and maps (a name
+#: with [ids] selects that case only; about 20 s on two workers after the session's 18 s)
+CLUSTER_TESTS = {
+    "test_binned.py::test_ece_matches_brute_force[spark_cluster-l1-relplot]",
+    "test_binned.py::test_brier_decomposition_exact[spark_cluster-quantile]",
+    "test_cumulative.py::test_matches_brute_force_with_ties_weights_groups[spark_cluster-1]",
+    "test_tce.py::test_rejections_equal_a_binomtest_loop[spark_cluster-True-pavabc]",
+    "test_smooth.py::test_smooth_ece_matches_relplot[spark_cluster-5000-True]",
+    "test_distance.py::test_fixture_d_discretized_with_weights",
+    "test_decision.py::test_risk_gap_matches_brute_force[spark_cluster-0]",
+    "test_scores.py::test_brier_matches_sklearn_weighted_grouped",
+    "test_recalibrate.py::test_exported_sql_equals_numpy",
+}
+
+
+def engine_missing(reason: str):
+    """Skip the test because an engine or tool is missing, or fail it in strict mode."""
+    if STRICT:
+        pytest.fail(f"{reason} (SQLCAL_STRICT_ENGINES is set: a missing engine fails)",
+                    pytrace=False)
+    pytest.skip(reason)
 
 
 def _postgres():
     try:
         return ibis.connect(POSTGRES_URL)
     except Exception as e:  # no server, no driver, no database
-        pytest.skip(f"PostgreSQL is not reachable at {POSTGRES_URL}: {type(e).__name__}: "
-                    f"{str(e).splitlines()[0] if str(e) else ''}")
+        reason = (f"PostgreSQL is not reachable at {POSTGRES_URL}: {type(e).__name__}: "
+                  f"{str(e).splitlines()[0] if str(e) else ''}")
+    engine_missing(reason)
 
 
-def _spark():
+def _spark(master: str = "local[2]"):
     try:
         from pyspark.sql import SparkSession
     except ImportError as e:
-        pytest.skip(f"Spark is not installed ({e}); pip install 'ibis-framework[pyspark]'")
-    spark = (SparkSession.builder.master("local[2]").appName("sqlcal-tests")
+        engine_missing(f"Spark is not installed ({e}); pip install 'ibis-framework[pyspark]'")
+    active = SparkSession.getActiveSession()
+    if active is not None and active.sparkContext.master != master:
+        active.stop()  # one SparkContext per process: local mode and the cluster take turns
+    builder = SparkSession.builder
+    if master != "local[2]":  # executors in their own JVMs: small, and the driver reachable
+        import sys
+
+        builder = (builder.config("spark.executor.memory", "512m")
+                   .config("spark.executor.cores", "1").config("spark.cores.max", "2")
+                   .config("spark.driver.host", "127.0.0.1")
+                   .config("spark.pyspark.python", sys.executable))
+    spark = (builder.master(master).appName("sqlcal-tests")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .config("spark.default.parallelism", "2").config("spark.sql.adaptive.enabled", "false")
              .config("spark.sql.execution.arrow.pyspark.enabled", "true")
@@ -49,7 +92,32 @@ def con(request):
     """An engine connection; every metric test runs against each engine available."""
     if request.param == "duckdb":
         return ibis.duckdb.connect()
+    if request.param == "spark_cluster":
+        if not SPARK_MASTER:
+            engine_missing("no Spark cluster: set SQLCAL_SPARK_MASTER=spark://127.0.0.1:7077 "
+                           "after .ci/spark-cluster start")
+        return _spark(SPARK_MASTER)
     return _postgres() if request.param == "postgres" else _spark()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cluster: also run on the Spark cluster (spark_cluster)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The Spark cluster runs the representative subset only, not every Spark test twice."""
+    keep, drop = [], []
+    for item in items:
+        on_cluster = "[spark_cluster" in item.nodeid or "-spark_cluster" in item.nodeid
+        case = item.nodeid.split("/")[-1]
+        chosen = case in CLUSTER_TESTS or case.split("[")[0] in CLUSTER_TESTS
+        if on_cluster and not chosen and not item.get_closest_marker("cluster"):
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture
@@ -89,10 +157,11 @@ def pytest_terminal_summary(terminalreporter):
     counts = {}
     for outcome in ("passed", "failed", "skipped"):
         for report in terminalreporter.stats.get(outcome, []):
-            for engine in ENGINES:
+            for engine in sorted(ENGINES, key=len, reverse=True):  # spark_cluster first
                 if f"[{engine}" in report.nodeid:
                     counts.setdefault(engine, {}).setdefault(outcome, 0)
                     counts[engine][outcome] += 1
+                    break
     for engine, by_outcome in counts.items():
         summary = ", ".join(f"{n} {o}" for o, n in sorted(by_outcome.items()))
         terminalreporter.write_line(f"engine {engine}: {summary}")
