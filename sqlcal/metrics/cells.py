@@ -17,10 +17,15 @@ from sqlcal.metrics import groups as split_groups
 from sqlcal.metrics import key_tuple
 from sqlcal.source import Source
 
-#: cells of the first histogram (2^10); a zoom multiplies by the same factor, so cell ids at
-#: depth d are FLOOR(p·2^(10d)), exact up to d = 5
+#: cells of the first histogram (2^10); a zoom multiplies the grid by a power of two up to
+#: ZOOM, so cell ids stay FLOOR(p·2^k), exact while k <= 50
 CELLS = 1024
 ZOOM = 1024
+#: rows per finer cell a zoom aims at: its factor is the power of two (2 to ZOOM) that leaves
+#: about this many rows in each finer cell. The zooms of the equal-mass edges and of the cutoff
+#: error's candidates then usually land on one grid, which one scan reads for both (the
+#: planner's shared follow-ups)
+ZOOM_ROWS = 64
 #: fetch the score levels of the wanted cells once they hold at most this many rows
 LEVEL_ROWS = 1_000_000
 #: the equal-mass strategies: edges at numpy's linear-interpolation quantiles (sqlcal's own, also
@@ -130,18 +135,20 @@ def equal_mass_walk(src: Source, bins: int, parts: frozenset, strategy: str, rea
     pieces = {key_tuple(k): part.sort_values("cell", ignore_index=True)
               for k, part in split_groups(histogram, by)}
     wanted = {key: _edge_pieces(part, *rule) for key, part in pieces.items()}
-    while _rows_to_fetch(pieces, wanted) > LEVEL_ROWS and scale * ZOOM <= 2**50:
-        sub = read(declared.cells_within(scale * ZOOM, _wanted_ranges(pieces, wanted, by, scale),
+    while (rows := _rows_to_fetch(pieces, wanted)) > LEVEL_ROWS and scale * 2 <= 2**50:
+        cells = sum(len(w) for w in wanted.values())
+        zoom = zoom_factor(rows / cells, scale)
+        sub = read(declared.cells_within(scale * zoom, _wanted_ranges(pieces, wanted, by, scale),
                                          *parts))
         sub_parts = {key_tuple(k): p for k, p in split_groups(sub, by)}
         for key, part in pieces.items():
             ids = part.loc[wanted[key], "cell"]
             finer = sub_parts.get(key, sub.iloc[:0])
-            finer = finer[(finer["cell"] // ZOOM).isin(ids)]
+            finer = finer[(finer["cell"] // zoom).isin(ids)]
             coarse = part.drop(index=wanted[key])
-            coarse = coarse.assign(cell=coarse["cell"] * ZOOM)  # the same range, finer ids
+            coarse = coarse.assign(cell=coarse["cell"] * zoom)  # the same range, finer ids
             pieces[key] = pd.concat([coarse, finer]).sort_values("cell", ignore_index=True)
-        scale *= ZOOM
+        scale *= zoom
         wanted = {key: _edge_pieces(part, *rule) for key, part in pieces.items()}
     ranges = _wanted_ranges(pieces, wanted, by, scale)
     levels = read(declared.levels_within(ranges, *parts)) if ranges else None
@@ -188,6 +195,14 @@ def equal_mass_finish(cells: pd.DataFrame, levels: pd.DataFrame | None, *, by, b
                                     index=agg.index)
         out.append(pd.concat([agg.assign(**dict(zip(by, key))), edge_columns], axis=1))
     return pd.concat(out, ignore_index=True)
+
+
+def zoom_factor(rows_per_cell: float, scale: int) -> int:
+    """The factor of a zoom into cells holding ``rows_per_cell`` rows each on average, at the
+    grid ``scale``: a power of two from 2 to :data:`ZOOM` leaving about :data:`ZOOM_ROWS` rows
+    a finer cell (finer would return nearly a row per cell), and the grid at most 2^50."""
+    want = 2 ** np.ceil(np.log2(max(rows_per_cell / ZOOM_ROWS, 2)))
+    return int(min(want, ZOOM, 2**50 // scale))
 
 
 def _wanted_ranges(pieces: dict, wanted: dict, by, scale: int) -> list:

@@ -16,7 +16,7 @@ from scipy import stats
 
 from sqlcal.metrics import (per_group, resolve_weight_kind, result, safe_div,
                             statistic, variance_parts)
-from sqlcal.metrics.cells import CELLS, ZOOM, cell_ranges, cells_needs
+from sqlcal.metrics.cells import CELLS, cell_ranges, cells_needs, zoom_factor
 from sqlcal.query import declared, planner
 from sqlcal.source import Source, as_source
 from sqlcal.options import checked
@@ -32,8 +32,6 @@ METHODS = ("exact", "grid")
 #: costs the same CPU (1.50-1.61 s against 1.59-1.66 s) and 30 MB less memory; the window
 #: grows faster than the rows, so larger tables gain more
 WINDOW_ROWS = 500_000
-#: rows per finer cell a zoom aims at (its factor a power of two up to 1024)
-ZOOM_ROWS = 64
 
 
 @checked
@@ -451,7 +449,8 @@ def extremes_walk(src: Source, exact: bool, cells: int, weight_kind: str, read):
     """The reads behind the extremes, each chosen from the frames before it: the score-cell
     histogram with residual sums; in exact mode, while the candidate cells hold more than
     :data:`WINDOW_ROWS` rows (and each zoom at least halves them), a finer histogram of the
-    candidates (up to 1024-fold, about :data:`ZOOM_ROWS` rows a cell); then the running-sum extremes inside the remaining candidates. Returns
+    candidates (:func:`sqlcal.metrics.cells.zoom_factor`); then the running-sum extremes inside
+    the remaining candidates. Returns
     the histogram (zoomed cells at ``scale``, the others renumbered to it), the scale, and the
     window's extremes (None when nothing is left to resolve)."""
     by = list(src.by)
@@ -463,9 +462,7 @@ def extremes_walk(src: Source, exact: bool, cells: int, weight_kind: str, read):
     chosen = candidates(frame, by)
     rows = frame.loc[chosen, "n"].sum()
     while rows > WINDOW_ROWS and scale < 2**50:
-        # about ZOOM_ROWS rows per finer cell: finer would return nearly a row per cell
-        zoom = int(min(2 ** np.ceil(np.log2(max(rows / chosen.sum() / ZOOM_ROWS, 2))), ZOOM,
-                       2**50 // scale))
+        zoom = zoom_factor(rows / chosen.sum(), scale)
         fine = read(declared.cells_within(scale * zoom, cell_ranges(frame[chosen], by, scale),
                                           *needs.parts))
         coarse = frame[~chosen].assign(cell=frame.loc[~chosen, "cell"] * zoom)
