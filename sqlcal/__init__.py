@@ -19,6 +19,8 @@ from sqlcal.reporting import report
 from sqlcal.scheduled import metric_series
 from sqlcal.source import InvalidInputError, Source, source
 from sqlcal.export import from_summaries, summary_sql
+from sqlcal.monitor.store import snapshot
+from sqlcal.monitor.stored import stored
 
 from sqlcal._version import __version__
 
@@ -62,8 +64,10 @@ __all__ = [
     "report",
     "source",
     "smooth_ece",
+    "snapshot",
     "smooth_reliability",
     "spiegelhalter",
+    "stored",
     "summary_sql",
     "tce",
     "tce_bins",

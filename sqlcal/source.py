@@ -144,6 +144,9 @@ class Source:
     #: the levels of the rows, when the summaries are evaluated from them in pandas
     #: (:mod:`sqlcal.query.local`) instead of queried: a source built by from_summaries
     local_levels: pd.DataFrame | None = field(default=None, repr=False)
+    #: a function serving each declared summary instead of a query on the rows: a window of a
+    #: summary store (sqlcal.monitor.stored), whose summaries are merged from stored ones
+    served: Callable[[Any], pd.DataFrame] | None = field(default=None, repr=False)
     #: an in-memory source's plan: its shape (what, with a summary's key, names a compiled
     #: statement) and its in-memory table; the table's rows as Arrow, made on the first query
     _plan: tuple | None = field(default=None, repr=False)

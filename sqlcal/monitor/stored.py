@@ -1,0 +1,253 @@
+"""Windows from the summary store: a source every metric accepts, served by merging stored
+summaries instead of scanning rows.
+
+``stored(store, start=, end=, maturity=)`` returns a :class:`~sqlcal.source.Source` whose
+``served`` function answers the planner's requests: each declared summary
+(:mod:`sqlcal.query.declared`) is the stored one summed over the window's periods and the delay
+buckets its maturity view admits (in the store's engine, :func:`sqlcal.monitor.store.merged`),
+with sqlcal's summary columns rebuilt from the stored ones (:data:`sqlcal.monitor.schema.DERIVED`).
+Sums add exactly (up to float re-association), so every metric that reads totals, stored bins,
+cells, the logit grid, smooth ECE's histogram or the levels gives the value a scan of the window's
+rows gives. A summary the store does not hold is an error naming the snapshot option that stores
+it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+import ibis
+import numpy as np
+import pandas as pd
+
+from sqlcal.errors import InvalidInputError
+from sqlcal.monitor import schema, store as _store
+from sqlcal.options import OptionError
+from sqlcal.query import local
+from sqlcal.query.declared import Summary, coarser_cells
+from sqlcal.source import Source
+
+#: maturity views of a stored window
+VIEWS = ("mature", "all", "lag:<a>d")
+
+
+def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = None,
+           end: Any = None, maturity: str = "mature", prefix: str = schema.PREFIX,
+           spec: str | None = None, at: Any = None, horizon: str = "30d",
+           settle: str = "1d") -> Source:
+    r"""A window of stored summaries, as a source every metric accepts.
+
+    Parameters
+    ----------
+    store : str, path or Ibis connection
+        The summary store :func:`sqlcal.snapshot` wrote.
+    by : str or sequence of str, optional
+        Group keys: the snapshot's ``by`` (default) or a subset of it (groups merged).
+    start, end : date-like, optional
+        The first and last period of the window (inclusive); default: every stored period.
+    maturity : str, default "mature"
+        ``"mature"``: only periods whose labels are final (age >= horizon + settle at ``at``);
+        ``"all"``: every period with the labels known at its snapshot; ``"lag:<a>d"`` (a one of
+        the snapshot's delay edges above 0): every period with the labels that arrived within
+        a days of the prediction, so recent and old periods are comparable.
+    prefix : str, default "sqlcal_"
+    spec : str, optional
+        The snapshot spec's hash, when the store holds several.
+    at : datetime-like, optional
+        The time the ``"mature"`` view ages periods at (default: the latest ``as_of`` stored).
+    horizon, settle : str, default "30d", "1d"
+
+    Returns
+    -------
+    Source
+        A source whose summaries are merged from the store; it never reads rows. Metrics that
+        need a summary the store lacks raise :class:`~sqlcal.options.OptionError` naming the
+        snapshot option that stores it.
+
+    Notes
+    -----
+    With binary labels every label-dependent sum is :math:`\sum_i w_i y_i f(p_i)`, and every
+    stored column is a sum (or a minimum or maximum) over rows, so the window's summary is the
+    sum of its periods' summaries and the ``lag`` view is the sum over the admitted delay
+    buckets. Grid-mode metrics (``cutoff_error(method="grid")``) carry their own certified
+    bound (``grid_bound``), which holds for the merged window as for a scan.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> df = pd.DataFrame({"p": [0.2, 0.7, 0.4, 0.9], "y": [0, 1, 1, 1],
+    ...                    "t": pd.to_datetime(["2026-11-01 08:00", "2026-11-01 09:00",
+    ...                                         "2026-11-02 10:00", "2026-11-02 11:00"])})
+    >>> _ = sqlcal.snapshot(df, score="p", label="y", time="t", store=":memory:",
+    ...                     as_of="2026-11-03", prefix="doc_")
+    >>> src = sqlcal.stored(":memory:", prefix="doc_", maturity="all")
+    >>> sqlcal.brier(src)
+       brier  n    W
+    0  0.125  4  4.0
+    """
+    versions, spec_dict, spec_hash = _window(store, prefix, spec, start, end)
+    keys = tuple(spec_dict["by"])
+    by = keys if by is None else ((by,) if isinstance(by, str) else tuple(by))
+    extra = sorted(set(by) - set(keys))
+    if extra:
+        raise OptionError(f"by: {extra} are not keys of the stored summaries {list(keys)}")
+    delays = _admitted(maturity, spec_dict)
+    if maturity == "mature":
+        at = versions["as_of"].max() if at is None else _store._timestamp(at)
+        age = _store._days(horizon, "horizon") + _store._days(settle, "settle")
+        versions = versions[versions["period_end"] + pd.Timedelta(days=age) <= at]
+    if not len(versions):
+        raise InvalidInputError(f"the store holds no {maturity!r} period between {start} and "
+                                f"{end} (spec {spec_hash})")
+    served = _Server(store, prefix, spec_hash, spec_dict, versions, by, delays)
+    src = Source(rows=ibis.table({"p": "float64", "y": "float64", "w": "float64"},
+                                 name="stored_window"),
+                 score=spec_dict["score"], label=spec_dict["label"],
+                 weight=spec_dict["weight"], by=by, on_invalid="raise", allow_soft=False,
+                 float_label=False, integer_weights=bool(versions["integer_weights"].all()),
+                 _validated=True, served=served,
+                 origin=(f"summary store, {len(versions)} periods "
+                         f"{versions['period_start'].min():%Y-%m-%d}.."
+                         f"{versions['period_start'].max():%Y-%m-%d}, maturity={maturity!r}"))
+    src.forbid_queries("a stored window is served from its summary store")
+    return src
+
+
+def _window(store, prefix, spec, start, end) -> tuple[pd.DataFrame, dict, str]:
+    versions = _store.current_versions(store, prefix)
+    if not len(versions):
+        raise InvalidInputError(f"no snapshots in the store (prefix {prefix!r})")
+    hashes = sorted(versions["spec_hash"].unique())
+    if spec is None:
+        if len(hashes) > 1:
+            raise OptionError(f"spec: the store holds snapshots of several specs {hashes}; "
+                              "name one with spec=")
+        spec = hashes[0]
+    elif spec not in hashes:
+        raise OptionError(f"spec: {spec!r} is not among the stored specs {hashes}")
+    versions = versions[versions["spec_hash"] == spec]
+    if start is not None:
+        versions = versions[versions["period_start"] >= _store._timestamp(start)]
+    if end is not None:
+        versions = versions[versions["period_start"] <= _store._timestamp(end)]
+    spec_dict = json.loads(versions["spec"].iloc[-1]) if len(versions) else json.loads(
+        _store.current_versions(store, prefix, spec)["spec"].iloc[-1])
+    return versions.reset_index(drop=True), spec_dict, spec
+
+
+def _admitted(maturity: str, spec: dict) -> list[int] | None:
+    """The delay values a maturity view sums over (None: all)."""
+    if maturity in ("mature", "all"):
+        return None
+    edges = spec["delays"]
+    if isinstance(maturity, str) and maturity.startswith("lag:") and maturity.endswith("d"):
+        try:
+            a = float(maturity[4:-1])
+        except ValueError:
+            a = None
+        if a is not None and a in edges[1:]:
+            if spec["label_time"] is None:
+                raise OptionError(f"maturity={maturity!r} needs the labels' arrival times: "
+                                  "snapshot with label_time=")
+            return [schema.DELAY_LABEL_FREE] + [k for k in range(len(edges) - 1)
+                                                if edges[k + 1] <= a]
+        raise OptionError(f"maturity: lag:<a>d takes a delay edge above 0 of the snapshot, "
+                          f"{[e for e in edges[1:]]} days, not {maturity!r}")
+    raise OptionError(f"maturity must be one of {VIEWS}, not {maturity!r}")
+
+
+class _Server:
+    """``served(summary)``: a declared summary of the window, merged from the store."""
+
+    def __init__(self, store, prefix, spec_hash, spec, versions, by, delays):
+        self.store, self.prefix, self.spec_hash, self.spec = store, prefix, spec_hash, spec
+        self.versions, self.by, self.delays = versions, tuple(by), delays
+        self._levels = None
+        self._cache: dict = {}
+
+    def _merged(self, kind: str, **params) -> pd.DataFrame:
+        key = (kind, tuple(sorted(params.items())))
+        if key not in self._cache:  # one merge query per stored summary and window
+            self._cache[key] = _store.merged(
+                self.store, kind, prefix=self.prefix, spec_hash=self.spec_hash,
+                versions=self.versions, by=self.by, delays=self.delays, params=params)
+        return self._cache[key].copy()
+
+    def __call__(self, summary: Summary) -> pd.DataFrame:
+        kind, params = summary.kind, summary.params
+        K = self.spec["cells"]
+        if kind == "totals":
+            return _derive(self._merged("totals"))
+        if kind == "uniform":
+            bins, convention = params
+            if [bins, convention] in self.spec["bins"]:
+                frame = self._merged("bins", bins=bins, convention=convention)
+                return _derive(frame.drop(columns=[], errors="ignore"))
+            if convention == "sqlcal" and K % bins == 0:  # K/B whole cells per bin: exact
+                cells = self._merged("cells", cells=K)
+                cells["bin"] = coarser_cells(cells["cell"].to_numpy(), K, bins)
+                return _derive(_sum_over(cells, [*self.by, "bin"]))
+            return self._from_levels(summary, f"bins={bins} ({convention!r} convention)")
+        if kind == "cells" and K % params[0] == 0:
+            cells = self._merged("cells", cells=K)
+            cells["cell"] = coarser_cells(cells["cell"].to_numpy(), K, params[0])
+            return _derive(_sum_over(cells, [*self.by, "cell"]))
+        if kind == "logit_grid":
+            step, clip = params
+            if any(np.isclose(step, s, rtol=1e-12, atol=0) and clip == c
+                   for s, c in self.spec["logit"]):
+                stored_step = next(s for s, c in self.spec["logit"]
+                                   if np.isclose(step, s, rtol=1e-12, atol=0) and clip == c)
+                return self._merged("logit", step=stored_step, clip=clip)
+            return self._from_levels(summary, f"ls_ece_sigma={step * 20:g}")
+        if kind == "smooth_cells" and len(params[1]) == 1 and params[1][0] in self.spec["smooth"] \
+                and params[0] == K:
+            h = params[1][0]
+            frame = self._merged("smooth", cells=K, grid=h).rename(columns={"interval": f"b_{h}"})
+            return _derive(frame)
+        if kind == "smooth_cells":
+            return self._from_levels(summary, f"smooth_grids={list(params[1])}")
+        if kind == "levels":
+            if not self.spec["levels"]:
+                raise OptionError("this metric needs the levels (one row per distinct score): "
+                                  "snapshot with levels=True")
+            return self.levels()
+        return self._from_levels(summary, "levels=True")
+
+    def levels(self) -> pd.DataFrame:
+        if self._levels is None:
+            self._levels = _derive(self._merged("levels"))
+        return self._levels
+
+    def _from_levels(self, summary: Summary, option: str) -> pd.DataFrame:
+        """Any summary from the stored levels (exact), or an error naming the option."""
+        if not self.spec["levels"]:
+            raise OptionError(
+                f"the summary {summary.name!r} is not in the store: snapshot with {option}"
+                + ("" if option == "levels=True" else " (or levels=True)")
+                + ("; grid-mode metrics (method='grid') read the stored cells"
+                   if option == "levels=True" else ""))
+        return local.evaluate(summary, self.levels(), self.by)
+
+
+def _sum_over(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    rules = {c: "min" if c in schema.MINIMA else "max" if c in schema.MAXIMA else "sum"
+             for c in frame.columns if c not in keys and c != "cell" and c != "bin"}
+    return frame.groupby(keys, dropna=False, sort=True).agg(rules).reset_index()
+
+
+def _derive(frame: pd.DataFrame) -> pd.DataFrame:
+    """sqlcal's summary columns from the stored ones (:data:`schema.DERIVED`)."""
+    frame = frame.copy()
+    for name, combination in schema.DERIVED.items():
+        if all(c in frame for c in combination):
+            value = None
+            for c, coef in combination.items():
+                term = frame[c] if coef == 1 else coef * frame[c]
+                value = term if value is None else value + term
+            frame[name] = value
+    for name in ("n", "ny", "n_infinite_logloss"):
+        if name in frame:
+            frame[name] = frame[name].astype("int64")
+    return frame

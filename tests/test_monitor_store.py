@@ -1,0 +1,209 @@
+"""The summary store: snapshots, stored windows, maturity views (spec monitoring §E.1, E.2, E.4).
+
+Oracles: the same metric on the raw rows of the window (the metric functions are tested against
+brute force elsewhere), with the labels that arrived after the view's lag set to 0 in pandas; and
+brute-force numpy on the raw rows for n, W, Brier, log loss and the maturity curve.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+
+import ibis
+import numpy as np
+import pandas as pd
+import pytest
+
+import sqlcal
+from sqlcal.monitor import schema, store as monitor_store
+from sqlcal.options import OptionError
+
+DAY0 = pd.Timestamp("2026-10-01")
+AS_OF = pd.Timestamp("2026-12-01")
+KW = dict(score="p", label="y", weight="w", by="g", time="t", label_time="lt", as_of=AS_OF)
+
+
+def predictions(n: int = 3000, days: int = 6, seed: int = 0) -> pd.DataFrame:
+    """Scores from three families (continuous, rounded to 3 decimals, point masses at 0 and 1
+    with valid labels), integer weights, exponential label delays per score, seconds-resolved
+    timestamps."""
+    rng = np.random.default_rng(seed)
+    family = rng.integers(0, 3, n)
+    p = rng.beta(2, 6, n)
+    p = np.where(family == 1, np.round(p, 3), p)
+    mass = rng.random(n)
+    p = np.where(family == 2, np.where(mass < 0.5, 0.0, np.where(mass < 0.6, 1.0, p)), p)
+    y = (rng.random(n) < np.clip(1.2 * p, 0, 1)).astype(np.int64)
+    y = np.where(p == 0, 0, np.where(p == 1, 1, y))
+    t = DAY0 + pd.to_timedelta(rng.integers(0, days * 86400, n), unit="s")
+    delay = rng.exponential(1.0 + 4 * p, n)
+    lt = t + pd.to_timedelta(np.round(delay * 86400), unit="s")
+    lt = pd.Series(lt).where(y == 1, pd.NaT)
+    return pd.DataFrame({"p": p, "y": y, "w": rng.integers(1, 4, n).astype(float),
+                         "g": rng.choice(["a", "b"], n), "t": pd.Series(t), "lt": lt})
+
+
+def window_rows(df: pd.DataFrame, first: int, last: int, lag: float | None = None):
+    """The raw rows of days first..last (0-based), labels arriving after ``lag`` days set to 0."""
+    start, end = DAY0 + pd.Timedelta(days=first), DAY0 + pd.Timedelta(days=last + 1)
+    out = df[(df["t"] >= start) & (df["t"] < end)].copy()
+    if lag is not None:
+        late = (out["lt"] - out["t"]) >= pd.Timedelta(days=lag)
+        out.loc[late.fillna(False) & (out.y == 1), "y"] = 0
+    return out.drop(columns=["lt"])
+
+
+METRICS = {
+    "ece": lambda s, **k: sqlcal.ece(s, bins=15, **k),
+    "ece_8_from_cells": lambda s, **k: sqlcal.ece(s, bins=8, **k),
+    "brier": lambda s, **k: sqlcal.brier(s, **k),
+    "log_loss": lambda s, **k: sqlcal.log_loss(s, **k),
+    "reliability": lambda s, **k: sqlcal.reliability(s, bins=15, **k),
+    "cutoff_grid": lambda s, **k: sqlcal.cutoff_error(s, method="grid", **k),
+    "smooth_ece": lambda s, **k: sqlcal.smooth_ece(s, **k),
+    "ls_ece": lambda s, **k: sqlcal.ls_ece(s, **k),
+}
+
+
+def assert_same(a: pd.DataFrame, b: pd.DataFrame, what: str) -> None:
+    assert list(a.columns) == list(b.columns), what
+    assert len(a) == len(b), what
+    for col in a.columns:
+        x, y = a[col].to_numpy(), b[col].to_numpy()
+        if a[col].dtype.kind in "fc":
+            np.testing.assert_allclose(x.astype(float), y.astype(float), rtol=1e-12, atol=1e-13,
+                                       err_msg=f"{what}: {col}")
+        else:
+            assert (x == y).all(), f"{what}: {col}"
+
+
+def store_for(con):
+    """A store on the engine under test (a fresh prefix); an in-memory DuckDB for DuckDB, and
+    for Spark too (its reductions are what differs; a table write there costs seconds)."""
+    if con.name in ("duckdb", "pyspark"):
+        return ibis.duckdb.connect(), "sqlcal_"
+    return con, f"sqlcal_{uuid.uuid4().hex[:8]}_"
+
+
+def drop_store(store, prefix) -> None:
+    for name in store.list_tables():
+        if name.startswith(prefix):
+            store.drop_table(name)
+
+
+def test_merged_windows_equal_a_rescan(con, upload):
+    df = predictions()
+    store, prefix = store_for(con)
+    try:
+        out = sqlcal.snapshot(upload(df), store=store, prefix=prefix, levels=True, **KW)
+        assert (out["status"] == "written").all() and out["n"].sum() == len(df)
+        windows = [(1, 3), (0, 5)] if con.name == "duckdb" else [(1, 3)]
+        for (first, last), view in itertools.product(windows, ["all", "lag:3d"]):
+            src = sqlcal.stored(store, prefix=prefix, maturity=view,
+                                start=DAY0 + pd.Timedelta(days=first),
+                                end=DAY0 + pd.Timedelta(days=last))
+            raw = window_rows(df, first, last, lag=3 if view == "lag:3d" else None)
+            rescan = sqlcal.source(raw, score="p", label="y", weight="w", by="g")
+            what = f"{con.name} days {first}-{last} {view}"
+            for name, metric in METRICS.items():
+                assert_same(metric(src), metric(rescan), f"{what} {name}")
+            # the levels serve the exact-mode metrics
+            assert_same(sqlcal.cutoff_error(src), sqlcal.cutoff_error(rescan), what + " exact")
+            # independent oracle: numpy on the raw rows
+            brier = sqlcal.brier(src).set_index("g")
+            for g, part in raw.groupby("g"):
+                assert brier.loc[g, "n"] == len(part)
+                assert brier.loc[g, "W"] == part.w.sum()
+                want = (part.w * (part.y - part.p) ** 2).sum() / part.w.sum()
+                assert brier.loc[g, "brier"] == pytest.approx(want, rel=1e-12)
+    finally:
+        if con.name == "postgres":
+            drop_store(store, prefix)
+
+
+def test_a_snapshot_twice_writes_nothing_and_late_rows_make_a_new_version():
+    df = predictions(seed=1)
+    store = ibis.duckdb.connect()
+    sqlcal.snapshot(df, store=store, **KW)
+    sizes = {t: store.table(t).count().execute() for t in store.list_tables()}
+    again = sqlcal.snapshot(df, store=store, **KW)
+    assert (again["status"] == "unchanged").all() and (again["version"] == 1).all()
+    assert {t: store.table(t).count().execute() for t in store.list_tables()} == sizes
+
+    rng = np.random.default_rng(7)
+    late = predictions(n=200, days=1, seed=3)
+    late["t"] = late["t"] + pd.Timedelta(days=2)  # day 2 only
+    late["lt"] = late["lt"] + pd.Timedelta(days=2)
+    late["w"] = rng.integers(1, 3, len(late)).astype(float)
+    both = pd.concat([df, late], ignore_index=True)
+    out = sqlcal.snapshot(both, store=store, **KW)
+    day2 = DAY0 + pd.Timedelta(days=2)
+    assert out.loc[out.status == "written", "period_start"].tolist() == [day2]
+    assert out.set_index("period_start").loc[day2, "version"] == 2
+    manifest = monitor_store.manifest(store)
+    day2_rows = manifest[manifest.period_start == day2].sort_values("version")
+    assert day2_rows["current"].tolist() == [False, True]
+    src = sqlcal.stored(store, maturity="all")
+    rescan = sqlcal.source(window_rows(both, 0, 5), score="p", label="y", weight="w", by="g")
+    for name in ("ece", "brier", "cutoff_grid"):
+        assert_same(METRICS[name](src), METRICS[name](rescan), name)
+
+
+def test_a_snapshot_that_dies_before_its_manifest_row_leaves_the_old_version_read():
+    df = predictions(seed=2)
+    store = ibis.duckdb.connect()
+    sqlcal.snapshot(df, store=store, **KW)
+    before = sqlcal.brier(sqlcal.stored(store, maturity="all"))
+    changed = df.assign(w=df.w + 1)
+
+    def crash():
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        sqlcal.snapshot(changed, store=store, _before_manifest=crash, **KW)
+    assert_same(sqlcal.brier(sqlcal.stored(store, maturity="all")), before, "after a crash")
+    assert set(monitor_store.manifest(store)["version"]) == {1}
+
+
+def test_a_store_table_sqlcal_did_not_write_is_refused():
+    store = ibis.duckdb.connect()
+    store.create_table("sqlcal_sum_totals", pd.DataFrame({"x": [1, 2]}))
+    with pytest.raises(monitor_store.StoreError, match="no manifest"):
+        sqlcal.snapshot(predictions(n=100), store=store, **KW)
+    assert store.table("sqlcal_sum_totals").execute()["x"].tolist() == [1, 2]
+    store.create_table("sqlcal_snapshots", pd.DataFrame({"x": [1]}))
+    with pytest.raises(monitor_store.StoreError, match="not a sqlcal manifest"):
+        sqlcal.snapshot(predictions(n=100), store=store, **KW)
+
+
+def test_a_metric_needing_an_unstored_summary_names_the_snapshot_option():
+    store = ibis.duckdb.connect()
+    sqlcal.snapshot(predictions(n=500), store=store, **KW)
+    src = sqlcal.stored(store, maturity="all")
+    with pytest.raises(OptionError, match=r"levels=True"):
+        sqlcal.cutoff_error(src)
+    with pytest.raises(OptionError, match=r"bins=10"):
+        sqlcal.ece(sqlcal.stored(store, maturity="all"), bins=10)
+    with pytest.raises(OptionError, match=r"ls_ece_sigma=0\.2"):
+        sqlcal.ls_ece(sqlcal.stored(store, maturity="all"), noise_scale=0.2)
+    with pytest.raises(OptionError, match=r"lag:<a>d takes a delay edge"):
+        sqlcal.stored(store, maturity="lag:4d")
+
+
+def test_snapshot_options_are_checked_before_any_query():
+    df = predictions(n=50)
+    for bad, match in [({"grain": "week"}, "grain"), ({"cells": 1000}, "cells"),
+                       ({"delays": (1, 2)}, "delays"), ({"by": "period_start"}, "by=")]:
+        with pytest.raises(OptionError, match=match):
+            sqlcal.snapshot(df, store=ibis.duckdb.connect(), **{**KW, **bad})
+
+
+def test_the_mature_view_drops_exactly_the_periods_younger_than_horizon_and_settle():
+    df = predictions(seed=4)
+    store = ibis.duckdb.connect()
+    sqlcal.snapshot(df, store=store, **KW)
+    at = DAY0 + pd.Timedelta(days=6)  # day k ends at DAY0 + k + 1: mature when k + 1 + 3 <= 6
+    src = sqlcal.stored(store, maturity="mature", at=at, horizon="2d", settle="1d")
+    rescan = sqlcal.source(window_rows(df, 0, 2), score="p", label="y", weight="w", by="g")
+    assert_same(sqlcal.brier(src), sqlcal.brier(rescan), "mature")
