@@ -207,3 +207,78 @@ def test_the_mature_view_drops_exactly_the_periods_younger_than_horizon_and_sett
     src = sqlcal.stored(store, maturity="mature", at=at, horizon="2d", settle="1d")
     rescan = sqlcal.source(window_rows(df, 0, 2), score="p", label="y", weight="w", by="g")
     assert_same(sqlcal.brier(src), sqlcal.brier(rescan), "mature")
+
+
+# -- label maturity (spec §C, §E.4) -------------------------------------------------------------
+
+
+def delayed_stream(days: int = 40, per_day: int = 400, seed: int = 5) -> pd.DataFrame:
+    """Calibrated scores, labels whose delay (days) is exponential with a mean growing with the
+    score (so the curve differs between score bins), unit weights."""
+    rng = np.random.default_rng(seed)
+    n = days * per_day
+    p = rng.beta(2, 5, n)
+    y = (rng.random(n) < p).astype(np.int64)
+    t = DAY0 + pd.to_timedelta(np.repeat(np.arange(days), per_day) * 86400
+                               + rng.integers(0, 86400, n), unit="s")
+    delay = rng.exponential(0.5 + 6 * p, n)
+    lt = pd.Series(t + pd.to_timedelta(np.round(delay * 86400), unit="s")).where(y == 1, pd.NaT)
+    return pd.DataFrame({"p": p, "y": y, "w": 1.0, "g": "a", "t": pd.Series(t), "lt": lt})
+
+
+def brute_force_bins(free: pd.DataFrame, bins: int, K: int = 2**14) -> dict:
+    """cell -> score bin: equal label-free weight, cells whole (numpy on the raw rows)."""
+    cell = np.minimum(np.floor(free.p.to_numpy() * K), K - 1).astype(int)
+    W = pd.Series(free.w.to_numpy()).groupby(cell).sum().sort_index()
+    before = W.cumsum() - W
+    return dict(zip(W.index, np.minimum((before / W.sum() * bins).astype(int), bins - 1)))
+
+
+def test_the_maturity_curve_equals_brute_force_on_the_raw_rows():
+    from sqlcal.monitor.maturity import maturity
+
+    df = delayed_stream()
+    store = ibis.duckdb.connect()
+    as_of = DAY0 + pd.Timedelta(days=41)
+    sqlcal.snapshot(df, store=store, **{**KW, "as_of": as_of})
+    curve = maturity(store, bins=4, horizon="20d", settle="1d")
+    mature = df[df.t < DAY0 + pd.Timedelta(days=41 - 21)]  # period end + 21 days <= as_of
+    bin_of = brute_force_bins(mature, 4)
+    cell = np.minimum(np.floor(mature.p * 2**14), 2**14 - 1).astype(int)
+    mature = mature.assign(score_bin=cell.map(bin_of))
+    pos = mature[(mature.y == 1) & (mature["lt"] <= as_of)]
+    delay = (pos["lt"] - pos["t"]).dt.total_seconds() / 86400
+    assert curve["cohorts"].iloc[0] == 20
+    for b in range(-1, 4):
+        mine = pos if b < 0 else pos[pos.score_bin == b]
+        d = delay[mine.index]
+        for a in (1, 2, 3, 5, 7, 14, 30):
+            row = curve[(curve.score_bin == b) & (curve.delay == a)].iloc[0]
+            want = mine.w[d < a].sum() / mine.w.sum()
+            assert row.F_hat == pytest.approx(want, rel=1e-12, abs=1e-15)
+            assert row.F_lower <= row.F_hat <= row.F_upper
+    # the bins differ: slower labels at higher scores
+    at_2 = curve[curve.delay == 2].set_index("score_bin")["F_hat"]
+    assert at_2[0] > at_2[3] + 0.1
+
+
+def test_the_maturity_adjusted_ratio_recovers_the_eventual_positives():
+    from sqlcal.monitor.maturity import adjusted
+
+    df = delayed_stream(days=45, per_day=500, seed=6)
+    as_of = DAY0 + pd.Timedelta(days=45)
+    store = ibis.duckdb.connect()
+    sqlcal.snapshot(df, store=store, **{**KW, "as_of": as_of})
+    window = (DAY0 + pd.Timedelta(days=37), DAY0 + pd.Timedelta(days=43))  # ages 1 to 7 days
+    out = adjusted(store, start=window[0], end=window[1], bins=4, horizon="20d",
+                   settle="1d").iloc[0]
+    rows = df[(df.t >= window[0]) & (df.t < window[1] + pd.Timedelta(days=1))]
+    truth = (rows.w * rows.y).sum() / (rows.w * rows.p).sum()  # every label, eventually
+    seen = rows[(rows.y == 1) & (rows["lt"] <= as_of)]
+    naive = seen.w.sum() / (rows.w * rows.p).sum()
+    assert out.oe_observed == pytest.approx(naive, rel=1e-12)
+    assert out.oe_observed < truth - 0.05  # labels still arriving: biased down
+    se = (out.upper - out.lower) / (2 * 1.959963984540054)
+    assert abs(out.oe_adjusted - truth) <= 2 * se
+    assert 0.05 < out.pending_share < 0.6 and out.estimate
+    assert out.periods_left_out == 0

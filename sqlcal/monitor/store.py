@@ -639,6 +639,4 @@ def merged(store: Any, kind: str, *, prefix: str, spec_hash: str, versions: pd.D
                       if name in schema.MAXIMA else col.sum())
     expr = t.group_by(keys).aggregate(**aggs) if keys else t.aggregate(**aggs)
     frame = summaries.execute(expr)
-    if keys:
-        frame = frame.sort_values(keys, ignore_index=True)
-    return frame[frame["n"] > 0].reset_index(drop=True) if "n" in frame else frame
+    return frame.sort_values(keys, ignore_index=True) if keys else frame
