@@ -10,7 +10,8 @@ Each family module under :mod:`sqlcal.metrics` declares, next to its metrics:
   so the planner runs the follow-ups of several metrics as one scan;
 - ``REFINING`` (optional): ``(metric, option, value)`` -> the one-shot option to pass instead,
   for the forms that refine with follow-up passes over the rows (what one exported statement
-  cannot hold; :func:`sqlcal.summary_sql` exports the levels for them).
+  cannot hold; :func:`sqlcal.summary_sql` exports the levels for them); ``(metric, None, None)``
+  for a metric whose every form refines.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Callable
 
+from sqlcal import corp, recalibrate
 from sqlcal.metrics import binned, cumulative, decision, distance, scores, smooth, tce
 
-#: the metric families, in catalogue order
-FAMILIES: tuple[ModuleType, ...] = (binned, scores, cumulative, smooth, tce, distance, decision)
+#: the metric families, in catalogue order (the calibration slope and the CORP decomposition
+#: live with the fits they rest on)
+FAMILIES: tuple[ModuleType, ...] = (binned, scores, cumulative, smooth, tce, distance, decision,
+                                    recalibrate, corp)
 
 
 def needs() -> dict[str, Callable]:

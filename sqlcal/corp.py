@@ -177,3 +177,13 @@ def _log_score(Y: np.ndarray, W: np.ndarray) -> float:
         pos = np.where(Y > 0, Y * np.log(v), 0.0)
         neg = np.where(W - Y > 0, (W - Y) * np.log1p(-v), 0.0)
     return float(-np.sum(pos + neg))
+
+
+# -- declarations for the catalogue (sqlcal.catalog) ------------------------------------------
+
+#: the summaries the decomposition reads first (the isotonic fit's passes follow)
+NEEDS = {"decompose": lambda src, o: [declared.totals()]}
+#: the isotonic fit refines (its passes are chosen from the previous ones): exported as the
+#: levels, from which sqlcal.from_summaries finishes it exactly
+REFINING = {("decompose", None, None):
+            "none: the isotonic fit reads the rows again, and the levels finish it exactly"}

@@ -198,9 +198,9 @@ def _spec(metric, *, table, score, label, weight, by, where, schema, options
 
 
 #: the one-shot exact summary: per group and distinct score, the sums every summary of binary
-#: labelled rows is a function of (Σw² for sampling variances, the count of positive rows for
-#: infinite log-loss terms)
-LEVELS = declared.levels("sw2", "ny")
+#: labelled rows is a function of (Σw² and Σw²y for sampling variances, the count of positive
+#: rows for infinite log-loss terms)
+LEVELS = declared.levels("sw2", "ny", "sw2y")
 _LEVELS_HEADER = ("-- levels: one row per group and distinct score (as many rows as the table has "
                   "distinct scores per group);\n-- the one-shot exact summary of a metric that "
                   "refines with follow-up passes: sqlcal.from_summaries finishes it\n")
@@ -210,7 +210,7 @@ def refines(metric: str, chosen: dict) -> str | None:
     """The one-shot option replacing ``metric``'s form under ``chosen`` options, when that form
     refines with follow-up passes over the rows (None when it is one-shot)."""
     return next((instead for (name, option, value), instead in catalog.refining().items()
-                 if name == metric and chosen.get(option) == value), None)
+                 if name == metric and (option is None or chosen.get(option) == value)), None)
 
 
 def _needs(metric: str, src: Source, chosen: dict) -> list:
@@ -239,7 +239,7 @@ def _from_levels(metric: str, src: Source, chosen: dict, levels: pd.DataFrame) -
     frame = frame.drop(columns=checks)
     if "W" not in frame:  # unweighted: W = Σw² = n, and Σwy counts the rows with y = 1
         frame = frame.assign(W=frame["n"].astype(float), sw2=frame["n"].astype(float),
-                             ny=frame["swy"])
+                             ny=frame["swy"], sw2y=frame["swy"])
     missing = [c for c in ("sw2", "ny") if c not in frame]
     if missing:
         raise ValueError(f"the levels frame has no columns {missing}: pass the frame the levels "

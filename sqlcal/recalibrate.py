@@ -821,3 +821,14 @@ def mapped_cutoff_error(fitted: CalibrationMap, levels: pd.DataFrame, by) -> pd.
         top, bottom = max(0.0, S.max(initial=0.0)), min(0.0, S.min(initial=0.0))
         rows.append({**key, "cutoff_error": float(safe_div(top - bottom, W.sum()))})
     return pd.DataFrame(rows, columns=[*by, "cutoff_error"])
+
+
+# -- declarations for the catalogue (sqlcal.catalog): the calibration slope as a metric -------
+
+#: the summaries the calibration slope reads first (its Newton steps follow, from the levels or
+#: as engine passes)
+NEEDS = {"calibration_slope": lambda src, o: [declared.totals()]}
+#: every form refines (Newton steps chosen from the previous ones): exported as the levels,
+#: from which sqlcal.from_summaries fits it exactly
+REFINING = {("calibration_slope", None, None):
+            "none: its Newton steps read the rows again, and the levels finish it exactly"}

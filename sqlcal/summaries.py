@@ -184,6 +184,8 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
         sums["sw2"] = (w * w).sum()
     if "ny" in parts and weighted:  # rows with y = 1 (unweighted, Σwy counts them)
         sums["ny"] = t.y.sum()
+    if "sw2y" in parts and weighted:  # Σw²y: sandwich variances from the levels
+        sums["sw2y"] = (w * w * t.y).sum()
     if "moments" in parts:
         sums |= {"swpp": times(t.p * t.p).sum(), "swyp": times(t.y * t.p).sum()}
         if "soft" in parts:

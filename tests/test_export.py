@@ -170,3 +170,40 @@ def test_summaries_of_days_merge_into_the_week():
     want = sqlcal.ece(df, score="p", label="y", weight="w", by="g")
     np.testing.assert_allclose(got.ece, want.ece, rtol=1e-12)
     np.testing.assert_allclose(got.W, want.W, rtol=1e-12)
+
+
+def test_calibration_slope_sandwich_errors_finish_from_the_levels():
+    # fractional (sampling) weights: the sandwich's middle Σw²(y − μ)²(1, x, x²) comes from the
+    # levels' Σw² and Σw²y per score; checked against a direct sandwich in numpy
+    import duckdb
+    from scipy import optimize, special
+
+    rng = np.random.default_rng(5)
+    df = pd.DataFrame({"p": np.round(rng.uniform(0.02, 0.98, 800), 2)})
+    df["y"] = (rng.uniform(size=len(df)) < df["p"] ** 1.2).astype(int)
+    df["w"] = rng.uniform(0.1, 3.0, len(df))
+    kw = dict(score="p", label="y", weight="w")
+    sql = sqlcal.summary_sql("calibration_slope", table="df", **kw)
+    assert list(sql) == ["levels"] and "sw2y" in sql["levels"]
+    con = duckdb.connect()
+    con.register("df", df)
+    frames = {name: con.sql(text).df() for name, text in sql.items()}
+    got = sqlcal.from_summaries("calibration_slope", frames, **kw).iloc[0]
+    assert got["weight_kind"] == "sampling"
+    # numpy: weighted logistic regression of y on logit(p), then the sandwich covariance
+    x = np.log(df["p"] / (1 - df["p"])).to_numpy()
+    X, y, w = np.column_stack([np.ones_like(x), x]), df["y"].to_numpy(), df["w"].to_numpy()
+
+    def nll(theta):
+        eta = X @ theta
+        return -np.sum(w * (y * special.log_expit(eta) + (1 - y) * special.log_expit(-eta)))
+    theta = optimize.minimize(nll, [0.0, 1.0], method="BFGS", options={"gtol": 1e-12}).x
+    mu = special.expit(X @ theta)
+    bread = np.linalg.inv((X * (w * mu * (1 - mu))[:, None]).T @ X)
+    meat = (X * ((w * (y - mu)) ** 2)[:, None]).T @ X
+    cov = bread @ meat @ bread
+    np.testing.assert_allclose(got["slope"], theta[1], rtol=1e-6)
+    np.testing.assert_allclose(got["slope_se"], np.sqrt(cov[1, 1]), rtol=1e-5)
+    direct = sqlcal.calibration_slope(df, **kw).iloc[0]
+    for c in ("slope", "slope_se", "intercept", "intercept_se", "joint_intercept"):
+        np.testing.assert_allclose(got[c], direct[c], rtol=1e-9, err_msg=c)

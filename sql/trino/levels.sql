@@ -10,6 +10,7 @@ SELECT
   SUM("t1"."w" * "t1"."p") AS "swp",
   SUM("t1"."w" * "t1"."w") AS "sw2",
   SUM("t1"."y") AS "ny",
+  SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
   COUNT("t1"."p") AS "chk_p_count",
   COUNT("t1"."y") AS "chk_y_count",
   MIN("t1"."y") AS "chk_y_min",

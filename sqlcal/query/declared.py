@@ -55,6 +55,7 @@ _SUMS = frozenset({
     "n_infinite_logloss", "chk_p_count", "chk_y_count", "chk_w_count", "chk_y_soft", "chk_w_frac",
     "m_lo", "m_hi", "y_lo", "y_hi", "v_lo", "v_hi", "vy_lo", "vy_hi",
 })
+_SUMS |= {"sw2y"}  # Σw²y, with which the levels give a logistic fit's sandwich variance
 _SUMS |= {"swr", "swd", "swyd", "swrd"}  # smooth_cells: the residual and the offsets' moments
 _MINIMA = frozenset({"p_min", "chk_y_min", "chk_w_min"})
 _MAXIMA = frozenset({"p_max", "chk_y_max", "chk_w_max"})
@@ -254,7 +255,8 @@ def logistic_terms(feature: str, clip: float, offset: bool, groups) -> Summary:
 def logistic_meat(feature: str, clip: float, offset: bool, groups) -> Summary:
     """The middle of the sandwich covariance of a logistic fit, per group: ``m00`` =
     Σw²(y − μ)², ``m01`` = Σw²(y − μ)²x, ``m11`` = Σw²(y − μ)²x²; ``groups``: (key tuple, a, b).
-    Not a function of the levels (it needs Σw²y per score): the engine computes it.
+    A function of the levels when they carry Σw²y per score (part ``"sw2y"``, as the exported
+    levels do).
 
     Examples
     --------

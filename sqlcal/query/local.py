@@ -336,6 +336,30 @@ def _logistic_terms(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.Dat
     return _rows(by, rows, ["r", "rx", "h", "hx", "hxx", "ll", "sep"])
 
 
+@register("logistic_meat")
+def _logistic_meat(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    # binary labels: Σw²(y − μ)² at a score = (1 − 2μ)·Σw²y + μ²·Σw²
+    if "sw2y" not in levels:
+        raise ValueError("the sandwich variance of a logistic fit needs Σw²y per score: pass "
+                         "levels with the column sw2y (the levels statement of "
+                         "sqlcal.summary_sql has it)")
+    from scipy import special
+
+    feature, clip, offset, groups = summary.params
+    parts = _by_group(levels, by)
+    rows = []
+    for key, a, b in groups:
+        part = parts.get(tuple(key))
+        if part is None:
+            continue
+        x = logistic_feature(part["p"].to_numpy(float), feature, clip)
+        mu = special.expit(a + (1.0 if offset else b) * x)
+        e2 = ((1 - 2 * mu) * part["sw2y"].to_numpy(float)
+              + mu * mu * part["sw2"].to_numpy(float))
+        rows.append((key, float(e2.sum()), float((e2 * x).sum()), float((e2 * x * x).sum())))
+    return _rows(by, rows, ["m00", "m01", "m11"])
+
+
 @register("prefix_min")
 def _prefix_min(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
     cells, ranges = summary.params
