@@ -282,3 +282,65 @@ def test_the_maturity_adjusted_ratio_recovers_the_eventual_positives():
     assert abs(out.oe_adjusted - truth) <= 2 * se
     assert 0.05 < out.pending_share < 0.6 and out.estimate
     assert out.periods_left_out == 0
+
+
+# -- the command and its configuration -----------------------------------------------------------
+
+
+def monitor_toml(tmp_path, data, store, extra="") -> str:
+    path = tmp_path / "monitor.toml"
+    path.write_text(f"""
+[source]
+data = "{data}"
+table = "predictions"
+score = "p"
+label = "y"
+weight = "w"
+by = ["g"]
+time = "t"
+
+[labels]
+label_time = "lt"
+horizon = "3d"
+
+[snapshot]
+store = "{store}"
+bins = [15, 10]
+{extra}
+""")
+    return str(path)
+
+
+def test_the_snapshot_command_writes_once_and_refuses_a_bad_config(tmp_path, capsys):
+    import duckdb
+    import jsonschema
+
+    from sqlcal import cli
+    from sqlcal.monitor import config as monitor_config
+
+    df = predictions(n=800)
+    data, store = tmp_path / "w.duckdb", tmp_path / "s.duckdb"
+    with duckdb.connect(str(data)) as con:
+        con.register("df", df)
+        con.execute("CREATE TABLE predictions AS SELECT * FROM df")
+    path = monitor_toml(tmp_path, data, store)
+    args = ["snapshot", "--config", path, "--since", "2026-10-01", "--until", "2026-10-06"]
+    assert cli.main(args) == 0
+    assert "6 of 6 periods written" in capsys.readouterr().out
+    assert cli.main(args) == 0
+    assert "0 of 6 periods written" in capsys.readouterr().out
+    src = sqlcal.stored(str(store), maturity="all")
+    rescan = sqlcal.source(window_rows(df, 0, 5), score="p", label="y", weight="w", by="g")
+    assert_same(sqlcal.ece(src, bins=10), sqlcal.ece(rescan, bins=10), "bins from the config")
+
+    raw = monitor_config.validate({"source": {"data": "x", "score": "p", "label": "y",
+                                              "time": "t"}, "snapshot": {"store": "s"}})
+    assert raw["snapshot"]["prefix"] == "sqlcal_"
+    schema_doc = monitor_config.json_schema()
+    import tomllib
+    jsonschema.validate(tomllib.loads(open(path).read()), schema_doc)
+    bad = monitor_toml(tmp_path, data, store, extra="cels = 1024")
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(tomllib.loads(open(bad).read()), schema_doc)
+    assert cli.main(["snapshot", "--config", bad]) == 2
+    assert "[snapshot] has unknown keys ['cels']" in capsys.readouterr().err

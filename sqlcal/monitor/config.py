@@ -1,0 +1,162 @@
+"""``monitor.toml``: the configuration ``sqlcal snapshot`` (and ``sqlcal monitor``) read.
+
+This module checks the ``[source]``, ``[labels]`` and ``[snapshot]`` sections completely before
+any query, and runs the snapshot they describe. The detector's and the windows' sections
+(``[monitor]``, ``[detect]``, ``[windows]``, ``[metrics]``, ``[[alerts]]``) are checked by the
+``sqlcal monitor`` command; here they only have to be tables. The JSON Schema of the whole file,
+for editors and CI, is ``sqlcal/monitor/config.schema.json``.
+
+Examples
+--------
+>>> cfg = validate({"source": {"data": "w.duckdb", "table": "preds", "score": "s",
+...                            "label": "y", "time": "ts"},
+...                 "snapshot": {"store": "summaries.duckdb"}})
+>>> cfg["snapshot"]["cells"], cfg["labels"]["delays"]
+(16384, [0, 1, 2, 3, 5, 7, 14, 30])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib.resources import files
+from typing import Any
+
+import pandas as pd
+
+from sqlcal.monitor import schema
+
+#: the sections this module checks key by key: key -> (types, required, default)
+OWN = {
+    "source": {
+        "data": (str, True, None), "table": (str, False, None), "score": (str, True, None),
+        "label": (str, True, None), "weight": (str, False, None), "by": ((list, str), False, []),
+        "time": (str, True, None), "where": (str, False, None),
+        "on_invalid": (str, False, "raise"),
+    },
+    "labels": {
+        "layout": (str, False, "column"), "label_time": (str, False, None),
+        "unknown": (str, False, "negative"), "horizon": (str, False, "30d"),
+        "settle": (str, False, "1d"), "delays": (list, False, list(schema.DELAYS)),
+    },
+    "snapshot": {
+        "store": (str, True, None), "prefix": (str, False, schema.PREFIX),
+        "grain": (str, False, "day"), "cells": (int, False, 2**14),
+        "bins": (list, False, [15]), "ls_ece_sigma": (list, False, [0.1]),
+        "smooth_grids": (list, False, [1000]), "levels": (bool, False, False),
+        "max_levels": (int, False, 65536),
+    },
+}
+#: the sections ``sqlcal monitor`` checks
+OTHERS = ("monitor", "detect", "windows", "metrics", "alerts")
+
+
+class ConfigError(ValueError):
+    """The monitoring configuration is invalid; nothing has been read or written."""
+
+
+def load(path: str | os.PathLike) -> dict:
+    """Read ``monitor.toml`` and check it (:func:`validate`)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{os.fspath(path)} is not valid TOML: {e}") from None
+    return validate(raw, where=os.fspath(path))
+
+
+def validate(raw: dict, *, where: str = "config") -> dict:
+    """The configuration with defaults filled in; a :class:`ConfigError` naming the section and
+    key of the first problem."""
+    unknown = sorted(set(raw) - set(OWN) - set(OTHERS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown sections {unknown}; expected some of "
+                          f"{sorted([*OWN, *OTHERS])}")
+    out: dict[str, Any] = {}
+    for section, keys in OWN.items():
+        block = raw.get(section, {})
+        if not isinstance(block, dict):
+            raise ConfigError(f"{where}: [{section}] must be a table")
+        extra = sorted(set(block) - set(keys))
+        if extra:
+            raise ConfigError(f"{where}: [{section}] has unknown keys {extra}; expected some "
+                              f"of {list(keys)}")
+        checked = {}
+        for key, (types, required, default) in keys.items():
+            if key not in block:
+                if required:
+                    raise ConfigError(f"{where}: [{section}] needs {key} = ...")
+                checked[key] = default
+                continue
+            value = block[key]
+            if not isinstance(value, types) or (types is int and isinstance(value, bool)):
+                raise ConfigError(f"{where}: [{section}] {key} = {value!r} has the wrong type")
+            checked[key] = value
+        out[section] = checked
+    src, labels, snap = out["source"], out["labels"], out["snapshot"]
+    src["by"] = [src["by"]] if isinstance(src["by"], str) else list(src["by"])
+    choices = {("source", "on_invalid"): ("raise", "drop"), ("labels", "layout"): ("column",),
+               ("labels", "unknown"): ("negative",), ("snapshot", "grain"): tuple(schema.GRAINS)}
+    for (section, key), allowed in choices.items():
+        if out[section][key] not in allowed:
+            raise ConfigError(f"{where}: [{section}] {key} must be one of {list(allowed)}, not "
+                              f"{out[section][key]!r}"
+                              + (" (the events layout is not built yet)" if key == "layout"
+                                 else ""))
+    for key in ("horizon", "settle"):
+        text = labels[key]
+        if not (len(text) >= 2 and text[-1] in "dh" and _number(text[:-1])):
+            raise ConfigError(f"{where}: [labels] {key} must look like '30d' or '12h', not "
+                              f"{text!r}")
+    for section in OTHERS:
+        if section in raw and not isinstance(raw[section], (dict, list)):
+            raise ConfigError(f"{where}: [{section}] must be a table")
+        if section in raw:
+            out[section] = raw[section]
+    return out
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def run_snapshot(config: dict, *, period: Any = None, since: Any = None, until: Any = None,
+                 force: bool = False, now: Any = None) -> pd.DataFrame:
+    """The snapshot a checked configuration describes.
+
+    ``period`` snapshots one period; ``since``/``until`` a range (a backfill). Without them:
+    every period up to the last closed one (``now − settle``), each written only when its
+    fingerprint changed (new periods, late rows, labels that arrived since the last run).
+    """
+    from sqlcal.monitor.store import snapshot
+
+    src, labels, snap = config["source"], config["labels"], config["snapshot"]
+    if period is not None:
+        since = until = period
+    elif since is None and until is None:
+        now = pd.Timestamp.now("UTC").tz_localize(None) if now is None else pd.Timestamp(now)
+        settle = pd.Timedelta(labels["settle"].replace("d", "D").replace("h", "h"))
+        closed = (now - settle).floor("D" if snap["grain"] == "day" else "h")
+        until = closed - pd.Timedelta(seconds=schema.GRAINS[snap["grain"]])
+    return snapshot(
+        src["data"], table=src["table"], score=src["score"], label=src["label"],
+        weight=src["weight"], by=src["by"], time=src["time"], where=src["where"],
+        on_invalid=src["on_invalid"], store=snap["store"], prefix=snap["prefix"],
+        grain=snap["grain"], start=since, end=until, label_time=labels["label_time"],
+        unknown=labels["unknown"], delays=labels["delays"], horizon=labels["horizon"],
+        settle=labels["settle"], cells=snap["cells"], bins=snap["bins"],
+        ls_ece_sigma=snap["ls_ece_sigma"], smooth_grids=snap["smooth_grids"],
+        levels=snap["levels"], max_levels=snap["max_levels"], force=force)
+
+
+def json_schema() -> dict:
+    """The JSON Schema of ``monitor.toml`` (as parsed)."""
+    return json.loads(files("sqlcal.monitor").joinpath("config.schema.json").read_text("utf-8"))
