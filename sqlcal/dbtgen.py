@@ -1,0 +1,411 @@
+"""The dbt package ``sqlcal`` (``sql/dbt/``), generated from the statements the library runs.
+
+Each summary's macro holds the SQL that :func:`sqlcal.export.statements` writes for a relation of
+``(by..., score, label, weight)`` columns, transpiled by Ibis/sqlglot for every dialect of
+``sql/`` and picked by ``adapter.dispatch`` (``default__`` is PostgreSQL's text; an adapter gets
+its own macro where its SQL differs). The group keys and the bin / cell counts are Jinja
+parameters; nothing else is written by hand. The generic test ``sqlcal.calibration`` finishes the
+totals, binned and score-cell metrics from those summaries in SQL, with the formulas of the
+library's finishes (:mod:`sqlcal.metrics.scores`, :mod:`sqlcal.metrics.binned`,
+:mod:`sqlcal.metrics.cumulative`), and returns one row per group that fails.
+
+``python -m sqlcal.dbtgen`` (or ``sqlcal sql --dbt``) rewrites ``sql/dbt/``; a test fails when
+the files drift from the code.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import ibis
+
+from sqlcal import summaries
+from sqlcal.export import statements
+from sqlcal.source import check_exprs, valid_expr
+
+#: dbt adapter -> the Ibis dialect of its SQL ("spark" covers Databricks, whose adapter dispatches
+#: to spark__ macros); PostgreSQL's text is the default__ macro
+ADAPTERS = {"postgres": "postgres", "duckdb": "duckdb", "spark": "databricks",
+            "bigquery": "bigquery", "snowflake": "snowflake", "trino": "trino"}
+DEFAULT = "postgres"
+#: the relation and group-key placeholders the statements are compiled with
+_RELATION, _BY = "sqlcal_rows", "sqlcal_by__"
+#: placeholder counts (occur nowhere else in the statements), replaced by Jinja parameters
+_BINS, _CELLS = 977, 1 << 20
+#: summary macro -> (the metrics whose statements it unites, its Jinja parameter, placeholder)
+SUMMARIES = {
+    "totals": ({"brier": {}, "log_loss": {}, "calibration_in_the_large": {},
+                "spiegelhalter": {}}, None, None),
+    "uniform_bins": ({m: {"bins": _BINS} for m in ("ece", "reliability", "brier_decomposition")},
+                     "bins", _BINS),
+    "score_cells": ({m: {"method": "grid", "cells": _CELLS} for m in ("cutoff_error", "kuiper",
+                                                                        "ks")}, "cells", _CELLS),
+    "logit_grid": ({"ls_ece": {}}, None, None),
+    "levels": ({"cutoff_error": {}}, None, None),
+}
+#: the metrics of the generic test sqlcal.calibration -> the summary it finishes from
+TEST_METRICS = {"ece": "uniform_bins", "mce": "uniform_bins", "citl": "totals",
+                "brier": "totals", "log_loss": "totals", "spiegelhalter_z": "totals",
+                "cutoff_error": "score_cells"}
+
+
+def summary_sql(kind: str, dialect: str, weighted: bool) -> str:
+    """One summary's statement for ``dialect``, with Jinja for the relation (``relation``), the
+    group keys (``by``, a list of column names) and the bin or cell count.
+
+    Examples
+    --------
+    >>> text = summary_sql("totals", "duckdb", weighted=True)
+    >>> "{{ relation }}" in text and "{%- for c in by %}" in text
+    True
+    """
+    metrics, param, placeholder = SUMMARIES[kind]
+    if kind == "validation":
+        raise ValueError("the validation counts come from validation_sql")
+    (text,) = statements(metrics, dialect=dialect, table=_RELATION, score="score",
+                         label="label", weight="weight" if weighted else None,
+                         by=(_BY,)).values()
+    return _template(text, dialect, param, placeholder)
+
+
+def validation_sql(dialect: str, weighted: bool) -> str:
+    """The per-group validation counts (``sql/<dialect>/validation.sql``) as a Jinja template."""
+    schema = {_BY: "string", "score": "float64", "label": "float64", "weight": "float64"}
+    t = ibis.table(schema, name=_RELATION)
+    rows = t.select(_BY, p=t.score, y=t.label, w=t.weight if weighted else ibis.literal(1.0))
+    expr = summaries.validation(rows, (_BY,), check_exprs(rows, weighted),
+                                valid_expr(rows, weighted, False))
+    return _template(ibis.to_sql(expr, dialect=dialect), dialect, None, None)
+
+
+def _template(text: str, dialect: str, param: str | None, placeholder: int | None) -> str:
+    q = "`" if dialect in ("bigquery", "databricks") else '"'
+    text = text.strip().rstrip(";")
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("--"))
+    if "{{" in text or "{%" in text or "{#" in text:
+        raise ValueError("a statement holds Jinja delimiters")
+    text = text.replace(f"{q}{_RELATION}{q}", "{{ relation }}")
+    by = re.compile(rf"^(\s*)(\S*){re.escape(q + _BY + q)},$", re.M)
+    if len(by.findall(text)) < 2:
+        raise ValueError(f"{dialect}: the group key is not where the template expects it")
+    # one line per group key; the caller's keys are quoted as the adapter quotes
+    text = by.sub(lambda m: ("{%- for c in by %}\n" + m.group(1) + m.group(2)
+                             + "{{ adapter.quote(c) }},\n{%- endfor %}"), text)
+    group = re.compile(r"^(\s*)GROUP BY\n((?:\s*\d+,?\n?)+)", re.M)
+    if not group.search(text):
+        raise ValueError(f"{dialect}: no GROUP BY ordinals")
+    text = group.sub(_group_by, text)
+    if placeholder is not None:
+        if text.count(str(placeholder)) != 1 or text.count(str(placeholder - 1)) != 1:
+            raise ValueError(f"{dialect}: the {param} placeholder is not where expected")
+        text = text.replace(str(placeholder - 1), "{{ " + param + " - 1 }}")
+        text = text.replace(str(placeholder), "{{ " + param + " }}")
+    if _BY in text:
+        raise ValueError(f"{dialect}: a group key placeholder is left")
+    return text + "\n"
+
+
+def _group_by(m: re.Match) -> str:
+    """GROUP BY 1[, 2, ...] with key 1 the group placeholder: the caller's keys' ordinals, then
+    the summary's own keys shifted (no GROUP BY when neither is left)."""
+    indent = m.group(1)
+    ordinals = [int(x) for x in re.findall(r"\d+", m.group(2))]
+    if ordinals[0] != 1 or ordinals != list(range(1, len(ordinals) + 1)):
+        raise ValueError("the group key is not the first GROUP BY ordinal")
+    own = ", ".join(f"{{{{ by | length + {i - 1} }}}}" for i in ordinals[1:])
+    keys = "{% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}"
+    if own:
+        return (f"{indent}GROUP BY\n{indent}  {keys}{{{{ ', ' if by }}}}{own}\n")
+    return "{%- if by %}\n" + f"{indent}GROUP BY\n{indent}  {keys}\n" + "{%- endif %}\n"
+
+
+def _macro(name: str, args: str, calls: str, bodies: dict[str, str]) -> str:
+    out = [f"{{% macro {name}({args}) %}}\n"
+           f"  {{{{ return(adapter.dispatch('{name}', 'sqlcal')({calls})) }}}}\n"
+           "{% endmacro %}\n"]
+    default = bodies[DEFAULT]
+    for adapter, text in bodies.items():
+        if adapter == DEFAULT or text != default:
+            prefix = "default" if adapter == DEFAULT else adapter
+            out.append(f"\n{{% macro {prefix}__{name}({calls}) %}}\n{text}{{% endmacro %}}\n")
+    return "".join(out)
+
+
+def _weighted_body(kind: str, dialect: str) -> str:
+    make = validation_sql if kind == "validation" else (
+        lambda d, w: summary_sql(kind, d, w))
+    return ("{%- if weighted %}\n" + make(dialect, True) + "{%- else %}\n"
+            + make(dialect, False) + "{%- endif %}\n")
+
+
+def summaries_file() -> str:
+    """``macros/summaries.sql``: one dispatched macro per summary."""
+    out = [_HEADER]
+    for kind in ("validation", *SUMMARIES):
+        param = SUMMARIES[kind][1] if kind in SUMMARIES else None
+        default = {"bins": 15, "cells": 1024}.get(param)
+        args = "relation, by=[], " + (f"{param}={default}, " if param else "") + "weighted=true"
+        calls = "relation, by, " + (f"{param}, " if param else "") + "weighted"
+        out.append(f"\n{{# {_DOCS[kind]} #}}\n")
+        out.append(_macro(f"summary_{kind}", args, calls,
+                          {a: _weighted_body(kind, d) for a, d in ADAPTERS.items()}))
+    return "".join(out)
+
+
+def render() -> dict[str, str]:
+    """path under ``sql/dbt/`` -> text of the generated package."""
+    return {"dbt_project.yml": _PROJECT, "macros/summaries.sql": summaries_file(),
+            "macros/calibration.sql": _HEADER + _CALIBRATION, "README.md": _README}
+
+
+def write(root: Path) -> list[Path]:
+    """Write the package under ``root`` (``sql/dbt``), removing generated files no longer made."""
+    wanted = render()
+    for stale in (root / "macros").glob("*.sql") if (root / "macros").exists() else ():
+        if str(stale.relative_to(root)) not in wanted:
+            stale.unlink()
+    paths = []
+    for name, text in wanted.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        paths.append(path)
+    return paths
+
+
+_HEADER = ("{# sqlcal: generated by `python -m sqlcal.dbtgen` from the statements the library runs;"
+           " do not edit. #}\n")
+
+_DOCS = {
+    "validation": "per group: n_rows and the count of rows failing each validation check; "
+                  "n valid rows",
+    "totals": "per group: n, W, Σwy, Σwp, the Brier, log-loss and Spiegelhalter sums",
+    "uniform_bins": "per group and equal-width bin LEAST(FLOOR(p·bins), bins − 1): n, W, Σwy, "
+                    "Σwp and moments",
+    "score_cells": "per group and score cell LEAST(FLOOR(p·cells), cells − 1): n, W, the "
+                   "residual sums (total, positive) and Bernoulli variances",
+    "logit_grid": "per group and node of LS-ECE's logit grid (σ = 0.1): linear-binned masses",
+    "levels": "per group and distinct score: n, W, Σwy, Σwp, Σw², positives (the exact summary)",
+}
+
+_PROJECT = """\
+# sqlcal: generated by `python -m sqlcal.dbtgen`; do not edit.
+name: sqlcal
+version: "0.1.0"
+config-version: 2
+require-dbt-version: [">=1.8.0", "<2.0.0"]
+macro-paths: ["macros"]
+"""
+
+# The finishes of sqlcal.metrics (scores.py, binned.py, cumulative.py) in SQL, over a summary
+# grouped by the caller's keys: `value` is what the library reports for the metric (for
+# cutoff_error: its lower confidence bound), and a group fails when |value| (citl,
+# spiegelhalter_z) or value exceeds max, when its value is undefined (an infinite log loss), or
+# when its rows fail the library's validation (NULL or out-of-range scores, labels, weights).
+_CALIBRATION = """
+{#- The generic test: one row per group whose metric exceeds max. #}
+{% test calibration(model, score, label, metric, max, weight=none, by=none, bins=15,
+                    confidence=0.9, cells=1024) %}
+{{ sqlcal.calibration_failures(model, score, label, metric, max, weight, by, bins, confidence,
+                               cells) }}
+{% endtest %}
+
+{#- The metric per group (every group, with `failed`), for models and for the test. #}
+{% macro calibration_values(model, score, label, metric, max=none, weight=none, by=none,
+                            bins=15, confidence=0.9, cells=1024) %}
+{%- set metrics = __METRICS__ %}
+{%- if metric not in metrics %}
+  {{ exceptions.raise_compiler_error("sqlcal.calibration: metric must be one of "
+     ~ metrics | join(", ") ~ ", not " ~ metric) }}
+{%- endif %}
+{%- for name, value in [("bins", bins), ("cells", cells)] %}
+  {%- if value is not number or value < 1 or value != value | int %}
+  {{ exceptions.raise_compiler_error("sqlcal.calibration: " ~ name
+     ~ " must be a positive integer, not " ~ value) }}
+  {%- endif %}
+{%- endfor %}
+{%- if cells | int not in [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
+                          32768, 65536, 131072, 262144, 524288, 1048576] %}
+  {{ exceptions.raise_compiler_error("sqlcal.calibration: cells must be a power of two up to "
+     ~ "2^20, not " ~ cells) }}
+{%- endif %}
+{%- if confidence is not number or confidence <= 0 or confidence >= 1 %}
+  {{ exceptions.raise_compiler_error("sqlcal.calibration: confidence must be in (0, 1), not "
+     ~ confidence) }}
+{%- endif %}
+{%- if max is not none and max is not number %}
+  {{ exceptions.raise_compiler_error("sqlcal.calibration: max must be a number, not " ~ max) }}
+{%- endif %}
+{%- set by = [] if by is none else ([by] if by is string else by) %}
+{%- set q = adapter.quote %}
+{%- set double = sqlcal.double() %}
+{%- set keys %}{% for c in by %}{{ q(c) }}, {% endfor %}{% endset %}
+{%- set group %}{% if by %} group by {% for c in by %}{{ q(c) }}{{ ", " if not loop.last }}{% endfor %}{% endif %}{% endset %}
+with sqlcal_rows as (
+  select
+{%- for c in by %}
+    {{ c }} as {{ q(c) }},
+{%- endfor %}
+    cast({{ score }} as {{ double }}) as {{ q("score") }},
+    cast({{ label }} as {{ double }}) as {{ q("label") }},
+    cast({{ weight if weight is not none else 1 }} as {{ double }}) as {{ q("weight") }}
+  from {{ model }}
+),
+sqlcal_summary as (
+{%- if metrics[metric] == "totals" %}
+{{ sqlcal.summary_totals("sqlcal_rows", by) }}
+{%- elif metrics[metric] == "uniform_bins" %}
+{{ sqlcal.summary_uniform_bins("sqlcal_rows", by, bins | int) }}
+{%- else %}
+{{ sqlcal.summary_score_cells("sqlcal_rows", by, cells | int) }}
+{%- endif %}
+),
+sqlcal_kind as (
+  {#- sampling weights (Spiegelhalter, effective n) when any weight is not a whole number #}
+  select case when sum({{ q("chk_w_frac") }}) > 0 then 1 else 0 end as {{ q("sampling") }}
+  from sqlcal_summary
+),
+{%- if metric == "cutoff_error" %}
+sqlcal_walk as (
+  {#- S at each cell end: the running sum of Σw(y − p) in score order #}
+  select s.*, sum({{ q("total") }}) over (
+    {%- if by %} partition by {% for c in by %}{{ q(c) }}{{ ", " if not loop.last }}{% endfor %}{% endif %}
+    order by {{ q("cell") }} rows between unbounded preceding and current row) as {{ q("s_end") }}
+  from sqlcal_summary s
+),
+sqlcal_extremes as (
+  select {{ keys }}
+    sum({{ q("W") }}) as {{ q("W") }},
+    sum({{ q("n") }}) as {{ q("n") }},
+    sum({{ q("sw2") }}) as {{ q("sw2") }},
+    (case when max({{ q("s_end") }}) > 0 then max({{ q("s_end") }}) else 0 end)
+      - (case when min({{ q("s_end") }}) < 0 then min({{ q("s_end") }}) else 0 end)
+      as {{ q("spread") }},
+    {{ sqlcal._checks() }}
+  from sqlcal_walk{{ group }}
+),
+sqlcal_value as (
+  select e.*, case when {{ q("W") }} > 0 then {{ q("spread") }} / {{ q("W") }} end
+    as {{ q("estimate") }},
+    case when {{ q("sampling") }} = 1 then {{ q("W") }} * {{ q("W") }} / {{ q("sw2") }}
+      else {{ q("W") }} end as {{ q("n_eff") }}
+  from sqlcal_extremes e cross join sqlcal_kind
+),
+sqlcal_metric as (
+  {#- the lower confidence bound: clip(Δ − (20 + √(2 ln(1/δ)))/√n, 0, 1), δ = (1 − confidence)/2 #}
+  select {{ keys }} {{ q("n") }}, {{ q("W") }}, {{ q("problem") }},
+    case when {{ q("n_eff") }} > 0 then
+      greatest(least({{ q("estimate") }} - (20 + sqrt(2 * ln(1 / cast({{ (1 - confidence) / 2 }} as {{ double }}))))
+                     / sqrt({{ q("n_eff") }}), 1), 0) end as {{ q("value") }}
+  from sqlcal_value
+)
+{%- else %}
+sqlcal_metric as (
+  select {{ keys }}
+    sum({{ q("n") }}) as {{ q("n") }},
+    sum({{ q("W") }}) as {{ q("W") }},
+    {{ sqlcal._checks() }},
+{%- set W = 'sum(' ~ q("W") ~ ')' %}
+{%- if metric == "ece" %}
+    sum(case when {{ q("W") }} > 0 then abs({{ q("swy") }} - {{ q("swp") }}) end)
+      / nullif(sum(case when {{ q("W") }} > 0 then {{ q("W") }} end), 0)
+{%- elif metric == "mce" %}
+    max(case when {{ q("W") }} > 0 then abs({{ q("swy") }} - {{ q("swp") }}) / {{ q("W") }} end)
+{%- elif metric == "citl" %}
+    sum({{ q("swp") }}) / nullif({{ W }}, 0) - sum({{ q("swy") }}) / nullif({{ W }}, 0)
+{%- elif metric == "brier" %}
+    sum({{ q("sw_sq_resid") }}) / nullif({{ W }}, 0)
+{%- elif metric == "log_loss" %}
+    case when sum({{ q("n_infinite_logloss") }}) = 0
+      then sum({{ q("sw_logloss") }}) / nullif({{ W }}, 0) end
+{%- elif metric == "spiegelhalter_z" %}
+    sum({{ q("sw_spieg") }}) / nullif(sqrt(case when max({{ q("sampling") }}) = 1
+      then sum({{ q("sw2_spieg_var") }}) else sum({{ q("sw_spieg_var") }}) end), 0)
+{%- endif %} as {{ q("value") }}
+  from sqlcal_summary cross join sqlcal_kind{{ group }}
+)
+{%- endif %}
+select '{{ metric }}' as {{ q("metric") }}, {{ keys }} {{ q("value") }},
+  {{ max if max is not none else "cast(null as " ~ double ~ ")" }} as {{ q("max") }},
+  {{ q("n") }}, {{ q("W") }},
+  case
+    when {{ q("problem") }} is not null then {{ q("problem") }}
+    when {{ q("value") }} is null and {{ q("W") }} > 0 then 'undefined (an infinite log loss or a zero variance)'
+  end as {{ q("problem") }},
+  {%- set judged = ("abs(" ~ q("value") ~ ")") if metric in ("citl", "spiegelhalter_z") else q("value") %}
+  case when {{ q("problem") }} is not null
+    or ({{ q("value") }} is null and {{ q("W") }} > 0)
+    {%- if max is not none %} or {{ judged }} > {{ max }}{% endif %} then 1 else 0 end as {{ q("failed") }}
+from sqlcal_metric
+{% endmacro %}
+
+{% macro calibration_failures(model, score, label, metric, max, weight=none, by=none, bins=15,
+                              confidence=0.9, cells=1024) %}
+{%- if max is none %}
+  {{ exceptions.raise_compiler_error("sqlcal.calibration: max is required") }}
+{%- endif %}
+select * from (
+{{ sqlcal.calibration_values(model, score, label, metric, max, weight, by, bins, confidence,
+                             cells) }}
+) sqlcal_values
+where {{ adapter.quote("failed") }} = 1
+{% endmacro %}
+
+{#- Why a group's rows cannot be measured (NULL when they can): the library's validation on the
+    summary's check columns. #}
+{% macro _checks() %}
+{%- set q = adapter.quote %}
+    case
+      when sum({{ q("chk_p_count") }}) < sum({{ q("n") }}) then 'NULL scores'
+      when max({{ q("p_max") }}) > 1 or min({{ q("p_max") }}) < 0 then 'scores outside [0, 1]'
+      when sum({{ q("chk_y_count") }}) < sum({{ q("n") }}) then 'NULL labels'
+      when min({{ q("chk_y_min") }}) < 0 or max({{ q("chk_y_max") }}) > 1 then 'labels outside [0, 1]'
+      when sum({{ q("chk_y_soft") }}) > 0 then 'labels strictly between 0 and 1'
+      when sum({{ q("chk_w_count") }}) < sum({{ q("n") }}) then 'NULL weights'
+      when min({{ q("chk_w_min") }}) < 0 then 'negative weights'
+    end as {{ q("problem") }}
+{%- endmacro %}
+
+{#- DOUBLE PRECISION as each adapter spells it (dbt's type_float is 32-bit on DuckDB). #}
+{% macro double() %}{{ return(adapter.dispatch('double', 'sqlcal')()) }}{% endmacro %}
+{% macro default__double() %}double precision{% endmacro %}
+{% macro duckdb__double() %}double{% endmacro %}
+{% macro spark__double() %}double{% endmacro %}
+{% macro trino__double() %}double{% endmacro %}
+{% macro bigquery__double() %}float64{% endmacro %}
+{% macro snowflake__double() %}double{% endmacro %}
+""".replace("__METRICS__", "{" + ", ".join(f'"{m}": "{s}"' for m, s in TEST_METRICS.items())
+           + "}")
+
+_README = """\
+# sqlcal for dbt
+
+Generated by `python -m sqlcal.dbtgen` (or `sqlcal sql --dbt`) from the statements sqlcal runs;
+do not edit. See the sqlcal README's dbt section for packages.yml and a schema.yml example.
+
+- `sqlcal.calibration` (generic test): `score`, `label`, `metric` (ece, mce, citl, brier,
+  log_loss, spiegelhalter_z, cutoff_error), `max`, optional `weight`, `by`, `bins` (15),
+  `cells` (1024), `confidence` (0.9); filter rows with dbt's own `where` config. It returns one
+  row per failing group: `metric`, the `by` keys, `value`, `max`, `n`, `W`, `problem`.
+  `citl` and `spiegelhalter_z` are judged on their absolute value; `cutoff_error` on the grid
+  form's lower confidence bound (so a failure is real with probability (1 + confidence) / 2).
+- `sqlcal.calibration_values(model, score, label, metric, ...)`: the same per group, every
+  group, for a model.
+- `sqlcal.summary_validation`, `summary_totals`, `summary_uniform_bins`, `summary_score_cells`,
+  `summary_logit_grid`, `summary_levels` `(relation, by=[], [bins|cells,] weighted=true)`: the
+  summaries of `sql/` over a relation with columns `score`, `label`, `weight` and the `by` keys;
+  `sqlcal.from_summaries` finishes any exported metric from what they return.
+
+Adapters: DuckDB, PostgreSQL (the default SQL), Spark/Databricks, BigQuery, Snowflake, Trino.
+The exact forms (levels-based), isotonic/CORP and smooth ECE stay in Python
+(`sqlcal.from_summaries` on `summary_levels`).
+"""
+
+
+if __name__ == "__main__":
+    root = (Path(sys.argv[1]) if len(sys.argv) > 1
+            else Path(__file__).resolve().parents[1] / "sql" / "dbt")
+    for path in write(root):
+        print(path)

@@ -1,0 +1,1 @@
+select segment, q as score, label from {{ ref('rows') }}
