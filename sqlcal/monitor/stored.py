@@ -208,6 +208,11 @@ class _Server:
             return _derive(frame)
         if kind == "smooth_cells":
             return self._from_levels(summary, f"smooth_grids={list(params[1])}")
+        if kind == "smooth_split":  # an automatic bandwidth below 0.01 reads finer grids
+            return self._from_levels(summary, "levels=True (the smooth ECE's bandwidth search "
+                                     f"read relplot's grids {list(params[1])}, finer than the "
+                                     "stored smooth_grids; a fixed sigma >= 0.01 reads the "
+                                     "stored grid 1000)")
         if kind == "levels":
             if not self.spec["levels"]:
                 raise OptionError("this metric needs the levels (one row per distinct score): "
@@ -225,7 +230,7 @@ class _Server:
         if not self.spec["levels"]:
             raise OptionError(
                 f"the summary {summary.name!r} is not in the store: snapshot with {option}"
-                + ("" if option == "levels=True" else " (or levels=True)")
+                + ("" if option.startswith("levels=True") else " (or levels=True)")
                 + ("; grid-mode metrics (method='grid') read the stored cells"
                    if option == "levels=True" else ""))
         return local.evaluate(summary, self.levels(), self.by)
