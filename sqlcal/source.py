@@ -831,23 +831,32 @@ def check_exprs(rows: ir.Table, has_weight: bool) -> dict[str, ir.BooleanValue]:
     p, y, w = rows.p, rows.y, rows.w
     y_nan = y.isnan() if y.type().is_floating() else ibis.literal(False)
     checks = {
-        "score_null": p.isnull(),
+        "score_null": _null(p),
         "score_nan": p.isnan(),
         "score_range": ~p.isnan() & ((p < 0) | (p > 1)),
-        "label_null": y.isnull(),
+        "label_null": _null(y),
         "label_nan": y_nan,
         "label_range": ~y_nan & ((y < 0) | (y > 1)),
         "label_soft": (y > 0) & (y < 1),
     }
     if has_weight:
         checks |= {
-            "weight_null": w.isnull(),
+            "weight_null": _null(w),
             "weight_nan": w.isnan(),
             "weight_negative": w < 0,
             # above the largest finite double: portable where ISINF is not (Spark)
             "weight_inf": w > np.finfo(np.float64).max,
         }
     return checks
+
+
+def _null(col: ir.Value) -> ir.BooleanValue:
+    """NULL only, not NaN: Ibis's PySpark ``isnull()`` is ``IS NULL OR isnan``, so a NaN would
+    be counted twice (as NULL and as NaN); ``isnan`` of NULL is NULL in DuckDB and PostgreSQL
+    and false in Spark, hence the fill."""
+    if not col.type().is_floating():
+        return col.isnull()
+    return col.isnull() & ~col.isnan().fill_null(False)
 
 
 def valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool) -> ir.BooleanValue:

@@ -86,7 +86,4 @@ def test_nan_null_negative_and_infinite_weights_are_named(con):
                  "weight column 'w' has 2 rows negative",
                  "weight column 'w' has 1 rows infinite"):
         assert re.search(re.escape(part), message), (part, message)
-    if con.name == "pyspark" and "has 2 rows that are NULL" in message:
-        # Ibis's PySpark isnull() is IS NULL OR ISNAN: the NaN row is counted as NULL too
-        pytest.xfail("Spark counts the NaN weight among the NULL ones (source.check_exprs)")
     assert "weight column 'w' has 1 rows that are NULL" in message, message
