@@ -96,7 +96,11 @@ def test_merged_windows_equal_a_rescan(con, upload):
     df = predictions()
     store, prefix = store_for(con)
     try:
-        out = sqlcal.snapshot(upload(df), store=store, prefix=prefix, levels=True, **KW)
+        # Spark: each query costs seconds here, so the optional summaries (levels, the logit
+        # grid) are checked on DuckDB and PostgreSQL only
+        spark = con.name == "pyspark"
+        out = sqlcal.snapshot(upload(df), store=store, prefix=prefix, levels=not spark,
+                              ls_ece_sigma=() if spark else (0.1,), **KW)
         assert (out["status"] == "written").all() and out["n"].sum() == len(df)
         windows = [(1, 3), (0, 5)] if con.name == "duckdb" else [(1, 3)]
         for (first, last), view in itertools.product(windows, ["all", "lag:3d"]):
@@ -107,9 +111,11 @@ def test_merged_windows_equal_a_rescan(con, upload):
             rescan = sqlcal.source(raw, score="p", label="y", weight="w", by="g")
             what = f"{con.name} days {first}-{last} {view}"
             for name, metric in METRICS.items():
-                assert_same(metric(src), metric(rescan), f"{what} {name}")
-            # the levels serve the exact-mode metrics
-            assert_same(sqlcal.cutoff_error(src), sqlcal.cutoff_error(rescan), what + " exact")
+                if not (spark and name == "ls_ece"):
+                    assert_same(metric(src), metric(rescan), f"{what} {name}")
+            if not spark:  # the levels serve the exact-mode metrics
+                assert_same(sqlcal.cutoff_error(src), sqlcal.cutoff_error(rescan),
+                            what + " exact")
             # independent oracle: numpy on the raw rows
             brier = sqlcal.brier(src).set_index("g")
             for g, part in raw.groupby("g"):
