@@ -350,3 +350,24 @@ def test_the_snapshot_command_writes_once_and_refuses_a_bad_config(tmp_path, cap
         jsonschema.validate(tomllib.loads(open(bad).read()), schema_doc)
     assert cli.main(["snapshot", "--config", bad]) == 2
     assert "[snapshot] has unknown keys ['cels']" in capsys.readouterr().err
+
+
+def test_daily_summaries_equal_each_days_rows():
+    from sqlcal.monitor.stored import daily
+
+    df = predictions(seed=8)
+    store = ibis.duckdb.connect()
+    sqlcal.snapshot(df, store=store, **KW)
+    per_day = daily(store, "totals", maturity="lag:2d").set_index(["g", "period_start"])
+    assert len(per_day) == 12
+    for day in range(6):
+        raw = window_rows(df, day, day, lag=2)
+        for g, part in raw.groupby("g"):
+            row = per_day.loc[(g, DAY0 + pd.Timedelta(days=day))]
+            assert row.n == len(part)
+            assert row.swy == pytest.approx((part.w * part.y).sum(), rel=1e-12)
+            assert row.swp == pytest.approx((part.w * part.p).sum(), rel=1e-12)
+            assert row.swpp == pytest.approx((part.w * part.p ** 2).sum(), rel=1e-12)
+    cells = daily(store, "cells", maturity="all")
+    assert cells.groupby("period_start")["n"].sum().tolist() == \
+        window_rows(df, 0, 5).groupby(df["t"].dt.floor("D"))["p"].size().tolist()

@@ -114,6 +114,66 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
     return src
 
 
+def daily(store: Any, kind: str = "cells", *, by: str | Sequence[str] | None = None,
+          start: Any = None, end: Any = None, maturity: str = "mature",
+          prefix: str = schema.PREFIX, spec: str | None = None, at: Any = None,
+          horizon: str = "30d", settle: str = "1d", params: dict | None = None) -> pd.DataFrame:
+    """A stored summary per period (not merged over the window): what a per-day statistic, such
+    as the change detector's, reads.
+
+    Parameters
+    ----------
+    kind : {"totals", "bins", "cells", "logit", "smooth", "levels"}
+        The stored table (:data:`sqlcal.monitor.schema.TABLES`).
+    params : dict, optional
+        Which stored variant, e.g. ``{"bins": 15, "convention": "sqlcal"}`` (default: the cells
+        of the snapshot's grid; the first binning, logit grid or smooth grid).
+    store, by, start, end, maturity, prefix, spec, at, horizon, settle
+        As for :func:`stored`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group, ``period_start`` and key column, with sqlcal's summary columns
+        (``n``, ``W``, ``swy``, ``swp``, ``swpp``, ``swyp``, ``total``, ``var``, ...), sorted.
+
+    Examples
+    --------
+    >>> import pandas as pd, sqlcal
+    >>> from sqlcal.monitor.stored import daily
+    >>> df = pd.DataFrame({"p": [0.2, 0.7, 0.4, 0.9], "y": [0, 1, 1, 1],
+    ...                    "t": pd.to_datetime(["2026-11-01 08:00", "2026-11-01 09:00",
+    ...                                         "2026-11-02 10:00", "2026-11-02 11:00"])})
+    >>> _ = sqlcal.snapshot(df, score="p", label="y", time="t", store=":memory:",
+    ...                     as_of="2026-11-03", prefix="daily_")
+    >>> daily(":memory:", "totals", prefix="daily_", maturity="all")[["period_start", "n", "swy"]]
+      period_start  n  swy
+    0   2026-11-01  2  1.0
+    1   2026-11-02  2  2.0
+    """
+    versions, spec_dict, spec_hash = _window(store, prefix, spec, start, end)
+    keys = tuple(spec_dict["by"])
+    by = keys if by is None else ((by,) if isinstance(by, str) else tuple(by))
+    delays = _admitted(maturity, spec_dict)
+    if maturity == "mature":
+        at = versions["as_of"].max() if at is None else _store._timestamp(at)
+        age = _store._days(horizon, "horizon") + _store._days(settle, "settle")
+        versions = versions[versions["period_end"] + pd.Timedelta(days=age) <= at]
+    if params is None:
+        params = {"cells": {"cells": spec_dict["cells"]},
+                  "bins": dict(zip(("bins", "convention"), spec_dict["bins"][0]))
+                  if spec_dict["bins"] else {},
+                  "logit": dict(zip(("step", "clip"), spec_dict["logit"][0]))
+                  if spec_dict["logit"] else {},
+                  "smooth": {"cells": spec_dict["cells"], "grid": spec_dict["smooth"][0]}
+                  if spec_dict["smooth"] else {}}.get(kind, {})
+    frame = _store.merged(store, kind, prefix=prefix, spec_hash=spec_hash, versions=versions,
+                          by=[*by, "period_start"], delays=delays, params=params)
+    frame["period_start"] = pd.to_datetime(frame["period_start"]).astype("datetime64[ns]")
+    key = [c for c, _ in schema.TABLES[kind]["keys"]]
+    return _derive(frame).sort_values([*by, "period_start", *key], ignore_index=True)
+
+
 def _window(store, prefix, spec, start, end) -> tuple[pd.DataFrame, dict, str]:
     versions = _store.current_versions(store, prefix)
     if not len(versions):
