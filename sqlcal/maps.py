@@ -34,6 +34,16 @@ CLIP = 1e-12
 #: |exponents| are clipped here: PostgreSQL's exp() raises on overflow (above about 709), where
 #: numpy and DuckDB give inf; σ is then 0 or 1 to within 1e-304 either way
 EXP_LIMIT = 700.0
+#: maps with more rows than this (isotonic pieces or Platt groups, all groups together) are
+#: applied as a join to their mapping table, not inlined as a CASE: a large CASE exceeds Spark's
+#: 64 KB generated-method limit (then runs interpreted) and PostgreSQL evaluates it again for
+#: every aggregate that reads the mapped column
+INLINE_ROWS = 64
+#: an isotonic mapping table finds a score's block by an equi-join on (keys, bucket): equal-width
+#: buckets over the blocks' boundaries, at most this many per map
+MAX_BUCKETS = 1 << 14
+#: buckets are doubled (up to MAX_BUCKETS) until no bucket overlaps more blocks than this
+BUCKET_BLOCKS = 8
 
 
 def _null_keys(frame: pd.DataFrame, by) -> pd.DataFrame:
@@ -109,15 +119,48 @@ class CalibrationMap:
         return _missing_score(p, value)
 
     def apply(self, table: ir.Table, score: str, *, name: str = "calibrated",
-              mapping: ir.Table | None = None) -> ir.Table:
+              mapping: ir.Table | None = None, inline: bool | None = None) -> ir.Table:
         """``table`` with the calibrated score added as column ``name``.
 
-        By default the map is inlined as a CASE expression; with ``mapping`` (the table written by
-        :meth:`write`) the rows are joined to it instead, which keeps the query text small when
-        there are many groups or pieces.
+        Small maps (at most :data:`INLINE_ROWS` rows in :attr:`table`) are inlined as a CASE
+        expression; larger ones, or any map given ``mapping`` (the table written by
+        :meth:`write`) or ``inline=False``, are applied as a join to the mapping table (uploaded
+        with the query when ``mapping`` is not given): an equi-join on the group keys and, for
+        isotonic maps, a score bucket, so the query text stays small and each row is compared
+        with a few blocks. Both forms give the same values, bit for bit.
+
+        Parameters
+        ----------
+        table : ibis.Table
+            The rows: the score column and the map's group keys.
+        score : str
+            The score column.
+        name : str
+            The new column.
+        mapping : ibis.Table, optional
+            The map's table in the same engine (:meth:`write`).
+        inline : bool, optional
+            Force the CASE expression (``True``) or the join (``False``).
+
+        Returns
+        -------
+        ibis.Table
+            ``table``'s columns and ``name``.
+
+        Examples
+        --------
+        >>> import ibis, pandas as pd
+        >>> m = IsotonicMap(by=(), table=pd.DataFrame({"lo": [0.1, 0.4], "hi": [0.2, 0.6],
+        ...                                            "value": [0.0, 1.0], "n": [2, 2],
+        ...                                            "W": [2.0, 2.0]}))
+        >>> t = ibis.memtable({"p": [0.1, 0.3, 0.9]})
+        >>> m.apply(t, "p", inline=False).order_by("p").execute().calibrated.round(6).tolist()
+        [0.0, 0.5, 1.0]
         """
-        if mapping is None:
+        if mapping is None and (inline or (inline is None and len(self.table) <= INLINE_ROWS)):
             return table.mutate(**{name: self.expr(table, score)})
+        if mapping is None:
+            mapping = ibis.memtable(self.mapping_frame())
         return self._apply_join(table, score, name, mapping)
 
     def to_sql(self, table: str, score: str, *, dialect: str = "duckdb",
@@ -131,7 +174,7 @@ class CalibrationMap:
 
         schema = columns or {score: "float64", **{k: self._key_type(k) for k in self.by}}
         unbound = ibis.table(schema, name=table)
-        query = self.apply(unbound, score, name=name)
+        query = self.apply(unbound, score, name=name, inline=True)
         read = {"pyspark": "spark"}.get(dialect, dialect)  # Ibis and sqlglot names differ
         try:
             tree = sqlglot.parse_one(ibis.to_sql(query, dialect=dialect), read=read)
@@ -144,9 +187,60 @@ class CalibrationMap:
         tree.set("expressions", [star, *mapped])
         return tree.sql(dialect=read)
 
-    def write(self, con, name: str, *, overwrite: bool = False) -> ir.Table:
-        """Write the mapping table to the warehouse (a small table: one row per piece)."""
-        return con.create_table(name, self.mapping_frame(), overwrite=overwrite)
+    def write(self, con, name: str, *, database: str | None = None, path: str | None = None,
+              overwrite: bool = False) -> ir.Table:
+        """Write the mapping table to the warehouse (a small table: a few rows per piece) and
+        return it, for :meth:`apply` ``(table, score, mapping=...)``.
+
+        Parameters
+        ----------
+        con : ibis backend
+            The engine holding the rows the map will be applied to.
+        name : str
+            The table's name.
+        database : str, optional
+            The database (or ``"catalog.database"``) to write it in; the connection's current
+            one by default.
+        path : str, optional
+            Spark only: the folder the table's Parquet files are written to (an external
+            table). On a cluster whose executors run on other hosts it must be storage they
+            all see (HDFS, S3, a shared mount): by default Spark writes under its
+            ``spark.sql.warehouse.dir``, a folder in the driver's working directory unless
+            configured.
+        overwrite : bool
+            Replace an existing table of that name.
+
+        Returns
+        -------
+        ibis.Table
+            The mapping table.
+
+        Examples
+        --------
+        >>> import ibis, pandas as pd
+        >>> m = IsotonicMap(by=(), table=pd.DataFrame({"lo": [0.1, 0.4], "hi": [0.2, 0.6],
+        ...                                            "value": [0.0, 1.0], "n": [2, 2],
+        ...                                            "W": [2.0, 2.0]}))
+        >>> con = ibis.duckdb.connect()
+        >>> mapping = m.write(con, "iso_map")
+        >>> t = con.create_table("preds", pd.DataFrame({"p": [0.1, 0.3, 0.9]}))
+        >>> m.apply(t, "p", mapping=mapping).order_by("p").execute().calibrated.round(6).tolist()
+        [0.0, 0.5, 1.0]
+        """
+        frame = self.mapping_frame()
+        if path is None:
+            return con.create_table(name, frame, database=database, overwrite=overwrite)
+        if getattr(con, "name", None) != "pyspark":
+            from sqlcal.options import OptionError
+
+            raise OptionError(f"path= places a Spark table's files; on {con.name} the engine "
+                              "stores its tables itself: pass database= (or nothing)")
+        session = con._session
+        target = f"{database}.{name}" if database else name
+        session.createDataFrame(frame).write.saveAsTable(
+            target, format="parquet", mode="overwrite" if overwrite else "error",
+            path=str(path))
+        return con.table(name, database=database)
 
     def mapping_frame(self) -> pd.DataFrame:
         return _null_keys(self.table.reset_index(drop=True), self.by)
@@ -173,9 +267,17 @@ class CalibrationMap:
         return "string"
 
     def _join_keys(self, table: ir.Table, mapping: ir.Table) -> list:
-        # NULL keys are a group too: equal, or both NULL
-        return [(table[k] == mapping[k]) | (table[k].isnull() & mapping[k].isnull())
-                for k in self.by]
+        """Each key equal, NULL equal to NULL, as equalities an engine can hash (an OR of IS
+        NULLs would make every engine compare every row with every mapping row)."""
+        out = []
+        for k in self.by:
+            fill = _null_stand_in(table[k].type())
+            if fill is None:  # a type without a stand-in: the portable, unhashable form
+                out.append((table[k] == mapping[k]) | (table[k].isnull() & mapping[k].isnull()))
+            else:
+                out += [table[k].fill_null(fill) == mapping[k].fill_null(fill),
+                        table[k].isnull() == mapping[k].isnull()]
+        return out
 
     def __repr__(self) -> str:
         groups_n = len(self.table.drop_duplicates(list(self.by))) if self.by else 1
@@ -228,9 +330,37 @@ class IsotonicMap(CalibrationMap):
 
         return tree(0, len(v) - 1).cast("float64")
 
+    def _grid(self) -> tuple[float, float, float, int]:
+        """The buckets: (a, b, scale, count); a score's bucket is
+        ``floor((clip(p, a, b) − a) · scale)`` clipped to ``[0, count − 1]``, equal-width over
+        the blocks' finite boundaries ``[a, b]`` (all groups), doubled until no bucket overlaps
+        more than :data:`BUCKET_BLOCKS` blocks of a group (or :data:`MAX_BUCKETS`)."""
+        bounds, sizes = [], []
+        for _, part in groups(self.table, list(self.by)):
+            bounds.append(part["lo"].to_numpy(float)[1:])
+            sizes.append(len(part))
+        inner = np.concatenate(bounds) if bounds else np.empty(0)
+        if not len(inner) or inner.min() == inner.max():
+            a = float(inner[0]) if len(inner) else 0.0
+            return a, a, 0.0, 1
+        a, b = float(inner.min()), float(inner.max())
+        count = 1 << int(np.ceil(np.log2(max(2, 2 * max(sizes)))))
+        count = min(count, MAX_BUCKETS)
+        while count < MAX_BUCKETS:
+            scale = count / (b - a)
+            worst = max((np.bincount(_bucket_numpy(x, a, b, scale, count), minlength=count).max()
+                         for x in bounds if len(x)), default=0)
+            if worst < BUCKET_BLOCKS:
+                break
+            count *= 2
+        return a, b, count / (b - a), count
+
     def mapping_frame(self) -> pd.DataFrame:
-        """One row per block: keys, ``lo``, ``hi``, ``value``, ``slope`` to the next block, and
-        the score range ``[start, stop)`` the row serves (NULL: unbounded)."""
+        """The mapping table: per block, keys, ``lo``, ``hi``, ``value``, ``slope`` to the next
+        block, the score range ``[start, stop)`` the block serves (NULL: unbounded), and one
+        row per score ``bucket`` the range overlaps (widened by a bucket each side, so a bucket
+        the engine rounds differently still finds the block)."""
+        a, b, scale, count = self._grid()
         parts = []
         for _, part in groups(self.table, list(self.by)):
             if not len(part):
@@ -240,19 +370,61 @@ class IsotonicMap(CalibrationMap):
             lo = part["lo"].to_numpy(float)
             part["start"] = np.append(np.nan, lo[1:])
             part["stop"] = np.append(lo[1:], np.nan)
+            first = np.append(0, np.maximum(_bucket_numpy(lo[1:], a, b, scale, count) - 1, 0))
+            last = np.append(np.minimum(_bucket_numpy(lo[1:], a, b, scale, count) + 1,
+                                        count - 1), count - 1)
+            reps = last - first + 1
+            part = part.loc[part.index.repeat(reps)].reset_index(drop=True)
+            part["bucket"] = np.concatenate([np.arange(f, l + 1) for f, l in zip(first, last)])
             parts.append(part)
-        columns = [*self.by, "start", "stop", "lo", "hi", "value", "slope", "n", "W"]
-        return _null_keys(pd.concat(parts, ignore_index=True)[columns], self.by) if parts \
-            else pd.DataFrame(columns=columns)
+        columns = [*self.by, "bucket", "start", "stop", "lo", "hi", "value", "slope", "n", "W"]
+        if not parts:
+            return pd.DataFrame(columns=columns)
+        frame = pd.concat(parts, ignore_index=True)[columns]
+        frame["bucket"] = frame["bucket"].astype("int64")
+        return _null_keys(frame, self.by)
 
     def _apply_join(self, table, score, name, mapping):
         p = table[score].cast("float64")
         m = mapping
         cond = [*self._join_keys(table, m), m.start.isnull() | (p >= m.start),
                 m.stop.isnull() | (p < m.stop)]
+        if "bucket" in m.columns:  # (a table written before buckets: the range join alone)
+            a, b, scale, count = self._grid()
+            cond.insert(0, _bucket_expr(p, a, b, scale, count) == m.bucket)
         joined = table.left_join(m, cond)
         value = ibis.ifelse((p <= m.hi) | (m.slope == 0), m.value, m.value + (p - m.hi) * m.slope)
         return joined.select(*table.columns, **{name: _missing_score(p, value.cast("float64"))})
+
+
+def _bucket_numpy(x: np.ndarray, a: float, b: float, scale: float, count: int) -> np.ndarray:
+    """The bucket of scores ``x``: the same operations, in the same order, as the SQL."""
+    cell = np.floor((np.clip(x, a, b) - a) * scale)
+    return np.clip(cell, 0, count - 1).astype(np.int64)
+
+
+def _bucket_expr(p, a, b, scale, count):
+    """The bucket of score ``p`` in the engine (NaN clips to ``b``; NULL matches no block or the
+    last, and maps to NULL either way)."""
+    clipped = ibis.least(ibis.greatest(p, number(a)), number(b))
+    cell = ((clipped - number(a)) * number(scale)).floor()
+    return ibis.greatest(ibis.least(cell, count - 1), 0)
+
+
+def _null_stand_in(dtype):
+    """A value of the key's type standing for NULL in a hashable join key (the IS NULL equality
+    beside it tells a NULL from the value itself)."""
+    if dtype.is_string():
+        return ""
+    if dtype.is_boolean():
+        return False
+    if dtype.is_integer() or dtype.is_floating():
+        return 0
+    if dtype.is_date():
+        return ibis.date(1970, 1, 1)
+    if dtype.is_timestamp():
+        return ibis.timestamp(1970, 1, 1, 0, 0, 0).cast(dtype)
+    return None
 
 
 @dataclass(repr=False)
@@ -294,7 +466,11 @@ class PlattMap(CalibrationMap):
         m = mapping
         joined = table.left_join(m, self._join_keys(table, m)) if self.by else table.cross_join(m)
         fitted = _sigmoid(m.a + m.b * self._x_expr(p))
-        value = ibis.ifelse(m.constant.notnull(), m.constant, fitted)
+        # no mapping row (a group the map does not know) or no fit: NULL, as the CASE gives
+        # (the clipped exponent would turn a NULL or NaN coefficient into σ = 1e-304)
+        fit = ibis.and_(*(c.notnull() & ~c.isnan() & ~c.isinf() for c in (m.a, m.b)))
+        value = ibis.ifelse(m.constant.notnull(), m.constant,
+                            ibis.ifelse(fit, fitted, ibis.null("float64")))
         return joined.select(*table.columns, **{name: _missing_score(p, value.cast("float64"))})
 
 
