@@ -143,7 +143,7 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
     src = source(rows, score=score, label=label, weight=weight, by=(*by, *_ADDED), where=where,
                  on_invalid=on_invalid)
     spec = {"summary_version": schema.SUMMARY_VERSION, "origin": _origin(data, table),
-            "where": None if where is None else str(where), "score": score, "label": label,
+            "where": src.where, "score": score, "label": label,
             "weight": weight, "by": list(by), "time": time, "grain": grain,
             "label_time": label_time, "unknown": unknown, "delays": [float(d) for d in delays],
             "cells": int(cells), "bins": [list(b) for b in bins],
@@ -196,14 +196,14 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
         _rollback(con, transaction)
         raise
     out.loc[out["period_start"].isin(due), "status"] = "written"
-    out["version"] = out["period_start"].map(versions).fillna(
-        out["period_start"].map(dict(zip(have.get("period_start", []),
-                                         have.get("version", []))))).fillna(0).astype("int64")
-    return out[["period_start", "n", "W", "n_groups", "version", "status"]]
+    return _report(out, have, versions)
 
 
-def _report(out: pd.DataFrame, have: pd.DataFrame) -> pd.DataFrame:
-    version = dict(zip(have["period_start"], have["version"]))
+def _report(out: pd.DataFrame, have: pd.DataFrame, written: dict | None = None
+            ) -> pd.DataFrame:
+    """Each period's status and the version readers now use."""
+    version = dict(zip(have["period_start"], have["version"])) if len(have) else {}
+    version |= written or {}
     out["version"] = out["period_start"].map(version).fillna(0).astype("int64")
     return out[["period_start", "n", "W", "n_groups", "version", "status"]]
 
