@@ -21,6 +21,7 @@ from sqlcal.source import InvalidInputError, Source, source
 from sqlcal.export import from_summaries, summary_sql
 from sqlcal.monitor.store import snapshot
 from sqlcal.monitor.stored import stored
+from sqlcal.monitor.detect import detect
 
 from sqlcal._version import __version__
 
@@ -44,6 +45,7 @@ __all__ = [
     "cutoff_error",
     "decision_loss",
     "decision_risk_gap",
+    "detect",
     "decompose",
     "distance_to_calibration",
     "ece",

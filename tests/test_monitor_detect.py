@@ -265,3 +265,100 @@ def test_late_labels_mature_and_early_streams(planted):
     else:
         assert np.mean(mature["alarm_day"] >= 0) <= 0.05
         assert np.mean(seen_early < 10 ** 6) >= 0.90
+
+
+# -- sqlcal.detect on a summary store -------------------------------------------------------------
+
+DAY0 = np.datetime64("2026-06-01")
+
+
+def _predictions(seed=7, days=60, per_day=1500, change=40):
+    import pandas as pd
+    rng = np.random.default_rng(seed)
+    n = days * per_day * 2
+    day = rng.integers(0, days, n)
+    g = rng.choice(["a", "b"], n)
+    p = rng.beta(2, 8, n)
+    shift = np.where((g == "a") & (day >= change), 0.6, 0.0)
+    y = (rng.random(n) < expit(logit(p) + shift)).astype(int)
+    t = pd.Timestamp("2026-06-01") + pd.to_timedelta(day * 86400 + rng.integers(0, 86400, n), "s")
+    return pd.DataFrame({"p": p, "y": y, "w": rng.integers(1, 3, n).astype(float), "g": g,
+                         "t": t, "day": day})
+
+
+@pytest.fixture(scope="module")
+def stored_stream(tmp_path_factory):
+    import sqlcal
+    df = _predictions()
+    path = str(tmp_path_factory.mktemp("detect") / "store.duckdb")
+    sqlcal.snapshot(df.drop(columns="day"), score="p", label="y", weight="w", by="g", time="t",
+                    store=path, as_of="2026-09-30", bins=(), ls_ece_sigma=(), smooth_grids=())
+    return df, path
+
+
+@pytest.mark.parametrize("bins", [1, 8])
+def test_detect_from_the_store_equals_the_detector_on_raw_rows(stored_stream, bins):
+    df, path = stored_stream
+    found = detect.detect(path, bins=bins)
+    K = 2 ** 14
+    for g, part in df.groupby("g"):
+        cell = np.minimum(np.floor(part["p"].to_numpy() * K), K - 1).astype(int)
+        ref = part["day"].to_numpy() < 28
+        import pandas as pd
+        edges = detect.bet_edges(pd.Series(part["w"].to_numpy()[ref]).groupby(cell[ref]).sum(),
+                                 bins, K)
+        b = np.searchsorted(edges, cell, side="right") - 1
+        sums = np.zeros((4, 60, bins))
+        w, y, p = (part[c].to_numpy() for c in ("w", "y", "p"))
+        for i, x in enumerate((w, w * y, w * p, w * p * p)):
+            np.add.at(sums[i], (part["day"].to_numpy(), b), x)
+        want = detect.detector(*sums, first=28)
+        got = found.path[found.path.g == g]
+        np.testing.assert_allclose(got["log_M"], want["log_M"], rtol=1e-12, atol=1e-12)
+        assert got["n"].sum() == len(part) and got["W"].sum() == pytest.approx(w.sum(), rel=1e-15)
+    assert found.alarms["g"].tolist() == ["a"]
+    alarm = found.alarms.iloc[0]
+    change = (alarm["change_day"] - np.datetime64("2026-06-01", "ns")) / np.timedelta64(1, "D")
+    assert abs(change - 40) <= 3 and alarm["alarm_day"] >= np.datetime64("2026-07-10", "ns")
+    # an intercept change: the intercept term carries >= 80% of the miscalibration's change
+    assert alarm["intercept"] >= 0.8 * alarm["mcb"] > 0
+    assert alarm["a_post"] - alarm["a_pre"] == pytest.approx(0.6, abs=0.15)
+
+
+def test_decomposition_terms_against_direct_fits():
+    """The nested fits against scipy's optimiser on the same cells; each term >= 0."""
+    from scipy.optimize import minimize
+    rng = np.random.default_rng(3)
+    p = np.sort(rng.beta(2, 8, 400))
+    W = rng.integers(5, 50, 400).astype(float)
+    Y = rng.binomial(W.astype(int), expit(0.8 * logit(p) + 0.2 + 0.5 * np.sin(6 * p))).astype(float)
+    z = logit(p)
+
+    def nll(theta):
+        q = expit(theta[0] + theta[1] * z)
+        return -np.sum(Y * np.log(q) + (W - Y) * np.log1p(-q)) / W.sum()
+    ab = minimize(nll, [0.0, 1.0], method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-14})
+    a = minimize(lambda x: nll([x[0], 1.0]), [0.0], method="Nelder-Mead",
+                 options={"xatol": 1e-10, "fatol": 1e-14})
+    base = nll([0.0, 1.0])
+    d = detect.decompose(W, Y, p)
+    assert d["intercept"] == pytest.approx(base - a.fun, abs=1e-9)
+    assert d["slope"] == pytest.approx(a.fun - ab.fun, abs=1e-9)
+    assert min(d["intercept"], d["slope"], d["shape"]) >= 0
+    # the isotonic fit from scikit-learn (weighted least squares = every proper score's optimum)
+    from sklearn.isotonic import IsotonicRegression
+    iso = np.clip(IsotonicRegression().fit(p, Y / W, sample_weight=W).predict(p), 1e-15,
+                  1 - 1e-15)
+    ls_iso = -np.sum(Y * np.log(iso) + (W - Y) * np.log1p(-iso)) / W.sum()
+    assert d["mcb"] == pytest.approx(base - ls_iso, abs=1e-9)
+    assert d["mcb"] == pytest.approx(d["intercept"] + d["slope"] + d["shape"], abs=1e-12)
+
+
+def test_detect_options_are_checked(stored_stream):
+    from sqlcal.options import OptionError
+    _, path = stored_stream
+    for kwargs, name in (({"alpha": 2}, "alpha"), ({"horizon": 0}, "horizon"),
+                         ({"bins": 0}, "bins"), ({"windows": ()}, "windows"),
+                         ({"by": "nope"}, "by")):
+        with pytest.raises(OptionError, match=name):
+            detect.detect(path, **kwargs)

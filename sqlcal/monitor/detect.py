@@ -43,7 +43,16 @@ stay exact).
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
 import numpy as np
+import pandas as pd
+
+from sqlcal.errors import InvalidInputError
+from sqlcal.monitor import schema, store as _store
+from sqlcal.options import OptionError
 
 #: the default plug-in windows (days): fast reaction and power for small persistent changes
 WINDOWS = (3, 7, 28)
@@ -158,7 +167,7 @@ def cusum(log_e_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def detector(W, swy, swp, swpp, *, tolerance=TOLERANCE, windows=WINDOWS, kappa: float = 0.5,
              cap: float = 1.0, alpha: float = 0.05, horizon: int = 365, share=None,
-             share_error=None) -> dict:
+             share_error=None, first: int = 0) -> dict:
     r"""The averaged CUSUM e-detector on per-day, per-bet-bin sums.
 
     Parameters
@@ -175,6 +184,9 @@ def detector(W, swy, swp, swpp, *, tolerance=TOLERANCE, windows=WINDOWS, kappa: 
         P(any false alarm within ``horizon`` daily checks) <= alpha.
     share, share_error : array_like, optional
         The early stream's label share F_b at the lag and its error bound u_b (module notes).
+    first : int, default 0
+        Days before this index only feed the bets (their e-values are 1): a reference window
+        whose scores chose the bet bins.
 
     Returns
     -------
@@ -202,6 +214,7 @@ def detector(W, swy, swp, swpp, *, tolerance=TOLERANCE, windows=WINDOWS, kappa: 
                            share_error=share_error)
     each = np.stack([log_e(stats, bets(stats, m, kappa=kappa, cap=cap)) for m in windows],
                     axis=-2)
+    each[..., :first] = 0.0
     log_M_each, start = cusum(each)
     log_M = _log_mean_exp(log_M_each, axis=-2)
     c = threshold(alpha, horizon)
@@ -221,3 +234,304 @@ def _log_mean_exp(x: np.ndarray, axis: int) -> np.ndarray:
     top = np.max(x, axis=axis, keepdims=True)
     top = np.where(np.isfinite(top), top, 0.0)
     return (np.log(np.mean(np.exp(x - top), axis=axis, keepdims=True)) + top).squeeze(axis)
+
+
+# -- from the summary store ----------------------------------------------------------------------
+
+
+@dataclass
+class Detection:
+    """What :func:`detect` returns: the detector's daily path and its alarms per group."""
+
+    path: pd.DataFrame
+    alarms: pd.DataFrame
+    threshold: float
+    info: dict = field(default_factory=dict)
+
+
+def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
+           tolerance: tuple[float, float] = TOLERANCE, alpha: float = 0.05, horizon: int = 365,
+           windows: Sequence[int] = WINDOWS, reference: Any = None, reference_days: int = 28,
+           maturity_horizon: str = "30d", settle: str = "1d", at: Any = None,
+           prefix: str = schema.PREFIX, spec: str | None = None) -> Detection:
+    r"""The calibration change detector on the stored per-day summaries, per group.
+
+    Parameters
+    ----------
+    store : str, path or Ibis connection
+        A summary store written by :func:`sqlcal.snapshot` with ``grain="day"``.
+    by : str or sequence of str, optional
+        Group keys: the snapshot's (default) or a subset (groups merged).
+    bins : int, default 8
+        Bet bins of equal weight on the reference window, edges on the stored score cells.
+    tolerance : (float, float), default (0, 0.10)
+        The null: :math:`|E[y \mid p] - p| \le a + r p` for every row.
+    alpha, horizon : float, int, default 0.05, 365
+        P(any false alarm within ``horizon`` daily checks) <= alpha, per group.
+    windows : sequence of int, default (3, 7, 28)
+        Plug-in windows (days) of the averaged detector.
+    reference : (date-like, date-like), optional
+        The days whose scores set the bet bins; default: the first ``reference_days`` mature
+        days. Their e-values are 1 (the detector checks the days after them).
+    maturity_horizon, settle : str, default "30d", "1d"
+        A day feeds the detector once its labels are final (age >= horizon + settle at ``at``).
+    at : datetime-like, optional
+        The check time (default: the latest ``as_of`` stored).
+    prefix, spec
+        As for :func:`sqlcal.stored`.
+
+    Returns
+    -------
+    Detection
+        ``path``: per group and mature day, ``n``, ``W``, ``log_e`` (log of the day's e-value
+        averaged over the plug-in windows), ``log_M`` (the detector), ``threshold``, ``alarm``
+        (log_M >= threshold). ``alarms``: per group that alarmed, ``alarm_day``, ``change_day``
+        (start of the CUSUM excursion), ``log_M_at_alarm``, the pre-change window (the 28 days
+        before the change day) and post-change window (change day .. alarm day), and the change
+        of the miscalibration split into ``intercept``, ``slope`` and ``shape`` (post − pre of
+        each term, log score; :func:`decompose`), with ``a_pre``, ``b_pre``, ``a_post``,
+        ``b_post``.
+
+    Notes
+    -----
+    The e-values are exact functions of the stored per-day, per-cell sums (module notes;
+    e-detectors of Shin, Ramdas & Rinaldo 2022, arXiv:2203.03532). The guarantee assumes the
+    labels of a day are conditionally independent given their scores, and frequency weights.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd, sqlcal
+    >>> rng = np.random.default_rng(0)
+    >>> t = pd.Timestamp("2026-06-01") + pd.to_timedelta(rng.integers(0, 60 * 86400, 60000), "s")
+    >>> p = rng.beta(2, 8, 60000)
+    >>> shift = np.where(t >= pd.Timestamp("2026-07-10"), 0.6, 0.0)
+    >>> y = rng.random(60000) < 1 / (1 + np.exp(-(np.log(p / (1 - p)) + shift)))
+    >>> df = pd.DataFrame({"p": p, "y": y.astype(int), "t": t})
+    >>> _ = sqlcal.snapshot(df, score="p", label="y", time="t", store=":memory:",
+    ...                     prefix="det_", as_of="2026-09-30", bins=(), ls_ece_sigma=(),
+    ...                     smooth_grids=())
+    >>> found = detect(":memory:", prefix="det_")
+    >>> str(found.alarms.alarm_day[0].date()) >= "2026-07-10"
+    True
+    """
+    if not (0 < alpha < 1):
+        raise OptionError(f"alpha must lie in (0, 1), not {alpha!r}")
+    if not (isinstance(horizon, (int, np.integer)) and horizon >= 1):
+        raise OptionError(f"horizon must be a whole number of daily checks >= 1, not {horizon!r}")
+    if not (isinstance(bins, (int, np.integer)) and 1 <= bins <= 64):
+        raise OptionError(f"bins must be an integer in [1, 64], not {bins!r}")
+    if len(tolerance) != 2 or min(tolerance) < 0:
+        raise OptionError(f"tolerance must be (absolute, relative) >= 0, not {tolerance!r}")
+    if not windows or any(not isinstance(m, (int, np.integer)) or m < 1 for m in windows):
+        raise OptionError(f"windows must be whole numbers of days >= 1, not {windows!r}")
+    days, spec_dict, spec_hash, by = _mature_days(store, prefix, spec, by, maturity_horizon,
+                                                  settle, at)
+    if not days["integer_weights"].all():
+        raise OptionError("the detector's guarantee needs frequency weights (whole numbers); "
+                          "this store holds non-integer weights")
+    K = int(spec_dict["cells"])
+    cells = _store.merged(store, "cells", prefix=prefix, spec_hash=spec_hash, versions=days,
+                          by=[*by, "period_start"], delays=None, params={"cells": K})
+    cells["period_start"] = pd.to_datetime(cells["period_start"]).astype("datetime64[ns]")
+    calendar = pd.date_range(days["period_start"].min(), days["period_start"].max(), freq="D")
+    if reference is None:
+        ref = (calendar[0], calendar[min(reference_days, len(calendar)) - 1])
+    else:
+        ref = tuple(_timestamp(x) for x in reference)
+    first = int(np.searchsorted(calendar, ref[1], side="right"))
+    c = threshold(alpha, horizon)
+    paths, alarms = [], []
+    groups = cells.groupby(list(by), sort=True, dropna=False) if by else [((), cells)]
+    for key, part in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        keys = dict(zip(by, key))
+        in_ref = part["period_start"].between(*ref)
+        edges = bet_edges(part.loc[in_ref].groupby("cell")["W"].sum(), bins, K)
+        part = part.assign(bin=np.searchsorted(edges, part["cell"].to_numpy(), side="right") - 1)
+        day = pd.Index(calendar).get_indexer(part["period_start"])
+        sums = np.zeros((4, len(calendar), bins))
+        for i, col in enumerate(("W", "swy", "swp", "swpp")):
+            np.add.at(sums[i], (day, part["bin"].to_numpy()), part[col].to_numpy(float))
+        n = np.zeros(len(calendar))
+        np.add.at(n, day, part["n"].to_numpy(float))
+        out = detector(*sums, tolerance=tolerance, windows=tuple(windows), alpha=alpha,
+                       horizon=horizon, first=first)
+        path = pd.DataFrame({**{k: [v] * len(calendar) for k, v in keys.items()},
+                             "day": calendar, "n": n.astype("int64"), "W": sums[0].sum(-1),
+                             "log_e": _log_mean_exp(out["log_e"], axis=-2),
+                             "log_M": out["log_M"], "threshold": c})
+        path["alarm"] = path["log_M"] >= c
+        paths.append(path)
+        if out["alarm_day"] >= 0:
+            alarms.append(_alarm(store, prefix, spec_hash, days, by, keys, calendar, out, K))
+    path = pd.concat(paths, ignore_index=True)
+    columns = [*by, "alarm_day", "change_day", "log_M_at_alarm", "pre_start", "pre_end",
+               "post_start", "post_end", *DECOMPOSITION]
+    alarms = pd.DataFrame(alarms, columns=columns)
+    return Detection(path=path, alarms=alarms, threshold=c,
+                     info={"spec": spec_hash, "reference": ref, "bins": bins,
+                           "tolerance": tuple(tolerance), "alpha": alpha, "horizon": horizon,
+                           "windows": tuple(windows), "days": len(calendar)})
+
+
+#: the change report's decomposition columns (post − pre, and the fits in both windows)
+DECOMPOSITION = ("mcb", "intercept", "slope", "shape", "a_pre", "b_pre", "a_post", "b_post")
+
+
+def bet_edges(weight_per_cell: pd.Series, bins: int, K: int) -> np.ndarray:
+    """Bet-bin edges on cell boundaries: ``bins`` bins of about equal weight (edges[0] = 0,
+    edges[-1] = K; a cell never splits, so bins may be fewer where weight piles on one cell).
+
+    Examples
+    --------
+    >>> bet_edges(pd.Series([1.0, 1.0, 1.0, 1.0], index=[0, 1, 2, 3]), 2, 4).tolist()
+    [0, 2, 4]
+    """
+    w = weight_per_cell.sort_index()
+    edges = [0]
+    if len(w) and w.sum() > 0:
+        before = (w.cumsum() - w).to_numpy() / w.sum()
+        for b in range(1, bins):
+            k = int(np.searchsorted(before, b / bins, side="left"))
+            if k < len(w):
+                edges.append(int(w.index[k]))
+    edges = sorted(set(edges) | {K})
+    # pad to bins + 1 edges with empty bins so every group has the same bin count
+    while len(edges) < bins + 1:
+        edges.insert(-1, K)
+    return np.asarray(edges)
+
+
+def decompose(W, swy, p) -> dict:
+    r"""The miscalibration of scores ``p`` (one per cell, with weight ``W`` and positives
+    ``swy``) split by nested recalibrations, in log score: MCB = intercept + slope + shape.
+
+    intercept = LS(p) − LS(σ(logit p + a)), slope = LS(σ(logit p + a)) − LS(σ(a + b logit p)),
+    shape = LS(σ(a + b logit p)) − LS(isotonic), LS the mean log loss; maximum likelihood fits,
+    so each term is >= 0 in-sample when b > 0 (Cox 1958; Dimitriadis, Gneiting & Jordan 2021).
+
+    Examples
+    --------
+    >>> d = decompose(np.array([50.0, 50.0]), np.array([10.0, 30.0]), np.array([0.2, 0.6]))
+    >>> round(d["mcb"], 12), round(d["intercept"], 12)
+    (0.0, 0.0)
+    """
+    W, Y, p = (np.asarray(x, dtype=float) for x in (W, swy, p))
+    keep = W > 0
+    W, Y, p = W[keep], Y[keep], np.clip(p[keep], 1e-9, 1 - 1e-9)
+    z = np.log(p / (1 - p))
+
+    def ls(q):
+        q = np.clip(q, 1e-15, 1 - 1e-15)
+        return -float(np.sum(Y * np.log(q) + (W - Y) * np.log1p(-q)) / W.sum())
+
+    a_only = _logistic(z, W, Y, slope=False)
+    a, b = _logistic(z, W, Y, slope=True)
+    iso = _pav(Y, W, order=np.argsort(p, kind="stable"))
+    base, l_a, l_ab, l_iso = ls(p), ls(_expit(z + a_only)), ls(_expit(a + b * z)), ls(iso)
+    return {"mcb": base - l_iso, "intercept": base - l_a, "slope": l_a - l_ab,
+            "shape": l_ab - l_iso, "a": a, "b": b}
+
+
+def _logistic(z, W, Y, slope: bool, steps: int = 50):
+    """Maximum-likelihood logistic recalibration on cells: σ(z + a) or σ(a + b z) (Newton)."""
+    theta = np.array([0.0, 1.0])
+    X = np.stack([np.ones_like(z), z], 1)
+    for _ in range(steps):
+        eta = theta[0] + theta[1] * z
+        q = _expit(eta)
+        grad = X.T @ (Y - W * q)
+        hess = (X * (W * q * (1 - q))[:, None]).T @ X
+        if slope:
+            step = np.linalg.solve(hess + 1e-12 * np.eye(2), grad)
+        else:
+            step = np.array([grad[0] / max(hess[0, 0], 1e-300), 0.0])
+        theta = theta + step
+        if np.max(np.abs(step)) < 1e-12:
+            break
+    return theta[0] if not slope else (theta[0], theta[1])
+
+
+def _pav(Y, W, order):
+    """The weighted isotonic (pool-adjacent-violators) fit of Y/W, increasing in ``order``."""
+    y, w = (Y / W)[order], W[order].copy()
+    values, weights, sizes = [], [], []
+    for yi, wi in zip(y, w):
+        values.append(yi), weights.append(wi), sizes.append(1)
+        while len(values) > 1 and values[-2] >= values[-1]:
+            v2, w2, s2 = values.pop(), weights.pop(), sizes.pop()
+            w1 = weights[-1]
+            values[-1] = (values[-1] * w1 + v2 * w2) / (w1 + w2)
+            weights[-1], sizes[-1] = w1 + w2, sizes[-1] + s2
+    fit = np.repeat(values, sizes)
+    out = np.empty_like(fit)
+    out[order] = fit
+    return out
+
+
+def _expit(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _alarm(store, prefix, spec_hash, days, by, keys, calendar, out, K) -> tuple:
+    alarm, change = int(out["alarm_day"]), int(out["change_day"])
+    pre = (calendar[max(change - 28, 0)], calendar[max(change - 1, 0)])
+    post = (calendar[change], calendar[alarm])
+    terms = []
+    for lo, hi in (pre, post):
+        window = days[days["period_start"].between(lo, hi)]
+        cells = _store.merged(store, "cells", prefix=prefix, spec_hash=spec_hash,
+                              versions=window, by=list(by), delays=None, params={"cells": K})
+        for k, v in keys.items():
+            cells = cells[cells[k] == v]
+        terms.append(decompose(cells["W"], cells["swy"], cells["swp"] / cells["W"]))
+    change_terms = [terms[1][k] - terms[0][k] for k in ("mcb", "intercept", "slope", "shape")]
+    return (*keys.values(), calendar[alarm], calendar[change], float(out["log_M"][alarm]),
+            *pre, *post, *change_terms, terms[0]["a"], terms[0]["b"], terms[1]["a"],
+            terms[1]["b"])
+
+
+def _timestamp(value: Any) -> pd.Timestamp:
+    ts = pd.Timestamp(value)
+    return ts.tz_convert("UTC").tz_localize(None) if ts.tzinfo is not None else ts
+
+
+def _age_days(text: Any, option: str) -> float:
+    if isinstance(text, (int, float)):
+        return float(text)
+    unit = {"d": 1.0, "h": 1 / 24}.get(str(text)[-1:])
+    try:
+        return float(str(text)[:-1]) * unit
+    except (TypeError, ValueError):
+        raise OptionError(f"{option} must look like '30d' or '12h', not {text!r}") from None
+
+
+def _mature_days(store, prefix, spec, by, horizon, settle, at):
+    """The current version of every mature day of one spec, its spec and the group keys."""
+    versions = _store.current_versions(store, prefix)
+    if not len(versions):
+        raise InvalidInputError(f"no snapshots in the store (prefix {prefix!r})")
+    hashes = sorted(versions["spec_hash"].unique())
+    if spec is None and len(hashes) > 1:
+        raise OptionError(f"spec: the store holds snapshots of several specs {hashes}; name one "
+                          "with spec=")
+    spec = hashes[0] if spec is None else spec
+    if spec not in hashes:
+        raise OptionError(f"spec: {spec!r} is not among the stored specs {hashes}")
+    versions = versions[versions["spec_hash"] == spec].reset_index(drop=True)
+    spec_dict = json.loads(versions["spec"].iloc[-1])
+    if spec_dict["grain"] != "day":
+        raise OptionError(f"the detector checks daily summaries; the store's grain is "
+                          f"{spec_dict['grain']!r}")
+    keys = tuple(spec_dict["by"])
+    by = keys if by is None else ((by,) if isinstance(by, str) else tuple(by))
+    extra = sorted(set(by) - set(keys))
+    if extra:
+        raise OptionError(f"by: {extra} are not keys of the stored summaries {list(keys)}")
+    at = versions["as_of"].max() if at is None else _timestamp(at)
+    age = _age_days(horizon, "maturity_horizon") + _age_days(settle, "settle")
+    mature = versions[versions["period_end"] + pd.Timedelta(days=age) <= at]
+    if not len(mature):
+        raise InvalidInputError(f"no mature day in the store at {at} (horizon {horizon} + "
+                                f"settle {settle})")
+    return mature.reset_index(drop=True), spec_dict, spec, by
