@@ -149,8 +149,8 @@ def isotonic(
     unweighted with 0/1 labels (exact), or double sums otherwise (exact up to rounding: two
     block means within an ulp may merge); passes stop at :data:`MAX_PASSES` or when at most
     ``LEVEL_CAP`` blocks are left. Each pass count is a declared summary (the blocks left after
-    k passes, one query of k nested windows over the levels), so k passes cost about k²/2
-    window passes in all; nothing is materialised between them.
+    k passes); the engine keeps the blocks every few passes as a temporary table, which the
+    later counts read, so k passes cost about k window passes in all.
 
     Examples
     --------

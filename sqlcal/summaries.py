@@ -745,9 +745,41 @@ def pav_blocks(rows: ir.Table, by: Sequence[str], passes: int, integer: bool, *,
     # blocks that must stay apart; it carries nothing, so it goes
     levels = levels.filter(levels.W > 0)
     t = levels.select(*by, lo=levels.p, hi=levels.p, n=levels.n, W=levels.W, Y=levels.Y)
-    for _pass in range(passes):
+    # passes nest at most PAV_STAGE deep in one query: DuckDB's filter pushdown is exponential
+    # in the nesting (8 passes over 4,000 levels: 126 s to plan). Every PAV_STAGE passes the
+    # blocks are materialised (a temporary table, kept for the next pass counts), so k passes
+    # cost k window passes in all
+    done = 0
+    while passes - done > PAV_STAGE:
+        for _pass in range(PAV_STAGE):
+            t = pav_pass(t, by)
+        t = _materialised(t)
+        done += PAV_STAGE
+    for _pass in range(passes - done):
         t = pav_pass(t, by)
     return t
+
+
+#: grouped PAV passes nested in one query at most (see :func:`pav_blocks`)
+PAV_STAGE = 4
+#: materialised PAV stages: the stage's query -> its temporary table (the latest few)
+_STAGES: dict = {}
+_STAGES_MAX = 16
+
+
+def _materialised(t: ir.Table) -> ir.Table:
+    """``t`` as a temporary table of its engine (computed once per query while kept)."""
+    have = _STAGES.pop(t, None)
+    if have is None:
+        have = t.cache()
+    _STAGES[t] = have  # most recent last
+    while len(_STAGES) > _STAGES_MAX:
+        old = _STAGES.pop(next(iter(_STAGES)))
+        try:
+            old.release()
+        except Exception:  # the session has gone: nothing to free
+            pass
+    return have
 
 
 def pav_pass(t: ir.Table, by: Sequence[str]) -> ir.Table:
