@@ -7,6 +7,7 @@ The test project (tests/dbt_project) is built once per adapter with one ``dbt bu
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -58,7 +59,8 @@ def _seed() -> pd.DataFrame:
     return pd.DataFrame({"segment": segment, "score": score, "label": label, "weight": weight})
 
 
-def _build(tmp_path: Path, adapter: str) -> tuple[Path, subprocess.CompletedProcess]:
+def _start(tmp_path: Path, adapter: str) -> tuple[Path, subprocess.Popen]:
+    """Copy the test project with the package and a seed, and start its ``dbt build``."""
     dbt = _dbt()
     project = tmp_path / "project"
     shutil.copytree(PROJECT, project)
@@ -69,14 +71,66 @@ def _build(tmp_path: Path, adapter: str) -> tuple[Path, subprocess.CompletedProc
     if adapter == "duckdb":
         target = {"type": "duckdb", "path": str(tmp_path / "dbt.duckdb"), "threads": 2}
     else:
-        target = {"type": "postgres", **{k: v for k, v in PG.items() if k != "dbname"},
-                  "dbname": PG["dbname"], "schema": f"sqlcal_dbt_{os.getpid()}", "threads": 2}
+        target = {"type": "postgres", **PG, "schema": _SCHEMA, "threads": 2}
     profile = {"sqlcal_tests": {"target": "test", "outputs": {"test": target}}}
     (project / "profiles.yml").write_text(json.dumps(profile))
     env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false", "DO_NOT_TRACK": "1"}
-    run = subprocess.run([dbt, "build", "--profiles-dir", str(project), "--project-dir",
-                          str(project)], capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.Popen([dbt, "build", "--profiles-dir", str(project), "--project-dir",
+                            str(project)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, env=env)
     return project, run
+
+
+_SCHEMA = f"sqlcal_dbt_{os.getpid()}"
+
+
+def _postgres_reason() -> str | None:
+    """Why PostgreSQL cannot be used (None when it can)."""
+    try:
+        import psycopg
+    except ImportError:
+        return "psycopg is not installed"
+    try:
+        psycopg.connect(**PG, connect_timeout=3).close()
+    except psycopg.OperationalError as e:
+        if os.environ.get("SQLCAL_STRICT_ENGINES"):
+            raise
+        return f"PostgreSQL is not reachable: {e}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    """Both adapters' builds, run at once (dbt's start-up and parse dominate)."""
+    started = {"duckdb": None, "postgres": _postgres_reason()}
+    for adapter, reason in started.items():
+        if reason is None:
+            tmp = tmp_path_factory.mktemp(f"dbt_{adapter}")
+            started[adapter] = (tmp, *_start(tmp, adapter))
+    out = {}
+    for adapter, job in started.items():
+        if isinstance(job, str):
+            out[adapter] = job
+            continue
+        tmp, project, run = job
+        stdout, _ = run.communicate(timeout=300)
+        results = json.loads((project / "target" / "run_results.json").read_text())
+        if adapter == "duckdb":
+            import duckdb
+            con = duckdb.connect(str(tmp / "dbt.duckdb"), read_only=True)
+            values = con.sql("select * from seed_values").df()
+            table = con.sql("select * from predictions").df()
+            con.close()
+        else:
+            import psycopg
+            with psycopg.connect(**PG) as con:
+                values = _fetch(con, f"select * from {_SCHEMA}.seed_values")
+                table = _fetch(con, f"select * from {_SCHEMA}.predictions")
+                con.execute(f"drop schema {_SCHEMA} cascade")
+        out[adapter] = (adapter, run.returncode, stdout,
+                        {r["unique_id"].split(".")[2]: r for r in results["results"]},
+                        values, table)
+    return out
 
 
 def _library(frame: pd.DataFrame, metric: str, weighted: bool) -> pd.DataFrame:
@@ -96,35 +150,12 @@ def _library(frame: pd.DataFrame, metric: str, weighted: bool) -> pd.DataFrame:
     return out.rename(columns={column: "expected"})
 
 
-@pytest.fixture(scope="module", params=["duckdb", "postgres"])
-def built(request, tmp_path_factory):
-    adapter = request.param
-    if adapter == "postgres":
-        psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed")
-        try:
-            psycopg.connect(**PG, connect_timeout=3).close()
-        except psycopg.OperationalError as e:
-            if os.environ.get("SQLCAL_STRICT_ENGINES"):
-                raise
-            pytest.skip(f"PostgreSQL is not reachable: {e}")
-    tmp = tmp_path_factory.mktemp(f"dbt_{adapter}")
-    project, run = _build(tmp, adapter)
-    results = json.loads((project / "target" / "run_results.json").read_text())
-    if adapter == "duckdb":
-        import duckdb
-        con = duckdb.connect(str(tmp / "dbt.duckdb"), read_only=True)
-        values, table = con.sql("select * from seed_values").df(), con.sql(
-            "select * from predictions").df()
-        con.close()
-    else:
-        import psycopg
-        schema = f"sqlcal_dbt_{os.getpid()}"
-        with psycopg.connect(**PG) as con:
-            values = _fetch(con, f"select * from {schema}.seed_values")
-            table = _fetch(con, f"select * from {schema}.predictions")
-            con.execute(f"drop schema {schema} cascade")
-    yield adapter, run, {r["unique_id"].split(".")[2]: r for r in results["results"]}, \
-        values, table
+@pytest.fixture(params=["duckdb", "postgres"])
+def built(request, builds):
+    job = builds[request.param]
+    if isinstance(job, str):
+        pytest.skip(job)
+    return job
 
 
 def _fetch(con, sql):
@@ -133,21 +164,21 @@ def _fetch(con, sql):
 
 
 def test_calibrated_passes_and_miscalibrated_fails(built):
-    adapter, run, results, _, _ = built
+    adapter, returncode, stdout, results, _, _ = built
     status = {name: r["status"] for name, r in results.items()}
     for metric in METRICS:
-        assert status[f"calibrated_{metric}"] == "pass", (metric, run.stdout[-3000:])
-        assert status[f"miscalibrated_{metric}"] == "fail", (metric, run.stdout[-3000:])
+        assert status[f"calibrated_{metric}"] == "pass", (metric, stdout[-3000:])
+        assert status[f"miscalibrated_{metric}"] == "fail", (metric, stdout[-3000:])
     assert status["calibrated_ece_where"] == "pass"
     assert status["miscalibrated_ece_where"] == "fail"
     # one failing row per group: segments a and b
     assert results["miscalibrated_ece"]["failures"] == 2
     assert results["miscalibrated_ece_where"]["failures"] == 1
-    assert run.returncode != 0 and "miscalibrated_ece" in run.stdout
+    assert returncode != 0 and "Failure in test miscalibrated_ece " in stdout
 
 
 def test_values_equal_the_library(built):
-    adapter, run, _, values, table = built
+    adapter, _, _, _, values, table = built
     table = table.astype({"score": float, "label": float, "weight": float})
     assert len(table) == 400
     for metric in METRICS:
@@ -163,3 +194,111 @@ def test_values_equal_the_library(built):
             np.testing.assert_allclose(got["value"].astype(float), want["expected"],
                                        rtol=1e-9, atol=1e-12, err_msg=f"{adapter} {metric}")
             np.testing.assert_allclose(got["w_total"].astype(float), want["W"], rtol=1e-12)
+            if weighted:  # and a brute-force computation on the raw rows
+                brute = [_brute(part, metric) for _, part in table.groupby("segment")]
+                np.testing.assert_allclose(got["value"].astype(float), brute, rtol=1e-9,
+                                           atol=1e-12, err_msg=f"{adapter} {metric} (numpy)")
+
+
+def _brute(t: pd.DataFrame, metric: str) -> float:
+    """The metric on one group's raw rows in numpy (sampling weights: they are fractional)."""
+    p, y, w = (t[c].to_numpy(float) for c in ("score", "label", "weight"))
+    W = w.sum()
+    if metric in ("ece", "mce"):
+        b = np.minimum(np.floor(p * 10), 9).astype(int)
+        gap = np.array([(w * (y - p))[b == k].sum() for k in range(10)])
+        mass = np.bincount(b, weights=w, minlength=10)
+        return (np.abs(gap).sum() / W if metric == "ece"
+                else (np.abs(gap[mass > 0]) / mass[mass > 0]).max())
+    if metric == "citl":
+        return (w * p).sum() / W - (w * y).sum() / W
+    if metric == "brier":
+        return (w * (y - p) ** 2).sum() / W
+    if metric == "log_loss":
+        with np.errstate(divide="ignore"):
+            terms = np.where(y > 0, -np.log(p), -np.log1p(-p))
+        return (w * terms).sum() / W
+    if metric == "spiegelhalter_z":
+        return ((w * (y - p) * (1 - 2 * p)).sum()
+                / np.sqrt((w**2 * (1 - 2 * p) ** 2 * p * (1 - p)).sum()))
+    cell = np.minimum(np.floor(p * 256), 255).astype(int)  # cutoff_error's lower bound
+    s_end = np.cumsum(np.bincount(cell, weights=w * (y - p), minlength=256))
+    estimate = (max(s_end.max(), 0) - min(s_end.min(), 0)) / W
+    n_eff = W**2 / (w**2).sum()
+    return float(np.clip(estimate - (20 + np.sqrt(2 * np.log(20))) / np.sqrt(n_eff), 0, 1))
+
+
+class _Adapter:
+    """What the summary macros use of dbt's ``adapter``: its identifier quoting."""
+
+    def __init__(self, quote: str):
+        self._q = quote
+
+    def quote(self, name: str) -> str:
+        return f"{self._q}{name}{self._q}"
+
+
+@functools.lru_cache
+def _macros(quote: str):
+    import jinja2
+    text = (ROOT / "sql" / "dbt" / "macros" / "summaries.sql").read_text()
+    return jinja2.Environment().from_string(text, globals={"adapter": _Adapter(quote)}).module
+
+
+def _summary_macro(adapter: str, kind: str):
+    """The dispatched variant of ``summary_<kind>`` for ``adapter`` (default__ when none), from
+    the generated file, rendered with plain Jinja."""
+    module = _macros("`" if adapter in ("spark", "bigquery") else '"')
+    return (getattr(module, f"{adapter}__summary_{kind}", None)
+            or getattr(module, f"default__summary_{kind}"))
+
+
+def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
+    keys = [c for c in ("segment", "bin", "cell", "k", "p") if c in frame]
+    frame = frame.astype({c: float for c in frame if c not in ("segment",)})
+    return frame.sort_values(keys).reset_index(drop=True) if keys else frame
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_summary_macros_equal_the_library_statements_on_duckdb(weighted):
+    """Every summary macro, rendered with and without group keys and at a non-default bin or cell
+    count, returns on DuckDB what sqlcal.summary_sql's statement returns."""
+    import duckdb
+    con = duckdb.connect()
+    frame = _seed()
+    frame.loc[::7, "weight"] = 0.0  # rows the weighted statements leave out
+    con.register("preds", frame)
+    con.register("predictions", frame)
+    kw = dict(table="preds", score="score", label="label",
+              weight="weight" if weighted else None)
+    cases = {"totals": ({}, "brier", {}), "uniform_bins": ({"bins": 7}, "ece", {"bins": 7}),
+             "score_cells": ({"cells": 64}, "cutoff_error", {"method": "grid", "cells": 64}),
+             "logit_grid": ({}, "ls_ece", {}), "levels": ({}, "cutoff_error", {})}
+    for by in (["segment"], []):
+        for kind, (params, metric, options) in cases.items():
+            sql = _summary_macro("duckdb", kind)("preds", by, *params.values(), weighted)
+            (want,) = sqlcal.summary_sql(metric, **kw, by=by, **options).values()
+            got, want = con.sql(sql).df(), con.sql(want).df()
+            assert set(want.columns) <= set(got.columns), (kind, by)
+            pd.testing.assert_frame_equal(_sorted(got[want.columns]), _sorted(want),
+                                          rtol=1e-12, obj=f"{kind} by={by}")
+    got = con.sql(_summary_macro("duckdb", "validation")("predictions", ["segment"], True)).df()
+    want = con.sql((ROOT / "sql" / "duckdb" / "validation.sql").read_text()).df()
+    pd.testing.assert_frame_equal(_sorted(got), _sorted(want))
+
+
+@pytest.mark.parametrize("adapter", sorted(dbtgen.ADAPTERS))
+def test_summary_macros_parse_in_their_dialect(adapter):
+    """Each adapter's macros render to SQL that sqlglot parses in that dialect, with no and two
+    group keys (the engines themselves run in tests above for DuckDB and PostgreSQL)."""
+    import sqlglot
+    dialect = {"spark": "databricks"}.get(adapter, adapter)
+    for kind, param in [("validation", ()), ("totals", ()), ("uniform_bins", (10,)),
+                        ("score_cells", (256,)), ("logit_grid", ()), ("levels", ())]:
+        for by in ([], ["a", "b"]):
+            for weighted in (True, False):
+                sql = _summary_macro(adapter, kind)("sqlcal_rows", by, *param, weighted)
+                tree = sqlglot.parse_one(sql, read=dialect)
+                names = {c.name for c in tree.find_all(sqlglot.exp.Column)}
+                assert set(by) <= names, (adapter, kind, by)
+                assert "{" not in sql and "sqlcal_by__" not in sql

@@ -5,5 +5,5 @@ select {{ index() }} as i,
   ({{ index() }} + 0.5) / {{ n }} as q,
   case when {{ index() }} * 0.6180339887498949 - floor({{ index() }} * 0.6180339887498949)
     < ({{ index() }} + 0.5) / {{ n }} then 1 else 0 end as label,
-  case when {{ index() }} % 2 = 0 then 'a' else 'b' end as segment
+  case when {{ index() }} - 2 * floor({{ index() }} / 2) = 0 then 'a' else 'b' end as segment
 from {{ integers(n) }}
