@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             return _demo(args)
         if args.command == "snapshot":
             return _snapshot(args)
+        if args.command == "monitor":
+            return _monitor(args)
         return _report(args)
     except Exception as e:
         message = _bad_input(e, args)
@@ -147,6 +149,21 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                       help="write a new version even where the fingerprint is unchanged")
     snap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     snap.add_argument("--quiet", action="store_true", help="print nothing on success")
+
+    mon = commands.add_parser(
+        "monitor", help="run the calibration change detector on the summary store",
+        description="Run the anytime-valid change detector of [detect] on the mature daily "
+                    "summaries of the store of [snapshot], per group: one line per alarm, exit "
+                    "code 3 when a group alarms. P(any false alarm within [detect] horizon daily "
+                    "checks) <= alpha per group.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mon.add_argument("--config", metavar="TOML", required=True,
+                     help="monitor.toml ([snapshot], [labels], [detect])")
+    mon.add_argument("--at", metavar="DATE", help="the check time (default: the latest as_of)")
+    mon.add_argument("--json-file", metavar="PATH", help="write the JSON document here")
+    mon.add_argument("--html", metavar="PATH", help="write the offline HTML page here")
+    mon.add_argument("--json", action="store_true", help="print the JSON document")
+    mon.add_argument("--quiet", action="store_true", help="print nothing but alarms")
 
     sql = commands.add_parser("sql", help="print the SQL of a metric's reduction for a dialect",
                               formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -262,6 +279,31 @@ def _snapshot(args) -> int:
         if len(out):
             _out(out.to_string(index=False))
     return EXIT_OK
+
+
+def _monitor(args) -> int:
+    from sqlcal import outputs
+    from sqlcal.monitor import config as monitor_config, monitor
+
+    config = monitor_config.load(args.config)
+    monitor.check_detect(config.get("detect"), where=args.config)
+    outputs.check_all({"json": args.json_file, "html": args.html})
+    run = monitor.run(config, at=args.at)
+    if args.json_file:
+        outputs.write_text(args.json_file, "json", json.dumps(monitor.to_document(run), indent=2))
+    if args.html:
+        outputs.write_text(args.html, "html", monitor.to_html(run))
+    if args.json:
+        _out(json.dumps(monitor.to_document(run), indent=2))
+    else:
+        for line in monitor.lines(run):
+            _out(line)
+        if not args.quiet:
+            path = run.detection.path
+            _out(f"{path['day'].nunique()} mature days checked, "
+                 f"{len(path) // max(path['day'].nunique(), 1)} groups, "
+                 f"{len(run.alarms)} alarms (threshold log c = {run.detection.threshold:.2f})")
+    return EXIT_ALERT if len(run.alarms) else EXIT_OK
 
 
 def _report(args) -> int:

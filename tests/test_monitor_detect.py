@@ -362,3 +362,27 @@ def test_detect_options_are_checked(stored_stream):
                          ({"by": "nope"}, "by")):
         with pytest.raises(OptionError, match=name):
             detect.detect(path, **kwargs)
+
+
+def test_monitor_command_alarms_with_exit_code_3(stored_stream, tmp_path, capsys):
+    import json
+    from sqlcal.cli import main
+    _, path = stored_stream
+    toml = tmp_path / "monitor.toml"
+    toml.write_text(f'[source]\ndata = "unused.duckdb"\nscore = "p"\nlabel = "y"\ntime = "t"\n'
+                    f'weight = "w"\nby = ["g"]\n[snapshot]\nstore = "{path}"\n'
+                    f'[detect]\nalpha = 0.05\nhorizon = 365\n')
+    code = main(["monitor", "--config", str(toml), "--json-file", str(tmp_path / "m.json"),
+                 "--html", str(tmp_path / "m.html")])
+    out = capsys.readouterr().out
+    assert code == 3
+    assert out.count("ALARM") == 1 and "ALARM g=a" in out
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert doc["generator"] == "sqlcal" and [a["g"] for a in doc["alarms"]] == ["a"]
+    assert doc["threshold"] == pytest.approx(np.log(365 / 0.05), rel=1e-15)
+    page = (tmp_path / "m.html").read_text()
+    assert '<meta name="generator" content="sqlcal">' in page and page.count("<svg") == 2
+    # a bad [detect] key is refused before any query, naming the key
+    toml.write_text(toml.read_text() + "alfa = 0.1\n")
+    assert main(["monitor", "--config", str(toml)]) == 2
+    assert "alfa" in capsys.readouterr().err

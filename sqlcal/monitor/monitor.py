@@ -1,0 +1,175 @@
+"""``sqlcal monitor``: the change detector of ``[detect]`` on the summary store of ``[snapshot]``,
+with its alarms, a JSON document and an offline HTML page (the detector's path against its
+threshold, per group).
+
+Examples
+--------
+>>> check_detect({"alpha": 0.01})["horizon"]
+365
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sqlcal._version import __version__
+from sqlcal.monitor import detect as _detect
+from sqlcal.monitor.config import ConfigError
+
+#: ``[detect]`` keys: type, default
+DETECT = {
+    "kind": (str, "binned"), "bins": (int, 8), "bet_windows": (list, list(_detect.WINDOWS)),
+    "tolerance": (dict, {"absolute": 0.0, "relative": 0.10}), "alpha": (float, 0.05),
+    "horizon": (int, 365), "lag": (str, "mature"), "reference": (str, None),
+    "reference_days": (int, 28), "null": (str, "calibrated"),
+}
+
+
+@dataclass
+class MonitorRun:
+    """What :func:`run` returns: the detection, the check date and the exit status."""
+
+    detection: _detect.Detection
+    at: Any
+    status: str
+
+    @property
+    def alarms(self) -> pd.DataFrame:
+        return self.detection.alarms
+
+
+def check_detect(block: dict | None, *, where: str = "config") -> dict:
+    """``[detect]`` with defaults filled in; a :class:`ConfigError` naming the key."""
+    block = dict(block or {})
+    extra = sorted(set(block) - set(DETECT))
+    if extra:
+        raise ConfigError(f"{where}: [detect] has unknown keys {extra}; expected some of "
+                          f"{list(DETECT)}")
+    out = {}
+    for key, (kind, default) in DETECT.items():
+        value = block.get(key, default)
+        ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                               if kind is float else isinstance(value, kind)
+                               and not isinstance(value, bool))
+        if not ok:
+            raise ConfigError(f"{where}: [detect] {key} = {value!r} has the wrong type")
+        out[key] = value
+    for key, allowed in (("kind", ("binned", "citl")), ("lag", ("mature",)),
+                         ("null", ("calibrated",))):
+        if out[key] not in allowed:
+            raise ConfigError(f"{where}: [detect] {key} must be one of {list(allowed)}, not "
+                              f"{out[key]!r} (the others are not built yet)")
+    tol = out["tolerance"]
+    if set(tol) - {"absolute", "relative"}:
+        raise ConfigError(f"{where}: [detect] tolerance takes absolute and relative, not "
+                          f"{sorted(tol)}")
+    out["tolerance"] = (float(tol.get("absolute", 0.0)), float(tol.get("relative", 0.0)))
+    if out["reference"] is not None:
+        parts = out["reference"].split("..")
+        if len(parts) != 2:
+            raise ConfigError(f"{where}: [detect] reference must look like "
+                              f"'2026-08-01..2026-08-31', not {out['reference']!r}")
+        out["reference"] = tuple(parts)
+    if out["kind"] == "citl":
+        out["bins"] = 1
+    return out
+
+
+def run(config: dict, *, at: Any = None) -> MonitorRun:
+    """Run the detector a checked ``monitor.toml`` describes (:func:`sqlcal.monitor.config.load`).
+    """
+    d = check_detect(config.get("detect"))
+    snap, labels = config["snapshot"], config["labels"]
+    found = _detect.detect(snap["store"], prefix=snap["prefix"], bins=d["bins"],
+                           tolerance=d["tolerance"], alpha=float(d["alpha"]),
+                           horizon=d["horizon"], windows=tuple(d["bet_windows"]),
+                           reference=d["reference"], reference_days=d["reference_days"],
+                           maturity_horizon=labels["horizon"], settle=labels["settle"], at=at)
+    return MonitorRun(detection=found, at=at, status="alert" if len(found.alarms) else "ok")
+
+
+def lines(result: MonitorRun) -> list[str]:
+    """One line per alarm, as ``sqlcal monitor`` prints them."""
+    out = []
+    for row in result.alarms.to_dict("records"):
+        keys = ", ".join(f"{k}={row[k]}" for k in result.alarms.columns[
+            :list(result.alarms.columns).index("alarm_day")])
+        out.append(f"ALARM {keys or 'all rows'}: calibration changed on about "
+                   f"{row['change_day']:%Y-%m-%d} (seen {row['alarm_day']:%Y-%m-%d}, log M "
+                   f"{row['log_M_at_alarm']:.2f} >= {result.detection.threshold:.2f}); change in "
+                   f"log score: intercept {row['intercept']:+.5f}, slope {row['slope']:+.5f}, "
+                   f"shape {row['shape']:+.5f}")
+    return out
+
+
+def to_document(result: MonitorRun) -> dict:
+    """The JSON document (``generator: sqlcal``, ``schema_version: 2``)."""
+    def records(frame):
+        frame = frame.copy()
+        for c in frame.columns:
+            if pd.api.types.is_datetime64_any_dtype(frame[c]):
+                frame[c] = frame[c].dt.strftime("%Y-%m-%d")
+        return json.loads(frame.to_json(orient="records"))
+    info = dict(result.detection.info)
+    info["reference"] = [str(pd.Timestamp(x).date()) for x in info["reference"]]
+    return {"generator": "sqlcal", "sqlcal_version": __version__, "schema_version": 2,
+            "kind": "monitor", "status": result.status,
+            "threshold": result.detection.threshold, "detector": info,
+            "guarantee": f"P(any false alarm within {info['horizon']} daily checks) <= "
+                         f"{info['alpha']} per group, if the labels of a day are independent "
+                         "given their scores",
+            "alarms": records(result.alarms), "path": records(result.detection.path)}
+
+
+def to_html(result: MonitorRun) -> str:
+    """An offline page: per group, the detector log M_t against its threshold (an SVG line on
+    the log scale of M), and the alarms table."""
+    path, c = result.detection.path, result.detection.threshold
+    keys = [k for k in path.columns if k not in ("day", "n", "W", "log_e", "log_M",
+                                                 "threshold", "alarm")]
+    parts = []
+    groups = path.groupby(keys, sort=True) if keys else [((), path)]
+    for key, part in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        title = ", ".join(f"{k}={v}" for k, v in zip(keys, key)) or "all rows"
+        parts.append(f"<h2>{html.escape(title)}</h2>" + _svg(part["log_M"].to_numpy(), c,
+                                                              part["day"]))
+    alarms = result.alarms.to_html(index=False, float_format=lambda x: f"{x:.5g}") \
+        if len(result.alarms) else "<p>No alarm.</p>"
+    return ("<!doctype html><html><head><meta charset=\"utf-8\">"
+            '<meta name="generator" content="sqlcal"><title>sqlcal monitor</title>'
+            "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
+            "table{border-collapse:collapse}td,th{padding:2px 6px;border:1px solid #ccc}"
+            "</style></head><body><h1>Calibration change detector</h1>"
+            f"<p>Status: <b>{result.status}</b>. Threshold log c = ln(horizon/alpha) = {c:.2f}; "
+            f"{html.escape(to_document(result)['guarantee'])}.</p><h2>Alarms</h2>{alarms}"
+            + "".join(parts) + "</body></html>")
+
+
+def _svg(log_M: np.ndarray, c: float, days: pd.Series, width: int = 640, height: int = 200
+         ) -> str:
+    """log M_t (natural log of the detector, so a log scale of M) and the threshold line."""
+    y = np.maximum(np.nan_to_num(log_M, neginf=0.0), -2.0)
+    top, bottom = max(c * 1.15, float(y.max())), -2.0
+    def sx(i):
+        return 40 + (width - 50) * i / max(len(y) - 1, 1)
+    def sy(v):
+        return 10 + (height - 30) * (top - v) / (top - bottom)
+    line = " ".join(f"{sx(i):.1f},{sy(v):.1f}" for i, v in enumerate(y))
+    first, last = pd.Timestamp(days.iloc[0]), pd.Timestamp(days.iloc[-1])
+    return (f'<svg width="{width}" height="{height}" role="img" '
+            f'aria-label="detector log M per day">'
+            f'<line x1="40" x2="{width - 10}" y1="{sy(c):.1f}" y2="{sy(c):.1f}" stroke="red" '
+            f'stroke-dasharray="4"/><text x="42" y="{sy(c) - 3:.1f}" font-size="11" fill="red">'
+            f'threshold ln c = {c:.2f}</text>'
+            f'<line x1="40" x2="{width - 10}" y1="{sy(0):.1f}" y2="{sy(0):.1f}" stroke="#999"/>'
+            f'<polyline fill="none" stroke="#1f77b4" points="{line}"/>'
+            f'<text x="40" y="{height - 4}" font-size="11">{first:%Y-%m-%d}</text>'
+            f'<text x="{width - 80}" y="{height - 4}" font-size="11">{last:%Y-%m-%d}</text>'
+            f'<text x="2" y="12" font-size="11">log M</text></svg>')
