@@ -371,3 +371,17 @@ def test_daily_summaries_equal_each_days_rows():
     cells = daily(store, "cells", maturity="all")
     assert cells.groupby("period_start")["n"].sum().tolist() == \
         window_rows(df, 0, 5).groupby(df["t"].dt.floor("D"))["p"].size().tolist()
+
+
+def test_integer_weights_equal_duplicated_rows():
+    df = predictions(n=600, seed=9).assign(w=1.0)
+    twice = df.assign(w=2.0)
+    stores = [ibis.duckdb.connect(), ibis.duckdb.connect()]
+    sqlcal.snapshot(twice, store=stores[0], **KW)
+    sqlcal.snapshot(pd.concat([df, df], ignore_index=True), store=stores[1], **KW)
+    a, b = (sqlcal.stored(s, maturity="lag:2d") for s in stores)
+    for name in ("ece", "brier", "log_loss", "cutoff_grid", "ls_ece"):
+        x, y = METRICS[name](a), METRICS[name](b)
+        x = x.drop(columns=[c for c in ("n", "n_infinite") if c in x])  # row counts
+        y = y.drop(columns=[c for c in ("n", "n_infinite") if c in y])
+        assert_same(x, y, name)
