@@ -174,6 +174,8 @@ def test_calibrated_passes_and_miscalibrated_fails(built):
     # one failing row per group: segments a and b
     assert results["miscalibrated_ece"]["failures"] == 2
     assert results["miscalibrated_ece_where"]["failures"] == 1
+    # rows the library refuses (a NULL score in group a) fail the test whatever the value
+    assert status["invalid_ece"] == "fail" and results["invalid_ece"]["failures"] == 1
     assert returncode != 0 and "Failure in test miscalibrated_ece " in stdout
 
 

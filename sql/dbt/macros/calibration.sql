@@ -123,7 +123,7 @@ sqlcal_metric as (
 )
 {%- endif %}
 select '{{ metric }}' as {{ q("metric") }}, {{ keys }} {{ q("value") }},
-  {{ max if max is not none else "cast(null as " ~ double ~ ")" }} as {{ q("max") }},
+  cast({{ max if max is not none else "null" }} as {{ double }}) as {{ q("max") }},
   {{ q("n") }}, {{ q("W") }},
   case
     when {{ q("problem") }} is not null then {{ q("problem") }}
