@@ -22,6 +22,7 @@ from sqlcal.export import from_summaries, summary_sql
 from sqlcal.monitor.store import snapshot
 from sqlcal.monitor.stored import stored
 from sqlcal.monitor.detect import detect
+from sqlcal.segments_audit import multicalibration, segment_fix, segments
 
 from sqlcal._version import __version__
 
@@ -59,10 +60,13 @@ __all__ = [
     "lipschitz_calibration_error",
     "log_loss",
     "metric_series",
+    "multicalibration",
     "multiclass",
     "platt",
     "ls_ece",
     "reliability",
+    "segment_fix",
+    "segments",
     "report",
     "source",
     "smooth_ece",

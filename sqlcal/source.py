@@ -277,6 +277,7 @@ class Source:
                 self._check(result)
             return result.drop_columns([c for c in result.column_names
                                         if c.startswith("chk_")]).to_pandas()
+        frame = result  # pandas: a query execute_planned ran uncached (it reads another table)
         if check:
             self._check(frame)
             frame = frame.drop(columns=[c for c in frame if c.startswith("chk_")])

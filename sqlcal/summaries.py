@@ -495,6 +495,10 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
         return recalibration_reduce(summary, rows, by, weighted=weighted, checks=checks)
     if summary.kind in MULTICLASS_KINDS:
         return multiclass_checks(summary, rows)
+    if summary.kind == "segment_sums":  # sqlcal.segments: one branch per column tuple
+        return segment_sums(rows, summary.params, weighted=weighted, checks=checks)
+    if summary.kind == "segment_terms":
+        return segment_terms(rows, summary.params, weighted=weighted)
     if summary.kind == "cells_within":
         grid, ranges = summary.params
         return cells(within_ranges(rows, by, ranges), by, grid, parts, weighted=weighted,
@@ -978,3 +982,136 @@ def is_bound(t: ir.Table) -> bool:
     except ibis.common.exceptions.IbisError:
         return False
     return True
+
+# -- segments: per-segment sums over feature-value conjunctions (sqlcal.segments) ------------
+
+#: the value standing for a NULL feature, and for the values pooled into a feature's "other"
+#: bucket (a value too rare to be a segment of its own); a feature holding either is refused
+SEGMENT_NULL = "__null__"
+SEGMENT_OTHER = "__other__"
+#: folds: rows are assigned by the score's bits (x = p·C + Σ split·φ; u = 2·dist(x, ℤ)), pure
+#: double arithmetic every engine evaluates alike; 2 is the holdout, 0 fold A, 1 fold B
+_FOLD_SCALE = 9_999_991.0
+_FOLD_SPLIT = 0.6180339887498949
+
+
+def segment_value(col: ir.Value) -> ir.StringValue:
+    """A feature's value as a string, NULL as :data:`SEGMENT_NULL` (so NULL means "free")."""
+    return col.cast("string").fill_null(SEGMENT_NULL)
+
+
+def segment_fold(t: ir.Table, holdout: float, a_share: float, split: Sequence[str]
+                 ) -> ir.IntegerValue:
+    """The fold of each row: 2 with probability ``holdout``, else 0 (fold A) with probability
+    ``a_share``, else 1 (fold B); a function of the score and the ``split`` columns only (never
+    of the label)."""
+    x = t.p * number(_FOLD_SCALE)
+    for col in split:
+        x = x + t[col].cast("float64") * number(_FOLD_SPLIT)
+    u = fractional_part(x) * 2
+    return ibis.cases((u < number(holdout), 2),
+                      (u < number(holdout + (1 - holdout) * a_share), 0),
+                      else_=1).cast("int64")
+
+
+def segment_condition(t: ir.Table, predicates: Sequence[tuple]) -> ir.BooleanValue:
+    """Rows of a segment: ``predicates`` are ``(feature, value, kept)``, value a string as
+    :func:`segment_value` gives it, or :data:`SEGMENT_OTHER` for the rows whose value is not
+    among ``kept``."""
+    out = []
+    for feature, value, kept in predicates:
+        v = segment_value(t[feature])
+        out.append(~v.isin(list(kept)) if value == SEGMENT_OTHER and kept else
+                   ibis.literal(True) if value == SEGMENT_OTHER else v == value)
+    return ibis.and_(*out)
+
+
+def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
+                 checks: Callable | None = None) -> ir.Table:
+    """Per fold, group, segment (and score bin): ``n``, ``W``, Σwy, Σwp, Σwp², Σwyp, Σw²,
+    ``var2`` = Σw²p(1 − p), ``p_min``, ``p_max``; one UNION ALL branch per column tuple, every
+    feature column holding the segment's value (NULL when free). ``params``: see
+    :func:`sqlcal.query.declared.segment_sums`. From level 2 on, each feature's values outside
+    ``kept`` are recoded to :data:`SEGMENT_OTHER` and each branch's aggregated rows are
+    semi-joined to its candidates (after aggregation: a hash probe per group, not per row)."""
+    by, features, (holdout, a_share, split), bins, tuples, kept, candidates = params
+    keys = {"sqlcal_fold": segment_fold(rows, holdout, a_share, split)}
+    if bins:
+        keys["bin"] = uniform_bin(rows.p, bins, "sqlcal")
+    t = rows.mutate(**keys)
+    values = {f: segment_value(t[f]) for f in features}
+    if kept is not None:
+        values = {f: (ibis.cases((v.isin(list(k)), v), else_=SEGMENT_OTHER) if k else
+                      ibis.literal(SEGMENT_OTHER)) for (f, v), k in zip(values.items(), kept)}
+    table = None
+    if candidates is not None:
+        frame = pd.DataFrame([(i, *vals) for i, vals in candidates],
+                             columns=["sqlcal_tuple", *(f"sqlcal_v{j}" for j in range(
+                                 max(len(tuples[0]), 1)))])
+        table = ibis.memtable(frame)
+    branches = []
+    parts = frozenset({"sums", "moments", "sw2"})
+    for i, tup in enumerate(tuples):
+        cols = [features[j] for j in tup]
+        b = t.mutate(**{f: values[f] for f in cols})
+        if candidates is not None:
+            wanted = [sorted({vals[j] for k, vals in candidates if k == i})
+                      for j in range(len(cols))]
+            b = b.filter(*[b[f].isin(w) for f, w in zip(cols, wanted)])
+        sums = _sums(b, parts, weighted=weighted)
+        if weighted:
+            sums["var2"] = (b.w * b.w * b.p * (1 - b.p)).sum()
+        g = _aggregate(b, ["sqlcal_fold", *by, *cols, *(["bin"] if bins else [])], **sums,
+                       **(checks(b) if checks else {}))
+        if table is not None:
+            c = table.filter(table.sqlcal_tuple == i)
+            g = g.semi_join(c, [g[f] == c[f"sqlcal_v{j}"] for j, f in enumerate(cols)])
+        free = {f: ibis.null("string") for f in features if f not in cols}
+        g = g.mutate(**free).select("sqlcal_fold", *by, *features,
+                                    *(["bin"] if bins else []), *sums,
+                                    *(checks(b) if checks else {}))
+        branches.append(g)
+    return branches[0] if len(branches) == 1 else ibis.union(*branches, distinct=False)
+
+
+def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
+    """Per fold, group and membership pattern (Σ 2^k over the segments k holding the row), the
+    terms of the logistic fit logit p' = logit p̃ + Σ θ_k·1[row ∈ S_k], p̃ = clip(p):
+    with ``step`` > 0 also per logit cell ``cell`` = FLOOR(logit p̃ / step) and only ``n``,
+    ``W``, Σwy, Σw·logit p̃ (the fit's histogram); with ``step`` = 0 the exact terms at the
+    given θ: ``r`` = Σw(y − p'), ``h`` = Σwp'(1 − p'), ``r0``, ``h0`` (at θ = 0), the
+    log-likelihoods ``ll``, ``ll0``, ``dd`` = Σw(ℓ' − ℓ₀)², the Brier sums ``bs``, ``bs0``."""
+    by, features, (holdout, a_share, split), segments, step, clip = params
+    t = rows.mutate(sqlcal_fold=segment_fold(rows, holdout, a_share, split))
+    member = [key_match(t, key, by) & segment_condition(t, preds) if by else
+              segment_condition(t, preds) for key, preds, _ in segments]
+    pattern = ibis.literal(0, type="int64")
+    for k, m in enumerate(member):
+        pattern = pattern + ibis.cases((m, 2**k), else_=0).cast("int64")
+    pc = ibis.greatest(ibis.least(t.p, number(1 - clip)), number(clip))
+    eta = (pc / (1 - pc)).ln()
+    t = t.mutate(pattern=pattern, sqlcal_eta=eta)
+    keys = ["sqlcal_fold", *by, "pattern"]
+    if step:
+        t = t.mutate(cell=(t.sqlcal_eta / number(step)).floor().cast("int64"))
+        w = (lambda v: t.w * v) if weighted else (lambda v: v)
+        return _aggregate(t, [*keys, "cell"], n=t.count(),
+                          W=t.w.sum() if weighted else t.count().cast("float64"),
+                          swy=w(t.y).sum(), sweta=w(t.sqlcal_eta).sum())
+    shift = ibis.literal(0.0)
+    for m, (_, _, theta) in zip(member, segments):
+        shift = shift + ibis.cases((m, number(theta)), else_=number(0.0))
+    mu = 1 / (1 + ibis.greatest(ibis.least(-(t.sqlcal_eta + shift), 700.0), -700.0).exp())
+    mu = ibis.greatest(ibis.least(mu, number(1 - 1e-15)), number(1e-15))
+    t = t.mutate(sqlcal_mu=mu, sqlcal_pc=pc)
+    ll = t.y * t.sqlcal_mu.ln() + (1 - t.y) * (1 - t.sqlcal_mu).ln()
+    ll0 = t.y * t.sqlcal_pc.ln() + (1 - t.y) * (1 - t.sqlcal_pc).ln()
+    t = t.mutate(sqlcal_ll=ll, sqlcal_ll0=ll0)
+    d = t.sqlcal_ll - t.sqlcal_ll0
+    w = (lambda v: t.w * v) if weighted else (lambda v: v)
+    return _aggregate(t, keys, n=t.count(),
+                      W=t.w.sum() if weighted else t.count().cast("float64"), swy=w(t.y).sum(),
+                      r=w(t.y - t.sqlcal_mu).sum(), h=w(t.sqlcal_mu * (1 - t.sqlcal_mu)).sum(),
+                      r0=w(t.y - t.sqlcal_pc).sum(), h0=w(t.sqlcal_pc * (1 - t.sqlcal_pc)).sum(),
+                      ll=w(t.sqlcal_ll).sum(), ll0=w(t.sqlcal_ll0).sum(), dd=w(d * d).sum(),
+                      bs=w((t.y - t.sqlcal_mu) ** 2).sum(), bs0=w((t.y - t.sqlcal_pc) ** 2).sum())

@@ -49,6 +49,10 @@ KEY_COLUMN.update({"smooth_cells": "cell", "smooth_split": "cell"})
 #: ends of the rules' intervals, one row per group and piece between two cuts
 KEY_COLUMN["intervals"] = "interval"
 
+#: segment discovery (sqlcal.segments): sums per fold, group and feature-value conjunction,
+#: and the terms of a per-segment logit shift per fold, group and membership pattern
+KEY_COLUMN.update({"segment_sums": None, "segment_terms": "pattern"})
+
 _SUMS = frozenset({
     "n", "W", "ny", "swy", "swp", "swpp", "swyp", "swyy", "sw2", "total", "positive", "negative", "var",
     "var2", "sw_sq_resid", "sw_spieg", "sw_spieg_var", "sw2_spieg_var", "sw_logloss",
@@ -462,3 +466,42 @@ def coarser_cells(cell: np.ndarray, fine: int, coarse: int) -> np.ndarray:
     if fine % coarse:
         raise ValueError(f"a grid of {coarse} cells is not coarser than one of {fine}")
     return np.asarray(cell) // (fine // coarse)
+
+def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None) -> Summary:
+    """Per fold, group and segment (a conjunction of feature = value), the sums of
+    :func:`sqlcal.summaries.segment_sums`: one UNION ALL branch per column tuple in ``tuples``
+    (indices into ``features``). ``folds``: ``(holdout, a_share, split columns)``; ``bins``: 0,
+    or a number of equal-width score bins added as key ``bin``; ``kept``: None (level 1: every
+    value) or per feature the values kept (the rest pooled as ``"__other__"``); ``candidates``:
+    None or ``(tuple index, values)`` pairs, the only segments returned.
+
+    Examples
+    --------
+    >>> s = segment_sums((), ("a", "b"), (0.0, 0.5, ()), 0, ((0,), (1,)))
+    >>> s.kind, s.key_column, s.name
+    ('segment_sums', None, 'segment_sums')
+    """
+    tup = lambda xs: tuple(tuple(x) for x in xs)  # noqa: E731
+    return Summary("segment_sums", (
+        tuple(by), tuple(features), (float(folds[0]), float(folds[1]), tuple(folds[2])),
+        int(bins), tup(tuples), None if kept is None else tup(kept),
+        None if candidates is None else tuple((int(i), tuple(v)) for i, v in candidates)))
+
+
+def segment_terms(by, features, folds, segments, step: float, clip: float) -> Summary:
+    """Per fold, group and membership ``pattern`` over ``segments`` (``(group key, predicates,
+    theta)``, predicates ``(feature, value, kept)``): the histogram of a per-segment logit-shift
+    fit (``step`` > 0: also per logit cell) or its exact terms at the given thetas (``step`` =
+    0); see :func:`sqlcal.summaries.segment_terms`.
+
+    Examples
+    --------
+    >>> s = segment_terms((), ("a",), (0.2, 0.5, ()), [((), (("a", "x", ()),), 0.1)], 0, 1e-6)
+    >>> s.key_column
+    'pattern'
+    """
+    segs = tuple((tuple(k), tuple((f, v, tuple(kept)) for f, v, kept in preds), float(theta))
+                 for k, preds, theta in segments)
+    return Summary("segment_terms", (tuple(by), tuple(features),
+                                     (float(folds[0]), float(folds[1]), tuple(folds[2])),
+                                     segs, float(step), float(clip)))

@@ -1,0 +1,858 @@
+r"""Where is the model miscalibrated: :func:`segments` (discovery), :func:`multicalibration`
+(the audit) and :func:`segment_fix` (a per-segment fix), with the rows reduced in the engine.
+
+A *segment* is a conjunction of ``feature = value`` predicates (depth = their number). The
+engine returns, per level of the lattice, one row of sums per (fold, group, segment)
+(:func:`sqlcal.query.declared.segment_sums`: one statement per level, a UNION ALL branch per
+column tuple), so the number of statements is the depth, never the number of features. Numpy
+finishes: eligibility (label-free), the sign-split bound that prunes the search, the residual
+score test, Benjamini-Hochberg on a held-out fold, the redundancy rule.
+
+Values too rare to be a segment (weight below ``min_support``) are pooled into one explicit
+``__other__`` value per feature (its condition is ``c IS NULL OR c NOT IN (kept values)``), never
+dropped. NULL is the value ``__null__`` (``c IS NULL``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from itertools import combinations
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from sqlcal import options
+from sqlcal.options import BudgetError, OptionError
+from sqlcal.query import declared, planner
+from sqlcal.segments_map import SegmentFix, condition_sql, dialect, feature_kinds
+from sqlcal.source import Source, source
+from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER
+
+FOLD_A, FOLD_B, HOLDOUT = 0, 1, 2
+#: the sums each segment row carries, in this order
+STATS = ["n", "W", "swy", "swp", "swpp", "swyp", "sw2", "var2"]
+_N, _W, _Y, _P, _PP, _YP, _W2, _V2 = range(8)
+#: scores are clipped here before a logit (the fix)
+CLIP = 1e-6
+#: the fix's logit-cell width for its first (histogram) fit; an exact Newton step follows
+STEP = 0.01
+#: the ridge path searched on the holdout (penalty="auto"), in pseudo-rows at the segment's
+#: variance
+PENALTIES = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0)
+
+
+def segments(data, *, score: str, label: str, weight: str | None = None, by=None, where=None,
+             features: Sequence[str], max_depth: int | None = 3, min_support: float | None = None,
+             min_expected: float = 10.0, mode: str = "split", split: Sequence[str] = (),
+             fdr: str = "bh", alpha: float = 0.05, top_k: int | None = 100,
+             screen_z: float = 2.0, max_candidates: int = 1_000_000,
+             weight_kind: str | None = None, on_invalid: str = "raise") -> pd.DataFrame:
+    r"""The significantly miscalibrated segments (conjunctions of feature = value).
+
+    Parameters
+    ----------
+    data : table, path, URL or frame
+        The predictions (see :func:`sqlcal.source`).
+    score, label, weight, by, where, on_invalid
+        As every metric.
+    features : sequence of str
+        Categorical columns (strings, integers or booleans) whose values define segments.
+    max_depth : int or None, default 3
+        The longest conjunction (None: every feature).
+    min_support : float, optional
+        Least Σw of an eligible segment; default max(1000, 10^-4·W) per group. Values below it
+        are pooled into the feature's ``__other__`` value.
+    min_expected : float, default 10
+        Also require Σwp ≥ min_expected and Σw(1 − p) ≥ min_expected (label-free).
+    mode : {"split", "full"}, default "split"
+        ``"split"``: search fold A (half the rows, pruned by the sign-split bound), test the
+        ``top_k`` screened segments on fold B. ``"full"``: test every eligible segment on all
+        rows, no label-dependent pruning.
+    split : sequence of str, default ()
+        Numeric key columns (e.g. a user id) mixed into the fold assignment, which is otherwise a
+        function of the score's bits (so rows with equal scores share a fold).
+    fdr : {"bh", "by", "bonferroni", "none"}, default "bh"
+        The multiple-testing adjustment of ``q_value``.
+    alpha : float, default 0.05
+        ``significant`` = ``q_value`` ≤ alpha.
+    top_k : int or None, default 100
+        Split mode: the segments certified; full mode: the segments returned besides the
+        significant ones (None: all).
+    screen_z : float, default 2
+        Split mode: least |z| on fold A to enter the certified set.
+    max_candidates : int, default 1,000,000
+        Most candidate segments per level (over all groups): split mode keeps those with the
+        largest bound (exact for the top segments); full mode raises :class:`BudgetError`.
+    weight_kind : {"frequency", "sampling"}, optional
+        How weights enter the variance; by default frequency for whole-number weights.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Per group, one row per returned segment, sorted by ``harm`` (segments explained by an
+        ancestor last): group keys, ``segment`` (its SQL condition), ``depth``, one column per
+        feature (its value as a string, NULL when free), ``n``, ``W``, ``mean_score``,
+        ``observed``, ``citl`` (mean score − observed), ``residual`` = Σw(y − p), ``harm`` =
+        \|residual\| / W of the group, ``z``, ``p_value``, ``q_value``, ``significant``,
+        ``logit_shift`` and ``logit_shift_se`` (one Newton step), ``explained_by``,
+        ``residual_all``, ``z_all`` (all non-holdout rows; biased by the selection in split
+        mode); and what was searched: ``family_size`` (eligible segments), ``tested``,
+        ``statements`` (engine statements), ``branches`` (GROUP BYs in them), ``searched``
+        (JSON: per level the candidates, ineligible, bound-pruned, evaluated; the values pooled
+        per feature; folds' weights), ``weight_kind``. Numbers come from fold B in split mode.
+
+    Notes
+    -----
+    Segment S is tested with the score statistic of a logit intercept shift,
+    :math:`z_S = \sum_S w(y-p) / \sqrt{\sum_S w p(1-p)}` (Spiegelhalter 1986 in the large;
+    :math:`\sum_S w^2 p(1-p)` for sampling weights). The residual splits into non-negative
+    parts :math:`P = \sum w y(1-p)` and :math:`N = \sum w (1-y) p`, each anti-monotone along the
+    lattice, so :math:`|R_T| \le \max(P_S, N_S)` for every descendant T of S: a node is
+    expanded only while that bound reaches the current top-k harm (SliceLine's pruning, Sagadeeva
+    & Boehm 2021, made valid for signed residuals). Fold-B p-values are valid conditionally on
+    the fold-A selection (Cox 1975; Wasserman & Roeder 2009); Benjamini & Hochberg (1995) controls
+    the FDR. ``harm`` is the multiaccuracy violation of the segment's indicator (Kim, Ghorbani &
+    Zou 2019). A significant segment is ``explained_by`` its most general significant ancestor T
+    when :math:`R_S - \delta_T V_S` is not significant at ``alpha``.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd, sqlcal
+    >>> rng = np.random.default_rng(0)
+    >>> df = pd.DataFrame({"c": rng.choice(["a", "b"], 4000), "d": rng.choice(["x", "y"], 4000),
+    ...                    "p": rng.uniform(0.1, 0.9, 4000)})
+    >>> df["y"] = rng.uniform(size=4000) < np.where(df.c.eq("a") & df.d.eq("x"), 0.95, df.p)
+    >>> out = sqlcal.segments(df, score="p", label="y", features=["c", "d"], max_depth=2,
+    ...                       min_support=100, mode="full")
+    >>> out[out.significant].segment.tolist()
+    ['"d" = \'x\'', '"c" = \'a\' AND "d" = \'x\'', '"c" = \'a\'']
+    """
+    src, spec = _prepare(data, score, label, weight, by, where, features, split, on_invalid,
+                         max_depth, mode, fdr, top_k, max_candidates, alpha, weight_kind)
+    search = _search(src, spec, min_support=min_support, min_expected=min_expected,
+                     holdout=0.0, top_k=top_k, screen_z=screen_z, bins=0)
+    return _report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k)
+
+
+def multicalibration(data, *, score: str, label: str, weight: str | None = None, by=None,
+                     where=None, features: Sequence[str], max_depth: int | None = 2,
+                     min_support: float | None = None, min_expected: float = 10.0,
+                     metric: str = "residual", bins: int = 10,
+                     weight_kind: str | None = None, on_invalid: str = "raise") -> pd.DataFrame:
+    r"""The worst calibration error over every eligible segment up to ``max_depth``.
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where, features, max_depth, min_support, min_expected,
+    weight_kind, on_invalid
+        As :func:`segments` (every eligible segment is evaluated on all rows: no pruning).
+    metric : {"residual", "binned", "ece"}, default "residual"
+        What ``mc_error`` maximises: ``"residual"`` the multiaccuracy
+        :math:`\max_S |\sum_S w(y-p)|/W`; ``"binned"`` the binned multicalibration mass
+        :math:`\max_{S,b} |\sum_{S\cap b} w(y-p)|/W`; ``"ece"`` the largest per-segment ECE.
+    bins : int, default 10
+        Equal-width score bins (sqlcal convention) of the binned forms.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: ``mc_error``, ``worst_segment`` (its SQL condition),
+        ``multiaccuracy``, ``multicalibration_mass``, ``max_segment_ece``, ``mc_sigma`` (the
+        largest \|z\| of the segments' residual tests), ``noise_floor`` =
+        :math:`\sqrt{2\ln(2m)}` (about the largest \|z\| of m calibrated segments), ``p_value``
+        (Bonferroni on the largest \|z\|: min(1, m·p)), ``n_segments`` (m), ``n``, ``W``,
+        ``metric``, ``bins``.
+
+    Notes
+    -----
+    Multiaccuracy is degree-0 low-degree multicalibration (Gopalan, Kim, Singhal & Zhao 2022;
+    Kim, Ghorbani & Zou 2019); the binned mass is Hébert-Johnson, Kim, Reingold & Rothblum
+    (2018)'s (α, λ)-multicalibration without the division by small cell masses. The p-value is
+    family-wise (any dependence), not the unadjusted minimum.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd, sqlcal
+    >>> rng = np.random.default_rng(1)
+    >>> df = pd.DataFrame({"c": rng.choice(["a", "b", "c"], 3000), "p": rng.uniform(0.2, 0.8,
+    ...                    3000)})
+    >>> df["y"] = rng.uniform(size=3000) < df.p
+    >>> out = sqlcal.multicalibration(df, score="p", label="y", features=["c"],
+    ...                               min_support=100)
+    >>> int(out.n_segments[0]), out.worst_segment[0], round(float(out.mc_sigma[0]), 2)
+    (3, '"c" = \'b\'', 2.44)
+    """
+    if metric not in ("residual", "binned", "ece"):
+        raise OptionError(f"multicalibration: metric must be 'residual', 'binned' or 'ece', "
+                          f"not {metric!r}")
+    if not isinstance(bins, (int, np.integer)) or bins < 1:
+        raise OptionError(f"multicalibration: bins must be a whole number >= 1, not {bins!r}")
+    src, spec = _prepare(data, score, label, weight, by, where, features, (), on_invalid,
+                         max_depth, "full", "bonferroni", None, 1_000_000, 0.05, weight_kind)
+    search = _search(src, spec, min_support=min_support, min_expected=min_expected,
+                     holdout=0.0, top_k=None, screen_z=0.0, bins=int(bins))
+    rows = []
+    for g in search["groups"]:
+        nodes = [(k, s) for k, s in g["nodes"].items() if g["eligible"][k]]
+        W = g["W_fold"][FOLD_A]
+        row = dict(zip(spec["by"], g["key"]))
+        best = {"residual": (-1.0, None), "binned": (-1.0, None), "ece": (-1.0, None)}
+        zmax = 0.0
+        for key, s in nodes:
+            fold = s[FOLD_A]  # (bins, stats)
+            r_b = fold[:, _Y] - fold[:, _P]
+            tot = fold.sum(axis=0)
+            r = tot[_Y] - tot[_P]
+            v = _variance(tot, spec["sampling"])
+            z = abs(r) / math.sqrt(v) if v > 0 else 0.0
+            zmax = max(zmax, z)
+            for name, value in (("residual", abs(r) / W), ("binned", np.abs(r_b).max() / W),
+                                ("ece", np.abs(r_b).sum() / tot[_W])):
+                if value > best[name][0]:
+                    best[name] = (value, key)
+        m = len(nodes)
+        value, worst = best[metric]
+        row.update(mc_error=value if m else np.nan,
+                   worst_segment=_condition(worst, search) if worst else None,
+                   multiaccuracy=best["residual"][0] if m else np.nan,
+                   multicalibration_mass=best["binned"][0] if m else np.nan,
+                   max_segment_ece=best["ece"][0] if m else np.nan,
+                   mc_sigma=zmax if m else np.nan,
+                   noise_floor=math.sqrt(2 * math.log(2 * m)) if m else np.nan,
+                   p_value=min(1.0, m * 2 * stats.norm.sf(zmax)) if m else np.nan,
+                   n_segments=m, n=int(g["n_fold"][FOLD_A]), W=W, metric=metric, bins=int(bins))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=None,
+                where=None, features: Sequence[str], segments: pd.DataFrame | None = None,
+                holdout: float = 0.2, penalty="auto", max_segments: int = 30,
+                max_depth: int | None = 3, min_support: float | None = None,
+                min_expected: float = 10.0, split: Sequence[str] = (), fdr: str = "bh",
+                alpha: float = 0.05, top_k: int = 100, screen_z: float = 2.0,
+                max_candidates: int = 1_000_000, weight_kind: str | None = None,
+                on_invalid: str = "raise") -> SegmentFix:
+    r"""Per-segment logit shifts fitted on the discovery rows and judged on a holdout.
+
+    The rows are split by the same fold rule as :func:`segments`: a ``holdout`` share is never
+    used for discovery or fitting; the rest is split into folds A and B for
+    :func:`segments` (split mode), and the shifts are fitted on A ∪ B.
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where, features, max_depth, min_support, min_expected,
+    split, fdr, alpha, top_k, screen_z, max_candidates, weight_kind, on_invalid
+        As :func:`segments`.
+    segments : pandas.DataFrame, optional
+        A :func:`segments` result to fit (its significant rows not ``explained_by`` another);
+        by default :func:`segments` runs first on the non-holdout rows.
+    holdout : float, default 0.2
+        The share of rows kept for the judgement.
+    penalty : "auto" or float, default "auto"
+        Ridge λ on the shifts, in pseudo-rows at each segment's variance; "auto" picks the
+        λ in {0, 1, 3, 10, 30, 100, 300} of least holdout log loss.
+    max_segments : int, default 30
+        The most segments fitted per group (by harm).
+
+    Returns
+    -------
+    SegmentFix
+        A calibration map: ``.sql(score)``, ``.expr(table, score)``, ``.apply(table, score)``,
+        ``.table`` (one row per segment: group keys, ``segment``, feature values, ``theta``,
+        ``theta_se``, ``holdout_residual_before``/``_after``, ``holdout_z_before``/``_after``)
+        and ``.summary`` (per group: ``holdout_log_loss_before``/``_after``, its standard
+        error ``holdout_log_loss_se``, ``holdout_brier_before``/``_after``,
+        ``holdout_multiaccuracy_before``/``_after`` over the fitted segments, ``penalty``,
+        ``n_segments``, ``accepted``).
+
+    Notes
+    -----
+    The fit minimises :math:`\sum w\,\ell(y, \sigma(\mathrm{logit}\,\tilde p + X\theta)) +
+    \tfrac{\lambda}{2}\sum_k V_k\theta_k^2`; at λ = 0 the fitted score is multiaccurate on the
+    chosen segments (Hébert-Johnson et al. 2018; Kim, Ghorbani & Zou 2019). A histogram of
+    (membership pattern, logit cell) gives the λ path in numpy; one exact Newton step on the
+    rows follows. ``accepted`` iff the holdout log loss falls by more than two standard errors
+    of the paired per-row difference and no fitted segment's holdout \|z\| grows.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd, sqlcal
+    >>> rng = np.random.default_rng(2)
+    >>> n = 20000
+    >>> df = pd.DataFrame({"c": rng.choice(["a", "b", "c"], n), "p": rng.uniform(0.1, 0.6, n)})
+    >>> df["y"] = rng.uniform(size=n) < np.where(df.c.eq("a"), df.p + 0.2, df.p)
+    >>> fix = sqlcal.segment_fix(df, score="p", label="y", features=["c"], min_support=500)
+    >>> fix.table.segment.tolist(), bool(fix.summary.accepted[0])
+    (['"c" = \'a\''], True)
+    """
+    if not (isinstance(holdout, float) and 0 < holdout < 1):
+        raise OptionError(f"segment_fix: holdout must be a share in (0, 1), not {holdout!r}")
+    if not (penalty == "auto" or (isinstance(penalty, (int, float)) and penalty >= 0)):
+        raise OptionError(f"segment_fix: penalty must be 'auto' or a number >= 0, not "
+                          f"{penalty!r}")
+    if not isinstance(max_segments, int) or not 1 <= max_segments <= 60:
+        raise OptionError(f"segment_fix: max_segments must be a whole number in [1, 60], not "
+                          f"{max_segments!r}")
+    src, spec = _prepare(data, score, label, weight, by, where, features, split, on_invalid,
+                         max_depth, "split", fdr, top_k, max_candidates, alpha, weight_kind)
+    spec["holdout"] = holdout
+    if segments is None:
+        search = _search(src, spec, min_support=min_support, min_expected=min_expected,
+                         holdout=holdout, top_k=top_k, screen_z=screen_z, bins=0)
+        found = _report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k)
+        kept = search["kept"]
+    else:
+        found, kept = segments, [() for _ in spec["features"]]
+        other = found[list(spec["features"])].isin([SEGMENT_OTHER]).to_numpy().any(axis=1)
+        if other.any():
+            raise OptionError("segment_fix: segments= holds __other__ values; let segment_fix "
+                              "run the search (segments=None) to fit them")
+    chosen = _chosen(found, spec, kept, max_segments)
+    return _fit(src, spec, chosen, penalty)
+
+
+# -- preparing -----------------------------------------------------------------------------------
+
+
+def _prepare(data, score, label, weight, by, where, features, split, on_invalid, max_depth,
+             mode, fdr, top_k, max_candidates, alpha, weight_kind):
+    if isinstance(data, Source):
+        raise TypeError("segments need the feature columns, which a Source does not carry: "
+                        "pass the table with score=, label= (and by=, where=)")
+    by = () if by is None else (by,) if isinstance(by, str) else tuple(by)
+    features = (features,) if isinstance(features, str) else tuple(features or ())
+    split = (split,) if isinstance(split, str) else tuple(split)
+    if not features:
+        raise OptionError("segments: features must name at least one column")
+    if len(set(features)) < len(features) or set(features) & set(by):
+        raise OptionError(f"segments: features {list(features)} must be distinct and not group "
+                          f"keys {list(by)}")
+    depth = len(features) if max_depth is None else max_depth
+    if not isinstance(depth, (int, np.integer)) or depth < 1:
+        raise OptionError(f"segments: max_depth must be a whole number >= 1 or None, not "
+                          f"{max_depth!r}")
+    depth = min(int(depth), len(features))
+    for name, value, choices in (("mode", mode, ("split", "full")),
+                                 ("fdr", fdr, ("bh", "by", "bonferroni", "none")),
+                                 ("weight_kind", weight_kind, (None, "frequency", "sampling"))):
+        if value not in choices:
+            raise OptionError(f"segments: {name} must be one of {choices}, not {value!r}")
+    if not (isinstance(alpha, float) and 0 < alpha < 1):
+        raise OptionError(f"segments: alpha must be in (0, 1), not {alpha!r}")
+    if top_k is not None and (not isinstance(top_k, (int, np.integer)) or top_k < 1):
+        raise OptionError(f"segments: top_k must be a whole number >= 1 or None, not {top_k!r}")
+    if not isinstance(max_candidates, (int, np.integer)) or max_candidates < 1:
+        raise OptionError(f"segments: max_candidates must be a whole number >= 1, not "
+                          f"{max_candidates!r}")
+    budget = options.BUDGET
+    if max_candidates > budget.cells:
+        raise BudgetError(f"segments: max_candidates={max_candidates} exceeds the budget of "
+                          f"{budget.cells} cells; lower it or raise sqlcal.options.budget(cells=)")
+    branches = sum(math.comb(len(features), d) for d in range(1, depth + 1))
+    if max(math.comb(len(features), d) for d in range(1, depth + 1)) > budget.terms:
+        raise BudgetError(
+            f"segments: max_depth={depth} over {len(features)} features needs up to "
+            f"{max(math.comb(len(features), d) for d in range(1, depth + 1))} GROUP BY branches "
+            f"in one statement, over the budget of {budget.terms} query terms; lower max_depth "
+            "or pass fewer features (or raise sqlcal.options.budget(terms=))")
+    src = source(data, score=score, label=label, weight=weight, by=(*by, *features, *split),
+                 where=where, on_invalid=on_invalid)
+    kinds = feature_kinds(src.rows, features)
+    bad = [f for f, k in kinds.items() if k is None]
+    if bad:
+        raise OptionError(f"segments: features {bad} are not string, integer or boolean "
+                          "columns; bucket them first (a view, or CAST in where=)")
+    for col in split:
+        if not src.rows.schema()[col].is_numeric():
+            raise OptionError(f"segments: split column {col!r} is not numeric")
+    spec = dict(by=by, features=features, split=split, depth=depth, mode=mode,
+                max_candidates=int(max_candidates), kinds=kinds, dialect=dialect(src.rows),
+                weight_kind=weight_kind, branches_max=branches)
+    return src, spec
+
+
+# -- the search ----------------------------------------------------------------------------------
+
+
+def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_k, screen_z,
+            bins):
+    """Evaluate the lattice level by level; return per group every evaluated node's sums."""
+    by, features, mode = spec["by"], spec["features"], spec["mode"]
+    a_share = 0.5 if mode == "split" else 1.0
+    folds = (holdout, a_share, spec["split"])
+    k = len(features)
+    level1 = declared.segment_sums(by, features, folds, bins, [(j,) for j in range(k)])
+    frame = planner.fetch(src, level1)
+    spec["sampling"] = (spec["weight_kind"] == "sampling" if spec["weight_kind"] else
+                        src.weighted and not src.integer_weights)
+    spec["weight_kind_used"] = ("sampling" if spec["sampling"] else "frequency") \
+        if src.weighted else None
+    nb = max(bins, 1)
+    per_group = _to_nodes(frame, by, features, nb)
+    for values in frame[list(features)].itertuples(index=False):
+        for v in values:
+            if v in (SEGMENT_OTHER,):
+                raise OptionError(f"segments: a feature holds the reserved value {v!r}")
+    groups = []
+    for key, nodes in sorted(per_group.items(), key=lambda kv: _sort_key(kv[0])):
+        first = [s for node, s in nodes.items() if node[0][0] == 0]
+        tot = np.sum(first, axis=0).sum(axis=1)  # (folds, stats)
+        W_ab = tot[FOLD_A, _W] + tot[FOLD_B, _W]
+        support = float(min_support) if min_support is not None else max(1000.0, 1e-4 * W_ab)
+        groups.append(dict(key=key, level1=nodes, support=support, W_fold=tot[:, _W],
+                           n_fold=tot[:, _N], nodes={}, eligible={}, tau=0.0, screened=[],
+                           levels=[]))
+    kept = []
+    for j in range(k):  # a value is kept when some group gives it the support of a segment
+        vals = set()
+        for g in groups:
+            for node, s in g["level1"].items():
+                if node[0][0] == j and s[FOLD_A:FOLD_B + 1, :, _W].sum() >= g["support"]:
+                    vals.add(node[0][1])
+        kept.append(tuple(sorted(vals)))
+    pooled = {features[j]: 0 for j in range(k)}
+    for g in groups:
+        level = {}
+        for node, s in g["level1"].items():
+            j, v = node[0]
+            if v in kept[j]:
+                level[node] = s
+            else:
+                pooled[features[j]] = max(pooled[features[j]], 0) + 1
+                other = ((j, SEGMENT_OTHER),)
+                level[other] = level.get(other, 0) + s
+        g["candidates"] = set(level)
+        g["level"] = level
+        del g["level1"]
+    statements, branches = 1, k
+    for depth in range(1, spec["depth"] + 1):
+        if depth > 1:
+            cands = {}
+            for g in groups:
+                for node, bound in g["next"].items():
+                    cands[node] = max(cands.get(node, -1.0), bound)
+            if not cands:
+                break
+            capped = 0
+            if len(cands) > spec["max_candidates"]:
+                if mode == "full":
+                    raise BudgetError(
+                        f"segments: level {depth} has {len(cands)} candidate segments, over "
+                        f"max_candidates={spec['max_candidates']} (family so far: "
+                        f"{sum(sum(g['eligible'].values()) for g in groups)} segments); raise "
+                        "min_support (e.g. double it), lower max_depth, or use mode='split'")
+                order = sorted(cands, key=lambda n: (-cands[n], _node_text(n)))
+                capped = len(cands) - spec["max_candidates"]
+                keep = set(order[:spec["max_candidates"]])
+                cands = {n: cands[n] for n in keep}
+                for g in groups:
+                    g["next"] = {n: b for n, b in g["next"].items() if n in keep}
+            tuples = sorted({tuple(j for j, _ in n) for n in cands})
+            index = {t: i for i, t in enumerate(tuples)}
+            rows = sorted((index[tuple(j for j, _ in n)], tuple(v for _, v in n)) for n in cands)
+            summary = declared.segment_sums(by, features, folds, bins, tuples, kept, rows)
+            frame = planner.fetch(src, summary)
+            statements += 1
+            branches += len(tuples)
+            per_group = _to_nodes(frame, by, features, nb)
+            for g in groups:
+                got = per_group.get(g["key"], {})
+                g["candidates"] = set(g["next"])
+                g["level"] = {n: got[n] for n in g["next"] if n in got}
+                g["levels"][-1]["capped"] = capped
+        for g in groups:
+            _evaluate_level(g, depth, spec, min_expected, top_k, screen_z, bins)
+    spec["statements"], spec["branches"] = statements, branches
+    return dict(groups=groups, kept=kept, pooled=pooled, spec=spec)
+
+
+def _evaluate_level(g, depth, spec, min_expected, top_k, screen_z, bins):
+    level, mode = g["level"], spec["mode"]
+    W_a = g["W_fold"][FOLD_A]
+    counts = dict(depth=depth, candidates=len(g["candidates"]), evaluated=len(level),
+                  ineligible=0, bound_pruned=0)
+    expandable = {}
+    for node, s in level.items():
+        tot = s.sum(axis=1)  # (folds, stats)
+        g["nodes"][node] = s
+        ab = tot[FOLD_A] + tot[FOLD_B]
+        ok = (ab[_W] >= g["support"] and ab[_P] >= min_expected
+              and ab[_W] - ab[_P] >= min_expected)
+        g["eligible"][node] = ok
+        if not ok:
+            counts["ineligible"] += 1
+            continue
+        a = tot[FOLD_A]
+        if mode == "split":
+            r = a[_Y] - a[_P]
+            v = _variance(a, spec["sampling"])
+            z = r / math.sqrt(v) if v > 0 else 0.0
+            if abs(z) >= screen_z:
+                g["screened"].append((abs(r) / W_a, node))
+            bound = max(a[_Y] - a[_YP], a[_P] - a[_YP]) / W_a
+        else:
+            bound = math.inf
+        expandable[node] = bound
+    if mode == "split" and top_k is not None and len(g["screened"]) >= top_k:
+        g["tau"] = sorted((h for h, _ in g["screened"]), reverse=True)[top_k - 1]
+    alive = {n: b for n, b in expandable.items() if b >= g["tau"]}
+    counts["bound_pruned"] = len(expandable) - len(alive)
+    g["levels"].append(counts)
+    g["next"] = _children(alive, expandable) if depth < spec["depth"] else {}
+
+
+def _children(alive: dict, _expandable: dict) -> dict:
+    """Apriori join: a child of two alive nodes sharing all but their last predicate, kept when
+    every one of its parents is alive; its bound is the least of its parents' bounds."""
+    buckets: dict = {}
+    for node in alive:
+        buckets.setdefault(node[:-1], []).append(node)
+    out = {}
+    for prefix, nodes in buckets.items():
+        nodes.sort()
+        for a, b in combinations(nodes, 2):
+            if a[-1][0] == b[-1][0]:
+                continue
+            child = prefix + (a[-1], b[-1]) if a[-1][0] < b[-1][0] else prefix + (b[-1], a[-1])
+            parents = [child[:i] + child[i + 1:] for i in range(len(child))]
+            if all(p in alive for p in parents):
+                out[child] = min(alive[p] for p in parents)
+    return out
+
+
+def _to_nodes(frame: pd.DataFrame, by, features, nb: int) -> dict:
+    """group key -> {node: sums of shape (3 folds, bins, stats)} from a segment_sums frame."""
+    out: dict = {}
+    if not len(frame):
+        return out
+    if "var2" not in frame:  # unweighted: Σw²p(1 − p) = Σp(1 − p)
+        frame = frame.assign(var2=frame["swp"] - frame["swpp"])
+    fold = frame["sqlcal_fold"].to_numpy(int)
+    b = frame["bin"].to_numpy(int) if "bin" in frame and nb > 1 else np.zeros(len(frame), int)
+    vals = frame[STATS].to_numpy(float)
+    feats = frame[list(features)].to_numpy(object)
+    keys = frame[list(by)].to_numpy(object) if by else np.empty((len(frame), 0), object)
+    for i in range(len(frame)):
+        key = tuple(None if _null(v) else (v.item() if hasattr(v, "item") else v)
+                    for v in keys[i])
+        node = tuple((j, v) for j, v in enumerate(feats[i]) if not _null(v))
+        nodes = out.setdefault(key, {})
+        s = nodes.get(node)
+        if s is None:
+            s = nodes[node] = np.zeros((3, nb, len(STATS)))
+        s[fold[i], b[i]] += vals[i]
+    return out
+
+
+def _null(v) -> bool:
+    return v is None or (isinstance(v, float) and v != v) or v is pd.NA
+
+
+def _sort_key(key: tuple) -> tuple:
+    return tuple((v is None, str(type(v)), v if v is not None else 0) for v in key)
+
+
+def _variance(s: np.ndarray, sampling: bool) -> float:
+    return float(s[_V2]) if sampling else float(s[_P] - s[_PP])
+
+
+def _node_text(node) -> str:
+    return " AND ".join(f"{j}={v}" for j, v in node)
+
+
+def _predicates(node, search_or_kept, features):
+    kept = search_or_kept["kept"] if isinstance(search_or_kept, dict) else search_or_kept
+    return tuple((features[j], v, kept[j] if v == SEGMENT_OTHER else ()) for j, v in node)
+
+
+def _condition(node, search) -> str:
+    spec = search["spec"]
+    return condition_sql(_predicates(node, search, spec["features"]), spec["kinds"],
+                         spec["dialect"])
+
+
+# -- tests and the result table ------------------------------------------------------------------
+
+
+def adjust(p: np.ndarray, method: str) -> np.ndarray:
+    """Adjusted p-values: Benjamini-Hochberg (``"bh"``), Benjamini-Yekutieli (``"by"``),
+    Bonferroni, or none.
+
+    Examples
+    --------
+    >>> adjust(np.array([0.01, 0.04, 0.03]), "bh").round(3).tolist()
+    [0.03, 0.04, 0.04]
+    """
+    p = np.asarray(p, float)
+    m = len(p)
+    if m == 0 or method == "none":
+        return p.copy()
+    if method == "bonferroni":
+        return np.minimum(1.0, p * m)
+    scale = 1.0 if method == "bh" else float(np.sum(1.0 / np.arange(1, m + 1)))
+    order = np.argsort(p, kind="stable")
+    q = p[order] * m * scale / np.arange(1, m + 1)
+    q = np.minimum.accumulate(q[::-1])[::-1]
+    out = np.empty(m)
+    out[order] = np.minimum(q, 1.0)
+    return out
+
+
+def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
+    by, features, mode = spec["by"], spec["features"], spec["mode"]
+    test_fold = FOLD_B if mode == "split" else FOLD_A
+    frames = []
+    for g in search["groups"]:
+        eligible = [n for n, ok in g["eligible"].items() if ok]
+        if mode == "split":
+            screened = sorted(g["screened"], key=lambda hn: (-hn[0], _condition(hn[1], search)))
+            tested = [n for _, n in (screened[:top_k] if top_k else screened)]
+        else:
+            tested = eligible
+        W_t = g["W_fold"][test_fold]
+        rows = []
+        for node in tested:
+            s = g["nodes"][node].sum(axis=1)
+            t = s[test_fold]
+            a = s[FOLD_A]
+            r, v, vf = t[_Y] - t[_P], _variance(t, spec["sampling"]), t[_P] - t[_PP]
+            z = r / math.sqrt(v) if v > 0 else 0.0
+            if mode == "split":
+                sign = 1.0 if a[_Y] - a[_P] >= 0 else -1.0
+                p = float(stats.norm.sf(sign * z))
+            else:
+                p = float(2 * stats.norm.sf(abs(z)))
+            ab = s[FOLD_A] + s[FOLD_B]
+            r_all, v_all = ab[_Y] - ab[_P], _variance(ab, spec["sampling"])
+            values = dict(node)
+            rows.append(dict(
+                segment=_condition(node, search), depth=len(node),
+                **{f: values.get(j) for j, f in enumerate(features)},
+                n=int(round(t[_N])), W=t[_W],
+                mean_score=t[_P] / t[_W] if t[_W] else np.nan,
+                observed=t[_Y] / t[_W] if t[_W] else np.nan,
+                citl=(t[_P] - t[_Y]) / t[_W] if t[_W] else np.nan,
+                residual=r, harm=abs(r) / W_t if W_t else np.nan, z=z, p_value=p,
+                logit_shift=r / vf if vf > 0 else np.nan,
+                logit_shift_se=math.sqrt(v) / vf if vf > 0 else np.nan,
+                residual_all=r_all, z_all=r_all / math.sqrt(v_all) if v_all > 0 else 0.0,
+                _node=node, _vf=vf, _v=v))
+        part = pd.DataFrame(rows)
+        if len(part):
+            part["q_value"] = adjust(part["p_value"].to_numpy(), fdr)
+            part["significant"] = part["q_value"] <= alpha
+            part["explained_by"] = _explained(part, alpha, search)
+            if mode == "full" and top_k is not None:
+                top = part["harm"].rank(ascending=False, method="first") <= top_k
+                part = part[top | part["significant"]]
+        else:
+            part = pd.DataFrame([dict(segment=None, depth=0, significant=False)])
+        for i, k in enumerate(by):
+            part.insert(i, k, [g["key"][i]] * len(part))
+        part["family_size"] = len(eligible)
+        part["tested"] = len(tested)
+        part["statements"] = spec["statements"]
+        part["branches"] = spec["branches"]
+        part["searched"] = json.dumps(dict(
+            mode=mode, fdr=fdr, alpha=alpha, min_support=g["support"], max_depth=spec["depth"],
+            levels=g["levels"], pooled_values=search["pooled"], tau=g["tau"],
+            fold_weights=[float(x) for x in g["W_fold"]]), sort_keys=True)
+        part["weight_kind"] = spec["weight_kind_used"]
+        frames.append(part)
+    out = pd.concat(frames, ignore_index=True)
+    columns = [*by, "segment", "depth", *features, "n", "W", "mean_score", "observed", "citl",
+               "residual", "harm", "z", "p_value", "q_value", "significant", "logit_shift",
+               "logit_shift_se", "explained_by", "residual_all", "z_all", "family_size",
+               "tested", "statements", "branches", "searched", "weight_kind"]
+    for c in columns + ["_node"]:
+        if c not in out:
+            out[c] = None
+    out["_explained"] = out["explained_by"].notna()
+    keys = list(by)
+    out = out.sort_values([*keys, "_explained", "harm", "segment"],
+                          ascending=[True] * len(keys) + [True, False, True],
+                          na_position="last", kind="stable", ignore_index=True)
+    out.attrs["nodes"] = out["_node"].tolist()  # for segment_fix only (lost on a concat)
+    out.attrs["kept"] = search["kept"]
+    return out[columns]
+
+
+def _explained(part: pd.DataFrame, alpha: float, search: dict) -> list:
+    """The most general significant ancestor whose logit shift leaves the segment's residual
+    not significant (two-sided at ``alpha``), else None."""
+    sig = {n: i for i, n in enumerate(part["_node"]) if part["significant"].iat[i]}
+    out = []
+    for i, node in enumerate(part["_node"]):
+        found = None
+        if node in sig and len(node) > 1:
+            ancestors = [a for d in range(1, len(node)) for a in combinations(node, d)
+                         if a in sig]
+            ancestors.sort(key=lambda a: (len(a), -part["harm"].iat[sig[a]]))
+            for a in ancestors:
+                j = sig[a]
+                delta = part["residual"].iat[j] / part["_vf"].iat[j]
+                rest = part["residual"].iat[i] - delta * part["_vf"].iat[i]
+                z = rest / math.sqrt(part["_v"].iat[i])
+                if 2 * stats.norm.sf(abs(z)) > alpha:
+                    found = part["segment"].iat[j]
+                    break
+        out.append(found)
+    return out
+
+
+# -- the fix -------------------------------------------------------------------------------------
+
+
+def _chosen(found: pd.DataFrame, spec: dict, kept, max_segments: int) -> list:
+    """(group key, predicates, segment text, row) of the segments to fit, per group by harm."""
+    features, by = spec["features"], spec["by"]
+    ok = found[found["significant"].fillna(False).astype(bool) & found["explained_by"].isna()
+               & found["segment"].notna()]
+    ok = ok.sort_values([*by, "harm"], ascending=[True] * len(by) + [False], kind="stable")
+    out = []
+    for _, part in (ok.groupby(list(by), sort=True, dropna=False) if by else [((), ok)]):
+        for _, row in part.head(max_segments).iterrows():
+            key = tuple(None if _null(row[k]) else row[k] for k in by)
+            node = tuple((j, row[f]) for j, f in enumerate(features) if not _null(row[f]))
+            out.append((key, _predicates(node, kept, features), row["segment"]))
+    return out
+
+
+def _fit(src: Source, spec: dict, chosen: list, penalty) -> SegmentFix:
+    by, features = spec["by"], spec["features"]
+    folds = (spec["holdout"], 0.5, spec["split"])
+    segs = [(key, preds, 0.0) for key, preds, _ in chosen]
+    group_keys = sorted({c[0] for c in chosen}, key=_sort_key)
+    thetas = np.zeros(len(chosen))
+    lambdas = {}
+    if chosen:
+        cells = planner.fetch(src, declared.segment_terms(by, features, folds, segs, STEP, CLIP))
+        for key in group_keys:
+            idx = [i for i, c in enumerate(chosen) if c[0] == key]
+            part = _group_rows(cells, by, key)
+            thetas[idx], lambdas[key] = _fit_cells(part, idx, penalty)
+        # one exact Newton step on the rows from the histogram fit, then the judgement
+        for step in range(2):
+            segs = [(key, preds, float(t)) for (key, preds, _), t in zip(chosen, thetas)]
+            terms = planner.fetch(src, declared.segment_terms(by, features, folds, segs, 0.0,
+                                                              CLIP))
+            if step == 0:
+                for key in group_keys:
+                    idx = [i for i, c in enumerate(chosen) if c[0] == key]
+                    thetas[idx] = _newton_step(_group_rows(terms, by, key), idx, thetas[idx],
+                                               lambdas[key])
+    else:
+        terms = None
+    table_rows, summary_rows = [], []
+    all_keys = group_keys or [()] * (not by)
+    for key in all_keys:
+        idx = [i for i, c in enumerate(chosen) if c[0] == key]
+        part = _group_rows(terms, by, key)
+        hold = part[part["sqlcal_fold"] == HOLDOUT]
+        fit = part[part["sqlcal_fold"] != HOLDOUT]
+        pat_h, pat_f = hold["pattern"].to_numpy(np.int64), fit["pattern"].to_numpy(np.int64)
+        W = hold["W"].sum()
+        ll, ll0, dd = hold["ll"].sum(), hold["ll0"].sum(), hold["dd"].sum()
+        gain = (ll - ll0) / W
+        se = math.sqrt(max(dd / W - gain ** 2, 0.0) / W)
+        z_grew = False
+        ma_before = ma_after = 0.0
+        for local, i in enumerate(idx):
+            m_h = (pat_h >> local) & 1 == 1
+            m_f = (pat_f >> local) & 1 == 1
+            r0, h0 = hold["r0"].to_numpy()[m_h].sum(), hold["h0"].to_numpy()[m_h].sum()
+            r1, h1 = hold["r"].to_numpy()[m_h].sum(), hold["h"].to_numpy()[m_h].sum()
+            hf = fit["h"].to_numpy()[m_f].sum()
+            z0 = r0 / math.sqrt(h0) if h0 > 0 else 0.0
+            z1 = r1 / math.sqrt(h1) if h1 > 0 else 0.0
+            z_grew |= abs(z1) > abs(z0)
+            ma_before, ma_after = max(ma_before, abs(r0) / W), max(ma_after, abs(r1) / W)
+            preds = chosen[i][1]
+            values = {f: v for f, v, _ in preds}
+            table_rows.append(dict(
+                **dict(zip(by, key)), segment=chosen[i][2],
+                **{f: values.get(f) for f in features}, theta=float(thetas[i]),
+                theta_se=1 / math.sqrt(hf) if hf > 0 else np.nan,
+                holdout_residual_before=r0, holdout_residual_after=r1,
+                holdout_z_before=z0, holdout_z_after=z1))
+        summary_rows.append(dict(
+            **dict(zip(by, key)), n_segments=len(idx), penalty=lambdas.get(key, np.nan),
+            holdout_n=int(hold["n"].sum()), holdout_W=W,
+            holdout_log_loss_before=-ll0 / W, holdout_log_loss_after=-ll / W,
+            holdout_log_loss_se=se,
+            holdout_brier_before=hold["bs0"].sum() / W, holdout_brier_after=hold["bs"].sum() / W,
+            holdout_multiaccuracy_before=ma_before, holdout_multiaccuracy_after=ma_after,
+            accepted=bool(idx) and gain > 2 * se and not z_grew)) if len(part) else \
+            summary_rows.append(dict(**dict(zip(by, key)), n_segments=0, accepted=False))
+    table = pd.DataFrame(table_rows, columns=[*by, "segment", *features, "theta", "theta_se",
+                                              "holdout_residual_before", "holdout_residual_after",
+                                              "holdout_z_before", "holdout_z_after"])
+    return SegmentFix(by=tuple(by), table=table, kind="segment shift",
+                      predicates=[c[1] for c in chosen], kinds=spec["kinds"], clip=CLIP,
+                      summary=pd.DataFrame(summary_rows))
+
+
+def _group_rows(frame, by, key) -> pd.DataFrame:
+    if frame is None:
+        return pd.DataFrame(columns=["sqlcal_fold", "pattern", "n", "W", "ll", "ll0", "dd",
+                                     "r", "h", "r0", "h0", "bs", "bs0"])
+    if not by:
+        return frame
+    mask = np.ones(len(frame), bool)
+    for k, v in zip(by, key):
+        col = frame[k]
+        mask &= col.isna().to_numpy() if v is None else (col == v).to_numpy()
+    return frame[mask]
+
+
+def _design(pattern: np.ndarray, idx_len: int) -> np.ndarray:
+    return ((pattern[:, None] >> np.arange(idx_len)) & 1).astype(float)
+
+
+def _fit_cells(part: pd.DataFrame, idx: list, penalty):
+    """θ of one group from its (fold, pattern, cell) histogram, λ chosen on the holdout."""
+    K = len(idx)
+    fit, hold = part[part["sqlcal_fold"] != HOLDOUT], part[part["sqlcal_fold"] == HOLDOUT]
+
+    def arrays(f):
+        W = f["W"].to_numpy(float)
+        return (_design(f["pattern"].to_numpy(np.int64), K), W, f["swy"].to_numpy(float),
+                f["sweta"].to_numpy(float) / np.where(W > 0, W, 1))
+
+    Xf, Wf, Yf, Ef = arrays(fit)
+    Xh, Wh, Yh, Eh = arrays(hold)
+    mu0 = 1 / (1 + np.exp(-Ef))
+    V = Xf.T @ (Wf * mu0 * (1 - mu0))
+    path = PENALTIES if penalty == "auto" else (float(penalty),)
+    best = None
+    for lam in path:
+        theta = np.zeros(K)
+        for _ in range(50):
+            mu = 1 / (1 + np.exp(-(Ef + Xf @ theta)))
+            grad = Xf.T @ (Yf - Wf * mu) - lam * V * theta
+            hess = (Xf * (Wf * mu * (1 - mu))[:, None]).T @ Xf + np.diag(lam * V + 1e-12)
+            step = np.linalg.solve(hess, grad)
+            theta = theta + step
+            if np.max(np.abs(step)) < 1e-12:
+                break
+        eta = np.clip(Eh + Xh @ theta, -700, 700)
+        loss = np.sum(Wh * np.logaddexp(0, eta) - Yh * eta)
+        if best is None or loss < best[0] - 1e-12:
+            best = (loss, theta, lam)
+    return best[1], best[2]
+
+
+def _newton_step(part: pd.DataFrame, idx: list, theta: np.ndarray, lam: float) -> np.ndarray:
+    """One exact Newton step from the rows' gradient and information at ``theta``."""
+    K = len(idx)
+    fit = part[part["sqlcal_fold"] != HOLDOUT]
+    X = _design(fit["pattern"].to_numpy(np.int64), K)
+    r, h, h0 = (fit[c].to_numpy(float) for c in ("r", "h", "h0"))
+    V = X.T @ h0
+    grad = X.T @ r - lam * V * theta
+    hess = (X * h[:, None]).T @ X + np.diag(lam * V + 1e-12)
+    return theta + np.linalg.solve(hess, grad)

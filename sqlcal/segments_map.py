@@ -1,0 +1,199 @@
+"""A per-segment logit-shift fix (:func:`sqlcal.segment_fix`) as a calibration map, and the
+readable SQL condition of a segment (:func:`sqlcal.segments`).
+
+A segment is a conjunction of ``feature = value`` predicates; a value may be ``NULL`` (the
+feature is NULL) or the feature's *other* bucket (every value not kept as a segment of its
+own, NULL included unless NULL was kept). Conditions are built as sqlglot or Ibis trees from the
+column names and typed literals, never by pasting text.
+
+Examples
+--------
+>>> condition_sql([("country", "BR", ()), ("device", "ios", ())],
+...               {"country": "string", "device": "string"})
+'"country" = \\'BR\\' AND "device" = \\'ios\\''
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import ibis
+import ibis.expr.types as ir
+import numpy as np
+import pandas as pd
+import sqlglot
+from sqlglot import exp
+
+from sqlcal.maps import CalibrationMap, EXP_LIMIT
+from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER, key_match, number
+
+#: Ibis / sqlglot dialect names that differ
+_DIALECTS = {"pyspark": "spark", "postgres": "postgres", "duckdb": "duckdb"}
+
+
+def feature_kinds(rows: ir.Table, features) -> dict:
+    """Per feature: ``"string"``, ``"int"`` or ``"bool"`` (the literal type of its values)."""
+    schema = rows.schema()
+    out = {}
+    for f in features:
+        t = schema[f]
+        out[f] = "bool" if t.is_boolean() else "int" if t.is_integer() else \
+            "string" if t.is_string() else None
+    return out
+
+
+def dialect(rows: ir.Table) -> str:
+    """The sqlglot dialect of the engine holding ``rows`` (DuckDB for an unbound table)."""
+    try:
+        name = rows._find_backend(use_default=True).name
+    except Exception:
+        name = "duckdb"
+    return _DIALECTS.get(name, name)
+
+
+def _typed(value: str, kind: str):
+    if kind == "int":
+        return int(value)
+    if kind == "bool":
+        return value.lower() == "true"
+    return value
+
+
+def _literal(value, kind: str) -> exp.Expression:
+    if kind == "bool":
+        return exp.Boolean(this=value)
+    return exp.Literal.number(value) if kind == "int" else exp.Literal.string(value)
+
+
+def condition_sql(predicates, kinds: dict, dialect: str = "duckdb") -> str:
+    """A segment's condition as SQL of ``dialect``: ``predicates`` are ``(feature, value,
+    kept)`` with values as strings (``"__null__"`` for NULL, ``"__other__"`` for the values not
+    in ``kept``)."""
+    parts = []
+    for feature, value, kept in predicates:
+        col = exp.column(exp.to_identifier(feature, quoted=True))
+        if value == SEGMENT_NULL:
+            parts.append(exp.Is(this=col, expression=exp.Null()))
+        elif value == SEGMENT_OTHER:
+            lits = [_literal(_typed(v, kinds[feature]), kinds[feature])
+                    for v in kept if v != SEGMENT_NULL]
+            out_of = exp.Not(this=exp.In(this=col.copy(), expressions=lits)) if lits else None
+            if SEGMENT_NULL in kept:
+                cond = exp.Not(this=exp.Is(this=col, expression=exp.Null()))
+                parts.append(exp.and_(cond, out_of) if out_of is not None else cond)
+            else:
+                is_null = exp.Is(this=col, expression=exp.Null())
+                parts.append(exp.paren(exp.or_(is_null, out_of)) if out_of is not None
+                             else exp.true())
+        else:
+            parts.append(exp.EQ(this=col, expression=_literal(_typed(value, kinds[feature]),
+                                                               kinds[feature])))
+    return exp.and_(*parts).sql(dialect=dialect)
+
+
+def condition_expr(table: ir.Table, predicates, kinds: dict) -> ir.BooleanValue:
+    """:func:`condition_sql` as an Ibis expression over ``table`` (the typed columns)."""
+    out = []
+    for feature, value, kept in predicates:
+        col = table[feature]
+        if value == SEGMENT_NULL:
+            out.append(col.isnull())
+        elif value == SEGMENT_OTHER:
+            lits = [_typed(v, kinds[feature]) for v in kept if v != SEGMENT_NULL]
+            out_of = ~col.isin(lits) if lits else ibis.literal(True)
+            out.append(col.notnull() & out_of if SEGMENT_NULL in kept
+                       else col.isnull() | out_of)
+        else:
+            out.append(col == _typed(value, kinds[feature]))
+    return ibis.and_(*out)
+
+
+def _missing_score(p: ir.FloatingValue, value: ir.FloatingValue) -> ir.FloatingValue:
+    """NULL for a NULL or NaN score, as every calibration map gives."""
+    return ibis.ifelse(p.isnull() | p.isnan(), ibis.null("float64"), value)
+
+
+@dataclass(repr=False)
+class SegmentFix(CalibrationMap):
+    """A per-segment logit shift: p' = σ(logit p̃ + Σ_k θ_k·1[x ∈ S_k]), p̃ = p clipped to
+    [clip, 1 − clip]; a row in no fitted segment keeps its score unchanged, a NULL score stays
+    NULL. Made by :func:`sqlcal.segment_fix`.
+
+    ``table`` (the mapping table) has one row per fitted segment: group keys, ``segment``,
+    one column per feature, ``theta``, ``theta_se`` and the holdout checks; ``summary`` one row
+    per group with the holdout judgement (``accepted``).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> fix = SegmentFix(by=(), table=pd.DataFrame({"segment": ["\\"c\\" = 'a'"],
+    ...                                             "theta": [0.5]}),
+    ...                  kind="shift", predicates=[(("c", "a", ()),)], kinds={"c": "string"})
+    >>> print(fix.sql("p"))  # doctest: +ELLIPSIS
+    CASE WHEN ...
+    """
+
+    predicates: list = field(default_factory=list)
+    kinds: dict = field(default_factory=dict)
+    clip: float = 1e-6
+    summary: pd.DataFrame | None = None
+
+    def _shift(self, table: ir.Table) -> ir.FloatingValue:
+        shift = number(0.0)
+        keys = self.table[list(self.by)].itertuples(index=False) if self.by else \
+            [()] * len(self.table)
+        for key, preds, theta in zip(keys, self.predicates, self.table["theta"]):
+            cond = condition_expr(table, preds, self.kinds)
+            if self.by:
+                key = tuple(None if pd.isna(v) else (v.item() if hasattr(v, "item") else v)
+                            for v in key)
+                cond = key_match(table, key, self.by) & cond
+            shift = shift + ibis.cases((cond, number(float(theta))), else_=number(0.0))
+        return shift
+
+    def expr(self, table: ir.Table, score: str) -> ir.FloatingValue:
+        """The corrected score as an Ibis expression over ``table``."""
+        p = table[score].cast("float64")
+        if not len(self.table):
+            return _missing_score(p, p)
+        shift = self._shift(table)
+        pc = ibis.greatest(ibis.least(p, number(1 - self.clip)), number(self.clip))
+        eta = (pc / (1 - pc)).ln() + shift
+        mapped = 1 / (1 + ibis.greatest(ibis.least(-eta, EXP_LIMIT), -EXP_LIMIT).exp())
+        return _missing_score(p, ibis.ifelse(shift == 0, p, mapped))
+
+    def apply(self, table: ir.Table, score: str, *, name: str = "calibrated",
+              mapping: ir.Table | None = None, inline: bool | None = None) -> ir.Table:
+        """``table`` with the corrected score as column ``name`` (always inlined: one CASE
+        per fitted segment)."""
+        return table.mutate(**{name: self.expr(table, score)})
+
+    def sql(self, score: str, *, dialect: str = "duckdb") -> str:
+        """The corrected score as one SQL expression of ``dialect`` over the score column and
+        the feature (and group key) columns."""
+        schema = {score: "float64",
+                  **{f: {"int": "int64", "bool": "boolean"}.get(k, "string")
+                     for f, k in self.kinds.items()},
+                  **{k: self._key_type(k) for k in self.by}}
+        unbound = ibis.table(schema, name="t")
+        query = unbound.select(sqlcal_fixed=self.expr(unbound, score))
+        read = {"pyspark": "spark"}.get(dialect, dialect)
+        try:
+            tree = sqlglot.parse_one(ibis.to_sql(query, dialect=dialect), read=read)
+        except Exception:  # a dialect Ibis cannot compile without its backend (Spark)
+            tree = sqlglot.parse_one(ibis.to_sql(query, dialect="duckdb"), read="duckdb")
+        value = tree.expressions[0].unalias()
+        for col in value.find_all(exp.Column):
+            col.set("table", None)
+        return value.sql(dialect=read)
+
+    def transform_frame(self, frame: pd.DataFrame, score: str) -> np.ndarray:
+        """The corrected scores of a pandas frame's rows (through DuckDB)."""
+        con = ibis.duckdb.connect()
+        t = con.create_table("rows", frame.reset_index(drop=True).assign(sqlcal_i=np.arange(
+            len(frame))))
+        out = self.apply(t, score, name="sqlcal_fixed").order_by("sqlcal_i").execute()
+        return out["sqlcal_fixed"].to_numpy(float)
+
+    def mapping_frame(self) -> pd.DataFrame:
+        return self.table.reset_index(drop=True)
