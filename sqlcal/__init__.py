@@ -12,6 +12,7 @@ from sqlcal.metrics.decision import (calibration_decision_loss, decision_loss,
                                      decision_risk_gap, expected_cost)
 from sqlcal.metrics.smooth import ls_ece, smooth_ece, smooth_reliability
 from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
+from sqlcal.metrics.lowrate import calibration_ratio, normalized_entropy
 from sqlcal.multiclass import multiclass
 from sqlcal.corp import decompose
 from sqlcal.recalibrate import calibration_slope, isotonic, platt
@@ -43,6 +44,7 @@ __all__ = [
     "calibration_slope",
     "calibration_decision_loss",
     "calibration_in_the_large",
+    "calibration_ratio",
     "cutoff_error",
     "decision_loss",
     "decision_risk_gap",
@@ -62,6 +64,7 @@ __all__ = [
     "metric_series",
     "multicalibration",
     "multiclass",
+    "normalized_entropy",
     "platt",
     "ls_ece",
     "reliability",

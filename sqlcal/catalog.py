@@ -21,11 +21,12 @@ from typing import Callable
 
 from sqlcal import corp, recalibrate
 from sqlcal.metrics import binned, cumulative, decision, distance, scores, smooth, tce
+from sqlcal.metrics import lowrate
 
 #: the metric families, in catalogue order (the calibration slope and the CORP decomposition
 #: live with the fits they rest on)
 FAMILIES: tuple[ModuleType, ...] = (binned, scores, cumulative, smooth, tce, distance, decision,
-                                    recalibrate, corp)
+                                    recalibrate, corp, lowrate)
 
 
 def needs() -> dict[str, Callable]:

@@ -104,6 +104,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                           f"{','.join(DEFAULT_METRICS)}); choose from: {', '.join(METRICS)}")
     rep.add_argument("--bins", type=int,
                      help="bins of the ECE family and the Brier decomposition (default 15)")
+    rep.add_argument("--negative-sampling-rate", metavar="RATE_OR_COLUMN", type=_rate,
+                     help="negatives were kept at this rate in (0, 1] (or per row, in this "
+                     "column): each weighs 1/rate")
+    rep.add_argument("--score-correction", action="store_true",
+                     help="judge the scores p/(p + (1 - p)/rate) of a model trained on the "
+                     "downsampled negatives (needs --negative-sampling-rate)")
     rep.add_argument("--on-invalid", choices=["raise", "drop"],
                      help="rows with a NULL or out-of-range score, label or weight: raise "
                           "(default) an error naming the column and count, or drop them")
@@ -178,6 +184,24 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     sql.add_argument("--weight")
     sql.add_argument("--by", default="", help="comma-separated group keys")
     return parser, {"demo": demo, "report": rep, "sql": sql, "snapshot": snap}
+
+
+def _rate(text: str) -> float | str:
+    """A negative sampling rate: a number, or else the name of the column of per-row rates."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _sampling(args) -> dict:
+    """The source options of --negative-sampling-rate and --score-correction, when given."""
+    out = {}
+    if getattr(args, "negative_sampling_rate", None) is not None:
+        out["negative_sampling_rate"] = args.negative_sampling_rate
+    if getattr(args, "score_correction", False):
+        out["score_correction"] = True
+    return out
 
 
 def _positive(text: str) -> int:
@@ -324,7 +348,7 @@ def _plain(args) -> int:
         warnings.simplefilter("always", UserWarning)
         src = sqlcal.source(args.data, table=args.table, score=args.score, label=args.label,
                             weight=args.weight, by=_keys(args.by), where=args.where,
-                            on_invalid=args.on_invalid)
+                            on_invalid=args.on_invalid, **_sampling(args))
         table = report(src, metrics=_metric_names(args), bins=args.bins)
     _warn(caught)
     if args.json:
@@ -342,7 +366,7 @@ def _adhoc_config(args) -> dict:
 
     source = {"data": args.data, "table": args.table, "score": args.score, "label": args.label,
               "weight": args.weight, "by": _keys(args.by), "where": args.where,
-              "on_invalid": args.on_invalid}
+              "on_invalid": args.on_invalid, **_sampling(args)}
     metrics = {}
     for name in _metric_names(args):
         function = METRICS[name][0] if name in METRICS else None

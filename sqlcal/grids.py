@@ -28,3 +28,41 @@ def uniform_edges(bins: int, convention: str) -> np.ndarray:
     if convention == "relplot":
         edges = np.append(edges, 1.0)
     return edges
+
+
+#: scores are clipped to [LOGIT_CLIP, 1 − LOGIT_CLIP] where a log-odds range is taken from them
+#: (a score of 0 or 1 has infinite log-odds)
+LOGIT_CLIP = 1e-9
+
+
+def logit_range(lo: float, hi: float) -> tuple[float, float]:
+    """The score range ``(lo, hi)`` that log-odds bins span, clipped to
+    [:data:`LOGIT_CLIP`, 1 − :data:`LOGIT_CLIP`] (finite log-odds), as plain floats.
+
+    Examples
+    --------
+    >>> logit_range(0.0, 0.5)
+    (1e-09, 0.5)
+    """
+    lo = min(max(float(lo), LOGIT_CLIP), 1 - LOGIT_CLIP)
+    hi = min(max(float(hi), LOGIT_CLIP), 1 - LOGIT_CLIP)
+    return lo, max(lo, hi)
+
+
+def logit_edges(bins: int, lo: float, hi: float) -> np.ndarray:
+    """The edges of ``bins`` bins of equal width in log-odds from score ``lo`` to ``hi``:
+    σ(logit(lo) + k·(logit(hi) − logit(lo))/B) for k = 0 … B, as numpy computes them (the
+    engine compares scores with these doubles, so a score's bin is the same everywhere).
+    When lo = hi every edge is lo: one bin holds every score.
+
+    Examples
+    --------
+    >>> logit_edges(2, 0.1, 0.9).round(12).tolist()
+    [0.1, 0.5, 0.9]
+    """
+    lo, hi = logit_range(lo, hi)
+    a, b = np.log(lo) - np.log1p(-lo), np.log(hi) - np.log1p(-hi)
+    z = a + (b - a) * np.arange(bins + 1) / bins
+    edges = 1.0 / (1.0 + np.exp(-z))
+    edges[0], edges[-1] = lo, hi
+    return edges

@@ -120,11 +120,19 @@ OPTIONS: dict[str, Option] = {
     "on_invalid": Option("choice", "invalid rows: 'raise' an error, or 'drop' and count them",
                          choices=("raise", "drop")),
     "soft_labels": Option("bool", "accept labels strictly between 0 and 1"),
+    "negative_sampling_rate": Option("any", "the fraction of negatives kept (in (0, 1]), or its "
+                                     "column: negatives weigh 1/r", optional=True),
+    "score_correction": Option("bool", "judge the scores p/(p + (1 - p)/r) of a model trained on "
+                               "the downsampled negatives"),
     # binning
     "bins": Option("int", "number of bins", low=1),
     "strategy": Option("choice", "how bins are cut: equal width, equal mass on quantile edges, or "
                        "equal mass as uncertainty-calibration cuts it",
-                       choices=("uniform", "quantile", "uncertainty_calibration")),
+                       choices=("uniform", "quantile", "uncertainty_calibration", "logit")),
+    "deciles": Option("int", "the calibration ratio per equal-mass bin of the score, this many "
+                      "bins", low=1, high=1024, optional=True),
+    "logit_range": Option("any", "strategy='logit': the scores (lo, hi) its log-odds bins span "
+                          "(default: the observed range)", optional=True),
     "convention": Option("choice", "equal-width bin edges of sqlcal or of a peer library",
                          choices=("sqlcal", "sklearn", "netcal", "relplot")),
     "norm": Option("choice", "the norm of the binned calibration error", choices=("l1", "l2", "max")),
@@ -203,14 +211,16 @@ OPTIONS: dict[str, Option] = {
                 choices=("weight", "score")),
     "group": Option("any", "draw this group only (keys -> values)", optional=True),
     "ax": Option("any", "the matplotlib Axes to draw on", optional=True),
+    "scale": Option("choice", "the reliability diagram's axes: probability, log-odds, or "
+                    "log-odds when the base rate is below 5%", choices=("auto", "linear", "logit")),
 }
 
 #: where an option takes other values in one function
 OVERRIDES: dict[str, dict[str, Option]] = {
     "hosmer_lemeshow": {
         "bins": Option("int", "number of Hosmer-Lemeshow risk groups", low=1),
-        "strategy": Option("choice", "how risk groups are cut: equal mass or equal width",
-                           choices=("quantile", "uniform")),
+        "strategy": Option("choice", "how risk groups are cut: equal mass, equal width, or "
+                           "equal width in log-odds", choices=("quantile", "uniform", "logit")),
     },
     "tce": {"strategy": Option("choice", "how TCE cuts bins",
                                choices=("pavabc", "uniform", "quantile"))},
@@ -261,7 +271,8 @@ OVERRIDES["source"] = {"score": Option("column", OPTIONS["score"].description),
                        "label": Option("column", OPTIONS["label"].description)}
 
 #: the keywords every metric forwards to :func:`sqlcal.source`
-SOURCE_OPTIONS = ("table", "on_invalid", "soft_labels")
+SOURCE_OPTIONS = ("table", "on_invalid", "soft_labels", "negative_sampling_rate",
+                  "score_correction")
 
 
 def option(function: str, name: str) -> Option:

@@ -16,6 +16,9 @@ from sqlcal.metrics.tce import tce_bins
 from sqlcal.options import checked
 from sqlcal.source import as_source
 
+#: below this base rate the reliability diagram's axes are in log-odds (scale="auto")
+LOW_BASE_RATE = 0.05
+
 
 def reliability_diagram(
     data: Any,
@@ -29,6 +32,7 @@ def reliability_diagram(
     strategy: str = "uniform",
     group: dict | None = None,
     ax=None,
+    scale: str = "auto",
     **options: Any,
 ):
     r"""The binned reliability diagram: observed rate against mean score per bin, per group.
@@ -53,13 +57,18 @@ def reliability_diagram(
         Filter applied in the engine before anything else.
     bins : int, default 15
         Number of bins.
-    strategy : {"uniform", "quantile", "uncertainty_calibration"}, default "uniform"
-        Equal-width or equal-mass bins, as in :func:`sqlcal.reliability`.
+    strategy : {"uniform", "quantile", "uncertainty_calibration", "logit"}, default "uniform"
+        Equal-width, equal-mass or log-odds bins, as in :func:`sqlcal.reliability`.
     group : dict, optional
         Keys → values: draw that group only, from the summary of all of them (cached on a
         :class:`sqlcal.Source`, so a diagram per group costs no further pass).
     ax : matplotlib Axes, optional
         Where to draw; by default a new figure.
+    scale : {"auto", "linear", "logit"}, default "auto"
+        Both axes in probability, or in log-odds (matplotlib's logit scale: a score of 1e-3
+        and one of 1e-2 are as far apart as 0.1 and 0.5 nearly are); ``"auto"`` takes log-odds
+        when the drawn rows' base rate is below 5%. Bins whose observed rate is 0 or 1 have no
+        log-odds and are left out of that diagram.
     **options
         Further options of :func:`sqlcal.reliability` (``ci``, ``confidence``, ``weight_kind``,
         ``convention``) and of :func:`sqlcal.source`.
@@ -91,9 +100,14 @@ def reliability_diagram(
                         bins=bins, strategy=strategy, **options)
     keys = [c for c in table.columns[: table.columns.get_loc("bin")]]
     table = _only(table, keys, group)
+    if scale not in ("auto", "linear", "logit"):
+        raise ValueError(f"scale must be 'auto', 'linear' or 'logit', not {scale!r}")
+    base_rate = float((table["observed"] * table["W"]).sum() / table["W"].sum())
+    logit = scale == "logit" or (scale == "auto" and base_rate < LOW_BASE_RATE)
     if ax is None:
         _, ax = plt.subplots(figsize=(5.5, 5.5))
-    ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--", label="calibrated")
+    diagonal = np.array([1e-9, 1 - 1e-9]) if logit else np.array([0.0, 1.0])
+    ax.plot(diagonal, diagonal, color="0.6", lw=1, ls="--", label="calibrated")
     hist = ax.inset_axes([0.0, 0.0, 1.0, 0.18], sharex=ax)
     for key, part in groups(table, keys):
         name = ", ".join(f"{v}" for v in key.values()) or "all"
@@ -102,12 +116,25 @@ def reliability_diagram(
                            yerr=None if np.isnan(err).all() else err, marker="o", ms=4,
                            capsize=2, lw=1.2, label=name)
         share = part["W"] / part["W"].sum()
-        hist.bar(part["mean_score"], share, width=0.8 / bins, alpha=0.35,
-                 color=line[0].get_color())
+        if logit:  # each bar spans its bin: widths in probability units mean nothing here
+            hist.bar(part["bin_lower"], share, width=part["bin_upper"] - part["bin_lower"],
+                     align="edge", alpha=0.35, color=line[0].get_color())
+        else:
+            hist.bar(part["mean_score"], share, width=0.8 / bins, alpha=0.35,
+                     color=line[0].get_color())
     hist.set_ylim(0, max(hist.get_ylim()[1] * 4, 0.01))
     hist.axis("off")
-    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean score in bin", ylabel="observed rate",
-           title=f"Reliability ({strategy} bins, B = {bins})")
+    if logit:
+        lo = max(float(table["bin_lower"].min()), 1e-9)
+        hi = min(float(table["bin_upper"].max()), 1 - 1e-9)
+        lo, hi = lo / 1.5, 1 - (1 - hi) / 1.5  # a margin on each side, in log-odds
+        ax.set_xscale("logit")
+        ax.set_yscale("logit")
+        ax.set(xlim=(lo, hi), ylim=(lo, hi))
+    else:
+        ax.set(xlim=(0, 1), ylim=(0, 1))
+    ax.set(xlabel="mean score in bin" + (" (log-odds axis)" if logit else ""),
+           ylabel="observed rate", title=f"Reliability ({strategy} bins, B = {bins})")
     ax.legend(loc="upper left", fontsize="small")
     return ax
 

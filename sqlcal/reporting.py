@@ -23,6 +23,7 @@ from sqlcal.metrics.distance import (distance_to_calibration, interval_calibrati
 from sqlcal.corp import decompose
 from sqlcal.recalibrate import calibration_slope
 from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
+from sqlcal.metrics.lowrate import calibration_ratio, normalized_entropy
 from sqlcal import catalog
 from sqlcal.query import planner
 from sqlcal.query.declared import Summary
@@ -93,6 +94,16 @@ METRICS: dict[str, tuple] = {
         {"reliability": "brier_reliability", "resolution": "brier_resolution",
          "uncertainty": "brier_uncertainty"},
     ),
+    "normalized_entropy": (
+        normalized_entropy, {},
+        {"normalized_entropy": "normalized_entropy", "ci_lower": "normalized_entropy_lower",
+         "ci_upper": "normalized_entropy_upper"},
+    ),
+    "calibration_ratio": (
+        calibration_ratio, {},
+        {"calibration_ratio": "calibration_ratio", "ci_lower": "calibration_ratio_lower",
+         "ci_upper": "calibration_ratio_upper"},
+    ),
 }
 declare_report_metrics({name: spec[0] for name, spec in METRICS.items()})
 
@@ -126,6 +137,10 @@ TRUST: dict[str, dict[str, str | None]] = {
     "calibration_slope": {"weight_kind": "weight_kind"},
     "decompose": {"exact": "exact", "method": None, "scoring": None},
     "brier_decomposition": {"binning": None},
+    "normalized_entropy": {"weight_kind": "weight_kind", "confidence": None,
+                           "reason": "normalized_entropy_reason"},
+    "calibration_ratio": {"weight_kind": "weight_kind", "confidence": None, "method": None,
+                          "reason": "calibration_ratio_reason"},
 }
 DEFAULT_METRICS = (
     "ece", "rmsce", "mce", "ece_quantile", "brier", "log_loss", "calibration_in_the_large",
@@ -332,8 +347,12 @@ def to_json(table: pd.DataFrame, src_description: dict) -> str:
 
 
 def describe(src: Source) -> dict:
-    return {"score": src.score, "label": src.label, "weight": src.weight, "by": list(src.by),
-            "on_invalid": src.on_invalid}
+    out = {"score": src.score, "label": src.label, "weight": src.weight, "by": list(src.by),
+           "on_invalid": src.on_invalid}
+    if src.sampling_rate is not None:  # negative downsampling: the rate and the correction
+        out |= {"negative_sampling_rate": src.sampling_rate,
+                "score_correction": src.score_correction}
+    return out
 
 
 def _version() -> str:

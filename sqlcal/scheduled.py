@@ -36,7 +36,7 @@ from sqlcal.source import Source, as_source
 #: section -> allowed keys (None: any metric name)
 SECTIONS: dict[str, tuple[str, ...] | None] = {
     "source": ("data", "table", "score", "label", "weight", "by", "where", "on_invalid",
-               "soft_labels"),
+               "soft_labels", "negative_sampling_rate", "score_correction"),
     "metrics": None,
     "alerts": ("metric", "column", "above", "below"),
     "time": ("key", "metrics"),
@@ -582,9 +582,17 @@ def _draw(run: ScheduledRun, step) -> None:
     import matplotlib.pyplot as plt
 
     from sqlcal.html import png
-    from sqlcal.plots import cumulative_plot, reliability_diagram
+    from sqlcal.plots import LOW_BASE_RATE, cumulative_plot, reliability_diagram
 
     src, bins = run.source, run.config["report"]["bins"]
+    # a low base rate (clicks, conversions) puts nearly every row in the first equal-width bin:
+    # its diagrams cut bins of equal width in log-odds and draw log-odds axes (the totals are
+    # cached: no further pass)
+    from sqlcal.metrics.scores import totals_summary
+
+    totals = totals_summary(src)
+    low = float(totals["swy"].sum() / totals["W"].sum()) < LOW_BASE_RATE
+    binning = {"strategy": "logit", "scale": "logit"} if low else {}
     for _, row in run.table.iterrows():
         key = tuple(row[k] for k in src.by)
         name = ", ".join(f"{k}={v}" for k, v in zip(src.by, key)) or "all rows"
@@ -593,7 +601,7 @@ def _draw(run: ScheduledRun, step) -> None:
         # already cached on the source: no engine pass per group
         with step(f"diagrams: {name}"):
             fig, ax = plt.subplots(figsize=(5, 5))
-            reliability_diagram(src, bins=bins, group=group or None, ax=ax)
+            reliability_diagram(src, bins=bins, group=group or None, ax=ax, **binning)
             ax.set_title(f"Reliability: {name}")
             reliability = png(fig)
             fig, ax = plt.subplots(figsize=(6.5, 4.2))

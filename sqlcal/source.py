@@ -112,6 +112,11 @@ class Source:
         Where the rows come from, as given to :func:`source` (for the reprs).
     where : str or None
         The filter, as given to :func:`source` (for the reprs).
+    sampling_rate : float, str or None
+        ``negative_sampling_rate``: the fraction of negatives kept, or the column of per-row
+        rates (each negative's weight in ``rows.w`` is multiplied by 1/rate).
+    score_correction : bool
+        Whether ``rows.p`` holds the corrected scores p/(p + (1 − p)/rate).
 
     Examples
     --------
@@ -154,16 +159,33 @@ class Source:
     #: where the rows come from and the filter, as given to source() (for the reprs)
     origin: str = ""
     where: str | None = None
+    #: negative downsampling: the rate (a number, or the column of per-row rates) whose inverse
+    #: multiplies each negative's weight in ``rows.w``, and whether scores were corrected for it
+    sampling_rate: float | str | None = None
+    score_correction: bool = False
 
     @property
     def weighted(self) -> bool:
-        return self.weight is not None
+        return self.weight is not None or self.sampling_rate is not None
+
+    def weight_text(self) -> str:
+        """The row weight in words, for messages: the weight column, times 1/rate on negatives."""
+        text = f"weight column {self.weight!r}" if self.weight is not None else "weight 1"
+        if self.sampling_rate is None:
+            return text
+        rate = (f"negative_sampling_rate column {self.sampling_rate!r}"
+                if isinstance(self.sampling_rate, str) else
+                f"negative_sampling_rate={self.sampling_rate!r}")
+        return f"{text} times 1/rate on negatives ({rate}; rates must be in (0, 1])"
 
     def __repr__(self) -> str:
         kind = self._weight_kind()
         parts = [f"score={self.score!r}", f"label={self.label!r}"]
-        if self.weighted:
+        if self.weight is not None:
             parts.append(f"weight={self.weight!r} ({kind or 'kind known after the first query'})")
+        if self.sampling_rate is not None:
+            parts.append(f"negative_sampling_rate={self.sampling_rate!r}"
+                         + (", scores corrected" if self.score_correction else ""))
         if self.by:
             parts.append(f"by={self.by!r}")
         if self.where:
@@ -357,7 +379,7 @@ class Source:
             # the cheap checks saw a problem the counting query could not name
             raise InvalidInputError(
                 f"invalid rows in score {self.score!r}, label {self.label!r}"
-                + (f" or weight {self.weight!r}" if self.weighted else "")
+                + (f" or the row weight ({self.weight_text()})" if self.weighted else "")
                 + " (NULL, NaN, infinite or out of range); pass on_invalid='drop' to count them")
         self.has_soft_labels = soft > 0
         if self.weighted:
@@ -387,6 +409,8 @@ def source(
     table: str | None = None,
     on_invalid: str = "raise",
     soft_labels: bool = False,
+    negative_sampling_rate: float | str | None = None,
+    score_correction: bool = False,
 ) -> Source:
     r"""Describe and validate the predictions to measure.
 
@@ -421,6 +445,13 @@ def source(
     soft_labels : bool, default False
         Accept labels strictly between 0 and 1 (for metrics defined on them: ECE, Brier, log loss,
         reliability means). Metrics that need Bernoulli labels refuse them.
+    negative_sampling_rate : float or str, optional
+        The table keeps every positive and a fraction r of the negatives (r in (0, 1]; a column
+        name for per-row rates, since rates change over time): each negative's row weight is
+        multiplied by 1/r, in every metric and summary, exactly as if it stood for 1/r rows.
+    score_correction : bool, default False
+        The model was trained on negatives downsampled at the same rate r: judge its corrected
+        scores :math:`p' = p / (p + (1 - p)/r)` (needs ``negative_sampling_rate``).
 
     Returns
     -------
@@ -442,6 +473,15 @@ def source(
     :math:`w_i` otherwise (sampling weights, with Kish's (1965, Survey Sampling) effective size
     :math:`n_\mathrm{eff} = (\sum_i w_i)^2 / \sum_i w_i^2` wherever a count enters a variance).
 
+    Negative downsampling: with rate :math:`r_i` (kept negatives per negative), the row weight
+    is :math:`w_i (y_i + (1 - y_i)/r_i)` (labels in {0, 1}): a kept negative stands for
+    :math:`1/r_i` negatives (Horvitz-Thompson weighting), so sums, bins and totals are those of
+    the full table in expectation, and equal to them when the negatives come in blocks of
+    :math:`1/r` identical rows. A model trained on downsampled negatives predicts the odds
+    :math:`p/(1-p) = \pi/((1-\pi) r)`; its scores are mapped back by
+    :math:`p' = p/(p + (1-p)/r)` (He et al. (2014), Practical Lessons from Predicting Clicks on
+    Ads at Facebook). Whole-number 1/r keeps whole-number weights (frequency weights).
+
     Examples
     --------
     >>> import pandas as pd, sqlcal
@@ -457,6 +497,7 @@ def source(
     """
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', not {on_invalid!r}")
+    _check_sampling(negative_sampling_rate, score_correction, soft_labels)
     by = (by,) if isinstance(by, str) else tuple(by)
     base = resolve_table(data, table)
     use_check = USE_CHECKS.get(base.op())
@@ -467,13 +508,20 @@ def source(
     if where is not None:
         base = _apply_where(base, where)
     _check_columns(base, score, label, weight, by)
+    rate = negative_sampling_rate
+    if isinstance(rate, str):
+        _check_rate_column(base, rate)
 
     rows = base.select(
         *by,
         p=base[score].cast("float64"),
         y=_label_expr(base[label]),
         w=base[weight].cast("float64") if weight else ibis.literal(1.0),
+        **({"r_": base[rate].cast("float64") if isinstance(rate, str) else ibis.literal(
+            float(rate))} if rate is not None else {}),
     )
+    if rate is not None:
+        rows = _downsampled(rows, score_correction)
     if weight:
         # a row of weight 0 is an absent row, in every metric and every count (n included); a
         # NULL or NaN weight stays, for validation to name. Written NOT (w = 0 AND w NOT NULL)
@@ -485,7 +533,9 @@ def source(
                  on_invalid=on_invalid, allow_soft=soft_labels,
                  float_label=not (label_type.is_boolean() or label_type.is_integer()),
                  origin=origin, where=_where_text(where), _plan=_plan(memtable, where, (
-                     score, label, weight, by, on_invalid, soft_labels)))
+                     score, label, weight, by, on_invalid, soft_labels, negative_sampling_rate,
+                     score_correction)),
+                 sampling_rate=rate, score_correction=score_correction)
     if on_invalid == "drop":
         valid = valid_expr(rows, src.weighted, soft_labels)
         checks = check_exprs(rows, src.weighted)
@@ -541,8 +591,10 @@ def _plan(table: Any, where: Any, options: tuple) -> tuple | None:
         return None
     schema = tuple((name, str(dtype)) for name, dtype in table.schema.items())
     score, label, weight, by = options[:4]
+    rate = options[6] if len(options) > 6 else None
     columns = None if where is not None else tuple(dict.fromkeys(
-        [*by, score, label, *([weight] if weight else [])]))
+        [*by, score, label, *([weight] if weight else []),
+         *([rate] if isinstance(rate, str) else [])]))
     return (schema, where, *options), table, columns
 
 
@@ -818,6 +870,54 @@ def _check_columns(base: ir.Table, score, label, weight, by) -> None:
         )
 
 
+def _check_sampling(rate: Any, correction: Any, soft_labels: bool) -> None:
+    """Refuse a negative sampling rate outside (0, 1] (or not a number or a column name), a
+    score correction without one, and soft labels with one (a soft label is not a negative)."""
+    from sqlcal.options import OptionError
+
+    if rate is not None and not isinstance(rate, str):
+        ok = (isinstance(rate, (int, float, np.integer, np.floating))
+              and not isinstance(rate, (bool, np.bool_)) and 0 < float(rate) <= 1)
+        if not ok:
+            raise OptionError(f"source(): negative_sampling_rate must be a number in (0, 1] (the "
+                              f"fraction of negatives kept) or a column name, not {rate!r}")
+    if not isinstance(correction, (bool, np.bool_)):
+        raise OptionError(f"source(): score_correction must be True or False, not "
+                          f"{correction!r}")
+    if correction and rate is None:
+        raise OptionError("source(): score_correction=True corrects scores for the rate the "
+                          "negatives were downsampled at: pass negative_sampling_rate= too")
+    if rate is not None and soft_labels:
+        raise OptionError("source(): negative_sampling_rate weights negatives (y = 0), and soft "
+                          "labels have no negatives to weight: pass one or the other")
+
+
+def _check_rate_column(base: ir.Table, rate: str) -> None:
+    if rate not in base.schema():
+        raise InvalidInputError(f"negative_sampling_rate column {rate!r} is not in the table; its "
+                                f"columns are {list(base.schema().names)}")
+    if not base.schema()[rate].is_numeric():
+        raise InvalidInputError(f"negative_sampling_rate column {rate!r} has type "
+                                f"{base.schema()[rate]}; expected a number")
+
+
+def _downsampled(rows: ir.Table, correction: bool) -> ir.Table:
+    """The rows of a table whose negatives were kept at rate ``r_``: each negative's weight times
+    1/r (NULL when r is not in (0, 1], for validation to count), and with ``correction`` the
+    scores p/(p + (1 − p)/r) of a model trained on such negatives (scores outside [0, 1] kept
+    as they are, for validation to name)."""
+    r = rows.r_
+    good = (r > 0) & (r <= 1)
+    # w·(1/r), not w/r: 1/r is exact for the usual rates (1/0.1 = 10), w/r is not (3/0.1 is not 30)
+    inverse = 1.0 / r
+    w = ibis.ifelse(rows.y == 0, ibis.ifelse(good, rows.w * inverse, ibis.null("float64")),
+                    rows.w)
+    p = rows.p
+    if correction:
+        p = ibis.ifelse((p >= 0) & (p <= 1) & good, p / (p + (1 - p) / r), p)
+    return rows.mutate(p=p, w=w).drop("r_")
+
+
 def _label_expr(col: ir.Value) -> ir.NumericValue:
     if col.type().is_boolean():
         # CASE keeps NULL as NULL; a plain cast of boolean to a number fails on Postgres.
@@ -884,7 +984,10 @@ def _report_invalid(src: Source, counts: pd.DataFrame) -> None:
         if col not in counts or (col == "label_soft" and src.allow_soft):
             continue
         count = int(counts[col].sum())
-        if count:
+        if count and role == "weight" and src.sampling_rate is not None:
+            problems.append(f"the row weight ({src.weight_text()}) has {count} rows "
+                            f"{_describe(problem)}")
+        elif count:
             name = getattr(src, role)
             problems.append(f"{role} column {name!r} has {count} rows {_describe(problem)}")
     if not problems:

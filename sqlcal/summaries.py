@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.grids import CONVENTIONS, uniform_edges  # noqa: F401 (part of this module's API)
+from sqlcal.grids import logit_edges
 
 
 def number(x: float) -> ir.FloatingValue:
@@ -186,6 +187,8 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
         sums["ny"] = t.y.sum()
     if "sw2y" in parts and weighted:  # Σw²y: sandwich variances from the levels
         sums["sw2y"] = (w * w * t.y).sum()
+    if "sw2p" in parts and weighted:  # Σw²p, Σw²p²: the calibration ratio's sampling variance
+        sums |= {"sw2p": (w * w * t.p).sum(), "sw2pp": (w * w * t.p * t.p).sum()}
     if "moments" in parts:
         sums |= {"swpp": times(t.p * t.p).sum(), "swyp": times(t.y * t.p).sum()}
         if "soft" in parts:
@@ -259,6 +262,8 @@ def totals_sums(t: ir.Table, parts: frozenset, *, weighted: bool, soft: bool = T
             given = ibis.ifelse(y > 0, p, 1 - p)
             loss = -ibis.ifelse(given > 0, given, 1.0).ln()
         sums |= dict(sw_logloss=times(loss).sum(), n_infinite_logloss=t.count(where=infinite))
+        if "logloss_var" in parts:  # Σwℓ², Σwyℓ: the normalized entropy's delta-method variance
+            sums |= dict(sw_logloss_sq=times(loss * loss).sum(), swy_logloss=times(y * loss).sum())
     return sums
 
 
@@ -487,6 +492,9 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
         return logit_grid(rows, by, step, clip, weighted=weighted, checks=checks)
     if summary.kind == "intervals":
         return intervals(rows, by, summary.params[0], parts, weighted=weighted, checks=checks)
+    if summary.kind == "logit_bins":  # equal width in log-odds: pieces between the edges
+        return intervals(rows, by, logit_edges(*summary.params)[1:-1], parts, weighted=weighted,
+                         checks=checks).rename(bin="interval")
     if summary.kind in ("smooth_cells", "smooth_split"):
         grid, grids = summary.params
         return smooth_cells(rows, by, grid, list(grids), weighted=weighted, checks=checks,

@@ -3,6 +3,7 @@ decomposition, and the Hosmer–Lemeshow test. All read the bins summary (one pa
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -18,7 +19,9 @@ from sqlcal.source import Source, as_source
 from sqlcal.options import checked
 
 NORMS = {"l1": "ece", "l2": "rmsce", "max": "mce"}
-STRATEGIES = ("uniform", *EQUAL_MASS_STRATEGIES)
+STRATEGIES = ("uniform", *EQUAL_MASS_STRATEGIES, "logit")
+#: a bin holding more than this share of a group's weight makes the binning uninformative there
+CONCENTRATED = 0.5
 
 
 @checked
@@ -34,6 +37,7 @@ def ece(
     strategy: str = "uniform",
     norm: str = "l1",
     convention: str = "sqlcal",
+    logit_range: tuple[float, float] | None = None,
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""Binned expected calibration error with norm L1 (ECE), L2 (RMSCE) or max (MCE).
@@ -53,14 +57,21 @@ def ece(
         Filter applied in the engine.
     bins : int, default 15
         Number of bins B.
-    strategy : {"uniform", "quantile", "uncertainty_calibration"}, default "uniform"
+    strategy : {"uniform", "quantile", "uncertainty_calibration", "logit"}, default "uniform"
         Equal-width bins; equal-mass bins on exact quantile edges (right-closed, ties never
-        split), found from a fine score histogram and the few score levels near each edge; or
-        uncertainty-calibration's equal-mass bins (see Notes), found the same way.
+        split), found from a fine score histogram and the few score levels near each edge;
+        uncertainty-calibration's equal-mass bins (see Notes), found the same way; or bins of
+        equal width in log-odds (for low base rates) between the lowest and highest score of
+        all groups (a second scan, after the totals) or over ``logit_range``, right-closed on
+        the edges :math:`\sigma(a + k(b - a)/B)`, :math:`a, b` the log-odds of the range
+        (scores clipped to [1e-9, 1 − 1e-9] for it).
     norm : {"l1", "l2", "max"}, default "l1"
         L1 gives ECE, L2 the root-mean-square calibration error, max the maximum calibration error.
     convention : {"sqlcal", "sklearn", "netcal", "relplot"}, default "sqlcal"
         Equal-width bin edges; see :func:`sqlcal.summaries.uniform_bin`.
+    logit_range : (float, float), optional
+        With ``strategy="logit"``: the scores (lo, hi), 0 < lo < hi < 1, the log-odds bins
+        span (scores outside fall in the first or last bin); by default the observed range.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -110,7 +121,9 @@ def ece(
     0  0.25  4  4.0       2  uniform(2, sqlcal)
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention)
+    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
+                         logit_range=logit_range)
+    concentration(frame, by=src.by, bins=bins)
     out = result(src, ece_finish(frame, by=src.by, norm=norm), [NORMS[norm], "n_bins"],
                  {"binning": binning(bins, strategy, convention)})
     out["n_bins"] = out["n_bins"].fillna(0).astype(int)
@@ -132,6 +145,7 @@ def reliability(
     ci: str | None = "wilson",
     confidence: float = 0.95,
     weight_kind: str = "auto",
+    logit_range: tuple[float, float] | None = None,
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""The reliability table: per group and non-empty bin, mean score, observed rate and its CI.
@@ -153,11 +167,13 @@ def reliability(
         Filter applied in the engine before anything else.
     bins : int, default 15
         Number of bins B.
-    strategy : {"uniform", "quantile", "uncertainty_calibration"}, default "uniform"
-        Equal-width bins, equal-mass bins on exact quantile edges (ties never split), or
-        uncertainty-calibration's equal-mass bins (see :func:`ece`).
+    strategy : {"uniform", "quantile", "uncertainty_calibration", "logit"}, default "uniform"
+        Equal-width bins, equal-mass bins on exact quantile edges (ties never split),
+        uncertainty-calibration's equal-mass bins, or equal width in log-odds (see :func:`ece`).
     convention : {"sqlcal", "sklearn", "netcal", "relplot"}, default "sqlcal"
         Equal-width bin edges, as in :func:`ece`.
+    logit_range : (float, float), optional
+        The score range of ``strategy="logit"``, as in :func:`ece`.
     ci : {"wilson", "clopper-pearson", None}, default "wilson"
         Binomial confidence interval for each bin's observed rate: Wilson's score interval, or the
         exact (conservative) Clopper–Pearson interval. ``None`` skips it (needed for soft labels).
@@ -180,8 +196,10 @@ def reliability(
         score), ``ci_lower``, ``ci_upper``, ``p_min``, ``p_max``, ``binning`` (as in :func:`ece`),
         ``ci_method`` (``ci``: the interval's name, or None), ``confidence`` (the intervals'
         two-sided level), ``weight_kind`` (``"frequency"`` or ``"sampling"``: how the weights
-        entered the intervals, ``"auto"`` resolved); with ``on_invalid="drop"``, ``n_dropped``
-        (the group's rows left out).
+        entered the intervals, ``"auto"`` resolved), ``concentrated`` (True for every bin of a
+        group with more than half its weight in one bin, when 3 or more bins were asked for:
+        the diagram says little there, a warning says so too; try ``strategy="logit"``); with
+        ``on_invalid="drop"``, ``n_dropped`` (the group's rows left out).
 
     Notes
     -----
@@ -204,13 +222,16 @@ def reliability(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
-                         parts=variance_parts(src, weight_kind))
+                         parts=variance_parts(src, weight_kind), logit_range=logit_range)
+    flags = concentration(frame, by=src.by, bins=bins)
     weight_kind = resolve_weight_kind(src, weight_kind)
     if ci is not None:
         src.require_binary_labels("a binomial confidence interval (ci=None skips it)")
     out = reliability_finish(frame, by=src.by, bins=bins, strategy=strategy,
                              convention=convention, ci=ci, confidence=confidence,
                              weight_kind=weight_kind)
+    out = (out.merge(flags, on=list(src.by), how="left") if src.by
+           else out.assign(concentrated=bool(flags["concentrated"].iloc[0])))
     if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its bins
         out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
                if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
@@ -261,6 +282,7 @@ def brier_decomposition(
     bins: int = 15,
     strategy: str = "uniform",
     convention: str = "sqlcal",
+    logit_range: tuple[float, float] | None = None,
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""Brier score split into reliability, resolution and uncertainty, exactly, on bins.
@@ -282,11 +304,13 @@ def brier_decomposition(
         Filter applied in the engine before anything else.
     bins : int, default 15
         Number of bins B.
-    strategy : {"uniform", "quantile", "uncertainty_calibration"}, default "uniform"
-        Equal-width bins, equal-mass bins on exact quantile edges (ties never split), or
-        uncertainty-calibration's equal-mass bins (see :func:`ece`).
+    strategy : {"uniform", "quantile", "uncertainty_calibration", "logit"}, default "uniform"
+        Equal-width bins, equal-mass bins on exact quantile edges (ties never split),
+        uncertainty-calibration's equal-mass bins, or equal width in log-odds (see :func:`ece`).
     convention : {"sqlcal", "sklearn", "netcal", "relplot"}, default "sqlcal"
         Equal-width bin edges, as in :func:`ece`.
+    logit_range : (float, float), optional
+        The score range of ``strategy="logit"``, as in :func:`ece`.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -334,7 +358,8 @@ def brier_decomposition(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
-                         parts={"moments"})
+                         parts={"moments"}, logit_range=logit_range)
+    concentration(frame, by=src.by, bins=bins)
     return result(src, brier_finish(frame, by=src.by), ["brier", *_DECOMPOSITION],
                   {"binning": binning(bins, strategy, convention)})
 
@@ -362,6 +387,7 @@ def hosmer_lemeshow(
     dof: str = "out_of_sample",
     strategy: str = "quantile",
     weight_kind: str = "auto",
+    logit_range: tuple[float, float] | None = None,
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""The Hosmer–Lemeshow goodness-of-fit test on exact risk deciles.
@@ -389,8 +415,11 @@ def hosmer_lemeshow(
         model was not fitted on (the usual case for logged predictions), G − 2 for the classical
         in-sample test of a fitted logistic model (Hosmer and Lemeshow 1980). G counts non-empty
         groups.
-    strategy : {"quantile", "uniform"}, default "quantile"
-        Risk groups by quantiles (deciles of risk) or equal-width score bins.
+    strategy : {"quantile", "uniform", "logit"}, default "quantile"
+        Risk groups by quantiles (deciles of risk), equal-width score bins, or bins of equal
+        width in log-odds (see :func:`ece`).
+    logit_range : (float, float), optional
+        The score range of ``strategy="logit"``, as in :func:`ece`.
     weight_kind : {"auto", "frequency", "sampling"}, default "auto"
         ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
         Group variance :math:`W_g \bar\pi_g(1-\bar\pi_g)` (frequency weights) or
@@ -428,7 +457,8 @@ def hosmer_lemeshow(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention="sqlcal",
-                         parts=variance_parts(src, weight_kind))
+                         parts=variance_parts(src, weight_kind), logit_range=logit_range)
+    concentration(frame, by=src.by, bins=bins)
     weight_kind = resolve_weight_kind(src, weight_kind)
     src.require_binary_labels("the Hosmer-Lemeshow test")
     return result(src, hosmer_lemeshow_finish(frame, by=src.by, dof=dof, weight_kind=weight_kind),
@@ -524,7 +554,7 @@ def hosmer_lemeshow_finish(bins: pd.DataFrame, *, by=(), dof: str = "out_of_samp
 
 
 def bins_summary(
-    src: Source, *, bins: int, strategy: str, convention: str, parts=()
+    src: Source, *, bins: int, strategy: str, convention: str, parts=(), logit_range=None
 ) -> pd.DataFrame:
     """The bins summary for ``src``: one row per group and non-empty bin with n, W, Σwy, Σwp,
     min and max score, and the optional ``parts`` of :func:`sqlcal.summaries._sums` ("sw2",
@@ -535,12 +565,69 @@ def bins_summary(
         raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
     if convention not in grids.CONVENTIONS:
         raise ValueError(f"convention must be one of {grids.CONVENTIONS}, not {convention!r}")
+    logit_range = checked_logit_range(logit_range)
     parts = summary_parts(src, "sums", *parts)
     if strategy == "uniform":
         frame = planner.fetch(src, declared.uniform(bins, convention, *parts))
+    elif strategy == "logit":
+        frame = logit_walk(src, bins, parts, logit_range, lambda s: planner.fetch(src, s))
     else:
         frame = equal_mass_bins(src, bins, parts, strategy)
     return frame.copy()
+
+
+def logit_walk(src: Source, bins: int, parts: frozenset, logit_range, read) -> pd.DataFrame:
+    """The reads behind log-odds bins: the totals (for the observed score range, over every
+    group) unless ``logit_range`` is given, then the bins; returned with the interior edges
+    ``e1 … e{B−1}`` (the columns equal-mass bins carry), as the engine compared them."""
+    if logit_range is None:
+        totals = read(declared.totals())
+        lo = float(np.nanmin(totals["p_min"].to_numpy(float)))
+        hi = float(np.nanmax(totals["p_max"].to_numpy(float)))
+    else:
+        lo, hi = logit_range
+    lo, hi = grids.logit_range(lo, hi)
+    frame = read(declared.logit_bins(bins, lo, hi, *parts))
+    edges = grids.logit_edges(bins, lo, hi)[1:-1]
+    columns = pd.DataFrame(np.tile(edges, (len(frame), 1)), index=frame.index,
+                           columns=[f"e{k}" for k in range(1, bins)])
+    return pd.concat([frame.drop(columns=list(columns.columns), errors="ignore"), columns],
+                     axis=1)
+
+
+def checked_logit_range(value):
+    """``logit_range`` as two floats 0 < lo < hi < 1, or None; an OptionError otherwise."""
+    if value is None:
+        return None
+    from sqlcal.options import OptionError
+
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        lo = hi = np.nan
+    if not 0 < lo < hi < 1:
+        raise OptionError(f"logit_range must be two scores (lo, hi) with 0 < lo < hi < 1, "
+                          f"not {value!r}")
+    return lo, hi
+
+
+def concentration(frame: pd.DataFrame, *, by=(), bins: int) -> pd.DataFrame:
+    """Per group, ``concentrated``: whether one bin holds more than half the group's weight
+    (when 3 or more bins were asked for), from a bins summary; warns naming the groups."""
+    by = list(by)
+    W = frame.groupby(by, dropna=False, sort=True)["W"] if by else frame["W"]
+    share = (W.max() / W.sum()) if by else pd.Series([frame["W"].max() / frame["W"].sum()])
+    flags = (share > CONCENTRATED) & (bins >= 3)
+    out = (share.rename("concentrated").reset_index() if by
+           else pd.DataFrame({"concentrated": flags}))
+    if by:
+        out["concentrated"] = flags.to_numpy()
+    if flags.any():
+        shown = ", ".join(f"{s:.1%}" for s in share[flags].to_numpy()[:5])
+        warnings.warn(f"{int(flags.sum())} group(s) have more than half their weight in one of "
+                      f"{bins} bins ({shown}): the binned numbers say little there; for low "
+                      "base rates try strategy='logit'", stacklevel=4)
+    return out
 
 
 def binning(bins: int, strategy: str, convention: str) -> str:
@@ -555,6 +642,8 @@ def _bin_edges(frame: pd.DataFrame, bins: int, strategy: str, convention: str):
     if strategy == "uniform":
         edges = grids.uniform_edges(bins, convention)
         return edges[b], edges[np.minimum(b + 1, len(edges) - 1)]
+    if bins == 1:
+        return frame["p_min"].to_numpy(float), frame["p_max"].to_numpy(float)
     inner = frame[[f"e{k}" for k in range(1, bins)]].to_numpy(float)
     full = np.column_stack([frame["p_min"].to_numpy(float), inner, frame["p_max"].to_numpy(float)])
     rows = np.arange(len(frame))
@@ -590,12 +679,17 @@ def clopper_pearson_interval(k, n, confidence: float):
     return np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
 
 
-def bins_needs(src: Source, *, bins: int, strategy: str, convention: str, parts=()) -> list:
-    """The first-stage summary :func:`bins_summary` reads: the equal-width bins, or for
-    equal-mass bins the score-cell histogram their edges are found from."""
+def bins_needs(src: Source, *, bins: int, strategy: str, convention: str, parts=(),
+               logit_range=None) -> list:
+    """The first-stage summary :func:`bins_summary` reads: the equal-width bins, for
+    equal-mass bins the score-cell histogram their edges are found from, for log-odds bins
+    the totals (their observed range) or, given ``logit_range``, the bins."""
     parts = summary_parts(src, "sums", *parts)
     if strategy == "uniform":
         return [declared.uniform(bins, convention, *parts)]
+    if strategy == "logit":
+        return planner.follow_up(src, lambda read: logit_walk(
+            src, bins, parts, checked_logit_range(logit_range), read))
     return cells_needs(src, parts)
 
 
@@ -603,39 +697,51 @@ def bins_needs(src: Source, *, bins: int, strategy: str, convention: str, parts=
 #: filled); the planner fuses the needs of a report's metrics into one scan
 NEEDS = {
     "ece": lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
+        logit_range=o.get("logit_range"),
                                      convention=o["convention"]),
     "reliability": lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
+        logit_range=o.get("logit_range"),
                                              convention=o["convention"],
                                              parts=variance_parts(src, o["weight_kind"])),
     "brier_decomposition": lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
+        logit_range=o.get("logit_range"),
                                                      convention=o["convention"],
                                                      parts={"moments"}),
     "hosmer_lemeshow": lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
+        logit_range=o.get("logit_range"),
                                                  convention="sqlcal",
                                                  parts=variance_parts(src, o["weight_kind"])),
 }
 
 
 
-def bins_follow_up(src: Source, *, bins: int, strategy: str, parts=()) -> list:
+def bins_follow_up(src: Source, *, bins: int, strategy: str, parts=(), logit_range=None
+                   ) -> list:
     """The next follow-up :func:`bins_summary` reads that ``src`` does not hold yet, from the
     frames cached so far ([] for equal-width bins, or once every read is cached)."""
     if strategy == "uniform":
         return []
+    if strategy == "logit":
+        return bins_needs(src, bins=bins, strategy=strategy, convention="sqlcal", parts=parts,
+                          logit_range=logit_range)
     return equal_mass_follow_up(src, bins, summary_parts(src, "sums", *parts), strategy)
 
 
 #: metric -> its next follow-up from the cached frames: a report's planner runs the equal-mass
 #: follow-ups of all its metrics together (quantile ECE and Hosmer-Lemeshow read one levels pass)
 FOLLOW_UP_NEEDS = {
-    "ece": lambda src, o: bins_follow_up(src, bins=o["bins"], strategy=o["strategy"]),
+    "ece": lambda src, o: bins_follow_up(src, bins=o["bins"], strategy=o["strategy"],
+        logit_range=o.get("logit_range")),
     "reliability": lambda src, o: bins_follow_up(src, bins=o["bins"], strategy=o["strategy"],
+        logit_range=o.get("logit_range"),
                                                  parts=variance_parts(src, o["weight_kind"])),
     "brier_decomposition": lambda src, o: bins_follow_up(src, bins=o["bins"],
                                                          strategy=o["strategy"],
+        logit_range=o.get("logit_range"),
                                                          parts={"moments"}),
     "hosmer_lemeshow": lambda src, o: bins_follow_up(src, bins=o["bins"],
                                                      strategy=o["strategy"],
+        logit_range=o.get("logit_range"),
                                                      parts=variance_parts(src, o["weight_kind"])),
 }
 
@@ -645,4 +751,6 @@ REFINING = {
        for m in ("ece", "reliability", "brier_decomposition", "hosmer_lemeshow")},
     **{(m, "strategy", "uncertainty_calibration"): "strategy='uniform'"
        for m in ("ece", "reliability", "brier_decomposition")},
+    **{(m, "strategy", "logit"): "strategy='uniform'"
+       for m in ("ece", "reliability", "brier_decomposition", "hosmer_lemeshow")},
 }

@@ -186,7 +186,7 @@ def equal_mass_finish(cells: pd.DataFrame, levels: pd.DataFrame | None, *, by, b
             edges, rest = np.full(bins - 1, np.inf), part
         rest = rest.assign(bin=np.searchsorted(edges, rest["p_min"].to_numpy(float)))
         sums = [c for c in rest if c.startswith("sw") or c in ("n", "W", "total", "positive",
-                                                                "negative", "var", "var2")]
+                                                                "negative", "var", "var2", "ny")]
         agg = rest.groupby("bin").agg({**dict.fromkeys(sums, "sum"), "p_min": "min",
                                        "p_max": "max"}).reset_index()
         # the edge columns in one piece: B − 1 single assignments fragment the frame

@@ -165,7 +165,7 @@ def cutoff_error(
     t = _extremes(src, exact, cells, weight_kind)
     weight_kind = resolve_weight_kind(src, weight_kind)
     t = cutoff_finish(t, delta=delta, epsilon=epsilon, weight_kind=weight_kind,
-                      weighted=src.weight is not None)
+                      weighted=src.weighted)
     columns = ["cutoff_error", "lower_bound", "upper_bound", "noise_floor", "excursion_above",
                "excursion_below", "interval_lower", "interval_upper", "interval_gap",
                "grid_bound"]

@@ -45,6 +45,9 @@ SATURATED = 1e-12
 #: smooth ECE's score histogram split at the nodes of relplot's grids (key ``cell``, then one
 #: interval column ``b_<h>`` per grid h), and the same over the cells straddling a node only
 KEY_COLUMN.update({"smooth_cells": "cell", "smooth_split": "cell"})
+#: equal-width bins in log-odds (sqlcal.metrics.binned, strategy="logit"): per group and bin
+#: between the edges of :func:`sqlcal.grids.logit_edges`
+KEY_COLUMN["logit_bins"] = "bin"
 #: the decision rules' summary (sqlcal.metrics.decision.expected_cost): the score axis cut at the
 #: ends of the rules' intervals, one row per group and piece between two cuts
 KEY_COLUMN["intervals"] = "interval"
@@ -60,6 +63,7 @@ _SUMS = frozenset({
     "m_lo", "m_hi", "y_lo", "y_hi", "v_lo", "v_hi", "vy_lo", "vy_hi",
 })
 _SUMS |= {"sw2y"}  # Σw²y, with which the levels give a logistic fit's sandwich variance
+_SUMS |= {"sw2p", "sw2pp", "sw_logloss_sq", "swy_logloss"}  # low base rates' variances
 _SUMS |= {"swr", "swd", "swyd", "swrd"}  # smooth_cells: the residual and the offsets' moments
 _MINIMA = frozenset({"p_min", "chk_y_min", "chk_w_min"})
 _MAXIMA = frozenset({"p_max", "chk_y_max", "chk_w_max"})
@@ -123,6 +127,8 @@ class Summary:
             return f"score_cells_{self.params[0]}"
         if self.kind == "logit_grid":
             return "logit_grid"
+        if self.kind == "logit_bins":  # logit_bins_15 (the range is data-dependent)
+            return f"logit_bins_{self.params[0]}"
         if self.kind in RANGED:  # a follow-up: named by its grid, not its (data-dependent) ranges
             return self.kind + "".join(f"_{p}" for p in self.params[:-1])
         if self.kind in ("smooth_cells", "smooth_split"):  # smooth_cells_16384_1000
@@ -161,6 +167,21 @@ def logit_grid(step: float, clip: float) -> Summary:
     ('logit_grid', 0.005, 1e-06)
     """
     return Summary("logit_grid", (float(step), float(clip)))
+
+
+def logit_bins(bins: int, lo: float, hi: float, *parts: str) -> Summary:
+    """Bins of equal width in log-odds between scores ``lo`` and ``hi``
+    (:func:`sqlcal.grids.logit_edges`): per group and ``bin`` = the number of interior edges
+    below the score (right-closed; scores below ``lo`` in the first bin, above ``hi`` in the
+    last), with the sums of :func:`sqlcal.summaries._sums` for ``parts``.
+
+    Examples
+    --------
+    >>> s = logit_bins(10, 1e-4, 0.05, "sums")
+    >>> s.key, s.key_column, s.name
+    (('logit_bins', 10, 0.0001, 0.05), 'bin', 'logit_bins_10')
+    """
+    return Summary("logit_bins", (int(bins), float(lo), float(hi)), frozenset(parts))
 
 
 def smooth_cells(cells: int, grids: Iterable[int]) -> Summary:

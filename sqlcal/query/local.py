@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from sqlcal.grids import uniform_edges
+from sqlcal.grids import logit_edges, uniform_edges
 from sqlcal.query.declared import SATURATED, Summary, merge
 
 #: the columns a levels frame carries for local evaluation
@@ -91,6 +91,10 @@ def level_sums(levels: pd.DataFrame, parts: frozenset) -> pd.DataFrame:
         out |= {"swy": swy, "swp": levels["swp"].to_numpy(float), "p_min": p}
     if "sw2" in parts:
         out["sw2"] = sw2
+    if "sw2p" in parts:
+        out |= {"sw2p": p * sw2, "sw2pp": p * p * sw2}
+    if "ny" in parts:
+        out["ny"] = levels["ny"].to_numpy()
     if "moments" in parts:
         out |= {"swpp": p * levels["swp"].to_numpy(float), "swyp": p * swy}
         if "soft" in parts:
@@ -143,6 +147,14 @@ def _intervals(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFram
     return _keyed(levels, by, "interval", ids, summary.parts)
 
 
+@register("logit_bins")
+def _logit_bins(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    # :func:`sqlcal.summaries.score_interval` on the interior edges: cuts below p
+    ids = np.searchsorted(logit_edges(*summary.params)[1:-1], levels["p"].to_numpy(float),
+                          side="left")
+    return _keyed(levels, by, "bin", ids, summary.parts)
+
+
 @register("levels")
 def _levels(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
     frame = pd.concat([levels[[*by, "p"]].reset_index(drop=True),
@@ -187,6 +199,12 @@ def _totals(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
         ny = levels["ny"].to_numpy(float)
         n = levels["n"].to_numpy(float)
         frame["sw_logloss"] = ones + zeros
+        if "logloss_var" in parts:  # a level's finite terms are −ln p (y = 1), −ln(1 − p)
+            with np.errstate(divide="ignore"):
+                lp = np.where(p > 0, -np.log(np.where(p > 0, p, 1.0)), 0.0)
+                lq = np.where(p < 1, -np.log(np.where(p < 1, 1 - p, 1.0)), 0.0)
+            frame["sw_logloss_sq"] = swy * lp * lp + neg * lq * lq
+            frame["swy_logloss"] = swy * lp
         frame["n_infinite_logloss"] = (np.where(p == 0, ny, 0) + np.where(p == 1, n - ny, 0)
                                        ).astype(np.int64)
     keys = list(by)
