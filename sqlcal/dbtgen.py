@@ -15,6 +15,7 @@ the files drift from the code.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from pathlib import Path
@@ -55,6 +56,23 @@ def summary_sql(kind: str, dialect: str, weighted: bool) -> str:
     """One summary's statement for ``dialect``, with Jinja for the relation (``relation``), the
     group keys (``by``, a list of column names) and the bin or cell count.
 
+    Parameters
+    ----------
+    kind : str
+        A key of :data:`SUMMARIES` (``"totals"``, ``"uniform_bins"``, ``"score_cells"``,
+        ``"logit_grid"``, ``"levels"``).
+    dialect : str
+        An Ibis dialect (``"duckdb"``, ``"postgres"``, ``"databricks"``, ...).
+    weighted : bool
+        The statement of a relation whose ``weight`` column weights the rows (else every row
+        weighs 1 and the weight checks are left out, as in :func:`sqlcal.summary_sql`).
+
+    Returns
+    -------
+    str
+        The body of a dbt macro taking ``relation``, ``by`` and, for the binned summaries,
+        ``bins`` or ``cells``.
+
     Examples
     --------
     >>> text = summary_sql("totals", "duckdb", weighted=True)
@@ -71,7 +89,26 @@ def summary_sql(kind: str, dialect: str, weighted: bool) -> str:
 
 
 def validation_sql(dialect: str, weighted: bool) -> str:
-    """The per-group validation counts (``sql/<dialect>/validation.sql``) as a Jinja template."""
+    """The per-group validation counts (``sql/<dialect>/validation.sql``) as a Jinja template.
+
+    Parameters
+    ----------
+    dialect : str
+        An Ibis dialect.
+    weighted : bool
+        Whether the relation's ``weight`` column weights the rows (and is checked).
+
+    Returns
+    -------
+    str
+        The body of a dbt macro taking ``relation`` and ``by``: per group ``n_rows``, the count
+        of rows failing each check (``score_null``, ``label_range``, ...) and ``n`` valid rows.
+
+    Examples
+    --------
+    >>> "score_null" in validation_sql("postgres", weighted=False)
+    True
+    """
     schema = {_BY: "string", "score": "float64", "label": "float64", "weight": "float64"}
     t = ibis.table(schema, name=_RELATION)
     rows = t.select(_BY, p=t.score, y=t.label, w=t.weight if weighted else ibis.literal(1.0))
@@ -140,8 +177,20 @@ def _weighted_body(kind: str, dialect: str) -> str:
             + make(dialect, False) + "{%- endif %}\n")
 
 
+@functools.lru_cache(maxsize=1)
 def summaries_file() -> str:
-    """``macros/summaries.sql``: one dispatched macro per summary."""
+    """``macros/summaries.sql``: one dispatched macro per summary (``summary_validation``,
+    ``summary_totals``, ...), with a ``default__`` variant (PostgreSQL's SQL) and one per adapter
+    whose SQL differs.
+
+    Examples
+    --------
+    >>> text = summaries_file()
+    >>> "{% macro summary_uniform_bins(relation, by=[], bins=15, weighted=true) %}" in text
+    True
+    >>> "{% macro bigquery__summary_totals(relation, by, weighted) %}" in text
+    True
+    """
     out = [_HEADER]
     for kind in ("validation", *SUMMARIES):
         param = SUMMARIES[kind][1] if kind in SUMMARIES else None
@@ -155,13 +204,28 @@ def summaries_file() -> str:
 
 
 def render() -> dict[str, str]:
-    """path under ``sql/dbt/`` -> text of the generated package."""
+    """The generated package: path under ``sql/dbt/`` -> its text.
+
+    Examples
+    --------
+    >>> sorted(render())
+    ['README.md', 'dbt_project.yml', 'macros/calibration.sql', 'macros/summaries.sql']
+    """
     return {"dbt_project.yml": _PROJECT, "macros/summaries.sql": summaries_file(),
             "macros/calibration.sql": _HEADER + _CALIBRATION, "README.md": _README}
 
 
 def write(root: Path) -> list[Path]:
-    """Write the package under ``root`` (``sql/dbt``), removing generated files no longer made."""
+    """Write the package under ``root`` (``sql/dbt``), removing generated macro files no longer
+    made; returns the paths written.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     [p.name for p in write(Path(d))]
+    ['dbt_project.yml', 'summaries.sql', 'calibration.sql', 'README.md']
+    """
     wanted = render()
     for stale in (root / "macros").glob("*.sql") if (root / "macros").exists() else ():
         if str(stale.relative_to(root)) not in wanted:
