@@ -153,6 +153,23 @@ def adjusted(store: Any, *, by: str | Sequence[str] | None = None, start: Any = 
     :math:`\hat Y_{t,b} = Y_{t,b}(a_t) / \hat F_b(a_t)` estimates its eventual positives; mature
     periods enter as observed. Unbiased when the delay distribution of bin b is the same in the
     window as in the mature cohorts.
+
+    Examples
+    --------
+    One mature day (a third of its positives arrived within a day) and one a day old:
+
+    >>> import pandas as pd, sqlcal
+    >>> from sqlcal.monitor.maturity import adjusted
+    >>> t = pd.to_datetime(["2026-09-01 10:00"] * 4 + ["2026-10-30 10:00"] * 4)
+    >>> df = pd.DataFrame({"p": [0.2, 0.3, 0.6, 0.8] * 2, "y": [1, 1, 1, 0, 1, 0, 0, 0],
+    ...                    "t": t, "lt": t + pd.to_timedelta([0.5, 1.5, 4, 0, 0.2, 0, 0, 0],
+    ...                                                      unit="D")})
+    >>> _ = sqlcal.snapshot(df, score="p", label="y", time="t", label_time="lt",
+    ...                     store=":memory:", prefix="adj_", as_of="2026-11-01")
+    >>> out = adjusted(":memory:", prefix="adj_", start="2026-10-30", bins=1)
+    >>> out[["n", "expected", "oe_observed", "oe_adjusted", "pending_share"]].round(4)
+       n  expected  oe_observed  oe_adjusted  pending_share
+    0  4       1.9       0.5263       1.5789         0.6667
     """
     versions, spec_dict, spec_hash, by = _setup(store, prefix, spec, by, bins)
     curve = maturity(store, by=by, bins=bins, horizon=horizon, settle=settle, at=at,
