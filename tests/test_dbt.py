@@ -43,6 +43,9 @@ def test_generated_files_are_current():
 def _dbt() -> str:
     exe = shutil.which("dbt")
     if exe is None:
+        if os.environ.get("SQLCAL_STRICT_ENGINES"):  # CI installs the [dbt] extra
+            pytest.fail("dbt is not installed (pip install '.[dbt]')")
+        print("dbt is not installed: pip install '.[dbt]'")
         pytest.skip("dbt is not installed (pip install '.[dbt]')")
     return exe
 
@@ -114,7 +117,9 @@ def builds(tmp_path_factory):
             continue
         tmp, project, run = job
         stdout, _ = run.communicate(timeout=300)
-        results = json.loads((project / "target" / "run_results.json").read_text())
+        path = project / "target" / "run_results.json"
+        assert path.exists(), f"dbt build on {adapter} ran nothing:\n{stdout[-3000:]}"
+        results = json.loads(path.read_text())
         if adapter == "duckdb":
             import duckdb
             con = duckdb.connect(str(tmp / "dbt.duckdb"), read_only=True)
