@@ -27,7 +27,8 @@ from scipy import stats
 from sqlcal import options
 from sqlcal.options import BudgetError, OptionError
 from sqlcal.query import declared, planner
-from sqlcal.segments_map import SegmentFix, condition_sql, dialect, feature_kinds
+from sqlcal.segments_map import (SegmentFix, condition_sql, dialect, feature_kinds,
+                                 with_columns)
 from sqlcal.source import Source, source
 from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER
 
@@ -116,7 +117,9 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     the fold-A selection (Cox 1975; Wasserman & Roeder 2009); Benjamini & Hochberg (1995) controls
     the FDR. ``harm`` is the multiaccuracy violation of the segment's indicator (Kim, Ghorbani &
     Zou 2019). A significant segment is ``explained_by`` its most general significant ancestor T
-    when :math:`R_S - \delta_T V_S` is not significant at ``alpha``.
+    when :math:`R_S - \delta_T V_S` is not significant at ``alpha``; failing that, by a
+    significant descendant D when :math:`R_S - R_D` is not (a marginal that is miscalibrated
+    only through one sub-segment).
 
     Examples
     --------
@@ -127,8 +130,11 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     >>> df["y"] = rng.uniform(size=4000) < np.where(df.c.eq("a") & df.d.eq("x"), 0.95, df.p)
     >>> out = sqlcal.segments(df, score="p", label="y", features=["c", "d"], max_depth=2,
     ...                       min_support=100, mode="full")
-    >>> out[out.significant].segment.tolist()
-    ['"d" = \'x\'', '"c" = \'a\' AND "d" = \'x\'', '"c" = \'a\'']
+    >>> for s, e in out[out.significant][["segment", "explained_by"]].fillna("-").values:
+    ...     print(s, "| explained by", e)
+    "c" = 'a' AND "d" = 'x' | explained by -
+    "d" = 'x' | explained by "c" = 'a' AND "d" = 'x'
+    "c" = 'a' | explained by "c" = 'a' AND "d" = 'x'
     """
     src, spec = _prepare(data, score, label, weight, by, where, features, split, on_invalid,
                          max_depth, mode, fdr, top_k, max_candidates, alpha, weight_kind)
@@ -359,17 +365,20 @@ def _prepare(data, score, label, weight, by, where, features, split, on_invalid,
             f"{max(math.comb(len(features), d) for d in range(1, depth + 1))} GROUP BY branches "
             f"in one statement, over the budget of {budget.terms} query terms; lower max_depth "
             "or pass fewer features (or raise sqlcal.options.budget(terms=))")
-    src = source(data, score=score, label=label, weight=weight, by=(*by, *features, *split),
-                 where=where, on_invalid=on_invalid)
-    kinds = feature_kinds(src.rows, features)
+    table, names = with_columns(data, [*features, *split])
+    columns, split_columns = tuple(names[:len(features)]), tuple(names[len(features):])
+    src = source(table, score=score, label=label, weight=weight,
+                 by=(*by, *columns, *split_columns), where=where, on_invalid=on_invalid)
+    kinds = dict(zip(features, feature_kinds(src.rows, columns).values()))
     bad = [f for f, k in kinds.items() if k is None]
     if bad:
         raise OptionError(f"segments: features {bad} are not string, integer or boolean "
                           "columns; bucket them first (a view, or CAST in where=)")
-    for col in split:
-        if not src.rows.schema()[col].is_numeric():
+    for col, name in zip(split, split_columns):
+        if not src.rows.schema()[name].is_numeric():
             raise OptionError(f"segments: split column {col!r} is not numeric")
-    spec = dict(by=by, features=features, split=split, depth=depth, mode=mode,
+    spec = dict(by=by, features=features, columns=columns, split=split_columns, depth=depth,
+                mode=mode,
                 max_candidates=int(max_candidates), kinds=kinds, dialect=dialect(src.rows),
                 weight_kind=weight_kind, branches_max=branches)
     return src, spec
@@ -381,7 +390,7 @@ def _prepare(data, score, label, weight, by, where, features, split, on_invalid,
 def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_k, screen_z,
             bins):
     """Evaluate the lattice level by level; return per group every evaluated node's sums."""
-    by, features, mode = spec["by"], spec["features"], spec["mode"]
+    by, features, mode = spec["by"], spec["columns"], spec["mode"]
     a_share = 0.5 if mode == "split" else 1.0
     folds = (holdout, a_share, spec["split"])
     k = len(features)
@@ -414,7 +423,7 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
                 if node[0][0] == j and s[FOLD_A:FOLD_B + 1, :, _W].sum() >= g["support"]:
                     vals.add(node[0][1])
         kept.append(tuple(sorted(vals)))
-    pooled = {features[j]: 0 for j in range(k)}
+    pooled = {f: set() for f in spec["features"]}
     for g in groups:
         level = {}
         for node, s in g["level1"].items():
@@ -422,7 +431,7 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
             if v in kept[j]:
                 level[node] = s
             else:
-                pooled[features[j]] = max(pooled[features[j]], 0) + 1
+                pooled[spec["features"][j]].add(v)
                 other = ((j, SEGMENT_OTHER),)
                 level[other] = level.get(other, 0) + s
         g["candidates"] = set(level)
@@ -467,6 +476,7 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
         for g in groups:
             _evaluate_level(g, depth, spec, min_expected, top_k, screen_z, bins)
     spec["statements"], spec["branches"] = statements, branches
+    pooled = {f: len(v) for f, v in pooled.items()}
     return dict(groups=groups, kept=kept, pooled=pooled, spec=spec)
 
 
@@ -682,25 +692,37 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
 
 
 def _explained(part: pd.DataFrame, alpha: float, search: dict) -> list:
-    """The most general significant ancestor whose logit shift leaves the segment's residual
-    not significant (two-sided at ``alpha``), else None."""
+    """Per segment, the significant segment that explains it, else None: first its most general
+    significant ancestor T whose logit shift leaves R_S − δ_T·V_S not significant (two-sided at
+    ``alpha``); else, for a segment nothing above explains, its significant unexplained
+    descendant D of largest harm with R_S − δ_D·V_D not significant (a marginal that is
+    significant only through one of its sub-segments)."""
     sig = {n: i for i, n in enumerate(part["_node"]) if part["significant"].iat[i]}
-    out = []
-    for i, node in enumerate(part["_node"]):
-        found = None
-        if node in sig and len(node) > 1:
-            ancestors = [a for d in range(1, len(node)) for a in combinations(node, d)
-                         if a in sig]
-            ancestors.sort(key=lambda a: (len(a), -part["harm"].iat[sig[a]]))
-            for a in ancestors:
-                j = sig[a]
-                delta = part["residual"].iat[j] / part["_vf"].iat[j]
-                rest = part["residual"].iat[i] - delta * part["_vf"].iat[i]
-                z = rest / math.sqrt(part["_v"].iat[i])
-                if 2 * stats.norm.sf(abs(z)) > alpha:
-                    found = part["segment"].iat[j]
-                    break
-        out.append(found)
+    residual, vf, v = (part[c].to_numpy(float) for c in ("residual", "_vf", "_v"))
+    harm, text = part["harm"].to_numpy(float), part["segment"].tolist()
+
+    def leaves(i: int, removed: float) -> bool:
+        return 2 * stats.norm.sf(abs(residual[i] - removed) / math.sqrt(v[i])) > alpha
+
+    out = [None] * len(part)
+    for node, i in sig.items():
+        ancestors = [a for d in range(1, len(node)) for a in combinations(node, d) if a in sig]
+        for a in sorted(ancestors, key=lambda a: (len(a), -harm[sig[a]])):
+            j = sig[a]
+            if leaves(i, residual[j] / vf[j] * vf[i]):
+                out[i] = text[j]
+                break
+    for node, i in sig.items():
+        if out[i] is not None:
+            continue
+        inside = set(node)
+        below = [d for d, j in sig.items() if len(d) > len(node) and inside < set(d)
+                 and out[j] is None]
+        for d in sorted(below, key=lambda d: -harm[sig[d]]):
+            j = sig[d]
+            if leaves(i, residual[j]):  # δ_D·V_D = R_D: D's shift removes its own residual
+                out[i] = text[j]
+                break
     return out
 
 
@@ -725,7 +747,10 @@ def _chosen(found: pd.DataFrame, spec: dict, kept, max_segments: int) -> list:
 def _fit(src: Source, spec: dict, chosen: list, penalty) -> SegmentFix:
     by, features = spec["by"], spec["features"]
     folds = (spec["holdout"], 0.5, spec["split"])
-    segs = [(key, preds, 0.0) for key, preds, _ in chosen]
+    internal = dict(zip(features, spec["columns"]))
+    engine = [tuple((internal[f], v, kept) for f, v, kept in preds) for _, preds, _ in chosen]
+    segs = [(c[0], preds, 0.0) for c, preds in zip(chosen, engine)]
+    features = spec["columns"]
     group_keys = sorted({c[0] for c in chosen}, key=_sort_key)
     thetas = np.zeros(len(chosen))
     lambdas = {}
@@ -737,7 +762,7 @@ def _fit(src: Source, spec: dict, chosen: list, penalty) -> SegmentFix:
             thetas[idx], lambdas[key] = _fit_cells(part, idx, penalty)
         # one exact Newton step on the rows from the histogram fit, then the judgement
         for step in range(2):
-            segs = [(key, preds, float(t)) for (key, preds, _), t in zip(chosen, thetas)]
+            segs = [(c[0], preds, float(t)) for c, preds, t in zip(chosen, engine, thetas)]
             terms = planner.fetch(src, declared.segment_terms(by, features, folds, segs, 0.0,
                                                               CLIP))
             if step == 0:
@@ -747,6 +772,7 @@ def _fit(src: Source, spec: dict, chosen: list, penalty) -> SegmentFix:
                                                lambdas[key])
     else:
         terms = None
+    features = spec["features"]
     table_rows, summary_rows = [], []
     all_keys = group_keys or [()] * (not by)
     for key in all_keys:

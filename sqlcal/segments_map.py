@@ -24,7 +24,9 @@ import pandas as pd
 import sqlglot
 from sqlglot import exp
 
+from sqlcal.errors import InvalidInputError
 from sqlcal.maps import CalibrationMap, EXP_LIMIT
+from sqlcal.source import resolve_table
 from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER, key_match, number
 
 #: Ibis / sqlglot dialect names that differ
@@ -49,6 +51,19 @@ def dialect(rows: ir.Table) -> str:
     except Exception:
         name = "duckdb"
     return _DIALECTS.get(name, name)
+
+
+def with_columns(data, columns) -> tuple[ir.Table, list]:
+    """The table of ``data`` with each of ``columns`` copied under an internal name
+    (``sqlcal_c0``, ...): features ride along as group keys of the summaries, where a name
+    such as ``n`` or ``k`` would clash with a summary column. Returns the table and the names."""
+    base = resolve_table(data, None)
+    missing = [c for c in columns if c not in base.columns]
+    if missing:
+        raise InvalidInputError(f"feature or split columns {missing} are not in the table; its "
+                                f"columns are {list(base.columns)}")
+    names = [f"sqlcal_c{i}" for i in range(len(columns))]
+    return base.mutate(**{n: base[c] for n, c in zip(names, columns)}), names
 
 
 def _typed(value: str, kind: str):

@@ -1,0 +1,312 @@
+"""sqlcal.segments, multicalibration and segment_fix against independent oracles: pandas
+enumeration of every conjunction on the raw rows, the fold rule recomputed in numpy, a planted
+segment, the false discovery rate of the split design simulated on per-segment sums, and the
+fix's SQL executed by DuckDB against the numpy formula."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+import sqlcal
+from sqlcal.options import BudgetError, OptionError
+
+audit = importlib.import_module("sqlcal.segments_audit")
+FEATURES = ["f0", "f1", "f2", "f3"]
+
+
+def _frame(n=3000, seed=0, weights=False, plant=0.0):
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({
+        "f0": rng.choice(["a", "b"], n),
+        "f1": rng.choice(["x", "y", "z"], n, p=[0.5, 0.3, 0.2]),
+        "f2": rng.integers(0, 4, n),
+        # rare values (pooled into __other__ at min_support 20 or more) and NULLs
+        "f3": rng.choice(["u", "v", "r1", "r2", "r3", "r4", None], n,
+                         p=[0.45, 0.45, 0.0025, 0.0025, 0.0025, 0.0025, 0.09]),
+        "p": rng.beta(2, 5, n),
+    })
+    eta = np.log(df.p / (1 - df.p)) + plant * (df.f0.eq("a") & df.f1.eq("x"))
+    df["y"] = (rng.uniform(size=n) < 1 / (1 + np.exp(-eta))).astype(int)
+    if weights:
+        df["w"] = rng.integers(1, 4, n)
+    return df
+
+
+def _fold(p: np.ndarray, holdout=0.0, a_share=0.5) -> np.ndarray:
+    """The fold rule, recomputed in numpy: u = 2·dist(p·9999991, ℤ)."""
+    x = np.abs(p * 9_999_991.0)
+    c = 2.0 ** 52
+    u = np.where(x < c, np.abs(x - ((x + c) - c)), 0.0) * 2
+    return np.where(u < holdout, 2, np.where(u < holdout + (1 - holdout) * a_share, 0, 1))
+
+
+def _brute(df, min_support, min_expected, depth, w=None):
+    """Every conjunction up to ``depth`` by pandas groupby on the recoded raw rows."""
+    d = df.copy()
+    d["w_"] = 1.0 if w is None else d[w].astype(float)
+    for f in FEATURES:
+        d[f] = d[f].astype(object).where(d[f].notna(), "__null__").astype(str)
+        weight = d.groupby(f)["w_"].sum()
+        kept = set(weight[weight >= min_support].index)
+        d[f] = d[f].where(d[f].isin(kept), "__other__")
+    d["wp"], d["wy"] = d.w_ * d.p, d.w_ * d.y
+    d["wv"] = d.w_ * d.p * (1 - d.p)
+    rows = []
+    for k in range(1, depth + 1):
+        for cols in combinations(FEATURES, k):
+            g = d.groupby(list(cols)).agg(n=("w_", "size"), W=("w_", "sum"), Sp=("wp", "sum"),
+                                          Sy=("wy", "sum"), V=("wv", "sum")).reset_index()
+            for _, r in g.iterrows():
+                if r.W >= min_support and r.Sp >= min_expected and r.W - r.Sp >= min_expected:
+                    rows.append(dict({f: r[f] for f in cols}, n=r.n, W=r.W, R=r.Sy - r.Sp,
+                                     V=r.V, Sp=r.Sp, Sy=r.Sy))
+    out = pd.DataFrame(rows)
+    out["z"] = out.R / np.sqrt(out.V)
+    out["p_value"] = 2 * stats.norm.sf(out.z.abs())
+    return out
+
+
+def _key(frame):
+    return frame[FEATURES].astype(object).where(frame[FEATURES].notna(), "-").astype(str).agg(
+        "|".join, axis=1)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_full_mode_equals_brute_force_enumeration(weighted):
+    df = _frame(weights=weighted, plant=0.5)
+    out = sqlcal.segments(df, score="p", label="y", weight="w" if weighted else None,
+                          features=FEATURES, max_depth=3, min_support=40.0, min_expected=5.0,
+                          mode="full", fdr="bh", top_k=None)
+    oracle = _brute(df, 40.0, 5.0, 3, w="w" if weighted else None)
+    assert len(out) == len(oracle) == out.family_size[0] == out.tested[0]
+    got = out.assign(k=_key(out)).set_index("k").sort_index()
+    exp = oracle.assign(k=_key(oracle)).set_index("k").sort_index()
+    assert list(got.index) == list(exp.index)
+    W_total = df["w"].sum() if weighted else len(df)
+    np.testing.assert_array_equal(got.n, exp.n)
+    np.testing.assert_allclose(got.W, exp.W, rtol=1e-12)
+    np.testing.assert_allclose(got.residual, exp.R, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(got.harm, exp.R.abs() / W_total, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got.mean_score, exp.Sp / exp.W, rtol=1e-12)
+    np.testing.assert_allclose(got.observed, exp.Sy / exp.W, rtol=1e-12)
+    np.testing.assert_allclose(got.citl, (exp.Sp - exp.Sy) / exp.W, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got.z, exp.z, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(got.p_value, exp.p_value, rtol=1e-6, atol=1e-300)
+    np.testing.assert_allclose(got.logit_shift, exp.R / exp.V, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got.logit_shift_se, 1 / np.sqrt(exp.V), rtol=1e-9)
+    np.testing.assert_array_equal(got.depth, exp[FEATURES].notna().sum(axis=1))
+    # BH by hand: reject the k smallest, k = max{i : p_(i) <= i·alpha/m}
+    p = np.sort(exp.p_value.to_numpy())
+    m = len(p)
+    below = np.nonzero(p <= np.arange(1, m + 1) * 0.05 / m)[0]
+    assert got.significant.sum() == (below[-1] + 1 if len(below) else 0)
+    assert (got.q_value[got.significant] <= 0.05).all()
+    # the planted segment is found, ranked first among the segments nothing explains
+    first = out[out.explained_by.isna()].iloc[0]
+    assert (first.f0, first.f1, first.depth) == ("a", "x", 2)
+    # a weight-2 row equals two rows
+    if weighted:
+        twice = df.loc[df.index.repeat(df.w)].drop(columns="w")
+        dup = sqlcal.segments(twice, score="p", label="y", features=FEATURES, max_depth=3,
+                              min_support=40.0, min_expected=5.0, mode="full", top_k=None)
+        np.testing.assert_allclose(dup.set_index(_key(dup)).sort_index().z, got.z, rtol=1e-9)
+
+
+def test_rare_values_are_pooled_into_an_explicit_other_segment_whose_condition_is_sql():
+    df = _frame()
+    out = sqlcal.segments(df, score="p", label="y", features=["f3"], max_depth=1,
+                          min_support=20.0, min_expected=5.0, mode="full", fdr="none",
+                          top_k=None)
+    assert sorted(out.f3) == ["__null__", "__other__", "u", "v"]
+    other = out[out.f3 == "__other__"].iloc[0]
+    assert other.n == df.f3.isin(["r1", "r2", "r3", "r4"]).sum()
+    import duckdb
+    for _, row in out.iterrows():  # every segment string is SQL selecting exactly its rows
+        n = duckdb.sql(f"SELECT count(*) FROM df WHERE {row.segment}").fetchone()[0]
+        assert n == row.n, row.segment
+    assert '"f3" IS NULL' in out.segment.tolist()
+    assert other.segment == """NOT "f3" IS NULL AND NOT "f3" IN ('u', 'v')"""
+
+
+def test_split_mode_certifies_the_fold_a_top_k_on_fold_b():
+    df = _frame(n=6000, seed=3, plant=0.6)
+    out = sqlcal.segments(df, score="p", label="y", features=FEATURES, max_depth=3,
+                          min_support=40.0, min_expected=5.0, top_k=5, screen_z=2.0)
+    fold = _fold(df.p.to_numpy())
+    a, b = df[fold == 0], df[fold == 1]
+    full = _brute(df, 40.0, 5.0, 3)  # the eligible family (label-free, folds A and B)
+    oracle_a = _brute_on(a, full)
+    oracle_a = oracle_a[oracle_a.z.abs() >= 2.0]
+    oracle_a["harm"] = oracle_a.R.abs() / len(a)
+    top = oracle_a.assign(k=_key(oracle_a)).sort_values("harm", ascending=False).head(5)
+    assert sorted(_key(out)) == sorted(top.k)  # the pruned search finds the exact top-k
+    oracle_b = _brute_on(b, full).assign(k=lambda f: _key(f)).set_index("k").loc[
+        _key(out)]
+    np.testing.assert_allclose(out.residual, oracle_b.R, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(out.harm, oracle_b.R.abs().to_numpy() / len(b), rtol=1e-9)
+    sign = np.sign(top.set_index("k").loc[_key(out)].R.to_numpy())
+    np.testing.assert_allclose(out.p_value, stats.norm.sf(sign * oracle_b.z.to_numpy()),
+                               rtol=1e-6)
+    levels = __import__("json").loads(out.searched[0])["levels"]
+    assert out.statements[0] == 3 and len(levels) == 3
+    assert sum(lv["bound_pruned"] for lv in levels) > 0  # the bound pruned something
+
+
+def _brute_on(rows, family):
+    """The family's segments' sums on a subset of the rows (recoded as the family was)."""
+    d = rows.copy()
+    kept = {f: set(family[f].dropna()) - {"__other__"} for f in FEATURES}
+    for f in FEATURES:
+        d[f] = d[f].astype(object).where(d[f].notna(), "__null__").astype(str)
+        d[f] = d[f].where(d[f].isin(kept[f]), "__other__")
+    out = []
+    for _, seg in family.iterrows():
+        m = np.ones(len(d), bool)
+        for f in FEATURES:
+            if pd.notna(seg[f]):
+                m &= (d[f] == seg[f]).to_numpy()
+        s = d[m]
+        out.append(dict({f: seg[f] for f in FEATURES}, R=(s.y - s.p).sum(),
+                        V=(s.p * (1 - s.p)).sum()))
+    out = pd.DataFrame(out)
+    out["z"] = out.R / np.sqrt(out.V)
+    return out
+
+
+def test_fdr_of_the_split_design_under_the_complete_null_is_at_most_alpha():
+    """400 replicates of the split design (fold-A screening and top-k, one-sided fold-B tests,
+    BH) on simulated per-segment sums of a calibrated model: a 3-feature lattice of cells with
+    Gaussian residual sums of variance V (the normal limit the tests assume); segments are sums
+    of cells, so overlapping segments are correlated as in the data. Under the complete null
+    FDR = P(any discovery)."""
+    rng = np.random.default_rng(7)
+    cards = (3, 4, 5)
+    cells = np.array(np.meshgrid(*[np.arange(c) for c in cards], indexing="ij")).reshape(3, -1).T
+    member = []
+    for k in (1, 2, 3):
+        for cols in combinations(range(3), k):
+            for vals in {tuple(c[list(cols)]) for c in cells}:
+                member.append(np.all(cells[:, cols] == vals, axis=1))
+    M = np.array(member, float)  # segments × cells
+    V = rng.uniform(20, 80, len(cells))  # Σwp(1−p) per cell and fold
+    reps = 400
+    r_a = rng.normal(size=(len(cells), reps)) * np.sqrt(V)[:, None]
+    r_b = rng.normal(size=(len(cells), reps)) * np.sqrt(V)[:, None]
+    v = M @ V
+    z_a, z_b = (M @ r_a) / np.sqrt(v)[:, None], (M @ r_b) / np.sqrt(v)[:, None]
+    alarms = {"bh": 0, "by": 0}
+    for j in range(reps):
+        harm = np.abs(M @ r_a[:, j])
+        screened = np.nonzero(np.abs(z_a[:, j]) >= 2.0)[0]
+        chosen = screened[np.argsort(-harm[screened], kind="stable")][:20]
+        p = stats.norm.sf(np.sign(z_a[chosen, j]) * z_b[chosen, j])
+        for method in alarms:
+            alarms[method] += bool((audit.adjust(p, method) <= 0.05).any())
+    margin = 0.05 + 2 * math.sqrt(0.05 * 0.95 / reps)
+    assert alarms["bh"] / reps <= margin and alarms["by"] / reps <= margin
+    # full mode, BH over the whole family
+    p_full = 2 * stats.norm.sf(np.abs(z_a))
+    fwer = np.mean([(audit.adjust(p_full[:, j], "bh") <= 0.05).any() for j in range(reps)])
+    assert fwer <= margin
+
+
+def test_multicalibration_matches_the_definitions_on_raw_rows():
+    df = _frame(plant=0.5)
+    out = sqlcal.multicalibration(df, score="p", label="y", features=FEATURES, max_depth=2,
+                                  min_support=40.0, min_expected=5.0, metric="binned", bins=5)
+    family = _brute(df, 40.0, 5.0, 2)
+    d = df.copy()
+    d["bin"] = np.minimum(np.floor(d.p * 5), 4).astype(int)
+    for f in FEATURES:  # the recoding of _brute
+        d[f] = d[f].astype(object).where(d[f].notna(), "__null__").astype(str)
+        kept = set(family[f].dropna()) - {"__other__"}
+        d[f] = d[f].where(d[f].isin(kept), "__other__")
+    mass, ece = 0.0, 0.0
+    for _, seg in family.iterrows():
+        m = np.ones(len(d), bool)
+        for f in FEATURES:
+            if pd.notna(seg[f]):
+                m &= (d[f] == seg[f]).to_numpy()
+        per_bin = (d[m].y - d[m].p).groupby(d[m].bin).sum().abs()
+        mass, ece = max(mass, per_bin.max() / len(df)), max(ece, per_bin.sum() / m.sum())
+    row = out.iloc[0]
+    assert row.n_segments == len(family)
+    assert row.multiaccuracy == pytest.approx(family.R.abs().max() / len(df), rel=1e-9)
+    assert row.mc_error == row.multicalibration_mass == pytest.approx(mass, rel=1e-9)
+    assert row.max_segment_ece == pytest.approx(ece, rel=1e-9)
+    zmax = family.z.abs().max()
+    assert row.mc_sigma == pytest.approx(zmax, rel=1e-9)
+    assert row.p_value == pytest.approx(min(1, len(family) * 2 * stats.norm.sf(zmax)), rel=1e-6)
+    assert row.noise_floor == pytest.approx(math.sqrt(2 * math.log(2 * len(family))))
+
+
+def test_segment_fix_finds_the_planted_shift_and_its_sql_equals_numpy():
+    rng = np.random.default_rng(11)
+    n = 40000
+    df = pd.DataFrame({"c": rng.choice(["a", "b", "c", "d"], n), "k": rng.integers(0, 3, n),
+                       "p": rng.beta(2, 6, n)})
+    eta = np.log(df.p / (1 - df.p)) + 0.5 * (df.c.eq("a") & df.k.eq(1))
+    df["y"] = (rng.uniform(size=n) < 1 / (1 + np.exp(-eta))).astype(int)
+    fix = sqlcal.segment_fix(df, score="p", label="y", features=["c", "k"], max_depth=2,
+                             min_support=500.0)
+    assert len(fix.table) == 1  # the marginals c = 'a' and k = 1 are explained by it
+    row = fix.table.iloc[0]
+    assert (row.c, row.k) == ("a", "1")
+    assert abs(row.theta - 0.5) <= 3 * row.theta_se
+    assert abs(row.holdout_z_after) < 2.0 < abs(row.holdout_z_before)
+    s = fix.summary.iloc[0]
+    assert s.accepted and s.holdout_log_loss_after < s.holdout_log_loss_before
+    # the holdout log loss, recomputed from the rows of the holdout fold with the fitted θ
+    hold = df[_fold(df.p.to_numpy(), holdout=0.2) == 2]
+    pc = hold.p.clip(1e-6, 1 - 1e-6)
+    shift = np.zeros(len(hold))
+    for (_, seg), theta in zip(fix.table.iterrows(), fix.table.theta):
+        m = np.ones(len(hold), bool)
+        for f in ("c", "k"):
+            if pd.notna(seg[f]):
+                m &= (hold[f].astype(str) == seg[f]).to_numpy()
+        shift += theta * m
+    q = 1 / (1 + np.exp(-(np.log(pc / (1 - pc)) + shift)))
+    ll = -np.mean(hold.y * np.log(q) + (1 - hold.y) * np.log(1 - q))
+    assert s.holdout_log_loss_after == pytest.approx(ll, rel=1e-9)
+    # the exported SQL, run by DuckDB, equals the numpy formula on every row
+    import duckdb
+    got = duckdb.sql(f"SELECT {fix.sql('p')} AS q FROM hold").df().q.to_numpy()
+    expect = np.where(shift == 0, hold.p, q)
+    np.testing.assert_allclose(got, expect, rtol=1e-12)
+
+
+def test_options_are_checked_before_any_query():
+    df = _frame(n=50)
+    with pytest.raises(OptionError, match="mode"):
+        sqlcal.segments(df, score="p", label="y", features=FEATURES, mode="fast")
+    with pytest.raises(OptionError, match="max_depth"):
+        sqlcal.segments(df, score="p", label="y", features=FEATURES, max_depth=0)
+    with pytest.raises(BudgetError, match="max_depth"):
+        sqlcal.segments(df.assign(**{f"g{i}": "a" for i in range(30)}), score="p", label="y",
+                        features=[f"g{i}" for i in range(30)], max_depth=5)
+    with pytest.raises(BudgetError, match="max_candidates"):
+        sqlcal.segments(df, score="p", label="y", features=FEATURES, mode="full", max_depth=3,
+                        min_support=1.0, min_expected=0.0, max_candidates=3)
+    with pytest.raises(OptionError, match="features"):
+        sqlcal.segments(df.assign(f=0.5), score="p", label="y", features=["f"])
+
+
+def test_engines_agree_with_brute_force(con, upload):
+    df = _frame(n=1500, seed=5, plant=0.7)
+    out = sqlcal.segments(upload(df), score="p", label="y", features=FEATURES, max_depth=2,
+                          min_support=40.0, min_expected=5.0, mode="full", top_k=None)
+    oracle = _brute(df, 40.0, 5.0, 2)
+    got = out.assign(k=_key(out)).set_index("k").sort_index()
+    exp = oracle.assign(k=_key(oracle)).set_index("k").sort_index()
+    assert list(got.index) == list(exp.index)
+    np.testing.assert_allclose(got.residual, exp.R, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(got.z, exp.z, rtol=1e-9, atol=1e-9)
+    assert out.statements[0] == 2
