@@ -341,7 +341,7 @@ def test_decomposition_terms_against_direct_fits():
     a = minimize(lambda x: nll([x[0], 1.0]), [0.0], method="Nelder-Mead",
                  options={"xatol": 1e-10, "fatol": 1e-14})
     base = nll([0.0, 1.0])
-    d = detect.decompose(W, Y, p)
+    d = detect.split_mcb(W, Y, p)
     assert d["intercept"] == pytest.approx(base - a.fun, abs=1e-9)
     assert d["slope"] == pytest.approx(a.fun - ab.fun, abs=1e-9)
     assert min(d["intercept"], d["slope"], d["shape"]) >= 0

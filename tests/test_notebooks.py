@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
@@ -110,3 +111,26 @@ def test_choosing_a_metric(tmp_path):
     text = "".join(c.source for c in nb.cells if c.cell_type == "markdown")
     for paper in ("Rossellini", "Gopalan", "Chidambaram", "Matsubara", "Błasiok", "Gao"):
         assert paper in text
+
+
+MONITORING_CHECKS = """
+import json
+print(json.dumps({
+    "sqlcal_file": sqlcal.__file__,
+    "alarms_day70": len(check70.alarms),
+    "alarms": check75.alarms[["change_day", "alarm_day"]].astype(str).values.tolist(),
+    "intercept_share": float(alarm.intercept / alarm.mcb),
+    "rewritten": int((written.status == "written").sum()),
+}))
+"""
+
+
+def test_monitoring(tmp_path):
+    nb, out = run("monitoring.ipynb", MONITORING_CHECKS, tmp_path)
+    assert (tmp_path / "monitoring.duckdb").exists()
+    assert out["alarms_day70"] == 0  # the change has barely reached the final days
+    [(change, alarm)] = out["alarms"]  # one alarm, dated near the planted day 2026-07-30
+    assert abs((np.datetime64(change) - np.datetime64("2026-07-30")).astype(int)) <= 3
+    assert "2026-07-30" <= alarm <= "2026-08-07"
+    assert out["intercept_share"] >= 0.8  # a planted intercept change
+    assert png_outputs(nb) == 1

@@ -110,20 +110,28 @@ def bets(stats: dict, window: int, *, kappa: float = 0.5, cap: float = 1.0) -> n
     >>> bets(s, 2)[:, 0].round(4).tolist()
     [0.0, 0.0, 0.191, 0.191]
     """
-    def past(x):  # Σ over days t−window .. t−1, along the days axis (−2)
-        c = np.cumsum(x, axis=-2)
-        c = np.concatenate([np.zeros_like(c[..., :1, :]), c], axis=-2)
-        out = np.zeros_like(x)
-        if x.shape[-2] > window:
-            out[..., window:, :] = c[..., window:-1, :] - c[..., :-window - 1, :]
-        return out
-    W, S, V, E, E2 = (past(stats[k]) for k in ("W", "S", "V", "E", "E2"))
+    W, S, V, E, E2 = (_past(stats, k, window) for k in ("W", "S", "V", "E", "E2"))
     with np.errstate(divide="ignore", invalid="ignore"):
         excess = np.sign(S) * np.maximum(np.abs(S) - E, 0.0) / W
         spread = (V + E + 4 * E2) / W
         lam = np.sign(excess) * np.log1p(np.abs(excess) / spread)
     lam = np.where((W > 0) & (spread > 0) & np.isfinite(lam), lam, 0.0)
     return np.clip(kappa * lam, -cap, cap)
+
+
+def _past(stats: dict, key: str, window: int) -> np.ndarray:
+    """Σ over days t − window .. t − 1 of ``stats[key]`` (0 on the first ``window`` days); the
+    running sums along the days axis are kept in ``stats`` for the next window."""
+    cum = stats.setdefault("_cumulative", {})
+    x = stats[key]
+    if key not in cum:
+        c = np.cumsum(x, axis=-2)
+        cum[key] = np.concatenate([np.zeros_like(c[..., :1, :]), c], axis=-2)
+    c = cum[key]
+    out = np.zeros_like(x)
+    if x.shape[-2] > window:
+        out[..., window:, :] = c[..., window:-1, :] - c[..., :-window - 1, :]
+    return out
 
 
 def log_e(stats: dict, lam: np.ndarray) -> np.ndarray:
@@ -274,9 +282,11 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         The days whose scores set the bet bins; default: the first ``reference_days`` mature
         days. Their e-values are 1 (the detector checks the days after them).
     maturity_horizon, settle : str, default "30d", "1d"
-        A day feeds the detector once its labels are final (age >= horizon + settle at ``at``).
+        A day feeds the detector once its labels are final: its stored version was snapshotted
+        at age >= horizon + settle.
     at : datetime-like, optional
-        The check time (default: the latest ``as_of`` stored).
+        The check time: only days final by then (default: the latest ``as_of`` stored), to
+        replay an earlier check.
     prefix, spec
         As for :func:`sqlcal.stored`.
 
@@ -289,7 +299,7 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         (start of the CUSUM excursion), ``log_M_at_alarm``, the pre-change window (the 28 days
         before the change day) and post-change window (change day .. alarm day), and the change
         of the miscalibration split into ``intercept``, ``slope`` and ``shape`` (post − pre of
-        each term, log score; :func:`decompose`), with ``a_pre``, ``b_pre``, ``a_post``,
+        each term, log score; :func:`split_mcb`), with ``a_pre``, ``b_pre``, ``a_post``,
         ``b_post``.
 
     Notes
@@ -402,7 +412,7 @@ def bet_edges(weight_per_cell: pd.Series, bins: int, K: int) -> np.ndarray:
     return np.asarray(edges)
 
 
-def decompose(W, swy, p) -> dict:
+def split_mcb(W, swy, p) -> dict:
     r"""The miscalibration of scores ``p`` (one per cell, with weight ``W`` and positives
     ``swy``) split by nested recalibrations, in log score: MCB = intercept + slope + shape.
 
@@ -412,7 +422,7 @@ def decompose(W, swy, p) -> dict:
 
     Examples
     --------
-    >>> d = decompose(np.array([50.0, 50.0]), np.array([10.0, 30.0]), np.array([0.2, 0.6]))
+    >>> d = split_mcb(np.array([50.0, 50.0]), np.array([10.0, 30.0]), np.array([0.2, 0.6]))
     >>> round(d["mcb"], 12), round(d["intercept"], 12)
     (0.0, 0.0)
     """
@@ -484,7 +494,7 @@ def _alarm(store, prefix, spec_hash, days, by, keys, calendar, out, K) -> tuple:
                               versions=window, by=list(by), delays=None, params={"cells": K})
         for k, v in keys.items():
             cells = cells[cells[k] == v]
-        terms.append(decompose(cells["W"], cells["swy"], cells["swp"] / cells["W"]))
+        terms.append(split_mcb(cells["W"], cells["swy"], cells["swp"] / cells["W"]))
     change_terms = [terms[1][k] - terms[0][k] for k in ("mcb", "intercept", "slope", "shape")]
     return (*keys.values(), calendar[alarm], calendar[change], float(out["log_M"][alarm]),
             *pre, *post, *change_terms, terms[0]["a"], terms[0]["b"], terms[1]["a"],
@@ -529,8 +539,10 @@ def _mature_days(store, prefix, spec, by, horizon, settle, at):
     if extra:
         raise OptionError(f"by: {extra} are not keys of the stored summaries {list(keys)}")
     at = versions["as_of"].max() if at is None else _timestamp(at)
-    age = _age_days(horizon, "maturity_horizon") + _age_days(settle, "settle")
-    mature = versions[versions["period_end"] + pd.Timedelta(days=age) <= at]
+    final = versions["period_end"] + pd.Timedelta(
+        days=_age_days(horizon, "maturity_horizon") + _age_days(settle, "settle"))
+    # a day feeds the detector when its stored version holds its final labels, and was so by at
+    mature = versions[(final <= versions["as_of"]) & (final <= at)]
     if not len(mature):
         raise InvalidInputError(f"no mature day in the store at {at} (horizon {horizon} + "
                                 f"settle {settle})")
