@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "sql":
             return _sql(args)
+        if args.command == "dbt":
+            return _dbt(args)
         if args.command == "demo":
             return _demo(args)
         if args.command == "snapshot":
@@ -183,6 +185,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     sql.add_argument("--label", required=True)
     sql.add_argument("--weight")
     sql.add_argument("--by", default="", help="comma-separated group keys")
+
+    dbt = commands.add_parser("dbt", help="write the dbt package `sqlcal` (sql/dbt/) to a folder")
+    dbt.add_argument("folder", help="where to write it (packages.yml: - local: FOLDER)")
     return parser, {"demo": demo, "report": rep, "sql": sql, "snapshot": snap}
 
 
@@ -282,6 +287,16 @@ def _sql(args) -> int:
     by = tuple(k.strip() for k in args.by.split(",") if k.strip())
     _out(metric_sql(args.metric, dialect, table=args.table, score=args.score, label=args.label,
                     weight=args.weight, by=by))
+    return EXIT_OK
+
+
+def _dbt(args) -> int:
+    from pathlib import Path
+
+    from sqlcal.dbtgen import write
+
+    for path in write(Path(args.folder)):
+        print(path)
     return EXIT_OK
 
 

@@ -40,6 +40,14 @@ def test_generated_files_are_current():
             f"sql/dbt/{name} is stale: run `python -m sqlcal.dbtgen`"
 
 
+def test_cli_writes_the_package(tmp_path, capsys):
+    from sqlcal.cli import main
+    assert main(["dbt", str(tmp_path / "pkg")]) == 0
+    for name, text in dbtgen.render().items():
+        assert (tmp_path / "pkg" / name).read_text() == text
+    assert str(tmp_path / "pkg" / "dbt_project.yml") in capsys.readouterr().out
+
+
 def _dbt() -> str:
     exe = shutil.which("dbt")
     if exe is None:
