@@ -159,7 +159,8 @@ TABLES: dict[str, dict[str, Any]] = {
         "suffix": "sum_levels", "params": (), "keys": (("p", "float64"),),
         "label_free": (("n", "int64"), ("W", "float64"), ("sw2", "float64"),
                        ("swp", "float64"), ("swpp", "float64"), ("sw2_pq", "float64")),
-        "label": (("n_pos", "int64"), ("swy", "float64"), ("swyp", "float64")),
+        "label": (("n_pos", "int64"), ("swy", "float64"), ("swyp", "float64"),
+                  ("sw2y", "float64")),  # Σw²y: a logistic fit's sandwich variance
     },
 }
 

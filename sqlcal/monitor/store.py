@@ -446,7 +446,8 @@ def _levels(rows: ir.Table, keys: list[str]) -> ir.Table:
     p, w, y = rows.p, rows.w, rows.y
     sums = {"n": rows.count(), "W": w.sum(), "sw2": (w * w).sum(), "swp": (w * p).sum(),
             "swpp": (w * p * p).sum(), "sw2_pq": (w * w * p * (1 - p)).sum(),
-            "n_pos": rows.count(where=y == 1), "swy": (w * y).sum(), "swyp": (w * y * p).sum()}
+            "n_pos": rows.count(where=y == 1), "swy": (w * y).sum(), "swyp": (w * y * p).sum(),
+            "sw2y": (w * w * y).sum()}
     return rows.group_by([*keys, "p"]).aggregate(**sums)
 
 
