@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
             return _snapshot(args)
         if args.command == "monitor":
             return _monitor(args)
+        if args.command == "segments":
+            return _segments(args)
         return _report(args)
     except Exception as e:
         message = _bad_input(e, args)
@@ -188,7 +190,31 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
 
     dbt = commands.add_parser("dbt", help="write the dbt package `sqlcal` (sql/dbt/) to a folder")
     dbt.add_argument("folder", help="where to write it (packages.yml: - local: FOLDER)")
-    return parser, {"demo": demo, "report": rep, "sql": sql, "snapshot": snap}
+    seg = commands.add_parser(
+        "segments", help="find the significantly miscalibrated segments (and fix them in SQL)",
+        description="Search conjunctions of feature = value for miscalibration (sqlcal.segments: "
+                    "fold A searches, fold B certifies with Benjamini-Hochberg); with --fix, fit "
+                    "per-segment logit shifts judged on a holdout and print their SQL.")
+    seg.add_argument("data", help="Parquet/CSV path or glob, DuckDB file, or connection URL")
+    seg.add_argument("--table", help="table name inside a database file or URL")
+    seg.add_argument("--score", required=True)
+    seg.add_argument("--label", required=True)
+    seg.add_argument("--weight")
+    seg.add_argument("--by", default="", help="comma-separated group keys")
+    seg.add_argument("--where", help="a condition over the table's columns")
+    seg.add_argument("--features", required=True, help="comma-separated categorical columns")
+    seg.add_argument("--max-depth", type=_positive, default=3)
+    seg.add_argument("--min-support", type=float, help="least weight of a segment (default "
+                                                         "max(1000, 1e-4 of the group's weight))")
+    seg.add_argument("--mode", choices=["split", "full"], default="split")
+    seg.add_argument("--fdr", choices=["bh", "by", "bonferroni", "none"], default="bh")
+    seg.add_argument("--alpha", type=float, default=0.05)
+    seg.add_argument("--top-k", type=_positive, default=100)
+    seg.add_argument("--fix", action="store_true",
+                     help="fit per-segment shifts (20%% holdout) and print the corrected score's "
+                          "SQL")
+    seg.add_argument("--json", metavar="PATH", help="write the segments (and the fix) as JSON")
+    return parser, {"demo": demo, "report": rep, "sql": sql, "snapshot": snap, "segments": seg}
 
 
 def _rate(text: str) -> float | str:
@@ -297,6 +323,33 @@ def _dbt(args) -> int:
 
     for path in write(Path(args.folder)):
         print(path)
+    return EXIT_OK
+
+
+def _segments(args) -> int:
+    import json
+
+    import sqlcal
+    from sqlcal.outputs import JSON_MARKER, write_text
+
+    data = (args.data, args.table) if args.table else args.data
+    options = dict(score=args.score, label=args.label, weight=args.weight,
+                   by=_keys(args.by), where=args.where, features=_keys(args.features),
+                   max_depth=args.max_depth, min_support=args.min_support, fdr=args.fdr,
+                   alpha=args.alpha, top_k=args.top_k)
+    found = sqlcal.segments(data, mode=args.mode, **options)
+    shown = found.drop(columns=["searched"])
+    doc = {JSON_MARKER[0]: JSON_MARKER[1], "segments": json.loads(found.to_json(
+        orient="records"))}
+    _out(shown.to_string(index=False))
+    if args.fix:
+        fix = sqlcal.segment_fix(data, **options)
+        doc["fix"] = {"sql": fix.sql(args.score), "table": json.loads(fix.table.to_json(
+            orient="records")), "summary": json.loads(fix.summary.to_json(orient="records"))}
+        _out(fix.summary.to_string(index=False))
+        _out(fix.sql(args.score))
+    if args.json:
+        write_text(args.json, "json", json.dumps(doc, indent=2), sources=[str(args.data)])
     return EXIT_OK
 
 

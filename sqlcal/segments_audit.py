@@ -259,7 +259,8 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
     holdout : float, default 0.2
         The share of rows kept for the judgement.
     penalty : "auto" or float, default "auto"
-        Ridge λ on the shifts, in pseudo-rows at each segment's variance; "auto" picks the
+        Ridge λ on the shifts, in pseudo-rows at each segment's mean variance (θ_k shrinks
+        by about W_k / (W_k + λ)); "auto" picks the
         λ in {0, 1, 3, 10, 30, 100, 300} of least holdout log loss.
     max_segments : int, default 30
         The most segments fitted per group (by harm).
@@ -278,7 +279,8 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
     Notes
     -----
     The fit minimises :math:`\sum w\,\ell(y, \sigma(\mathrm{logit}\,\tilde p + X\theta)) +
-    \tfrac{\lambda}{2}\sum_k V_k\theta_k^2`; at λ = 0 the fitted score is multiaccurate on the
+    \tfrac{\lambda}{2}\sum_k (V_k/W_k)\theta_k^2`, :math:`V_k = \sum_{S_k} w\tilde p(1-\tilde p)`;
+    at λ = 0 the fitted score is multiaccurate on the
     chosen segments (Hébert-Johnson et al. 2018; Kim, Ghorbani & Zou 2019). A histogram of
     (membership pattern, logit cell) gives the λ path in numpy; one exact Newton step on the
     rows follows. ``accepted`` iff the holdout log loss falls by more than two standard errors
@@ -852,7 +854,8 @@ def _fit_cells(part: pd.DataFrame, idx: list, penalty):
     Xf, Wf, Yf, Ef = arrays(fit)
     Xh, Wh, Yh, Eh = arrays(hold)
     mu0 = 1 / (1 + np.exp(-Ef))
-    V = Xf.T @ (Wf * mu0 * (1 - mu0))
+    # λ pseudo-rows at the segment's mean variance: the penalty's curvature is λ·V_k / W_k
+    V = (Xf.T @ (Wf * mu0 * (1 - mu0))) / np.maximum(Xf.T @ Wf, 1e-300)
     path = PENALTIES if penalty == "auto" else (float(penalty),)
     best = None
     for lam in path:
@@ -877,8 +880,8 @@ def _newton_step(part: pd.DataFrame, idx: list, theta: np.ndarray, lam: float) -
     K = len(idx)
     fit = part[part["sqlcal_fold"] != HOLDOUT]
     X = _design(fit["pattern"].to_numpy(np.int64), K)
-    r, h, h0 = (fit[c].to_numpy(float) for c in ("r", "h", "h0"))
-    V = X.T @ h0
+    r, h, h0, W = (fit[c].to_numpy(float) for c in ("r", "h", "h0", "W"))
+    V = (X.T @ h0) / np.maximum(X.T @ W, 1e-300)
     grad = X.T @ r - lam * V * theta
     hess = (X * h[:, None]).T @ X + np.diag(lam * V + 1e-12)
     return theta + np.linalg.solve(hess, grad)

@@ -47,7 +47,7 @@ def _fold(p: np.ndarray, holdout=0.0, a_share=0.5) -> np.ndarray:
     return np.where(u < holdout, 2, np.where(u < holdout + (1 - holdout) * a_share, 0, 1))
 
 
-def _brute(df, min_support, min_expected, depth, w=None):
+def _brute(df, min_support, min_expected, depth, w=None, features=FEATURES):
     """Every conjunction up to ``depth`` by pandas groupby on the recoded raw rows."""
     d = df.copy()
     d["w_"] = 1.0 if w is None else d[w].astype(float)
@@ -60,7 +60,7 @@ def _brute(df, min_support, min_expected, depth, w=None):
     d["wv"] = d.w_ * d.p * (1 - d.p)
     rows = []
     for k in range(1, depth + 1):
-        for cols in combinations(FEATURES, k):
+        for cols in combinations(features, k):
             g = d.groupby(list(cols)).agg(n=("w_", "size"), W=("w_", "sum"), Sp=("wp", "sum"),
                                           Sy=("wy", "sum"), V=("wv", "sum")).reset_index()
             for _, r in g.iterrows():
@@ -74,7 +74,8 @@ def _brute(df, min_support, min_expected, depth, w=None):
 
 
 def _key(frame):
-    return frame[FEATURES].astype(object).where(frame[FEATURES].notna(), "-").astype(str).agg(
+    cols = [f for f in FEATURES if f in frame]
+    return frame[cols].astype(object).where(frame[cols].notna(), "-").astype(str).agg(
         "|".join, axis=1)
 
 
@@ -301,12 +302,40 @@ def test_options_are_checked_before_any_query():
 
 def test_engines_agree_with_brute_force(con, upload):
     df = _frame(n=1500, seed=5, plant=0.7)
-    out = sqlcal.segments(upload(df), score="p", label="y", features=FEATURES, max_depth=2,
+    features = ["f0", "f1", "f3"]  # NULLs and pooled values included; 3 + 3 GROUP BYs
+    out = sqlcal.segments(upload(df), score="p", label="y", features=features, max_depth=2,
                           min_support=40.0, min_expected=5.0, mode="full", top_k=None)
-    oracle = _brute(df, 40.0, 5.0, 2)
+    oracle = _brute(df, 40.0, 5.0, 2, features=features)
     got = out.assign(k=_key(out)).set_index("k").sort_index()
     exp = oracle.assign(k=_key(oracle)).set_index("k").sort_index()
     assert list(got.index) == list(exp.index)
     np.testing.assert_allclose(got.residual, exp.R, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(got.z, exp.z, rtol=1e-9, atol=1e-9)
     assert out.statements[0] == 2
+
+
+def test_cli_segments_writes_json_with_the_fix(tmp_path, capsys):
+    from sqlcal.cli import main
+
+    rng = np.random.default_rng(4)
+    n = 20000
+    df = pd.DataFrame({"country": rng.choice(["BR", "US", "DE"], n),
+                       "device": rng.choice(["ios", "android"], n), "p": rng.beta(2, 6, n)})
+    eta = np.log(df.p / (1 - df.p)) + 0.6 * (df.country.eq("BR") & df.device.eq("ios"))
+    df["y"] = (rng.uniform(size=n) < 1 / (1 + np.exp(-eta))).astype(int)
+    path = tmp_path / "preds.parquet"
+    df.to_parquet(path)
+    out = tmp_path / "segments.json"
+    code = main(["segments", str(path), "--score", "p", "--label", "y", "--features",
+                 "country,device", "--min-support", "300", "--fix", "--json", str(out)])
+    assert code == 0
+    doc = __import__("json").loads(out.read_text())
+    assert doc["generator"] == "sqlcal"
+    first = doc["segments"][0]
+    assert (first["country"], first["device"], first["significant"]) == ("BR", "ios", True)
+    assert doc["fix"]["table"][0]["segment"] == first["segment"]
+    assert doc["fix"]["sql"] in capsys.readouterr().out
+    # an unknown feature is exit 2 with the column named
+    assert main(["segments", str(path), "--score", "p", "--label", "y",
+                 "--features", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
