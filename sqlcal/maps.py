@@ -387,11 +387,19 @@ class IsotonicMap(CalibrationMap):
     def _apply_join(self, table, score, name, mapping):
         p = table[score].cast("float64")
         m = mapping
-        cond = [*self._join_keys(table, m), m.start.isnull() | (p >= m.start),
-                m.stop.isnull() | (p < m.stop)]
-        if "bucket" in m.columns:  # (a table written before buckets: the range join alone)
+        if "bucket" in m.columns:
+            # no OR in the condition: an engine hashes the equalities only when every other
+            # conjunct is a plain comparison (DuckDB: a hash join instead of a nested loop,
+            # 0.1 s against 27 s on 10^6 rows). An unbounded end is ±inf, and +inf (or NaN) is
+            # compared as the largest double, so it finds the last block.
             a, b, scale, count = self._grid()
-            cond.insert(0, _bucket_expr(p, a, b, scale, count) == m.bucket)
+            top = ibis.least(p, number(np.finfo(float).max))
+            cond = [_bucket_expr(p, a, b, scale, count) == m.bucket, *self._join_keys(table, m),
+                    p >= m.start.fill_null(number(-np.inf)),
+                    top < m.stop.fill_null(number(np.inf))]
+        else:  # a table written before buckets: the range join alone
+            cond = [*self._join_keys(table, m), m.start.isnull() | (p >= m.start),
+                    m.stop.isnull() | (p < m.stop)]
         joined = table.left_join(m, cond)
         value = ibis.ifelse((p <= m.hi) | (m.slope == 0), m.value, m.value + (p - m.hi) * m.slope)
         return joined.select(*table.columns, **{name: _missing_score(p, value.cast("float64"))})
@@ -480,3 +488,147 @@ class PlattMap(CalibrationMap):
 def _key_match(rows: ir.Table, key: tuple, by) -> ir.BooleanValue:
     """Rows of the group with these key values (a NULL key value matches NULL)."""
     return ibis.and_(*(rows[k].isnull() if v is None else rows[k] == v for k, v in zip(by, key)))
+
+
+# -- temperature scaling of multiclass predictions ---------------------------------------------
+
+
+@dataclass(repr=False)
+class TemperatureMap:
+    """Temperature scaling of multiclass predictions (:func:`sqlcal.temperature_scaling`): the
+    calibrated probability of class k is softmax(z / T)ₖ, with z the logits or the log
+    probabilities (log max(p, clip) when fitted with a clip), one T per group.
+
+    ``table`` holds the group keys, ``temperature``, and the fit's ``n``, ``W``, ``nll_before``
+    (the weighted mean negative log-likelihood at T = 1), ``nll_after`` (at the fitted T) and
+    ``scans`` (Newton scans of the rows). ``layout`` is the multiclass layout the map reads
+    (wide: one column per class; long: one row per example and class); rows of a group the map
+    was not fitted on map to NULL.
+    """
+
+    by: tuple
+    table: pd.DataFrame
+    layout: tuple
+    logits: bool
+    clip: float | None
+    types: dict = field(default_factory=dict)
+    kind: str = "temperature scaling"
+
+    @property
+    def temperature(self):
+        """The fitted temperature: a float, or a Series indexed by the group keys."""
+        if not self.by:
+            return float(self.table.temperature.iloc[0])
+        return self.table.set_index(list(self.by)).temperature
+
+    @property
+    def columns(self) -> tuple:
+        """The columns the map reads: wide, one per class; long, the class's column."""
+        return self.layout[2] if self.layout[0] == "wide" else (self.layout[4],)
+
+    def transform(self, values, keys: dict | None = None) -> np.ndarray:
+        """Calibrated probabilities of an array of shape (examples, classes) holding the
+        columns of a wide map, for one group (``keys``: its key values)."""
+        v = np.asarray(values, dtype=float)
+        row = self.table
+        for k in self.by:
+            row = row[row[k] == (keys or {}).get(k)]
+        if not len(row):
+            return np.full(v.shape, np.nan)
+        beta = 1 / float(row.temperature.iloc[0])
+        if self.logits:
+            z = v
+        else:
+            with np.errstate(divide="ignore"):
+                z = np.log(np.maximum(v, self.clip) if self.clip is not None else v)
+        z = beta * (z - z.max(axis=1, keepdims=True))
+        e = np.exp(np.maximum(z, -EXP_LIMIT))
+        if not self.logits and self.clip is None:
+            e = np.where(v > 0, e, 0.0)
+        return e / e.sum(axis=1, keepdims=True)
+
+    def _beta(self, table: ir.Table) -> ir.FloatingValue:
+        if not self.by:
+            return number(1 / float(self.table.temperature.iloc[0]))
+        branches = [(_key_match(table, key_tuple(key), self.by),
+                     number(1 / float(part.temperature.iloc[0])))
+                    for key, part in groups(self.table, list(self.by))]
+        return ibis.cases(*branches, else_=ibis.null("float64"))
+
+    def expressions(self, table: ir.Table) -> list:
+        """The calibrated probabilities as Ibis expressions over ``table``, one per class
+        column (wide); long: ``table`` with column ``sqlcal_q_`` holding the row's class's
+        (a window over the example's rows)."""
+        beta = self._beta(table)
+        from sqlcal import summaries  # noqa: PLC0415 (the softmax lives with the fit's terms)
+
+        if self.layout[0] == "wide":
+            p = [table[c].cast("float64") for c in self.layout[2]]
+            z = [summaries.multiclass_log_scores(pk, self.logits, self.clip) for pk in p]
+            zero = [pk <= 0 for pk in p] if not self.logits and self.clip is None else None
+            return summaries.softmax_wide(z, beta, zero=zero)
+        p = table[self.layout[4]].cast("float64")
+        z = summaries.multiclass_log_scores(p, self.logits, self.clip)
+        zero = p <= 0 if not self.logits and self.clip is None else None
+        example = [*self.layout[1], self.layout[2]]
+        return summaries.softmax_long(table, z, example, beta, "sqlcal_q_", zero=zero)
+
+    def names(self, prefix: str = "calibrated_", name: str = "calibrated") -> list:
+        """The columns :meth:`apply` adds: ``prefix`` + each class column (wide), or ``name``."""
+        if self.layout[0] == "wide":
+            return [f"{prefix}{c}" for c in self.layout[2]]
+        return [name]
+
+    def apply(self, table: ir.Table, *, prefix: str = "calibrated_",
+              name: str = "calibrated") -> ir.Table:
+        """``table`` with the calibrated probabilities added: wide, a column ``prefix`` + each
+        class column; long, a column ``name`` (the softmax over the example's rows).
+
+        Examples
+        --------
+        >>> import ibis, pandas as pd
+        >>> m = TemperatureMap(by=(), table=pd.DataFrame({"temperature": [2.0]}),
+        ...                    layout=("wide", (), ("a", "b"), "y", None, ("a", "b")),
+        ...                    logits=True, clip=None)
+        >>> t = ibis.memtable(pd.DataFrame({"a": [2.0], "b": [0.0]}))
+        >>> m.apply(t).execute().round(6).values.tolist()
+        [[2.0, 0.0, 0.731059, 0.268941]]
+        """
+        if self.layout[0] == "long":
+            out = self.expressions(table)
+            return out.mutate(**{name: out.sqlcal_q_}).drop("sqlcal_q_")
+        return table.mutate(**dict(zip(self.names(prefix, name), self.expressions(table))))
+
+    def sql(self, table: str = "predictions", *, dialect: str = "duckdb",
+            prefix: str = "calibrated_", name: str = "calibrated",
+            columns: dict | None = None) -> str:
+        """``SELECT *, <calibrated probabilities> FROM table`` in a SQL dialect (duckdb,
+        postgres, pyspark, snowflake, bigquery, …), the temperatures inlined. ``columns`` (name
+        → Ibis type) types the columns read; by default they take the types they had when the
+        map was fitted."""
+        import sqlglot
+        from sqlglot import exp
+
+        schema = columns or dict(self.types)
+        unbound = ibis.table(schema, name=table)
+        query = self.apply(unbound, prefix=prefix, name=name)
+        added = self.names(prefix, name)
+        read = {"pyspark": "spark"}.get(dialect, dialect)
+        try:
+            tree = sqlglot.parse_one(ibis.to_sql(query, dialect=dialect), read=read)
+        except Exception:  # a dialect Ibis cannot compile without its backend (Spark)
+            tree = sqlglot.parse_one(ibis.to_sql(query, dialect="duckdb"), read="duckdb")
+        source = tree.args.get("from_") or tree.args["from"]
+        alias = source.this.alias_or_name
+        mapped = [e for e in tree.expressions if e.alias_or_name in added]
+        star = exp.Column(this=exp.Star(), table=exp.to_identifier(alias, quoted=True))
+        tree.set("expressions", [star, *mapped])
+        return tree.sql(dialect=read)
+
+    def __repr__(self) -> str:
+        if not self.by:
+            return f"<TemperatureMap: T = {self.temperature:.6g}>"
+        return f"<TemperatureMap: {len(self.table)} group(s), by {list(self.by)}>"
+
+    def _repr_html_(self) -> str:
+        return f"<p>{html.escape(repr(self))}</p>" + self.table.head(20).to_html(index=False)
