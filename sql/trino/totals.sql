@@ -7,6 +7,12 @@ SELECT
   "t2"."swy",
   "t2"."swp",
   "t2"."p_min",
+  "t2"."sw2",
+  "t2"."ny",
+  "t2"."sw2p",
+  "t2"."sw2pp",
+  "t2"."swpp",
+  "t2"."swyp",
   (
     "t2"."swy" - (
       "t2"."swyp" * 2
@@ -29,6 +35,8 @@ SELECT
   "t2"."sw2_spieg_var",
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
+  "t2"."sw_logloss_sq",
+  "t2"."swy_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -47,6 +55,16 @@ FROM (
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
+    SUM("t1"."w" * "t1"."w") AS "sw2",
+    SUM("t1"."y") AS "ny",
+    SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+    SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
+    SUM("t1"."w" * (
+      "t1"."p" * "t1"."p"
+    )) AS "swpp",
+    SUM("t1"."w" * (
+      "t1"."y" * "t1"."p"
+    )) AS "swyp",
     SUM(
       "t1"."w" * "t1"."w" * (
         (
@@ -93,12 +111,40 @@ FROM (
           )
         )
       )) AS "n_infinite_logloss",
-    SUM("t1"."w" * (
-      "t1"."y" * "t1"."p"
-    )) AS "swyp",
-    SUM("t1"."w" * (
-      "t1"."p" * "t1"."p"
-    )) AS "swpp",
+    SUM(
+      "t1"."w" * (
+        -(
+          LN(
+            IF(
+              IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p") > 0,
+              IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p"),
+              CAST(1.0 AS DOUBLE)
+            )
+          )
+        ) * -(
+          LN(
+            IF(
+              IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p") > 0,
+              IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p"),
+              CAST(1.0 AS DOUBLE)
+            )
+          )
+        )
+      )
+    ) AS "sw_logloss_sq",
+    SUM(
+      "t1"."w" * (
+        "t1"."y" * -(
+          LN(
+            IF(
+              IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p") > 0,
+              IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p"),
+              CAST(1.0 AS DOUBLE)
+            )
+          )
+        )
+      )
+    ) AS "swy_logloss",
     SUM(
       "t1"."w" * (
         (
