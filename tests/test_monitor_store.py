@@ -194,7 +194,7 @@ def test_a_store_table_sqlcal_did_not_write_is_refused():
 
 def test_a_metric_needing_an_unstored_summary_names_the_snapshot_option():
     store = ibis.duckdb.connect()
-    sqlcal.snapshot(predictions(n=500), store=store, **KW)
+    sqlcal.snapshot(predictions(n=500), store=store, **LEAN)
     src = sqlcal.stored(store, maturity="all")
     with pytest.raises(OptionError, match=r"levels=True"):
         sqlcal.cutoff_error(src)
@@ -212,19 +212,6 @@ def test_snapshot_options_are_checked_before_any_query():
                        ({"delays": (1, 2)}, "delays"), ({"by": "period_start"}, "by=")]:
         with pytest.raises(OptionError, match=match):
             sqlcal.snapshot(df, store=ibis.duckdb.connect(), **{**KW, **bad})
-
-
-def test_the_mature_view_drops_exactly_the_periods_younger_than_horizon_and_settle():
-    df = predictions(seed=4)
-    store = ibis.duckdb.connect()
-    sqlcal.snapshot(df, store=store, **LEAN)
-    at = DAY0 + pd.Timedelta(days=6)  # day k ends at DAY0 + k + 1: mature when k + 1 + 3 <= 6
-    src = sqlcal.stored(store, maturity="mature", at=at, horizon="2d", settle="1d")
-    rescan = sqlcal.source(window_rows(df, 0, 2), score="p", label="y", weight="w", by="g")
-    assert_same(sqlcal.brier(src), sqlcal.brier(rescan), "mature")
-
-
-# -- label maturity (spec §C, §E.4) -------------------------------------------------------------
 
 
 def delayed_stream(days: int = 40, per_day: int = 400, seed: int = 5) -> pd.DataFrame:
@@ -361,7 +348,7 @@ def test_the_snapshot_command_writes_once_and_refuses_a_bad_config(tmp_path, cap
     assert "[snapshot] has unknown keys ['cels']" in capsys.readouterr().err
 
 
-def test_daily_summaries_equal_each_days_rows():
+def test_daily_summaries_and_the_mature_view_equal_their_days_rows():
     from sqlcal.monitor.stored import daily
 
     df = predictions(seed=8)
@@ -377,6 +364,11 @@ def test_daily_summaries_equal_each_days_rows():
             assert row.swy == pytest.approx((part.w * part.y).sum(), rel=1e-12)
             assert row.swp == pytest.approx((part.w * part.p).sum(), rel=1e-12)
             assert row.swpp == pytest.approx((part.w * part.p ** 2).sum(), rel=1e-12)
+    # the mature view drops exactly the periods younger than horizon + settle
+    at = DAY0 + pd.Timedelta(days=6)  # day k ends at DAY0 + k + 1: mature when k + 1 + 3 <= 6
+    src = sqlcal.stored(store, maturity="mature", at=at, horizon="2d", settle="1d")
+    rescan = sqlcal.source(window_rows(df, 0, 2), score="p", label="y", weight="w", by="g")
+    assert_same(sqlcal.brier(src), sqlcal.brier(rescan), "mature")
     cells = daily(store, "cells", maturity="all")
     assert cells.groupby("period_start")["n"].sum().tolist() == \
         window_rows(df, 0, 5).groupby(df["t"].dt.floor("D"))["p"].size().tolist()
