@@ -16,6 +16,7 @@ the files drift from the code.
 from __future__ import annotations
 
 import functools
+import math
 import re
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ import ibis
 
 from sqlcal import summaries
 from sqlcal.export import statements
+from sqlcal.monitor import schema
 from sqlcal.source import check_exprs, valid_expr
 
 #: dbt adapter -> the Ibis dialect of its SQL ("spark" covers Databricks, whose adapter dispatches
@@ -117,6 +119,64 @@ def validation_sql(dialect: str, weighted: bool) -> str:
     return _template(ibis.to_sql(expr, dialect=dialect), dialect, None, None)
 
 
+def store_sql(kind: str, dialect: str) -> str:
+    """The rows a snapshot stores for one summary kind (:data:`sqlcal.monitor.schema.TABLES`:
+    ``"totals"``, ``"cells"`` or ``"bins"``), as a Jinja template over a relation of ``(by...,
+    p, y, w, period_start)``: per group, period and key, the label-free row (``delay`` = -1,
+    over every row) and the label row of the positives (``delay`` = -2: arrival unknown).
+
+    Examples
+    --------
+    >>> "{{ cells - 1 }}" in store_sql("cells", "duckdb")
+    True
+    """
+    table = schema.TABLES[kind]
+    t = ibis.table({_BY: "string", "p": "float64", "y": "float64", "w": "float64",
+                    "period_start": "timestamp"}, name=_RELATION)
+    keys = {"cells": {"cell": summaries.score_cell(t.p, _CELLS)},
+            "bins": {"bin": summaries.uniform_bin(t.p, _BINS, "sqlcal")}}.get(kind, {})
+    p = t.p
+    pc = ibis.greatest(ibis.least(p, 1 / (1 + math.exp(4.0))), 1 / (1 + math.exp(-4.0)))
+    t = t.mutate(**keys, lnp=ibis.ifelse(p > 0, p, 1.0).ln(),
+                 lnq=ibis.ifelse(p < 1, 1 - p, 1.0).ln(), h=(pc / (1 - pc)).ln() / 4.0,
+                 pq=p * (1 - p), q2=(1 - 2 * p) * (1 - 2 * p))
+    w, p, y = t.w, t.p, t.y
+    free = {"n": lambda r: r.count(), "W": lambda r: r.w.sum(), "sw2": lambda r: (r.w * r.w).sum(),
+            "swp": lambda r: (r.w * r.p).sum(), "swpp": lambda r: (r.w * r.p * r.p).sum(),
+            "sw2_pq": lambda r: (r.w * r.w * r.pq).sum(),
+            "spieg_var": lambda r: (r.w * (r.q2 * r.pq)).sum(),
+            "sw2_spieg_var": lambda r: (r.w * r.w * (r.q2 * r.pq)).sum(),
+            "sw_lnq": lambda r: (r.w * r.lnq).sum(), "n_p1": lambda r: r.count(where=r.p == 1),
+            "swp_h": lambda r: (r.w * r.h * r.p).sum(), "p_min": lambda r: r.p.min(),
+            "p_max": lambda r: r.p.max()}
+    label = {"n_pos": lambda r: r.count(), "swy": lambda r: r.w.sum(),
+             "swyp": lambda r: (r.w * r.p).sum(), "swy_lnp": lambda r: (r.w * r.lnp).sum(),
+             "swy_lnq": lambda r: (r.w * r.lnq).sum(),
+             "n_pos_p0": lambda r: r.count(where=r.p == 0),
+             "n_pos_p1": lambda r: r.count(where=r.p == 1), "swy_h": lambda r: (r.w * r.h).sum()}
+    free_cols = [c for c, _ in table["label_free"]]
+    label_cols = [c for c, _ in table["label"]]
+    types = dict((*table["label_free"], *table["label"]))
+    group = [_BY, "period_start", *keys]
+    order = [_BY, "period_start", "delay", *keys, *free_cols, *label_cols]
+
+    def typed(name, value):
+        return ibis.literal(value, type=types[name])
+
+    a = t.group_by(group).aggregate(**{c: free[c](t) for c in free_cols})
+    a = a.mutate(delay=ibis.literal(schema.DELAY_LABEL_FREE, type="int64"),
+                 **{c: typed(c, 0) for c in label_cols})
+    pos = t.filter(y == 1)  # labels 0/1: Σw·y·f(p) is Σw·f(p) over the positives
+    b = pos.group_by(group).aggregate(**{c: label[c](pos) for c in label_cols})
+    b = b.mutate(delay=ibis.literal(schema.DELAY_UNKNOWN, type="int64"),
+                 **{c: ibis.null(types[c]) if c in schema.MINIMA | schema.MAXIMA
+                    else typed(c, 0) for c in free_cols})
+    expr = a.select(order).union(b.select(order))
+    param, placeholder = {"cells": ("cells", _CELLS), "bins": ("bins", _BINS)}.get(kind,
+                                                                             (None, None))
+    return _template(ibis.to_sql(expr, dialect=dialect), dialect, param, placeholder)
+
+
 def _template(text: str, dialect: str, param: str | None, placeholder: int | None) -> str:
     q = "`" if dialect in ("bigquery", "databricks") else '"'
     text = text.strip().rstrip(";")
@@ -135,7 +195,8 @@ def _template(text: str, dialect: str, param: str | None, placeholder: int | Non
         raise ValueError(f"{dialect}: no GROUP BY ordinals")
     text = group.sub(_group_by, text)
     if placeholder is not None:
-        if text.count(str(placeholder)) != 1 or text.count(str(placeholder - 1)) != 1:
+        found = text.count(str(placeholder))
+        if found == 0 or text.count(str(placeholder - 1)) != found:
             raise ValueError(f"{dialect}: the {param} placeholder is not where expected")
         text = text.replace(str(placeholder - 1), "{{ " + param + " - 1 }}")
         text = text.replace(str(placeholder), "{{ " + param + " }}")
@@ -203,6 +264,35 @@ def summaries_file() -> str:
     return "".join(out)
 
 
+def store_file() -> str:
+    """``macros/store.sql``: the summary store's tables (:mod:`sqlcal.monitor.schema`) as model
+    macros: ``store_rows(kind, ...)`` for ``sqlcal_sum_totals``, ``_cells`` and ``_bins``, and
+    ``store_manifest(...)`` for ``sqlcal_snapshots``, which :func:`sqlcal.stored` reads.
+
+    Examples
+    --------
+    >>> "{% macro store_manifest(" in store_file()
+    True
+    """
+    out = [_HEADER]
+    for kind in ("totals", "cells", "bins"):
+        param = {"cells": "cells", "bins": "bins"}.get(kind)
+        args = "relation, by=[]" + (f", {param}=none" if param else "")
+        calls = "relation, by" + (f", {param}" if param else "")
+        out.append(f"\n{{# stored rows of sqlcal_sum_{kind}, before the leading columns #}}\n")
+        out.append(_macro(f"store_{kind}", args, calls,
+                          {a: store_sql(kind, d) for a, d in ADAPTERS.items()}))
+    columns = {kind: [c for c, _ in (*schema.TABLES[kind]["keys"],
+                                     *schema.TABLES[kind]["label_free"],
+                                     *schema.TABLES[kind]["label"])]
+               for kind in ("totals", "cells", "bins")}
+    out.append(_STORE.replace("__COLUMNS__", repr(columns)).replace(
+        "__DELAYS__", repr([float(d) for d in schema.DELAYS])).replace(
+        "__SUMMARY_VERSION__", str(schema.SUMMARY_VERSION)).replace(
+        "__VERSION__", __import__("sqlcal").__version__))
+    return "".join(out)
+
+
 def render() -> dict[str, str]:
     """The generated package: path under ``sql/dbt/`` -> its text.
 
@@ -212,7 +302,8 @@ def render() -> dict[str, str]:
     ['README.md', 'dbt_project.yml', 'macros/calibration.sql', 'macros/summaries.sql']
     """
     return {"dbt_project.yml": _PROJECT, "macros/summaries.sql": summaries_file(),
-            "macros/calibration.sql": _HEADER + _CALIBRATION, "README.md": _README}
+            "macros/calibration.sql": _HEADER + _CALIBRATION, "macros/store.sql": store_file(),
+            "README.md": _README}
 
 
 def write(root: Path) -> list[Path]:
@@ -442,6 +533,143 @@ where {{ adapter.quote("failed") }} = 1
 {% macro snowflake__double() %}double{% endmacro %}
 """.replace("__METRICS__", "{" + ", ".join(f'"{m}": "{s}"' for m, s in TEST_METRICS.items())
            + "}")
+
+# The summary store written by dbt models: the same tables and columns as sqlcal.snapshot
+# (sqlcal.monitor.schema), one version per period (a model materialized incremental with
+# delete+insert on period_start rewrites a period in place), labels of unknown arrival time.
+_STORE = """
+{#- The spec of the stored sums (what sqlcal.stored reads from the manifest) and its hash. #}
+{% macro store_spec(relation, score, label, time, weight=none, by=none, cells=16384, bins=15,
+                    where=none) %}
+{%- set by = [] if by is none else ([by] if by is string else by) %}
+{%- set spec = {"summary_version": __SUMMARY_VERSION__, "origin": "dbt:" ~ relation,
+                "where": where, "score": score, "label": label, "weight": weight, "by": by,
+                "time": time, "grain": "day", "label_time": none, "unknown": "negative",
+                "delays": __DELAYS__, "cells": cells | int, "bins": [[bins | int, "sqlcal"]],
+                "logit": [], "smooth": [], "levels": false} %}
+{%- set text = tojson(spec, sort_keys=true) %}
+{{ return({"spec": text, "hash": local_md5(text)[:16], "by": by}) }}
+{% endmacro %}
+
+{#- The rows of a predictions relation as the store reads them: keys, p, y (NULL = not known
+    yet = 0), w, and the day. #}
+{% macro store_input(relation, score, label, time, weight, by, where) %}
+{%- set q = adapter.quote %}
+{%- set double = sqlcal.double() %}
+  select
+{%- for c in by %}
+    {{ c }} as {{ q(c) }},
+{%- endfor %}
+    cast({{ score }} as {{ double }}) as {{ q("p") }},
+    cast(coalesce({{ label }}, 0) as {{ double }}) as {{ q("y") }},
+    cast({{ weight if weight is not none else 1 }} as {{ double }}) as {{ q("w") }},
+    cast({{ dbt.date_trunc("day", "cast(" ~ time ~ " as " ~ dbt.type_timestamp() ~ ")") }}
+      as {{ dbt.type_timestamp() }}) as {{ q("period_start") }}
+  from {{ relation }}
+{%- if where %}
+  where {{ where }}
+{%- endif %}
+{% endmacro %}
+
+{#- A model of the store table sqlcal_sum_<kind> (kind: totals, cells, bins). #}
+{% macro store_rows(kind, relation, score, label, time, weight=none, by=none, cells=16384,
+                    bins=15, where=none) %}
+{%- if kind not in ["totals", "cells", "bins"] %}
+  {{ exceptions.raise_compiler_error("sqlcal.store_rows: kind must be totals, cells or bins, "
+     ~ "not " ~ kind) }}
+{%- endif %}
+{%- if cells | int not in [1024, 2048, 4096, 8192, 16384, 32768, 65536] %}
+  {{ exceptions.raise_compiler_error("sqlcal.store_rows: cells must be a power of two from "
+     ~ "2^10 to 2^16, not " ~ cells) }}
+{%- endif %}
+{%- set spec = sqlcal.store_spec(relation, score, label, time, weight, by, cells, bins, where) %}
+{%- set by = spec["by"] %}
+{%- set q = adapter.quote %}
+{%- set columns = __COLUMNS__ %}
+with sqlcal_rows as (
+{{ sqlcal.store_input(relation, score, label, time, weight, by, where) }}
+),
+sqlcal_stored as (
+{%- if kind == "totals" %}
+{{ sqlcal.store_totals("sqlcal_rows", by) }}
+{%- elif kind == "cells" %}
+{{ sqlcal.store_cells("sqlcal_rows", by, cells | int) }}
+{%- else %}
+{{ sqlcal.store_bins("sqlcal_rows", by, bins | int) }}
+{%- endif %}
+)
+select '{{ spec["hash"] }}' as {{ q("spec_hash") }},
+  cast(1 as {{ dbt.type_bigint() }}) as {{ q("version") }},
+  s.{{ q("period_start") }},
+  cast(s.{{ q("delay") }} as {{ dbt.type_bigint() }}) as {{ q("delay") }},
+  {{ sqlcal.group_keys(by) }} as {{ q("group_keys") }},
+{%- for c in by %}
+  s.{{ q(c) }},
+{%- endfor %}
+{%- if kind == "cells" %}
+  cast({{ cells | int }} as {{ dbt.type_bigint() }}) as {{ q("cells") }},
+{%- elif kind == "bins" %}
+  cast({{ bins | int }} as {{ dbt.type_bigint() }}) as {{ q("bins") }},
+  cast('sqlcal' as {{ dbt.type_string() }}) as {{ q("convention") }},
+{%- endif %}
+{%- for c in columns[kind] %}
+  s.{{ q(c) }}{{ "," if not loop.last }}
+{%- endfor %}
+from sqlcal_stored s
+{% endmacro %}
+
+{#- The group's keys as JSON text (sorted keys; values as text, not escaped: the
+    readers use the typed key columns). #}
+{% macro group_keys(by) %}
+{%- if not by %}'{}'{% else -%}
+'{' ||
+{%- for c in by | sort %}
+  '{{ tojson(c) }}:' || case when s.{{ adapter.quote(c) }} is null then 'null' else '"' ||
+    cast(s.{{ adapter.quote(c) }} as {{ dbt.type_string() }}) || '"' end
+    || {{ "','" if not loop.last else "'}'" }}
+  {%- if not loop.last %} ||{% endif %}
+{%- endfor %}
+{%- endif %}
+{%- endmacro %}
+
+{#- A model of the store's manifest sqlcal_snapshots: one row per period, version 1, labels as
+    of as_of (default: the run's start), mature at age >= horizon + settle days. #}
+{% macro store_manifest(relation, score, label, time, weight=none, by=none, cells=16384,
+                        bins=15, where=none, as_of=none, horizon_days=30, settle_days=1) %}
+{%- set spec = sqlcal.store_spec(relation, score, label, time, weight, by, cells, bins, where) %}
+{%- set by = spec["by"] %}
+{%- set q = adapter.quote %}
+{%- set ts = dbt.type_timestamp() %}
+{%- set as_of = as_of if as_of is not none else run_started_at.strftime("%Y-%m-%d %H:%M:%S") %}
+with sqlcal_rows as (
+{{ sqlcal.store_input(relation, score, label, time, weight, by, where) }}
+),
+sqlcal_groups as (
+  select {{ q("period_start") }},
+    count(*) as {{ q("n") }},
+    sum(abs({{ q("w") }} - floor({{ q("w") }}))) as {{ q("frac") }}
+  from sqlcal_rows
+  group by {{ q("period_start") }}{% for c in by %}, {{ q(c) }}{% endfor %}
+)
+select '{{ spec["hash"] }}' as {{ q("spec_hash") }},
+  '{{ spec["spec"] | replace("'", "''") }}' as {{ q("spec") }},
+  {{ q("period_start") }},
+  cast({{ dbt.dateadd("day", 1, q("period_start")) }} as {{ ts }}) as {{ q("period_end") }},
+  cast('{{ as_of }}' as {{ ts }}) as {{ q("as_of") }},
+  cast(1 as {{ dbt.type_bigint() }}) as {{ q("version") }},
+  true as {{ q("current") }},
+  cast(sum({{ q("n") }}) as {{ dbt.type_string() }}) as {{ q("fingerprint") }},
+  cast({{ dbt.dateadd("day", 1 + horizon_days + settle_days, q("period_start")) }} as {{ ts }})
+    <= cast('{{ as_of }}' as {{ ts }}) as {{ q("mature") }},
+  cast(sum({{ q("n") }}) as {{ dbt.type_bigint() }}) as {{ q("rows_scanned") }},
+  cast(count(*) as {{ dbt.type_bigint() }}) as {{ q("n_groups") }},
+  sum({{ q("frac") }}) = 0 as {{ q("integer_weights") }},
+  cast('{{ as_of }}' as {{ ts }}) as {{ q("written_at") }},
+  cast('__VERSION__' as {{ dbt.type_string() }}) as {{ q("sqlcal_version") }}
+from sqlcal_groups
+group by {{ q("period_start") }}
+{% endmacro %}
+"""
 
 _README = """\
 # sqlcal for dbt

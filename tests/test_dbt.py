@@ -70,6 +70,19 @@ def _seed() -> pd.DataFrame:
     return pd.DataFrame({"segment": segment, "score": score, "label": label, "weight": weight})
 
 
+def _events() -> pd.DataFrame:
+    """Three days of predictions in two segments, whole-number weights, for the store."""
+    rng = np.random.default_rng(180)
+    n = 600
+    score = np.round(rng.uniform(0, 1, n), 3)
+    segment = np.where(rng.uniform(size=n) < 0.4, "b", "a")
+    label = (rng.uniform(size=n) < np.where(segment == "b", score**2, score)).astype(int)
+    t = pd.Timestamp("2026-11-01") + pd.to_timedelta(rng.uniform(0, 3 * 86400, n), unit="s")
+    return pd.DataFrame({"segment": segment, "score": score, "label": label,
+                         "weight": rng.integers(1, 4, n).astype(float),
+                         "t": t.floor("s").strftime("%Y-%m-%d %H:%M:%S")})
+
+
 def _start(tmp_path: Path, adapter: str) -> tuple[Path, subprocess.Popen]:
     """Copy the test project with the package and a seed, and start its ``dbt build``."""
     dbt = _dbt()
@@ -79,6 +92,7 @@ def _start(tmp_path: Path, adapter: str) -> tuple[Path, subprocess.Popen]:
     (project / "dbt_packages" / "sqlcal").symlink_to(ROOT / "sql" / "dbt")
     (project / "seeds").mkdir()
     _seed().to_csv(project / "seeds" / "predictions.csv", index=False)
+    _events().to_csv(project / "seeds" / "events.csv", index=False)
     if adapter == "duckdb":
         target = {"type": "duckdb", "path": str(tmp_path / "dbt.duckdb"), "threads": 2}
     else:
@@ -140,6 +154,7 @@ def builds(tmp_path_factory):
                 values = _fetch(con, f"select * from {_SCHEMA}.seed_values")
                 table = _fetch(con, f"select * from {_SCHEMA}.predictions")
                 con.execute(f"drop schema {_SCHEMA} cascade")
+        out[f"{adapter}_dir"] = tmp
         out[adapter] = (adapter, run.returncode, stdout,
                         {r["unique_id"].split(".")[2]: r for r in results["results"]},
                         values, table)
@@ -179,6 +194,10 @@ def _fetch(con, sql):
 def test_calibrated_passes_and_miscalibrated_fails(built):
     adapter, returncode, stdout, results, _, _ = built
     status = {name: r["status"] for name, r in results.items()}
+    for node in ("rows", "calibrated", "miscalibrated", "invalid", "seed_values", "predictions",
+                 "events", "sqlcal_sum_totals", "sqlcal_sum_cells", "sqlcal_sum_bins",
+                 "sqlcal_snapshots"):
+        assert status[node] == "success", (node, stdout[-3000:])
     for metric in METRICS:
         assert status[f"calibrated_{metric}"] == "pass", (metric, stdout[-3000:])
         assert status[f"miscalibrated_{metric}"] == "fail", (metric, stdout[-3000:])
@@ -317,3 +336,27 @@ def test_summary_macros_parse_in_their_dialect(adapter):
                 names = {c.name for c in tree.find_all(sqlglot.exp.Column)}
                 assert set(by) <= names, (adapter, kind, by)
                 assert "{" not in sql and "sqlcal_by__" not in sql
+
+
+def test_stored_reads_the_store_dbt_wrote(builds):
+    """The store models (sqlcal_sum_totals, _cells, _bins, sqlcal_snapshots) write what
+    sqlcal.stored reads: every stored metric equals the library on the rows (DuckDB)."""
+    from sqlcal.monitor.store import manifest
+    if isinstance(builds["duckdb"], str):
+        pytest.skip(builds["duckdb"])
+    path = builds["duckdb_dir"] / "dbt.duckdb"
+    events = _events().assign(t=lambda d: pd.to_datetime(d["t"]))
+    src = sqlcal.stored(str(path))  # the mature view: as_of is 37 days after the last day
+    kw = dict(score="score", label="label", weight="weight", by="segment")
+    for name, options, column in [("brier", {}, "brier"), ("log_loss", {}, "log_loss"),
+                                  ("calibration_in_the_large", {}, "citl"),
+                                  ("spiegelhalter", {}, "z"), ("ece", {}, "ece"),
+                                  ("cutoff_error", {"method": "grid"}, "cutoff_error")]:
+        function = getattr(sqlcal, name)
+        got = function(src, **options).sort_values("segment")
+        want = function(events, **kw, **options).sort_values("segment")
+        np.testing.assert_allclose(got[column], want[column], rtol=1e-9, err_msg=name)
+        np.testing.assert_allclose(got["W"], want["W"], rtol=1e-12)
+    periods = manifest(str(path))
+    assert len(periods) == 3 and periods["version"].tolist() == [1, 1, 1]
+    assert periods["integer_weights"].all() and periods["mature"].all()

@@ -1,0 +1,4 @@
+{{ config(materialized="incremental", incremental_strategy="delete+insert",
+          unique_key="period_start") }}
+{{ sqlcal.store_rows("totals", ref("events"), "score", "label", "t", weight="weight",
+                     by=["segment"], cells=1024) }}
