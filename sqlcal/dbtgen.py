@@ -264,6 +264,7 @@ def summaries_file() -> str:
     return "".join(out)
 
 
+@functools.lru_cache(maxsize=1)
 def store_file() -> str:
     """``macros/store.sql``: the summary store's tables (:mod:`sqlcal.monitor.schema`) as model
     macros: ``store_rows(kind, ...)`` for ``sqlcal_sum_totals``, ``_cells`` and ``_bins``, and
@@ -299,7 +300,7 @@ def render() -> dict[str, str]:
     Examples
     --------
     >>> sorted(render())
-    ['README.md', 'dbt_project.yml', 'macros/calibration.sql', 'macros/summaries.sql']
+    ['README.md', 'dbt_project.yml', 'macros/calibration.sql', 'macros/store.sql', 'macros/summaries.sql']
     """
     return {"dbt_project.yml": _PROJECT, "macros/summaries.sql": summaries_file(),
             "macros/calibration.sql": _HEADER + _CALIBRATION, "macros/store.sql": store_file(),
@@ -315,7 +316,7 @@ def write(root: Path) -> list[Path]:
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as d:
     ...     [p.name for p in write(Path(d))]
-    ['dbt_project.yml', 'summaries.sql', 'calibration.sql', 'README.md']
+    ['dbt_project.yml', 'summaries.sql', 'calibration.sql', 'store.sql', 'README.md']
     """
     wanted = render()
     for stale in (root / "macros").glob("*.sql") if (root / "macros").exists() else ():
