@@ -174,6 +174,10 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     mon.add_argument("--html", metavar="PATH", help="write the offline HTML page here")
     mon.add_argument("--json", action="store_true", help="print the JSON document")
     mon.add_argument("--quiet", action="store_true", help="print nothing but alarms")
+    mon.add_argument("--no-results", action="store_true",
+                     help="do not append to the results table of [monitor]")
+    mon.add_argument("--no-windows", action="store_true",
+                     help="only the detector: no window metrics, alerts or results rows")
 
     sql = commands.add_parser("sql", help="print the SQL of a metric's reduction for a dialect",
                               formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -374,13 +378,33 @@ def _snapshot(args) -> int:
 
 
 def _monitor(args) -> int:
-    from sqlcal import outputs
+    from sqlcal import monitoring, outputs
     from sqlcal.monitor import config as monitor_config, monitor
 
     config = monitor_config.load(args.config)
-    monitor.check_detect(config.get("detect"), where=args.config)
+    where = args.config
+    monitor.check_detect(config.get("detect"), where=where)
+    windows, maturity = monitoring.check_windows(config.get("windows"), where=where)
+    metrics = monitoring.check_metrics(config.get("metrics"), where=where)
+    rules = monitoring.check_alerts(config.get("alerts"), windows, metrics, where=where)
+    table_name = monitoring.check_monitor(config.get("monitor"), where=where)
     outputs.check_all({"json": args.json_file, "html": args.html})
     run = monitor.run(config, at=args.at)
+    snap, labels = config["snapshot"], config["labels"]
+    if not args.no_windows:
+        run.windows = monitoring.windows(
+            snap["store"], windows=windows, metrics=metrics, at=args.at, maturity=maturity,
+            horizon=labels["horizon"], settle=labels["settle"], prefix=snap["prefix"])
+        run.alerts = monitoring.alerts(run.windows, rules, list(config["source"]["by"]))
+    check_date = str(pd.Timestamp(args.at).date()) if args.at else \
+        str(pd.Timestamp.now(tz="UTC").date())
+    if table_name and not args.no_results and run.windows is not None:
+        rows = monitoring.results_rows(run.windows, run.detection.path,
+                                       list(config["source"]["by"]), run_id=check_date,
+                                       config_hash=monitoring.config_hash(config))
+        written = monitoring.store_results(snap["store"], table_name, rows)
+        if not args.quiet:
+            _out(f"wrote {written} rows in table {table_name} (check {check_date})")
     if args.json_file:
         outputs.write_text(args.json_file, "json", json.dumps(monitor.to_document(run), indent=2))
     if args.html:
@@ -394,8 +418,9 @@ def _monitor(args) -> int:
             path = run.detection.path
             _out(f"{path['day'].nunique()} mature days checked, "
                  f"{len(path) // max(path['day'].nunique(), 1)} groups, "
-                 f"{len(run.alarms)} alarms (threshold log c = {run.detection.threshold:.2f})")
-    return EXIT_ALERT if len(run.alarms) else EXIT_OK
+                 f"{len(run.alarms)} alarms (threshold log c = {run.detection.threshold:.2f}), "
+                 f"{len(run.alerts or [])} window alerts")
+    return EXIT_ALERT if len(run.alarms) or run.alerts else EXIT_OK
 
 
 def _report(args) -> int:

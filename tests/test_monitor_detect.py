@@ -381,8 +381,65 @@ def test_monitor_command_alarms_with_exit_code_3(stored_stream, tmp_path, capsys
     assert doc["generator"] == "sqlcal" and [a["g"] for a in doc["alarms"]] == ["a"]
     assert doc["threshold"] == pytest.approx(np.log(365 / 0.05), rel=1e-15)
     page = (tmp_path / "m.html").read_text()
-    assert '<meta name="generator" content="sqlcal">' in page and page.count("<svg") == 2
+    assert '<meta name="generator" content="sqlcal">' in page
+    # each group's detector path, and the alarmed group's pre/post reliability diagram
+    assert page.count('aria-label="detector log M per day"') == 2
+    assert page.count('aria-label="reliability diagram"') == 1
     # a bad [detect] key is refused before any query, naming the key
     toml.write_text(toml.read_text() + "alfa = 0.1\n")
     assert main(["monitor", "--config", str(toml)]) == 2
     assert "alfa" in capsys.readouterr().err
+
+
+def test_monitor_windows_alerts_and_results_rows(stored_stream, tmp_path, capsys):
+    import json
+    from sqlcal.cli import main
+    from sqlcal.monitor import store as monitor_store
+    df, path = stored_stream
+    toml = tmp_path / "monitor.toml"
+    toml.write_text(
+        f'[source]\ndata = "unused.duckdb"\nscore = "p"\nlabel = "y"\ntime = "t"\n'
+        f'weight = "w"\nby = ["g"]\n[snapshot]\nstore = "{path}"\n'
+        '[monitor]\nresults_table = "monitor_results"\n'
+        '[windows]\nlast_7d = { days = 7 }\nmonth = { calendar = "month", compare = "previous" }\n'
+        '[metrics]\nbrier = {}\ncalibration_in_the_large = {}\n'
+        '[[alerts]]\nwindow = "last_7d"\nmetric = "calibration_in_the_large"\ncolumn = "citl"\n'
+        'below = -0.02\n')
+    args = ["monitor", "--config", str(toml), "--at", "2026-09-30", "--json-file",
+            str(tmp_path / "w.json")]
+    assert main(args) == 3
+    out = capsys.readouterr().out
+    assert "ALERT g=a: last_7d calibration_in_the_large.citl" in out and "ALERT g=b" not in out
+    doc = json.loads((tmp_path / "w.json").read_text())
+    table = {(r["g"], r["window"], r["metric"], r["statistic"]): r for r in doc["windows"]}
+
+    def brier(g, first, last):  # numpy on the raw rows of days first..last (0-based)
+        rows = df[(df.g == g) & (df.day >= first) & (df.day <= last)]
+        return np.sum(rows.w * (rows.y - rows.p) ** 2) / rows.w.sum()
+    for g in ("a", "b"):  # the last final day is day 59 (2026-07-30)
+        assert table[(g, "last_7d", "brier", "brier")]["value"] == pytest.approx(
+            brier(g, 53, 59), rel=1e-12)
+        july, june = brier(g, 30, 59), brier(g, 0, 29)
+        assert table[(g, "month", "brier", "brier")]["value"] == pytest.approx(july, rel=1e-12)
+        assert table[(g, "month:previous", "brier", "brier")]["value"] == pytest.approx(
+            june, rel=1e-12)
+        assert table[(g, "month:change", "brier", "brier")]["value"] == pytest.approx(
+            july - june, rel=1e-9)
+        change = table[(g, "month:change", "calibration_in_the_large", "citl")]
+
+        def mean_and_var(first, last):  # the mean residual and its variance, frequency weights
+            rows = df[(df.g == g) & (df.day >= first) & (df.day <= last)]
+            r, W = rows.y - rows.p, rows.w.sum()
+            m = np.sum(rows.w * r) / W
+            return m, (np.sum(rows.w * r ** 2) / W - m ** 2) / W
+        (m1, v1), (m0, v0) = mean_and_var(30, 59), mean_and_var(0, 29)
+        assert change["value"] == pytest.approx(-(m1 - m0), rel=1e-9)
+        half = 1.959963984540054 * np.sqrt(v1 + v0)
+        assert change["upper"] - change["value"] == pytest.approx(half, rel=1e-9)
+    # the results table: one set of rows per check date; a re-run adds none
+    con = monitor_store.connect(path)  # the store's open connection
+    rows = con.table("monitor_results").to_pandas()
+    assert set(rows.run_id) == {"2026-09-30"}
+    assert len(rows) == len(doc["windows"]) + 2  # + the detector's log M per group
+    assert main(args + ["--quiet"]) == 3
+    assert con.table("monitor_results").count().execute() == len(rows)

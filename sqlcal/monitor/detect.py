@@ -350,7 +350,7 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         ref = tuple(_timestamp(x) for x in reference)
     first = int(np.searchsorted(calendar, ref[1], side="right"))
     c = threshold(alpha, horizon)
-    paths, alarms = [], []
+    paths, alarms, reliability = [], [], {}
     groups = cells.groupby(list(by), sort=True, dropna=False) if by else [((), cells)]
     for key, part in groups:
         key = key if isinstance(key, tuple) else (key,)
@@ -373,7 +373,9 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         path["alarm"] = path["log_M"] >= c
         paths.append(path)
         if out["alarm_day"] >= 0:
-            alarms.append(_alarm(store, prefix, spec_hash, days, by, keys, calendar, out, K))
+            row, diagrams = _alarm(store, prefix, spec_hash, days, by, keys, calendar, out, K)
+            alarms.append(row)
+            reliability[tuple(keys.values())] = diagrams
     path = pd.concat(paths, ignore_index=True)
     columns = [*by, "alarm_day", "change_day", "log_M_at_alarm", "pre_start", "pre_end",
                "post_start", "post_end", *DECOMPOSITION]
@@ -381,7 +383,8 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
     return Detection(path=path, alarms=alarms, threshold=c,
                      info={"spec": spec_hash, "reference": ref, "bins": bins,
                            "tolerance": tuple(tolerance), "alpha": alpha, "horizon": horizon,
-                           "windows": tuple(windows), "days": len(calendar)})
+                           "windows": tuple(windows), "days": len(calendar),
+                           "reliability": reliability})
 
 
 #: the change report's decomposition columns (post − pre, and the fits in both windows)
@@ -487,18 +490,23 @@ def _alarm(store, prefix, spec_hash, days, by, keys, calendar, out, K) -> tuple:
     alarm, change = int(out["alarm_day"]), int(out["change_day"])
     pre = (calendar[max(change - 28, 0)], calendar[max(change - 1, 0)])
     post = (calendar[change], calendar[alarm])
-    terms = []
-    for lo, hi in (pre, post):
+    terms, diagrams = [], {}
+    for name, (lo, hi) in (("pre", pre), ("post", post)):
         window = days[days["period_start"].between(lo, hi)]
         cells = _store.merged(store, "cells", prefix=prefix, spec_hash=spec_hash,
                               versions=window, by=list(by), delays=None, params={"cells": K})
         for k, v in keys.items():
             cells = cells[cells[k] == v]
         terms.append(split_mcb(cells["W"], cells["swy"], cells["swp"] / cells["W"]))
+        # the window's reliability diagram: 16 equal-width bins of whole cells (exact)
+        binned = cells.assign(bin=cells["cell"] * 16 // K).groupby("bin")[["W", "swy", "swp"]] \
+            .sum().reset_index()
+        diagrams[name] = binned.assign(mean_score=binned["swp"] / binned["W"],
+                                       observed=binned["swy"] / binned["W"])
     change_terms = [terms[1][k] - terms[0][k] for k in ("mcb", "intercept", "slope", "shape")]
     return (*keys.values(), calendar[alarm], calendar[change], float(out["log_M"][alarm]),
             *pre, *post, *change_terms, terms[0]["a"], terms[0]["b"], terms[1]["a"],
-            terms[1]["b"])
+            terms[1]["b"]), diagrams
 
 
 def _timestamp(value: Any) -> pd.Timestamp:

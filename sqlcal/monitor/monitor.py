@@ -38,6 +38,8 @@ class MonitorRun:
     detection: _detect.Detection
     at: Any
     status: str
+    windows: pd.DataFrame | None = None
+    alerts: list | None = None
 
     @property
     def alarms(self) -> pd.DataFrame:
@@ -97,6 +99,11 @@ def run(config: dict, *, at: Any = None) -> MonitorRun:
 def lines(result: MonitorRun) -> list[str]:
     """One line per alarm, as ``sqlcal monitor`` prints them."""
     out = []
+    for a in result.alerts or []:
+        keys = ", ".join(f"{k}={v}" for k, v in a.items() if k not in (
+            "window", "metric", "column", "value", "rule", "threshold"))
+        out.append(f"ALERT {keys or 'all rows'}: {a['window']} {a['metric']}.{a['column']} = "
+                   f"{a['value']:.4g} is {a['rule']} {a['threshold']}")
     for row in result.alarms.to_dict("records"):
         keys = ", ".join(f"{k}={row[k]}" for k in result.alarms.columns[
             :list(result.alarms.columns).index("alarm_day")])
@@ -115,8 +122,8 @@ def to_document(result: MonitorRun) -> dict:
         for c in frame.columns:
             if pd.api.types.is_datetime64_any_dtype(frame[c]):
                 frame[c] = frame[c].dt.strftime("%Y-%m-%d")
-        return json.loads(frame.to_json(orient="records"))
-    info = dict(result.detection.info)
+        return json.loads(frame.to_json(orient="records", double_precision=15))
+    info = {k: v for k, v in result.detection.info.items() if k != "reliability"}
     info["reference"] = [str(pd.Timestamp(x).date()) for x in info["reference"]]
     return {"generator": "sqlcal", "sqlcal_version": __version__, "schema_version": 2,
             "kind": "monitor", "status": result.status,
@@ -124,7 +131,9 @@ def to_document(result: MonitorRun) -> dict:
             "guarantee": f"P(any false alarm within {info['horizon']} daily checks) <= "
                          f"{info['alpha']} per group, if the labels of a day are independent "
                          "given their scores",
-            "alarms": records(result.alarms), "path": records(result.detection.path)}
+            "alarms": records(result.alarms), "alerts": list(result.alerts or []),
+            "windows": records(result.windows) if result.windows is not None else [],
+            "path": records(result.detection.path)}
 
 
 def to_html(result: MonitorRun) -> str:
@@ -140,8 +149,21 @@ def to_html(result: MonitorRun) -> str:
         title = ", ".join(f"{k}={v}" for k, v in zip(keys, key)) or "all rows"
         parts.append(f"<h2>{html.escape(title)}</h2>" + _svg(part["log_M"].to_numpy(), c,
                                                               part["day"]))
+        diagrams = result.detection.info.get("reliability", {}).get(key)
+        if diagrams:
+            parts.append("<p>Reliability before the change (grey) and since (blue): observed "
+                         "rate against mean score, 16 equal-width bins.</p>"
+                         + _reliability_svg(diagrams["pre"], diagrams["post"]))
+        if result.windows is not None and len(result.windows):
+            mine = result.windows
+            for k, v in zip(keys, key):
+                mine = mine[mine[k] == v]
+            parts.append(mine.drop(columns=keys).to_html(
+                index=False, float_format=lambda x: f"{x:.5g}", escape=True))
     alarms = result.alarms.to_html(index=False, float_format=lambda x: f"{x:.5g}") \
         if len(result.alarms) else "<p>No alarm.</p>"
+    if result.alerts:
+        alarms += pd.DataFrame(result.alerts).to_html(index=False, escape=True)
     return ("<!doctype html><html><head><meta charset=\"utf-8\">"
             '<meta name="generator" content="sqlcal"><title>sqlcal monitor</title>'
             "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
@@ -173,3 +195,22 @@ def _svg(log_M: np.ndarray, c: float, days: pd.Series, width: int = 640, height:
             f'<text x="40" y="{height - 4}" font-size="11">{first:%Y-%m-%d}</text>'
             f'<text x="{width - 80}" y="{height - 4}" font-size="11">{last:%Y-%m-%d}</text>'
             f'<text x="2" y="12" font-size="11">log M</text></svg>')
+
+
+def _reliability_svg(pre: pd.DataFrame, post: pd.DataFrame, size: int = 260) -> str:
+    def sx(v):
+        return 30 + (size - 40) * v
+    def sy(v):
+        return size - 25 - (size - 40) * v
+    top = max(float(pd.concat([pre, post])[["mean_score", "observed"]].max().max()), 0.05)
+    scale = 1 / top
+    lines = []
+    for frame, colour in ((pre, "#999"), (post, "#1f77b4")):
+        pts = " ".join(f"{sx(x * scale):.1f},{sy(y * scale):.1f}"
+                       for x, y in zip(frame["mean_score"], frame["observed"]))
+        lines.append(f'<polyline fill="none" stroke="{colour}" points="{pts}"/>')
+    return (f'<svg width="{size}" height="{size}" role="img" aria-label="reliability diagram">'
+            f'<line x1="{sx(0)}" y1="{sy(0)}" x2="{sx(1)}" y2="{sy(1)}" stroke="#ccc"/>'
+            + "".join(lines)
+            + f'<text x="{sx(0)}" y="{size - 8}" font-size="11">mean score (0 .. {top:.2f})</text>'
+            f'<text x="2" y="12" font-size="11">observed</text></svg>')
