@@ -17,7 +17,7 @@ from scipy import stats
 from sqlcal.errors import InvalidInputError
 from sqlcal.metrics.binned import clopper_pearson_interval
 from sqlcal.monitor import schema, store as _store
-from sqlcal.monitor.stored import _window
+from sqlcal.monitor.stored import window_versions
 from sqlcal.options import OptionError
 
 
@@ -77,7 +77,7 @@ def maturity(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8
     ([1.0, 2.0, 3.0, 5.0], [0.333, 0.667, 0.667, 1.0])
     """
     versions, spec_dict, spec_hash, by = _setup(store, prefix, spec, by, bins)
-    at = versions["as_of"].max() if at is None else _store._timestamp(at)
+    at = versions["as_of"].max() if at is None else _store.as_timestamp(at)
     mature = versions[versions["period_end"] + pd.Timedelta(days=_age(horizon, settle)) <= at]
     if not len(mature):
         raise InvalidInputError(f"no mature period in the store at {at} (horizon {horizon} + "
@@ -174,8 +174,8 @@ def adjusted(store: Any, *, by: str | Sequence[str] | None = None, start: Any = 
     versions, spec_dict, spec_hash, by = _setup(store, prefix, spec, by, bins)
     curve = maturity(store, by=by, bins=bins, horizon=horizon, settle=settle, at=at,
                      prefix=prefix, spec=spec_hash, confidence=confidence)
-    at = versions["as_of"].max() if at is None else _store._timestamp(at)
-    window, _, _ = _window(store, prefix, spec_hash, start, end)
+    at = versions["as_of"].max() if at is None else _store.as_timestamp(at)
+    window, _, _ = window_versions(store, prefix, spec_hash, start, end)
     edges = spec_dict["delays"]
     age = (at - window["period_end"]).dt.total_seconds() / 86400
     mature_age = _age(horizon, settle)
@@ -229,7 +229,7 @@ def adjusted(store: Any, *, by: str | Sequence[str] | None = None, start: Any = 
 
 
 def _setup(store, prefix, spec, by, bins):
-    versions, spec_dict, spec_hash = _window(store, prefix, spec, None, None)
+    versions, spec_dict, spec_hash = window_versions(store, prefix, spec, None, None)
     if spec_dict["label_time"] is None:
         raise OptionError("the maturity curve needs the labels' arrival times: snapshot with "
                           "label_time=")
@@ -244,7 +244,7 @@ def _setup(store, prefix, spec, by, bins):
 
 
 def _age(horizon, settle) -> float:
-    return _store._days(horizon, "horizon") + _store._days(settle, "settle")
+    return _store.duration_days(horizon, "horizon") + _store.duration_days(settle, "settle")
 
 
 def _score_bins(cells: pd.DataFrame, keys: Sequence[str], bins: int, K: int,

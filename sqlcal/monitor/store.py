@@ -131,7 +131,7 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
     _check_options(by, grain, unknown, delays, cells, bins, ls_ece_sigma, smooth_grids,
                    max_levels)
     seconds = schema.GRAINS[grain]
-    as_of = (_timestamp(as_of) if as_of is not None
+    as_of = (as_timestamp(as_of) if as_of is not None
              else pd.Timestamp.now("UTC").tz_localize(None).floor("s"))
     base = resolve_table(data, table)
     for col in (time, label_time):
@@ -167,7 +167,7 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
                          grids=smooth_grids, levels=levels, max_levels=max_levels)
     versions = _next_versions(con, prefix, spec_hash, due)
     by_types = {k: str(src.rows[k].type()) for k in by}
-    horizon_age = _days(horizon, "horizon") + _days(settle, "settle")
+    horizon_age = duration_days(horizon, "horizon") + duration_days(settle, "settle")
     manifest = prints[prints["period_start"].isin(due)].copy()
     manifest["version"] = manifest["period_start"].map(versions).astype("int64")
     transaction = _begin(con)
@@ -248,8 +248,9 @@ def _check_options(by, grain, unknown, delays, cells, bins, sigmas, grids, max_l
         raise OptionError(f"max_levels must be a positive integer, not {max_levels!r}")
 
 
-def _days(text: str, option: str) -> float:
-    """``"30d"`` → 30, ``"12h"`` → 0.5."""
+def duration_days(text: str, option: str) -> float:
+    """A duration option in days: ``"30d"`` → 30, ``"12h"`` → 0.5 (an OptionError names
+    ``option`` otherwise)."""
     if isinstance(text, (int, float)):
         return float(text)
     unit = {"d": 1.0, "h": 1 / 24}.get(str(text)[-1:])
@@ -259,7 +260,8 @@ def _days(text: str, option: str) -> float:
         raise OptionError(f"{option} must look like '30d' or '12h', not {text!r}") from None
 
 
-def _timestamp(value: Any) -> pd.Timestamp:
+def as_timestamp(value: Any) -> pd.Timestamp:
+    """A date-like value as a naive UTC timestamp (the store's timestamps are naive UTC)."""
     ts = pd.Timestamp(value)
     return ts.tz_convert("UTC").tz_localize(None) if ts.tzinfo is not None else ts
 
@@ -303,9 +305,9 @@ def _periods(base: ir.Table, *, label, time, label_time, as_of, grain, delays, s
         delay = ibis.literal(schema.DELAY_UNKNOWN, type="int64")
     t = base.mutate(**{label: lab}, period_start=period, delay=delay)
     if start is not None:
-        t = t.filter(base[time] >= ibis.literal(_timestamp(start).to_pydatetime()))
+        t = t.filter(base[time] >= ibis.literal(as_timestamp(start).to_pydatetime()))
     if end is not None:
-        last = _timestamp(end) + pd.Timedelta(seconds=seconds)
+        last = as_timestamp(end) + pd.Timedelta(seconds=seconds)
         t = t.filter(base[time] < ibis.literal(last.to_pydatetime()))
     return t
 

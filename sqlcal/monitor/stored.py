@@ -86,7 +86,7 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
        brier  n    W
     0  0.125  4  4.0
     """
-    versions, spec_dict, spec_hash = _window(store, prefix, spec, start, end)
+    versions, spec_dict, spec_hash = window_versions(store, prefix, spec, start, end)
     keys = tuple(spec_dict["by"])
     by = keys if by is None else ((by,) if isinstance(by, str) else tuple(by))
     extra = sorted(set(by) - set(keys))
@@ -94,8 +94,8 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
         raise OptionError(f"by: {extra} are not keys of the stored summaries {list(keys)}")
     delays = _admitted(maturity, spec_dict)
     if maturity == "mature":
-        at = versions["as_of"].max() if at is None else _store._timestamp(at)
-        age = _store._days(horizon, "horizon") + _store._days(settle, "settle")
+        at = versions["as_of"].max() if at is None else _store.as_timestamp(at)
+        age = _store.duration_days(horizon, "horizon") + _store.duration_days(settle, "settle")
         versions = versions[versions["period_end"] + pd.Timedelta(days=age) <= at]
     if not len(versions):
         raise InvalidInputError(f"the store holds no {maturity!r} period between {start} and "
@@ -151,13 +151,13 @@ def daily(store: Any, kind: str = "cells", *, by: str | Sequence[str] | None = N
     0   2026-11-01  2  1.0
     1   2026-11-02  2  2.0
     """
-    versions, spec_dict, spec_hash = _window(store, prefix, spec, start, end)
+    versions, spec_dict, spec_hash = window_versions(store, prefix, spec, start, end)
     keys = tuple(spec_dict["by"])
     by = keys if by is None else ((by,) if isinstance(by, str) else tuple(by))
     delays = _admitted(maturity, spec_dict)
     if maturity == "mature":
-        at = versions["as_of"].max() if at is None else _store._timestamp(at)
-        age = _store._days(horizon, "horizon") + _store._days(settle, "settle")
+        at = versions["as_of"].max() if at is None else _store.as_timestamp(at)
+        age = _store.duration_days(horizon, "horizon") + _store.duration_days(settle, "settle")
         versions = versions[versions["period_end"] + pd.Timedelta(days=age) <= at]
     if params is None:
         params = {"cells": {"cells": spec_dict["cells"]},
@@ -174,7 +174,9 @@ def daily(store: Any, kind: str = "cells", *, by: str | Sequence[str] | None = N
     return _derive(frame).sort_values([*by, "period_start", *key], ignore_index=True)
 
 
-def _window(store, prefix, spec, start, end) -> tuple[pd.DataFrame, dict, str]:
+def window_versions(store, prefix, spec, start, end) -> tuple[pd.DataFrame, dict, str]:
+    """The manifest rows readers use for the periods start..end of one spec (the only one
+    stored, or ``spec``), the spec as a dict, and its hash."""
     versions = _store.current_versions(store, prefix)
     if not len(versions):
         raise InvalidInputError(f"no snapshots in the store (prefix {prefix!r})")
@@ -188,9 +190,9 @@ def _window(store, prefix, spec, start, end) -> tuple[pd.DataFrame, dict, str]:
         raise OptionError(f"spec: {spec!r} is not among the stored specs {hashes}")
     versions = versions[versions["spec_hash"] == spec]
     if start is not None:
-        versions = versions[versions["period_start"] >= _store._timestamp(start)]
+        versions = versions[versions["period_start"] >= _store.as_timestamp(start)]
     if end is not None:
-        versions = versions[versions["period_start"] <= _store._timestamp(end)]
+        versions = versions[versions["period_start"] <= _store.as_timestamp(end)]
     spec_dict = json.loads(versions["spec"].iloc[-1]) if len(versions) else json.loads(
         _store.current_versions(store, prefix, spec)["spec"].iloc[-1])
     return versions.reset_index(drop=True), spec_dict, spec
