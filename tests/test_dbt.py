@@ -153,12 +153,15 @@ def builds(tmp_path_factory):
             with psycopg.connect(**PG) as con:
                 values = _fetch(con, f"select * from {_SCHEMA}.seed_values")
                 table = _fetch(con, f"select * from {_SCHEMA}.predictions")
-                con.execute(f"drop schema {_SCHEMA} cascade")
         out[f"{adapter}_dir"] = tmp
         out[adapter] = (adapter, run.returncode, stdout,
                         {r["unique_id"].split(".")[2]: r for r in results["results"]},
                         values, table)
-    return out
+    yield out
+    if not isinstance(out["postgres"], str):
+        import psycopg
+        with psycopg.connect(**PG) as con:
+            con.execute(f"drop schema {_SCHEMA} cascade")
 
 
 def _library(frame: pd.DataFrame, metric: str, weighted: bool) -> pd.DataFrame:
@@ -338,15 +341,20 @@ def test_summary_macros_parse_in_their_dialect(adapter):
                 assert "{" not in sql and "sqlcal_by__" not in sql
 
 
-def test_stored_reads_the_store_dbt_wrote(builds):
+@pytest.mark.parametrize("adapter", ["duckdb", "postgres"])
+def test_stored_reads_the_store_dbt_wrote(builds, adapter):
     """The store models (sqlcal_sum_totals, _cells, _bins, sqlcal_snapshots) write what
-    sqlcal.stored reads: every stored metric equals the library on the rows (DuckDB)."""
+    sqlcal.stored reads: every stored metric equals the library on the rows."""
+    import ibis
     from sqlcal.monitor.store import manifest
-    if isinstance(builds["duckdb"], str):
-        pytest.skip(builds["duckdb"])
-    path = builds["duckdb_dir"] / "dbt.duckdb"
+    if isinstance(builds[adapter], str):
+        pytest.skip(builds[adapter])
+    path = (str(builds["duckdb_dir"] / "dbt.duckdb") if adapter == "duckdb" else
+            ibis.postgres.connect(host=PG["host"], port=PG["port"], user=PG["user"],
+                                  password=PG["password"], database=PG["dbname"],
+                                  schema=_SCHEMA))
     events = _events().assign(t=lambda d: pd.to_datetime(d["t"]))
-    src = sqlcal.stored(str(path))  # the mature view: as_of is 37 days after the last day
+    src = sqlcal.stored(path)  # the mature view: as_of is 37 days after the last day
     kw = dict(score="score", label="label", weight="weight", by="segment")
     for name, options, column in [("brier", {}, "brier"), ("log_loss", {}, "log_loss"),
                                   ("calibration_in_the_large", {}, "citl"),
@@ -355,8 +363,9 @@ def test_stored_reads_the_store_dbt_wrote(builds):
         function = getattr(sqlcal, name)
         got = function(src, **options).sort_values("segment")
         want = function(events, **kw, **options).sort_values("segment")
-        np.testing.assert_allclose(got[column], want[column], rtol=1e-9, err_msg=name)
+        np.testing.assert_allclose(got[column], want[column], rtol=1e-9,
+                                   err_msg=f"{adapter} {name}")
         np.testing.assert_allclose(got["W"], want["W"], rtol=1e-12)
-    periods = manifest(str(path))
+    periods = manifest(path)
     assert len(periods) == 3 and periods["version"].tolist() == [1, 1, 1]
     assert periods["integer_weights"].all() and periods["mature"].all()
