@@ -690,6 +690,11 @@ do not edit. See the sqlcal README's dbt section for packages.yml and a schema.y
   `summary_logit_grid`, `summary_levels` `(relation, by=[], [bins|cells,] weighted=true)`: the
   summaries of `sql/` over a relation with columns `score`, `label`, `weight` and the `by` keys;
   `sqlcal.from_summaries` finishes any exported metric from what they return.
+- `sqlcal.store_rows(kind, relation, score, label, time, weight=, by=, cells=16384, bins=15,
+  where=)` (kind: totals, cells, bins) and `sqlcal.store_manifest(...)`: models named
+  `sqlcal_sum_totals`, `sqlcal_sum_cells`, `sqlcal_sum_bins` and `sqlcal_snapshots` write the
+  summary store of `sqlcal.snapshot` (days; labels of unknown arrival time; version 1 per period,
+  rewritten by an incremental delete+insert on `period_start`), which `sqlcal.stored` reads.
 
 Adapters: DuckDB, PostgreSQL (the default SQL), Spark/Databricks, BigQuery, Snowflake, Trino.
 The exact forms (levels-based), isotonic/CORP and smooth ECE stay in Python
