@@ -434,6 +434,8 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
                 level[node] = s
             else:
                 pooled[spec["features"][j]].add(v)
+                if not kept[j]:  # every value pooled: "other" is the whole group, no segment
+                    continue
                 other = ((j, SEGMENT_OTHER),)
                 level[other] = level.get(other, 0) + s
         g["candidates"] = set(level)

@@ -1051,6 +1051,10 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
     if kept is not None:
         values = {f: (ibis.cases((v.isin(list(k)), v), else_=SEGMENT_OTHER) if k else
                       ibis.literal(SEGMENT_OTHER)) for (f, v), k in zip(values.items(), kept)}
+    # one recoded relation every branch reads (a CTE): per-branch projections made Ibis compile
+    # each branch's copy of the recoding, 0.2 s a branch
+    used = sorted({j for tup in tuples for j in tup})
+    t = t.mutate(**{features[j]: values[features[j]] for j in used})
     table = None
     if candidates is not None:
         frame = pd.DataFrame([(i, *vals) for i, vals in candidates],
@@ -1061,7 +1065,7 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
     parts = frozenset({"sums", "moments", "sw2"})
     for i, tup in enumerate(tuples):
         cols = [features[j] for j in tup]
-        b = t.mutate(**{f: values[f] for f in cols})
+        b = t
         if candidates is not None:
             wanted = [sorted({vals[j] for k, vals in candidates if k == i})
                       for j in range(len(cols))]
