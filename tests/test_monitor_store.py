@@ -209,7 +209,8 @@ def test_a_metric_needing_an_unstored_summary_names_the_snapshot_option():
 def test_snapshot_options_are_checked_before_any_query():
     df = predictions(n=50)
     for bad, match in [({"grain": "week"}, "grain"), ({"cells": 1000}, "cells"),
-                       ({"delays": (1, 2)}, "delays"), ({"by": "period_start"}, "by=")]:
+                       ({"delays": (1, 2)}, "delays"), ({"by": "period_start"}, "by="),
+                       ({"horizon": "a month"}, "horizon")]:
         with pytest.raises(OptionError, match=match):
             sqlcal.snapshot(df, store=ibis.duckdb.connect(), **{**KW, **bad})
 

@@ -131,6 +131,7 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
     _check_options(by, grain, unknown, delays, cells, bins, ls_ece_sigma, smooth_grids,
                    max_levels)
     seconds = schema.GRAINS[grain]
+    horizon_age = duration_days(horizon, "horizon") + duration_days(settle, "settle")
     as_of = (as_timestamp(as_of) if as_of is not None
              else pd.Timestamp.now("UTC").tz_localize(None).floor("s"))
     base = resolve_table(data, table)
@@ -167,7 +168,6 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
                          grids=smooth_grids, levels=levels, max_levels=max_levels)
     versions = _next_versions(con, prefix, spec_hash, due)
     by_types = {k: str(src.rows[k].type()) for k in by}
-    horizon_age = duration_days(horizon, "horizon") + duration_days(settle, "settle")
     manifest = prints[prints["period_start"].isin(due)].copy()
     manifest["version"] = manifest["period_start"].map(versions).astype("int64")
     transaction = _begin(con)
