@@ -16,6 +16,8 @@ from sqlcal.metrics.lowrate import calibration_ratio, normalized_entropy
 from sqlcal.multiclass import multiclass
 from sqlcal.corp import decompose
 from sqlcal.recalibrate import calibration_slope, isotonic, platt
+from sqlcal.temperature import temperature_scaling
+from sqlcal.classes import class_summary, classwise, debiased_ece
 from sqlcal.reporting import report
 from sqlcal.scheduled import metric_series
 from sqlcal.source import InvalidInputError, Source, source
@@ -42,6 +44,8 @@ __all__ = [
     "brier",
     "brier_decomposition",
     "calibration_slope",
+    "class_summary",
+    "classwise",
     "calibration_decision_loss",
     "calibration_in_the_large",
     "calibration_ratio",
@@ -49,6 +53,7 @@ __all__ = [
     "decision_loss",
     "decision_risk_gap",
     "detect",
+    "debiased_ece",
     "decompose",
     "distance_to_calibration",
     "ece",
@@ -73,6 +78,7 @@ __all__ = [
     "report",
     "source",
     "smooth_ece",
+    "temperature_scaling",
     "snapshot",
     "smooth_reliability",
     "spiegelhalter",

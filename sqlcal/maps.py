@@ -596,7 +596,7 @@ class TemperatureMap:
         """
         if self.layout[0] == "long":
             out = self.expressions(table)
-            return out.mutate(**{name: out.sqlcal_q_}).drop("sqlcal_q_")
+            return out.select(*table.columns, **{name: out.sqlcal_q_})
         return table.mutate(**dict(zip(self.names(prefix, name), self.expressions(table))))
 
     def sql(self, table: str = "predictions", *, dialect: str = "duckdb",
@@ -605,7 +605,9 @@ class TemperatureMap:
         """``SELECT *, <calibrated probabilities> FROM table`` in a SQL dialect (duckdb,
         postgres, pyspark, snowflake, bigquery, …), the temperatures inlined. ``columns`` (name
         → Ibis type) types the columns read; by default they take the types they had when the
-        map was fitted."""
+        map was fitted. Long layout: a softmax over each example's rows needs a subquery, so
+        the query lists its columns (those of ``columns``, by default the ones the map reads)
+        instead of ``*``."""
         import sqlglot
         from sqlglot import exp
 
@@ -618,6 +620,8 @@ class TemperatureMap:
             tree = sqlglot.parse_one(ibis.to_sql(query, dialect=dialect), read=read)
         except Exception:  # a dialect Ibis cannot compile without its backend (Spark)
             tree = sqlglot.parse_one(ibis.to_sql(query, dialect="duckdb"), read="duckdb")
+        if self.layout[0] == "long":  # a window over a subquery: the columns are listed
+            return tree.sql(dialect=read)
         source = tree.args.get("from_") or tree.args["from"]
         alias = source.this.alias_or_name
         mapped = [e for e in tree.expressions if e.alias_or_name in added]

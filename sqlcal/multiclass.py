@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Sequence
 
@@ -31,10 +32,10 @@ import numpy as np
 import pandas as pd
 
 from sqlcal import summaries
-from sqlcal.options import checked
+from sqlcal.options import OptionError, checked
 from sqlcal.query import declared, planner
-from sqlcal.source import (USE_CHECKS, InvalidInputError, Source, register_use_check,
-                           resolve_table)
+from sqlcal.source import (USE_CHECKS, InvalidInputError, Source, apply_where,
+                           register_use_check, resolve_table)
 
 if TYPE_CHECKING:
     import ibis.expr.types as ir
@@ -45,7 +46,7 @@ FORMATS = ("long", "wide")
 #: about 3e-7 of 1 up to 10^4 classes; probabilities rounded for storage do not)
 TOLERANCE = 1e-6
 #: the columns multiclass() adds next to the keys
-OUTPUTS = ("class", "score", "label", "weight")
+OUTPUTS = ("class", "predicted_class", "score", "label", "weight")
 _LARGEST = float(np.finfo(np.float64).max)
 
 
@@ -60,6 +61,8 @@ def multiclass(
     prob: str | None = None,
     label: str,
     probs: Sequence[str] | None = None,
+    logits: Sequence[str] | None = None,
+    logit: str | None = None,
     classes: Sequence[Any] | Mapping[Any, str] | None = None,
     weight: str | None = None,
     keys: str | Sequence[str] = (),
@@ -87,7 +90,14 @@ def multiclass(
         a string naming a column of ``probs``, an integer when the columns are named by its
         digits ("0", "1", …), or any value listed in ``classes``.
     probs : sequence of str, optional
-        Wide format (required there): the probability columns, one per class, in class order.
+        Wide format: the probability columns, one per class, in class order.
+    logits : sequence of str, optional
+        Wide format, instead of ``probs``: the logit columns, one per class; the probabilities
+        are their softmax, computed in the engine after subtracting each example's largest
+        logit (so no exponent overflows).
+    logit : str, optional
+        Long format, instead of ``prob``: the class's logit; the probabilities are the softmax
+        over the example's rows, computed in the engine as for ``logits``.
     classes : sequence or mapping, optional
         Wide format: the value of ``label`` for each column of ``probs``, either a list in the
         order of ``probs`` (``classes=[0, 1, 2]``) or a mapping from value to column
@@ -115,6 +125,8 @@ def multiclass(
     -------
     ibis Table
         Columns ``keys…``, ``class`` (classwise mode: the class, as in ``cls`` or ``label``),
+        ``predicted_class`` (top-label mode: the class holding the top probability, for
+        ``by="predicted_class"``),
         ``score`` (DOUBLE), ``label`` (0/1) and, with ``weight=``, ``weight`` (DOUBLE).
 
     Raises
@@ -153,45 +165,113 @@ def multiclass(
     ...                      "truth": ["cat", "cat", "dog"]})
     >>> top = sqlcal.multiclass(wide, format="wide", probs=["cat", "dog"], label="truth")
     >>> top.execute()
-       score  label
-    0    0.7      1
-    1    0.8      0
-    2    0.6      0
+      predicted_class  score  label
+    0             cat    0.7      1
+    1             dog    0.8      0
+    2             cat    0.6      0
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-    if format not in FORMATS:
-        raise ValueError(f"format must be 'long' or 'wide', not {format!r}")
-    if on_invalid not in ("raise", "drop"):
-        raise ValueError(f"on_invalid must be 'raise' or 'drop', not {on_invalid!r}")
-    if (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float))
-            or not tolerance >= 0):
-        raise ValueError(f"tolerance must be a number >= 0 (the largest |sum of an example's "
-                         f"probabilities - 1| accepted), not {tolerance!r}")
-    t = resolve_table(data, table)
-    keys = [keys] if isinstance(keys, str) else list(keys)
-    options = dict(mode=mode, label=label, weight=weight, keys=keys, tolerance=tolerance,
-                   on_invalid=on_invalid)
-    if format == "long":
-        missing = [n for n, v in (("example", example), ("cls", cls), ("prob", prob)) if v is None]
-        if missing:
-            raise TypeError(f"the long format needs {missing}")
-        if probs is not None or classes is not None:
-            raise TypeError("probs= and classes= belong to the wide format; the long format "
-                            "names its class column with cls=")
-        _check_columns(t, [("example", example), ("class", cls), ("probability", prob),
-                           ("label", label)], weight, keys)
-        result = _long(t, example=example, cls=cls, prob=prob, **options)
-    else:
-        if not probs or isinstance(probs, str):
-            raise TypeError("the wide format needs probs=[one column per class]")
-        probs = [str(c) for c in probs]
-        if len(set(probs)) != len(probs):
-            raise ValueError(f"probs= names a column more than once: {probs}")
-        _check_columns(t, [*(("probability", c) for c in probs), ("label", label)], weight, keys)
-        result = _wide(t, probs=probs, classes=classes, **options)
+    prepared = prepare(data, format=format, example=example, cls=cls, prob=prob, label=label,
+                       probs=probs, logits=logits, logit=logit, classes=classes, weight=weight,
+                       keys=keys, table=table, on_invalid=on_invalid, tolerance=tolerance)
+    result = summaries.multiclass_rows(prepared.probabilities, prepared.layout, mode,
+                                       drop=prepared.drop)
     register_use_check(result, partial(_check_made_use, mode == "classwise", weight is not None))
     return result
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A checked multiclass table: ``table`` as given, ``probabilities`` (the same table, or
+    with logit columns replaced by their softmax), its ``layout`` (see
+    :mod:`sqlcal.summaries`), whether the columns hold ``logits``, and whether invalid examples
+    are to be dropped (``drop``)."""
+
+    table: Any
+    probabilities: Any
+    layout: tuple
+    logits: bool
+    drop: bool
+
+
+def prepare(data: Any, *, format: str, label: str, example: str | None = None,
+            cls: str | None = None, prob: str | None = None, probs=None, logits=None,
+            logit: str | None = None, classes=None, weight: str | None = None,
+            keys: str | Sequence[str] = (), table: str | None = None, where: Any = None,
+            on_invalid: str = "raise", tolerance: float = TOLERANCE) -> Prepared:
+    """Resolve and check a multiclass table (the options of :func:`multiclass`), in one
+    aggregate query in the engine (a second one only to name a problem).
+
+    Returns
+    -------
+    Prepared
+        The table, its layout and what the checks found.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> wide = pd.DataFrame({"a": [2.0, 0.0], "b": [0.0, 1.0], "y": ["a", "a"]})
+    >>> prepare(wide, format="wide", logits=["a", "b"], label="y").layout[:3]
+    ('wide', (), ('a', 'b'))
+    """
+    if format not in FORMATS:
+        raise OptionError(f"format must be 'long' or 'wide', not {format!r}")
+    if on_invalid not in ("raise", "drop"):
+        raise OptionError(f"on_invalid must be 'raise' or 'drop', not {on_invalid!r}")
+    if (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float))
+            or not tolerance >= 0):
+        raise OptionError(f"tolerance must be a number >= 0 (the largest |sum of an example's "
+                          f"probabilities - 1| accepted), not {tolerance!r}")
+    t = resolve_table(data, table)
+    if where is not None:
+        t = apply_where(t, where)
+    keys = [keys] if isinstance(keys, str) else list(keys)
+    options = dict(label=label, weight=weight, keys=keys, tolerance=tolerance,
+                   on_invalid=on_invalid)
+    if format == "long":
+        if logits is not None:
+            raise OptionError("logits= (a list of columns) belongs to the wide format; the long "
+                              "format names its logit column with logit=")
+        if (prob is None) == (logit is None):
+            raise OptionError("the long format needs one of prob= (the class's probability) "
+                              "or logit= (the class's logit), not "
+                              + ("both" if prob is not None else "neither"))
+        missing = [n for n, v in (("example", example), ("cls", cls)) if v is None]
+        if missing:
+            raise OptionError(f"the long format needs {missing}")
+        if probs is not None or classes is not None:
+            raise OptionError("probs= and classes= belong to the wide format; the long format "
+                              "names its class column with cls=")
+        column = prob if prob is not None else logit
+        _check_columns(t, [("example", example), ("class", cls),
+                           ("probability" if logit is None else "logit", column),
+                           ("label", label)], weight, keys)
+        layout = ("long", tuple(keys), example, cls, column, label, weight)
+        checked = t if logit is None else summaries.multiclass_softmax(t, layout)
+        drop = _long(checked, layout=layout, **options)
+    else:
+        if prob is not None or logit is not None or example is not None or cls is not None:
+            raise OptionError("example=, cls=, prob= and logit= belong to the long format; the "
+                              "wide format takes probs= or logits=")
+        if (probs is None) == (logits is None):
+            raise OptionError("the wide format needs one of probs=[one probability column per "
+                              "class] or logits=[one logit column per class], not "
+                              + ("both" if probs is not None else "neither"))
+        name = "probs" if probs is not None else "logits"
+        columns = probs if probs is not None else logits
+        if not columns or isinstance(columns, str):
+            raise OptionError(f"{name}= must list one column per class, not {columns!r}")
+        columns = [str(c) for c in columns]
+        if len(set(columns)) != len(columns):
+            raise OptionError(f"{name}= names a column more than once: {columns}")
+        _check_columns(t, [*((("probability" if probs is not None else "logit"), c)
+                             for c in columns), ("label", label)], weight, keys)
+        values = _class_values(t, columns, label, classes)
+        layout = ("wide", tuple(keys), tuple(columns), label, weight, tuple(values))
+        checked = t if logits is None else summaries.multiclass_softmax(t, layout)
+        drop = _wide(checked, layout=layout, **options)
+    return Prepared(t, checked, layout, logits is not None or logit is not None, drop)
 
 
 def check_use(table: ir.Table, by: Sequence[str], weight: str | None) -> None:
@@ -232,10 +312,8 @@ def _check_made_use(classwise: bool, weighted: bool, by: Sequence[str],
         raise InvalidInputError("; ".join(problems))
 
 
-def _wide(t: ir.Table, *, mode, probs, classes, label, weight, keys, tolerance,
-          on_invalid) -> ir.Table:
-    values = _class_values(t, probs, label, classes)
-    layout = ("wide", tuple(keys), tuple(probs), label, weight, tuple(values))
+def _wide(t: ir.Table, *, layout, label, weight, keys, tolerance, on_invalid) -> bool:
+    probs, values = list(layout[2]), list(layout[5])
     texts = [f"probability column {c!r} is NULL, NaN or outside [0, 1]" for c in probs]
     texts.append(f"label column {label!r} is NULL")
     if weight:
@@ -265,15 +343,14 @@ def _wide(t: ir.Table, *, mode, probs, classes, label, weight, keys, tolerance,
                                                 float(counts.off_max), f"columns {probs}",
                                                 tolerance))
         drop = _judge(counts, texts, layout_problems, on_invalid)
-    return summaries.multiclass_rows(t, layout, mode, drop=drop)
+    return drop
 
 
-def _long(t: ir.Table, *, mode, example, cls, prob, label, weight, keys, tolerance,
-          on_invalid) -> ir.Table:
+def _long(t: ir.Table, *, layout, label, weight, keys, tolerance, on_invalid) -> bool:
     if not (t[label].type().is_boolean() or t[label].type().is_numeric()):
         raise InvalidInputError(f"label column {label!r} has type {t[label].type()}; the long "
                                 "format wants 0/1 or a boolean (1 on the true class's row)")
-    layout = ("long", tuple(keys), example, cls, prob, label, weight)
+    example, cls, prob = layout[2:5]
     texts = [f"probability column {prob!r} is NULL, NaN or outside [0, 1]",
              f"label column {label!r} is NULL or not 0/1", f"class column {cls!r} is NULL"]
     if weight:
@@ -309,7 +386,7 @@ def _long(t: ir.Table, *, mode, example, cls, prob, label, weight, keys, toleran
                 f"weight column {weight!r} differs between the rows of {int(counts.varies)} "
                 "examples: an example has one weight, repeated on each of its rows")
         drop = _judge(counts, texts, layout_problems, on_invalid)
-    return summaries.multiclass_rows(t, layout, mode, drop=drop)
+    return drop
 
 
 def _fetch(t: ir.Table, kind: str, layout: tuple, tolerance: float) -> pd.DataFrame:

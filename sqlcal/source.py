@@ -829,6 +829,12 @@ def _is_frame(data: Any) -> bool:
     return module in ("pandas", "polars", "pyarrow")
 
 
+def apply_where(base: ir.Table, where: Any) -> ir.Table:
+    """``base`` filtered by ``where``: a SQL condition (parsed by :mod:`sqlcal.condition`, never
+    pasted), an Ibis boolean expression or a callable (as ``source(where=...)`` reads it)."""
+    return _apply_where(base, where)
+
+
 def _apply_where(base: ir.Table, where: Any) -> ir.Table:
     if isinstance(where, str):
         # parsed into an Ibis expression over the table's columns: the text never reaches the

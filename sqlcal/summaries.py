@@ -503,6 +503,8 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
         return recalibration_reduce(summary, rows, by, weighted=weighted, checks=checks)
     if summary.kind in MULTICLASS_KINDS:
         return multiclass_checks(summary, rows)
+    if summary.kind == "temperature_terms":  # sqlcal.temperature, on the table as given
+        return temperature_terms(summary, rows)
     if summary.kind == "segment_sums":  # sqlcal.segments: one branch per column tuple
         return segment_sums(rows, summary.params, weighted=weighted, checks=checks)
     if summary.kind == "segment_terms":
@@ -954,7 +956,8 @@ def multiclass_rows(t: ir.Table, layout: tuple, mode: str, *, drop: bool = False
         # the first column reaching the top probability is the predicted class
         correct = ibis.cases(*[(pk == top, ibis.ifelse(y == v, 1, 0))
                                for pk, v in zip(p, values)])
-        return t.select(*keys, score=top, label=correct, **carried)
+        predicted = ibis.cases(*[(pk == top, v) for pk, v in zip(p, values)])
+        return t.select(*keys, predicted_class=predicted, score=top, label=correct, **carried)
     ex = [*keys, layout[2]]
     cls = layout[3]
     if drop:
@@ -971,7 +974,131 @@ def multiclass_rows(t: ir.Table, layout: tuple, mode: str, *, drop: bool = False
     ranked = t.mutate(sqlcal_rank_=rank)
     top = ranked.filter(ranked.sqlcal_rank_ == 0)
     p, y, w = multiclass_columns(top, layout)
-    return top.select(*keys, score=p, label=y, **({"weight": w} if w is not None else {}))
+    return top.select(*keys, predicted_class=top[cls], score=p, label=y,
+                      **({"weight": w} if w is not None else {}))
+
+
+# -- softmax and temperature scaling of multiclass tables (sqlcal.temperature) ----------------
+
+
+#: 1.0 as a double (a bare literal is NUMERIC in PostgreSQL, and its sums come back as Decimal)
+_ONE = ibis.literal(1.0).cast("float64")
+
+
+def _exp_clipped(x: ir.FloatingValue) -> ir.FloatingValue:
+    # x <= 0 here; PostgreSQL's exp() raises on underflow, so x is clipped at -EXP_LIMIT
+    return ibis.greatest(x, -EXP_LIMIT).exp()
+
+
+def multiclass_log_scores(p, logits: bool, clip: float | None):
+    """z of a class: its logit, or log max(p, clip); log p without a clip, NULL where p <= 0
+    (never log 0, which PostgreSQL refuses)."""
+    if logits:
+        return p
+    if clip is not None:
+        return ibis.greatest(p, clip).ln()
+    return ibis.ifelse(p > 0, p.ln(), ibis.null("float64"))
+
+
+def softmax_wide(z: list, beta, *, zero: list | None = None) -> list:
+    """softmax(β·z) of one row's class scores, shifted by the row's largest z (stable);
+    ``zero``: per class, a condition under which its probability is 0 (a probability of 0)."""
+    m = ibis.greatest(*[zk.fill_null(-_LARGEST) for zk in z]) if zero else ibis.greatest(*z)
+    e = [_exp_clipped(beta * (zk - m)) for zk in z]
+    if zero:
+        e = [ibis.ifelse(cond, 0.0, ek) for ek, cond in zip(e, zero)]
+    total = sum(e[1:], e[0])
+    return [ek / total for ek in e]
+
+
+def softmax_long(t: ir.Table, z: ir.FloatingValue, example: Sequence[str], beta, name: str,
+                 zero=None) -> ir.Table:
+    """``t`` with column ``name`` = softmax(β·z) over the rows of each example (windows
+    partitioned by example), shifted by the example's largest z; ``zero``: rows whose
+    probability is 0. The example's largest z is taken in a subquery first (engines refuse a
+    window nested in a window or an aggregate: a condition on the windowed column, true on
+    every row, makes it one)."""
+    window = ibis.window(group_by=list(example))
+    marked = t.mutate(sqlcal_z_=z, sqlcal_e_=_exp_clipped(beta * (z - z.max().over(window))),
+                      **({"sqlcal_zero_": zero} if zero is not None else {}))
+    marked = marked.filter(marked.sqlcal_e_.isnull() | marked.sqlcal_e_.notnull())
+    e = marked.sqlcal_e_
+    if zero is not None:
+        e = ibis.ifelse(marked.sqlcal_zero_, 0.0, e)
+    out = marked.mutate(**{name: e / e.sum().over(window)})
+    return out.drop(*[c for c in ("sqlcal_z_", "sqlcal_e_", "sqlcal_zero_") if c in out.columns])
+
+
+def multiclass_softmax(t: ir.Table, layout: tuple) -> ir.Table:
+    """The table with the layout's probability columns holding the softmax of the logits they
+    held (``sqlcal.multiclass(logits=...)``): a NULL, NaN or infinite logit gives NaN or NULL,
+    which the checks then count."""
+    if layout[0] == "wide":
+        z = [t[c].cast("float64") for c in layout[2]]
+        return t.mutate(**dict(zip(layout[2], softmax_wide(z, _ONE))))
+    example = [*layout[1], layout[2]]
+    soft = softmax_long(t, t[layout[4]].cast("float64"), example, _ONE,
+                        "sqlcal_p_")
+    soft = soft.mutate(**{layout[4]: soft.sqlcal_p_}).drop("sqlcal_p_")
+    # the same subquery trick: the checks and the rows aggregate this column
+    return soft.filter(soft[layout[4]].isnull() | soft[layout[4]].notnull())
+
+
+def temperature_terms(summary, t: ir.Table) -> ir.Table:
+    """The terms of a temperature-scaling fit at each listed group's β (one aggregate; the long
+    layout first reduces each example's rows): see
+    :func:`sqlcal.query.declared.temperature_terms`."""
+    layout, logits, clip, groups = summary.params
+    keys = list(layout[1])
+    betas = {g[0]: g[1] for g in groups}
+    every = not groups  # no groups listed: every group at β = 1
+
+    def beta_of(rows):
+        return _ONE if every else group_value(rows, keys, betas)
+    p, y, w = multiclass_columns(t, layout)
+    if layout[0] == "wide":
+        z = [multiclass_log_scores(pk, logits, clip) for pk in p]
+        m = ibis.greatest(*z)
+        d = [zk - m for zk in z]
+        beta = beta_of(t)
+        e = [_exp_clipped(beta * dk) for dk in d]
+        values = _class_literals(t, layout)
+        rows = t.mutate(
+            _S=sum(e[1:], e[0]), _A=sum((ek * dk for ek, dk in zip(e[1:], d[1:])), e[0] * d[0]),
+            _B=sum((ek * dk * dk for ek, dk in zip(e[1:], d[1:])), e[0] * d[0] * d[0]),
+            _dy=ibis.cases(*[(y == v, dk) for dk, v in zip(d, values)]),
+            _dbar=sum(d[1:], d[0]) / len(d), _w=w if w is not None else _ONE,
+            _beta=beta, **{f"_p{i}": pk for i, pk in enumerate(p)})
+        zeros = [] if logits else [(f"zeros{i}", f"_p{i}") for i in range(len(p))]
+    else:
+        example = [*keys, layout[2]]
+        z = multiclass_log_scores(p, logits, clip)
+        d = z - z.max().over(ibis.window(group_by=example))
+        shifted = t.mutate(_d=d, _y=y.cast("float64"), _p=p,
+                           _w=w if w is not None else _ONE)
+        # a condition on the windowed column (true on every row) makes it a subquery: engines
+        # refuse a window function nested in an aggregate
+        shifted = shifted.filter((shifted._d <= 0) | shifted._d.isnull())
+        beta = beta_of(shifted)
+        shifted = shifted.mutate(_e=_exp_clipped(beta * shifted._d), _beta=beta)
+        rows = shifted.group_by(example).aggregate(
+            _S=shifted._e.sum(), _A=(shifted._e * shifted._d).sum(),
+            _B=(shifted._e * shifted._d * shifted._d).sum(), _dy=(shifted._d * shifted._y).sum(),
+            _dbar=shifted._d.mean(), _w=shifted._w.max(), _beta=shifted._beta.max(),
+            _zeros=shifted.count(where=shifted._p <= 0))
+        zeros = [] if logits else [("zeros", "_zeros")]
+    if keys and not every:
+        rows = rows.filter(rows._beta.notnull())
+    counts = {name: (rows[col].sum() if name == "zeros" else rows.count(where=rows[col] <= 0))
+              for name, col in zeros}
+    mean = rows._A / rows._S
+    return _aggregate(
+        rows, keys, n=rows.count(), W=rows._w.sum(),
+        nll=(rows._w * (rows._S.ln() - rows._beta * rows._dy)).sum(),
+        g=(rows._w * (mean - rows._dy)).sum(),
+        h=(rows._w * ibis.greatest(rows._B / rows._S - mean * mean, 0.0)).sum(),
+        g0=(rows._w * (rows._dbar - rows._dy)).sum(), gap=(-rows._w * rows._dy).sum(),
+        **counts)
 
 
 def comparable(col: ir.Value, value) -> bool:

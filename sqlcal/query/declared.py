@@ -38,6 +38,9 @@ KEY_COLUMN.update({"label_ranges": None, "logistic_terms": None, "logistic_meat"
 #: the checks of a multiclass table as given (sqlcal.multiclass), one row each
 KEY_COLUMN.update({"multiclass_quick": None, "multiclass_counts": None,
                    "multiclass_unmatched": None})
+#: the terms of a temperature-scaling fit of a multiclass table (sqlcal.temperature), one row per
+#: group of the table's keys
+KEY_COLUMN["temperature_terms"] = None
 #: the logistic terms clip |exponents| here (PostgreSQL's exp() raises on overflow, near 709)
 EXP_LIMIT = 700.0
 #: a σ this close to 0 or 1 on a score holding the other label marks separation (``sep``)
@@ -344,6 +347,28 @@ def multiclass_check(kind: str, layout: tuple, tolerance: float) -> Summary:
     (True, 1e-06)
     """
     return Summary(kind, (layout, float(tolerance)))
+
+
+def temperature_terms(layout: tuple, logits: bool, clip: float | None, groups) -> Summary:
+    """The terms of a temperature-scaling fit at given inverse temperatures β = 1/T, per group
+    of the layout's keys, read from a multiclass table as given: ``n``, ``W``, ``nll`` =
+    Σw(log Σₖ e^{β zₖ} − β z_y), its derivative ``g`` = Σw(E_q z − z_y) and second derivative
+    ``h`` = Σw Var_q z in β (q = softmax(β z)), ``g0`` (g at β = 0), ``gap`` = Σw(max z − z_y)
+    (g as β → ∞), and ``zeros`` (wide: ``zeros<i>`` per column) counting probabilities of 0.
+    z is the logit (``logits``) or log max(p, clip) (log p without a clip). ``groups``: (key
+    tuple, β); other groups are left out; none listed: every group at β = 1. ``layout`` as
+    for :func:`multiclass_check`.
+
+    Examples
+    --------
+    >>> s = temperature_terms(("wide", (), ("a", "b"), "y", None, ("a", "b")), False, None,
+    ...                       [((), 1.0)])
+    >>> s.key_column is None, s.params[3]
+    (True, (((), 1.0),))
+    """
+    return Summary("temperature_terms", (layout, bool(logits),
+                                         None if clip is None else float(clip),
+                                         _coefficients(groups)))
 
 
 def score_ranges(ranges: Iterable[tuple]) -> tuple:
