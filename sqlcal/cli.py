@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
             return _demo(args)
         if args.command == "snapshot":
             return _snapshot(args)
+        if args.command == "maturity":
+            return _maturity(args)
         if args.command == "monitor":
             return _monitor(args)
         if args.command == "segments":
@@ -159,6 +161,21 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                       help="write a new version even where the fingerprint is unchanged")
     snap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     snap.add_argument("--quiet", action="store_true", help="print nothing on success")
+
+    mat = commands.add_parser(
+        "maturity", help="label maturity curves per group, from the summary store",
+        description="The share of each group's eventual positives known a days after the "
+                    "prediction (a a delay edge of [labels]), per score bin and pooled, from "
+                    "the mature periods of the store of [snapshot] (needs [labels] label_time), "
+                    "with Clopper-Pearson intervals.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mat.add_argument("--config", metavar="TOML", required=True,
+                     help="monitor.toml ([labels], [snapshot])")
+    mat.add_argument("--bins", type=_positive, default=8,
+                     help="score bins of equal weight per group (default 8)")
+    mat.add_argument("--at", metavar="DATE",
+                     help="age the periods at this time (default: the latest as_of stored)")
+    mat.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     mon = commands.add_parser(
         "monitor", help="run the calibration change detector on the summary store",
@@ -354,6 +371,23 @@ def _segments(args) -> int:
         _out(fix.sql(args.score))
     if args.json:
         write_text(args.json, "json", json.dumps(doc, indent=2), sources=[str(args.data)])
+    return EXIT_OK
+
+
+def _maturity(args) -> int:
+    from sqlcal.monitor import config as monitor_config
+    from sqlcal.monitor.maturity import maturity
+
+    config = monitor_config.load(args.config)
+    labels, snap = config["labels"], config["snapshot"]
+    curve = maturity(snap["store"], prefix=snap["prefix"], bins=args.bins, at=args.at,
+                     horizon=labels["horizon"], settle=labels["settle"])
+    if args.json:
+        _out(curve.to_json(orient="records", indent=2))
+    else:
+        with pd.option_context("display.max_rows", None, "display.width", 200,
+                               "display.float_format", "{:.4g}".format):
+            _out(curve.to_string(index=False))
     return EXIT_OK
 
 

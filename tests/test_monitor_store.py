@@ -342,6 +342,9 @@ def test_the_snapshot_command_writes_once_and_refuses_a_bad_config(tmp_path, cap
     schema_doc = monitor_config.json_schema()
     import tomllib
     jsonschema.validate(tomllib.loads(open(path).read()), schema_doc)
+    assert cli.main(["maturity", "--config", path, "--bins", "2", "--json"]) == 0
+    curve = pd.read_json(__import__("io").StringIO(capsys.readouterr().out))
+    assert set(curve.score_bin) == {-1, 0, 1} and curve.F_hat.between(0, 1).all()
     bad = monitor_toml(tmp_path, data, store, extra="cels = 1024")
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(tomllib.loads(open(bad).read()), schema_doc)
