@@ -120,6 +120,23 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                      help="rows with a NULL or out-of-range score, label or weight: raise "
                           "(default) an error naming the column and count, or drop them")
     rep.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    multi = rep.add_argument_group(
+        "multiclass tables", "measure multiclass predictions through sqlcal.multiclass: "
+        "--multiclass top_label (one row per example; --by predicted_class for one row per "
+        "predicted class) or classwise (one row per class); --label is the true class (wide) "
+        "or the 0/1 true-class indicator (long); no --score")
+    multi.add_argument("--multiclass", choices=["top_label", "classwise"],
+                       help="the view of the multiclass table to measure")
+    multi.add_argument("--format", choices=["wide", "long"],
+                       help="wide (default): a column per class; long: a row per class")
+    multi.add_argument("--probs", metavar="COLUMNS",
+                       help="wide: comma-separated probability columns, one per class")
+    multi.add_argument("--logits", metavar="COLUMNS",
+                       help="wide: comma-separated logit columns (softmax in the engine)")
+    multi.add_argument("--example", help="long: the example id column")
+    multi.add_argument("--class-column", help="long: the class column")
+    multi.add_argument("--prob", help="long: the class's probability column")
+    multi.add_argument("--logit", help="long: the class's logit column")
     sched = rep.add_argument_group("scheduled report")
     sched.add_argument("--config", metavar="TOML",
                        help="run the report a TOML file describes (source, metrics, alerts, "
@@ -270,7 +287,17 @@ def _check_report_flags(args, rep: argparse.ArgumentParser) -> None:
     # flags are checked before anything is read: none is silently ignored
     if args.config and args.data:
         rep.error("pass either DATA or --config (the config names the data)")
-    if not args.config and not (args.data and args.score and args.label):
+    multiclass_flags = [f for f in ("format", "probs", "logits", "example", "class_column",
+                                    "prob", "logit") if getattr(args, f, None) is not None]
+    if args.multiclass:
+        if args.config or args.score or args.html or args.json_file or args.time:
+            rep.error("--multiclass measures DATA directly: no --score (the view gives it), "
+                      "--config, --html, --json-file or --time")
+        if not (args.data and args.label):
+            rep.error("--multiclass needs DATA and --label")
+    elif multiclass_flags:
+        rep.error(f"--{multiclass_flags[0].replace('_', '-')} applies only with --multiclass")
+    if not args.config and not (args.data and (args.score or args.multiclass) and args.label):
         rep.error("DATA, --score and --label are required without --config")
     if args.config:
         for flag in ("table", "score", "label", "weight", "by", "where", "metrics", "bins",
@@ -473,9 +500,13 @@ def _plain(args) -> int:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
-        src = sqlcal.source(args.data, table=args.table, score=args.score, label=args.label,
-                            weight=args.weight, by=_keys(args.by), where=args.where,
-                            on_invalid=args.on_invalid, **_sampling(args))
+        if args.multiclass:
+            src = _multiclass_source(args)
+        else:
+            src = sqlcal.source(args.data, table=args.table, score=args.score,
+                                label=args.label, weight=args.weight, by=_keys(args.by),
+                                where=args.where, on_invalid=args.on_invalid,
+                                **_sampling(args))
         table = report(src, metrics=_metric_names(args), bins=args.bins)
     _warn(caught)
     if args.json:
@@ -485,6 +516,29 @@ def _plain(args) -> int:
                                "display.float_format", "{:.4g}".format):
             _out(table.to_string(index=False))
     return EXIT_OK
+
+
+def _multiclass_source(args):
+    """The source of a multiclass view (``report --multiclass``): the table sqlcal.multiclass
+    makes, measured by class (classwise) and with its weight column when given; --by keys
+    other than class and predicted_class are carried through as keys."""
+    import sqlcal
+
+    by = _keys(args.by)
+    keys = [k for k in by if k not in ("class", "predicted_class")]
+    columns = {"probs": _keys(args.probs) if args.probs else None,
+               "logits": _keys(args.logits) if args.logits else None,
+               "example": args.example, "cls": args.class_column, "prob": args.prob,
+               "logit": args.logit}
+    table = sqlcal.multiclass(args.data, table=args.table, format=args.format or "wide",
+                              mode=args.multiclass, label=args.label, weight=args.weight,
+                              keys=keys, on_invalid=args.on_invalid,
+                              **{k: v for k, v in columns.items() if v is not None})
+    if args.multiclass == "classwise" and "class" not in by:
+        by = [*by, "class"]
+    # --where reads the view's columns: the keys, class or predicted_class, score, label
+    return sqlcal.source(table, score="score", label="label",
+                         weight="weight" if args.weight else None, by=by, where=args.where)
 
 
 def _adhoc_config(args) -> dict:
