@@ -488,3 +488,31 @@ def test_detect_on_each_engine_equals_the_detector_on_raw_rows(con, upload):
 def ibis_duckdb():
     import ibis
     return ibis.duckdb.connect()
+
+
+def test_monitor_page_shows_the_maturity_curve(tmp_path, capsys):
+    import json
+    import pandas as pd
+    import sqlcal
+    from sqlcal.cli import main
+    rng = np.random.default_rng(5)
+    df = _predictions(seed=5, days=35, per_day=200, change=100)  # no change
+    delay = rng.exponential(2.0, len(df))
+    df["lt"] = (df["t"] + pd.to_timedelta(np.round(delay * 86400), "s")).where(df["y"] == 1)
+    path = str(tmp_path / "store.duckdb")
+    sqlcal.snapshot(df.drop(columns="day"), score="p", label="y", weight="w", time="t",
+                    label_time="lt", store=path, as_of="2026-09-30", bins=(), ls_ece_sigma=(),
+                    smooth_grids=())
+    toml = tmp_path / "monitor.toml"
+    toml.write_text(f'[source]\ndata = "unused.duckdb"\nscore = "p"\nlabel = "y"\ntime = "t"\n'
+                    f'weight = "w"\n[snapshot]\nstore = "{path}"\n')
+    code = main(["monitor", "--config", str(toml), "--no-windows", "--html",
+                 str(tmp_path / "m.html"), "--json-file", str(tmp_path / "m.json")])
+    assert code == 0, capsys.readouterr()
+    assert (tmp_path / "m.html").read_text().count('aria-label="maturity curve"') == 1
+    curve = json.loads((tmp_path / "m.json").read_text())["maturity"]
+    positive = df["y"] == 1
+    for row in curve:  # the weighted share of positives known within `delay` days
+        known = positive & (delay < row["delay"])
+        assert row["F_hat"] == pytest.approx(df.w[known].sum() / df.w[positive].sum(),
+                                             rel=1e-12)

@@ -19,7 +19,9 @@ import numpy as np
 import pandas as pd
 
 from sqlcal._version import __version__
-from sqlcal.monitor import detect as _detect
+from sqlcal.errors import InvalidInputError
+from sqlcal.monitor import detect as _detect, maturity as _maturity
+from sqlcal.options import OptionError
 from sqlcal.monitor.config import ConfigError
 
 #: ``[detect]`` keys: type, default
@@ -40,6 +42,7 @@ class MonitorRun:
     status: str
     windows: pd.DataFrame | None = None
     alerts: list | None = None
+    maturity: pd.DataFrame | None = None
 
     @property
     def alarms(self) -> pd.DataFrame:
@@ -93,7 +96,14 @@ def run(config: dict, *, at: Any = None) -> MonitorRun:
                            horizon=d["horizon"], windows=tuple(d["bet_windows"]),
                            reference=d["reference"], reference_days=d["reference_days"],
                            maturity_horizon=labels["horizon"], settle=labels["settle"], at=at)
-    return MonitorRun(detection=found, at=at, status="alert" if len(found.alarms) else "ok")
+    try:  # the maturity curve, when the snapshot stored the labels' arrival times
+        curve = _maturity.maturity(snap["store"], prefix=snap["prefix"], bins=1,
+                                   horizon=labels["horizon"], settle=labels["settle"], at=at)
+        curve = curve[curve["score_bin"] == -1].drop(columns=["score_bin"])
+    except (OptionError, InvalidInputError):
+        curve = None
+    return MonitorRun(detection=found, at=at, status="alert" if len(found.alarms) else "ok",
+                      maturity=curve)
 
 
 def lines(result: MonitorRun) -> list[str]:
@@ -133,6 +143,7 @@ def to_document(result: MonitorRun) -> dict:
                          "given their scores",
             "alarms": records(result.alarms), "alerts": list(result.alerts or []),
             "windows": records(result.windows) if result.windows is not None else [],
+            "maturity": records(result.maturity) if result.maturity is not None else [],
             "path": records(result.detection.path)}
 
 
@@ -149,6 +160,14 @@ def to_html(result: MonitorRun) -> str:
         title = ", ".join(f"{k}={v}" for k, v in zip(keys, key)) or "all rows"
         parts.append(f"<h2>{html.escape(title)}</h2>" + _svg(part["log_M"].to_numpy(), c,
                                                               part["day"]))
+        if result.maturity is not None:
+            curve = result.maturity
+            for k, v in zip(keys, key):
+                curve = curve[curve[k] == v] if k in curve else curve
+            if len(curve):
+                parts.append("<p>Maturity: share of the eventual positives known a days after "
+                             "the prediction (mature days), with its interval.</p>"
+                             + _maturity_svg(curve))
         diagrams = result.detection.info.get("reliability", {}).get(key)
         if diagrams:
             parts.append("<p>Reliability before the change (grey) and since (blue): observed "
@@ -214,3 +233,23 @@ def _reliability_svg(pre: pd.DataFrame, post: pd.DataFrame, size: int = 260) -> 
             + "".join(lines)
             + f'<text x="{sx(0)}" y="{size - 8}" font-size="11">mean score (0 .. {top:.2f})</text>'
             f'<text x="2" y="12" font-size="11">observed</text></svg>')
+
+
+def _maturity_svg(curve: pd.DataFrame, width: int = 320, height: int = 180) -> str:
+    delays = np.concatenate([[0.0], curve["delay"].to_numpy(float)])
+    top = float(delays.max()) or 1.0
+    def sx(a):
+        return 30 + (width - 40) * a / top
+    def sy(f):
+        return height - 25 - (height - 40) * f
+    def line(values, colour, dash=""):
+        values = np.concatenate([[0.0], np.nan_to_num(values.to_numpy(float))])
+        pts = " ".join(f"{sx(a):.1f},{sy(f):.1f}" for a, f in zip(delays, values))
+        return f'<polyline fill="none" stroke="{colour}" {dash} points="{pts}"/>'
+    return (f'<svg width="{width}" height="{height}" role="img" aria-label="maturity curve">'
+            + line(curve["F_hat"], "#1f77b4")
+            + line(curve["F_lower"], "#9ecae1", 'stroke-dasharray="3"')
+            + line(curve["F_upper"], "#9ecae1", 'stroke-dasharray="3"')
+            + f'<line x1="{sx(0)}" x2="{sx(top)}" y1="{sy(1)}" y2="{sy(1)}" stroke="#ccc"/>'
+            f'<text x="{sx(0)}" y="{height - 8}" font-size="11">delay (days, 0 .. {top:g})'
+            f'</text><text x="2" y="12" font-size="11">F(a)</text></svg>')
