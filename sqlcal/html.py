@@ -53,6 +53,8 @@ def render(run: ScheduledRun) -> str:
     ]
     if run.series is not None:
         parts.append(_series_section(run))
+    if run.segments is not None:
+        parts.append(_segments_section(run))
     for i, (_, row) in enumerate(run.table.iterrows()):
         parts.append(_group_section(run, i, tuple(row[k] for k in keys), alerted))
     parts.append(
@@ -126,6 +128,25 @@ def _summary_section(run: ScheduledRun, alerted: dict) -> str:
         rows.append(f'<tr class="{"alert" if count else ""}">{"".join(cells)}</tr>')
     return (f'<section id="summary"><h2>Groups, worst first</h2><div class="wide"><table>'
             f"<tr>{head}</tr>{''.join(rows)}</table></div></section>")
+
+
+def _segments_section(run: ScheduledRun) -> str:
+    """The significant miscalibrated segments (sqlcal.segments), and what was searched."""
+    frame = run.segments
+    shown = frame[frame["significant"].fillna(False).astype(bool)]
+    columns = [*run.keys, "segment", "n", "citl", "harm", "z", "q_value", "logit_shift",
+               "explained_by"]
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    rows = "".join("<tr>" + "".join(f"<td>{escape(_cell(r[c]))}</td>" for c in columns)
+                   + "</tr>" for _, r in shown.iterrows())
+    first = frame.iloc[0] if len(frame) else None
+    searched = ("" if first is None else
+                f'<p class="note">{int(first["family_size"])} eligible segments, '
+                f'{int(first["tested"])} tested, {int(first["statements"])} engine statements '
+                f'({int(first["branches"])} GROUP BYs).</p>')
+    body = (f'<div class="wide"><table><tr>{head}</tr>{rows}</table></div>' if len(shown) else
+            '<p class="note">No significantly miscalibrated segment.</p>')
+    return f'<section id="segments"><h2>Miscalibrated segments</h2>{body}{searched}</section>'
 
 
 def _series_section(run: ScheduledRun) -> str:

@@ -40,6 +40,8 @@ SECTIONS: dict[str, tuple[str, ...] | None] = {
     "metrics": None,
     "alerts": ("metric", "column", "above", "below"),
     "time": ("key", "metrics"),
+    # sqlcal.segments on the report's source: the significantly miscalibrated segments
+    "segments": ("features", "max_depth", "min_support", "mode", "fdr", "alpha", "top_k"),
     "report": ("title", "order_by", "diagrams", "bins"),
     "output": ("json", "html"),
     "results": ("table", "url", "database"),
@@ -107,6 +109,8 @@ class ScheduledRun:
     alerts: list[dict]
     series: pd.DataFrame | None = None
     figures: dict = field(default_factory=dict)
+    #: sqlcal.segments of the source, with a [segments] section
+    segments: pd.DataFrame | None = None
 
     @property
     def keys(self) -> list[str]:
@@ -236,8 +240,15 @@ def validate_config(raw: dict, *, where: str = "config") -> dict:
         if not isinstance(path, str) or not path:
             raise ConfigError(f"{where}: [output] {kind} must be a file path such as "
                               f"\"report.{kind}\", not {path!r}")
+    segments_cfg = dict(raw["segments"]) if "segments" in raw else None
+    if segments_cfg is not None:
+        features = segments_cfg.get("features")
+        if not (isinstance(features, list) and features
+                and all(isinstance(f, str) for f in features)):
+            raise ConfigError(f"{where}: [segments] needs features = [\"<column>\", ...]")
     return {"source": src, "metrics": metrics, "alerts": alerts, "time": time_cfg,
-            "report": report, "output": output, "results": results}
+            "report": report, "output": output, "results": results,
+            "segments": segments_cfg}
 
 
 def check_outputs(config: dict, *, output_dir: str | os.PathLike | None = None) -> dict:
@@ -385,6 +396,9 @@ def run_report(
         with step(f"series per {config['time']['key']}"):
             series_src = _open_source(config, time=config["time"]["key"])
             run.series = _measure(series_src, chosen, _quiet)[1]
+    if config.get("segments"):
+        with step("miscalibrated segments"):
+            run.segments = _segments(config)
     if diagrams:
         _draw(run, step)
     return run
@@ -484,6 +498,17 @@ def _open_source(config: dict, time: str | None = None) -> Source:
     # a DuckDB file opens read-only (sqlcal.source): results go in later, through a connection
     # of their own (results_connection)
     return source(data, table=table, **cfg)
+
+
+def _segments(config: dict) -> pd.DataFrame:
+    """sqlcal.segments on the configured source with the [segments] options."""
+    from sqlcal.segments_audit import segments
+
+    cfg = dict(config["source"])
+    data, table = cfg.pop("data"), cfg.pop("table", None)
+    keep = ("score", "label", "weight", "by", "where", "on_invalid")
+    return segments((data, table) if table else data, **{k: cfg[k] for k in keep if k in cfg},
+                    **config["segments"])
 
 
 def _duckdb_file(data: Any) -> str | None:
@@ -783,6 +808,10 @@ def to_document(run: ScheduledRun) -> dict:
     if run.series is not None:
         key = run.config["time"]["key"]
         doc["series"] = {"time": key, "rows": _tidy_records(run.series, keys, key)}
+    if run.segments is not None:
+        doc["segments"] = [{**{k: _jsonable(v) for k, v in r.items() if k != "searched"},
+                            "searched": json.loads(r["searched"])}
+                           for r in run.segments.to_dict("records")]
     return doc
 
 

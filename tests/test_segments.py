@@ -339,3 +339,34 @@ def test_cli_segments_writes_json_with_the_fix(tmp_path, capsys):
     assert main(["segments", str(path), "--score", "p", "--label", "y",
                  "--features", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_scheduled_report_has_a_segments_section_in_json_and_html(tmp_path):
+    import jsonschema
+
+    from sqlcal import html, scheduled
+
+    rng = np.random.default_rng(6)
+    n = 20000
+    df = pd.DataFrame({"country": rng.choice(["BR", "US", "DE"], n),
+                       "device": rng.choice(["ios", "android"], n), "p": rng.beta(2, 6, n)})
+    eta = np.log(df.p / (1 - df.p)) + 0.6 * (df.country.eq("BR") & df.device.eq("ios"))
+    df["y"] = (rng.uniform(size=n) < 1 / (1 + np.exp(-eta))).astype(int)
+    path = tmp_path / "preds.parquet"
+    df.to_parquet(path)
+    config = scheduled.validate_config({
+        "source": {"data": str(path), "score": "p", "label": "y"},
+        "metrics": {"ece": {}},
+        "segments": {"features": ["country", "device"], "min_support": 300.0}})
+    run = scheduled.run_report(config, diagrams=False, progress=False)
+    doc = scheduled.to_document(run)
+    jsonschema.validate(doc, scheduled.json_schema())
+    first = doc["segments"][0]
+    assert (first["country"], first["device"], first["significant"]) == ("BR", "ios", True)
+    assert first["searched"]["mode"] == "split"
+    page = html.render(run)
+    assert '<section id="segments">' in page
+    assert "&quot;country&quot; = &#x27;BR&#x27; AND &quot;device&quot; = &#x27;ios&#x27;" in page
+    with pytest.raises(scheduled.ConfigError, match="segments"):
+        scheduled.validate_config({"source": {"data": str(path), "score": "p", "label": "y"},
+                                   "metrics": {"ece": {}}, "segments": {"features": "country"}})
