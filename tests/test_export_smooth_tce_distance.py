@@ -129,9 +129,10 @@ def test_one_shot_forms_finish_from_the_exported_levels_too(con, upload):
              f"{metric} {options}")
 
 
-#: the one-shot forms: NEEDS declares every summary they read
+#: the one-shot forms: NEEDS declares every summary they read (TCE's PAVA-BC reads its score
+#: cells, then levels: the levels statement is its one-shot export)
 ONE_SHOT = [("ls_ece", {}), ("smooth_ece", {"sigma": 0.05}),
-            ("smooth_reliability", {"sigma": 1 / 256}), ("tce", {}), ("tce_bins", {}),
+            ("smooth_reliability", {"sigma": 1 / 256}),
             ("lipschitz_calibration_error", {"method": "cells"}),
             ("lipschitz_calibration_error", {"method": "exact"}),
             ("distance_to_calibration", {"method": "cells", "grid": 16, "lower_levels": 8}),

@@ -23,6 +23,15 @@ from sqlcal.source import InvalidInputError, Source, as_source
 from sqlcal.options import checked
 
 STRATEGIES = ("pavabc", "uniform", "quantile")
+#: PAVA-BC reads the levels (one row per distinct score) of a source of at most this many rows;
+#: above, the score cells of PAVA_CELLS, and the levels of the few cells where a merge is not
+#: decided by the cell's sums (:func:`pavabc_cells_table`)
+LEVEL_CAP = 1_000_000
+PAVA_CELLS = 2**18
+#: rounds of reading levels before PAVA-BC on the cells gives up and reads them all
+MAX_ROUNDS = 16
+#: score ranges one read of levels asks for at most (nearby wanted cells are read together)
+MAX_SPANS = 256
 TESTS = ("binomial", "ttest")
 
 
@@ -226,6 +235,13 @@ def tce_bins(
 
 def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rule):
     if strategy == "pavabc":
+        grid = cells_summary(src, ("sums",), PAVA_CELLS)
+        _require_counts(src)
+        if int(grid["n"].sum()) > LEVEL_CAP:
+            return pavabc_cells_table(grid, by=src.by, n_min=n_min, n_max=n_max,
+                                      tail_rule=tail_rule, alpha=alpha, test=test,
+                                      cells=PAVA_CELLS, levels_in=lambda ranges: planner.fetch(
+                                          src, declared.levels_within(ranges, "sums")))
         frame = level_sets(src)
     else:
         frame = cells_summary(src, ("sums",))
@@ -237,13 +253,18 @@ def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rul
 
 
 #: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS): PAVA-BC runs
-#: over the levels; uniform and quantile bins over the score cells, then read the levels of the
-#: cells holding a bin edge or an acceptance interval's end (follow-ups)
-NEEDS = {name: (lambda src, o: [declared.levels("sums")] if o["strategy"] == "pavabc"
-                else cells_needs(src, ("sums",)))
+#: over the score cells of PAVA_CELLS (then over the levels up to LEVEL_CAP rows, or those of the
+#: few cells where a merge is undecided); uniform and quantile bins over the score cells, then
+#: read the levels of the cells holding a bin edge or an acceptance interval's end (follow-ups)
+NEEDS = {name: (lambda src, o: cells_needs(src, ("sums",), PAVA_CELLS)
+                if o["strategy"] == "pavabc" else cells_needs(src, ("sums",)))
          for name in ("tce", "tce_bins")}
 REFINING = {(name, "strategy", strategy): "strategy='pavabc' (the levels, read in one pass)"
               for name in ("tce", "tce_bins") for strategy in ("uniform", "quantile")}
+# above LEVEL_CAP rows PAVA-BC reads the levels of a few cells only, in rounds: exported, it is
+# the levels statement
+REFINING.update({(name, "strategy", "pavabc"): "the levels (PAVA-BC over every distinct score)"
+                 for name in ("tce", "tce_bins")})
 
 
 # -- the finishes: numpy from the summary frames ----------------------------------------------
@@ -379,6 +400,225 @@ def pavabc(W: np.ndarray, Y: np.ndarray, n_min: int, n_max: int, tail_rule: str 
     return np.array(blocks_start)
 
 
+# -- PAVA-BC on score cells, reading the levels only where the cells' sums do not decide -------
+#
+# PAVA-BC (:func:`pavabc`) is a left-to-right stack loop over the atoms (distinct scores). A mixed
+# score cell (several distinct scores) is a run of consecutive atoms whose total weight W_c and
+# label sum Y_c are known but whose order is not. The loop may push the whole run at once when
+# every order of its atoms gives the same stack; with X the top block and V the one below:
+#
+# (F) X.W + W_c ≤ n_min: each atom's merge with X is forced (their sum stays ≤ n_min), so X
+#     absorbs the run whatever its order. After each absorbed atom the loop tests X with V; the
+#     test refuses for every prefix q of the run when X.W + V.W + 1 > n_min and either
+#     X.W + V.W + 1 > n_max or mean(X ∪ q) > mean(V) for every q. The least such mean puts the
+#     run's zero labels first: Σ(y·V.W − V.Y·w) over q is at least −V.Y·(W_c − Y_c) (each atom
+#     gives y(V.W − V.Y) − V.Y(w − y) ≥ −V.Y(w − y)), so it suffices that
+#     X.Y·V.W − V.Y·X.W − V.Y·(W_c − Y_c) > 0 (all integers: binary labels, whole weights).
+#     This is how a pending block above a large one fills up: PAV merges it down only when its
+#     mean falls to the one below, and the test says that cannot happen inside this cell.
+# (N) X.W + W_c > n_min, W_c ≤ n_min and the run's first atom starts a block of its own for
+#     every order: then every later atom is forced into that block (it stays ≤ W_c ≤ n_min) and
+#     the (X, run-so-far) test must refuse for every prefix, the same bound with an empty X':
+#     X.W + 1 > n_max, or no zero label in the run (W_c = Y_c) and X not all ones.
+#
+# Anything else (a prefix that may merge down, a block crossing n_min inside the cell, the tail's
+# first atom) needs the order: the cell's levels are read and its atoms pushed one by one. A
+# speculative pass (an undecided cell pushed as one atom) lists every undecided cell; their
+# levels are read in one query, and the pass runs again until none is left: the blocks are then
+# exactly those of the loop over the atoms, since every step either is the loop's own step on an
+# atom or a run whose outcome was proven not to depend on the order. Most cells are decided by
+# (F): once a pending block carries a surplus of positives over the mean below of more than
+# V.Y·(zeros in the cell), the cell cannot bring it down; the cells read are those near the
+# starts of the blocks, where the surplus is still small (at 10^7 rows, a few per cent of them).
+
+
+def pavabc_cells_table(grid: pd.DataFrame, *, by: Sequence[str], n_min=None, n_max=None,
+                       tail_rule: str = "code", alpha: float = 0.05, test: str = "binomial",
+                       levels_in=None, cells: int = PAVA_CELLS) -> pd.DataFrame:
+    """The PAVA-BC bins table (as :func:`tce_bins_finish`) from the score cells of the grid
+    ``cells`` (``grid``: keys, ``cell``, ``n``, ``W``, ``swy``, ``swp``, ``p_min``, ``p_max``),
+    reading through ``levels_in(ranges)`` (score ranges (key tuple, lo, hi), as
+    :func:`sqlcal.query.declared.levels_within`) the levels of the cells where a merge is not
+    decided by the cells' sums. Exact: the bins, and the
+    rejections, of :func:`tce_bins_finish` on the levels."""
+    by = list(by)
+    per_group = {key_tuple(k): p.sort_values("cell", ignore_index=True)
+                 for k, p in groups(grid[grid["W"].to_numpy(float) > 0], by)}
+    limits = {}
+    for key, part in per_group.items():
+        N = int(round(float(part["W"].sum())))
+        lo = int(N / 20) if n_min is None else _count(n_min, "n_min")
+        hi = int(N / 5) if n_max is None else _count(n_max, "n_max")
+        if lo > hi:
+            raise ValueError(f"n_min ({lo}) must not exceed n_max ({hi})")
+        limits[key] = (lo, hi)
+    expanded = {key: pd.DataFrame() for key in per_group}
+    read = 0
+    for _round in range(MAX_ROUNDS + 1):
+        results, wanted = {}, []
+        for key, part in per_group.items():
+            pieces = _cell_pieces(part, expanded[key])
+            starts, undecided = _pavabc_pieces(pieces, *limits[key], tail_rule)
+            results[key] = (pieces, starts)
+            if len(undecided):
+                wanted.append(pd.DataFrame({**{c: [v] * len(undecided)
+                                               for c, v in zip(by, key)},
+                                            "cell": pieces["cell"].to_numpy()[undecided]}))
+        if not wanted:
+            break
+        spans = _spans(pd.concat(wanted, ignore_index=True), by)
+        # the cells, the levels read here and the few cells holding an acceptance interval's
+        # end (a tenth kept for them) fetch at most LEVEL_CAP rows in all
+        if _round == MAX_ROUNDS or (read + _rows_in(grid, spans, by)
+                                    > LEVEL_CAP - len(grid) - LEVEL_CAP // 10):
+            # not settled: every mixed cell's levels (as many rows as the source, at worst)
+            spans = _spans(grid.loc[grid["p_min"] < grid["p_max"], [*by, "cell"]], by)
+        found = levels_in([(key, a / cells, b / cells) for key, a, b in spans])
+        read += len(found)
+        found = found.assign(cell=np.minimum(np.floor(found["p"].to_numpy(float) * cells),
+                                             cells - 1).astype(np.int64))
+        for k, lv in groups(found, by):
+            key = key_tuple(k)
+            expanded[key] = pd.concat([expanded[key], lv], ignore_index=True).drop_duplicates(
+                "p", ignore_index=True)
+    out = []
+    for key, (pieces, starts) in results.items():
+        bin_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(pieces))))
+        out.append(pieces.assign(bin=bin_of, **dict(zip(by, key))))
+    if not out:
+        return pd.DataFrame()
+    table = _count_rejections(by, pd.concat(out, ignore_index=True), alpha, test, levels_in,
+                              cells)
+    labels = {key: _binning("pavabc", *limits[key], None, tail_rule) for key in limits}
+    table["binning"] = [labels[key_tuple({c: row[c] for c in by})]
+                        for _, row in table[by].iterrows()] if by else labels[()]
+    return table
+
+
+def _spans(pairs: pd.DataFrame, by) -> list:
+    """The wanted cells (keys, ``cell``) as at most :data:`MAX_SPANS` runs of cells
+    (key tuple, first cell, end cell): runs a few cells apart are read as one (their levels
+    are exact too), so that one query's filter stays small."""
+    runs = []
+    for k, part in groups(pairs, list(by)):
+        ids = np.unique(part["cell"].to_numpy(np.int64))
+        runs.append((key_tuple(k), ids))
+    gap = 1
+    while True:
+        spans = []
+        for key, ids in runs:
+            cut = np.flatnonzero(np.diff(ids) > gap) + 1
+            spans += [(key, int(a[0]), int(a[-1]) + 1) for a in np.split(ids, cut)]
+        if len(spans) <= MAX_SPANS:
+            return spans
+        gap *= 2
+
+
+def _rows_in(grid: pd.DataFrame, spans: list, by) -> int:
+    """Rows of the grid's cells inside the spans."""
+    total = 0
+    for k, part in groups(grid, list(by)):
+        key = key_tuple(k)
+        cell = part["cell"].to_numpy(np.int64)
+        inside = np.zeros(len(part), bool)
+        for _, a, b in (s for s in spans if s[0] == key):
+            inside |= (cell >= a) & (cell < b)
+        total += int(part["n"].to_numpy()[inside].sum())
+    return total
+
+
+def _cell_pieces(part: pd.DataFrame, levels: pd.DataFrame) -> pd.DataFrame:
+    """A group's pieces in score order: each cell whose levels were read as its levels, every
+    other cell whole (``level``: the piece is one distinct score)."""
+    keep = part if not len(levels) else part[~part["cell"].isin(levels["cell"])]
+    whole = pd.DataFrame({"cell": keep["cell"].to_numpy(np.int64),
+                          "p_min": keep["p_min"], "p_max": keep["p_max"], "n": keep["n"],
+                          "W": keep["W"], "swy": keep["swy"], "swp": keep["swp"],
+                          "level": (keep["p_min"] == keep["p_max"]).to_numpy()})
+    if len(levels):
+        lv = levels[levels["W"].to_numpy(float) > 0]
+        whole = pd.concat([whole, pd.DataFrame({
+            "cell": lv["cell"].to_numpy(np.int64), "p_min": lv["p"], "p_max": lv["p"],
+            "n": lv["n"], "W": lv["W"], "swy": lv["swy"], "swp": lv["swp"], "level": True})],
+            ignore_index=True)
+    return whole.sort_values(["p_min"], ignore_index=True, kind="stable")
+
+
+def _pavabc_pieces(pieces: pd.DataFrame, n_min: int, n_max: int, tail_rule: str):
+    """:func:`pavabc` over pieces (atoms, and mixed cells pushed whole where rules (F) and (N)
+    above allow): the first piece of each block, and the mixed cells that were not decided
+    (pushed as one atom, speculatively; the blocks are exact when there are none)."""
+    W = [int(round(w)) for w in pieces["W"].to_numpy(float)]
+    Y = [int(round(y)) for y in pieces["swy"].to_numpy(float)]
+    atom = pieces["level"].to_numpy()
+    A = len(W)
+    undecided = []
+    tail = A
+    if n_min > 0 and A:
+        suffix = np.cumsum(np.asarray(W[::-1], dtype=object))
+        tail = max(A - 1 - int(np.searchsorted(suffix.astype(float), n_min)), 0)
+        if not atom[tail]:
+            undecided.append(tail)  # the tail's first atom lies inside this cell
+    starts, bw, by_ = [], [], []
+
+    def merge_loop():
+        while len(bw) >= 2:
+            w0, w1, y0, y1 = bw[-2], bw[-1], by_[-2], by_[-1]
+            size = w0 + w1
+            if not (size <= n_min or (size <= n_max and y0 * w1 >= y1 * w0)):
+                break
+            bw[-2:] = [size]
+            by_[-2:] = [y0 + y1]
+            starts.pop()
+
+    for a in range(tail):
+        w, y = W[a], Y[a]
+        if not atom[a] and not _decided(bw, by_, w, y, n_min, n_max):
+            undecided.append(a)
+        if not atom[a] and bw and bw[-1] + w <= n_min and a not in undecided[-1:]:
+            bw[-1] += w  # (F): the run is absorbed by the top block
+            by_[-1] += y
+            continue
+        starts.append(a)
+        bw.append(w)
+        by_.append(y)
+        if atom[a] or a in undecided[-1:]:
+            merge_loop()
+    if tail < A:
+        w_tail = sum(W[tail:])
+        last = bw[-1] if bw else None
+        merge = last is not None and ((w_tail + n_min <= n_max) if tail_rule == "code"
+                                      else (last + w_tail <= n_max))
+        if not merge:
+            starts.append(tail)
+    if not starts:
+        starts = [0]
+    return np.array(starts), np.array(sorted(set(undecided)), dtype=np.int64)
+
+
+def _decided(bw: list, by_: list, w: int, y: int, n_min: int, n_max: int) -> bool:
+    """Whether a run of atoms of total weight w and label sum y (order unknown) leaves the stack
+    (weights ``bw``, label sums ``by_``) the same for every order: rule (F) or (N) above."""
+    zeros = w - y
+    if not bw:
+        return w <= n_min  # every atom forced into one block, nothing below
+    xw, xy = bw[-1], by_[-1]
+    if xw + w <= n_min:  # (F)
+        if len(bw) < 2:
+            return True
+        vw, vy = bw[-2], by_[-2]
+        if vw + xw + 1 <= n_min:
+            return False
+        if vw + xw + 1 > n_max:
+            return True
+        least = xy * vw - vy * xw - (vy * zeros if zeros else -(vw - vy) if vw > vy else 0)
+        return least > 0
+    if w > n_min:
+        return False
+    # (N): the first atom starts its own block whatever it is
+    return xw + 1 > n_min and (xw + 1 > n_max or (zeros == 0 and xw > xy))
+
+
 def _histogram_pieces(cells: pd.DataFrame, by, strategy: str, bins: int, levels_in
                       ) -> pd.DataFrame:
     by = list(by)
@@ -433,19 +673,19 @@ def _assign(pieces: pd.DataFrame, strategy: str, bins: int) -> np.ndarray:
     return np.floor(((first + 1) * bins - 1) / max(N, 1)).astype(int).clip(0, bins - 1)
 
 
-def _levels(levels_in, by, wanted: dict) -> dict:
+def _levels(levels_in, by, wanted: dict, grid: int = CELLS) -> dict:
     """The levels inside the wanted cells ({group key tuple: cells}), by group, each with its
-    ``cell``: cell c is the score range [c/2^10, (c + 1)/2^10), exact in doubles."""
+    ``cell``: cell c is the score range [c/grid, (c + 1)/grid), exact in doubles."""
     if not any(wanted.values()):
         return {}
     if levels_in is None:
         raise ValueError("these bins need the levels of the cells holding their edges: pass "
                          "levels_in")
-    ranges = [(key, c / CELLS, (c + 1) / CELLS) for key, cells in wanted.items()
+    ranges = [(key, c / grid, (c + 1) / grid) for key, cells in wanted.items()
               for c in sorted(cells)]
     frame = levels_in(ranges)
-    frame = frame.assign(cell=np.minimum(np.floor(frame["p"].to_numpy(float) * CELLS),
-                                         CELLS - 1).astype(np.int64))
+    frame = frame.assign(cell=np.minimum(np.floor(frame["p"].to_numpy(float) * grid),
+                                         grid - 1).astype(np.int64))
     return {key_tuple(k): p for k, p in groups(frame, list(by))}
 
 
@@ -460,7 +700,8 @@ def _require_counts(src: Source) -> None:
 # -- the tests and the counting ---------------------------------------------------------------
 
 
-def _count_rejections(by, pieces: pd.DataFrame, alpha: float, test: str, levels_in):
+def _count_rejections(by, pieces: pd.DataFrame, alpha: float, test: str, levels_in,
+                      grid: int = CELLS):
     by = list(by)
     rows, endpoint_cells = [], {}
     plans = []
@@ -473,7 +714,7 @@ def _count_rejections(by, pieces: pd.DataFrame, alpha: float, test: str, levels_
         if unsure.any():
             endpoint_cells.setdefault(group, set()).update(part.loc[unsure, "cell"].astype(int))
         plans.append((key, part, k, n, intervals, inside, unsure))
-    levels = _levels(levels_in, by, endpoint_cells)
+    levels = _levels(levels_in, by, endpoint_cells, grid)
     for key, part, k, n, intervals, inside, unsure in plans:
         accepted_w = float(part.loc[inside & ~part["level"].to_numpy(), "W"].sum())
         # single scores: decided one by one (exactly, near an endpoint)

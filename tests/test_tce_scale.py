@@ -1,0 +1,80 @@
+"""TCE's PAVA-BC bins above the level cap: computed on score cells, reading the levels of the few
+cells where a merge is not decided by the cells' sums, equal to the reference algorithm on the
+raw rows, and fetching far fewer rows than the source holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+import sqlcal
+from sqlcal.metrics import tce as tce_module
+from sqlcal.query import planner
+from tests.test_tce import reference_pavabc
+
+
+def _rows(n: int = 12_000, seed: int = 4) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    p = rng.random(n) * rng.random(n)  # continuous: one distinct score per row
+    y = (rng.random(n) < p ** 0.9).astype(np.int64)
+    return pd.DataFrame({"p": p, "y": y, "g": rng.choice(["a", "b"], n)})
+
+
+def _pvalues(k: int, n: int, q: np.ndarray) -> np.ndarray:
+    """scipy's two-sided binomtest p-value by its definition: the probability of the outcomes
+    no likelier than k (up to the relative 1e-7 it allows), capped at 1."""
+    pmf = stats.binom.pmf(np.arange(n + 1)[None, :], n, q[:, None])
+    at_k = pmf[:, k:k + 1]
+    return np.minimum(1.0, np.where(pmf <= at_k * (1 + 1e-7), pmf, 0.0).sum(axis=1))
+
+
+def _reference(df: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+    """Per group and bin, from the rows: the reference PAVA-BC (N/20, N/5, the code's tail) on
+    the labels sorted by score, and scipy's binomtest of every prediction against its bin."""
+    rows = []
+    for g, part in df.groupby("g"):
+        part = part.sort_values("p")
+        y, p = part["y"].to_numpy(), part["p"].to_numpy()
+        sizes, sums = reference_pavabc(y, len(y) // 20, len(y) // 5)
+        start = 0
+        for b, (size, k) in enumerate(zip(sizes, sums)):
+            q = p[start:start + size]
+            rejected = float((_pvalues(int(k), size, q) <= alpha).sum())
+            rows.append({"g": g, "bin": b, "score_min": q[0], "score_max": q[-1], "n": size,
+                         "k": float(k), "rejected": float(rejected)})
+            start += size
+    return pd.DataFrame(rows)
+
+
+def test_pavabc_above_the_level_cap_equals_the_reference_and_reads_few_rows(upload, monkeypatch):
+    df = _rows()
+    t = upload(df)
+    # a cap below the rows and a coarse grid (about 6 rows per cell and group), so the cells
+    # are mixed and the bins must be found on them
+    monkeypatch.setattr(tce_module, "LEVEL_CAP", 6000)
+    monkeypatch.setattr(tce_module, "PAVA_CELLS", 2**10)
+    fetched = []
+    fetch = planner.fetch
+
+    def counting(src, summary):
+        frame = fetch(src, summary)
+        fetched.append((summary.kind, len(frame)))
+        return frame
+
+    monkeypatch.setattr(planner, "fetch", counting)
+    got = sqlcal.tce_bins(t, score="p", label="y", by="g")
+    want = _reference(df)
+    cols = ["g", "bin", "n", "k", "rejected"]
+    pd.testing.assert_frame_equal(got[cols].reset_index(drop=True), want[cols],
+                                  check_dtype=False)
+    np.testing.assert_array_equal(got["score_min"], want["score_min"])
+    np.testing.assert_array_equal(got["score_max"], want["score_max"])
+    kinds = {kind for kind, _ in fetched}
+    assert "levels" not in kinds, fetched  # the whole levels summary is never read
+    # at most the cap in all (cells and levels), here half the rows
+    assert 0 < sum(n for kind, n in fetched if kind == "levels_within"), fetched
+    assert sum(n for _, n in fetched) <= 6000, fetched
+    total = sqlcal.tce(t, score="p", label="y", by="g")
+    np.testing.assert_allclose(total["tce"], [100 * r.rejected.sum() / r.n.sum()
+                                              for _, r in want.groupby("g")], rtol=1e-12)
