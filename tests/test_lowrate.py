@@ -27,7 +27,7 @@ def click_log(n: int, seed: int, *, rate: float = 4e-3, groups: int = 0, weights
     y = (rng.random(n) < p / bias).astype(np.int64)
     df = pd.DataFrame({"p": p, "y": y})
     if groups:
-        df["g"] = rng.choice([f"g{i}" for i in range(groups)], n)
+        df["g"] = rng.integers(0, groups, n)  # integer keys: Spark reads them through Arrow
     if weights:
         df["w"] = rng.choice([0.0, 0.5, 1.0, 2.5], n, p=[0.1, 0.3, 0.4, 0.2])
     return df
@@ -53,13 +53,13 @@ def _ratio_bounds_oracle(p, y, w, confidence, sampling):
 
 
 def test_normalized_entropy_and_ratio_match_brute_force(upload):
-    df = click_log(6000, seed=1, rate=2e-2, groups=3, weights=True)
-    df.loc[(df.g == "g2"), "y"] = 0  # a group with no positives
-    t = upload(df)
-    ne = sqlcal.normalized_entropy(t, score="p", label="y", weight="w", by="g")
-    cr = sqlcal.calibration_ratio(t, score="p", label="y", weight="w", by="g")
-    assert list(ne.g) == list(cr.g) == ["g0", "g1", "g2"]
-    for i, g in enumerate(["g0", "g1"]):
+    df = click_log(4000, seed=1, rate=3e-2, groups=3, weights=True)
+    df.loc[(df.g == 2), "y"] = 0  # a group with no positives
+    src = sqlcal.source(upload(df), score="p", label="y", weight="w", by="g")
+    sqlcal.report(src, metrics=["normalized_entropy", "calibration_ratio"])  # one fused scan
+    ne, cr = sqlcal.normalized_entropy(src), sqlcal.calibration_ratio(src)  # from its cache
+    assert list(ne.g) == list(cr.g) == [0, 1, 2]
+    for i, g in enumerate([0, 1]):
         part = df[(df.g == g) & (df.w > 0)]
         p, y, w = part.p.to_numpy(), part.y.to_numpy(), part.w.to_numpy()
         np.testing.assert_allclose(ne.normalized_entropy[i], _ne_oracle(p, y, w), **TOL)
@@ -150,26 +150,10 @@ def test_ratio_interval_covers_with_tens_of_positives(case):
     assert 0.93 <= coverage <= 0.98, coverage
 
 
-def test_logit_bins_engine_equals_local(upload):
-    df = click_log(4000, seed=4, groups=2, weights=True)
-    src = sqlcal.source(upload(df), score="p", label="y", weight="w", by="g")
-    summary = declared.logit_bins(12, 1e-4, 0.2, "sums", "sw2", "moments")
-    got = planner.fetch(src, summary).sort_values(["g", "bin"], ignore_index=True)
-    rows = df[df.w > 0]
-    levels = (rows.assign(wy=rows.w * rows.y, wp=rows.w * rows.p, w2=rows.w ** 2)
-              .groupby(["g", "p"], as_index=False)
-              .agg(n=("y", "size"), W=("w", "sum"), swy=("wy", "sum"), swp=("wp", "sum"),
-                   sw2=("w2", "sum"), ny=("y", "sum")))
-    want = local.evaluate(summary, levels, ("g",))
-    assert list(got.bin) == list(want.bin) and list(got.n) == list(want.n)
-    for c in ("W", "swy", "swp", "sw2", "swpp", "p_min", "p_max"):
-        np.testing.assert_allclose(got[c].to_numpy(float), want[c].to_numpy(float), **TOL)
-
-
 def test_logit_strategy_matches_brute_force(upload):
     df = click_log(5000, seed=5)
-    t = upload(df)
-    got = sqlcal.reliability(t, score="p", label="y", bins=8, strategy="logit")
+    src = sqlcal.source(upload(df), score="p", label="y")
+    got = sqlcal.reliability(src, bins=8, strategy="logit")
     lo, hi = df.p.min(), df.p.max()
     z = np.log(lo / (1 - lo)) + np.arange(9) / 8 * (np.log(hi / (1 - hi)) - np.log(lo / (1 - lo)))
     edges = 1 / (1 + np.exp(-z))
@@ -179,9 +163,19 @@ def test_logit_strategy_matches_brute_force(upload):
     np.testing.assert_allclose(got.mean_score, want.p, **TOL)
     np.testing.assert_allclose(got.observed, want.y, **TOL)
     np.testing.assert_allclose(got.bin_upper[:-1], edges[1:-1][got.bin[:-1]], rtol=1e-12)
-    ece = sqlcal.ece(t, score="p", label="y", bins=8, strategy="logit")
+    ece = sqlcal.ece(src, bins=8, strategy="logit")
     np.testing.assert_allclose(ece.ece[0], np.sum(np.abs(got.gap) * got.n) / len(df), **TOL)
     assert ece.binning[0] == "logit(8)" and not got.concentrated.any()
+    # the engine's logit_bins summary (cached by the calls above) equals its local evaluation
+    summary = declared.logit_bins(8, lo, hi, "sums")
+    engine = planner.fetch(src, summary).sort_values("bin", ignore_index=True)
+    levels = df.groupby("p", as_index=False).agg(n=("y", "size"), swy=("y", "sum"))
+    levels = levels.assign(W=levels.n.astype(float), swp=levels.p * levels.n,
+                           sw2=levels.n.astype(float), ny=levels.swy)
+    want = local.evaluate(summary, levels, ())
+    assert list(engine.bin) == list(want.bin) and list(engine.n) == list(want.n)
+    for c in ("W", "swy", "swp", "p_min", "p_max"):
+        np.testing.assert_allclose(engine[c].to_numpy(float), want[c].to_numpy(float), **TOL)
 
 
 def test_concentrated_bins_are_flagged_and_warned():
@@ -198,7 +192,7 @@ def test_concentrated_bins_are_flagged_and_warned():
 
 def _blocks(seed: int):
     rng = np.random.default_rng(seed)
-    df = click_log(1500, seed=seed, rate=2e-2, groups=2)
+    df = click_log(800, seed=seed, rate=3e-2, groups=2)
     df["rate"] = np.where(rng.random(len(df)) < 0.5, 0.1, 0.25)
     pos, neg = df[df.y == 1], df[df.y == 0]
     kept = pd.concat([pos, neg], ignore_index=True)
@@ -207,11 +201,22 @@ def _blocks(seed: int):
     return full, kept
 
 
-def test_downsampled_negatives_equal_their_blocks(upload):
+def test_downsampled_negatives_equal_their_blocks_in_the_engine(upload):
+    # the rate column's weighting in each engine: one fused scan per table
     full, kept = _blocks(8)
-    a_src = sqlcal.source(upload(full), score="p", label="y", by="g")
-    b_src = sqlcal.source(upload(kept), score="p", label="y", by="g",
-                          negative_sampling_rate="rate")
+    names = ["ece", "log_loss", "normalized_entropy", "calibration_ratio"]
+    a = sqlcal.report(upload(full), score="p", label="y", by="g", metrics=names)
+    b = sqlcal.report(upload(kept), score="p", label="y", by="g", metrics=names,
+                      negative_sampling_rate="rate")
+    # (the ratio's interval differs: kept negatives add their sampling variance)
+    for column in ["W", *names, "normalized_entropy_upper"]:
+        np.testing.assert_allclose(b[column], a[column], err_msg=column, **TOL)
+
+
+def test_downsampled_negatives_equal_their_blocks():
+    full, kept = _blocks(8)
+    a_src = sqlcal.source(full, score="p", label="y", by="g")
+    b_src = sqlcal.source(kept, score="p", label="y", by="g", negative_sampling_rate="rate")
     for metric, column in [(sqlcal.ece, "ece"), (sqlcal.log_loss, "log_loss"),
                            (sqlcal.normalized_entropy, "normalized_entropy"),
                            (sqlcal.calibration_ratio, "calibration_ratio"),
