@@ -689,7 +689,24 @@ def _connect(url: str):
             connections[key] = ibis.duckdb.connect(path, read_only=True)
         else:
             connections[key] = ibis.connect(url)
+            if url.split("://")[0] in ("postgres", "postgresql"):
+                tune_postgres(connections[key], skip=url)
     return connections[key]
+
+
+#: session settings for a PostgreSQL connection sqlcal opens from a URL: sorts and hashes over
+#: the levels (one row per distinct score) stay in memory instead of spilling at the default
+#: 4 MB, and the large generated expressions of some queries are not JIT-compiled (compiling
+#: them costs more than it saves, and a backend compiling one ignores cancel)
+POSTGRES_SETTINGS = {"work_mem": "256MB", "jit": "off"}
+
+
+def tune_postgres(con, *, skip: str = "") -> None:
+    """Apply :data:`POSTGRES_SETTINGS` to a PostgreSQL connection's session (a setting named in
+    ``skip``, e.g. the URL's ``options``, is left as the caller set it)."""
+    for name, value in POSTGRES_SETTINGS.items():
+        if name not in skip:
+            con.raw_sql(f"SET {name} = '{value}'").close()
 
 
 def resolve_table(data: Any, table: str | None) -> ir.Table:
