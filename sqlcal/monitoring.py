@@ -319,6 +319,7 @@ def results_rows(table: pd.DataFrame, path: pd.DataFrame, keys: Sequence[str], *
     """The results table's rows of a check (:data:`sqlcal.scheduled.RESULTS_SCHEMA`): one per
     group, window, metric and statistic (the window in ``group_keys``), and the detector's
     ``log_M`` on the check's last day per group (window ``"detector"``)."""
+    path = path[path["stream"] == "mature"]
     last = path[path["day"] == path["day"].max()]
     detector = last[[*keys, "log_M", "threshold"]].assign(
         window="detector", metric="detector", statistic="log_M", lower=np.nan,

@@ -516,3 +516,46 @@ def test_monitor_page_shows_the_maturity_curve(tmp_path, capsys):
         known = positive & (delay < row["delay"])
         assert row["F_hat"] == pytest.approx(df.w[known].sum() / df.w[positive].sum(),
                                              rel=1e-12)
+
+
+def test_early_stream_from_the_store_equals_the_detector_on_raw_rows(tmp_path):
+    """lag:1d: each day once 2 days old, its positives known within 1 day, against F_b·p with F_b
+    from the mature reference days; the oracle recomputes every sum and F_b from the raw rows."""
+    import pandas as pd
+    import sqlcal
+    rng = np.random.default_rng(8)
+    df = _predictions(seed=8, days=60, per_day=1500, change=45)
+    delay = np.minimum(rng.exponential(1.5, len(df)), 6.5)
+    df["lt"] = (df["t"] + pd.to_timedelta(np.round(delay * 86400), "s")).where(df["y"] == 1)
+    path = str(tmp_path / "store.duckdb")
+    as_of = pd.Timestamp("2026-06-01") + pd.Timedelta(days=61)
+    sqlcal.snapshot(df.drop(columns="day"), score="p", label="y", weight="w", by="g", time="t",
+                    label_time="lt", store=path, as_of=as_of, bins=(), ls_ece_sigma=(),
+                    smooth_grids=())
+    found = detect.detect(path, lag="lag:1d", maturity_horizon="7d", reference_days=20)
+    K, B = 2 ** 14, 8
+    early_days = 59  # day t is in once t + 1 + 1 (settle) days have passed by as_of (day 61)
+    for g, part in df.groupby("g"):
+        cell = np.minimum(np.floor(part["p"].to_numpy() * K), K - 1).astype(int)
+        ref = part["day"].to_numpy() < 20
+        edges = detect.bet_edges(pd.Series(part["w"].to_numpy()[ref]).groupby(cell[ref]).sum(),
+                                 B, K)
+        b = np.searchsorted(edges, cell, side="right") - 1
+        w, y, p = (part[c].to_numpy() for c in ("w", "y", "p"))
+        soon = (y == 1) & (delay[part.index] < 1)
+        share = np.bincount(b[ref], (w * soon)[ref], B) / np.bincount(b[ref], (w * y)[ref], B)
+        error = np.sqrt(np.log(2 * B / (0.05 / 4)) / (2 * np.bincount(b[ref], y[ref], B)))
+        day = part["day"].to_numpy()
+        keep = day < early_days
+        sums = np.zeros((4, early_days, B))
+        for i, x in enumerate((w, w * soon, w * p, w * p * p)):
+            np.add.at(sums[i], (day[keep], b[keep]), x[keep])
+        want = detect.detector(*sums, first=20, alpha=0.05 / 4, share=share, share_error=error)
+        got = found.path[(found.path.g == g) & (found.path.stream == "lag:1d")]
+        np.testing.assert_allclose(got["log_M"], want["log_M"], rtol=1e-12, atol=1e-12)
+    early = found.alarms[found.alarms.stream == "lag:1d"]
+    assert early["g"].tolist() == ["a"]
+    change = (early["change_day"].iloc[0] - pd.Timestamp("2026-06-01")).days
+    assert abs(change - 45) <= 3
+    mature = found.path[found.path.stream == "mature"]
+    assert mature["threshold"].iloc[0] == pytest.approx(np.log(365 / 0.025), rel=1e-15)

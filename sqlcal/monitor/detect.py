@@ -261,7 +261,8 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
            tolerance: tuple[float, float] = TOLERANCE, alpha: float = 0.05, horizon: int = 365,
            windows: Sequence[int] = WINDOWS, reference: Any = None, reference_days: int = 28,
            maturity_horizon: str = "30d", settle: str = "1d", at: Any = None,
-           prefix: str = schema.PREFIX, spec: str | None = None) -> Detection:
+           lag: str | None = None, prefix: str = schema.PREFIX,
+           spec: str | None = None) -> Detection:
     r"""The calibration change detector on the stored per-day summaries, per group.
 
     Parameters
@@ -287,13 +288,22 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
     at : datetime-like, optional
         The check time: only days final by then (default: the latest ``as_of`` stored), to
         replay an earlier check.
+    lag : str, optional
+        ``"lag:<a>d"`` (a delay edge of the snapshot, which needs ``label_time``) adds an early
+        stream: every day once a days old, with the labels known by then, against the null
+        "calibrated within tolerance and the share of positives known at age a is F_b", F_b
+        estimated per bet bin on the mature reference days with a Hoeffding bound at level
+        alpha/4 (union over bins). alpha is then split: alpha/2 for the mature stream, alpha/4
+        for the early one (so P(any false alarm in either) <= alpha). An alarm only in the
+        early stream reads "calibration at lag a, or the label delay, changed".
     prefix, spec
         As for :func:`sqlcal.stored`.
 
     Returns
     -------
     Detection
-        ``path``: per group and mature day, ``n``, ``W``, ``log_e`` (log of the day's e-value
+        ``path``: per group, ``stream`` (``"mature"``, or the lag) and day, ``n``, ``W``,
+        ``log_e`` (log of the day's e-value
         averaged over the plug-in windows), ``log_M`` (the detector), ``threshold``, ``alarm``
         (log_M >= threshold). ``alarms``: per group that alarmed, ``alarm_day``, ``change_day``
         (start of the CUSUM excursion), ``log_M_at_alarm``, the pre-change window (the 28 days
@@ -349,14 +359,18 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
     else:
         ref = tuple(_timestamp(x) for x in reference)
     first = int(np.searchsorted(calendar, ref[1], side="right"))
-    c = threshold(alpha, horizon)
-    paths, alarms, reliability = [], [], {}
+    if lag is not None:
+        a, admitted = _lag_buckets(lag, spec_dict)
+    alpha_mature = alpha if lag is None else alpha / 2
+    c = threshold(alpha_mature, horizon)
+    paths, alarms, reliability, bet_bins = [], [], {}, {}
     groups = cells.groupby(list(by), sort=True, dropna=False) if by else [((), cells)]
     for key, part in groups:
         key = key if isinstance(key, tuple) else (key,)
         keys = dict(zip(by, key))
         in_ref = part["period_start"].between(*ref)
         edges = bet_edges(part.loc[in_ref].groupby("cell")["W"].sum(), bins, K)
+        bet_bins[key] = edges
         part = part.assign(bin=np.searchsorted(edges, part["cell"].to_numpy(), side="right") - 1)
         day = pd.Index(calendar).get_indexer(part["period_start"])
         sums = np.zeros((4, len(calendar), bins))
@@ -364,27 +378,36 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
             np.add.at(sums[i], (day, part["bin"].to_numpy()), part[col].to_numpy(float))
         n = np.zeros(len(calendar))
         np.add.at(n, day, part["n"].to_numpy(float))
-        out = detector(*sums, tolerance=tolerance, windows=tuple(windows), alpha=alpha,
+        out = detector(*sums, tolerance=tolerance, windows=tuple(windows), alpha=alpha_mature,
                        horizon=horizon, first=first)
         path = pd.DataFrame({**{k: [v] * len(calendar) for k, v in keys.items()},
-                             "day": calendar, "n": n.astype("int64"), "W": sums[0].sum(-1),
+                             "stream": "mature", "day": calendar, "n": n.astype("int64"), "W": sums[0].sum(-1),
                              "log_e": _log_mean_exp(out["log_e"], axis=-2),
                              "log_M": out["log_M"], "threshold": c})
         path["alarm"] = path["log_M"] >= c
         paths.append(path)
         if out["alarm_day"] >= 0:
             row, diagrams = _alarm(store, prefix, spec_hash, days, by, keys, calendar, out, K)
-            alarms.append(row)
+            alarms.append((*row[:len(by) + 1], "mature", *row[len(by) + 1:]))
             reliability[tuple(keys.values())] = diagrams
+    if lag is not None:
+        early_paths, early_alarms = _early_stream(
+            store, prefix, spec_hash, spec_dict, by, bet_bins, ref, days, a, admitted, settle,
+            at, K, tolerance=tolerance, windows=tuple(windows), alpha=alpha, horizon=horizon,
+            name=lag)
+        paths += early_paths
+        alarms += early_alarms
     path = pd.concat(paths, ignore_index=True)
-    columns = [*by, "alarm_day", "change_day", "log_M_at_alarm", "pre_start", "pre_end",
-               "post_start", "post_end", *DECOMPOSITION]
+    columns = [*by, "alarm_day", "stream", "change_day", "log_M_at_alarm", "pre_start",
+               "pre_end", "post_start", "post_end", *DECOMPOSITION]
     alarms = pd.DataFrame(alarms, columns=columns)
     return Detection(path=path, alarms=alarms, threshold=c,
                      info={"spec": spec_hash, "reference": ref, "bins": bins,
                            "tolerance": tuple(tolerance), "alpha": alpha, "horizon": horizon,
                            "windows": tuple(windows), "days": len(calendar),
-                           "reliability": reliability})
+                           "reliability": reliability, "lag": lag,
+                           "threshold_early": None if lag is None
+                           else threshold(alpha / 4, horizon)})
 
 
 #: the change report's decomposition columns (post − pre, and the fits in both windows)
@@ -507,6 +530,85 @@ def _alarm(store, prefix, spec_hash, days, by, keys, calendar, out, K) -> tuple:
     return (*keys.values(), calendar[alarm], calendar[change], float(out["log_M"][alarm]),
             *pre, *post, *change_terms, terms[0]["a"], terms[0]["b"], terms[1]["a"],
             terms[1]["b"]), diagrams
+
+
+def _lag_buckets(lag: str, spec: dict) -> tuple[float, list[int]]:
+    """The lag a in days and the delay buckets whose labels are known at age a."""
+    edges = spec["delays"]
+    try:
+        a = float(lag[4:-1]) if lag.startswith("lag:") and lag.endswith("d") else None
+    except ValueError:
+        a = None
+    if a is None or a not in edges[1:]:
+        raise OptionError(f"lag must be 'lag:<a>d' with a one of the snapshot's delay edges "
+                          f"above 0, {list(edges[1:])}, not {lag!r}")
+    if spec.get("label_time") is None:
+        raise OptionError(f"lag={lag!r} needs the labels' arrival times: snapshot with "
+                          "label_time=")
+    return a, [k for k in range(len(edges) - 1) if edges[k + 1] <= a]
+
+
+def _early_stream(store, prefix, spec_hash, spec, by, bet_bins, ref, mature, a, admitted,
+                  settle, at, K, *, tolerance, windows, alpha, horizon, name):
+    """The lag-a stream per group: every day a + settle old, its positives known by age a,
+    against F_b·p with F_b from the mature reference days (module notes)."""
+    versions = _store.current_versions(store, prefix, spec_hash)
+    at = versions["as_of"].max() if at is None else _timestamp(at)
+    known = versions["period_end"] + pd.Timedelta(days=a + _age_days(settle, "settle"))
+    days = versions[(known <= versions["as_of"]) & (known <= at)].reset_index(drop=True)
+    if not len(days):
+        return [], []
+    cells = _store.merged(store, "cells", prefix=prefix, spec_hash=spec_hash, versions=days,
+                          by=[*by, "period_start", "delay"], delays=None, params={"cells": K})
+    cells["period_start"] = pd.to_datetime(cells["period_start"]).astype("datetime64[ns]")
+    calendar = pd.date_range(days["period_start"].min(), days["period_start"].max(), freq="D")
+    first = int(np.searchsorted(calendar, ref[1], side="right"))
+    mature_ref = set(mature["period_start"][mature["period_start"].between(*ref)])
+    c = threshold(alpha / 4, horizon)
+    paths, alarms = [], []
+    groups = cells.groupby(list(by), sort=True, dropna=False) if by else [((), cells)]
+    for key, part in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        keys = dict(zip(by, key))
+        edges = bet_bins.get(key)
+        if edges is None:
+            continue
+        B = len(edges) - 1
+        part = part.assign(bin=np.searchsorted(edges, part["cell"].to_numpy(), side="right") - 1)
+        free = part[part["delay"] == schema.DELAY_LABEL_FREE]
+        early = part[part["delay"].isin(admitted)]
+        labels = part[part["delay"] != schema.DELAY_LABEL_FREE]
+        ref_rows = labels["period_start"].isin(mature_ref)
+        all_pos = np.bincount(labels.loc[ref_rows, "bin"], labels.loc[ref_rows, "swy"], B)
+        count = np.bincount(labels.loc[ref_rows, "bin"], labels.loc[ref_rows, "n_pos"], B)
+        ref_early = early["period_start"].isin(mature_ref)
+        early_pos = np.bincount(early.loc[ref_early, "bin"], early.loc[ref_early, "swy"], B)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(all_pos > 0, early_pos / all_pos, 0.0)
+            error = np.where(count > 0, np.sqrt(np.log(2 * B / (alpha / 4)) / (2 * count)), 1.0)
+        sums = np.zeros((4, len(calendar), B))
+        index = pd.Index(calendar)
+        for i, (frame, col) in enumerate(((free, "W"), (early, "swy"), (free, "swp"),
+                                          (free, "swpp"))):
+            np.add.at(sums[i], (index.get_indexer(frame["period_start"]),
+                                frame["bin"].to_numpy()), frame[col].to_numpy(float))
+        n = np.zeros(len(calendar))
+        np.add.at(n, index.get_indexer(free["period_start"]), free["n"].to_numpy(float))
+        out = detector(*sums, tolerance=tolerance, windows=windows, alpha=alpha / 4,
+                       horizon=horizon, first=first, share=share, share_error=error)
+        path = pd.DataFrame({**{k: [v] * len(calendar) for k, v in keys.items()},
+                             "stream": name, "day": calendar, "n": n.astype("int64"),
+                             "W": sums[0].sum(-1),
+                             "log_e": _log_mean_exp(out["log_e"], axis=-2),
+                             "log_M": out["log_M"], "threshold": c})
+        path["alarm"] = path["log_M"] >= c
+        paths.append(path)
+        if out["alarm_day"] >= 0:
+            alarm, change = int(out["alarm_day"]), int(out["change_day"])
+            alarms.append((*keys.values(), calendar[alarm], name, calendar[change],
+                           float(out["log_M"][alarm]), pd.NaT, pd.NaT, calendar[change],
+                           calendar[alarm], *([np.nan] * len(DECOMPOSITION))))
+    return paths, alarms
 
 
 def _timestamp(value: Any) -> pd.Timestamp:

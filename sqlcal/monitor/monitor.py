@@ -65,11 +65,14 @@ def check_detect(block: dict | None, *, where: str = "config") -> dict:
         if not ok:
             raise ConfigError(f"{where}: [detect] {key} = {value!r} has the wrong type")
         out[key] = value
-    for key, allowed in (("kind", ("binned", "citl")), ("lag", ("mature",)),
-                         ("null", ("calibrated",))):
+    for key, allowed in (("kind", ("binned", "citl")), ("null", ("calibrated",))):
         if out[key] not in allowed:
             raise ConfigError(f"{where}: [detect] {key} must be one of {list(allowed)}, not "
                               f"{out[key]!r} (the others are not built yet)")
+    if not (out["lag"] == "mature" or (out["lag"].startswith("lag:")
+                                         and out["lag"].endswith("d"))):
+        raise ConfigError(f"{where}: [detect] lag must be \"mature\" or \"lag:<a>d\" (an "
+                          f"early stream besides the mature one), not {out['lag']!r}")
     tol = out["tolerance"]
     if set(tol) - {"absolute", "relative"}:
         raise ConfigError(f"{where}: [detect] tolerance takes absolute and relative, not "
@@ -95,7 +98,8 @@ def run(config: dict, *, at: Any = None) -> MonitorRun:
                            tolerance=d["tolerance"], alpha=float(d["alpha"]),
                            horizon=d["horizon"], windows=tuple(d["bet_windows"]),
                            reference=d["reference"], reference_days=d["reference_days"],
-                           maturity_horizon=labels["horizon"], settle=labels["settle"], at=at)
+                           maturity_horizon=labels["horizon"], settle=labels["settle"], at=at,
+                           lag=None if d["lag"] == "mature" else d["lag"])
     try:  # the maturity curve, when the snapshot stored the labels' arrival times
         curve = _maturity.maturity(snap["store"], prefix=snap["prefix"], bins=1,
                                    horizon=labels["horizon"], settle=labels["settle"], at=at)
@@ -117,6 +121,12 @@ def lines(result: MonitorRun) -> list[str]:
     for row in result.alarms.to_dict("records"):
         keys = ", ".join(f"{k}={row[k]}" for k in result.alarms.columns[
             :list(result.alarms.columns).index("alarm_day")])
+        if row["stream"] != "mature":
+            out.append(f"ALARM {keys or 'all rows'} ({row['stream']} stream): calibration at "
+                       f"that lag, or the label delay, changed on about "
+                       f"{row['change_day']:%Y-%m-%d} (seen {row['alarm_day']:%Y-%m-%d}, log M "
+                       f"{row['log_M_at_alarm']:.2f})")
+            continue
         out.append(f"ALARM {keys or 'all rows'}: calibration changed on about "
                    f"{row['change_day']:%Y-%m-%d} (seen {row['alarm_day']:%Y-%m-%d}, log M "
                    f"{row['log_M_at_alarm']:.2f} >= {result.detection.threshold:.2f}); change in "
@@ -151,7 +161,8 @@ def to_html(result: MonitorRun) -> str:
     """An offline page: per group, the detector log M_t against its threshold (an SVG line on
     the log scale of M), and the alarms table."""
     path, c = result.detection.path, result.detection.threshold
-    keys = [k for k in path.columns if k not in ("day", "n", "W", "log_e", "log_M",
+    path = path[path["stream"] == "mature"]
+    keys = [k for k in path.columns if k not in ("stream", "day", "n", "W", "log_e", "log_M",
                                                  "threshold", "alarm")]
     parts = []
     groups = path.groupby(keys, sort=True) if keys else [((), path)]
