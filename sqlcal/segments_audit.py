@@ -100,7 +100,8 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
         \|residual\| / W of the group, ``z``, ``p_value``, ``q_value``, ``significant``,
         ``logit_shift`` and ``logit_shift_se`` (one Newton step), ``explained_by``,
         ``residual_all``, ``z_all`` (all non-holdout rows; biased by the selection in split
-        mode); and what was searched: ``family_size`` (eligible segments), ``tested``,
+        mode); and what was searched: ``family_size`` (eligible segments evaluated: all of
+        them in full mode, those the bound did not prune in split mode), ``tested``,
         ``statements`` (engine statements), ``branches`` (GROUP BYs in them), ``searched``
         (JSON: per level the candidates, ineligible, bound-pruned, evaluated; the values pooled
         per feature; folds' weights), ``weight_kind``. Numbers come from fold B in split mode.
@@ -690,8 +691,6 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
     out = out.sort_values([*keys, "_explained", "harm", "segment"],
                           ascending=[True] * len(keys) + [True, False, True],
                           na_position="last", kind="stable", ignore_index=True)
-    out.attrs["nodes"] = out["_node"].tolist()  # for segment_fix only (lost on a concat)
-    out.attrs["kept"] = search["kept"]
     return out[columns]
 
 
