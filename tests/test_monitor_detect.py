@@ -559,3 +559,15 @@ def test_early_stream_from_the_store_equals_the_detector_on_raw_rows(tmp_path):
     assert abs(change - 45) <= 3
     mature = found.path[found.path.stream == "mature"]
     assert mature["threshold"].iloc[0] == pytest.approx(np.log(365 / 0.025), rel=1e-15)
+
+
+def test_detect_refuses_weights_that_are_not_whole_numbers(tmp_path):
+    import sqlcal
+    df = _predictions(seed=2, days=5, per_day=50)
+    df["w"] = df["w"] * 0.75   # sampling-style weights: the guarantee needs a likelihood per row
+    path = str(tmp_path / "store.duckdb")
+    sqlcal.snapshot(df.drop(columns="day"), score="p", label="y", weight="w", time="t",
+                    store=path, as_of="2026-09-30", bins=(), ls_ece_sigma=(), smooth_grids=())
+    from sqlcal.options import OptionError
+    with pytest.raises(OptionError, match="frequency weights"):
+        detect.detect(path)
