@@ -44,11 +44,13 @@ def timed(fn):
 def agreement(frame, ref) -> float:
     """The largest relative difference of the numeric columns, rows matched by group."""
     import numpy as np
+    import pandas as pd
 
     a, b = frame.sort_values("g").reset_index(drop=True), ref.sort_values("g").reset_index(drop=True)
     worst = 0.0
     for col in ref.columns:
-        if col == "g" or not np.issubdtype(ref[col].dtype, np.number) or col not in a:
+        if col == "g" or col not in a or not pd.api.types.is_numeric_dtype(ref[col].dtype) \
+                or pd.api.types.is_bool_dtype(ref[col].dtype):
             continue
         x, y = a[col].to_numpy(float), b[col].to_numpy(float)
         both = np.isfinite(x) & np.isfinite(y)
