@@ -64,7 +64,27 @@ def simulate(rng, streams, days, q_before, q_after, shift, n=2000, change=200):
     for per_level in (counts, k, counts * LEVELS, counts * LEVELS ** 2):
         out.append(np.stack([per_level[..., BIN == b].sum(-1) for b in range(8)], -1)
                    .astype(float))
-    return out
+    return out, counts, k
+
+
+def split_shares(out, counts, k, kind):
+    """Spec §E.5 on the detected streams: the change (post − pre) of the log-score terms, with
+    pre = the 28 days before the estimated change day and post = change day .. alarm day, from
+    the per-level sums (the levels play the stored cells). Returns the share of streams where
+    the planted kind's term dominates as the spec states, and the share with every window's
+    terms >= 0."""
+    hits, nonneg, found = 0, 0, 0
+    for s in np.flatnonzero(out["alarm_day"] >= 200):
+        change, alarm = int(out["change_day"][s]), int(out["alarm_day"][s])
+        terms = []
+        for lo, hi in ((max(change - 28, 0), change), (change, alarm + 1)):
+            terms.append(detect.split_mcb(counts[s, lo:hi].sum(0), k[s, lo:hi].sum(0), LEVELS))
+        d = {t: terms[1][t] - terms[0][t] for t in ("mcb", "intercept", "slope", "shape")}
+        found += 1
+        nonneg += all(min(x["intercept"], x["slope"], x["shape"]) >= -1e-12 for x in terms)
+        largest = max(("intercept", "slope", "shape"), key=d.get)
+        hits += (d["intercept"] >= 0.8 * d["mcb"]) if kind == "intercept" else largest == kind
+    return hits / max(found, 1), nonneg / max(found, 1)
 
 
 def page_hinkley(W, swy, swp, swpp, tolerance=(0.0, 0.1)):
@@ -93,7 +113,8 @@ def main() -> None:
         start = time.process_time()
         null = q_after is None and shift is None
         days = 365 if null else 230
-        W, swy, swp, swpp = simulate(rng, args.streams, days, q_before, q_after, shift)
+        (W, swy, swp, swpp), counts, k = simulate(rng, args.streams, days, q_before, q_after,
+                                                  shift)
         out = detect.detector(W, swy, swp, swpp)
         alarm = out["alarm_day"]
         ph = page_hinkley(W, swy, swp, swpp)
@@ -115,6 +136,13 @@ def main() -> None:
               f"{np.mean(delay <= 21):6.3f} {np.mean(delay <= 28):6.3f} {change:6.3f} "
               f"{out['log_M'].max():9.2f} | {np.mean(ph_alarm >= 0):.3f}, "
               f"{np.median(ph_delay):.0f}   ({time.process_time() - start:.0f} CPU s)")
+        kind = name.split(":")[0]
+        if kind in ("intercept", "slope", "shape"):
+            share, nonneg = split_shares(out, counts, k, kind)
+            rule = ("intercept term >= 80% of the MCB change" if kind == "intercept"
+                    else f"{kind} term the largest")
+            print(f"    split at the alarm: {rule} in {share:.3f} of detected streams; every "
+                  f"term >= 0 in both windows in {nonneg:.3f}")
     print(f"threshold log c = {out['threshold']:.2f}; Page-Hinkley threshold {ph_threshold:.2f}")
 
 

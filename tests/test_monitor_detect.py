@@ -31,7 +31,7 @@ def expit(z):
 
 
 def simulate(rng, streams: int, days: int, q_before, q_after=None, change: int | None = None,
-             n: int = 2000, counts_after=None, share=None):
+             n: int = 2000, counts_after=None, share=None, per_level=False):
     """Per-day, per-bin sums (W, swy, swp, swpp), each (streams, days, 8). ``q_*`` map the levels'
     scores to the true positive rate; ``counts_after`` replaces the per-level counts from
     ``change`` on (a shift of the score distribution); ``share(day)`` thins the positives (the
@@ -47,11 +47,11 @@ def simulate(rng, streams: int, days: int, q_before, q_after=None, change: int |
     if share is not None:
         k = rng.binomial(k, np.asarray([share(t) for t in range(days)])[None, :, None])
     out = []
-    for per_level in (counts, k, counts * LEVELS, counts * LEVELS ** 2):
-        per_level = np.broadcast_to(per_level, (streams, days, 16))
-        out.append(np.stack([per_level[..., BIN_OF_LEVEL == b].sum(-1) for b in range(8)], -1)
+    for level_sums in (counts, k, counts * LEVELS, counts * LEVELS ** 2):
+        level_sums = np.broadcast_to(level_sums, (streams, days, 16))
+        out.append(np.stack([level_sums[..., BIN_OF_LEVEL == b].sum(-1) for b in range(8)], -1)
                    .astype(float))
-    return out
+    return (out, counts, k) if per_level else out
 
 
 def false_alarm_share(alarm_day):
@@ -215,6 +215,28 @@ def test_planted_change_is_detected_within_the_stated_delay(name):
     if name == "intercept":
         change = out["change_day"][alarm >= 200]
         assert np.mean(np.abs(change - 200) <= 3) >= 0.90
+
+
+@pytest.mark.parametrize("name", ["intercept", "slope"])
+def test_the_change_split_names_the_planted_kind(name):
+    """Spec §E.5 on detected streams: post − pre log-score terms from the per-level sums (the
+    levels play the stored cells), pre = 28 days before the estimated change day; each term of
+    each window >= 0 (nested fits)."""
+    (W, swy, swp, swpp), counts, k = simulate(np.random.default_rng(41), 200, 230, lambda p: p,
+                                              CHANGES[name][0], change=200, per_level=True)
+    out = detect.detector(W, swy, swp, swpp, tolerance=TOL)
+    hits = []
+    for s in np.flatnonzero(out["alarm_day"] >= 200):
+        change, alarm = int(out["change_day"][s]), int(out["alarm_day"][s])
+        terms = [detect.split_mcb(counts[lo:hi].sum(0), k[s, lo:hi].sum(0), LEVELS)
+                 for lo, hi in ((change - 28, change), (change, alarm + 1))]
+        for t in terms:
+            assert min(t["intercept"], t["slope"], t["shape"]) >= -1e-12
+        d = {t: terms[1][t] - terms[0][t] for t in ("mcb", "intercept", "slope", "shape")}
+        hits.append(d["intercept"] >= 0.8 * d["mcb"] if name == "intercept"
+                    else max(("intercept", "slope", "shape"), key=d.get) == "slope")
+    print(f"{name}: {np.mean(hits):.3f} of {len(hits)} detected streams")
+    assert np.mean(hits) >= (0.90 if name == "intercept" else 0.80)
 
 
 # -- late labels: the mature stream and the early stream (lag 1 day) -----------------------------
