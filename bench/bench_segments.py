@@ -4,7 +4,7 @@ peak memory, for sqlcal.segments on a DuckDB table of N rows and K features (dep
     nice -n 10 python bench/bench_segments.py --rows 1000000 --features 20 --depths 2 3
 
 The table is generated in DuckDB (no rows pass through Python): feature j of row i is
-hash(i, j) mod c_j with cardinalities cycling through 2, 3, 5, 10, 30, 100, 1000, 10000; the score
+hash(1024·i + j) mod c_j with cardinalities cycling through 2, 3, 5, 10, 30, 100, 1000, 10000; the score
 p = 0.02 + 0.9·u, u uniform from another hash; labels are Bernoulli(p) except in the planted
 segment f0 = 0 AND f1 = 1, where the logit is shifted by 0.3. The database is deleted at the end
 unless --keep. CPU is the process's user + system time (DuckDB runs in-process), so it counts
@@ -34,12 +34,14 @@ def _cpu() -> float:
 
 
 def _generate(con, rows: int, features: int) -> None:
-    cols = ", ".join(f"CAST(hash(i, {j}) % {CARDS[j % len(CARDS)]} AS INTEGER) AS f{j}"
+    # one hash of a distinct integer per (row, column): hash(i, j) for j of equal parity gave
+    # dependent binary columns
+    cols = ", ".join(f"CAST(hash(i * 1024 + {j}) % {CARDS[j % len(CARDS)]} AS INTEGER) AS f{j}"
                      for j in range(features))
     con.raw_sql(f"""
         CREATE TABLE base AS
-        SELECT i, 0.02 + 0.9 * ((hash(i, 1000) % 1000003) / 1000003.0) AS p,
-               (hash(i, 2000) % 1000003) / 1000003.0 AS v, {cols}
+        SELECT i, 0.02 + 0.9 * ((hash(i * 1024 + 1000) % 1000003) / 1000003.0) AS p,
+               (hash(i * 1024 + 1001) % 1000003) / 1000003.0 AS v, {cols}
         FROM range({rows}) t(i)""")
     shift = "CASE WHEN f0 = 0 AND f1 = 1 THEN 0.3 ELSE 0 END"
     con.raw_sql(f"""
