@@ -70,11 +70,11 @@ def _cells(seed: int, m: int = 3000) -> pd.DataFrame:
                          "lo": lo, "hi": hi, "p_min": lo, "p_max": hi})
 
 
-@pytest.mark.parametrize("cells, seed", [(2000, 1), (3000, 3)])
+@pytest.mark.parametrize("cells, seed", [(2000, 1)])
 def test_upper_distance_ignores_last_bit_noise_in_the_sums(cells, seed):
     """The sums as another run's parallel addition returns them (each Σwp moved by an ulp or
     two) give the same upper distance and the same bound; before the canonical tie order, the
-    regrouping search ended 1.5e-6 and 9e-6 apart on these two histograms."""
+    regrouping search ended 1.5e-6 apart on this histogram."""
     frame = _cells(seed, cells)
     noisy = frame.copy()
     rng = np.random.default_rng(seed + 100)
