@@ -371,3 +371,20 @@ def test_scheduled_report_has_a_segments_section_in_json_and_html(tmp_path):
     with pytest.raises(scheduled.ConfigError, match="segments"):
         scheduled.validate_config({"source": {"data": str(path), "score": "p", "label": "y"},
                                    "metrics": {"ece": {}}, "segments": {"features": "country"}})
+
+
+def test_sampling_weights_use_the_sum_of_squared_weights_in_the_variance():
+    df = _frame(weights=True)
+    df["w"] = df["w"] * 0.7  # fractional: sampling weights
+    out = sqlcal.segments(df, score="p", label="y", weight="w", features=["f0", "f1"],
+                          max_depth=1, min_support=40.0, min_expected=5.0, mode="full",
+                          fdr="none", top_k=None)
+    assert set(out.weight_kind) == {"sampling"}
+    for _, row in out.iterrows():
+        rows = df[df["f0"] == row.f0] if pd.notna(row.f0) else df[df["f1"] == row.f1]
+        r = (rows.w * (rows.y - rows.p)).sum()
+        v2 = (rows.w ** 2 * rows.p * (1 - rows.p)).sum()
+        v1 = (rows.w * rows.p * (1 - rows.p)).sum()
+        assert row.z == pytest.approx(r / math.sqrt(v2), rel=1e-9)
+        assert row.logit_shift == pytest.approx(r / v1, rel=1e-9)
+        assert row.logit_shift_se == pytest.approx(math.sqrt(v2) / v1, rel=1e-9)
