@@ -11,8 +11,6 @@ CHECKS = """
 import json
 print(json.dumps({
     "sqlcal_file": sqlcal.__file__,
-    "overall_citl": float(sqlcal.calibration_in_the_large(table, score="score",
-                                                         label="clicked")["citl"].iloc[0]),
     "first": [str(v) for v in found[found.explained_by.isna()].iloc[0][
         ["country", "app_version", "significant"]]],
     "fixed": fix.table.segment.tolist(),
