@@ -181,7 +181,10 @@ def temperature_scaling(
                      "scans": g.scans})
     types = {c: str(dtype.copy(nullable=True)) for c, dtype in t.schema().items()
              if c in _read_columns(layout)}
-    return TemperatureMap(by=tuple(by), table=pd.DataFrame(rows), layout=layout,
+    table = pd.DataFrame(rows)
+    if by:  # groups in key order, whatever order the engine returned them in
+        table = table.sort_values(by, ignore_index=True)
+    return TemperatureMap(by=tuple(by), table=table, layout=layout,
                           logits=prepared.logits, clip=clip, types=types)
 
 

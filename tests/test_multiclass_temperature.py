@@ -114,7 +114,7 @@ def test_integer_labels_equal_string_labels():
 
 
 def test_exported_sql_gives_numpys_softmax(con, upload):
-    frame = predictions(n=120, seed=3)
+    frame = predictions(n=60, seed=3)
     frame.loc[:4, list(CLASSES)] = [0.7, 0.3, 0.0, 0.0]  # zeros stay zero under any T
     frame.loc[5, list(CLASSES)] = [1.0, 0.0, 0.0, 0.0]
     wide = upload(frame)

@@ -58,14 +58,16 @@ def numpy_debiased(p, y, w, ids):
 
 
 def test_top_label_per_predicted_class_equals_numpy(upload):
-    frame = predictions()
+    frame = predictions(n=300)
     p = frame[list(CLASSES)].to_numpy()
     predicted = np.array(CLASSES)[p.argmax(1)]
     correct = (predicted == frame.truth.to_numpy()).astype(int)
     w = frame.w.to_numpy()
     wide = sqlcal.multiclass(upload(frame), format="wide", probs=list(CLASSES), label="truth",
                              weight="w")
-    long = sqlcal.multiclass(upload(to_long(frame)), format="long", example="example",
+    # the long layout's top row (a window per example) in DuckDB; the engines run it in
+    # test_multiclass.py
+    long = sqlcal.multiclass(to_long(frame), format="long", example="example",
                              cls="cls", prob="prob", label="label", weight="w")
     for table in (wide, long):
         got = sqlcal.ece(table, score="score", label="label", weight="weight",
@@ -91,11 +93,14 @@ def test_logits_give_the_numbers_of_their_softmax(upload):
         ("classwise", ["class"], dict(format="long", example="example", cls="cls", logit="z",
                                       label="label"), to_long(frame, "z")),
     ]
-    for mode, by, options, data in cases:
+    for i, (mode, by, options, data) in enumerate(cases):
         from_probs = sqlcal.multiclass(frame, format="wide", mode=mode, probs=list(CLASSES),
                                        label="truth")
         want = sqlcal.ece(from_probs, score="score", label="label", by=by, bins=10)
-        got = sqlcal.ece(sqlcal.multiclass(upload(data), mode=mode, **options), score="score",
+        # the wide softmax in each engine; the long one (windows) in DuckDB here, in each
+        # engine through the temperature map's SQL (test_multiclass_temperature.py)
+        data = upload(data) if i == 0 else data
+        got = sqlcal.ece(sqlcal.multiclass(data, mode=mode, **options), score="score",
                          label="label", by=by, bins=10)
         if by:
             got, want = got.sort_values("class"), want.sort_values("class")
