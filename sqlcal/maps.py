@@ -357,7 +357,8 @@ class IsotonicMap(CalibrationMap):
 
     def mapping_frame(self) -> pd.DataFrame:
         """The mapping table: per block, keys, ``lo``, ``hi``, ``value``, ``slope`` to the next
-        block, the score range ``[start, stop)`` the block serves (NULL: unbounded), and one
+        block, the score range ``[start, stop)`` the block serves (±inf: unbounded; a NaN
+        would read back as NaN or NULL depending on how a frame reaches Spark), and one
         row per score ``bucket`` the range overlaps (widened by a bucket each side, so a bucket
         the engine rounds differently still finds the block)."""
         a, b, scale, count = self._grid()
@@ -368,8 +369,8 @@ class IsotonicMap(CalibrationMap):
             part = part.copy()
             part["slope"] = self._slopes(part)
             lo = part["lo"].to_numpy(float)
-            part["start"] = np.append(np.nan, lo[1:])
-            part["stop"] = np.append(lo[1:], np.nan)
+            part["start"] = np.append(-np.inf, lo[1:])
+            part["stop"] = np.append(lo[1:], np.inf)
             first = np.append(0, np.maximum(_bucket_numpy(lo[1:], a, b, scale, count) - 1, 0))
             last = np.append(np.minimum(_bucket_numpy(lo[1:], a, b, scale, count) + 1,
                                         count - 1), count - 1)
@@ -395,8 +396,7 @@ class IsotonicMap(CalibrationMap):
             a, b, scale, count = self._grid()
             top = ibis.least(p, number(np.finfo(float).max))
             cond = [_bucket_expr(p, a, b, scale, count) == m.bucket, *self._join_keys(table, m),
-                    p >= m.start.fill_null(number(-np.inf)),
-                    top < m.stop.fill_null(number(np.inf))]
+                    p >= m.start, top < m.stop]
         else:  # a table written before buckets: the range join alone
             cond = [*self._join_keys(table, m), m.start.isnull() | (p >= m.start),
                     m.stop.isnull() | (p < m.stop)]
@@ -477,8 +477,8 @@ class PlattMap(CalibrationMap):
         # no mapping row (a group the map does not know) or no fit: NULL, as the CASE gives
         # (the clipped exponent would turn a NULL or NaN coefficient into σ = 1e-304)
         fit = ibis.and_(*(c.notnull() & ~c.isnan() & ~c.isinf() for c in (m.a, m.b)))
-        value = ibis.ifelse(m.constant.notnull(), m.constant,
-                            ibis.ifelse(fit, fitted, ibis.null("float64")))
+        constant = m.constant.notnull() & ~m.constant.isnan()  # NaN: Spark may keep pandas' NaN
+        value = ibis.ifelse(constant, m.constant, ibis.ifelse(fit, fitted, ibis.null("float64")))
         return joined.select(*table.columns, **{name: _missing_score(p, value.cast("float64"))})
 
 
