@@ -130,7 +130,10 @@ def test_exported_sql_gives_numpys_softmax(con, upload):
         want = special.softmax(np.log(p) / t, axis=1)
     np.testing.assert_allclose(calibrated, want, rtol=1e-12, atol=1e-300)
     np.testing.assert_allclose(calibrated.sum(1), 1, rtol=0, atol=1e-12)
-    # the long layout's SQL: a softmax over the example's rows
+    # the long layout's SQL: a softmax over the example's rows (not on Spark, where a second
+    # upload and query would cost CI half a minute: the same windows run on DuckDB and Postgres)
+    if con.name == "pyspark":
+        return
     long = upload(to_long(frame))
     fit = sqlcal.temperature_scaling(to_long(frame), format="long", example="example",
                                      cls="cls", logit="z", label="label")
