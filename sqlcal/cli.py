@@ -364,16 +364,6 @@ def _sql(args) -> int:
     return EXIT_OK
 
 
-def _dbt(args) -> int:
-    from pathlib import Path
-
-    from sqlcal.dbtgen import write
-
-    for path in write(Path(args.folder)):
-        print(path)
-    return EXIT_OK
-
-
 def _segments(args) -> int:
     import json
 
@@ -398,6 +388,16 @@ def _segments(args) -> int:
         _out(fix.sql(args.score))
     if args.json:
         write_text(args.json, "json", json.dumps(doc, indent=2), sources=[str(args.data)])
+    return EXIT_OK
+
+
+def _dbt(args) -> int:
+    from pathlib import Path
+
+    from sqlcal.dbtgen import write
+
+    for path in write(Path(args.folder)):
+        print(path)
     return EXIT_OK
 
 

@@ -1118,6 +1118,7 @@ def is_bound(t: ir.Table) -> bool:
         return False
     return True
 
+
 # -- segments: per-segment sums over feature-value conjunctions (sqlcal.segments) ------------
 
 #: the value standing for a NULL feature, and for the values pooled into a feature's "other"

@@ -513,6 +513,7 @@ def coarser_cells(cell: np.ndarray, fine: int, coarse: int) -> np.ndarray:
         raise ValueError(f"a grid of {coarse} cells is not coarser than one of {fine}")
     return np.asarray(cell) // (fine // coarse)
 
+
 def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None) -> Summary:
     """Per fold, group and segment (a conjunction of feature = value), the sums of
     :func:`sqlcal.summaries.segment_sums`: one UNION ALL branch per column tuple in ``tuples``
