@@ -103,6 +103,25 @@ def class_summary(per_class: pd.DataFrame, *, by: Sequence[str] = (), value: str
     """The class average and worst class of a metric's per-class result (keys, ``class``, the
     value column); see :func:`classwise`.
 
+    Parameters
+    ----------
+    per_class : pandas.DataFrame
+        A metric's result in classwise mode: the group keys, ``class``, the value column and
+        ``W``.
+    by : sequence of str, default ()
+        The group keys.
+    value : str, optional
+        The value column (default: the first float column that is not a count or weight).
+    power : float, default 1
+        The class average is the power mean over the classes, each counting once:
+        (mean of |v_k|^power)^(1/power).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: ``classes`` (their number), ``<value>_average``, ``<value>_max``,
+        ``worst_class`` and, when the metric's result has it, ``W``.
+
     Examples
     --------
     >>> per_class = pd.DataFrame({"class": ["a", "b", "c"], "ece": [0.1, 0.3, 0.2],
@@ -168,6 +187,8 @@ def debiased_ece(
         that library does).
     convention : str, default "sqlcal"
         Equal-width bin edges, as for :func:`sqlcal.ece`.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=`` and ``on_invalid=``.
 
     Returns
     -------

@@ -287,6 +287,100 @@ for _name in ("cutoff_error", "kuiper", "ks"):
     OVERRIDES[_name] = {"method": Option("choice", "the exact extremes (a second pass) or the "
                                          "score grid's lower bound and its grid_bound",
                                          choices=("exact", "grid"))}
+# -- monitoring (sqlcal.monitor) and segments (sqlcal.segments_audit) --------------------------
+_STORE = Option("any", "the summary store: a DuckDB path, a connection URL or an Ibis backend")
+_KEYS = Option("columns", "group keys (default: all the stored or given ones)", optional=True)
+_WHEN = Option("any", "a date or timestamp (str, datetime, numpy or pandas)", optional=True)
+_AGE = Option("text", "an age such as '30d' or '12h'")
+_REQUIRED = {"score": Option("column", OPTIONS["score"].description),
+             "label": Option("column", "column of the outcome (0/1)")}
+OVERRIDES["snapshot"] = {
+    **_REQUIRED, "time": Option("column", "the prediction timestamp periods are cut on"),
+    "store": _STORE,
+    "grain": Option("choice", "the period of one snapshot", choices=("day", "hour")),
+    "start": _WHEN, "end": _WHEN, "as_of": _WHEN,
+    "label_time": Option("column", "when each label became known", optional=True),
+    "unknown": Option("choice", "a NULL label: a negative so far, or missing",
+                      choices=("negative", "missing")),
+    "delays": Option("floats", "the delay buckets' edges, in days", low=0),
+    "horizon": _AGE, "settle": _AGE,
+    "prefix": Option("text", "the prefix of the store's table names"),
+    "cells": Option("int", "score cells of the stored histogram", low=2, high=2**20,
+                    power_of_two=True),
+    "bins": Option("any", "equal-width binnings stored: counts, or (count, convention) pairs"),
+    "ls_ece_sigma": Option("any", "LS-ECE noise scales whose logit grids are stored (a "
+                           "sequence of positive numbers, possibly empty)"),
+    "smooth_grids": Option("any", "smooth ECE evaluation grids stored (node counts)"),
+    "levels": Option("bool", "also store the levels (one row per distinct score)"),
+    "max_levels": Option("int", "most distinct scores of one group and period stored as "
+                         "levels", low=1),
+    "force": Option("bool", "rewrite periods whose fingerprint did not change"),
+    "_before_manifest": Option("any", "test hook: called before the manifest row is written",
+                               optional=True),
+}
+OVERRIDES["stored"] = {
+    "store": _STORE, "by": _KEYS, "start": _WHEN, "end": _WHEN, "at": _WHEN,
+    "maturity": Option("text", "'mature', 'all' or 'lag:<a>d'"),
+    "prefix": Option("text", "the prefix of the store's table names"),
+    "spec": Option("text", "the snapshot spec's hash, when the store holds several",
+                   optional=True),
+    "horizon": _AGE, "settle": _AGE,
+}
+OVERRIDES["detect"] = {
+    "store": _STORE, "by": _KEYS,
+    "bins": Option("int", "bet bins of equal weight on the reference window", low=1, high=4096),
+    "tolerance": Option("floats", "the null's tolerance (a, r): |E[y | p] - p| <= a + r p",
+                        low=0),
+    "alpha": Option("float", "bound on the probability of any false alarm over the horizon",
+                    low=0, high=1, open_low=True, open_high=True),
+    "horizon": Option("int", "daily checks the false-alarm bound covers", low=1),
+    "windows": Option("floats", "plug-in windows of the averaged detector, in days", low=1),
+    "reference": Option("any", "(first day, last day) whose scores set the bet bins",
+                        optional=True),
+    "reference_days": Option("int", "mature days of the default reference window", low=1),
+    "maturity_horizon": _AGE, "settle": _AGE, "at": _WHEN,
+    "lag": Option("text", "'lag:<a>d': an early stream on the labels known at age a",
+                  optional=True),
+    "prefix": Option("text", "the prefix of the store's table names"),
+    "spec": Option("text", "the snapshot spec's hash, when the store holds several",
+                   optional=True),
+}
+_SEARCH = {
+    **_REQUIRED, "by": Option("columns", OPTIONS["by"].description, optional=True),
+    "features": Option("columns", "the columns whose values define segments"),
+    "max_depth": Option("int", "most features in one segment's conjunction", low=1, high=6,
+                        optional=True),
+    "min_support": Option("float", "least weight Σw of an eligible segment (default "
+                          "max(1000, 1e-4·W) per group)", low=0, optional=True),
+    "min_expected": Option("float", "least expected positives and negatives of a segment",
+                           low=0),
+    "split": Option("columns", "numeric key columns mixed into the fold assignment"),
+    "fdr": Option("choice", "the multiple-testing control",
+                  choices=("bh", "by", "bonferroni", "none")),
+    "alpha": Option("float", "false discovery rate (or family-wise level) controlled", low=0,
+                    high=1, open_low=True, open_high=True),
+    "top_k": Option("int", "segments fold A passes to fold B's tests", low=1, optional=True),
+    "screen_z": Option("float", "least |z| on fold A for a segment to be tested", low=0),
+    "max_candidates": Option("int", "most candidate segments searched (a budget)", low=1),
+    "weight_kind": Option("choice", OPTIONS["weight_kind"].description,
+                          choices=OPTIONS["weight_kind"].choices, optional=True),
+}
+OVERRIDES["segments"] = {
+    **_SEARCH, "mode": Option("choice", "split the rows into search and test folds, or test "
+                              "every segment on all rows", choices=("split", "full"))}
+OVERRIDES["multicalibration"] = {
+    **_SEARCH, "max_depth": Option("int", "most features in one segment's conjunction", low=1,
+                                   high=6, optional=True),
+    "metric": Option("choice", "the worst-case quantity over the segments",
+                     choices=("residual", "binned", "ece")),
+    "bins": Option("int", "score bins of the binned quantities", low=1)}
+OVERRIDES["segment_fix"] = {
+    **_SEARCH, "segments": Option("any", "segments found by sqlcal.segments (default: search "
+                                  "on the fitting fold)", optional=True),
+    "holdout": Option("float", "share of the rows held out to accept the fix", low=0, high=1,
+                      open_low=True, open_high=True),
+    "penalty": Option("any", "'auto' (chosen on the holdout) or a ridge penalty >= 0"),
+    "max_segments": Option("int", "most segments one fix corrects", low=1)}
 OVERRIDES["tce_bins"] = OVERRIDES["tce"]
 OVERRIDES["source"] = {"score": Option("column", OPTIONS["score"].description),
                        "label": Option("column", OPTIONS["label"].description)}
@@ -795,7 +889,8 @@ def _schema(o: Option) -> dict:
     elif o.kind in ("columns", "metrics"):
         out["anyOf"] = [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]
     elif o.kind == "floats":
-        number = {"type": "number", "minimum": o.low, "maximum": o.high}
+        number = {"type": "number", **({"minimum": o.low} if o.low is not None else {}),
+                  **({"maximum": o.high} if o.high is not None else {})}
         out["anyOf"] = [number, {"type": "array", "items": number, "minItems": 1}]
     if o.optional and "enum" in out:
         out["enum"].append(None)

@@ -25,7 +25,7 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import options
-from sqlcal.options import BudgetError, OptionError
+from sqlcal.options import BudgetError, OptionError, checked
 from sqlcal.query import declared, planner
 from sqlcal.segments_map import (SegmentFix, condition_sql, dialect, feature_kinds,
                                  with_columns)
@@ -45,6 +45,7 @@ STEP = 0.01
 PENALTIES = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0)
 
 
+@checked
 def segments(data, *, score: str, label: str, weight: str | None = None, by=None, where=None,
              features: Sequence[str], max_depth: int | None = 3, min_support: float | None = None,
              min_expected: float = 10.0, mode: str = "split", split: Sequence[str] = (),
@@ -144,6 +145,7 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     return _report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k)
 
 
+@checked
 def multicalibration(data, *, score: str, label: str, weight: str | None = None, by=None,
                      where=None, features: Sequence[str], max_depth: int | None = 2,
                      min_support: float | None = None, min_expected: float = 10.0,
@@ -235,6 +237,7 @@ def multicalibration(data, *, score: str, label: str, weight: str | None = None,
     return pd.DataFrame(rows)
 
 
+@checked
 def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=None,
                 where=None, features: Sequence[str], segments: pd.DataFrame | None = None,
                 holdout: float = 0.2, penalty="auto", max_segments: int = 30,

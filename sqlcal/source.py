@@ -108,6 +108,10 @@ class Source:
     local_levels : pandas DataFrame or None
         The levels of the rows (per group and distinct score) when the summaries are evaluated
         from them in pandas instead of queried: a source built by :func:`sqlcal.from_summaries`.
+    served : callable or None
+        ``served(summary) -> frame``: a source whose summaries come from elsewhere than a
+        query of its rows (a window merged from a summary store, :func:`sqlcal.stored`); the
+        planner fetches through it.
     origin : str
         Where the rows come from, as given to :func:`source` (for the reprs).
     where : str or None

@@ -2,7 +2,11 @@
 SELECT
   `t1`.`segment`,
   COUNT(*) AS `n_rows`,
-  COUNTIF(`t1`.`p` IS NULL) AS `score_null`,
+  COUNTIF((
+    `t1`.`p` IS NULL
+  ) AND NOT (
+    COALESCE(IS_NAN(`t1`.`p`), FALSE)
+  )) AS `score_null`,
   COUNTIF(IS_NAN(`t1`.`p`)) AS `score_nan`,
   COUNTIF(
     NOT (
@@ -32,7 +36,11 @@ SELECT
   ) AND (
     `t1`.`y` < 1
   )) AS `label_soft`,
-  COUNTIF(`t1`.`w` IS NULL) AS `weight_null`,
+  COUNTIF((
+    `t1`.`w` IS NULL
+  ) AND NOT (
+    COALESCE(IS_NAN(`t1`.`w`), FALSE)
+  )) AS `weight_null`,
   COUNTIF(IS_NAN(`t1`.`w`)) AS `weight_nan`,
   COUNTIF(`t1`.`w` < 0) AS `weight_negative`,
   COUNTIF(`t1`.`w` > 1.7976931348623157e+308) AS `weight_inf`,

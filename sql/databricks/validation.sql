@@ -2,7 +2,14 @@
 SELECT
   `t1`.`segment`,
   COUNT(*) AS `n_rows`,
-  SUM(CAST(`t1`.`p` IS NULL OR ISNAN(`t1`.`p`) AS BIGINT)) AS `score_null`,
+  SUM(
+    CAST((
+      `t1`.`p` IS NULL OR ISNAN(`t1`.`p`)
+    )
+    AND NOT (
+      COALESCE(ISNAN(`t1`.`p`), FALSE)
+    ) AS BIGINT)
+  ) AS `score_null`,
   SUM(CAST(ISNAN(`t1`.`p`) AS BIGINT)) AS `score_nan`,
   SUM(
     CAST(NOT (
@@ -34,7 +41,14 @@ SELECT
   ) AND (
     `t1`.`y` < 1
   ) AS BIGINT)) AS `label_soft`,
-  SUM(CAST(`t1`.`w` IS NULL OR ISNAN(`t1`.`w`) AS BIGINT)) AS `weight_null`,
+  SUM(
+    CAST((
+      `t1`.`w` IS NULL OR ISNAN(`t1`.`w`)
+    )
+    AND NOT (
+      COALESCE(ISNAN(`t1`.`w`), FALSE)
+    ) AS BIGINT)
+  ) AS `weight_null`,
   SUM(CAST(ISNAN(`t1`.`w`) AS BIGINT)) AS `weight_nan`,
   SUM(CAST(`t1`.`w` < 0 AS BIGINT)) AS `weight_negative`,
   SUM(CAST(`t1`.`w` > 1.7976931348623157e+308 AS BIGINT)) AS `weight_inf`,

@@ -3,7 +3,11 @@ SELECT
   "t1"."segment",
   COUNT(*) AS "n_rows",
   COUNT(*) FILTER(WHERE
-    "t1"."p" IS NULL) AS "score_null",
+    (
+      "t1"."p" IS NULL
+    ) AND NOT (
+      COALESCE(ISNAN("t1"."p"), FALSE)
+    )) AS "score_null",
   COUNT(*) FILTER(WHERE
     ISNAN("t1"."p")) AS "score_nan",
   COUNT(*) FILTER(WHERE
@@ -38,7 +42,11 @@ SELECT
       "t1"."y" < 1
     )) AS "label_soft",
   COUNT(*) FILTER(WHERE
-    "t1"."w" IS NULL) AS "weight_null",
+    (
+      "t1"."w" IS NULL
+    ) AND NOT (
+      COALESCE(ISNAN("t1"."w"), FALSE)
+    )) AS "weight_null",
   COUNT(*) FILTER(WHERE
     ISNAN("t1"."w")) AS "weight_nan",
   COUNT(*) FILTER(WHERE

@@ -3,7 +3,12 @@ SELECT
   "t1"."segment",
   COUNT(*) AS "n_rows",
   COUNT(*) FILTER(WHERE
-    "t1"."p" IS NULL) AS "score_null",
+    (
+      "t1"."p" IS NULL
+    )
+    AND NOT (
+      COALESCE("t1"."p" = CAST('NaN' AS DOUBLE PRECISION), FALSE)
+    )) AS "score_null",
   COUNT(*) FILTER(WHERE
     "t1"."p" = CAST('NaN' AS DOUBLE PRECISION)) AS "score_nan",
   COUNT(*) FILTER(WHERE
@@ -38,7 +43,12 @@ SELECT
       "t1"."y" < 1
     )) AS "label_soft",
   COUNT(*) FILTER(WHERE
-    "t1"."w" IS NULL) AS "weight_null",
+    (
+      "t1"."w" IS NULL
+    )
+    AND NOT (
+      COALESCE("t1"."w" = CAST('NaN' AS DOUBLE PRECISION), FALSE)
+    )) AS "weight_null",
   COUNT(*) FILTER(WHERE
     "t1"."w" = CAST('NaN' AS DOUBLE PRECISION)) AS "weight_nan",
   COUNT(*) FILTER(WHERE

@@ -2,7 +2,14 @@
 SELECT
   "t1"."segment",
   COUNT(*) AS "n_rows",
-  COUNT_IF("t1"."p" IS NULL) AS "score_null",
+  COUNT_IF(
+    (
+      "t1"."p" IS NULL
+    )
+    AND NOT (
+      COALESCE("t1"."p" = CAST('NaN' AS DOUBLE), FALSE)
+    )
+  ) AS "score_null",
   COUNT_IF("t1"."p" = CAST('NaN' AS DOUBLE)) AS "score_nan",
   COUNT_IF(
     NOT (
@@ -32,7 +39,14 @@ SELECT
   ) AND (
     "t1"."y" < 1
   )) AS "label_soft",
-  COUNT_IF("t1"."w" IS NULL) AS "weight_null",
+  COUNT_IF(
+    (
+      "t1"."w" IS NULL
+    )
+    AND NOT (
+      COALESCE("t1"."w" = CAST('NaN' AS DOUBLE), FALSE)
+    )
+  ) AS "weight_null",
   COUNT_IF("t1"."w" = CAST('NaN' AS DOUBLE)) AS "weight_nan",
   COUNT_IF("t1"."w" < 0) AS "weight_negative",
   COUNT_IF("t1"."w" > 1.7976931348623157e+308) AS "weight_inf",

@@ -52,7 +52,7 @@ import pandas as pd
 
 from sqlcal.errors import InvalidInputError
 from sqlcal.monitor import schema, store as _store
-from sqlcal.options import OptionError
+from sqlcal.options import OptionError, checked
 
 #: the default plug-in windows (days): fast reaction and power for small persistent changes
 WINDOWS = (3, 7, 28)
@@ -257,6 +257,7 @@ class Detection:
     info: dict = field(default_factory=dict)
 
 
+@checked
 def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
            tolerance: tuple[float, float] = TOLERANCE, alpha: float = 0.05, horizon: int = 365,
            windows: Sequence[int] = WINDOWS, reference: Any = None, reference_days: int = 28,
@@ -282,6 +283,8 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
     reference : (date-like, date-like), optional
         The days whose scores set the bet bins; default: the first ``reference_days`` mature
         days. Their e-values are 1 (the detector checks the days after them).
+    reference_days : int, default 28
+        The length of the default reference window, in mature days.
     maturity_horizon, settle : str, default "30d", "1d"
         A day feeds the detector once its labels are final: its stored version was snapshotted
         at age >= horizon + settle.

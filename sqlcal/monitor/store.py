@@ -22,7 +22,7 @@ from sqlcal import summaries
 from sqlcal._version import __version__
 from sqlcal.errors import InvalidInputError
 from sqlcal.monitor import schema
-from sqlcal.options import OptionError
+from sqlcal.options import OptionError, checked
 from sqlcal.source import Source, resolve_table, source
 
 #: σ(±4): h(p) = clip(logit p, −4, 4)/4 is flat outside [σ(−4), σ(4)]
@@ -35,6 +35,7 @@ class StoreError(ValueError):
     """The store holds tables sqlcal did not write, or written for another layout."""
 
 
+@checked
 def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
              by: str | Sequence[str] = (), time: str, store: Any, grain: str = "day",
              start: Any = None, end: Any = None, as_of: Any = None,

@@ -23,7 +23,7 @@ import pandas as pd
 
 from sqlcal.errors import InvalidInputError
 from sqlcal.monitor import schema, store as _store
-from sqlcal.options import OptionError
+from sqlcal.options import OptionError, checked
 from sqlcal.query import local
 from sqlcal.query.declared import Summary, coarser_cells
 from sqlcal.source import Source
@@ -32,6 +32,7 @@ from sqlcal.source import Source
 VIEWS = ("mature", "all", "lag:<a>d")
 
 
+@checked
 def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = None,
            end: Any = None, maturity: str = "mature", prefix: str = schema.PREFIX,
            spec: str | None = None, at: Any = None, horizon: str = "30d",
