@@ -226,6 +226,7 @@ def debiased_finish(table: pd.DataFrame, *, by: Sequence[str] = ()) -> pd.DataFr
     ``mean_score``, ``observed``)."""
 
     def finish(part: pd.DataFrame) -> dict:
+        dropped = part["n_dropped"] if "n_dropped" in part else None
         part = part[part.W > 0]
         W = part.W.sum()
         y, p, w = part.observed.to_numpy(float), part.mean_score.to_numpy(float), part.W
@@ -233,7 +234,9 @@ def debiased_finish(table: pd.DataFrame, *, by: Sequence[str] = ()) -> pd.DataFr
         terms = np.where(w >= 2, (y - p) ** 2 - bias, 0.0)
         value = float((w * terms).sum() / W) if W > 0 else np.nan
         return {"ece_sq_debiased": value, "rmsce_debiased": float(np.sqrt(max(value, 0.0))),
-                "n": int(part.n.sum()), "W": float(W), "n_bins": int((part.n > 0).sum())}
+                "n": int(part.n.sum()), "W": float(W), "n_bins": int((part.n > 0).sum()),
+                # on_invalid="drop": the group's dropped rows (on each of its bins' rows)
+                **({"n_dropped": int(dropped.max())} if "n_dropped" in table else {})}
 
     by = list(by)
     if not by:

@@ -142,7 +142,22 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
                          max_depth, mode, fdr, top_k, max_candidates, alpha, weight_kind)
     search = _search(src, spec, min_support=min_support, min_expected=min_expected,
                      holdout=0.0, top_k=top_k, screen_z=screen_z, bins=0)
-    return _report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k)
+    return _with_dropped(src, _report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k),
+                         spec["by"])
+
+
+def _with_dropped(src: Source, out: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """With ``on_invalid="drop"``, each row's group's count of dropped rows (``n_dropped``):
+    the source counts them per its keys (the groups and the features' copies), summed here
+    over the groups ``by``."""
+    if src.on_invalid != "drop":
+        return out
+    by = list(by)
+    if not by:
+        return out.assign(n_dropped=int(src.dropped["n_dropped"].sum()))
+    dropped = src.dropped.groupby(by, dropna=False, sort=False)["n_dropped"].sum()
+    return out.merge(dropped.reset_index(), on=by, how="left", sort=False).assign(
+        n_dropped=lambda f: f["n_dropped"].fillna(0).astype(int))
 
 
 @checked
@@ -234,7 +249,7 @@ def multicalibration(data, *, score: str, label: str, weight: str | None = None,
                    p_value=min(1.0, m * 2 * stats.norm.sf(zmax)) if m else np.nan,
                    n_segments=m, n=int(g["n_fold"][FOLD_A]), W=W, metric=metric, bins=int(bins))
         rows.append(row)
-    return pd.DataFrame(rows)
+    return _with_dropped(src, pd.DataFrame(rows), spec["by"])
 
 
 @checked
@@ -404,8 +419,8 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
     frame = planner.fetch(src, level1)
     spec["sampling"] = (spec["weight_kind"] == "sampling" if spec["weight_kind"] else
                         src.weighted and not src.integer_weights)
-    spec["weight_kind_used"] = ("sampling" if spec["sampling"] else "frequency") \
-        if src.weighted else None
+    # unweighted rows are frequencies of 1, as every metric reports them
+    spec["weight_kind_used"] = "sampling" if spec["sampling"] else "frequency"
     nb = max(bins, 1)
     per_group = _to_nodes(frame, by, features, nb)
     for values in frame[list(features)].itertuples(index=False):

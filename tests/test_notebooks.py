@@ -62,7 +62,9 @@ def run(name: str, checks: str, cwd: Path) -> tuple[object, dict]:
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
               if o.output_type == "error"]
     assert not errors
-    last = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
+    # stdout only: a warning on stderr (printed once per process) must not end the JSON line
+    last = "".join(o.get("text", "") for o in nb.cells[-1].outputs
+                   if o.output_type == "stream" and o.get("name") == "stdout")
     result = json.loads(last.strip().splitlines()[-1])
     assert Path(result["sqlcal_file"]).resolve() == ROOT / "sqlcal" / "__init__.py"
     return nb, result

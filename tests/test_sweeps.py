@@ -100,6 +100,14 @@ SWEPT = {
     "tce": lambda d, **k: sqlcal.tce(d, **k),
     "tce[quantile]": lambda d, **k: sqlcal.tce(d, strategy="quantile", bins=5, **k),
     "tce_bins": lambda d, **k: sqlcal.tce_bins(d, **k),
+    "calibration_ratio": lambda d, **k: sqlcal.calibration_ratio(d, **k),
+    "calibration_ratio[deciles]": lambda d, **k: sqlcal.calibration_ratio(d, deciles=4, **k),
+    "normalized_entropy": lambda d, **k: sqlcal.normalized_entropy(d, **k),
+    "debiased_ece": lambda d, **k: sqlcal.debiased_ece(d, **k),
+    "segments": lambda d, **k: sqlcal.segments(d, features=["t"], max_depth=1, min_support=1,
+                                               min_expected=1, mode="full", **k),
+    "multicalibration": lambda d, **k: sqlcal.multicalibration(
+        d, features=["t"], max_depth=1, min_support=1, min_expected=1, **k),
     "plots.reliability_diagram": lambda d, **k: sqlcal.plots.reliability_diagram(d, **k),
     "plots.smooth_reliability_diagram":
         lambda d, **k: sqlcal.plots.smooth_reliability_diagram(d, **k),
@@ -121,6 +129,17 @@ NOT_SWEPT = {
     "summary_sql": "takes no data: it returns SQL text (tests/test_export.py runs it on engines)",
     "from_summaries": "takes summary frames whose validation columns it checks as the engine "
                       "path does (tests/test_export.py: invalid rows seen in the frames)",
+    "class_summary": "takes a metric's per-class result frame, not data",
+    "classwise": "runs a metric on a multiclass table, validated by multiclass() "
+                 "(tests/test_multiclass*.py)",
+    "temperature_scaling": "reads a multiclass table, validated as multiclass() does "
+                           "(tests/test_multiclass_temperature.py: refused inputs)",
+    "snapshot": "writes a summary store; its rows pass the same source() checks in the first "
+                "scan of each period (tests/test_monitor_store.py)",
+    "stored": "reads a summary store, not rows",
+    "detect": "reads a summary store, not rows",
+    "segment_fix": "fits on a fold and accepts on a holdout of the rows segments() reads "
+                   "(swept through segments and multicalibration, the same source and checks)",
 }
 
 #: the second data-valued arguments: name -> call(data, validation, **keywords)
@@ -374,7 +393,7 @@ def test_drop_nan_or_infinite_weight(kind):
 
 #: row counts: a row of weight 2 is one row (see the module's docstring); calibration_decision_loss's
 #: distinct_per_row is n_levels / n, a ratio of counts
-ROW_COUNTS = ("n", "distinct_per_row")
+ROW_COUNTS = ("n", "distinct_per_row", "n_positive")
 
 
 def duplicated(df: pd.DataFrame) -> pd.DataFrame:
