@@ -167,9 +167,9 @@ def main() -> None:
 def postgres_task(config: str, metrics) -> None:
     """One configuration in a fresh process (the psycopg implementation is chosen at import)."""
     import sqlcal
-    from sqlcal import source as _  # noqa: F401
+    from sqlcal import inputs as _  # noqa: F401
 
-    src_module = sys.modules["sqlcal.source"]
+    src_module = sys.modules["sqlcal.inputs"]
     if config == "defaults":
         src_module.POSTGRES_SETTINGS = {}
     out = {}

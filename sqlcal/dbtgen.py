@@ -26,7 +26,7 @@ import ibis
 from sqlcal import summaries
 from sqlcal.export import statements
 from sqlcal.monitor import schema
-from sqlcal.source import check_exprs, valid_expr
+from sqlcal.inputs import check_exprs, valid_expr
 
 #: dbt adapter -> the Ibis dialect of its SQL ("spark" covers Databricks, whose adapter dispatches
 #: to spark__ macros); PostgreSQL's text is the default__ macro

@@ -145,7 +145,7 @@ def check_demo_path(path: str) -> None:
 
 def _release(path: str) -> None:
     # a connection sqlcal.source cached to the old file would keep reading it after the rename
-    from sqlcal.source import connections
+    from sqlcal.inputs import connections
 
     held = connections.pop(os.path.abspath(path), None)
     if held is not None:

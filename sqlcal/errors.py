@@ -17,3 +17,23 @@ class InvalidInputError(ValueError):
     ...     print(e)  # doctest: +ELLIPSIS
     score column 'p' has 1 rows outside [0, 1]. Clean them, or pass on_invalid='drop' ...
     """
+
+
+class ConfigError(ValueError):
+    """A configuration file (``sqlcal report --config``, ``monitor.toml``) is invalid; nothing
+    has been read or written. The message names the file, the section and the key."""
+
+
+def read_toml(path) -> dict:
+    """The table of a TOML file; a :class:`ConfigError` naming the file when it is not TOML."""
+    import os
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{os.fspath(path)} is not valid TOML: {e}") from None

@@ -27,7 +27,7 @@ from sqlcal.errors import InvalidInputError
 from sqlcal.query import declared
 from sqlcal.options import check as check_options
 from sqlcal.query.declared import union
-from sqlcal.source import Source, source
+from sqlcal.inputs import Source, source
 
 def exportable() -> list[str]:
     """The metrics :func:`summary_sql` exports (some only with a one-shot option)."""

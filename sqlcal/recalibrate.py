@@ -31,7 +31,7 @@ from sqlcal.metrics.scores import totals_summary
 from sqlcal.options import checked
 from sqlcal.query import declared, local, planner
 from sqlcal.query.declared import SATURATED
-from sqlcal.source import Source, as_source
+from sqlcal.inputs import Source, as_source
 
 #: a source with at most this many rows has its levels summary fetched; above it, PAV merges
 #: blocks in the engine first and the logistic fits iterate with aggregate queries

@@ -27,7 +27,7 @@ from sqlcal.metrics.lowrate import calibration_ratio, normalized_entropy
 from sqlcal import catalog
 from sqlcal.query import planner
 from sqlcal.query.declared import Summary
-from sqlcal.source import Source, as_source
+from sqlcal.inputs import Source, as_source
 
 from sqlcal.options import checked, declare_report_metrics
 

@@ -26,12 +26,13 @@ import ibis
 import numpy as np
 import pandas as pd
 
+from sqlcal.errors import ConfigError, read_toml
 from sqlcal import outputs
 from sqlcal.options import check as check_options
 from sqlcal.options import checked
 from sqlcal.reporting import (METRICS, describe, metric_options, summary_steps, to_json, trust,
                               wide)
-from sqlcal.source import Source, as_source
+from sqlcal.inputs import Source, as_source
 
 #: section -> allowed keys (None: any metric name)
 SECTIONS: dict[str, tuple[str, ...] | None] = {
@@ -66,10 +67,6 @@ RESULTS_SCHEMA = ibis.schema({
 _BOUNDS = (("lower_bound", "upper_bound"), ("ci_lower", "ci_upper"))
 # the arguments every metric takes from the source, not from its options
 _SOURCE_ARGS = {"data", "score", "label", "weight", "by", "where", "source_options"}
-
-
-class ConfigError(ValueError):
-    """The report configuration is invalid; nothing has been read or written."""
 
 
 @dataclass
@@ -131,17 +128,7 @@ class ScheduledRun:
 
 def load_config(path: str | os.PathLike) -> dict:
     """Read and validate a report configuration (TOML); see :func:`validate_config`."""
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
-
-    try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{os.fspath(path)} is not valid TOML: {e}") from None
-    return validate_config(raw, where=os.fspath(path))
+    return validate_config(read_toml(path), where=os.fspath(path))
 
 
 def validate_config(raw: dict, *, where: str = "config") -> dict:
@@ -489,7 +476,7 @@ def _quiet(label: str):
 
 
 def _open_source(config: dict, time: str | None = None) -> Source:
-    from sqlcal.source import source
+    from sqlcal.inputs import source
 
     cfg = dict(config["source"])
     data, table = cfg.pop("data"), cfg.pop("table", None)
@@ -767,7 +754,7 @@ def results_connection(run: ScheduledRun):
     url = run.config["results"].get("url")
     path = _duckdb_file(url) if url else _duckdb_file(run.config["source"]["data"])
     if path:
-        from sqlcal.source import connections
+        from sqlcal.inputs import connections
 
         held = connections.pop(os.path.abspath(path), None)
         if held is not None:

@@ -29,7 +29,7 @@ from sqlcal.options import BudgetError, OptionError, checked
 from sqlcal.query import declared, planner
 from sqlcal.segments_map import (SegmentFix, condition_sql, dialect, feature_kinds,
                                  with_columns)
-from sqlcal.source import Source, source
+from sqlcal.inputs import Source, source
 from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER
 
 FOLD_A, FOLD_B, HOLDOUT = 0, 1, 2

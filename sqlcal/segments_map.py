@@ -26,7 +26,7 @@ from sqlglot import exp
 
 from sqlcal.errors import InvalidInputError
 from sqlcal.maps import CalibrationMap, EXP_LIMIT
-from sqlcal.source import resolve_table
+from sqlcal.inputs import resolve_table
 from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER, key_match, number
 
 #: Ibis / sqlglot dialect names that differ

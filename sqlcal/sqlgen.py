@@ -16,7 +16,7 @@ import ibis
 
 from sqlcal import summaries
 from sqlcal.export import exportable, statements, summary_sql
-from sqlcal.source import check_exprs, valid_expr
+from sqlcal.inputs import check_exprs, valid_expr
 
 #: dialects written to sql/ ("databricks" is Spark SQL)
 DIALECTS = ("duckdb", "postgres", "bigquery", "snowflake", "trino", "databricks")

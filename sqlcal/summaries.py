@@ -836,7 +836,7 @@ def multiclass_columns(t: ir.Table, layout: tuple) -> tuple:
 
 
 def multiclass_value_checks(t: ir.Table, layout: tuple) -> list:
-    """Per-row checks of a multiclass table, in the order :mod:`sqlcal.multiclass` names them:
+    """Per-row checks of a multiclass table, in the order :mod:`sqlcal.multiclass_rows` names them:
     wide: each probability column NULL, NaN or outside [0, 1], the label NULL, the weight
     invalid; long: the probability, the label NULL or not 0/1, the class NULL, the weight."""
     p, y, w = multiclass_columns(t, layout)

@@ -115,6 +115,10 @@ def pytest_collection_modifyitems(config, items):
             drop.append(item)
         else:
             keep.append(item)
+        if on_cluster or "test_cluster_engines" in item.nodeid:
+            # one xdist worker runs every cluster case (--dist loadgroup): a second
+            # application would wait for the cores the first one holds
+            item.add_marker(pytest.mark.xdist_group("spark_cluster"))
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

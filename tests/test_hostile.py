@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import sqlcal
 from sqlcal.condition import ConditionError, parse_condition
-from sqlcal.source import _RESERVED, InvalidInputError
+from sqlcal.inputs import _RESERVED, InvalidInputError
 
 
 def _data(n: int = 300, seed: int = 0) -> pd.DataFrame:
@@ -136,7 +136,7 @@ def test_database_files_are_opened_read_only(tmp_path):
     con.create_table("preds", _data())
     con.disconnect()
     sqlcal.brier(str(db), table="preds", score="p", label="y")
-    from sqlcal.source import _connect
+    from sqlcal.inputs import _connect
 
     opened = _connect(str(db))
     with pytest.raises(Exception, match="(?i)read.only"):

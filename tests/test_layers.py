@@ -51,13 +51,13 @@ def test_the_contracts_catch_an_upward_import_a_cycle_and_an_unplaced_module(tmp
     with open(tmp_path / "sqlcal" / "metrics" / "scores.py", "a") as f:
         f.write("\n\ndef _upward():\n    from sqlcal.reporting import METRICS\n")
     with open(tmp_path / "sqlcal" / "summaries.py", "a") as f:
-        f.write("\n\ndef _cycle():\n    from sqlcal import source\n")
+        f.write("\n\ndef _cycle():\n    from sqlcal import inputs\n")
     (tmp_path / "sqlcal" / "unplaced.py").write_text('"""A module no layer lists."""\n')
     run = lint_imports(tmp_path, pythonpath=tmp_path)
     out = run.stdout
     assert run.returncode == 1, out + run.stderr
     assert "sqlcal.metrics is not allowed to import sqlcal.reporting" in out
-    assert "sqlcal.summaries is not allowed to import sqlcal.source" in out
+    assert "sqlcal.summaries is not allowed to import sqlcal.inputs" in out
     assert "No cycles are allowed in sqlcal" in out
     assert "- sqlcal.unplaced" in out
 
@@ -119,21 +119,17 @@ def test_private_names_stay_in_their_module():
 
 def test_the_private_name_check_sees_both_forms(tmp_path):
     path = tmp_path / "user.py"
-    path.write_text("from sqlcal.source import _connect, source\nfrom sqlcal import summaries\n"
+    path.write_text("from sqlcal.inputs import _connect, source\nfrom sqlcal import summaries\n"
                     "import sqlcal.options as o\nsummaries._aggregate\no._SPECS\nsummaries.execute\n"
                     "from sqlcal import __version__\n")
     assert sorted(_private_uses(path, "sqlcal.cli")) == [
-        "user.py:1 from sqlcal.source import _connect",
+        "user.py:1 from sqlcal.inputs import _connect",
         "user.py:4 sqlcal.summaries._aggregate",
         "user.py:5 sqlcal.options._SPECS",
     ]
 
 
-SHADOWED = {  # module -> why it still is
-    "source": "the sqlcal.source function shadows sqlcal/source.py (renaming the module waits for "
-              "the query-layer rework of source.py)",
-    "multiclass": "the sqlcal.multiclass function shadows sqlcal/multiclass.py (not renamed yet)",
-}
+SHADOWED: dict[str, str] = {}  # module -> why a public function still shadows it
 
 
 @pytest.mark.parametrize("name", [

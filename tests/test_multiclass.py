@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.multiclass import check_use
-from sqlcal.source import InvalidInputError
+from sqlcal.multiclass_rows import check_use
+from sqlcal.inputs import InvalidInputError
 from tests import oracle
 
 CLASSES = ("a", "b", "c")

@@ -12,7 +12,7 @@ from sqlglot import exp
 
 from sqlcal import summaries
 from sqlcal.query import declared
-from sqlcal.source import check_exprs, valid_expr
+from sqlcal.inputs import check_exprs, valid_expr
 
 SCHEMA = {"g": "string", "p": "float64", "y": "int64", "w": "float64"}
 

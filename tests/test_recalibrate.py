@@ -15,7 +15,7 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
 import sqlcal
-from sqlcal.source import InvalidInputError
+from sqlcal.inputs import InvalidInputError
 from sqlcal import recalibrate
 from tests.conftest import calibration_data
 

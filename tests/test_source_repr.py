@@ -13,7 +13,7 @@ import pytest
 
 import sqlcal
 from sqlcal import summaries
-from sqlcal.source import _without_password
+from sqlcal.inputs import _without_password
 from tests.conftest import calibration_data
 
 

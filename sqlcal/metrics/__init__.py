@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.query import declared, planner
-from sqlcal.source import Source
+from sqlcal.inputs import Source
 
 _ALL = "__all__"
 

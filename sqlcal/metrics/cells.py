@@ -15,7 +15,7 @@ import pandas as pd
 from sqlcal.query import declared, planner
 from sqlcal.metrics import groups as split_groups
 from sqlcal.metrics import key_tuple
-from sqlcal.source import Source
+from sqlcal.inputs import Source
 
 #: cells of the first histogram (2^10); a zoom multiplies the grid by a power of two up to
 #: ZOOM, so cell ids stay FLOOR(p·2^k), exact while k <= 50

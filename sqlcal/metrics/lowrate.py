@@ -15,7 +15,7 @@ from sqlcal.query import declared, planner
 from sqlcal.metrics import per_group, resolve_weight_kind, result, variance_parts
 from sqlcal.metrics.cells import (cells_needs, equal_mass_bins, equal_mass_follow_up,
                                   summary_parts)
-from sqlcal.source import Source, as_source
+from sqlcal.inputs import Source, as_source
 from sqlcal.options import checked
 
 

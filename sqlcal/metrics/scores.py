@@ -11,7 +11,7 @@ from scipy import stats
 
 from sqlcal.query import declared, planner
 from sqlcal.metrics import resolve_weight_kind, result, safe_div, statistic
-from sqlcal.source import Source, as_source
+from sqlcal.inputs import Source, as_source
 from sqlcal.options import checked
 
 

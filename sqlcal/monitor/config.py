@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from sqlcal.errors import ConfigError, read_toml
 from sqlcal.monitor import schema
 
 #: the sections this module checks key by key: key -> (types, required, default)
@@ -51,22 +52,9 @@ OWN = {
 OTHERS = ("monitor", "detect", "windows", "metrics", "alerts")
 
 
-class ConfigError(ValueError):
-    """The monitoring configuration is invalid; nothing has been read or written."""
-
-
 def load(path: str | os.PathLike) -> dict:
     """Read ``monitor.toml`` and check it (:func:`validate`)."""
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
-    try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{os.fspath(path)} is not valid TOML: {e}") from None
-    return validate(raw, where=os.fspath(path))
+    return validate(read_toml(path), where=os.fspath(path))
 
 
 def validate(raw: dict, *, where: str = "config") -> dict:

@@ -23,7 +23,7 @@ from sqlcal._version import __version__
 from sqlcal.errors import InvalidInputError
 from sqlcal.monitor import schema
 from sqlcal.options import OptionError, checked
-from sqlcal.source import Source, resolve_table, source
+from sqlcal.inputs import Source, resolve_table, source
 
 #: σ(±4): h(p) = clip(logit p, −4, 4)/4 is flat outside [σ(−4), σ(4)]
 _H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))

@@ -17,7 +17,7 @@ from sqlcal import summaries
 from sqlcal.query import local
 from sqlcal.query.declared import (FUSABLE, RANGED, Summary, coarser_cells, merge,
                                    score_ranges, union)
-from sqlcal.source import Planned, Source
+from sqlcal.inputs import Planned, Source
 
 
 def fetch(src: Source, summary: Summary) -> pd.DataFrame:

@@ -34,7 +34,7 @@ import pandas as pd
 from sqlcal import summaries
 from sqlcal.options import OptionError, checked
 from sqlcal.query import declared, planner
-from sqlcal.source import (USE_CHECKS, InvalidInputError, Source, apply_where,
+from sqlcal.inputs import (USE_CHECKS, InvalidInputError, Source, apply_where,
                            register_use_check, resolve_table)
 
 if TYPE_CHECKING:
