@@ -283,6 +283,10 @@ class _Server:
             return self.levels()
         return self._from_levels(summary, "levels=True")
 
+    def cells(self) -> pd.DataFrame:
+        """The window's merged fine score cells (the snapshot's grid) with sqlcal's columns."""
+        return _derive(self._merged("cells", cells=self.spec["cells"]))
+
     def levels(self) -> pd.DataFrame:
         if self._levels is None:
             self._levels = _derive(self._merged("levels"))
@@ -294,8 +298,9 @@ class _Server:
             raise OptionError(
                 f"the summary {summary.name!r} is not in the store: snapshot with {option}"
                 + ("" if option.startswith("levels=True") else " (or levels=True)")
-                + ("; grid-mode metrics (method='grid') read the stored cells"
-                   if option == "levels=True" else ""))
+                + ("; grid-mode metrics (method='grid') read the stored cells, and "
+                   "sqlcal.monitor.stored.bounded_ece gives equal-mass bins snapped to them "
+                   "with a certified bound" if option == "levels=True" else ""))
         return local.evaluate(summary, self.levels(), self.by)
 
 
@@ -319,3 +324,152 @@ def _derive(frame: pd.DataFrame) -> pd.DataFrame:
         if name in frame:
             frame[name] = frame[name].astype("int64")
     return frame
+
+
+# -- bounded forms: bins whose edges cut stored cells ------------------------------------------
+
+#: the binnings :func:`bounded_ece` snaps to the stored cells
+BOUNDED_STRATEGIES = ("quantile", "uniform")
+
+
+def bounded_ece(src: Source, *, bins: int = 15, strategy: str = "quantile") -> pd.DataFrame:
+    r"""Binned ECE of a stored window at edges snapped to the stored score cells, with a
+    certified bound on its distance to the ECE at the exact edges.
+
+    A stored window without levels cannot place an equal-mass edge between two scores of one
+    cell, nor an equal-width edge ``k/B`` that cuts a cell (``B`` not dividing the stored
+    cells); this finish moves each such edge to a cell boundary of the cell that holds it.
+
+    Parameters
+    ----------
+    src : Source
+        A stored window (:func:`stored`).
+    bins : int, default 15
+        Number of bins B.
+    strategy : {"quantile", "uniform"}, default "quantile"
+        Equal-mass bins, at the edges :func:`sqlcal.ece` (``strategy="quantile"``) puts at
+        numpy's linear-interpolation quantiles of the sample with each row repeated w times
+        (whole-number weights only), or equal-width bins of the ``"sqlcal"`` convention
+        (bin ``floor(p·B)``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: the keys, ``ece`` (at the snapped edges), ``n``, ``W``, ``n_bins``,
+        ``bound`` (the certified :math:`|\mathrm{ECE}_{exact} - \mathrm{ECE}| \le` bound),
+        ``ece_lower`` and ``ece_upper`` (``ece`` ∓ ``bound``, clipped at 0), ``edge_cells``
+        (the cells the edges cut), ``exact`` (True when no edge cuts a cell), ``binning``.
+
+    Notes
+    -----
+    With residual sums :math:`R_b = \sum_{i \in b} w_i (y_i - p_i)`, moving rows between bins
+    changes :math:`\sum_b |R_b|` by at most :math:`\sum_b |R_b' - R_b| \le 2 \sum_{i \in A}
+    w_i |y_i - p_i|` (A: the rows whose bin changes, each in the symmetric difference of two
+    bins). Every row of A lies in a cell that holds an edge, and with binary labels
+    :math:`\sum_{i \in c} w_i |y_i - p_i| = swy_c + swp_c - 2\,swyp_c`, a sum the store
+    keeps per cell. So :math:`|\mathrm{ECE}_{exact} - \mathrm{ECE}| \le (2/W)\sum_{c \in
+    \mathrm{edge\ cells}} (swy_c + swp_c - 2\,swyp_c)`. An equal-mass edge lies between the
+    order statistics of ranks :math:`\lfloor h \rfloor` and :math:`\lceil h \rceil`,
+    :math:`h = (N - 1)k/B`, which the cells' cumulative weights locate exactly; both cells
+    count as edge cells. Only the L1 norm is bounded this way.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd, sqlcal
+    >>> from sqlcal.monitor.stored import bounded_ece
+    >>> rng = np.random.default_rng(1)
+    >>> p = rng.uniform(0, 1, 400)
+    >>> df = pd.DataFrame({"p": p, "y": (rng.random(400) < p).astype(int),
+    ...                    "t": pd.Timestamp("2026-11-01") + pd.to_timedelta(
+    ...                        rng.integers(0, 2 * 86400, 400), "s")})
+    >>> _ = sqlcal.snapshot(df, score="p", label="y", time="t", store=":memory:",
+    ...                     as_of="2026-11-03", prefix="bnd_", bins=(), ls_ece_sigma=(),
+    ...                     smooth_grids=())
+    >>> src = sqlcal.stored(":memory:", prefix="bnd_", maturity="all")
+    >>> out = bounded_ece(src, bins=10)
+    >>> exact = sqlcal.ece(df, score="p", label="y", bins=10, strategy="quantile").ece[0]
+    >>> bool(out.ece_lower[0] <= exact <= out.ece_upper[0])
+    True
+    """
+    served = getattr(src, "served", None)
+    if not isinstance(served, _Server):
+        raise OptionError("bounded_ece reads a stored window: pass sqlcal.stored(...)")
+    if not (isinstance(bins, (int, np.integer)) and bins >= 1):
+        raise OptionError(f"bins must be a positive integer, not {bins!r}")
+    if strategy not in BOUNDED_STRATEGIES:
+        raise OptionError(f"strategy must be one of {BOUNDED_STRATEGIES}, not {strategy!r}")
+    if strategy == "quantile" and not src.integer_weights:
+        raise OptionError("strategy='quantile': equal-mass edges from the stored cells need "
+                          "whole-number weights (rows repeated w times); this window holds "
+                          "fractional weights (snapshot with levels=True for exact edges)")
+    K = int(served.spec["cells"])
+    cells = served.cells()
+    by = list(src.by)
+    rows = []
+    for key, part in (cells.groupby(by, sort=True, dropna=False) if by else [((), cells)]):
+        key = key if isinstance(key, tuple) else (key,)
+        part = part[part["W"] > 0].sort_values("cell")
+        rows.append({**dict(zip(by, key)),
+                     **snapped_bins_finish(part["cell"].to_numpy(np.int64),
+                                           part["n"].to_numpy(np.int64),
+                                           part["W"].to_numpy(float),
+                                           part["swy"].to_numpy(float),
+                                           part["swp"].to_numpy(float),
+                                           part["swyp"].to_numpy(float),
+                                           bins=bins, cells=K, strategy=strategy)})
+    out = pd.DataFrame(rows, columns=[*by, "ece", "n", "W", "n_bins", "bound", "ece_lower",
+                                      "ece_upper", "edge_cells", "exact"])
+    out["binning"] = f"{strategy}({bins}) snapped to {K} cells"
+    return out
+
+
+def snapped_bins_finish(cell, n, W, swy, swp, swyp, *, bins: int, cells: int,
+                        strategy: str = "quantile") -> dict:
+    """One group's ECE at edges snapped to cell boundaries and its certified bound, from the
+    occupied cells (ids ascending, W > 0) and their sums; see :func:`bounded_ece`.
+
+    Examples
+    --------
+    >>> one = np.ones(4)
+    >>> d = snapped_bins_finish(np.array([0, 1, 2, 3]), np.ones(4, int), 2 * one,
+    ...                         np.array([0.0, 1, 1, 2]), np.array([0.2, 0.6, 1.0, 1.4]),
+    ...                         np.array([0.0, 0.3, 0.5, 1.4]), bins=2, cells=4,
+    ...                         strategy="uniform")
+    >>> round(d["ece"], 12), d["bound"], d["exact"]
+    (0.1, 0.0, True)
+    """
+    cell, n, W, swy, swp, swyp = (np.asarray(x) for x in (cell, n, W, swy, swp, swyp))
+    total = float(W.sum())
+    if total <= 0:
+        return {"ece": np.nan, "n": 0, "W": 0.0, "n_bins": 0, "bound": np.nan,
+                "ece_lower": np.nan, "ece_upper": np.nan, "edge_cells": 0, "exact": True}
+    if strategy == "quantile":
+        # ranks 0 .. N-1 of the sample with each row repeated w times; cell c holds the ranks
+        # [before_c, before_c + W_c)
+        before = np.cumsum(W) - W
+        h = (total - 1) * np.arange(1, bins) / bins
+        low = np.searchsorted(before, np.floor(h), side="right") - 1
+        high = np.searchsorted(before, np.minimum(np.ceil(h), total - 1), side="right") - 1
+        # the cell holding rank floor(h) and every cell up to rank ceil(h)'s hold the edge;
+        # rows of the lower cell and below join the lower bin (right-closed edges)
+        edge = [set(range(lo, hi + 1)) for lo, hi in zip(low, high)]
+        split = low
+    else:
+        position = np.arange(1, bins) * cells / bins  # the edge k/B in cell units
+        on_boundary = np.isclose(position, np.round(position), rtol=0, atol=1e-9)
+        # a left-closed edge inside cell c: cells < c join the lower bin, c is cut
+        idx = np.floor(position + 1e-9).astype(np.int64)
+        split = np.searchsorted(cell, idx, side="left") - 1
+        edge = [set() if flat else set(np.flatnonzero(cell == c).tolist())
+                for flat, c in zip(on_boundary, idx)]
+    # bin of each occupied cell: the number of edges snapped below it
+    b = np.searchsorted(np.sort(split), np.arange(len(cell)), side="left")
+    resid = np.bincount(b, swy - swp, bins)
+    weight = np.bincount(b, W, bins)
+    ece = float(np.abs(resid).sum() / total)
+    cut = sorted(set().union(*edge)) if len(edge) else []
+    mass = swy + swp - 2 * swyp  # Σ w |y - p| per cell (binary labels)
+    bound = float(2 * np.maximum(mass[cut], 0.0).sum() / total) if cut else 0.0
+    return {"ece": ece, "n": int(n.sum()), "W": total, "n_bins": int((weight > 0).sum()),
+            "bound": bound, "ece_lower": max(ece - bound, 0.0), "ece_upper": ece + bound,
+            "edge_cells": len(cut), "exact": bound == 0.0}
