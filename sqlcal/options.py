@@ -315,6 +315,10 @@ OVERRIDES["snapshot"] = {
     "max_levels": Option("int", "most distinct scores of one group and period stored as "
                          "levels", low=1),
     "force": Option("bool", "rewrite periods whose fingerprint did not change"),
+    "events": Option("any", "the events layout: a table of (key, outcome, event time) joined "
+                     "to the predictions", optional=True),
+    "key": Option("column", "the example id joining events= to the predictions",
+                  optional=True),
     "_before_manifest": Option("any", "test hook: called before the manifest row is written",
                                optional=True),
 }

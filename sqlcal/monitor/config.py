@@ -39,6 +39,8 @@ OWN = {
         "layout": (str, False, "column"), "label_time": (str, False, None),
         "unknown": (str, False, "negative"), "horizon": (str, False, "30d"),
         "settle": (str, False, "1d"), "delays": (list, False, list(schema.DELAYS)),
+        "events": (str, False, None), "key": (str, False, None),
+        "event_time": (str, False, None),
     },
     "snapshot": {
         "store": (str, True, None), "prefix": (str, False, schema.PREFIX),
@@ -87,14 +89,28 @@ def validate(raw: dict, *, where: str = "config") -> dict:
         out[section] = checked
     src, labels, snap = out["source"], out["labels"], out["snapshot"]
     src["by"] = [src["by"]] if isinstance(src["by"], str) else list(src["by"])
-    choices = {("source", "on_invalid"): ("raise", "drop"), ("labels", "layout"): ("column",),
+    choices = {("source", "on_invalid"): ("raise", "drop"),
+               ("labels", "layout"): ("column", "events"),
                ("labels", "unknown"): ("negative",), ("snapshot", "grain"): tuple(schema.GRAINS)}
     for (section, key), allowed in choices.items():
         if out[section][key] not in allowed:
             raise ConfigError(f"{where}: [{section}] {key} must be one of {list(allowed)}, not "
-                              f"{out[section][key]!r}"
-                              + (" (the events layout is not built yet)" if key == "layout"
-                                 else ""))
+                              f"{out[section][key]!r}")
+    events = {k: labels[k] for k in ("events", "key", "event_time")}
+    if labels["layout"] == "events":
+        missing = [k for k, v in events.items() if v is None]
+        if missing:
+            raise ConfigError(f"{where}: [labels] layout = \"events\" needs "
+                              f"{', '.join(f'{k} = ...' for k in missing)} (the events table, "
+                              "the example id in both tables, the event time column)")
+        if labels["label_time"] is not None:
+            raise ConfigError(f"{where}: [labels] label_time is the column layout's; with "
+                              "layout = \"events\" the events table's time is event_time")
+    else:
+        given = [k for k, v in events.items() if v is not None]
+        if given:
+            raise ConfigError(f"{where}: [labels] {given} belong to layout = \"events\" "
+                              f"(layout is {labels['layout']!r})")
     for key in ("horizon", "settle"):
         text = labels[key]
         if not (len(text) >= 2 and text[-1] in "dh" and _number(text[:-1])):
@@ -127,6 +143,7 @@ def run_snapshot(config: dict, *, period: Any = None, since: Any = None, until: 
     from sqlcal.monitor.store import snapshot
 
     src, labels, snap = config["source"], config["labels"], config["snapshot"]
+    events = labels["layout"] == "events"
     if period is not None:
         since = until = period
     elif since is None and until is None:
@@ -138,7 +155,9 @@ def run_snapshot(config: dict, *, period: Any = None, since: Any = None, until: 
         src["data"], table=src["table"], score=src["score"], label=src["label"],
         weight=src["weight"], by=src["by"], time=src["time"], where=src["where"],
         on_invalid=src["on_invalid"], store=snap["store"], prefix=snap["prefix"],
-        grain=snap["grain"], start=since, end=until, label_time=labels["label_time"],
+        grain=snap["grain"], start=since, end=until,
+        label_time=labels["event_time"] if events else labels["label_time"],
+        events=labels["events"], key=labels["key"],
         unknown=labels["unknown"], delays=labels["delays"], horizon=labels["horizon"],
         settle=labels["settle"], cells=snap["cells"], bins=snap["bins"],
         ls_ece_sigma=snap["ls_ece_sigma"], smooth_grids=snap["smooth_grids"],

@@ -45,6 +45,7 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
              ls_ece_sigma: Sequence[float] = (0.1,), smooth_grids: Sequence[int] = (1000,),
              levels: bool = False, max_levels: int = 65536, where: Any = None,
              table: str | None = None, on_invalid: str = "raise", force: bool = False,
+             events: Any = None, key: str | None = None,
              _before_manifest=None) -> pd.DataFrame:
     r"""Reduce each period of a predictions table to its summaries, once, into a summary store.
 
@@ -76,6 +77,15 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
         When each label became known; its delay ``label_time − time`` in days picks its delay
         bucket. Without it every label's delay is unknown (``delay = -2``), and only the
         ``"all"`` and ``"mature"`` views of the stored windows exist.
+    events : ibis Table, DataFrame, path, or table name, optional
+        The events layout: the outcomes live in a separate table with one row per example that
+        has one (``key``, the outcome ``label`` 0/1 and its event time ``label_time``), joined to
+        the predictions on ``key`` (a name is a table of the predictions' database). An example
+        without an event row is a negative so far. The stored label parts are the ones the column
+        layout stores for the joined rows: every view, the maturity curve and the detector read
+        them unchanged.
+    key : str, optional
+        With ``events``: the example id column, in both tables (at most one event row per id).
     unknown : {"negative"}, default "negative"
         A row counts as negative until its positive label arrives (clicks, conversions).
     delays : sequence of float, default (0, 1, 2, 3, 5, 7, 14, 30)
@@ -136,6 +146,11 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
     as_of = (as_timestamp(as_of) if as_of is not None
              else pd.Timestamp.now("UTC").tz_localize(None).floor("s"))
     base = resolve_table(data, table)
+    if events is not None:
+        base = _joined_events(base, events, key=key, label=label, label_time=label_time)
+    elif key is not None:
+        raise OptionError("key= names the example id that joins events= to the predictions; "
+                          "pass events= too (or leave key= out for the column layout)")
     for col in (time, label_time):
         if col is not None and col not in base.columns:
             raise InvalidInputError(f"column {col!r} is not in the table; its columns are "
@@ -151,6 +166,8 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
             "cells": int(cells), "bins": [list(b) for b in bins],
             "logit": [[s / 20, 1e-6] for s in ls_ece_sigma],
             "smooth": [int(h) for h in smooth_grids], "levels": bool(levels)}
+    if events is not None:  # the column layout's spec (and hash) stay as they were
+        spec |= {"layout": "events", "events": _origin(events, None), "key": key}
     spec_hash = schema.spec_hash(spec)
     con = connect(store)
     _check_store(con, prefix, by, src)
@@ -198,6 +215,43 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
         raise
     out.loc[out["period_start"].isin(due), "status"] = "written"
     return _report(out, have, versions)
+
+
+def _joined_events(base: ir.Table, events: Any, *, key: str | None, label: str,
+                   label_time: str | None) -> ir.Table:
+    """The events layout as the column layout: the predictions left-joined on ``key`` to the
+    events table's outcome (``label``) and event time (``label_time``)."""
+    if key is None or label_time is None:
+        raise OptionError("events= needs key= (the example id in both tables) and label_time= "
+                          "(the events table's event time column)")
+    if isinstance(events, str) and not any(ch in events for ch in "/\\:.") and \
+            (found := base._find_backend(use_default=True)) is not None and \
+            events in found.list_tables():
+        ev = found.table(events)  # a table of the predictions' database
+    else:
+        ev = resolve_table(events, None)
+    for col in (key, label, label_time):
+        if col not in ev.columns:
+            raise InvalidInputError(f"column {col!r} is not in the events table; its columns are "
+                                    f"{list(ev.columns)}")
+    if key not in base.columns:
+        raise InvalidInputError(f"key column {key!r} is not in the predictions; their columns "
+                                f"are {list(base.columns)}")
+    clash = [c for c in (label, label_time) if c in base.columns]
+    if clash:
+        raise OptionError(f"label/label_time: {clash} are columns of the predictions as well as "
+                          "of events=; in the events layout the outcome and its time come from "
+                          "the events table only (drop or rename them)")
+    counts = ev.group_by(ev[key]).aggregate(k=ev.count())
+    dup = counts.filter(counts.k > 1).count().to_pyarrow().as_py()
+    if dup:
+        raise InvalidInputError(f"events: {dup:,} values of key {key!r} have more than one "
+                                "event row; keep one row per example (its outcome and the time "
+                                "it became known)")
+    right = ev.select(__sqlcal_event_key=ev[key], **{label: ev[label],
+                                                   label_time: ev[label_time]})
+    joined = base.left_join(right, base[key] == right["__sqlcal_event_key"])
+    return joined.select(*base.columns, label, label_time)
 
 
 def _report(out: pd.DataFrame, have: pd.DataFrame, written: dict | None = None
