@@ -324,7 +324,7 @@ OVERRIDES["snapshot"] = {
 }
 OVERRIDES["stored"] = {
     "store": _STORE, "by": _KEYS, "start": _WHEN, "end": _WHEN, "at": _WHEN,
-    "maturity": Option("text", "'mature', 'all' or 'lag:<a>d'"),
+    "maturity": Option("text", "'mature', 'all', 'lag:<a>d' or 'adjusted'"),
     "prefix": Option("text", "the prefix of the store's table names"),
     "spec": Option("text", "the snapshot spec's hash, when the store holds several",
                    optional=True),

@@ -16,7 +16,7 @@ from scipy import stats
 
 from sqlcal.errors import InvalidInputError
 from sqlcal.metrics.binned import clopper_pearson_interval
-from sqlcal.monitor import schema, store as _store
+from sqlcal.monitor import adjusted as _adjusted, schema, store as _store
 from sqlcal.monitor.stored import window_versions
 from sqlcal.options import OptionError
 
@@ -84,7 +84,7 @@ def maturity(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8
                                 f"settle {settle})")
     cells = _store.merged(store, "cells", prefix=prefix, spec_hash=spec_hash, versions=mature,
                           by=[*by, "delay"], delays=None)
-    binned = _score_bins(cells, by, bins, spec_dict["cells"])
+    binned = _adjusted.score_bins(cells, by, bins, spec_dict["cells"])
     edges = spec_dict["delays"]
     lab = binned[binned["delay"] >= 0]
     pooled = lab.assign(score_bin=-1)
@@ -186,8 +186,11 @@ def adjusted(store: Any, *, by: str | Sequence[str] | None = None, start: Any = 
     cells = _store.merged(store, "cells", prefix=prefix, spec_hash=spec_hash, versions=kept,
                           by=[*by, "period_start", "delay"], delays=None)
     cells = cells.merge(kept[["period_start", "lag"]], on="period_start")
-    binned = _score_bins(cells, [*by, "period_start"], bins, spec_dict["cells"],
-                         pooled_by=by)
+    # the curve's score bins (cell ranges of the mature cohorts), so that F̂_b divides bin b
+    starts = curve[curve["score_bin"] >= 0].groupby([*by, "score_bin"])["bin_lower"].min()
+    starts = (starts * spec_dict["cells"]).round().astype("int64").rename("start").reset_index()
+    binned = cells.assign(score_bin=_adjusted.bin_of(cells, by, starts,
+                                                     cells["cell"].to_numpy()))
     free = binned[binned["delay"] == schema.DELAY_LABEL_FREE]
     lab = binned[binned["delay"] != schema.DELAY_LABEL_FREE]
     upper = np.array([edges[k + 1] if 0 <= k < len(edges) - 1 else np.inf for k in lab["delay"]])
@@ -245,20 +248,3 @@ def _setup(store, prefix, spec, by, bins):
 
 def _age(horizon, settle) -> float:
     return _store.duration_days(horizon, "horizon") + _store.duration_days(settle, "settle")
-
-
-def _score_bins(cells: pd.DataFrame, keys: Sequence[str], bins: int, K: int,
-                pooled_by: Sequence[str] | None = None) -> pd.DataFrame:
-    """Each cell's score bin: ``bins`` bins of equal label-free weight per group (``pooled_by``,
-    default the keys), edges on cell boundaries (a cell never splits)."""
-    group = list(keys if pooled_by is None else pooled_by)
-    free = cells[cells["delay"] == schema.DELAY_LABEL_FREE]
-    hist = free.groupby([*group, "cell"], sort=True)["W"].sum().reset_index()
-    if group:
-        before = hist.groupby(group)["W"].cumsum() - hist["W"]
-        total = hist.groupby(group)["W"].transform("sum")
-    else:
-        before, total = hist["W"].cumsum() - hist["W"], hist["W"].sum()
-    hist["score_bin"] = np.minimum((before / total * bins).astype(int), bins - 1)
-    out = cells.merge(hist[[*group, "cell", "score_bin"]], on=[*group, "cell"], how="left")
-    return out.assign(cell_lo=out["cell"] / K, cell_hi=(out["cell"] + 1) / K)

@@ -22,14 +22,14 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.errors import InvalidInputError
-from sqlcal.monitor import schema, store as _store
+from sqlcal.monitor import adjusted as _adjusted, schema, store as _store
 from sqlcal.options import OptionError, checked
 from sqlcal.query import local
 from sqlcal.query.declared import Summary, coarser_cells
 from sqlcal.inputs import Source
 
 #: maturity views of a stored window
-VIEWS = ("mature", "all", "lag:<a>d")
+VIEWS = ("mature", "all", "lag:<a>d", "adjusted")
 
 
 @checked
@@ -51,7 +51,15 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
         ``"mature"``: only periods whose labels are final (age >= horizon + settle at ``at``);
         ``"all"``: every period with the labels known at its snapshot; ``"lag:<a>d"`` (a one of
         the snapshot's delay edges above 0): every period with the labels that arrived within
-        a days of the prediction, so recent and old periods are comparable.
+        a days of the prediction, so recent and old periods are comparable; ``"adjusted"``:
+        every period, an immature one's known positives divided by the maturity curve
+        :math:`\hat F_b(a)` of their score bin (8 bins of equal weight, estimated on the mature
+        periods) at the period's age a, an estimate of the eventual labels (periods younger than
+        the first delay edge left out; the source's origin says how many). Exact per stored
+        score cell, so every metric read from the cells, the smooth ECE histogram or the levels
+        is adjusted; the log loss, equal-width bins that do not divide the cells and LS-ECE
+        need ``levels=True`` and are refused without it. Intervals do not include the curve's
+        uncertainty (:func:`sqlcal.monitor.maturity.adjusted` gives the O/E with it).
     prefix : str, default "sqlcal_"
     spec : str, optional
         The snapshot spec's hash, when the store holds several.
@@ -93,7 +101,7 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
     extra = sorted(set(by) - set(keys))
     if extra:
         raise OptionError(f"by: {extra} are not keys of the stored summaries {list(keys)}")
-    delays = _admitted(maturity, spec_dict)
+    delays = None if maturity == "adjusted" else _admitted(maturity, spec_dict)
     if maturity == "mature":
         at = versions["as_of"].max() if at is None else _store.as_timestamp(at)
         age = _store.duration_days(horizon, "horizon") + _store.duration_days(settle, "settle")
@@ -101,7 +109,20 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
     if not len(versions):
         raise InvalidInputError(f"the store holds no {maturity!r} period between {start} and "
                                 f"{end} (spec {spec_hash})")
-    served = _Server(store, prefix, spec_hash, spec_dict, versions, by, delays)
+    adjust = None
+    if maturity == "adjusted":  # immature periods' positives divided by the maturity curve
+        at = versions["as_of"].max() if at is None else _store.as_timestamp(at)
+        age = _store.duration_days(horizon, "horizon") + _store.duration_days(settle, "settle")
+        adjust = _adjusted.Adjustment(
+            store, prefix=prefix, spec_hash=spec_hash, spec=spec_dict, window=versions,
+            cohorts=window_versions(store, prefix, spec_hash, None, None)[0], by=by, at=at,
+            mature_age=age)
+        versions = pd.concat([adjust.mature, adjust.immature]).drop(columns=["lag"])
+        if not len(versions):
+            raise InvalidInputError(f"maturity='adjusted': every period between {start} and "
+                                    f"{end} is younger than the first delay edge")
+        maturity = f"adjusted ({adjust.describe()})"
+    served = _Server(store, prefix, spec_hash, spec_dict, versions, by, delays, adjust)
     src = Source(rows=ibis.table({"p": "float64", "y": "float64", "w": "float64"},
                                  name="stored_window"),
                  score=spec_dict["score"], label=spec_dict["label"],
@@ -203,6 +224,10 @@ def _admitted(maturity: str, spec: dict) -> list[int] | None:
     """The delay values a maturity view sums over (None: all)."""
     if maturity in ("mature", "all"):
         return None
+    if maturity == "adjusted":
+        raise OptionError("maturity='adjusted' estimates a window's eventual labels "
+                          "(sqlcal.stored); per-period statistics such as the detector's read "
+                          "'mature' or 'lag:<a>d'")
     edges = spec["delays"]
     if isinstance(maturity, str) and maturity.startswith("lag:") and maturity.endswith("d"):
         try:
@@ -223,14 +248,18 @@ def _admitted(maturity: str, spec: dict) -> list[int] | None:
 class _Server:
     """``served(summary)``: a declared summary of the window, merged from the store."""
 
-    def __init__(self, store, prefix, spec_hash, spec, versions, by, delays):
+    def __init__(self, store, prefix, spec_hash, spec, versions, by, delays, adjust=None):
         self.store, self.prefix, self.spec_hash, self.spec = store, prefix, spec_hash, spec
+        self.adjust = adjust  # maturity="adjusted": merges through the Adjustment
+        self._inner = False
         self.versions, self.by, self.delays = versions, tuple(by), delays
         self._levels = None
         self._cache: dict = {}
 
     def _merged(self, kind: str, **params) -> pd.DataFrame:
         key = (kind, tuple(sorted(params.items())))
+        if key not in self._cache and self.adjust is not None:
+            self._cache[key] = self.adjust.merged(kind, params)
         if key not in self._cache:  # one merge query per stored summary and window
             self._cache[key] = _store.merged(
                 self.store, kind, prefix=self.prefix, spec_hash=self.spec_hash,
@@ -240,11 +269,13 @@ class _Server:
     def __call__(self, summary: Summary) -> pd.DataFrame:
         kind, params = summary.kind, summary.params
         K = self.spec["cells"]
+        if self.adjust is not None and not self._inner:
+            return self._adjusted(summary)
         if kind == "totals":
             return _derive(self._merged("totals"))
         if kind == "uniform":
             bins, convention = params
-            if [bins, convention] in self.spec["bins"]:
+            if [bins, convention] in self.spec["bins"] and self.adjust is None:
                 frame = self._merged("bins", bins=bins, convention=convention)
                 return _derive(frame.drop(columns=[], errors="ignore"))
             if convention == "sqlcal" and K % bins == 0:  # K/B whole cells per bin: exact
@@ -287,9 +318,36 @@ class _Server:
         """The window's merged fine score cells (the snapshot's grid) with sqlcal's columns."""
         return _derive(self._merged("cells", cells=self.spec["cells"]))
 
+    def _adjusted(self, summary: Summary) -> pd.DataFrame:
+        """maturity="adjusted": exact from the adjusted cells (or levels), else refused."""
+        why = _adjusted.unadjustable(summary.kind, summary.params, summary.parts,
+                                     self.spec["cells"])
+        if why is not None and not self.spec["levels"]:
+            raise OptionError(f"maturity='adjusted': {why}; snapshot with levels=True (each "
+                              "distinct score is then adjusted exactly) or read the window "
+                              "with maturity='lag:<a>d' or 'mature'")
+        if why is not None:
+            frame = local.evaluate(summary, self.levels(), self.by)
+        elif summary.kind == "totals":
+            if len(self.adjust.immature) and self.spec["levels"]:
+                frame = local.evaluate(summary, self.levels(), self.by)
+            else:
+                frame = _derive(self.adjust.totals())
+        else:
+            self._inner = True  # the view logic below, its merges adjusted (_merged)
+            try:
+                frame = self(summary)
+            finally:
+                self._inner = False
+        if "ny" in frame and "n_pos" in frame:  # adjusted counts are estimates, not integers
+            frame["ny"] = frame["n_pos"].astype(float)
+        return frame
+
     def levels(self) -> pd.DataFrame:
         if self._levels is None:
             self._levels = _derive(self._merged("levels"))
+            if self.adjust is not None:  # adjusted counts are estimates, not integers
+                self._levels["ny"] = self._levels["n_pos"].astype(float)
         return self._levels
 
     def _from_levels(self, summary: Summary, option: str) -> pd.DataFrame:
