@@ -17,6 +17,7 @@ import argparse
 import time
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 from sqlcal.monitor import detect
@@ -73,18 +74,70 @@ def split_shares(out, counts, k, kind):
     the per-level sums (the levels play the stored cells). Returns the share of streams where
     the planted kind's term dominates as the spec states, and the share with every window's
     terms >= 0."""
-    hits, nonneg, found = 0, 0, 0
+    hits, robust, nonneg, found = 0, 0, 0, 0
     for s in np.flatnonzero(out["alarm_day"] >= 200):
         change, alarm = int(out["change_day"][s]), int(out["alarm_day"][s])
-        terms = []
+        terms, windows = [], []
         for lo, hi in ((max(change - 28, 0), change), (change, alarm + 1)):
-            terms.append(detect.split_mcb(counts[s, lo:hi].sum(0), k[s, lo:hi].sum(0), LEVELS))
+            W, Y = counts[s, lo:hi].sum(0).astype(float), k[s, lo:hi].sum(0).astype(float)
+            terms.append(detect.split_mcb(W, Y, LEVELS))
+            windows.append(pd.DataFrame({"cell": np.arange(64), "W": W, "swy": Y,
+                                         "swp": W * LEVELS}))
         d = {t: terms[1][t] - terms[0][t] for t in ("mcb", "intercept", "slope", "shape")}
+        split = detect.split_change(*windows)
         found += 1
         nonneg += all(min(x["intercept"], x["slope"], x["shape"]) >= -1e-12 for x in terms)
         largest = max(("intercept", "slope", "shape"), key=d.get)
         hits += (d["intercept"] >= 0.8 * d["mcb"]) if kind == "intercept" else largest == kind
-    return hits / max(found, 1), nonneg / max(found, 1)
+        robust += (split["share_intercept"] >= 0.8 if kind == "intercept"
+                   else split["kind"] == kind)
+    return hits / max(found, 1), robust / max(found, 1), nonneg / max(found, 1)
+
+
+#: null="reference" (the first 28 days set the ratios r_b): a stably miscalibrated model, the
+#: edge of its null (q = 1.1·r·p after the reference), and a change from it
+REFERENCE = {
+    "stable, q = 1.3 p": (lambda p: 1.3 * p, lambda p: 1.3 * p, 365),
+    "reference edge, q = 1.43 p after day 28": (lambda p: 1.3 * p, lambda p: 1.43 * p, 365),
+    "from q = 1.3 p, logit + 0.3 on day 200": (
+        lambda p: 1.3 * p, lambda p: expit(logit(1.3 * p) + 0.3), 230),
+}
+P_MAX = np.array([LEVELS[BIN == b].max() for b in range(8)])
+
+
+def reference_detector(W, swy, swp, swpp, first=28, bins=8, alpha=0.05):
+    """detect(null="reference") on simulated sums: the 8 bet bins merged into ``bins``, ratios
+    and their bounds from the first ``first`` days at alpha/2, the detector at alpha/2 from day
+    ``first`` on."""
+    g = np.arange(8) // (8 // bins)
+    W, swy, swp, swpp = (np.stack([x[..., g == b].sum(-1) for b in range(bins)], -1)
+                         for x in (W, swy, swp, swpp))
+    p_max = np.array([P_MAX[g == b].max() for b in range(bins)])
+    r, u = detect.reference_ratios(W[..., :first, :].sum(-2), swy[..., :first, :].sum(-2),
+                                   swp[..., :first, :].sum(-2), p_max, alpha=alpha / 2)
+    return detect.detector(W, swy, swp, swpp, alpha=alpha / 2, first=first,
+                           share=r[..., None, :], share_error=u[..., None, :])
+
+
+def reference_runs(rng, streams):
+    print(f"\nnull='reference' ({streams} streams; r_b from the first 28 or 56 days; bet bins "
+          "8, or merged to 2)")
+    for name, (q_ref, q_after, days) in REFERENCE.items():
+        change = 28 if days == 365 else 200
+        (W, swy, swp, swpp), _, _ = simulate(rng, streams, days, q_ref, q_after, None,
+                                             change=change)
+        cal = detect.detector(W, swy, swp, swpp)["alarm_day"]
+        print(f"  {name}: null='calibrated' alarms in {np.mean(cal >= 0):.3f}")
+        for bins, first in ((8, 28), (8, 56), (2, 28)):
+            out = reference_detector(W, swy, swp, swpp, first=first, bins=bins)
+            ref = out["alarm_day"]
+            line = (f"    bins {bins}, reference {first} days: alarm share "
+                    f"{np.mean(ref >= 0):.3f}, max log M {out['log_M'].max():.2f}")
+            if days == 230:
+                delay = np.where(ref >= 200, ref - 200, 10 ** 6)
+                line += (f", before 200 {np.mean((ref >= 0) & (ref < 200)):.3f}, delay median "
+                         f"{np.median(delay):.0f} (p90 {np.quantile(delay, 0.9):.0f})")
+            print(line)
 
 
 def page_hinkley(W, swy, swp, swpp, tolerance=(0.0, 0.1)):
@@ -138,12 +191,14 @@ def main() -> None:
               f"{np.median(ph_delay):.0f}   ({time.process_time() - start:.0f} CPU s)")
         kind = name.split(":")[0]
         if kind in ("intercept", "slope", "shape"):
-            share, nonneg = split_shares(out, counts, k, kind)
+            share, robust, nonneg = split_shares(out, counts, k, kind)
             rule = ("intercept term >= 80% of the MCB change" if kind == "intercept"
                     else f"{kind} term the largest")
-            print(f"    split at the alarm: {rule} in {share:.3f} of detected streams; every "
+            print(f"    split at the alarm: {rule} in {share:.3f} of detected streams (nested "
+                  f"log-score terms), {robust:.3f} (split_change: robust log-odds line); every "
                   f"term >= 0 in both windows in {nonneg:.3f}")
     print(f"threshold log c = {out['threshold']:.2f}; Page-Hinkley threshold {ph_threshold:.2f}")
+    reference_runs(rng, args.streams)
 
 
 if __name__ == "__main__":

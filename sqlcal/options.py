@@ -345,6 +345,8 @@ OVERRIDES["detect"] = {
     "maturity_horizon": _AGE, "settle": _AGE, "at": _WHEN,
     "lag": Option("text", "'lag:<a>d': an early stream on the labels known at age a",
                   optional=True),
+    "null": Option("choice", "calibrated within tolerance, or as calibrated as the reference "
+                   "window", choices=("calibrated", "reference")),
     "prefix": Option("text", "the prefix of the store's table names"),
     "spec": Option("text", "the snapshot spec's hash, when the store holds several",
                    optional=True),

@@ -65,7 +65,7 @@ def check_detect(block: dict | None, *, where: str = "config") -> dict:
         if not ok:
             raise ConfigError(f"{where}: [detect] {key} = {value!r} has the wrong type")
         out[key] = value
-    for key, allowed in (("kind", ("binned", "citl")), ("null", ("calibrated",))):
+    for key, allowed in (("kind", ("binned", "citl")), ("null", ("calibrated", "reference"))):
         if out[key] not in allowed:
             raise ConfigError(f"{where}: [detect] {key} must be one of {list(allowed)}, not "
                               f"{out[key]!r} (the others are not built yet)")
@@ -99,7 +99,7 @@ def run(config: dict, *, at: Any = None) -> MonitorRun:
                            horizon=d["horizon"], windows=tuple(d["bet_windows"]),
                            reference=d["reference"], reference_days=d["reference_days"],
                            maturity_horizon=labels["horizon"], settle=labels["settle"], at=at,
-                           lag=None if d["lag"] == "mature" else d["lag"])
+                           lag=None if d["lag"] == "mature" else d["lag"], null=d["null"])
     try:  # the maturity curve, when the snapshot stored the labels' arrival times
         curve = _maturity.maturity(snap["store"], prefix=snap["prefix"], bins=1,
                                    horizon=labels["horizon"], settle=labels["settle"], at=at)
