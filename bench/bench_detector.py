@@ -140,6 +140,52 @@ def reference_runs(rng, streams):
             print(line)
 
 
+#: late labels (spec §E.3 rule 5): exponential delays with mean 3 days within a 14-day horizon,
+#: the early stream at lag 1 day sees the share F of the eventual positives
+MEAN_DELAY, HORIZON, LAG = 3.0, 14, 1.0
+F_LAG = (1 - np.exp(-LAG / MEAN_DELAY)) / (1 - np.exp(-HORIZON / MEAN_DELAY))
+
+
+def early_stream_runs(rng, streams, volumes=(2000, 5000, 10000, 20000)):
+    """The intercept change (logit + 0.3 on day 200) seen by the lag-1 stream, alarms counted
+    on the day they are seen (day + lag + 1 settle day), with F_b: known exactly (the best any
+    early stream of this form can do), from the 28 reference days (the estimate before this
+    session), and from every day final before the checked one (detect's estimate now)."""
+    print(f"\nearly stream at lag 1 day (F = {F_LAG:.3f}; intercept change on day 200; "
+          f"{streams} streams): share seen within 14 / 28 days of the change, median delay")
+    alpha_F, B = 0.05 / 4, 8
+    lead = int(np.ceil(HORIZON + 1 - LAG))
+    for n in volumes:
+        (W, swy, swp, swpp), _, _ = simulate(rng, streams, 230, lambda p: p,
+                                             SCENARIOS["intercept: logit q = logit p + 0.3"][1],
+                                             None, n=n)
+        known = rng.binomial(swy.astype(np.int64), F_LAG).astype(float)
+        ref = slice(0, 28)
+        history = np.zeros((2, streams, 230 + lead, B))
+        history[0, :, lead:] = swy[:, :230]
+        history[1, :, lead:] = known[:, :230]
+        all_pos, early_pos = np.cumsum(history, axis=2)[:, :, :230]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            growing = (np.where(all_pos > 0, early_pos / all_pos, 0.0),
+                       np.where(all_pos > 0, np.sqrt(np.log(2 * B * 365 / alpha_F)
+                                                     / (2 * all_pos)), 1.0))
+        variants = {
+            "F known": (np.full((1, 1, B), F_LAG), np.zeros((1, 1, B))),
+            "F from the 28 reference days": (
+                (known[:, ref].sum(1) / swy[:, ref].sum(1))[:, None],
+                np.sqrt(np.log(2 * B / alpha_F) / (2 * swy[:, ref].sum(1)))[:, None]),
+            "F from every final day (now)": growing,
+        }
+        for name, (share, error) in variants.items():
+            out = detect.detector(W, known, swp, swpp, alpha=alpha_F, first=28, share=share,
+                                  share_error=error)
+            seen = np.where(out["alarm_day"] >= 0, out["alarm_day"] + LAG + 1, 10 ** 6) - 200
+            print(f"  {n:6d} rows a day, {name:30s} before the change {np.mean(seen < 0):.3f}, "
+                  f"within 14 d {np.mean((seen >= 0) & (seen <= 14)):.3f}, 28 d "
+                  f"{np.mean((seen >= 0) & (seen <= 28)):.3f}, median "
+                  f"{np.median(np.where(seen >= 0, seen, 10 ** 6)):.0f}")
+
+
 def page_hinkley(W, swy, swp, swpp, tolerance=(0.0, 0.1)):
     """The year's running Page–Hinkley statistic (both signs) on z_t with the tolerance as drift
     allowance."""
@@ -199,6 +245,7 @@ def main() -> None:
                   f"term >= 0 in both windows in {nonneg:.3f}")
     print(f"threshold log c = {out['threshold']:.2f}; Page-Hinkley threshold {ph_threshold:.2f}")
     reference_runs(rng, args.streams)
+    early_stream_runs(rng, args.streams)
 
 
 if __name__ == "__main__":

@@ -541,8 +541,9 @@ def test_monitor_page_shows_the_maturity_curve(tmp_path, capsys):
 
 
 def test_early_stream_from_the_store_equals_the_detector_on_raw_rows(tmp_path):
-    """lag:1d: each day once 2 days old, its positives known within 1 day, against F_b·p with F_b
-    from the mature reference days; the oracle recomputes every sum and F_b from the raw rows."""
+    """lag:1d: each day once 2 days old, its positives known within 1 day, against F_b·p with
+    F_b for day t from the final days s <= t - 7 (horizon 7 + settle 1 - lag 1; final: s <= 52
+    at as_of = day 61); the oracle recomputes every sum and F_b from the raw rows."""
     import pandas as pd
     import sqlcal
     rng = np.random.default_rng(8)
@@ -565,9 +566,18 @@ def test_early_stream_from_the_store_equals_the_detector_on_raw_rows(tmp_path):
         b = np.searchsorted(edges, cell, side="right") - 1
         w, y, p = (part[c].to_numpy() for c in ("w", "y", "p"))
         soon = (y == 1) & (delay[part.index] < 1)
-        share = np.bincount(b[ref], (w * soon)[ref], B) / np.bincount(b[ref], (w * y)[ref], B)
-        error = np.sqrt(np.log(2 * B / (0.05 / 4)) / (2 * np.bincount(b[ref], y[ref], B)))
         day = part["day"].to_numpy()
+        share, error = np.zeros((2, early_days, B))
+        error[:] = 1.0
+        for t in range(early_days):
+            use = day <= min(t - 7, 52)
+            positives = np.bincount(b[use], (w * y)[use], B)
+            count = np.bincount(b[use], y[use], B)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                share[t] = np.where(positives > 0, np.bincount(b[use], (w * soon)[use], B)
+                                    / positives, 0.0)
+                error[t] = np.where(count > 0, np.sqrt(np.log(2 * B * 365 / (0.05 / 4))
+                                                       / (2 * count)), 1.0)
         keep = day < early_days
         sums = np.zeros((4, early_days, B))
         for i, x in enumerate((w, w * soon, w * p, w * p * p)):

@@ -295,8 +295,9 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         ``"lag:<a>d"`` (a delay edge of the snapshot, which needs ``label_time``) adds an early
         stream: every day once a days old, with the labels known by then, against the null
         "calibrated within tolerance and the share of positives known at age a is F_b", F_b
-        estimated per bet bin on the mature reference days with a Hoeffding bound at level
-        alpha/4 (union over bins). alpha is then split: alpha/2 for the mature stream, alpha/4
+        estimated per bet bin for each day t on every day already final when t is checked
+        (so the estimate sharpens as the history grows), with a Hoeffding bound at level
+        alpha/4 (union over bins and the horizon's days). alpha is then split: alpha/2 for the mature stream, alpha/4
         for the early one (so P(any false alarm in either) <= alpha). An alarm only in the
         early stream reads "calibration at lag a, or the label delay, changed".
     null : {"calibrated", "reference"}, default "calibrated"
@@ -418,7 +419,8 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         early_paths, early_alarms = _early_stream(
             store, prefix, spec_hash, spec_dict, by, bet_bins, ref, days, a, admitted, settle,
             at, K, tolerance=tolerance, windows=tuple(windows), alpha=alpha, horizon=horizon,
-            name=lag)
+            name=lag, age=_age_days(maturity_horizon, "maturity_horizon")
+            + _age_days(settle, "settle"))
         paths += early_paths
         alarms += early_alarms
     path = pd.concat(paths, ignore_index=True)
@@ -726,9 +728,12 @@ def _lag_buckets(lag: str, spec: dict) -> tuple[float, list[int]]:
 
 
 def _early_stream(store, prefix, spec_hash, spec, by, bet_bins, ref, mature, a, admitted,
-                  settle, at, K, *, tolerance, windows, alpha, horizon, name):
+                  settle, at, K, *, tolerance, windows, alpha, horizon, name, age):
     """The lag-a stream per group: every day a + settle old, its positives known by age a,
-    against F_b·p with F_b from the mature reference days (module notes)."""
+    against F_b·p, F_b estimated for day t on every mature day s <= t - ceil(age - a) (final
+    when day t's early e-value is first computed: a predictable estimate that grows with the
+    history), with a Hoeffding bound at level alpha/4 over the bins and the horizon's days
+    (module notes)."""
     versions = _store.current_versions(store, prefix, spec_hash)
     at = versions["as_of"].max() if at is None else _timestamp(at)
     known = versions["period_end"] + pd.Timedelta(days=a + _age_days(settle, "settle"))
@@ -740,7 +745,8 @@ def _early_stream(store, prefix, spec_hash, spec, by, bet_bins, ref, mature, a, 
     cells["period_start"] = pd.to_datetime(cells["period_start"]).astype("datetime64[ns]")
     calendar = pd.date_range(days["period_start"].min(), days["period_start"].max(), freq="D")
     first = int(np.searchsorted(calendar, ref[1], side="right"))
-    mature_ref = set(mature["period_start"][mature["period_start"].between(*ref)])
+    final = set(mature["period_start"])
+    lead = max(int(np.ceil(age - a - 1e-9)), 1)  # day s feeds F for the days t >= s + lead
     c = threshold(alpha / 4, horizon)
     paths, alarms = [], []
     groups = cells.groupby(list(by), sort=True, dropna=False) if by else [((), cells)]
@@ -755,16 +761,20 @@ def _early_stream(store, prefix, spec_hash, spec, by, bet_bins, ref, mature, a, 
         free = part[part["delay"] == schema.DELAY_LABEL_FREE]
         early = part[part["delay"].isin(admitted)]
         labels = part[part["delay"] != schema.DELAY_LABEL_FREE]
-        ref_rows = labels["period_start"].isin(mature_ref)
-        all_pos = np.bincount(labels.loc[ref_rows, "bin"], labels.loc[ref_rows, "swy"], B)
-        count = np.bincount(labels.loc[ref_rows, "bin"], labels.loc[ref_rows, "n_pos"], B)
-        ref_early = early["period_start"].isin(mature_ref)
-        early_pos = np.bincount(early.loc[ref_early, "bin"], early.loc[ref_early, "swy"], B)
+        index = pd.Index(calendar)
+        # per day and bin, the final days' positives (all, counted, known by age a), summed
+        # over the days s <= t - lead
+        history = np.zeros((3, len(calendar) + lead, B))
+        for i, (frame, col) in enumerate(((labels, "swy"), (labels, "n_pos"), (early, "swy"))):
+            frame = frame[frame["period_start"].isin(final)]
+            np.add.at(history[i], (index.get_indexer(frame["period_start"]) + lead,
+                                   frame["bin"].to_numpy()), frame[col].to_numpy(float))
+        all_pos, count, early_pos = np.cumsum(history, axis=1)[:, :len(calendar)]
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(all_pos > 0, early_pos / all_pos, 0.0)
-            error = np.where(count > 0, np.sqrt(np.log(2 * B / (alpha / 4)) / (2 * count)), 1.0)
+            error = np.where(count > 0, np.sqrt(np.log(2 * B * horizon / (alpha / 4))
+                                                / (2 * count)), 1.0)
         sums = np.zeros((4, len(calendar), B))
-        index = pd.Index(calendar)
         for i, (frame, col) in enumerate(((free, "W"), (early, "swy"), (free, "swp"),
                                           (free, "swpp"))):
             np.add.at(sums[i], (index.get_indexer(frame["period_start"]),
