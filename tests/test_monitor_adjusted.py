@@ -22,7 +22,7 @@ DAY0 = pd.Timestamp("2026-10-01")
 AS_OF = DAY0 + pd.Timedelta(days=20)
 K, BINS, MATURE_AGE = 2**14, 8, 9.0
 KW = dict(score="p", label="y", weight="w", by="g", time="t", label_time="lt", as_of=AS_OF,
-          ls_ece_sigma=(), smooth_grids=(1000,), horizon="8d", settle="1d")
+          ls_ece_sigma=(), smooth_grids=(), horizon="8d", settle="1d")
 VIEW = dict(maturity="adjusted", horizon="8d", settle="1d")
 
 
@@ -100,7 +100,7 @@ def store():
     df = stream()
     con = ibis.duckdb.connect()
     sqlcal.snapshot(df, store=con, levels=True, **KW)
-    sqlcal.snapshot(df, store=con, prefix="lean_", **KW)
+    sqlcal.snapshot(df, store=con, prefix="lean_", **{**KW, "smooth_grids": (1000,)})
     return con, df
 
 
@@ -141,7 +141,7 @@ def test_without_levels_the_cells_serve_the_window_and_the_rest_is_refused(store
     with_levels = sqlcal.stored(con, start=first, end=last, **VIEW)
     for metric in (lambda s: sqlcal.cutoff_error(s, method="grid"),
                    lambda s: sqlcal.reliability(s, bins=8),
-                   lambda s: sqlcal.smooth_ece(s, sigma=0.05)):
+                   lambda s: sqlcal.smooth_ece(s, sigma=0.05)):  # histogram vs levels
         a, b = metric(src), metric(with_levels)
         num = [c for c in a.columns if a[c].dtype.kind == "f"]
         np.testing.assert_allclose(a[num].to_numpy(float), b[num].to_numpy(float),

@@ -469,8 +469,9 @@ def _smooth_cells(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataF
             keep |= cell * h % grid > grid - h
         levels, p, cell = levels[keep], p[keep], cell[keep]
     W, swy = levels["W"].to_numpy(float), levels["swy"].to_numpy(float)
-    # Σw(y − p): a one gives 1 − p, a zero −p (W − Σwy is only rounding when every label is 1)
-    zeros = np.where(W - swy > 1e-12 * np.abs(W), W - swy, 0.0)
+    # Σw(y − p): a one gives 1 − p, a zero −p (W − Σwy is only rounding when every label is 1;
+    # it is negative beyond rounding for maturity-adjusted label sums, and kept)
+    zeros = np.where(np.abs(W - swy) > 1e-12 * np.abs(W), W - swy, 0.0)
     swr = swy * (1 - p) - zeros * p
     d = p - cell / grid
     keys = {"cell": cell, **{f"b_{h}": np.floor(p * h) for h in grids}}
