@@ -796,19 +796,58 @@ def _materialised(t: ir.Table) -> ir.Table:
     return have
 
 
+#: score buckets that partition a PAV pass's windows, with the group keys (see :func:`pav_pass`)
+PAV_BUCKETS = 1024
+
+
 def pav_pass(t: ir.Table, by: Sequence[str]) -> ir.Table:
-    """One pass: merge every maximal run of adjacent blocks with mean_prev >= mean_next."""
+    """One pass: merge every maximal run of adjacent blocks with mean_prev >= mean_next.
+
+    No window spans a whole group's blocks: they are partitioned by the group keys and a score
+    bucket (``lo`` on a grid of :data:`PAV_BUCKETS`), so that an engine spreads them over its
+    tasks even without ``by``. Within a bucket, a window finds each block's predecessor and
+    numbers the runs; one row per bucket (its first and last block, its runs) then tells,
+    through windows over the buckets, whether a bucket's first block starts a run (against the
+    previous non-empty bucket's last block) and how many runs started before it. The runs are
+    those of one window over the whole group."""
     by = list(by)
-    order = ibis.window(group_by=by, order_by=t.lo)
-    prev_W, prev_Y = t.W.lag().over(order), t.Y.lag().over(order)
-    flagged = t.mutate(start=ibis.ifelse(
-        prev_W.notnull() & (prev_Y * t.W >= t.Y * prev_W), 0, 1))
+    part = [*by, "_bucket"]
+    b = t.mutate(_bucket=(t.lo * PAV_BUCKETS).floor().cast("int64"))
+    within = ibis.window(group_by=part, order_by=b.lo)
+    b = b.mutate(_pW=b.W.lag().over(within), _pY=b.Y.lag().over(within),
+                 _last=b.lo.lead().over(within).isnull())
+    # _start: a block other than its bucket's first that starts a run
+    b = b.mutate(_first=b._pW.isnull(),
+                 _start=ibis.ifelse(b._pW.isnull() | (b._pY * b.W >= b.Y * b._pW), 0, 1))
     # lo is unique within a group, so this running count has no ties to split
-    marked = flagged.mutate(run=flagged.start.sum().over(
-        ibis.window(group_by=by, order_by=flagged.lo, rows=(None, 0))))
+    b = b.mutate(_run=b._start.sum().over(
+        ibis.window(group_by=part, order_by=b.lo, rows=(None, 0))))
+    ends = b.group_by(part).aggregate(
+        _fW=b.W.max(where=b._first), _fY=b.Y.max(where=b._first),
+        _lW=b.W.max(where=b._last), _lY=b.Y.max(where=b._last), _inner=b._start.sum())
+    buckets = ibis.window(group_by=by, order_by=ends._bucket)
+    ends = ends.mutate(_pW=ends._lW.lag().over(buckets), _pY=ends._lY.lag().over(buckets))
+    ends = ends.mutate(_runs=ends._inner + ibis.ifelse(
+        ends._pW.notnull() & (ends._pY * ends._fW >= ends._fY * ends._pW), 0, 1))
+    # a block's run: the runs started up to its bucket (inclusive), less the bucket's own inner
+    # starts, plus those up to the block
+    ends = ends.select(*part, _off=ends._runs.sum().over(ibis.window(
+        group_by=by, order_by=ends._bucket, rows=(None, 0))) - ends._inner)
+    marked = _join_on_keys(b, ends, part)
+    marked = marked.mutate(run=marked._run + marked._off)
     return marked.group_by([*by, "run"]).aggregate(
         lo=marked.lo.min(), hi=marked.hi.max(), n=marked.n.sum(), W=marked.W.sum(),
         Y=marked.Y.sum()).drop("run")
+
+
+def _join_on_keys(left: ir.Table, right: ir.Table, keys: list) -> ir.Table:
+    """``left`` with ``right``'s other columns, matched on the group keys and ``_bucket`` (the
+    last key): a NULL group key matches NULL; the bucket, never NULL, is matched by equality, so
+    that every engine can hash on it (PostgreSQL hashes no IS NOT DISTINCT FROM)."""
+    right = right.rename({f"_k{i}": k for i, k in enumerate(keys)})
+    on = [left[keys[-1]] == right[f"_k{len(keys) - 1}"]] + [
+        left[k].identical_to(right[f"_k{i}"]) for i, k in enumerate(keys[:-1])]
+    return left.join(right, on).drop(*(f"_k{i}" for i in range(len(keys))))
 
 
 # -- multiclass tables (sqlcal.multiclass): their checks and their binary rows ---------------
