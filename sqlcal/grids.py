@@ -66,3 +66,32 @@ def logit_edges(bins: int, lo: float, hi: float) -> np.ndarray:
     edges = 1.0 / (1.0 + np.exp(-z))
     edges[0], edges[-1] = lo, hi
     return edges
+
+
+#: log-odds cells end at ±this many units of log-odds (p within about 1.6e-28 of 0 or 1 shares
+#: the first or last cell)
+LOGIT_CELL_BOUND = 64
+
+
+def logit_cell(p, scale: int) -> np.ndarray:
+    """The log-odds cell of each score, ``FLOOR(ln(p/(1 − p))·scale)`` clipped to
+    ±:data:`LOGIT_CELL_BOUND`·scale (p <= 0 in the first cell, p >= 1 in the last), as
+    :func:`sqlcal.summaries.logit_cell` computes it in the engine.
+
+    A division and a logarithm rounded as IEEE arithmetic rounds them never decrease as p grows,
+    so every cell holds a contiguous range of scores, whose exact ends are the least and the
+    greatest score of its rows (however an engine rounds the logarithm).
+
+    Examples
+    --------
+    >>> logit_cell([0.0, 0.001, 0.5, 0.999, 1.0], 4).tolist()
+    [-256, -28, 0, 27, 255]
+    """
+    p = np.asarray(p, float)
+    lo, hi = -LOGIT_CELL_BOUND * scale, LOGIT_CELL_BOUND * scale - 1
+    inner = (p > 0) & (p < 1)
+    q = np.where(inner, p, 0.5)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.floor(np.log(q / (1 - q)) * scale)
+    z = np.clip(z, lo, hi)
+    return np.where(p <= 0, lo, np.where(p >= 1, hi, z)).astype(np.int64)

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.grids import CONVENTIONS, uniform_edges  # noqa: F401 (part of this module's API)
-from sqlcal.grids import logit_edges
+from sqlcal.grids import LOGIT_CELL_BOUND, logit_edges
 
 
 def number(x: float) -> ir.FloatingValue:
@@ -325,6 +325,28 @@ def cells(rows: ir.Table, by: Sequence[str], cells: int, parts: frozenset, *, we
                    checks(t) if checks else {}, weighted=weighted, soft=soft)
 
 
+def logit_cell(p: ir.FloatingValue, scale: int) -> ir.IntegerValue:
+    """The log-odds cell of a score, ``FLOOR(ln(p/(1 − p))·scale)`` clipped to
+    ±:data:`sqlcal.grids.LOGIT_CELL_BOUND`·scale (p <= 0 first, p >= 1 last; no logarithm is
+    taken of either): non-decreasing in p, so a cell is a contiguous score range, exactly
+    [p_min, p_max] of its rows whatever the engine's rounding of the logarithm."""
+    lo, hi = -LOGIT_CELL_BOUND * scale, LOGIT_CELL_BOUND * scale - 1
+    q = ibis.ifelse((p > 0) & (p < 1), p, 0.5)
+    z = ((q / (1 - q)).ln() * scale).floor().cast("int64")
+    return ibis.ifelse(p <= 0, lo, ibis.ifelse(p >= 1, hi, ibis.greatest(ibis.least(z, hi), lo)))
+
+
+def logit_cells_within(rows: ir.Table, by: Sequence[str], scale: int, cells: int, ranges: tuple,
+                       parts: frozenset, *, weighted: bool, soft: bool = True) -> ir.Table:
+    """The rows inside ``ranges`` (cells of the 2^k grid ``cells``) per group and log-odds cell
+    ``lcell`` (:func:`logit_cell`), with the sums of :func:`_sums`: the equal-mass search's
+    split of the cells where low scores crowd."""
+    t = within_ranges(rows, by, ranges)
+    t = t.mutate(lcell=logit_cell(t.p, scale))
+    return grouped(t, [*by, "lcell"], _sums(t, parts, weighted=weighted), {},
+                   weighted=weighted, soft=soft)
+
+
 def _running(t: ir.Table, by: Sequence[str], r: ir.NumericValue) -> ir.NumericValue:
     """The running sum of r from its cell's start: a window partitioned by (group, cell) and
     ordered by score with a RANGE frame, so tied rows are peers and share one running sum (ties
@@ -516,6 +538,15 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
     if summary.kind == "levels_within":
         return levels(within_ranges(rows, by, summary.params[0]), by, parts, weighted=weighted,
                       checks=checks)
+    if summary.kind == "levels_in_cells":  # each group its own cells: a join, not an IN list
+        grid, pairs = summary.params
+        frame = pd.DataFrame([(*key, c) for key, c in pairs], columns=[*by, "cell"])
+        frame = frame.infer_objects()
+        return levels(_joined_to_cells(rows, by, grid, frame), by, parts, weighted=weighted)
+    if summary.kind == "logit_cells_within":
+        scale, grid, ranges = summary.params
+        return logit_cells_within(rows, by, scale, grid, ranges, parts, weighted=weighted,
+                                  soft=soft)
     if summary.kind == "extremes_within":
         grid, ranges = summary.params
         return running_extremes(within_ranges(rows, by, ranges), by, grid, weighted=weighted)

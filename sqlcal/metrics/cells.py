@@ -16,6 +16,7 @@ from sqlcal.query import declared, planner
 from sqlcal.metrics import groups as split_groups
 from sqlcal.metrics import key_tuple
 from sqlcal.inputs import Source
+from sqlcal.grids import LOGIT_CELL_BOUND
 
 #: cells of the first histogram (2^10); a zoom multiplies the grid by a power of two up to
 #: ZOOM, so cell ids stay FLOOR(p·2^k), exact while k <= 50
@@ -28,6 +29,13 @@ ZOOM = 1024
 ZOOM_ROWS = 64
 #: fetch the score levels of the wanted cells once they hold at most this many rows
 LEVEL_ROWS = 1_000_000
+#: split the wanted cells by log-odds (:func:`logit_split`) instead of zooming 2^k-fold when they
+#: hold more than this share of the rows: scores crowding a few cells, where 2^k zooms repeat
+CONCENTRATED = 0.25
+#: the finest log-odds split (cells of 2^-30 units of log-odds)
+_LOGIT_SCALE_MAX = 2**30
+#: the 2^k cells that select the levels of the split pieces: at most this many a piece on average
+_PIECE_CELLS = 8
 #: the equal-mass strategies: edges at numpy's linear-interpolation quantiles (sqlcal's own, also
 #: scikit-learn's, netcal's and pandas' qcut), or uncertainty-calibration's rank blocks with edges
 #: at the midpoints between the last score of one block and the first of the next (its
@@ -125,9 +133,14 @@ def equal_mass_follow_up(src: Source, bins: int, parts, strategy: str) -> list:
 def equal_mass_walk(src: Source, bins: int, parts: frozenset, strategy: str, read):
     """The reads behind equal-mass bins, each chosen from the frames before it: the score-cell
     histogram; while the cells holding the order statistics behind the edges hold more than
-    :data:`LEVEL_ROWS` rows, a 1024-fold finer histogram of those cells (a zoom); then the levels
-    inside them. Returns the histogram (zoomed cells at ``scale``, the others renumbered to it),
-    the scale, and the levels (None when no cell is wanted)."""
+    :data:`LEVEL_ROWS` rows, a finer histogram of those cells (a zoom); then the levels inside
+    them. Returns the histogram (zoomed cells at ``scale``, the others renumbered to it), the
+    scale, and the levels (None when no cell is wanted).
+
+    Where the wanted cells hold more than :data:`CONCENTRATED` of the rows (scores crowding a
+    few cells, as a click log's near 0), the zoom splits them by log-odds instead
+    (:func:`logit_split`): the histogram returned then numbers its pieces by rank (``scale`` is
+    None) and the levels are placed in them by score."""
     by = list(src.by)
     rule = (bins, src.integer_weights, strategy)
     scale = CELLS
@@ -135,7 +148,12 @@ def equal_mass_walk(src: Source, bins: int, parts: frozenset, strategy: str, rea
     pieces = {key_tuple(k): part.sort_values("cell", ignore_index=True)
               for k, part in split_groups(histogram, by)}
     wanted = {key: _edge_pieces(part, *rule) for key, part in pieces.items()}
-    while (rows := _rows_to_fetch(pieces, wanted)) > LEVEL_ROWS and scale * 2 <= 2**50:
+    rows = _rows_to_fetch(pieces, wanted)
+    if rows > LEVEL_ROWS and rows > CONCENTRATED * float(histogram["n"].sum()):
+        split = logit_split(src, pieces, wanted, rule, parts, read)
+        if split is not None:
+            return split
+    while rows > LEVEL_ROWS and scale * 2 <= 2**50:
         cells = sum(len(w) for w in wanted.values())
         zoom = zoom_factor(rows / cells, scale)
         sub = read(declared.cells_within(scale * zoom, _wanted_ranges(pieces, wanted, by, scale),
@@ -150,16 +168,60 @@ def equal_mass_walk(src: Source, bins: int, parts: frozenset, strategy: str, rea
             pieces[key] = pd.concat([coarse, finer]).sort_values("cell", ignore_index=True)
         scale *= zoom
         wanted = {key: _edge_pieces(part, *rule) for key, part in pieces.items()}
+        rows = _rows_to_fetch(pieces, wanted)
     ranges = _wanted_ranges(pieces, wanted, by, scale)
     levels = read(declared.levels_within(ranges, *parts)) if ranges else None
     frame = pd.concat(list(pieces.values()), ignore_index=True) if pieces else histogram.iloc[:0]
     return frame, scale, levels
 
 
+def logit_split(src: Source, pieces: dict, wanted: dict, rule: tuple, parts: frozenset, read):
+    """The equal-mass search where scores crowd: the wanted score cells split by log-odds.
+
+    One read (:func:`sqlcal.query.declared.logit_cells_within`) groups the rows of one run of
+    cells (from the lowest to the highest cell any group wants, the same for every group) by
+    log-odds cell ``FLOOR(ln(p/(1 − p))·s)``, s a power of two chosen from the histogram so that
+    the pieces holding the order statistics hold about :data:`LEVEL_ROWS`/2 rows; a finer s
+    follows only when they hold more than :data:`LEVEL_ROWS`. The log-odds cell never
+    decreases with p, so each piece is the score range [p_min, p_max] of its rows, exact however
+    the engine rounds the logarithm; the levels are then read inside the wanted pieces' ranges
+    (widened to a 2^k grid, one IN list). Returns what :func:`equal_mass_walk` returns, with the
+    pieces numbered by rank per group and ``scale`` None; None when the pieces overlap (an
+    engine whose logarithm decreases somewhere), for the 2^k zoom instead."""
+    by = list(src.by)
+    ids = [c for key, part in pieces.items() for c in part.loc[wanted[key], "cell"].tolist()]
+    lo, hi = min(ids), max(ids) + 1
+    scale = _logit_scale(pieces, wanted, rule)
+    for _ in range(6):
+        ranges = [(key, lo / CELLS, hi / CELLS) for key in pieces]
+        sub = read(declared.logit_cells_within(scale, CELLS, ranges, *parts))
+        sub_parts = {key_tuple(k): p for k, p in split_groups(sub, by)}
+        out = {}
+        for key, part in pieces.items():
+            finer = sub_parts.get(key, sub.iloc[:0])
+            coarse = part[(part["cell"] < lo) | (part["cell"] >= hi)]
+            frame = pd.concat([coarse.drop(columns="cell"), finer.drop(columns="lcell")])
+            frame = frame.sort_values("p_min", ignore_index=True)
+            p_min, p_max = frame["p_min"].to_numpy(float), frame["p_max"].to_numpy(float)
+            if (p_max[:-1] >= p_min[1:]).any():  # pieces must be disjoint, in score order
+                return None
+            out[key] = frame.assign(cell=np.arange(len(frame)))
+        wanted = {key: _edge_pieces(part, *rule) for key, part in out.items()}
+        rows = _rows_to_fetch(out, wanted)
+        if rows <= LEVEL_ROWS or scale >= _LOGIT_SCALE_MAX:
+            break
+        scale = min(scale * 2 ** int(np.ceil(np.log2(2 * rows / LEVEL_ROWS))), _LOGIT_SCALE_MAX)
+    grid, pairs = _piece_cells(out, wanted)
+    levels = read(declared.levels_in_cells(grid, pairs, *parts)) if pairs else None
+    frame = pd.concat(list(out.values()), ignore_index=True) if out else sub.iloc[:0]
+    return frame, None, levels
+
+
 def equal_mass_finish(cells: pd.DataFrame, levels: pd.DataFrame | None, *, by, bins: int,
-                      scale: int = CELLS, integer_weights: bool = True,
+                      scale: int | None = CELLS, integer_weights: bool = True,
                       strategy: str = "quantile") -> pd.DataFrame:
-    """Equal-mass bins from the score-cell histogram (``cells`` at the 2^k grid ``scale``) and
+    """Equal-mass bins from the score-cell histogram (``cells`` at the 2^k grid ``scale``, or
+    pieces numbered by rank when ``scale`` is None: see :func:`logit_split`) and
     the levels (``p`` and the sums per group and distinct score) of at least the cells holding
     the order statistics behind the edges: one row per group and non-empty bin with the summed
     columns, ``p_min``, ``p_max`` and the edges ``e1 … e{B−1}`` (see :func:`equal_mass_bins`)."""
@@ -167,7 +229,8 @@ def equal_mass_finish(cells: pd.DataFrame, levels: pd.DataFrame | None, *, by, b
     rule = (bins, integer_weights, strategy)
     found = {}
     if levels is not None and len(levels):
-        levels = levels.assign(cell=cell_of(levels["p"].to_numpy(float), scale))
+        if scale is not None:
+            levels = levels.assign(cell=cell_of(levels["p"].to_numpy(float), scale))
         found = {key_tuple(k): p for k, p in split_groups(levels, by)}
     out = []
     for keys, part in split_groups(cells, by):
@@ -177,6 +240,10 @@ def equal_mass_finish(cells: pd.DataFrame, levels: pd.DataFrame | None, *, by, b
         own = part.loc[wanted]
         if len(own):
             lv = found[key]
+            if scale is None:  # pieces numbered by rank: a level lies in the last one below it
+                at = np.searchsorted(part["p_min"].to_numpy(float), lv["p"].to_numpy(float),
+                                     side="right") - 1
+                lv = lv.assign(cell=part["cell"].to_numpy()[np.maximum(at, 0)])
             lv = lv[lv["cell"].isin(own["cell"])]
             lv = lv.iloc[np.argsort(lv["p"].to_numpy(), kind="stable")]
             lv = lv.assign(p_min=lv["p"], p_max=lv["p"])
@@ -203,6 +270,55 @@ def zoom_factor(rows_per_cell: float, scale: int) -> int:
     a finer cell (finer would return nearly a row per cell), and the grid at most 2^50."""
     want = 2 ** np.ceil(np.log2(max(rows_per_cell / ZOOM_ROWS, 2)))
     return int(min(want, ZOOM, 2**50 // scale))
+
+
+def _logit_scale(pieces: dict, wanted: dict, rule: tuple) -> int:
+    """The log-odds split's s: a power of two leaving about LEVEL_ROWS/2 rows in the pieces
+    holding the order statistics, reading the rows of a wanted cell as spread evenly in log-odds
+    over [logit p_min, logit p_max] and each edge as wanting two pieces."""
+    bound = float(LOGIT_CELL_BOUND)
+    need = 0.0
+    for key, part in pieces.items():
+        rows = np.asarray(wanted[key], dtype=np.int64)
+        if not len(rows):
+            continue
+        unit, positions = _positions(part, *rule)
+        C = np.cumsum(part["W"].to_numpy(float)) * unit
+        edges = np.bincount(np.searchsorted(C, np.floor(positions), side="right"),
+                            minlength=len(C))[rows]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = [np.clip(np.log(v / (1 - v)), -bound, bound)
+                 for v in (part[c].to_numpy(float)[rows] for c in ("p_min", "p_max"))]
+        span = z[1] - z[0]
+        mixed = span > 0
+        need += float((2 * np.maximum(edges, 1) * part["n"].to_numpy()[rows])[mixed]
+                      @ (1 / span[mixed]))
+    want = need / (LEVEL_ROWS / 2)
+    return int(min(max(2 ** np.ceil(np.log2(max(want, 1.0))), 1), _LOGIT_SCALE_MAX))
+
+
+def _piece_cells(pieces: dict, wanted: dict) -> tuple:
+    """The (group, cell) pairs of a 2^k grid covering the wanted pieces ([p_min, p_max] each):
+    the finest grid (k <= 50) on which they take at most :data:`_PIECE_CELLS` cells a piece on
+    average, so that the levels read from the few rows of neighbouring pieces they also hold
+    (placed by score and left out) stay a small share. Returns ``(2^k, pairs)``."""
+    rows = [(key, part.loc[wanted[key], "p_min"].to_numpy(float),
+             part.loc[wanted[key], "p_max"].to_numpy(float))
+            for key, part in pieces.items() if wanted[key]]
+    if not rows:
+        return CELLS, []
+    lo = np.concatenate([r[1] for r in rows])
+    hi = np.concatenate([r[2] for r in rows])
+    for k in range(50, 9, -1):
+        if np.sum(np.floor(hi * 2.0**k) - np.floor(lo * 2.0**k) + 1) <= _PIECE_CELLS * len(lo):
+            break
+    grid = 2**k
+    pairs = []
+    for key, p_lo, p_hi in rows:
+        a = np.floor(p_lo * grid).astype(np.int64)
+        b = np.minimum(np.floor(p_hi * grid).astype(np.int64), grid - 1)
+        pairs += [(key, c) for x, y in zip(a.tolist(), b.tolist()) for c in range(x, y + 1)]
+    return grid, pairs
 
 
 def _wanted_ranges(pieces: dict, wanted: dict, by, scale: int) -> list:

@@ -54,6 +54,11 @@ KEY_COLUMN["logit_bins"] = "bin"
 #: the decision rules' summary (sqlcal.metrics.decision.expected_cost): the score axis cut at the
 #: ends of the rules' intervals, one row per group and piece between two cuts
 KEY_COLUMN["intervals"] = "interval"
+#: the equal-mass search's split of crowded score cells by log-odds (sqlcal.metrics.cells): per
+#: group and log-odds cell ``lcell``
+KEY_COLUMN["logit_cells_within"] = "lcell"
+#: the levels of given (group, 2^k cell) pairs only, each group its own cells (a join)
+KEY_COLUMN["levels_in_cells"] = "p"
 
 #: segment discovery (sqlcal.segments): sums per fold, group and feature-value conjunction,
 #: and the terms of a per-segment logit shift per fold, group and membership pattern
@@ -132,7 +137,8 @@ class Summary:
             return "logit_grid"
         if self.kind == "logit_bins":  # logit_bins_15 (the range is data-dependent)
             return f"logit_bins_{self.params[0]}"
-        if self.kind in RANGED:  # a follow-up: named by its grid, not its (data-dependent) ranges
+        if self.kind in RANGED or self.kind in ("logit_cells_within", "levels_in_cells"):  # named by
+            # their grids, not their (data-dependent) ranges: follow-ups
             return self.kind + "".join(f"_{p}" for p in self.params[:-1])
         if self.kind in ("smooth_cells", "smooth_split"):  # smooth_cells_16384_1000
             cells, grids = self.params
@@ -404,6 +410,30 @@ def cells_within(cells: int, ranges: Iterable[tuple], *parts: str) -> Summary:
     """A finer score histogram (2^k ``cells``) of the rows inside ``ranges`` only: a zoom. The
     ranges end on the grid (each cell wholly inside or outside them)."""
     return Summary("cells_within", (int(cells), _on_grid(cells, ranges)), frozenset(parts))
+
+
+def logit_cells_within(scale: int, cells: int, ranges: Iterable[tuple], *parts: str) -> Summary:
+    """The rows inside ``ranges`` (ending on the grid of 2^k ``cells``) per group and log-odds
+    cell ``lcell`` = FLOOR(ln(p/(1 − p))·``scale``) (:func:`sqlcal.grids.logit_cell`): score
+    cells split where scores crowd.
+
+    >>> logit_cells_within(64, 1024, [((), 0.0, 1 / 1024)]).name
+    'logit_cells_within_64_1024'
+    """
+    return Summary("logit_cells_within", (int(scale), int(cells), _on_grid(cells, ranges)),
+                   frozenset(parts))
+
+
+def levels_in_cells(cells: int, pairs: Iterable[tuple], *parts: str) -> Summary:
+    """The levels summary of the rows in the given ``(group key values, cell)`` pairs of the
+    2^k grid ``cells`` only, each group reading its own cells (``sums`` always).
+
+    >>> levels_in_cells(1024, [((1,), 3), ((0,), 5), ((1,), 3)]).params
+    (1024, (((0,), 5), ((1,), 3)))
+    """
+    pairs = sorted({(tuple(k), int(c)) for k, c in pairs}, key=lambda kc: (_null_last(kc[0]),
+                                                                          kc[1]))
+    return Summary("levels_in_cells", (int(cells), tuple(pairs)), frozenset({"sums", *parts}))
 
 
 def levels_within(ranges: Iterable[tuple], *parts: str) -> Summary:

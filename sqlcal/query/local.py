@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from sqlcal.grids import logit_edges, uniform_edges
+from sqlcal.grids import logit_cell, logit_edges, uniform_edges
 from sqlcal.query.declared import SATURATED, Summary, merge
 
 #: the columns a levels frame carries for local evaluation
@@ -243,6 +243,30 @@ def _cells_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataF
     grid, ranges = summary.params
     return _cells(Summary("cells", (grid,), summary.parts),
                   levels[in_ranges(levels, by, ranges)], by)
+
+
+@register("logit_cells_within")
+def _logit_cells_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    scale, grid, ranges = summary.params
+    lv = levels[in_ranges(levels, by, ranges)]
+    p = lv["p"].to_numpy(float)
+    frame = pd.concat([lv[list(by)].reset_index(drop=True),
+                       pd.DataFrame({"lcell": logit_cell(p, scale)}),
+                       level_sums(lv, summary.parts).reset_index(drop=True)], axis=1)
+    keys = [*by, "lcell"]
+    return merge([frame], keys).sort_values(keys, ignore_index=True, kind="stable")
+
+
+@register("levels_in_cells")
+def _levels_in_cells(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    grid, pairs = summary.params
+    cells: dict[tuple, set] = {}
+    for key, c in pairs:
+        cells.setdefault(tuple(key), set()).add(c)
+    parts = [part[np.isin(score_cell(part["p"].to_numpy(float), grid), list(cells[key]))]
+             for key, part in _by_group(levels, by).items() if key in cells]
+    kept = pd.concat(parts) if parts else levels.iloc[:0]
+    return _levels(Summary("levels", (), summary.parts), kept, by)
 
 
 @register("levels_within")
