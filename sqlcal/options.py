@@ -368,6 +368,9 @@ _SEARCH = {
     "top_k": Option("int", "segments fold A passes to fold B's tests", low=1, optional=True),
     "screen_z": Option("float", "least |z| on fold A for a segment to be tested", low=0),
     "max_candidates": Option("int", "most candidate segments searched (a budget)", low=1),
+    "strategy": Option("choice", "group the base table at every level, or build the reduced "
+                       "cube once (two base-table scans whatever the depth)",
+                       choices=("levels", "cube")),
     "weight_kind": Option("choice", OPTIONS["weight_kind"].description,
                           choices=OPTIONS["weight_kind"].choices, optional=True),
 }

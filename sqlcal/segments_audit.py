@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from itertools import combinations
 from typing import Sequence
 
@@ -51,7 +52,8 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
              min_expected: float = 10.0, mode: str = "split", split: Sequence[str] = (),
              fdr: str = "bh", alpha: float = 0.05, top_k: int | None = 100,
              screen_z: float = 2.0, max_candidates: int = 1_000_000,
-             weight_kind: str | None = None, on_invalid: str = "raise") -> pd.DataFrame:
+             strategy: str = "levels", weight_kind: str | None = None,
+             on_invalid: str = "raise") -> pd.DataFrame:
     r"""The significantly miscalibrated segments (conjunctions of feature = value).
 
     Parameters
@@ -88,6 +90,12 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     max_candidates : int, default 1,000,000
         Most candidate segments per level (over all groups): split mode keeps those with the
         largest bound (exact for the top segments); full mode raises :class:`BudgetError`.
+    strategy : {"levels", "cube"}, default "levels"
+        ``"levels"``: each level's statement groups the base table once per column tuple.
+        ``"cube"``: after level 1, one scan builds the reduced cube (the sums per fold, group
+        and recoded feature tuple) as a temporary table of the engine, and every deeper level
+        aggregates it: two base-table scans whatever the depth; worth it when the cube is much
+        smaller than the table (few or skewed features).
     weight_kind : {"frequency", "sampling"}, optional
         How weights enter the variance; by default frequency for whole-number weights.
 
@@ -139,7 +147,8 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     "c" = 'a' | explained by "c" = 'a' AND "d" = 'x'
     """
     src, spec = _prepare(data, score, label, weight, by, where, features, split, on_invalid,
-                         max_depth, mode, fdr, top_k, max_candidates, alpha, weight_kind)
+                         max_depth, mode, fdr, top_k, max_candidates, alpha, weight_kind,
+                         strategy)
     search = _search(src, spec, min_support=min_support, min_expected=min_expected,
                      holdout=0.0, top_k=top_k, screen_z=screen_z, bins=0)
     return _with_dropped(src, _report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k),
@@ -164,14 +173,14 @@ def _with_dropped(src: Source, out: pd.DataFrame, by: Sequence[str]) -> pd.DataF
 def multicalibration(data, *, score: str, label: str, weight: str | None = None, by=None,
                      where=None, features: Sequence[str], max_depth: int | None = 2,
                      min_support: float | None = None, min_expected: float = 10.0,
-                     metric: str = "residual", bins: int = 10,
+                     metric: str = "residual", bins: int = 10, strategy: str = "levels",
                      weight_kind: str | None = None, on_invalid: str = "raise") -> pd.DataFrame:
     r"""The worst calibration error over every eligible segment up to ``max_depth``.
 
     Parameters
     ----------
     data, score, label, weight, by, where, features, max_depth, min_support, min_expected,
-    weight_kind, on_invalid
+    strategy, weight_kind, on_invalid
         As :func:`segments` (every eligible segment is evaluated on all rows: no pruning).
     metric : {"residual", "binned", "ece"}, default "residual"
         What ``mc_error`` maximises: ``"residual"`` the multiaccuracy
@@ -215,7 +224,8 @@ def multicalibration(data, *, score: str, label: str, weight: str | None = None,
     if not isinstance(bins, (int, np.integer)) or bins < 1:
         raise OptionError(f"multicalibration: bins must be a whole number >= 1, not {bins!r}")
     src, spec = _prepare(data, score, label, weight, by, where, features, (), on_invalid,
-                         max_depth, "full", "bonferroni", None, 1_000_000, 0.05, weight_kind)
+                         max_depth, "full", "bonferroni", None, 1_000_000, 0.05, weight_kind,
+                         strategy)
     search = _search(src, spec, min_support=min_support, min_expected=min_expected,
                      holdout=0.0, top_k=None, screen_z=0.0, bins=int(bins))
     rows = []
@@ -259,8 +269,8 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
                 max_depth: int | None = 3, min_support: float | None = None,
                 min_expected: float = 10.0, split: Sequence[str] = (), fdr: str = "bh",
                 alpha: float = 0.05, top_k: int = 100, screen_z: float = 2.0,
-                max_candidates: int = 1_000_000, weight_kind: str | None = None,
-                on_invalid: str = "raise") -> SegmentFix:
+                max_candidates: int = 1_000_000, strategy: str = "levels",
+                weight_kind: str | None = None, on_invalid: str = "raise") -> SegmentFix:
     r"""Per-segment logit shifts fitted on the discovery rows and judged on a holdout.
 
     The rows are split by the same fold rule as :func:`segments`: a ``holdout`` share is never
@@ -270,7 +280,7 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
     Parameters
     ----------
     data, score, label, weight, by, where, features, max_depth, min_support, min_expected,
-    split, fdr, alpha, top_k, screen_z, max_candidates, weight_kind, on_invalid
+    split, fdr, alpha, top_k, screen_z, max_candidates, strategy, weight_kind, on_invalid
         As :func:`segments`.
     segments : pandas.DataFrame, optional
         A :func:`segments` result to fit (its significant rows not ``explained_by`` another);
@@ -325,7 +335,8 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
         raise OptionError(f"segment_fix: max_segments must be a whole number in [1, 60], not "
                           f"{max_segments!r}")
     src, spec = _prepare(data, score, label, weight, by, where, features, split, on_invalid,
-                         max_depth, "split", fdr, top_k, max_candidates, alpha, weight_kind)
+                         max_depth, "split", fdr, top_k, max_candidates, alpha, weight_kind,
+                         strategy)
     spec["holdout"] = holdout
     if segments is None:
         search = _search(src, spec, min_support=min_support, min_expected=min_expected,
@@ -346,7 +357,7 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
 
 
 def _prepare(data, score, label, weight, by, where, features, split, on_invalid, max_depth,
-             mode, fdr, top_k, max_candidates, alpha, weight_kind):
+             mode, fdr, top_k, max_candidates, alpha, weight_kind, strategy="levels"):
     if isinstance(data, Source):
         raise TypeError("segments need the feature columns, which a Source does not carry: "
                         "pass the table with score=, label= (and by=, where=)")
@@ -365,7 +376,8 @@ def _prepare(data, score, label, weight, by, where, features, split, on_invalid,
     depth = min(int(depth), len(features))
     for name, value, choices in (("mode", mode, ("split", "full")),
                                  ("fdr", fdr, ("bh", "by", "bonferroni", "none")),
-                                 ("weight_kind", weight_kind, (None, "frequency", "sampling"))):
+                                 ("weight_kind", weight_kind, (None, "frequency", "sampling")),
+                                 ("strategy", strategy, ("levels", "cube"))):
         if value not in choices:
             raise OptionError(f"segments: {name} must be one of {choices}, not {value!r}")
     if not (isinstance(alpha, float) and 0 < alpha < 1):
@@ -401,7 +413,7 @@ def _prepare(data, score, label, weight, by, where, features, split, on_invalid,
     spec = dict(by=by, features=features, columns=columns, split=split_columns, depth=depth,
                 mode=mode,
                 max_candidates=int(max_candidates), kinds=kinds, dialect=dialect(src.rows),
-                weight_kind=weight_kind, branches_max=branches)
+                weight_kind=weight_kind, branches_max=branches, strategy=strategy)
     return src, spec
 
 
@@ -422,11 +434,9 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
     # unweighted rows are frequencies of 1, as every metric reports them
     spec["weight_kind_used"] = "sampling" if spec["sampling"] else "frequency"
     nb = max(bins, 1)
-    per_group = _to_nodes(frame, by, features, nb)
-    for values in frame[list(features)].itertuples(index=False):
-        for v in values:
-            if v in (SEGMENT_OTHER,):
-                raise OptionError(f"segments: a feature holds the reserved value {v!r}")
+    per_group = _to_nodes(frame, by, [(j,) for j in range(k)], nb)
+    if (frame["sqlcal_v0"] == SEGMENT_OTHER).any():
+        raise OptionError(f"segments: a feature holds the reserved value {SEGMENT_OTHER!r}")
     groups = []
     for key, nodes in sorted(per_group.items(), key=lambda kv: _sort_key(kv[0])):
         first = [s for node, s in nodes.items() if node[0][0] == 0]
@@ -460,7 +470,8 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
         g["candidates"] = set(level)
         g["level"] = level
         del g["level1"]
-    statements, branches = 1, k
+    statements, branches, built = 1, k, False
+    token = uuid.uuid4().hex  # this search's cube (strategy="cube"), never another's
     for depth in range(1, spec["depth"] + 1):
         if depth > 1:
             cands = {}
@@ -486,11 +497,14 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
             tuples = sorted({tuple(j for j, _ in n) for n in cands})
             index = {t: i for i, t in enumerate(tuples)}
             rows = sorted((index[tuple(j for j, _ in n)], tuple(v for _, v in n)) for n in cands)
-            summary = declared.segment_sums(by, features, folds, bins, tuples, kept, rows)
+            cube = spec["strategy"] == "cube"
+            summary = declared.segment_sums(by, features, folds, bins, tuples, kept, rows,
+                                            cube=token if cube else None)
             frame = planner.fetch(src, summary)
-            statements += 1
+            statements += 1 + (cube and not built)  # the cube's own statement, once
+            built = built or cube
             branches += len(tuples)
-            per_group = _to_nodes(frame, by, features, nb)
+            per_group = _to_nodes(frame, by, tuples, nb)
             for g in groups:
                 got = per_group.get(g["key"], {})
                 g["candidates"] = set(g["next"])
@@ -499,6 +513,13 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
         for g in groups:
             _evaluate_level(g, depth, spec, min_expected, top_k, screen_z, bins)
     spec["statements"], spec["branches"] = statements, branches
+    # every threshold of the search, stated with its result; each GROUP BY branch reads the
+    # base table once (columnar engines read only the branch's columns)
+    spec["searched"] = dict(min_expected=float(min_expected), screen_z=float(screen_z),
+                            top_k=top_k, max_candidates=spec["max_candidates"],
+                            strategy=spec["strategy"],
+                            scans=1 + built if spec["strategy"] == "cube" else branches,
+                            holdout=float(holdout))
     pooled = {f: len(v) for f, v in pooled.items()}
     return dict(groups=groups, kept=kept, pooled=pooled, spec=spec)
 
@@ -557,8 +578,9 @@ def _children(alive: dict, _expandable: dict) -> dict:
     return out
 
 
-def _to_nodes(frame: pd.DataFrame, by, features, nb: int) -> dict:
-    """group key -> {node: sums of shape (3 folds, bins, stats)} from a segment_sums frame."""
+def _to_nodes(frame: pd.DataFrame, by, tuples, nb: int) -> dict:
+    """group key -> {node: sums of shape (3 folds, bins, stats)} from a segment_sums frame
+    (``sqlcal_tuple`` indexes ``tuples``, ``sqlcal_v0``, ... hold the tuple's values)."""
     out: dict = {}
     if not len(frame):
         return out
@@ -567,12 +589,14 @@ def _to_nodes(frame: pd.DataFrame, by, features, nb: int) -> dict:
     fold = frame["sqlcal_fold"].to_numpy(int)
     b = frame["bin"].to_numpy(int) if "bin" in frame and nb > 1 else np.zeros(len(frame), int)
     vals = frame[STATS].to_numpy(float)
-    feats = frame[list(features)].to_numpy(object)
+    which = frame["sqlcal_tuple"].to_numpy(int)
+    width = max(len(t) for t in tuples)
+    feats = frame[[f"sqlcal_v{j}" for j in range(width)]].to_numpy(object)
     keys = frame[list(by)].to_numpy(object) if by else np.empty((len(frame), 0), object)
     for i in range(len(frame)):
         key = tuple(None if _null(v) else (v.item() if hasattr(v, "item") else v)
                     for v in keys[i])
-        node = tuple((j, v) for j, v in enumerate(feats[i]) if not _null(v))
+        node = tuple(zip(tuples[which[i]], feats[i]))
         nodes = out.setdefault(key, {})
         s = nodes.get(node)
         if s is None:
@@ -693,7 +717,9 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
         part["searched"] = json.dumps(dict(
             mode=mode, fdr=fdr, alpha=alpha, min_support=g["support"], max_depth=spec["depth"],
             levels=g["levels"], pooled_values=search["pooled"], tau=g["tau"],
-            fold_weights=[float(x) for x in g["W_fold"]]), sort_keys=True)
+            fold_weights=[float(x) for x in g["W_fold"]],
+            fold_rows=[int(x) for x in g["n_fold"]], statements=spec["statements"],
+            **spec["searched"]), sort_keys=True)
         part["weight_kind"] = spec["weight_kind_used"]
         frames.append(part)
     out = pd.concat(frames, ignore_index=True)

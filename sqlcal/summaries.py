@@ -812,12 +812,14 @@ _STAGES: dict = {}
 _STAGES_MAX = 16
 
 
-def _materialised(t: ir.Table) -> ir.Table:
-    """``t`` as a temporary table of its engine (computed once per query while kept)."""
-    have = _STAGES.pop(t, None)
+def _materialised(t: ir.Table, key=None) -> ir.Table:
+    """``t`` as a temporary table of its engine (computed once per query while kept; ``key``,
+    when given, names it instead of the expression object, which Ibis compares by identity)."""
+    key = t if key is None else key
+    have = _STAGES.pop(key, None)
     if have is None:
         have = t.cache()
-    _STAGES[t] = have  # most recent last
+    _STAGES[key] = have  # most recent last
     while len(_STAGES) > _STAGES_MAX:
         old = _STAGES.pop(next(iter(_STAGES)))
         try:
@@ -1235,12 +1237,16 @@ def segment_condition(t: ir.Table, predicates: Sequence[tuple]) -> ir.BooleanVal
 def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
                  checks: Callable | None = None) -> ir.Table:
     """Per fold, group, segment (and score bin): ``n``, ``W``, Σwy, Σwp, Σwp², Σwyp, Σw²,
-    ``var2`` = Σw²p(1 − p), ``p_min``, ``p_max``; one UNION ALL branch per column tuple, every
-    feature column holding the segment's value (NULL when free). ``params``: see
+    ``var2`` = Σw²p(1 − p), ``p_min``, ``p_max``; one UNION ALL branch per column tuple, keyed
+    by ``sqlcal_tuple`` (the tuple's index in ``tuples``) and ``sqlcal_v0``, ``sqlcal_v1``, ...
+    (the values of the tuple's columns, in its order). ``params``: see
     :func:`sqlcal.query.declared.segment_sums`. From level 2 on, each feature's values outside
-    ``kept`` are recoded to :data:`SEGMENT_OTHER` and each branch's aggregated rows are
-    semi-joined to its candidates (after aggregation: a hash probe per group, not per row)."""
-    by, features, (holdout, a_share, split), bins, tuples, kept, candidates = params
+    ``kept`` are recoded to :data:`SEGMENT_OTHER`, rows whose values are in no candidate are
+    filtered out before grouping, and the union's aggregated rows are semi-joined once to the
+    candidates (after aggregation: a hash probe per group, not per row). The branches share
+    their key and sum columns by name, so the statement stays small: Ibis compiles it in about
+    0.01 s a branch."""
+    by, features, (holdout, a_share, split), bins, tuples, kept, candidates, cube = params
     keys = {"sqlcal_fold": segment_fold(rows, holdout, a_share, split)}
     if bins:
         keys["bin"] = uniform_bin(rows.p, bins, "sqlcal")
@@ -1249,18 +1255,38 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
     if kept is not None:
         values = {f: (ibis.cases((v.isin(list(k)), v), else_=SEGMENT_OTHER) if k else
                       ibis.literal(SEGMENT_OTHER)) for (f, v), k in zip(values.items(), kept)}
-    # one recoded relation every branch reads (a CTE): per-branch projections made Ibis compile
-    # each branch's copy of the recoding, 0.2 s a branch
-    used = sorted({j for tup in tuples for j in tup})
-    t = t.mutate(**{features[j]: values[features[j]] for j in used})
-    table = None
-    if candidates is not None:
-        frame = pd.DataFrame([(i, *vals) for i, vals in candidates],
-                             columns=["sqlcal_tuple", *(f"sqlcal_v{j}" for j in range(
-                                 max(len(tuples[0]), 1)))])
-        table = ibis.memtable(frame)
-    branches = []
     parts = frozenset({"sums", "moments", "sw2"})
+    group_keys = ["sqlcal_fold", *by, *(["bin"] if bins else [])]
+
+    def row_sums(b: ir.Table) -> dict:
+        sums = _sums(b, parts, weighted=weighted)
+        if weighted:
+            sums["var2"] = (b.w * b.w * b.p * (1 - b.p)).sum()
+        return sums
+
+    if cube and kept is not None:
+        # the reduced cube: the sums per fold, group and recoded feature tuple, kept as a
+        # temporary table of the engine (one base-table scan) under the search's token
+        # ``cube``, so every level of one search aggregates the same table
+        t = t.mutate(**values)
+        cells = _materialised(_aggregate(t, [*group_keys, *features], **row_sums(t)),
+                              key=("segment_cube", cube))
+        folded = {"p_min": "min", "p_max": "max"}
+        names_sums = [c for c in cells.columns if c not in (*group_keys, *features)]
+
+        def sums_of(b: ir.Table) -> dict:
+            return {c: getattr(b[c], folded.get(c, "sum"))() for c in names_sums}
+
+        t = cells
+    else:
+        # one recoded relation every branch reads (a CTE): per-branch projections made Ibis
+        # compile each branch's copy of the recoding, 0.2 s a branch
+        used = sorted({j for tup in tuples for j in tup})
+        t = t.mutate(**{features[j]: values[features[j]] for j in used})
+        sums_of = row_sums
+    width = max(len(tup) for tup in tuples)
+    names = [f"sqlcal_v{j}" for j in range(width)]
+    branches = []
     for i, tup in enumerate(tuples):
         cols = [features[j] for j in tup]
         b = t
@@ -1268,20 +1294,21 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
             wanted = [sorted({vals[j] for k, vals in candidates if k == i})
                       for j in range(len(cols))]
             b = b.filter(*[b[f].isin(w) for f, w in zip(cols, wanted)])
-        sums = _sums(b, parts, weighted=weighted)
-        if weighted:
-            sums["var2"] = (b.w * b.w * b.p * (1 - b.p)).sum()
-        g = _aggregate(b, ["sqlcal_fold", *by, *cols, *(["bin"] if bins else [])], **sums,
-                       **(checks(b) if checks else {}))
-        if table is not None:
-            c = table.filter(table.sqlcal_tuple == i)
-            g = g.semi_join(c, [g[f] == c[f"sqlcal_v{j}"] for j, f in enumerate(cols)])
-        free = {f: ibis.null("string") for f in features if f not in cols}
-        g = g.mutate(**free).select("sqlcal_fold", *by, *features,
-                                    *(["bin"] if bins else []), *sums,
-                                    *(checks(b) if checks else {}))
-        branches.append(g)
-    return branches[0] if len(branches) == 1 else ibis.union(*branches, distinct=False)
+        group = {"sqlcal_fold": b.sqlcal_fold, **{k: b[k] for k in by},
+                 **{n: b[c] for n, c in zip(names, cols)}, **({"bin": b.bin} if bins else {})}
+        # the tuple's index rides along as a constant column of the aggregate (a further
+        # projection would cost Ibis a select-merge rewrite per branch)
+        branches.append(b.group_by(**group).aggregate(
+            **sums_of(b), **(checks(b) if checks else {}),
+            sqlcal_tuple=ibis.literal(i, type="int64")))
+    out = branches[0] if len(branches) == 1 else ibis.union(*branches, distinct=False)
+    if candidates is not None:
+        frame = pd.DataFrame([(i, *vals) for i, vals in candidates],
+                             columns=["sqlcal_tuple", *(f"sqlcal_k{j}" for j in range(width))])
+        table = ibis.memtable(frame)
+        out = out.semi_join(table, [out.sqlcal_tuple == table.sqlcal_tuple, *(
+            out[n] == table[f"sqlcal_k{j}"] for j, n in enumerate(names))])
+    return out
 
 
 def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:

@@ -6,6 +6,7 @@ fix's SQL executed by DuckDB against the numpy formula."""
 from __future__ import annotations
 
 import importlib
+import json
 import math
 from itertools import combinations
 
@@ -313,6 +314,58 @@ def test_engines_agree_with_brute_force(con, upload):
     np.testing.assert_allclose(got.residual, exp.R, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(got.z, exp.z, rtol=1e-9, atol=1e-9)
     assert out.statements[0] == 2
+    # the reduced cube (a temporary table of the engine) gives the same sums
+    cube = sqlcal.segments(upload(df), score="p", label="y", features=features, max_depth=2,
+                           min_support=40.0, min_expected=5.0, mode="full", top_k=None,
+                           strategy="cube")
+    got = cube.assign(k=_key(cube)).set_index("k").sort_index()
+    assert list(got.index) == list(exp.index)
+    np.testing.assert_allclose(got.W, exp.W, rtol=1e-12)
+    np.testing.assert_allclose(got.residual, exp.R, rtol=1e-9, atol=1e-9)
+    assert json.loads(cube.searched[0])["scans"] == 2
+
+
+def test_cube_strategy_reads_the_base_table_twice_whatever_the_depth(monkeypatch):
+    import ibis
+    from ibis.expr.types.relations import Table
+
+    from sqlcal import summaries
+
+    df = _frame(n=1500, seed=3, weights=True, plant=0.6)
+    con = ibis.duckdb.connect()
+    base = con.create_table("base_rows", df)
+    statements = []
+    execute, cache = summaries.execute, Table.cache
+
+    def recorded(expr):
+        statements.append(ibis.to_sql(expr))
+        return execute(expr)
+
+    def cached(self, *args, **kwargs):
+        statements.append(ibis.to_sql(self))
+        return cache(self, *args, **kwargs)
+
+    monkeypatch.setattr(summaries, "execute", recorded)
+    monkeypatch.setattr(Table, "cache", cached)
+    features = ["f0", "f1", "f3"]
+    oracle = _brute(df, 40.0, 5.0, 3, w="w", features=features)
+    exp = oracle.assign(k=_key(oracle)).set_index("k").sort_index()
+    for depth, strategy in ((2, "cube"), (3, "cube"), (3, "levels")):
+        statements.clear()
+        out = sqlcal.segments(base, score="p", label="y", weight="w", features=features,
+                              max_depth=depth, min_support=40.0, min_expected=5.0,
+                              mode="full", top_k=None, strategy=strategy)
+        reads = sum('"base_rows"' in sql for sql in statements)
+        assert reads == (2 if strategy == "cube" else depth), (strategy, depth)
+        assert json.loads(out.searched[0])["scans"] == (
+            2 if strategy == "cube" else out.branches[0])
+        assert out.statements[0] == len(statements) == depth + (strategy == "cube")
+        got = out.assign(k=_key(out)).set_index("k").sort_index()
+        want = exp[exp[features].notna().sum(axis=1) <= depth]
+        assert list(got.index) == list(want.index)
+        np.testing.assert_allclose(got.W, want.W, rtol=1e-12)
+        np.testing.assert_allclose(got.residual, want.R, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(got.z, want.z, rtol=1e-9, atol=1e-9)
 
 
 def test_cli_segments_writes_json_with_the_fix(tmp_path, capsys):

@@ -544,13 +544,17 @@ def coarser_cells(cell: np.ndarray, fine: int, coarse: int) -> np.ndarray:
     return np.asarray(cell) // (fine // coarse)
 
 
-def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None) -> Summary:
+def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None,
+                 cube: str | None = None) -> Summary:
     """Per fold, group and segment (a conjunction of feature = value), the sums of
     :func:`sqlcal.summaries.segment_sums`: one UNION ALL branch per column tuple in ``tuples``
     (indices into ``features``). ``folds``: ``(holdout, a_share, split columns)``; ``bins``: 0,
     or a number of equal-width score bins added as key ``bin``; ``kept``: None (level 1: every
     value) or per feature the values kept (the rest pooled as ``"__other__"``); ``candidates``:
-    None or ``(tuple index, values)`` pairs, the only segments returned.
+    None or ``(tuple index, values)`` pairs, the only segments returned; ``cube``: None, or
+    from level 2 on a token naming one search's reduced cube (the sums per recoded feature
+    tuple, a temporary table built by one base-table scan and reused by every level of that
+    search), which the branches aggregate instead of the base table.
 
     Examples
     --------
@@ -562,7 +566,8 @@ def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None) 
     return Summary("segment_sums", (
         tuple(by), tuple(features), (float(folds[0]), float(folds[1]), tuple(folds[2])),
         int(bins), tup(tuples), None if kept is None else tup(kept),
-        None if candidates is None else tuple((int(i), tuple(v)) for i, v in candidates)))
+        None if candidates is None else tuple((int(i), tuple(v)) for i, v in candidates),
+        None if cube is None else str(cube)))
 
 
 def segment_terms(by, features, folds, segments, step: float, clip: float) -> Summary:
