@@ -17,6 +17,8 @@ threads) and wall seconds. The machine is shared: compare ratios within one run 
     floor     SELECT slice, count(*), sum(p), sum(y) FROM clicks GROUP BY slice
     ne_cr     sqlcal.report(..., by="slice", metrics=["normalized_entropy", "calibration_ratio"])
     deciles   sqlcal.calibration_ratio(..., by="slice", deciles=10)
+    deciles_zoom  the same with the crowded cells zoomed 2^k-fold (the search before the
+              log-odds split, ``sqlcal.metrics.cells.CONCENTRATED = inf``)
 
 Targets (shown, not asserted): ne_cr CPU <= 2x floor; deciles CPU <= ne_cr + one floor.
 """
@@ -33,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
-TASKS = ("floor", "ne_cr", "deciles")
+TASKS = ("floor", "ne_cr", "deciles", "deciles_zoom")
 FLOOR_SQL = "SELECT slice, count(*), sum(p), sum(y) FROM clicks GROUP BY slice"
 
 
@@ -65,7 +67,10 @@ def run_task(task: str, path: str) -> dict:
     elif task == "ne_cr":
         sqlcal.report(path, table="clicks", score="p", label="y", by="slice",
                       metrics=["normalized_entropy", "calibration_ratio"])
-    elif task == "deciles":
+    elif task in ("deciles", "deciles_zoom"):
+        if task == "deciles_zoom":  # the search before the log-odds split: 2^k zooms only
+            from sqlcal.metrics import cells
+            cells.CONCENTRATED = float("inf")
         sqlcal.calibration_ratio(path, table="clicks", score="p", label="y", by="slice",
                                  deciles=10)
     return {"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}
@@ -104,6 +109,8 @@ def main() -> None:
                "ne_cr_over_floor": results["ne_cr"]["cpu_s"] / floor,
                "deciles_extra_scans": (results["deciles"]["cpu_s"] - results["ne_cr"]["cpu_s"])
                / floor,
+               "deciles_over_floor": results["deciles"]["cpu_s"] / floor,
+               "deciles_zoom_over_floor": results["deciles_zoom"]["cpu_s"] / floor,
                "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
                                         text=True, cwd=ROOT).stdout.strip()}
     (OUT / f"lowrate_{rows}.json").write_text(json.dumps(summary, indent=2))
