@@ -376,7 +376,10 @@ _SEARCH = {
 }
 OVERRIDES["segments"] = {
     **_SEARCH, "mode": Option("choice", "split the rows into search and test folds, or test "
-                              "every segment on all rows", choices=("split", "full"))}
+                              "every segment on all rows", choices=("split", "full")),
+    "effect": Option("choice", "search the net residual, or the binned calibration error",
+                     choices=("residual", "ece")),
+    "bins": Option("int", "score bins of effect='ece'", low=1)}
 OVERRIDES["multicalibration"] = {
     **_SEARCH, "max_depth": Option("int", "most features in one segment's conjunction", low=1,
                                    high=6, optional=True),

@@ -52,8 +52,8 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
              min_expected: float = 10.0, mode: str = "split", split: Sequence[str] = (),
              fdr: str = "bh", alpha: float = 0.05, top_k: int | None = 100,
              screen_z: float = 2.0, max_candidates: int = 1_000_000,
-             strategy: str = "levels", weight_kind: str | None = None,
-             on_invalid: str = "raise") -> pd.DataFrame:
+             strategy: str = "levels", effect: str = "residual", bins: int = 10,
+             weight_kind: str | None = None, on_invalid: str = "raise") -> pd.DataFrame:
     r"""The significantly miscalibrated segments (conjunctions of feature = value).
 
     Parameters
@@ -96,6 +96,16 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
         and recoded feature tuple) as a temporary table of the engine, and every deeper level
         aggregates it: two base-table scans whatever the depth; worth it when the cube is much
         smaller than the table (few or skewed features).
+    effect : {"residual", "ece"}, default "residual"
+        What a segment is searched, ranked and tested for. ``"residual"``: its net residual
+        Σ_S w(y − p) (``harm`` = \|residual\| / W, the z test). ``"ece"``: its binned
+        calibration error, which also finds a segment whose errors cancel (over-confident on
+        both sides): ``harm`` = Σ_b \|Σ_{S∩b} w(y − p)\| / W over ``bins`` equal-width score
+        bins, tested by the chi-square statistic Σ_b R_b² / V_b (one degree of freedom per
+        non-empty bin); adds the columns ``ece`` (the segment's own binned ECE), ``chi2``
+        and ``chi2_df``.
+    bins : int, default 10
+        Equal-width score bins (sqlcal convention) of ``effect="ece"``.
     weight_kind : {"frequency", "sampling"}, optional
         How weights enter the variance; by default frequency for whole-number weights.
 
@@ -146,11 +156,17 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     "d" = 'x' | explained by "c" = 'a' AND "d" = 'x'
     "c" = 'a' | explained by "c" = 'a' AND "d" = 'x'
     """
+    if effect not in ("residual", "ece"):
+        raise OptionError(f"segments: effect must be 'residual' or 'ece', not {effect!r}")
+    if not isinstance(bins, (int, np.integer)) or bins < 1:
+        raise OptionError(f"segments: bins must be a whole number >= 1, not {bins!r}")
     src, spec = _prepare(data, score, label, weight, by, where, features, split, on_invalid,
                          max_depth, mode, fdr, top_k, max_candidates, alpha, weight_kind,
                          strategy)
+    spec["effect"] = effect
     search = _search(src, spec, min_support=min_support, min_expected=min_expected,
-                     holdout=0.0, top_k=top_k, screen_z=screen_z, bins=0)
+                     holdout=0.0, top_k=top_k, screen_z=screen_z,
+                     bins=int(bins) if effect == "ece" else 0)
     return _with_dropped(src, _report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k),
                          spec["by"])
 
@@ -541,7 +557,14 @@ def _evaluate_level(g, depth, spec, min_expected, top_k, screen_z, bins):
             counts["ineligible"] += 1
             continue
         a = tot[FOLD_A]
-        if mode == "split":
+        if mode == "split" and spec.get("effect") == "ece":
+            # per bin: |R_b| <= max(P_b, N_b), each part anti-monotone along the lattice
+            fa = s[FOLD_A]
+            stat, df = _chi2(fa, spec["sampling"])
+            if df and stats.chi2.sf(stat, df) <= 2 * stats.norm.sf(screen_z):
+                g["screened"].append((np.abs(fa[:, _Y] - fa[:, _P]).sum() / W_a, node))
+            bound = np.maximum(fa[:, _Y] - fa[:, _YP], fa[:, _P] - fa[:, _YP]).sum() / W_a
+        elif mode == "split":
             r = a[_Y] - a[_P]
             v = _variance(a, spec["sampling"])
             z = r / math.sqrt(v) if v > 0 else 0.0
@@ -613,6 +636,15 @@ def _sort_key(key: tuple) -> tuple:
     return tuple((v is None, str(type(v)), v if v is not None else 0) for v in key)
 
 
+def _chi2(binned: np.ndarray, sampling: bool) -> tuple[float, int]:
+    """The per-bin score statistic Σ_b R_b² / V_b over the bins with V_b > 0 (``binned``:
+    bins × stats of one fold) and its degrees of freedom."""
+    r = binned[:, _Y] - binned[:, _P]
+    v = binned[:, _V2] if sampling else binned[:, _P] - binned[:, _PP]
+    ok = v > 0
+    return float(np.sum(r[ok] ** 2 / v[ok])), int(ok.sum())
+
+
 def _variance(s: np.ndarray, sampling: bool) -> float:
     return float(s[_V2]) if sampling else float(s[_P] - s[_PP])
 
@@ -662,6 +694,7 @@ def adjust(p: np.ndarray, method: str) -> np.ndarray:
 def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
     by, features, mode = spec["by"], spec["features"], spec["mode"]
     test_fold = FOLD_B if mode == "split" else FOLD_A
+    binned = spec.get("effect") == "ece"
     frames = []
     for g in search["groups"]:
         eligible = [n for n, ok in g["eligible"].items() if ok]
@@ -686,6 +719,18 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
             ab = s[FOLD_A] + s[FOLD_B]
             r_all, v_all = ab[_Y] - ab[_P], _variance(ab, spec["sampling"])
             values = dict(node)
+            harm = abs(r) / W_t if W_t else np.nan
+            extra = {}
+            if binned:  # the binned error and its chi-square test (no direction)
+                cells = g["nodes"][node][test_fold]
+                r_b = cells[:, _Y] - cells[:, _P]
+                chi, df = _chi2(cells, spec["sampling"])
+                p = float(stats.chi2.sf(chi, df)) if df else 1.0
+                harm = np.abs(r_b).sum() / W_t if W_t else np.nan
+                extra = dict(ece=np.abs(r_b).sum() / t[_W] if t[_W] else np.nan, chi2=chi,
+                             chi2_df=df, _rb=r_b, _vfb=cells[:, _P] - cells[:, _PP],
+                             _vb=cells[:, _V2] if spec["sampling"] else
+                             cells[:, _P] - cells[:, _PP])
             rows.append(dict(
                 segment=_condition(node, search), depth=len(node),
                 **{f: values.get(j) for j, f in enumerate(features)},
@@ -693,11 +738,11 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
                 mean_score=t[_P] / t[_W] if t[_W] else np.nan,
                 observed=t[_Y] / t[_W] if t[_W] else np.nan,
                 citl=(t[_P] - t[_Y]) / t[_W] if t[_W] else np.nan,
-                residual=r, harm=abs(r) / W_t if W_t else np.nan, z=z, p_value=p,
+                residual=r, harm=harm, z=z, p_value=p,
                 logit_shift=r / vf if vf > 0 else np.nan,
                 logit_shift_se=math.sqrt(v) / vf if vf > 0 else np.nan,
                 residual_all=r_all, z_all=r_all / math.sqrt(v_all) if v_all > 0 else 0.0,
-                _node=node, _vf=vf, _v=v))
+                _node=node, _vf=vf, _v=v, **extra))
         part = pd.DataFrame(rows)
         if len(part):
             part["q_value"] = adjust(part["p_value"].to_numpy(), fdr)
@@ -727,6 +772,9 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
                "residual", "harm", "z", "p_value", "q_value", "significant", "logit_shift",
                "logit_shift_se", "explained_by", "residual_all", "z_all", "family_size",
                "tested", "statements", "branches", "searched", "weight_kind"]
+    if binned:
+        columns[columns.index("explained_by"):columns.index("explained_by")] = [
+            "ece", "chi2", "chi2_df"]
     for c in columns + ["_node"]:
         if c not in out:
             out[c] = None
@@ -748,15 +796,36 @@ def _explained(part: pd.DataFrame, alpha: float, search: dict) -> list:
     residual, vf, v = (part[c].to_numpy(float) for c in ("residual", "_vf", "_v"))
     harm, text = part["harm"].to_numpy(float), part["segment"].tolist()
 
-    def leaves(i: int, removed: float) -> bool:
-        return 2 * stats.norm.sf(abs(residual[i] - removed) / math.sqrt(v[i])) > alpha
+    if "_rb" in part:  # effect="ece": per bin, the chi-square of what is left
+        r_b, vf_b, v_b = (part[c].tolist() for c in ("_rb", "_vfb", "_vb"))
+
+        def leaves(i: int, removed) -> bool:
+            ok = v_b[i] > 0
+            left = (r_b[i] - removed)[ok]
+            return ok.any() and stats.chi2.sf(np.sum(left ** 2 / v_b[i][ok]), ok.sum()) > alpha
+
+        def shift_of(j: int, i: int):  # T's per-bin shifts δ_{T,b} = R_{T,b}/V_{T,b} on S
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.where(vf_b[j] > 0, r_b[j] / vf_b[j], 0.0) * vf_b[i]
+
+        def own(j: int):
+            return r_b[j]
+    else:
+        def leaves(i: int, removed: float) -> bool:
+            return 2 * stats.norm.sf(abs(residual[i] - removed) / math.sqrt(v[i])) > alpha
+
+        def shift_of(j: int, i: int) -> float:
+            return residual[j] / vf[j] * vf[i]
+
+        def own(j: int) -> float:
+            return residual[j]
 
     out = [None] * len(part)
     for node, i in sig.items():
         ancestors = [a for d in range(1, len(node)) for a in combinations(node, d) if a in sig]
         for a in sorted(ancestors, key=lambda a: (len(a), -harm[sig[a]])):
             j = sig[a]
-            if leaves(i, residual[j] / vf[j] * vf[i]):
+            if leaves(i, shift_of(j, i)):
                 out[i] = text[j]
                 break
     for node, i in sig.items():
@@ -767,7 +836,7 @@ def _explained(part: pd.DataFrame, alpha: float, search: dict) -> list:
                  and out[j] is None]
         for d in sorted(below, key=lambda d: -harm[sig[d]]):
             j = sig[d]
-            if leaves(i, residual[j]):  # δ_D·V_D = R_D: D's shift removes its own residual
+            if leaves(i, own(j)):  # δ_D·V_D = R_D: D's shift removes its own residual
                 out[i] = text[j]
                 break
     return out

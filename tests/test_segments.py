@@ -183,6 +183,78 @@ def _brute_on(rows, family):
     return out
 
 
+def _binned_on(rows, family, bins):
+    """Per family segment, the residual and Bernoulli variance per equal-width score bin
+    (LEAST(FLOOR(p·B), B − 1)) on ``rows``, recoded as the family was."""
+    d = rows.copy()
+    kept = {f: set(family[f].dropna()) - {"__other__"} for f in FEATURES}
+    for f in FEATURES:
+        d[f] = d[f].astype(object).where(d[f].notna(), "__null__").astype(str)
+        d[f] = d[f].where(d[f].isin(kept[f]), "__other__")
+    d["b"] = np.minimum(np.floor(d.p * bins), bins - 1).astype(int)
+    d["r"], d["v"] = d.y - d.p, d.p * (1 - d.p)
+    out = []
+    for _, seg in family.iterrows():
+        m = np.ones(len(d), bool)
+        for f in FEATURES:
+            if pd.notna(seg[f]):
+                m &= (d[f] == seg[f]).to_numpy()
+        per = d[m].groupby("b")[["r", "v"]].sum().reindex(range(bins), fill_value=0.0)
+        ok = per.v > 0
+        chi2 = float((per.r[ok] ** 2 / per.v[ok]).sum())
+        out.append(dict({f: seg[f] for f in FEATURES}, mass=per.r.abs().sum(), W=m.sum(),
+                        chi2=chi2, df=int(ok.sum()),
+                        P=float(np.maximum((d.y * (1 - d.p))[m].groupby(d.b[m]).sum(),
+                                           (d.p * (1 - d.y))[m].groupby(d.b[m]).sum()).sum())))
+    out = pd.DataFrame(out)
+    out["p_value"] = stats.chi2.sf(out.chi2, out.df)
+    return out
+
+
+def test_effect_ece_searches_the_binned_error_with_a_valid_bound_and_chi_square_tests():
+    # a segment over-confident on both sides: its net residual is about 0, its binned error not
+    df = _frame(n=4000, seed=4)
+    rng = np.random.default_rng(9)
+    inside = (df.f0.eq("a") & df.f1.eq("x")).to_numpy()
+    centre = df.p[inside].mean()
+    q = np.where(inside, centre + 0.3 * (df.p - centre), df.p)
+    df["y"] = (rng.uniform(size=len(df)) < q).astype(int)
+    bins = 5
+    out = sqlcal.segments(df, score="p", label="y", features=FEATURES, max_depth=2,
+                          min_support=40.0, min_expected=5.0, top_k=5, effect="ece",
+                          bins=bins)
+    fold = _fold(df.p.to_numpy())
+    a, b = df[fold == 0], df[fold == 1]
+    full = _brute(df, 40.0, 5.0, 2)
+    on_a = _binned_on(a, full, bins)
+    screened = on_a[on_a.p_value <= 2 * stats.norm.sf(2.0)]
+    top = screened.assign(k=_key(screened), harm=screened.mass / len(a)).sort_values(
+        "harm", ascending=False).head(5)
+    assert sorted(_key(out)) == sorted(top.k)  # the pruned search finds the exact top-k
+    # the sign-split bound per bin holds for every descendant of every segment
+    keyed = on_a.assign(k=_key(on_a)).set_index("k")
+    for k, row in keyed.iterrows():
+        cond = {f: row[f] for f in FEATURES if pd.notna(row[f])}
+        below = keyed[np.all([keyed[f] == v for f, v in cond.items()], axis=0)]
+        assert (below.mass <= row.P + 1e-9).all()
+    oracle_b = _binned_on(b, full, bins).assign(k=lambda f: _key(f)).set_index("k").loc[
+        _key(out)]
+    np.testing.assert_allclose(out.harm, oracle_b.mass.to_numpy() / len(b), rtol=1e-9)
+    np.testing.assert_allclose(out.ece, oracle_b.mass / oracle_b.W, rtol=1e-9)
+    np.testing.assert_allclose(out.chi2, oracle_b.chi2, rtol=1e-9)
+    np.testing.assert_array_equal(out.chi2_df, oracle_b.df)
+    np.testing.assert_allclose(out.p_value, oracle_b.p_value, rtol=1e-6, atol=1e-300)
+    first = out[out.explained_by.isna()].iloc[0]
+    assert (first.f0, first.f1, first.depth, bool(first.significant)) == ("a", "x", 2, True)
+    # the residual search does not see it
+    plain = sqlcal.segments(df, score="p", label="y", features=FEATURES, max_depth=2,
+                            min_support=40.0, min_expected=5.0, top_k=5)
+    assert not ((plain.f0 == "a") & (plain.f1 == "x") & plain.significant).any()
+    assert sum(lv["bound_pruned"] for lv in json.loads(out.searched[0])["levels"]) > 0
+    with pytest.raises(OptionError, match="effect"):
+        sqlcal.segments(df, score="p", label="y", features=FEATURES, effect="sliceline")
+
+
 def test_fdr_of_the_split_design_under_the_complete_null_is_at_most_alpha():
     """400 replicates of the split design (fold-A screening and top-k, one-sided fold-B tests,
     BH) on simulated per-segment sums of a calibrated model: a 3-feature lattice of cells with
