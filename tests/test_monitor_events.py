@@ -23,7 +23,7 @@ from sqlcal.options import OptionError
 DAY0 = pd.Timestamp("2026-10-01")
 AS_OF = pd.Timestamp("2026-10-09")
 COMMON = dict(score="p", weight="w", by="g", time="t", as_of=AS_OF, ls_ece_sigma=(),
-              smooth_grids=(), levels=True)
+              smooth_grids=())
 
 
 def both_layouts(n: int = 600, days: int = 3, seed: int = 11):
@@ -62,24 +62,28 @@ def stored_tables(store, prefix) -> dict:
     return out
 
 
-def test_the_events_layout_stores_what_the_column_layout_stores(con, upload):
+@pytest.fixture(scope="module")
+def column_layout():
+    """The column layout's store of the same data, from the frame on DuckDB: the oracle."""
     rows, predictions, events = both_layouts()
-    spark = con.name == "pyspark"
-    if con.name in ("duckdb", "pyspark"):
+    store = ibis.duckdb.connect()
+    report = sqlcal.snapshot(rows, store=store, prefix="col_", label="y", label_time="lt",
+                             **COMMON)
+    return rows, predictions, events, report, stored_tables(store, "col_")
+
+
+def test_the_events_layout_stores_what_the_column_layout_stores(con, upload, column_layout):
+    rows, predictions, events, column, a = column_layout
+    if con.name in ("duckdb", "pyspark"):  # Spark: a store table write costs seconds there
         store, prefix = ibis.duckdb.connect(), "ev_"
     else:
         store, prefix = con, f"ev_{uuid.uuid4().hex[:8]}_"
     try:
-        opts = dict(COMMON, levels=not spark)  # Spark: every query costs seconds here
-        # the column layout's store from the frame on DuckDB (the oracle), the events layout's
-        # from the engine under test into the engine's store
-        column = sqlcal.snapshot(rows, store=store, prefix=prefix + "col_", label="y",
-                                 label_time="lt", **opts)
         joined = sqlcal.snapshot(upload(predictions), events=upload(events), key="id",
-                                 store=store, prefix=prefix + "evt_", label="y", label_time="lt",
-                                 **opts)
+                                 store=store, prefix=prefix, label="y", label_time="lt",
+                                 **COMMON)
         pd.testing.assert_frame_equal(column, joined)
-        a, b = stored_tables(store, prefix + "col_"), stored_tables(store, prefix + "evt_")
+        b = stored_tables(store, prefix)
         assert sorted(a) == sorted(b) and len(a) >= 3
         for kind in a:
             assert list(a[kind].columns) == list(b[kind].columns), kind
@@ -127,8 +131,10 @@ def test_the_events_layout_is_checked_at_the_boundary():
     assert not [t for t in store.list_tables() if t.startswith("sqlcal_")]
 
 
-def test_an_events_table_named_in_the_predictions_database(tmp_path):
+def test_an_events_table_named_in_the_configuration(tmp_path):
     import duckdb
+
+    from sqlcal.monitor import config as monitor_config
 
     rows, predictions, events = both_layouts(n=300, days=2, seed=3)
     path = tmp_path / "w.duckdb"
@@ -137,11 +143,18 @@ def test_an_events_table_named_in_the_predictions_database(tmp_path):
         db.register("e", events)
         db.execute("CREATE TABLE predictions AS SELECT * FROM p")
         db.execute("CREATE TABLE conversions AS SELECT * FROM e")
-    store = ibis.duckdb.connect()
-    kw = dict(COMMON, store=store, label="y", label_time="lt", levels=False)
-    sqlcal.snapshot(str(path), table="predictions", events="conversions", key="id",
-                    prefix="a_", **kw)
-    sqlcal.snapshot(rows, prefix="b_", **kw)
+    store = str(tmp_path / "s.duckdb")
+    config = monitor_config.validate({
+        "source": {"data": str(path), "table": "predictions", "score": "p", "label": "y",
+                   "weight": "w", "by": "g", "time": "t"},
+        "labels": {"layout": "events", "events": "conversions", "key": "id",
+                   "event_time": "lt"},
+        "snapshot": {"store": store, "prefix": "a_", "ls_ece_sigma": [], "smooth_grids": []}})
+    out = monitor_config.run_snapshot(config, since=DAY0, until=DAY0 + pd.Timedelta(days=1),
+                                      now=AS_OF)
+    assert (out["status"] == "written").all() and out["n"].sum() == len(rows)
+    sqlcal.snapshot(rows, store=store, prefix="b_", **dict(COMMON, label="y", label_time="lt",
+                                                          levels=False))
     for name in ("ece", "brier", "log_loss"):
         mine = getattr(sqlcal, name)(sqlcal.stored(store, prefix="a_", maturity="lag:2d"))
         want = getattr(sqlcal, name)(sqlcal.stored(store, prefix="b_", maturity="lag:2d"))
