@@ -392,7 +392,9 @@ OVERRIDES["segment_fix"] = {
     "holdout": Option("float", "share of the rows held out to accept the fix", low=0, high=1,
                       open_low=True, open_high=True),
     "penalty": Option("any", "'auto' (chosen on the holdout) or a ridge penalty >= 0"),
-    "max_segments": Option("int", "most segments one fix corrects", low=1)}
+    "max_segments": Option("int", "most segments one fix corrects", low=1),
+    "kind": Option("choice", "a logit shift per segment, or an intercept and a slope (Platt)",
+                   choices=("shift", "platt"))}
 OVERRIDES["tce_bins"] = OVERRIDES["tce"]
 OVERRIDES["source"] = {"score": Option("column", OPTIONS["score"].description),
                        "label": Option("column", OPTIONS["label"].description)}

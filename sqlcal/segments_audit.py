@@ -281,7 +281,8 @@ def multicalibration(data, *, score: str, label: str, weight: str | None = None,
 @checked
 def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=None,
                 where=None, features: Sequence[str], segments: pd.DataFrame | None = None,
-                holdout: float = 0.2, penalty="auto", max_segments: int = 30,
+                kind: str = "shift", holdout: float = 0.2, penalty="auto",
+                max_segments: int = 30,
                 max_depth: int | None = 3, min_support: float | None = None,
                 min_expected: float = 10.0, split: Sequence[str] = (), fdr: str = "bh",
                 alpha: float = 0.05, top_k: int = 100, screen_z: float = 2.0,
@@ -301,6 +302,11 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
     segments : pandas.DataFrame, optional
         A :func:`segments` result to fit (its significant rows not ``explained_by`` another);
         by default :func:`segments` runs first on the non-holdout rows.
+    kind : {"shift", "platt"}, default "shift"
+        ``"shift"``: one logit intercept θ_k per segment. ``"platt"``: an intercept and a slope
+        per segment, θ_k + γ_k·logit p̃ added to the logit in S_k (a per-segment Platt map;
+        the table gets ``slope`` and ``slope_se``), fitted on the histogram of membership
+        pattern × logit cell (cells 0.01 wide in logit) without the exact row step.
     holdout : float, default 0.2
         The share of rows kept for the judgement.
     penalty : "auto" or float, default "auto"
@@ -344,6 +350,8 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
     """
     if not (isinstance(holdout, float) and 0 < holdout < 1):
         raise OptionError(f"segment_fix: holdout must be a share in (0, 1), not {holdout!r}")
+    if kind not in ("shift", "platt"):
+        raise OptionError(f"segment_fix: kind must be 'shift' or 'platt', not {kind!r}")
     if not (penalty == "auto" or (isinstance(penalty, (int, float)) and penalty >= 0)):
         raise OptionError(f"segment_fix: penalty must be 'auto' or a number >= 0, not "
                           f"{penalty!r}")
@@ -366,7 +374,7 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
             raise OptionError("segment_fix: segments= holds __other__ values; let segment_fix "
                               "run the search (segments=None) to fit them")
     chosen = _chosen(found, spec, kept, max_segments)
-    return _fit(src, spec, chosen, penalty)
+    return _fit(src, spec, chosen, penalty, kind)
 
 
 # -- preparing -----------------------------------------------------------------------------------
@@ -860,7 +868,7 @@ def _chosen(found: pd.DataFrame, spec: dict, kept, max_segments: int) -> list:
     return out
 
 
-def _fit(src: Source, spec: dict, chosen: list, penalty) -> SegmentFix:
+def _fit(src: Source, spec: dict, chosen: list, penalty, kind: str = "shift") -> SegmentFix:
     by, features = spec["by"], spec["features"]
     folds = (spec["holdout"], 0.5, spec["split"])
     internal = dict(zip(features, spec["columns"]))
@@ -869,16 +877,24 @@ def _fit(src: Source, spec: dict, chosen: list, penalty) -> SegmentFix:
     features = spec["columns"]
     group_keys = sorted({c[0] for c in chosen}, key=_sort_key)
     thetas = np.zeros(len(chosen))
+    slopes = np.zeros(len(chosen))
+    ses = np.full((len(chosen), 2), np.nan)
     lambdas = {}
+    platt = kind == "platt"
     if chosen:
         cells = planner.fetch(src, declared.segment_terms(by, features, folds, segs, STEP, CLIP))
         for key in group_keys:
             idx = [i for i, c in enumerate(chosen) if c[0] == key]
             part = _group_rows(cells, by, key)
-            thetas[idx], lambdas[key] = _fit_cells(part, idx, penalty)
-        # one exact Newton step on the rows from the histogram fit, then the judgement
-        for step in range(2):
-            segs = [(c[0], preds, float(t)) for c, preds, t in zip(chosen, engine, thetas)]
+            fitted, lambdas[key], se = _fit_cells(part, idx, penalty, platt)
+            thetas[idx] = fitted[:len(idx)]
+            if platt:
+                slopes[idx] = fitted[len(idx):]
+                ses[idx, 0], ses[idx, 1] = se[:len(idx)], se[len(idx):]
+        # one exact Newton step on the rows from the histogram fit (shifts), then the judgement
+        for step in range(1 if platt else 0, 2):
+            segs = [(c[0], preds, (float(t), float(g)) if platt else float(t))
+                    for c, preds, t, g in zip(chosen, engine, thetas, slopes)]
             terms = planner.fetch(src, declared.segment_terms(by, features, folds, segs, 0.0,
                                                               CLIP))
             if step == 0:
@@ -918,7 +934,8 @@ def _fit(src: Source, spec: dict, chosen: list, penalty) -> SegmentFix:
             table_rows.append(dict(
                 **dict(zip(by, key)), segment=chosen[i][2],
                 **{f: values.get(f) for f in features}, theta=float(thetas[i]),
-                theta_se=1 / math.sqrt(hf) if hf > 0 else np.nan,
+                theta_se=float(ses[i, 0]) if platt else 1 / math.sqrt(hf) if hf > 0 else np.nan,
+                **(dict(slope=float(slopes[i]), slope_se=float(ses[i, 1])) if platt else {}),
                 holdout_residual_before=r0, holdout_residual_after=r1,
                 holdout_z_before=z0, holdout_z_after=z1))
         summary_rows.append(dict(
@@ -930,10 +947,12 @@ def _fit(src: Source, spec: dict, chosen: list, penalty) -> SegmentFix:
             holdout_multiaccuracy_before=ma_before, holdout_multiaccuracy_after=ma_after,
             accepted=bool(idx) and gain > 2 * se and not z_grew)) if len(part) else \
             summary_rows.append(dict(**dict(zip(by, key)), n_segments=0, accepted=False))
-    table = pd.DataFrame(table_rows, columns=[*by, "segment", *features, "theta", "theta_se",
-                                              "holdout_residual_before", "holdout_residual_after",
-                                              "holdout_z_before", "holdout_z_after"])
-    return SegmentFix(by=tuple(by), table=table, kind="segment shift",
+    table = pd.DataFrame(table_rows, columns=[
+        *by, "segment", *features, "theta", "theta_se", *(["slope", "slope_se"] if platt else []),
+        "holdout_residual_before", "holdout_residual_after", "holdout_z_before",
+        "holdout_z_after"])
+    return SegmentFix(by=tuple(by), table=table,
+                      kind="segment platt" if platt else "segment shift",
                       predicates=[c[1] for c in chosen], kinds=spec["kinds"], clip=CLIP,
                       summary=pd.DataFrame(summary_rows))
 
@@ -955,25 +974,32 @@ def _design(pattern: np.ndarray, idx_len: int) -> np.ndarray:
     return ((pattern[:, None] >> np.arange(idx_len)) & 1).astype(float)
 
 
-def _fit_cells(part: pd.DataFrame, idx: list, penalty):
-    """θ of one group from its (fold, pattern, cell) histogram, λ chosen on the holdout."""
+def _fit_cells(part: pd.DataFrame, idx: list, penalty, platt: bool = False):
+    """θ of one group from its (fold, pattern, cell) histogram, λ chosen on the holdout:
+    intercepts, or (``platt``) intercepts then slopes on logit p̃. Returns θ, λ and the
+    standard errors from the penalised information."""
     K = len(idx)
     fit, hold = part[part["sqlcal_fold"] != HOLDOUT], part[part["sqlcal_fold"] == HOLDOUT]
 
     def arrays(f):
         W = f["W"].to_numpy(float)
-        return (_design(f["pattern"].to_numpy(np.int64), K), W, f["swy"].to_numpy(float),
-                f["sweta"].to_numpy(float) / np.where(W > 0, W, 1))
+        eta = f["sweta"].to_numpy(float) / np.where(W > 0, W, 1)
+        X = _design(f["pattern"].to_numpy(np.int64), K)
+        if platt:  # a cell's rows share its mean logit: Σ w·(θ + γ·η) is exact per cell
+            X = np.hstack([X, X * eta[:, None]])
+        return X, W, f["swy"].to_numpy(float), eta
 
     Xf, Wf, Yf, Ef = arrays(fit)
     Xh, Wh, Yh, Eh = arrays(hold)
     mu0 = 1 / (1 + np.exp(-Ef))
     # λ pseudo-rows at the segment's mean variance: the penalty's curvature is λ·V_k / W_k
-    V = (Xf.T @ (Wf * mu0 * (1 - mu0))) / np.maximum(Xf.T @ Wf, 1e-300)
+    # (a slope's: λ times the segment's mean of p(1 − p)·logit² p)
+    V = ((Xf * Xf).T @ (Wf * mu0 * (1 - mu0))) / np.maximum(
+        np.tile(Xf[:, :K].T @ Wf, 2 if platt else 1), 1e-300)
     path = PENALTIES if penalty == "auto" else (float(penalty),)
     best = None
     for lam in path:
-        theta = np.zeros(K)
+        theta = np.zeros(Xf.shape[1])
         for _ in range(50):
             mu = 1 / (1 + np.exp(-(Ef + Xf @ theta)))
             grad = Xf.T @ (Yf - Wf * mu) - lam * V * theta
@@ -985,8 +1011,9 @@ def _fit_cells(part: pd.DataFrame, idx: list, penalty):
         eta = np.clip(Eh + Xh @ theta, -700, 700)
         loss = np.sum(Wh * np.logaddexp(0, eta) - Yh * eta)
         if best is None or loss < best[0] - 1e-12:
-            best = (loss, theta, lam)
-    return best[1], best[2]
+            se = np.sqrt(np.clip(np.diag(np.linalg.inv(hess)), 0, None))
+            best = (loss, theta, lam, se)
+    return best[1], best[2], best[3]
 
 
 def _newton_step(part: pd.DataFrame, idx: list, theta: np.ndarray, lam: float) -> np.ndarray:

@@ -131,8 +131,9 @@ def _missing_score(p: ir.FloatingValue, value: ir.FloatingValue) -> ir.FloatingV
 @dataclass(repr=False)
 class SegmentFix(CalibrationMap):
     """A per-segment logit shift: p' = σ(logit p̃ + Σ_k θ_k·1[x ∈ S_k]), p̃ = p clipped to
-    [clip, 1 − clip]; a row in no fitted segment keeps its score unchanged, a NULL score stays
-    NULL. Made by :func:`sqlcal.segment_fix`.
+    [clip, 1 − clip] (with a ``slope`` column, a per-segment Platt map: θ_k + γ_k·logit p̃ in
+    S_k); a row in no fitted segment keeps its score unchanged, a NULL score stays NULL. Made by
+    :func:`sqlcal.segment_fix`.
 
     ``table`` (the mapping table) has one row per fitted segment: group keys, ``segment``,
     one column per feature, ``theta``, ``theta_se`` and the holdout checks; ``summary`` one row
@@ -153,17 +154,22 @@ class SegmentFix(CalibrationMap):
     clip: float = 1e-6
     summary: pd.DataFrame | None = None
 
-    def _shift(self, table: ir.Table) -> ir.FloatingValue:
+    def _shift(self, table: ir.Table, eta: ir.FloatingValue) -> ir.FloatingValue:
         shift = number(0.0)
         keys = self.table[list(self.by)].itertuples(index=False) if self.by else \
             [()] * len(self.table)
-        for key, preds, theta in zip(keys, self.predicates, self.table["theta"]):
+        slopes = self.table["slope"] if "slope" in self.table else [None] * len(self.table)
+        for key, preds, theta, slope in zip(keys, self.predicates, self.table["theta"],
+                                            slopes):
             cond = condition_expr(table, preds, self.kinds)
             if self.by:
                 key = tuple(None if pd.isna(v) else (v.item() if hasattr(v, "item") else v)
                             for v in key)
                 cond = key_match(table, key, self.by) & cond
-            shift = shift + ibis.cases((cond, number(float(theta))), else_=number(0.0))
+            value = number(float(theta))
+            if slope is not None and not pd.isna(slope):  # kind="platt": θ + γ·logit p̃
+                value = value + number(float(slope)) * eta
+            shift = shift + ibis.cases((cond, value), else_=number(0.0))
         return shift
 
     def expr(self, table: ir.Table, score: str) -> ir.FloatingValue:
@@ -171,9 +177,10 @@ class SegmentFix(CalibrationMap):
         p = table[score].cast("float64")
         if not len(self.table):
             return _missing_score(p, p)
-        shift = self._shift(table)
         pc = ibis.greatest(ibis.least(p, number(1 - self.clip)), number(self.clip))
-        eta = (pc / (1 - pc)).ln() + shift
+        logit = (pc / (1 - pc)).ln()
+        shift = self._shift(table, logit)
+        eta = logit + shift
         mapped = 1 / (1 + ibis.greatest(ibis.least(-eta, EXP_LIMIT), -EXP_LIMIT).exp())
         return _missing_score(p, ibis.ifelse(shift == 0, p, mapped))
 

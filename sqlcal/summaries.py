@@ -1314,8 +1314,10 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
 def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
     """Per fold, group and membership pattern (Σ 2^k over the segments k holding the row), the
     terms of the logistic fit logit p' = logit p̃ + Σ θ_k·1[row ∈ S_k], p̃ = clip(p):
-    with ``step`` > 0 also per logit cell ``cell`` = FLOOR(logit p̃ / step) and only ``n``,
-    ``W``, Σwy, Σw·logit p̃ (the fit's histogram); with ``step`` = 0 the exact terms at the
+    a segment's θ may be a pair (intercept, slope): its rows get θ₀ + θ₁·logit p̃ (a
+    per-segment Platt map); with ``step`` > 0 also per logit cell ``cell`` = FLOOR(logit p̃ /
+    step) and only ``n``, ``W``, Σwy, Σw·logit p̃ (the fit's histogram); with ``step`` = 0 the
+    exact terms at the
     given θ: ``r`` = Σw(y − p'), ``h`` = Σwp'(1 − p'), ``r0``, ``h0`` (at θ = 0), the
     log-likelihoods ``ll``, ``ll0``, ``dd`` = Σw(ℓ' − ℓ₀)², the Brier sums ``bs``, ``bs0``."""
     by, features, (holdout, a_share, split), segments, step, clip = params
@@ -1337,7 +1339,11 @@ def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
                           swy=w(t.y).sum(), sweta=w(t.sqlcal_eta).sum())
     shift = ibis.literal(0.0)
     for m, (_, _, theta) in zip(member, segments):
-        shift = shift + ibis.cases((m, number(theta)), else_=number(0.0))
+        if isinstance(theta, tuple):  # (intercept, slope on logit p̃): a per-segment Platt map
+            value = number(theta[0]) + number(theta[1]) * t.sqlcal_eta
+        else:
+            value = number(theta)
+        shift = shift + ibis.cases((m, value), else_=number(0.0))
     mu = 1 / (1 + ibis.greatest(ibis.least(-(t.sqlcal_eta + shift), 700.0), -700.0).exp())
     mu = ibis.greatest(ibis.least(mu, number(1 - 1e-15)), number(1e-15))
     t = t.mutate(sqlcal_mu=mu, sqlcal_pc=pc)

@@ -358,6 +358,50 @@ def test_segment_fix_finds_the_planted_shift_and_its_sql_equals_numpy():
     np.testing.assert_allclose(got, expect, rtol=1e-12)
 
 
+def test_segment_fix_platt_equals_the_logistic_fit_on_the_rows_and_its_sql_equals_numpy():
+    rng = np.random.default_rng(12)
+    n = 30000
+    df = pd.DataFrame({"c": rng.choice(["a", "b", "c"], n), "p": rng.uniform(0.05, 0.95, n)})
+    logit = np.log(df.p / (1 - df.p))
+    inside = df.c.eq("a").to_numpy()
+    df["y"] = (rng.uniform(size=n) < 1 / (1 + np.exp(-np.where(
+        inside, 0.3 + 0.6 * logit, logit)))).astype(int)
+    fix = sqlcal.segment_fix(df, score="p", label="y", features=["c"], min_support=500.0,
+                             kind="platt", penalty=0.0)
+    assert fix.table.segment.tolist() == ['"c" = \'a\'']
+    row = fix.table.iloc[0]
+    # oracle: the unpenalised logistic fit of (intercept, slope) on the segment's fit rows
+    # (folds A and B), offset logit p, by scipy on the raw rows
+    from scipy.optimize import minimize
+
+    fold = _fold(df.p.to_numpy(), holdout=0.2)
+    fit = df[(fold != 2) & inside]
+    x, y = np.log(fit.p / (1 - fit.p)).to_numpy(), fit.y.to_numpy()
+
+    def loss(t):
+        e = x + t[0] + t[1] * x
+        return np.sum(np.logaddexp(0, e) - y * e)
+
+    best = minimize(loss, [0.0, 0.0], method="BFGS", options={"gtol": 1e-10}).x
+    # the fit runs on 0.01-wide logit cells: Σw(θ + γη) is exact per cell, σ's curvature is not
+    assert row.theta == pytest.approx(best[0], abs=2e-3)
+    assert row.slope == pytest.approx(best[1], abs=2e-3)
+    assert abs(1 + row.slope - 0.6) <= 3 * row.slope_se
+    s = fix.summary.iloc[0]
+    assert s.accepted and s.holdout_log_loss_after < s.holdout_log_loss_before
+    hold = df[fold == 2]
+    x = np.log(hold.p / (1 - hold.p)).to_numpy()
+    m = hold.c.eq("a").to_numpy()
+    q = 1 / (1 + np.exp(-(x + m * (row.theta + row.slope * x))))
+    ll = -np.mean(hold.y * np.log(q) + (1 - hold.y) * np.log(1 - q))
+    assert s.holdout_log_loss_after == pytest.approx(ll, rel=1e-9)
+    import duckdb
+    got = duckdb.sql(f"SELECT {fix.sql('p')} AS q FROM hold").df().q.to_numpy()
+    np.testing.assert_allclose(got, np.where(m, q, hold.p), rtol=1e-12)
+    with pytest.raises(OptionError, match="kind"):
+        sqlcal.segment_fix(df, score="p", label="y", features=["c"], kind="isotonic")
+
+
 def test_options_are_checked_before_any_query():
     df = _frame(n=50)
     with pytest.raises(OptionError, match="mode"):

@@ -572,7 +572,8 @@ def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None,
 
 def segment_terms(by, features, folds, segments, step: float, clip: float) -> Summary:
     """Per fold, group and membership ``pattern`` over ``segments`` (``(group key, predicates,
-    theta)``, predicates ``(feature, value, kept)``): the histogram of a per-segment logit-shift
+    theta)``, predicates ``(feature, value, kept)``, theta a number or an (intercept, slope)
+    pair): the histogram of a per-segment logit-shift
     fit (``step`` > 0: also per logit cell) or its exact terms at the given thetas (``step`` =
     0); see :func:`sqlcal.summaries.segment_terms`.
 
@@ -582,8 +583,9 @@ def segment_terms(by, features, folds, segments, step: float, clip: float) -> Su
     >>> s.key_column
     'pattern'
     """
-    segs = tuple((tuple(k), tuple((f, v, tuple(kept)) for f, v, kept in preds), float(theta))
-                 for k, preds, theta in segments)
+    segs = tuple((tuple(k), tuple((f, v, tuple(kept)) for f, v, kept in preds),
+                  tuple(float(x) for x in theta) if isinstance(theta, (tuple, list))
+                  else float(theta)) for k, preds, theta in segments)
     return Summary("segment_terms", (tuple(by), tuple(features),
                                      (float(folds[0]), float(folds[1]), tuple(folds[2])),
                                      segs, float(step), float(clip)))
