@@ -60,7 +60,7 @@ def test_pavabc_above_the_level_cap_equals_the_reference_and_reads_few_rows(con,
     # a cap of half the rows and a coarse grid (about 6 rows per cell and group), so the cells
     # are mixed and the bins must be found on them
     monkeypatch.setattr(tce_module, "LEVEL_CAP", n // 2)
-    monkeypatch.setattr(tce_module, "PAVA_CELLS", 2**10)
+    monkeypatch.setattr(tce_module, "PAVA_CELLS", 2**11)  # shared by the 2 groups: 2^10 each
     fetched = []
     fetch = planner.fetch
 

@@ -27,7 +27,12 @@ STRATEGIES = ("pavabc", "uniform", "quantile")
 #: above, the score cells of PAVA_CELLS, and the levels of the few cells where a merge is not
 #: decided by the cell's sums (:func:`pavabc_cells_table`)
 LEVEL_CAP = 1_000_000
+#: score cells of PAVA-BC's grid, shared among the groups (:func:`pava_cells`): the grid fetched
+#: holds at most this many rows, whatever the number of rows and (up to PAVA_CELLS /
+#: MIN_PAVA_CELLS) of groups
 PAVA_CELLS = 2**18
+#: the fewest score cells per group of PAVA-BC's grid
+MIN_PAVA_CELLS = 2**4
 #: rounds of reading levels before PAVA-BC on the cells gives up and reads them all
 MAX_ROUNDS = 16
 #: score ranges one read of levels asks for at most (nearby wanted cells are read together)
@@ -233,14 +238,34 @@ def tce_bins(
     return out
 
 
+def pava_cells(groups: int) -> int:
+    """The score cells per group of PAVA-BC's grid for ``groups`` groups: :data:`PAVA_CELLS`
+    shared among them, rounded down to a power of two (the cells stay exact binary fractions),
+    at least :data:`MIN_PAVA_CELLS`. The bins are exact on any such grid; a coarser one only
+    leaves more cells to read the levels of, within the same fetch budget.
+
+    >>> pava_cells(1), pava_cells(10), pava_cells(10**6)
+    (262144, 16384, 16)
+    """
+    share = PAVA_CELLS // max(int(groups), 1)
+    return max(MIN_PAVA_CELLS, 1 << max(share.bit_length() - 1, 0))
+
+
+def _pava_grid(src: Source) -> tuple[pd.DataFrame, int]:
+    """PAVA-BC's score cells (its grid shared among the groups, counted from the totals
+    summary) and the cells per group."""
+    cells = pava_cells(len(planner.fetch(src, declared.totals())) if src.by else 1)
+    return cells_summary(src, ("sums",), cells), cells
+
+
 def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rule):
     if strategy == "pavabc":
-        grid = cells_summary(src, ("sums",), PAVA_CELLS)
+        grid, cells = _pava_grid(src)
         _require_counts(src)
         if int(grid["n"].sum()) > LEVEL_CAP:
             return pavabc_cells_table(grid, by=src.by, n_min=n_min, n_max=n_max,
                                       tail_rule=tail_rule, alpha=alpha, test=test,
-                                      cells=PAVA_CELLS, levels_in=lambda ranges: planner.fetch(
+                                      cells=cells, levels_in=lambda ranges: planner.fetch(
                                           src, declared.levels_within(ranges, "sums")))
         frame = level_sets(src)
     else:
@@ -253,10 +278,12 @@ def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rul
 
 
 #: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS): PAVA-BC runs
-#: over the score cells of PAVA_CELLS (then over the levels up to LEVEL_CAP rows, or those of the
-#: few cells where a merge is undecided); uniform and quantile bins over the score cells, then
+#: over the score cells of PAVA_CELLS (with groups: the totals first, then the cells of
+#: pava_cells(groups) per group), then over the levels up to LEVEL_CAP rows, or those of the
+#: few cells where a merge is undecided; uniform and quantile bins over the score cells, then
 #: read the levels of the cells holding a bin edge or an acceptance interval's end (follow-ups)
-NEEDS = {name: (lambda src, o: cells_needs(src, ("sums",), PAVA_CELLS)
+NEEDS = {name: (lambda src, o: ([declared.totals()] if src.by else
+                                cells_needs(src, ("sums",), PAVA_CELLS))
                 if o["strategy"] == "pavabc" else cells_needs(src, ("sums",)))
          for name in ("tce", "tce_bins")}
 REFINING = {(name, "strategy", strategy): "strategy='pavabc' (the levels, read in one pass)"
