@@ -297,9 +297,10 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         "calibrated within tolerance and the share of positives known at age a is F_b", F_b
         estimated per bet bin for each day t on every day already final when t is checked
         (so the estimate sharpens as the history grows), with a Hoeffding bound at level
-        alpha/4 (union over bins and the horizon's days). alpha is then split: alpha/2 for the mature stream, alpha/4
-        for the early one (so P(any false alarm in either) <= alpha). An alarm only in the
-        early stream reads "calibration at lag a, or the label delay, changed".
+        alpha/4 (union over bins and the horizon's days). alpha is then split: alpha/2 for
+        the mature stream, alpha/4 for the early one (so P(any false alarm in either) <=
+        alpha). An alarm only in the early stream reads "calibration at lag a, or the label
+        delay, changed".
     null : {"calibrated", "reference"}, default "calibrated"
         ``"calibrated"``: every row is calibrated within ``tolerance``. ``"reference"``: every
         row is as calibrated as the reference window, within ``tolerance``: per bet bin b,
