@@ -33,7 +33,7 @@ _RESERVED = frozenset({
     *INTERNAL, "n", "bin", "cell", "k", "u", "f", "v", "s", "within", "swy", "swp", "swyy", "swpp", "swyp",
     "sw2", "p_min", "p_max", "p_at_min", "p_at_max", "s_min", "s_max", "total", "positive",
     "negative", "var", "var2", "sw_sq_resid", "sw_spieg", "sw_spieg_var", "sw_logloss",
-    "n_infinite_logloss", "n_rows", "n_dropped", "interval", "lo", "ny",
+    "n_infinite_logloss", "n_rows", "n_dropped", "interval", "lo", "ny", "given",
 })
 
 _CHECKS = (

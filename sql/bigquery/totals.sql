@@ -80,69 +80,27 @@ FROM (
         )
       )
     ) AS `sw2_spieg_var`,
-    SUM(
-      `t1`.`w` * -(
-        LN(
-          IF(
-            IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`) > 0,
-            IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`),
-            1.0
-          )
-        )
-      )
-    ) AS `sw_logloss`,
-    COUNTIF(
-      (
-        `t1`.`w` > 0
-      )
-      AND (
-        (
-          (
-            `t1`.`p` = 0
-          ) AND (
-            `t1`.`y` > 0
-          )
-        )
-        OR (
-          (
-            `t1`.`p` = 1
-          ) AND (
-            `t1`.`y` < 1
-          )
-        )
-      )
-    ) AS `n_infinite_logloss`,
+    SUM(`t1`.`w` * -(
+      LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
+    )) AS `sw_logloss`,
+    COUNTIF((
+      `t1`.`given` = 0
+    ) AND (
+      `t1`.`w` > 0
+    )) AS `n_infinite_logloss`,
     SUM(
       `t1`.`w` * (
         -(
-          LN(
-            IF(
-              IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`) > 0,
-              IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`),
-              1.0
-            )
-          )
+          LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
         ) * -(
-          LN(
-            IF(
-              IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`) > 0,
-              IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`),
-              1.0
-            )
-          )
+          LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
         )
       )
     ) AS `sw_logloss_sq`,
     SUM(
       `t1`.`w` * (
         `t1`.`y` * -(
-          LN(
-            IF(
-              IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`) > 0,
-              IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`),
-              1.0
-            )
-          )
+          LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
         )
       )
     ) AS `swy_logloss`,
@@ -187,7 +145,8 @@ FROM (
       `t0`.`segment`,
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
-      `t0`.`weight` AS `w`
+      `t0`.`weight` AS `w`,
+      IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`
     FROM `predictions` AS `t0`
     WHERE
       NOT (

@@ -80,68 +80,28 @@ FROM (
         )
       )
     ) AS "sw2_spieg_var",
-    SUM(
-      "t1"."w" * -(
-        LN(
-          CASE
-            WHEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END > 0
-            THEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END
-            ELSE 1.0
-          END
-        )
-      )
-    ) AS "sw_logloss",
+    SUM("t1"."w" * -(
+      LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
+    )) AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       (
+        "t1"."given" = 0
+      ) AND (
         "t1"."w" > 0
-      )
-      AND (
-        (
-          (
-            "t1"."p" = 0
-          ) AND (
-            "t1"."y" > 0
-          )
-        )
-        OR (
-          (
-            "t1"."p" = 1
-          ) AND (
-            "t1"."y" < 1
-          )
-        )
       )) AS "n_infinite_logloss",
     SUM(
       "t1"."w" * (
         -(
-          LN(
-            CASE
-              WHEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END > 0
-              THEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END
-              ELSE 1.0
-            END
-          )
+          LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
         ) * -(
-          LN(
-            CASE
-              WHEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END > 0
-              THEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END
-              ELSE 1.0
-            END
-          )
+          LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
         )
       )
     ) AS "sw_logloss_sq",
     SUM(
       "t1"."w" * (
         "t1"."y" * -(
-          LN(
-            CASE
-              WHEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END > 0
-              THEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END
-              ELSE 1.0
-            END
-          )
+          LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
         )
       )
     ) AS "swy_logloss",
@@ -186,7 +146,8 @@ FROM (
       "t0"."segment",
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      "t0"."weight" AS "w"
+      "t0"."weight" AS "w",
+      CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given"
     FROM "predictions" AS "t0"
     WHERE
       NOT (

@@ -80,68 +80,28 @@ FROM (
         )
       )
     ) AS "sw2_spieg_var",
-    SUM(
-      "t1"."w" * -(
-        LN(
-          IF(
-            IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p") > 0,
-            IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p"),
-            CAST(1.0 AS DOUBLE)
-          )
-        )
-      )
-    ) AS "sw_logloss",
+    SUM("t1"."w" * -(
+      LN(IF("t1"."given" > 0, "t1"."given", CAST(1.0 AS DOUBLE)))
+    )) AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       (
+        "t1"."given" = 0
+      ) AND (
         "t1"."w" > 0
-      )
-      AND (
-        (
-          (
-            "t1"."p" = 0
-          ) AND (
-            "t1"."y" > 0
-          )
-        )
-        OR (
-          (
-            "t1"."p" = 1
-          ) AND (
-            "t1"."y" < 1
-          )
-        )
       )) AS "n_infinite_logloss",
     SUM(
       "t1"."w" * (
         -(
-          LN(
-            IF(
-              IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p") > 0,
-              IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p"),
-              CAST(1.0 AS DOUBLE)
-            )
-          )
+          LN(IF("t1"."given" > 0, "t1"."given", CAST(1.0 AS DOUBLE)))
         ) * -(
-          LN(
-            IF(
-              IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p") > 0,
-              IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p"),
-              CAST(1.0 AS DOUBLE)
-            )
-          )
+          LN(IF("t1"."given" > 0, "t1"."given", CAST(1.0 AS DOUBLE)))
         )
       )
     ) AS "sw_logloss_sq",
     SUM(
       "t1"."w" * (
         "t1"."y" * -(
-          LN(
-            IF(
-              IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p") > 0,
-              IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p"),
-              CAST(1.0 AS DOUBLE)
-            )
-          )
+          LN(IF("t1"."given" > 0, "t1"."given", CAST(1.0 AS DOUBLE)))
         )
       )
     ) AS "swy_logloss",
@@ -186,7 +146,8 @@ FROM (
       "t0"."segment",
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      "t0"."weight" AS "w"
+      "t0"."weight" AS "w",
+      IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given"
     FROM "predictions" AS "t0"
     WHERE
       NOT (

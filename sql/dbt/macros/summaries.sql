@@ -1344,36 +1344,14 @@ FROM (
         )
       )
     ) AS "sw2_spieg_var",
-    SUM(
-      "t1"."w" * -(
-        LN(
-          CASE
-            WHEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END > 0
-            THEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END
-            ELSE 1.0
-          END
-        )
-      )
-    ) AS "sw_logloss",
+    SUM("t1"."w" * -(
+      LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
+    )) AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       (
+        "t1"."given" = 0
+      ) AND (
         "t1"."w" > 0
-      )
-      AND (
-        (
-          (
-            "t1"."p" = 0
-          ) AND (
-            "t1"."y" > 0
-          )
-        )
-        OR (
-          (
-            "t1"."p" = 1
-          ) AND (
-            "t1"."y" < 1
-          )
-        )
       )) AS "n_infinite_logloss",
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
@@ -1424,7 +1402,8 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      "t0"."weight" AS "w"
+      "t0"."weight" AS "w",
+      CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given"
     FROM {{ relation }} AS "t0"
     WHERE
       NOT (
@@ -1486,37 +1465,11 @@ FROM (
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
-    SUM(
-      -(
-        LN(
-          CASE
-            WHEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END > 0
-            THEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END
-            ELSE 1.0
-          END
-        )
-      )
-    ) AS "sw_logloss",
+    SUM(-(
+      LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
+    )) AS "sw_logloss",
     COUNT(*) FILTER(WHERE
-      (
-        1.0 > 0
-      )
-      AND (
-        (
-          (
-            "t1"."p" = 0
-          ) AND (
-            "t1"."y" > 0
-          )
-        )
-        OR (
-          (
-            "t1"."p" = 1
-          ) AND (
-            "t1"."y" < 1
-          )
-        )
-      )) AS "n_infinite_logloss",
+      "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."y" * "t1"."p") AS "swyp",
     SUM("t1"."p" * "t1"."p") AS "swpp",
     SUM(
@@ -1544,7 +1497,8 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      1.0 AS "w"
+      1.0 AS "w",
+      CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given"
     FROM {{ relation }} AS "t0"
   ) AS "t1"
 {%- if by %}
@@ -1624,36 +1578,14 @@ FROM (
         )
       )
     ) AS "sw2_spieg_var",
-    SUM(
-      "t1"."w" * -(
-        LN(
-          CASE
-            WHEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END > 0
-            THEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END
-            ELSE 1.0
-          END
-        )
-      )
-    ) AS "sw_logloss",
+    SUM("t1"."w" * -(
+      LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
+    )) AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       (
+        "t1"."given" = 0
+      ) AND (
         "t1"."w" > 0
-      )
-      AND (
-        (
-          (
-            "t1"."p" = 0
-          ) AND (
-            "t1"."y" > 0
-          )
-        )
-        OR (
-          (
-            "t1"."p" = 1
-          ) AND (
-            "t1"."y" < 1
-          )
-        )
       )) AS "n_infinite_logloss",
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
@@ -1704,7 +1636,8 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      "t0"."weight" AS "w"
+      "t0"."weight" AS "w",
+      CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given"
     FROM {{ relation }} AS "t0"
     WHERE
       NOT (
@@ -1766,37 +1699,11 @@ FROM (
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
-    SUM(
-      -(
-        LN(
-          CASE
-            WHEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END > 0
-            THEN CASE WHEN "t1"."y" > 0 THEN "t1"."p" ELSE 1 - "t1"."p" END
-            ELSE 1.0
-          END
-        )
-      )
-    ) AS "sw_logloss",
+    SUM(-(
+      LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
+    )) AS "sw_logloss",
     COUNT(*) FILTER(WHERE
-      (
-        1.0 > 0
-      )
-      AND (
-        (
-          (
-            "t1"."p" = 0
-          ) AND (
-            "t1"."y" > 0
-          )
-        )
-        OR (
-          (
-            "t1"."p" = 1
-          ) AND (
-            "t1"."y" < 1
-          )
-        )
-      )) AS "n_infinite_logloss",
+      "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."y" * "t1"."p") AS "swyp",
     SUM("t1"."p" * "t1"."p") AS "swpp",
     SUM(
@@ -1824,7 +1731,8 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      1.0 AS "w"
+      1.0 AS "w",
+      CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given"
     FROM {{ relation }} AS "t0"
   ) AS "t1"
 {%- if by %}
@@ -1904,38 +1812,14 @@ FROM (
         )
       )
     ) AS `sw2_spieg_var`,
-    SUM(
-      `t1`.`w` * -(
-        LN(
-          IF(
-            IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`) > 0,
-            IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`),
-            1.0
-          )
-        )
-      )
-    ) AS `sw_logloss`,
-    SUM(
-      CAST((
-        `t1`.`w` > 0
-      )
-      AND (
-        (
-          (
-            `t1`.`p` = 0
-          ) AND (
-            `t1`.`y` > 0
-          )
-        )
-        OR (
-          (
-            `t1`.`p` = 1
-          ) AND (
-            `t1`.`y` < 1
-          )
-        )
-      ) AS BIGINT)
-    ) AS `n_infinite_logloss`,
+    SUM(`t1`.`w` * -(
+      LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
+    )) AS `sw_logloss`,
+    SUM(CAST((
+      `t1`.`given` = 0
+    ) AND (
+      `t1`.`w` > 0
+    ) AS BIGINT)) AS `n_infinite_logloss`,
     SUM(`t1`.`w` * (
       `t1`.`y` * `t1`.`p`
     )) AS `swyp`,
@@ -1985,7 +1869,8 @@ FROM (
 {%- endfor %}
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
-      `t0`.`weight` AS `w`
+      `t0`.`weight` AS `w`,
+      IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`
     FROM {{ relation }} AS `t0`
     WHERE
       NOT (
@@ -2048,38 +1933,10 @@ FROM (
     SUM(`t1`.`y`) AS `swy`,
     SUM(`t1`.`p`) AS `swp`,
     MIN(`t1`.`p`) AS `p_min`,
-    SUM(
-      -(
-        LN(
-          IF(
-            IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`) > 0,
-            IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`),
-            1.0
-          )
-        )
-      )
-    ) AS `sw_logloss`,
-    SUM(
-      CAST((
-        1.0 > 0
-      )
-      AND (
-        (
-          (
-            `t1`.`p` = 0
-          ) AND (
-            `t1`.`y` > 0
-          )
-        )
-        OR (
-          (
-            `t1`.`p` = 1
-          ) AND (
-            `t1`.`y` < 1
-          )
-        )
-      ) AS BIGINT)
-    ) AS `n_infinite_logloss`,
+    SUM(-(
+      LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
+    )) AS `sw_logloss`,
+    SUM(CAST(`t1`.`given` = 0 AS BIGINT)) AS `n_infinite_logloss`,
     SUM(`t1`.`y` * `t1`.`p`) AS `swyp`,
     SUM(`t1`.`p` * `t1`.`p`) AS `swpp`,
     SUM(
@@ -2107,7 +1964,8 @@ FROM (
 {%- endfor %}
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
-      1.0 AS `w`
+      1.0 AS `w`,
+      IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`
     FROM {{ relation }} AS `t0`
   ) AS `t1`
 {%- if by %}
@@ -2187,38 +2045,14 @@ FROM (
         )
       )
     ) AS `sw2_spieg_var`,
-    SUM(
-      `t1`.`w` * -(
-        LN(
-          IF(
-            IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`) > 0,
-            IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`),
-            1.0
-          )
-        )
-      )
-    ) AS `sw_logloss`,
-    COUNTIF(
-      (
-        `t1`.`w` > 0
-      )
-      AND (
-        (
-          (
-            `t1`.`p` = 0
-          ) AND (
-            `t1`.`y` > 0
-          )
-        )
-        OR (
-          (
-            `t1`.`p` = 1
-          ) AND (
-            `t1`.`y` < 1
-          )
-        )
-      )
-    ) AS `n_infinite_logloss`,
+    SUM(`t1`.`w` * -(
+      LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
+    )) AS `sw_logloss`,
+    COUNTIF((
+      `t1`.`given` = 0
+    ) AND (
+      `t1`.`w` > 0
+    )) AS `n_infinite_logloss`,
     SUM(`t1`.`w` * (
       `t1`.`y` * `t1`.`p`
     )) AS `swyp`,
@@ -2268,7 +2102,8 @@ FROM (
 {%- endfor %}
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
-      `t0`.`weight` AS `w`
+      `t0`.`weight` AS `w`,
+      IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`
     FROM {{ relation }} AS `t0`
     WHERE
       NOT (
@@ -2330,38 +2165,10 @@ FROM (
     SUM(`t1`.`y`) AS `swy`,
     SUM(`t1`.`p`) AS `swp`,
     MIN(`t1`.`p`) AS `p_min`,
-    SUM(
-      -(
-        LN(
-          IF(
-            IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`) > 0,
-            IF(`t1`.`y` > 0, `t1`.`p`, 1 - `t1`.`p`),
-            1.0
-          )
-        )
-      )
-    ) AS `sw_logloss`,
-    COUNTIF(
-      (
-        1.0 > 0
-      )
-      AND (
-        (
-          (
-            `t1`.`p` = 0
-          ) AND (
-            `t1`.`y` > 0
-          )
-        )
-        OR (
-          (
-            `t1`.`p` = 1
-          ) AND (
-            `t1`.`y` < 1
-          )
-        )
-      )
-    ) AS `n_infinite_logloss`,
+    SUM(-(
+      LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
+    )) AS `sw_logloss`,
+    COUNTIF(`t1`.`given` = 0) AS `n_infinite_logloss`,
     SUM(`t1`.`y` * `t1`.`p`) AS `swyp`,
     SUM(`t1`.`p` * `t1`.`p`) AS `swpp`,
     SUM(
@@ -2389,7 +2196,8 @@ FROM (
 {%- endfor %}
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
-      1.0 AS `w`
+      1.0 AS `w`,
+      IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`
     FROM {{ relation }} AS `t0`
   ) AS `t1`
 {%- if by %}
@@ -2469,38 +2277,14 @@ FROM (
         )
       )
     ) AS "sw2_spieg_var",
-    SUM(
-      "t1"."w" * -(
-        LN(
-          IFF(
-            IFF("t1"."y" > 0, "t1"."p", 1 - "t1"."p") > 0,
-            IFF("t1"."y" > 0, "t1"."p", 1 - "t1"."p"),
-            1.0
-          )
-        )
-      )
-    ) AS "sw_logloss",
-    COUNT_IF(
-      (
-        "t1"."w" > 0
-      )
-      AND (
-        (
-          (
-            "t1"."p" = 0
-          ) AND (
-            "t1"."y" > 0
-          )
-        )
-        OR (
-          (
-            "t1"."p" = 1
-          ) AND (
-            "t1"."y" < 1
-          )
-        )
-      )
-    ) AS "n_infinite_logloss",
+    SUM("t1"."w" * -(
+      LN(IFF("t1"."given" > 0, "t1"."given", 1.0))
+    )) AS "sw_logloss",
+    COUNT_IF((
+      "t1"."given" = 0
+    ) AND (
+      "t1"."w" > 0
+    )) AS "n_infinite_logloss",
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
     )) AS "swyp",
@@ -2550,7 +2334,8 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      "t0"."weight" AS "w"
+      "t0"."weight" AS "w",
+      IFF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given"
     FROM {{ relation }} AS "t0"
     WHERE
       NOT (
@@ -2612,38 +2397,10 @@ FROM (
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
-    SUM(
-      -(
-        LN(
-          IFF(
-            IFF("t1"."y" > 0, "t1"."p", 1 - "t1"."p") > 0,
-            IFF("t1"."y" > 0, "t1"."p", 1 - "t1"."p"),
-            1.0
-          )
-        )
-      )
-    ) AS "sw_logloss",
-    COUNT_IF(
-      (
-        1.0 > 0
-      )
-      AND (
-        (
-          (
-            "t1"."p" = 0
-          ) AND (
-            "t1"."y" > 0
-          )
-        )
-        OR (
-          (
-            "t1"."p" = 1
-          ) AND (
-            "t1"."y" < 1
-          )
-        )
-      )
-    ) AS "n_infinite_logloss",
+    SUM(-(
+      LN(IFF("t1"."given" > 0, "t1"."given", 1.0))
+    )) AS "sw_logloss",
+    COUNT_IF("t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."y" * "t1"."p") AS "swyp",
     SUM("t1"."p" * "t1"."p") AS "swpp",
     SUM(
@@ -2671,7 +2428,8 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      1.0 AS "w"
+      1.0 AS "w",
+      IFF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given"
     FROM {{ relation }} AS "t0"
   ) AS "t1"
 {%- if by %}
@@ -2751,36 +2509,14 @@ FROM (
         )
       )
     ) AS "sw2_spieg_var",
-    SUM(
-      "t1"."w" * -(
-        LN(
-          IF(
-            IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p") > 0,
-            IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p"),
-            CAST(1.0 AS DOUBLE)
-          )
-        )
-      )
-    ) AS "sw_logloss",
+    SUM("t1"."w" * -(
+      LN(IF("t1"."given" > 0, "t1"."given", CAST(1.0 AS DOUBLE)))
+    )) AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       (
+        "t1"."given" = 0
+      ) AND (
         "t1"."w" > 0
-      )
-      AND (
-        (
-          (
-            "t1"."p" = 0
-          ) AND (
-            "t1"."y" > 0
-          )
-        )
-        OR (
-          (
-            "t1"."p" = 1
-          ) AND (
-            "t1"."y" < 1
-          )
-        )
       )) AS "n_infinite_logloss",
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
@@ -2831,7 +2567,8 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      "t0"."weight" AS "w"
+      "t0"."weight" AS "w",
+      IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given"
     FROM {{ relation }} AS "t0"
     WHERE
       NOT (
@@ -2893,37 +2630,11 @@ FROM (
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
-    SUM(
-      -(
-        LN(
-          IF(
-            IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p") > 0,
-            IF("t1"."y" > 0, "t1"."p", 1 - "t1"."p"),
-            CAST(1.0 AS DOUBLE)
-          )
-        )
-      )
-    ) AS "sw_logloss",
+    SUM(-(
+      LN(IF("t1"."given" > 0, "t1"."given", CAST(1.0 AS DOUBLE)))
+    )) AS "sw_logloss",
     COUNT(*) FILTER(WHERE
-      (
-        CAST(1.0 AS DOUBLE) > 0
-      )
-      AND (
-        (
-          (
-            "t1"."p" = 0
-          ) AND (
-            "t1"."y" > 0
-          )
-        )
-        OR (
-          (
-            "t1"."p" = 1
-          ) AND (
-            "t1"."y" < 1
-          )
-        )
-      )) AS "n_infinite_logloss",
+      "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."y" * "t1"."p") AS "swyp",
     SUM("t1"."p" * "t1"."p") AS "swpp",
     SUM(
@@ -2951,7 +2662,8 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      CAST(1.0 AS DOUBLE) AS "w"
+      CAST(1.0 AS DOUBLE) AS "w",
+      IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given"
     FROM {{ relation }} AS "t0"
   ) AS "t1"
 {%- if by %}
