@@ -199,7 +199,8 @@ def test_calibrated_passes_and_miscalibrated_fails(built):
     status = {name: r["status"] for name, r in results.items()}
     for node in ("rows", "calibrated", "miscalibrated", "invalid", "seed_values", "predictions",
                  "events", "sqlcal_sum_totals", "sqlcal_sum_cells", "sqlcal_sum_bins",
-                 "sqlcal_snapshots"):
+                 "sqlcal_snapshots", "drift_sum_cells", "drift_snapshots", "drift_path",
+                 "drift_alarms"):
         assert status[node] == "success", (node, stdout[-3000:])
     for metric in METRICS:
         assert status[f"calibrated_{metric}"] == "pass", (metric, stdout[-3000:])
@@ -212,6 +213,9 @@ def test_calibrated_passes_and_miscalibrated_fails(built):
     # rows the library refuses (a NULL score in group a) fail the test whatever the value
     assert status["invalid_ece"] == "fail" and results["invalid_ece"]["failures"] == 1
     assert returncode != 0 and "Failure in test miscalibrated_ece " in stdout
+    # the change detector on a stored stream: the drifting segment alarms, the steady one not
+    assert status["drift_change"] == "fail" and results["drift_change"]["failures"] == 1
+    assert status["drift_change_steady"] == "pass"
 
 
 def test_values_equal_the_library(built):
@@ -369,3 +373,50 @@ def test_stored_reads_the_store_dbt_wrote(builds, adapter):
     periods = manifest(path)
     assert len(periods) == 3 and periods["version"].tolist() == [1, 1, 1]
     assert periods["integer_weights"].all() and periods["mature"].all()
+
+
+@pytest.mark.parametrize("adapter", ["duckdb", "postgres"])
+def test_change_detector_equals_the_library(builds, adapter):
+    """sqlcal.calibration_change's detector, per segment and stored day (drift_path) and its
+    alarm (drift_alarms), equals sqlcal.detect on the store dbt wrote to 1e-9; the rate of the
+    segment 'drift' is 1.4 times its score from 2026-11-10 on, and it alone alarms, after."""
+    import ibis
+    if isinstance(builds[adapter], str):
+        pytest.skip(builds[adapter])
+    if adapter == "duckdb":  # the connection sqlcal keeps for the path (one per process)
+        from sqlcal.monitor.store import connect
+        store = str(builds["duckdb_dir"] / "dbt.duckdb")
+        path, alarms = (connect(store).table(t).to_pandas() for t in ("drift_path",
+                                                                       "drift_alarms"))
+    else:
+        import psycopg
+        with psycopg.connect(**PG) as con:
+            path, alarms = (_fetch(con, f"select * from {_SCHEMA}.{t}")
+                            for t in ("drift_path", "drift_alarms"))
+        store = ibis.postgres.connect(host=PG["host"], port=PG["port"], user=PG["user"],
+                                      password=PG["password"], database=PG["dbname"],
+                                      schema=_SCHEMA)
+    found = sqlcal.detect(store, prefix="drift_")
+    path["day"] = pd.to_datetime(path["day"]).astype("datetime64[ns]")
+    both = path.merge(found.path, on=["segment", "day"], how="outer", suffixes=("", "_lib"),
+                      indicator=True)
+    assert (both["_merge"] == "both").all() and len(both) == 120  # 60 days, 2 segments
+    for column in ("n", "W", "log_e", "log_M"):
+        np.testing.assert_allclose(both[column].astype(float), both[f"{column}_lib"],
+                                   rtol=1e-9, atol=1e-9, err_msg=f"{adapter} {column}")
+    np.testing.assert_allclose(path["threshold"].astype(float), np.log(365 / 0.05), rtol=1e-12)
+    assert (path["alarm"].astype(int) == (path["log_M"] >= path["threshold"])).all()
+    alarms = alarms.set_index("segment")
+    assert alarms["failed"].astype(int).to_dict() == {"drift": 1, "steady": 0}
+    assert alarms["problem"].isna().all()
+    (_, lib), = found.alarms.iterrows()
+    got = alarms.loc["drift"]
+    assert lib["segment"] == "drift"
+    assert pd.Timestamp(got["alarm_day"]) == lib["alarm_day"]
+    assert pd.Timestamp(got["change_day"]) == lib["change_day"]
+    np.testing.assert_allclose(float(got["log_M_at_alarm"]), lib["log_M_at_alarm"], rtol=1e-9)
+    assert pd.Timestamp("2026-11-10") <= lib["change_day"] <= lib["alarm_day"] \
+        <= pd.Timestamp("2026-11-20")
+    last = found.path[found.path["day"] == found.path["day"].max()].set_index("segment")
+    np.testing.assert_allclose(alarms["log_M"].astype(float), last.loc[alarms.index, "log_M"],
+                               rtol=1e-9, atol=1e-9)
