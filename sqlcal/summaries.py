@@ -232,14 +232,14 @@ def totals(rows: ir.Table, by: Sequence[str], parts: frozenset, *, weighted: boo
     about a bare scan, so only the log loss asks for it). ``soft=False`` (labels known to be 0 or
     1, or refused by the validation this scan carries) takes one logarithm per row instead of two.
     """
-    if not soft and "logloss" in parts:
-        rows = rows.mutate(**{GIVEN: given_probability(rows)})
+    rows = with_given(rows, "logloss" in parts, soft)
     return grouped(rows, by, totals_sums(rows, parts, weighted=weighted, soft=soft),
                    checks(rows) if checks else {}, weighted=weighted, soft=soft)
 
 
-#: the projected column holding the probability given to the outcome (binary labels)
-GIVEN = "given"
+#: the projected columns holding the probability given to the outcome and its log loss term
+#: (binary labels)
+GIVEN, LOSS = "given", "loss"
 
 
 def given_probability(t: ir.Table) -> ir.FloatingValue:
@@ -247,12 +247,21 @@ def given_probability(t: ir.Table) -> ir.FloatingValue:
     return ibis.ifelse(t.y > 0, t.p, 1 - t.p)
 
 
-def with_given(t: ir.Table, members: Sequence, soft: bool) -> ir.Table:
-    """``t`` with the :data:`GIVEN` column when a totals summary among ``members`` takes the log
-    loss of binary labels: projected once, read by both log-loss aggregates."""
-    if soft or not any(s.kind == "totals" and "logloss" in s.parts for s in members):
+def log_loss_term(given: ir.FloatingValue) -> ir.FloatingValue:
+    """−ln of the probability given to the outcome; 0 where it is 0 (those infinite terms are
+    counted apart, and Postgres raises on ln(0))."""
+    return -ibis.ifelse(given > 0, given, 1.0).ln()
+
+
+def with_given(t: ir.Table, logloss: bool, soft: bool) -> ir.Table:
+    """``t`` with the :data:`GIVEN` and :data:`LOSS` columns when the scan takes the log loss
+    (``logloss``) of binary labels (not ``soft``): projected once a row and read by every
+    log-loss aggregate (written inline, the engine evaluates the logarithm once per aggregate:
+    four times a row for the normalized entropy's sums)."""
+    if soft or not logloss:
         return t
-    return t.mutate(**{GIVEN: given_probability(t)})
+    given = given_probability(t)
+    return t.mutate(**{GIVEN: given, LOSS: log_loss_term(given)})
 
 
 def totals_sums(t: ir.Table, parts: frozenset, *, weighted: bool, soft: bool = True) -> dict:
@@ -282,7 +291,7 @@ def totals_sums(t: ir.Table, parts: frozenset, *, weighted: bool, soft: bool = T
             # engine evaluates its CASE three times a row; this way the log-loss sums cost a
             # tenth less of the default report's first scan on DuckDB)
             given = t[GIVEN] if GIVEN in t.columns else given_probability(t)
-            loss = -ibis.ifelse(given > 0, given, 1.0).ln()
+            loss = t[LOSS] if LOSS in t.columns else log_loss_term(given)
             infinite = (given == 0) & (w > 0) if weighted else given == 0
         sums |= dict(sw_logloss=times(loss).sum(), n_infinite_logloss=t.count(where=infinite))
         if "logloss_var" in parts:  # Σwℓ², Σwyℓ: the normalized entropy's delta-method variance
@@ -591,7 +600,8 @@ def fused(members: Sequence, rows: ir.Table, by: Sequence[str], *, weighted: boo
     grids = [s.params[0] for s in members if s.kind == "cells"]
     if grids:
         keys["cell"] = score_cell(rows.p, max(grids))
-    t = with_given(rows.mutate(**keys), members, soft)
+    logloss = any(s.kind == "totals" and "logloss" in s.parts for s in members)
+    t = with_given(rows.mutate(**keys), logloss, soft)
     parts = frozenset().union(*(s.parts for s in members)) | {"sums"}
     sums = _sums(t, parts, weighted=weighted)
     for s in members:

@@ -80,30 +80,18 @@ FROM (
         )
       )
     ) AS `sw2_spieg_var`,
-    SUM(`t1`.`w` * -(
-      LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
-    )) AS `sw_logloss`,
+    SUM(`t1`.`w` * `t1`.`loss`) AS `sw_logloss`,
     COUNTIF((
       `t1`.`given` = 0
     ) AND (
       `t1`.`w` > 0
     )) AS `n_infinite_logloss`,
-    SUM(
-      `t1`.`w` * (
-        -(
-          LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
-        ) * -(
-          LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
-        )
-      )
-    ) AS `sw_logloss_sq`,
-    SUM(
-      `t1`.`w` * (
-        `t1`.`y` * -(
-          LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
-        )
-      )
-    ) AS `swy_logloss`,
+    SUM(`t1`.`w` * (
+      `t1`.`loss` * `t1`.`loss`
+    )) AS `sw_logloss_sq`,
+    SUM(`t1`.`w` * (
+      `t1`.`y` * `t1`.`loss`
+    )) AS `swy_logloss`,
     SUM(
       `t1`.`w` * (
         (
@@ -146,7 +134,16 @@ FROM (
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
       `t0`.`weight` AS `w`,
-      IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`
+      IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`,
+      -(
+        LN(
+          IF(
+            IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) > 0,
+            IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`),
+            1.0
+          )
+        )
+      ) AS `loss`
     FROM `predictions` AS `t0`
     WHERE
       NOT (

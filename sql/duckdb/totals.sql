@@ -80,31 +80,19 @@ FROM (
         )
       )
     ) AS "sw2_spieg_var",
-    SUM("t1"."w" * -(
-      LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
-    )) AS "sw_logloss",
+    SUM("t1"."w" * "t1"."loss") AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       (
         "t1"."given" = 0
       ) AND (
         "t1"."w" > 0
       )) AS "n_infinite_logloss",
-    SUM(
-      "t1"."w" * (
-        -(
-          LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
-        ) * -(
-          LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
-        )
-      )
-    ) AS "sw_logloss_sq",
-    SUM(
-      "t1"."w" * (
-        "t1"."y" * -(
-          LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
-        )
-      )
-    ) AS "swy_logloss",
+    SUM("t1"."w" * (
+      "t1"."loss" * "t1"."loss"
+    )) AS "sw_logloss_sq",
+    SUM("t1"."w" * (
+      "t1"."y" * "t1"."loss"
+    )) AS "swy_logloss",
     SUM(
       "t1"."w" * (
         (
@@ -147,7 +135,16 @@ FROM (
       "t0"."score" AS "p",
       "t0"."label" AS "y",
       "t0"."weight" AS "w",
-      CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given"
+      CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given",
+      -(
+        LN(
+          CASE
+            WHEN CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END > 0
+            THEN CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END
+            ELSE 1.0
+          END
+        )
+      ) AS "loss"
     FROM "predictions" AS "t0"
     WHERE
       NOT (

@@ -80,31 +80,19 @@ FROM (
         )
       )
     ) AS "sw2_spieg_var",
-    SUM("t1"."w" * -(
-      LN(IF("t1"."given" > 0, "t1"."given", CAST(1.0 AS DOUBLE)))
-    )) AS "sw_logloss",
+    SUM("t1"."w" * "t1"."loss") AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       (
         "t1"."given" = 0
       ) AND (
         "t1"."w" > 0
       )) AS "n_infinite_logloss",
-    SUM(
-      "t1"."w" * (
-        -(
-          LN(IF("t1"."given" > 0, "t1"."given", CAST(1.0 AS DOUBLE)))
-        ) * -(
-          LN(IF("t1"."given" > 0, "t1"."given", CAST(1.0 AS DOUBLE)))
-        )
-      )
-    ) AS "sw_logloss_sq",
-    SUM(
-      "t1"."w" * (
-        "t1"."y" * -(
-          LN(IF("t1"."given" > 0, "t1"."given", CAST(1.0 AS DOUBLE)))
-        )
-      )
-    ) AS "swy_logloss",
+    SUM("t1"."w" * (
+      "t1"."loss" * "t1"."loss"
+    )) AS "sw_logloss_sq",
+    SUM("t1"."w" * (
+      "t1"."y" * "t1"."loss"
+    )) AS "swy_logloss",
     SUM(
       "t1"."w" * (
         (
@@ -147,7 +135,16 @@ FROM (
       "t0"."score" AS "p",
       "t0"."label" AS "y",
       "t0"."weight" AS "w",
-      IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given"
+      IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given",
+      -(
+        LN(
+          IF(
+            IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") > 0,
+            IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score"),
+            CAST(1.0 AS DOUBLE)
+          )
+        )
+      ) AS "loss"
     FROM "predictions" AS "t0"
     WHERE
       NOT (

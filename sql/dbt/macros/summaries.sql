@@ -1344,9 +1344,7 @@ FROM (
         )
       )
     ) AS "sw2_spieg_var",
-    SUM("t1"."w" * -(
-      LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
-    )) AS "sw_logloss",
+    SUM("t1"."w" * "t1"."loss") AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       (
         "t1"."given" = 0
@@ -1403,7 +1401,16 @@ FROM (
       "t0"."score" AS "p",
       "t0"."label" AS "y",
       "t0"."weight" AS "w",
-      CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given"
+      CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given",
+      -(
+        LN(
+          CASE
+            WHEN CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END > 0
+            THEN CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END
+            ELSE 1.0
+          END
+        )
+      ) AS "loss"
     FROM {{ relation }} AS "t0"
     WHERE
       NOT (
@@ -1465,9 +1472,7 @@ FROM (
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
-    SUM(-(
-      LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
-    )) AS "sw_logloss",
+    SUM("t1"."loss") AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."y" * "t1"."p") AS "swyp",
@@ -1498,7 +1503,16 @@ FROM (
       "t0"."score" AS "p",
       "t0"."label" AS "y",
       1.0 AS "w",
-      CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given"
+      CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given",
+      -(
+        LN(
+          CASE
+            WHEN CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END > 0
+            THEN CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END
+            ELSE 1.0
+          END
+        )
+      ) AS "loss"
     FROM {{ relation }} AS "t0"
   ) AS "t1"
 {%- if by %}
@@ -1578,9 +1592,7 @@ FROM (
         )
       )
     ) AS "sw2_spieg_var",
-    SUM("t1"."w" * -(
-      LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
-    )) AS "sw_logloss",
+    SUM("t1"."w" * "t1"."loss") AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       (
         "t1"."given" = 0
@@ -1637,7 +1649,16 @@ FROM (
       "t0"."score" AS "p",
       "t0"."label" AS "y",
       "t0"."weight" AS "w",
-      CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given"
+      CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given",
+      -(
+        LN(
+          CASE
+            WHEN CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END > 0
+            THEN CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END
+            ELSE 1.0
+          END
+        )
+      ) AS "loss"
     FROM {{ relation }} AS "t0"
     WHERE
       NOT (
@@ -1699,9 +1720,7 @@ FROM (
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
-    SUM(-(
-      LN(CASE WHEN "t1"."given" > 0 THEN "t1"."given" ELSE 1.0 END)
-    )) AS "sw_logloss",
+    SUM("t1"."loss") AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."y" * "t1"."p") AS "swyp",
@@ -1732,7 +1751,16 @@ FROM (
       "t0"."score" AS "p",
       "t0"."label" AS "y",
       1.0 AS "w",
-      CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given"
+      CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given",
+      -(
+        LN(
+          CASE
+            WHEN CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END > 0
+            THEN CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END
+            ELSE 1.0
+          END
+        )
+      ) AS "loss"
     FROM {{ relation }} AS "t0"
   ) AS "t1"
 {%- if by %}
@@ -1812,9 +1840,7 @@ FROM (
         )
       )
     ) AS `sw2_spieg_var`,
-    SUM(`t1`.`w` * -(
-      LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
-    )) AS `sw_logloss`,
+    SUM(`t1`.`w` * `t1`.`loss`) AS `sw_logloss`,
     SUM(CAST((
       `t1`.`given` = 0
     ) AND (
@@ -1870,7 +1896,16 @@ FROM (
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
       `t0`.`weight` AS `w`,
-      IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`
+      IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`,
+      -(
+        LN(
+          IF(
+            IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) > 0,
+            IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`),
+            1.0
+          )
+        )
+      ) AS `loss`
     FROM {{ relation }} AS `t0`
     WHERE
       NOT (
@@ -1933,9 +1968,7 @@ FROM (
     SUM(`t1`.`y`) AS `swy`,
     SUM(`t1`.`p`) AS `swp`,
     MIN(`t1`.`p`) AS `p_min`,
-    SUM(-(
-      LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
-    )) AS `sw_logloss`,
+    SUM(`t1`.`loss`) AS `sw_logloss`,
     SUM(CAST(`t1`.`given` = 0 AS BIGINT)) AS `n_infinite_logloss`,
     SUM(`t1`.`y` * `t1`.`p`) AS `swyp`,
     SUM(`t1`.`p` * `t1`.`p`) AS `swpp`,
@@ -1965,7 +1998,16 @@ FROM (
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
       1.0 AS `w`,
-      IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`
+      IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`,
+      -(
+        LN(
+          IF(
+            IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) > 0,
+            IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`),
+            1.0
+          )
+        )
+      ) AS `loss`
     FROM {{ relation }} AS `t0`
   ) AS `t1`
 {%- if by %}
@@ -2045,9 +2087,7 @@ FROM (
         )
       )
     ) AS `sw2_spieg_var`,
-    SUM(`t1`.`w` * -(
-      LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
-    )) AS `sw_logloss`,
+    SUM(`t1`.`w` * `t1`.`loss`) AS `sw_logloss`,
     COUNTIF((
       `t1`.`given` = 0
     ) AND (
@@ -2103,7 +2143,16 @@ FROM (
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
       `t0`.`weight` AS `w`,
-      IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`
+      IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`,
+      -(
+        LN(
+          IF(
+            IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) > 0,
+            IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`),
+            1.0
+          )
+        )
+      ) AS `loss`
     FROM {{ relation }} AS `t0`
     WHERE
       NOT (
@@ -2165,9 +2214,7 @@ FROM (
     SUM(`t1`.`y`) AS `swy`,
     SUM(`t1`.`p`) AS `swp`,
     MIN(`t1`.`p`) AS `p_min`,
-    SUM(-(
-      LN(IF(`t1`.`given` > 0, `t1`.`given`, 1.0))
-    )) AS `sw_logloss`,
+    SUM(`t1`.`loss`) AS `sw_logloss`,
     COUNTIF(`t1`.`given` = 0) AS `n_infinite_logloss`,
     SUM(`t1`.`y` * `t1`.`p`) AS `swyp`,
     SUM(`t1`.`p` * `t1`.`p`) AS `swpp`,
@@ -2197,7 +2244,16 @@ FROM (
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
       1.0 AS `w`,
-      IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`
+      IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`,
+      -(
+        LN(
+          IF(
+            IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) > 0,
+            IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`),
+            1.0
+          )
+        )
+      ) AS `loss`
     FROM {{ relation }} AS `t0`
   ) AS `t1`
 {%- if by %}
@@ -2277,9 +2333,7 @@ FROM (
         )
       )
     ) AS "sw2_spieg_var",
-    SUM("t1"."w" * -(
-      LN(IFF("t1"."given" > 0, "t1"."given", 1.0))
-    )) AS "sw_logloss",
+    SUM("t1"."w" * "t1"."loss") AS "sw_logloss",
     COUNT_IF((
       "t1"."given" = 0
     ) AND (
@@ -2335,7 +2389,16 @@ FROM (
       "t0"."score" AS "p",
       "t0"."label" AS "y",
       "t0"."weight" AS "w",
-      IFF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given"
+      IFF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given",
+      -(
+        LN(
+          IFF(
+            IFF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") > 0,
+            IFF("t0"."label" > 0, "t0"."score", 1 - "t0"."score"),
+            1.0
+          )
+        )
+      ) AS "loss"
     FROM {{ relation }} AS "t0"
     WHERE
       NOT (
@@ -2397,9 +2460,7 @@ FROM (
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
-    SUM(-(
-      LN(IFF("t1"."given" > 0, "t1"."given", 1.0))
-    )) AS "sw_logloss",
+    SUM("t1"."loss") AS "sw_logloss",
     COUNT_IF("t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."y" * "t1"."p") AS "swyp",
     SUM("t1"."p" * "t1"."p") AS "swpp",
@@ -2429,7 +2490,16 @@ FROM (
       "t0"."score" AS "p",
       "t0"."label" AS "y",
       1.0 AS "w",
-      IFF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given"
+      IFF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given",
+      -(
+        LN(
+          IFF(
+            IFF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") > 0,
+            IFF("t0"."label" > 0, "t0"."score", 1 - "t0"."score"),
+            1.0
+          )
+        )
+      ) AS "loss"
     FROM {{ relation }} AS "t0"
   ) AS "t1"
 {%- if by %}
@@ -2509,9 +2579,7 @@ FROM (
         )
       )
     ) AS "sw2_spieg_var",
-    SUM("t1"."w" * -(
-      LN(IF("t1"."given" > 0, "t1"."given", CAST(1.0 AS DOUBLE)))
-    )) AS "sw_logloss",
+    SUM("t1"."w" * "t1"."loss") AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       (
         "t1"."given" = 0
@@ -2568,7 +2636,16 @@ FROM (
       "t0"."score" AS "p",
       "t0"."label" AS "y",
       "t0"."weight" AS "w",
-      IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given"
+      IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given",
+      -(
+        LN(
+          IF(
+            IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") > 0,
+            IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score"),
+            CAST(1.0 AS DOUBLE)
+          )
+        )
+      ) AS "loss"
     FROM {{ relation }} AS "t0"
     WHERE
       NOT (
@@ -2630,9 +2707,7 @@ FROM (
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
-    SUM(-(
-      LN(IF("t1"."given" > 0, "t1"."given", CAST(1.0 AS DOUBLE)))
-    )) AS "sw_logloss",
+    SUM("t1"."loss") AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."y" * "t1"."p") AS "swyp",
@@ -2663,7 +2738,16 @@ FROM (
       "t0"."score" AS "p",
       "t0"."label" AS "y",
       CAST(1.0 AS DOUBLE) AS "w",
-      IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given"
+      IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given",
+      -(
+        LN(
+          IF(
+            IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") > 0,
+            IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score"),
+            CAST(1.0 AS DOUBLE)
+          )
+        )
+      ) AS "loss"
     FROM {{ relation }} AS "t0"
   ) AS "t1"
 {%- if by %}
