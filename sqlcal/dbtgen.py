@@ -1134,8 +1134,9 @@ do not edit. See the sqlcal README's dbt section for packages.yml and a schema.y
   bets from RANGE frames over the day index, the CUSUM as a running sum minus its running
   minimum); `sqlcal.calibration_change_values` (every group) and `calibration_change_path`
   (per group and day: `n`, `W`, `log_e`, `log_M`, `threshold`, `alarm`) take the same
-  arguments. The early stream (`lag`), an explicit `reference` window and the change's split
-  into intercept, slope and shape stay in Python (`sqlcal.detect`).
+  arguments. The early stream (`lag`), `null="reference"`, an explicit `reference` window, a
+  replayed check (`at`) and the change's split into intercept, slope and shape stay in Python
+  (`sqlcal.detect`).
 
 Adapters: DuckDB, PostgreSQL (the default SQL), Spark/Databricks, BigQuery, Snowflake, Trino
 (the detector needs RANGE frames with numeric offsets: PostgreSQL 11 or later; it runs in CI on
