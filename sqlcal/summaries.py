@@ -570,11 +570,15 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
     if summary.kind == "levels_within":
         return levels(within_ranges(rows, by, summary.params[0]), by, parts, weighted=weighted,
                       checks=checks)
-    if summary.kind == "levels_in_cells":  # each group its own cells: a join, not an IN list
-        grid, pairs = summary.params
+    if summary.kind in ("levels_in_cells", "logit_cells_in_cells"):  # each group its own
+        grid, pairs = summary.params[-2:]  # cells: a join, not an IN list
         frame = pd.DataFrame([(*key, c) for key, c in pairs], columns=[*by, "cell"])
-        frame = frame.infer_objects()
-        return levels(_joined_to_cells(rows, by, grid, frame), by, parts, weighted=weighted)
+        t = _joined_to_cells(rows, by, grid, frame.infer_objects())
+        if summary.kind == "levels_in_cells":
+            return levels(t, by, parts, weighted=weighted)
+        t = t.mutate(lcell=logit_cell(t.p, summary.params[0]))
+        return grouped(t, [*by, "lcell"], _sums(t, parts, weighted=weighted), {},
+                       weighted=weighted, soft=soft)
     if summary.kind == "logit_cells_within":
         scale, grid, ranges = summary.params
         return logit_cells_within(rows, by, scale, grid, ranges, parts, weighted=weighted,

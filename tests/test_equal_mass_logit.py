@@ -106,7 +106,9 @@ def test_local_evaluators_match_the_engine(con, upload):
     # one range for every group, as the split reads (the engine reads the union of the ranges)
     asked = [declared.logit_cells_within(64, 1024, [((0,), 0.0, 2 / 1024), ((1,), 0.0, 2 / 1024)],
                                          "sums", "moments"),
-             declared.levels_in_cells(2**14, [((0,), 5), ((0,), 17), ((1,), 9)], "sums")]
+             declared.levels_in_cells(2**14, [((0,), 5), ((0,), 17), ((1,), 9)], "sums"),
+             declared.logit_cells_in_cells(256, 2**14, [((0,), 5), ((0,), 17), ((1,), 9)],
+                                           "sums", "ny")]
     for summary in asked:
         engine = summaries.reduce(summary, src.rows, ["g"], weighted=True).execute()
         engine = engine.sort_values(list(engine.columns[:2]), ignore_index=True)

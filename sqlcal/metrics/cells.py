@@ -32,6 +32,10 @@ LEVEL_ROWS = 1_000_000
 #: split the wanted cells by log-odds (:func:`logit_split`) instead of zooming 2^k-fold when they
 #: hold more than this share of the rows: scores crowding a few cells, where 2^k zooms repeat
 CONCENTRATED = 0.25
+#: the first log-odds split's cells are at least 1/LOGIT_FIRST units of log-odds wide: a few
+#: thousand pieces over all groups, so that its pass over every crowded row costs about a scan
+#: (a hash table of half a million pieces cost DuckDB 5x that at 10^8 rows)
+LOGIT_FIRST = 32
 #: the finest log-odds split (cells of 2^-30 units of log-odds)
 _LOGIT_SCALE_MAX = 2**30
 #: the 2^k cells that select the levels of the split pieces: at most this many a piece on average
@@ -178,43 +182,74 @@ def equal_mass_walk(src: Source, bins: int, parts: frozenset, strategy: str, rea
 def logit_split(src: Source, pieces: dict, wanted: dict, rule: tuple, parts: frozenset, read):
     """The equal-mass search where scores crowd: the wanted score cells split by log-odds.
 
-    One read (:func:`sqlcal.query.declared.logit_cells_within`) groups the rows of one run of
-    cells (from the lowest to the highest cell any group wants, the same for every group) by
-    log-odds cell ``FLOOR(ln(p/(1 − p))·s)``, s a power of two chosen from the histogram so that
-    the pieces holding the order statistics hold about :data:`LEVEL_ROWS`/2 rows; a finer s
-    follows only when they hold more than :data:`LEVEL_ROWS`. The log-odds cell never
-    decreases with p, so each piece is the score range [p_min, p_max] of its rows, exact however
-    the engine rounds the logarithm; the levels are then read inside the wanted pieces' ranges
-    (widened to a 2^k grid, one IN list). Returns what :func:`equal_mass_walk` returns, with the
-    pieces numbered by rank per group and ``scale`` None; None when the pieces overlap (an
-    engine whose logarithm decreases somewhere), for the 2^k zoom instead."""
+    A first read (:func:`sqlcal.query.declared.logit_cells_within`) groups the rows of one run
+    of cells (from the lowest to the highest cell any group wants, the same for every group) by
+    log-odds cell ``FLOOR(ln(p/(1 − p))·s)``, s a power of two of at most
+    :data:`LOGIT_FIRST` (a small hash table, so about a scan's cost). While the pieces holding
+    the order statistics hold more than :data:`LEVEL_ROWS` rows, a finer split of those pieces
+    only follows (:func:`sqlcal.query.declared.logit_cells_in_cells`: each group joined to its
+    own 2^k cells around them), s chosen so that they keep about LEVEL_ROWS/2 rows. The
+    log-odds cell never decreases with p, so each piece is the score range [p_min, p_max] of
+    its rows, exact however the engine rounds the logarithm, and a finer cell lies inside one
+    coarser cell (s doubles). The levels are then read inside the wanted pieces
+    (:func:`sqlcal.query.declared.levels_in_cells`). Returns what :func:`equal_mass_walk`
+    returns, with the pieces numbered by rank per group and ``scale`` None; None when pieces
+    overlap (an engine whose logarithm decreases somewhere), for the 2^k zoom instead."""
     by = list(src.by)
     ids = [c for key, part in pieces.items() for c in part.loc[wanted[key], "cell"].tolist()]
     lo, hi = min(ids), max(ids) + 1
-    scale = _logit_scale(pieces, wanted, rule)
+    scale = min(_logit_scale(pieces, wanted, rule), LOGIT_FIRST)
+    sub = read(declared.logit_cells_within(scale, CELLS, [(key, lo / CELLS, hi / CELLS)
+                                                          for key in pieces], *parts))
+    sub_parts = {key_tuple(k): p for k, p in split_groups(sub, by)}
+    out = {}
+    for key, part in pieces.items():
+        coarse = part[(part["cell"] < lo) | (part["cell"] >= hi)].drop(columns="cell")
+        finer = sub_parts.get(key, sub.iloc[:0]).assign(lscale=scale)
+        out[key] = _in_order(pd.concat([coarse.assign(lcell=0, lscale=0), finer]))
+        if out[key] is None:
+            return None
+    wanted = {key: _edge_pieces(part, *rule) for key, part in out.items()}
+    rows = _rows_to_fetch(out, wanted)
     for _ in range(6):
-        ranges = [(key, lo / CELLS, hi / CELLS) for key in pieces]
-        sub = read(declared.logit_cells_within(scale, CELLS, ranges, *parts))
-        sub_parts = {key_tuple(k): p for k, p in split_groups(sub, by)}
-        out = {}
-        for key, part in pieces.items():
-            finer = sub_parts.get(key, sub.iloc[:0])
-            coarse = part[(part["cell"] < lo) | (part["cell"] >= hi)]
-            frame = pd.concat([coarse.drop(columns="cell"), finer.drop(columns="lcell")])
-            frame = frame.sort_values("p_min", ignore_index=True)
-            p_min, p_max = frame["p_min"].to_numpy(float), frame["p_max"].to_numpy(float)
-            if (p_max[:-1] >= p_min[1:]).any():  # pieces must be disjoint, in score order
-                return None
-            out[key] = frame.assign(cell=np.arange(len(frame)))
-        wanted = {key: _edge_pieces(part, *rule) for key, part in out.items()}
-        rows = _rows_to_fetch(out, wanted)
         if rows <= LEVEL_ROWS or scale >= _LOGIT_SCALE_MAX:
             break
-        scale = min(scale * 2 ** int(np.ceil(np.log2(2 * rows / LEVEL_ROWS))), _LOGIT_SCALE_MAX)
+        scale = max(min(_logit_scale(out, wanted, rule), _LOGIT_SCALE_MAX), 2 * scale)
+        grid, pairs = _piece_cells(out, wanted)
+        sub = read(declared.logit_cells_in_cells(scale, grid, pairs, *parts))
+        sub_parts = {key_tuple(k): p for k, p in split_groups(sub, by)}
+        for key, part in out.items():
+            own = part.loc[wanted[key]]
+            own = own[(own["p_min"] < own["p_max"]) & (own["lscale"] > 0)]  # mixed, split
+            if not len(own):
+                continue
+            fine = sub_parts.get(key, sub.iloc[:0])
+            inside = np.zeros(len(fine), dtype=bool)
+            replaced = np.zeros(len(part), dtype=bool)
+            for parent_scale, parents in own.groupby("lscale")["lcell"]:
+                inside |= (fine["lcell"] // (scale // int(parent_scale))).isin(parents).to_numpy()
+                replaced |= ((part["lscale"] == parent_scale)
+                             & part["lcell"].isin(parents)).to_numpy()
+            frame = pd.concat([part[~replaced], fine[inside].assign(lscale=scale)])
+            out[key] = _in_order(frame.drop(columns="cell"))
+            if out[key] is None:
+                return None
+        wanted = {key: _edge_pieces(part, *rule) for key, part in out.items()}
+        rows = _rows_to_fetch(out, wanted)
     grid, pairs = _piece_cells(out, wanted)
     levels = read(declared.levels_in_cells(grid, pairs, *parts)) if pairs else None
-    frame = pd.concat(list(out.values()), ignore_index=True) if out else sub.iloc[:0]
+    frames = [part.drop(columns=["lcell", "lscale"]) for part in out.values()]
+    frame = pd.concat(frames, ignore_index=True) if frames else sub.iloc[:0]
     return frame, None, levels
+
+
+def _in_order(frame: pd.DataFrame) -> pd.DataFrame | None:
+    """Pieces sorted by score and numbered by rank (``cell``), or None when two overlap."""
+    frame = frame.sort_values("p_min", ignore_index=True)
+    p_min, p_max = frame["p_min"].to_numpy(float), frame["p_max"].to_numpy(float)
+    if (p_max[:-1] >= p_min[1:]).any():
+        return None
+    return frame.assign(cell=np.arange(len(frame)))
 
 
 def equal_mass_finish(cells: pd.DataFrame, levels: pd.DataFrame | None, *, by, bins: int,

@@ -59,6 +59,8 @@ KEY_COLUMN["intervals"] = "interval"
 KEY_COLUMN["logit_cells_within"] = "lcell"
 #: the levels of given (group, 2^k cell) pairs only, each group its own cells (a join)
 KEY_COLUMN["levels_in_cells"] = "p"
+#: the same rows per group and log-odds cell ``lcell`` (a finer split of some pieces)
+KEY_COLUMN["logit_cells_in_cells"] = "lcell"
 
 #: segment discovery (sqlcal.segments): sums per fold, group and feature-value conjunction,
 #: and the terms of a per-segment logit shift per fold, group and membership pattern
@@ -137,7 +139,8 @@ class Summary:
             return "logit_grid"
         if self.kind == "logit_bins":  # logit_bins_15 (the range is data-dependent)
             return f"logit_bins_{self.params[0]}"
-        if self.kind in RANGED or self.kind in ("logit_cells_within", "levels_in_cells"):  # named by
+        if self.kind in RANGED or self.kind in ("logit_cells_within", "levels_in_cells",
+                                                 "logit_cells_in_cells"):  # named by
             # their grids, not their (data-dependent) ranges: follow-ups
             return self.kind + "".join(f"_{p}" for p in self.params[:-1])
         if self.kind in ("smooth_cells", "smooth_split"):  # smooth_cells_16384_1000
@@ -434,6 +437,15 @@ def levels_in_cells(cells: int, pairs: Iterable[tuple], *parts: str) -> Summary:
     pairs = sorted({(tuple(k), int(c)) for k, c in pairs}, key=lambda kc: (_null_last(kc[0]),
                                                                           kc[1]))
     return Summary("levels_in_cells", (int(cells), tuple(pairs)), frozenset({"sums", *parts}))
+
+
+def logit_cells_in_cells(scale: int, cells: int, pairs: Iterable[tuple], *parts: str
+                         ) -> Summary:
+    """The rows of the given ``(group key values, cell)`` pairs of the 2^k grid ``cells`` per
+    group and log-odds cell ``lcell`` = FLOOR(ln(p/(1 − p))·``scale``): a finer split of a
+    few pieces, each group reading its own cells (see :func:`levels_in_cells`)."""
+    return Summary("logit_cells_in_cells",
+                   (int(scale), *levels_in_cells(cells, pairs).params), frozenset(parts))
 
 
 def levels_within(ranges: Iterable[tuple], *parts: str) -> Summary:

@@ -247,26 +247,39 @@ def _cells_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataF
 
 @register("logit_cells_within")
 def _logit_cells_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
-    scale, grid, ranges = summary.params
-    lv = levels[in_ranges(levels, by, ranges)]
-    p = lv["p"].to_numpy(float)
-    frame = pd.concat([lv[list(by)].reset_index(drop=True),
-                       pd.DataFrame({"lcell": logit_cell(p, scale)}),
-                       level_sums(lv, summary.parts).reset_index(drop=True)], axis=1)
-    keys = [*by, "lcell"]
-    return merge([frame], keys).sort_values(keys, ignore_index=True, kind="stable")
+    scale, _, ranges = summary.params
+    return _logit_keyed(levels[in_ranges(levels, by, ranges)], by, scale, summary.parts)
+
+
+@register("logit_cells_in_cells")
+def _logit_cells_in_cells(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    scale, grid, pairs = summary.params
+    return _logit_keyed(_in_cells(levels, by, grid, pairs), by, scale, summary.parts)
 
 
 @register("levels_in_cells")
 def _levels_in_cells(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
     grid, pairs = summary.params
+    return _levels(Summary("levels", (), summary.parts), _in_cells(levels, by, grid, pairs), by)
+
+
+def _in_cells(levels: pd.DataFrame, by: tuple, grid: int, pairs: tuple) -> pd.DataFrame:
+    """The levels in the ``(group key values, cell)`` pairs of the 2^k grid ``grid``."""
     cells: dict[tuple, set] = {}
     for key, c in pairs:
         cells.setdefault(tuple(key), set()).add(c)
-    parts = [part[np.isin(score_cell(part["p"].to_numpy(float), grid), list(cells[key]))]
-             for key, part in _by_group(levels, by).items() if key in cells]
-    kept = pd.concat(parts) if parts else levels.iloc[:0]
-    return _levels(Summary("levels", (), summary.parts), kept, by)
+    kept = [part[np.isin(score_cell(part["p"].to_numpy(float), grid), list(cells[key]))]
+            for key, part in _by_group(levels, by).items() if key in cells]
+    return pd.concat(kept) if kept else levels.iloc[:0]
+
+
+def _logit_keyed(levels: pd.DataFrame, by: tuple, scale: int, parts: frozenset) -> pd.DataFrame:
+    """The level sums per group and log-odds cell ``lcell`` (:func:`sqlcal.grids.logit_cell`)."""
+    frame = pd.concat([levels[list(by)].reset_index(drop=True),
+                       pd.DataFrame({"lcell": logit_cell(levels["p"].to_numpy(float), scale)}),
+                       level_sums(levels, parts).reset_index(drop=True)], axis=1)
+    keys = [*by, "lcell"]
+    return merge([frame], keys).sort_values(keys, ignore_index=True, kind="stable")
 
 
 @register("levels_within")
