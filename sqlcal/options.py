@@ -354,8 +354,8 @@ OVERRIDES["detect"] = {
 _SEARCH = {
     **_REQUIRED, "by": Option("columns", OPTIONS["by"].description, optional=True),
     "features": Option("columns", "the columns whose values define segments"),
-    "max_depth": Option("int", "most features in one segment's conjunction", low=1, high=6,
-                        optional=True),
+    "max_depth": Option("int", "most features in one segment's conjunction (bounded by the "
+                        "query-terms budget on its GROUP BY branches)", low=1, optional=True),
     "min_support": Option("float", "least weight Σw of an eligible segment (default "
                           "max(1000, 1e-4·W) per group)", low=0, optional=True),
     "min_expected": Option("float", "least expected positives and negatives of a segment",
@@ -381,8 +381,8 @@ OVERRIDES["segments"] = {
                      choices=("residual", "ece")),
     "bins": Option("int", "score bins of effect='ece'", low=1)}
 OVERRIDES["multicalibration"] = {
-    **_SEARCH, "max_depth": Option("int", "most features in one segment's conjunction", low=1,
-                                   high=6, optional=True),
+    **_SEARCH, "max_depth": Option("int", "most features in one segment's conjunction (bounded "
+                                   "by the query-terms budget)", low=1, optional=True),
     "metric": Option("choice", "the worst-case quantity over the segments",
                      choices=("residual", "binned", "ece")),
     "bins": Option("int", "score bins of the binned quantities", low=1)}

@@ -42,7 +42,8 @@ SECTIONS: dict[str, tuple[str, ...] | None] = {
     "alerts": ("metric", "column", "above", "below"),
     "time": ("key", "metrics"),
     # sqlcal.segments on the report's source: the significantly miscalibrated segments
-    "segments": ("features", "max_depth", "min_support", "mode", "fdr", "alpha", "top_k"),
+    "segments": ("features", "max_depth", "min_support", "mode", "fdr", "alpha", "top_k",
+                 "effect", "bins", "strategy"),
     "report": ("title", "order_by", "diagrams", "bins"),
     "output": ("json", "html"),
     "results": ("table", "url", "database"),

@@ -527,13 +527,15 @@ def test_scheduled_report_has_a_segments_section_in_json_and_html(tmp_path):
     config = scheduled.validate_config({
         "source": {"data": str(path), "score": "p", "label": "y"},
         "metrics": {"ece": {}},
-        "segments": {"features": ["country", "device"], "min_support": 300.0}})
+        "segments": {"features": ["country", "device"], "min_support": 300.0,
+                     "strategy": "cube"}})
     run = scheduled.run_report(config, diagrams=False, progress=False)
     doc = scheduled.to_document(run)
     jsonschema.validate(doc, scheduled.json_schema())
     first = doc["segments"][0]
     assert (first["country"], first["device"], first["significant"]) == ("BR", "ios", True)
     assert first["searched"]["mode"] == "split"
+    assert (first["searched"]["strategy"], first["searched"]["scans"]) == ("cube", 2)
     page = html.render(run)
     assert '<section id="segments">' in page
     assert "&quot;country&quot; = &#x27;BR&#x27; AND &quot;device&quot; = &#x27;ios&#x27;" in page
