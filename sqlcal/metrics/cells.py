@@ -4,7 +4,8 @@ A score cell is ``LEAST(FLOOR(p·2^k), 2^k − 1)``: a contiguous score range, e
 point, that never splits tied scores. One GROUP BY gives the histogram (the *cells* summary, shared
 by equal-mass bins and the cumulative metrics). An exact quantile then needs only the score levels
 of the few cells holding the order statistics behind it; when those cells hold too many rows they
-are split 1024-fold first (a *zoom*, another GROUP BY over their rows only).
+are split 2^k-fold first (a *zoom*, another GROUP BY over their rows only), or, where scores crowd
+a few cells (a click log's near 0), split by log-odds (:func:`logit_split`).
 """
 
 from __future__ import annotations
