@@ -1323,14 +1323,17 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
         sums_of = row_sums
     width = max(len(tup) for tup in tuples)
     names = [f"sqlcal_v{j}" for j in range(width)]
+    # per tuple, the values each of its columns takes in some candidate (one pass over them)
+    wanted = [[set() for _ in tup] for tup in tuples]
+    for k, vals in candidates or ():
+        for j, v in enumerate(vals):
+            wanted[k][j].add(v)
     branches = []
     for i, tup in enumerate(tuples):
         cols = [features[j] for j in tup]
         b = t
         if candidates is not None:
-            wanted = [sorted({vals[j] for k, vals in candidates if k == i})
-                      for j in range(len(cols))]
-            b = b.filter(*[b[f].isin(w) for f, w in zip(cols, wanted)])
+            b = b.filter(*[b[f].isin(sorted(w)) for f, w in zip(cols, wanted[i])])
         group = {"sqlcal_fold": b.sqlcal_fold, **{k: b[k] for k in by},
                  **{n: b[c] for n, c in zip(names, cols)}, **({"bin": b.bin} if bins else {})}
         # the tuple's index rides along as a constant column of the aggregate (a further
