@@ -268,8 +268,8 @@ def equal_mass_finish(cells: pd.DataFrame, levels: pd.DataFrame | None, *, by, b
         if scale is not None:
             levels = levels.assign(cell=cell_of(levels["p"].to_numpy(float), scale))
         found = {key_tuple(k): p for k, p in split_groups(levels, by)}
-    out = []
-    for keys, part in split_groups(cells, by):
+    pieces, edge_rows, key_rows = [], [], []
+    for g, (keys, part) in enumerate(split_groups(cells, by)):
         key = key_tuple(keys)
         part = part.sort_values("cell", ignore_index=True)
         wanted = _edge_pieces(part, *rule)
@@ -287,17 +287,23 @@ def equal_mass_finish(cells: pd.DataFrame, levels: pd.DataFrame | None, *, by, b
             rest = pd.concat([part.drop(index=wanted), lv.drop(columns="p")])
         else:  # no weight: no quantiles, one bin
             edges, rest = np.full(bins - 1, np.inf), part
-        rest = rest.assign(bin=np.searchsorted(edges, rest["p_min"].to_numpy(float)))
-        sums = [c for c in rest if c.startswith("sw") or c in ("n", "W", "total", "positive",
-                                                                "negative", "var", "var2", "ny")]
-        agg = rest.groupby("bin").agg({**dict.fromkeys(sums, "sum"), "p_min": "min",
-                                       "p_max": "max"}).reset_index()
-        # the edge columns in one piece: B − 1 single assignments fragment the frame
-        edge_columns = pd.DataFrame(np.tile(np.asarray(edges, float), (len(agg), 1)),
-                                    columns=[f"e{i}" for i in range(1, len(edges) + 1)],
-                                    index=agg.index)
-        out.append(pd.concat([agg.assign(**dict(zip(by, key))), edge_columns], axis=1))
-    return pd.concat(out, ignore_index=True)
+        pieces.append(rest.assign(bin=np.searchsorted(edges, rest["p_min"].to_numpy(float)),
+                                  _group=g))
+        edge_rows.append(np.asarray(edges, float))
+        key_rows.append(keys)
+    # every group's bins summed in one groupby (one per group cost a tenth of a second per ten
+    # groups), then the keys and the edge columns laid out by group
+    rest = pd.concat(pieces, ignore_index=True)
+    sums = [c for c in rest if c.startswith("sw") or c in ("n", "W", "total", "positive",
+                                                            "negative", "var", "var2", "ny")]
+    agg = rest.groupby(["_group", "bin"]).agg({**dict.fromkeys(sums, "sum"), "p_min": "min",
+                                               "p_max": "max"}).reset_index()
+    at = agg.pop("_group").to_numpy()
+    key_columns = {c: pd.Series([k[c] for k in key_rows]).iloc[at].reset_index(drop=True)
+                   for c in by}
+    edges = np.stack(edge_rows)[at]
+    edge_columns = pd.DataFrame(edges, columns=[f"e{i}" for i in range(1, edges.shape[1] + 1)])
+    return pd.concat([agg.assign(**key_columns), edge_columns], axis=1)
 
 
 def zoom_factor(rows_per_cell: float, scale: int) -> int:
