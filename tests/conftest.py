@@ -104,6 +104,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "cluster: also run on the Spark cluster (spark_cluster)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups this marks
 def pytest_collection_modifyitems(config, items):
     """The Spark cluster runs the representative subset only, not every Spark test twice."""
     keep, drop = [], []
