@@ -22,6 +22,8 @@ function cannot be missed silently.
 
 from __future__ import annotations
 
+import json
+
 import inspect
 import re
 import warnings
@@ -407,7 +409,20 @@ def test_integer_weights_equal_duplicated_rows(name):
     df = clean_rows(seed=1, weights="integer")
     got = outcome(run, name, ibis.memtable(df))
     want = outcome(run, name, ibis.memtable(duplicated(df)), weight=None)
-    assert_same(got, want, skip=ROW_COUNTS, context=name)
+    assert_same(without_row_counts(got), without_row_counts(want), skip=ROW_COUNTS,
+                context=name)
+
+
+def without_row_counts(out):
+    """A segment search's ``searched`` statement without its row counts per fold (duplicated
+    rows are more rows; the folds' weights, which it also states, must agree)."""
+    if not (isinstance(out, pd.DataFrame) and "searched" in out):
+        return out
+    def drop(text):
+        stated = json.loads(text)
+        stated.pop("fold_rows", None)
+        return json.dumps(stated, sort_keys=True)
+    return out.assign(searched=out["searched"].map(drop))
 
 
 def _zero_cases():
