@@ -116,23 +116,14 @@ def pytest_collection_modifyitems(config, items):
             drop.append(item)
         else:
             keep.append(item)
-        if _on_spark(item.nodeid):
-            # one xdist worker runs every Spark case, local and cluster (--dist loadgroup), in
-            # one JVM as a serial run does: two drivers at once (one per worker) stalled here,
-            # sharing the warehouse folder, and a second cluster application would wait for
-            # the cores the first one holds
-            item.add_marker(pytest.mark.xdist_group("spark"))
+        if on_cluster or "test_cluster_engines" in item.nodeid:
+            # one xdist worker runs every cluster case (--dist loadgroup): a second cluster
+            # application would wait for the cores the first one holds (the stall once seen);
+            # local-mode Spark cases spread over the workers, a driver each
+            item.add_marker(pytest.mark.xdist_group("spark_cluster"))
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
-
-
-def _on_spark(nodeid: str) -> bool:
-    """Whether a test case runs on Spark: an engine parameter ``spark`` or ``spark_cluster``."""
-    if "test_cluster_engines" in nodeid:
-        return True
-    params = nodeid.partition("[")[2].rstrip("]")
-    return any(part in ("spark", "spark_cluster") for part in params.split("-"))
 
 
 @pytest.fixture
