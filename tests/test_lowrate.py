@@ -117,6 +117,53 @@ def test_ratio_deciles_match_numpy_quantiles():
     assert (got.binning == "quantile(10)").all()
 
 
+def test_deciles_start_from_the_log_odds_histogram_in_the_first_scan(upload):
+    """The per-decile table reads a log-odds histogram of every row in its first scan (no score
+    cells, so no split of crowded ones); edges and bin counts stay numpy's."""
+    df = click_log(4000, seed=31, rate=1e-3, groups=2)
+    src = sqlcal.source(upload(df), score="p", label="y", by="g")
+    got = sqlcal.calibration_ratio(src, deciles=10)
+    assert planner.lookup(src, declared.logit_cells(32, "sums")) is not None
+    assert planner.lookup(src, declared.cells(1024)) is None
+    for g, part in df.groupby("g"):
+        edges = np.quantile(part.p, np.linspace(0, 1, 11))[1:-1]
+        ids = np.searchsorted(edges, part.p, side="left")
+        mine = got[got.g == g]
+        np.testing.assert_array_equal(mine.bin_upper.to_numpy()[:-1], edges)
+        np.testing.assert_array_equal(mine.n.to_numpy(), np.bincount(ids))
+        np.testing.assert_array_equal(mine.n_positive.to_numpy(), np.bincount(ids, part.y))
+
+
+def test_fused_first_scan_carries_log_odds_histograms(upload):
+    """Score cells, two log-odds histograms and the totals in one scan, each split out equal to
+    numpy on the raw rows (and to the local evaluation from the levels)."""
+    df = click_log(3000, seed=32, groups=3, weights=True)
+    src = sqlcal.source(upload(df), score="p", label="y", weight="w", by="g")
+    needs = [declared.cells(1024, "sums"), declared.logit_cells(32, "sums", "moments"),
+             declared.logit_cells(8, "sums"), declared.totals()]
+    assert len(planner.prefetch(src, needs)) == 1
+    df = df[df.w > 0]  # a row of weight 0 is an absent row
+    levels = df.assign(wy=df.w * df.y, wp=df.w * df.p, w2=df.w ** 2).groupby(["g", "p"]).agg(
+        n=("y", "size"), W=("w", "sum"), swy=("wy", "sum"), swp=("wp", "sum"),
+        sw2=("w2", "sum"), ny=("y", "sum")).reset_index()
+    for scale in (32, 8):
+        summary = declared.logit_cells(scale, "sums")
+        engine = planner.lookup(src, summary).sort_values(["g", "lcell"], ignore_index=True)
+        cell = np.floor(np.log(df.p / (1 - df.p)) * scale).astype(int)
+        want = df.assign(lcell=cell, wy=df.w * df.y, wpp=df.w * df.p ** 2).groupby(
+            ["g", "lcell"]).agg(n=("y", "size"), W=("w", "sum"), swy=("wy", "sum"),
+                                swpp=("wpp", "sum"), p_min=("p", "min"), p_max=("p", "max"))
+        want = want.reset_index()
+        np.testing.assert_array_equal(engine[["g", "lcell", "n"]].to_numpy(),
+                                      want[["g", "lcell", "n"]].to_numpy())
+        columns = ["W", "swy", "p_min", "p_max"] + (["swpp"] if scale == 32 else [])
+        for c in columns:
+            np.testing.assert_allclose(engine[c].to_numpy(float), want[c].to_numpy(float), **TOL)
+        mine = local.evaluate(summary, levels, ["g"])
+        for c in ("lcell", "n", "W", "swy", "p_min", "p_max"):
+            np.testing.assert_allclose(mine[c].to_numpy(float), want[c].to_numpy(float), **TOL)
+
+
 def _coverage(tables: int, seed: int, *, weighted: bool = False, rate: float | None = None
               ) -> float:
     # vectorised: each row of the summary frame is one simulated table of 2,500 rows with 20-50

@@ -64,6 +64,17 @@ def cells_needs(src: Source, parts=(), cells: int | None = None) -> list:
     return [declared.cells(cells or CELLS, *summary_parts(src, *parts))]
 
 
+def logit_needs(src: Source, parts=()) -> list:
+    """The first-stage log-odds histogram (:func:`sqlcal.query.declared.logit_cells`, cells
+    1/:data:`LOGIT_FIRST` units wide) where ``first="logit"`` equal-mass bins start."""
+    return [declared.logit_cells(LOGIT_FIRST, *summary_parts(src, *parts))]
+
+
+def first_needs(src: Source, parts=(), first: str = "cells") -> list:
+    """The first-stage histogram equal-mass bins start from: score cells or log-odds cells."""
+    return logit_needs(src, parts) if first == "logit" else cells_needs(src, parts)
+
+
 def pair_levels(src: Source, cells: int, pairs: pd.DataFrame) -> pd.DataFrame:
     """The levels summary (n, W, swy, swp per distinct score, and its ``cell``) of the given
     (group, cell) pairs only (``pairs``: the keys and ``cell``), cached on the source: how a
@@ -89,7 +100,7 @@ def cell_ranges(frame: pd.DataFrame, by, cells: int) -> list:
 
 
 def equal_mass_bins(src: Source, bins: int, parts: frozenset,
-                    strategy: str = "quantile") -> pd.DataFrame:
+                    strategy: str = "quantile", first: str = "cells") -> pd.DataFrame:
     """One row per group and non-empty equal-mass bin: the summed columns, ``p_min``, ``p_max``,
     and the group's interior edges ``e1 … e{B−1}``.
 
@@ -109,11 +120,17 @@ def equal_mass_bins(src: Source, bins: int, parts: frozenset,
     edge, so only the wanted cells need their levels: read by :func:`equal_mass_walk`'s
     follow-ups (shared with other equal-mass metrics of a report), finished by
     :func:`equal_mass_finish`.
+
+    ``first="logit"`` starts the search from a histogram of every row's log-odds
+    (:func:`logit_needs`) instead of the 2^k score cells, read in the first scan: where scores
+    crowd near 0 or 1 (a click log), the uniform cells would hold nearly every row in a few
+    cells, and the log-odds split of those (:func:`logit_split`) would read every row again.
+    The edges and bins are the same.
     """
     if strategy not in EQUAL_MASS_STRATEGIES:
         raise ValueError(f"strategy must be one of {EQUAL_MASS_STRATEGIES} for equal-mass bins, "
                          f"not {strategy!r}")
-    cells_summary(src, parts)  # the first scan: it tells whether the weights are whole
+    planner.fetch(src, *first_needs(src, parts, first))  # the first scan: are weights whole?
     if strategy == "uncertainty_calibration" and src.weighted and not src.integer_weights:
         raise ValueError(
             f"strategy='uncertainty_calibration' cuts equal-mass bins by row rank, and weight "
@@ -121,21 +138,24 @@ def equal_mass_bins(src: Source, bins: int, parts: frozenset,
             "has no definition (whole-number weights count as repeated rows); pass "
             "strategy='quantile' (weighted quantile edges) or drop weight=")
     pieces, scale, levels = equal_mass_walk(src, bins, parts, strategy,
-                                            lambda summary: planner.fetch(src, summary))
+                                            lambda summary: planner.fetch(src, summary), first)
     return equal_mass_finish(pieces, levels, by=src.by, bins=bins, scale=scale,
                              integer_weights=src.integer_weights, strategy=strategy)
 
 
-def equal_mass_follow_up(src: Source, bins: int, parts, strategy: str) -> list:
+def equal_mass_follow_up(src: Source, bins: int, parts, strategy: str,
+                         first: str = "cells") -> list:
     """The next follow-up :func:`equal_mass_bins` reads that ``src`` does not hold ([] when
     none): a pure function of the frames cached so far, for the planner to share."""
     if strategy == "uncertainty_calibration" and src.weighted and not src.integer_weights:
         return []  # refused by the metric itself
     parts = summary_parts(src, "sums", *parts)
-    return planner.follow_up(src, lambda read: equal_mass_walk(src, bins, parts, strategy, read))
+    return planner.follow_up(src, lambda read: equal_mass_walk(src, bins, parts, strategy, read,
+                                                               first))
 
 
-def equal_mass_walk(src: Source, bins: int, parts: frozenset, strategy: str, read):
+def equal_mass_walk(src: Source, bins: int, parts: frozenset, strategy: str, read,
+                    first: str = "cells"):
     """The reads behind equal-mass bins, each chosen from the frames before it: the score-cell
     histogram; while the cells holding the order statistics behind the edges hold more than
     :data:`LEVEL_ROWS` rows, a finer histogram of those cells (a zoom); then the levels inside
@@ -145,16 +165,23 @@ def equal_mass_walk(src: Source, bins: int, parts: frozenset, strategy: str, rea
     Where the wanted cells hold more than :data:`CONCENTRATED` of the rows (scores crowding a
     few cells, as a click log's near 0), the zoom splits them by log-odds instead
     (:func:`logit_split`): the histogram returned then numbers its pieces by rank (``scale`` is
-    None) and the levels are placed in them by score."""
+    None) and the levels are placed in them by score. ``first="logit"``: the search starts from
+    the log-odds histogram of every row (:func:`logit_needs`) and refines it the same way."""
     by = list(src.by)
     rule = (bins, src.integer_weights, strategy)
+    if first == "logit":
+        split = logit_split(src, None, None, rule, parts, read)
+        if split is not None:
+            return split
+        # pieces overlap (an engine's logarithm decreasing somewhere): the 2^k zoom instead
     scale = CELLS
     histogram = read(cells_needs(src, parts)[0])
     pieces = {key_tuple(k): part.sort_values("cell", ignore_index=True)
               for k, part in split_groups(histogram, by)}
     wanted = {key: _edge_pieces(part, *rule) for key, part in pieces.items()}
     rows = _rows_to_fetch(pieces, wanted)
-    if rows > LEVEL_ROWS and rows > CONCENTRATED * float(histogram["n"].sum()):
+    if (first != "logit" and rows > LEVEL_ROWS
+            and rows > CONCENTRATED * float(histogram["n"].sum())):
         split = logit_split(src, pieces, wanted, rule, parts, read)
         if split is not None:
             return split
@@ -195,8 +222,19 @@ def logit_split(src: Source, pieces: dict, wanted: dict, rule: tuple, parts: fro
     coarser cell (s doubles). The levels are then read inside the wanted pieces
     (:func:`sqlcal.query.declared.levels_in_cells`). Returns what :func:`equal_mass_walk`
     returns, with the pieces numbered by rank per group and ``scale`` None; None when pieces
-    overlap (an engine whose logarithm decreases somewhere), for the 2^k zoom instead."""
+    overlap (an engine whose logarithm decreases somewhere), for the 2^k zoom instead.
+
+    ``pieces`` None: the search starts from the log-odds histogram of every row that the first
+    scan carried (:func:`logit_needs`, ``first="logit"``) instead of splitting score cells."""
     by = list(src.by)
+    if pieces is None:
+        histogram = read(logit_needs(src, parts)[0])
+        out = {}
+        for k, part in split_groups(histogram, by):
+            out[key_tuple(k)] = _in_order(part.assign(lscale=LOGIT_FIRST))
+            if out[key_tuple(k)] is None:
+                return None
+        return _logit_refine(out, by, rule, parts, read, LOGIT_FIRST, histogram)
     ids = [c for key, part in pieces.items() for c in part.loc[wanted[key], "cell"].tolist()]
     lo, hi = min(ids), max(ids) + 1
     scale = min(_logit_scale(pieces, wanted, rule), LOGIT_FIRST)
@@ -210,6 +248,15 @@ def logit_split(src: Source, pieces: dict, wanted: dict, rule: tuple, parts: fro
         out[key] = _in_order(pd.concat([coarse.assign(lcell=0, lscale=0), finer]))
         if out[key] is None:
             return None
+    return _logit_refine(out, by, rule, parts, read, scale, sub)
+
+
+def _logit_refine(out: dict, by: list, rule: tuple, parts: frozenset, read, scale: int,
+                  empty: pd.DataFrame):
+    """The rest of :func:`logit_split` from its pieces ``out`` (per group, numbered by rank,
+    with ``lcell`` and ``lscale``, 0 for a score cell left whole) at log-odds scale ``scale``:
+    the finer splits of the wanted pieces, then their levels (``empty``: a frame of the
+    pieces' columns, the result when there are no groups)."""
     wanted = {key: _edge_pieces(part, *rule) for key, part in out.items()}
     rows = _rows_to_fetch(out, wanted)
     for _ in range(6):
@@ -240,7 +287,7 @@ def logit_split(src: Source, pieces: dict, wanted: dict, rule: tuple, parts: fro
     grid, pairs = _piece_cells(out, wanted)
     levels = read(declared.levels_in_cells(grid, pairs, *parts)) if pairs else None
     frames = [part.drop(columns=["lcell", "lscale"]) for part in out.values()]
-    frame = pd.concat(frames, ignore_index=True) if frames else sub.iloc[:0]
+    frame = pd.concat(frames, ignore_index=True) if frames else empty.iloc[:0]
     return frame, None, levels
 
 
@@ -263,45 +310,89 @@ def equal_mass_finish(cells: pd.DataFrame, levels: pd.DataFrame | None, *, by, b
     columns, ``p_min``, ``p_max`` and the edges ``e1 … e{B−1}`` (see :func:`equal_mass_bins`)."""
     by = list(by)
     rule = (bins, integer_weights, strategy)
-    found = {}
+    # groups numbered in order of first appearance in ``cells``; the cells sorted by (group,
+    # cell) and the levels by (group, score) once, then each group is a slice of plain arrays
+    # (a pandas frame per group cost a second per 10^6 levels at 100 groups)
+    cells = cells.reset_index(drop=True)
+    code = (cells.groupby(by, dropna=False, sort=False).ngroup().to_numpy() if by
+            else np.zeros(len(cells), dtype=np.int64))
+    order = np.lexsort((cells["cell"].to_numpy(), code))
+    cells, code = cells.take(order).reset_index(drop=True), code[order]
+    groups = int(code.max()) + 1 if len(code) else 0
+    starts = np.searchsorted(code, np.arange(groups + 1))
+    cell_id = cells["cell"].to_numpy(np.int64)
+    cell_W = cells["W"].to_numpy(float)
+    cell_n = cells["n"].to_numpy(float)
+    cell_lo = cells["p_min"].to_numpy(float)
     if levels is not None and len(levels):
-        if scale is not None:
-            levels = levels.assign(cell=cell_of(levels["p"].to_numpy(float), scale))
-        found = {key_tuple(k): p for k, p in split_groups(levels, by)}
-    pieces, edge_rows, key_rows = [], [], []
-    for g, (keys, part) in enumerate(split_groups(cells, by)):
-        key = key_tuple(keys)
-        part = part.sort_values("cell", ignore_index=True)
-        wanted = _edge_pieces(part, *rule)
-        own = part.loc[wanted]
-        if len(own):
-            lv = found[key]
+        levels = levels.reset_index(drop=True)
+        if by:
+            ids = cells.loc[starts[:-1], by].assign(_group=np.arange(groups))
+            lv_code = levels[by].merge(ids, on=by, how="left")["_group"]
+            lv_code = lv_code.fillna(-1).to_numpy(np.int64)
+        else:
+            lv_code = np.zeros(len(levels), dtype=np.int64)
+        lv_p = levels["p"].to_numpy(float)
+        # by score, then stably by group (two sorts of plain arrays; the frame is not reordered)
+        lv_order = np.argsort(lv_p)
+        lv_order = lv_order[np.argsort(lv_code[lv_order], kind="stable")]
+        lv_code, lv_p = lv_code[lv_order], lv_p[lv_order]
+        lv_starts = np.searchsorted(lv_code, np.arange(groups + 1))
+        lv_W = levels["W"].to_numpy(float)[lv_order]
+        lv_cell = cell_of(lv_p, scale) if scale is not None else None
+    else:
+        levels, lv_starts = None, np.zeros(groups + 1, dtype=np.int64)
+    kept_cells, cell_bins, kept_levels, level_bins, edge_rows = [], [], [], [], []
+    for g in range(groups):
+        a, b = starts[g], starts[g + 1]
+        W = cell_W[a:b]
+        unit, positions = _positions_of(W, cell_n[a:b].sum(), *rule)
+        wanted = _edge_rows(W, unit, positions)
+        keep = np.ones(b - a, dtype=bool)
+        if len(wanted):
+            keep[wanted] = False
+            la, lb = lv_starts[g], lv_starts[g + 1]
+            p = lv_p[la:lb]
             if scale is None:  # pieces numbered by rank: a level lies in the last one below it
-                at = np.searchsorted(part["p_min"].to_numpy(float), lv["p"].to_numpy(float),
-                                     side="right") - 1
-                lv = lv.assign(cell=part["cell"].to_numpy()[np.maximum(at, 0)])
-            lv = lv[lv["cell"].isin(own["cell"])]
-            lv = lv.iloc[np.argsort(lv["p"].to_numpy(), kind="stable")]
-            lv = lv.assign(p_min=lv["p"], p_max=lv["p"])
-            edges = _quantile_edges(part, lv, *rule)
-            rest = pd.concat([part.drop(index=wanted), lv.drop(columns="p")])
+                at = np.searchsorted(cell_lo[a:b], p, side="right") - 1
+                at = np.maximum(at, 0)
+            else:  # the group's cell holding each level (-1: none)
+                at = np.searchsorted(cell_id[a:b], lv_cell[la:lb])
+                at = np.where(cell_id[a:b][np.minimum(at, b - a - 1)] == lv_cell[la:lb],
+                              at, -1)
+            inside = np.flatnonzero((at >= 0) & ~keep[np.maximum(at, 0)])
+            edges = _edges_of(W, unit, positions, at[inside], lv_W[la:lb][inside], p[inside],
+                              strategy, bins)
+            kept_levels.append(la + inside)
+            level_bins.append(np.searchsorted(edges, p[inside]))
         else:  # no weight: no quantiles, one bin
-            edges, rest = np.full(bins - 1, np.inf), part
-        pieces.append(rest.assign(bin=np.searchsorted(edges, rest["p_min"].to_numpy(float)),
-                                  _group=g))
+            edges = np.full(bins - 1, np.inf)
+        rows = np.flatnonzero(keep)
+        kept_cells.append(a + rows)
+        cell_bins.append(np.searchsorted(edges, cell_lo[a:b][rows]))
         edge_rows.append(np.asarray(edges, float))
-        key_rows.append(keys)
     # every group's bins summed in one groupby (one per group cost a tenth of a second per ten
-    # groups), then the keys and the edge columns laid out by group
-    rest = pd.concat(pieces, ignore_index=True)
+    # groups). Within a group and bin, its kept cells come first, then its levels in score
+    # order: the order of a group by group concatenation, so the sums are those of one
+    rest = cells.take(np.concatenate(kept_cells)).assign(
+        bin=np.concatenate(cell_bins), _group=np.repeat(np.arange(groups),
+                                                        [len(k) for k in kept_cells]))
+    if kept_levels:
+        chosen = np.concatenate(kept_levels)
+        columns = [c for c in levels if c not in by]
+        picked = levels[columns].take(lv_order[chosen])
+        picked = picked.assign(p_min=lv_p[chosen], p_max=lv_p[chosen],
+                               bin=np.concatenate(level_bins), _group=lv_code[chosen])
+        rest = pd.concat([rest, picked.drop(columns="p")], ignore_index=True)
     sums = [c for c in rest if c.startswith("sw") or c in ("n", "W", "total", "positive",
                                                             "negative", "var", "var2", "ny")]
     agg = rest.groupby(["_group", "bin"]).agg({**dict.fromkeys(sums, "sum"), "p_min": "min",
                                                "p_max": "max"}).reset_index()
     at = agg.pop("_group").to_numpy()
-    key_columns = {c: pd.Series([k[c] for k in key_rows]).iloc[at].reset_index(drop=True)
+    key_rows = cells.loc[starts[:-1], by]
+    key_columns = {c: pd.Series(key_rows[c].tolist()).iloc[at].reset_index(drop=True)
                    for c in by}
-    edges = np.stack(edge_rows)[at]
+    edges = np.stack(edge_rows)[at] if edge_rows else np.zeros((0, bins - 1))
     edge_columns = pd.DataFrame(edges, columns=[f"e{i}" for i in range(1, edges.shape[1] + 1)])
     return pd.concat([agg.assign(**key_columns), edge_columns], axis=1)
 
@@ -380,8 +471,17 @@ def _rows_to_fetch(pieces: dict, wanted: dict) -> int:
 
 
 def _positions(part: pd.DataFrame, bins: int, integer_weights: bool, strategy: str = "quantile"):
-    """Cumulative weight per cell in position units, and the positions h behind the edges: each
-    edge is found from the order statistics at ranks ⌊h⌋ and ⌊h⌋ + 1 (from 0).
+    """Cumulative weight per cell in position units, and the positions h behind the edges
+    (:func:`_positions_of` of a group's cells)."""
+    return _positions_of(part["W"].to_numpy(float), part["n"].sum(), bins, integer_weights,
+                         strategy)
+
+
+def _positions_of(W_cells: np.ndarray, rows: float, bins: int, integer_weights: bool,
+                  strategy: str = "quantile"):
+    """The unit of positions and the positions h behind the edges of a group of ``rows`` rows
+    whose cells weigh ``W_cells``: each edge is found from the order statistics at ranks ⌊h⌋
+    and ⌊h⌋ + 1 (from 0).
 
     Whole-number weights are frequencies: positions count rows of the expanded sample and
     h = (W − 1)·q, numpy's linear rule on it. Other weights are rescaled to sum to the row count
@@ -390,7 +490,6 @@ def _positions(part: pd.DataFrame, bins: int, integer_weights: bool, strategy: s
     to the last bit. For uncertainty-calibration's blocks (N = W rows, B' = min(B, N) blocks,
     ``np.array_split`` sizes), h = e_i − 1/2 with e_i = i·⌊N/B'⌋ + min(i, N mod B'): the last
     rank of block i and the first of block i + 1."""
-    W_cells = part["W"].to_numpy(float)
     W = W_cells.sum()
     if strategy == "uncertainty_calibration":
         N = int(round(W))
@@ -399,7 +498,7 @@ def _positions(part: pd.DataFrame, bins: int, integer_weights: bool, strategy: s
             return 1.0, np.array([N - 0.5] if bins > 1 and N else [])
         i = np.arange(1, blocks)
         return 1.0, i * (N // blocks) + np.minimum(i, N % blocks) - 0.5
-    unit = 1.0 if integer_weights or W <= 0 else part["n"].sum() / W
+    unit = 1.0 if integer_weights or W <= 0 else rows / W
     total = W * unit
     return unit, (total - 1) * np.linspace(0.0, 1.0, bins + 1)[1:-1]
 
@@ -409,32 +508,42 @@ def _edge_pieces(part: pd.DataFrame, bins: int, integer_weights: bool = True,
     """Row indices of the cells holding the order statistics at positions ⌊h⌋ and ⌊h⌋+1 of
     every edge (and any zero-weight cells between them)."""
     unit, positions = _positions(part, bins, integer_weights, strategy)
-    C = np.cumsum(part["W"].to_numpy(float)) * unit
-    if not len(C) or C[-1] <= 0:
-        return []
-    out = set()
-    for h in positions:
-        t0 = np.floor(h)
-        a = np.searchsorted(C, t0, side="right")
-        b = min(np.searchsorted(C, t0 + 1, side="right"), len(C) - 1)
-        out.update(range(a, b + 1))
-    return sorted(out)
+    return _edge_rows(part["W"].to_numpy(float), unit, positions).tolist()
 
 
-def _quantile_edges(part: pd.DataFrame, levels: pd.DataFrame, bins: int,
-                    integer_weights: bool = True, strategy: str = "quantile") -> np.ndarray:
-    """The B − 1 interior edges from the wanted cells' levels (sorted by score)."""
-    unit, positions = _positions(part, bins, integer_weights, strategy)
-    W_cells = part["W"].to_numpy(float)
-    before = dict(zip(part["cell"], np.cumsum(W_cells) - W_cells))
-    within = levels.groupby("cell", sort=False)["W"].cumsum().to_numpy(float)
-    C = (levels["cell"].map(before).to_numpy(float) + within) * unit
-    value = levels["p"].to_numpy(float)
+def _edge_rows(W_cells: np.ndarray, unit: float, positions: np.ndarray) -> np.ndarray:
+    """:func:`_edge_pieces` of a group's cell weights (in cell order), sorted row indices."""
+    C = np.cumsum(W_cells) * unit
+    if not len(C) or C[-1] <= 0 or not len(positions):
+        return np.zeros(0, dtype=np.int64)
+    t0 = np.floor(positions)
+    a = np.searchsorted(C, t0, side="right")
+    b = np.minimum(np.searchsorted(C, t0 + 1, side="right"), len(C) - 1)
+    out = np.zeros(len(C) + 1, dtype=np.int64)  # the union of the runs a..b
+    np.add.at(out, a, 1)
+    np.add.at(out, b + 1, -1)
+    return np.flatnonzero(np.cumsum(out)[:-1] > 0)
+
+
+def _edges_of(W_cells: np.ndarray, unit: float, positions: np.ndarray, level_cell: np.ndarray,
+              level_W: np.ndarray, value: np.ndarray, strategy: str, bins: int) -> np.ndarray:
+    """The B − 1 interior edges of a group from the levels of its wanted cells, in score order:
+    ``level_cell`` the row of each level's cell among the group's cells (in cell order), its
+    weight and score."""
+    before = (np.cumsum(W_cells) - W_cells)[level_cell]
+    # the weight before each level inside its cell, summed in score order cell by cell (as a
+    # grouped cumulative sum adds)
+    within = np.empty(len(level_W))
+    runs = np.flatnonzero(np.diff(level_cell, prepend=-1)) if len(level_W) else []
+    for s, e in zip(runs, [*runs[1:], len(level_W)]):
+        within[s:e] = np.cumsum(level_W[s:e])
+    C = (before + within) * unit
     edges = []
+    last = len(C) - 1
     for h in positions:
         t0 = np.floor(h)
-        lo = value[min(np.searchsorted(C, t0, side="right"), len(C) - 1)]
-        hi = value[min(np.searchsorted(C, t0 + 1, side="right"), len(C) - 1)]
+        lo = value[min(np.searchsorted(C, t0, side="right"), last)]
+        hi = value[min(np.searchsorted(C, t0 + 1, side="right"), last)]
         frac = h - t0
         if strategy == "uncertainty_calibration":
             edges.append((lo + hi) / 2.0)  # get_equal_bins' midpoint, rounded as it rounds it

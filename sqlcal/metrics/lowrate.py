@@ -13,7 +13,7 @@ from scipy import stats
 
 from sqlcal.query import declared, planner
 from sqlcal.metrics import per_group, resolve_weight_kind, result, variance_parts
-from sqlcal.metrics.cells import (cells_needs, equal_mass_bins, equal_mass_follow_up,
+from sqlcal.metrics.cells import (equal_mass_bins, equal_mass_follow_up, logit_needs,
                                   summary_parts)
 from sqlcal.inputs import Source, as_source
 from sqlcal.options import checked
@@ -194,11 +194,12 @@ def calibration_ratio(
     0           0.666667       2.0       3.0           3
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    parts = _ratio_parts(src, weight_kind)
+    parts = _ratio_parts(src, weight_kind, deciles)
     if deciles is None:
         frame = planner.fetch(src, declared.totals(*parts)).copy()
     else:
-        frame = equal_mass_bins(src, deciles, summary_parts(src, "sums", *parts), "quantile")
+        frame = equal_mass_bins(src, deciles, summary_parts(src, "sums", *parts), "quantile",
+                                first="logit")
     weight_kind = resolve_weight_kind(src, weight_kind)
     src.require_binary_labels("the calibration ratio's interval")
     t = calibration_ratio_finish(frame, confidence=confidence, weight_kind=weight_kind,
@@ -349,25 +350,27 @@ def _ne_needs(src: Source, weight_kind: str) -> list:
     return [declared.totals("logloss", "logloss_var", *variance_parts(src, weight_kind))]
 
 
-def _ratio_parts(src: Source, weight_kind: str) -> tuple:
-    """Σwp² always (the frequency variance), the count of positive rows, and Σw²p, Σw²p² for
-    sampling weights."""
+def _ratio_parts(src: Source, weight_kind: str, deciles: int | None = None) -> tuple:
+    """Σwp² always (the frequency variance: with the moments in the totals, which sum Σwyp for
+    the Brier score anyway; alone in the per-decile table's histograms, where Σwyp would be an
+    aggregate more), the count of positive rows, and Σw²p, Σw²p² for sampling weights."""
     sampling = ("sw2p",) if variance_parts(src, weight_kind) or src.sampling_rate else ()
-    return ("moments", "ny", *sampling)
+    return ("moments" if deciles is None else "pp", "ny", *sampling)
 
 
 def _ratio_needs(src: Source, o: dict) -> list:
-    parts = _ratio_parts(src, o["weight_kind"])
+    parts = _ratio_parts(src, o["weight_kind"], o.get("deciles"))
     if o.get("deciles") is None:
         return [declared.totals(*parts)]
-    return cells_needs(src, summary_parts(src, "sums", *parts))
+    return logit_needs(src, summary_parts(src, "sums", *parts))
 
 
 def _ratio_follow_up(src: Source, o: dict) -> list:
     if o.get("deciles") is None:
         return []
-    return equal_mass_follow_up(src, o["deciles"], _ratio_parts(src, o["weight_kind"]),
-                                "quantile")
+    return equal_mass_follow_up(src, o["deciles"],
+                                _ratio_parts(src, o["weight_kind"], o["deciles"]), "quantile",
+                                first="logit")
 
 
 #: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS)

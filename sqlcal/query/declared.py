@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 #: kinds whose summaries one GROUP BY over the rows can produce together (see the planner)
-FUSABLE = ("totals", "uniform", "cells")
+FUSABLE = ("totals", "uniform", "cells", "logit_cells")
 #: kind -> the key column a summary adds after the group keys
 KEY_COLUMN = {"totals": None, "uniform": "bin", "cells": "cell", "levels": "p", "logit_grid": "k"}
 #: follow-ups that read the rows inside score ranges only; their last param is the ranges
@@ -57,6 +57,9 @@ KEY_COLUMN["intervals"] = "interval"
 #: the equal-mass search's split of crowded score cells by log-odds (sqlcal.metrics.cells): per
 #: group and log-odds cell ``lcell``
 KEY_COLUMN["logit_cells_within"] = "lcell"
+#: the log-odds histogram of every row, a first-stage summary (fused into the first scan): where
+#: the calibration by score decile starts its equal-mass search (scores crowd near 0 in a click log)
+KEY_COLUMN["logit_cells"] = "lcell"
 #: the levels of given (group, 2^k cell) pairs only, each group its own cells (a join)
 KEY_COLUMN["levels_in_cells"] = "p"
 #: the same rows per group and log-odds cell ``lcell`` (a finer split of some pieces)
@@ -137,6 +140,8 @@ class Summary:
             return f"score_cells_{self.params[0]}"
         if self.kind == "logit_grid":
             return "logit_grid"
+        if self.kind == "logit_cells":  # logit_cells_32
+            return f"logit_cells_{self.params[0]}"
         if self.kind == "logit_bins":  # logit_bins_15 (the range is data-dependent)
             return f"logit_bins_{self.params[0]}"
         if self.kind in RANGED or self.kind in ("logit_cells_within", "levels_in_cells",
@@ -413,6 +418,22 @@ def cells_within(cells: int, ranges: Iterable[tuple], *parts: str) -> Summary:
     """A finer score histogram (2^k ``cells``) of the rows inside ``ranges`` only: a zoom. The
     ranges end on the grid (each cell wholly inside or outside them)."""
     return Summary("cells_within", (int(cells), _on_grid(cells, ranges)), frozenset(parts))
+
+
+def logit_cells(scale: int, *parts: str) -> Summary:
+    """The log-odds histogram of every row: per group and log-odds cell ``lcell`` =
+    FLOOR(ln(p/(1 − p))·``scale``) (:func:`sqlcal.grids.logit_cell`), with the sums of
+    :func:`sqlcal.summaries._sums` for ``parts``. A first-stage summary: one GROUP BY with the
+    totals, bins and score cells; ``scale`` a power of two, so a finer histogram sums up to a
+    coarser one (lcell // 2^j).
+
+    >>> logit_cells(32, "sums").name
+    'logit_cells_32'
+    """
+    scale = int(scale)
+    if scale < 1 or scale & (scale - 1):
+        raise ValueError(f"the log-odds histogram's scale must be a power of two, not {scale}")
+    return Summary("logit_cells", (scale,), frozenset(parts))
 
 
 def logit_cells_within(scale: int, cells: int, ranges: Iterable[tuple], *parts: str) -> Summary:

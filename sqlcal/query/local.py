@@ -95,6 +95,8 @@ def level_sums(levels: pd.DataFrame, parts: frozenset) -> pd.DataFrame:
         out |= {"sw2p": p * sw2, "sw2pp": p * p * sw2}
     if "ny" in parts:
         out["ny"] = levels["ny"].to_numpy()
+    if "pp" in parts:
+        out["swpp"] = p * levels["swp"].to_numpy(float)
     if "moments" in parts:
         out |= {"swpp": p * levels["swp"].to_numpy(float), "swyp": p * swy}
         if "soft" in parts:
@@ -249,6 +251,11 @@ def _cells_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataF
 def _logit_cells_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
     scale, _, ranges = summary.params
     return _logit_keyed(levels[in_ranges(levels, by, ranges)], by, scale, summary.parts)
+
+
+@register("logit_cells")
+def _logit_cells(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    return _logit_keyed(levels, by, summary.params[0], summary.parts)
 
 
 @register("logit_cells_in_cells")

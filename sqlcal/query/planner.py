@@ -232,6 +232,9 @@ def split(frame: pd.DataFrame, summary: Summary, group: list[Summary], src: Sour
         finest = max(s.params[0] for s in group if s.kind == "cells")
         part = frame.assign(cell=coarser_cells(frame["cell"].to_numpy(), finest,
                                                summary.params[0]))
+    elif summary.kind == "logit_cells":  # powers of two: FLOOR(z·2^j·s) // 2^j = FLOOR(z·s)
+        finest = max(s.params[0] for s in group if s.kind == "logit_cells")
+        part = frame.assign(lcell=frame["lcell"].to_numpy() // (finest // summary.params[0]))
     own = _columns(summary, src)
     keys = [*by, key] if key else by
     out = merge([part[[*keys, *own]]], keys)
