@@ -243,7 +243,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     seg.add_argument("--features", required=True, help="comma-separated categorical columns")
     seg.add_argument("--max-depth", type=_positive, default=3)
     seg.add_argument("--min-support", type=float, help="least weight of a segment (default "
-                                                         "max(1000, 1e-4 of the group's weight))")
+                                                         "max(1000, 1e-3 of the group's weight))")
     seg.add_argument("--mode", choices=["split", "full"], default="split")
     seg.add_argument("--fdr", choices=["bh", "by", "bonferroni", "none"], default="bh")
     seg.add_argument("--alpha", type=float, default=0.05)

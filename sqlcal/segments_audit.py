@@ -34,6 +34,8 @@ from sqlcal.inputs import Source, source
 from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER
 
 FOLD_A, FOLD_B, HOLDOUT = 0, 1, 2
+#: the default ``min_support``: max(SUPPORT_FLOOR, SUPPORT_SHARE·W) (see :func:`default_support`)
+SUPPORT_FLOOR, SUPPORT_SHARE = 1000.0, 1e-3
 #: the sums each segment row carries, in this order
 STATS = ["n", "W", "swy", "swp", "swpp", "swyp", "sw2", "var2"]
 _N, _W, _Y, _P, _PP, _YP, _W2, _V2 = range(8)
@@ -67,8 +69,9 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     max_depth : int or None, default 3
         The longest conjunction (None: every feature).
     min_support : float, optional
-        Least Σw of an eligible segment; default max(1000, 10^-4·W) per group. Values below it
-        are pooled into the feature's ``__other__`` value.
+        Least Σw of an eligible segment; default :func:`default_support` of the group's
+        weight W (folds A and B): max(1000, 10^-3·W). Values below it are pooled into the
+        feature's ``__other__`` value.
     min_expected : float, default 10
         Also require Σwp ≥ min_expected and Σw(1 − p) ≥ min_expected (label-free).
     mode : {"split", "full"}, default "split"
@@ -169,6 +172,32 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
                      bins=int(bins) if effect == "ece" else 0)
     return _with_dropped(src, _report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k),
                          spec["by"])
+
+
+def default_support(W: float) -> float:
+    r"""The default ``min_support`` of a group of weight ``W``: max(1000, 10^-3·W).
+
+    Why it grows with W. (1) *Cost*: the segments of one column tuple partition the rows, so at
+    most W/min_support of them reach the support; with a floor proportional to W each level
+    holds at most C(k, L)·1000 eligible segments over k features whatever the rows (at
+    max(1000, 10^-4·W) the bound grew tenfold per decade of rows up to 10^7). (2) *What the
+    search can return*: \|y − p\| ≤ 1, so a segment holding a share π of the weight has
+    ``harm`` ≤ π; a segment under 10^-3·W cannot carry more than 0.1% of the mass, and it is
+    ranked below any segment of larger harm. (3) *Power*: on fold B (half the rows) a segment
+    of weight W_S whose logit is off by δ has z ≈ δ·sqrt(W_S·v̄/2), v̄ the group's mean
+    p(1 − p); it is certified when z passes the Benjamini-Hochberg threshold over ``top_k``
+    tests, at most z* = Φ^{-1}(1 − α/(2·top_k)) (3.5 at α = 0.05, top_k = 100), so the least
+    weight detectable with power 0.8 is 2·(z* + 0.84)²/(δ²·v̄): about 2,800 for δ = 0.3 and
+    250 for δ = 1 at v̄ = 0.15. The floor of 1000 sits between them and does not move with W,
+    so up to W = 10^6 the default is the old one; beyond, the share removes only segments of
+    harm below 10^-3 (detectable or not): a relevance cut, stated in ``searched``.
+
+    Examples
+    --------
+    >>> default_support(2e5), default_support(1e6), default_support(1e8)
+    (1000.0, 1000.0, 100000.0)
+    """
+    return max(SUPPORT_FLOOR, SUPPORT_SHARE * float(W))
 
 
 def _with_dropped(src: Source, out: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
@@ -466,7 +495,7 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
         first = [s for node, s in nodes.items() if node[0][0] == 0]
         tot = np.sum(first, axis=0).sum(axis=1)  # (folds, stats)
         W_ab = tot[FOLD_A, _W] + tot[FOLD_B, _W]
-        support = float(min_support) if min_support is not None else max(1000.0, 1e-4 * W_ab)
+        support = float(min_support) if min_support is not None else default_support(W_ab)
         groups.append(dict(key=key, level1=nodes, support=support, W_fold=tot[:, _W],
                            n_fold=tot[:, _N], nodes={}, eligible={}, tau=0.0, screened=[],
                            levels=[]))

@@ -600,3 +600,37 @@ def test_power_for_the_planted_segment_of_the_design_is_as_derived():
         covered += abs(shift - delta) <= 1.96 * se
     assert certified >= 198 and top >= 190
     assert abs(covered / reps - 0.95) <= 3 * math.sqrt(0.95 * 0.05 / reps)
+
+
+def test_default_support_grows_with_the_weight_and_keeps_the_planted_segment():
+    """At W = 2·10^6 (the design's 200,000 rows, each of sampling weight 10) the default
+    min_support is max(1000, 10^-3·W) = 2000, where the old max(1000, 10^-4·W) was 1000. The
+    design's planted segment (5% of the rows, logit shift 0.3, fold-B Σp(1−p) ≈ 727: z ≈ 8.1)
+    is found at both and is the top unexplained segment, and every segment both runs return has
+    the same fold-B numbers (a segment's sums do not depend on the floor)."""
+    rng = np.random.default_rng(17)
+    n = 200_000
+    df = pd.DataFrame({
+        "f0": rng.choice(["a", "b", "c", "d"], n), "f1": rng.choice(["x", "y", "z", "v", "w"], n),
+        # values 8 and 9 hold 0.075% of the rows each: weight 1,500, between the two floors
+        "f2": rng.choice(10, n, p=[(1 - 0.0015) / 8] * 8 + [0.00075] * 2),
+        "f3": rng.integers(0, 2, n), "p": rng.beta(2, 8, n), "w": np.full(n, 10.0)})
+    star = df.f0.eq("a") & df.f1.eq("x")
+    eta = np.log(df.p / (1 - df.p)) + 0.3 * star
+    df["y"] = (rng.uniform(size=n) < 1 / (1 + np.exp(-eta))).astype(int)
+    assert audit.default_support(df.w.sum()) == 2000.0
+    kw = dict(score="p", label="y", weight="w", weight_kind="sampling", max_depth=2,
+              features=["f0", "f1", "f2", "f3"])
+    new = sqlcal.segments(df, **kw)
+    old = sqlcal.segments(df, **kw, min_support=1000.0)
+    assert json.loads(new.searched[0])["min_support"] == 2000.0
+    pooled = lambda out: json.loads(out.searched[0])["pooled_values"]["f2"]  # noqa: E731
+    assert (pooled(new), pooled(old)) == (2, 0)
+    for out in (new, old):
+        top = out[out.explained_by.isna()].iloc[0]
+        assert (top.f0, top.f1, top.depth, bool(top.significant)) == ("a", "x", 2, True)
+        assert abs(top.z - 8.1) <= 3.5  # the design's z, within its noise
+    both = new.merge(old, on="segment", suffixes=("", "_old"))
+    assert len(both) >= 10
+    for c in ("n", "W", "residual", "z", "p_value", "logit_shift"):
+        np.testing.assert_allclose(both[c], both[c + "_old"], rtol=1e-12, atol=0)
