@@ -3,8 +3,9 @@
 Run from the repository root::
 
     nice -n 10 python bench/bench_lowrate.py --rows 1e7      # develop: about a minute
-    nice -n 10 python bench/bench_lowrate.py --rows 1e8      # the issue's size (~1.6 GB, minutes)
+    nice -n 10 python bench/bench_lowrate.py --rows 1e8      # the issue's size (~0.8 GB, minutes)
     python bench/bench_lowrate.py --rows 1e5                 # a smoke run
+    nice -n 10 python bench/bench_lowrate.py --rows 1e7 --queries   # each engine query timed
 
 Data. A DuckDB table ``clicks`` (slice, p, y) made by DuckDB itself in
 ``bench/out/clicks_<rows>.duckdb``: 100 slices, log-normal scores with median 1e-3 (σ = 0.9),
@@ -16,9 +17,15 @@ threads) and wall seconds. The machine is shared: compare ratios within one run 
 
     floor     SELECT slice, count(*), sum(p), sum(y) FROM clicks GROUP BY slice
     ne_cr     sqlcal.report(..., by="slice", metrics=["normalized_entropy", "calibration_ratio"])
-    deciles   sqlcal.calibration_ratio(..., by="slice", deciles=10)
-    deciles_zoom  the same with the crowded cells zoomed 2^k-fold (the search before the
-              log-odds split, ``sqlcal.metrics.cells.CONCENTRATED = inf``)
+    deciles   sqlcal.calibration_ratio(..., by="slice", deciles=10): its equal-mass search starts
+              from the log-odds histogram carried in the first scan
+    deciles_cells  the same starting from the 2^k score cells (the search before the log-odds
+              histogram moved into the first scan: the crowded cells split by log-odds)
+
+``--queries`` runs each task once more with every engine query timed (a wrapper of
+``sqlcal.summaries.execute``): per query its CPU seconds, the rows it returned and its columns
+(the summary's keys and sums), then the rest of the task's CPU (Python: compiling the queries,
+the pandas search and finish). The task's own figure comes from the untimed run.
 
 Targets (shown, not asserted): ne_cr CPU <= 2x floor; deciles CPU <= ne_cr + one floor.
 """
@@ -35,7 +42,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
-TASKS = ("floor", "ne_cr", "deciles", "deciles_zoom")
+TASKS = ("floor", "ne_cr", "deciles", "deciles_cells")
 FLOOR_SQL = "SELECT slice, count(*), sum(p), sum(y) FROM clicks GROUP BY slice"
 
 
@@ -55,11 +62,31 @@ def make_data(path: Path, rows: int) -> None:
     con.close()
 
 
-def run_task(task: str, path: str) -> dict:
+def run_task(task: str, path: str, queries: bool = False) -> dict:
     import ibis
 
     import sqlcal
+    from sqlcal import summaries
 
+    log = []
+    if queries:  # every engine query timed: CPU, rows returned, columns
+        execute = summaries.execute
+
+        def timed(expr):
+            c0 = time.process_time()
+            out = execute(expr)
+            log.append({"cpu_s": time.process_time() - c0, "rows": len(out),
+                        "columns": ",".join(out.columns[:6])})
+            return out
+
+        summaries.execute = timed
+    if task == "deciles_cells":  # the search from the 2^k score cells (before the first scan
+        # carried the log-odds histogram)
+        from sqlcal.metrics import cells, lowrate
+
+        start = cells.equal_mass_bins
+        lowrate.equal_mass_bins = lambda src, bins, parts, strategy, first: start(
+            src, bins, parts, strategy)
     con = ibis.duckdb.connect(path, read_only=True)
     cpu, wall = time.process_time(), time.perf_counter()
     if task == "floor":
@@ -67,24 +94,27 @@ def run_task(task: str, path: str) -> dict:
     elif task == "ne_cr":
         sqlcal.report(path, table="clicks", score="p", label="y", by="slice",
                       metrics=["normalized_entropy", "calibration_ratio"])
-    elif task in ("deciles", "deciles_zoom"):
-        if task == "deciles_zoom":  # the search before the log-odds split: 2^k zooms only
-            from sqlcal.metrics import cells
-            cells.CONCENTRATED = float("inf")
+    elif task in ("deciles", "deciles_cells"):
         sqlcal.calibration_ratio(path, table="clicks", score="p", label="y", by="slice",
                                  deciles=10)
-    return {"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}
+    out = {"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}
+    if queries:
+        out["queries"] = log
+        out["python_cpu_s"] = out["cpu_s"] - sum(q["cpu_s"] for q in log)
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=float, default=1e7)
     ap.add_argument("--keep", action="store_true", help="keep the data file")
+    ap.add_argument("--queries", action="store_true",
+                    help="also run each task with every engine query timed")
     ap.add_argument("--task", help=argparse.SUPPRESS)
     ap.add_argument("--path", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.task:  # inside the subprocess
-        print(json.dumps(run_task(args.task, args.path)))
+        print(json.dumps(run_task(args.task, args.path, args.queries)))
         return
     rows = int(args.rows)
     OUT.mkdir(exist_ok=True)
@@ -99,8 +129,18 @@ def main() -> None:
             out = subprocess.run([sys.executable, __file__, "--task", task, "--path", str(path)],
                                  capture_output=True, text=True, check=True, cwd=ROOT)
             results[task] = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"{task:8s} cpu {results[task]['cpu_s']:7.2f} s  wall "
+            print(f"{task:13s} cpu {results[task]['cpu_s']:7.2f} s  wall "
                   f"{results[task]['wall_s']:7.2f} s", file=sys.stderr)
+            if args.queries and task != "floor":
+                out = subprocess.run([sys.executable, __file__, "--task", task, "--path",
+                                      str(path), "--queries"], capture_output=True, text=True,
+                                     check=True, cwd=ROOT)
+                timed = json.loads(out.stdout.strip().splitlines()[-1])
+                results[task]["queries"] = timed["queries"]
+                for q in timed["queries"]:
+                    print(f"    query cpu {q['cpu_s']:7.2f} s  rows {q['rows']:9,d}  "
+                          f"{q['columns']}", file=sys.stderr)
+                print(f"    python cpu {timed['python_cpu_s']:6.2f} s", file=sys.stderr)
     finally:
         if not args.keep:
             os.remove(path)
@@ -110,7 +150,7 @@ def main() -> None:
                "deciles_extra_scans": (results["deciles"]["cpu_s"] - results["ne_cr"]["cpu_s"])
                / floor,
                "deciles_over_floor": results["deciles"]["cpu_s"] / floor,
-               "deciles_zoom_over_floor": results["deciles_zoom"]["cpu_s"] / floor,
+               "deciles_cells_over_floor": results["deciles_cells"]["cpu_s"] / floor,
                "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
                                         text=True, cwd=ROOT).stdout.strip()}
     (OUT / f"lowrate_{rows}.json").write_text(json.dumps(summary, indent=2))
