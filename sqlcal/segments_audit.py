@@ -275,27 +275,32 @@ def multicalibration(data, *, score: str, label: str, weight: str | None = None,
                      holdout=0.0, top_k=None, screen_z=0.0, bins=int(bins))
     rows = []
     for g in search["groups"]:
-        nodes = [(k, s) for k, s in g["nodes"].items() if g["eligible"][k]]
+        lv = g["lv"]
+        fold = (np.concatenate([x["sums"][x["ok"], FOLD_A] for x in lv]) if lv else
+                np.zeros((0, 1, len(STATS))))  # (segments, bins, stats)
+        where = [(d, i) for d, x in enumerate(lv) for i in np.nonzero(x["ok"])[0]]
         W = g["W_fold"][FOLD_A]
         row = dict(zip(spec["by"], g["key"]))
-        best = {"residual": (-1.0, None), "binned": (-1.0, None), "ece": (-1.0, None)}
-        zmax = 0.0
-        for key, s in nodes:
-            fold = s[FOLD_A]  # (bins, stats)
-            r_b = fold[:, _Y] - fold[:, _P]
-            tot = fold.sum(axis=0)
-            r = tot[_Y] - tot[_P]
-            v = _variance(tot, spec["sampling"])
-            z = abs(r) / math.sqrt(v) if v > 0 else 0.0
-            zmax = max(zmax, z)
-            for name, value in (("residual", abs(r) / W), ("binned", np.abs(r_b).max() / W),
-                                ("ece", np.abs(r_b).sum() / tot[_W])):
-                if value > best[name][0]:
-                    best[name] = (value, key)
-        m = len(nodes)
+        r_b = fold[:, :, _Y] - fold[:, :, _P]
+        tot = fold.sum(axis=1)
+        r = tot[:, _Y] - tot[:, _P]
+        v = tot[:, _V2] if spec["sampling"] else tot[:, _P] - tot[:, _PP]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.where(v > 0, np.abs(r) / np.sqrt(np.where(v > 0, v, 1.0)), 0.0)
+            values = {"residual": np.abs(r) / W, "binned": np.abs(r_b).max(axis=1) / W
+                      if len(r_b) else np.zeros(0), "ece": np.abs(r_b).sum(axis=1) / tot[:, _W]}
+        best = {}
+        for name, value in values.items():  # the first largest, as a scan would keep it
+            value = np.where(np.isnan(value), -np.inf, value)
+            i = int(np.argmax(value)) if len(value) else -1
+            best[name] = ((float(value[i]), where[i]) if i >= 0 and value[i] > -1.0 else
+                          (-1.0, None))
+        zmax = max(0.0, float(z.max())) if len(z) else 0.0
+        m = len(where)
         value, worst = best[metric]
         row.update(mc_error=value if m else np.nan,
-                   worst_segment=_condition(worst, search) if worst else None,
+                   worst_segment=_condition(_node(lv[worst[0]]["codes"][worst[1]], search),
+                                            search) if worst else None,
                    multiaccuracy=best["residual"][0] if m else np.nan,
                    multicalibration_mass=best["binned"][0] if m else np.nan,
                    max_segment_ece=best["ece"][0] if m else np.nan,
@@ -471,11 +476,16 @@ def _prepare(data, score, label, weight, by, where, features, split, on_invalid,
 
 
 # -- the search ----------------------------------------------------------------------------------
+#
+# A node (segment) is a row of global value codes, one per predicate, ascending: feature j's
+# values (its kept values and ``__other__``, sorted as strings) hold the codes offset[j] ..
+# offset[j + 1] − 1, so a node's codes ascend with its features. Each level of a group is a few
+# arrays (codes, sums, eligibility, bound): no Python object per candidate segment.
 
 
 def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_k, screen_z,
             bins):
-    """Evaluate the lattice level by level; return per group every evaluated node's sums."""
+    """Evaluate the lattice level by level; per group, every evaluated level's node arrays."""
     by, features, mode = spec["by"], spec["columns"], spec["mode"]
     a_share = 0.5 if mode == "split" else 1.0
     folds = (holdout, a_share, spec["split"])
@@ -487,69 +497,96 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
     # unweighted rows are frequencies of 1, as every metric reports them
     spec["weight_kind_used"] = "sampling" if spec["sampling"] else "frequency"
     nb = max(bins, 1)
-    per_group = _to_nodes(frame, by, [(j,) for j in range(k)], nb)
     if (frame["sqlcal_v0"] == SEGMENT_OTHER).any():
         raise OptionError(f"segments: a feature holds the reserved value {SEGMENT_OTHER!r}")
+    frame = _with_var2(frame)
+    gid, keys = _group_ids(frame, by, None)
+    order = sorted(range(len(keys)), key=lambda i: _sort_key(keys[i]))
+    rank = np.empty(len(keys), int)
+    rank[order] = np.arange(len(keys))
+    gid = rank[gid] if len(keys) else gid
+    keys = [keys[i] for i in order]
+    feat = frame["sqlcal_tuple"].to_numpy(int)
+    raw = frame["sqlcal_v0"].to_numpy(object)
+    fold = frame["sqlcal_fold"].to_numpy(int)
+    vals = frame[STATS].to_numpy(float)
+    b = frame["bin"].to_numpy(int) if "bin" in frame and nb > 1 else np.zeros(len(frame), int)
     groups = []
-    for key, nodes in sorted(per_group.items(), key=lambda kv: _sort_key(kv[0])):
-        first = [s for node, s in nodes.items() if node[0][0] == 0]
-        tot = np.sum(first, axis=0).sum(axis=1)  # (folds, stats)
-        W_ab = tot[FOLD_A, _W] + tot[FOLD_B, _W]
+    for i, key in enumerate(keys):
+        first = (gid == i) & (feat == 0)
+        W_fold = np.bincount(fold[first], weights=vals[first, _W], minlength=3)
+        n_fold = np.bincount(fold[first], weights=vals[first, _N], minlength=3)
+        W_ab = W_fold[FOLD_A] + W_fold[FOLD_B]
         support = float(min_support) if min_support is not None else default_support(W_ab)
-        groups.append(dict(key=key, level1=nodes, support=support, W_fold=tot[:, _W],
-                           n_fold=tot[:, _N], nodes={}, eligible={}, tau=0.0, screened=[],
-                           levels=[]))
-    kept = []
-    for j in range(k):  # a value is kept when some group gives it the support of a segment
-        vals = set()
-        for g in groups:
-            for node, s in g["level1"].items():
-                if node[0][0] == j and s[FOLD_A:FOLD_B + 1, :, _W].sum() >= g["support"]:
-                    vals.add(node[0][1])
-        kept.append(tuple(sorted(vals)))
-    pooled = {f: set() for f in spec["features"]}
-    for g in groups:
-        level = {}
-        for node, s in g["level1"].items():
-            j, v = node[0]
-            if v in kept[j]:
-                level[node] = s
-            else:
-                pooled[spec["features"][j]].add(v)
-                if not kept[j]:  # every value pooled: "other" is the whole group, no segment
-                    continue
-                other = ((j, SEGMENT_OTHER),)
-                level[other] = level.get(other, 0) + s
-        g["candidates"] = set(level)
-        g["level"] = level
-        del g["level1"]
+        groups.append(dict(key=key, support=support, W_fold=W_fold, n_fold=n_fold, lv=[],
+                           tau=0.0, screened=[], levels=[]))
+    # a value is kept when some group gives it the support of a segment (folds A and B)
+    ab = np.isin(fold, (FOLD_A, FOLD_B))
+    per_value = pd.DataFrame({"g": gid[ab], "j": feat[ab], "v": raw[ab], "W": vals[ab, _W]}
+                             ).groupby(["g", "j", "v"], sort=False)["W"].sum().reset_index()
+    supports = np.array([g["support"] for g in groups])
+    big = per_value[per_value["W"].to_numpy() >= supports[per_value["g"].to_numpy()]]
+    kept = [tuple(sorted(set(big.loc[big["j"] == j, "v"]))) for j in range(k)]
+    seen = pd.DataFrame({"j": feat, "v": raw}).drop_duplicates()
+    pooled = {}
+    vocab = []
+    for j, f in enumerate(spec["features"]):
+        values = set(seen.loc[seen["j"] == j, "v"])
+        pooled[f] = len(values - set(kept[j]))
+        vocab.append(tuple(sorted(set(kept[j]) | ({SEGMENT_OTHER} if kept[j] and pooled[f]
+                                                  else set()))))
+    sizes = np.array([len(v) for v in vocab], int)
+    offset = np.concatenate([[0], np.cumsum(sizes)])
+    search = dict(groups=groups, kept=kept, pooled=pooled, spec=spec, vocab=vocab,
+                  offset=offset, values=np.array([v for vs in vocab for v in vs], dtype=object),
+                  feature_of=np.repeat(np.arange(k), sizes), index=[pd.Index(v) for v in vocab])
+    # level 1: each row's value, or its feature's __other__, as a code (NULL: no segment)
+    code = np.full(len(frame), -1, np.int64)
+    for j in range(k):
+        m = feat == j
+        if not kept[j]:
+            continue  # every value pooled: "other" is the whole group, no segment
+        idx = search["index"][j].get_indexer(raw[m])
+        other = search["index"][j].get_indexer([SEGMENT_OTHER])[0]
+        code[m] = offset[j] + np.where(idx >= 0, idx, other)
+    for i, g in enumerate(groups):
+        m = (gid == i) & (code >= 0)
+        nodes, inverse = np.unique(code[m], return_inverse=True)
+        g["next"] = (nodes[:, None], np.full(len(nodes), np.inf))
+        g["level"] = (nodes[:, None], _accumulate(inverse, fold[m], b[m], vals[m],
+                                                  len(nodes), nb))
     statements, branches, built = 1, k, False
     token = uuid.uuid4().hex  # this search's cube (strategy="cube"), never another's
+    V = int(offset[-1])
     for depth in range(1, spec["depth"] + 1):
         if depth > 1:
-            cands = {}
-            for g in groups:
-                for node, bound in g["next"].items():
-                    cands[node] = max(cands.get(node, -1.0), bound)
-            if not cands:
+            parts = [g["next"] for g in groups if len(g["next"][0])]
+            if not parts:
                 break
+            cands, bound = _union([c for c, _ in parts], [u for _, u in parts], V)
             capped = 0
             if len(cands) > spec["max_candidates"]:
                 if mode == "full":
                     raise BudgetError(
                         f"segments: level {depth} has {len(cands)} candidate segments, over "
                         f"max_candidates={spec['max_candidates']} (family so far: "
-                        f"{sum(sum(g['eligible'].values()) for g in groups)} segments); raise "
-                        "min_support (e.g. double it), lower max_depth, or use mode='split'")
-                order = sorted(cands, key=lambda n: (-cands[n], _node_text(n)))
-                capped = len(cands) - spec["max_candidates"]
-                keep = set(order[:spec["max_candidates"]])
-                cands = {n: cands[n] for n in keep}
+                        f"{sum(int(lv['ok'].sum()) for g in groups for lv in g['lv'])} "
+                        "segments); raise min_support (e.g. double it), lower max_depth, or "
+                        "use mode='split'")
+                keep = _cap(cands, bound, spec["max_candidates"], search)
+                capped = len(cands) - len(keep)
+                cands = cands[keep]
                 for g in groups:
-                    g["next"] = {n: b for n, b in g["next"].items() if n in keep}
-            tuples = sorted({tuple(j for j, _ in n) for n in cands})
-            index = {t: i for i, t in enumerate(tuples)}
-            rows = sorted((index[tuple(j for j, _ in n)], tuple(v for _, v in n)) for n in cands)
+                    c, u = g["next"]
+                    inside = _find(cands, c, V) >= 0
+                    g["next"] = (c[inside], u[inside])
+            tuple_of = search["feature_of"][cands]
+            tuples, tidx = np.unique(tuple_of, axis=0, return_inverse=True)
+            tidx = tidx.reshape(-1)
+            order = np.lexsort([*cands.T[::-1], tidx])
+            names = search["values"][cands[order]]
+            rows = list(zip(tidx[order].tolist(), map(tuple, names.tolist())))
+            tuples = [tuple(t) for t in tuples.tolist()]
             cube = spec["strategy"] == "cube"
             summary = declared.segment_sums(by, features, folds, bins, tuples, kept, rows,
                                             cube=token if cube else None)
@@ -557,14 +594,11 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
             statements += 1 + (cube and not built)  # the cube's own statement, once
             built = built or cube
             branches += len(tuples)
-            per_group = _to_nodes(frame, by, tuples, nb)
+            _level_nodes(_with_var2(frame), by, np.array(tuples, int), nb, search, depth)
             for g in groups:
-                got = per_group.get(g["key"], {})
-                g["candidates"] = set(g["next"])
-                g["level"] = {n: got[n] for n in g["next"] if n in got}
                 g["levels"][-1]["capped"] = capped
         for g in groups:
-            _evaluate_level(g, depth, spec, min_expected, top_k, screen_z, bins)
+            _evaluate_level(g, depth, spec, min_expected, top_k, screen_z, search)
     spec["statements"], spec["branches"] = statements, branches
     # every threshold of the search, stated with its result; each GROUP BY branch reads the
     # base table once (columnar engines read only the branch's columns)
@@ -573,96 +607,222 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
                             strategy=spec["strategy"],
                             scans=1 + built if spec["strategy"] == "cube" else branches,
                             holdout=float(holdout))
-    pooled = {f: len(v) for f, v in pooled.items()}
-    return dict(groups=groups, kept=kept, pooled=pooled, spec=spec)
+    return search
 
 
-def _evaluate_level(g, depth, spec, min_expected, top_k, screen_z, bins):
-    level, mode = g["level"], spec["mode"]
-    W_a = g["W_fold"][FOLD_A]
-    counts = dict(depth=depth, candidates=len(g["candidates"]), evaluated=len(level),
-                  ineligible=0, bound_pruned=0)
-    expandable = {}
-    for node, s in level.items():
-        tot = s.sum(axis=1)  # (folds, stats)
-        g["nodes"][node] = s
-        ab = tot[FOLD_A] + tot[FOLD_B]
-        ok = (ab[_W] >= g["support"] and ab[_P] >= min_expected
-              and ab[_W] - ab[_P] >= min_expected)
-        g["eligible"][node] = ok
-        if not ok:
-            counts["ineligible"] += 1
-            continue
-        a = tot[FOLD_A]
-        if mode == "split" and spec.get("effect") == "ece":
-            # per bin: |R_b| <= max(P_b, N_b), each part anti-monotone along the lattice
-            fa = s[FOLD_A]
-            stat, df = _chi2(fa, spec["sampling"])
-            if df and stats.chi2.sf(stat, df) <= 2 * stats.norm.sf(screen_z):
-                g["screened"].append((np.abs(fa[:, _Y] - fa[:, _P]).sum() / W_a, node))
-            bound = np.maximum(fa[:, _Y] - fa[:, _YP], fa[:, _P] - fa[:, _YP]).sum() / W_a
-        elif mode == "split":
-            r = a[_Y] - a[_P]
-            v = _variance(a, spec["sampling"])
-            z = r / math.sqrt(v) if v > 0 else 0.0
-            if abs(z) >= screen_z:
-                g["screened"].append((abs(r) / W_a, node))
-            bound = max(a[_Y] - a[_YP], a[_P] - a[_YP]) / W_a
-        else:
-            bound = math.inf
-        expandable[node] = bound
-    if mode == "split" and top_k is not None and len(g["screened"]) >= top_k:
-        g["tau"] = sorted((h for h, _ in g["screened"]), reverse=True)[top_k - 1]
-    alive = {n: b for n, b in expandable.items() if b >= g["tau"]}
-    counts["bound_pruned"] = len(expandable) - len(alive)
-    g["levels"].append(counts)
-    g["next"] = _children(alive, expandable) if depth < spec["depth"] else {}
+def _with_var2(frame: pd.DataFrame) -> pd.DataFrame:
+    if "var2" not in frame:  # unweighted: Σw²p(1 − p) = Σp(1 − p)
+        frame = frame.assign(var2=frame["swp"] - frame["swpp"])
+    return frame
 
 
-def _children(alive: dict, _expandable: dict) -> dict:
-    """Apriori join: a child of two alive nodes sharing all but their last predicate, kept when
-    every one of its parents is alive; its bound is the least of its parents' bounds."""
-    buckets: dict = {}
-    for node in alive:
-        buckets.setdefault(node[:-1], []).append(node)
-    out = {}
-    for prefix, nodes in buckets.items():
-        nodes.sort()
-        for a, b in combinations(nodes, 2):
-            if a[-1][0] == b[-1][0]:
-                continue
-            child = prefix + (a[-1], b[-1]) if a[-1][0] < b[-1][0] else prefix + (b[-1], a[-1])
-            parents = [child[:i] + child[i + 1:] for i in range(len(child))]
-            if all(p in alive for p in parents):
-                out[child] = min(alive[p] for p in parents)
+def _group_ids(frame: pd.DataFrame, by, known: dict | None):
+    """Per row the index of its group, and the groups' keys (None for NULL); with ``known``
+    (key -> index), the indices of those keys (-1 for a key not among them)."""
+    if not by:
+        return np.zeros(len(frame), int), [()]
+    ids = frame.groupby(list(by), dropna=False, sort=False).ngroup().to_numpy()
+    _, first = np.unique(ids, return_index=True)
+    firsts = frame[list(by)].to_numpy(object)[first]
+    keys = [tuple(None if _null(v) else (v.item() if hasattr(v, "item") else v) for v in row)
+            for row in firsts]
+    if known is None:
+        return ids, keys
+    return np.array([known.get(key, -1) for key in keys], int)[ids], keys
+
+
+def _accumulate(node: np.ndarray, fold: np.ndarray, b: np.ndarray, vals: np.ndarray, m: int,
+                nb: int) -> np.ndarray:
+    """Sums of shape (m nodes, 3 folds, nb bins, stats) of the rows' ``vals``."""
+    flat = (node * 3 + fold) * nb + b
+    out = np.empty((m * 3 * nb, len(STATS)))
+    for c in range(len(STATS)):
+        out[:, c] = np.bincount(flat, weights=vals[:, c], minlength=m * 3 * nb)
+    return out.reshape(m, 3, nb, len(STATS))
+
+
+def _keys(codes: np.ndarray, V: int):
+    """One int64 per node (codes in base V), or None when the nodes are too long for it."""
+    if V ** max(codes.shape[1], 1) >= 2 ** 62:
+        return None
+    out = np.zeros(len(codes), np.int64)
+    for c in range(codes.shape[1]):
+        out = out * V + codes[:, c]
     return out
 
 
-def _to_nodes(frame: pd.DataFrame, by, tuples, nb: int) -> dict:
-    """group key -> {node: sums of shape (3 folds, bins, stats)} from a segment_sums frame
-    (``sqlcal_tuple`` indexes ``tuples``, ``sqlcal_v0``, ... hold the tuple's values)."""
-    out: dict = {}
-    if not len(frame):
-        return out
-    if "var2" not in frame:  # unweighted: Σw²p(1 − p) = Σp(1 − p)
-        frame = frame.assign(var2=frame["swp"] - frame["swpp"])
+def _find(table: np.ndarray, query: np.ndarray, V: int) -> np.ndarray:
+    """The row of ``table`` (distinct nodes) equal to each row of ``query``, or -1."""
+    if not len(table) or not len(query):
+        return np.full(len(query), -1)
+    kt, kq = _keys(table, V), _keys(query, V)
+    if kt is None:  # long nodes: compare rows through one joint numbering
+        _, ids = np.unique(np.concatenate([table, query]), axis=0, return_inverse=True)
+        ids = ids.reshape(-1)
+        kt, kq = ids[:len(table)], ids[len(table):]
+    order = np.argsort(kt, kind="stable")
+    pos = np.minimum(np.searchsorted(kt, kq, sorter=order), len(kt) - 1)
+    hit = order[pos]
+    return np.where(kt[hit] == kq, hit, -1)
+
+
+def _union(codes: list, bounds: list, V: int):
+    """The distinct nodes of several groups' candidates, each with its largest bound."""
+    allc, allb = np.concatenate(codes), np.concatenate(bounds)
+    key = _keys(allc, V)
+    if key is None:
+        uniq, inverse = np.unique(allc, axis=0, return_inverse=True)
+    else:
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        uniq = allc[first]
+    inverse = inverse.reshape(-1)
+    best = np.full(len(uniq), -np.inf)
+    np.maximum.at(best, inverse, allb)
+    return uniq, best
+
+
+def _cap(cands: np.ndarray, bound: np.ndarray, cap: int, search: dict) -> np.ndarray:
+    """The ``cap`` candidates of largest bound (ties by their text), as indices."""
+    order = np.argsort(-bound, kind="stable")
+    edge = bound[order[cap - 1]]
+    above = np.nonzero(bound > edge)[0]
+    tied = np.nonzero(bound == edge)[0]
+    text = [_node_text(_node(c, search)) for c in cands[tied]]
+    tied = tied[np.argsort(np.array(text, dtype=object), kind="stable")][:cap - len(above)]
+    return np.sort(np.concatenate([above, tied]))
+
+
+def _node(codes, search) -> tuple:
+    """A node as ((feature index, value), ...)."""
+    return tuple((int(search["feature_of"][c]), search["values"][c]) for c in codes)
+
+
+def _level_nodes(frame: pd.DataFrame, by, tuples: np.ndarray, nb: int, search: dict,
+                 depth: int) -> None:
+    """Each group's evaluated nodes of a level from its segment_sums frame: the candidates
+    (``g["next"]``) the frame holds, with their sums."""
+    groups, V = search["groups"], int(search["offset"][-1])
+    known = {g["key"]: i for i, g in enumerate(groups)}
+    gid, _ = _group_ids(frame, by, known)
+    feats = tuples[frame["sqlcal_tuple"].to_numpy(int)] if len(frame) else np.zeros(
+        (0, depth), int)
+    codes = np.full((len(frame), depth), -1, np.int64)
+    for c in range(depth):
+        raw = frame[f"sqlcal_v{c}"].to_numpy(object)
+        for j in np.unique(feats[:, c]):
+            m = feats[:, c] == j
+            idx = search["index"][j].get_indexer(raw[m])
+            codes[m, c] = np.where(idx >= 0, search["offset"][j] + idx, -1)
+    good = (codes >= 0).all(axis=1) & (gid >= 0)
     fold = frame["sqlcal_fold"].to_numpy(int)
     b = frame["bin"].to_numpy(int) if "bin" in frame and nb > 1 else np.zeros(len(frame), int)
     vals = frame[STATS].to_numpy(float)
-    which = frame["sqlcal_tuple"].to_numpy(int)
-    width = max(len(t) for t in tuples)
-    feats = frame[[f"sqlcal_v{j}" for j in range(width)]].to_numpy(object)
-    keys = frame[list(by)].to_numpy(object) if by else np.empty((len(frame), 0), object)
-    for i in range(len(frame)):
-        key = tuple(None if _null(v) else (v.item() if hasattr(v, "item") else v)
-                    for v in keys[i])
-        node = tuple(zip(tuples[which[i]], feats[i]))
-        nodes = out.setdefault(key, {})
-        s = nodes.get(node)
-        if s is None:
-            s = nodes[node] = np.zeros((3, nb, len(STATS)))
-        s[fold[i], b[i]] += vals[i]
-    return out
+    for i, g in enumerate(groups):
+        cand = g["next"][0]
+        m = good & (gid == i)
+        node = _find(cand, codes[m], V)
+        hit = node >= 0
+        sums = _accumulate(node[hit], fold[m][hit], b[m][hit], vals[m][hit], len(cand), nb)
+        present = np.zeros(len(cand), bool)
+        present[node[hit]] = True
+        g["level"] = (cand[present], sums[present])
+
+
+def _evaluate_level(g, depth, spec, min_expected, top_k, screen_z, search):
+    codes, sums = g["level"]
+    mode = spec["mode"]
+    W_a = g["W_fold"][FOLD_A]
+    tot = sums.sum(axis=2)  # (nodes, folds, stats)
+    ab = tot[:, FOLD_A] + tot[:, FOLD_B]
+    ok = ((ab[:, _W] >= g["support"]) & (ab[:, _P] >= min_expected)
+          & (ab[:, _W] - ab[:, _P] >= min_expected))
+    counts = dict(depth=depth, candidates=len(g["next"][0]), evaluated=len(codes),
+                  ineligible=int((~ok).sum()), bound_pruned=0)
+    a = tot[:, FOLD_A]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if mode == "split" and spec.get("effect") == "ece":
+            # per bin: |R_b| <= max(P_b, N_b), each part anti-monotone along the lattice
+            fa = sums[:, FOLD_A]
+            r_b = fa[:, :, _Y] - fa[:, :, _P]
+            passed = np.zeros(len(codes), bool)
+            for i in np.nonzero(ok)[0]:
+                stat, df = _chi2(fa[i], spec["sampling"])
+                passed[i] = bool(df) and stats.chi2.sf(stat, df) <= 2 * stats.norm.sf(screen_z)
+            harm = np.abs(r_b).sum(axis=1) / W_a
+            bound = np.maximum(fa[:, :, _Y] - fa[:, :, _YP],
+                               fa[:, :, _P] - fa[:, :, _YP]).sum(axis=1) / W_a
+        elif mode == "split":
+            r = a[:, _Y] - a[:, _P]
+            v = a[:, _V2] if spec["sampling"] else a[:, _P] - a[:, _PP]
+            z = np.where(v > 0, r / np.sqrt(np.where(v > 0, v, 1.0)), 0.0)
+            passed = ok & (np.abs(z) >= screen_z)
+            harm = np.abs(r) / W_a
+            bound = np.maximum(a[:, _Y] - a[:, _YP], a[:, _P] - a[:, _YP]) / W_a
+        else:
+            passed = np.zeros(len(codes), bool)
+            harm = np.zeros(len(codes))
+            bound = np.full(len(codes), np.inf)
+    level = len(g["lv"])
+    g["lv"].append(dict(codes=codes, sums=sums, ok=ok))
+    if passed.any():
+        g["screened"].append((harm[passed], np.full(int(passed.sum()), level),
+                              np.nonzero(passed)[0]))
+    if mode == "split" and top_k is not None:
+        every = np.concatenate([h for h, _, _ in g["screened"]]) if g["screened"] else []
+        if len(every) >= top_k:
+            g["tau"] = float(np.sort(every)[::-1][top_k - 1])
+    alive = ok & (bound >= g["tau"])
+    counts["bound_pruned"] = int(ok.sum() - alive.sum())
+    g["levels"].append(counts)
+    g["next"] = (_children(codes[alive], bound[alive], search) if depth < spec["depth"] else
+                 (np.zeros((0, depth + 1), np.int64), np.zeros(0)))
+
+
+#: the most parent pairs formed at once by the apriori join (memory: a few 100 MB)
+PAIRS = 4_000_000
+
+
+def _children(codes: np.ndarray, bound: np.ndarray, search: dict):
+    """Apriori join: a child of two alive nodes sharing all but their last predicate, kept when
+    every one of its parents is alive; its bound is the least of its parents' bounds."""
+    a, L = codes.shape
+    empty = (np.zeros((0, L + 1), np.int64), np.zeros(0))
+    if a < 2:
+        return empty
+    feature_of, V = search["feature_of"], int(search["offset"][-1])
+    order = np.lexsort(codes.T[::-1])
+    c, u = codes[order], bound[order]
+    if L == 1:
+        starts = np.array([0])
+    else:
+        new = np.any(c[1:, :L - 1] != c[:-1, :L - 1], axis=1)
+        starts = np.concatenate([[0], np.nonzero(new)[0] + 1])
+    sizes = np.diff(np.concatenate([starts, [a]]))
+    pos = np.arange(a) - np.repeat(starts, sizes)
+    partners = np.repeat(sizes, sizes) - pos - 1  # the nodes after it in its prefix group
+    out_c, out_u = [], []
+    ends = np.cumsum(partners)
+    lo = 0
+    while lo < a:  # in slices of at most PAIRS pairs
+        hi = max(lo + 1, int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + PAIRS,
+                                             side="right")))
+        hi = min(hi, a)
+        cnt = partners[lo:hi]
+        i = np.repeat(np.arange(lo, hi), cnt)
+        run = np.repeat(np.cumsum(cnt) - cnt, cnt)
+        j = i + 1 + (np.arange(int(cnt.sum())) - run)
+        lo = hi
+        keep = feature_of[c[i, -1]] != feature_of[c[j, -1]]
+        i, j = i[keep], j[keep]
+        child = np.column_stack([c[i], c[j, -1]])
+        cu = np.minimum(u[i], u[j])
+        for r in range(L - 1):  # the parents other than the two joined
+            at = _find(c, np.delete(child, r, axis=1), V)
+            hit = at >= 0
+            child, cu = child[hit], np.minimum(cu[hit], u[at[hit]])
+        out_c.append(child)
+        out_u.append(cu)
+    return np.concatenate(out_c), np.concatenate(out_u)
 
 
 def _null(v) -> bool:
@@ -734,66 +894,102 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
     binned = spec.get("effect") == "ece"
     frames = []
     for g in search["groups"]:
-        eligible = [n for n, ok in g["eligible"].items() if ok]
+        lv = g["lv"]
+        family = sum(int(x["ok"].sum()) for x in lv)
         if mode == "split":
-            screened = sorted(g["screened"], key=lambda hn: (-hn[0], _condition(hn[1], search)))
-            tested = [n for _, n in (screened[:top_k] if top_k else screened)]
-        else:
-            tested = eligible
-        W_t = g["W_fold"][test_fold]
-        rows = []
-        for node in tested:
-            s = g["nodes"][node].sum(axis=1)
-            t = s[test_fold]
-            a = s[FOLD_A]
-            r, v, vf = t[_Y] - t[_P], _variance(t, spec["sampling"]), t[_P] - t[_PP]
-            z = r / math.sqrt(v) if v > 0 else 0.0
-            if mode == "split":
-                sign = 1.0 if a[_Y] - a[_P] >= 0 else -1.0
-                p = float(stats.norm.sf(sign * z))
+            if g["screened"]:
+                harm = np.concatenate([h for h, _, _ in g["screened"]])
+                level = np.concatenate([x for _, x, _ in g["screened"]])
+                row = np.concatenate([x for _, _, x in g["screened"]])
             else:
-                p = float(2 * stats.norm.sf(abs(z)))
-            ab = s[FOLD_A] + s[FOLD_B]
-            r_all, v_all = ab[_Y] - ab[_P], _variance(ab, spec["sampling"])
-            values = dict(node)
-            harm = abs(r) / W_t if W_t else np.nan
-            extra = {}
-            if binned:  # the binned error and its chi-square test (no direction)
-                cells = g["nodes"][node][test_fold]
-                r_b = cells[:, _Y] - cells[:, _P]
-                chi, df = _chi2(cells, spec["sampling"])
-                p = float(stats.chi2.sf(chi, df)) if df else 1.0
-                harm = np.abs(r_b).sum() / W_t if W_t else np.nan
-                extra = dict(ece=np.abs(r_b).sum() / t[_W] if t[_W] else np.nan, chi2=chi,
-                             chi2_df=df, _rb=r_b, _vfb=cells[:, _P] - cells[:, _PP],
-                             _vb=cells[:, _V2] if spec["sampling"] else
-                             cells[:, _P] - cells[:, _PP])
-            rows.append(dict(
-                segment=_condition(node, search), depth=len(node),
-                **{f: values.get(j) for j, f in enumerate(features)},
-                n=int(round(t[_N])), W=t[_W],
-                mean_score=t[_P] / t[_W] if t[_W] else np.nan,
-                observed=t[_Y] / t[_W] if t[_W] else np.nan,
-                citl=(t[_P] - t[_Y]) / t[_W] if t[_W] else np.nan,
+                harm = level = row = np.zeros(0, int)
+            # by harm, ties by the segment's text: only the ties at the cut need the text
+            if top_k is not None and len(harm) > top_k:
+                edge = np.sort(harm)[::-1][top_k - 1]
+                near = np.nonzero(harm >= edge)[0]
+            else:
+                near = np.arange(len(harm))
+            text = [_condition(_node(lv[level[i]]["codes"][row[i]], search), search)
+                    for i in near]
+            near = near[np.lexsort((np.array(text, dtype=object), -harm[near]))]
+            near = near[:top_k] if top_k else near
+            picks = [(int(level[i]), int(row[i])) for i in near]
+        else:
+            picks = [(d, int(i)) for d, x in enumerate(lv) for i in np.nonzero(x["ok"])[0]]
+        T = len(picks)
+        codes = [lv[d]["codes"][i] for d, i in picks]
+        cells = (np.stack([lv[d]["sums"][i] for d, i in picks]) if T else
+                 np.zeros((0, 3, max(1, 1), len(STATS))))
+        s = cells.sum(axis=2)  # (segments, folds, stats)
+        t, a, ab = s[:, test_fold], s[:, FOLD_A], s[:, FOLD_A] + s[:, FOLD_B]
+        W_t = g["W_fold"][test_fold]
+        sampling = spec["sampling"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r, vf = t[:, _Y] - t[:, _P], t[:, _P] - t[:, _PP]
+            v = t[:, _V2] if sampling else vf
+            z = np.where(v > 0, r / np.sqrt(np.where(v > 0, v, 1.0)), 0.0)
+            if mode == "split":
+                p = stats.norm.sf(np.where(a[:, _Y] - a[:, _P] >= 0, 1.0, -1.0) * z)
+            else:
+                p = 2 * stats.norm.sf(np.abs(z))
+            r_all = ab[:, _Y] - ab[:, _P]
+            v_all = ab[:, _V2] if sampling else ab[:, _P] - ab[:, _PP]
+            z_all = np.where(v_all > 0, r_all / np.sqrt(np.where(v_all > 0, v_all, 1.0)), 0.0)
+            harm = np.abs(r) / W_t if W_t else np.full(T, np.nan)
+            W = t[:, _W]
+            has = W != 0
+            cols = dict(
+                depth=np.array([len(c) for c in codes], int),
+                n=np.rint(t[:, _N]).astype(np.int64), W=W,
+                mean_score=np.where(has, t[:, _P] / W, np.nan),
+                observed=np.where(has, t[:, _Y] / W, np.nan),
+                citl=np.where(has, (t[:, _P] - t[:, _Y]) / W, np.nan),
                 residual=r, harm=harm, z=z, p_value=p,
-                logit_shift=r / vf if vf > 0 else np.nan,
-                logit_shift_se=math.sqrt(v) / vf if vf > 0 else np.nan,
-                residual_all=r_all, z_all=r_all / math.sqrt(v_all) if v_all > 0 else 0.0,
-                _node=node, _vf=vf, _v=v, **extra))
-        part = pd.DataFrame(rows)
+                logit_shift=np.where(vf > 0, r / vf, np.nan),
+                logit_shift_se=np.where(vf > 0, np.sqrt(v) / vf, np.nan),
+                residual_all=r_all, z_all=z_all, _vf=vf, _v=v)
+        for j, f in enumerate(features):
+            at = np.full(T, None, dtype=object)
+            for i, c in enumerate(codes):  # the returned segments' values (no search object)
+                hit = search["feature_of"][c] == j
+                if hit.any():
+                    at[i] = search["values"][c[hit][0]]
+            cols[f] = at
+        part = pd.DataFrame(cols)
+        if binned:  # the binned error and its chi-square test (no direction)
+            tb = cells[:, test_fold]
+            r_b = tb[:, :, _Y] - tb[:, :, _P]
+            tests = [_chi2(x, sampling) for x in tb]
+            part["chi2"] = [x for x, _ in tests]
+            part["chi2_df"] = [d for _, d in tests]
+            part["p_value"] = [float(stats.chi2.sf(x, d)) if d else 1.0 for x, d in tests]
+            part["harm"] = np.abs(r_b).sum(axis=1) / W_t if W_t else np.nan
+            with np.errstate(divide="ignore", invalid="ignore"):
+                part["ece"] = np.where(has, np.abs(r_b).sum(axis=1) / W, np.nan)
+            part["_rb"] = list(r_b)
+            part["_vfb"] = list(tb[:, :, _P] - tb[:, :, _PP])
+            part["_vb"] = list(tb[:, :, _V2] if sampling else tb[:, :, _P] - tb[:, :, _PP])
+        part["_codes"] = codes
         if len(part):
             part["q_value"] = adjust(part["p_value"].to_numpy(), fdr)
             part["significant"] = part["q_value"] <= alpha
+            sig = part["significant"].to_numpy()
+            part["_node"] = [_node(c, search) if s_ else None for c, s_ in zip(codes, sig)]
+            part["segment"] = [_condition(n, search) if n else None for n in part["_node"]]
             part["explained_by"] = _explained(part, alpha, search)
             if mode == "full" and top_k is not None:
                 top = part["harm"].rank(ascending=False, method="first") <= top_k
-                part = part[top | part["significant"]]
+                part = part[top | part["significant"]].copy()
+            missing = part["segment"].isna().to_numpy()
+            if missing.any():
+                part.loc[missing, "segment"] = [
+                    _condition(_node(c, search), search) for c in part["_codes"][missing]]
         else:
             part = pd.DataFrame([dict(segment=None, depth=0, significant=False)])
         for i, k in enumerate(by):
             part.insert(i, k, [g["key"][i]] * len(part))
-        part["family_size"] = len(eligible)
-        part["tested"] = len(tested)
+        part["family_size"] = family
+        part["tested"] = T
         part["statements"] = spec["statements"]
         part["branches"] = spec["branches"]
         part["searched"] = json.dumps(dict(
