@@ -234,11 +234,9 @@ def logit_split(src: Source, pieces: dict, wanted: dict, rule: tuple, parts: fro
     by = list(src.by)
     if pieces is None:
         histogram = read(logit_needs(src, parts)[0])
-        out = {}
-        for k, part in split_groups(histogram, by):
-            out[key_tuple(k)] = _in_order(part.assign(lscale=LOGIT_FIRST))
-            if out[key_tuple(k)] is None:
-                return None
+        out = _groups_in_order(histogram.assign(lscale=LOGIT_FIRST), by)
+        if out is None:
+            return None
         return _logit_refine(out, by, rule, parts, read, LOGIT_FIRST, histogram)
     ids = [c for key, part in pieces.items() for c in part.loc[wanted[key], "cell"].tolist()]
     lo, hi = min(ids), max(ids) + 1
@@ -294,6 +292,26 @@ def _logit_refine(out: dict, by: list, rule: tuple, parts: frozenset, read, scal
     frames = [part.drop(columns=["lcell", "lscale"]) for part in out.values()]
     frame = pd.concat(frames, ignore_index=True) if frames else empty.iloc[:0]
     return frame, None, levels
+
+
+def _groups_in_order(frame: pd.DataFrame, by: list) -> dict | None:
+    """:func:`_in_order` of every group of ``frame`` (one sort for all): group key -> its
+    pieces; None when two pieces of a group overlap."""
+    code = (frame.groupby(by, dropna=False, sort=False).ngroup().to_numpy() if by
+            else np.zeros(len(frame), dtype=np.int64))
+    p_min, p_max = frame["p_min"].to_numpy(float), frame["p_max"].to_numpy(float)
+    order = np.lexsort((p_min, code))
+    code, p_min, p_max = code[order], p_min[order], p_max[order]
+    if ((code[1:] == code[:-1]) & (p_max[:-1] >= p_min[1:])).any():
+        return None
+    starts = np.flatnonzero(np.diff(code, prepend=-1))
+    ends = np.append(starts[1:], len(code))
+    rank = np.arange(len(code)) - np.repeat(starts, ends - starts)
+    frame = frame.take(order).assign(cell=rank)
+    keys = (list(zip(*(frame[c].iloc[starts].tolist() for c in by))) if by
+            else [()] * len(starts))
+    return {key_tuple(dict(zip(by, key))): frame.iloc[a:b].reset_index(drop=True)
+            for key, a, b in zip(keys, starts.tolist(), ends.tolist())}
 
 
 def _in_order(frame: pd.DataFrame) -> pd.DataFrame | None:
@@ -382,15 +400,18 @@ def equal_mass_finish(cells: pd.DataFrame, levels: pd.DataFrame | None, *, by, b
     rest = cells.take(np.concatenate(kept_cells)).assign(
         bin=np.concatenate(cell_bins), _group=np.repeat(np.arange(groups),
                                                         [len(k) for k in kept_cells]))
-    if kept_levels:
+    if kept_levels:  # the levels summed per group and bin first: runs of the sorted levels
         chosen = np.concatenate(kept_levels)
-        columns = [c for c in levels if c not in by]
-        picked = levels[columns].take(lv_order[chosen])
-        picked = picked.assign(p_min=lv_p[chosen], p_max=lv_p[chosen],
-                               bin=np.concatenate(level_bins), _group=lv_code[chosen])
-        rest = pd.concat([rest, picked.drop(columns="p")], ignore_index=True)
-    sums = [c for c in rest if c.startswith("sw") or c in ("n", "W", "total", "positive",
-                                                            "negative", "var", "var2", "ny")]
+        group, at_bin = lv_code[chosen], np.concatenate(level_bins)
+        runs = np.flatnonzero(np.diff(group, prepend=-1) | np.diff(at_bin, prepend=-1))
+        ends = np.append(runs[1:], len(chosen)) - 1
+        rows = lv_order[chosen]
+        picked = pd.DataFrame({c: np.add.reduceat(levels[c].to_numpy()[rows], runs)
+                               for c in levels if _is_sum(c)})
+        picked = picked.assign(p_min=lv_p[chosen][runs], p_max=lv_p[chosen][ends],
+                               bin=at_bin[runs], _group=group[runs])
+        rest = pd.concat([rest, picked], ignore_index=True)
+    sums = [c for c in rest if _is_sum(c)]
     agg = rest.groupby(["_group", "bin"]).agg({**dict.fromkeys(sums, "sum"), "p_min": "min",
                                                "p_max": "max"}).reset_index()
     at = agg.pop("_group").to_numpy()
@@ -400,6 +421,12 @@ def equal_mass_finish(cells: pd.DataFrame, levels: pd.DataFrame | None, *, by, b
     edges = np.stack(edge_rows)[at] if edge_rows else np.zeros((0, bins - 1))
     edge_columns = pd.DataFrame(edges, columns=[f"e{i}" for i in range(1, edges.shape[1] + 1)])
     return pd.concat([agg.assign(**key_columns), edge_columns], axis=1)
+
+
+def _is_sum(column: str) -> bool:
+    """Whether a summary column is a sum (added over rows), not a key or an extreme."""
+    return column.startswith("sw") or column in ("n", "W", "total", "positive", "negative",
+                                                 "var", "var2", "ny")
 
 
 def zoom_factor(rows_per_cell: float, scale: int) -> int:
