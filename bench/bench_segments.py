@@ -98,7 +98,8 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _measure(path: str, features: int, depth: int, mode: str, queue) -> None:
+def _measure(path: str, features: int, depth: int, mode: str, queue,
+             strategy: str = "levels") -> None:
     import ibis
 
     import sqlcal
@@ -118,12 +119,13 @@ def _measure(path: str, features: int, depth: int, mode: str, queue) -> None:
     names = [f"f{j}" for j in range(features)]
     c0, w0 = _cpu(), time.perf_counter()
     out = sqlcal.segments(table, score="p", label="y", features=names, max_depth=depth,
-                          mode=mode)
+                          mode=mode, strategy=strategy)
     cpu, wall = _cpu() - c0, time.perf_counter() - w0
     top = out[out.explained_by.isna()].iloc[0]
     searched = json.loads(out.searched.iloc[0])
     queue.put(dict(
-        depth=depth, mode=mode, statements=int(out.statements.iloc[0]),
+        depth=depth, mode=mode, strategy=strategy, statements=int(out.statements.iloc[0]),
+        scans=searched["scans"], min_support=searched["min_support"],
         branches=int(out.branches.iloc[0]), family_size=int(out.family_size.iloc[0]),
         evaluated=sum(lv["evaluated"] for lv in searched["levels"]),
         bound_pruned=sum(lv["bound_pruned"] for lv in searched["levels"]),
@@ -171,15 +173,31 @@ def _mcgrad_segments(mce) -> list:
     return [out[i] for i in range(mce.total_number_segments)]
 
 
-def _result(proc, queue, **what) -> dict:
-    """The child's result, or its exit code when it died (e.g. out of memory)."""
+def _result(proc, queue, timeout: float | None = None, **what) -> dict:
+    """The child's result, or its exit code when it died (e.g. out of memory), or the CPU
+    seconds it had used when it was stopped after ``timeout`` wall seconds."""
+    t0 = time.perf_counter()
     while proc.is_alive() or not queue.empty():
         try:
             return queue.get(timeout=5)
         except Empty:
-            pass
+            if timeout and time.perf_counter() - t0 > timeout:
+                cpu = _child_cpu(proc.pid)
+                proc.terminate()
+                proc.join()
+                return dict(what, failed=f"stopped after {timeout:.0f} wall s",
+                            cpu_s_so_far=cpu)
     proc.join()
     return dict(what, failed=f"exit code {proc.exitcode}")
+
+
+def _child_cpu(pid: int) -> float | None:
+    """A running process's user + system CPU seconds (Linux /proc), else None."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 1)
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _commit() -> str:
@@ -200,8 +218,12 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=20)
     parser.add_argument("--depths", type=int, nargs="*", default=[2, 3])
     parser.add_argument("--mode", default="split", choices=["split", "full"])
+    parser.add_argument("--strategies", nargs="+", default=["levels"],
+                        choices=["levels", "cube"])
     parser.add_argument("--dir", default=None, help="where the database file goes")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="stop a measurement after this many wall seconds")
     parser.add_argument("--mcgrad", action="store_true",
                         help="also time MCGrad's MulticalibrationError (pandas) on the table")
     args = parser.parse_args()
@@ -219,12 +241,14 @@ def main() -> None:
                               generated_s=round(time.perf_counter() - t0, 1),
                               file_mb=round(os.path.getsize(path) / 2**20))), flush=True)
         for depth in args.depths:
-            queue = ctx.Queue()
-            proc = ctx.Process(target=_measure,
-                               args=(path, args.features, depth, args.mode, queue))
-            proc.start()
-            print(json.dumps(dict(rows=args.rows, features=args.features,
-                                  **_result(proc, queue))), flush=True)
+            for strategy in args.strategies:
+                queue = ctx.Queue()
+                proc = ctx.Process(target=_measure, args=(path, args.features, depth,
+                                                          args.mode, queue, strategy))
+                proc.start()
+                print(json.dumps(dict(rows=args.rows, features=args.features,
+                                      **_result(proc, queue, args.timeout, depth=depth,
+                                                strategy=strategy))), flush=True)
         if args.mcgrad:
             queue = ctx.Queue()
             proc = ctx.Process(target=_measure_mcgrad, args=(path, args.features, queue))
