@@ -138,7 +138,8 @@ def _measure(path: str, features: int, depth: int, mode: str, queue,
         peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         rss_before_mb=round(rss0 / 1024),
         top_segment=top.segment, top_significant=bool(top.significant)))
-    con.disconnect()
+    # no disconnect: the cube (strategy="cube") is a cached table Ibis drops when collected,
+    # which needs the connection; the process ends here
 
 
 def _measure_mcgrad(path: str, features: int, queue) -> None:
