@@ -31,7 +31,7 @@ from sqlcal.query import declared, planner
 from sqlcal.segments_map import (SegmentFix, condition_sql, dialect, feature_kinds,
                                  with_columns)
 from sqlcal.inputs import Source, source
-from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER
+from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER, segment_plan
 
 FOLD_A, FOLD_B, HOLDOUT = 0, 1, 2
 #: the default ``min_support``: max(SUPPORT_FLOOR, SUPPORT_SHARE·W) (see :func:`default_support`)
@@ -556,6 +556,8 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
         g["level"] = (nodes[:, None], _accumulate(inverse, fold[m], b[m], vals[m],
                                                   len(nodes), nb))
     statements, branches, built = 1, k, False
+    # covering GROUP BYs are sized by each feature's raw values (NULL included)
+    cover = tuple(len(set(seen.loc[seen["j"] == j, "v"])) for j in range(k))
     token = uuid.uuid4().hex  # this search's cube (strategy="cube"), never another's
     V = int(offset[-1])
     for depth in range(1, spec["depth"] + 1):
@@ -589,11 +591,14 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
             tuples = [tuple(t) for t in tuples.tolist()]
             cube = spec["strategy"] == "cube"
             summary = declared.segment_sums(by, features, folds, bins, tuples, kept, rows,
-                                            cube=token if cube else None)
+                                            cube=token if cube else None,
+                                            cover=() if cube else cover)
             frame = planner.fetch(src, summary)
             statements += 1 + (cube and not built)  # the cube's own statement, once
             built = built or cube
-            branches += len(tuples)
+            # base-table reads: one per covering GROUP BY (every column tuple without cover)
+            branches += len(tuples) if cube else len(
+                segment_plan(tuples, cover, bins))
             _level_nodes(_with_var2(frame), by, np.array(tuples, int), nb, search, depth)
             for g in groups:
                 g["levels"][-1]["capped"] = capped

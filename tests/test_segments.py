@@ -13,6 +13,8 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 import sqlcal
@@ -420,10 +422,13 @@ def test_options_are_checked_before_any_query():
 
 def test_engines_agree_with_brute_force(con, upload):
     df = _frame(n=1500, seed=5, plant=0.7)
-    features = ["f1", "f3"]  # NULLs and pooled values included; 2 + 1 GROUP BYs
+    # NULLs and pooled values included; level 2's three pairs come from one covering GROUP BY
+    # of the three columns, re-aggregated per pair
+    features = ["f0", "f1", "f3"]
     out = sqlcal.segments(upload(df), score="p", label="y", features=features, max_depth=2,
                           min_support=40.0, min_expected=5.0, mode="full", top_k=None)
     oracle = _brute(df, 40.0, 5.0, 2, features=features)
+    assert out.branches[0] == 3 + 1
     got = out.assign(k=_key(out)).set_index("k").sort_index()
     exp = oracle.assign(k=_key(oracle)).set_index("k").sort_index()
     assert list(got.index) == list(exp.index)
@@ -439,6 +444,24 @@ def test_engines_agree_with_brute_force(con, upload):
     np.testing.assert_allclose(got.W, exp.W, rtol=1e-12)
     np.testing.assert_allclose(got.residual, exp.R, rtol=1e-9, atol=1e-9)
     assert json.loads(cube.searched[0])["scans"] == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 300), min_size=2, max_size=8), st.integers(2, 3),
+       st.sampled_from([16, 1000, 2**14]))
+def test_covering_sets_hold_every_tuple_once_within_the_limit(sizes, depth, limit):
+    from sqlcal.summaries import segment_cover
+
+    tuples = list(combinations(range(len(sizes)), min(depth, len(sizes))))
+    cover = segment_cover(tuples, sizes, limit)
+    held = sorted(i for _, members in cover for i in members)
+    assert held == list(range(len(tuples)))  # each tuple exactly once
+    for cols, members in cover:
+        assert all(set(tuples[i]) <= set(cols) for i in members)
+        combos = math.prod(sizes[j] for j in cols)
+        # over the limit only when one tuple alone is
+        assert combos <= limit * (1 + 1e-9) or (
+            len(members) == 1 and set(tuples[members[0]]) == set(cols))
 
 
 def test_cube_strategy_reads_the_base_table_twice_whatever_the_depth(monkeypatch):

@@ -578,7 +578,7 @@ def coarser_cells(cell: np.ndarray, fine: int, coarse: int) -> np.ndarray:
 
 
 def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None,
-                 cube: str | None = None) -> Summary:
+                 cube: str | None = None, cover: Sequence[int] = ()) -> Summary:
     """Per fold, group and segment (a conjunction of feature = value), the sums of
     :func:`sqlcal.summaries.segment_sums`: one UNION ALL branch per column tuple in ``tuples``
     (indices into ``features``). ``folds``: ``(holdout, a_share, split columns)``; ``bins``: 0,
@@ -587,7 +587,9 @@ def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None,
     None or ``(tuple index, values)`` pairs, the only segments returned; ``cube``: None, or
     from level 2 on a token naming one search's reduced cube (the sums per recoded feature
     tuple, a temporary table built by one base-table scan and reused by every level of that
-    search), which the branches aggregate instead of the base table.
+    search), which the branches aggregate instead of the base table; ``cover``: empty (one base-table branch per column tuple), or from level 2 on each feature's
+    number of distinct raw values: the level then reads the table once per covering GROUP BY
+    (:func:`sqlcal.summaries.segment_plan`).
 
     Examples
     --------
@@ -600,7 +602,7 @@ def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None,
         tuple(by), tuple(features), (float(folds[0]), float(folds[1]), tuple(folds[2])),
         int(bins), tup(tuples), None if kept is None else tup(kept),
         None if candidates is None else tuple((int(i), tuple(v)) for i, v in candidates),
-        None if cube is None else str(cube)))
+        None if cube is None else str(cube), tuple(int(c) for c in cover)))
 
 
 def segment_terms(by, features, folds, segments, step: float, clip: float) -> Summary:
