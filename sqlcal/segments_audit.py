@@ -558,6 +558,7 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
     statements, branches, built = 1, k, False
     # covering GROUP BYs are sized by each feature's raw values (NULL included)
     cover = tuple(len(set(seen.loc[seen["j"] == j, "v"])) for j in range(k))
+    rows_total = float(sum(g["n_fold"].sum() for g in groups))
     token = uuid.uuid4().hex  # this search's cube (strategy="cube"), never another's
     V = int(offset[-1])
     for depth in range(1, spec["depth"] + 1):
@@ -590,15 +591,27 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
             rows = list(zip(tidx[order].tolist(), map(tuple, names.tolist())))
             tuples = [tuple(t) for t in tuples.tolist()]
             cube = spec["strategy"] == "cube"
-            summary = declared.segment_sums(by, features, folds, bins, tuples, kept, rows,
-                                            cube=token if cube else None,
-                                            cover=() if cube else cover)
-            frame = planner.fetch(src, summary)
-            statements += 1 + (cube and not built)  # the cube's own statement, once
+            if cube:
+                batches = [list(range(len(tuples)))]
+                branches += len(tuples)
+            else:
+                plan = segment_plan(tuples, cover, bins)
+                batches = _batches(plan, cover, rows_total, len(groups) * 3 * nb)
+                branches += len(plan)  # base-table reads: one per covering GROUP BY
+            frames, of_tuple = [], {}
+            for t, v in rows:
+                of_tuple.setdefault(t, []).append(v)
+            for batch in batches:
+                summary = declared.segment_sums(
+                    by, features, folds, bins, [tuples[t] for t in batch], kept,
+                    [(i, v) for i, t in enumerate(batch) for v in of_tuple[t]],
+                    cube=token if cube else None, cover=() if cube else cover)
+                part = planner.fetch(src, summary)
+                frames.append(part.assign(sqlcal_tuple=np.asarray(batch, np.int64)[
+                    part["sqlcal_tuple"].to_numpy(int)]) if len(part) else part)
+            frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+            statements += len(batches) + (cube and not built)  # the cube's own, once
             built = built or cube
-            # base-table reads: one per covering GROUP BY (every column tuple without cover)
-            branches += len(tuples) if cube else len(
-                segment_plan(tuples, cover, bins))
             _level_nodes(_with_var2(frame), by, np.array(tuples, int), nb, search, depth)
             for g in groups:
                 g["levels"][-1]["capped"] = capped
@@ -613,6 +626,28 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
                             scans=1 + built if spec["strategy"] == "cube" else branches,
                             holdout=float(holdout))
     return search
+
+
+#: the most groups the GROUP BYs of one level statement may hold together: DuckDB keeps every
+#: UNION ALL branch's aggregate until the statement ends (measured: the depth-3 level of
+#: 10^6 rows, 20 features, peaked at 10.1 GB in one statement), so a level runs as several
+#: statements of at most this many estimated groups each (about 0.4 kB a group)
+SEGMENT_STATEMENT_GROUPS = 2**22
+
+
+def _batches(plan: list, sizes, rows: float, per_cell: int) -> list[list[int]]:
+    """A level's column tuples (indices), in statements whose covering GROUP BYs hold at most
+    :data:`SEGMENT_STATEMENT_GROUPS` groups together, each set counted at the lesser of its
+    value combinations times ``per_cell`` (folds, bins, groups) and the rows."""
+    out, current, held = [], [], 0.0
+    for cols, members in plan:
+        groups = min(math.prod(sizes[j] for j in cols) * per_cell, rows)
+        if current and held + groups > SEGMENT_STATEMENT_GROUPS:
+            out.append(current)
+            current, held = [], 0.0
+        current += list(members)
+        held += groups
+    return out + [current] if current else out
 
 
 def _with_var2(frame: pd.DataFrame) -> pd.DataFrame:
