@@ -223,21 +223,25 @@ def main() -> None:
                         choices=["levels", "cube"])
     parser.add_argument("--dir", default=None, help="where the database file goes")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--db", default=None,
+                        help="measure an existing database this script generated (with --keep) "
+                             "instead of generating one; it is left in place")
     parser.add_argument("--timeout", type=float, default=None,
                         help="stop a measurement after this many wall seconds")
     parser.add_argument("--mcgrad", action="store_true",
                         help="also time MCGrad's MulticalibrationError (pandas) on the table")
     args = parser.parse_args()
     folder = tempfile.mkdtemp(prefix="sqlcal_bench_segments_", dir=args.dir)
-    path = os.path.join(folder, "preds.duckdb")
+    path = args.db or os.path.join(folder, "preds.duckdb")
     ctx = mp.get_context("spawn")
     try:
-        proc = ctx.Process(target=generate, args=(path, args.rows, args.features))
         t0 = time.perf_counter()
-        proc.start()
-        proc.join()
-        if proc.exitcode:
-            raise SystemExit(f"generation failed ({proc.exitcode})")
+        if not args.db:
+            proc = ctx.Process(target=generate, args=(path, args.rows, args.features))
+            proc.start()
+            proc.join()
+            if proc.exitcode:
+                raise SystemExit(f"generation failed ({proc.exitcode})")
         print(json.dumps(dict(rows=args.rows, features=args.features, sqlcal=_commit(),
                               generated_s=round(time.perf_counter() - t0, 1),
                               file_mb=round(os.path.getsize(path) / 2**20))), flush=True)

@@ -1360,6 +1360,8 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
         return keys
 
     def recode(f: str, v: ir.StringValue) -> ir.StringValue:
+        if kept is None:  # level 1: every value
+            return v
         k = kept[features.index(f)]
         return ibis.cases((v.isin(list(k)), v), else_=SEGMENT_OTHER) if k else \
             ibis.literal(SEGMENT_OTHER)
@@ -1406,34 +1408,39 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
     # aggregation keeps exactly the candidates
     branches = []
 
-    def branch(b: ir.Table, i: int, cols: Sequence[str], sums: Callable) -> ir.Table:
+    def branch(b: ir.Table, i: int, cols: Sequence[str], sums: Callable,
+               rows_checked: bool = True) -> ir.Table:
         group = {"sqlcal_fold": b.sqlcal_fold, **{k: b[k] for k in by},
                  **{n: b[c] for n, c in zip(names, cols)}, **({"bin": b.bin} if bins else {})}
         # the tuple's index rides along as a constant column of the aggregate (a further
         # projection would cost Ibis a select-merge rewrite per branch)
-        return b.group_by(**group).aggregate(**sums(b), **(checks(b) if checks else {}),
-                                             sqlcal_tuple=ibis.literal(i, type="int64"))
+        return b.group_by(**group).aggregate(
+            **sums(b), **(checks(b) if checks and rows_checked else {}),
+            sqlcal_tuple=ibis.literal(i, type="int64"))
 
-    if kept is None or cube or checks is not None or not cover:
+    if cube:
         branches = [branch(t, i, [features[j] for j in tup], sums_of)
                     for i, tup in enumerate(tuples)]
     else:
         # covering GROUP BYs: one base-table scan per set of columns whose raw values have few
         # combinations, grouped by the columns as they are (no per-row cast or recoding); the
         # small aggregate (a CTE) is recoded and re-aggregated for every tuple inside the set,
-        # so a level reads the table once per set, not once per column tuple
-        folded = {"p_min": "min", "p_max": "max"}
+        # so a level reads the table once per set, not once per column tuple. Level 1 (no
+        # ``cover``) groups each feature alone the same way: no per-row cast. The validation
+        # checks are aggregated with the rows and merged like the sums (MIN, MAX or SUM).
         for cols, members in segment_plan(tuples, cover, bins):
             names_c = [features[j] for j in cols]
             b = rows.mutate(**fresh_keys(rows))
-            cell = _aggregate(b, [*group_keys, *names_c], **row_sums(b))
-            kinds = {c: folded.get(c, "sum") for c in cell.columns
-                     if c not in (*group_keys, *names_c)}
+            cell = _aggregate(b, [*group_keys, *names_c], **row_sums(b),
+                              **(checks(b) if checks else {}))
+            kinds = {c: "min" if c.endswith("_min") else "max" if c.endswith("_max") else
+                     "sum" for c in cell.columns if c not in (*group_keys, *names_c)}
             cell = cell.mutate(**{f: recode(f, segment_value(cell[f])) for f in names_c})
             for i in members:
                 branches.append(branch(cell, i, [features[j] for j in tuples[i]],
                                        lambda b: {c: getattr(b[c], how)()
-                                                  for c, how in kinds.items()}))
+                                                  for c, how in kinds.items()},
+                                       rows_checked=False))
     out = branches[0] if len(branches) == 1 else ibis.union(*branches, distinct=False)
     if candidates is not None:
         frame = pd.DataFrame([(i, *vals) for i, vals in candidates],
