@@ -1321,9 +1321,10 @@ def segment_cover(tuples: Sequence[tuple], sizes: Sequence[float], limit: float
 
 
 #: the most value combinations (times score bins) one covering GROUP BY of a level may hold:
-#: a hash table this small stays in cache. Measured at 10^7 rows, 20 features, depth 2
-#: (bench/bench_segments.py): 94 CPU s at 2^14, 101 at 2^12, 199 at 2^20 (tables of a million
-#: groups cost more per row than the scans they save), 208 without covering
+#: a hash table this small stays in cache. Measured at 10^7 rows, 20 features, depth 2 (the
+#: table of bench/bench_segments.py, one-off runs of a first version grouping recoded text):
+#: 94 CPU s at 2^14, 101 at 2^12, 199 at 2^20 (tables of a million groups cost more per row
+#: than the scans they save), 208 without covering
 SEGMENT_COVER_GROUPS = 2**14
 
 
