@@ -3,8 +3,10 @@ r"""Where is the model miscalibrated: :func:`segments` (discovery), :func:`multi
 
 A *segment* is a conjunction of ``feature = value`` predicates (depth = their number). The
 engine returns, per level of the lattice, one row of sums per (fold, group, segment)
-(:func:`sqlcal.query.declared.segment_sums`: one statement per level, a UNION ALL branch per
-column tuple), so the number of statements is the depth, never the number of features. Numpy
+(:func:`sqlcal.query.declared.segment_sums`: per level a UNION ALL that reads the table once
+per covering set of columns and re-aggregates each column tuple inside it, split into statements
+of at most :data:`SEGMENT_STATEMENT_GROUPS` estimated groups), so the statements are bounded by
+the groups the levels hold, not by the number of features. Numpy
 finishes: eligibility (label-free), the sign-split bound that prunes the search, the residual
 score test, Benjamini-Hochberg on a held-out fold, the redundancy rule.
 
@@ -94,7 +96,8 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
         Most candidate segments per level (over all groups): split mode keeps those with the
         largest bound (exact for the top segments); full mode raises :class:`BudgetError`.
     strategy : {"levels", "cube"}, default "levels"
-        ``"levels"``: each level's statement groups the base table once per column tuple.
+        ``"levels"``: each level reads the base table once per covering set of columns (at
+        most 2^14 raw value combinations), re-aggregated per column tuple inside it.
         ``"cube"``: after level 1, one scan builds the reduced cube (the sums per fold, group
         and recoded feature tuple) as a temporary table of the engine, and every deeper level
         aggregates it: two base-table scans whatever the depth; worth it when the cube is much
