@@ -1367,85 +1367,64 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
         return ibis.cases((v.isin(list(k)), v), else_=SEGMENT_OTHER) if k else \
             ibis.literal(SEGMENT_OTHER)
 
-    keys = fresh_keys(rows)
-    t = rows.mutate(**keys)
-    values = {f: segment_value(t[f]) for f in features}
-    if kept is not None:
-        values = {f: recode(f, v) for f, v in values.items()}
     parts = frozenset({"sums", "moments", "sw2"})
     group_keys = ["sqlcal_fold", *by, *(["bin"] if bins else [])]
 
-    def row_sums(b: ir.Table) -> dict:
+    def cells_of(b: ir.Table, columns: Sequence[str]) -> ir.Table:
+        """The sums (and validation checks) of ``b``'s rows per fold, group and ``columns``."""
         sums = _sums(b, parts, weighted=weighted)
         if weighted:
             sums["var2"] = (b.w * b.w * b.p * (1 - b.p)).sum()
-        return sums
+        return _aggregate(b, [*group_keys, *columns], **sums, **(checks(b) if checks else {}))
 
-    if cube and kept is not None:
-        # the reduced cube: the sums per fold, group and recoded feature tuple, kept as a
-        # temporary table of the engine (one base-table scan) under the search's token
-        # ``cube``, so every level of one search aggregates the same table
-        t = t.mutate(**values)
-        cells = _materialised(_aggregate(t, [*group_keys, *features], **row_sums(t)),
-                              key=("segment_cube", cube))
-        folded = {"p_min": "min", "p_max": "max"}
-        names_sums = [c for c in cells.columns if c not in (*group_keys, *features)]
+    def merged(cells: ir.Table, columns: Sequence[str]) -> dict:
+        """Re-aggregation of ``cells``: MIN of a minimum, MAX of a maximum, else SUM."""
+        return {c: getattr(cells[c], "min" if c.endswith("_min") else
+                           "max" if c.endswith("_max") else "sum")()
+                for c in cells.columns if c not in (*group_keys, *columns)}
 
-        def sums_of(b: ir.Table) -> dict:
-            return {c: getattr(b[c], folded.get(c, "sum"))() for c in names_sums}
-
-        t = cells
-    else:
-        # one recoded relation every branch reads (a CTE): per-branch projections made Ibis
-        # compile each branch's copy of the recoding, 0.2 s a branch
-        used = sorted({j for tup in tuples for j in tup})
-        t = t.mutate(**{features[j]: values[features[j]] for j in used})
-        sums_of = row_sums
     width = max(len(tup) for tup in tuples)
     names = [f"sqlcal_v{j}" for j in range(width)]
     # no per-row filter on the candidates' values: each branch's IN lists of strings (DuckDB: a
     # MARK join per list per branch) cost 20x the GROUP BYs at 20 features (depth 2, 190
     # branches, 10^5 rows: 109 CPU s with them, 4.9 s without); the semi-join after
     # aggregation keeps exactly the candidates
-    branches = []
 
-    def branch(b: ir.Table, i: int, cols: Sequence[str], sums: Callable,
-               rows_checked: bool = True) -> ir.Table:
-        group = {"sqlcal_fold": b.sqlcal_fold, **{k: b[k] for k in by},
-                 **{n: b[c] for n, c in zip(names, cols)}, **({"bin": b.bin} if bins else {})}
+    def branch(cells: ir.Table, columns: Sequence[str], i: int, tup: Sequence[int]
+               ) -> ir.Table:
+        group = {"sqlcal_fold": cells.sqlcal_fold, **{k: cells[k] for k in by},
+                 **{n: cells[features[j]] for n, j in zip(names, tup)},
+                 **({"bin": cells.bin} if bins else {})}
         # the tuple's index rides along as a constant column of the aggregate (a further
         # projection would cost Ibis a select-merge rewrite per branch)
-        return b.group_by(**group).aggregate(
-            **sums(b), **(checks(b) if checks and rows_checked else {}),
-            sqlcal_tuple=ibis.literal(i, type="int64"))
+        return cells.group_by(**group).aggregate(**merged(cells, columns),
+                                                 sqlcal_tuple=ibis.literal(i, type="int64"))
 
     if cube:
-        branches = [branch(t, i, [features[j] for j in tup], sums_of)
-                    for i, tup in enumerate(tuples)]
+        # the reduced cube: the sums per fold, group and recoded feature tuple, kept as a
+        # temporary table of the engine (one base-table scan) under the search's token
+        # ``cube``, so every level of one search aggregates the same table
+        t = rows.mutate(**fresh_keys(rows))
+        t = t.mutate(**{f: recode(f, segment_value(t[f])) for f in features})
+        cells = _materialised(cells_of(t, features), key=("segment_cube", cube))
+        branches = [branch(cells, features, i, tup) for i, tup in enumerate(tuples)]
     else:
         # covering GROUP BYs: one base-table scan per set of columns whose raw values have few
         # combinations, grouped by the columns as they are (no per-row cast or recoding); the
         # small aggregate (a CTE) is recoded and re-aggregated for every tuple inside the set,
         # so a level reads the table once per set, not once per column tuple. Level 1 (no
         # ``cover``) groups each feature alone the same way: no per-row cast. The validation
-        # checks are aggregated with the rows and merged like the sums (MIN, MAX or SUM).
+        # checks are aggregated with the rows and merged like the sums.
+        branches = []
         for cols, members in segment_plan(tuples, cover, bins):
-            names_c = [features[j] for j in cols]
+            columns = [features[j] for j in cols]
             # only the set's columns: each set reads the table itself, so no relation of every
             # row is shared by the sets (DuckDB would keep it: about 70 bytes a row)
-            b = rows.select(*dict.fromkeys(c for c in ("p", "y", "w", *by, *split, *names_c)
+            b = rows.select(*dict.fromkeys(c for c in ("p", "y", "w", *by, *split, *columns)
                                            if c in rows.columns))
-            b = b.mutate(**fresh_keys(b))
-            cell = _aggregate(b, [*group_keys, *names_c], **row_sums(b),
-                              **(checks(b) if checks else {}))
-            kinds = {c: "min" if c.endswith("_min") else "max" if c.endswith("_max") else
-                     "sum" for c in cell.columns if c not in (*group_keys, *names_c)}
-            cell = cell.mutate(**{f: recode(f, segment_value(cell[f])) for f in names_c})
-            for i in members:
-                branches.append(branch(cell, i, [features[j] for j in tuples[i]],
-                                       lambda b: {c: getattr(b[c], how)()
-                                                  for c, how in kinds.items()},
-                                       rows_checked=False))
+            cells = cells_of(b.mutate(**fresh_keys(b)), columns)
+            cells = cells.mutate(**{f: recode(f, segment_value(cells[f])) for f in columns})
+            branches += [branch(cells, columns, i, tuples[i]) for i in members]
     out = branches[0] if len(branches) == 1 else ibis.union(*branches, distinct=False)
     if candidates is not None:
         frame = pd.DataFrame([(i, *vals) for i, vals in candidates],
