@@ -1280,6 +1280,12 @@ def segment_condition(t: ir.Table, predicates: Sequence[tuple]) -> ir.BooleanVal
     return ibis.and_(*out)
 
 
+#: summary columns that merge over disjoint sets of rows by MIN, and by MAX; every other sum
+#: column merges by SUM (:func:`sqlcal.query.declared.rule` reads these sets)
+MERGED_BY_MIN = frozenset({"p_min", "chk_y_min", "chk_w_min"})
+MERGED_BY_MAX = frozenset({"p_max", "chk_y_max", "chk_w_max"})
+
+
 def segment_cover(tuples: Sequence[tuple], sizes: Sequence[float], limit: float
                   ) -> list[tuple[tuple, list]]:
     """Sets of columns that together hold every column tuple in ``tuples``, each with at most
@@ -1379,8 +1385,8 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
 
     def merged(cells: ir.Table, columns: Sequence[str]) -> dict:
         """Re-aggregation of ``cells``: MIN of a minimum, MAX of a maximum, else SUM."""
-        return {c: getattr(cells[c], "min" if c.endswith("_min") else
-                           "max" if c.endswith("_max") else "sum")()
+        return {c: getattr(cells[c], "min" if c in MERGED_BY_MIN else
+                           "max" if c in MERGED_BY_MAX else "sum")()
                 for c in cells.columns if c not in (*group_keys, *columns)}
 
     width = max(len(tup) for tup in tuples)

@@ -23,6 +23,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from sqlcal.summaries import MERGED_BY_MAX, MERGED_BY_MIN
+
 #: kinds whose summaries one GROUP BY over the rows can produce together (see the planner)
 FUSABLE = ("totals", "uniform", "cells", "logit_cells")
 #: kind -> the key column a summary adds after the group keys
@@ -78,8 +80,7 @@ _SUMS = frozenset({
 _SUMS |= {"sw2y"}  # Σw²y, with which the levels give a logistic fit's sandwich variance
 _SUMS |= {"sw2p", "sw2pp", "sw_logloss_sq", "swy_logloss"}  # low base rates' variances
 _SUMS |= {"swr", "swd", "swyd", "swrd"}  # smooth_cells: the residual and the offsets' moments
-_MINIMA = frozenset({"p_min", "chk_y_min", "chk_w_min"})
-_MAXIMA = frozenset({"p_max", "chk_y_max", "chk_w_max"})
+_MINIMA, _MAXIMA = MERGED_BY_MIN, MERGED_BY_MAX
 
 
 @dataclass(frozen=True)
@@ -587,8 +588,9 @@ def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None,
     None or ``(tuple index, values)`` pairs, the only segments returned; ``cube``: None, or
     from level 2 on a token naming one search's reduced cube (the sums per recoded feature
     tuple, a temporary table built by one base-table scan and reused by every level of that
-    search), which the branches aggregate instead of the base table; ``cover``: empty (one base-table branch per column tuple), or from level 2 on each feature's
-    number of distinct raw values: the level then reads the table once per covering GROUP BY
+    search), which the branches aggregate instead of the base table; ``cover``: empty (one
+    base-table branch per column tuple), or each feature's number of distinct raw values: the
+    level then reads the table once per covering GROUP BY
     (:func:`sqlcal.summaries.segment_plan`).
 
     Examples
