@@ -33,7 +33,7 @@ from sqlcal.query import declared, planner
 from sqlcal.segments_map import (SegmentFix, condition_sql, dialect, feature_kinds,
                                  with_columns)
 from sqlcal.inputs import Source, source
-from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER, segment_plan
+from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER, segment_plan, segment_sizes
 
 FOLD_A, FOLD_B, HOLDOUT = 0, 1, 2
 #: the default ``min_support``: max(SUPPORT_FLOOR, SUPPORT_SHARE·W) (see :func:`default_support`)
@@ -97,7 +97,7 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
         largest bound (exact for the top segments); full mode raises :class:`BudgetError`.
     strategy : {"levels", "cube"}, default "levels"
         ``"levels"``: each level reads the base table once per covering set of columns (at
-        most 2^14 raw value combinations), re-aggregated per column tuple inside it.
+        most 2^16 raw value combinations), re-aggregated per column tuple inside it.
         ``"cube"``: after level 1, one scan builds the reduced cube (the sums per fold, group
         and recoded feature tuple) as a temporary table of the engine, and every deeper level
         aggregates it: two base-table scans whatever the depth; worth it when the cube is much
@@ -598,8 +598,9 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
                 batches = [list(range(len(tuples)))]
                 branches += len(tuples)
             else:
-                plan = segment_plan(tuples, cover, bins)
-                batches = _batches(plan, cover, rows_total, len(groups) * 3 * nb)
+                plan = segment_plan(tuples, cover, bins, rows)
+                batches = _batches(plan, segment_sizes(plan, cover), rows_total,
+                                   len(groups) * 3 * nb)
                 branches += len(plan)  # base-table reads: one per covering GROUP BY
             frames, of_tuple = [], {}
             for t, v in rows:
@@ -638,13 +639,14 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
 SEGMENT_STATEMENT_GROUPS = 2**22
 
 
-def _batches(plan: list, sizes, rows: float, per_cell: int) -> list[list[int]]:
+def _batches(plan: list, sizes: list, rows: float, per_cell: int) -> list[list[int]]:
     """A level's column tuples (indices), in statements whose covering GROUP BYs hold at most
     :data:`SEGMENT_STATEMENT_GROUPS` groups together, each set counted at the lesser of its
-    value combinations times ``per_cell`` (folds, bins, groups) and the rows."""
+    value combinations (``sizes``, :func:`sqlcal.summaries.segment_sizes`) times ``per_cell``
+    (folds, bins, groups) and the rows."""
     out, current, held = [], [], 0.0
-    for cols, members in plan:
-        groups = min(math.prod(sizes[j] for j in cols) * per_cell, rows)
+    for (_, members, _), size in zip(plan, sizes):
+        groups = min(size * per_cell, rows)
         if current and held + groups > SEGMENT_STATEMENT_GROUPS:
             out.append(current)
             current, held = [], 0.0

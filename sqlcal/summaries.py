@@ -15,6 +15,7 @@ Unweighted sources skip every weight product: the finish reads W = n.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Callable, Sequence
 
@@ -1326,22 +1327,99 @@ def segment_cover(tuples: Sequence[tuple], sizes: Sequence[float], limit: float
     return out
 
 
-#: the most value combinations (times score bins) one covering GROUP BY of a level may hold:
-#: a hash table this small stays in cache. Measured at 10^7 rows, 20 features, depth 2 (the
-#: table of bench/bench_segments.py, one-off runs of a first version grouping recoded text):
-#: 94 CPU s at 2^14, 101 at 2^12, 199 at 2^20 (tables of a million groups cost more per row
-#: than the scans they save), 208 without covering
-SEGMENT_COVER_GROUPS = 2**14
+#: the most value combinations (times score bins) one covering GROUP BY of a level may hold.
+#: Measured at 10^7 rows, 20 features, depth 3 (the table of bench/bench_segments.py, one-off
+#: runs, CPU s of the whole search): 432 at 2^14, 364 at 2^16 (level 2: 44 -> 22, level 3:
+#: 367 -> 325); one GROUP BY's cost grows with its groups (0.85 s at 45k groups, 1.6 at 180k,
+#: 4.0 at 1.1M per 10^7 rows), so far larger sets lose what they save in scans
+SEGMENT_COVER_GROUPS = 2**16
 
 
-def segment_plan(tuples: Sequence[tuple], cover: Sequence[int], bins: int = 0
-                 ) -> list[tuple[tuple, list]]:
+def segment_plan(tuples: Sequence[tuple], cover: Sequence[int], bins: int = 0,
+                 candidates: Sequence[tuple] | None = None) -> list[tuple[tuple, list, dict]]:
     """The covering GROUP BYs of a level (:func:`segment_cover`): ``cover`` holds each
     feature's number of distinct raw values (NULL included); score bins multiply every set's
-    combinations; empty: no covering (one base-table branch per tuple)."""
+    combinations; empty: no covering (one base-table branch per tuple). Each set comes as
+    ``(columns, tuple indices, narrowed)``: ``narrowed`` maps a column of a set over the limit
+    (a single tuple whose raw values alone have more combinations) to the values its
+    ``candidates`` (``(tuple index, values)`` pairs) hold in that column, when these are at
+    most half its raw values less two: that column is grouped by those values, by "pooled"
+    and by "neither" (:func:`segment_sums`), so the GROUP BY holds the candidates' few
+    combinations, not every raw one (three columns of 100, 300 and 800 values: 24 million).
+
+    Examples
+    --------
+    >>> segment_plan([(0, 1)], [2, 800], 0, [(0, ("0", "5")), (0, ("1", "5"))])
+    [((0, 1), [0], {})]
+    >>> segment_plan([(0, 1)], [2**10, 800], 0, [(0, ("0", "5")), (0, ("1", "5"))])
+    [((0, 1), [0], {0: ('0', '1'), 1: ('5',)})]
+    """
     if not cover:
-        return [(tuple(t), [i]) for i, t in enumerate(tuples)]
-    return segment_cover(tuples, cover, max(1.0, SEGMENT_COVER_GROUPS / max(bins, 1)))
+        return [(tuple(t), [i], {}) for i, t in enumerate(tuples)]
+    limit = max(1.0, SEGMENT_COVER_GROUPS / max(bins, 1))
+    out = []
+    for cols, members in segment_cover(tuples, cover, limit):
+        narrowed = {}
+        if (candidates is not None and len(members) == 1
+                and math.prod(cover[j] for j in cols) > limit):
+            tup = tuples[members[0]]
+            for c, j in enumerate(tup):
+                values = tuple(sorted({v[c] for i, v in candidates if i == members[0]}))
+                if len(values) + 2 <= cover[j] / 2:
+                    narrowed[j] = values
+        out.append((cols, members, narrowed))
+    return out
+
+
+def segment_sizes(plan: list, cover: Sequence[int]) -> list[int]:
+    """Each covering GROUP BY's most value combinations: a narrowed column counts its
+    candidates' values plus "pooled" and "neither" (:func:`segment_plan`).
+
+    >>> segment_sizes([((0, 1), [0], {0: ('0', '1'), 1: ('5',)})], [2**10, 800])
+    [12]
+    """
+    return [math.prod(len(narrowed[j]) + 2 if j in narrowed else cover[j] for j in cols)
+            for cols, _, narrowed in plan]
+
+
+def _typed(col: ir.Value, values: Sequence[str]) -> list:
+    """``values`` (strings as :func:`segment_value` gives them) as literals of ``col``'s type:
+    exact for the integer and string columns that can be narrowed (a boolean feature has at
+    most three raw values, never more than twice its candidates' values plus two)."""
+    if col.type().is_string():
+        return list(values)
+    if col.type().is_integer():
+        return [int(v) for v in values]
+    raise TypeError(f"a {col.type()} feature is not narrowed")  # pragma: no cover
+
+
+def _narrowed(col: ir.Value, values: Sequence[str], kept: Sequence[str]
+              ) -> tuple[ir.Value, ir.IntegerValue]:
+    """A column of an over-limit covering set (:func:`segment_plan`) grouped by its candidates'
+    ``values`` only: per row the value when it is one of them (else NULL) and a class, 0 for
+    those values, 1 for a row of the pooled bucket (a value outside ``kept``, NULL included
+    unless kept) when the candidates hold :data:`SEGMENT_OTHER`, 2 for every other row (in
+    no candidate). Compared in the column's own type (no per-row cast)."""
+    special = (SEGMENT_NULL, SEGMENT_OTHER)
+
+    def among(vs: Sequence[str]) -> ir.BooleanValue:  # never NULL
+        plain = _typed(col, [v for v in vs if v not in special])
+        return ibis.cases((col.isnull(), ibis.literal(SEGMENT_NULL in vs)),
+                          else_=col.isin(plain) if plain else ibis.literal(False))
+
+    inside = among(values)
+    if SEGMENT_OTHER in values:
+        cls = ibis.cases((inside, 0), (~among(kept), 1), else_=2)
+    else:
+        cls = ibis.cases((inside, 0), else_=2)
+    return ibis.cases((inside, col), else_=ibis.null(col.type())), cls.cast("int8")
+
+
+def _narrowed_value(key: ir.Value, cls: ir.IntegerValue) -> ir.StringValue:
+    """The segment value of a narrowed column's cell (:func:`_narrowed`): its value, the pooled
+    bucket, or NULL (no candidate: the semi-join drops it)."""
+    return ibis.cases((cls == 0, segment_value(key)), (cls == 1, ibis.literal(SEGMENT_OTHER)),
+                      else_=ibis.null("string"))
 
 
 def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
@@ -1422,15 +1500,24 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
         # ``cover``) groups each feature alone the same way: no per-row cast. The validation
         # checks are aggregated with the rows and merged like the sums.
         branches = []
-        for cols, members in segment_plan(tuples, cover, bins):
+        for cols, members, narrowed in segment_plan(tuples, cover, bins, candidates):
             columns = [features[j] for j in cols]
             # only the set's columns: each set reads the table itself, so no relation of every
             # row is shared by the sets (DuckDB would keep it: about 70 bytes a row)
             b = rows.select(*dict.fromkeys(c for c in ("p", "y", "w", *by, *split, *columns)
                                            if c in rows.columns))
-            cells = cells_of(b.mutate(**fresh_keys(b)), columns)
-            cells = cells.mutate(**{f: recode(f, segment_value(cells[f])) for f in columns})
-            branches += [branch(cells, columns, i, tuples[i]) for i in members]
+            b = b.mutate(**fresh_keys(b))
+            classes = {}
+            for j, values in narrowed.items():
+                f = features[j]
+                key, classes[f] = _narrowed(b[f], values, kept[j])
+                b = b.mutate(**{f: key, f"sqlcal_class{j}": classes[f]})
+            extra = [f"sqlcal_class{j}" for j in narrowed]
+            cells = cells_of(b, [*columns, *extra])
+            cells = cells.mutate(**{f: _narrowed_value(cells[f], cells[f"sqlcal_class{j}"])
+                                    if j in narrowed else recode(f, segment_value(cells[f]))
+                                    for j, f in zip(cols, columns)})
+            branches += [branch(cells, [*columns, *extra], i, tuples[i]) for i in members]
     out = branches[0] if len(branches) == 1 else ibis.union(*branches, distinct=False)
     if candidates is not None:
         frame = pd.DataFrame([(i, *vals) for i, vals in candidates],

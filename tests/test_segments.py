@@ -54,7 +54,9 @@ def _brute(df, min_support, min_expected, depth, w=None, features=FEATURES):
     """Every conjunction up to ``depth`` by pandas groupby on the recoded raw rows."""
     d = df.copy()
     d["w_"] = 1.0 if w is None else d[w].astype(float)
-    for f in FEATURES:
+    for f in dict.fromkeys([*FEATURES, *features]):
+        if f not in d:
+            continue
         d[f] = d[f].astype(object).where(d[f].notna(), "__null__").astype(str)
         weight = d.groupby(f)["w_"].sum()
         kept = set(weight[weight >= min_support].index)
@@ -76,8 +78,8 @@ def _brute(df, min_support, min_expected, depth, w=None, features=FEATURES):
     return out
 
 
-def _key(frame):
-    cols = [f for f in FEATURES if f in frame]
+def _key(frame, features=FEATURES):
+    cols = [f for f in features if f in frame]
     return frame[cols].astype(object).where(frame[cols].notna(), "-").astype(str).agg(
         "|".join, axis=1)
 
@@ -444,6 +446,61 @@ def test_engines_agree_with_brute_force(con, upload):
     np.testing.assert_allclose(got.W, exp.W, rtol=1e-12)
     np.testing.assert_allclose(got.residual, exp.R, rtol=1e-9, atol=1e-9)
     assert json.loads(cube.searched[0])["scans"] == 2
+
+
+def _skewed(n=4000, seed=11):
+    """Columns of many raw values, most of them rare: an integer and two text columns, each
+    with a few common values and a long tail; NULLs common (a value of their own) in f4, rare
+    (pooled) in f6."""
+    rng = np.random.default_rng(seed)
+
+    def column(common, tail, null):
+        share = np.r_[np.full(len(common), (1 - null) * 0.93 / len(common)),
+                      np.full(len(tail), (1 - null) * 0.07 / len(tail)), null]
+        return rng.choice(np.array([*common, *tail, None], dtype=object), n, p=share)
+
+    df = pd.DataFrame({
+        "f0": rng.choice(["a", "b"], n),
+        "f4": pd.array(column(range(6), range(100, 190), 0.05), dtype="Int64"),
+        "f5": column([f"s{i}" for i in range(5)], [f"t{i}" for i in range(80)], 0.0),
+        "f6": column(["u", "v", "w", "x"], [f"r{i}" for i in range(70)], 0.004),
+        "p": rng.beta(2, 5, n)})
+    eta = np.log(df.p / (1 - df.p)) + 0.8 * (df.f0.eq("a") & df.f4.eq(3)).fillna(False)
+    df["y"] = (rng.uniform(size=n) < 1 / (1 + np.exp(-eta))).astype(int)
+    return df
+
+
+def test_over_limit_sets_group_only_their_candidates_values(con, upload, monkeypatch):
+    """A column tuple whose raw values have more combinations than a covering GROUP BY may
+    hold is grouped by its candidates' values, "pooled" and "neither": equal to pandas
+    enumeration on the recoded rows, on every engine (integers and text compared in their
+    type; NULL a value of its own or pooled; rare values pooled)."""
+    from sqlcal import summaries
+
+    features = ["f0", "f4", "f5", "f6"]
+    df = _skewed()
+    monkeypatch.setattr(summaries, "SEGMENT_COVER_GROUPS", 4)
+    plans = []
+    real = summaries.segment_plan
+
+    def spy(*args, **kwargs):
+        plans.append(real(*args, **kwargs))
+        return plans[-1]
+
+    monkeypatch.setattr(summaries, "segment_plan", spy)
+    monkeypatch.setattr(audit, "segment_plan", spy)
+    out = sqlcal.segments(upload(df), score="p", label="y", features=features, max_depth=3,
+                          min_support=30.0, min_expected=3.0, mode="full", top_k=None)
+    narrowed = [n for plan in plans for _, _, n in plan if n]
+    assert {features.index(f) for f in ("f4", "f5", "f6")} <= {j for n in narrowed for j in n}
+    assert any("__other__" in v for n in narrowed for v in n.values())
+    oracle = _brute(df, 30.0, 3.0, 3, features=features)
+    got = out.assign(k=_key(out, features)).set_index("k").sort_index()
+    exp = oracle.assign(k=_key(oracle, features)).set_index("k").sort_index()
+    assert list(got.index) == list(exp.index)
+    np.testing.assert_array_equal(got.n, exp.n)
+    np.testing.assert_allclose(got.residual, exp.R, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(got.z, exp.z, rtol=1e-9, atol=1e-9)
 
 
 @settings(max_examples=200, deadline=None)
