@@ -248,9 +248,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     seg.add_argument("--fdr", choices=["bh", "by", "bonferroni", "none"], default="bh")
     seg.add_argument("--alpha", type=float, default=0.05)
     seg.add_argument("--top-k", type=_positive, default=100)
-    seg.add_argument("--effect", choices=["residual", "ece"], default="residual",
-                     help="search the net residual, or the binned error (finds segments whose "
-                          "errors cancel)")
+    seg.add_argument("--effect", choices=["residual", "ece", "sliceline"], default="residual",
+                     help="search the net residual, the binned error (finds segments whose "
+                          "errors cancel), or SliceLine's score of the squared error")
+    seg.add_argument("--sliceline-alpha", type=float, default=0.5,
+                     help="SliceLine's weight of the error against the size (--effect "
+                          "sliceline)")
     seg.add_argument("--strategy", choices=["levels", "cube"], default="levels",
                      help="cube: two base-table scans whatever the depth (few or skewed "
                           "features)")
@@ -381,7 +384,8 @@ def _segments(args) -> int:
                    by=_keys(args.by), where=args.where, features=_keys(args.features),
                    max_depth=args.max_depth, min_support=args.min_support, fdr=args.fdr,
                    alpha=args.alpha, top_k=args.top_k, strategy=args.strategy)
-    found = sqlcal.segments(data, mode=args.mode, effect=args.effect, **options)
+    found = sqlcal.segments(data, mode=args.mode, effect=args.effect,
+                            sliceline_alpha=args.sliceline_alpha, **options)
     shown = found.drop(columns=["searched"])
     doc = {JSON_MARKER[0]: JSON_MARKER[1], "segments": json.loads(found.to_json(
         orient="records"))}

@@ -357,7 +357,7 @@ _SEARCH = {
     "max_depth": Option("int", "most features in one segment's conjunction (bounded by the "
                         "query-terms budget on its GROUP BY branches)", low=1, optional=True),
     "min_support": Option("float", "least weight Σw of an eligible segment (default "
-                          "max(1000, 1e-4·W) per group)", low=0, optional=True),
+                          "max(1000, 1e-3·W) per group)", low=0, optional=True),
     "min_expected": Option("float", "least expected positives and negatives of a segment",
                            low=0),
     "split": Option("columns", "numeric key columns mixed into the fold assignment"),
@@ -377,9 +377,14 @@ _SEARCH = {
 OVERRIDES["segments"] = {
     **_SEARCH, "mode": Option("choice", "split the rows into search and test folds, or test "
                               "every segment on all rows", choices=("split", "full")),
-    "effect": Option("choice", "search the net residual, or the binned calibration error",
-                     choices=("residual", "ece")),
-    "bins": Option("int", "score bins of effect='ece'", low=1)}
+    "effect": Option("choice", "search the net residual, the binned calibration error, or "
+                     "SliceLine's score of the squared error",
+                     choices=("residual", "ece", "sliceline")),
+    "bins": Option("int", "score bins of effect='ece'", low=1),
+    "min_expected": Option("float", "least expected positives and negatives of a segment "
+                           "(default 10; 0 with effect='sliceline')", low=0, optional=True),
+    "sliceline_alpha": Option("float", "SliceLine's weight of the error term against the size "
+                              "term (effect='sliceline')", low=0, high=1, open_low=True)}
 OVERRIDES["multicalibration"] = {
     **_SEARCH, "max_depth": Option("int", "most features in one segment's conjunction (bounded "
                                    "by the query-terms budget)", low=1, optional=True),

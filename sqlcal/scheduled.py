@@ -43,7 +43,7 @@ SECTIONS: dict[str, tuple[str, ...] | None] = {
     "time": ("key", "metrics"),
     # sqlcal.segments on the report's source: the significantly miscalibrated segments
     "segments": ("features", "max_depth", "min_support", "mode", "fdr", "alpha", "top_k",
-                 "effect", "bins", "strategy"),
+                 "effect", "bins", "strategy", "sliceline_alpha", "min_expected"),
     "report": ("title", "order_by", "diagrams", "bins"),
     "output": ("json", "html"),
     "results": ("table", "url", "database"),

@@ -41,6 +41,9 @@ SUPPORT_FLOOR, SUPPORT_SHARE = 1000.0, 1e-3
 #: the sums each segment row carries, in this order
 STATS = ["n", "W", "swy", "swp", "swpp", "swyp", "sw2", "var2"]
 _N, _W, _Y, _P, _PP, _YP, _W2, _V2 = range(8)
+#: with ``effect="sliceline"`` also the least score of a row with y = 1 and the largest of a
+#: row with y = 0 (merged by MIN and MAX): the segment's largest (y − p)²
+EXTREMES = ["p_min_pos", "p_max_neg"]
 #: scores are clipped here before a logit (the fix)
 CLIP = 1e-6
 #: the fix's logit-cell width for its first (histogram) fit; an exact Newton step follows
@@ -53,11 +56,12 @@ PENALTIES = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0)
 @checked
 def segments(data, *, score: str, label: str, weight: str | None = None, by=None, where=None,
              features: Sequence[str], max_depth: int | None = 3, min_support: float | None = None,
-             min_expected: float = 10.0, mode: str = "split", split: Sequence[str] = (),
-             fdr: str = "bh", alpha: float = 0.05, top_k: int | None = 100,
-             screen_z: float = 2.0, max_candidates: int = 1_000_000,
+             min_expected: float | None = None, mode: str = "split",
+             split: Sequence[str] = (), fdr: str = "bh", alpha: float = 0.05,
+             top_k: int | None = 100, screen_z: float = 2.0, max_candidates: int = 1_000_000,
              strategy: str = "levels", effect: str = "residual", bins: int = 10,
-             weight_kind: str | None = None, on_invalid: str = "raise") -> pd.DataFrame:
+             sliceline_alpha: float = 0.5, weight_kind: str | None = None,
+             on_invalid: str = "raise") -> pd.DataFrame:
     r"""The significantly miscalibrated segments (conjunctions of feature = value).
 
     Parameters
@@ -74,8 +78,10 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
         Least Σw of an eligible segment; default :func:`default_support` of the group's
         weight W (folds A and B): max(1000, 10^-3·W). Values below it are pooled into the
         feature's ``__other__`` value.
-    min_expected : float, default 10
-        Also require Σwp ≥ min_expected and Σw(1 − p) ≥ min_expected (label-free).
+    min_expected : float, optional
+        Also require Σwp ≥ min_expected and Σw(1 − p) ≥ min_expected (label-free); default
+        10 (the z test's normal approximation), 0 with ``effect="sliceline"`` (SliceLine's
+        slices need only their size).
     mode : {"split", "full"}, default "split"
         ``"split"``: search fold A (half the rows, pruned by the sign-split bound), test the
         ``top_k`` screened segments on fold B. ``"full"``: test every eligible segment on all
@@ -102,16 +108,28 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
         and recoded feature tuple) as a temporary table of the engine, and every deeper level
         aggregates it: two base-table scans whatever the depth; worth it when the cube is much
         smaller than the table (few or skewed features).
-    effect : {"residual", "ece"}, default "residual"
+    effect : {"residual", "ece", "sliceline"}, default "residual"
         What a segment is searched, ranked and tested for. ``"residual"``: its net residual
         Σ_S w(y − p) (``harm`` = \|residual\| / W, the z test). ``"ece"``: its binned
         calibration error, which also finds a segment whose errors cancel (over-confident on
         both sides): ``harm`` = Σ_b \|Σ_{S∩b} w(y − p)\| / W over ``bins`` equal-width score
         bins, tested by the chi-square statistic Σ_b R_b² / V_b (one degree of freedom per
         non-empty bin); adds the columns ``ece`` (the segment's own binned ECE), ``chi2``
-        and ``chi2_df``.
+        and ``chi2_df``. ``"sliceline"``: SliceLine's score (Sagadeeva & Boehm 2021, SystemDS
+        ``sliceLine``) of the per-row error e = (y − p)²,
+        α·(ē_S/ē − 1) − (1 − α)·(W/W_S − 1) (ē_S, ē the mean errors of the segment and the
+        group, W_S, W their weights: row counts unweighted), as ``harm``: the ``top_k``
+        segments of positive score, sorted by it (ties by their text), in full mode exactly
+        SliceLine's top-k slices; adds ``score``, ``error_sum`` = Σ_S w·e and ``max_error``
+        (the largest e of a row in S), and the z test of the residual still gives
+        ``p_value``. Split mode prunes by an upper bound of the score over S and its
+        descendants (their weight is at least ``min_support``, their error sum at most S's
+        and at most their weight).
     bins : int, default 10
         Equal-width score bins (sqlcal convention) of ``effect="ece"``.
+    sliceline_alpha : float, default 0.5
+        SliceLine's α in (0, 1]: the weight of the error term against the size term
+        (``effect="sliceline"``; SystemDS's default 0.5).
     weight_kind : {"frequency", "sampling"}, optional
         How weights enter the variance; by default frequency for whole-number weights.
 
@@ -162,14 +180,22 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     "d" = 'x' | explained by "c" = 'a' AND "d" = 'x'
     "c" = 'a' | explained by "c" = 'a' AND "d" = 'x'
     """
-    if effect not in ("residual", "ece"):
-        raise OptionError(f"segments: effect must be 'residual' or 'ece', not {effect!r}")
+    if effect not in ("residual", "ece", "sliceline"):
+        raise OptionError(f"segments: effect must be 'residual', 'ece' or 'sliceline', not "
+                          f"{effect!r}")
     if not isinstance(bins, (int, np.integer)) or bins < 1:
         raise OptionError(f"segments: bins must be a whole number >= 1, not {bins!r}")
+    if not (isinstance(sliceline_alpha, (int, float)) and not isinstance(sliceline_alpha, bool)
+            and 0 < sliceline_alpha <= 1):
+        raise OptionError(f"segments: sliceline_alpha must be a number in (0, 1], not "
+                          f"{sliceline_alpha!r}")
+    if min_expected is None:
+        min_expected = 0.0 if effect == "sliceline" else 10.0
     src, spec = _prepare(data, score, label, weight, by, where, features, split, on_invalid,
                          max_depth, mode, fdr, top_k, max_candidates, alpha, weight_kind,
                          strategy)
     spec["effect"] = effect
+    spec["sliceline_alpha"] = float(sliceline_alpha)
     search = _search(src, spec, min_support=min_support, min_expected=min_expected,
                      holdout=0.0, top_k=top_k, screen_z=screen_z,
                      bins=int(bins) if effect == "ece" else 0)
@@ -493,7 +519,10 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
     a_share = 0.5 if mode == "split" else 1.0
     folds = (holdout, a_share, spec["split"])
     k = len(features)
-    level1 = declared.segment_sums(by, features, folds, bins, [(j,) for j in range(k)])
+    extremes = spec.get("effect") == "sliceline"
+    stats_of = STATS + EXTREMES if extremes else STATS
+    level1 = declared.segment_sums(by, features, folds, bins, [(j,) for j in range(k)],
+                                   extremes=extremes)
     frame = planner.fetch(src, level1)
     spec["sampling"] = (spec["weight_kind"] == "sampling" if spec["weight_kind"] else
                         src.weighted and not src.integer_weights)
@@ -512,16 +541,19 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
     feat = frame["sqlcal_tuple"].to_numpy(int)
     raw = frame["sqlcal_v0"].to_numpy(object)
     fold = frame["sqlcal_fold"].to_numpy(int)
-    vals = frame[STATS].to_numpy(float)
+    vals = _values(frame, stats_of)
     b = frame["bin"].to_numpy(int) if "bin" in frame and nb > 1 else np.zeros(len(frame), int)
     groups = []
     for i, key in enumerate(keys):
         first = (gid == i) & (feat == 0)
         W_fold = np.bincount(fold[first], weights=vals[first, _W], minlength=3)
         n_fold = np.bincount(fold[first], weights=vals[first, _N], minlength=3)
+        # Σw(y − p)² per fold (labels are 0 or 1): SliceLine's error total
+        E_fold = np.bincount(fold[first], weights=_errors(vals[first]), minlength=3)
         W_ab = W_fold[FOLD_A] + W_fold[FOLD_B]
         support = float(min_support) if min_support is not None else default_support(W_ab)
-        groups.append(dict(key=key, support=support, W_fold=W_fold, n_fold=n_fold, lv=[],
+        groups.append(dict(key=key, support=support, W_fold=W_fold, n_fold=n_fold,
+                           E_fold=E_fold, lv=[],
                            tau=0.0, screened=[], levels=[]))
     # a value is kept when some group gives it the support of a segment (folds A and B)
     ab = np.isin(fold, (FOLD_A, FOLD_B))
@@ -609,7 +641,8 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
                 summary = declared.segment_sums(
                     by, features, folds, bins, [tuples[t] for t in batch], kept,
                     [(i, v) for i, t in enumerate(batch) for v in of_tuple[t]],
-                    cube=token if cube else None, cover=() if cube else cover)
+                    cube=token if cube else None, cover=() if cube else cover,
+                    extremes=extremes)
                 part = planner.fetch(src, summary)
                 frames.append(part.assign(sqlcal_tuple=np.asarray(batch, np.int64)[
                     part["sqlcal_tuple"].to_numpy(int)]) if len(part) else part)
@@ -678,12 +711,52 @@ def _group_ids(frame: pd.DataFrame, by, known: dict | None):
 
 def _accumulate(node: np.ndarray, fold: np.ndarray, b: np.ndarray, vals: np.ndarray, m: int,
                 nb: int) -> np.ndarray:
-    """Sums of shape (m nodes, 3 folds, nb bins, stats) of the rows' ``vals``."""
+    """Sums of shape (m nodes, 3 folds, nb bins, stats) of the rows' ``vals`` (the
+    :data:`EXTREMES` columns, when present, by their least and largest value)."""
     flat = (node * 3 + fold) * nb + b
-    out = np.empty((m * 3 * nb, len(STATS)))
+    out = np.empty((m * 3 * nb, vals.shape[1]))
     for c in range(len(STATS)):
         out[:, c] = np.bincount(flat, weights=vals[:, c], minlength=m * 3 * nb)
-    return out.reshape(m, 3, nb, len(STATS))
+    if vals.shape[1] > len(STATS):
+        out[:, len(STATS)] = np.inf
+        np.minimum.at(out[:, len(STATS)], flat, vals[:, len(STATS)])
+        out[:, len(STATS) + 1] = -np.inf
+        np.maximum.at(out[:, len(STATS) + 1], flat, vals[:, len(STATS) + 1])
+    return out.reshape(m, 3, nb, vals.shape[1])
+
+
+def _values(frame: pd.DataFrame, columns: list) -> np.ndarray:
+    """The rows' sums (and extremes: a NULL least score is +inf, a NULL largest -inf)."""
+    vals = frame[columns].to_numpy(float)
+    if len(columns) > len(STATS):
+        vals[:, len(STATS)] = np.nan_to_num(vals[:, len(STATS)], nan=np.inf)
+        vals[:, len(STATS) + 1] = np.nan_to_num(vals[:, len(STATS) + 1], nan=-np.inf)
+    return vals
+
+
+def _errors(s: np.ndarray) -> np.ndarray:
+    """Σw(y − p)² of sums rows (last axis the stats): Σwy − 2Σwyp + Σwp², y in {0, 1}."""
+    return s[..., _Y] - 2 * s[..., _YP] + s[..., _PP]
+
+
+def _sliceline(size, errors, W, E, alpha: float) -> np.ndarray:
+    """SliceLine's score α(ē_S/ē − 1) − (1 − α)(W/W_S − 1) (SystemDS ``sliceLine``, ``score``):
+    -inf for an empty segment or a group without error."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = alpha * ((errors / size) / (E / W) - 1) - (1 - alpha) * (W / size - 1)
+    return np.where((np.asarray(size) > 0) & (E > 0) & (W > 0), out, -np.inf)
+
+
+def _sliceline_bound(size, errors, W, E, alpha: float, least: float) -> np.ndarray:
+    r"""An upper bound of the SliceLine score of S and of each descendant T of weight at
+    least ``least``: W_T ≤ W_S, E_T ≤ E_S and E_T ≤ W_T (each e ≤ 1). The score rises with E_T,
+    so it is at most h(s) = score(s, min(E_S, s)); h rises in s up to E_S and is monotone
+    beyond (its s-part is (αE_S/ē − (1 − α)W)/s), so the largest h on [least, W_S] is at
+    s = clip(E_S, least, W_S) or at W_S. -inf when no descendant reaches ``least``."""
+    lo = np.minimum(np.maximum(errors, least), size)
+    out = np.maximum(_sliceline(lo, np.minimum(errors, lo), W, E, alpha),
+                     _sliceline(size, errors, W, E, alpha))
+    return np.where(size >= least, out, -np.inf)
 
 
 def _keys(codes: np.ndarray, V: int):
@@ -761,7 +834,8 @@ def _level_nodes(frame: pd.DataFrame, by, tuples: np.ndarray, nb: int, search: d
     good = (codes >= 0).all(axis=1) & (gid >= 0)
     fold = frame["sqlcal_fold"].to_numpy(int)
     b = frame["bin"].to_numpy(int) if "bin" in frame and nb > 1 else np.zeros(len(frame), int)
-    vals = frame[STATS].to_numpy(float)
+    extremes = search["spec"].get("effect") == "sliceline"
+    vals = _values(frame, STATS + EXTREMES if extremes else STATS)
     for i, g in enumerate(groups):
         cand = g["next"][0]
         m = good & (gid == i)
@@ -796,6 +870,11 @@ def _evaluate_level(g, depth, spec, min_expected, top_k, screen_z, search):
             harm = np.abs(r_b).sum(axis=1) / W_a
             bound = np.maximum(fa[:, :, _Y] - fa[:, :, _YP],
                                fa[:, :, _P] - fa[:, :, _YP]).sum(axis=1) / W_a
+        elif mode == "split" and spec.get("effect") == "sliceline":
+            W_fa, E_fa, sl = g["W_fold"][FOLD_A], g["E_fold"][FOLD_A], spec["sliceline_alpha"]
+            harm = _sliceline(a[:, _W], _errors(a), W_fa, E_fa, sl)
+            passed = ok & (harm > 0)
+            bound = _sliceline_bound(a[:, _W], _errors(a), W_fa, E_fa, sl, g["support"])
         elif mode == "split":
             r = a[:, _Y] - a[:, _P]
             v = a[:, _V2] if spec["sampling"] else a[:, _P] - a[:, _PP]
@@ -937,6 +1016,7 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
     by, features, mode = spec["by"], spec["features"], spec["mode"]
     test_fold = FOLD_B if mode == "split" else FOLD_A
     binned = spec.get("effect") == "ece"
+    sliceline = spec.get("effect") == "sliceline"
     frames = []
     for g in search["groups"]:
         lv = g["lv"]
@@ -964,7 +1044,7 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
         T = len(picks)
         codes = [lv[d]["codes"][i] for d, i in picks]
         cells = (np.stack([lv[d]["sums"][i] for d, i in picks]) if T else
-                 np.zeros((0, 3, max(1, 1), len(STATS))))
+                 np.zeros((0, 3, 1, len(STATS) + len(EXTREMES) * sliceline)))
         s = cells.sum(axis=2)  # (segments, folds, stats)
         t, a, ab = s[:, test_fold], s[:, FOLD_A], s[:, FOLD_A] + s[:, FOLD_B]
         W_t = g["W_fold"][test_fold]
@@ -1001,6 +1081,17 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
                     at[i] = search["values"][c[hit][0]]
             cols[f] = at
         part = pd.DataFrame(cols)
+        if sliceline:  # SliceLine's score of e = (y − p)² on the test fold, as the harm
+            errors = _errors(t)
+            part["score"] = part["harm"] = _sliceline(t[:, _W], errors, W_t,
+                                                      g["E_fold"][test_fold],
+                                                      spec["sliceline_alpha"])
+            part["error_sum"] = errors
+            low = cells[:, test_fold, :, len(STATS)].min(axis=1)
+            high = cells[:, test_fold, :, len(STATS) + 1].max(axis=1)
+            worst = np.maximum(np.where(np.isfinite(low), (1 - low) ** 2, -np.inf),
+                               np.where(np.isfinite(high), high ** 2, -np.inf))
+            part["max_error"] = np.where(np.isfinite(worst), worst, np.nan)
         if binned:  # the binned error and its chi-square test (no direction)
             tb = cells[:, test_fold]
             r_b = tb[:, :, _Y] - tb[:, :, _P]
@@ -1021,15 +1112,20 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
             sig = part["significant"].to_numpy()
             part["_node"] = [_node(c, search) if s_ else None for c, s_ in zip(codes, sig)]
             part["segment"] = [_condition(n, search) if n else None for n in part["_node"]]
-            part["explained_by"] = _explained(part, alpha, search)
-            if mode == "full" and top_k is not None:
+            if sliceline:  # SliceLine's top-k: no redundancy rule, only the score's order
+                part["explained_by"] = None
+                if mode == "full":
+                    part = part.iloc[_top_scores(part, top_k, search)].copy()
+            else:
+                part["explained_by"] = _explained(part, alpha, search)
+            if mode == "full" and top_k is not None and not sliceline:
                 top = part["harm"].rank(ascending=False, method="first") <= top_k
                 part = part[top | part["significant"]].copy()
             missing = part["segment"].isna().to_numpy()
             if missing.any():
                 part.loc[missing, "segment"] = [
                     _condition(_node(c, search), search) for c in part["_codes"][missing]]
-        else:
+        if not len(part):  # nothing tested, or (sliceline) no positive score
             part = pd.DataFrame([dict(segment=None, depth=0, significant=False)])
         for i, k in enumerate(by):
             part.insert(i, k, [g["key"][i]] * len(part))
@@ -1053,6 +1149,9 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
     if binned:
         columns[columns.index("explained_by"):columns.index("explained_by")] = [
             "ece", "chi2", "chi2_df"]
+    if sliceline:
+        columns[columns.index("explained_by"):columns.index("explained_by")] = [
+            "score", "error_sum", "max_error"]
     for c in columns + ["_node"]:
         if c not in out:
             out[c] = None
@@ -1062,6 +1161,20 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
                           ascending=[True] * len(keys) + [True, False, True],
                           na_position="last", kind="stable", ignore_index=True)
     return out[columns]
+
+
+def _top_scores(part: pd.DataFrame, top_k: int | None, search: dict) -> np.ndarray:
+    """Rows (positions) of the ``top_k`` segments of positive SliceLine score (all of them
+    with None), ties at the cut by the segment's text."""
+    score = part["score"].to_numpy()
+    pos = np.nonzero(score > 0)[0]
+    if top_k is None or len(pos) <= top_k:
+        return pos
+    edge = np.sort(score[pos])[::-1][top_k - 1]
+    near = pos[score[pos] >= edge]
+    text = np.array([_condition(_node(c, search), search) for c in part["_codes"].iloc[near]],
+                    dtype=object)
+    return np.sort(near[np.lexsort((text, -score[near]))][:top_k])
 
 
 def _explained(part: pd.DataFrame, alpha: float, search: dict) -> list:

@@ -1283,8 +1283,8 @@ def segment_condition(t: ir.Table, predicates: Sequence[tuple]) -> ir.BooleanVal
 
 #: summary columns that merge over disjoint sets of rows by MIN, and by MAX; every other sum
 #: column merges by SUM (:func:`sqlcal.query.declared.rule` reads these sets)
-MERGED_BY_MIN = frozenset({"p_min", "chk_y_min", "chk_w_min"})
-MERGED_BY_MAX = frozenset({"p_max", "chk_y_max", "chk_w_max"})
+MERGED_BY_MIN = frozenset({"p_min", "chk_y_min", "chk_w_min", "p_min_pos"})
+MERGED_BY_MAX = frozenset({"p_max", "chk_y_max", "chk_w_max", "p_max_neg"})
 
 
 def segment_cover(tuples: Sequence[tuple], sizes: Sequence[float], limit: float
@@ -1436,7 +1436,8 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
     re-aggregates the covering GROUP BY of :func:`segment_plan` that holds it: the table is
     read once per covering set, grouped by the raw columns, and only the small aggregate is
     cast and recoded."""
-    by, features, (holdout, a_share, split), bins, tuples, kept, candidates, cube, cover = params
+    (by, features, (holdout, a_share, split), bins, tuples, kept, candidates, cube, cover,
+     extremes) = params
 
     def fresh_keys(r: ir.Table) -> dict:
         keys = {"sqlcal_fold": segment_fold(r, holdout, a_share, split)}
@@ -1459,6 +1460,8 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
         sums = _sums(b, parts, weighted=weighted)
         if weighted:
             sums["var2"] = (b.w * b.w * b.p * (1 - b.p)).sum()
+        if extremes:  # the largest (y − p)²: (1 − least p of y = 1)² or (largest p of y = 0)²
+            sums |= {"p_min_pos": b.p.min(where=b.y == 1), "p_max_neg": b.p.max(where=b.y == 0)}
         return _aggregate(b, [*group_keys, *columns], **sums, **(checks(b) if checks else {}))
 
     def merged(cells: ir.Table, columns: Sequence[str]) -> dict:

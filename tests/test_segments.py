@@ -256,7 +256,10 @@ def test_effect_ece_searches_the_binned_error_with_a_valid_bound_and_chi_square_
     assert not ((plain.f0 == "a") & (plain.f1 == "x") & plain.significant).any()
     assert sum(lv["bound_pruned"] for lv in json.loads(out.searched[0])["levels"]) > 0
     with pytest.raises(OptionError, match="effect"):
-        sqlcal.segments(df, score="p", label="y", features=FEATURES, effect="sliceline")
+        sqlcal.segments(df, score="p", label="y", features=FEATURES, effect="slice")
+    with pytest.raises(OptionError, match="sliceline_alpha"):
+        sqlcal.segments(df, score="p", label="y", features=FEATURES, effect="sliceline",
+                        sliceline_alpha=0.0)
 
 
 def test_fdr_of_the_split_design_under_the_complete_null_is_at_most_alpha():
@@ -521,6 +524,23 @@ def test_covering_sets_hold_every_tuple_once_within_the_limit(sizes, depth, limi
             len(members) == 1 and set(tuples[members[0]]) == set(cols))
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.floats(1, 1e6), st.floats(0, 1), st.floats(0, 1), st.floats(0, 1), st.floats(0, 1),
+       st.floats(0.01, 1))
+def test_sliceline_bound_holds_for_every_descendant(size, e_share, least_share, t_share,
+                                                    te_share, alpha):
+    """SliceLine's score of any T below S (least ≤ W_T ≤ W_S, E_T ≤ min(E_S, W_T)) is at most
+    the bound of S."""
+    W, E = 2e6, 3e5
+    errors = e_share * size
+    least = least_share * size
+    w_t = least + t_share * (size - least)
+    e_t = te_share * min(errors, w_t)
+    bound = audit._sliceline_bound(np.array([size]), np.array([errors]), W, E, alpha, least)
+    score = audit._sliceline(np.array([w_t]), np.array([e_t]), W, E, alpha)
+    assert score[0] <= bound[0] + 1e-9 * max(1.0, abs(bound[0]))
+
+
 def test_cube_strategy_reads_the_base_table_twice_whatever_the_depth(monkeypatch):
     import ibis
     from ibis.expr.types.relations import Table
@@ -589,6 +609,20 @@ def test_cli_segments_writes_json_with_the_fix(tmp_path, capsys):
     assert main(["segments", str(path), "--score", "p", "--label", "y",
                  "--features", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
+    # SliceLine's score from the command line: the same slices as the function gives
+    sl = tmp_path / "sliceline.json"
+    assert main(["segments", str(path), "--score", "p", "--label", "y", "--features",
+                 "country,device", "--min-support", "300", "--mode", "full", "--top-k", "3",
+                 "--effect", "sliceline", "--sliceline-alpha", "0.99", "--json", str(sl)]) == 0
+    got = pd.DataFrame(__import__("json").loads(sl.read_text())["segments"])
+    want = sqlcal.segments(df, score="p", label="y", features=["country", "device"],
+                           min_support=300, mode="full", top_k=3, effect="sliceline",
+                           sliceline_alpha=0.99)
+    assert list(got.segment) == list(want.segment) and len(want) == 3
+    np.testing.assert_allclose(got.score, want.score, rtol=1e-9)  # JSON: 10 digits
+    assert main(["segments", str(path), "--score", "p", "--label", "y", "--features",
+                 "country", "--effect", "sliceline", "--sliceline-alpha", "2"]) == 2
+    assert "sliceline_alpha" in capsys.readouterr().err
 
 
 def test_scheduled_report_has_a_segments_section_in_json_and_html(tmp_path):

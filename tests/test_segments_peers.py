@@ -23,6 +23,7 @@ The peers are the ``peers`` extra; a test skips, with the reason, when its peer 
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from itertools import combinations
@@ -188,3 +189,102 @@ def test_sliceline_top_slices_equal_the_score_of_sqlcal_segment_sums():
     np.testing.assert_allclose(stats["sum_slice_error"], errors[top.index], rtol=1e-12)
     np.testing.assert_array_equal(stats["slice_size"], top["n"])
     np.testing.assert_array_equal(stats["max_slice_error"], 1.0)
+
+
+def _sliceline_table(n=4000, seed=11):
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"a": rng.choice(["u", "v"], n), "b": rng.choice(["x", "y", "z"], n),
+                       "c": rng.choice(["k1", "k2", "k3", "k4"], n, p=[.4, .3, .2, .1]),
+                       "d": rng.choice(["m", "n", "o"], n), "p": rng.uniform(0.05, 0.95, n)})
+    flipped = (df.a.eq("u") & df.b.eq("x")) | df.c.eq("k4")
+    df["y"] = (rng.uniform(size=n) < np.where(flipped, np.clip(1.3 - df.p, 0, 1), df.p)
+               ).astype(int)
+    return df
+
+
+def _sliceline_oracle(df, features, alpha, min_sup, depth):
+    """Every slice up to ``depth`` enumerated on the rows: size, Σ(y − p)², max (y − p)² and
+    SliceLine's score (a numpy transcription of SystemDS sliceLine's ``score``)."""
+    e = (df.y - df.p) ** 2
+    rows = []
+    for k in range(1, depth + 1):
+        for cols in combinations(features, k):
+            for values, idx in df.groupby(list(cols) if k > 1 else cols[0]).groups.items():
+                values = values if k > 1 else (values,)
+                size, err = len(idx), float(e[idx].sum())
+                if size >= min_sup:
+                    score = alpha * (err / size / e.mean() - 1) - (1 - alpha) * (len(df) / size - 1)
+                    rows.append(dict(key=tuple(sorted(zip(cols, values))), size=size,
+                                     error=err, max_error=float(e[idx].max()), score=score))
+    return pd.DataFrame(rows).sort_values("score", ascending=False, kind="stable")
+
+
+def test_sliceline_effect_returns_the_top_k_slices_of_the_squared_error(con, upload):
+    """segments(effect="sliceline", mode="full"): exactly the top-k slices of positive SliceLine
+    score of e = (y − p)², with their score, error sum, max error and size, against brute-force
+    enumeration of every slice on the rows, on every engine."""
+    features, alpha, k = ["a", "b", "c", "d"], 0.95, 6
+    df = _sliceline_table()
+    out = sqlcal.segments(upload(df), score="p", label="y", features=features, max_depth=3,
+                          effect="sliceline", sliceline_alpha=alpha, min_support=32, top_k=k,
+                          mode="full", fdr="none")
+    oracle = _sliceline_oracle(df, features, alpha, 32, 3)
+    top = oracle[oracle.score > 0].head(k)
+    assert oracle.score.iloc[k - 1] > oracle.score.iloc[k]
+    assert [_ours(r, features) for _, r in out.iterrows()] == list(top.key)
+    np.testing.assert_allclose(out.score, top.score, rtol=1e-10)
+    np.testing.assert_allclose(out.harm, top.score, rtol=1e-10)
+    np.testing.assert_allclose(out.error_sum, top.error, rtol=1e-10)
+    np.testing.assert_allclose(out.max_error, top.max_error, rtol=1e-12)
+    np.testing.assert_array_equal(out.n, top["size"])
+    # SystemDS's default alpha = 0.5 gives no slice of positive score here: one empty row
+    none = sqlcal.segments(df, score="p", label="y", features=features, max_depth=3,
+                           effect="sliceline", min_support=32, top_k=k, mode="full")
+    assert len(none) == 1 and none.segment.isna().all()
+    assert (_sliceline_oracle(df, features, 0.5, 32, 3).score <= 0).all()
+
+
+def test_sliceline_effect_split_mode_prunes_without_losing_a_top_slice():
+    """Split mode ranks by fold A's score with the bound's pruning: the top-k equal fold A's
+    brute-force top-k (the bound never cuts a top slice), tested on fold B."""
+    features, alpha, k = ["a", "b", "c", "d"], 0.9, 8
+    df = _sliceline_table(n=8000, seed=3)
+    out = sqlcal.segments(df, score="p", label="y", features=features, max_depth=3,
+                          effect="sliceline", sliceline_alpha=alpha, min_support=32, top_k=k,
+                          min_expected=0.0)
+    x = np.abs(df.p.to_numpy() * 9_999_991.0)
+    c = 2.0 ** 52
+    u = np.where(x < c, np.abs(x - ((x + c) - c)), 0.0) * 2
+    a, b = df[u < 0.5].reset_index(drop=True), df[u >= 0.5].reset_index(drop=True)
+    oracle_a = _sliceline_oracle(a, features, alpha, 32, 3)
+    top = oracle_a[oracle_a.score > 0].head(k)
+    assert oracle_a.score.iloc[k - 1] > oracle_a.score.iloc[k]
+    assert [_ours(r, features) for _, r in out.iterrows()] == list(top.key)
+    pruned = sum(lv["bound_pruned"] for lv in json.loads(out.searched[0])["levels"])
+    assert pruned > 0
+    oracle_b = _sliceline_oracle(b, features, alpha, 1, 3).set_index("key")
+    np.testing.assert_allclose(out.score, oracle_b.loc[list(top.key), "score"], rtol=1e-10)
+
+
+def test_sliceline_package_agrees_with_the_sliceline_effect():
+    """The sliceline package (Sagadeeva & Boehm's SliceLine) on e = (y − p)²: its top-k slices
+    and statistics equal segments(effect="sliceline")."""
+    slicefinder = pytest.importorskip("sliceline.slicefinder", reason="sliceline (the peers "
+                                      "extra) is not installed: pip install 'sqlcal[peers]'")
+    features, alpha, k = ["a", "b", "c", "d"], 0.95, 5
+    df = _sliceline_table()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sf = slicefinder.Slicefinder(alpha=alpha, k=k, max_l=3, min_sup=32, verbose=False)
+        sf.fit(df[features].to_numpy(), ((df.y - df.p) ** 2).to_numpy())
+    out = sqlcal.segments(df, score="p", label="y", features=features, max_depth=3,
+                          effect="sliceline", sliceline_alpha=alpha, min_support=32, top_k=k,
+                          mode="full", fdr="none")
+    theirs = [tuple(sorted((f, v) for f, v in zip(features, s) if v is not None))
+              for s in sf.top_slices_]
+    assert [_ours(r, features) for _, r in out.iterrows()] == theirs
+    stats = pd.DataFrame(sf.top_slices_statistics_)
+    np.testing.assert_allclose(stats["slice_score"], out.score, rtol=1e-9)
+    np.testing.assert_allclose(stats["sum_slice_error"], out.error_sum, rtol=1e-9)
+    np.testing.assert_allclose(stats["max_slice_error"], out.max_error, rtol=1e-9)
+    np.testing.assert_array_equal(stats["slice_size"], out.n)

@@ -579,7 +579,8 @@ def coarser_cells(cell: np.ndarray, fine: int, coarse: int) -> np.ndarray:
 
 
 def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None,
-                 cube: str | None = None, cover: Sequence[int] = ()) -> Summary:
+                 cube: str | None = None, cover: Sequence[int] = (),
+                 extremes: bool = False) -> Summary:
     """Per fold, group and segment (a conjunction of feature = value), the sums of
     :func:`sqlcal.summaries.segment_sums`: one UNION ALL branch per column tuple in ``tuples``
     (indices into ``features``). ``folds``: ``(holdout, a_share, split columns)``; ``bins``: 0,
@@ -591,7 +592,9 @@ def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None,
     search), which the branches aggregate instead of the base table; ``cover``: empty (one
     base-table branch per column tuple), or each feature's number of distinct raw values: the
     level then reads the table once per covering GROUP BY
-    (:func:`sqlcal.summaries.segment_plan`).
+    (:func:`sqlcal.summaries.segment_plan`); ``extremes``: also ``p_min_pos`` (the least score
+    of a row with y = 1) and ``p_max_neg`` (the largest of a row with y = 0), from which a
+    segment's largest squared error (y − p)² follows (``effect="sliceline"``).
 
     Examples
     --------
@@ -604,7 +607,7 @@ def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None,
         tuple(by), tuple(features), (float(folds[0]), float(folds[1]), tuple(folds[2])),
         int(bins), tup(tuples), None if kept is None else tup(kept),
         None if candidates is None else tuple((int(i), tuple(v)) for i, v in candidates),
-        None if cube is None else str(cube), tuple(int(c) for c in cover)))
+        None if cube is None else str(cube), tuple(int(c) for c in cover), bool(extremes)))
 
 
 def segment_terms(by, features, folds, segments, step: float, clip: float) -> Summary:
