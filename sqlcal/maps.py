@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.metrics import groups, key_tuple
-from sqlcal.summaries import number
+from sqlcal.summaries import number, piecewise
 
 #: logit features clip scores to [CLIP, 1 − CLIP]: 0 and 1 have no logit
 CLIP = 1e-12
@@ -314,21 +314,7 @@ class IsotonicMap(CalibrationMap):
 
     def _piece_expr(self, part, p):
         lo, hi, v = (part[c].to_numpy(float) for c in ("lo", "hi", "value"))
-        slope = self._slopes(part)
-
-        def piece(k):
-            if slope[k] == 0:
-                return number(v[k])
-            return ibis.ifelse(p <= number(hi[k]), number(v[k]),
-                               number(v[k]) + (p - number(hi[k])) * number(slope[k]))
-
-        def tree(i, j):  # pieces i..j: piece k holds lo[k] <= p < lo[k + 1]
-            if i == j:
-                return piece(i)
-            mid = (i + j + 1) // 2
-            return ibis.ifelse(p < number(lo[mid]), tree(i, mid - 1), tree(mid, j))
-
-        return tree(0, len(v) - 1).cast("float64")
+        return piecewise(p, lo, hi, v, self._slopes(part))
 
     def _grid(self) -> tuple[float, float, float, int]:
         """The buckets: (a, b, scale, count); a score's bucket is

@@ -398,8 +398,9 @@ OVERRIDES["segment_fix"] = {
                       open_low=True, open_high=True),
     "penalty": Option("any", "'auto' (chosen on the holdout) or a ridge penalty >= 0"),
     "max_segments": Option("int", "most segments one fix corrects", low=1),
-    "kind": Option("choice", "a logit shift per segment, or an intercept and a slope (Platt)",
-                   choices=("shift", "platt"))}
+    "kind": Option("choice", "a logit shift per segment, an intercept and a slope (Platt), or "
+                   "an isotonic map per segment of a decision list",
+                   choices=("shift", "platt", "isotonic"))}
 OVERRIDES["tce_bins"] = OVERRIDES["tce"]
 OVERRIDES["source"] = {"score": Option("column", OPTIONS["score"].description),
                        "label": Option("column", OPTIONS["label"].description)}

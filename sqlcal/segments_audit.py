@@ -23,6 +23,7 @@ import uuid
 from itertools import combinations
 from typing import Sequence
 
+import ibis
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -30,10 +31,12 @@ from scipy import stats
 from sqlcal import options
 from sqlcal.options import BudgetError, OptionError, checked
 from sqlcal.query import declared, planner
-from sqlcal.segments_map import (SegmentFix, condition_sql, dialect, feature_kinds,
-                                 with_columns)
+from sqlcal.recalibrate import isotonic
+from sqlcal.segments_map import (SegmentFix, SegmentIsotonicFix, condition_sql, dialect,
+                                 feature_kinds, with_columns)
 from sqlcal.inputs import Source, source
-from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER, segment_plan, segment_sizes
+from sqlcal.summaries import (SEGMENT_NULL, SEGMENT_OTHER, key_match, segment_condition,
+                              segment_fold, segment_plan, segment_sizes)
 
 FOLD_A, FOLD_B, HOLDOUT = 0, 1, 2
 #: the default ``min_support``: max(SUPPORT_FLOOR, SUPPORT_SHARE·W) (see :func:`default_support`)
@@ -365,11 +368,20 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
     segments : pandas.DataFrame, optional
         A :func:`segments` result to fit (its significant rows not ``explained_by`` another);
         by default :func:`segments` runs first on the non-holdout rows.
-    kind : {"shift", "platt"}, default "shift"
+    kind : {"shift", "platt", "isotonic"}, default "shift"
         ``"shift"``: one logit intercept θ_k per segment. ``"platt"``: an intercept and a slope
         per segment, θ_k + γ_k·logit p̃ added to the logit in S_k (a per-segment Platt map;
         the table gets ``slope`` and ``slope_se``), fitted on the histogram of membership
         pattern × logit cell (cells 0.01 wide in logit) without the exact row step.
+        ``"isotonic"``: the segments, per group by harm, form a decision list (a row goes to
+        the first segment holding it), and each entry gets the exact isotonic regression of y
+        on p over its fitting rows (:func:`sqlcal.isotonic`): a
+        :class:`~sqlcal.segments_map.SegmentIsotonicFix`, whose ``.blocks`` is the mapping
+        table and whose table gives ``blocks`` per segment instead of θ; the holdout checks
+        count each segment's entry (its rows not taken by an earlier segment), the log loss
+        clips the mapped score to [1e-6, 1 − 1e-6]; ``penalty`` does not apply. A
+        nonparametric map moves a calibrated entry's holdout z by noise, so ``accepted``
+        asks each segment's holdout \|z\| not to grow past max(\|z\| before, 2).
     holdout : float, default 0.2
         The share of rows kept for the judgement.
     penalty : "auto" or float, default "auto"
@@ -413,8 +425,9 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
     """
     if not (isinstance(holdout, float) and 0 < holdout < 1):
         raise OptionError(f"segment_fix: holdout must be a share in (0, 1), not {holdout!r}")
-    if kind not in ("shift", "platt"):
-        raise OptionError(f"segment_fix: kind must be 'shift' or 'platt', not {kind!r}")
+    if kind not in ("shift", "platt", "isotonic"):
+        raise OptionError(f"segment_fix: kind must be 'shift', 'platt' or 'isotonic', not "
+                          f"{kind!r}")
     if not (penalty == "auto" or (isinstance(penalty, (int, float)) and penalty >= 0)):
         raise OptionError(f"segment_fix: penalty must be 'auto' or a number >= 0, not "
                           f"{penalty!r}")
@@ -1257,15 +1270,18 @@ def _fit(src: Source, spec: dict, chosen: list, penalty, kind: str = "shift") ->
     internal = dict(zip(features, spec["columns"]))
     engine = [tuple((internal[f], v, kept) for f, v, kept in preds) for _, preds, _ in chosen]
     segs = [(c[0], preds, 0.0) for c, preds in zip(chosen, engine)]
-    features = spec["columns"]
+    columns = spec["columns"]
     group_keys = sorted({c[0] for c in chosen}, key=_sort_key)
+    if kind == "isotonic":
+        return _fit_isotonic(src, spec, chosen, engine, group_keys)
     thetas = np.zeros(len(chosen))
     slopes = np.zeros(len(chosen))
     ses = np.full((len(chosen), 2), np.nan)
     lambdas = {}
     platt = kind == "platt"
+    terms = None
     if chosen:
-        cells = planner.fetch(src, declared.segment_terms(by, features, folds, segs, STEP, CLIP))
+        cells = planner.fetch(src, declared.segment_terms(by, columns, folds, segs, STEP, CLIP))
         for key in group_keys:
             idx = [i for i, c in enumerate(chosen) if c[0] == key]
             part = _group_rows(cells, by, key)
@@ -1278,21 +1294,97 @@ def _fit(src: Source, spec: dict, chosen: list, penalty, kind: str = "shift") ->
         for step in range(1 if platt else 0, 2):
             segs = [(c[0], preds, (float(t), float(g)) if platt else float(t))
                     for c, preds, t, g in zip(chosen, engine, thetas, slopes)]
-            terms = planner.fetch(src, declared.segment_terms(by, features, folds, segs, 0.0,
+            terms = planner.fetch(src, declared.segment_terms(by, columns, folds, segs, 0.0,
                                                               CLIP))
             if step == 0:
                 for key in group_keys:
                     idx = [i for i, c in enumerate(chosen) if c[0] == key]
                     thetas[idx] = _newton_step(_group_rows(terms, by, key), idx, thetas[idx],
                                                lambdas[key])
-    else:
-        terms = None
-    features = spec["features"]
+    rows, summary = _judged(terms, chosen, spec, group_keys, lambdas)
+    for i, row in enumerate(rows):
+        hf = row.pop("_hf")
+        row["theta"] = float(thetas[i])
+        row["theta_se"] = float(ses[i, 0]) if platt else 1 / math.sqrt(hf) if hf > 0 else np.nan
+        if platt:
+            row["slope"], row["slope_se"] = float(slopes[i]), float(ses[i, 1])
+    table = pd.DataFrame(rows, columns=[
+        *by, "segment", *features, "theta", "theta_se", *(["slope", "slope_se"] if platt else []),
+        *HOLDOUT_COLUMNS])
+    return SegmentFix(by=tuple(by), table=table,
+                      kind="segment platt" if platt else "segment shift",
+                      predicates=[c[1] for c in chosen], kinds=spec["kinds"], clip=CLIP,
+                      summary=summary)
+
+
+#: the per-segment holdout checks of a fix's table
+HOLDOUT_COLUMNS = ["holdout_residual_before", "holdout_residual_after", "holdout_z_before",
+                   "holdout_z_after"]
+
+
+def _fit_isotonic(src: Source, spec: dict, chosen: list, engine: list, group_keys: list
+                  ) -> SegmentIsotonicFix:
+    """kind="isotonic": the chosen segments, per group by harm, as a decision list (a row to
+    the first segment holding it); per entry, isotonic regression of y on p over the fitting
+    rows (folds A and B) of that entry, exact (:func:`sqlcal.isotonic`); judged on the holdout
+    as the shifts are, each segment's checks over the rows its entry holds."""
+    by, features = spec["by"], spec["features"]
+    folds = (spec["holdout"], 0.5, spec["split"])
+    blocks = pd.DataFrame()
+    terms = None
+    if chosen:
+        rows = src.rows
+        entry = ibis.cases(*[((key_match(rows, key, by) if by else ibis.literal(True))
+                              & segment_condition(rows, preds), i + 1)
+                             for i, ((key, _, _), preds) in enumerate(zip(chosen, engine))],
+                           else_=0)
+        fold = segment_fold(rows, folds[0], folds[1], spec["split"])
+        view = rows.mutate(sqlcal_entry=entry, sqlcal_fold=fold)
+        fitted = isotonic(view, score="p", label="y", weight="w" if src.weighted else None,
+                          by=[*by, "sqlcal_entry"],
+                          where=(view.sqlcal_fold != HOLDOUT) & (view.sqlcal_entry > 0))
+        blocks = fitted.mapping_frame().drop(columns=["bucket", "start", "stop"]).\
+            drop_duplicates(subset=[*by, "sqlcal_entry", "lo"]).reset_index(drop=True)
+        maps = []
+        for i in range(len(chosen)):
+            part = blocks[blocks["sqlcal_entry"] == i + 1]
+            maps.append(tuple(tuple(part[c].astype(float)) for c in ("lo", "hi", "value",
+                                                                      "slope")) if len(part)
+                        else 0.0)  # an entry without fitting rows keeps its scores
+        segs = [(c[0], preds, m) for c, preds, m in zip(chosen, engine, maps)]
+        terms = planner.fetch(src, declared.segment_terms(by, spec["columns"], folds, segs, 0.0,
+                                                          CLIP))
+    rows_, summary = _judged(terms, chosen, spec, group_keys, {}, z_floor=2.0)
+    for i, row in enumerate(rows_):
+        row.pop("_hf")
+        row["blocks"] = int((blocks["sqlcal_entry"] == i + 1).sum()) if len(blocks) else 0
+    table = pd.DataFrame(rows_, columns=[*by, "segment", *features, "blocks", *HOLDOUT_COLUMNS])
+    if len(blocks):
+        blocks.insert(0, "segment", [chosen[int(e) - 1][2] for e in blocks["sqlcal_entry"]])
+        blocks = blocks.rename(columns={"sqlcal_entry": "entry"})
+    return SegmentIsotonicFix(by=tuple(by), table=table, kind="segment isotonic",
+                              predicates=[c[1] for c in chosen], kinds=spec["kinds"], clip=CLIP,
+                              summary=summary, blocks=blocks)
+
+
+def _judged(terms, chosen: list, spec: dict, group_keys: list, lambdas: dict,
+            z_floor: float = 0.0):
+    """The holdout judgement of a fix from its exact terms (:func:`declared.segment_terms`):
+    per segment its holdout residual and z before and after (and ``_hf``, the fitting rows'
+    Σwp'(1 − p')), per group the log loss, Brier score and multiaccuracy before and after and
+    ``accepted`` iff the log loss falls by more than two standard errors of the paired per-row
+    difference and no segment's holdout |z| grows past max(its |z| before, ``z_floor``)."""
+    by, features = spec["by"], spec["features"]
     table_rows, summary_rows = [], []
     all_keys = group_keys or [()] * (not by)
     for key in all_keys:
         idx = [i for i, c in enumerate(chosen) if c[0] == key]
         part = _group_rows(terms, by, key)
+        if not len(part):  # no row of the group (or nothing fitted)
+            table_rows += [dict(**dict(zip(by, key)), segment=chosen[i][2], _hf=0.0,
+                                **{f: v for f, v, _ in chosen[i][1]}) for i in idx]
+            summary_rows.append(dict(**dict(zip(by, key)), n_segments=0, accepted=False))
+            continue
         hold = part[part["sqlcal_fold"] == HOLDOUT]
         fit = part[part["sqlcal_fold"] != HOLDOUT]
         pat_h, pat_f = hold["pattern"].to_numpy(np.int64), fit["pattern"].to_numpy(np.int64)
@@ -1307,18 +1399,14 @@ def _fit(src: Source, spec: dict, chosen: list, penalty, kind: str = "shift") ->
             m_f = (pat_f >> local) & 1 == 1
             r0, h0 = hold["r0"].to_numpy()[m_h].sum(), hold["h0"].to_numpy()[m_h].sum()
             r1, h1 = hold["r"].to_numpy()[m_h].sum(), hold["h"].to_numpy()[m_h].sum()
-            hf = fit["h"].to_numpy()[m_f].sum()
             z0 = r0 / math.sqrt(h0) if h0 > 0 else 0.0
             z1 = r1 / math.sqrt(h1) if h1 > 0 else 0.0
-            z_grew |= abs(z1) > abs(z0)
+            z_grew |= abs(z1) > max(abs(z0), z_floor)
             ma_before, ma_after = max(ma_before, abs(r0) / W), max(ma_after, abs(r1) / W)
-            preds = chosen[i][1]
-            values = {f: v for f, v, _ in preds}
+            values = {f: v for f, v, _ in chosen[i][1]}
             table_rows.append(dict(
                 **dict(zip(by, key)), segment=chosen[i][2],
-                **{f: values.get(f) for f in features}, theta=float(thetas[i]),
-                theta_se=float(ses[i, 0]) if platt else 1 / math.sqrt(hf) if hf > 0 else np.nan,
-                **(dict(slope=float(slopes[i]), slope_se=float(ses[i, 1])) if platt else {}),
+                **{f: values.get(f) for f in features}, _hf=fit["h"].to_numpy()[m_f].sum(),
                 holdout_residual_before=r0, holdout_residual_after=r1,
                 holdout_z_before=z0, holdout_z_after=z1))
         summary_rows.append(dict(
@@ -1328,16 +1416,8 @@ def _fit(src: Source, spec: dict, chosen: list, penalty, kind: str = "shift") ->
             holdout_log_loss_se=se,
             holdout_brier_before=hold["bs0"].sum() / W, holdout_brier_after=hold["bs"].sum() / W,
             holdout_multiaccuracy_before=ma_before, holdout_multiaccuracy_after=ma_after,
-            accepted=bool(idx) and gain > 2 * se and not z_grew)) if len(part) else \
-            summary_rows.append(dict(**dict(zip(by, key)), n_segments=0, accepted=False))
-    table = pd.DataFrame(table_rows, columns=[
-        *by, "segment", *features, "theta", "theta_se", *(["slope", "slope_se"] if platt else []),
-        "holdout_residual_before", "holdout_residual_after", "holdout_z_before",
-        "holdout_z_after"])
-    return SegmentFix(by=tuple(by), table=table,
-                      kind="segment platt" if platt else "segment shift",
-                      predicates=[c[1] for c in chosen], kinds=spec["kinds"], clip=CLIP,
-                      summary=pd.DataFrame(summary_rows))
+            accepted=bool(idx) and gain > 2 * se and not z_grew))
+    return table_rows, pd.DataFrame(summary_rows)
 
 
 def _group_rows(frame, by, key) -> pd.DataFrame:

@@ -27,7 +27,7 @@ from sqlglot import exp
 from sqlcal.errors import InvalidInputError
 from sqlcal.maps import CalibrationMap, EXP_LIMIT
 from sqlcal.inputs import resolve_table
-from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER, key_match, number
+from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER, key_match, number, piecewise
 
 #: Ibis / sqlglot dialect names that differ
 _DIALECTS = {"pyspark": "spark", "postgres": "postgres", "duckdb": "duckdb"}
@@ -154,18 +154,24 @@ class SegmentFix(CalibrationMap):
     clip: float = 1e-6
     summary: pd.DataFrame | None = None
 
-    def _shift(self, table: ir.Table, eta: ir.FloatingValue) -> ir.FloatingValue:
-        shift = number(0.0)
+    def _conditions(self, table: ir.Table) -> list:
+        """Each fitted segment's condition over ``table`` (its group's key included)."""
         keys = self.table[list(self.by)].itertuples(index=False) if self.by else \
             [()] * len(self.table)
-        slopes = self.table["slope"] if "slope" in self.table else [None] * len(self.table)
-        for key, preds, theta, slope in zip(keys, self.predicates, self.table["theta"],
-                                            slopes):
+        out = []
+        for key, preds in zip(keys, self.predicates):
             cond = condition_expr(table, preds, self.kinds)
             if self.by:
                 key = tuple(None if pd.isna(v) else (v.item() if hasattr(v, "item") else v)
                             for v in key)
                 cond = key_match(table, key, self.by) & cond
+            out.append(cond)
+        return out
+
+    def _shift(self, table: ir.Table, eta: ir.FloatingValue) -> ir.FloatingValue:
+        shift = number(0.0)
+        slopes = self.table["slope"] if "slope" in self.table else [None] * len(self.table)
+        for cond, theta, slope in zip(self._conditions(table), self.table["theta"], slopes):
             value = number(float(theta))
             if slope is not None and not pd.isna(slope):  # kind="platt": θ + γ·logit p̃
                 value = value + number(float(slope)) * eta
@@ -219,3 +225,49 @@ class SegmentFix(CalibrationMap):
 
     def mapping_frame(self) -> pd.DataFrame:
         return self.table.reset_index(drop=True)
+
+
+@dataclass(repr=False)
+class SegmentIsotonicFix(SegmentFix):
+    """Per-segment isotonic maps as a decision list: a row goes to the first fitted segment
+    holding it (segments in order of harm, per group) and gets that segment's isotonic map of
+    its score (:func:`sqlcal.isotonic` fitted on the segment's entry); a row in no segment keeps
+    its score, a NULL or NaN score stays NULL. Made by ``sqlcal.segment_fix(kind="isotonic")``.
+
+    ``table`` has one row per segment (group keys, ``segment``, feature values, ``blocks``, the
+    holdout checks); ``blocks`` (the mapping table) one row per segment and block: ``segment``,
+    group keys, ``entry`` (its place in the list), ``lo``, ``hi``, ``value``, ``slope`` (to the
+    next block), ``n``, ``W``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> blocks = pd.DataFrame({"segment": ["s"] * 2, "entry": [1, 1], "lo": [0.1, 0.5],
+    ...                        "hi": [0.3, 0.9], "value": [0.2, 0.6], "slope": [2.0, 0.0]})
+    >>> fix = SegmentIsotonicFix(by=(), table=pd.DataFrame({"segment": ["s"]}),
+    ...                          kind="segment isotonic", predicates=[(("c", "a", ()),)],
+    ...                          kinds={"c": "string"}, blocks=blocks)
+    >>> fix.transform_frame(pd.DataFrame({"c": ["a", "a", "b"], "p": [0.4, 0.95, 0.4]}),
+    ...                     "p").round(6).tolist()
+    [0.4, 0.6, 0.4]
+    """
+
+    blocks: pd.DataFrame | None = None
+
+    def expr(self, table: ir.Table, score: str) -> ir.FloatingValue:
+        """The corrected score as an Ibis expression over ``table``."""
+        p = table[score].cast("float64")
+        cases = []
+        for i, cond in enumerate(self._conditions(table)):
+            part = self.blocks[self.blocks["entry"] == i + 1] if self.blocks is not None and \
+                len(self.blocks) else ()
+            # an entry without blocks (no fitting rows) keeps its rows' scores
+            value = piecewise(p, *(part[c].to_numpy(float) for c in ("lo", "hi", "value",
+                                                                       "slope"))) \
+                if len(part) else p
+            cases.append((cond, value))
+        return _missing_score(p, ibis.cases(*cases, else_=p) if cases else p)
+
+    def mapping_frame(self) -> pd.DataFrame:
+        return (self.blocks if self.blocks is not None else pd.DataFrame()).reset_index(
+            drop=True)

@@ -1531,11 +1531,38 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
     return out
 
 
+def _is_blocks(theta) -> bool:
+    """Whether a segment's θ is an isotonic map's blocks (four tuples), not a number or pair."""
+    return isinstance(theta, tuple) and bool(theta) and isinstance(theta[0], tuple)
+
+
+def piecewise(p: ir.FloatingValue, lo, hi, value, slope) -> ir.FloatingValue:
+    """An isotonic map's blocks as an expression of ``p``: block k holds lo[k] ≤ p < lo[k + 1]
+    (the first every p below, the last every p above) and maps p to value[k] up to hi[k], then
+    linearly with ``slope[k]`` towards the next block (a balanced tree of comparisons)."""
+
+    def piece(k):
+        if slope[k] == 0:
+            return number(value[k])
+        return ibis.ifelse(p <= number(hi[k]), number(value[k]),
+                           number(value[k]) + (p - number(hi[k])) * number(slope[k]))
+
+    def tree(i, j):  # pieces i..j: piece k holds lo[k] <= p < lo[k + 1]
+        if i == j:
+            return piece(i)
+        mid = (i + j + 1) // 2
+        return ibis.ifelse(p < number(lo[mid]), tree(i, mid - 1), tree(mid, j))
+
+    return tree(0, len(value) - 1).cast("float64")
+
+
 def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
     """Per fold, group and membership pattern (Σ 2^k over the segments k holding the row), the
     terms of the logistic fit logit p' = logit p̃ + Σ θ_k·1[row ∈ S_k], p̃ = clip(p):
     a segment's θ may be a pair (intercept, slope): its rows get θ₀ + θ₁·logit p̃ (a
-    per-segment Platt map); with ``step`` > 0 also per logit cell ``cell`` = FLOOR(logit p̃ /
+    per-segment Platt map); or four tuples (lo, hi, value, slope), an isotonic map's blocks
+    (:func:`piecewise`): then the segments are a decision list, a row belongs to the first
+    segment holding it, and its p' is the map's value clipped to [clip, 1 − clip]; with ``step`` > 0 also per logit cell ``cell`` = FLOOR(logit p̃ /
     step) and only ``n``, ``W``, Σwy, Σw·logit p̃ (the fit's histogram); with ``step`` = 0 the
     exact terms at the
     given θ: ``r`` = Σw(y − p'), ``h`` = Σwp'(1 − p'), ``r0``, ``h0`` (at θ = 0), the
@@ -1544,6 +1571,13 @@ def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
     t = rows.mutate(sqlcal_fold=segment_fold(rows, holdout, a_share, split))
     member = [key_match(t, key, by) & segment_condition(t, preds) if by else
               segment_condition(t, preds) for key, preds, _ in segments]
+    listed = any(_is_blocks(theta) for _, _, theta in segments)
+    if listed:  # a decision list: each row to the first segment holding it
+        first, before = [], ibis.literal(False)
+        for m in member:
+            first.append(m & ~before)
+            before = before | m
+        member = first
     pattern = ibis.literal(0, type="int64")
     for k, m in enumerate(member):
         pattern = pattern + ibis.cases((m, 2**k), else_=0).cast("int64")
@@ -1559,7 +1593,11 @@ def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
                           swy=w(t.y).sum(), sweta=w(t.sqlcal_eta).sum())
     shift = ibis.literal(0.0)
     for m, (_, _, theta) in zip(member, segments):
-        if isinstance(theta, tuple):  # (intercept, slope on logit p̃): a per-segment Platt map
+        if _is_blocks(theta):  # an isotonic map: logit of its clipped value, less logit p̃
+            q = piecewise(t.p, *theta)
+            q = ibis.greatest(ibis.least(q, number(1 - clip)), number(clip))
+            value = (q / (1 - q)).ln() - t.sqlcal_eta
+        elif isinstance(theta, tuple):  # (intercept, slope on logit p̃): a Platt map
             value = number(theta[0]) + number(theta[1]) * t.sqlcal_eta
         else:
             value = number(theta)

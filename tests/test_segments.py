@@ -406,7 +406,62 @@ def test_segment_fix_platt_equals_the_logistic_fit_on_the_rows_and_its_sql_equal
     got = duckdb.sql(f"SELECT {fix.sql('p')} AS q FROM hold").df().q.to_numpy()
     np.testing.assert_allclose(got, np.where(m, q, hold.p), rtol=1e-12)
     with pytest.raises(OptionError, match="kind"):
-        sqlcal.segment_fix(df, score="p", label="y", features=["c"], kind="isotonic")
+        sqlcal.segment_fix(df, score="p", label="y", features=["c"], kind="spline")
+
+
+def test_segment_fix_isotonic_equals_sklearn_per_entry_and_its_sql_equals_numpy():
+    """kind="isotonic": per entry of the decision list, the map equals scikit-learn's
+    IsotonicRegression fitted on that entry's fitting rows (folds A and B), on the holdout
+    rows; the holdout log loss equals numpy's; the SQL gives the same scores in DuckDB."""
+    from sklearn.isotonic import IsotonicRegression
+
+    rng = np.random.default_rng(21)
+    n = 30000
+    df = pd.DataFrame({"c": rng.choice(["a", "b", "c"], n), "d": rng.choice(["x", "y"], n),
+                       "p": rng.uniform(0.05, 0.95, n)})
+    a, bx = df.c.eq("a").to_numpy(), (df.c.eq("b") & df.d.eq("x")).to_numpy()
+    truth = np.where(a, df.p ** 2, np.where(bx, np.sqrt(df.p), df.p))  # bent both ways
+    df["y"] = (rng.uniform(size=n) < truth).astype(int)
+    fix = sqlcal.segment_fix(df, score="p", label="y", features=["c", "d"], max_depth=2,
+                             min_support=500.0, kind="isotonic")
+    segs = fix.table.segment.tolist()
+    rows = {"\"c\" = 'a'": a, "\"c\" = 'b' AND \"d\" = 'x'": bx}
+    for c in "abc":
+        rows[f"\"c\" = '{c}'"] = df.c.eq(c).to_numpy()
+    for d in "xy":
+        rows[f"\"d\" = '{d}'"] = df.d.eq(d).to_numpy()
+    for c in "abc":
+        for d in "xy":
+            rows.setdefault(f"\"c\" = '{c}' AND \"d\" = '{d}'",
+                            (df.c.eq(c) & df.d.eq(d)).to_numpy())
+    assert {"\"c\" = 'a'", "\"c\" = 'b' AND \"d\" = 'x'"} <= set(segs)
+    fold = _fold(df.p.to_numpy(), holdout=0.2)
+    # the decision list in pandas: each row to the first segment (by harm) holding it
+    entry = np.zeros(n, int)
+    for i, seg in reversed(list(enumerate(segs))):
+        entry = np.where(rows[seg], i + 1, entry)
+    hold = fold == 2
+    expected = df.p.to_numpy().copy()
+    for i in range(len(segs)):
+        fit = (entry == i + 1) & ~hold
+        iso = IsotonicRegression(out_of_bounds="clip").fit(df.p[fit], df.y[fit])
+        at = (entry == i + 1) & hold
+        expected[at] = iso.predict(df.p[at])
+        assert fix.table.blocks[i] == (fix.blocks.entry == i + 1).sum() > 0
+    got = fix.transform_frame(df[hold], "p")
+    np.testing.assert_allclose(got, expected[hold], rtol=1e-12, atol=1e-12)
+    import duckdb
+    held = df[hold]
+    in_sql = duckdb.sql(f"SELECT {fix.sql('p')} AS q FROM held").df().q.to_numpy()
+    np.testing.assert_allclose(in_sql, expected[hold], rtol=1e-12, atol=1e-12)
+    s = fix.summary.iloc[0]
+    q = np.clip(expected[hold], 1e-6, 1 - 1e-6)
+    y = df.y.to_numpy()[hold]
+    assert s.holdout_log_loss_after == pytest.approx(
+        -np.mean(y * np.log(q) + (1 - y) * np.log(1 - q)), rel=1e-9)
+    assert s.accepted and s.holdout_log_loss_after < s.holdout_log_loss_before
+    first = fix.table.iloc[0]
+    assert abs(first.holdout_z_after) < 3 < abs(first.holdout_z_before)
 
 
 def test_options_are_checked_before_any_query():

@@ -612,8 +612,8 @@ def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None,
 
 def segment_terms(by, features, folds, segments, step: float, clip: float) -> Summary:
     """Per fold, group and membership ``pattern`` over ``segments`` (``(group key, predicates,
-    theta)``, predicates ``(feature, value, kept)``, theta a number or an (intercept, slope)
-    pair): the histogram of a per-segment logit-shift
+    theta)``, predicates ``(feature, value, kept)``, theta a number, an (intercept, slope)
+    pair, or an isotonic map's blocks (lo, hi, value, slope): a decision list): the histogram of a per-segment logit-shift
     fit (``step`` > 0: also per logit cell) or its exact terms at the given thetas (``step`` =
     0); see :func:`sqlcal.summaries.segment_terms`.
 
@@ -623,9 +623,13 @@ def segment_terms(by, features, folds, segments, step: float, clip: float) -> Su
     >>> s.key_column
     'pattern'
     """
-    segs = tuple((tuple(k), tuple((f, v, tuple(kept)) for f, v, kept in preds),
-                  tuple(float(x) for x in theta) if isinstance(theta, (tuple, list))
-                  else float(theta)) for k, preds, theta in segments)
+    def exact(theta):  # a number, an (intercept, slope) pair, or blocks (four tuples)
+        if isinstance(theta, (tuple, list)):
+            return tuple(exact(x) for x in theta)
+        return float(theta)
+
+    segs = tuple((tuple(k), tuple((f, v, tuple(kept)) for f, v, kept in preds), exact(theta))
+                 for k, preds, theta in segments)
     return Summary("segment_terms", (tuple(by), tuple(features),
                                      (float(folds[0]), float(folds[1]), tuple(folds[2])),
                                      segs, float(step), float(clip)))
