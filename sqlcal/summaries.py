@@ -1357,14 +1357,20 @@ def segment_plan(tuples: Sequence[tuple], cover: Sequence[int], bins: int = 0,
     if not cover:
         return [(tuple(t), [i], {}) for i, t in enumerate(tuples)]
     limit = max(1.0, SEGMENT_COVER_GROUPS / max(bins, 1))
+    plan = segment_cover(tuples, cover, limit)
+    over = {members[0] for cols, members in plan
+            if len(members) == 1 and math.prod(cover[j] for j in cols) > limit}
+    seen = {i: [set() for _ in tuples[i]] for i in over} if candidates is not None else {}
+    for i, values in candidates if seen else ():  # one pass over the candidates
+        if i in seen:
+            for c, v in enumerate(values):
+                seen[i][c].add(v)
     out = []
-    for cols, members in segment_cover(tuples, cover, limit):
+    for cols, members in plan:
         narrowed = {}
-        if (candidates is not None and len(members) == 1
-                and math.prod(cover[j] for j in cols) > limit):
-            tup = tuples[members[0]]
-            for c, j in enumerate(tup):
-                values = tuple(sorted({v[c] for i, v in candidates if i == members[0]}))
+        if members[0] in seen and len(members) == 1:
+            for c, j in enumerate(tuples[members[0]]):
+                values = tuple(sorted(seen[members[0]][c]))
                 if len(values) + 2 <= cover[j] / 2:
                     narrowed[j] = values
         out.append((cols, members, narrowed))
