@@ -708,6 +708,19 @@ def test_scheduled_report_has_a_segments_section_in_json_and_html(tmp_path):
     page = html.render(run)
     assert '<section id="segments">' in page
     assert "&quot;country&quot; = &#x27;BR&#x27; AND &quot;device&quot; = &#x27;ios&#x27;" in page
+    # SliceLine's score in the [segments] section: the slices sqlcal.segments gives
+    sliceline = scheduled.validate_config({
+        "source": {"data": str(path), "score": "p", "label": "y"}, "metrics": {"ece": {}},
+        "segments": {"features": ["country", "device"], "min_support": 300.0, "mode": "full",
+                     "effect": "sliceline", "sliceline_alpha": 0.99, "top_k": 3}})
+    doc = scheduled.to_document(scheduled.run_report(sliceline, diagrams=False, progress=False))
+    jsonschema.validate(doc, scheduled.json_schema())
+    want = sqlcal.segments(df, score="p", label="y", features=["country", "device"],
+                           min_support=300.0, mode="full", effect="sliceline",
+                           sliceline_alpha=0.99, top_k=3)
+    assert len(want) == 3 and (want.score > 0).all()
+    assert [s["segment"] for s in doc["segments"]] == list(want.segment)
+    np.testing.assert_allclose([s["score"] for s in doc["segments"]], want.score, rtol=1e-12)
     with pytest.raises(scheduled.ConfigError, match="segments"):
         scheduled.validate_config({"source": {"data": str(path), "score": "p", "label": "y"},
                                    "metrics": {"ece": {}}, "segments": {"features": "country"}})
