@@ -188,10 +188,6 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
                           f"{effect!r}")
     if not isinstance(bins, (int, np.integer)) or bins < 1:
         raise OptionError(f"segments: bins must be a whole number >= 1, not {bins!r}")
-    if not (isinstance(sliceline_alpha, (int, float)) and not isinstance(sliceline_alpha, bool)
-            and 0 < sliceline_alpha <= 1):
-        raise OptionError(f"segments: sliceline_alpha must be a number in (0, 1], not "
-                          f"{sliceline_alpha!r}")
     if min_expected is None:
         min_expected = 0.0 if effect == "sliceline" else 10.0
     src, spec = _prepare(data, score, label, weight, by, where, features, split, on_invalid,
@@ -1343,8 +1339,11 @@ def _fit_isotonic(src: Source, spec: dict, chosen: list, engine: list, group_key
         fitted = isotonic(view, score="p", label="y", weight="w" if src.weighted else None,
                           by=[*by, "sqlcal_entry"],
                           where=(view.sqlcal_fold != HOLDOUT) & (view.sqlcal_entry > 0))
-        blocks = fitted.mapping_frame().drop(columns=["bucket", "start", "stop"]).\
-            drop_duplicates(subset=[*by, "sqlcal_entry", "lo"]).reset_index(drop=True)
+        # the fitted blocks with each block's slope to the next one of its entry
+        blocks = pd.concat([part.assign(slope=fitted._slopes(part)) for _, part in
+                            fitted.table.groupby("sqlcal_entry", sort=True)],
+                           ignore_index=True)[[*by, "sqlcal_entry", "lo", "hi", "value",
+                                               "slope", "n", "W"]]
         maps = []
         for i in range(len(chosen)):
             part = blocks[blocks["sqlcal_entry"] == i + 1]
