@@ -377,8 +377,11 @@ def _segments(args) -> int:
     import json
 
     import sqlcal
-    from sqlcal.outputs import JSON_MARKER, write_text
+    from sqlcal.outputs import JSON_MARKER, check, protected, write_text
 
+    sources = protected(args.data)
+    if args.json:  # before any query: a refusal after a search of minutes wastes them
+        check(args.json, "json", sources=sources)
     data = (args.data, args.table) if args.table else args.data
     options = dict(score=args.score, label=args.label, weight=args.weight,
                    by=_keys(args.by), where=args.where, features=_keys(args.features),
@@ -397,7 +400,7 @@ def _segments(args) -> int:
         _out(fix.summary.to_string(index=False))
         _out(fix.sql(args.score))
     if args.json:
-        write_text(args.json, "json", json.dumps(doc, indent=2), sources=[str(args.data)])
+        write_text(args.json, "json", json.dumps(doc, indent=2), sources=sources)
     return EXIT_OK
 
 
