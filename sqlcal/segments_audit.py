@@ -11,8 +11,12 @@ finishes: eligibility (label-free), the sign-split bound that prunes the search,
 score test, Benjamini-Hochberg on a held-out fold, the redundancy rule.
 
 Values too rare to be a segment (weight below ``min_support``) are pooled into one explicit
-``__other__`` value per feature (its condition is ``c IS NULL OR c NOT IN (kept values)``), never
-dropped. NULL is the value ``__null__`` (``c IS NULL``).
+bucket per feature (its condition is ``c IS NULL OR c NOT IN (kept values)``), never dropped.
+NULL is a value of its own (``c IS NULL``). Inside the search a value is keyed apart from NULL
+and the bucket (:func:`sqlcal.summaries.segment_value`), so a value ``"__null__"`` or
+``"__other__"`` of the data is a value like any other; the result shows the NULL predicate as
+``__null__`` and the bucket as ``__other__`` in the feature's column, and its ``special_values``
+column names the features whose predicate is either.
 """
 
 from __future__ import annotations
@@ -35,10 +39,15 @@ from sqlcal.recalibrate import isotonic
 from sqlcal.segments_map import (SegmentFix, SegmentIsotonicFix, condition_sql, dialect,
                                  feature_kinds, with_columns)
 from sqlcal.inputs import Source, source
-from sqlcal.summaries import (SEGMENT_NULL, SEGMENT_OTHER, key_match, segment_condition,
-                              segment_fold, segment_plan, segment_sizes)
+from sqlcal.summaries import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
+                              segment_code, segment_condition, segment_fold, segment_plan,
+                              segment_sizes)
 
 FOLD_A, FOLD_B, HOLDOUT = 0, 1, 2
+#: how a result shows the NULL predicate and the pooled bucket in a feature's column, and how its
+#: ``special_values`` names them
+SHOWN = {SEGMENT_NULL: "__null__", SEGMENT_OTHER: "__other__"}
+SPECIAL = {SEGMENT_NULL: "null", SEGMENT_OTHER: "other"}
 #: the default ``min_support``: max(SUPPORT_FLOOR, SUPPORT_SHARE·W) (see :func:`default_support`)
 SUPPORT_FLOOR, SUPPORT_SHARE = 1000.0, 1e-3
 #: the sums each segment row carries, in this order
@@ -441,10 +450,12 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
         kept = search["kept"]
     else:
         found, kept = segments, [() for _ in spec["features"]]
-        other = found[list(spec["features"])].isin([SEGMENT_OTHER]).to_numpy().any(axis=1)
-        if other.any():
-            raise OptionError("segment_fix: segments= holds __other__ values; let segment_fix "
-                              "run the search (segments=None) to fit them")
+        other = [SEGMENT_OTHER in _keys_of(row, spec["features"]).values()
+                 for _, row in found.iterrows()]
+        if any(other):
+            raise OptionError(f"segment_fix: segments= holds {sum(other)} segments of a pooled "
+                              "bucket (special_values 'other'); let segment_fix run the search "
+                              "(segments=None) to fit them")
     chosen = _chosen(found, spec, kept, max_segments)
     return _fit(src, spec, chosen, penalty, kind)
 
@@ -538,8 +549,6 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
     # unweighted rows are frequencies of 1, as every metric reports them
     spec["weight_kind_used"] = "sampling" if spec["sampling"] else "frequency"
     nb = max(bins, 1)
-    if (frame["sqlcal_v0"] == SEGMENT_OTHER).any():
-        raise OptionError(f"segments: a feature holds the reserved value {SEGMENT_OTHER!r}")
     frame = _with_var2(frame)
     gid, keys = _group_ids(frame, by, None)
     order = sorted(range(len(keys)), key=lambda i: _sort_key(keys[i]))
@@ -983,6 +992,34 @@ def _node_text(node) -> str:
     return " AND ".join(f"{j}={v}" for j, v in node)
 
 
+def _special(codes, search, features) -> str | None:
+    """The ``special_values`` of a segment: JSON naming each feature whose predicate is NULL
+    (``"null"``) or the pooled bucket (``"other"``), None when every predicate is a value."""
+    out = {features[int(search["feature_of"][c])]: SPECIAL[search["values"][c]]
+           for c in codes if search["values"][c] in SPECIAL}
+    return json.dumps(out, sort_keys=True) if out else None
+
+
+def _shown(predicates, features) -> dict:
+    """A fitted segment's feature columns and ``special_values`` as a result shows them."""
+    keys = {f: key for f, key, _ in predicates}
+    special = {f: SPECIAL[k] for f, k in keys.items() if k in SPECIAL}
+    return {**{f: SHOWN.get(keys[f], keys[f][len(SEGMENT_VALUE):]) if f in keys else None
+               for f in features},
+            "special_values": json.dumps(special, sort_keys=True) if special else None}
+
+
+def _keys_of(row, features) -> dict:
+    """A result row's predicates as ``{feature: key}`` (:func:`sqlcal.summaries.segment_code`),
+    its ``special_values`` telling a NULL predicate and the pooled bucket from values that
+    read the same."""
+    special = row.get("special_values")
+    special = json.loads(special) if isinstance(special, str) else {}
+    code = {name: key for key, name in SPECIAL.items()}
+    return {f: code[special[f]] if f in special else segment_code(str(row[f]))
+            for f in features if f in special or not _null(row[f])}
+
+
 def _predicates(node, search_or_kept, features):
     kept = search_or_kept["kept"] if isinstance(search_or_kept, dict) else search_or_kept
     return tuple((features[j], v, kept[j] if v == SEGMENT_OTHER else ()) for j, v in node)
@@ -1089,6 +1126,10 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
                 if hit.any():
                     at[i] = search["values"][c[hit][0]]
             cols[f] = at
+        cols["special_values"] = [_special(c, search, features) for c in codes]
+        for f in features:
+            cols[f] = [None if v is None else SHOWN.get(v, v[len(SEGMENT_VALUE):])
+                       for v in cols[f]]
         part = pd.DataFrame(cols)
         if sliceline:  # SliceLine's score of e = (y − p)² on the test fold, as the harm
             errors = _errors(t)
@@ -1151,8 +1192,8 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
         part["weight_kind"] = spec["weight_kind_used"]
         frames.append(part)
     out = pd.concat(frames, ignore_index=True)
-    columns = [*by, "segment", "depth", *features, "n", "W", "mean_score", "observed", "citl",
-               "residual", "harm", "z", "p_value", "q_value", "significant", "logit_shift",
+    columns = [*by, "segment", "depth", *features, "special_values", "n", "W", "mean_score",
+               "observed", "citl", "residual", "harm", "z", "p_value", "q_value", "significant", "logit_shift",
                "logit_shift_se", "explained_by", "residual_all", "z_all", "family_size",
                "tested", "statements", "branches", "searched", "weight_kind"]
     if binned:
@@ -1255,7 +1296,8 @@ def _chosen(found: pd.DataFrame, spec: dict, kept, max_segments: int) -> list:
     for _, part in (ok.groupby(list(by), sort=True, dropna=False) if by else [((), ok)]):
         for _, row in part.head(max_segments).iterrows():
             key = tuple(None if _null(row[k]) else row[k] for k in by)
-            node = tuple((j, row[f]) for j, f in enumerate(features) if not _null(row[f]))
+            keys = _keys_of(row, features)
+            node = tuple((j, keys[f]) for j, f in enumerate(features) if f in keys)
             out.append((key, _predicates(node, kept, features), row["segment"]))
     return out
 
@@ -1305,7 +1347,7 @@ def _fit(src: Source, spec: dict, chosen: list, penalty, kind: str = "shift") ->
         if platt:
             row["slope"], row["slope_se"] = float(slopes[i]), float(ses[i, 1])
     table = pd.DataFrame(rows, columns=[
-        *by, "segment", *features, "theta", "theta_se", *(["slope", "slope_se"] if platt else []),
+        *by, "segment", *features, "special_values", "theta", "theta_se", *(["slope", "slope_se"] if platt else []),
         *HOLDOUT_COLUMNS])
     return SegmentFix(by=tuple(by), table=table,
                       kind="segment platt" if platt else "segment shift",
@@ -1357,7 +1399,8 @@ def _fit_isotonic(src: Source, spec: dict, chosen: list, engine: list, group_key
     for i, row in enumerate(rows_):
         row.pop("_hf")
         row["blocks"] = int((blocks["sqlcal_entry"] == i + 1).sum()) if len(blocks) else 0
-    table = pd.DataFrame(rows_, columns=[*by, "segment", *features, "blocks", *HOLDOUT_COLUMNS])
+    table = pd.DataFrame(rows_, columns=[*by, "segment", *features, "special_values", "blocks",
+                                         *HOLDOUT_COLUMNS])
     if len(blocks):
         blocks.insert(0, "segment", [chosen[int(e) - 1][2] for e in blocks["sqlcal_entry"]])
         blocks = blocks.rename(columns={"sqlcal_entry": "entry"})
@@ -1381,7 +1424,7 @@ def _judged(terms, chosen: list, spec: dict, group_keys: list, lambdas: dict,
         part = _group_rows(terms, by, key)
         if not len(part):  # no row of the group (or nothing fitted)
             table_rows += [dict(**dict(zip(by, key)), segment=chosen[i][2], _hf=0.0,
-                                **{f: v for f, v, _ in chosen[i][1]}) for i in idx]
+                                **_shown(chosen[i][1], features)) for i in idx]
             summary_rows.append(dict(**dict(zip(by, key)), n_segments=0, accepted=False))
             continue
         hold = part[part["sqlcal_fold"] == HOLDOUT]
@@ -1402,10 +1445,9 @@ def _judged(terms, chosen: list, spec: dict, group_keys: list, lambdas: dict,
             z1 = r1 / math.sqrt(h1) if h1 > 0 else 0.0
             z_grew |= abs(z1) > max(abs(z0), z_floor)
             ma_before, ma_after = max(ma_before, abs(r0) / W), max(ma_after, abs(r1) / W)
-            values = {f: v for f, v, _ in chosen[i][1]}
             table_rows.append(dict(
                 **dict(zip(by, key)), segment=chosen[i][2],
-                **{f: values.get(f) for f in features}, _hf=fit["h"].to_numpy()[m_f].sum(),
+                **_shown(chosen[i][1], features), _hf=fit["h"].to_numpy()[m_f].sum(),
                 holdout_residual_before=r0, holdout_residual_after=r1,
                 holdout_z_before=z0, holdout_z_after=z1))
         summary_rows.append(dict(

@@ -3,12 +3,16 @@ readable SQL condition of a segment (:func:`sqlcal.segments`).
 
 A segment is a conjunction of ``feature = value`` predicates; a value may be ``NULL`` (the
 feature is NULL) or the feature's *other* bucket (every value not kept as a segment of its
-own, NULL included unless NULL was kept). Conditions are built as sqlglot or Ibis trees from the
-column names and typed literals, never by pasting text.
+own, NULL included unless NULL was kept). A predicate is ``(feature, key, kept)``: the key of a
+value is ``"="`` and the value as a string (:func:`sqlcal.summaries.segment_code`), NULL and the
+bucket are the keys :data:`~sqlcal.summaries.SEGMENT_NULL` and
+:data:`~sqlcal.summaries.SEGMENT_OTHER`, which no value's key can equal; ``kept`` (the bucket's
+complement) holds keys. Conditions are built as sqlglot or Ibis trees from the column names and
+typed literals, never by pasting text.
 
 Examples
 --------
->>> condition_sql([("country", "BR", ()), ("device", "ios", ())],
+>>> condition_sql([("country", "=BR", ()), ("device", "=ios", ())],
 ...               {"country": "string", "device": "string"})
 '"country" = \\'BR\\' AND "device" = \\'ios\\''
 """
@@ -27,7 +31,8 @@ from sqlglot import exp
 from sqlcal.errors import InvalidInputError
 from sqlcal.maps import CalibrationMap, EXP_LIMIT
 from sqlcal.inputs import resolve_table
-from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER, key_match, number, piecewise
+from sqlcal.summaries import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match, number,
+                              piecewise)
 
 #: Ibis / sqlglot dialect names that differ
 _DIALECTS = {"pyspark": "spark", "postgres": "postgres", "duckdb": "duckdb"}
@@ -66,7 +71,10 @@ def with_columns(data, columns) -> tuple[ir.Table, list]:
     return base.mutate(**{n: base[c] for n, c in zip(names, columns)}), names
 
 
-def _typed(value: str, kind: str):
+def _typed(key: str, kind: str):
+    """The literal of a value's key (:func:`sqlcal.summaries.segment_code`) in the feature's
+    type."""
+    value = key[len(SEGMENT_VALUE):]
     if kind == "int":
         return int(value)
     if kind == "bool":
@@ -81,9 +89,9 @@ def _literal(value, kind: str) -> exp.Expression:
 
 
 def condition_sql(predicates, kinds: dict, dialect: str = "duckdb") -> str:
-    """A segment's condition as SQL of ``dialect``: ``predicates`` are ``(feature, value,
-    kept)`` with values as strings (``"__null__"`` for NULL, ``"__other__"`` for the values not
-    in ``kept``)."""
+    """A segment's condition as SQL of ``dialect``: ``predicates`` are ``(feature, key, kept)``
+    (the module's docstring: a value's key, :data:`~sqlcal.summaries.SEGMENT_NULL` for NULL,
+    :data:`~sqlcal.summaries.SEGMENT_OTHER` for the values whose keys are not in ``kept``)."""
     parts = []
     for feature, value, kept in predicates:
         col = exp.column(exp.to_identifier(feature, quoted=True))
@@ -144,7 +152,7 @@ class SegmentFix(CalibrationMap):
     >>> import pandas as pd
     >>> fix = SegmentFix(by=(), table=pd.DataFrame({"segment": ["\\"c\\" = 'a'"],
     ...                                             "theta": [0.5]}),
-    ...                  kind="shift", predicates=[(("c", "a", ()),)], kinds={"c": "string"})
+    ...                  kind="shift", predicates=[(("c", "=a", ()),)], kinds={"c": "string"})
     >>> print(fix.sql("p"))  # doctest: +ELLIPSIS
     CASE WHEN ...
     """
@@ -245,7 +253,7 @@ class SegmentIsotonicFix(SegmentFix):
     >>> blocks = pd.DataFrame({"segment": ["s"] * 2, "entry": [1, 1], "lo": [0.1, 0.5],
     ...                        "hi": [0.3, 0.9], "value": [0.2, 0.6], "slope": [2.0, 0.0]})
     >>> fix = SegmentIsotonicFix(by=(), table=pd.DataFrame({"segment": ["s"]}),
-    ...                          kind="segment isotonic", predicates=[(("c", "a", ()),)],
+    ...                          kind="segment isotonic", predicates=[(("c", "=a", ()),)],
     ...                          kinds={"c": "string"}, blocks=blocks)
     >>> fix.transform_frame(pd.DataFrame({"c": ["a", "a", "b"], "p": [0.4, 0.95, 0.4]}),
     ...                     "p").round(6).tolist()

@@ -1240,10 +1240,15 @@ def is_bound(t: ir.Table) -> bool:
 
 # -- segments: per-segment sums over feature-value conjunctions (sqlcal.segments) ------------
 
-#: the value standing for a NULL feature, and for the values pooled into a feature's "other"
-#: bucket (a value too rare to be a segment of its own); a feature holding either is refused
-SEGMENT_NULL = "__null__"
-SEGMENT_OTHER = "__other__"
+#: how the search keys a feature's value (:func:`segment_value`): a value is
+#: :data:`SEGMENT_VALUE` followed by the value cast to a string; a NULL feature is
+#: :data:`SEGMENT_NULL` and the values pooled into a feature's "other" bucket (each too rare to be
+#: a segment of its own) are :data:`SEGMENT_OTHER`. Neither starts with :data:`SEGMENT_VALUE`,
+#: so no value of the data (``"__null__"``, ``"__other__"``, ``""``, ...) can be taken for NULL,
+#: for the bucket, or for another value
+SEGMENT_VALUE = "="
+SEGMENT_NULL = "null"
+SEGMENT_OTHER = "other"
 #: folds: rows are assigned by the score's bits (x = p·C + Σ split·φ; u = 2·dist(x, ℤ)), pure
 #: double arithmetic every engine evaluates alike; 2 is the holdout, 0 fold A, 1 fold B
 _FOLD_SCALE = 9_999_991.0
@@ -1251,8 +1256,19 @@ _FOLD_SPLIT = 0.6180339887498949
 
 
 def segment_value(col: ir.Value) -> ir.StringValue:
-    """A feature's value as a string, NULL as :data:`SEGMENT_NULL` (so NULL means "free")."""
-    return col.cast("string").fill_null(SEGMENT_NULL)
+    """A feature's value as the search keys it: :data:`SEGMENT_VALUE` and the value as a string,
+    or :data:`SEGMENT_NULL` for NULL (so a NULL key means "free")."""
+    return ibis.ifelse(col.isnull(), ibis.literal(SEGMENT_NULL),
+                       ibis.literal(SEGMENT_VALUE) + col.cast("string"))
+
+
+def segment_code(value: str) -> str:
+    """The key of a feature's value (its string), as :func:`segment_value` makes it.
+
+    >>> segment_code("__null__")
+    '=__null__'
+    """
+    return SEGMENT_VALUE + value
 
 
 def segment_fold(t: ir.Table, holdout: float, a_share: float, split: Sequence[str]
@@ -1270,9 +1286,9 @@ def segment_fold(t: ir.Table, holdout: float, a_share: float, split: Sequence[st
 
 
 def segment_condition(t: ir.Table, predicates: Sequence[tuple]) -> ir.BooleanValue:
-    """Rows of a segment: ``predicates`` are ``(feature, value, kept)``, value a string as
-    :func:`segment_value` gives it, or :data:`SEGMENT_OTHER` for the rows whose value is not
-    among ``kept``."""
+    """Rows of a segment: ``predicates`` are ``(feature, key, kept)``, key a value's key as
+    :func:`segment_value` gives it (:data:`SEGMENT_NULL` for NULL), or :data:`SEGMENT_OTHER` for
+    the rows whose key is not among ``kept``."""
     out = []
     for feature, value, kept in predicates:
         v = segment_value(t[feature])
@@ -1389,11 +1405,12 @@ def segment_sizes(plan: list, cover: Sequence[int]) -> list[int]:
 
 
 def _typed(col: ir.Value, values: Sequence[str]) -> list:
-    """``values`` (strings as :func:`segment_value` gives them) as literals of ``col``'s type:
-    exact for the integer and string columns that can be narrowed (a boolean feature has at
-    most three raw values, never more than twice its candidates' values plus two)."""
+    """``values`` (keys of values as :func:`segment_value` gives them) as literals of ``col``'s
+    type: exact for the integer and string columns that can be narrowed (a boolean feature has
+    at most three raw values, never more than twice its candidates' values plus two)."""
+    values = [v[len(SEGMENT_VALUE):] for v in values]
     if col.type().is_string():
-        return list(values)
+        return values
     if col.type().is_integer():
         return [int(v) for v in values]
     raise TypeError(f"a {col.type()} feature is not narrowed")  # pragma: no cover

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+import sqlcal
 from sqlcal.cli import main
 
 audit = importlib.import_module("sqlcal.segments_audit")
@@ -71,3 +75,88 @@ def test_cli_refuses_the_json_path_before_any_search(ws, capsys, monkeypatch, pa
     for word in words:
         assert word in err
     assert _files(ws) == before
+
+
+# -- NULL, the pooled bucket and every value are kept apart ---------------------------------------
+
+VALUES = st.one_of(
+    st.sampled_from(["__null__", "__other__", "", "null", "other", "=", "=a", "O'Brien",
+                     "a\"b", "NULL", "None", "nan", "ünï", "x y"]),
+    st.text(max_size=6))
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(values=st.lists(st.one_of(st.none(), VALUES), min_size=2, max_size=6, unique=True),
+       sizes=st.lists(st.integers(1, 60), min_size=6, max_size=6), seed=st.integers(0, 2**16))
+def test_null_the_pooled_bucket_and_every_value_are_segments_of_their_own(values, sizes, seed):
+    """Each distinct value of a feature (NULL, ``"__null__"``, ``"__other__"``, ``""``, unicode,
+    quotes) is its own segment, or falls in the pooled bucket when its weight is below
+    ``min_support``; never merged with another. Oracle: pandas on the raw rows with NULL apart
+    from every string (``dropna=False``); the segment's SQL, run by DuckDB on the rows, selects
+    exactly its rows."""
+    import duckdb
+
+    rng = np.random.default_rng(seed)
+    f = np.array([v for v, k in zip(values, sizes) for _ in range(k)], dtype=object)
+    n = len(f)
+    df = pd.DataFrame({"f": f, "g": rng.choice(["x", "y"], n), "p": rng.uniform(0.1, 0.9, n)})
+    df["y"] = (rng.uniform(size=n) < df.p).astype(int)
+    support = 20.0
+    out = sqlcal.segments(df, score="p", label="y", features=["f", "g"], max_depth=2,
+                          min_support=support, min_expected=0.0, mode="full", fdr="none",
+                          top_k=None)
+    # the oracle: each value (NULL one of them) with its weight; those below the support pooled
+    counts = {v if isinstance(v, str) else None: int(c)  # pandas gives NULL as NaN
+              for v, c in df.groupby("f", dropna=False, sort=False).size().items()}
+    kept = [v for v, c in counts.items() if c >= support]
+    pooled = [v for v, c in counts.items() if c < support]
+    depth1 = out[(out.depth == 1) & out.f.notna()]
+    expected = {("value", v): c for v, c in counts.items() if c >= support}
+    if kept and pooled and sum(counts[v] for v in pooled) >= support:  # eligible
+        expected[("other", None)] = int(sum(counts[v] for v in pooled))
+    got = {}
+    for _, row in depth1.iterrows():
+        special = json.loads(row.special_values) if isinstance(row.special_values, str) else {}
+        kind = special.get("f")
+        key = ("value", None) if kind == "null" else ("other", None) if kind == "other" else \
+            ("value", row.f)
+        assert key not in got  # one segment per value: nothing merged
+        got[key] = int(row.n)
+    assert got == {k: int(c) for k, c in expected.items()}
+    # every segment's SQL selects exactly its rows, with its residual
+    frame = df
+    for _, row in out[out.segment.notna()].iterrows():
+        sel = duckdb.sql(f"SELECT count(*) AS n, sum(y - p) AS r FROM frame "
+                         f"WHERE {row.segment}").df()
+        assert int(sel.n[0]) == row.n, row.segment
+        assert float(sel.r[0]) == pytest.approx(row.residual, rel=1e-9, abs=1e-9)
+
+
+def test_fix_of_a_value_named_like_null_shifts_those_rows_not_the_null_ones():
+    """Rows whose feature holds the string ``"__null__"`` are miscalibrated, the NULL rows are
+    not: the significant segment and the fix select the string's rows (``f = '__null__'``), and
+    the exported SQL leaves every NULL row's score as it was."""
+    import duckdb
+
+    rng = np.random.default_rng(3)
+    n = 20000
+    df = pd.DataFrame({"f": rng.choice(np.array(["__null__", None, "a", "b"], dtype=object), n),
+                       "p": rng.uniform(0.1, 0.6, n)})
+    df["y"] = (rng.uniform(size=n) < df.p + np.where(df.f.eq("__null__"), 0.15, 0.0)).astype(int)
+    out = sqlcal.segments(df, score="p", label="y", features=["f"], min_support=100.0,
+                          mode="full")
+    significant = out[out.significant]
+    assert significant.segment.tolist() == ["\"f\" = '__null__'"]
+    assert significant.special_values.isna().all()
+    null_row = out[out.segment == '"f" IS NULL'].iloc[0]
+    assert json.loads(null_row.special_values) == {"f": "null"}
+    assert null_row.n == df.f.isna().sum()
+    fix = sqlcal.segment_fix(df, score="p", label="y", features=["f"], min_support=100.0)
+    assert fix.table.segment.tolist() == ["\"f\" = '__null__'"]
+    fixed = duckdb.sql(f"SELECT f, p, {fix.sql('p')} AS q FROM df").df()
+    changed = fixed.q.to_numpy() != fixed.p.to_numpy()
+    np.testing.assert_array_equal(changed, fixed.f.eq("__null__").to_numpy())
+    # the result itself, passed back as segments=, fits the same rows
+    again = sqlcal.segment_fix(df, score="p", label="y", features=["f"], segments=out)
+    assert again.table.segment.tolist() == ["\"f\" = '__null__'"]
