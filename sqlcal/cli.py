@@ -378,6 +378,7 @@ def _segments(args) -> int:
 
     import sqlcal
     from sqlcal.outputs import JSON_MARKER, check, protected, write_text
+    from sqlcal.segments_map import shown_name
 
     sources = protected(args.data)
     if args.json:  # before any query: a refusal after a search of minutes wastes them
@@ -389,7 +390,7 @@ def _segments(args) -> int:
                    alpha=args.alpha, top_k=args.top_k, strategy=args.strategy)
     found = sqlcal.segments(data, mode=args.mode, effect=args.effect,
                             sliceline_alpha=args.sliceline_alpha, **options)
-    shown = found.drop(columns=["searched"])
+    shown = found.drop(columns=[shown_name("searched", {*options["by"], *options["features"]})])
     doc = {JSON_MARKER[0]: JSON_MARKER[1], "segments": json.loads(found.to_json(
         orient="records"))}
     _out(shown.to_string(index=False))

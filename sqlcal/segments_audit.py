@@ -37,7 +37,7 @@ from sqlcal.options import BudgetError, OptionError, checked
 from sqlcal.query import declared, planner
 from sqlcal.recalibrate import isotonic
 from sqlcal.segments_map import (SegmentFix, SegmentIsotonicFix, condition_sql, dialect,
-                                 feature_kinds, with_columns)
+                                 feature_kinds, shown_name, with_columns)
 from sqlcal.inputs import Source, source
 from sqlcal.summaries import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
                               segment_code, segment_condition, segment_fold, segment_plan,
@@ -207,8 +207,8 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     search = _search(src, spec, min_support=min_support, min_expected=min_expected,
                      holdout=0.0, top_k=top_k, screen_z=screen_z,
                      bins=int(bins) if effect == "ece" else 0)
-    return _with_dropped(src, _report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k),
-                         spec["by"])
+    return _present(_with_dropped(src, _report(search, spec, alpha=alpha, fdr=fdr,
+                                                top_k=top_k), spec["by"]), spec)
 
 
 def default_support(W: float) -> float:
@@ -235,6 +235,15 @@ def default_support(W: float) -> float:
     (1000.0, 1000.0, 100000.0)
     """
     return max(SUPPORT_FLOOR, SUPPORT_SHARE * float(W))
+
+
+def _present(frame: pd.DataFrame, spec: dict) -> pd.DataFrame:
+    """A result with the user's names: group keys and feature columns (internal names inside
+    the search) get theirs back, and each column sqlcal adds takes a trailing underscore while a
+    group key or feature holds its name (:func:`~sqlcal.segments_map.shown_name`)."""
+    users = {*spec["keys"], *spec["features"]}
+    own = dict(zip((*spec["by"], *spec["columns"]), (*spec["keys"], *spec["features"])))
+    return frame.rename(columns={c: own.get(c) or shown_name(c, users) for c in frame.columns})
 
 
 def _with_dropped(src: Source, out: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
@@ -346,7 +355,7 @@ def multicalibration(data, *, score: str, label: str, weight: str | None = None,
                    p_value=min(1.0, m * 2 * stats.norm.sf(zmax)) if m else np.nan,
                    n_segments=m, n=int(g["n_fold"][FOLD_A]), W=W, metric=metric, bins=int(bins))
         rows.append(row)
-    return _with_dropped(src, pd.DataFrame(rows), spec["by"])
+    return _present(_with_dropped(src, pd.DataFrame(rows), spec["by"]), spec)
 
 
 @checked
@@ -446,11 +455,12 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
     if segments is None:
         search = _search(src, spec, min_support=min_support, min_expected=min_expected,
                          holdout=holdout, top_k=top_k, screen_z=screen_z, bins=0)
-        found = _report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k)
+        found = _present(_report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k), spec)
         kept = search["kept"]
     else:
         found, kept = segments, [() for _ in spec["features"]]
-        other = [SEGMENT_OTHER in _keys_of(row, spec["features"]).values()
+        special = shown_name("special_values", {*spec["keys"], *spec["features"]})
+        other = [SEGMENT_OTHER in _keys_of(row, spec["features"], special).values()
                  for _, row in found.iterrows()]
         if any(other):
             raise OptionError(f"segment_fix: segments= holds {sum(other)} segments of a pooled "
@@ -505,10 +515,14 @@ def _prepare(data, score, label, weight, by, where, features, split, on_invalid,
             f"{max(math.comb(len(features), d) for d in range(1, depth + 1))} GROUP BY branches "
             f"in one statement, over the budget of {budget.terms} query terms; lower max_depth "
             "or pass fewer features (or raise sqlcal.options.budget(terms=))")
-    table, names = with_columns(data, [*features, *split])
-    columns, split_columns = tuple(names[:len(features)]), tuple(names[len(features):])
+    # every column the search groups by under an internal name: the user's names come back
+    # only in the results (:func:`_present`)
+    table, names = with_columns(data, [*by, *features, *split])
+    keys = tuple(names[:len(by)])
+    columns = tuple(names[len(by):len(by) + len(features)])
+    split_columns = tuple(names[len(by) + len(features):])
     src = source(table, score=score, label=label, weight=weight,
-                 by=(*by, *columns, *split_columns), where=where, on_invalid=on_invalid)
+                 by=(*keys, *columns, *split_columns), where=where, on_invalid=on_invalid)
     kinds = dict(zip(features, feature_kinds(src.rows, columns).values()))
     bad = [f for f, k in kinds.items() if k is None]
     if bad:
@@ -517,7 +531,8 @@ def _prepare(data, score, label, weight, by, where, features, split, on_invalid,
     for col, name in zip(split, split_columns):
         if not src.rows.schema()[name].is_numeric():
             raise OptionError(f"segments: split column {col!r} is not numeric")
-    spec = dict(by=by, features=features, columns=columns, split=split_columns, depth=depth,
+    spec = dict(by=keys, keys=by, features=features, columns=columns, split=split_columns,
+                depth=depth,
                 mode=mode,
                 max_candidates=int(max_candidates), kinds=kinds, dialect=dialect(src.rows),
                 weight_kind=weight_kind, branches_max=branches, strategy=strategy)
@@ -760,8 +775,10 @@ def _errors(s: np.ndarray) -> np.ndarray:
 def _sliceline(size, errors, W, E, alpha: float) -> np.ndarray:
     """SliceLine's score α(ē_S/ē − 1) − (1 − α)(W/W_S − 1) (SystemDS ``sliceLine``, ``score``):
     -inf for an empty segment or a group without error."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = alpha * ((errors / size) / (E / W) - 1) - (1 - alpha) * (W / size - 1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # at α = 1 the size term is 0 even where W/W_S overflows (a denormal weight)
+        size_term = (1 - alpha) * (W / size - 1) if alpha < 1 else 0.0
+        out = alpha * ((errors / size) / (E / W) - 1) - size_term
     return np.where((np.asarray(size) > 0) & (E > 0) & (W > 0), out, -np.inf)
 
 
@@ -1000,20 +1017,21 @@ def _special(codes, search, features) -> str | None:
     return json.dumps(out, sort_keys=True) if out else None
 
 
-def _shown(predicates, features) -> dict:
-    """A fitted segment's feature columns and ``special_values`` as a result shows them."""
+def _shown(predicates, spec) -> dict:
+    """A fitted segment's feature columns (internal names, :func:`_present` restores the
+    user's) and ``special_values`` as a result shows them."""
     keys = {f: key for f, key, _ in predicates}
     special = {f: SPECIAL[k] for f, k in keys.items() if k in SPECIAL}
-    return {**{f: SHOWN.get(keys[f], keys[f][len(SEGMENT_VALUE):]) if f in keys else None
-               for f in features},
+    return {**{c: SHOWN.get(keys[f], keys[f][len(SEGMENT_VALUE):]) if f in keys else None
+               for f, c in zip(spec["features"], spec["columns"])},
             "special_values": json.dumps(special, sort_keys=True) if special else None}
 
 
-def _keys_of(row, features) -> dict:
+def _keys_of(row, features, column: str = "special_values") -> dict:
     """A result row's predicates as ``{feature: key}`` (:func:`sqlcal.summaries.segment_code`),
-    its ``special_values`` telling a NULL predicate and the pooled bucket from values that
-    read the same."""
-    special = row.get("special_values")
+    its ``special_values`` (in ``column``) telling a NULL predicate and the pooled bucket from
+    values that read the same."""
+    special = row.get(column)
     special = json.loads(special) if isinstance(special, str) else {}
     code = {name: key for key, name in SPECIAL.items()}
     return {f: code[special[f]] if f in special else segment_code(str(row[f]))
@@ -1059,7 +1077,7 @@ def adjust(p: np.ndarray, method: str) -> np.ndarray:
 
 
 def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
-    by, features, mode = spec["by"], spec["features"], spec["mode"]
+    by, features, mode = spec["by"], spec["columns"], spec["mode"]
     test_fold = FOLD_B if mode == "split" else FOLD_A
     binned = spec.get("effect") == "ece"
     sliceline = spec.get("effect") == "sliceline"
@@ -1126,7 +1144,7 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
                 if hit.any():
                     at[i] = search["values"][c[hit][0]]
             cols[f] = at
-        cols["special_values"] = [_special(c, search, features) for c in codes]
+        cols["special_values"] = [_special(c, search, spec["features"]) for c in codes]
         for f in features:
             cols[f] = [None if v is None else SHOWN.get(v, v[len(SEGMENT_VALUE):])
                        for v in cols[f]]
@@ -1193,8 +1211,8 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
         frames.append(part)
     out = pd.concat(frames, ignore_index=True)
     columns = [*by, "segment", "depth", *features, "special_values", "n", "W", "mean_score",
-               "observed", "citl", "residual", "harm", "z", "p_value", "q_value", "significant", "logit_shift",
-               "logit_shift_se", "explained_by", "residual_all", "z_all", "family_size",
+               "observed", "citl", "residual", "harm", "z", "p_value", "q_value", "significant",
+               "logit_shift", "logit_shift_se", "explained_by", "residual_all", "z_all", "family_size",
                "tested", "statements", "branches", "searched", "weight_kind"]
     if binned:
         columns[columns.index("explained_by"):columns.index("explained_by")] = [
@@ -1287,18 +1305,22 @@ def _explained(part: pd.DataFrame, alpha: float, search: dict) -> list:
 
 
 def _chosen(found: pd.DataFrame, spec: dict, kept, max_segments: int) -> list:
-    """(group key, predicates, segment text, row) of the segments to fit, per group by harm."""
-    features, by = spec["features"], spec["by"]
-    ok = found[found["significant"].fillna(False).astype(bool) & found["explained_by"].isna()
-               & found["segment"].notna()]
-    ok = ok.sort_values([*by, "harm"], ascending=[True] * len(by) + [False], kind="stable")
+    """(group key, predicates, segment text) of the segments to fit, per group by harm, from a
+    result with the user's names (:func:`_present`)."""
+    features, by = spec["features"], spec["keys"]
+    name = {c: shown_name(c, {*by, *features}) for c in ("significant", "explained_by",
+                                                         "segment", "harm")}
+    ok = found[found[name["significant"]].fillna(False).astype(bool)
+               & found[name["explained_by"]].isna() & found[name["segment"]].notna()]
+    ok = ok.sort_values([*by, name["harm"]], ascending=[True] * len(by) + [False],
+                        kind="stable")
     out = []
     for _, part in (ok.groupby(list(by), sort=True, dropna=False) if by else [((), ok)]):
         for _, row in part.head(max_segments).iterrows():
             key = tuple(None if _null(row[k]) else row[k] for k in by)
-            keys = _keys_of(row, features)
+            keys = _keys_of(row, features, shown_name("special_values", {*by, *features}))
             node = tuple((j, keys[f]) for j, f in enumerate(features) if f in keys)
-            out.append((key, _predicates(node, kept, features), row["segment"]))
+            out.append((key, _predicates(node, kept, features), row[name["segment"]]))
     return out
 
 
@@ -1347,12 +1369,12 @@ def _fit(src: Source, spec: dict, chosen: list, penalty, kind: str = "shift") ->
         if platt:
             row["slope"], row["slope_se"] = float(slopes[i]), float(ses[i, 1])
     table = pd.DataFrame(rows, columns=[
-        *by, "segment", *features, "special_values", "theta", "theta_se", *(["slope", "slope_se"] if platt else []),
-        *HOLDOUT_COLUMNS])
-    return SegmentFix(by=tuple(by), table=table,
+        *by, "segment", *spec["columns"], "special_values", "theta", "theta_se",
+        *(["slope", "slope_se"] if platt else []), *HOLDOUT_COLUMNS])
+    return SegmentFix(by=spec["keys"], table=_present(table, spec),
                       kind="segment platt" if platt else "segment shift",
                       predicates=[c[1] for c in chosen], kinds=spec["kinds"], clip=CLIP,
-                      summary=summary)
+                      summary=_present(summary, spec))
 
 
 #: the per-segment holdout checks of a fix's table
@@ -1366,7 +1388,7 @@ def _fit_isotonic(src: Source, spec: dict, chosen: list, engine: list, group_key
     the first segment holding it); per entry, isotonic regression of y on p over the fitting
     rows (folds A and B) of that entry, exact (:func:`sqlcal.isotonic`); judged on the holdout
     as the shifts are, each segment's checks over the rows its entry holds."""
-    by, features = spec["by"], spec["features"]
+    by = spec["by"]
     folds = (spec["holdout"], 0.5, spec["split"])
     blocks = pd.DataFrame()
     terms = None
@@ -1399,14 +1421,15 @@ def _fit_isotonic(src: Source, spec: dict, chosen: list, engine: list, group_key
     for i, row in enumerate(rows_):
         row.pop("_hf")
         row["blocks"] = int((blocks["sqlcal_entry"] == i + 1).sum()) if len(blocks) else 0
-    table = pd.DataFrame(rows_, columns=[*by, "segment", *features, "special_values", "blocks",
-                                         *HOLDOUT_COLUMNS])
+    table = pd.DataFrame(rows_, columns=[*by, "segment", *spec["columns"], "special_values",
+                                         "blocks", *HOLDOUT_COLUMNS])
     if len(blocks):
         blocks.insert(0, "segment", [chosen[int(e) - 1][2] for e in blocks["sqlcal_entry"]])
         blocks = blocks.rename(columns={"sqlcal_entry": "entry"})
-    return SegmentIsotonicFix(by=tuple(by), table=table, kind="segment isotonic",
-                              predicates=[c[1] for c in chosen], kinds=spec["kinds"], clip=CLIP,
-                              summary=summary, blocks=blocks)
+    return SegmentIsotonicFix(by=spec["keys"], table=_present(table, spec),
+                              kind="segment isotonic", predicates=[c[1] for c in chosen],
+                              kinds=spec["kinds"], clip=CLIP, summary=_present(summary, spec),
+                              blocks=_present(blocks, spec))
 
 
 def _judged(terms, chosen: list, spec: dict, group_keys: list, lambdas: dict,
@@ -1416,7 +1439,7 @@ def _judged(terms, chosen: list, spec: dict, group_keys: list, lambdas: dict,
     Σwp'(1 − p')), per group the log loss, Brier score and multiaccuracy before and after and
     ``accepted`` iff the log loss falls by more than two standard errors of the paired per-row
     difference and no segment's holdout |z| grows past max(its |z| before, ``z_floor``)."""
-    by, features = spec["by"], spec["features"]
+    by = spec["by"]
     table_rows, summary_rows = [], []
     all_keys = group_keys or [()] * (not by)
     for key in all_keys:
@@ -1424,7 +1447,7 @@ def _judged(terms, chosen: list, spec: dict, group_keys: list, lambdas: dict,
         part = _group_rows(terms, by, key)
         if not len(part):  # no row of the group (or nothing fitted)
             table_rows += [dict(**dict(zip(by, key)), segment=chosen[i][2], _hf=0.0,
-                                **_shown(chosen[i][1], features)) for i in idx]
+                                **_shown(chosen[i][1], spec)) for i in idx]
             summary_rows.append(dict(**dict(zip(by, key)), n_segments=0, accepted=False))
             continue
         hold = part[part["sqlcal_fold"] == HOLDOUT]
@@ -1447,7 +1470,7 @@ def _judged(terms, chosen: list, spec: dict, group_keys: list, lambdas: dict,
             ma_before, ma_after = max(ma_before, abs(r0) / W), max(ma_after, abs(r1) / W)
             table_rows.append(dict(
                 **dict(zip(by, key)), segment=chosen[i][2],
-                **_shown(chosen[i][1], features), _hf=fit["h"].to_numpy()[m_f].sum(),
+                **_shown(chosen[i][1], spec), _hf=fit["h"].to_numpy()[m_f].sum(),
                 holdout_residual_before=r0, holdout_residual_after=r1,
                 holdout_z_before=z0, holdout_z_after=z1))
         summary_rows.append(dict(

@@ -59,16 +59,34 @@ def dialect(rows: ir.Table) -> str:
 
 
 def with_columns(data, columns) -> tuple[ir.Table, list]:
-    """The table of ``data`` with each of ``columns`` copied under an internal name
-    (``sqlcal_c0``, ...): features ride along as group keys of the summaries, where a name
-    such as ``n`` or ``k`` would clash with a summary column. Returns the table and the names."""
+    """The table of ``data`` with each of ``columns`` (group keys, features, split columns)
+    copied under an internal name (``sqlcal_c0``, ...; the prefix takes underscores until no
+    column of the table starts with it): they ride along as group keys of the summaries, where
+    the user's name (``n``, ``segment``, ``sqlcal_fold``, ...) could be a summary's or the
+    search's own column. Returns the table and the names."""
     base = resolve_table(data, None)
     missing = [c for c in columns if c not in base.columns]
     if missing:
-        raise InvalidInputError(f"feature or split columns {missing} are not in the table; its "
-                                f"columns are {list(base.columns)}")
-    names = [f"sqlcal_c{i}" for i in range(len(columns))]
+        raise InvalidInputError(f"group key, feature or split columns {missing} are not in the "
+                                f"table; its columns are {list(base.columns)}")
+    prefix = "sqlcal_c"
+    while any(c.startswith(prefix) for c in base.columns):
+        prefix += "_"
+    names = [f"{prefix}{i}" for i in range(len(columns))]
     return base.mutate(**{n: base[c] for n, c in zip(names, columns)}), names
+
+
+def shown_name(column: str, users) -> str:
+    """The name of a column sqlcal adds to a result beside the user's group keys and features
+    (``users``): its own, with a trailing underscore added while one of ``users`` holds it (no
+    column of sqlcal's ends with one, so two never meet).
+
+    >>> shown_name("segment", {"segment"}), shown_name("z", {"z", "z_"}), shown_name("n", ())
+    ('segment_', 'z__', 'n')
+    """
+    while column in users:
+        column += "_"
+    return column
 
 
 def _typed(key: str, kind: str):
@@ -162,6 +180,11 @@ class SegmentFix(CalibrationMap):
     clip: float = 1e-6
     summary: pd.DataFrame | None = None
 
+    def _name(self, column: str) -> str:
+        """Where the tables hold sqlcal's ``column`` beside the group keys and features
+        (:func:`shown_name`)."""
+        return shown_name(column, {*self.by, *self.kinds})
+
     def _conditions(self, table: ir.Table) -> list:
         """Each fitted segment's condition over ``table`` (its group's key included)."""
         keys = self.table[list(self.by)].itertuples(index=False) if self.by else \
@@ -178,8 +201,10 @@ class SegmentFix(CalibrationMap):
 
     def _shift(self, table: ir.Table, eta: ir.FloatingValue) -> ir.FloatingValue:
         shift = number(0.0)
-        slopes = self.table["slope"] if "slope" in self.table else [None] * len(self.table)
-        for cond, theta, slope in zip(self._conditions(table), self.table["theta"], slopes):
+        slope = self._name("slope")
+        slopes = self.table[slope] if slope in self.table else [None] * len(self.table)
+        for cond, theta, slope in zip(self._conditions(table), self.table[self._name("theta")],
+                                      slopes):
             value = number(float(theta))
             if slope is not None and not pd.isna(slope):  # kind="platt": θ + γ·logit p̃
                 value = value + number(float(slope)) * eta
@@ -267,12 +292,11 @@ class SegmentIsotonicFix(SegmentFix):
         p = table[score].cast("float64")
         cases = []
         for i, cond in enumerate(self._conditions(table)):
-            part = self.blocks[self.blocks["entry"] == i + 1] if self.blocks is not None and \
-                len(self.blocks) else ()
+            part = self.blocks[self.blocks[self._name("entry")] == i + 1] \
+                if self.blocks is not None and len(self.blocks) else ()
             # an entry without blocks (no fitting rows) keeps its rows' scores
-            value = piecewise(p, *(part[c].to_numpy(float) for c in ("lo", "hi", "value",
-                                                                       "slope"))) \
-                if len(part) else p
+            value = piecewise(p, *(part[self._name(c)].to_numpy(float)
+                                   for c in ("lo", "hi", "value", "slope"))) if len(part) else p
             cases.append((cond, value))
         return _missing_score(p, ibis.cases(*cases, else_=p) if cases else p)
 

@@ -569,7 +569,7 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
     if summary.kind == "segment_sums":  # sqlcal.segments: one branch per column tuple
         return segment_sums(rows, summary.params, weighted=weighted, checks=checks)
     if summary.kind == "segment_terms":
-        return segment_terms(rows, summary.params, weighted=weighted)
+        return segment_terms(rows, summary.params, weighted=weighted, checks=checks)
     if summary.kind == "cells_within":
         grid, ranges = summary.params
         return cells(within_ranges(rows, by, ranges), by, grid, parts, weighted=weighted,
@@ -1579,17 +1579,20 @@ def piecewise(p: ir.FloatingValue, lo, hi, value, slope) -> ir.FloatingValue:
     return tree(0, len(value) - 1).cast("float64")
 
 
-def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
+def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool,
+                  checks: Callable | None = None) -> ir.Table:
     """Per fold, group and membership pattern (Σ 2^k over the segments k holding the row), the
     terms of the logistic fit logit p' = logit p̃ + Σ θ_k·1[row ∈ S_k], p̃ = clip(p):
     a segment's θ may be a pair (intercept, slope): its rows get θ₀ + θ₁·logit p̃ (a
     per-segment Platt map); or four tuples (lo, hi, value, slope), an isotonic map's blocks
     (:func:`piecewise`): then the segments are a decision list, a row belongs to the first
-    segment holding it, and its p' is the map's value clipped to [clip, 1 − clip]; with ``step`` > 0 also per logit cell ``cell`` = FLOOR(logit p̃ /
-    step) and only ``n``, ``W``, Σwy, Σw·logit p̃ (the fit's histogram); with ``step`` = 0 the
-    exact terms at the
-    given θ: ``r`` = Σw(y − p'), ``h`` = Σwp'(1 − p'), ``r0``, ``h0`` (at θ = 0), the
-    log-likelihoods ``ll``, ``ll0``, ``dd`` = Σw(ℓ' − ℓ₀)², the Brier sums ``bs``, ``bs0``."""
+    segment holding it, and its p' is the map's value clipped to [clip, 1 − clip]; with ``step``
+    > 0 also per logit cell ``lcell`` = FLOOR(logit p̃ / step) and only ``n``, ``W``, Σwy,
+    Σw·logit p̃ (the fit's histogram); with ``step`` = 0 the exact terms at the given θ:
+    ``r`` = Σw(y − p'), ``h`` = Σwp'(1 − p'), ``r0``, ``h0`` (at θ = 0), the log-likelihoods
+    ``ll``, ``ll0``, ``dd`` = Σw(ℓ' − ℓ₀)², the Brier sums ``bs``, ``bs0``. As the first scan of
+    a source (a fix of given segments) it carries the validation ``checks`` and the score's
+    range ``p_min``, ``p_max``."""
     by, features, (holdout, a_share, split), segments, step, clip = params
     t = rows.mutate(sqlcal_fold=segment_fold(rows, holdout, a_share, split))
     member = [key_match(t, key, by) & segment_condition(t, preds) if by else
@@ -1608,12 +1611,13 @@ def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
     eta = (pc / (1 - pc)).ln()
     t = t.mutate(pattern=pattern, sqlcal_eta=eta)
     keys = ["sqlcal_fold", *by, "pattern"]
+    valid = ({**checks(t), "p_min": t.p.min(), "p_max": t.p.max()} if checks else {})
     if step:
-        t = t.mutate(cell=(t.sqlcal_eta / number(step)).floor().cast("int64"))
+        t = t.mutate(lcell=(t.sqlcal_eta / number(step)).floor().cast("int64"))
         w = (lambda v: t.w * v) if weighted else (lambda v: v)
-        return _aggregate(t, [*keys, "cell"], n=t.count(),
+        return _aggregate(t, [*keys, "lcell"], n=t.count(),
                           W=t.w.sum() if weighted else t.count().cast("float64"),
-                          swy=w(t.y).sum(), sweta=w(t.sqlcal_eta).sum())
+                          swy=w(t.y).sum(), sweta=w(t.sqlcal_eta).sum(), **valid)
     shift = ibis.literal(0.0)
     for m, (_, _, theta) in zip(member, segments):
         if _is_blocks(theta):  # an isotonic map: logit of its clipped value, less logit p̃
@@ -1633,7 +1637,7 @@ def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
     t = t.mutate(sqlcal_ll=ll, sqlcal_ll0=ll0)
     d = t.sqlcal_ll - t.sqlcal_ll0
     w = (lambda v: t.w * v) if weighted else (lambda v: v)
-    return _aggregate(t, keys, n=t.count(),
+    return _aggregate(t, keys, **valid, n=t.count(),
                       W=t.w.sum() if weighted else t.count().cast("float64"), swy=w(t.y).sum(),
                       r=w(t.y - t.sqlcal_mu).sum(), h=w(t.sqlcal_mu * (1 - t.sqlcal_mu)).sum(),
                       r0=w(t.y - t.sqlcal_pc).sum(), h0=w(t.sqlcal_pc * (1 - t.sqlcal_pc)).sum(),

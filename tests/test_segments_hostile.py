@@ -160,3 +160,123 @@ def test_fix_of_a_value_named_like_null_shifts_those_rows_not_the_null_ones():
     # the result itself, passed back as segments=, fits the same rows
     again = sqlcal.segment_fix(df, score="p", label="y", features=["f"], segments=out)
     assert again.table.segment.tolist() == ["\"f\" = '__null__'"]
+
+
+# -- any group key or feature name --------------------------------------------------------------
+
+
+def _named(column: str, users) -> str:
+    """The documented rule: sqlcal's column takes a trailing underscore while a group key or a
+    feature of the user's has its name."""
+    while column in users:
+        column += "_"
+    return column
+
+
+def _grouped(key: str, features: list[str], n=12000, seed=5) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({key: rng.choice(["web", "app"], n),
+                       features[0]: rng.choice(["a", "b", "c"], n),
+                       features[1]: rng.choice(["x", "y"], n), "score": rng.beta(2, 5, n)})
+    star = df[key].eq("web") & df[features[0]].eq("a") & df[features[1]].eq("x")
+    eta = np.log(df.score / (1 - df.score)) + 0.8 * star
+    df["label"] = (rng.uniform(size=n) < 1 / (1 + np.exp(-eta))).astype(int)
+    return df
+
+
+@pytest.mark.parametrize("key, features", [
+    ("segment", ["country", "device"]),          # the demo table's own column
+    ("n", ["z", "harm"]),                         # keys and features named like result columns
+    ("sqlcal_c0", ["sqlcal_c1", "sqlcal_fold"]),  # named like the search's internal columns
+    ("pattern", ["theta", "searched"]),           # ... and the fix's
+    ("segment", ["segment_", "special_values"]),  # the renamed column itself taken
+])
+def test_any_key_or_feature_name_gives_each_group_its_own_segments(key, features):
+    """segments(by=key) equals segments on each group's rows alone, whatever the names of the
+    key and of the features; the key comes first under its own name, and each column sqlcal adds
+    whose name a key or feature holds takes trailing underscores."""
+    df = _grouped(key, features)
+    kw = dict(score="score", label="label", features=features, max_depth=2, min_support=200.0,
+              mode="full", top_k=None)
+    out = sqlcal.segments(df, by=key, **kw)
+    users = {key, *features}
+    assert out.columns[0] == key
+    assert set(out[key]) == {"web", "app"}
+    for c in ("segment", "n", "z", "harm", "searched", "special_values", "significant"):
+        assert _named(c, users) in out.columns
+    for value in ("web", "app"):
+        alone = sqlcal.segments(df[df[key] == value].drop(columns=key), **kw)
+        got = out[out[key] == value]
+        assert len(got) == len(alone)
+        for f in features:  # the user's columns under their own names
+            assert got[f].tolist() == alone[f].tolist(), f
+        for c in ("segment", "depth", "n", "W", "residual", "z", "q_value", "significant",
+                  "explained_by"):  # sqlcal's, each under its name in that result
+            mine, theirs = got[_named(c, users)], alone[_named(c, set(features))]
+            if c in ("W", "residual", "z", "q_value"):
+                np.testing.assert_allclose(mine, theirs, rtol=1e-9, atol=1e-12)
+            else:
+                assert mine.tolist() == theirs.tolist(), c
+
+
+@pytest.mark.parametrize("key, features", [("segment", ["country", "device"]),
+                                           ("theta", ["pattern", "accepted"])])
+def test_segment_fix_by_any_key_equals_the_fix_of_each_group_alone(key, features):
+    """The fix's SQL, run by DuckDB on the user's table (its key column named like a result or
+    internal column), gives each row the score the fix of its group's rows alone gives."""
+    import duckdb
+
+    df = _grouped(key, features, n=30000)
+    kw = dict(score="score", label="label", features=features, max_depth=2, min_support=300.0)
+    fix = sqlcal.segment_fix(df, by=key, **kw)
+    users = {key, *features}
+    assert fix.table.columns[0] == fix.summary.columns[0] == key
+    assert _named("theta", users) in fix.table and _named("accepted", users) in fix.summary
+    assert set(fix.table[key]) == {"web"}  # only the planted group has a segment
+    got = duckdb.sql(f"SELECT {fix.sql('score')} AS q FROM df").df().q.to_numpy()
+    expect = df.score.to_numpy().copy()
+    for value in ("web", "app"):
+        rows = (df[key] == value).to_numpy()
+        part = df[rows].drop(columns=key)
+        alone = sqlcal.segment_fix(part, **kw)
+        expect[rows] = duckdb.sql(f"SELECT {alone.sql('score')} AS q FROM part").df().q
+    np.testing.assert_allclose(got, expect, rtol=1e-9)
+
+
+def test_cli_segments_by_a_key_named_segment(ws, capsys, tmp_path):
+    """``sqlcal segments --by segment`` (the demo's column) runs, and its JSON holds the key
+    under its name and the condition under ``segment_``."""
+    _grouped("segment", ["country", "device"], n=20000).to_parquet("g.parquet")
+    code = main(["segments", "g.parquet", "--score", "score", "--label", "label", "--by",
+                 "segment", "--features", "country,device", "--min-support", "300", "--fix",
+                 "--json", "out.json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(Path("out.json").read_text())
+    first = next(r for r in doc["segments"] if r["segment"] == "web")  # keys sort first
+    assert first["significant"] and first["segment_"] == (
+        "\"country\" = 'a' AND \"device\" = 'x'")
+    assert doc["fix"]["table"][0]["segment"] == "web"
+    assert doc["fix"]["sql"] in out
+
+
+def test_report_segments_section_by_a_key_named_segment(tmp_path):
+    import jsonschema
+
+    from sqlcal import html, scheduled
+
+    path = tmp_path / "g.parquet"
+    _grouped("segment", ["country", "device"], n=20000).to_parquet(path)
+    config = scheduled.validate_config({
+        "source": {"data": str(path), "score": "score", "label": "label", "by": ["segment"]},
+        "metrics": {"ece": {}},
+        "segments": {"features": ["country", "device"], "min_support": 300.0}})
+    run = scheduled.run_report(config, diagrams=False, progress=False)
+    doc = scheduled.to_document(run)
+    jsonschema.validate(doc, scheduled.json_schema())
+    first = next(r for r in doc["segments"] if r["segment"] == "web")  # keys sort first
+    assert first["significant"]
+    assert first["segment_"] == "\"country\" = 'a' AND \"device\" = 'x'"
+    assert first["searched"]["mode"] == "split"
+    page = html.render(run)
+    assert "&quot;country&quot; = &#x27;a&#x27; AND &quot;device&quot; = &#x27;x&#x27;" in page
