@@ -245,7 +245,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     seg.add_argument("--min-support", type=float, help="least weight of a segment (default "
                                                          "max(1000, 1e-3 of the group's weight))")
     seg.add_argument("--mode", choices=["split", "full"], default="split")
-    seg.add_argument("--fdr", choices=["bh", "by", "bonferroni", "none"], default="bh")
+    seg.add_argument("--fdr", choices=["bh", "by", "bonferroni", "none"],
+                     help="the multiple-testing control (default: bh for the segments, "
+                          "bonferroni for the segments --fix fits)")
     seg.add_argument("--alpha", type=float, default=0.05)
     seg.add_argument("--top-k", type=_positive, default=100)
     seg.add_argument("--effect", choices=["residual", "ece", "sliceline"], default="residual",
@@ -386,16 +388,17 @@ def _segments(args) -> int:
     data = (args.data, args.table) if args.table else args.data
     options = dict(score=args.score, label=args.label, weight=args.weight,
                    by=_keys(args.by), where=args.where, features=_keys(args.features),
-                   max_depth=args.max_depth, min_support=args.min_support, fdr=args.fdr,
+                   max_depth=args.max_depth, min_support=args.min_support,
                    alpha=args.alpha, top_k=args.top_k, strategy=args.strategy)
     found = sqlcal.segments(data, mode=args.mode, effect=args.effect,
-                            sliceline_alpha=args.sliceline_alpha, **options)
+                            sliceline_alpha=args.sliceline_alpha, fdr=args.fdr or "bh",
+                            **options)
     shown = found.drop(columns=[shown_name("searched", {*options["by"], *options["features"]})])
     doc = {JSON_MARKER[0]: JSON_MARKER[1], "segments": json.loads(found.to_json(
         orient="records"))}
     _out(shown.to_string(index=False))
     if args.fix:
-        fix = sqlcal.segment_fix(data, **options)
+        fix = sqlcal.segment_fix(data, fdr=args.fdr or "bonferroni", **options)
         doc["fix"] = {"sql": fix.sql(args.score), "table": json.loads(fix.table.to_json(
             orient="records")), "summary": json.loads(fix.summary.to_json(orient="records"))}
         _out(fix.summary.to_string(index=False))

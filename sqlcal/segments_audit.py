@@ -172,10 +172,29 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     & Boehm 2021, made valid for signed residuals). Fold-B p-values are valid conditionally on
     the fold-A selection (Cox 1975; Wasserman & Roeder 2009); Benjamini & Hochberg (1995) controls
     the FDR. ``harm`` is the multiaccuracy violation of the segment's indicator (Kim, Ghorbani &
-    Zou 2019). A significant segment is ``explained_by`` its most general significant ancestor T
-    when :math:`R_S - \delta_T V_S` is not significant at ``alpha``; failing that, by a
-    significant descendant D when :math:`R_S - R_D` is not (a marginal that is miscalibrated
-    only through one sub-segment).
+    Zou 2019).
+
+    *Redundancy.* A segment that overlaps a miscalibrated one is often significant only
+    through the rows they share (a marginal holding part of a planted 2-way segment). A
+    significant S is ``explained_by`` a significant T when what T leaves of S's excess, on the
+    test fold, would not have been a discovery: its p-value (tested as S was: one-sided in S's
+    direction in split mode, two-sided in full mode, the binned chi-square with
+    ``effect="ece"``) is above the cut-off that made the discoveries (k·α/m for
+    Benjamini-Hochberg with k of m tests significant; α/m for Bonferroni). What T leaves is
+    the residual of S's rows outside T, :math:`R_S - R_{S\cap T}` with variance
+    :math:`V_S - V_{S\cap T}`: if S's miscalibration lies within T, those rows are calibrated,
+    share no row with T, and the statistic is standard normal, so the rule keeps S apart
+    (unexplained) at the level of the search. When S lies inside T (T an ancestor) nothing is
+    left outside T, and the question is whether S's excess is T's shift: the score test of a
+    shift of S's own once T's is fitted on the same fold (Rao's score test with a nuisance
+    parameter), :math:`U = R_S - c R_T`, :math:`c = I_S/I_T`,
+    :math:`\operatorname{Var} U = V_S - 2cV_S + c^2V_T` (I = Σwp(1 − p); for frequency
+    weights the variance is :math:`I_S(1 - I_S/I_T)`). Segments are taken by strength (\|z\|,
+    largest first) and each is tested against those already left unexplained, so
+    ``explained_by`` names an unexplained segment and never forms a cycle;
+    :func:`segment_fix` fits the unexplained ones only. The sums of S ∩ T (a conjunction)
+    come from the lattice when the search evaluated it, else from one more statement (counted
+    in ``statements``) per round of new unexplained segments, over their rows only.
 
     Examples
     --------
@@ -364,8 +383,9 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
                 kind: str = "shift", holdout: float = 0.2, penalty="auto",
                 max_segments: int = 30,
                 max_depth: int | None = 3, min_support: float | None = None,
-                min_expected: float = 10.0, split: Sequence[str] = (), fdr: str = "bh",
-                alpha: float = 0.05, top_k: int = 100, screen_z: float = 2.0,
+                min_expected: float = 10.0, split: Sequence[str] = (),
+                fdr: str = "bonferroni", alpha: float = 0.05, top_k: int = 100,
+                screen_z: float = 2.0,
                 max_candidates: int = 1_000_000, strategy: str = "levels",
                 weight_kind: str | None = None, on_invalid: str = "raise") -> SegmentFix:
     r"""Per-segment logit shifts fitted on the discovery rows and judged on a holdout.
@@ -377,8 +397,14 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
     Parameters
     ----------
     data, score, label, weight, by, where, features, max_depth, min_support, min_expected,
-    split, fdr, alpha, top_k, screen_z, max_candidates, strategy, weight_kind, on_invalid
+    split, alpha, top_k, screen_z, max_candidates, strategy, weight_kind, on_invalid
         As :func:`segments`.
+    fdr : {"bonferroni", "bh", "by", "none"}, default "bonferroni"
+        The adjustment of the search that picks the segments to fit. A fix changes the scores
+        of every row of every segment it fits, so by default it controls the probability of
+        fitting any calibrated segment at all (Bonferroni: at most ``alpha``), where the
+        false discovery rate of :func:`segments` (``"bh"``) lets about ``alpha`` of the
+        discoveries be false: with some 30 discoveries, one or two calibrated segments a run.
     segments : pandas.DataFrame, optional
         A :func:`segments` result to fit (its significant rows not ``explained_by`` another);
         by default :func:`segments` runs first on the non-holdout rows.
@@ -623,11 +649,14 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
         g["next"] = (nodes[:, None], np.full(len(nodes), np.inf))
         g["level"] = (nodes[:, None], _accumulate(inverse, fold[m], b[m], vals[m],
                                                   len(nodes), nb))
-    statements, branches, built = 1, k, False
-    # covering GROUP BYs are sized by each feature's raw values (NULL included)
-    cover = tuple(len(set(seen.loc[seen["j"] == j, "v"])) for j in range(k))
-    rows_total = float(sum(g["n_fold"].sum() for g in groups))
-    token = uuid.uuid4().hex  # this search's cube (strategy="cube"), never another's
+    # what a later statement of this search needs (a level, or the intersections the
+    # redundancy rule tests): covering GROUP BYs are sized by each feature's raw values (NULL
+    # included); the cube (strategy="cube") is this search's own, never another's
+    search["scan"] = dict(src=src, folds=folds, bins=bins, nb=nb, kept=kept, extremes=extremes,
+                          cover=tuple(len(set(seen.loc[seen["j"] == j, "v"])) for j in range(k)),
+                          rows=float(sum(g["n_fold"].sum() for g in groups)),
+                          cube=uuid.uuid4().hex if spec["strategy"] == "cube" else None,
+                          statements=1, branches=k, built=False, explaining=0)
     V = int(offset[-1])
     for depth in range(1, spec["depth"] + 1):
         if depth > 1:
@@ -651,51 +680,57 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
                     c, u = g["next"]
                     inside = _find(cands, c, V) >= 0
                     g["next"] = (c[inside], u[inside])
-            tuple_of = search["feature_of"][cands]
-            tuples, tidx = np.unique(tuple_of, axis=0, return_inverse=True)
-            tidx = tidx.reshape(-1)
-            order = np.lexsort([*cands.T[::-1], tidx])
-            names = search["values"][cands[order]]
-            rows = list(zip(tidx[order].tolist(), map(tuple, names.tolist())))
-            tuples = [tuple(t) for t in tuples.tolist()]
-            cube = spec["strategy"] == "cube"
-            if cube:
-                batches = [list(range(len(tuples)))]
-                branches += len(tuples)
-            else:
-                plan = segment_plan(tuples, cover, bins, rows)
-                batches = _batches(plan, segment_sizes(plan, cover), rows_total,
-                                   len(groups) * 3 * nb)
-                branches += len(plan)  # base-table reads: one per covering GROUP BY
-            frames, of_tuple = [], {}
-            for t, v in rows:
-                of_tuple.setdefault(t, []).append(v)
-            for batch in batches:
-                summary = declared.segment_sums(
-                    by, features, folds, bins, [tuples[t] for t in batch], kept,
-                    [(i, v) for i, t in enumerate(batch) for v in of_tuple[t]],
-                    cube=token if cube else None, cover=() if cube else cover,
-                    extremes=extremes)
-                part = planner.fetch(src, summary)
-                frames.append(part.assign(sqlcal_tuple=np.asarray(batch, np.int64)[
-                    part["sqlcal_tuple"].to_numpy(int)]) if len(part) else part)
-            frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-            statements += len(batches) + (cube and not built)  # the cube's own, once
-            built = built or cube
-            _level_nodes(_with_var2(frame), by, np.array(tuples, int), nb, search, depth)
-            for g in groups:
+            frame, tuples = _fetch_nodes(search, cands)
+            found = _group_nodes(frame, tuples, search, depth, [g["next"][0] for g in groups])
+            for g, level in zip(groups, found):
+                g["level"] = level
                 g["levels"][-1]["capped"] = capped
         for g in groups:
             _evaluate_level(g, depth, spec, min_expected, top_k, screen_z, search)
-    spec["statements"], spec["branches"] = statements, branches
-    # every threshold of the search, stated with its result; each GROUP BY branch reads the
-    # base table once (columnar engines read only the branch's columns)
+    # every threshold of the search, stated with its result
     spec["searched"] = dict(min_expected=float(min_expected), screen_z=float(screen_z),
                             top_k=top_k, max_candidates=spec["max_candidates"],
-                            strategy=spec["strategy"],
-                            scans=1 + built if spec["strategy"] == "cube" else branches,
-                            holdout=float(holdout))
+                            strategy=spec["strategy"], holdout=float(holdout))
     return search
+
+
+def _fetch_nodes(search: dict, cands: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
+    """The sums per fold, group (and bin) of the nodes ``cands`` (codes, one depth), as
+    :func:`sqlcal.query.declared.segment_sums` gives them, in the statements a level takes
+    (:func:`_batches`), counted in ``search["scan"]``; and the nodes' column tuples (the
+    frame's ``sqlcal_tuple`` indexes them)."""
+    scan, spec = search["scan"], search["spec"]
+    tuple_of = search["feature_of"][cands]
+    tuples, tidx = np.unique(tuple_of, axis=0, return_inverse=True)
+    tidx = tidx.reshape(-1)
+    order = np.lexsort([*cands.T[::-1], tidx])
+    names = search["values"][cands[order]]
+    rows = list(zip(tidx[order].tolist(), map(tuple, names.tolist())))
+    listed = [tuple(t) for t in tuples.tolist()]
+    cube, cover, bins = scan["cube"], scan["cover"], scan["bins"]
+    if cube:
+        batches = [list(range(len(listed)))]
+        scan["branches"] += len(listed)
+    else:
+        plan = segment_plan(listed, cover, bins, rows)
+        batches = _batches(plan, segment_sizes(plan, cover), scan["rows"],
+                           len(search["groups"]) * 3 * scan["nb"])
+        scan["branches"] += len(plan)  # base-table reads: one per covering GROUP BY
+    frames, of_tuple = [], {}
+    for t, v in rows:
+        of_tuple.setdefault(t, []).append(v)
+    for batch in batches:
+        summary = declared.segment_sums(
+            spec["by"], spec["columns"], scan["folds"], bins, [listed[t] for t in batch],
+            scan["kept"], [(i, v) for i, t in enumerate(batch) for v in of_tuple[t]],
+            cube=cube, cover=() if cube else cover, extremes=scan["extremes"])
+        part = planner.fetch(scan["src"], summary)
+        frames.append(part.assign(sqlcal_tuple=np.asarray(batch, np.int64)[
+            part["sqlcal_tuple"].to_numpy(int)]) if len(part) else part)
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    scan["statements"] += len(batches) + bool(cube and not scan["built"])  # the cube's own
+    scan["built"] = scan["built"] or bool(cube)
+    return _with_var2(frame), tuples
 
 
 #: the most groups the GROUP BYs of one level statement may hold together: DuckDB keeps every
@@ -850,11 +885,13 @@ def _node(codes, search) -> tuple:
     return tuple((int(search["feature_of"][c]), search["values"][c]) for c in codes)
 
 
-def _level_nodes(frame: pd.DataFrame, by, tuples: np.ndarray, nb: int, search: dict,
-                 depth: int) -> None:
-    """Each group's evaluated nodes of a level from its segment_sums frame: the candidates
-    (``g["next"]``) the frame holds, with their sums."""
+def _group_nodes(frame: pd.DataFrame, tuples: np.ndarray, search: dict, depth: int,
+                 wanted: list) -> list[tuple]:
+    """Per group, the nodes of ``wanted`` (the group's codes, one depth) that a segment_sums
+    frame holds, with their sums: ``(codes, sums)``, sums of shape (nodes, folds, bins,
+    stats)."""
     groups, V = search["groups"], int(search["offset"][-1])
+    by, nb = search["spec"]["by"], search["scan"]["nb"]
     known = {g["key"]: i for i, g in enumerate(groups)}
     gid, _ = _group_ids(frame, by, known)
     feats = tuples[frame["sqlcal_tuple"].to_numpy(int)] if len(frame) else np.zeros(
@@ -871,15 +908,16 @@ def _level_nodes(frame: pd.DataFrame, by, tuples: np.ndarray, nb: int, search: d
     b = frame["bin"].to_numpy(int) if "bin" in frame and nb > 1 else np.zeros(len(frame), int)
     extremes = search["spec"].get("effect") == "sliceline"
     vals = _values(frame, STATS + EXTREMES if extremes else STATS)
-    for i, g in enumerate(groups):
-        cand = g["next"][0]
+    out = []
+    for i, cand in enumerate(wanted):
         m = good & (gid == i)
         node = _find(cand, codes[m], V)
         hit = node >= 0
         sums = _accumulate(node[hit], fold[m][hit], b[m][hit], vals[m][hit], len(cand), nb)
         present = np.zeros(len(cand), bool)
         present[node[hit]] = True
-        g["level"] = (cand[present], sums[present])
+        out.append((cand[present], sums[present]))
+    return out
 
 
 def _evaluate_level(g, depth, spec, min_expected, top_k, screen_z, search):
@@ -1081,7 +1119,7 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
     test_fold = FOLD_B if mode == "split" else FOLD_A
     binned = spec.get("effect") == "ece"
     sliceline = spec.get("effect") == "sliceline"
-    frames = []
+    frames, tested = [], []
     for g in search["groups"]:
         lv = g["lv"]
         family = sum(int(x["ok"].sum()) for x in lv)
@@ -1117,10 +1155,10 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
             r, vf = t[:, _Y] - t[:, _P], t[:, _P] - t[:, _PP]
             v = t[:, _V2] if sampling else vf
             z = np.where(v > 0, r / np.sqrt(np.where(v > 0, v, 1.0)), 0.0)
-            if mode == "split":
-                p = stats.norm.sf(np.where(a[:, _Y] - a[:, _P] >= 0, 1.0, -1.0) * z)
-            else:
-                p = 2 * stats.norm.sf(np.abs(z))
+            # split mode: one-sided in fold A's direction; full mode: two-sided
+            sign = (np.where(a[:, _Y] - a[:, _P] >= 0, 1.0, -1.0) if mode == "split" else
+                    np.zeros(T))
+            p = stats.norm.sf(sign * z) if mode == "split" else 2 * stats.norm.sf(np.abs(z))
             r_all = ab[:, _Y] - ab[:, _P]
             v_all = ab[:, _V2] if sampling else ab[:, _P] - ab[:, _PP]
             z_all = np.where(v_all > 0, r_all / np.sqrt(np.where(v_all > 0, v_all, 1.0)), 0.0)
@@ -1136,7 +1174,7 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
                 residual=r, harm=harm, z=z, p_value=p,
                 logit_shift=np.where(vf > 0, r / vf, np.nan),
                 logit_shift_se=np.where(vf > 0, np.sqrt(v) / vf, np.nan),
-                residual_all=r_all, z_all=z_all, _vf=vf, _v=v)
+                residual_all=r_all, z_all=z_all, _sign=sign)
         for j, f in enumerate(features):
             at = np.full(T, None, dtype=object)
             for i, c in enumerate(codes):  # the returned segments' values (no search object)
@@ -1170,9 +1208,6 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
             part["harm"] = np.abs(r_b).sum(axis=1) / W_t if W_t else np.nan
             with np.errstate(divide="ignore", invalid="ignore"):
                 part["ece"] = np.where(has, np.abs(r_b).sum(axis=1) / W, np.nan)
-            part["_rb"] = list(r_b)
-            part["_vfb"] = list(tb[:, :, _P] - tb[:, :, _PP])
-            part["_vb"] = list(tb[:, :, _V2] if sampling else tb[:, :, _P] - tb[:, :, _PP])
         part["_codes"] = codes
         if len(part):
             part["q_value"] = adjust(part["p_value"].to_numpy(), fdr)
@@ -1180,12 +1215,20 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
             sig = part["significant"].to_numpy()
             part["_node"] = [_node(c, search) if s_ else None for c, s_ in zip(codes, sig)]
             part["segment"] = [_condition(n, search) if n else None for n in part["_node"]]
+        tested.append((g, part, family, T, cells[:, test_fold]))
+    # the redundancy rule reads every group's significant segments at once: the intersections
+    # the lattice lacks come from one statement per round for all groups
+    explained = (_explained(search, [(g, part, cells) for g, part, _, _, cells in tested],
+                            alpha, fdr) if not sliceline else [None] * len(tested))
+    scan = search["scan"]
+    for (g, part, family, T, _), why in zip(tested, explained):
+        if len(part):
             if sliceline:  # SliceLine's top-k: no redundancy rule, only the score's order
                 part["explained_by"] = None
                 if mode == "full":
                     part = part.iloc[_top_scores(part, top_k, search)].copy()
             else:
-                part["explained_by"] = _explained(part, alpha, search)
+                part["explained_by"] = why
             if mode == "full" and top_k is not None and not sliceline:
                 top = part["harm"].rank(ascending=False, method="first") <= top_k
                 part = part[top | part["significant"]].copy()
@@ -1199,14 +1242,17 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
             part.insert(i, k, [g["key"][i]] * len(part))
         part["family_size"] = family
         part["tested"] = T
-        part["statements"] = spec["statements"]
-        part["branches"] = spec["branches"]
+        # each GROUP BY branch reads the base table once (columnar engines read only the
+        # branch's columns); the cube strategy reads it twice
+        part["statements"] = scan["statements"]
+        part["branches"] = scan["branches"]
         part["searched"] = json.dumps(dict(
             mode=mode, fdr=fdr, alpha=alpha, min_support=g["support"], max_depth=spec["depth"],
             levels=g["levels"], pooled_values=search["pooled"], tau=g["tau"],
             fold_weights=[float(x) for x in g["W_fold"]],
-            fold_rows=[int(x) for x in g["n_fold"]], statements=spec["statements"],
-            **spec["searched"]), sort_keys=True)
+            fold_rows=[int(x) for x in g["n_fold"]], statements=scan["statements"],
+            scans=1 + scan["built"] if scan["cube"] else scan["branches"],
+            explained=g.get("explained", {}), **spec["searched"]), sort_keys=True)
         part["weight_kind"] = spec["weight_kind_used"]
         frames.append(part)
     out = pd.concat(frames, ignore_index=True)
@@ -1245,60 +1291,199 @@ def _top_scores(part: pd.DataFrame, top_k: int | None, search: dict) -> np.ndarr
     return np.sort(near[np.lexsort((text, -score[near]))][:top_k])
 
 
-def _explained(part: pd.DataFrame, alpha: float, search: dict) -> list:
-    """Per segment, the significant segment that explains it, else None: first its most general
-    significant ancestor T whose logit shift leaves R_S − δ_T·V_S not significant (two-sided at
-    ``alpha``); else, for a segment nothing above explains, its significant unexplained
-    descendant D of largest harm with R_S − δ_D·V_D not significant (a marginal that is
-    significant only through one of its sub-segments)."""
-    sig = {n: i for i, n in enumerate(part["_node"]) if part["significant"].iat[i]}
-    residual, vf, v = (part[c].to_numpy(float) for c in ("residual", "_vf", "_v"))
-    harm, text = part["harm"].to_numpy(float), part["segment"].tolist()
+def _explained(search: dict, tested: list, alpha: float, fdr: str) -> list:
+    """Per group (``tested``: its group, result rows and the rows' test-fold sums per bin), each
+    row's ``explained_by`` by the redundancy rule of :func:`segments` (Notes). The intersection
+    of two segments is a conjunction: the lattice holds its sums when the search evaluated it;
+    the others are read in one more statement per round, for every group (a segment is tested
+    only against the segments already found unexplained, which the rounds grow)."""
+    sampling = search["spec"]["sampling"]
+    fetched = [{} for _ in tested]
+    while True:
+        results, need = [], []
+        for (g, part, cells), known in zip(tested, fetched):
+            out, missing = _explained_in(search, g, part, _riv(cells, sampling), known,
+                                         _cutoff(part, alpha, fdr))
+            results.append(out)
+            need.append(missing)
+        if not any(need):
+            return results
+        _intersections(search, [g for g, _, _ in tested], need, fetched)
 
-    if "_rb" in part:  # effect="ece": per bin, the chi-square of what is left
-        r_b, vf_b, v_b = (part[c].tolist() for c in ("_rb", "_vfb", "_vb"))
 
-        def leaves(i: int, removed) -> bool:
-            ok = v_b[i] > 0
-            left = (r_b[i] - removed)[ok]
-            return ok.any() and stats.chi2.sf(np.sum(left ** 2 / v_b[i][ok]), ok.sum()) > alpha
+def _cutoff(part: pd.DataFrame, alpha: float, fdr: str) -> float:
+    """The p-value below which a test of the group's family is a discovery: k·α/m for
+    Benjamini-Hochberg with k discoveries among m tests (divided by H_m = Σ_{i≤m} 1/i for
+    Benjamini-Yekutieli), α/m for Bonferroni, α unadjusted."""
+    m = len(part)
+    k = int(part["significant"].sum()) if m else 0
+    if not m or fdr == "none":
+        return alpha
+    if fdr == "bonferroni":
+        return alpha / m
+    scale = 1.0 if fdr == "bh" else float(np.sum(1.0 / np.arange(1, m + 1)))
+    return alpha * max(k, 1) / (m * scale)
 
-        def shift_of(j: int, i: int):  # T's per-bin shifts δ_{T,b} = R_{T,b}/V_{T,b} on S
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return np.where(vf_b[j] > 0, r_b[j] / vf_b[j], 0.0) * vf_b[i]
 
-        def own(j: int):
-            return r_b[j]
-    else:
-        def leaves(i: int, removed: float) -> bool:
-            return 2 * stats.norm.sf(abs(residual[i] - removed) / math.sqrt(v[i])) > alpha
+def _riv(sums: np.ndarray, sampling: bool) -> np.ndarray:
+    """Sums per bin (last axis :data:`STATS`) as (residual R, information I = Σwp(1 − p),
+    variance V: I, or Σw²p(1 − p) for sampling weights) on the last axis."""
+    info = sums[..., _P] - sums[..., _PP]
+    return np.stack([sums[..., _Y] - sums[..., _P], info,
+                     sums[..., _V2] if sampling else info], axis=-1)
 
-        def shift_of(j: int, i: int) -> float:
-            return residual[j] / vf[j] * vf[i]
 
-        def own(j: int) -> float:
-            return residual[j]
+def _explained_in(search: dict, g: dict, part: pd.DataFrame, cells: np.ndarray, known: dict,
+                  cutoff: float) -> tuple[list, dict]:
+    """One group's ``explained_by`` (``cells``: its rows' (R, I, V) per bin), and the
+    intersections it still needs (node -> the codes of the segment it tests against).
 
+    The significant segments are taken by strength (|z|; the binned chi-square's p-value
+    with ``effect="ece"``), ties by their text; each is explained by the first segment already
+    found unexplained (a *root*) that explains it (:func:`_explains`), else it is a root."""
     out = [None] * len(part)
-    for node, i in sig.items():
-        ancestors = [a for d in range(1, len(node)) for a in combinations(node, d) if a in sig]
-        for a in sorted(ancestors, key=lambda a: (len(a), -harm[sig[a]])):
-            j = sig[a]
-            if leaves(i, shift_of(j, i)):
+    sig = np.nonzero(part["significant"].to_numpy(bool))[0] if len(part) else []
+    if not len(sig):
+        g["explained"] = dict(roots=0, fetched=0, statements=search["scan"]["explaining"])
+        return out, {}
+    if "chi2" in part:
+        strength = -stats.chi2.logsf(part["chi2"].to_numpy(float),
+                                     np.maximum(part["chi2_df"].to_numpy(float), 1))
+    else:
+        strength = np.abs(part["z"].to_numpy(float))
+    text, codes = part["segment"].tolist(), part["_codes"].tolist()
+    # each remainder is tested as its segment was: one-sided in its direction (split mode),
+    # two-sided (full mode), or by the binned chi-square (effect="ece")
+    side = np.zeros(len(part)) if "chi2" in part else part["_sign"].to_numpy(float)
+    order = sorted(sig, key=lambda i: (-strength[i], text[i]))
+    roots = []
+    for pos, i in enumerate(order):
+        for j in roots:
+            both = _intersection(search, g, codes[i], codes[j], cells[i], cells[j], known)
+            if both is None:  # not in the lattice: every pair left with these roots, fetched
+                missing = {}
+                for k in order[pos:]:
+                    for r in roots:
+                        if _intersection(search, g, codes[k], codes[r], cells[k], cells[r],
+                                         known) is None:
+                            missing[tuple(np.union1d(codes[k], codes[r]).tolist())] = codes[r]
+                return out, missing
+            inside = np.isin(codes[j], codes[i]).all()  # T's predicates among S's: S ⊂ T
+            if _explains(cells[i], cells[j], both, inside, side[i], cutoff):
                 out[i] = text[j]
                 break
-    for node, i in sig.items():
-        if out[i] is not None:
-            continue
-        inside = set(node)
-        below = [d for d, j in sig.items() if len(d) > len(node) and inside < set(d)
-                 and out[j] is None]
-        for d in sorted(below, key=lambda d: -harm[sig[d]]):
-            j = sig[d]
-            if leaves(i, own(j)):  # δ_D·V_D = R_D: D's shift removes its own residual
-                out[i] = text[j]
-                break
-    return out
+        else:
+            roots.append(i)
+    g["explained"] = dict(roots=len(roots), fetched=sum(k in g.get("_fetched", ())
+                                                        for k in known),
+                          statements=search["scan"]["explaining"])
+    return out, {}
+
+
+def _intersection(search: dict, g: dict, a: np.ndarray, b: np.ndarray, riv_a: np.ndarray,
+                  riv_b: np.ndarray, known: dict) -> np.ndarray | None:
+    """The test-fold (R, I, V) per bin of the rows of both segments (codes ``a`` and ``b``):
+    the conjunction of their predicates, empty when they give one feature two values (every
+    code of a feature is a disjoint set of its rows); a segment's own when its predicates hold
+    the other's; else the lattice's (a level of the search evaluated it) or a fetched node's;
+    None when neither has it."""
+    union = np.union1d(a, b)
+    features = search["feature_of"][union]
+    if len(np.unique(features)) < len(union):
+        return np.zeros_like(riv_a)
+    if len(union) == len(a):
+        return riv_a
+    if len(union) == len(b):
+        return riv_b
+    key = tuple(union.tolist())
+    if key not in known:
+        depth = len(union)
+        if depth > len(g["lv"]):
+            return None
+        lv = g["lv"][depth - 1]
+        at = _find(lv["codes"], union[None, :], int(search["offset"][-1]))[0]
+        if at < 0:
+            return None
+        test = FOLD_B if search["spec"]["mode"] == "split" else FOLD_A
+        known[key] = _riv(lv["sums"][at][test], search["spec"]["sampling"])
+    return known[key]
+
+
+def _explains(s: np.ndarray, t: np.ndarray, both: np.ndarray, inside: bool, sign: float,
+              cutoff: float) -> bool:
+    r"""Whether T explains S, from the test-fold (R, I, V) per bin of S, T and S ∩ T: what T
+    leaves of S's excess has a p-value above ``cutoff`` (:func:`_cutoff`), one-sided in the
+    direction ``sign`` (0: two-sided). ``inside`` (S ⊂ T, T one of S's
+    ancestors): the score test of a shift of S's own once T's shift is fitted on the same fold,
+    :math:`U = R_S - c R_T`, :math:`c = I_S / I_T`,
+    :math:`\operatorname{Var} U = V_S - 2c V_S + c^2 V_T`; otherwise the residual of S without
+    T's rows, :math:`U = R_S - R_{S\cap T}`, :math:`\operatorname{Var} U = V_S - V_{S\cap T}`.
+    Per bin, summed as a chi-square with one degree of freedom per bin that keeps a variance
+    (one bin: the z test)."""
+    R, I, V = 0, 1, 2
+    if inside:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            c = np.where(t[:, I] > 0, s[:, I] / t[:, I], 0.0)
+        u = s[:, R] - c * t[:, R]
+        left = s[:, V] - 2 * c * s[:, V] + c * c * t[:, V]
+    else:
+        u = s[:, R] - both[:, R]
+        left = s[:, V] - both[:, V]
+    ok = left > 1e-12 * np.maximum(s[:, V], 1e-300)  # else S's rows in that bin are T's
+    if not ok.any():
+        return True
+    if sign and len(u) == 1:
+        return float(stats.norm.sf(sign * u[0] / math.sqrt(left[0]))) > cutoff
+    return float(stats.chi2.sf(np.sum(u[ok] ** 2 / left[ok]), int(ok.sum()))) > cutoff
+
+
+#: the most intersections one statement of the redundancy rule sums (three CASE sums each:
+#: PostgreSQL allows 1,664 columns in a result)
+OVERLAPS = 400
+
+
+def _intersections(search: dict, groups: list, need: list, fetched: list) -> None:
+    """Read the test-fold (R, I, V) per bin of the nodes ``need`` (per group: node -> the
+    codes of the root it lies in) in statements of at most :data:`OVERLAPS` nodes, from the
+    rows of those roots only (:func:`sqlcal.query.declared.segment_overlaps`)."""
+    spec, scan = search["spec"], search["scan"]
+    test = FOLD_B if spec["mode"] == "split" else FOLD_A
+    columns = spec["columns"]
+    items = [(gi, node, root) for gi, nodes in enumerate(need) for node, root in nodes.items()]
+    budget = options.BUDGET
+    terms = sum(len(node) for _, node, _ in items)
+    if terms > budget.terms:
+        raise BudgetError(
+            f"segments: the redundancy rule needs {len(items)} intersections of significant "
+            f"segments ({terms} query terms), over the budget of {budget.terms}; lower alpha "
+            "or top_k, or raise sqlcal.options.budget(terms=)")
+    for start in range(0, len(items), OVERLAPS):
+        chunk = items[start:start + OVERLAPS]
+
+        def listed(gi, codes):
+            return (groups[gi]["key"], _predicates(_node(np.asarray(codes), search), search,
+                                                   columns))
+
+        nodes = [listed(gi, node) for gi, node, _ in chunk]
+        within = list(dict.fromkeys(listed(gi, tuple(root)) for gi, _, root in chunk))
+        # from the search's reduced cube when it built one (strategy="cube"), else one read of
+        # the table (its rows inside the roots)
+        cube = scan["cube"] if scan["built"] else None
+        frame = planner.fetch(scan["src"], declared.segment_overlaps(
+            spec["by"], scan["folds"], scan["bins"], test, nodes, within, cube))
+        scan["statements"] += 1
+        scan["branches"] += cube is None
+        scan["explaining"] += 1
+        nb = scan["nb"]
+        b = frame["bin"].to_numpy(int) if "bin" in frame and nb > 1 else np.zeros(len(frame),
+                                                                                 int)
+        for k, (gi, node, _) in enumerate(chunk):
+            riv = np.zeros((nb, 3))
+            for c, name in enumerate((f"r{k}", f"i{k}", f"v{k}" if spec["sampling"] else
+                                      f"i{k}")):
+                np.add.at(riv[:, c], b, frame[name].to_numpy(float))
+            fetched[gi][node] = riv
+            groups[gi].setdefault("_fetched", set()).add(node)
 
 
 # -- the fix -------------------------------------------------------------------------------------

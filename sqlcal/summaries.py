@@ -570,6 +570,8 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
         return segment_sums(rows, summary.params, weighted=weighted, checks=checks)
     if summary.kind == "segment_terms":
         return segment_terms(rows, summary.params, weighted=weighted, checks=checks)
+    if summary.kind == "segment_overlaps":  # a follow-up: the search validated the rows
+        return segment_overlaps(rows, summary.params, weighted=weighted)
     if summary.kind == "cells_within":
         grid, ranges = summary.params
         return cells(within_ranges(rows, by, ranges), by, grid, parts, weighted=weighted,
@@ -1288,13 +1290,21 @@ def segment_fold(t: ir.Table, holdout: float, a_share: float, split: Sequence[st
 def segment_condition(t: ir.Table, predicates: Sequence[tuple]) -> ir.BooleanValue:
     """Rows of a segment: ``predicates`` are ``(feature, key, kept)``, key a value's key as
     :func:`segment_value` gives it (:data:`SEGMENT_NULL` for NULL), or :data:`SEGMENT_OTHER` for
-    the rows whose key is not among ``kept``."""
+    the rows whose key is not among ``kept``. Compared in the column's own type (no per-row
+    cast)."""
     out = []
     for feature, value, kept in predicates:
-        v = segment_value(t[feature])
-        out.append(~v.isin(list(kept)) if value == SEGMENT_OTHER and kept else
-                   ibis.literal(True) if value == SEGMENT_OTHER else v == value)
+        col = t[feature]
+        out.append(~_among(col, kept) if value == SEGMENT_OTHER else _among(col, (value,)))
     return ibis.and_(*out)
+
+
+def _among(col: ir.Value, keys: Sequence[str]) -> ir.BooleanValue:
+    """Whether a feature's value is one of ``keys`` (:func:`segment_value`'s, NULL's among
+    them), in the column's own type; never NULL."""
+    plain = _typed(col, [k for k in keys if k not in (SEGMENT_NULL, SEGMENT_OTHER)])
+    return ibis.cases((col.isnull(), ibis.literal(SEGMENT_NULL in keys)),
+                      else_=col.isin(plain) if plain else ibis.literal(False))
 
 
 #: summary columns that merge over disjoint sets of rows by MIN, and by MAX; every other sum
@@ -1406,14 +1416,16 @@ def segment_sizes(plan: list, cover: Sequence[int]) -> list[int]:
 
 def _typed(col: ir.Value, values: Sequence[str]) -> list:
     """``values`` (keys of values as :func:`segment_value` gives them) as literals of ``col``'s
-    type: exact for the integer and string columns that can be narrowed (a boolean feature has
-    at most three raw values, never more than twice its candidates' values plus two)."""
+    type: the engines cast an integer to its decimal digits and a boolean to ``true`` or
+    ``false``, so the literal is exactly the value the key was made from."""
     values = [v[len(SEGMENT_VALUE):] for v in values]
     if col.type().is_string():
         return values
     if col.type().is_integer():
         return [int(v) for v in values]
-    raise TypeError(f"a {col.type()} feature is not narrowed")  # pragma: no cover
+    if col.type().is_boolean():
+        return [v.lower() == "true" for v in values]
+    raise TypeError(f"a {col.type()} feature has no segments")  # pragma: no cover
 
 
 def _narrowed(col: ir.Value, values: Sequence[str], kept: Sequence[str]
@@ -1423,16 +1435,9 @@ def _narrowed(col: ir.Value, values: Sequence[str], kept: Sequence[str]
     those values, 1 for a row of the pooled bucket (a value outside ``kept``, NULL included
     unless kept) when the candidates hold :data:`SEGMENT_OTHER`, 2 for every other row (in
     no candidate). Compared in the column's own type (no per-row cast)."""
-    special = (SEGMENT_NULL, SEGMENT_OTHER)
-
-    def among(vs: Sequence[str]) -> ir.BooleanValue:  # never NULL
-        plain = _typed(col, [v for v in vs if v not in special])
-        return ibis.cases((col.isnull(), ibis.literal(SEGMENT_NULL in vs)),
-                          else_=col.isin(plain) if plain else ibis.literal(False))
-
-    inside = among(values)
+    inside = _among(col, values)
     if SEGMENT_OTHER in values:
-        cls = ibis.cases((inside, 0), (~among(kept), 1), else_=2)
+        cls = ibis.cases((inside, 0), (~_among(col, kept), 1), else_=2)
     else:
         cls = ibis.cases((inside, 0), else_=2)
     return ibis.cases((inside, col), else_=ibis.null(col.type())), cls.cast("int8")
@@ -1552,6 +1557,46 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
         out = out.semi_join(table, [out.sqlcal_tuple == table.sqlcal_tuple, *(
             out[n] == table[f"sqlcal_k{j}"] for j, n in enumerate(names))])
     return out
+
+
+def segment_overlaps(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
+    """On one fold, per score bin (``bin``, when ``bins``), the sums of the rows of each of
+    ``nodes`` (``(group key, predicates)``, :func:`segment_condition`'s): ``r{k}`` = Σw(y − p),
+    ``i{k}`` = Σwp(1 − p) and, weighted, ``v{k}`` = Σw²p(1 − p), as CASE sums over one scan of
+    the rows inside one of ``within`` (the same form; every node lies inside one of them). With
+    ``cube`` (the token of a search whose reduced cube :func:`segment_sums` kept), the sums
+    come from the cube's rows instead of the table's, whose keys are already recoded."""
+    by, (holdout, a_share, split), bins, fold, nodes, within, cube = params
+    cells = _STAGES.get(("segment_cube", cube)) if cube else None
+    if cells is not None:  # the cube: sums per fold, group, bin and recoded feature keys
+        t = cells
+
+        def member(key, preds):
+            out = [t[f] == (SEGMENT_OTHER if k == SEGMENT_OTHER else k) for f, k, _ in preds]
+            return ibis.and_(*([key_match(t, key, by)] if by else []), *out)
+
+        t = t.mutate(sqlcal_r=t.swy - t.swp, sqlcal_i=t.swp - t.swpp,
+                     **({"sqlcal_v": t.var2} if weighted else {}))
+    else:
+        t = rows.mutate(sqlcal_fold=segment_fold(rows, holdout, a_share, split))
+        if bins:
+            t = t.mutate(bin=uniform_bin(t.p, bins, "sqlcal"))
+
+        def member(key, preds):
+            return key_match(t, key, by) & segment_condition(t, preds) if by else \
+                segment_condition(t, preds)
+
+        w = t.w if weighted else ibis.literal(1.0)
+        t = t.mutate(sqlcal_r=w * (t.y - t.p), sqlcal_i=w * t.p * (1 - t.p),
+                     **({"sqlcal_v": w * w * t.p * (1 - t.p)} if weighted else {}))
+    t = t.filter((t.sqlcal_fold == fold) & ibis.or_(*(member(k, p) for k, p in within)))
+    zero = number(0.0)
+    sums = {}
+    for k, (key, preds) in enumerate(nodes):
+        m = member(key, preds)
+        for name in ("r", "i", "v") if weighted else ("r", "i"):
+            sums[f"{name}{k}"] = ibis.ifelse(m, t[f"sqlcal_{name}"], zero).sum()
+    return _aggregate(t, ["bin"] if bins else [], **sums)
 
 
 def _is_blocks(theta) -> bool:
