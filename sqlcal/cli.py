@@ -18,7 +18,8 @@ from sqlcal.sqlgen import DIALECTS, METRICS as SQL_METRICS
 EXIT_OK, EXIT_ERROR, EXIT_ALERT = 0, 2, 3
 EXIT_CODES = """exit codes:
   0  done, every metric within the configured thresholds
-  3  done, and at least one alert fired (--config)
+  3  done, and at least one alert fired (--config), or a fix 'sqlcal segments --fix'
+     printed was rejected on its holdout (the reason on stderr)
   2  error: bad arguments or configuration, unreadable data, engine or write failure;
      one line 'sqlcal: error: ...' on stderr, and nothing written
   1  never returned by sqlcal itself (Python's code for a crash: a bug, with its traceback)
@@ -393,19 +394,31 @@ def _segments(args) -> int:
     found = sqlcal.segments(data, mode=args.mode, effect=args.effect,
                             sliceline_alpha=args.sliceline_alpha, fdr=args.fdr or "bh",
                             **options)
-    shown = found.drop(columns=[shown_name("searched", {*options["by"], *options["features"]})])
+    # sqlcal's columns beside group keys and features of the same names
+    users = {*options["by"], *options["features"]}
     doc = {JSON_MARKER[0]: JSON_MARKER[1], "segments": json.loads(found.to_json(
         orient="records"))}
-    _out(shown.to_string(index=False))
+    fix = rejected = None
     if args.fix:
         fix = sqlcal.segment_fix(data, fdr=args.fdr or "bonferroni", **options)
         doc["fix"] = {"sql": fix.sql(args.score), "table": json.loads(fix.table.to_json(
             orient="records")), "summary": json.loads(fix.summary.to_json(orient="records"))}
+        summary = fix.summary
+        # a fit the holdout judged and turned down (a group with nothing to fit is not)
+        rejected = summary[(summary[shown_name("n_segments", users)] > 0)
+                           & ~summary[shown_name("accepted", users)].astype(bool)]
+    if args.json:  # written before anything is printed
+        write_text(args.json, "json", json.dumps(doc, indent=2), sources=sources)
+    _out(found.drop(columns=[shown_name("searched", users)]).to_string(index=False))
+    if fix is not None:
         _out(fix.summary.to_string(index=False))
         _out(fix.sql(args.score))
-    if args.json:
-        write_text(args.json, "json", json.dumps(doc, indent=2), sources=sources)
-    return EXIT_OK
+        for _, row in rejected.iterrows():
+            group = ", ".join(f"{k} = {row[k]}" for k in options["by"])
+            print(f"sqlcal: warning: the fix{' of ' + group if group else ''} is rejected on "
+                  f"its holdout: {row[shown_name('reason', users)]}; its SQL is printed for "
+                  "inspection, not to deploy", file=sys.stderr)
+    return EXIT_ALERT if rejected is not None and len(rejected) else EXIT_OK
 
 
 def _dbt(args) -> int:

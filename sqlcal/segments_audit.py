@@ -418,8 +418,8 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
         on p over its fitting rows (:func:`sqlcal.isotonic`): a
         :class:`~sqlcal.segments_map.SegmentIsotonicFix`, whose ``.blocks`` is the mapping
         table and whose table gives ``blocks`` per segment instead of θ; the holdout checks
-        count each segment's entry (its rows not taken by an earlier segment), the log loss
-        clips the mapped score to [1e-6, 1 − 1e-6]; ``penalty`` does not apply. A
+        count each segment's entry (its rows not taken by an earlier segment); ``penalty``
+        does not apply. A
         nonparametric map moves a calibrated entry's holdout z by noise, so ``accepted``
         asks each segment's holdout \|z\| not to grow past max(\|z\| before, 2).
     holdout : float, default 0.2
@@ -440,7 +440,8 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
         and ``.summary`` (per group: ``holdout_log_loss_before``/``_after``, its standard
         error ``holdout_log_loss_se``, ``holdout_brier_before``/``_after``,
         ``holdout_multiaccuracy_before``/``_after`` over the fitted segments, ``penalty``,
-        ``n_segments``, ``accepted``).
+        ``n_segments``, ``accepted``, and ``reason``: why a fix is not accepted, None when it
+        is).
 
     Notes
     -----
@@ -451,6 +452,11 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
     (membership pattern, logit cell) gives the λ path in numpy; one exact Newton step on the
     rows follows. ``accepted`` iff the holdout log loss falls by more than two standard errors
     of the paired per-row difference and no fitted segment's holdout \|z\| grows.
+
+    The judgement reads exactly the scores the map exports (one expression,
+    :func:`sqlcal.summaries.segment_fixed`, builds both): a row in a fitted segment gets its
+    corrected score clipped to [1e-6, 1 − 1e-6] (never 0 or 1, whose log loss is infinite), a
+    row in none keeps its score, bit for bit.
 
     Examples
     --------
@@ -1623,26 +1629,30 @@ def _judged(terms, chosen: list, spec: dict, group_keys: list, lambdas: dict,
     per segment its holdout residual and z before and after (and ``_hf``, the fitting rows'
     Σwp'(1 − p')), per group the log loss, Brier score and multiaccuracy before and after and
     ``accepted`` iff the log loss falls by more than two standard errors of the paired per-row
-    difference and no segment's holdout |z| grows past max(its |z| before, ``z_floor``)."""
+    difference and no segment's holdout |z| grows past max(its |z| before, ``z_floor``);
+    ``reason`` says why a fix is not accepted (None when it is)."""
     by = spec["by"]
     table_rows, summary_rows = [], []
     all_keys = group_keys or [()] * (not by)
     for key in all_keys:
         idx = [i for i, c in enumerate(chosen) if c[0] == key]
         part = _group_rows(terms, by, key)
-        if not len(part):  # no row of the group (or nothing fitted)
+        hold = part[part["sqlcal_fold"] == HOLDOUT]
+        W = hold["W"].sum() if len(hold) else 0.0
+        if not len(part) or not W:  # nothing fitted, or no row of the group
             table_rows += [dict(**dict(zip(by, key)), segment=chosen[i][2], _hf=0.0,
                                 **_shown(chosen[i][1], spec)) for i in idx]
-            summary_rows.append(dict(**dict(zip(by, key)), n_segments=0, accepted=False))
+            reason = ("no significant segment is left unexplained: nothing to fit" if not idx
+                      else "the group has no holdout row to judge the fix on")
+            summary_rows.append(dict(**dict(zip(by, key)), n_segments=len(idx),
+                                     accepted=False, reason=reason))
             continue
-        hold = part[part["sqlcal_fold"] == HOLDOUT]
         fit = part[part["sqlcal_fold"] != HOLDOUT]
         pat_h, pat_f = hold["pattern"].to_numpy(np.int64), fit["pattern"].to_numpy(np.int64)
-        W = hold["W"].sum()
         ll, ll0, dd = hold["ll"].sum(), hold["ll0"].sum(), hold["dd"].sum()
         gain = (ll - ll0) / W
         se = math.sqrt(max(dd / W - gain ** 2, 0.0) / W)
-        z_grew = False
+        grew = []  # (segment, |z| before, after) of the segments the fix over-corrects
         ma_before = ma_after = 0.0
         for local, i in enumerate(idx):
             m_h = (pat_h >> local) & 1 == 1
@@ -1651,7 +1661,8 @@ def _judged(terms, chosen: list, spec: dict, group_keys: list, lambdas: dict,
             r1, h1 = hold["r"].to_numpy()[m_h].sum(), hold["h"].to_numpy()[m_h].sum()
             z0 = r0 / math.sqrt(h0) if h0 > 0 else 0.0
             z1 = r1 / math.sqrt(h1) if h1 > 0 else 0.0
-            z_grew |= abs(z1) > max(abs(z0), z_floor)
+            if abs(z1) > max(abs(z0), z_floor):
+                grew.append((chosen[i][2], abs(z0), abs(z1)))
             ma_before, ma_after = max(ma_before, abs(r0) / W), max(ma_after, abs(r1) / W)
             table_rows.append(dict(
                 **dict(zip(by, key)), segment=chosen[i][2],
@@ -1665,8 +1676,25 @@ def _judged(terms, chosen: list, spec: dict, group_keys: list, lambdas: dict,
             holdout_log_loss_se=se,
             holdout_brier_before=hold["bs0"].sum() / W, holdout_brier_after=hold["bs"].sum() / W,
             holdout_multiaccuracy_before=ma_before, holdout_multiaccuracy_after=ma_after,
-            accepted=bool(idx) and gain > 2 * se and not z_grew))
+            accepted=bool(idx) and gain > 2 * se and not grew,
+            reason=_rejection(gain, se, ll0 / W, ll / W, grew, z_floor)))
     return table_rows, pd.DataFrame(summary_rows)
+
+
+def _rejection(gain: float, se: float, before: float, after: float, grew: list,
+               z_floor: float) -> str | None:
+    """Why a fix is not accepted (None when it is): its holdout log loss did not fall by more
+    than two standard errors, and/or the holdout |z| of some fitted segments grew."""
+    out = []
+    if not gain > 2 * se:
+        fell = f"{gain / se:.2f} standard errors" if se > 0 else f"{gain:.3g}"
+        out.append(f"the holdout log loss went from {-before:.6g} to {-after:.6g}: it fell by "
+                   f"{fell}, not more than 2")
+    for segment, z0, z1 in grew:
+        past = f", past {z_floor:g}" if z_floor else ""
+        out.append(f"the holdout |z| of {segment} grew from {z0:.2f} to {z1:.2f}{past}: the "
+                   "fix over-corrects it")
+    return "; ".join(out) or None
 
 
 def _group_rows(frame, by, key) -> pd.DataFrame:

@@ -29,10 +29,10 @@ import sqlglot
 from sqlglot import exp
 
 from sqlcal.errors import InvalidInputError
-from sqlcal.maps import CalibrationMap, EXP_LIMIT
+from sqlcal.maps import CalibrationMap
 from sqlcal.inputs import resolve_table
-from sqlcal.summaries import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match, number,
-                              piecewise)
+from sqlcal.summaries import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
+                              segment_fixed)
 
 #: Ibis / sqlglot dialect names that differ
 _DIALECTS = {"pyspark": "spark", "postgres": "postgres", "duckdb": "duckdb"}
@@ -199,29 +199,21 @@ class SegmentFix(CalibrationMap):
             out.append(cond)
         return out
 
-    def _shift(self, table: ir.Table, eta: ir.FloatingValue) -> ir.FloatingValue:
-        shift = number(0.0)
+    def _thetas(self) -> list:
+        """Each fitted segment's θ as :func:`sqlcal.summaries.segment_fixed` reads it: a shift,
+        or (kind="platt") an (intercept, slope) pair."""
         slope = self._name("slope")
         slopes = self.table[slope] if slope in self.table else [None] * len(self.table)
-        for cond, theta, slope in zip(self._conditions(table), self.table[self._name("theta")],
-                                      slopes):
-            value = number(float(theta))
-            if slope is not None and not pd.isna(slope):  # kind="platt": θ + γ·logit p̃
-                value = value + number(float(slope)) * eta
-            shift = shift + ibis.cases((cond, value), else_=number(0.0))
-        return shift
+        return [float(theta) if slope is None or pd.isna(slope) else (float(theta), float(slope))
+                for theta, slope in zip(self.table[self._name("theta")], slopes)]
 
     def expr(self, table: ir.Table, score: str) -> ir.FloatingValue:
-        """The corrected score as an Ibis expression over ``table``."""
+        """The corrected score as an Ibis expression over ``table``: the rule the fix was
+        judged by (:func:`sqlcal.summaries.segment_fixed`), so a fitted segment's score is
+        within [clip, 1 − clip] and every other row keeps its own."""
         p = table[score].cast("float64")
-        if not len(self.table):
-            return _missing_score(p, p)
-        pc = ibis.greatest(ibis.least(p, number(1 - self.clip)), number(self.clip))
-        logit = (pc / (1 - pc)).ln()
-        shift = self._shift(table, logit)
-        eta = logit + shift
-        mapped = 1 / (1 + ibis.greatest(ibis.least(-eta, EXP_LIMIT), -EXP_LIMIT).exp())
-        return _missing_score(p, ibis.ifelse(shift == 0, p, mapped))
+        return _missing_score(p, segment_fixed(p, self._conditions(table), self._thetas(),
+                                               self.clip))
 
     def apply(self, table: ir.Table, score: str, *, name: str = "calibrated",
               mapping: ir.Table | None = None, inline: bool | None = None) -> ir.Table:
@@ -288,17 +280,18 @@ class SegmentIsotonicFix(SegmentFix):
     blocks: pd.DataFrame | None = None
 
     def expr(self, table: ir.Table, score: str) -> ir.FloatingValue:
-        """The corrected score as an Ibis expression over ``table``."""
+        """The corrected score as an Ibis expression over ``table``: the rule the fix was
+        judged by (:func:`sqlcal.summaries.segment_fixed`): the first fitted segment's
+        isotonic map, clipped to [clip, 1 − clip]; every other row keeps its score."""
         p = table[score].cast("float64")
-        cases = []
-        for i, cond in enumerate(self._conditions(table)):
+        maps = []
+        for i in range(len(self.table)):
             part = self.blocks[self.blocks[self._name("entry")] == i + 1] \
                 if self.blocks is not None and len(self.blocks) else ()
             # an entry without blocks (no fitting rows) keeps its rows' scores
-            value = piecewise(p, *(part[self._name(c)].to_numpy(float)
-                                   for c in ("lo", "hi", "value", "slope"))) if len(part) else p
-            cases.append((cond, value))
-        return _missing_score(p, ibis.cases(*cases, else_=p) if cases else p)
+            maps.append(tuple(tuple(part[self._name(c)].astype(float))
+                              for c in ("lo", "hi", "value", "slope")) if len(part) else 0.0)
+        return _missing_score(p, segment_fixed(p, self._conditions(table), maps, self.clip))
 
     def mapping_frame(self) -> pd.DataFrame:
         return (self.blocks if self.blocks is not None else pd.DataFrame()).reset_index(

@@ -1624,6 +1624,40 @@ def piecewise(p: ir.FloatingValue, lo, hi, value, slope) -> ir.FloatingValue:
     return tree(0, len(value) - 1).cast("float64")
 
 
+def segment_fixed(p: ir.FloatingValue, members: Sequence[ir.BooleanValue], thetas: Sequence,
+                  clip: float) -> ir.FloatingValue:
+    """The score a segment fix gives a row (``members``: whether it is in each fitted segment;
+    ``thetas``: each segment's θ): the one rule both the fix's judgement
+    (:func:`segment_terms`) and its exported map (:class:`sqlcal.segments_map.SegmentFix`) use.
+
+    A row in no fitted segment keeps its score ``p``. In a segment, with p̃ = p clipped to
+    [clip, 1 − clip], the score is σ(logit p̃ + Σ_k θ_k·1[row ∈ S_k]) (θ a number: a shift; a
+    pair: θ₀ + θ₁·logit p̃, a Platt map), or, when the θ are isotonic maps' blocks (four
+    tuples), the first segment's map of p (a decision list; an entry without blocks keeps
+    ``p``); that score is clipped to [clip, 1 − clip], so a fix never gives 0 or 1."""
+    def clipped(x):
+        return ibis.greatest(ibis.least(x, number(1 - clip)), number(clip))
+
+    if any(_is_blocks(theta) for theta in thetas):
+        cases = [(m, clipped(piecewise(p, *theta)) if _is_blocks(theta) else p)
+                 for m, theta in zip(members, thetas)]
+        return ibis.cases(*cases, else_=p).cast("float64") if cases else p
+    if not members:
+        return p
+    pc = clipped(p)
+    eta = (pc / (1 - pc)).ln()
+    shift = number(0.0)
+    for m, theta in zip(members, thetas):
+        if isinstance(theta, tuple):  # (intercept, slope on logit p̃): a Platt map
+            value = number(theta[0]) + number(theta[1]) * eta
+        else:
+            value = number(theta)
+        shift = shift + ibis.cases((m, value), else_=number(0.0))
+    mapped = 1 / (1 + ibis.greatest(ibis.least(-(eta + shift), number(EXP_LIMIT)),
+                                    number(-EXP_LIMIT)).exp())
+    return ibis.ifelse(ibis.or_(*members), clipped(mapped), p)
+
+
 def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool,
                   checks: Callable | None = None) -> ir.Table:
     """Per fold, group and membership pattern (Σ 2^k over the segments k holding the row), the
@@ -1631,13 +1665,14 @@ def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool,
     a segment's θ may be a pair (intercept, slope): its rows get θ₀ + θ₁·logit p̃ (a
     per-segment Platt map); or four tuples (lo, hi, value, slope), an isotonic map's blocks
     (:func:`piecewise`): then the segments are a decision list, a row belongs to the first
-    segment holding it, and its p' is the map's value clipped to [clip, 1 − clip]; with ``step``
-    > 0 also per logit cell ``lcell`` = FLOOR(logit p̃ / step) and only ``n``, ``W``, Σwy,
-    Σw·logit p̃ (the fit's histogram); with ``step`` = 0 the exact terms at the given θ:
-    ``r`` = Σw(y − p'), ``h`` = Σwp'(1 − p'), ``r0``, ``h0`` (at θ = 0), the log-likelihoods
-    ``ll``, ``ll0``, ``dd`` = Σw(ℓ' − ℓ₀)², the Brier sums ``bs``, ``bs0``. As the first scan of
-    a source (a fix of given segments) it carries the validation ``checks`` and the score's
-    range ``p_min``, ``p_max``."""
+    segment holding it; with ``step`` > 0 also per logit cell ``lcell`` = FLOOR(logit p̃ /
+    step) and only ``n``, ``W``, Σwy, Σw·logit p̃ (the fit's histogram); with ``step`` = 0 the
+    exact terms at the given θ of the score p' the fix exports (:func:`segment_fixed`):
+    ``r`` = Σw(y − p'), ``h`` = Σwp'(1 − p'), ``r0``, ``h0`` (of p itself), the
+    log-likelihoods ``ll``, ``ll0`` (a score of 0 or 1, kept only outside the fitted segments,
+    read as 10^-15 from it), ``dd`` = Σw(ℓ' − ℓ₀)², the Brier sums ``bs``, ``bs0``. As the first
+    scan of a source (a fix of given segments) it carries the validation ``checks`` and the
+    score's range ``p_min``, ``p_max``."""
     by, features, (holdout, a_share, split), segments, step, clip = params
     t = rows.mutate(sqlcal_fold=segment_fold(rows, holdout, a_share, split))
     member = [key_match(t, key, by) & segment_condition(t, preds) if by else
@@ -1663,23 +1698,19 @@ def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool,
         return _aggregate(t, [*keys, "lcell"], n=t.count(),
                           W=t.w.sum() if weighted else t.count().cast("float64"),
                           swy=w(t.y).sum(), sweta=w(t.sqlcal_eta).sum(), **valid)
-    shift = ibis.literal(0.0)
-    for m, (_, _, theta) in zip(member, segments):
-        if _is_blocks(theta):  # an isotonic map: logit of its clipped value, less logit p̃
-            q = piecewise(t.p, *theta)
-            q = ibis.greatest(ibis.least(q, number(1 - clip)), number(clip))
-            value = (q / (1 - q)).ln() - t.sqlcal_eta
-        elif isinstance(theta, tuple):  # (intercept, slope on logit p̃): a Platt map
-            value = number(theta[0]) + number(theta[1]) * t.sqlcal_eta
-        else:
-            value = number(theta)
-        shift = shift + ibis.cases((m, value), else_=number(0.0))
-    mu = 1 / (1 + ibis.greatest(ibis.least(-(t.sqlcal_eta + shift), 700.0), -700.0).exp())
-    mu = ibis.greatest(ibis.least(mu, number(1 - 1e-15)), number(1e-15))
-    t = t.mutate(sqlcal_mu=mu, sqlcal_pc=pc)
-    ll = t.y * t.sqlcal_mu.ln() + (1 - t.y) * (1 - t.sqlcal_mu).ln()
-    ll0 = t.y * t.sqlcal_pc.ln() + (1 - t.y) * (1 - t.sqlcal_pc).ln()
-    t = t.mutate(sqlcal_ll=ll, sqlcal_ll0=ll0)
+    # the score the fix exports, judged as it is (its own members: a decision list's entries
+    # are first matches by construction)
+    own = [key_match(t, key, by) & segment_condition(t, preds) if by else
+           segment_condition(t, preds) for key, preds, _ in segments]
+    t = t.mutate(sqlcal_mu=segment_fixed(t.p, own, [theta for _, _, theta in segments], clip),
+                 sqlcal_pc=t.p)
+
+    def loglik(q):  # 0 or 1 only outside the fitted segments (the score as given)
+        floor = number(1e-15)
+        return (t.y * ibis.greatest(q, floor).ln()
+                + (1 - t.y) * ibis.greatest(1 - q, floor).ln())
+
+    t = t.mutate(sqlcal_ll=loglik(t.sqlcal_mu), sqlcal_ll0=loglik(t.sqlcal_pc))
     d = t.sqlcal_ll - t.sqlcal_ll0
     w = (lambda v: t.w * v) if weighted else (lambda v: v)
     return _aggregate(t, keys, **valid, n=t.count(),

@@ -411,8 +411,9 @@ def test_segment_fix_platt_equals_the_logistic_fit_on_the_rows_and_its_sql_equal
 
 def test_segment_fix_isotonic_equals_sklearn_per_entry_and_its_sql_equals_numpy():
     """kind="isotonic": per entry of the decision list, the map equals scikit-learn's
-    IsotonicRegression fitted on that entry's fitting rows (folds A and B), on the holdout
-    rows; the holdout log loss equals numpy's; the SQL gives the same scores in DuckDB."""
+    IsotonicRegression fitted on that entry's fitting rows (folds A and B), clipped to
+    [1e-6, 1 − 1e-6], on the holdout rows; the holdout log loss equals numpy's; the SQL gives
+    the same scores in DuckDB."""
     from sklearn.isotonic import IsotonicRegression
 
     rng = np.random.default_rng(21)
@@ -446,7 +447,7 @@ def test_segment_fix_isotonic_equals_sklearn_per_entry_and_its_sql_equals_numpy(
         fit = (entry == i + 1) & ~hold
         iso = IsotonicRegression(out_of_bounds="clip").fit(df.p[fit], df.y[fit])
         at = (entry == i + 1) & hold
-        expected[at] = iso.predict(df.p[at])
+        expected[at] = np.clip(iso.predict(df.p[at]), 1e-6, 1 - 1e-6)  # never 0 or 1
         assert fix.table.blocks[i] == (fix.blocks.entry == i + 1).sum() > 0
     got = fix.transform_frame(df[hold], "p")
     np.testing.assert_allclose(got, expected[hold], rtol=1e-12, atol=1e-12)
