@@ -111,8 +111,12 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     screen_z : float, default 2
         Split mode: least |z| on fold A to enter the certified set.
     max_candidates : int, default 1,000,000
-        Most candidate segments per level (over all groups): split mode keeps those with the
-        largest bound (exact for the top segments); full mode raises :class:`BudgetError`.
+        Most candidate segments per level (over all groups), and fewer when their summaries
+        would exceed the budget's ``bytes`` (about 1.4 kB a depth-3 candidate: some 780,000
+        in 1 GiB): split mode keeps those with the largest bound (exact for the top
+        segments); full mode bounds every level's candidates from the level-1 counts before
+        any deeper level runs and raises :class:`BudgetError` naming the ``min_support`` and
+        ``max_depth`` that would fit.
     strategy : {"levels", "cube"}, default "levels"
         ``"levels"``: each level reads the base table once per covering set of columns (at
         most 2^16 raw value combinations), re-aggregated per column tuple inside it.
@@ -625,6 +629,9 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
     per_value = pd.DataFrame({"g": gid[ab], "j": feat[ab], "v": raw[ab], "W": vals[ab, _W]}
                              ).groupby(["g", "j", "v"], sort=False)["W"].sum().reset_index()
     supports = np.array([g["support"] for g in groups])
+    # the lattice's cost, from these counts, before any deeper level runs
+    spec["level_caps"], spec["level_bounds"] = _lattice_budget(per_value, groups, spec, k,
+                                                               max(bins, 1))
     big = per_value[per_value["W"].to_numpy() >= supports[per_value["g"].to_numpy()]]
     kept = [tuple(sorted(set(big.loc[big["j"] == j, "v"]))) for j in range(k)]
     seen = pd.DataFrame({"j": feat, "v": raw}).drop_duplicates()
@@ -671,15 +678,17 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
                 break
             cands, bound = _union([c for c, _ in parts], [u for _, u in parts], V)
             capped = 0
-            if len(cands) > spec["max_candidates"]:
+            cap = spec["level_caps"][depth]  # max_candidates, or less to fit the budget
+            if len(cands) > cap:
                 if mode == "full":
                     raise BudgetError(
                         f"segments: level {depth} has {len(cands)} candidate segments, over "
-                        f"max_candidates={spec['max_candidates']} (family so far: "
+                        f"max_candidates={spec['max_candidates']} or the {cap} the budget "
+                        "allows (family so far: "
                         f"{sum(int(lv['ok'].sum()) for g in groups for lv in g['lv'])} "
                         "segments); raise min_support (e.g. double it), lower max_depth, or "
                         "use mode='split'")
-                keep = _cap(cands, bound, spec["max_candidates"], search)
+                keep = _cap(cands, bound, cap, search)
                 capped = len(cands) - len(keep)
                 cands = cands[keep]
                 for g in groups:
@@ -690,9 +699,11 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
             found = _group_nodes(frame, tuples, search, depth, [g["next"][0] for g in groups])
             for g, level in zip(groups, found):
                 g["level"] = level
-                g["levels"][-1]["capped"] = capped
         for g in groups:
             _evaluate_level(g, depth, spec, min_expected, top_k, screen_z, search)
+            if depth > 1:  # the level's cap, what it removed, and the budget check's bound
+                g["levels"][-1].update(capped=capped, cap=cap,
+                                       bound=spec["level_bounds"][depth - 2])
     # every threshold of the search, stated with its result
     spec["searched"] = dict(min_expected=float(min_expected), screen_z=float(screen_z),
                             top_k=top_k, max_candidates=spec["max_candidates"],
@@ -739,22 +750,109 @@ def _fetch_nodes(search: dict, cands: np.ndarray) -> tuple[pd.DataFrame, np.ndar
     return _with_var2(frame), tuples
 
 
+def _candidate_bytes(depth: int, nb: int) -> int:
+    """The memory one candidate segment of a level takes on the numpy side, in bytes: per fold
+    and score bin its sums (8 doubles) and its row of the engine's answer (the level's values
+    as text, the sums, the keys). Measured: 1.4 kB a depth-3 candidate (20 features of 10 to
+    30 values, 50,000 rows, min_support=10: 1.13 GB of Python allocations at the peak for
+    797,237 candidates; 20 s of CPU a 100,000 of them)."""
+    return 3 * nb * (8 * len(STATS) + 64 * depth + 200)
+
+
+def _lattice_bound(values: np.ndarray, room: np.ndarray, depth: int) -> list[int]:
+    """Per level 2..``depth`` (index L − 2), at most how many candidate segments the search
+    generates over all groups: ``values`` (groups × features) counts each feature's values that
+    reach the group's support (the pooled bucket one of them), ``room`` = W/min_support of
+    each group. A node of column tuple T is a candidate only when each of its parents is
+    eligible, so at most min(Π_{j∈T} v_j, min_{j∈T} E(T∖j)·v_j) nodes of T are candidates,
+    and at most E(T) = min(that, W/min_support) of them eligible (the nodes of one tuple
+    partition the rows, each eligible one holding min_support)."""
+    k = values.shape[1]
+    eligible = {(j,): np.minimum(values[:, j], room) for j in range(k)}
+    out = []
+    for level in range(2, depth + 1):
+        total, nxt = 0.0, {}
+        for cols in combinations(range(k), level):
+            cand = np.prod(values[:, cols], axis=1)
+            for i, j in enumerate(cols):
+                cand = np.minimum(cand, eligible[cols[:i] + cols[i + 1:]] * values[:, j])
+            nxt[cols] = np.minimum(cand, room)
+            total += float(cand.sum())
+        eligible = nxt
+        out.append(int(min(total, 2.0**62)))
+    return out
+
+
+def _lattice_budget(per_value: pd.DataFrame, groups: list, spec: dict, k: int, nb: int
+                    ) -> tuple[dict, list]:
+    """Each level's cap on its candidates (``max_candidates``, or fewer to fit the budget), and
+    the bound on its candidates from the level-1 counts (:func:`_lattice_bound`), before any
+    deeper level runs. Split mode
+    keeps a capped level's candidates of largest bound (the search's own rule); full mode
+    tests every eligible segment, so a lattice that could exceed the budget's ``bytes`` or
+    ``cells`` (:func:`_candidate_bytes` per candidate, 3 folds × bins summary rows) is refused
+    here, naming the ``min_support`` and the ``max_depth`` that would fit."""
+    budget, depth = options.BUDGET, spec["depth"]
+    cap = {d: int(min(spec["max_candidates"], budget.bytes // _candidate_bytes(d, nb),
+                      budget.cells // (3 * nb))) for d in range(2, depth + 1)}
+
+    def bound(scale: float) -> list[int]:
+        support = np.array([g["support"] for g in groups]) * scale
+        w_ab = np.array([g["W_fold"][FOLD_A] + g["W_fold"][FOLD_B] for g in groups])
+        gi, j, w = (per_value[c].to_numpy() for c in ("g", "j", "W"))
+        big = w >= support[gi]
+        values = np.zeros((len(groups), k))
+        np.add.at(values, (gi[big], j[big]), 1.0)
+        small = np.zeros((len(groups), k))
+        np.add.at(small, (gi[~big], j[~big]), w[~big])
+        values += small >= support[:, None]  # the pooled bucket, when it reaches the support
+        return _lattice_bound(values, np.floor(w_ab / support), depth)
+
+    def over(levels: list[int]) -> int | None:  # the first level over the budget
+        for d, n in enumerate(levels, start=2):
+            if n * _candidate_bytes(d, nb) > budget.bytes or n * 3 * nb > budget.cells:
+                return d
+        return None
+
+    levels = bound(1.0)
+    level = over(levels) if spec["mode"] == "full" else None
+    if level is None:
+        return cap, levels
+    n = levels[level - 2]
+    fits = [d for d in range(1, depth) if over(levels[:d - 1]) is None]
+    scale = next((2.0**i for i in range(1, 64) if over(bound(2.0**i)) is None), None)
+    support = groups[0]["support"]
+    hint = [f"max_depth={fits[-1]}" if fits else None,
+            f"min_support={support * scale:g}" if scale else None]
+    raise BudgetError(
+        f"segments: with min_support={support:g} and max_depth={depth} over {k} features, "
+        f"level {level} could hold up to {n:,} candidate segments (bounded from the level-1 "
+        f"counts), about {n * _candidate_bytes(level, nb) / 2**30:.1f} GiB of summaries, over "
+        f"the budget of {budget.bytes / 2**30:g} GiB; "
+        f"{' or '.join(h for h in hint if h) or 'fewer features'} would fit (or use "
+        "mode='split', or raise sqlcal.options.budget(bytes=))")
+
+
 #: the most groups the GROUP BYs of one level statement may hold together: DuckDB keeps every
 #: UNION ALL branch's aggregate until the statement ends (measured: the depth-3 level of
 #: 10^6 rows, 20 features, peaked at 10.1 GB in one statement), so a level runs as several
-#: statements of at most this many estimated groups each (about 0.4 kB a group)
+#: statements of at most this many estimated groups each (about :data:`GROUP_BYTES` a group),
+#: and fewer when those would exceed the budget's ``bytes``
 SEGMENT_STATEMENT_GROUPS = 2**22
+GROUP_BYTES = 400
 
 
 def _batches(plan: list, sizes: list, rows: float, per_cell: int) -> list[list[int]]:
     """A level's column tuples (indices), in statements whose covering GROUP BYs hold at most
-    :data:`SEGMENT_STATEMENT_GROUPS` groups together, each set counted at the lesser of its
-    value combinations (``sizes``, :func:`sqlcal.summaries.segment_sizes`) times ``per_cell``
-    (folds, bins, groups) and the rows."""
+    :data:`SEGMENT_STATEMENT_GROUPS` groups together (or the budget's ``bytes`` at
+    :data:`GROUP_BYTES` a group), each set counted at the lesser of its value combinations
+    (``sizes``, :func:`sqlcal.summaries.segment_sizes`) times ``per_cell`` (folds, bins,
+    groups) and the rows."""
+    limit = min(SEGMENT_STATEMENT_GROUPS, options.BUDGET.bytes // GROUP_BYTES)
     out, current, held = [], [], 0.0
     for (_, members, _), size in zip(plan, sizes):
         groups = min(size * per_cell, rows)
-        if current and held + groups > SEGMENT_STATEMENT_GROUPS:
+        if current and held + groups > limit:
             out.append(current)
             current, held = [], 0.0
         current += list(members)

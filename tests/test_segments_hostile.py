@@ -280,3 +280,84 @@ def test_report_segments_section_by_a_key_named_segment(tmp_path):
     assert first["searched"]["mode"] == "split"
     page = html.render(run)
     assert "&quot;country&quot; = &#x27;a&#x27; AND &quot;device&quot; = &#x27;x&#x27;" in page
+
+
+# -- the lattice's cost, checked against the budget before any deeper level runs -----------------
+
+
+def _wide(n=20000, k=12, card=20, seed=9) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({f"f{j}": rng.integers(0, card, n) for j in range(k)})
+    df["p"] = rng.beta(2, 8, n)
+    df["y"] = (rng.uniform(size=n) < df.p).astype(int)
+    return df
+
+
+def test_full_mode_refuses_a_lattice_over_the_budget_before_any_deeper_level(monkeypatch):
+    """min_support=10 on 20,000 rows of 12 features of 20 values: up to C(12, 3)·20^3 = 1.76
+    million depth-3 candidates, about 2.4 GiB of summaries. Refused after the level-1 counts,
+    before any deeper statement, naming min_support, max_depth and values that fit; the
+    suggested min_support then runs."""
+    import re
+
+    from sqlcal.options import BudgetError
+
+    df = _wide()
+    features = [f"f{j}" for j in range(12)]
+    fetched = []
+    real = audit._fetch_nodes
+    monkeypatch.setattr(audit, "_fetch_nodes",
+                        lambda *a, **k: fetched.append(1) or real(*a, **k))
+    for call in (sqlcal.segments, sqlcal.multicalibration):
+        kw = dict(mode="full") if call is sqlcal.segments else {}
+        with pytest.raises(BudgetError) as e:
+            call(df, score="p", label="y", features=features, max_depth=3, min_support=10.0,
+                 **kw)
+        assert not fetched  # no level past the first ran
+        text = str(e.value)
+        for word in ("min_support=10", "max_depth=3", "level 3", "GiB", "budget(bytes="):
+            assert word in text, text
+    suggested = float(re.search(r"or min_support=([0-9.e+]+) would fit", text).group(1))
+    assert "max_depth=2" in text
+    out = sqlcal.segments(df, score="p", label="y", features=features, max_depth=3,
+                          min_support=suggested, mode="full")
+    levels = json.loads(out.searched.iloc[0])["levels"]
+    assert all(lv.get("bound", 0) * 1400 < 2**30 for lv in levels)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**16), support=st.sampled_from([5.0, 20.0, 60.0]),
+       cards=st.lists(st.integers(2, 6), min_size=3, max_size=4))
+def test_the_budget_bound_holds_every_level_candidates(seed, support, cards):
+    """The bound the budget check uses (from the level-1 counts) is at least the candidates
+    each level of a full search generates, with two groups (their candidates summed)."""
+    rng = np.random.default_rng(seed)
+    n = 600
+    df = pd.DataFrame({f"f{j}": rng.integers(0, c, n) for j, c in enumerate(cards)})
+    df["g"] = rng.choice(["u", "v"], n)
+    df["p"] = rng.uniform(0.1, 0.9, n)
+    df["y"] = (rng.uniform(size=n) < df.p).astype(int)
+    out = sqlcal.segments(df, score="p", label="y", by="g",
+                          features=list(df.columns[:len(cards)]), max_depth=len(cards),
+                          min_support=support, min_expected=0.0, mode="full", top_k=None)
+    levels = json.loads(out.searched.iloc[0])["levels"]
+    total = {}
+    for text in out.drop_duplicates("g").searched:
+        for lv in json.loads(text)["levels"]:
+            total[lv["depth"]] = total.get(lv["depth"], 0) + lv["candidates"]
+    for lv in levels[1:]:
+        assert total[lv["depth"]] <= lv["bound"], (lv, total)
+
+
+def test_split_mode_caps_a_level_to_the_budget():
+    """In split mode a level whose candidates' summaries would exceed the budget keeps those
+    of largest bound (the search's own rule), and says so in ``searched``."""
+    df = _wide(n=6000, k=6, card=8)
+    features = [f"f{j}" for j in range(6)]
+    with sqlcal.options.budget(bytes=300 * audit._candidate_bytes(2, 1)):
+        out = sqlcal.segments(df, score="p", label="y", features=features, max_depth=2,
+                              min_support=10.0)
+    level2 = json.loads(out.searched.iloc[0])["levels"][1]
+    assert level2["cap"] == 300 and level2["capped"] > 0
+    assert level2["candidates"] <= 300 < level2["candidates"] + level2["capped"]
+    assert level2["evaluated"] <= level2["cap"]
