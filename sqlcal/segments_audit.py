@@ -152,18 +152,25 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     Returns
     -------
     pandas.DataFrame
-        Per group, one row per returned segment, sorted by ``harm`` (segments explained by an
-        ancestor last): group keys, ``segment`` (its SQL condition), ``depth``, one column per
-        feature (its value as a string, NULL when free), ``n``, ``W``, ``mean_score``,
+        Per group, one row per returned segment, sorted by ``harm`` (explained segments
+        last): group keys, ``segment`` (its SQL condition), ``depth``, one column per
+        feature (its value as a string, NULL when free; ``__null__`` for a NULL predicate and
+        ``__other__`` for the pooled bucket), ``special_values`` (JSON naming the features
+        whose predicate is NULL or the bucket, None when none is: a value ``"__null__"`` of
+        the data is not listed), ``n``, ``W``, ``mean_score``,
         ``observed``, ``citl`` (mean score − observed), ``residual`` = Σw(y − p), ``harm`` =
         \|residual\| / W of the group, ``z``, ``p_value``, ``q_value``, ``significant``,
-        ``logit_shift`` and ``logit_shift_se`` (one Newton step), ``explained_by``,
+        ``logit_shift`` and ``logit_shift_se`` (one Newton step), ``explained_by`` (Notes),
         ``residual_all``, ``z_all`` (all non-holdout rows; biased by the selection in split
         mode); and what was searched: ``family_size`` (eligible segments evaluated: all of
         them in full mode, those the bound did not prune in split mode), ``tested``,
-        ``statements`` (engine statements), ``branches`` (GROUP BYs in them), ``searched``
-        (JSON: per level the candidates, ineligible, bound-pruned, evaluated; the values pooled
-        per feature; folds' weights), ``weight_kind``. Numbers come from fold B in split mode.
+        ``statements`` (engine statements), ``branches`` (base-table reads), ``searched``
+        (JSON: per level the candidates, ineligible, bound-pruned, evaluated, the cap and its
+        bound from the level-1 counts; the values pooled per feature; folds' weights; the
+        redundancy rule's statements), ``weight_kind``. Numbers come from fold B in split
+        mode. Group keys and features keep their names (any name); a column sqlcal adds
+        whose name a group key or feature holds takes a trailing underscore, repeated until
+        unique (``by="segment"``: the key in ``segment``, the condition in ``segment_``).
 
     Notes
     -----

@@ -508,9 +508,16 @@ def test_engines_agree_with_brute_force(con, upload):
     np.testing.assert_allclose(got.W, exp.W, rtol=1e-12)
     np.testing.assert_allclose(got.residual, exp.R, rtol=1e-9, atol=1e-9)
     assert json.loads(cube.searched[0])["scans"] == 2
-    # the redundancy rule's intersections, read from the cube, explain the same segments
+    # the redundancy rule's intersections, read from the cube, explain the same segments, and
+    # the same as on DuckDB from the frame
     levels = out.assign(k=_key(out)).set_index("k").sort_index()
     assert got.explained_by.fillna("-").tolist() == levels.explained_by.fillna("-").tolist()
+    local = sqlcal.segments(df, score="p", label="y", features=features, max_depth=2,
+                            min_support=40.0, min_expected=5.0, mode="full", top_k=None)
+    local = local.assign(k=_key(local)).set_index("k").sort_index()
+    quoted = levels.explained_by.fillna("-").str.replace("`", '"')  # Spark quotes with `
+    assert quoted.tolist() == local.explained_by.fillna("-").tolist()
+    assert levels.explained_by.notna().any()
 
 
 def _skewed(n=4000, seed=11):
