@@ -115,3 +115,32 @@ def test_cli_warns_on_stderr_and_exits_3_when_a_printed_fix_is_rejected(tmp_path
                  "--min-support", "500", "--fix"])
     out, err = capsys.readouterr()
     assert code == 0 and "warning" not in err
+
+
+def test_fix_on_every_engine_equals_duckdb_and_its_sql_runs_there(con, upload):
+    """The fix of a table in the engine under test (a group key named ``segment``, an
+    integer and a boolean feature with NULLs, the clipping rule) equals the fix of the same
+    rows as a frame on DuckDB, and its SQL in the engine's dialect gives the same scores."""
+    rng = np.random.default_rng(31)
+    n = 12000
+    df = pd.DataFrame({"segment": rng.choice(["web", "app"], n),
+                       "k": pd.array(rng.choice([1, 2, 3, None], n), dtype="Int64"),
+                       "b": pd.array(rng.choice([True, False, None], n), dtype="boolean"),
+                       "p": rng.uniform(0.05, 0.95, n)})
+    bent = df.segment.eq("web").to_numpy() & df.k.eq(1).fillna(False).to_numpy()
+    truth = np.where(bent, np.clip((df.p - 0.3) / 0.5, 0, 1), df.p)
+    df["y"] = (rng.uniform(size=n) < truth).astype(int)
+    kw = dict(score="p", label="y", by="segment", features=["k", "b"], max_depth=2,
+              min_support=300.0)
+    for kind in ("shift", "isotonic"):
+        there = sqlcal.segment_fix(upload(df), kind=kind, **kw)
+        here = sqlcal.segment_fix(df, kind=kind, **kw)
+        assert "\"k\" = 1" in " ".join(here.table["segment_"])
+        cols = ["holdout_log_loss_before", "holdout_log_loss_after", "holdout_brier_after"]
+        np.testing.assert_allclose(there.summary[cols], here.summary[cols], rtol=1e-9)
+        assert there.summary.accepted.tolist() == here.summary.accepted.tolist()
+        t = upload(df.assign(i=np.arange(n)))
+        got = t.select("i", q=there.expr(t, "p")).to_pandas().sort_values("i").q.to_numpy()
+        want = duckdb.sql(f"SELECT {here.sql('p')} AS q FROM df").df().q.to_numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        assert 0 < got.min() and got.max() < 1
