@@ -1,4 +1,6 @@
-"""The ``sqlcal`` command: ``sqlcal demo`` writes an example table, ``sqlcal report`` measures one."""
+"""The sqlcal command: calibration metrics of logged predictions, computed in the engine.
+
+Start with 'sqlcal demo' (an example table) and 'sqlcal report' (metrics per group)."""
 
 
 from __future__ import annotations
@@ -12,18 +14,32 @@ import warnings
 
 import pandas as pd
 
+from sqlcal._version import __version__
+from sqlcal.errors import install_hint
 from sqlcal.reporting import DEFAULT_METRICS, METRICS
 from sqlcal.sqlgen import DIALECTS, METRICS as SQL_METRICS
 
 EXIT_OK, EXIT_ERROR, EXIT_ALERT = 0, 2, 3
-EXIT_CODES = """exit codes:
+# the exit codes each command's help lists: 3 only under the commands that return it
+_EXIT_DONE = "  0  done"
+_EXIT_REST = """  2  error: bad arguments or configuration, unreadable data, engine or write failure;
+     one line 'sqlcal: error: ...' on stderr, and nothing written
+  1  never returned by sqlcal itself (Python's code for a crash: a bug, with its traceback)"""
+EXIT_CODES = f"""exit codes:
   0  done, every metric within the configured thresholds
   3  done, and at least one alert fired (--config)
-  2  error: bad arguments or configuration, unreadable data, engine or write failure;
-     one line 'sqlcal: error: ...' on stderr, and nothing written
-  1  never returned by sqlcal itself (Python's code for a crash: a bug, with its traceback)
+{_EXIT_REST}
 A closed pipe (sqlcal report ... | head) ends the printing quietly and keeps the code the run
 would have had: the files and the results table are written before anything is printed."""
+_MONITOR_EXIT_CODES = f"""exit codes:
+  0  done, no group alarmed and no window alert fired
+  3  done, and a group's detector alarmed or a window alert fired
+{_EXIT_REST}"""
+_PLAIN_EXIT_CODES = f"""exit codes:
+{_EXIT_DONE}
+{_EXIT_REST}"""
+#: the widest line of the default terminal table (wider tables wrap, the keys repeated)
+TERMINAL_WIDTH = 110
 # optional drivers -> the extra that installs them
 _EXTRAS = {"psycopg": "postgres", "psycopg2": "postgres", "pyspark": "spark",
            "matplotlib": "plot"}
@@ -67,22 +83,31 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict]:
-    parser = _Parser(prog="sqlcal", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="sqlcal", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"sqlcal {__version__}",
+                        help="print the version and exit")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="command",
+                                     help="one of the commands below ('sqlcal command --help' "
+                                          "for its options)")
 
     demo = commands.add_parser(
         "demo", help="write an example DuckDB table of logged predictions",
         description="Write an example DuckDB database of logged click predictions. PATH must not "
                     "exist, or be a database a previous 'sqlcal demo' wrote holding nothing "
-                    "else; anything else there is refused (exit 2) and left as it is.")
-    demo.add_argument("path", nargs="?", default="demo.duckdb")
-    demo.add_argument("--table", default="predictions")
+                    "else; anything else there is refused (exit 2) and left as it is.",
+        epilog=_PLAIN_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    demo.add_argument("path", nargs="?", default="demo.duckdb",
+                      help="the DuckDB file to write (default demo.duckdb)")
+    demo.add_argument("--table", default="predictions",
+                      help="the table's name (default predictions)")
     demo.add_argument("--rows", type=_positive, default=200_000,
                       help="events to draw (default 200000); they are logged pre-aggregated, one "
                            "row per distinct (model, segment, day, score, label) with weight = "
                            "the number of events, so the table has fewer rows and its total "
                            "weight is N")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seed", type=int, default=0,
+                      help="random seed (default 0): the same seed writes the same table")
 
     rep = commands.add_parser(
         "report", help="calibration metrics of a table, per group",
@@ -150,7 +175,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                                                            "[output] json)")
     sched.add_argument("--html", metavar="PATH",
                        help="write the HTML page here (overrides [output] html); its diagrams "
-                            "need matplotlib: pip install 'sqlcal[plot]'")
+                            "need matplotlib, the plot extra")
     sched.add_argument("--time", metavar="KEY", help="also measure per value of this column "
                                                       "(overrides [time] key)")
     sched.add_argument("--no-results", action="store_true",
@@ -165,7 +190,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                     "written only when its fingerprint (rows, sum of weights, of scores, of "
                     "labels) changed since its stored version: new periods, late rows, labels "
                     "that arrived since.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_PLAIN_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     snap.add_argument("--config", metavar="TOML", required=True,
                       help="monitor.toml ([source], [labels], [snapshot])")
     snap.add_argument("--period", metavar="DATE", help="snapshot this one period")
@@ -185,7 +210,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                     "prediction (a a delay edge of [labels]), per score bin and pooled, from "
                     "the mature periods of the store of [snapshot] (needs [labels] label_time), "
                     "with Clopper-Pearson intervals.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_PLAIN_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     mat.add_argument("--config", metavar="TOML", required=True,
                      help="monitor.toml ([labels], [snapshot])")
     mat.add_argument("--bins", type=_positive, default=8,
@@ -200,7 +225,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                     "summaries of the store of [snapshot], per group: one line per alarm, exit "
                     "code 3 when a group alarms. P(any false alarm within [detect] horizon daily "
                     "checks) <= alpha per group.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_MONITOR_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     mon.add_argument("--config", metavar="TOML", required=True,
                      help="monitor.toml ([snapshot], [labels], [detect])")
     mon.add_argument("--at", metavar="DATE", help="the check time (default: the latest as_of)")
@@ -213,41 +238,58 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     mon.add_argument("--no-windows", action="store_true",
                      help="only the detector: no window metrics, alerts or results rows")
 
-    sql = commands.add_parser("sql", help="print the SQL of a metric's reduction for a dialect",
-                              formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog="metrics: " + ", ".join(SQL_METRICS))
+    sql = commands.add_parser(
+        "sql", help="print the SQL of a metric's reduction for a dialect",
+        description="Print the statements that reduce a table to the summaries METRIC reads, "
+                    "in a SQL dialect: run them anywhere, then finish the metric with "
+                    "sqlcal.from_summaries.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="metrics: " + ", ".join(SQL_METRICS) + "\n\n" + _PLAIN_EXIT_CODES)
     sql.add_argument("metric", choices=SQL_METRICS, metavar="METRIC",
                      help="one of the metrics listed below")
     sql.add_argument("--dialect", default="duckdb", choices=[*DIALECTS, "spark"],
                      help="default duckdb; databricks and spark are Spark SQL")
-    sql.add_argument("--table", required=True)
-    sql.add_argument("--score", required=True)
-    sql.add_argument("--label", required=True)
-    sql.add_argument("--weight")
+    sql.add_argument("--table", required=True, help="the table the statements read")
+    sql.add_argument("--score", required=True,
+                     help="score column (probability in [0, 1])")
+    sql.add_argument("--label", required=True, help="label column (0/1)")
+    sql.add_argument("--weight", help="weight column (frequency weights)")
     sql.add_argument("--by", default="", help="comma-separated group keys")
 
-    dbt = commands.add_parser("dbt", help="write the dbt package `sqlcal` (sql/dbt/) to a folder")
+    dbt = commands.add_parser(
+        "dbt", help="write the dbt package 'sqlcal' (sql/dbt/) to a folder",
+        description="Write the dbt package named sqlcal (generic tests and summary macros, the "
+                    "repository's sql/dbt/) to FOLDER; point packages.yml at it.",
+        epilog=_PLAIN_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     dbt.add_argument("folder", help="where to write it (packages.yml: - local: FOLDER)")
     seg = commands.add_parser(
         "segments", help="find the significantly miscalibrated segments (and fix them in SQL)",
         description="Search conjunctions of feature = value for miscalibration (sqlcal.segments: "
                     "fold A searches, fold B certifies with Benjamini-Hochberg); with --fix, fit "
-                    "per-segment logit shifts judged on a holdout and print their SQL.")
+                    "per-segment logit shifts judged on a holdout and print their SQL.",
+        epilog=_PLAIN_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     seg.add_argument("data", help="Parquet/CSV path or glob, DuckDB file, or connection URL")
     seg.add_argument("--table", help="table name inside a database file or URL")
-    seg.add_argument("--score", required=True)
-    seg.add_argument("--label", required=True)
-    seg.add_argument("--weight")
+    seg.add_argument("--score", required=True, help="score column (probability in [0, 1])")
+    seg.add_argument("--label", required=True, help="label column (0/1 or boolean)")
+    seg.add_argument("--weight", help="weight column (frequency weights)")
     seg.add_argument("--by", default="", help="comma-separated group keys")
     seg.add_argument("--where", help="a condition over the table's columns")
     seg.add_argument("--features", required=True, help="comma-separated categorical columns")
-    seg.add_argument("--max-depth", type=_positive, default=3)
+    seg.add_argument("--max-depth", type=_positive, default=3,
+                     help="most features in one segment's condition (default 3)")
     seg.add_argument("--min-support", type=float, help="least weight of a segment (default "
                                                          "max(1000, 1e-3 of the group's weight))")
-    seg.add_argument("--mode", choices=["split", "full"], default="split")
-    seg.add_argument("--fdr", choices=["bh", "by", "bonferroni", "none"], default="bh")
-    seg.add_argument("--alpha", type=float, default=0.05)
-    seg.add_argument("--top-k", type=_positive, default=100)
+    seg.add_argument("--mode", choices=["split", "full"], default="split",
+                     help="split (default): fold A searches, fold B tests the top segments; "
+                          "full: test every eligible segment on all rows")
+    seg.add_argument("--fdr", choices=["bh", "by", "bonferroni", "none"], default="bh",
+                     help="multiple-testing correction of the q-values (default bh, "
+                          "Benjamini-Hochberg; by for any dependence)")
+    seg.add_argument("--alpha", type=float, default=0.05,
+                     help="level at which a segment is significant (default 0.05)")
+    seg.add_argument("--top-k", type=_positive, default=100,
+                     help="segments screened on fold A and tested on fold B (default 100)")
     seg.add_argument("--effect", choices=["residual", "ece", "sliceline"], default="residual",
                      help="search the net residual, the binned error (finds segments whose "
                           "errors cancel), or SliceLine's score of the squared error")
@@ -522,9 +564,7 @@ def _plain(args) -> int:
     if args.json:
         _out(to_json(table, describe(src)))
     else:
-        with pd.option_context("display.max_columns", None, "display.width", 200,
-                               "display.float_format", "{:.4g}".format):
-            _out(table.to_string(index=False))
+        _out(terminal_table(table))
     return EXIT_OK
 
 
@@ -609,11 +649,83 @@ def _print_summary(run, written: list[str]) -> None:
     lines = [f"run {run.run_id}: {run.status.upper()}, {len(run.table)} groups, "
              f"{len(run.alerts)} alerts"]
     lines += [f"  ALERT {alert['message']}" for alert in run.alerts]
-    with pd.option_context("display.max_columns", None, "display.width", 200,
-                           "display.float_format", "{:.4g}".format):
-        lines.append(run.table.to_string(index=False))
+    lines.append(terminal_table(run.table))
     lines += [f"wrote {item}" for item in written]
     _out("\n".join(lines))
+
+
+def terminal_table(table: pd.DataFrame, width: int = TERMINAL_WIDTH) -> str:
+    """A report table as a terminal shows it: the group keys, ``n``, ``W`` and each metric's
+    headline column (its value, or its p-value for a test), numbers formatted for reading, in
+    blocks of at most ``width`` characters that each repeat the keys; a last line says how many
+    columns ``--json`` adds (intervals, bounds, the trust columns)."""
+    keys = list(table.columns[:list(table.columns).index("n")]) if "n" in table else []
+    shown = [c for c in table.columns if c not in keys
+             and (c in ("n", "W", "n_dropped") or c in _HEADLINES)]
+    shown.sort(key=_is_p_value)  # values first, then the tests' p-values: a block each
+    cells = {c: [str(v) for v in table[c]] for c in keys}
+    cells.update({c: [_number(c, v) for v in table[c]] for c in shown})
+    widths = {c: max([len(c), *map(len, cells[c])]) for c in cells}
+    start = sum(widths[k] + 2 for k in keys)  # a line's length so far, its separator included
+    blocks, block, used = [], [], start
+    for c in shown:
+        if block and used + widths[c] > width:
+            blocks.append(block)
+            block, used = [], start
+        block.append(c)
+        used += widths[c] + 2
+    blocks.append(block)
+    lines = []
+    for i, block in enumerate(blocks):
+        columns = keys + block
+        if i:
+            lines.append("")
+        lines.append("  ".join(c.ljust(widths[c]) if c in keys else c.rjust(widths[c])
+                               for c in columns).rstrip())
+        for row in range(len(table)):
+            lines.append("  ".join(cells[c][row].ljust(widths[c]) if c in keys
+                                   else cells[c][row].rjust(widths[c]) for c in columns).rstrip())
+    hidden = len(table.columns) - len(keys) - len(shown)
+    if hidden:
+        lines.append(f"({len(keys) + len(shown)} of {len(table.columns)} columns; --json prints "
+                     f"all of them: intervals, bounds, test statistics, trust)")
+    return "\n".join(lines)
+
+
+def _headlines() -> set[str]:
+    """Each report metric's headline column: its p-value when it is a test, else its value
+    (both ends of a bracket)."""
+    out = set()
+    for name, (_, _, columns) in METRICS.items():
+        tests = [c for k, c in columns.items() if k == "p_value"]
+        out.update(tests or [next(iter(columns.values()))])
+        if name == "distance_to_calibration":
+            out.add(columns["upper_distance"])
+    return out
+
+
+_HEADLINES = _headlines()
+
+
+def _number(column: str, value) -> str:
+    """A number as a reader takes it in: counts with thousands separators, other numbers to
+    four decimals (aligned), those below 0.001 (tiny p-values) as 2.3e-65."""
+    if value is None or isinstance(value, (bool, str)):
+        return str(value)
+    value = float(value)
+    if value != value:
+        return "NaN"
+    if column in ("n", "W", "n_dropped") and (value == round(value) or abs(value) >= 1000):
+        return f"{value:,.0f}"
+    if _is_p_value(column):
+        return f"{value:.4f}" if value >= 1e-4 or value == 0 else f"{value:.1e}"
+    if abs(value) >= 1e4 and abs(value) != float("inf"):
+        return f"{value:,.0f}"
+    return f"{value:.4f}" if abs(value) >= 1e-3 or value == 0 else f"{value:.1e}"
+
+
+def _is_p_value(column: str) -> bool:
+    return column.endswith("_p") or column == "p_value"
 
 
 def _keys(text: str) -> list[str]:
@@ -698,14 +810,14 @@ def _missing_extra(e: BaseException) -> str | None:
     for x in imports:
         root = (x.name or "").split(".")[0]
         if root in _EXTRAS:
-            return (f"{root} is not installed, and this data needs it: pip install "
-                    f"'sqlcal[{_EXTRAS[root]}]'")
+            return (f"{root} is not installed, and this data needs it: "
+                    f"{install_hint(_EXTRAS[root])}")
     for x in imports:
         found = re.search(r"Failed to import the (\w+) backend", str(x))
         if found:
             backend = found.group(1)
             extra = {"postgres": "postgres", "pyspark": "spark"}.get(backend)
-            hint = (f"pip install 'sqlcal[{extra}]'" if extra
+            hint = (install_hint(extra) if extra
                     else f"pip install 'ibis-framework[{backend}]'")
             return f"the {backend} backend's driver is not installed: {hint}"
     return None
