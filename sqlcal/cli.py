@@ -108,6 +108,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                            "weight is N")
     demo.add_argument("--seed", type=int, default=0,
                       help="random seed (default 0): the same seed writes the same table")
+    demo.add_argument("--examples", action="store_true",
+                      help="also write, beside PATH, the small Parquet files the "
+                           "documentation's examples read (preds.parquet, clicks.parquet, "
+                           "animals.parquet, ...); only where no file is or over an earlier "
+                           "one of them")
 
     rep = commands.add_parser(
         "report", help="calibration metrics of a table, per group",
@@ -388,7 +393,12 @@ def _demo(args) -> int:
     import ibis
 
     from sqlcal.demo import write_demo
+    from sqlcal.example_data import EXAMPLES, check_example_path, write_examples
 
+    folder = os.path.dirname(os.path.abspath(args.path))
+    if args.examples:  # every path is checked before anything is written
+        for name in EXAMPLES:
+            check_example_path(os.path.join(folder, name))
     write_demo(args.path, args.table, rows=args.rows, seed=args.seed)
     con = ibis.duckdb.connect(args.path, read_only=True)
     try:
@@ -400,6 +410,9 @@ def _demo(args) -> int:
     _out(f"wrote {rows} rows to table {args.table!r} in {args.path}: one row per distinct "
          f"model, segment, day, score and label, weighted by its number of events (total "
          f"weight {weight:.0f})")
+    if args.examples:
+        for path in write_examples(folder, seed=args.seed):
+            _out(f"wrote {os.path.relpath(path)}")
     _out(f"next: sqlcal report {args.path} --table {args.table} --score score --label label "
          "--weight weight --by model,segment")
     return EXIT_OK
