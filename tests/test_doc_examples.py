@@ -93,6 +93,8 @@ def _page_id(path: Path) -> str:
 def test_examples_run_as_written(page, example_folder, tmp_path, monkeypatch):
     for item in example_folder.iterdir():
         shutil.copy(item, tmp_path / item.name)
+    # the pages name the repository's example configs as examples/... (run from its root)
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "80")
     namespace: dict = {"__name__": "__main__"}
