@@ -45,6 +45,25 @@ _EXTRAS = {"psycopg": "postgres", "psycopg2": "postgres", "pyspark": "spark",
            "matplotlib": "plot"}
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help, with the listings kept as written: a paragraph with an indented line
+    (the exit codes) is printed line for line, every other paragraph is wrapped."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        out = []
+        for paragraph in text.split("\n\n"):
+            lines = paragraph.splitlines()
+            if any(line.startswith(" ") for line in lines):
+                out.append("\n".join(indent + line for line in lines))
+            else:
+                out.append(textwrap.fill(" ".join(line.strip() for line in lines), width,
+                                         initial_indent=indent, subsequent_indent=indent,
+                                         break_on_hyphens=False))
+        return "\n\n".join(out)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (``sqlcal: error: ...``), exit code 2."""
 
@@ -84,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> tuple[argparse.ArgumentParser, dict]:
     parser = _Parser(prog="sqlcal", description=__doc__,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                     formatter_class=_Formatter)
     parser.add_argument("--version", action="version", version=f"sqlcal {__version__}",
                         help="print the version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="command",
@@ -96,7 +115,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
         description="Write an example DuckDB database of logged click predictions. PATH must not "
                     "exist, or be a database a previous 'sqlcal demo' wrote holding nothing "
                     "else; anything else there is refused (exit 2) and left as it is.",
-        epilog=_PLAIN_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_PLAIN_EXIT_CODES, formatter_class=_Formatter)
     demo.add_argument("path", nargs="?", default="demo.duckdb",
                       help="the DuckDB file to write (default demo.duckdb)")
     demo.add_argument("--table", default="predictions",
@@ -124,7 +143,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                     "data: a path that is the source, a database or data file, a symlink, a "
                     "directory, or an existing file other than a previous sqlcal output of the "
                     "same kind is refused before any query.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXIT_CODES, formatter_class=_Formatter)
     rep.add_argument("data", nargs="?",
                      help="Parquet/CSV path or glob, DuckDB file, or connection URL")
     rep.add_argument("--table", help="table name inside a database file or URL")
@@ -195,7 +214,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                     "written only when its fingerprint (rows, sum of weights, of scores, of "
                     "labels) changed since its stored version: new periods, late rows, labels "
                     "that arrived since.",
-        epilog=_PLAIN_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_PLAIN_EXIT_CODES, formatter_class=_Formatter)
     snap.add_argument("--config", metavar="TOML", required=True,
                       help="monitor.toml ([source], [labels], [snapshot])")
     snap.add_argument("--period", metavar="DATE", help="snapshot this one period")
@@ -215,7 +234,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                     "prediction (a a delay edge of [labels]), per score bin and pooled, from "
                     "the mature periods of the store of [snapshot] (needs [labels] label_time), "
                     "with Clopper-Pearson intervals.",
-        epilog=_PLAIN_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_PLAIN_EXIT_CODES, formatter_class=_Formatter)
     mat.add_argument("--config", metavar="TOML", required=True,
                      help="monitor.toml ([labels], [snapshot])")
     mat.add_argument("--bins", type=_positive, default=8,
@@ -230,7 +249,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                     "summaries of the store of [snapshot], per group: one line per alarm, exit "
                     "code 3 when a group alarms. P(any false alarm within [detect] horizon daily "
                     "checks) <= alpha per group.",
-        epilog=_MONITOR_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_MONITOR_EXIT_CODES, formatter_class=_Formatter)
     mon.add_argument("--config", metavar="TOML", required=True,
                      help="monitor.toml ([snapshot], [labels], [detect])")
     mon.add_argument("--at", metavar="DATE", help="the check time (default: the latest as_of)")
@@ -248,7 +267,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
         description="Print the statements that reduce a table to the summaries METRIC reads, "
                     "in a SQL dialect: run them anywhere, then finish the metric with "
                     "sqlcal.from_summaries.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
         epilog="metrics: " + ", ".join(SQL_METRICS) + "\n\n" + _PLAIN_EXIT_CODES)
     sql.add_argument("metric", choices=SQL_METRICS, metavar="METRIC",
                      help="one of the metrics listed below")
@@ -265,14 +284,14 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
         "dbt", help="write the dbt package 'sqlcal' (sql/dbt/) to a folder",
         description="Write the dbt package named sqlcal (generic tests and summary macros, the "
                     "repository's sql/dbt/) to FOLDER; point packages.yml at it.",
-        epilog=_PLAIN_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_PLAIN_EXIT_CODES, formatter_class=_Formatter)
     dbt.add_argument("folder", help="where to write it (packages.yml: - local: FOLDER)")
     seg = commands.add_parser(
         "segments", help="find the significantly miscalibrated segments (and fix them in SQL)",
         description="Search conjunctions of feature = value for miscalibration (sqlcal.segments: "
                     "fold A searches, fold B certifies with Benjamini-Hochberg); with --fix, fit "
                     "per-segment logit shifts judged on a holdout and print their SQL.",
-        epilog=_PLAIN_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_PLAIN_EXIT_CODES, formatter_class=_Formatter)
     seg.add_argument("data", help="Parquet/CSV path or glob, DuckDB file, or connection URL")
     seg.add_argument("--table", help="table name inside a database file or URL")
     seg.add_argument("--score", required=True, help="score column (probability in [0, 1])")
