@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "report":
         _check_report_flags(args, commands["report"])
+    if args.command == "segments":
+        _check_segments_flags(args, commands["segments"])
     try:
         if args.command == "sql":
             return _sql(args)
@@ -317,9 +319,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     seg.add_argument("--effect", choices=["residual", "ece", "sliceline"], default="residual",
                      help="search the net residual, the binned error (finds segments whose "
                           "errors cancel), or SliceLine's score of the squared error")
-    seg.add_argument("--sliceline-alpha", type=float, default=0.5,
-                     help="SliceLine's weight of the error against the size (--effect "
-                          "sliceline)")
+    seg.add_argument("--sliceline-alpha", type=float,
+                     help="SliceLine's weight of the error against the size (default 0.5; "
+                          "only with --effect sliceline)")
     seg.add_argument("--strategy", choices=["levels", "cube"], default="levels",
                      help="cube: two base-table scans whatever the depth (few or skewed "
                           "features)")
@@ -328,6 +330,14 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                           "SQL")
     seg.add_argument("--json", metavar="PATH", help="write the segments (and the fix) as JSON")
     return parser, {"demo": demo, "report": rep, "sql": sql, "snapshot": snap, "segments": seg}
+
+
+def _check_segments_flags(args, seg: argparse.ArgumentParser) -> None:
+    # a flag of one effect given with another would be ignored: refuse it
+    if args.sliceline_alpha is not None and args.effect != "sliceline":
+        seg.error("--sliceline-alpha applies only with --effect sliceline")
+    if args.sliceline_alpha is None:
+        args.sliceline_alpha = 0.5
 
 
 def _rate(text: str) -> float | str:
@@ -382,6 +392,9 @@ def _check_report_flags(args, rep: argparse.ArgumentParser) -> None:
                           "config file names the data, columns and metrics)")
         return
     args.by = args.by or ""
+    if args.bins is not None and not any(_takes_bins(m) for m in _metric_names(args)):
+        rep.error("--bins applies to the ECE family and the Brier decomposition; none of the "
+                  "metrics measured takes it")
     args.bins = 15 if args.bins is None else args.bins
     args.on_invalid = args.on_invalid or "raise"
     if args.metrics is not None:
@@ -396,6 +409,11 @@ def _check_report_flags(args, rep: argparse.ArgumentParser) -> None:
         if value and not runs:
             rep.error(f"{flag} applies only with --config, --html, --json-file or --time")
     _check_bins(args, rep)
+
+
+def _takes_bins(name: str) -> bool:
+    # as sqlcal.report(bins=): the ECE family and the Brier decomposition take --bins
+    return name in METRICS and METRICS[name][0].__name__ in ("ece", "brier_decomposition")
 
 
 def _check_bins(args, rep: argparse.ArgumentParser) -> None:
@@ -630,12 +648,8 @@ def _adhoc_config(args) -> dict:
     source = {"data": args.data, "table": args.table, "score": args.score, "label": args.label,
               "weight": args.weight, "by": _keys(args.by), "where": args.where,
               "on_invalid": args.on_invalid, **_sampling(args)}
-    metrics = {}
-    for name in _metric_names(args):
-        function = METRICS[name][0] if name in METRICS else None
-        # as sqlcal.report(bins=): the ECE family and the Brier decomposition take --bins
-        binned = function is not None and function.__name__ in ("ece", "brier_decomposition")
-        metrics[name] = {"bins": args.bins} if binned else {}
+    metrics = {name: {"bins": args.bins} if _takes_bins(name) else {}
+               for name in _metric_names(args)}
     raw = {"source": {k: v for k, v in source.items() if v is not None}, "metrics": metrics,
            "report": {"bins": args.bins}}
     return scheduled.validate_config(raw, where="the command line")

@@ -135,3 +135,35 @@ def test_install_hints_name_the_repository():
                  for i, line in enumerate(path.read_text().splitlines(), 1)
                  if "sqlcal[" in line]
     assert offending == []
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory):
+    db = str(tmp_path_factory.mktemp("demo") / "demo.duckdb")
+    assert main(["demo", db, "--rows", "2000"]) == 0
+    return db
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--metrics", "brier,log_loss", "--bins", "10"], "--bins"),
+])
+def test_report_flag_no_metric_reads_is_an_error(demo_db, capsys, argv, flag):
+    with pytest.raises(SystemExit) as e:
+        main(["report", demo_db, "--table", "predictions", "--score", "score", "--label",
+              "label", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and flag in err
+    # with a metric that reads it, the flag is taken
+    assert main(["report", demo_db, "--table", "predictions", "--score", "score", "--label",
+                 "label", "--metrics", "brier,ece", "--bins", "10"]) == 0
+
+
+def test_segments_sliceline_alpha_needs_its_effect(demo_db, capsys):
+    argv = ["segments", demo_db, "--table", "predictions", "--score", "score", "--label",
+            "label", "--features", "model"]
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--sliceline-alpha", "0.9"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--sliceline-alpha" in err and "--effect sliceline" in err
+    assert main([*argv, "--effect", "sliceline", "--sliceline-alpha", "0.9",
+                 "--mode", "full"]) == 0
