@@ -8,6 +8,7 @@ accepts. The same query also produces the *totals* summary (per group: n, W, Σw
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import warnings
@@ -20,6 +21,7 @@ import ibis
 import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
+from ibis.backends.duckdb import Backend as DuckDBBackend
 
 from sqlcal import summaries
 from sqlcal.options import checked
@@ -648,8 +650,9 @@ _FILE_READERS = {
     ".gz": "read_csv",
 }
 _DB_SUFFIXES = (".duckdb", ".ddb", ".db")
-#: the open connections, one per database URL or DuckDB file (keyed by its absolute path; "" is
-#: the embedded DuckDB): reused by every source, closed by whoever replaces the file
+#: the connections, one per database URL or DuckDB file (keyed by its absolute path; "" is the
+#: embedded DuckDB), reused by every source; a DuckDB file is held only while a query runs
+#: (:class:`DuckDBFile`)
 connections: dict[str, Any] = {}
 
 
@@ -682,20 +685,80 @@ def frame_connection(rows: int):
 
 
 def _connect(url: str):
-    # DuckDB files open read-only (sqlcal only reads), one connection per file: DuckDB refuses a
-    # second connection to a file with a different configuration.
+    # one connection per DuckDB file or database URL, reused by every source of this process
     path = url[len("duckdb://"):] if url.startswith("duckdb://") else None
     if path is None and "://" not in url:
         path = url
     key = os.path.abspath(path) if path not in (None, "", ":memory:") else url
     if key not in connections:
         if path not in (None, "", ":memory:"):
-            connections[key] = ibis.duckdb.connect(path, read_only=True)
+            connections[key] = DuckDBFile().connect(key)
         else:
             connections[key] = ibis.connect(url)
             if url.split("://")[0] in ("postgres", "postgresql"):
                 tune_postgres(connections[key], skip=url)
     return connections[key]
+
+
+class DuckDBFile(DuckDBBackend):
+    """A DuckDB database file that sqlcal reads, held only while a query runs.
+
+    An in-memory DuckDB attaches the file read-only (``ATTACH ... (READ_ONLY)``) when a query, a
+    schema or a table listing starts, and detaches it when that ends. Between two queries the
+    process holds neither the file nor its lock: another process may write to the file or
+    replace it (an ETL job's ``os.replace``), and the next query reads the file as it is then.
+    Attaching costs about 1.4 ms, where opening the file as a database of its own costs 27 ms.
+    """
+
+    _ALIAS = "sqlcal_input"
+
+    def do_connect(self, path: str) -> None:
+        super().do_connect(":memory:")
+        self._file, self._users, self._lock = path, 0, threading.RLock()
+
+    @contextlib.contextmanager
+    def attached(self):
+        """The file attached (and the default catalog) for the block; re-entrant."""
+        from sqlglot import exp
+
+        with self._lock:  # one query at a time on a DuckDB connection
+            if self._users == 0:
+                if not os.path.exists(self._file):  # ATTACH would create it
+                    raise FileNotFoundError(f"no database file at {self._file!r}")
+                self.con.execute(f"ATTACH {exp.convert(self._file).sql('duckdb')} AS "
+                                 f"{self._ALIAS} (READ_ONLY)")
+                self.con.execute(f"USE {self._ALIAS}")
+            self._users += 1
+            try:
+                yield
+            finally:
+                self._users -= 1
+                if self._users == 0:
+                    self.con.execute("USE memory")
+                    self.con.execute(f"DETACH {self._ALIAS}")
+
+    def execute(self, *args, **kwargs):
+        with self.attached():
+            return super().execute(*args, **kwargs)
+
+    def to_pyarrow(self, *args, **kwargs):
+        with self.attached():
+            return super().to_pyarrow(*args, **kwargs)
+
+    def to_pyarrow_batches(self, expr, /, **kwargs):
+        # a reader streams after the call returns: read the result while the file is attached
+        import pyarrow as pa
+
+        table = self.to_pyarrow(expr, **{k: v for k, v in kwargs.items() if k != "chunk_size"})
+        return pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
+
+    def get_schema(self, *args, **kwargs):
+        with self.attached():
+            return super().get_schema(*args, **kwargs)
+
+    def list_tables(self, *args, **kwargs):
+        with self.attached():
+            return super().list_tables(*args, **kwargs)
 
 
 #: session settings for a PostgreSQL connection sqlcal opens from a URL: sorts and hashes over

@@ -138,9 +138,12 @@ def test_database_files_are_opened_read_only(tmp_path):
     sqlcal.brier(str(db), table="preds", score="p", label="y")
     from sqlcal.inputs import _connect
 
+    before = db.read_bytes()
     opened = _connect(str(db))
-    with pytest.raises(Exception, match="(?i)read.only"):
+    with opened.attached(), pytest.raises(Exception, match="(?i)read.only"):
         opened.raw_sql("CREATE TABLE sneaky AS SELECT 1")
+    opened.raw_sql("CREATE TABLE sneaky AS SELECT 1")  # between queries the file is not attached
+    assert db.read_bytes() == before
 
 
 # -- odd identifiers and generated conditions -------------------------------------------------
