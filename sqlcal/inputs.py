@@ -26,7 +26,7 @@ from ibis.backends.duckdb import Backend as DuckDBBackend
 from sqlcal import summaries
 from sqlcal.options import checked
 from sqlcal.condition import parse_condition
-from sqlcal.errors import InvalidInputError
+from sqlcal.errors import InvalidInputError, redact
 
 #: names of the normalised columns inside every query; group keys keep their own names
 INTERNAL = ("p", "y", "w")
@@ -694,10 +694,23 @@ def _connect(url: str):
         if path not in (None, "", ":memory:"):
             connections[key] = DuckDBFile().connect(key)
         else:
-            connections[key] = ibis.connect(url)
+            connections[key] = connect_url(url)
             if url.split("://")[0] in ("postgres", "postgresql"):
                 tune_postgres(connections[key], skip=url)
     return connections[key]
+
+
+def connect_url(url: str):
+    """``ibis.connect(url)``; a failure is an :class:`InvalidInputError` that names the URL and
+    the engine's reason with every password hidden (:func:`sqlcal.errors.redact`), not an
+    exception chained to one that quotes the URL whole."""
+    try:
+        return ibis.connect(url)
+    except ImportError:  # a missing driver: the CLI names the extra to install
+        raise
+    except Exception as e:
+        reason = redact(f"{type(e).__name__}: {str(e).strip()}")
+    raise InvalidInputError(f"cannot connect to {redact(url)}: {reason}")
 
 
 class DuckDBFile(DuckDBBackend):
@@ -823,7 +836,7 @@ def _table_from_string(data: str, table: str | None) -> ir.Table:
     if "://" in data or lower.endswith(_DB_SUFFIXES):
         if "://" not in data and not os.path.exists(data):
             raise FileNotFoundError(f"no database file at {data!r}")
-        return _named_table(_connect(data), table, data)
+        return _named_table(_connect(data), table, redact(data))
     suffix = next((s for s in _FILE_READERS if lower.endswith(s)), None)
     if suffix is None and os.path.isdir(data):
         # a folder of Parquet files, hive-partitioned (day=2026-11-01/…) or not: the partition
@@ -869,7 +882,7 @@ def _origin(data: Any, table: str | None, base: ir.Table) -> str:
         data = os.fspath(data)
     named = f" table {table!r}" if table else ""
     if isinstance(data, str):
-        return _without_password(data) + named
+        return redact(data) + named
     if _is_frame(data):
         size = f" ({data.shape[0]:,} rows)" if hasattr(data, "shape") else ""  # not lazy frames
         return f"in-memory {type(data).__module__.split('.')[0]} frame{size}"
@@ -889,15 +902,6 @@ def _origin(data: Any, table: str | None, base: ir.Table) -> str:
     if isinstance(tables[0], ops.SQLQueryResult):
         return f"{backend} SQL query"
     return f"{backend} table {tables[0].name!r}"
-
-
-def _without_password(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url) if "://" in url else None
-    if parts is None or parts.password is None:
-        return url
-    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
 
 
 def _where_text(where: Any) -> str | None:
