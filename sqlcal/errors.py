@@ -107,7 +107,7 @@ def redact(text):
         head = found.end()
         end = _URL_END.search(text, head)
         end = len(text) if end is None else end.start()
-        out.append(text[start:head] + _redact_authority(text[head:end]))
+        out.append(text[start:head] + _redact_authority(text[head:end], found.group(0)))
         start = end
     text = "".join(out) + text[start:]
     text = _KEYED.sub(_hide_keyed, text)
@@ -117,7 +117,7 @@ def redact(text):
     return text
 
 
-def _redact_authority(rest: str) -> str:
+def _redact_authority(rest: str, scheme: str) -> str:
     """A URL after its ``scheme://`` with the password of its userinfo hidden (and remembered)."""
     # the userinfo ends at the last "@" before the query, which may hold an "@" of its own
     # (application_name=me@host); with no "@" before the first "?", that "?" is the password's
@@ -130,7 +130,8 @@ def _redact_authority(rest: str) -> str:
     user, colon, password = rest[:at].partition(":")
     if not colon:  # a user name alone: nothing secret
         return rest
-    _remember(password)
+    if not any(password in shown for shown in (scheme, user, rest[at:])):
+        _remember(password)  # not a password the URL shows anyway (postgres://postgres:postgres@)
     return f"{user}:{HIDDEN}{rest[at:]}"
 
 

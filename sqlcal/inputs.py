@@ -14,7 +14,7 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from typing import Any, Callable, Sequence
 
 import ibis
@@ -694,17 +694,27 @@ def _connect(url: str):
         if path not in (None, "", ":memory:"):
             connections[key] = DuckDBFile().connect(key)
         else:
-            connections[key] = connect_url(url)
+            connections[key] = connect_url(url, read_only=True)
             if url.split("://")[0] in ("postgres", "postgresql"):
                 tune_postgres(connections[key], skip=url)
     return connections[key]
 
 
-def connect_url(url: str):
+def connect_url(url: str, *, read_only: bool = False):
     """``ibis.connect(url)``; a failure is an :class:`InvalidInputError` that names the URL and
     the engine's reason with every password hidden (:func:`sqlcal.errors.redact`), not an
-    exception chained to one that quotes the URL whole."""
+    exception chained to one that quotes the URL whole.
+
+    With ``read_only=True`` (a source's session) a PostgreSQL session refuses writes
+    (:func:`read_only_postgres`). Spark has no read-only session or transaction: what it
+    receives is what Ibis compiles from sqlcal's expressions, SELECTs only.
+    """
+    from urllib.parse import parse_qsl, urlparse
+
     try:
+        parsed = urlparse(url)
+        if read_only and parsed.scheme in ("postgres", "postgresql"):
+            return read_only_postgres()()._from_url(parsed, **dict(parse_qsl(parsed.query)))
         return ibis.connect(url)
     except ImportError:  # a missing driver: the CLI names the extra to install
         raise
@@ -772,6 +782,52 @@ class DuckDBFile(DuckDBBackend):
     def list_tables(self, *args, **kwargs):
         with self.attached():
             return super().list_tables(*args, **kwargs)
+
+
+@cache
+def read_only_postgres() -> type:
+    """The Ibis PostgreSQL backend whose sessions refuse writes.
+
+    The session starts with ``SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY``: every
+    transaction of it, the measuring queries' (``BEGIN``, ``DECLARE CURSOR``) and the catalog
+    reads', is read-only, and PostgreSQL refuses any write in it, whatever a query holds. The
+    one write is Ibis's: a small in-memory table joined in a follow-up pass becomes a
+    temporary table of the session (private to it, dropped with it), created and dropped in a
+    ``READ WRITE`` transaction of its own. (A class made on first use: the module of the
+    PostgreSQL backend needs its driver.)
+    """
+    from ibis.backends.postgres import Backend
+
+    class ReadOnlyPostgres(Backend):
+        def _post_connect(self) -> None:
+            super()._post_connect()
+            with self.con.cursor() as cursor:  # autocommit: for the session
+                cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+
+        @contextlib.contextmanager
+        def _temporary(self):
+            con = self.con
+            con.read_only = False  # BEGIN READ WRITE
+            try:
+                with con.transaction():
+                    yield
+            finally:
+                con.read_only = None
+
+        def _register_in_memory_table(self, op) -> None:
+            with self._temporary():
+                super()._register_in_memory_table(op)
+
+        def _make_memtable_finalizer(self, name: str):
+            drop = super()._make_memtable_finalizer(name)
+
+            def finalizer() -> None:
+                with self._temporary():
+                    drop()
+
+            return finalizer
+
+    return ReadOnlyPostgres
 
 
 #: session settings for a PostgreSQL connection sqlcal opens from a URL: sorts and hashes over

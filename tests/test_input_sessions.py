@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import duckdb
+import ibis
 import numpy as np
 import pandas as pd
 import pytest
@@ -109,3 +110,99 @@ def test_a_source_reads_the_file_as_it_is_at_each_query(tmp_path):
     writer = duckdb.connect(str(path))  # no lock held by this process's read-only session
     writer.execute("DELETE FROM preds")
     writer.close()
+
+
+# -- PostgreSQL: the measuring session refuses writes ----------------------------------------
+
+
+@pytest.fixture
+def pg_table():
+    """A table of predictions in the CI PostgreSQL; its name."""
+    psycopg = pytest.importorskip("psycopg")
+    try:
+        admin = psycopg.connect(POSTGRES_URL.replace("postgres://", "postgresql://", 1),
+                                autocommit=True)
+    except Exception as e:
+        engine_missing(f"PostgreSQL is not reachable at {POSTGRES_URL}: {type(e).__name__}")
+    df = calibration_data(3000, seed=8, groups=3)
+    admin.execute("DROP TABLE IF EXISTS sqlcal_read_only_probe")
+    admin.execute("CREATE TABLE sqlcal_read_only_probe (p double precision, y bigint, g text)")
+    with admin.cursor().copy("COPY sqlcal_read_only_probe (p, y, g) FROM STDIN") as copy:
+        for row in df[["p", "y", "g"]].itertuples(index=False):
+            copy.write_row(row)
+    yield df
+    from sqlcal import inputs
+
+    inputs.connections.pop(POSTGRES_URL, None)
+    admin.execute("DROP TABLE IF EXISTS sqlcal_read_only_probe")
+    admin.close()
+
+
+def test_the_postgres_session_of_a_source_refuses_writes(pg_table):
+    import psycopg
+
+    from sqlcal import inputs
+
+    inputs.connections.pop(POSTGRES_URL, None)  # a session opened by this test's source
+    src = sqlcal.source(POSTGRES_URL, table="sqlcal_read_only_probe", score="p", label="y",
+                        by="g")
+    got = sqlcal.brier(src)
+    want = pg_table.assign(sq=(pg_table.p - pg_table.y) ** 2).groupby("g")["sq"].mean()
+    np.testing.assert_allclose(got["brier"], want.loc[got["g"]].to_numpy(), rtol=1e-12)
+    session = src.rows._find_backend()
+    # outside a transaction, inside Ibis's transactions and in its server-side cursors
+    with session.raw_sql("SELECT current_setting('transaction_read_only')") as cursor:
+        assert cursor.fetchone() == ("on",)
+    with session.begin() as cursor:
+        assert cursor.execute("SHOW transaction_read_only").fetchone() == ("on",)
+    for statement in ("CREATE TABLE sqlcal_sneaky AS SELECT 1 AS x",
+                      "INSERT INTO sqlcal_read_only_probe (p, y, g) VALUES (0.5, 1, 'x')",
+                      "DELETE FROM sqlcal_read_only_probe"):
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            with session.begin() as cursor:
+                cursor.execute(statement)
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            session.raw_sql(statement)
+    # a follow-up joined to a small in-memory table: a temporary table of the session
+    cells = pd.DataFrame({"g": ["g0", "g1"], "cell": [3, 5]})
+    joined = src.rows.mutate(cell=(src.rows.p * 8).floor().cast("int64")).join(
+        ibis.memtable(cells), ["g", "cell"])
+    n = int(joined.count().to_pyarrow().as_py())
+    cell = np.floor(pg_table.p * 8)
+    assert n == int((((pg_table.g == "g0") & (cell == 3)) | ((pg_table.g == "g1")
+                                                            & (cell == 5))).sum())
+    with session.raw_sql("SELECT count(*) FROM sqlcal_read_only_probe") as cursor:
+        assert cursor.fetchone() == (len(pg_table),)  # nothing was written
+
+
+def test_the_store_writes_through_a_session_of_its_own(pg_table):
+    from sqlcal import inputs
+    from sqlcal.monitor import store
+
+    psycopg = pytest.importorskip("psycopg")
+    admin = psycopg.connect(POSTGRES_URL.replace("postgres://", "postgresql://", 1),
+                            autocommit=True)
+    # (without a weight column the snapshot fails on PostgreSQL: the weight 1.0 is a NUMERIC
+    # literal there and its sums come back as decimals; a separate bug)
+    admin.execute("ALTER TABLE sqlcal_read_only_probe ADD COLUMN w double precision DEFAULT 1")
+    admin.execute("ALTER TABLE sqlcal_read_only_probe ADD COLUMN t timestamp")
+    admin.execute("UPDATE sqlcal_read_only_probe SET t = timestamp '2026-11-01' "
+                  "+ (floor(p * 3)::int * interval '1 day')")
+    prefix = "sqlcal_ro_probe_"
+    try:
+        out = sqlcal.snapshot((POSTGRES_URL, "sqlcal_read_only_probe"), score="p", label="y",
+                              weight="w", time="t", store=POSTGRES_URL, prefix=prefix,
+                              as_of="2026-12-01")
+        assert (out["status"] == "written").all() and out["n"].sum() == len(pg_table)
+        reader = inputs.connections[POSTGRES_URL]
+        writer = store._CONNECTIONS[POSTGRES_URL]
+        with reader.raw_sql("SHOW transaction_read_only") as cursor:
+            assert cursor.fetchone() == ("on",)
+        with writer.raw_sql("SHOW transaction_read_only") as cursor:
+            assert cursor.fetchone() == ("off",)
+    finally:
+        for (name,) in admin.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE "
+                                     "%s", (prefix + "%",)).fetchall():
+            admin.execute(f'DROP TABLE "{name}"')
+        store._CONNECTIONS.pop(POSTGRES_URL, None)
+        admin.close()
