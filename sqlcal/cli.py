@@ -15,7 +15,7 @@ import warnings
 import pandas as pd
 
 from sqlcal._version import __version__
-from sqlcal.errors import install_hint
+from sqlcal.errors import install_hint, redact
 from sqlcal.reporting import DEFAULT_METRICS, METRICS
 from sqlcal.sqlgen import DIALECTS, METRICS as SQL_METRICS
 
@@ -68,7 +68,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (``sqlcal: error: ...``), exit code 2."""
 
     def error(self, message: str):
-        self.exit(EXIT_ERROR, f"sqlcal: error: {self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_ERROR, redact(f"sqlcal: error: {self.prog}: {message} (see {self.prog} "
+                                     "--help)\n"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         message = _bad_input(e, args)
         if message is None:
             raise  # a bug: exit 1 with the traceback
-        print(f"sqlcal: error: {message}", file=sys.stderr)
+        print(redact(f"sqlcal: error: {message}"), file=sys.stderr)
         return EXIT_ERROR
 
 
@@ -533,7 +534,7 @@ def _snapshot(args) -> int:
             orient="records", indent=2))
     elif not args.quiet:
         written = int((out["status"] == "written").sum())
-        _out(f"{written} of {len(out)} periods written to {config['snapshot']['store']} "
+        _out(f"{written} of {len(out)} periods written to {redact(config['snapshot']['store'])} "
              f"(prefix {config['snapshot']['prefix']!r}); the others were unchanged")
         if len(out):
             _out(out.to_string(index=False))
@@ -784,13 +785,14 @@ def _metric_names(args) -> list[str]:
 
 def _warn(caught) -> None:
     for w in caught:
-        print(f"sqlcal: warning: {w.message}", file=sys.stderr)
+        print(redact(f"sqlcal: warning: {w.message}"), file=sys.stderr)
 
 
 def _out(text: str) -> None:
-    """Print to stdout; when the reader has gone (``| head``), stop printing quietly."""
+    """Print to stdout, passwords hidden; when the reader has gone (``| head``), stop printing
+    quietly."""
     try:
-        print(text, flush=True)
+        print(redact(text), flush=True)
     except BrokenPipeError:
         # the rest of the output, and Python's flush at exit, go nowhere instead of raising
         try:
