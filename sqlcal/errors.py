@@ -27,6 +27,12 @@ class ConfigError(ValueError):
     has been read or written. The message names the file, the section and the key."""
 
 
+def install_hint(extra: str) -> str:
+    """How to install one of sqlcal's extras: sqlcal is installed from its repository, so the
+    hint names the repository's checkout, not a package index."""
+    return f"pip install '.[{extra}]' in sqlcal's repository"
+
+
 def read_toml(path) -> dict:
     """The table of a TOML file; a :class:`ConfigError` naming the file when it is not TOML."""
     import os

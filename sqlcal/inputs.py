@@ -850,6 +850,7 @@ def resolve_table(data: Any, table: str | None) -> ir.Table:
     if isinstance(data, tuple) and len(data) == 2:
         data, table = data
     if isinstance(data, ir.Table):
+        _no_table(table, "an Ibis table")
         return data
     if isinstance(data, os.PathLike):
         data = os.fspath(data)
@@ -858,6 +859,7 @@ def resolve_table(data: Any, table: str | None) -> ir.Table:
     if hasattr(data, "list_tables") and hasattr(data, "table"):  # an Ibis backend
         return _named_table(data, table, repr(data))
     if _is_frame(data):
+        _no_table(table, f"a {type(data).__name__}")
         return ibis.memtable(data, schema=_frame_schema(data))
     raise TypeError(
         f"cannot read data of type {type(data).__name__}: pass an Ibis table, a path or glob to "
@@ -897,6 +899,7 @@ def _table_from_string(data: str, table: str | None) -> ir.Table:
     if suffix is None and os.path.isdir(data):
         # a folder of Parquet files, hive-partitioned (day=2026-11-01/…) or not: the partition
         # keys become columns, usable in by= and where= (and pruned by the engine)
+        _no_table(table, f"the folder {data!r}")
         return default_backend().read_parquet(os.path.join(data, "**", "*.parquet"),
                                               hive_partitioning=True)
     if suffix is None:
@@ -906,7 +909,16 @@ def _table_from_string(data: str, table: str | None) -> ir.Table:
         )
     if not any(ch in data for ch in "*?[") and not os.path.exists(data):
         raise FileNotFoundError(f"no file at {data!r}")
+    kind = "Parquet" if _FILE_READERS[suffix] == "read_parquet" else "CSV"
+    _no_table(table, f"{data!r}, a {kind} path")
     return getattr(default_backend(), _FILE_READERS[suffix])(data)
+
+
+def _no_table(table: str | None, what: str) -> None:
+    # table= names a table of a database; given with anything else it would be ignored
+    if table is not None:
+        raise InvalidInputError(f"table={table!r} names a table in a database file or URL, and "
+                                f"the data is {what}: leave table= out")
 
 
 def _named_table(con, table: str | None, where: str) -> ir.Table:

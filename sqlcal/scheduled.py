@@ -26,7 +26,7 @@ import ibis
 import numpy as np
 import pandas as pd
 
-from sqlcal.errors import ConfigError, read_toml, redact
+from sqlcal.errors import ConfigError, install_hint, read_toml, redact
 from sqlcal import outputs
 from sqlcal.options import check as check_options
 from sqlcal.options import checked
@@ -300,9 +300,9 @@ def _require_matplotlib(what: str) -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise ConfigError(f"{what} need matplotlib, which is not installed: pip install "
-                          "'sqlcal[plot]' (or set [report] diagrams = false, or write no "
-                          "HTML output)") from None
+        raise ConfigError(f"{what} need matplotlib, which is not installed: "
+                          f"{install_hint('plot')} (or set [report] diagrams = false, or write "
+                          "no HTML output)") from None
 
 
 def config_hash(config: dict) -> str:

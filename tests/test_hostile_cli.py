@@ -215,7 +215,7 @@ def test_postgres_url_without_the_extra_names_it(ws, capsys, monkeypatch):
     code, _, err = cli(capsys, "report", "postgres://u:p@localhost:5432/x", "--table", "t",
                        *COLUMNS)
     assert code == 2
-    assert_one_line(err, "pip install 'sqlcal[postgres]'")
+    assert_one_line(err, "pip install '.[postgres]'")
     assert snapshot(ws) == before
 
 
@@ -409,7 +409,7 @@ def test_readme_example_without_matplotlib_names_the_extra(ws, capsys, monkeypat
     before = snapshot(ws)
     code, _, err = cli(capsys, "report", "--config", "report.toml", "--run-id", "2026-11-22")
     assert code == 2
-    assert_one_line(err, "matplotlib", "pip install 'sqlcal[plot]'")
+    assert_one_line(err, "matplotlib", "pip install '.[plot]'")
     assert snapshot(ws) == before  # no JSON, no HTML, no results table
 
 
