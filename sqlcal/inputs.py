@@ -236,7 +236,11 @@ class Source:
         kind = {"frequency": "frequency weights (whole numbers)",
                 "sampling": "sampling weights (fractional)",
                 None: "frequency or sampling: known after the first query"}[self._weight_kind()]
-        weight = f"{code(self.weight)}, {kind}" if self.weighted else "none: every row counts once"
+        weight = f"{code(self.weight)}, {kind}" if self.weight else "none: every row counts once"
+        if self.sampling_rate is not None:  # a design: sampling weights whatever 1/rate is
+            weight = (f"{code(self.weight) if self.weight else '1'} times 1/rate on negatives "
+                      f"(negative_sampling_rate {html.escape(repr(self.sampling_rate))}): "
+                      "sampling weights of the design")
         if self.dropped is not None:
             n_rows = int(self.dropped["n_rows"].sum())
             invalid = f"dropped: {int(self.dropped['n_dropped'].sum()):,} of {n_rows:,} rows"

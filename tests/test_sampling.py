@@ -233,6 +233,8 @@ def test_frequency_weights_with_a_rate_equal_duplicated_rows(upload):
 def test_a_rate_is_a_design_whatever_one_over_rate_is():
     logs, _ = downsampled_logs(1, 20000, 0.05, 0.1, seed=5)
     src = sqlcal.source(logs, score="p", label="y", negative_sampling_rate=0.1)
+    # (Jupyter's view of a source with a rate and no weight column raised a TypeError)
+    assert "sampling weights of the design" in src._repr_html_()
     assert sqlcal.spiegelhalter(src).weight_kind[0] == "sampling"
     with pytest.raises(OptionError, match="negative_sampling_rate"):
         sqlcal.spiegelhalter(src, weight_kind="frequency")

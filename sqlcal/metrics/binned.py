@@ -462,7 +462,9 @@ def hosmer_lemeshow(
     group variance is the null model's for the population plus the sampling's own,
     :math:`\sum_{y=0} w(1/r - 1)p^2` (Särndal, Swensson & Wretman (1992), Model Assisted
     Survey Sampling, ch. 5; Archer & Lemeshow (2006), Goodness-of-fit test for a logistic
-    regression model fitted using survey sample data, for the design-based test).
+    regression model fitted using survey sample data, for the design-based test). That part is
+    estimated from each risk group's kept negatives: with a few per group the test rejects too
+    often (measured on calibrated models: 13% at about 6 kept negatives a group, 5% at 30).
 
     Examples
     --------
