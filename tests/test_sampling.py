@@ -203,6 +203,26 @@ def test_every_interval_and_test_is_its_formula_on_the_raw_rows(upload):
                                    rtol=1e-5)
 
 
+def test_sampling_weights_take_the_linearized_interval():
+    """Without a rate, sampling weights have v = w²: the normalized entropy's interval is the
+    linearized Σw²u²/W² (it was the rows' covariance over Kish's size W²/Σw², which assumes
+    weights unrelated to the loss: 3x too wide when they are 1/r on the negatives)."""
+    frame = _designed_log(23, n=4000)
+    w = np.where(frame.y == 1, 1.0, 1 / frame.rate) * np.where(frame.index % 3 == 0, 1.5, 1.0)
+    frame = frame.assign(w=w)
+    got = sqlcal.normalized_entropy(frame, score="p", label="y", weight="w")
+    assert got.weight_kind[0] == "sampling"
+    p, y = frame.p.to_numpy(), frame.y.to_numpy()
+    W = w.sum()
+    loss = -(y * np.log(p) + (1 - y) * np.log1p(-p))
+    ll, b = np.sum(w * loss) / W, np.sum(w * y) / W
+    H = -(b * np.log(b) + (1 - b) * np.log1p(-b))
+    u = (loss - ll) / H - ll * np.log((1 - b) / b) / H ** 2 * (y - b)
+    half = stats.norm.isf(0.025) * np.sqrt(np.sum(w * w * u * u)) / W
+    np.testing.assert_allclose([got.ci_lower[0], got.ci_upper[0]],
+                               [ll / H - half, ll / H + half], rtol=1e-9)
+
+
 def test_frequency_weights_with_a_rate_equal_duplicated_rows(upload):
     """v = f/π²: a kept row of weight f is f kept rows, each a sample of 1/r negatives; every
     interval and test equals the one of the duplicated rows (whole 1/r and fractional)."""
