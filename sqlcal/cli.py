@@ -163,11 +163,15 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     rep.add_argument("--bins", type=int,
                      help="bins of the ECE family and the Brier decomposition (default 15)")
     rep.add_argument("--negative-sampling-rate", metavar="RATE_OR_COLUMN", type=_rate,
-                     help="negatives were kept at this rate in (0, 1] (or per row, in this "
-                     "column): each weighs 1/rate")
+                     help="the table kept its negatives at this rate in (0, 1] (or per row, in "
+                     "this column, read on negatives): each weighs 1/rate, and every interval "
+                     "carries the sampling's variance")
+    rep.add_argument("--training-negative-rate", metavar="RATE_OR_COLUMN", type=_rate,
+                     help="the model was trained on negatives kept at this rate (or per row, "
+                     "in this column): judge every score as p/(p + (1 - p)/rate)")
     rep.add_argument("--score-correction", action="store_true",
-                     help="judge the scores p/(p + (1 - p)/rate) of a model trained on the "
-                     "downsampled negatives (needs --negative-sampling-rate)")
+                     help="--training-negative-rate equal to a numeric "
+                     "--negative-sampling-rate")
     rep.add_argument("--on-invalid", choices=["raise", "drop"],
                      help="rows with a NULL or out-of-range score, label or weight: raise "
                           "(default) an error naming the column and count, or drop them")
@@ -350,10 +354,13 @@ def _rate(text: str) -> float | str:
 
 
 def _sampling(args) -> dict:
-    """The source options of --negative-sampling-rate and --score-correction, when given."""
+    """The source options of --negative-sampling-rate, --training-negative-rate and
+    --score-correction, when given."""
     out = {}
     if getattr(args, "negative_sampling_rate", None) is not None:
         out["negative_sampling_rate"] = args.negative_sampling_rate
+    if getattr(args, "training_negative_rate", None) is not None:
+        out["training_negative_rate"] = args.training_negative_rate
     if getattr(args, "score_correction", False):
         out["score_correction"] = True
     return out

@@ -122,8 +122,11 @@ OPTIONS: dict[str, Option] = {
     "soft_labels": Option("bool", "accept labels strictly between 0 and 1"),
     "negative_sampling_rate": Option("any", "the fraction of negatives kept (in (0, 1]), or its "
                                      "column: negatives weigh 1/r", optional=True),
-    "score_correction": Option("bool", "judge the scores p/(p + (1 - p)/r) of a model trained on "
-                               "the downsampled negatives"),
+    "training_negative_rate": Option("any", "the rate the model's training negatives were kept "
+                                     "at (in (0, 1]), or its column: every score is judged as "
+                                     "p/(p + (1 - p)/r)", optional=True),
+    "score_correction": Option("bool", "training_negative_rate= the log's negative_sampling_rate "
+                               "(a number)"),
     # binning
     "bins": Option("int", "number of bins", low=1),
     "strategy": Option("choice", "how bins are cut: equal width, equal mass on quantile edges, or "
@@ -407,7 +410,7 @@ OVERRIDES["source"] = {"score": Option("column", OPTIONS["score"].description),
 
 #: the keywords every metric forwards to :func:`sqlcal.source`
 SOURCE_OPTIONS = ("table", "on_invalid", "soft_labels", "negative_sampling_rate",
-                  "score_correction")
+                  "training_negative_rate", "score_correction")
 
 
 def option(function: str, name: str) -> Option:

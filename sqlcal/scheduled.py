@@ -37,7 +37,8 @@ from sqlcal.inputs import Source, as_source, connect_url
 #: section -> allowed keys (None: any metric name)
 SECTIONS: dict[str, tuple[str, ...] | None] = {
     "source": ("data", "table", "score", "label", "weight", "by", "where", "on_invalid",
-               "soft_labels", "negative_sampling_rate", "score_correction"),
+               "soft_labels", "negative_sampling_rate", "training_negative_rate",
+               "score_correction"),
     "metrics": None,
     "alerts": ("metric", "column", "above", "below"),
     "time": ("key", "metrics"),

@@ -29,6 +29,7 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import options
+from sqlcal.metrics import resolve_weight_kind
 from sqlcal.options import BudgetError, OptionError, checked
 from sqlcal.query import declared, planner
 from sqlcal.recalibrate import isotonic
@@ -533,8 +534,9 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
     level1 = declared.segment_sums(by, features, folds, bins, [(j,) for j in range(k)],
                                    extremes=extremes)
     frame = planner.fetch(src, level1)
-    spec["sampling"] = (spec["weight_kind"] == "sampling" if spec["weight_kind"] else
-                        src.weighted and not src.integer_weights)
+    # a sampling rate's weights are sampling weights whatever 1/rate is (their var2 and sw2
+    # carry its design: sqlcal.summaries.variance_weights)
+    spec["sampling"] = resolve_weight_kind(src, spec["weight_kind"] or "auto") == "sampling"
     # unweighted rows are frequencies of 1, as every metric reports them
     spec["weight_kind_used"] = "sampling" if spec["sampling"] else "frequency"
     nb = max(bins, 1)

@@ -44,6 +44,11 @@ SELECT
   COUNTIF(IS_NAN(`t1`.`w`)) AS `weight_nan`,
   COUNTIF(`t1`.`w` < 0) AS `weight_negative`,
   COUNTIF(`t1`.`w` > 1.7976931348623157e+308) AS `weight_inf`,
+  COUNTIF((
+    `t1`.`w` > 1e+140
+  ) AND (
+    `t1`.`w` <= 1.7976931348623157e+308
+  )) AS `weight_huge`,
   COUNTIF(
     (
       `t1`.`p` >= 0
@@ -70,12 +75,10 @@ SELECT
     AND (
       (
         `t1`.`w` >= 0
-      )
-      AND NOT (
+      ) AND NOT (
         IS_NAN(`t1`.`w`)
-      )
-      AND (
-        `t1`.`w` <= 1.7976931348623157e+308
+      ) AND (
+        `t1`.`w` <= 1e+140
       )
     )
   ) AS `n`

@@ -9,6 +9,7 @@ SELECT
   SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
   MIN(`t1`.`p`) AS `p_min`,
   SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+  SUM(`t1`.`w` * `t1`.`w` * `t1`.`y`) AS `sw2y`,
   SUM(`t1`.`w` * (
     `t1`.`p` * `t1`.`p`
   )) AS `swpp`,

@@ -54,6 +54,13 @@ SELECT
   SUM(CAST(`t1`.`w` > 1.7976931348623157e+308 AS BIGINT)) AS `weight_inf`,
   SUM(
     CAST((
+      `t1`.`w` > 1e+140
+    ) AND (
+      `t1`.`w` <= 1.7976931348623157e+308
+    ) AS BIGINT)
+  ) AS `weight_huge`,
+  SUM(
+    CAST((
       `t1`.`p` >= 0
     )
     AND (
@@ -78,12 +85,10 @@ SELECT
     AND (
       (
         `t1`.`w` >= 0
-      )
-      AND NOT (
+      ) AND NOT (
         ISNAN(`t1`.`w`)
-      )
-      AND (
-        `t1`.`w` <= 1.7976931348623157e+308
+      ) AND (
+        `t1`.`w` <= 1e+140
       )
     ) AS BIGINT)
   ) AS `n`

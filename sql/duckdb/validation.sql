@@ -55,6 +55,12 @@ SELECT
     "t1"."w" > 1.7976931348623157e+308) AS "weight_inf",
   COUNT(*) FILTER(WHERE
     (
+      "t1"."w" > 1e+140
+    ) AND (
+      "t1"."w" <= 1.7976931348623157e+308
+    )) AS "weight_huge",
+  COUNT(*) FILTER(WHERE
+    (
       "t1"."p" >= 0
     )
     AND (
@@ -79,12 +85,10 @@ SELECT
     AND (
       (
         "t1"."w" >= 0
-      )
-      AND NOT (
+      ) AND NOT (
         ISNAN("t1"."w")
-      )
-      AND (
-        "t1"."w" <= 1.7976931348623157e+308
+      ) AND (
+        "t1"."w" <= 1e+140
       )
     )) AS "n"
 FROM (

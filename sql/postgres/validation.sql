@@ -57,6 +57,12 @@ SELECT
     "t1"."w" > 1.7976931348623157e+308) AS "weight_inf",
   COUNT(*) FILTER(WHERE
     (
+      "t1"."w" > 1e+140
+    ) AND (
+      "t1"."w" <= 1.7976931348623157e+308
+    )) AS "weight_huge",
+  COUNT(*) FILTER(WHERE
+    (
       "t1"."p" >= 0
     )
     AND (
@@ -86,7 +92,7 @@ SELECT
         "t1"."w" = CAST('NaN' AS DOUBLE PRECISION)
       )
       AND (
-        "t1"."w" <= 1.7976931348623157e+308
+        "t1"."w" <= 1e+140
       )
     )) AS "n"
 FROM (

@@ -50,6 +50,11 @@ SELECT
   COUNT_IF("t1"."w" = CAST('NaN' AS DOUBLE)) AS "weight_nan",
   COUNT_IF("t1"."w" < 0) AS "weight_negative",
   COUNT_IF("t1"."w" > 1.7976931348623157e+308) AS "weight_inf",
+  COUNT_IF((
+    "t1"."w" > 1e+140
+  ) AND (
+    "t1"."w" <= 1.7976931348623157e+308
+  )) AS "weight_huge",
   COUNT_IF(
     (
       "t1"."p" >= 0
@@ -81,7 +86,7 @@ SELECT
         "t1"."w" = CAST('NaN' AS DOUBLE)
       )
       AND (
-        "t1"."w" <= 1.7976931348623157e+308
+        "t1"."w" <= 1e+140
       )
     )
   ) AS "n"

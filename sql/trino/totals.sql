@@ -9,6 +9,7 @@ SELECT
   "t2"."p_min",
   "t2"."sw2",
   "t2"."ny",
+  "t2"."sw2y",
   "t2"."sw2p",
   "t2"."sw2pp",
   "t2"."swpp",
@@ -37,6 +38,9 @@ SELECT
   "t2"."n_infinite_logloss",
   "t2"."sw_logloss_sq",
   "t2"."swy_logloss",
+  "t2"."sw2_logloss",
+  "t2"."sw2_logloss_sq",
+  "t2"."sw2y_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -57,6 +61,7 @@ FROM (
     MIN("t1"."p") AS "p_min",
     SUM("t1"."w" * "t1"."w") AS "sw2",
     SUM("t1"."y") AS "ny",
+    SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
     SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
     SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
     SUM("t1"."w" * (
@@ -93,6 +98,9 @@ FROM (
     SUM("t1"."w" * (
       "t1"."y" * "t1"."loss"
     )) AS "swy_logloss",
+    SUM("t1"."w" * "t1"."w" * "t1"."loss") AS "sw2_logloss",
+    SUM("t1"."w" * "t1"."w" * "t1"."loss" * "t1"."loss") AS "sw2_logloss_sq",
+    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."loss") AS "sw2y_logloss",
     SUM(
       "t1"."w" * (
         (

@@ -55,6 +55,13 @@ SELECT
     "t1"."w" > CAST(1.7976931348623157e+308 AS DOUBLE)) AS "weight_inf",
   COUNT(*) FILTER(WHERE
     (
+      "t1"."w" > CAST(1e+140 AS DOUBLE)
+    )
+    AND (
+      "t1"."w" <= CAST(1.7976931348623157e+308 AS DOUBLE)
+    )) AS "weight_huge",
+  COUNT(*) FILTER(WHERE
+    (
       "t1"."p" >= 0
     )
     AND (
@@ -84,7 +91,7 @@ SELECT
         IS_NAN("t1"."w")
       )
       AND (
-        "t1"."w" <= CAST(1.7976931348623157e+308 AS DOUBLE)
+        "t1"."w" <= CAST(1e+140 AS DOUBLE)
       )
     )) AS "n"
 FROM (
