@@ -1,14 +1,18 @@
 """The one writer of every file sqlcal writes: outputs never destroy data.
 
-An output path is refused when it is a symlink or a directory, when it is one of the files the
+An output path is refused when it is a symlink, a directory or anything else that is not a regular
+file (a FIFO, a device, a socket: refused before it is opened), when it is one of the files the
 report reads (its source file, any file a glob or folder source matches, a path inside a folder
 source), when it holds a database or data file (DuckDB, SQLite, Parquet, Arrow, ORC, Avro,
 compressed), and when it is any other existing file that is not a previous sqlcal output of the
 same kind. sqlcal marks its outputs: JSON with the top-level field ``"generator": "sqlcal"``, HTML
-with ``<meta name="generator" content="sqlcal">``. A file is written to a temporary file in the
-same folder (``tempfile.mkstemp``), flushed to disk, then renamed over the path in one step
+with ``<meta name="generator" content="sqlcal">``. A file is written in a temporary folder beside
+it (``.NAME.sqlcal-XXXXXXXX.partial``), flushed to disk, then renamed over the path in one step
 (``os.replace``), so a reader sees the old file or the new one, never half of one; on failure the
-temporary file is removed and the old file is untouched.
+temporary folder is removed and the old file is untouched. The writer holds a lock
+(``flock``) on its temporary folder while it writes; a writer killed before the rename leaves the
+folder unlocked, and the next write into that folder removes it (never one still locked, never a
+name sqlcal does not make).
 
 :func:`check` is called when a configuration is validated or the command's flags are parsed,
 before any query; :func:`write_text` checks again and writes.
@@ -17,13 +21,21 @@ before any query; :func:`write_text` checks again and writes.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import glob
 import json
 import os
 import re
+import shutil
+import stat
 import tempfile
 from typing import Any, Iterable, Iterator
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, and no removal of a killed writer's temporary folder
+    fcntl = None
 
 #: the marker of a JSON output (a top-level field) and of an HTML output (in <head>)
 JSON_MARKER = ("generator", "sqlcal")
@@ -44,6 +56,8 @@ _MAGIC = (
 )
 _DB_SUFFIXES = (".duckdb", ".ddb", ".db")
 _JSON_PARSE_LIMIT = 64 * 2**20  # bytes
+#: the temporary folders of :func:`replacing` (tempfile.mkdtemp's 8 random characters)
+_PARTIAL = re.compile(r"\..+\.sqlcal-[a-z0-9_]{8}\.partial")
 
 
 class OutputError(ValueError):
@@ -84,6 +98,9 @@ def check(path: str | os.PathLike, kind: str, *, sources: Iterable[str] = ()) ->
     if os.path.isdir(path):
         raise OutputError(f"{shown} is a directory; pass a file path such as "
                           f"{os.path.join(path, 'report.' + kind)!r}")
+    if os.path.lexists(path) and not _regular(path):
+        raise OutputError(f"{shown} is not a regular file ({_file_type(path)}); sqlcal writes "
+                          "only regular files it owns: choose another path")
     reason = _reads(path, sources)
     if reason:
         raise OutputError(f"{shown} {reason}; the report never writes over its input: "
@@ -134,7 +151,7 @@ def write_text(path: str | os.PathLike, kind: str, text: str, *,
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with replacing(path) as partial:
-            with open(partial, "w", encoding="utf-8") as f:
+            with open(partial, "x", encoding="utf-8") as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
@@ -146,29 +163,87 @@ def write_text(path: str | os.PathLike, kind: str, text: str, *,
 
 @contextlib.contextmanager
 def replacing(path: str) -> Iterator[str]:
-    """Yield a temporary path in ``path``'s folder; on success rename it over ``path``.
+    """Yield a temporary path beside ``path``; on success rename it over ``path``.
 
-    The temporary file exists (empty) when yielded; the body writes it. On any exception it is
-    removed and ``path`` is left as it was. Permissions follow the umask, as for a new file.
+    The temporary path does not exist when yielded (the body creates it: a text file, a DuckDB
+    database); it lies in a folder ``.NAME.sqlcal-XXXXXXXX.partial`` next to ``path``, locked
+    while the body runs. On any exception the folder is removed and ``path`` is left as it was;
+    a kill leaves the folder unlocked, and the next :func:`replacing` in the same folder removes
+    it (:func:`remove_stale`). Permissions follow the umask, as for a new file.
     """
     folder = os.path.dirname(os.path.abspath(path))
-    fd, partial = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.",
-                                   suffix=".partial")
-    os.close(fd)
+    remove_stale(folder)
+    partial, lock = _locked_folder(folder, os.path.basename(path))
     try:
-        yield partial
-        os.chmod(partial, 0o666 & ~_umask())
-        os.replace(partial, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(partial)
-        raise
+        inner = os.path.join(partial, os.path.basename(path))
+        yield inner
+        os.replace(inner, path)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+        os.close(lock)
     with contextlib.suppress(OSError):  # the rename itself survives a crash once the folder syncs
         fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def remove_stale(folder: str) -> list[str]:
+    """Remove the temporary folders of :func:`replacing` in ``folder`` that no process holds (a
+    writer killed before its rename); return their paths.
+
+    Only names sqlcal makes (``.NAME.sqlcal-XXXXXXXX.partial``, folders) are looked at, and only
+    those whose lock is free are removed: a writer still running keeps its own. Without ``flock``
+    (Windows) nothing is removed.
+    """
+    removed = []
+    if fcntl is None:
+        return removed
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not (_PARTIAL.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False)):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: a writer is at work
+            os.close(fd)
+            continue
+        try:
+            # still the folder we locked (not removed and remade meanwhile)
+            if os.stat(entry.path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _locked_folder(folder: str, name: str) -> tuple[str, int]:
+    """A new temporary folder for ``name`` in ``folder`` and the open, locked descriptor that
+    marks it as in use (a cleaner that took it first makes us try again)."""
+    while True:
+        partial = tempfile.mkdtemp(dir=folder, prefix=f".{name[:100]}.sqlcal-",
+                                   suffix=".partial")
+        if fcntl is None:
+            return partial, os.open(os.devnull, os.O_RDONLY)  # a descriptor to close, no lock
+        fd = os.open(partial, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a cleaner holds it
+        try:
+            if os.stat(partial, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                return partial, fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # a cleaner removed it between mkdtemp and flock
 
 
 def protected(data: Any, *more: Any) -> list[str]:
@@ -201,7 +276,7 @@ def protected(data: Any, *more: Any) -> list[str]:
 def data_kind(path: str) -> str | None:
     """What data a file holds, by its leading bytes ("a DuckDB database", ...), or None."""
     try:
-        with open(path, "rb") as f:
+        with _open_regular(path) as f:
             head = f.read(32)
     except OSError:
         return None
@@ -213,17 +288,18 @@ def data_kind(path: str) -> str | None:
 
 def is_output(path: str, kind: str) -> bool:
     """Whether ``path`` is a regular file sqlcal wrote as a ``kind`` output (by its marker)."""
-    if os.path.islink(path) or not os.path.isfile(path):
+    try:
+        f = _open_regular(path)
+    except OSError:  # absent, a symlink, a FIFO, a folder
         return False
-    if kind == "html":
-        with open(path, "rb") as f:
+    with f:
+        if kind == "html":
             return HTML_MARKER.encode() in f.read(4096)
-    with open(path, "rb") as f:
         head = f.read(4096)
         # sqlcal writes the marker first; a reformatted file of reasonable size is parsed
         if re.match(rb'\s*\{\s*"generator"\s*:\s*"sqlcal"', head):
             return True
-        if os.path.getsize(path) > _JSON_PARSE_LIMIT:
+        if os.fstat(f.fileno()).st_size > _JSON_PARSE_LIMIT:
             return False
         text = head + f.read()
     try:
@@ -261,6 +337,33 @@ def _reads(path: str, sources: Iterable[str]) -> str | None:
     return None
 
 
+def _open_regular(path: str):
+    """``path`` opened for binary reading, when it is a regular file (not through a symlink, and
+    without blocking on a FIFO); else an OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    return os.fdopen(fd, "rb")
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _file_type(path: str) -> str:
+    mode = os.lstat(path).st_mode
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
 def _same_file(a: str, b: str) -> bool:
     try:
         return os.path.samefile(a, b)
@@ -275,9 +378,3 @@ def _existing_ancestor(folder: str) -> str:
             break
         folder = parent
     return folder
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
