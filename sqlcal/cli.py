@@ -226,7 +226,15 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     sql.add_argument("--weight")
     sql.add_argument("--by", default="", help="comma-separated group keys")
 
-    dbt = commands.add_parser("dbt", help="write the dbt package `sqlcal` (sql/dbt/) to a folder")
+    dbt = commands.add_parser(
+        "dbt", help="write the dbt package `sqlcal` (sql/dbt/) to a folder",
+        description="Write the dbt package sqlcal into FOLDER: a new or empty folder, or one a "
+                    "previous 'sqlcal dbt' wrote (it holds .sqlcal-manifest.json, the list of "
+                    "the files sqlcal wrote there). A folder holding anything else (your dbt "
+                    "project), a symlink, or a file sqlcal did not write at one of the package's "
+                    "paths is refused (exit 2) and left as it is; files an earlier sqlcal wrote "
+                    "and no longer makes are removed, nothing else.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     dbt.add_argument("folder", help="where to write it (packages.yml: - local: FOLDER)")
     seg = commands.add_parser(
         "segments", help="find the significantly miscalibrated segments (and fix them in SQL)",
@@ -402,12 +410,13 @@ def _segments(args) -> int:
 
 
 def _dbt(args) -> int:
-    from pathlib import Path
-
     from sqlcal.dbtgen import write
 
-    for path in write(Path(args.folder)):
-        print(path)
+    written, removed = write(args.folder)
+    for path in written:
+        _out(f"wrote {path}")
+    for path in removed:
+        _out(f"removed {path} (an earlier sqlcal wrote it; no longer generated)")
     return EXIT_OK
 
 
