@@ -218,3 +218,43 @@ def test_generators_have_an_argument_parser(tmp_path, module):
                          text=True, timeout=120, env=_env(), cwd=tmp_path)
     assert run.returncode == 0 and "usage:" in run.stdout, run.stdout + run.stderr
     assert os.listdir(tmp_path) == []
+
+
+# -- sqlcal demo --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("statement", [
+    "CREATE SEQUENCE ids", "CREATE MACRO plus_one(a) AS a + 1",
+    "CREATE MACRO rows_of() AS TABLE SELECT 1 AS a", "CREATE TYPE mood AS ENUM ('ok', 'sad')",
+    "CREATE SCHEMA mine", "CREATE INDEX by_score ON predictions (score)"])
+def test_demo_never_replaces_a_database_with_objects_it_did_not_write(tmp_path, capsys,
+                                                                       monkeypatch, statement):
+    import duckdb
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "d.duckdb", "--rows", "500"]) == 0
+    con = duckdb.connect("d.duckdb")
+    con.execute(statement)
+    con.close()
+    capsys.readouterr()
+    before = _tree(tmp_path)
+    code = main(["demo", "d.duckdb", "--rows", "500"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "wrote" not in out and "Traceback" not in err, (out, err)
+    assert err.startswith("sqlcal: error: ") and "d.duckdb" in err
+    assert _tree(tmp_path) == before
+
+
+def test_demo_replaces_its_own_database_and_leaves_no_temporary(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "d.duckdb", "--rows", "500"]) == 0
+    assert main(["demo", "d.duckdb", "--rows", "700", "--seed", "1"]) == 0
+    assert "total weight 700" in capsys.readouterr().out
+    assert sorted(os.listdir(tmp_path)) == ["d.duckdb"]
+
+
+def test_a_fifo_demo_path_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo("d.duckdb")
+    code, out, err = main(["demo", "d.duckdb"]), *capsys.readouterr()
+    assert code == 2 and "FIFO" in err
