@@ -467,7 +467,8 @@ def _monitor(args) -> int:
     windows, maturity = monitoring.check_windows(config.get("windows"), where=where)
     metrics = monitoring.check_metrics(config.get("metrics"), where=where)
     rules = monitoring.check_alerts(config.get("alerts"), windows, metrics, where=where)
-    table_name = monitoring.check_monitor(config.get("monitor"), where=where)
+    table_name = monitoring.check_monitor(config.get("monitor"), store=config["snapshot"]["store"],
+                                          where=where)
     outputs.check_all({"json": args.json_file, "html": args.html})
     run = monitor.run(config, at=args.at)
     snap, labels = config["snapshot"], config["labels"]

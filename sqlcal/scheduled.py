@@ -223,6 +223,8 @@ def validate_config(raw: dict, *, where: str = "config") -> dict:
     if results is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*",
                                                 str(results.get("table", ""))):
         raise ConfigError(f"{where}: [results] needs table = \"<name>\" (letters, digits, _)")
+    if results is not None:
+        check_results_target(results.get("url"), src["data"], where=where)
     output = dict(raw.get("output", {}))
     for kind, path in output.items():
         if not isinstance(path, str) or not path:
@@ -661,6 +663,88 @@ def series_plot(series: pd.DataFrame, *, time: str, by: Sequence[str] = ()):
 # -- results table ----------------------------------------------------------------------------
 
 
+def named_database(data: Any) -> str | None:
+    """The database ``data`` names, as a results table's target, or None when it names none
+    that outlives the process (a Parquet or CSV file, a glob, a folder, ``":memory:"``, a frame,
+    an Ibis table of sqlcal's own in-memory DuckDB): ``"url"``, ``"duckdb"`` (a DuckDB file,
+    existing or to be created) or ``"backend"`` (an Ibis backend or table of the caller's).
+
+    Examples
+    --------
+    >>> named_database("warehouse.duckdb"), named_database("preds.parquet")
+    ('duckdb', None)
+    >>> named_database("postgres://host/db"), named_database("duckdb://:memory:")
+    ('url', None)
+    """
+    if isinstance(data, os.PathLike):
+        data = os.fspath(data)
+    if isinstance(data, str):
+        scheme, sep, rest = data.partition("://")
+        if sep and scheme != "duckdb":
+            # file readers hold their rows in an in-memory DuckDB, not in a database
+            return None if scheme.lower() in _FILE_SCHEMES else "url"
+        path = rest if sep else data
+        if path in ("", ":memory:") or any(ch in path for ch in "*?["):
+            return None
+        if path.lower().endswith((".duckdb", ".ddb", ".db")):
+            return "duckdb"
+        return "duckdb" if outputs.data_kind(path) == "a DuckDB database" else None
+    if hasattr(data, "list_tables"):  # a backend the caller connected
+        return None if _in_memory(data) else "backend"
+    if isinstance(data, ibis.expr.types.Table):
+        try:
+            backend = data._find_backend(use_default=False)
+        except Exception:  # memtables only: sqlcal's own in-memory DuckDB
+            return None
+        return None if _in_memory(backend) else "backend"
+    return None
+
+
+def check_results_target(url: Any, data: Any, *, where: str = "config") -> None:
+    """Refuse a results table with no database to live in: ``[results] url`` must name one
+    (:func:`named_database`), else the source must be one; a DuckDB file there must be absent (it is
+    created) or a DuckDB database. A :class:`ConfigError` naming ``[results]``, before any
+    query."""
+    if url is not None and (not isinstance(url, (str, os.PathLike)) or not os.fspath(url)):
+        raise ConfigError(f"{where}: [results] url must be a DuckDB file or a database URL, "
+                          f"not {url!r}")
+    target = url if url is not None else data
+    kind = named_database(target)
+    if kind is None:
+        hint = ('name a database: a DuckDB file ("results.duckdb", created if absent) or a '
+                'database URL ("postgres://...")')
+        if url is not None:
+            shown = repr(os.fspath(url)) if "://" not in os.fspath(url) else "a file reader's URL"
+            raise ConfigError(f"{where}: [results] url = {shown} is not a database, and rows "
+                              f"written there would be lost; {hint}")
+        shown = repr(data) if isinstance(data, str) and "://" not in data else (
+            f"a {type(data).__name__}" if not isinstance(data, str) else "a file reader's URL")
+        raise ConfigError(f"{where}: [results] table: the source {shown} is not a database, so "
+                          f"the results table has nowhere to live; add [results] url: {hint}")
+    if kind == "duckdb":
+        path = os.fspath(target).removeprefix("duckdb://")
+        if os.path.lexists(path):
+            if outputs.data_kind(path) != "a DuckDB database" or not os.path.isfile(path):
+                raise ConfigError(f"{where}: [results] the DuckDB file {path!r} exists and is not "
+                                  "a DuckDB database; sqlcal never writes over it: choose "
+                                  "another url")
+        elif not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise ConfigError(f"{where}: [results] url {path!r}: its folder does not exist")
+
+
+def _in_memory(backend: Any) -> bool:
+    """Whether an Ibis backend is an in-memory DuckDB (its rows die with the process)."""
+    if getattr(backend, "name", None) != "duckdb":
+        return False
+    (path,) = backend.con.execute("SELECT path FROM duckdb_databases() "
+                                  "WHERE database_name = current_database()").fetchone()
+    return path is None or path in ("", ":memory:")
+
+
+#: URL schemes Ibis reads files through (into an in-memory DuckDB)
+_FILE_SCHEMES = ("file", "parquet", "csv", "delta", "json")
+
+
 def results_rows(run: ScheduledRun) -> pd.DataFrame:
     """The run's tidy metrics as rows of the results table (:data:`RESULTS_SCHEMA`)."""
     keys = run.keys
@@ -737,12 +821,52 @@ def store_results(run: ScheduledRun) -> int:
     process must be rebuilt (their connection is closed).
     """
     cfg = run.config["results"]
+    check_results_target(cfg.get("url"), run.config["source"]["data"])
+    rows = results_rows(run)
     con = results_connection(run)
     try:
-        return write_results(con, cfg["table"], results_rows(run), database=cfg.get("database"))
+        added = write_results(con, cfg["table"], rows, database=cfg.get("database"))
     finally:
         if con is not _source_backend(run):
             con.disconnect()
+    reader, opened = _results_reader(run)
+    try:
+        stored = read_back(reader, cfg["table"], run.run_id, database=cfg.get("database"))
+    finally:
+        if opened:
+            reader.disconnect()
+    if stored != len(rows):
+        raise ResultsError(f"the results table {cfg['table']!r} holds {stored} rows of run "
+                           f"{run.run_id!r} after the insert, not the run's {len(rows)}: nothing "
+                           "is reported as written")
+    return added
+
+
+class ResultsError(ValueError):
+    """The results table does not hold, read back, the rows a run wrote."""
+
+
+def read_back(con, name: str, run_id: str, *, database: str | None = None) -> int:
+    """How many rows of ``run_id`` the results table ``name`` holds, through ``con`` (0 when
+    there is no such table)."""
+    if name not in con.list_tables(database=database):
+        return 0
+    return _count(con.table(name, database=database), run_id)
+
+
+def _results_reader(run: ScheduledRun) -> tuple[Any, bool]:
+    """A new connection to the results table's database, to read back what the run wrote (a
+    DuckDB file read-only, a URL connected anew), and whether it was opened here; the caller's
+    own backend when the source is one."""
+    url = run.config["results"].get("url")
+    target = url if url else run.config["source"]["data"]
+    kind = named_database(target)
+    if kind == "duckdb":
+        return ibis.duckdb.connect(os.fspath(target).removeprefix("duckdb://"),
+                                   read_only=True), True
+    if kind == "url":
+        return ibis.connect(os.fspath(target)), True
+    return _source_backend(run), False
 
 
 def results_connection(run: ScheduledRun):
@@ -769,7 +893,10 @@ def results_connection(run: ScheduledRun):
 
 
 def _source_backend(run: ScheduledRun):
-    return run.source.rows._find_backend()
+    try:
+        return run.source.rows._find_backend(use_default=False)
+    except ibis.common.exceptions.IbisError:  # a frame's memtable: no backend of its own
+        return None
 
 
 # -- JSON -------------------------------------------------------------------------------------
