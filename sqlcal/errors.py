@@ -37,3 +37,128 @@ def read_toml(path) -> dict:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{os.fspath(path)} is not valid TOML: {e}") from None
+
+
+def check_schema(raw: dict, schema: dict, *, where: str) -> None:
+    """Validate a parsed configuration against its JSON Schema (draft 2020-12); a
+    :class:`ConfigError` naming the file, the key path (``[section] key``, ``[metrics]
+    ece.bins``, ``[[alerts]] #2 above``) and the problem of the first error, in document
+    order.
+
+    Examples
+    --------
+    >>> schema = {"type": "object", "properties": {"report": {"type": "object",
+    ...           "properties": {"title": {"type": "string"}}, "additionalProperties": False}}}
+    >>> try:
+    ...     check_schema({"report": {"title": 5}}, schema, where="r.toml")
+    ... except ConfigError as e:
+    ...     print(e)
+    r.toml: [report] title must be a string, not 5
+    """
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = list(validator.iter_errors(raw))
+    if not errors:
+        return
+    # the first problem in the file's order of keys, the most specific one at that place
+    order = _key_order(raw)
+    first = min(errors, key=lambda e: (order.get(tuple(_path(e)), len(order)), -len(e.path)))
+    while first.context:  # oneOf / anyOf: the alternative that got furthest into the value
+        if all(e.validator == "required" for e in first.context):  # one of these keys
+            keys = [k for e in first.context for k in e.validator_value]
+            raise ConfigError(f"{where}: {_shown_path(list(first.absolute_path))} needs "
+                              f"{' or '.join(f'{k} =' for k in keys)} ...")
+        deepest = max(len(e.absolute_path) for e in first.context)
+        near = [e for e in first.context if len(e.absolute_path) == deepest]
+        # a value of another type belongs to another alternative: prefer what went wrong inside
+        near = [e for e in near if e.validator != "type"] or near
+        if all(e.validator == "type" for e in near) and len(near) > 1:
+            wanted = [t for e in near for t in ([e.validator_value] if isinstance(
+                e.validator_value, str) else e.validator_value)]
+            raise ConfigError(f"{where}: {_shown_path(list(near[0].absolute_path))} must be "
+                              f"{' or '.join(_TYPES.get(t, t) for t in wanted)}, not "
+                              f"{near[0].instance!r}")
+        first = jsonschema.exceptions.best_match(near)
+    raise ConfigError(f"{where}: {_describe(first)}")
+
+
+def _path(error) -> list:
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = set(error.schema.get("properties", {}))
+        extra = sorted(k for k in error.instance if k not in known)
+        path += extra[:1]
+    return path
+
+
+def _key_order(raw) -> dict:
+    """Each key path of ``raw`` -> its place in document order (TOML keeps the file's order)."""
+    order: dict = {}
+
+    def walk(node, prefix: tuple) -> None:
+        items = (node.items() if isinstance(node, dict)
+                 else enumerate(node) if isinstance(node, list) else ())
+        for key, value in items:
+            order[prefix + (key,)] = len(order)
+            walk(value, prefix + (key,))
+
+    walk(raw, ())
+    return order
+
+
+def _shown_path(path: list) -> str:
+    if not path:
+        return "the file"
+    head, rest = path[0], path[1:]
+    if head == "alerts" and rest and isinstance(rest[0], int):
+        text, rest = f"[[alerts]] #{rest[0] + 1}", rest[1:]
+    else:
+        text = f"[{head}]"
+    return text + (" " + ".".join(str(p) for p in rest) if rest else "")
+
+
+_TYPES = {"string": "a string", "integer": "a whole number", "number": "a number",
+          "boolean": "true or false", "object": "a table", "array": "a list", "null": "empty"}
+
+
+def _describe(error) -> str:
+    path = _path(error)
+    where, value, kind = _shown_path(path), error.instance, error.validator
+    rule = error.validator_value
+    hint = error.schema.get("description")
+    if kind == "additionalProperties" and path:
+        known = sorted(error.schema.get("properties", {}))
+        extra = sorted(k for k in value if k not in known)
+        if len(path) == 1:
+            return f"unknown sections {extra}; expected some of {known}"
+        return (f"{_shown_path(path[:-1])} has unknown keys {extra}"
+                + (f"; expected some of {known}" if known else ""))
+    if kind == "required":
+        missing = [k for k in rule if k not in value]
+        return f"{where} needs {missing[0]} = ..."
+    if kind == "type":
+        wanted = [rule] if isinstance(rule, str) else list(rule)
+        return f"{where} must be {' or '.join(_TYPES.get(t, t) for t in wanted)}, not {value!r}"
+    if kind == "enum" and "propertyNames" in error.schema_path:  # a name, not a value
+        return f"{where} has unknown names {[value]}; choose from {sorted(rule)}"
+    if kind == "enum":
+        return f"{where} must be one of {list(rule)}, not {value!r}"
+    if kind == "const":
+        return f"{where} must be {rule!r}, not {value!r}"
+    if kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        sign = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">",
+                "exclusiveMaximum": "<"}[kind]
+        return f"{where} must be {sign} {rule}, not {value!r}"
+    if kind in ("minLength", "minItems"):
+        return f"{where} must not be empty"
+    if kind == "propertyNames":
+        names = rule.get("enum") if isinstance(rule, dict) else None
+        bad = sorted(k for k in value if names is None or k not in names)
+        return (f"{where} has unknown names {bad}"
+                + (f"; choose from {sorted(names)}" if names else f" ({error.message})"))
+    if kind == "pattern":
+        return f"{where} = {value!r} is not allowed" + (f": {hint}" if hint else
+                                                         f" (it must match {rule})")
+    message = error.message if len(error.message) <= 200 else error.message[:197] + "..."
+    return f"{where}: {message}" + (f" ({hint})" if hint else "")

@@ -26,8 +26,8 @@ from sqlcal.monitor import schema, store as _store
 from sqlcal.monitor.config import ConfigError
 from sqlcal.monitor.stored import stored
 from sqlcal.reporting import METRICS, metric_options, trust
-from sqlcal.scheduled import (RESULTS_SCHEMA, ResultsError, config_hash, named_database,
-                              read_back, write_results)
+from sqlcal.scheduled import (RESULTS_SCHEMA, ResultsError, check_metric_options, config_hash,
+                              named_database, read_back, write_results)
 
 #: the windows when ``[windows]`` names none
 WINDOWS = {"last_7d": {"days": 7}, "last_28d": {"days": 28},
@@ -94,6 +94,7 @@ def check_metrics(block: dict | None, *, where: str = "config") -> dict:
     for name, options in block.items():
         if not isinstance(options, dict):
             raise ConfigError(f"{where}: [metrics] {name} must be a table of options")
+        check_metric_options(name, options, f"{where}: [metrics] {name}")
     return block
 
 

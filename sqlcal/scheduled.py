@@ -26,7 +26,7 @@ import ibis
 import numpy as np
 import pandas as pd
 
-from sqlcal.errors import ConfigError, read_toml
+from sqlcal.errors import ConfigError, check_schema, read_toml
 from sqlcal import outputs
 from sqlcal.options import check as check_options
 from sqlcal.options import checked
@@ -135,9 +135,23 @@ def load_config(path: str | os.PathLike) -> dict:
 def validate_config(raw: dict, *, where: str = "config") -> dict:
     """Check a configuration before anything touches the warehouse; return it normalised.
 
-    Unknown sections and keys, unknown metrics, metric options the metric does not take, alert
-    columns the metric does not report, and alerts without a threshold are errors that say where.
+    The file is first validated with its JSON Schema (:func:`config_schema`), then each
+    metric's and the segments' options against the library's option table. Unknown sections
+    and keys, values of the wrong type, unknown metrics, metric options the metric does not
+    take, alert columns the metric does not report, and alerts without a threshold are
+    :class:`ConfigError` naming the key path.
     """
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: a configuration is a table of sections, not "
+                          f"{type(raw).__name__}")
+    # from Python, [source] data may be anything sqlcal.source() takes (a frame, an Ibis
+    # table): the schema, written for TOML files, sees a placeholder for it
+    source = raw.get("source")
+    shown = raw
+    if isinstance(source, dict) and not isinstance(source.get("data"), (str, int, float, bool,
+                                                                        list, dict, type(None))):
+        shown = {**raw, "source": {**source, "data": f"<{type(source['data']).__name__}>"}}
+    check_schema(shown, config_schema(), where=where)
     unknown = sorted(set(raw) - set(SECTIONS))
     if unknown:
         raise ConfigError(f"{where}: unknown sections {unknown}; expected {sorted(SECTIONS)}")
@@ -184,7 +198,7 @@ def validate_config(raw: dict, *, where: str = "config") -> dict:
         if extra:
             raise ConfigError(f"{where}: metrics.{name} has unknown options {extra}; "
                               f"it takes {sorted(takes)}")
-        _check_options(name, options, f"{where}: metrics.{name}")
+        check_metric_options(name, options, f"{where}: metrics.{name}")
 
     alerts = []
     for i, rule in enumerate(raw.get("alerts", [])):
@@ -236,6 +250,10 @@ def validate_config(raw: dict, *, where: str = "config") -> dict:
         if not (isinstance(features, list) and features
                 and all(isinstance(f, str) for f in features)):
             raise ConfigError(f"{where}: [segments] needs features = [\"<column>\", ...]")
+        try:
+            check_options("segments", segments_cfg)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: [segments] {e}") from None
     return {"source": src, "metrics": metrics, "alerts": alerts, "time": time_cfg,
             "report": report, "output": output, "results": results,
             "segments": segments_cfg}
@@ -288,9 +306,18 @@ def _inputs(config: dict) -> list[str]:
     return outputs.protected(config["source"]["data"], url)
 
 
-def _check_options(name: str, options: dict, where: str) -> None:
-    # the declared table of options (type, range, resource budget), as the metric will see them:
-    # with the report name's preset (ece_quantile is ece with strategy="quantile")
+def config_schema() -> dict:
+    """The JSON Schema (draft 2020-12) of ``report.toml`` as parsed, with which
+    :func:`validate_config` checks every configuration first."""
+    from importlib.resources import files
+
+    return json.loads(files("sqlcal").joinpath("report_config.schema.json").read_text("utf-8"))
+
+
+def check_metric_options(name: str, options: dict, where: str) -> None:
+    """Check a report metric's options against the declared table (type, range, resource
+    budget), as the metric will see them (with the report name's preset: ece_quantile is ece
+    with strategy="quantile"); a :class:`ConfigError` prefixed with ``where``."""
     function, preset, _ = METRICS[name]
     try:
         check_options(function.__name__, {**preset, **options})

@@ -23,6 +23,7 @@ from sqlcal._version import __version__
 from sqlcal.errors import InvalidInputError
 from sqlcal.monitor import schema
 from sqlcal.options import OptionError, checked
+from sqlcal import inputs as _inputs
 from sqlcal.inputs import Source, resolve_table, source
 
 #: σ(±4): h(p) = clip(logit p, −4, 4)/4 is flat outside [σ(−4), σ(4)]
@@ -32,7 +33,8 @@ _ADDED = ("period_start", "delay")
 
 
 class StoreError(ValueError):
-    """The store holds tables sqlcal did not write, or written for another layout."""
+    """The store holds tables sqlcal did not write, or written for another layout, or its path
+    cannot be a store (a FIFO, a folder, the source's database)."""
 
 
 @checked
@@ -523,6 +525,13 @@ def connect(store: Any):
         con = ibis.connect(store)
     else:
         path = store[len("duckdb://"):] if store.startswith("duckdb://") else store
+        if path not in ("", ":memory:") and os.path.exists(path) and not os.path.isfile(path):
+            # DuckDB would block on a FIFO until a writer comes, or fail late on a folder
+            raise StoreError(f"store {path!r} is not a regular file (a directory, a FIFO or a "
+                             "device); name a DuckDB file or a database URL")
+        if os.path.abspath(path) in _inputs.connections:
+            raise StoreError(f"store {path!r} is open read-only in this process as a source of "
+                             "predictions; the store must be another database")
         con = ibis.duckdb.connect(path or ":memory:")
     _CONNECTIONS[store] = con
     return con
