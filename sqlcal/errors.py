@@ -1,5 +1,9 @@
 """The errors sqlcal raises for input it cannot measure (the CLI turns each into exit code 2)."""
 
+import contextlib
+import sys
+from typing import Iterator
+
 
 class InvalidInputError(ValueError):
     """The data cannot be measured as given: a column is missing, mistyped, or has bad rows.
@@ -17,6 +21,41 @@ class InvalidInputError(ValueError):
     ...     print(e)  # doctest: +ELLIPSIS
     score column 'p' has 1 rows outside [0, 1]. Clean them, or pass on_invalid='drop' ...
     """
+
+
+class EngineDataError(InvalidInputError):
+    """The engine refused the rows while computing (a value its cast cannot read, a number out of
+    its range): the engine's own error, chained, under a ``ValueError``."""
+
+
+@contextlib.contextmanager
+def engine_data_errors() -> Iterator[None]:
+    """Turn the engine's errors about the data (DuckDB's conversion, invalid-input and
+    out-of-range errors, PostgreSQL's data errors) raised inside into :class:`EngineDataError`;
+    anything else (a lost connection, a bug) passes unchanged."""
+    try:
+        yield
+    except Exception as e:
+        if not isinstance(e, ValueError) and is_data_error(e):
+            first = next((line.strip() for line in str(e).splitlines() if line.strip()),
+                         type(e).__name__)
+            raise EngineDataError(f"the engine cannot compute on these rows: {first}") from e
+        raise
+
+
+def is_data_error(e: BaseException) -> bool:
+    """Whether ``e`` is an engine's error about the values it was given (not about the query,
+    the catalog, the connection or itself)."""
+    kinds = []
+    duckdb = sys.modules.get("duckdb")
+    if duckdb is not None:
+        kinds += [getattr(duckdb, name, None) for name in (
+            "ConversionException", "InvalidInputException", "OutOfRangeException")]
+    for name in ("psycopg", "psycopg2"):
+        driver = sys.modules.get(name)
+        if driver is not None:
+            kinds.append(getattr(driver, "DataError", None))
+    return isinstance(e, tuple(k for k in kinds if isinstance(k, type)))
 
 
 class ConfigError(ValueError):

@@ -20,7 +20,7 @@ import pandas as pd
 
 from sqlcal import summaries
 from sqlcal._version import __version__
-from sqlcal.errors import InvalidInputError
+from sqlcal.errors import EngineDataError, InvalidInputError
 from sqlcal.monitor import schema
 from sqlcal.options import OptionError, checked
 from sqlcal import inputs as _inputs
@@ -157,6 +157,8 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
         if col is not None and col not in base.columns:
             raise InvalidInputError(f"column {col!r} is not in the table; its columns are "
                                     f"{list(base.columns)}")
+        if col is not None:
+            _check_time(base, col)
     rows = _periods(base, label=label, time=time, label_time=label_time, as_of=as_of,
                     grain=grain, delays=delays, start=start, end=end, seconds=seconds)
     src = source(rows, score=score, label=label, weight=weight, by=(*by, *_ADDED), where=where,
@@ -367,6 +369,28 @@ def _periods(base: ir.Table, *, label, time, label_time, as_of, grain, delays, s
         last = as_timestamp(end) + pd.Timedelta(seconds=seconds)
         t = t.filter(base[time] < ibis.literal(last.to_pydatetime()))
     return t
+
+
+def _check_time(base: ir.Table, col: str) -> None:
+    """A time column is a timestamp or a date, or text the engine reads as one (every non-NULL
+    row; the engine would otherwise fail mid-query on the first that is not)."""
+    kind = base[col].type()
+    if kind.is_timestamp() or kind.is_date():
+        return
+    if not kind.is_string():
+        raise InvalidInputError(f"time column {col!r} is {kind}, not a timestamp or a date; "
+                                "cast it, or name another column")
+    value = base[col]
+    bad = base.filter(value.notnull() & value.try_cast("timestamp").isnull()).count()
+    try:
+        count = int(summaries.execute(bad.as_table()).iloc[0, 0])
+    except EngineDataError as e:  # an engine without TRY_CAST (PostgreSQL) casts, and says
+        raise InvalidInputError(f"time column {col!r} holds text that is not a timestamp: "
+                                f"{e}") from e
+    if count:
+        raise InvalidInputError(f"time column {col!r} has {count} rows that are not timestamps "
+                                "('2026-11-01 08:00:00'); clean them or filter them out with "
+                                "where=")
 
 
 def _fingerprints(src: Source) -> pd.DataFrame:
