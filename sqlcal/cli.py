@@ -385,8 +385,10 @@ def _segments(args) -> int:
     import json
 
     import sqlcal
-    from sqlcal.outputs import JSON_MARKER, write_text
+    from sqlcal.outputs import JSON_MARKER, check, protected, write_text
 
+    if args.json:  # refused before the search, not after it
+        check(args.json, "json", sources=protected(args.data))
     data = (args.data, args.table) if args.table else args.data
     options = dict(score=args.score, label=args.label, weight=args.weight,
                    by=_keys(args.by), where=args.where, features=_keys(args.features),
@@ -394,18 +396,19 @@ def _segments(args) -> int:
                    alpha=args.alpha, top_k=args.top_k, strategy=args.strategy)
     found = sqlcal.segments(data, mode=args.mode, effect=args.effect,
                             sliceline_alpha=args.sliceline_alpha, **options)
-    shown = found.drop(columns=["searched"])
     doc = {JSON_MARKER[0]: JSON_MARKER[1], "segments": json.loads(found.to_json(
         orient="records"))}
-    _out(shown.to_string(index=False))
+    lines = [found.drop(columns=["searched"]).to_string(index=False)]
     if args.fix:
         fix = sqlcal.segment_fix(data, **options)
         doc["fix"] = {"sql": fix.sql(args.score), "table": json.loads(fix.table.to_json(
             orient="records")), "summary": json.loads(fix.summary.to_json(orient="records"))}
-        _out(fix.summary.to_string(index=False))
-        _out(fix.sql(args.score))
-    if args.json:
-        write_text(args.json, "json", json.dumps(doc, indent=2), sources=[str(args.data)])
+        lines += [fix.summary.to_string(index=False), fix.sql(args.score)]
+    if args.json:  # written before anything is printed (a closed pipe loses no file)
+        write_text(args.json, "json", json.dumps(doc, indent=2), sources=protected(args.data))
+        lines.append(f"wrote {args.json}")
+    for line in lines:
+        _out(line)
     return EXIT_OK
 
 

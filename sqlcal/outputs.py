@@ -471,8 +471,8 @@ def protected(data: Any, *more: Any) -> list[str]:
 
 def data_kind(path: str) -> str | None:
     """What data a file holds, by its leading bytes ("a DuckDB database", ...), or None."""
-    try:
-        with _open_regular(path) as f:
+    try:  # through a symlink: what the path holds is what a writer would destroy
+        with _open_regular(path, follow=True) as f:
             head = f.read(32)
     except OSError:
         return None
@@ -533,10 +533,11 @@ def _reads(path: str, sources: Iterable[str]) -> str | None:
     return None
 
 
-def _open_regular(path: str):
-    """``path`` opened for binary reading, when it is a regular file (not through a symlink, and
-    without blocking on a FIFO); else an OSError."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+def _open_regular(path: str, *, follow: bool = False):
+    """``path`` opened for binary reading, when it is a regular file (not through a symlink
+    unless ``follow``, and without blocking on a FIFO); else an OSError."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
+    fd = os.open(path, flags)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, "not a regular file", path)

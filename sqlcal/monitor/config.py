@@ -134,22 +134,14 @@ def validate(raw: dict, *, where: str = "config") -> dict:
 
 
 def _check_store(store: str, data: str, where: str) -> None:
-    # a DuckDB path is opened for writing: refuse what would hang (a FIFO), fail late (a
-    # folder, a device) or write into the predictions the snapshot reads
-    if "://" in store and not store.startswith("duckdb://"):
-        return  # a database URL
-    path = store.removeprefix("duckdb://")
-    if path in ("", ":memory:") or not os.path.lexists(path):
-        return
-    if not os.path.isfile(path):  # follows a symlink to the database it names
-        raise ConfigError(f"{where}: [snapshot] store {path!r} is not a regular file (a "
-                          "directory, a FIFO or a device); name a DuckDB file or a URL")
-    source = data.removeprefix("duckdb://") if "://" not in data.removeprefix("duckdb://") \
-        else None
-    if source and os.path.lexists(source) and os.path.samefile(path, source):
-        raise ConfigError(f"{where}: [snapshot] store {path!r} is the source [source] data; "
-                          "sqlcal only reads the predictions: name another database for the "
-                          "store")
+    # a DuckDB path is opened for writing: refuse, before any query, what would hang (a FIFO),
+    # fail late (a folder, a text file) or write into the predictions the snapshot reads
+    from sqlcal.monitor.store import StoreError, check_store_path
+
+    try:
+        check_store_path(store.removeprefix("duckdb://"), source=data)
+    except StoreError as e:
+        raise ConfigError(f"{where}: [snapshot] {e}") from None
 
 
 def _number(text: str) -> bool:

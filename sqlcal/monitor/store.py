@@ -549,16 +549,37 @@ def connect(store: Any):
         con = ibis.connect(store)
     else:
         path = store[len("duckdb://"):] if store.startswith("duckdb://") else store
-        if path not in ("", ":memory:") and os.path.exists(path) and not os.path.isfile(path):
-            # DuckDB would block on a FIFO until a writer comes, or fail late on a folder
-            raise StoreError(f"store {path!r} is not a regular file (a directory, a FIFO or a "
-                             "device); name a DuckDB file or a database URL")
-        if os.path.abspath(path) in _inputs.connections:
-            raise StoreError(f"store {path!r} is open read-only in this process as a source of "
-                             "predictions; the store must be another database")
+        check_store_path(path)
         con = ibis.duckdb.connect(path or ":memory:")
     _CONNECTIONS[store] = con
     return con
+
+
+def check_store_path(path: str, *, source: Any = None) -> None:
+    """Refuse a DuckDB store path that cannot hold a store, before it is opened: one that exists
+    and is not a regular file holding a DuckDB database (a FIFO would block, a folder or a text
+    file fail late), the predictions' own database (``source``, or one this process reads
+    through a read-only connection). A :class:`StoreError`; URLs and ``":memory:"`` pass."""
+    if "://" in path or path in ("", ":memory:"):
+        return
+    if os.path.lexists(path):
+        if not os.path.isfile(path):  # follows a symlink to the database it names
+            raise StoreError(f"store {path!r} is not a regular file (a directory, a FIFO or a "
+                             "device); name a DuckDB file or a database URL")
+        with open(path, "rb") as f:
+            head = f.read(12)
+        if head[8:12] != b"DUCK":
+            raise StoreError(f"store {path!r} exists and is not a DuckDB database; sqlcal never "
+                             "writes over it: name a new file or a DuckDB database")
+    if os.path.abspath(path) in _inputs.connections:
+        raise StoreError(f"store {path!r} is open read-only in this process as a source of "
+                         "predictions; the store must be another database")
+    if isinstance(source, str):
+        source = source.removeprefix("duckdb://")
+        if "://" not in source and os.path.exists(source) and os.path.exists(path) \
+                and os.path.samefile(path, source):
+            raise StoreError(f"store {path!r} is the source's database; sqlcal only reads the "
+                             "predictions: name another database for the store")
 
 
 #: stores opened by path or URL, kept open (an in-memory DuckDB store lives as long as this)
