@@ -8,23 +8,25 @@ accepts. The same query also produces the *totals* summary (per group: n, W, Σw
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from typing import Any, Callable, Sequence
 
 import ibis
 import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
+from ibis.backends.duckdb import Backend as DuckDBBackend
 
 from sqlcal import summaries
 from sqlcal.options import checked
 from sqlcal.condition import parse_condition
-from sqlcal.errors import InvalidInputError
+from sqlcal.errors import InvalidInputError, redact
 
 #: names of the normalised columns inside every query; group keys keep their own names
 INTERNAL = ("p", "y", "w")
@@ -648,8 +650,9 @@ _FILE_READERS = {
     ".gz": "read_csv",
 }
 _DB_SUFFIXES = (".duckdb", ".ddb", ".db")
-#: the open connections, one per database URL or DuckDB file (keyed by its absolute path; "" is
-#: the embedded DuckDB): reused by every source, closed by whoever replaces the file
+#: the connections, one per database URL or DuckDB file (keyed by its absolute path; "" is the
+#: embedded DuckDB), reused by every source; a DuckDB file is held only while a query runs
+#: (:class:`DuckDBFile`)
 connections: dict[str, Any] = {}
 
 
@@ -682,20 +685,149 @@ def frame_connection(rows: int):
 
 
 def _connect(url: str):
-    # DuckDB files open read-only (sqlcal only reads), one connection per file: DuckDB refuses a
-    # second connection to a file with a different configuration.
+    # one connection per DuckDB file or database URL, reused by every source of this process
     path = url[len("duckdb://"):] if url.startswith("duckdb://") else None
     if path is None and "://" not in url:
         path = url
     key = os.path.abspath(path) if path not in (None, "", ":memory:") else url
     if key not in connections:
         if path not in (None, "", ":memory:"):
-            connections[key] = ibis.duckdb.connect(path, read_only=True)
+            connections[key] = DuckDBFile().connect(key)
         else:
-            connections[key] = ibis.connect(url)
+            connections[key] = connect_url(url, read_only=True)
             if url.split("://")[0] in ("postgres", "postgresql"):
                 tune_postgres(connections[key], skip=url)
     return connections[key]
+
+
+def connect_url(url: str, *, read_only: bool = False):
+    """``ibis.connect(url)``; a failure is an :class:`InvalidInputError` that names the URL and
+    the engine's reason with every password hidden (:func:`sqlcal.errors.redact`), not an
+    exception chained to one that quotes the URL whole.
+
+    With ``read_only=True`` (a source's session) a PostgreSQL session refuses writes
+    (:func:`read_only_postgres`). Spark has no read-only session or transaction: what it
+    receives is what Ibis compiles from sqlcal's expressions, SELECTs only.
+    """
+    from urllib.parse import parse_qsl, urlparse
+
+    try:
+        parsed = urlparse(url)
+        if read_only and parsed.scheme in ("postgres", "postgresql"):
+            return read_only_postgres()()._from_url(parsed, **dict(parse_qsl(parsed.query)))
+        return ibis.connect(url)
+    except ImportError:  # a missing driver: the CLI names the extra to install
+        raise
+    except Exception as e:
+        reason = redact(f"{type(e).__name__}: {str(e).strip()}")
+    raise InvalidInputError(f"cannot connect to {redact(url)}: {reason}")
+
+
+class DuckDBFile(DuckDBBackend):
+    """A DuckDB database file that sqlcal reads, held only while a query runs.
+
+    An in-memory DuckDB attaches the file read-only (``ATTACH ... (READ_ONLY)``) when a query, a
+    schema or a table listing starts, and detaches it when that ends. Between two queries the
+    process holds neither the file nor its lock: another process may write to the file or
+    replace it (an ETL job's ``os.replace``), and the next query reads the file as it is then.
+    Attaching costs about 1.4 ms, where opening the file as a database of its own costs 27 ms.
+    """
+
+    _ALIAS = "sqlcal_input"
+
+    def do_connect(self, path: str) -> None:
+        super().do_connect(":memory:")
+        self._file, self._users, self._lock = path, 0, threading.RLock()
+
+    @contextlib.contextmanager
+    def attached(self):
+        """The file attached (and the default catalog) for the block; re-entrant."""
+        from sqlglot import exp
+
+        with self._lock:  # one query at a time on a DuckDB connection
+            if self._users == 0:
+                if not os.path.exists(self._file):  # ATTACH would create it
+                    raise FileNotFoundError(f"no database file at {self._file!r}")
+                self.con.execute(f"ATTACH {exp.convert(self._file).sql('duckdb')} AS "
+                                 f"{self._ALIAS} (READ_ONLY)")
+                self.con.execute(f"USE {self._ALIAS}")
+            self._users += 1
+            try:
+                yield
+            finally:
+                self._users -= 1
+                if self._users == 0:
+                    self.con.execute("USE memory")
+                    self.con.execute(f"DETACH {self._ALIAS}")
+
+    def execute(self, *args, **kwargs):
+        with self.attached():
+            return super().execute(*args, **kwargs)
+
+    def to_pyarrow(self, *args, **kwargs):
+        with self.attached():
+            return super().to_pyarrow(*args, **kwargs)
+
+    def to_pyarrow_batches(self, expr, /, **kwargs):
+        # a reader streams after the call returns: read the result while the file is attached
+        import pyarrow as pa
+
+        table = self.to_pyarrow(expr, **{k: v for k, v in kwargs.items() if k != "chunk_size"})
+        return pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
+
+    def get_schema(self, *args, **kwargs):
+        with self.attached():
+            return super().get_schema(*args, **kwargs)
+
+    def list_tables(self, *args, **kwargs):
+        with self.attached():
+            return super().list_tables(*args, **kwargs)
+
+
+@cache
+def read_only_postgres() -> type:
+    """The Ibis PostgreSQL backend whose sessions refuse writes.
+
+    The session starts with ``SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY``: every
+    transaction of it, the measuring queries' (``BEGIN``, ``DECLARE CURSOR``) and the catalog
+    reads', is read-only, and PostgreSQL refuses any write in it, whatever a query holds. The
+    one write is Ibis's: a small in-memory table joined in a follow-up pass becomes a
+    temporary table of the session (private to it, dropped with it), created and dropped in a
+    ``READ WRITE`` transaction of its own. (A class made on first use: the module of the
+    PostgreSQL backend needs its driver.)
+    """
+    from ibis.backends.postgres import Backend
+
+    class ReadOnlyPostgres(Backend):
+        def _post_connect(self) -> None:
+            super()._post_connect()
+            with self.con.cursor() as cursor:  # autocommit: for the session
+                cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+
+        @contextlib.contextmanager
+        def _temporary(self):
+            con = self.con
+            con.read_only = False  # BEGIN READ WRITE
+            try:
+                with con.transaction():
+                    yield
+            finally:
+                con.read_only = None
+
+        def _register_in_memory_table(self, op) -> None:
+            with self._temporary():
+                super()._register_in_memory_table(op)
+
+        def _make_memtable_finalizer(self, name: str):
+            drop = super()._make_memtable_finalizer(name)
+
+            def finalizer() -> None:
+                with self._temporary():
+                    drop()
+
+            return finalizer
+
+    return ReadOnlyPostgres
 
 
 #: session settings for a PostgreSQL connection sqlcal opens from a URL: sorts and hashes over
@@ -718,6 +850,7 @@ def resolve_table(data: Any, table: str | None) -> ir.Table:
     if isinstance(data, tuple) and len(data) == 2:
         data, table = data
     if isinstance(data, ir.Table):
+        _no_table(table, "an Ibis table")
         return data
     if isinstance(data, os.PathLike):
         data = os.fspath(data)
@@ -726,6 +859,7 @@ def resolve_table(data: Any, table: str | None) -> ir.Table:
     if hasattr(data, "list_tables") and hasattr(data, "table"):  # an Ibis backend
         return _named_table(data, table, repr(data))
     if _is_frame(data):
+        _no_table(table, f"a {type(data).__name__}")
         return ibis.memtable(data, schema=_frame_schema(data))
     raise TypeError(
         f"cannot read data of type {type(data).__name__}: pass an Ibis table, a path or glob to "
@@ -760,11 +894,12 @@ def _table_from_string(data: str, table: str | None) -> ir.Table:
     if "://" in data or lower.endswith(_DB_SUFFIXES):
         if "://" not in data and not os.path.exists(data):
             raise FileNotFoundError(f"no database file at {data!r}")
-        return _named_table(_connect(data), table, data)
+        return _named_table(_connect(data), table, redact(data))
     suffix = next((s for s in _FILE_READERS if lower.endswith(s)), None)
     if suffix is None and os.path.isdir(data):
         # a folder of Parquet files, hive-partitioned (day=2026-11-01/…) or not: the partition
         # keys become columns, usable in by= and where= (and pruned by the engine)
+        _no_table(table, f"the folder {data!r}")
         return default_backend().read_parquet(os.path.join(data, "**", "*.parquet"),
                                               hive_partitioning=True)
     if suffix is None:
@@ -774,7 +909,16 @@ def _table_from_string(data: str, table: str | None) -> ir.Table:
         )
     if not any(ch in data for ch in "*?[") and not os.path.exists(data):
         raise FileNotFoundError(f"no file at {data!r}")
+    kind = "Parquet" if _FILE_READERS[suffix] == "read_parquet" else "CSV"
+    _no_table(table, f"{data!r}, a {kind} path")
     return getattr(default_backend(), _FILE_READERS[suffix])(data)
+
+
+def _no_table(table: str | None, what: str) -> None:
+    # table= names a table of a database; given with anything else it would be ignored
+    if table is not None:
+        raise InvalidInputError(f"table={table!r} names a table in a database file or URL, and "
+                                f"the data is {what}: leave table= out")
 
 
 def _named_table(con, table: str | None, where: str) -> ir.Table:
@@ -806,7 +950,7 @@ def _origin(data: Any, table: str | None, base: ir.Table) -> str:
         data = os.fspath(data)
     named = f" table {table!r}" if table else ""
     if isinstance(data, str):
-        return _without_password(data) + named
+        return redact(data) + named
     if _is_frame(data):
         size = f" ({data.shape[0]:,} rows)" if hasattr(data, "shape") else ""  # not lazy frames
         return f"in-memory {type(data).__module__.split('.')[0]} frame{size}"
@@ -826,15 +970,6 @@ def _origin(data: Any, table: str | None, base: ir.Table) -> str:
     if isinstance(tables[0], ops.SQLQueryResult):
         return f"{backend} SQL query"
     return f"{backend} table {tables[0].name!r}"
-
-
-def _without_password(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url) if "://" in url else None
-    if parts is None or parts.password is None:
-        return url
-    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
 
 
 def _where_text(where: Any) -> str | None:

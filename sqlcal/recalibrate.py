@@ -139,7 +139,7 @@ def isotonic(
     than scikit-learn's fetch-and-sort; the grid costs one GROUP BY into at most ``cells`` rows
     per group. Pooling cells changes the fit in the cells where the exact fit is not constant,
     and in the blocks those cells join (cells are 1.5e-5 wide at the default): measured at 10⁷
-    rows, see the README.
+    rows, see the performance page of the documentation (docs/performance.md).
     In-sample, the grid fit keeps the defining property of isotonic calibration: the cutoff
     error of the mapped scores is exactly 0, as the proof of Lemma D.1 applies to any pooling.
 

@@ -26,13 +26,13 @@ import ibis
 import numpy as np
 import pandas as pd
 
-from sqlcal.errors import ConfigError, check_schema, read_toml
+from sqlcal.errors import ConfigError, check_schema, install_hint, read_toml, redact
 from sqlcal import outputs
 from sqlcal.options import check as check_options
 from sqlcal.options import checked
 from sqlcal.reporting import (METRICS, describe, metric_options, summary_steps, to_json, trust,
                               wide)
-from sqlcal.inputs import Source, as_source
+from sqlcal.inputs import Source, as_source, connect_url
 
 #: section -> allowed keys (None: any metric name)
 SECTIONS: dict[str, tuple[str, ...] | None] = {
@@ -329,15 +329,16 @@ def _require_matplotlib(what: str) -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise ConfigError(f"{what} need matplotlib, which is not installed: pip install "
-                          "'sqlcal[plot]' (or set [report] diagrams = false, or write no "
-                          "HTML output)") from None
+        raise ConfigError(f"{what} need matplotlib, which is not installed: "
+                          f"{install_hint('plot')} (or set [report] diagrams = false, or write "
+                          "no HTML output)") from None
 
 
 def config_hash(config: dict) -> str:
     """A digest of what a run measures and how it judges it (source, metrics, alerts, time key);
     outputs, titles and comments do not change it."""
-    semantic = {k: config.get(k) for k in ("source", "metrics", "alerts", "time")}
+    # a URL's password is not what is measured (and a digest of it would be a clue to it)
+    semantic = {k: redact(config.get(k)) for k in ("source", "metrics", "alerts", "time")}
     text = json.dumps(semantic, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -897,7 +898,9 @@ def _results_reader(run: ScheduledRun) -> tuple[Any, bool]:
 
 
 def results_connection(run: ScheduledRun):
-    """The connection the results table goes to: ``[results] url``, else the source's own.
+    """The connection the results table goes to: ``[results] url``, else the source's database,
+    through a connection of its own when the source is a URL (sqlcal's measuring session is
+    read-only), through the source's when it is an Ibis table from Python.
 
     For a DuckDB file it is a new read-write connection (the cached read-only one to that file
     is closed first; DuckDB allows one configuration per file and process): disconnect it after
@@ -915,7 +918,12 @@ def results_connection(run: ScheduledRun):
             raise FileNotFoundError(f"no database file at {path!r}")
         return ibis.duckdb.connect(path)
     if url:
-        return ibis.connect(url)
+        return connect_url(url)
+    data = run.config["source"]["data"]
+    if isinstance(data, str) and "://" in data:
+        # the session sqlcal measured through is read-only: the rows go in through a session of
+        # their own, closed after the insert
+        return connect_url(data)
     return _source_backend(run)
 
 
@@ -978,17 +986,11 @@ def _where_from(config: dict) -> dict:
 
 
 def _redacted(config: dict) -> dict:
-    # passwords in connection URLs stay out of JSON, HTML and logs
-    def clean(text):
-        return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", text) if isinstance(text, str) else text
-
+    # passwords stay out of JSON, HTML and logs: every string of the configuration is redacted
     out = json.loads(json.dumps(config, default=str))
     if not isinstance(config["source"]["data"], str):  # from Python: an Ibis table, a frame
         out["source"]["data"] = f"<{type(config['source']['data']).__name__}>"
-    out["source"]["data"] = clean(out["source"]["data"])
-    if out.get("results") and out["results"].get("url"):
-        out["results"]["url"] = clean(out["results"]["url"])
-    return out
+    return redact(out)
 
 
 def _jsonable(v):

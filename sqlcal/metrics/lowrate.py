@@ -180,9 +180,10 @@ def calibration_ratio(
     sample, and V adds its Horvitz-Thompson variance :math:`\sum_{y=0} w(w-1)p^2/\rho^2`
     (read as :math:`\sum w^2p^2 - \sum wp^2`, exact when the positives weigh 1). A group with no positives has no
     ratio (NaN, ``reason="no positives"``) but a finite ``ci_lower`` and ``ci_upper = inf``.
-    Coverage of 95% intervals on 2,000 simulated tables with 20-50 expected positives is in
-    the README. Wilson (1927), Probable Inference, the Law of Succession, and Statistical
-    Inference, for the score-interval construction.
+    Coverage of 95% intervals on 2,000 simulated tables with 20-50 expected positives is on
+    the validation page of the documentation (docs/validation.md). Wilson (1927), Probable
+    Inference, the Law of Succession, and Statistical Inference, for the score-interval
+    construction.
 
     Examples
     --------

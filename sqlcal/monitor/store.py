@@ -20,11 +20,11 @@ import pandas as pd
 
 from sqlcal import summaries
 from sqlcal._version import __version__
-from sqlcal.errors import EngineDataError, InvalidInputError
+from sqlcal import inputs as _inputs
+from sqlcal.errors import EngineDataError, InvalidInputError, redact
 from sqlcal.monitor import schema
 from sqlcal.options import OptionError, checked
-from sqlcal import inputs as _inputs
-from sqlcal.inputs import Source, resolve_table, source
+from sqlcal.inputs import Source, connect_url, resolve_table, source
 
 #: σ(±4): h(p) = clip(logit p, −4, 4)/4 is flat outside [σ(−4), σ(4)]
 _H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))
@@ -329,8 +329,8 @@ def _origin(data: Any, table: str | None) -> str:
     """What the spec hash names as the rows' origin (stable as rows are added)."""
     if isinstance(data, tuple) and len(data) == 2:
         data, table = data
-    if isinstance(data, (str, os.PathLike)):
-        return os.fspath(data) + (f" table {table}" if table else "")
+    if isinstance(data, (str, os.PathLike)):  # a URL's password hidden: not stored, not hashed
+        return redact(os.fspath(data)) + (f" table {table}" if table else "")
     if isinstance(data, ir.Table):
         try:
             return f"table {data.get_name()}"
@@ -546,7 +546,7 @@ def connect(store: Any):
     if store in _CONNECTIONS:
         return _CONNECTIONS[store]
     if "://" in store and not store.startswith("duckdb://"):
-        con = ibis.connect(store)
+        con = connect_url(store)
     else:
         path = store[len("duckdb://"):] if store.startswith("duckdb://") else store
         check_store_path(path)
