@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from sqlcal.inputs import connect_url
 from sqlcal.monitor import schema, store as _store
 from sqlcal.monitor.config import ConfigError
 from sqlcal.monitor.stored import stored
@@ -366,7 +367,7 @@ def store_results(store: Any, name: str, rows: pd.DataFrame) -> int:
         stored = read_back(store, name, run_id)
     else:
         path = os.fspath(store)
-        reader = (ibis.connect(path) if named_database(path) == "url"
+        reader = (connect_url(path, read_only=True) if named_database(path) == "url"
                   else ibis.duckdb.connect(path.removeprefix("duckdb://")))
         try:
             stored = read_back(reader, name, run_id)

@@ -893,7 +893,7 @@ def _results_reader(run: ScheduledRun) -> tuple[Any, bool]:
         return ibis.duckdb.connect(os.fspath(target).removeprefix("duckdb://"),
                                    read_only=True), True
     if kind == "url":
-        return ibis.connect(os.fspath(target)), True
+        return connect_url(os.fspath(target), read_only=True), True
     return _source_backend(run), False
 
 

@@ -124,3 +124,41 @@ def test_monitor_results_are_read_back_from_the_store(tmp_path, monkeypatch):
         assert con.execute("SELECT count(*) FROM checks").fetchone()[0] == 3
     finally:
         con.close()
+
+
+def test_postgres_source_rows_are_read_back_from_postgres(tmp_path, capsys, monkeypatch):
+    """A PostgreSQL source with [results] and no url: the rows go in the source's database and
+    "wrote N" is the count a separate connection of the test's reads there."""
+    import uuid
+
+    import ibis
+
+    from sqlcal.demo import demo_frame
+    from tests.conftest import POSTGRES_URL, engine_missing
+
+    try:
+        con = ibis.connect(POSTGRES_URL)
+    except Exception as e:  # no server, no driver
+        engine_missing(f"PostgreSQL is not reachable: {e}")
+    name = f"io_preds_{uuid.uuid4().hex[:8]}"
+    results = f"io_results_{uuid.uuid4().hex[:8]}"
+    con.create_table(name, demo_frame(2000))
+    monkeypatch.chdir(tmp_path)
+    Path("r.toml").write_text(
+        f'[source]\ndata = "{POSTGRES_URL}"\ntable = "{name}"\nscore = "score"\n'
+        f'label = "label"\nweight = "weight"\nby = "model"\n[metrics]\nbrier = {{}}\n'
+        f'[results]\ntable = "{results}"\n')
+    try:
+        code, out, err = cli(capsys, "report", "--config", "r.toml", "--run-id", "pg1")
+        assert code == 0, err
+        reader = ibis.connect(POSTGRES_URL)
+        try:
+            t = reader.table(results)
+            stored = int(t.filter(t.run_id == "pg1").count().to_pyarrow().as_py())
+        finally:
+            reader.disconnect()
+        assert stored > 0 and f"wrote {stored} rows in table {results}" in out
+    finally:
+        con.drop_table(name, force=True)
+        con.drop_table(results, force=True)
+        con.disconnect()
