@@ -46,6 +46,8 @@ WRITERS = {
     "python -m sqlcal.dbtgen": ({}, ["dbtgen", "OUT"]),
     "python -m sqlcal.sqlgen": ({}, ["sqlgen", "OUT"]),
     "sqlcal demo": ({}, ["cli", "demo", "OUT", "--rows", "300"]),
+    "sqlcal demo --examples": ({}, ["cli", "demo", "ex/demo.duckdb", "--rows", "300",
+                                    "--examples"]),
     "sqlcal snapshot [snapshot] store": ({"m.toml": MONITOR.format(store="OUT.duckdb")},
                                          ["cli", "snapshot", "--config", "m.toml", "--quiet"]),
     "sqlcal monitor [snapshot] store": (
@@ -127,8 +129,10 @@ def _place(variant: str, out: Path) -> None:
 
 
 def _out(writer: str) -> Path:
-    """The writer's output path."""
+    """The writer's output path (for --examples, one of the files it writes beside the demo)."""
     files, command = WRITERS[writer]
+    if "--examples" in command:
+        return Path("ex/preds.parquet")
     text = " ".join([*command, *files.values()])
     return Path("OUT.duckdb" if "OUT.duckdb" in text or command[0] == "python" else "OUT")
 
@@ -160,6 +164,7 @@ def _run(writer: str, capsys) -> tuple[int, str, str]:
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("writer", list(WRITERS))
 def test_nothing_changes_but_exit_2_at_a_path_sqlcal_does_not_own(ws, capsys, writer, variant):
+    _out(writer).parent.mkdir(exist_ok=True)
     _place(variant, _out(writer))
     files = WRITERS[writer][0]
     for name, text in files.items():  # the command's own files are there before the snapshot
@@ -169,13 +174,14 @@ def test_nothing_changes_but_exit_2_at_a_path_sqlcal_does_not_own(ws, capsys, wr
     assert code == 2, (code, out, err)
     assert "wrote" not in out and "Traceback" not in err
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and ": error: " in lines[0] and "OUT" in lines[0], err
+    assert len(lines) == 1 and ": error: " in lines[0] and str(_out(writer).name) in lines[0], err
     assert _tree(ws) == before
 
 
 @pytest.mark.parametrize("writer", [w for w in WRITERS if "[snapshot] store" not in w
                                     or "snapshot --config" in w])
 def test_control_the_writer_writes_when_the_path_is_free(ws, capsys, writer):
+    _out(writer).parent.mkdir(exist_ok=True)
     files = WRITERS[writer][0]
     for name, text in files.items():
         Path(name).write_text(text)
@@ -186,7 +192,8 @@ def test_control_the_writer_writes_when_the_path_is_free(ws, capsys, writer):
         assert "wrote" in out or "alarm" in out, out
     after = _tree(ws)
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
-    out = f"work/{_out(writer)}"
+    out = f"work/{_out(writer) if _out(writer).parent == Path('.') else _out(writer).parent}/"
+    out = out.rstrip("/") if _out(writer).parent == Path(".") else out
     assert changed and all(k.startswith(out) for k in changed), sorted(changed)  # and its .wal
 
 
