@@ -33,8 +33,9 @@ class EngineDataError(InvalidInputError):
 @contextlib.contextmanager
 def engine_data_errors() -> Iterator[None]:
     """Turn the engine's errors about the data (DuckDB's conversion, invalid-input and
-    out-of-range errors, PostgreSQL's data errors) raised inside into :class:`EngineDataError`;
-    anything else (a lost connection, a bug) passes unchanged."""
+    out-of-range errors, PostgreSQL's data errors, Spark's cast and arithmetic errors) raised
+    inside into :class:`EngineDataError`; anything else (a lost connection, a bug) passes
+    unchanged."""
     try:
         yield
     except Exception as e:
@@ -57,6 +58,10 @@ def is_data_error(e: BaseException) -> bool:
         driver = sys.modules.get(name)
         if driver is not None:
             kinds.append(getattr(driver, "DataError", None))
+    spark = sys.modules.get("pyspark.errors")
+    if spark is not None:  # ANSI mode (Spark 4's default) raises on a value it cannot cast
+        kinds += [getattr(spark, name, None) for name in (
+            "NumberFormatException", "ArithmeticException", "DateTimeException")]
     return isinstance(e, tuple(k for k in kinds if isinstance(k, type)))
 
 
