@@ -133,7 +133,14 @@ def class_summary(per_class: pd.DataFrame, *, by: Sequence[str] = (), value: str
        classes  ece_average  ece_max worst_class    W
     0        3        0.216      0.3           b  5.0
     """
-    by = list(by)
+    if not isinstance(per_class, pd.DataFrame):
+        raise TypeError(f"class_summary takes a metric's per-class result (a DataFrame), not "
+                        f"{type(per_class).__name__}")
+    by = [by] if isinstance(by, str) else list(by)
+    missing = [c for c in (*by, "class") if c not in per_class.columns]
+    if missing:
+        raise OptionError(f"class_summary: the per-class result lacks the columns {missing}; "
+                          f"it has {list(per_class.columns)}")
     if value is None:
         candidates = [c for c in per_class.columns
                       if c not in {*by, "class", *_NOT_VALUES}

@@ -288,9 +288,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     sql.add_argument("--by", default="", help="comma-separated group keys")
 
     dbt = commands.add_parser(
-        "dbt", help="write the dbt package 'sqlcal' (sql/dbt/) to a folder",
-        description="Write the dbt package named sqlcal (generic tests and summary macros, the "
-                    "repository's sql/dbt/) to FOLDER; point packages.yml at it.",
+        "dbt", help="write the dbt package `sqlcal` (sql/dbt/) to a folder",
+        description="Write the dbt package sqlcal into FOLDER: a new or empty folder, or one a "
+                    "previous 'sqlcal dbt' wrote (it holds .sqlcal-manifest.json, the list of "
+                    "the files sqlcal wrote there). A folder holding anything else (your dbt "
+                    "project), a symlink, or a file sqlcal did not write at one of the package's "
+                    "paths is refused (exit 2) and left as it is; files an earlier sqlcal wrote "
+                    "and no longer makes are removed, nothing else.",
         epilog=_PLAIN_EXIT_CODES, formatter_class=_Formatter)
     dbt.add_argument("folder", help="where to write it (packages.yml: - local: FOLDER)")
     seg = commands.add_parser(
@@ -477,8 +481,10 @@ def _segments(args) -> int:
     import json
 
     import sqlcal
-    from sqlcal.outputs import JSON_MARKER, write_text
+    from sqlcal.outputs import JSON_MARKER, check, protected, write_text
 
+    if args.json:  # refused before the search, not after it
+        check(args.json, "json", sources=protected(args.data))
     data = (args.data, args.table) if args.table else args.data
     options = dict(score=args.score, label=args.label, weight=args.weight,
                    by=_keys(args.by), where=args.where, features=_keys(args.features),
@@ -486,28 +492,30 @@ def _segments(args) -> int:
                    alpha=args.alpha, top_k=args.top_k, strategy=args.strategy)
     found = sqlcal.segments(data, mode=args.mode, effect=args.effect,
                             sliceline_alpha=args.sliceline_alpha, **options)
-    shown = found.drop(columns=["searched"])
     doc = {JSON_MARKER[0]: JSON_MARKER[1], "segments": json.loads(found.to_json(
         orient="records"))}
-    _out(shown.to_string(index=False))
+    lines = [found.drop(columns=["searched"]).to_string(index=False)]
     if args.fix:
         fix = sqlcal.segment_fix(data, **options)
         doc["fix"] = {"sql": fix.sql(args.score), "table": json.loads(fix.table.to_json(
             orient="records")), "summary": json.loads(fix.summary.to_json(orient="records"))}
-        _out(fix.summary.to_string(index=False))
-        _out(fix.sql(args.score))
-    if args.json:
-        write_text(args.json, "json", json.dumps(doc, indent=2), sources=[str(args.data)])
+        lines += [fix.summary.to_string(index=False), fix.sql(args.score)]
+    if args.json:  # written before anything is printed (a closed pipe loses no file)
+        write_text(args.json, "json", json.dumps(doc, indent=2), sources=protected(args.data))
+        lines.append(f"wrote {args.json}")
+    for line in lines:
+        _out(line)
     return EXIT_OK
 
 
 def _dbt(args) -> int:
-    from pathlib import Path
-
     from sqlcal.dbtgen import write
 
-    for path in write(Path(args.folder)):
-        print(path)
+    written, removed = write(args.folder)
+    for path in written:
+        _out(f"wrote {path}")
+    for path in removed:
+        _out(f"removed {path} (an earlier sqlcal wrote it; no longer generated)")
     return EXIT_OK
 
 
@@ -558,7 +566,8 @@ def _monitor(args) -> int:
     windows, maturity = monitoring.check_windows(config.get("windows"), where=where)
     metrics = monitoring.check_metrics(config.get("metrics"), where=where)
     rules = monitoring.check_alerts(config.get("alerts"), windows, metrics, where=where)
-    table_name = monitoring.check_monitor(config.get("monitor"), where=where)
+    table_name = monitoring.check_monitor(config.get("monitor"), store=config["snapshot"]["store"],
+                                          where=where)
     outputs.check_all({"json": args.json_file, "html": args.html})
     run = monitor.run(config, at=args.at)
     snap, labels = config["snapshot"], config["labels"]

@@ -25,6 +25,7 @@ written to a temporary file and renamed into place (:func:`sqlcal.outputs.replac
 from __future__ import annotations
 
 import os
+import stat
 from typing import Callable
 
 import numpy as np
@@ -76,6 +77,9 @@ def check_example_path(path: str) -> None:
         raise OutputError(f"{shown} is a directory; run sqlcal demo --examples in another folder")
     if not os.path.lexists(path):
         return
+    if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would block the Parquet reader
+        raise OutputError(f"{shown} is not a regular file (a FIFO, a socket or a device); run "
+                          "sqlcal demo --examples in another folder")
     try:
         import pyarrow.parquet as pq
 

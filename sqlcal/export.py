@@ -187,6 +187,9 @@ def _spec(metric, *, table, score, label, weight, by, where, schema, options, di
     chosen = {**{k: defaults[k] for k in defaults if k not in
                  ("score", "label", "weight", "by", "where")}, **options}
     by = (by,) if isinstance(by, str) else tuple(by)
+    for name, value in (("table", table), ("score", score), ("label", label)):
+        if not isinstance(value, str) or not value:
+            raise TypeError(f"summary_sql: {name}= must be a name (str), not {value!r}")
     types = {**{k: "string" for k in by}, score: "float64", label: "float64",
              **({weight: "float64"} if weight else {}), **(schema or {})}
     *prefix, name = table.split(".")  # [catalog.][schema.]table

@@ -336,8 +336,10 @@ OVERRIDES["stored"] = {
 OVERRIDES["detect"] = {
     "store": _STORE, "by": _KEYS,
     "bins": Option("int", "bet bins of equal weight on the reference window", low=1, high=4096),
+    # a tolerance of 1 already admits any rate at every score (absolute) or any rate from 0 to
+    # twice the score (relative); above it the null says nothing, and 1e308 overflowed
     "tolerance": Option("floats", "the null's tolerance (a, r): |E[y | p] - p| <= a + r p",
-                        low=0),
+                        low=0, high=1),
     "alpha": Option("float", "bound on the probability of any false alarm over the horizon",
                     low=0, high=1, open_low=True, open_high=True),
     "horizon": Option("int", "daily checks the false-alarm bound covers", low=1),

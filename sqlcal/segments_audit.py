@@ -21,7 +21,7 @@ import json
 import math
 import uuid
 from itertools import combinations
-from typing import Sequence
+from typing import Any, Sequence
 
 import ibis
 import numpy as np
@@ -441,6 +441,7 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
         found = _report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k)
         kept = search["kept"]
     else:
+        _check_segments(segments, spec)
         found, kept = segments, [() for _ in spec["features"]]
         other = found[list(spec["features"])].isin([SEGMENT_OTHER]).to_numpy().any(axis=1)
         if other.any():
@@ -1245,6 +1246,18 @@ def _explained(part: pd.DataFrame, alpha: float, search: dict) -> list:
 
 
 # -- the fix -------------------------------------------------------------------------------------
+
+
+def _check_segments(found: Any, spec: dict) -> None:
+    """segment_fix(segments=): a frame sqlcal.segments returned for these features and keys."""
+    if not isinstance(found, pd.DataFrame):
+        raise TypeError(f"segment_fix: segments= must be the DataFrame sqlcal.segments returns, "
+                        f"not {type(found).__name__}")
+    needed = [*spec["by"], *spec["features"], "segment", "significant", "explained_by", "harm"]
+    missing = [c for c in needed if c not in found.columns]
+    if missing:
+        raise OptionError(f"segment_fix: segments= lacks the columns {missing}: pass what "
+                          "sqlcal.segments returns for the same features and by=")
 
 
 def _chosen(found: pd.DataFrame, spec: dict, kept, max_segments: int) -> list:

@@ -25,6 +25,7 @@ import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
 
+from sqlcal.errors import engine_data_errors
 from sqlcal.grids import CONVENTIONS, uniform_edges  # noqa: F401 (part of this module's API)
 from sqlcal.grids import LOGIT_CELL_BOUND, logit_edges
 
@@ -38,8 +39,10 @@ def number(x: float) -> ir.FloatingValue:
 
 
 def execute(expr: ir.Table) -> pd.DataFrame:
-    """Run a summary query and return it as pandas (arrow transfer, no per-row Python)."""
-    return expr.to_pyarrow().to_pandas()
+    """Run a summary query and return it as pandas (arrow transfer, no per-row Python); the
+    engine's errors about the rows become :class:`sqlcal.errors.EngineDataError`."""
+    with engine_data_errors():
+        return expr.to_pyarrow().to_pandas()
 
 
 def statement(expr: ir.Table, dialect: str = "duckdb") -> str:
@@ -83,7 +86,8 @@ def execute_planned(plan: tuple, build: Callable[[], ir.Table], con, name: str,
     sql, schema, same = cached
     con.register(name, data)
     try:
-        table = con.execute(sql.replace(f'"{ROWS}"', f'"{name}"')).to_arrow_table()
+        with engine_data_errors():
+            table = con.execute(sql.replace(f'"{ROWS}"', f'"{name}"')).to_arrow_table()
     finally:
         con.unregister(name)
     # the engine's types (HUGEINT sums...) as the Ibis schema says. The first result of a plan

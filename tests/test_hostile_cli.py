@@ -447,8 +447,10 @@ def test_results_go_in_after_measuring_through_their_own_connection(ws, capsys, 
         assert code == 0, err
     assert "wrote 0 rows in table calibration_results (run id n1 was already there)" in out
     on_file = [e for e in events if e[0] == "measured" or e[1] == "d.duckdb"]
-    # each run: measured read-only, then one read-write connection for the insert
-    assert on_file == [("read", "d.duckdb"), ("measured",), ("connect", "d.duckdb", False)] * 2
+    # each run: measured read-only, then one read-write connection for the insert, then a new
+    # read-only one that reads the run's rows back
+    assert on_file == [("read", "d.duckdb"), ("measured",), ("connect", "d.duckdb", False),
+                       ("connect", "d.duckdb", True)] * 2
     after = snapshot(ws)
     assert after["d.duckdb tables"] == {**before["d.duckdb tables"], "calibration_results": 2}
 
