@@ -292,7 +292,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     sql.add_argument("--by", default="", help="comma-separated group keys")
 
     dbt = commands.add_parser(
-        "dbt", help="write the dbt package `sqlcal` (sql/dbt/) to a folder",
+        "dbt", help="write the dbt package sqlcal (sql/dbt/) to a folder",
         description="Write the dbt package sqlcal into FOLDER: a new or empty folder, or one a "
                     "previous 'sqlcal dbt' wrote (it holds .sqlcal-manifest.json, the list of "
                     "the files sqlcal wrote there). A folder holding anything else (your dbt "
