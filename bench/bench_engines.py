@@ -167,9 +167,9 @@ def main() -> None:
 def postgres_task(config: str, metrics) -> None:
     """One configuration in a fresh process (the psycopg implementation is chosen at import)."""
     import sqlcal
-    from sqlcal import inputs as _  # noqa: F401
+    from sqlcal.inputs import sources as _
 
-    src_module = sys.modules["sqlcal.inputs"]
+    src_module = sys.modules["sqlcal.inputs.sources"]
     if config == "defaults":
         src_module.POSTGRES_SETTINGS = {}
     out = {}

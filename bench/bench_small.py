@@ -17,7 +17,7 @@ once to warm up (imports, the first compile), then ``--rounds`` rounds each call
 in turn, so load on the machine falls on all of them alike; the median of each task's calls is
 reported, with its ratio to the fastest in-memory peer of the same quantity. Every sqlcal call
 gets the pandas frame itself (a new source each time: no caching of the data or its summaries
-across calls; only compiled statements are reused, see ``sqlcal.summaries.execute_planned``).
+across calls; only compiled statements are reused, see ``sqlcal.query.reductions.execute_planned``).
 
 Tasks:
 

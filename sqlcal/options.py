@@ -199,7 +199,7 @@ OPTIONS: dict[str, Option] = {
     "tolerance": Option("float", "cutoff error a modified Platt fit may keep", low=0,
                         optional=True),
     # reports
-    "metrics": Option("metrics", "metric names of sqlcal.reporting.METRICS"),
+    "metrics": Option("metrics", "metric names of sqlcal.reporting.report_table.METRICS"),
     "time": Option("column", "the time key of a series"),
     # multiclass
     "format": Option("choice", "long (one row per class) or wide (a column per class)",
@@ -290,7 +290,7 @@ for _name in ("cutoff_error", "kuiper", "ks"):
     OVERRIDES[_name] = {"method": Option("choice", "the exact extremes (a second pass) or the "
                                          "score grid's lower bound and its grid_bound",
                                          choices=("exact", "grid"))}
-# -- monitoring (sqlcal.monitor) and segments (sqlcal.segments_audit) --------------------------
+# -- monitoring (sqlcal.monitor) and segments (sqlcal.audit.discovery) --------------------------
 _STORE = Option("any", "the summary store: a DuckDB path, a connection URL or an Ibis backend")
 _KEYS = Option("columns", "group keys (default: all the stored or given ones)", optional=True)
 _WHEN = Option("any", "a date or timestamp (str, datetime, numpy or pandas)", optional=True)
@@ -629,7 +629,7 @@ class _Spec:
 
 _SPECS: dict[str, _Spec] = {}
 #: the metrics ``report(metrics=)`` runs, name -> the function computing it: declared by
-#: :mod:`sqlcal.reporting` (a layer above this one) with :func:`declare_report_metrics`
+#: :mod:`sqlcal.reporting.report_table` (a layer above this one) with :func:`declare_report_metrics`
 _REPORT_METRICS: dict[str, Callable] = {}
 
 

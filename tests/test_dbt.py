@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal import dbtgen
+from sqlcal.export import dbtgen
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = Path(__file__).resolve().parent / "dbt_project"
@@ -37,11 +37,11 @@ def test_generated_files_are_current():
     for name, text in dbtgen.render().items():
         path = ROOT / "sql" / "dbt" / name
         assert path.exists() and path.read_text() == text, \
-            f"sql/dbt/{name} is stale: run `python -m sqlcal.dbtgen`"
+            f"sql/dbt/{name} is stale: run `python -m sqlcal.export.dbtgen`"
 
 
 def test_cli_writes_the_package(tmp_path, capsys):
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
     assert main(["dbt", str(tmp_path / "pkg")]) == 0
     for name, text in dbtgen.render().items():
         assert (tmp_path / "pkg" / name).read_text() == text

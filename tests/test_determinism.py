@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sqlcal
-from sqlcal import catalog
+from sqlcal.metrics import catalog
 from sqlcal.metrics import distance
 
 #: options a metric cannot run without

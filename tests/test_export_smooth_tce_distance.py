@@ -144,7 +144,7 @@ ONE_SHOT = [("ls_ece", {}), ("smooth_ece", {"sigma": 0.05}),
 def test_declared_needs_are_what_each_one_shot_form_reads(metric, options, monkeypatch):
     import inspect
 
-    from sqlcal import catalog
+    from sqlcal.metrics import catalog
     from sqlcal.options import check
     from sqlcal.query import planner
 

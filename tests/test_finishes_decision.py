@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.corp import corp_finish
+from sqlcal.recalibration.corp import corp_finish
 from sqlcal.metrics.decision import (cdl_finish, decision_loss_finish, expected_cost_finish,
                                      predictor_levels, risk_gap_finish, rules_table)
 from tests.test_decision import brute_force_risks, pairwise_cdl

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal import summaries
+from sqlcal.query import reductions
 from sqlcal.metrics import cells, cumulative
 from sqlcal.query import declared, local, planner
 from tests.conftest import calibration_data
@@ -47,7 +47,7 @@ def _ranges(df: pd.DataFrame, grid: int, seed: int) -> list:
 
 
 def _same(engine: pd.DataFrame, pandas: pd.DataFrame, keys: list[str]):
-    engine = summaries.fill_unweighted(engine)
+    engine = reductions.fill_unweighted(engine)
     engine = engine.sort_values(keys, ignore_index=True, key=_null_first)
     pandas = pandas.sort_values(keys, ignore_index=True, key=_null_first)
     assert len(engine) == len(pandas) > 0

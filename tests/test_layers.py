@@ -49,15 +49,15 @@ def test_the_contracts_catch_an_upward_import_a_cycle_and_an_unplaced_module(tmp
     shutil.copytree(PACKAGE, tmp_path / "sqlcal", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     with open(tmp_path / "sqlcal" / "metrics" / "scores.py", "a") as f:
-        f.write("\n\ndef _upward():\n    from sqlcal.reporting import METRICS\n")
+        f.write("\n\ndef _upward():\n    from sqlcal.reporting.report_table import METRICS\n")
     with open(tmp_path / "sqlcal" / "summaries.py", "a") as f:
         f.write("\n\ndef _cycle():\n    from sqlcal import inputs\n")
     (tmp_path / "sqlcal" / "unplaced.py").write_text('"""A module no layer lists."""\n')
     run = lint_imports(tmp_path, pythonpath=tmp_path)
     out = run.stdout
     assert run.returncode == 1, out + run.stderr
-    assert "sqlcal.metrics is not allowed to import sqlcal.reporting" in out
-    assert "sqlcal.summaries is not allowed to import sqlcal.inputs" in out
+    assert "sqlcal.metrics is not allowed to import sqlcal.reporting.report_table" in out
+    assert "sqlcal.query.reductions is not allowed to import sqlcal.inputs.sources" in out
     assert "No cycles are allowed in sqlcal" in out
     assert "- sqlcal.unplaced" in out
 
@@ -119,12 +119,12 @@ def test_private_names_stay_in_their_module():
 
 def test_the_private_name_check_sees_both_forms(tmp_path):
     path = tmp_path / "user.py"
-    path.write_text("from sqlcal.inputs import _connect, source\nfrom sqlcal import summaries\n"
+    path.write_text("from sqlcal.inputs.sources import _connect, source\nfrom sqlcal import summaries\n"
                     "import sqlcal.options as o\nsummaries._aggregate\no._SPECS\nsummaries.execute\n"
                     "from sqlcal import __version__\n")
-    assert sorted(_private_uses(path, "sqlcal.cli")) == [
-        "user.py:1 from sqlcal.inputs import _connect",
-        "user.py:4 sqlcal.summaries._aggregate",
+    assert sorted(_private_uses(path, "sqlcal.cli.commands")) == [
+        "user.py:1 from sqlcal.inputs.sources import _connect",
+        "user.py:4 sqlcal.query.reductions._aggregate",
         "user.py:5 sqlcal.options._SPECS",
     ]
 
@@ -142,7 +142,7 @@ def test_a_package_attribute_named_after_a_module_is_that_module(name):
 
 
 def test_report_the_function_and_reporting_the_module():
-    import sqlcal.reporting as reporting
+    import sqlcal.reporting.report_table as reporting
 
     assert inspect.ismodule(reporting) and callable(sqlcal.report)
     assert reporting.report is sqlcal.report
@@ -151,7 +151,7 @@ def test_report_the_function_and_reporting_the_module():
 
 def test_options_knows_every_checked_function_and_report_metric():
     # options is the bottom layer: it knows a function only once @checked registered it, and the
-    # report's metric names only as sqlcal.reporting declared them (it imports neither)
+    # report's metric names only as sqlcal.reporting.report_table declared them (it imports neither)
     checked = [name for name in sqlcal.__all__
                if inspect.isfunction(getattr(sqlcal, name))
                and getattr(sqlcal, name).__code__.co_name == "wrapper"]  # options.checked's
@@ -161,6 +161,6 @@ def test_options_knows_every_checked_function_and_report_metric():
         own = tuple(p.name for p in params if p.kind == p.KEYWORD_ONLY)
         forwards = any(p.kind == p.VAR_KEYWORD for p in params)
         assert options.keywords(name) == own + (options.SOURCE_OPTIONS if forwards else ()), name
-    reporting = importlib.import_module("sqlcal.reporting")
+    reporting = importlib.import_module("sqlcal.reporting.report_table")
     for metric, (function, *_) in reporting.METRICS.items():
         assert options.keywords(metric) == options.keywords(function.__name__), metric

@@ -11,7 +11,7 @@ import pytest
 from sklearn.isotonic import IsotonicRegression
 
 import sqlcal
-from sqlcal import maps
+from sqlcal.recalibration import maps
 from sqlcal.options import OptionError
 
 

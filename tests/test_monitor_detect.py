@@ -388,7 +388,7 @@ def test_detect_options_are_checked(stored_stream):
 
 def test_monitor_command_alarms_with_exit_code_3(stored_stream, tmp_path, capsys):
     import json
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
     _, path = stored_stream
     toml = tmp_path / "monitor.toml"
     toml.write_text(f'[source]\ndata = "unused.duckdb"\nscore = "p"\nlabel = "y"\ntime = "t"\n'
@@ -415,7 +415,7 @@ def test_monitor_command_alarms_with_exit_code_3(stored_stream, tmp_path, capsys
 
 def test_monitor_windows_alerts_and_results_rows(stored_stream, tmp_path, capsys):
     import json
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
     from sqlcal.monitor import store as monitor_store
     df, path = stored_stream
     toml = tmp_path / "monitor.toml"
@@ -516,7 +516,7 @@ def test_monitor_page_shows_the_maturity_curve(tmp_path, capsys):
     import json
     import pandas as pd
     import sqlcal
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
     rng = np.random.default_rng(5)
     df = _predictions(seed=5, days=35, per_day=200, change=100)  # no change
     delay = rng.exponential(2.0, len(df))

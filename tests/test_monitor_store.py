@@ -318,7 +318,7 @@ def test_the_snapshot_command_writes_once_and_refuses_a_bad_config(tmp_path, cap
     import duckdb
     import jsonschema
 
-    from sqlcal import cli
+    from sqlcal.cli import commands
     from sqlcal.monitor import config as monitor_config
 
     df = predictions(n=800)
@@ -328,9 +328,9 @@ def test_the_snapshot_command_writes_once_and_refuses_a_bad_config(tmp_path, cap
         con.execute("CREATE TABLE predictions AS SELECT * FROM df")
     path = monitor_toml(tmp_path, data, store)
     args = ["snapshot", "--config", path, "--since", "2026-10-01", "--until", "2026-10-06"]
-    assert cli.main(args) == 0
+    assert commands.main(args) == 0
     assert "6 of 6 periods written" in capsys.readouterr().out
-    assert cli.main(args) == 0
+    assert commands.main(args) == 0
     assert "0 of 6 periods written" in capsys.readouterr().out
     src = sqlcal.stored(str(store), maturity="all")
     rescan = sqlcal.source(window_rows(df, 0, 5), score="p", label="y", weight="w", by="g")
@@ -342,13 +342,13 @@ def test_the_snapshot_command_writes_once_and_refuses_a_bad_config(tmp_path, cap
     schema_doc = monitor_config.json_schema()
     import tomllib
     jsonschema.validate(tomllib.loads(open(path).read()), schema_doc)
-    assert cli.main(["maturity", "--config", path, "--bins", "2", "--json"]) == 0
+    assert commands.main(["maturity", "--config", path, "--bins", "2", "--json"]) == 0
     curve = pd.read_json(__import__("io").StringIO(capsys.readouterr().out))
     assert set(curve.score_bin) == {-1, 0, 1} and curve.F_hat.between(0, 1).all()
     bad = monitor_toml(tmp_path, data, store, extra="cels = 1024")
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(tomllib.loads(open(bad).read()), schema_doc)
-    assert cli.main(["snapshot", "--config", bad]) == 2
+    assert commands.main(["snapshot", "--config", bad]) == 2
     assert "[snapshot] has unknown keys ['cels']" in capsys.readouterr().err
 
 

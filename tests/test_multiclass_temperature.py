@@ -11,7 +11,7 @@ from scipy import optimize, special
 
 import sqlcal
 from sqlcal.options import OptionError
-from sqlcal.inputs import InvalidInputError
+from sqlcal.inputs.sources import InvalidInputError
 
 CLASSES = ("a", "b", "c", "d")
 

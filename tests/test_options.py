@@ -21,7 +21,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import sqlcal
-from sqlcal import options, summaries
+from sqlcal import options
+from sqlcal.query import reductions
 from sqlcal.options import BudgetError, OptionError
 
 from tests.conftest import calibration_data
@@ -37,7 +38,7 @@ def no_query(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a query ran before the options were checked")
 
-    monkeypatch.setattr(summaries, "execute", refuse)
+    monkeypatch.setattr(reductions, "execute", refuse)
     monkeypatch.setattr(ibis.expr.types.Table, "to_pyarrow", refuse)
     monkeypatch.setattr(ibis.expr.types.Table, "execute", refuse)
 
@@ -386,20 +387,20 @@ def test_declared_choices_are_the_modules_own():
     pairs = [
         (options.option("ece", "norm").choices, tuple(module("sqlcal.metrics.binned").NORMS)),
         (options.option("ece", "strategy").choices, module("sqlcal.metrics.binned").STRATEGIES),
-        (options.option("ece", "convention").choices, summaries.CONVENTIONS),
+        (options.option("ece", "convention").choices, reductions.CONVENTIONS),
         (options.option("tce", "strategy").choices, module("sqlcal.metrics.tce").STRATEGIES),
         (options.option("tce", "test").choices, module("sqlcal.metrics.tce").TESTS),
         (options.option("ls_ece", "noise").choices, module("sqlcal.metrics.smooth").NOISES),
-        (options.option("decompose", "scoring").choices, module("sqlcal.corp").SCORINGS),
-        (options.option("isotonic", "method").choices, module("sqlcal.recalibrate").METHODS),
+        (options.option("decompose", "scoring").choices, module("sqlcal.recalibration.corp").SCORINGS),
+        (options.option("isotonic", "method").choices, module("sqlcal.recalibration.fits").METHODS),
         (options.option("isotonic", "interpolation").choices,
-         module("sqlcal.recalibrate").INTERPOLATIONS),
-        (options.option("platt", "feature").choices, module("sqlcal.recalibrate").FEATURES),
+         module("sqlcal.recalibration.fits").INTERPOLATIONS),
+        (options.option("platt", "feature").choices, module("sqlcal.recalibration.fits").FEATURES),
         (options.option("distance_to_calibration", "method").choices,
          module("sqlcal.metrics.distance").METHODS),
         (options.option("cutoff_error", "method").choices,
          module("sqlcal.metrics.cumulative").METHODS),
-        (options.option("multiclass", "mode").choices, module("sqlcal.multiclass_rows").MODES),
+        (options.option("multiclass", "mode").choices, module("sqlcal.inputs.layouts").MODES),
         (options.option("reliability", "weight_kind").choices,
          module("sqlcal.metrics").WEIGHT_KINDS),
     ]

@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal import summaries
+from sqlcal.query import reductions
 from sqlcal.metrics import binned, cumulative, scores
 from sqlcal.query import declared, local, planner
 from sqlcal.query.declared import Summary, merge
-from sqlcal.reporting import (DEFAULT_METRICS, METRICS, _defaults, follow_ups,
+from sqlcal.reporting.report_table import (DEFAULT_METRICS, METRICS, _defaults, follow_ups,
                               metric_options, needs)
 from tests.conftest import calibration_data
 
@@ -35,9 +35,9 @@ def _data(n=400, seed=0, weighted=True):
 
 
 def _summary(src, s: Summary) -> pd.DataFrame:
-    frame = summaries.execute(summaries.reduce(s, src.rows, src.by, weighted=src.weighted))
+    frame = reductions.execute(reductions.reduce(s, src.rows, src.by, weighted=src.weighted))
     keys = [*src.by, *([s.key_column] if s.key_column else [])]
-    return summaries.fill_unweighted(frame).sort_values(keys, ignore_index=True)
+    return reductions.fill_unweighted(frame).sort_values(keys, ignore_index=True)
 
 
 def _same(got: pd.DataFrame, want: pd.DataFrame):

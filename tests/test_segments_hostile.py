@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sqlcal
-from sqlcal.cli import main
+from sqlcal.cli.commands import main
 
-audit = importlib.import_module("sqlcal.segments_audit")
+audit = importlib.import_module("sqlcal.audit.discovery")
 COLUMNS = ["--score", "p", "--label", "y"]
 
 
@@ -263,7 +263,8 @@ def test_cli_segments_by_a_key_named_segment(ws, capsys, tmp_path):
 def test_report_segments_section_by_a_key_named_segment(tmp_path):
     import jsonschema
 
-    from sqlcal import html, scheduled
+    from sqlcal.reporting import html
+    from sqlcal.reporting import scheduled
 
     path = tmp_path / "g.parquet"
     _grouped("segment", ["country", "device"], n=20000).to_parquet(path)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.query import declared, planner
-from sqlcal.inputs import Source
+from sqlcal.inputs.sources import Source
 
 _ALL = "__all__"
 
@@ -116,7 +116,7 @@ def resolve_weight_kind(src: Source, weight_kind: str) -> str:
     """``"auto"``: frequency weights when every weight is a whole number, sampling otherwise (so a
     rescaled sampling weight cannot change a p-value). Unweighted sources are frequency-weighted.
     A source with a negative sampling rate has sampling weights, whatever the value of 1/rate
-    (its variances carry the design: :func:`sqlcal.summaries.variance_weights`); reading them
+    (its variances carry the design: :func:`sqlcal.query.reductions.variance_weights`); reading them
     as frequencies is refused."""
     from sqlcal.options import OptionError
 
@@ -135,7 +135,7 @@ def resolve_weight_kind(src: Source, weight_kind: str) -> str:
 
 def variance_parts(src: Source, weight_kind: str) -> tuple:
     """Summary parts a variance needs: the sums of the variance weight (``"sw2"``: Σv, see
-    :func:`sqlcal.summaries.variance_weights`) unless the weights are known to be
+    :func:`sqlcal.query.reductions.variance_weights`) unless the weights are known to be
     frequencies (v = w: the Σw-sums serve)."""
     if src.sampling_rate is not None:
         resolve_weight_kind(src, weight_kind)  # refuses "frequency" before any scan

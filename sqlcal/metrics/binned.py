@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal import grids
+from sqlcal.inputs import grids
 from sqlcal.query import declared, planner
 from sqlcal.metrics import per_group, resolve_weight_kind, result, variance_parts
 from sqlcal.metrics.cells import (EQUAL_MASS_STRATEGIES, cells_needs, equal_mass_bins,
                                   equal_mass_follow_up, summary_parts)
-from sqlcal.inputs import Source, as_source
+from sqlcal.inputs.sources import Source, as_source
 from sqlcal.options import checked
 
 NORMS = {"l1": "ece", "l2": "rmsce", "max": "mce"}
@@ -68,7 +68,7 @@ def ece(
     norm : {"l1", "l2", "max"}, default "l1"
         L1 gives ECE, L2 the root-mean-square calibration error, max the maximum calibration error.
     convention : {"sqlcal", "sklearn", "netcal", "relplot"}, default "sqlcal"
-        Equal-width bin edges; see :func:`sqlcal.summaries.uniform_bin`.
+        Equal-width bin edges; see :func:`sqlcal.query.reductions.uniform_bin`.
     logit_range : (float, float), optional
         With ``strategy="logit"``: the scores (lo, hi), 0 < lo < hi < 1, the log-odds bins
         span (scores outside fall in the first or last bin); by default the observed range.
@@ -216,7 +216,7 @@ def reliability(
     of positive counts estimated from survey data):
     :math:`n_\mathrm{eff} = \bar y_k(1 - \bar y_k)\,W_k^2 / \sum_{i\in k} v_i (y_i - \bar y_k)^2`,
     the binomial variance over the bin's linearized variance with the variance weight
-    :math:`v_i` (:func:`sqlcal.summaries.variance_weights`: :math:`w_i^2`, or
+    :math:`v_i` (:func:`sqlcal.query.reductions.variance_weights`: :math:`w_i^2`, or
     :math:`f_i/\pi_i^2` under a sampling rate); Kish's :math:`W_k^2/\sum v_i` where every
     label of the bin is equal.
 
@@ -438,7 +438,7 @@ def hosmer_lemeshow(
         Group variance :math:`W_g \bar\pi_g(1-\bar\pi_g)` (frequency weights) or
         :math:`\sum_{i\in g} v_{0,i}\, \bar\pi_g(1-\bar\pi_g) + \sum_{i\in g} (v_i - v_{0,i})
         (y_i - p_i)^2` (sampling weights: :math:`v = v_0 = w^2`; under a sampling rate the
-        variance weight and its label-free part, :func:`sqlcal.summaries.variance_weights`).
+        variance weight and its label-free part, :func:`sqlcal.query.reductions.variance_weights`).
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -600,7 +600,7 @@ def bins_summary(
     src: Source, *, bins: int, strategy: str, convention: str, parts=(), logit_range=None
 ) -> pd.DataFrame:
     """The bins summary for ``src``: one row per group and non-empty bin with n, W, Σwy, Σwp,
-    min and max score, and the optional ``parts`` of :func:`sqlcal.summaries._sums` ("sw2",
+    min and max score, and the optional ``parts`` of :func:`sqlcal.query.reductions._sums` ("sw2",
     "moments"). Cached on the source, so a report scans once per binning."""
     if not isinstance(bins, (int, np.integer)) or bins < 1:
         raise ValueError(f"bins must be a positive integer, not {bins!r}")

@@ -18,7 +18,7 @@ from sqlcal.metrics import (per_group, resolve_weight_kind, result, safe_div,
                             statistic, variance_parts)
 from sqlcal.metrics.cells import CELLS, cell_ranges, cells_needs, zoom_factor
 from sqlcal.query import declared, planner
-from sqlcal.inputs import Source, as_source
+from sqlcal.inputs.sources import Source, as_source
 from sqlcal.options import checked
 
 #: E[range of standard Brownian motion on [0, 1]] = 2·sqrt(2/π): the calibrated model's expected

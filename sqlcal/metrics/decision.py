@@ -34,7 +34,7 @@ from sqlcal.metrics import (groups, key_tuple, per_group, resolve_weight_kind, r
 from sqlcal.options import checked
 from sqlcal.query import declared, planner
 from sqlcal.query.unlabeled import unlabeled_source
-from sqlcal.inputs import Source, as_source, source
+from sqlcal.inputs.sources import Source, as_source, source
 
 #: warn that the plug-in has degenerated when a group has at least this many distinct scores per
 #: row (and at least ``_WARN_MIN_ROWS`` rows): each level set is then about one row

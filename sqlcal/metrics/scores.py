@@ -11,7 +11,7 @@ from scipy import stats
 
 from sqlcal.query import declared, planner
 from sqlcal.metrics import resolve_weight_kind, result, safe_div, statistic
-from sqlcal.inputs import Source, as_source
+from sqlcal.inputs.sources import Source, as_source
 from sqlcal.options import checked
 
 
@@ -260,7 +260,7 @@ def spiegelhalter(
     :math:`\sum w(1-2p)^2p(1-p)`; the second is the sampling's own, estimated from the kept
     negatives themselves, :math:`\sum_{y=0} w(1/r - 1)\,p^2(1-2p)^2`, which needs no rate for
     a positive (a rate column may hold NULL there). In the variance weight's terms
-    (:func:`sqlcal.summaries.variance_weights`: :math:`v = f/\pi^2`, :math:`v_0 = f/\pi`):
+    (:func:`sqlcal.query.reductions.variance_weights`: :math:`v = f/\pi^2`, :math:`v_0 = f/\pi`):
     :math:`\sum v_0(1-2p)^2p(1-p) + \sum (v - v_0)(y-p)^2(1-2p)^2`, the linearization of
     Särndal, Swensson & Wretman (1992), Model Assisted Survey Sampling, ch. 5, with the
     population's part under the null.

@@ -15,7 +15,7 @@ from scipy import signal, special, stats
 
 from sqlcal.metrics import groups, key_tuple, per_group, result
 from sqlcal.query import declared, planner
-from sqlcal.inputs import Source, as_source
+from sqlcal.inputs.sources import Source, as_source
 from sqlcal.options import checked
 
 NOISES = ("gaussian", "uniform")

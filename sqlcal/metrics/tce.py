@@ -19,7 +19,7 @@ from sqlcal.metrics import groups, key_tuple, level_sets, result
 from sqlcal.metrics import binomial
 from sqlcal.metrics.cells import CELLS, cells_needs, cells_summary
 from sqlcal.query import declared, planner
-from sqlcal.inputs import InvalidInputError, Source, as_source
+from sqlcal.inputs.sources import InvalidInputError, Source, as_source
 from sqlcal.options import checked
 
 STRATEGIES = ("pavabc", "uniform", "quantile")

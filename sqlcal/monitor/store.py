@@ -18,13 +18,13 @@ import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
 
-from sqlcal import summaries
+from sqlcal.query import reductions
 from sqlcal._version import __version__
-from sqlcal import inputs as _inputs
+from sqlcal.inputs import sources as _inputs
 from sqlcal.errors import EngineDataError, InvalidInputError, redact
 from sqlcal.monitor import schema
 from sqlcal.options import OptionError, checked
-from sqlcal.inputs import Source, connect_url, resolve_table, source
+from sqlcal.inputs.sources import Source, connect_url, resolve_table, source
 
 #: σ(±4): h(p) = clip(logit p, −4, 4)/4 is flat outside [σ(−4), σ(4)]
 _H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))
@@ -296,8 +296,8 @@ def _check_options(by, grain, unknown, delays, cells, bins, sigmas, grids, max_l
             and cells & (cells - 1) == 0):
         raise OptionError(f"cells must be a power of two in [2^10, 2^16], not {cells!r}")
     for b, convention in bins:
-        if convention not in summaries.CONVENTIONS:
-            raise OptionError(f"bins convention must be one of {summaries.CONVENTIONS}, "
+        if convention not in reductions.CONVENTIONS:
+            raise OptionError(f"bins convention must be one of {reductions.CONVENTIONS}, "
                               f"not {convention!r}")
     if any(not (0 < float(s) <= 10) for s in sigmas):
         raise OptionError(f"ls_ece_sigma values must lie in (0, 10], not {list(sigmas)!r}")
@@ -383,7 +383,7 @@ def _check_time(base: ir.Table, col: str) -> None:
     value = base[col]
     bad = base.filter(value.notnull() & value.try_cast("timestamp").isnull()).count()
     try:
-        count = int(summaries.execute(bad.as_table()).iloc[0, 0])
+        count = int(reductions.execute(bad.as_table()).iloc[0, 0])
     except EngineDataError as e:  # an engine without TRY_CAST (PostgreSQL) casts, and says
         raise InvalidInputError(f"time column {col!r} holds text that is not a timestamp: "
                                 f"{e}") from e
@@ -399,7 +399,7 @@ def _fingerprints(src: Source) -> pd.DataFrame:
     r = src.rows
     per_group = r.group_by(["period_start", *src.by[:-2]]).aggregate(
         n=r.count(), W=r.w.sum(), swp=(r.w * r.p).sum(), swy=(r.w * r.y).sum())
-    frame = summaries.execute(per_group)
+    frame = reductions.execute(per_group)
     out = frame.groupby("period_start", sort=True).agg(
         n=("n", "sum"), W=("W", "sum"), swp=("swp", "sum"), swy=("swy", "sum"),
         n_groups=("n", "size")).reset_index()
@@ -431,14 +431,14 @@ def _reduce_all(src: Source, rows: ir.Table, keys: list[str], *, cells, bins, si
     frames = []
     for sigma in sigmas:
         step, clip = sigma / 20, 1e-6
-        grid = summaries.execute(summaries.logit_grid(rows, lead, step, clip, weighted=True))
+        grid = reductions.execute(reductions.logit_grid(rows, lead, step, clip, weighted=True))
         grid = grid.assign(n_pos=np.where(grid["delay"] == schema.DELAY_LABEL_FREE, 0,
                                           grid["n"]))
         frames.append(_split(grid, keys, ["k"], "logit").assign(step=step, clip=clip))
     out["logit"] = pd.concat(frames, ignore_index=True) if frames else None
     frames = []
     for h in grids:
-        hist = summaries.execute(summaries.smooth_cells(rows, lead, cells, [h], weighted=True))
+        hist = reductions.execute(reductions.smooth_cells(rows, lead, cells, [h], weighted=True))
         # negatives: swr = −Σwp, swrd = −Σwpd exactly; positives: Σwp = Σw − Σw(1 − p)
         neg = hist["delay"] == schema.DELAY_LABEL_FREE
         hist = hist.assign(swp=np.where(neg, -hist["swr"], hist["swy"] - hist["swr"]),
@@ -448,7 +448,7 @@ def _reduce_all(src: Source, rows: ir.Table, keys: list[str], *, cells, bins, si
                              ["cell", "interval"], "smooth").assign(cells=int(cells), grid=int(h)))
     out["smooth"] = pd.concat(frames, ignore_index=True) if frames else None
     if levels:
-        found = _split(summaries.execute(_levels(rows, lead)), keys, ["p"], "levels")
+        found = _split(reductions.execute(_levels(rows, lead)), keys, ["p"], "levels")
         free = found[found["delay"] == schema.DELAY_LABEL_FREE]
         counts = free.groupby(keys, dropna=False).size()
         if len(counts) and counts.max() > max_levels:
@@ -482,8 +482,8 @@ def _split(frame: pd.DataFrame, keys: list[str], key_columns: list[str], kind: s
 def _fused(rows: ir.Table, keys: list[str], cells: int, bins, *, checks=None) -> ir.Table:
     """One GROUP BY by the keys, the finest cell and each binning's bin: the totals, the cells
     and the bins are each a sum of its rows over the other key columns."""
-    cols = {"cell": summaries.score_cell(rows.p, cells)}
-    cols |= {f"bin_{i}": summaries.uniform_bin(rows.p, b, c) for i, (b, c) in enumerate(bins)}
+    cols = {"cell": reductions.score_cell(rows.p, cells)}
+    cols |= {f"bin_{i}": reductions.uniform_bin(rows.p, b, c) for i, (b, c) in enumerate(bins)}
     # each row's logarithms once, in a projection: the aggregates read them (five per row when
     # each aggregate took its own)
     p = rows.p
@@ -656,7 +656,7 @@ def _next_versions(con, prefix: str, spec_hash: str, periods: list) -> dict:
         if name not in con.list_tables():
             continue
         t = con.table(name)
-        frame = summaries.execute(t.filter(t.spec_hash == spec_hash).group_by(
+        frame = reductions.execute(t.filter(t.spec_hash == spec_hash).group_by(
             "period_start").aggregate(v=t.version.max()))
         for when, v in zip(pd.to_datetime(frame["period_start"]), frame["v"]):
             if when in top:
@@ -711,7 +711,7 @@ def manifest(store: Any, prefix: str = schema.PREFIX) -> pd.DataFrame:
     name = schema.table_name("manifest", prefix)
     if name not in con.list_tables():
         return pd.DataFrame(columns=[c for c, _ in schema.MANIFEST])
-    frame = summaries.execute(con.table(name))
+    frame = reductions.execute(con.table(name))
     for col in ("period_start", "period_end", "as_of", "written_at"):
         frame[col] = pd.to_datetime(frame[col]).astype("datetime64[ns]")
     return frame
@@ -755,5 +755,5 @@ def merged(store: Any, kind: str, *, prefix: str, spec_hash: str, versions: pd.D
         aggs[name] = (col.min() if name in schema.MINIMA else col.max()
                       if name in schema.MAXIMA else col.sum())
     expr = t.group_by(keys).aggregate(**aggs) if keys else t.aggregate(**aggs)
-    frame = summaries.execute(expr)
+    frame = reductions.execute(expr)
     return frame.sort_values(keys, ignore_index=True) if keys else frame

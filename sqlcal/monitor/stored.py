@@ -1,7 +1,7 @@
 """Windows from the summary store: a source every metric accepts, served by merging stored
 summaries instead of scanning rows.
 
-``stored(store, start=, end=, maturity=)`` returns a :class:`~sqlcal.inputs.Source` whose
+``stored(store, start=, end=, maturity=)`` returns a :class:`~sqlcal.inputs.sources.Source` whose
 ``served`` function answers the planner's requests: each declared summary
 (:mod:`sqlcal.query.declared`) is the stored one summed over the window's periods and the delay
 buckets its maturity view admits (in the store's engine, :func:`sqlcal.monitor.store.merged`),
@@ -26,7 +26,7 @@ from sqlcal.monitor import adjusted as _adjusted, schema, store as _store
 from sqlcal.options import OptionError, checked
 from sqlcal.query import local
 from sqlcal.query.declared import Summary, coarser_cells
-from sqlcal.inputs import Source
+from sqlcal.inputs.sources import Source
 
 #: maturity views of a stored window
 VIEWS = ("mature", "all", "lag:<a>d", "adjusted")

@@ -13,11 +13,11 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
-from sqlcal import summaries
+from sqlcal.query import reductions
 from sqlcal.query import local
 from sqlcal.query.declared import (FUSABLE, RANGED, Summary, coarser_cells, merge,
                                    score_ranges, union)
-from sqlcal.inputs import Planned, Source
+from sqlcal.inputs.sources import Planned, Source
 
 
 def fetch(src: Source, summary: Summary) -> pd.DataFrame:
@@ -35,11 +35,11 @@ def fetch(src: Source, summary: Summary) -> pd.DataFrame:
     if summary.kind in RANGED:  # the engine reads the union of the groups' ranges: keep each own
         have = src.lookup(summary.key, summary.parts)
         return have if have is not None else src.store(summary.key, summary.parts, _within(
-            src.run(lambda checks: summaries.reduce(summary, src.rows, src.by,
+            src.run(lambda checks: reductions.reduce(summary, src.rows, src.by,
                                                     weighted=src.weighted,
                                                     soft=src.allow_soft)),
             summary, src.by))
-    return src.summary(summary.key, summary.parts, lambda checks: summaries.reduce(
+    return src.summary(summary.key, summary.parts, lambda checks: reductions.reduce(
         summary, src.rows, src.by, weighted=src.weighted, checks=checks,
         soft=src.allow_soft))
 
@@ -210,7 +210,7 @@ def run(src: Source, group: list[Summary]) -> list[Summary]:
             fetch(src, summary)
         return group
     # named by its members: an in-memory source reuses the compiled statement (Planned)
-    frame = src.run(Planned(lambda checks: summaries.fused(
+    frame = src.run(Planned(lambda checks: reductions.fused(
         group, src.rows, src.by, weighted=src.weighted, checks=checks, soft=src.allow_soft),
         ("fused", *((s.key, s.parts) for s in group))))
     for summary in group:
@@ -248,7 +248,7 @@ def _columns(summary: Summary, src: Source) -> list[str]:
     they depend only on the summary, the keys and the weighting, so each is built once)."""
     cache_key = (summary, tuple(src.by), src.weighted, src.allow_soft)
     if cache_key not in _COLUMNS:
-        expr = summaries.reduce(summary, src.rows, src.by, weighted=src.weighted,
+        expr = reductions.reduce(summary, src.rows, src.by, weighted=src.weighted,
                                 soft=src.allow_soft)
         key = summary.key_column
         _COLUMNS[cache_key] = [c for c in expr.columns if c not in (*src.by, key)]

@@ -16,8 +16,8 @@ import pandas as pd
 
 from sqlcal._version import __version__
 from sqlcal.errors import install_hint, redact
-from sqlcal.reporting import DEFAULT_METRICS, METRICS
-from sqlcal.sqlgen import DIALECTS, METRICS as SQL_METRICS
+from sqlcal.reporting.report_table import DEFAULT_METRICS, METRICS
+from sqlcal.export.sqlgen import DIALECTS, METRICS as SQL_METRICS
 
 EXIT_OK, EXIT_ERROR, EXIT_ALERT = 0, 2, 3
 # the exit codes each command's help lists: 3 only under the commands that return it
@@ -447,8 +447,8 @@ def _check_bins(args, rep: argparse.ArgumentParser) -> None:
 def _demo(args) -> int:
     import ibis
 
-    from sqlcal.demo import write_demo
-    from sqlcal.example_data import EXAMPLES, check_example_path, write_examples
+    from sqlcal.cli.demo import write_demo
+    from sqlcal.cli.example_data import EXAMPLES, check_example_path, write_examples
 
     folder = os.path.dirname(os.path.abspath(args.path))
     if args.examples:  # every path is checked before anything is written
@@ -474,7 +474,7 @@ def _demo(args) -> int:
 
 
 def _sql(args) -> int:
-    from sqlcal.sqlgen import metric_sql
+    from sqlcal.export.sqlgen import metric_sql
 
     dialect = {"spark": "databricks"}.get(args.dialect, args.dialect)
     by = tuple(k.strip() for k in args.by.split(",") if k.strip())
@@ -488,7 +488,7 @@ def _segments(args) -> int:
 
     import sqlcal
     from sqlcal.outputs import JSON_MARKER, check, protected, write_text
-    from sqlcal.segments_map import shown_name
+    from sqlcal.audit.fixmaps import shown_name
 
     if args.json:  # refused before the search, not after it
         check(args.json, "json", sources=protected(args.data))
@@ -531,7 +531,7 @@ def _segments(args) -> int:
 
 
 def _dbt(args) -> int:
-    from sqlcal.dbtgen import write
+    from sqlcal.export.dbtgen import write
 
     written, removed = write(args.folder)
     for path in written:
@@ -579,32 +579,33 @@ def _snapshot(args) -> int:
 
 
 def _monitor(args) -> int:
-    from sqlcal import monitoring, outputs
+    from sqlcal import outputs
+    from sqlcal.reporting import windows
     from sqlcal.monitor import config as monitor_config, monitor
 
     config = monitor_config.load(args.config)
     where = args.config
     monitor.check_detect(config.get("detect"), where=where)
-    windows, maturity = monitoring.check_windows(config.get("windows"), where=where)
-    metrics = monitoring.check_metrics(config.get("metrics"), where=where)
-    rules = monitoring.check_alerts(config.get("alerts"), windows, metrics, where=where)
-    table_name = monitoring.check_monitor(config.get("monitor"), store=config["snapshot"]["store"],
+    windows, maturity = windows.check_windows(config.get("windows"), where=where)
+    metrics = windows.check_metrics(config.get("metrics"), where=where)
+    rules = windows.check_alerts(config.get("alerts"), windows, metrics, where=where)
+    table_name = windows.check_monitor(config.get("monitor"), store=config["snapshot"]["store"],
                                           where=where)
     outputs.check_all({"json": args.json_file, "html": args.html})
     run = monitor.run(config, at=args.at)
     snap, labels = config["snapshot"], config["labels"]
     if not args.no_windows:
-        run.windows = monitoring.windows(
+        run.windows = windows.windows(
             snap["store"], windows=windows, metrics=metrics, at=args.at, maturity=maturity,
             horizon=labels["horizon"], settle=labels["settle"], prefix=snap["prefix"])
-        run.alerts = monitoring.alerts(run.windows, rules, list(config["source"]["by"]))
+        run.alerts = windows.alerts(run.windows, rules, list(config["source"]["by"]))
     check_date = str(pd.Timestamp(args.at).date()) if args.at else \
         str(pd.Timestamp.now(tz="UTC").date())
     if table_name and not args.no_results and run.windows is not None:
-        rows = monitoring.results_rows(run.windows, run.detection.path,
+        rows = windows.results_rows(run.windows, run.detection.path,
                                        list(config["source"]["by"]), run_id=check_date,
-                                       config_hash=monitoring.config_hash(config))
-        written = monitoring.store_results(snap["store"], table_name, rows)
+                                       config_hash=windows.config_hash(config))
+        written = windows.store_results(snap["store"], table_name, rows)
         if not args.quiet:
             _out(f"wrote {written} rows in table {table_name} (check {check_date})")
     if args.json_file:
@@ -627,7 +628,7 @@ def _monitor(args) -> int:
 
 def _report(args) -> int:
     if args.config:
-        from sqlcal import scheduled
+        from sqlcal.reporting import scheduled
 
         return _scheduled(args, scheduled.load_config(args.config))
     if args.html or args.json_file or args.time:
@@ -637,7 +638,7 @@ def _report(args) -> int:
 
 def _plain(args) -> int:
     import sqlcal
-    from sqlcal.reporting import describe, report, to_json
+    from sqlcal.reporting.report_table import describe, report, to_json
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
@@ -682,7 +683,7 @@ def _multiclass_source(args):
 
 def _adhoc_config(args) -> dict:
     """The configuration the flags describe, for --html/--json-file/--time without --config."""
-    from sqlcal import scheduled
+    from sqlcal.reporting import scheduled
 
     source = {"data": args.data, "table": args.table, "score": args.score, "label": args.label,
               "weight": args.weight, "by": _keys(args.by), "where": args.where,
@@ -695,7 +696,7 @@ def _adhoc_config(args) -> dict:
 
 
 def _scheduled(args, config: dict) -> int:
-    from sqlcal import scheduled
+    from sqlcal.reporting import scheduled
 
     _override(config, args)
     # every output path (and matplotlib for the HTML's diagrams) is checked before any query

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from sqlcal import summaries
+from sqlcal.query import reductions
 from sqlcal.options import OptionError, checked
 from sqlcal.query import declared, planner
-from sqlcal.inputs import (USE_CHECKS, InvalidInputError, Source, apply_where,
+from sqlcal.inputs.sources import (USE_CHECKS, InvalidInputError, Source, apply_where,
                            register_use_check, resolve_table)
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ def multiclass(
     prepared = prepare(data, format=format, example=example, cls=cls, prob=prob, label=label,
                        probs=probs, logits=logits, logit=logit, classes=classes, weight=weight,
                        keys=keys, table=table, on_invalid=on_invalid, tolerance=tolerance)
-    result = summaries.multiclass_rows(prepared.probabilities, prepared.layout, mode,
+    result = reductions.multiclass_rows(prepared.probabilities, prepared.layout, mode,
                                        drop=prepared.drop)
     register_use_check(result, partial(_check_made_use, mode == "classwise", weight is not None))
     return result
@@ -185,7 +185,7 @@ def multiclass(
 class Prepared:
     """A checked multiclass table: ``table`` as given, ``probabilities`` (the same table, or
     with logit columns replaced by their softmax), its ``layout`` (see
-    :mod:`sqlcal.summaries`), whether the columns hold ``logits``, and whether invalid examples
+    :mod:`sqlcal.query.reductions`), whether the columns hold ``logits``, and whether invalid examples
     are to be dropped (``drop``)."""
 
     table: Any
@@ -248,7 +248,7 @@ def prepare(data: Any, *, format: str, label: str, example: str | None = None,
                            ("probability" if logit is None else "logit", column),
                            ("label", label)], weight, keys)
         layout = ("long", tuple(keys), example, cls, column, label, weight)
-        checked = t if logit is None else summaries.multiclass_softmax(t, layout)
+        checked = t if logit is None else reductions.multiclass_softmax(t, layout)
         drop = _long(checked, layout=layout, **options)
     else:
         if prob is not None or logit is not None or example is not None or cls is not None:
@@ -269,7 +269,7 @@ def prepare(data: Any, *, format: str, label: str, example: str | None = None,
                              for c in columns), ("label", label)], weight, keys)
         values = _class_values(t, columns, label, classes)
         layout = ("wide", tuple(keys), tuple(columns), label, weight, tuple(values))
-        checked = t if logits is None else summaries.multiclass_softmax(t, layout)
+        checked = t if logits is None else reductions.multiclass_softmax(t, layout)
         drop = _wide(checked, layout=layout, **options)
     return Prepared(t, checked, layout, logits is not None or logit is not None, drop)
 
@@ -319,7 +319,7 @@ def _wide(t: ir.Table, *, layout, label, weight, keys, tolerance, on_invalid) ->
     if weight:
         texts.append(f"weight column {weight!r} is NULL, NaN, negative or infinite")
     drop = False
-    if summaries.is_bound(t) and not _wide_clean(_fetch(t, "multiclass_quick", layout,
+    if reductions.is_bound(t) and not _wide_clean(_fetch(t, "multiclass_quick", layout,
                                                         tolerance), len(probs), weight,
                                                 tolerance):
         # something is wrong: a second query counts each problem to name it
@@ -356,7 +356,7 @@ def _long(t: ir.Table, *, layout, label, weight, keys, tolerance, on_invalid) ->
     if weight:
         texts.append(f"weight column {weight!r} is NULL, NaN, negative or infinite")
     drop = False
-    if summaries.is_bound(t) and not _long_clean(_fetch(t, "multiclass_quick", layout,
+    if reductions.is_bound(t) and not _long_clean(_fetch(t, "multiclass_quick", layout,
                                                         tolerance), weight, tolerance):
         # something is wrong: a second query counts each problem to name it
         counts = _fetch(t, "multiclass_counts", layout, tolerance).iloc[0]
@@ -496,7 +496,7 @@ def _class_values(t: ir.Table, probs: list[str], label: str, classes) -> list:
     if len(set(values)) != len(values):
         raise ValueError(f"classes= gives the same label value to several columns: {values}")
     for v in values:
-        ok = (not isinstance(v, bool) or label_type.is_boolean()) and summaries.comparable(
+        ok = (not isinstance(v, bool) or label_type.is_boolean()) and reductions.comparable(
             t[label], v)
         if not ok:
             raise ValueError(f"classes= value {v!r} cannot be compared with label column "

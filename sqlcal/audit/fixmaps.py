@@ -4,9 +4,9 @@ readable SQL condition of a segment (:func:`sqlcal.segments`).
 A segment is a conjunction of ``feature = value`` predicates; a value may be ``NULL`` (the
 feature is NULL) or the feature's *other* bucket (every value not kept as a segment of its
 own, NULL included unless NULL was kept). A predicate is ``(feature, key, kept)``: the key of a
-value is ``"="`` and the value as a string (:func:`sqlcal.summaries.segment_code`), NULL and the
-bucket are the keys :data:`~sqlcal.summaries.SEGMENT_NULL` and
-:data:`~sqlcal.summaries.SEGMENT_OTHER`, which no value's key can equal; ``kept`` (the bucket's
+value is ``"="`` and the value as a string (:func:`sqlcal.query.reductions.segment_code`), NULL and the
+bucket are the keys :data:`~sqlcal.query.reductions.SEGMENT_NULL` and
+:data:`~sqlcal.query.reductions.SEGMENT_OTHER`, which no value's key can equal; ``kept`` (the bucket's
 complement) holds keys. Conditions are built as sqlglot or Ibis trees from the column names and
 typed literals, never by pasting text.
 
@@ -29,9 +29,9 @@ import sqlglot
 from sqlglot import exp
 
 from sqlcal.errors import InvalidInputError
-from sqlcal.maps import CalibrationMap
-from sqlcal.inputs import resolve_table
-from sqlcal.summaries import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
+from sqlcal.recalibration.maps import CalibrationMap
+from sqlcal.inputs.sources import resolve_table
+from sqlcal.query.reductions import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
                               segment_fixed)
 
 #: Ibis / sqlglot dialect names that differ
@@ -90,7 +90,7 @@ def shown_name(column: str, users) -> str:
 
 
 def _typed(key: str, kind: str):
-    """The literal of a value's key (:func:`sqlcal.summaries.segment_code`) in the feature's
+    """The literal of a value's key (:func:`sqlcal.query.reductions.segment_code`) in the feature's
     type."""
     value = key[len(SEGMENT_VALUE):]
     if kind == "int":
@@ -108,8 +108,8 @@ def _literal(value, kind: str) -> exp.Expression:
 
 def condition_sql(predicates, kinds: dict, dialect: str = "duckdb") -> str:
     """A segment's condition as SQL of ``dialect``: ``predicates`` are ``(feature, key, kept)``
-    (the module's docstring: a value's key, :data:`~sqlcal.summaries.SEGMENT_NULL` for NULL,
-    :data:`~sqlcal.summaries.SEGMENT_OTHER` for the values whose keys are not in ``kept``)."""
+    (the module's docstring: a value's key, :data:`~sqlcal.query.reductions.SEGMENT_NULL` for NULL,
+    :data:`~sqlcal.query.reductions.SEGMENT_OTHER` for the values whose keys are not in ``kept``)."""
     parts = []
     for feature, value, kept in predicates:
         col = exp.column(exp.to_identifier(feature, quoted=True))
@@ -200,7 +200,7 @@ class SegmentFix(CalibrationMap):
         return out
 
     def _thetas(self) -> list:
-        """Each fitted segment's θ as :func:`sqlcal.summaries.segment_fixed` reads it: a shift,
+        """Each fitted segment's θ as :func:`sqlcal.query.reductions.segment_fixed` reads it: a shift,
         or (kind="platt") an (intercept, slope) pair."""
         slope = self._name("slope")
         slopes = self.table[slope] if slope in self.table else [None] * len(self.table)
@@ -209,7 +209,7 @@ class SegmentFix(CalibrationMap):
 
     def expr(self, table: ir.Table, score: str) -> ir.FloatingValue:
         """The corrected score as an Ibis expression over ``table``: the rule the fix was
-        judged by (:func:`sqlcal.summaries.segment_fixed`), so a fitted segment's score is
+        judged by (:func:`sqlcal.query.reductions.segment_fixed`), so a fitted segment's score is
         within [clip, 1 − clip] and every other row keeps its own."""
         p = table[score].cast("float64")
         return _missing_score(p, segment_fixed(p, self._conditions(table), self._thetas(),
@@ -281,7 +281,7 @@ class SegmentIsotonicFix(SegmentFix):
 
     def expr(self, table: ir.Table, score: str) -> ir.FloatingValue:
         """The corrected score as an Ibis expression over ``table``: the rule the fix was
-        judged by (:func:`sqlcal.summaries.segment_fixed`): the first fitted segment's
+        judged by (:func:`sqlcal.query.reductions.segment_fixed`): the first fitted segment's
         isotonic map, clipped to [clip, 1 − clip]; every other row keeps its score."""
         p = table[score].cast("float64")
         maps = []

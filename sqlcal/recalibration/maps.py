@@ -2,7 +2,7 @@
 any table, as SQL for a dialect, or through a mapping table written to the warehouse.
 
 The fits that make these maps (isotonic regression, Platt scaling) are in
-:mod:`sqlcal.recalibrate`; this module only holds what a fitted map is and how it leaves Python.
+:mod:`sqlcal.recalibration.fits`; this module only holds what a fitted map is and how it leaves Python.
 A map is data (:attr:`CalibrationMap.table`: group keys, then its parameters), so applying it in
 the warehouse is a CASE expression per group, or a join to that table.
 
@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.metrics import groups, key_tuple
-from sqlcal.summaries import number, piecewise
+from sqlcal.query.reductions import number, piecewise
 
 #: logit features clip scores to [CLIP, 1 − CLIP]: 0 and 1 have no logit
 CLIP = 1e-12
@@ -546,18 +546,18 @@ class TemperatureMap:
         column (wide); long: ``table`` with column ``sqlcal_q_`` holding the row's class's
         (a window over the example's rows)."""
         beta = self._beta(table)
-        from sqlcal import summaries  # noqa: PLC0415 (the softmax lives with the fit's terms)
+        from sqlcal.query import reductions
 
         if self.layout[0] == "wide":
             p = [table[c].cast("float64") for c in self.layout[2]]
-            z = [summaries.multiclass_log_scores(pk, self.logits, self.clip) for pk in p]
+            z = [reductions.multiclass_log_scores(pk, self.logits, self.clip) for pk in p]
             zero = [pk <= 0 for pk in p] if not self.logits and self.clip is None else None
-            return summaries.softmax_wide(z, beta, zero=zero)
+            return reductions.softmax_wide(z, beta, zero=zero)
         p = table[self.layout[4]].cast("float64")
-        z = summaries.multiclass_log_scores(p, self.logits, self.clip)
+        z = reductions.multiclass_log_scores(p, self.logits, self.clip)
         zero = p <= 0 if not self.logits and self.clip is None else None
         example = [*self.layout[1], self.layout[2]]
-        return summaries.softmax_long(table, z, example, beta, "sqlcal_q_", zero=zero)
+        return reductions.softmax_long(table, z, example, beta, "sqlcal_q_", zero=zero)
 
     def names(self, prefix: str = "calibrated_", name: str = "calibrated") -> list:
         """The columns :meth:`apply` adds: ``prefix`` + each class column (wide), or ``name``."""

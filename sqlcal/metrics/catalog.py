@@ -19,14 +19,15 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Callable
 
-from sqlcal import corp, recalibrate
+from sqlcal.recalibration import corp
+from sqlcal.recalibration import fits
 from sqlcal.metrics import binned, cumulative, decision, distance, scores, smooth, tce
 from sqlcal.metrics import lowrate
 
 #: the metric families, in catalogue order (the calibration slope and the CORP decomposition
 #: live with the fits they rest on)
 FAMILIES: tuple[ModuleType, ...] = (binned, scores, cumulative, smooth, tce, distance, decision,
-                                    recalibrate, corp, lowrate)
+                                    fits, corp, lowrate)
 
 
 def needs() -> dict[str, Callable]:

@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.errors import engine_data_errors
-from sqlcal.grids import CONVENTIONS, uniform_edges  # noqa: F401 (part of this module's API)
-from sqlcal.grids import LOGIT_CELL_BOUND, logit_edges
+from sqlcal.inputs.grids import CONVENTIONS, uniform_edges  # noqa: F401 (part of this module's API)
+from sqlcal.inputs.grids import LOGIT_CELL_BOUND, logit_edges
 
 
 def number(x: float) -> ir.FloatingValue:
@@ -451,7 +451,7 @@ def cells(rows: ir.Table, by: Sequence[str], cells: int, parts: frozenset, *, we
 
 def logit_cell(p: ir.FloatingValue, scale: int) -> ir.IntegerValue:
     """The log-odds cell of a score, ``FLOOR(ln(p/(1 − p))·scale)`` clipped to
-    ±:data:`sqlcal.grids.LOGIT_CELL_BOUND`·scale (p <= 0 first, p >= 1 last; no logarithm is
+    ±:data:`sqlcal.inputs.grids.LOGIT_CELL_BOUND`·scale (p <= 0 first, p >= 1 last; no logarithm is
     taken of either): non-decreasing in p, so a cell is a contiguous score range, exactly
     [p_min, p_max] of its rows whatever the engine's rounding of the logarithm."""
     lo, hi = -LOGIT_CELL_BOUND * scale, LOGIT_CELL_BOUND * scale - 1
@@ -653,7 +653,7 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
         return recalibration_reduce(summary, rows, by, weighted=weighted, checks=checks)
     if summary.kind in MULTICLASS_KINDS:
         return multiclass_checks(summary, rows)
-    if summary.kind == "temperature_terms":  # sqlcal.temperature, on the table as given
+    if summary.kind == "temperature_terms":  # sqlcal.recalibration.temperature, on the table as given
         return temperature_terms(summary, rows)
     if summary.kind == "segment_sums":  # sqlcal.segments: one branch per column tuple
         return segment_sums(rows, summary.params, weighted=weighted, checks=checks)
@@ -786,7 +786,7 @@ def smooth_cells(rows: ir.Table, by: Sequence[str], cells: int, grids: Sequence[
     return t.group_by([*by, "cell", *bins]).aggregate(**sums, **(checks(t) if checks else {}))
 
 
-# -- the recalibration fits' summaries (sqlcal.recalibrate) ----------------------------------
+# -- the recalibration fits' summaries (sqlcal.recalibration.fits) ----------------------------------
 
 #: as :data:`sqlcal.query.declared.EXP_LIMIT` and ``SATURATED`` (this layer cannot import it)
 EXP_LIMIT = 700.0
@@ -1047,7 +1047,7 @@ def multiclass_columns(t: ir.Table, layout: tuple) -> tuple:
 
 
 def multiclass_value_checks(t: ir.Table, layout: tuple) -> list:
-    """Per-row checks of a multiclass table, in the order :mod:`sqlcal.multiclass_rows` names them:
+    """Per-row checks of a multiclass table, in the order :mod:`sqlcal.inputs.layouts` names them:
     wide: each probability column NULL, NaN or outside [0, 1], the label NULL, the weight
     invalid; long: the probability, the label NULL or not 0/1, the class NULL, the weight."""
     p, y, w = multiclass_columns(t, layout)
@@ -1189,7 +1189,7 @@ def multiclass_rows(t: ir.Table, layout: tuple, mode: str, *, drop: bool = False
                       **({"weight": w} if w is not None else {}))
 
 
-# -- softmax and temperature scaling of multiclass tables (sqlcal.temperature) ----------------
+# -- softmax and temperature scaling of multiclass tables (sqlcal.recalibration.temperature) ----------------
 
 
 #: 1.0 as a double (a bare literal is NUMERIC in PostgreSQL, and its sums come back as Decimal)
@@ -1718,7 +1718,7 @@ def segment_fixed(p: ir.FloatingValue, members: Sequence[ir.BooleanValue], theta
                   clip: float) -> ir.FloatingValue:
     """The score a segment fix gives a row (``members``: whether it is in each fitted segment;
     ``thetas``: each segment's θ): the one rule both the fix's judgement
-    (:func:`segment_terms`) and its exported map (:class:`sqlcal.segments_map.SegmentFix`) use.
+    (:func:`segment_terms`) and its exported map (:class:`sqlcal.audit.fixmaps.SegmentFix`) use.
 
     A row in no fitted segment keeps its score ``p``. In a segment, with p̃ = p clipped to
     [clip, 1 − clip], the score is σ(logit p̃ + Σ_k θ_k·1[row ∈ S_k]) (θ a number: a shift; a

@@ -170,7 +170,7 @@ def _objects(con) -> list[tuple[str, str, str | None]]:
 
 def _release(path: str) -> None:
     # a connection sqlcal.source cached to the old file would keep reading it after the rename
-    from sqlcal.inputs import connections
+    from sqlcal.inputs.sources import connections
 
     held = connections.pop(os.path.abspath(path), None)
     if held is not None:

@@ -1,7 +1,7 @@
 """The CORP decomposition of a proper score (Dimitriadis, Gneiting and Jordan 2021): the mean
 score of the predictions = miscalibration − discrimination + uncertainty, with the isotonic
 (PAV) recalibration in the role of the ideal recalibrated forecast. One isotonic fit
-(:func:`sqlcal.recalibrate.isotonic_blocks`) and the totals summary suffice; :func:`corp_finish`
+(:func:`sqlcal.recalibration.fits.isotonic_blocks`) and the totals summary suffice; :func:`corp_finish`
 is the arithmetic from those two frames."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pandas as pd
 from sqlcal.metrics import groups, key_tuple, result
 from sqlcal.options import checked
 from sqlcal.query import declared, planner
-from sqlcal.recalibrate import isotonic_blocks
-from sqlcal.inputs import as_source
+from sqlcal.recalibration.fits import isotonic_blocks
+from sqlcal.inputs.sources import as_source
 
 SCORINGS = ("brier", "log_loss")
 
@@ -179,7 +179,7 @@ def _log_score(Y: np.ndarray, W: np.ndarray) -> float:
     return float(-np.sum(pos + neg))
 
 
-# -- declarations for the catalogue (sqlcal.catalog) ------------------------------------------
+# -- declarations for the catalogue (sqlcal.metrics.catalog) ------------------------------------------
 
 #: the summaries the decomposition reads first (the isotonic fit's passes follow)
 NEEDS = {"decompose": lambda src, o: [declared.totals()]}

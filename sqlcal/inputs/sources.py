@@ -23,15 +23,15 @@ import numpy as np
 import pandas as pd
 from ibis.backends.duckdb import Backend as DuckDBBackend
 
-from sqlcal import summaries
+from sqlcal.query import reductions
 from sqlcal.options import checked
-from sqlcal.condition import parse_condition
+from sqlcal.inputs.condition import parse_condition
 from sqlcal.errors import InvalidInputError, redact
 
 #: names of the normalised columns inside every query; group keys keep their own names (a
 #: downsampled source adds each row's sampling rate, a training rate read from the table its
-#: column: see :data:`sqlcal.summaries.RATE`)
-INTERNAL = ("p", "y", "w", summaries.RATE, summaries.TRAINING_RATE)
+#: column: see :data:`sqlcal.query.reductions.RATE`)
+INTERNAL = ("p", "y", "w", reductions.RATE, reductions.TRAINING_RATE)
 #: column names the summaries use beside the group keys: a key may not take one
 _RESERVED = frozenset({
     *INTERNAL, "n", "bin", "cell", "k", "u", "f", "v", "s", "within", "swy", "swp", "swyy", "swpp", "swyp",
@@ -53,7 +53,7 @@ _CHECKS = (
     ("weight", "NaN", "weight_nan"),
     ("weight", "negative", "weight_negative"),
     ("weight", "infinite", "weight_inf"),
-    ("weight", f"above {summaries.WEIGHT_MAX:g} (their squares would overflow the variance "
+    ("weight", f"above {reductions.WEIGHT_MAX:g} (their squares would overflow the variance "
                "sums: rescale them)", "weight_huge"),
     ("rate", "NULL", "rate_null"),
     ("rate", "NaN", "rate_nan"),
@@ -63,7 +63,7 @@ _CHECKS = (
     ("training rate", "outside (0, 1]", "training_range"),
 )
 #: the check columns of the rate columns a source reads (see check_exprs)
-_RATE_CHECKS = {summaries.RATE: "rate", summaries.TRAINING_RATE: "training"}
+_RATE_CHECKS = {reductions.RATE: "rate", reductions.TRAINING_RATE: "training"}
 
 
 
@@ -196,8 +196,8 @@ class Source:
     def rate_columns(self) -> tuple[str, ...]:
         """The normalised rate columns read from the table (to validate): ``r_`` for a column
         of sampling rates, ``t_`` for a column of training rates."""
-        return ((summaries.RATE,) if isinstance(self.sampling_rate, str) else ()) + (
-            (summaries.TRAINING_RATE,) if isinstance(self.training_rate, str) else ())
+        return ((reductions.RATE,) if isinstance(self.sampling_rate, str) else ()) + (
+            (reductions.TRAINING_RATE,) if isinstance(self.training_rate, str) else ())
 
     def weight_text(self) -> str:
         """The row weight in words, for messages: the weight column, times 1/rate on negatives."""
@@ -301,7 +301,7 @@ class Source:
     def store(self, kind: tuple, parts: frozenset, frame: pd.DataFrame) -> pd.DataFrame:
         """Cache a summary computed from this source's rows (the planner splits fused scans into
         the summaries they hold); returns it with the columns an unweighted summary leaves out."""
-        frame = summaries.fill_unweighted(frame)
+        frame = reductions.fill_unweighted(frame)
         self._cache[(kind, parts)] = frame
         return frame
 
@@ -311,12 +311,12 @@ class Source:
 
         A :class:`Planned` ``build`` names its query: an in-memory source then runs a statement
         compiled once for every source of its shape instead of building and compiling the
-        query again (see :func:`sqlcal.summaries.execute_planned`).
+        query again (see :func:`sqlcal.query.reductions.execute_planned`).
         """
         plan = getattr(build, "plan", None)
         self._may_query()
         check = not self._validated and self.on_invalid == "raise"
-        checks = (partial(summaries.check_aggregates, weighted=self.weighted,
+        checks = (partial(reductions.check_aggregates, weighted=self.weighted,
                           float_label=self.float_label, rates=self.rate_columns)
                   if check else None)
         try:
@@ -324,11 +324,11 @@ class Source:
                 shape, table, columns = self._plan
                 if self._arrow is None:
                     self._arrow = _to_arrow(table, columns)
-                result = summaries.execute_planned(
+                result = reductions.execute_planned(
                     (shape, plan, check), lambda: build(checks),
                     frame_connection(self._arrow.num_rows), table.name, self._arrow, arrow=True)
             else:
-                result = frame = summaries.execute(build(checks))
+                result = frame = reductions.execute(build(checks))
         except Exception:
             # NaN or infinite scores fail the engine's integer cast of a bin id: say which rows
             if check:
@@ -349,8 +349,8 @@ class Source:
         """Run a follow-up query once (it reads rows an earlier summary already validated)."""
         if (kind, None) not in self._cache:
             self._may_query()
-            frame = summaries.execute(build())
-            self._cache[(kind, None)] = summaries.fill_unweighted(frame)
+            frame = reductions.execute(build())
+            self._cache[(kind, None)] = reductions.fill_unweighted(frame)
         return self._cache[(kind, None)]
 
     def validate(self, frame: pd.DataFrame) -> None:
@@ -411,7 +411,7 @@ class Source:
         ]
         if self.weighted:
             problems += [total("chk_w_count") < rows,
-                         outside("chk_w_min", "chk_w_max", high=summaries.WEIGHT_MAX)]
+                         outside("chk_w_min", "chk_w_max", high=reductions.WEIGHT_MAX)]
         for column in self.rate_columns:  # in (0, 1]: a least rate of 0 or below fails
             problems += [total(f"chk_{column}count") < rows,
                          outside(f"chk_{column}max", f"chk_{column}max")
@@ -443,7 +443,7 @@ class Source:
     def _counts(self) -> pd.DataFrame:
         """Rows failing each check, over the whole table (run only to explain a problem)."""
         valid = valid_expr(self.rows, self.weighted, self.allow_soft, self.rate_columns)
-        return summaries.execute(summaries.validation(
+        return reductions.execute(reductions.validation(
             self.rows, (), check_exprs(self.rows, self.weighted, self.rate_columns), valid))
 
 
@@ -548,7 +548,7 @@ def source(
     the full table's sum plus the sampling's, estimated by :math:`\sum v z^2` with the
     variance weight :math:`v_i = f_i/\pi_i^2` (:math:`\pi_i = r_i` for a kept negative, 1
     for a positive; Särndal, Swensson & Wretman (1992), Model Assisted Survey Sampling, ch. 5),
-    which every interval and test uses (see :func:`sqlcal.summaries.variance_weights`); a kept
+    which every interval and test uses (see :func:`sqlcal.query.reductions.variance_weights`); a kept
     negative never passes for :math:`1/r` observed rows.
     A model trained on downsampled negatives predicts the odds
     :math:`p/(1-p) = \pi/((1-\pi) r)`; its scores are mapped back by
@@ -588,15 +588,15 @@ def source(
             _check_rate_column(base, option, value)
 
     def rate_value(value: Any) -> ir.FloatingValue:
-        return base[value].cast("float64") if isinstance(value, str) else summaries.number(value)
+        return base[value].cast("float64") if isinstance(value, str) else reductions.number(value)
 
     rows = base.select(
         *by,
         p=base[score].cast("float64"),
         y=_label_expr(base[label]),
         w=base[weight].cast("float64") if weight else ibis.literal(1.0),
-        **({summaries.RATE: rate_value(rate)} if rate is not None else {}),
-        **({summaries.TRAINING_RATE: rate_value(training)} if training is not None else {}),
+        **({reductions.RATE: rate_value(rate)} if rate is not None else {}),
+        **({reductions.TRAINING_RATE: rate_value(training)} if training is not None else {}),
     )
     rows = _designed(rows, rate is not None, training)
     if weight:
@@ -618,8 +618,8 @@ def source(
         valid = valid_expr(rows, src.weighted, soft_labels, src.rate_columns)
         checks = check_exprs(rows, src.weighted, src.rate_columns)
         if src.weighted:
-            checks["weight_fractional"] = valid & (summaries.fractional_part(rows.w) != 0)
-        counts = summaries.execute(summaries.validation(rows, by, checks, valid))
+            checks["weight_fractional"] = valid & (reductions.fractional_part(rows.w) != 0)
+        counts = reductions.execute(reductions.validation(rows, by, checks, valid))
         counts = counts.sort_values(list(by), ignore_index=True) if by else counts
         counts["n_dropped"] = counts["n_rows"] - counts["n"]
         src.dropped, src.rows, src._validated = counts, rows.filter(valid), True
@@ -1057,7 +1057,7 @@ def _is_frame(data: Any) -> bool:
 
 
 def apply_where(base: ir.Table, where: Any) -> ir.Table:
-    """``base`` filtered by ``where``: a SQL condition (parsed by :mod:`sqlcal.condition`, never
+    """``base`` filtered by ``where``: a SQL condition (parsed by :mod:`sqlcal.inputs.condition`, never
     pasted), an Ibis boolean expression or a callable (as ``source(where=...)`` reads it)."""
     return _apply_where(base, where)
 
@@ -1065,7 +1065,7 @@ def apply_where(base: ir.Table, where: Any) -> ir.Table:
 def _apply_where(base: ir.Table, where: Any) -> ir.Table:
     if isinstance(where, str):
         # parsed into an Ibis expression over the table's columns: the text never reaches the
-        # engine (see sqlcal.condition)
+        # engine (see sqlcal.inputs.condition)
         return base.filter(parse_condition(where, base))
     if isinstance(where, ir.BooleanValue) or callable(where):
         return base.filter(where)
@@ -1156,12 +1156,12 @@ def _designed(rows: ir.Table, downsampled: bool, training: Any) -> ir.Table:
     """The rows under their sampling designs. ``downsampled``: the table kept its negatives at
     the rate in column ``r_``: each kept negative's weight times 1/r, and ``r_`` becomes the
     rate of a negative and 1 for a positive (every positive is kept, whatever its rate column
-    says), from which the variance weight follows (:func:`sqlcal.summaries.variance_weights`);
+    says), from which the variance weight follows (:func:`sqlcal.query.reductions.variance_weights`);
     an invalid rate leaves the weight as it is, for validation to name. ``training``: the
     scores p/(p + (1 − p)/r) of a model trained on negatives kept at the rate in column ``t_``
     (scores outside [0, 1] and invalid rates left as they are, for validation to name); ``t_``
     stays only when the rate is a column of the table (validation reads it)."""
-    RATE, TRAINING = summaries.RATE, summaries.TRAINING_RATE
+    RATE, TRAINING = reductions.RATE, reductions.TRAINING_RATE
     changes = {}
     if downsampled:
         r = ibis.ifelse(rows.y == 0, rows[RATE], 1.0)
@@ -1210,7 +1210,7 @@ def check_exprs(rows: ir.Table, has_weight: bool, rates: Sequence[str] = ()
             "weight_negative": w < 0,
             # above the largest finite double: portable where ISINF is not (Spark)
             "weight_inf": w > np.finfo(np.float64).max,
-            "weight_huge": (w > summaries.WEIGHT_MAX) & (w <= np.finfo(np.float64).max),
+            "weight_huge": (w > reductions.WEIGHT_MAX) & (w <= np.finfo(np.float64).max),
         }
     for column in rates:
         r, name = rows[column], _RATE_CHECKS[column]
@@ -1231,7 +1231,7 @@ def _null(col: ir.Value) -> ir.BooleanValue:
 def valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool,
                rates: Sequence[str] = ()) -> ir.BooleanValue:
     """True for a normalised row that passes validation (score and label in [0, 1], weight in
-    [0, :data:`sqlcal.summaries.WEIGHT_MAX`], the ``rates`` columns in (0, 1])."""
+    [0, :data:`sqlcal.query.reductions.WEIGHT_MAX`], the ``rates`` columns in (0, 1])."""
     p, y, w = rows.p, rows.y, rows.w
     # NaN compares greater than every number in DuckDB and Postgres, so the range tests reject it;
     # NULL makes the whole conjunction NULL, which a filter drops.
@@ -1241,7 +1241,7 @@ def valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool,
     if not soft_labels:
         valid &= (y == 0) | (y == 1)
     if has_weight:
-        valid &= (w >= 0) & ~w.isnan() & (w <= summaries.WEIGHT_MAX)
+        valid &= (w >= 0) & ~w.isnan() & (w <= reductions.WEIGHT_MAX)
     for column in rates:  # NaN compares greater than every number: r <= 1 rejects it
         valid &= (rows[column] > 0) & (rows[column] <= 1) & ~rows[column].isnan()
     return valid

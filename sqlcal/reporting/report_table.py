@@ -20,14 +20,14 @@ from sqlcal.metrics.tce import tce
 from sqlcal.metrics.decision import calibration_decision_loss, decision_risk_gap
 from sqlcal.metrics.distance import (distance_to_calibration, interval_calibration_error,
                                      lipschitz_calibration_error)
-from sqlcal.corp import decompose
-from sqlcal.recalibrate import calibration_slope
+from sqlcal.recalibration.corp import decompose
+from sqlcal.recalibration.fits import calibration_slope
 from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
 from sqlcal.metrics.lowrate import calibration_ratio, normalized_entropy
-from sqlcal import catalog
+from sqlcal.metrics import catalog
 from sqlcal.query import planner
 from sqlcal.query.declared import Summary
-from sqlcal.inputs import Source, as_source
+from sqlcal.inputs.sources import Source, as_source
 
 from sqlcal.options import checked, declare_report_metrics
 

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sqlcal.maps import TemperatureMap
-from sqlcal.multiclass_rows import TOLERANCE, prepare
+from sqlcal.recalibration.maps import TemperatureMap
+from sqlcal.inputs.layouts import TOLERANCE, prepare
 from sqlcal.options import OptionError, checked
 from sqlcal.query import declared, planner
-from sqlcal.inputs import InvalidInputError, Source
+from sqlcal.inputs.sources import InvalidInputError, Source
 
 #: Newton scans allowed per fit (every group steps in the same scans); a fit typically needs
 #: 5 to 8 from T = 1

@@ -17,10 +17,10 @@ import pandas as pd
 
 from sqlcal._version import __version__
 from sqlcal.outputs import HTML_MARKER
-from sqlcal.segments_map import shown_name
+from sqlcal.audit.fixmaps import shown_name
 
-if TYPE_CHECKING:  # annotations only: sqlcal.scheduled renders its runs with this module
-    from sqlcal.scheduled import ScheduledRun
+if TYPE_CHECKING:  # annotations only: sqlcal.reporting.scheduled renders its runs with this module
+    from sqlcal.reporting.scheduled import ScheduledRun
 
 _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
@@ -38,7 +38,7 @@ figure img { max-width: 100%; border: 1px solid #eee; }
 
 
 def render(run: ScheduledRun) -> str:
-    """The page for a :class:`~sqlcal.scheduled.ScheduledRun` (diagrams drawn if it has them)."""
+    """The page for a :class:`~sqlcal.reporting.scheduled.ScheduledRun` (diagrams drawn if it has them)."""
     keys = run.keys
     alerted = _alert_counts(run)
     title = run.config["report"]["title"]

@@ -30,10 +30,10 @@ from sqlcal.errors import ConfigError, check_schema, install_hint, read_toml, re
 from sqlcal import outputs
 from sqlcal.options import check as check_options
 from sqlcal.options import checked
-from sqlcal.reporting import (METRICS, describe, metric_options, summary_steps, to_json, trust,
+from sqlcal.reporting.report_table import (METRICS, describe, metric_options, summary_steps, to_json, trust,
                               wide)
-from sqlcal.inputs import Source, as_source, connect_url
-from sqlcal.segments_map import shown_name
+from sqlcal.inputs.sources import Source, as_source, connect_url
+from sqlcal.audit.fixmaps import shown_name
 
 #: section -> allowed keys (None: any metric name)
 SECTIONS: dict[str, tuple[str, ...] | None] = {
@@ -52,7 +52,7 @@ SECTIONS: dict[str, tuple[str, ...] | None] = {
 }
 #: the results table: one row per (run, group, metric, statistic); ``trust`` is the metric's
 #: facts that qualify the value (exact or grid, the grid's bound, the weight kind, the
-#: confidence level, the bins), a JSON object as text (:func:`sqlcal.reporting.trust`): one
+#: confidence level, the bins), a JSON object as text (:func:`sqlcal.reporting.report_table.trust`): one
 #: documented column rather than a row per fact, so that every row stays a number to plot
 RESULTS_SCHEMA = ibis.schema({
     "run_id": "string",
@@ -89,7 +89,7 @@ class ScheduledRun:
         :func:`sqlcal.report` (worst group first).
     metrics : pandas.DataFrame
         Tidy: the keys, ``metric``, ``statistic``, ``value``, ``lower``, ``upper``, ``trust``
-        (the metric's qualifying facts, a JSON object: :func:`sqlcal.reporting.trust`).
+        (the metric's qualifying facts, a JSON object: :func:`sqlcal.reporting.report_table.trust`).
     alerts : list of dict
         The threshold rules that fired: ``group``, ``metric``, ``column``, ``value``, ``above`` or
         ``below``, ``message``.
@@ -286,7 +286,7 @@ def check_outputs(config: dict, *, output_dir: str | os.PathLike | None = None) 
 def write_outputs(run: ScheduledRun, *, output_dir: str | os.PathLike | None = None) -> list[str]:
     """Write the run's JSON and HTML outputs (:func:`check_outputs` again, then each file to a
     temporary file renamed into place); return the paths written, joined to ``output_dir``."""
-    from sqlcal.html import render
+    from sqlcal.reporting.html import render
 
     sources = _inputs(run.config)
     texts = {"json": lambda: json.dumps(to_document(run), indent=2), "html": lambda: render(run)}
@@ -313,7 +313,7 @@ def config_schema() -> dict:
     :func:`validate_config` checks every configuration first."""
     from importlib.resources import files
 
-    return json.loads(files("sqlcal").joinpath("report_config.schema.json").read_text("utf-8"))
+    return json.loads(files("sqlcal.reporting").joinpath("report_config.schema.json").read_text("utf-8"))
 
 
 def check_metric_options(name: str, options: dict, where: str) -> None:
@@ -457,7 +457,7 @@ def metric_series(
     where : ibis boolean expression, callable or SQL string, optional
         Filter applied in the engine before anything else.
     metrics : sequence of str or dict, default ("ece",)
-        Names from :data:`sqlcal.reporting.METRICS`, or ``{name: {option: value}}``.
+        Names from :data:`sqlcal.reporting.report_table.METRICS`, or ``{name: {option: value}}``.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -471,7 +471,7 @@ def metric_series(
         names the metric, ``statistic`` its value column, ``lower`` and ``upper`` its bounds where
         the metric has some (NaN otherwise), ``trust`` the facts that qualify the metric's numbers
         (exact or grid, the grid's bound, the weight kind, the confidence level, the bins) as a
-        JSON object (:func:`sqlcal.reporting.trust`).
+        JSON object (:func:`sqlcal.reporting.report_table.trust`).
 
     Notes
     -----
@@ -509,7 +509,7 @@ def _quiet(label: str):
 
 
 def _open_source(config: dict, time: str | None = None) -> Source:
-    from sqlcal.inputs import source
+    from sqlcal.inputs.sources import source
 
     cfg = dict(config["source"])
     data, table = cfg.pop("data"), cfg.pop("table", None)
@@ -522,7 +522,7 @@ def _open_source(config: dict, time: str | None = None) -> Source:
 
 def _segments(config: dict) -> pd.DataFrame:
     """sqlcal.segments on the configured source with the [segments] options."""
-    from sqlcal.segments_audit import segments
+    from sqlcal.audit.discovery import segments
 
     cfg = dict(config["source"])
     data, table = cfg.pop("data"), cfg.pop("table", None)
@@ -626,7 +626,7 @@ def _worst_first(table: pd.DataFrame, alerts: list[dict], by: Sequence[str],
 def _draw(run: ScheduledRun, step) -> None:
     import matplotlib.pyplot as plt
 
-    from sqlcal.html import png
+    from sqlcal.reporting.html import png
     from sqlcal.plots import LOW_BASE_RATE, cumulative_plot, reliability_diagram
 
     src, bins = run.source, run.config["report"]["bins"]
@@ -911,7 +911,7 @@ def results_connection(run: ScheduledRun):
     url = run.config["results"].get("url")
     path = _duckdb_file(url) if url else _duckdb_file(run.config["source"]["data"])
     if path:
-        from sqlcal.inputs import connections
+        from sqlcal.inputs.sources import connections
 
         held = connections.pop(os.path.abspath(path), None)
         if held is not None:
@@ -940,7 +940,7 @@ def _source_backend(run: ScheduledRun):
 
 
 def to_document(run: ScheduledRun) -> dict:
-    """The run as the JSON document of ``sqlcal/report.schema.json``: ``generator`` ("sqlcal",
+    """The run as the JSON document of ``sqlcal/reporting/report.schema.json``: ``generator`` ("sqlcal",
     the mark of sqlcal's own output files), the plain report's fields (``schema_version``,
     ``source``, ``columns``, ``rows``) and the run, the tidy metrics, the
     alerts and the series."""
@@ -981,7 +981,7 @@ def json_schema() -> dict:
     """The JSON Schema (draft 2020-12) of :func:`to_document` and of ``sqlcal report --json``."""
     from importlib.resources import files
 
-    return json.loads(files("sqlcal").joinpath("report.schema.json").read_text("utf-8"))
+    return json.loads(files("sqlcal.reporting").joinpath("report.schema.json").read_text("utf-8"))
 
 
 def _where_from(config: dict) -> dict:

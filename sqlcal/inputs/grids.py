@@ -1,6 +1,6 @@
 """The score grids, as numpy computes them: the equal-width bin edges of each convention.
 
-Pure numbers, no query: the Ibis reductions (:mod:`sqlcal.summaries`) and the metric finishes
+Pure numbers, no query: the Ibis reductions (:mod:`sqlcal.query.reductions`) and the metric finishes
 (:mod:`sqlcal.metrics`) read the same edges from here.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-#: the equal-width bin conventions; see :func:`sqlcal.summaries.uniform_bin`
+#: the equal-width bin conventions; see :func:`sqlcal.query.reductions.uniform_bin`
 CONVENTIONS = ("sqlcal", "sklearn", "netcal", "relplot")
 
 
@@ -76,7 +76,7 @@ LOGIT_CELL_BOUND = 64
 def logit_cell(p, scale: int) -> np.ndarray:
     """The log-odds cell of each score, ``FLOOR(ln(p/(1 − p))·scale)`` clipped to
     ±:data:`LOGIT_CELL_BOUND`·scale (p <= 0 in the first cell, p >= 1 in the last), as
-    :func:`sqlcal.summaries.logit_cell` computes it in the engine.
+    :func:`sqlcal.query.reductions.logit_cell` computes it in the engine.
 
     A division and a logarithm rounded as IEEE arithmetic rounds them never decrease as p grows,
     so every cell holds a contiguous range of scores, whose exact ends are the least and the

@@ -3,7 +3,7 @@ the summary store (last 7 days, last 28, month over month), threshold alerts on 
 results-table rows of a check date.
 
 It sits above the store (:mod:`sqlcal.monitor`) and the report's metric table
-(:mod:`sqlcal.reporting`), next to :mod:`sqlcal.scheduled`, whose results table it appends to.
+(:mod:`sqlcal.reporting.report_table`), next to :mod:`sqlcal.reporting.scheduled`, whose results table it appends to.
 
 Examples
 --------
@@ -22,12 +22,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal.inputs import connect_url
+from sqlcal.inputs.sources import connect_url
 from sqlcal.monitor import schema, store as _store
 from sqlcal.monitor.config import ConfigError
 from sqlcal.monitor.stored import stored
-from sqlcal.reporting import METRICS, metric_options, trust
-from sqlcal.scheduled import (RESULTS_SCHEMA, ResultsError, check_metric_options, config_hash,
+from sqlcal.reporting.report_table import METRICS, metric_options, trust
+from sqlcal.reporting.scheduled import (RESULTS_SCHEMA, ResultsError, check_metric_options, config_hash,
                               named_database, read_back, write_results)
 
 #: the windows when ``[windows]`` names none
@@ -69,7 +69,7 @@ def check_windows(block: dict | None, *, where: str = "config") -> tuple[dict, s
 def check_monitor(block: dict | None, *, store: Any = None, where: str = "config") -> str | None:
     """``[monitor]``: ``results_table``, the table in the store each check appends its rows to
     (none: no rows). The store must then be a database that outlives the process (a DuckDB
-    file or a URL: :func:`sqlcal.scheduled.named_database`). Returns the table name."""
+    file or a URL: :func:`sqlcal.reporting.scheduled.named_database`). Returns the table name."""
     block = dict(block or {})
     extra = sorted(set(block) - {"results_table"})
     if extra:
@@ -327,7 +327,7 @@ def check_alerts(rules: Any, windows: dict, metrics: dict, *, where: str = "conf
 
 def results_rows(table: pd.DataFrame, path: pd.DataFrame, keys: Sequence[str], *, run_id: str,
                  config_hash: str) -> pd.DataFrame:
-    """The results table's rows of a check (:data:`sqlcal.scheduled.RESULTS_SCHEMA`): one per
+    """The results table's rows of a check (:data:`sqlcal.reporting.scheduled.RESULTS_SCHEMA`): one per
     group, window, metric and statistic (the window in ``group_keys``), and the detector's
     ``log_M`` on the check's last day per group (window ``"detector"``)."""
     path = path[path["stream"] == "mature"]
@@ -350,14 +350,14 @@ def results_rows(table: pd.DataFrame, path: pd.DataFrame, keys: Sequence[str], *
 
 def store_results(store: Any, name: str, rows: pd.DataFrame) -> int:
     """Append a check's rows to the results table ``name`` in the store (one INSERT that adds
-    nothing when the check date is already there, :func:`sqlcal.scheduled.write_results`), then
+    nothing when the check date is already there, :func:`sqlcal.reporting.scheduled.write_results`), then
     read them back through a new connection to the store; returns the rows added.
 
     Raises
     ------
     ConfigError
         When the store is not a database (:func:`check_monitor`).
-    sqlcal.scheduled.ResultsError
+    sqlcal.reporting.scheduled.ResultsError
         When the store does not hold, read back, every row of the check.
     """
     check_monitor({"results_table": name}, store=store)

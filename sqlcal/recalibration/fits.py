@@ -1,7 +1,7 @@
 """Recalibration maps fitted in the warehouse and applied where the rows live: isotonic regression
 (pool adjacent violators), Platt scaling (plain, with Platt's smoothed targets, and the cutoff
 paper's modified Platt), and the calibration slope and intercept. (The CORP decomposition, which
-rests on the isotonic fit, is in :mod:`sqlcal.corp`.)
+rests on the isotonic fit, is in :mod:`sqlcal.recalibration.corp`.)
 
 Everything here is a function of the levels summary (per group and distinct score: W = Σw and
 Y = Σwy). When a source has more rows than :data:`LEVEL_CAP`, the levels are not fetched: PAV
@@ -11,7 +11,7 @@ fetched through the planner: the adaptive passes (Newton steps, isotonic's KKT c
 passes) are summaries whose parameters carry the current coefficients or score ranges, and with
 the levels in hand they are evaluated from them in pandas (:mod:`sqlcal.query.local`), so a fit
 runs without an engine. The fitted maps and their export (Ibis expression, SQL, mapping table)
-are in :mod:`sqlcal.maps`.
+are in :mod:`sqlcal.recalibration.maps`.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from sqlcal.maps import CLIP, EXP_LIMIT, CalibrationMap, IsotonicMap, PlattMap  # noqa: F401
+from sqlcal.recalibration.maps import CLIP, EXP_LIMIT, CalibrationMap, IsotonicMap, PlattMap  # noqa: F401
 from sqlcal.metrics import groups, key_tuple, level_sets, resolve_weight_kind, result, safe_div
 from sqlcal.metrics.cells import cells_summary, pair_levels
 from sqlcal.metrics.scores import totals_summary
 from sqlcal.options import checked
 from sqlcal.query import declared, local, planner
 from sqlcal.query.declared import SATURATED
-from sqlcal.inputs import Source, as_source
+from sqlcal.inputs.sources import Source, as_source
 
 #: a source with at most this many rows has its levels summary fetched; above it, PAV merges
 #: blocks in the engine first and the logistic fits iterate with aggregate queries
@@ -491,7 +491,7 @@ def calibration_slope(
         Frequency weights give the model-based standard errors of the row-duplicated data;
         sampling weights give sandwich (robust) standard errors, whose middle
         :math:`\sum v\,(y - \mu)^2 x x^\top` takes the variance weight v
-        (:func:`sqlcal.summaries.variance_weights`: :math:`w^2`, or :math:`f/\pi^2` under a
+        (:func:`sqlcal.query.reductions.variance_weights`: :math:`w^2`, or :math:`f/\pi^2` under a
         sampling rate: the design-based standard errors of Binder (1983), On the variances
         of asymptotically normal estimators from complex surveys).
     **source_options
@@ -794,7 +794,7 @@ def mapped_cutoff_error(fitted: CalibrationMap, levels: pd.DataFrame, by) -> pd.
     Parameters
     ----------
     fitted : CalibrationMap
-        The map, applied in numpy (:meth:`~sqlcal.maps.CalibrationMap.transform`).
+        The map, applied in numpy (:meth:`~sqlcal.recalibration.maps.CalibrationMap.transform`).
     levels : pandas.DataFrame
         The levels summary: the keys, ``p``, ``W`` and ``swy``.
     by : sequence of str
@@ -830,7 +830,7 @@ def mapped_cutoff_error(fitted: CalibrationMap, levels: pd.DataFrame, by) -> pd.
     return pd.DataFrame(rows, columns=[*by, "cutoff_error"])
 
 
-# -- declarations for the catalogue (sqlcal.catalog): the calibration slope as a metric -------
+# -- declarations for the catalogue (sqlcal.metrics.catalog): the calibration slope as a metric -------
 
 #: the summaries the calibration slope reads first (its Newton steps follow, from the levels or
 #: as engine passes)

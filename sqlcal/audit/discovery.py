@@ -13,7 +13,7 @@ score test, Benjamini-Hochberg on a held-out fold, the redundancy rule.
 Values too rare to be a segment (weight below ``min_support``) are pooled into one explicit
 bucket per feature (its condition is ``c IS NULL OR c NOT IN (kept values)``), never dropped.
 NULL is a value of its own (``c IS NULL``). Inside the search a value is keyed apart from NULL
-and the bucket (:func:`sqlcal.summaries.segment_value`), so a value ``"__null__"`` or
+and the bucket (:func:`sqlcal.query.reductions.segment_value`), so a value ``"__null__"`` or
 ``"__other__"`` of the data is a value like any other; the result shows the NULL predicate as
 ``__null__`` and the bucket as ``__other__`` in the feature's column, and its ``special_values``
 column names the features whose predicate is either.
@@ -36,11 +36,11 @@ from sqlcal import options
 from sqlcal.metrics import resolve_weight_kind
 from sqlcal.options import BudgetError, OptionError, checked
 from sqlcal.query import declared, planner
-from sqlcal.recalibrate import isotonic
-from sqlcal.segments_map import (SegmentFix, SegmentIsotonicFix, condition_sql, dialect,
+from sqlcal.recalibration.fits import isotonic
+from sqlcal.audit.fixmaps import (SegmentFix, SegmentIsotonicFix, condition_sql, dialect,
                                  feature_kinds, shown_name, with_columns)
-from sqlcal.inputs import Source, source
-from sqlcal.summaries import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
+from sqlcal.inputs.sources import Source, source
+from sqlcal.query.reductions import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
                               segment_code, segment_condition, segment_fold, segment_plan,
                               segment_sizes)
 
@@ -271,7 +271,7 @@ def default_support(W: float) -> float:
 def _present(frame: pd.DataFrame, spec: dict) -> pd.DataFrame:
     """A result with the user's names: group keys and feature columns (internal names inside
     the search) get theirs back, and each column sqlcal adds takes a trailing underscore while a
-    group key or feature holds its name (:func:`~sqlcal.segments_map.shown_name`)."""
+    group key or feature holds its name (:func:`~sqlcal.audit.fixmaps.shown_name`)."""
     users = {*spec["keys"], *spec["features"]}
     own = dict(zip((*spec["by"], *spec["columns"]), (*spec["keys"], *spec["features"])))
     return frame.rename(columns={c: own.get(c) or shown_name(c, users) for c in frame.columns})
@@ -428,7 +428,7 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
         ``"isotonic"``: the segments, per group by harm, form a decision list (a row goes to
         the first segment holding it), and each entry gets the exact isotonic regression of y
         on p over its fitting rows (:func:`sqlcal.isotonic`): a
-        :class:`~sqlcal.segments_map.SegmentIsotonicFix`, whose ``.blocks`` is the mapping
+        :class:`~sqlcal.audit.fixmaps.SegmentIsotonicFix`, whose ``.blocks`` is the mapping
         table and whose table gives ``blocks`` per segment instead of θ; the holdout checks
         count each segment's entry (its rows not taken by an earlier segment); ``penalty``
         does not apply. A
@@ -466,7 +466,7 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
     of the paired per-row difference and no fitted segment's holdout \|z\| grows.
 
     The judgement reads exactly the scores the map exports (one expression,
-    :func:`sqlcal.summaries.segment_fixed`, builds both): a row in a fitted segment gets its
+    :func:`sqlcal.query.reductions.segment_fixed`, builds both): a row in a fitted segment gets its
     corrected score clipped to [1e-6, 1 − 1e-6] (never 0 or 1, whose log loss is infinite), a
     row in none keeps its score, bit for bit.
 
@@ -605,7 +605,7 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
                                    extremes=extremes)
     frame = planner.fetch(src, level1)
     # a sampling rate's weights are sampling weights whatever 1/rate is (their var2 and sw2
-    # carry its design: sqlcal.summaries.variance_weights)
+    # carry its design: sqlcal.query.reductions.variance_weights)
     spec["sampling"] = resolve_weight_kind(src, spec["weight_kind"] or "auto") == "sampling"
     # unweighted rows are frequencies of 1, as every metric reports them
     spec["weight_kind_used"] = "sampling" if spec["sampling"] else "frequency"
@@ -856,7 +856,7 @@ def _batches(plan: list, sizes: list, rows: float, per_cell: int) -> list[list[i
     """A level's column tuples (indices), in statements whose covering GROUP BYs hold at most
     :data:`SEGMENT_STATEMENT_GROUPS` groups together (or the budget's ``bytes`` at
     :data:`GROUP_BYTES` a group), each set counted at the lesser of its value combinations
-    (``sizes``, :func:`sqlcal.summaries.segment_sizes`) times ``per_cell`` (folds, bins,
+    (``sizes``, :func:`sqlcal.query.reductions.segment_sizes`) times ``per_cell`` (folds, bins,
     groups) and the rows."""
     limit = min(SEGMENT_STATEMENT_GROUPS, options.BUDGET.bytes // GROUP_BYTES)
     out, current, held = [], [], 0.0
@@ -1180,7 +1180,7 @@ def _shown(predicates, spec) -> dict:
 
 
 def _keys_of(row, features, column: str = "special_values") -> dict:
-    """A result row's predicates as ``{feature: key}`` (:func:`sqlcal.summaries.segment_code`),
+    """A result row's predicates as ``{feature: key}`` (:func:`sqlcal.query.reductions.segment_code`),
     its ``special_values`` (in ``column``) telling a NULL predicate and the pooled bucket from
     values that read the same."""
     special = row.get(column)

@@ -3,7 +3,7 @@ reads, ``from_summaries`` finishes the metric from the frames those statements r
 they ran (a scheduler that runs SQL only, dbt, a warehouse's own jobs, stored daily summaries).
 
 Both come from the declarations the library itself uses (each metric family's ``NEEDS``, the
-reductions of :mod:`sqlcal.summaries`), so the exported SQL is the SQL that runs. A metric whose
+reductions of :mod:`sqlcal.query.reductions`), so the exported SQL is the SQL that runs. A metric whose
 summaries are one-shot (read in one pass, with no follow-up that depends on the data) exports
 them: the equal-width binned metrics, the totals metrics, the grid form of the cumulative metrics
 (``method="grid"``, which reports its certified ``grid_bound``). A form that refines with follow-up
@@ -21,14 +21,14 @@ from typing import Any, Sequence
 import ibis
 import pandas as pd
 
-from sqlcal import summaries
-from sqlcal import catalog
-from sqlcal.condition import parse_condition
+from sqlcal.query import reductions
+from sqlcal.metrics import catalog
+from sqlcal.inputs.condition import parse_condition
 from sqlcal.errors import InvalidInputError
 from sqlcal.query import declared
 from sqlcal.options import check as check_options
 from sqlcal.query.declared import union
-from sqlcal.inputs import Source, source
+from sqlcal.inputs.sources import Source, source
 
 def exportable() -> list[str]:
     """The metrics :func:`summary_sql` exports (some only with a one-shot option)."""
@@ -95,11 +95,11 @@ def statements(metrics: dict[str, dict], *, dialect: str = "duckdb", table: str,
         src, chosen = _spec(metric, table=table, score=score, label=label, weight=weight, by=by,
                             where=where, schema=schema, options=options, dialect=dialect)
         needs += _needs(metric, src, chosen)
-    checks = lambda t: summaries.check_aggregates(t, weighted=src.weighted,  # noqa: E731
+    checks = lambda t: reductions.check_aggregates(t, weighted=src.weighted,  # noqa: E731
                                                   float_label=src.float_label)
     out = {}
     for s in union(needs):
-        expr = summaries.reduce(s, src.rows, src.by, weighted=src.weighted, checks=checks,
+        expr = reductions.reduce(s, src.rows, src.by, weighted=src.weighted, checks=checks,
                                 soft=src.allow_soft)
         header = _LEVELS_HEADER if s.key == LEVELS.key else ""
         out[s.name] = header + ibis.to_sql(expr, dialect=dialect).strip() + ";"
