@@ -23,7 +23,6 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from sqlcal.query.reductions import MERGED_BY_MAX, MERGED_BY_MIN
 
 #: kinds whose summaries one GROUP BY over the rows can produce together (see the planner)
 FUSABLE = ("totals", "uniform", "cells", "logit_cells")
@@ -84,6 +83,10 @@ _SUMS |= {"sw2p", "sw2pp", "sw_logloss_sq", "swy_logloss"}  # low base rates' va
 # and a sampling design's label-free part Σv₀ and own part Σ(v − v₀)(y − p)²
 _SUMS |= {"sw2_logloss", "sw2_logloss_sq", "sw2y_logloss", "sw2_0", "sw2_design"}
 _SUMS |= {"swr", "swd", "swyd", "swrd"}  # smooth_cells: the residual and the offsets' moments
+#: summary columns that merge over disjoint sets of rows by MIN, and by MAX; every other sum
+#: column merges by SUM (:func:`rule` reads these sets)
+MERGED_BY_MIN = frozenset({"p_min", "chk_y_min", "chk_w_min", "p_min_pos"})
+MERGED_BY_MAX = frozenset({"p_max", "chk_y_max", "chk_w_max", "p_max_neg"})
 _MINIMA, _MAXIMA = MERGED_BY_MIN, MERGED_BY_MAX
 
 

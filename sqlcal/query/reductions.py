@@ -28,6 +28,7 @@ import pandas as pd
 from sqlcal.errors import engine_data_errors
 from sqlcal.inputs.grids import CONVENTIONS, uniform_edges  # noqa: F401 (part of this module's API)
 from sqlcal.inputs.grids import LOGIT_CELL_BOUND, logit_edges
+from sqlcal.query.declared import MERGED_BY_MAX, MERGED_BY_MIN
 
 
 def number(x: float) -> ir.FloatingValue:
@@ -1397,10 +1398,6 @@ def _among(col: ir.Value, keys: Sequence[str]) -> ir.BooleanValue:
                       else_=col.isin(plain) if plain else ibis.literal(False))
 
 
-#: summary columns that merge over disjoint sets of rows by MIN, and by MAX; every other sum
-#: column merges by SUM (:func:`sqlcal.query.declared.rule` reads these sets)
-MERGED_BY_MIN = frozenset({"p_min", "chk_y_min", "chk_w_min", "p_min_pos"})
-MERGED_BY_MAX = frozenset({"p_max", "chk_y_max", "chk_w_max", "p_max_neg"})
 
 
 def segment_cover(tuples: Sequence[tuple], sizes: Sequence[float], limit: float
