@@ -18,6 +18,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import html
 from dataclasses import dataclass, field
 
@@ -26,6 +27,7 @@ import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
 
+from sqlcal.groupkeys import GroupKeys
 from sqlcal.metrics import groups, key_tuple
 from sqlcal.summaries import number, piecewise
 
@@ -73,14 +75,38 @@ class CalibrationMap:
     """A fitted recalibration map, one piece per group: apply it in numpy, as an Ibis expression,
     as SQL, or through a mapping table in the warehouse.
 
-    ``table`` is the map as data: group keys first, then the map's parameters. Rows of a group
-    the map was not fitted on map to NULL (NaN in numpy); so do NULL scores.
+    ``table`` is the map as data: group keys first, then the map's parameters (a parameter
+    named like a key takes a trailing underscore, as in every result). Rows of a group the map
+    was not fitted on map to NULL (NaN in numpy); so do NULL scores. A NULL key matches NULL
+    only, a NaN key NaN only. ``keys`` relates the names in ``by`` to the columns of the fit's
+    frames (:mod:`sqlcal.groupkeys`; by default the same).
     """
 
     by: tuple
     table: pd.DataFrame
     kind: str = ""
     info: dict = field(default_factory=dict)
+    keys: GroupKeys | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.keys is None:
+            self.keys = GroupKeys.plain(self.by)
+
+    def named(self, keys: GroupKeys) -> CalibrationMap:
+        """This map, fitted on frames of internal key columns, under the user's key names."""
+        return dataclasses.replace(self, by=keys.names, table=keys.present(self.table),
+                                   keys=keys)
+
+    @property
+    def _frame(self) -> pd.DataFrame:
+        """The table with its keys as internal columns and its parameters under their own
+        names (the table itself when the keys are plain)."""
+        if all(k.kind == "plain" for k in self.keys.keys):
+            return self.table
+        cached = self.__dict__.get("_internal")
+        if cached is None or cached[0] is not self.table:
+            cached = self.__dict__["_internal"] = (self.table, self.keys.internal(self.table))
+        return cached[1]
 
     # subclasses: _piece_numpy(part, p) and _piece_expr(part, p)
 
@@ -109,12 +135,11 @@ class CalibrationMap:
         balanced tree of comparisons for isotonic maps, so a row costs O(log pieces))."""
         p = table[score].cast("float64")
         if not self.by:
-            value = self._piece_expr(self.table, p)
+            value = self._piece_expr(self._frame, p)
         else:
             branches = []
-            for key, part in groups(self.table, list(self.by)):
-                branches.append((_key_match(table, key_tuple(key), self.by),
-                                 self._piece_expr(part, p)))
+            for key, part in groups(self._frame, list(self.keys.columns)):
+                branches.append((self.keys.match(table, key), self._piece_expr(part, p)))
             value = ibis.cases(*branches, else_=ibis.null("float64"))
         return _missing_score(p, value)
 
@@ -243,14 +268,16 @@ class CalibrationMap:
         return con.table(name, database=database)
 
     def mapping_frame(self) -> pd.DataFrame:
-        return _null_keys(self.table.reset_index(drop=True), self.by)
+        """The mapping table: the keys' internal columns (a floating key's value and NaN flag)
+        and the parameters under their own names."""
+        return _null_keys(self._frame.reset_index(drop=True), self.keys.columns)
 
     def _part(self, keys: dict) -> pd.DataFrame | None:
         if not self.by:
-            return self.table
-        want = key_tuple({k: keys.get(k) for k in self.by})
-        for key, part in groups(self.table, list(self.by)):
-            if key_tuple(key) == want:
+            return self._frame
+        want = self.keys.id(keys)
+        for key, part in groups(self._frame, list(self.keys.columns)):
+            if self.keys.id(self.keys.values(key)) == want:
                 return part
         return None
 
@@ -267,16 +294,24 @@ class CalibrationMap:
         return "string"
 
     def _join_keys(self, table: ir.Table, mapping: ir.Table) -> list:
-        """Each key equal, NULL equal to NULL, as equalities an engine can hash (an OR of IS
-        NULLs would make every engine compare every row with every mapping row)."""
+        """Each key equal, NULL equal to NULL, NaN to NaN, as equalities an engine can hash (an
+        OR of IS NULLs would make every engine compare every row with every mapping row). The
+        mapping table holds the keys' internal columns (:meth:`mapping_frame`); one written
+        under the keys' own names is read too."""
         out = []
-        for k in self.by:
-            fill = _null_stand_in(table[k].type())
+        for key in self.keys.keys:
+            col = table[key.name]
+            internal = key.column in mapping.columns
+            m = mapping[key.column if internal else key.name]
+            if key.nan is not None and internal:  # the mapping's value is NULL for NaN
+                nan = col.isnan().fill_null(False)
+                out.append(nan == mapping[key.nan])
+                col = ibis.ifelse(nan, ibis.null(col.type()), col)
+            fill = _null_stand_in(col.type())
             if fill is None:  # a type without a stand-in: the portable, unhashable form
-                out.append((table[k] == mapping[k]) | (table[k].isnull() & mapping[k].isnull()))
+                out.append((col == m) | (col.isnull() & m.isnull()))
             else:
-                out += [table[k].fill_null(fill) == mapping[k].fill_null(fill),
-                        table[k].isnull() == mapping[k].isnull()]
+                out += [col.fill_null(fill) == m.fill_null(fill), col.isnull() == m.isnull()]
         return out
 
     def __repr__(self) -> str:
@@ -322,7 +357,7 @@ class IsotonicMap(CalibrationMap):
         the blocks' finite boundaries ``[a, b]`` (all groups), doubled until no bucket overlaps
         more than :data:`BUCKET_BLOCKS` blocks of a group (or :data:`MAX_BUCKETS`)."""
         bounds, sizes = [], []
-        for _, part in groups(self.table, list(self.by)):
+        for _, part in groups(self._frame, list(self.keys.columns)):
             bounds.append(part["lo"].to_numpy(float)[1:])
             sizes.append(len(part))
         inner = np.concatenate(bounds) if bounds else np.empty(0)
@@ -349,7 +384,7 @@ class IsotonicMap(CalibrationMap):
         the engine rounds differently still finds the block)."""
         a, b, scale, count = self._grid()
         parts = []
-        for _, part in groups(self.table, list(self.by)):
+        for _, part in groups(self._frame, list(self.keys.columns)):
             if not len(part):
                 continue
             part = part.copy()
@@ -364,12 +399,13 @@ class IsotonicMap(CalibrationMap):
             part = part.loc[part.index.repeat(reps)].reset_index(drop=True)
             part["bucket"] = np.concatenate([np.arange(f, l + 1) for f, l in zip(first, last)])
             parts.append(part)
-        columns = [*self.by, "bucket", "start", "stop", "lo", "hi", "value", "slope", "n", "W"]
+        columns = [*self.keys.columns, "bucket", "start", "stop", "lo", "hi", "value", "slope",
+                   "n", "W"]
         if not parts:
             return pd.DataFrame(columns=columns)
         frame = pd.concat(parts, ignore_index=True)[columns]
         frame["bucket"] = frame["bucket"].astype("int64")
-        return _null_keys(frame, self.by)
+        return _null_keys(frame, self.keys.columns)
 
     def _apply_join(self, table, score, name, mapping):
         p = table[score].cast("float64")

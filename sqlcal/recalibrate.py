@@ -169,8 +169,9 @@ def isotonic(
     blocks, info = isotonic_blocks(src, method, cells)
     if src.dropped is not None:  # the rows left out are part of what the map was fitted on
         info["dropped"] = src.dropped
-    return IsotonicMap(by=tuple(src.by), table=blocks, kind="isotonic regression", info=info,
-                       interpolation=interpolation)
+    fitted = IsotonicMap(by=tuple(src.by), table=blocks, kind="isotonic regression", info=info,
+                         interpolation=interpolation)
+    return fitted.named(src.group_keys)
 
 
 def isotonic_blocks(src: Source, method: str = "auto", cells: int = GRID_CELLS
@@ -452,7 +453,7 @@ def platt(
     if modified:
         _modify(src, fitted, tolerance)
         fitted.kind = "modified Platt scaling"
-    return fitted
+    return fitted.named(src.group_keys)
 
 
 @checked

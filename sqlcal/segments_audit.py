@@ -497,7 +497,8 @@ def _prepare(data, score, label, weight, by, where, features, split, on_invalid,
     table, names = with_columns(data, [*features, *split])
     columns, split_columns = tuple(names[:len(features)]), tuple(names[len(features):])
     src = source(table, score=score, label=label, weight=weight,
-                 by=(*by, *columns, *split_columns), where=where, on_invalid=on_invalid)
+                 by=(*by, *columns, *split_columns), where=where,
+                 on_invalid=on_invalid).with_named_keys()
     kinds = dict(zip(features, feature_kinds(src.rows, columns).values()))
     bad = [f for f, k in kinds.items() if k is None]
     if bad:
