@@ -265,7 +265,8 @@ def _named(expr, keys: GroupKeys):
     floating key's NaN flag keeps its name."""
     names = {key.column: key.name for key in keys.keys}
     renamed = {names.get(c, keys.own(c)): c for c in expr.columns}
-    return expr.rename({new: old for new, old in renamed.items() if new != old})
+    renamed = {new: old for new, old in renamed.items() if new != old}
+    return expr.rename(renamed) if renamed else expr
 
 
 def _internal(frame: pd.DataFrame, keys: GroupKeys) -> pd.DataFrame:

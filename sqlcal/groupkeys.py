@@ -196,6 +196,14 @@ def key_value(v):
     return v
 
 
+def records(frame: pd.DataFrame, names: Sequence[str]) -> list[dict]:
+    """Each row's key values (name -> value) of a presented frame, NULL as None or ``<NA>`` and
+    NaN as NaN (a row of ``iterrows`` may turn ``<NA>`` into NaN)."""
+    columns = [frame[name].tolist() for name in names]
+    return [dict(zip(names, values)) for values in zip(*columns)] if names else \
+        [{} for _ in range(len(frame))]
+
+
 def group_id(group: dict) -> str:
     """One group's keys (name -> value) as JSON text, sorted: NULL and NaN told apart
     (:func:`key_value`), so it serves as a dict key (NaN != NaN) and as the results table's

@@ -18,7 +18,7 @@ import pandas as pd
 
 from sqlcal._version import __version__
 from sqlcal.outputs import HTML_MARKER
-from sqlcal.groupkeys import group_id, key_value
+from sqlcal.groupkeys import group_id, key_value, records
 
 if TYPE_CHECKING:  # annotations only: sqlcal.scheduled renders its runs with this module
     from sqlcal.scheduled import ScheduledRun
@@ -57,8 +57,8 @@ def render(run: ScheduledRun) -> str:
         parts.append(_series_section(run))
     if run.segments is not None:
         parts.append(_segments_section(run))
-    for i, (_, row) in enumerate(run.table.iterrows()):
-        parts.append(_group_section(run, i, {k: row[k] for k in keys}, alerted))
+    for i, group in enumerate(records(run.table, keys)):
+        parts.append(_group_section(run, i, group, alerted))
     parts.append(
         '<p class="note">Groups are ordered worst first: by the number of alerts they fire, then '
         f"by {escape('.'.join(run.config['report']['order_by']))} (largest first; smallest first "
@@ -120,12 +120,12 @@ def _summary_section(run: ScheduledRun, alerted: dict) -> str:
     head = "".join(f"<th class=key>{escape(c)}</th>" if c in keys else f"<th>{escape(c)}</th>"
                    for c in ["alerts", *table.columns])
     rows = []
-    for i, (_, row) in enumerate(table.iterrows()):
-        count = alerted.get(group_id({k: row[k] for k in keys}), {}).get("count", 0)
+    for i, ((_, row), group) in enumerate(zip(table.iterrows(), records(table, keys))):
+        count = alerted.get(group_id(group), {}).get("count", 0)
         cells = [f'<td><a href="#group-{i}">{count}</a></td>']
         for c in table.columns:
             cls = "key" if c in keys else ""
-            shown = _key_cell(row[c]) if c in keys else _cell(row[c])
+            shown = _key_cell(group[c]) if c in keys else _cell(row[c])
             cells.append(f'<td class="{cls}">{escape(shown)}</td>')
         rows.append(f'<tr class="{"alert" if count else ""}">{"".join(cells)}</tr>')
     return (f'<section id="summary"><h2>Groups, worst first</h2><div class="wide"><table>'

@@ -30,7 +30,7 @@ from sqlcal.errors import ConfigError, read_toml
 from sqlcal import outputs
 from sqlcal.options import check as check_options
 from sqlcal.options import checked
-from sqlcal.groupkeys import group_id, key_value
+from sqlcal.groupkeys import group_id, key_value, records
 from sqlcal.reporting import (METRICS, describe, metric_options, summary_steps, to_json, trust,
                               wide)
 from sqlcal.inputs import Source, as_source
@@ -557,8 +557,8 @@ def _check_alerts(src: Source, frames: dict, rules: list[dict]) -> list[dict]:
         if rule["column"] not in values:
             raise ValueError(f"alert on {rule['metric']}.{rule['column']}: the metric returned no "
                              f"such column with these options (columns {list(values.columns)})")
-        groups = src.present(values[list(src.by)])
-        for (_, row), (_, key) in zip(values.iterrows(), groups.iterrows()):
+        groups = records(src.present(values[list(src.by)]), src.key_names)
+        for (_, row), key in zip(values.iterrows(), groups):
             value = float(row[rule["column"]])
             if math.isnan(value):
                 continue  # undefined (an empty or one-class group) is not a breach
@@ -615,8 +615,8 @@ def _draw(run: ScheduledRun, step) -> None:
     totals = totals_summary(src)
     low = float(totals["swy"].sum() / totals["W"].sum()) < LOW_BASE_RATE
     binning = {"strategy": "logit", "scale": "logit"} if low else {}
-    for _, row in run.table.iterrows():
-        key = tuple(row[k] for k in src.key_names)
+    for group in records(run.table, src.key_names):
+        key = tuple(group.values())
         name = ", ".join(f"{k}={v}" for k, v in zip(src.key_names, key)) or "all rows"
         group = {k: _python(v) for k, v in zip(src.key_names, key)}
         # each diagram draws its group from the summary of all groups, which the metrics have
@@ -678,7 +678,7 @@ def results_rows(run: ScheduledRun) -> pd.DataFrame:
         "run_id": run.run_id,
         "run_at": pd.Timestamp(run.run_at),
         "config_hash": run.config_hash,
-        "group_keys": [group_id({k: row[k] for k in keys}) for _, row in tidy.iterrows()],
+        "group_keys": [group_id(group) for group in records(tidy, keys)],
         "metric": tidy[own("metric")].to_numpy(),
         "statistic": tidy[own("statistic")].to_numpy(),
         "value": tidy[own("value")].to_numpy(float),
@@ -798,7 +798,8 @@ def to_document(run: ScheduledRun) -> dict:
     doc["run"] = {"id": run.run_id, "at": run.run_at.isoformat() + "Z",
                   "config_hash": run.config_hash,
                   "config": json.loads(json.dumps(_redacted(run.config), default=str))}
-    doc["groups"] = [{k: key_value(r[k]) for k in keys} for _, r in run.table.iterrows()]
+    doc["groups"] = [{k: key_value(v) for k, v in group.items()}
+                     for group in records(run.table, keys)]
     doc["metrics"] = _tidy_records(run.metrics, keys, run.own)
     doc["alerts"] = [{**a, "group": {k: key_value(v) for k, v in a["group"].items()}}
                      for a in run.alerts]
@@ -818,10 +819,10 @@ def _tidy_records(frame: pd.DataFrame, keys: list[str], own, time: str | None = 
                   ) -> list[dict]:
     """The records of a tidy table (keys, then sqlcal's columns named by ``own``)."""
     fields = ("n", "W", "metric", "statistic", "value", "lower", "upper")
-    return [{"group": {k: key_value(r[k]) for k in keys},
+    return [{"group": {k: key_value(v) for k, v in group.items()},
              **({"time": key_value(r[time])} if time else {}),
              **{k: _jsonable(r[own(k)]) for k in fields}, "trust": json.loads(r[own("trust")])}
-            for _, r in frame.iterrows()]
+            for group, (_, r) in zip(records(frame, keys), frame.iterrows())]
 
 
 def json_schema() -> dict:

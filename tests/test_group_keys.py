@@ -11,6 +11,8 @@ disagrees with it.
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import math
 import warnings
 
@@ -19,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import sqlcal
@@ -41,9 +43,17 @@ INT_VALUES = [0, 1, -7, None]
 KINDS = {"text": (pa.string(), TEXT_VALUES), "double": (pa.float64(), DOUBLE_VALUES),
          "int": (pa.int64(), INT_VALUES)}
 
+def _metric(function, **options):
+    """call(data, **keywords): the function with its required options (score and label
+    unless ``data`` is a Source)."""
+    def call(data, **keywords):
+        columns = {} if isinstance(data, sqlcal.Source) else {"score": SCORE, "label": LABEL}
+        return function(data, **columns, **options, **keywords)
+    return call
+
+
 #: (name, call(data, **keywords), kind of result): "one" row per group, "rows" (several per
 #: group, compared in order), "map" (a fitted map: its table)
-_metric = lambda f, **o: (lambda data, **kw: f(data, score=SCORE, label=LABEL, **o, **kw))  # noqa
 METRICS = [
     ("brier", _metric(sqlcal.brier), "one"),
     ("brier_decomposition", _metric(sqlcal.brier_decomposition, bins=4), "one"),
@@ -85,6 +95,9 @@ METRICS = [
     ("classwise", lambda data, **kw: sqlcal.classwise(sqlcal.ece, data, score=SCORE,
                                                       label=LABEL, **kw), "one"),
 ]
+#: the functions of METRICS that cannot take a grouped Source, with the reason
+NO_SOURCE = {"metric_series": "adds its time key to the source's keys: it takes data",
+             "classwise": "groups a multiclass table by its class: it takes the table"}
 #: public functions taking data and by= that the table above does not run, with the reason
 #: (each has its own test of its groups)
 ELSEWHERE = {
@@ -217,13 +230,35 @@ def check_groups(call, kind, table, names, tuples):
     assert np.logical_or.reduce(found).all(), f"rows of no group in {grouped}"
 
 
-_SETTINGS = settings(max_examples=6, deadline=None,
+def _adversarial() -> tuple:
+    """Keys named like a result column and an internal one, NULL beside NaN in a DOUBLE key,
+    NULL beside "__null__" in a text key."""
+    rows = {"n": [], "ece": [], SCORE: [], LABEL: [], "day": [], "class": []}
+    tuples = [(1.0, "a"), (None, "a"), (float("nan"), "a"), (None, "__null__"), (None, None)]
+    rng = np.random.default_rng(5)
+    for n, ece in tuples:
+        size = 8
+        rows["n"] += [n] * size
+        rows["ece"] += [ece] * size
+        rows[SCORE] += list(np.round(rng.uniform(0.05, 0.95, size), 1))
+        rows[LABEL] += [0, 1] + list(rng.integers(0, 2, size - 2))
+        rows["day"] += [pd.Timestamp("2026-11-01")] * size
+        rows["class"] += ["c1", "c2"] * (size // 2)
+    table = pa.table({"n": pa.array(rows["n"], pa.float64(), from_pandas=False),
+                      **{k: rows[k] for k in ("ece", SCORE, LABEL, "day", "class")}})
+    return table, ["n", "ece"], tuples
+
+
+#: each metric: the adversarial example, then drawn ones (each call costs up to a second of
+#: engine work for the slowest metrics: about 50 s for all)
+_SETTINGS = settings(max_examples=2, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 @pytest.mark.parametrize("name,call,kind", METRICS, ids=[m[0] for m in METRICS])
 def test_one_result_per_key_tuple_equal_to_its_rows_alone(name, call, kind):
     @_SETTINGS
+    @example(drawn=_adversarial())
     @given(drawn=keyed_tables())
     def run(drawn):
         with warnings.catch_warnings():
@@ -231,3 +266,225 @@ def test_one_result_per_key_tuple_equal_to_its_rows_alone(name, call, kind):
             check_groups(call, kind, *drawn)
 
     run()
+
+
+@pytest.mark.parametrize("name,call,kind", [m for m in METRICS if m[0] not in NO_SOURCE],
+                         ids=[m[0] for m in METRICS if m[0] not in NO_SOURCE])
+def test_a_grouped_source_keeps_its_groups_in_every_function(name, call, kind):
+    """A Source built with by= passed to any function: the same groups as by= in the call."""
+    table, names, _ = _adversarial()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        grouped = sqlcal.source(table, score=SCORE, label=LABEL, by=names)
+        got, want = _frame(call(grouped), kind), _frame(call(table, by=names), kind)
+    assert list(got.columns) == list(want.columns)
+    assert len(got) == len(want) and len(got) >= 5
+    for key in names:  # NULL and NaN where they were
+        assert _shown(got[key]) == _shown(want[key])
+    _same(got.drop(columns=names), want.drop(columns=names), name)
+
+
+def _shown(column) -> list:
+    """A key column's values as text: NULL as "NULL", NaN as "NaN"."""
+    return ["NULL" if v is None or v is pd.NA else repr(v) for v in column.astype(object)]
+
+
+# -- NULL and NaN: two groups, on every engine, against numpy ---------------------------------
+
+
+def _null_nan_rows(n: int = 3000, seed: int = 11) -> dict:
+    """A DOUBLE key of NULL, NaN and 1.0, each group calibrated differently."""
+    rng = np.random.default_rng(seed)
+    kind = rng.integers(0, 3, n)  # 0: 1.0, 1: NULL, 2: NaN
+    p = np.round(rng.uniform(0.02, 0.98, n), 3)
+    shift = np.array([0.0, 0.08, -0.06])[kind]
+    y = (rng.uniform(size=n) < np.clip(p + shift, 0, 1)).astype(np.int64)
+    key = [1.0 if k == 0 else None if k == 1 else float("nan") for k in kind]
+    return {"g": key, "p": p, "y": y, "kind": kind}
+
+
+def _ece(p, y, bins=15) -> float:
+    """Equal-width ECE, brute force: bin min(floor(p·B), B − 1)."""
+    b = np.minimum(np.floor(p * bins), bins - 1).astype(int)
+    return sum(abs(y[b == i].mean() - p[b == i].mean()) * (b == i).sum()
+               for i in np.unique(b)) / len(p)
+
+
+def _upload_keys(con, rows: dict, name: str):
+    """The rows in the engine with NULL and NaN as themselves (a pandas frame cannot hold both
+    in a float column)."""
+    if con.name == "pyspark":
+        from pyspark.sql.types import (DoubleType, LongType, StructField, StructType)
+
+        spark_schema = StructType([StructField("g", DoubleType()), StructField("p", DoubleType()),
+                                   StructField("y", LongType())])
+        data = [(g, float(p), int(y)) for g, p, y in zip(rows["g"], rows["p"], rows["y"])]
+        con._session.createDataFrame(data, spark_schema).createOrReplaceTempView(name)
+        return con.table(name)
+    table = pa.table({"g": pa.array(rows["g"], pa.float64(), from_pandas=False),
+                      "p": rows["p"], "y": rows["y"]})
+    return con.create_table(name, table, temp=con.name == "postgres")
+
+
+@pytest.mark.cluster
+def test_null_and_nan_keys_are_two_groups_on_every_engine(con):
+    rows = _null_nan_rows()
+    t = _upload_keys(con, rows, f"keys_null_nan_{con.name}")
+    # the engine holds both: NULL is not NaN
+    kinds = t.aggregate(null=t.g.isnull().sum(), n=t.count()).execute()
+    assert int(kinds["n"].iloc[0]) == 3000
+    got = sqlcal.ece(t, score="p", label="y", by="g")
+    assert len(got) == 3
+    p, y, kind = rows["p"], rows["y"], rows["kind"]
+    # sorted: the value, then NULL, then NaN; NULL shows as <NA>, NaN as NaN
+    assert got["g"].iloc[0] == 1.0 and got["g"].iloc[1] is pd.NA
+    assert got["g"].iloc[2] is not pd.NA and np.isnan(got["g"].iloc[2])
+    for row, k in enumerate((0, 1, 2)):
+        want = _ece(p[kind == k], y[kind == k])
+        assert got["n"].iloc[row] == (kind == k).sum()
+        np.testing.assert_allclose(got["ece"].iloc[row], want, rtol=1e-9)
+    # report agrees with the single calls; the reliability table has each bin once per group
+    report = sqlcal.report(t, score="p", label="y", by="g", metrics=["ece", "brier"])
+    np.testing.assert_allclose(report["ece"], got["ece"], rtol=1e-12)
+    brier = [np.mean((p[kind == k] - y[kind == k]) ** 2) for k in (0, 1, 2)]
+    np.testing.assert_allclose(report["brier"], brier, rtol=1e-9)
+    table = sqlcal.reliability(t, score="p", label="y", by="g", ci=None)
+    assert len(table) == 45 and table.groupby(["g", "bin"], dropna=False).size().max() == 1
+
+
+def test_keys_named_like_result_columns_keep_their_values_on_their_groups():
+    """The issue's case: a key named ``brier`` (or ``weight_kind``, ``exact``) put Brier values
+    on the wrong groups."""
+    rng = np.random.default_rng(3)
+    n = 600
+    p = rng.uniform(0.05, 0.95, n)
+    y = (rng.uniform(size=n) < p).astype(int)
+    for key in ("brier", "weight_kind", "exact", "n", "W", "p"):
+        values = rng.choice([0.25, 0.5, 0.75, 1.0], n)  # key values near Brier values
+        frame = pd.DataFrame({key: values, "score": p, "label": y})
+        got = sqlcal.brier(frame, score="score", label="label", by=key)
+        value = "brier_" if key == "brier" else "brier"
+        for _, row in got.iterrows():
+            mask = values == row[key]
+            np.testing.assert_allclose(row[value], np.mean((p[mask] - y[mask]) ** 2), rtol=1e-12)
+            assert row["n_" if key == "n" else "n"] == mask.sum()
+        report = sqlcal.report(frame, score="score", label="label", by=key,
+                               metrics=["brier", "spiegelhalter", "cutoff_error"])
+        np.testing.assert_allclose(report[value], got[value], rtol=1e-12)
+    # the rule: the key first under its name, sqlcal's column with a trailing underscore
+    frame = pd.DataFrame({"n": values, "score": p, "label": y})
+    assert list(sqlcal.ece(frame, score="score", label="label", by="n").columns) == [
+        "n", "ece", "n_", "W", "n_bins", "binning"]
+
+
+def _debiased(p, y, bins=15) -> float:
+    """Kumar et al.'s debiased squared ECE, brute force over equal-width bins."""
+    b = np.minimum(np.floor(p * bins), bins - 1).astype(int)
+    total = 0.0
+    for i in np.unique(b):
+        yb, pb, wb = y[b == i].mean(), p[b == i].mean(), (b == i).sum()
+        if wb >= 2:
+            total += wb * ((yb - pb) ** 2 - yb * (1 - yb) / (wb - 1))
+    return total / len(p)
+
+
+def test_debiased_ece_honours_a_grouped_source_and_a_stored_windows_groups():
+    """debiased_ece read the caller's by=, not the source's: one merged row (0.0074) where the
+    three models were 0.0088, 0.0029 and 0.0106."""
+    rng = np.random.default_rng(7)
+    n = 6000
+    model = rng.choice(["m1", "m2", "m3"], n)
+    p = np.round(rng.uniform(0.02, 0.98, n), 3)
+    shift = pd.Series(model).map({"m1": 0.05, "m2": 0.0, "m3": -0.07}).to_numpy()
+    y = (rng.uniform(size=n) < np.clip(p + shift, 0, 1)).astype(int)
+    day = pd.Timestamp("2026-11-01") + pd.to_timedelta(rng.integers(0, 5, n), unit="D")
+    frame = pd.DataFrame({"model": model, "p": p, "y": y, "t": day})
+    want = {m: _debiased(p[model == m], y[model == m]) for m in ("m1", "m2", "m3")}
+    grouped = sqlcal.source(frame, score="p", label="y", by="model")
+    stored_at = f"keys_store_{id(frame)}"
+    sqlcal.snapshot(frame, score="p", label="y", by="model", time="t", store=":memory:",
+                    as_of="2026-12-31", prefix=stored_at)
+    window = sqlcal.stored(":memory:", prefix=stored_at, maturity="all")
+    for src in (grouped, window):
+        got = sqlcal.debiased_ece(src)
+        assert got["model"].tolist() == ["m1", "m2", "m3"]
+        np.testing.assert_allclose(got["ece_sq_debiased"], [want[m] for m in got["model"]],
+                                   rtol=1e-9)
+
+
+def test_exported_summaries_keep_null_and_nan_apart():
+    """summary_sql with a floating key named like a summary column, run by a client that reads
+    NULL and NaN alike, finished by from_summaries: the groups of the direct call."""
+    import duckdb
+
+    rows = _null_nan_rows(900)
+    table = pa.table({"n": pa.array(rows["g"], pa.float64(), from_pandas=False),
+                      "p": rows["p"], "y": rows["y"]})
+    sql = sqlcal.summary_sql("ece", table="preds", score="p", label="y", by="n",
+                             schema={"n": "float64", "p": "float64", "y": "int64"})
+    db = duckdb.connect()
+    db.register("preds", table)
+    frames = {name: db.sql(text).df() for name, text in sql.items()}
+    got = sqlcal.from_summaries("ece", frames, score="p", label="y", by="n")
+    want = sqlcal.ece(table, score="p", label="y", by="n")
+    assert len(got) == 3
+    assert _shown(got["n"]) == _shown(want["n"])
+    np.testing.assert_allclose(got["ece"], want["ece"], rtol=1e-12)
+    np.testing.assert_allclose(got["n_"], want["n_"])
+
+
+def test_the_scheduled_report_keeps_null_and_nan_keys_apart_in_json_html_and_results(tmp_path):
+    """``sqlcal report --config`` on a DuckDB file with a DOUBLE key named like a tidy column
+    (``value``: NULL, NaN, 1.0) beside a text key: one JSON group, one HTML section and one set
+    of results rows per key tuple, each with the numbers of its own rows."""
+    import duckdb
+    import jsonschema
+
+    from sqlcal import scheduled
+    from sqlcal.cli import main
+
+    rows = _null_nan_rows(1500)
+    rows["day"] = pd.Timestamp("2026-11-01") + pd.to_timedelta(
+        np.arange(1500) % 3, unit="D")
+    path = tmp_path / "preds.duckdb"
+    db = duckdb.connect(str(path))
+    db.register("arrow", pa.table({
+        "value": pa.array(rows["g"], pa.float64(), from_pandas=False), "seg": ["s"] * 1500,
+        "p": rows["p"], "y": rows["y"], "day": rows["day"]}))
+    db.execute("CREATE TABLE preds AS SELECT * FROM arrow")
+    db.close()
+    (tmp_path / "report.toml").write_text(
+        '[source]\ndata = "preds.duckdb"\ntable = "preds"\nscore = "p"\nlabel = "y"\n'
+        'by = ["value", "seg"]\n[metrics]\nbrier = {}\nece = {}\n'
+        '[[alerts]]\nmetric = "brier"\ncolumn = "brier"\nabove = 0.0\n'
+        '[time]\nkey = "day"\nmetrics = ["brier"]\n[report]\ndiagrams = true\n'
+        '[output]\njson = "out.json"\nhtml = "out.html"\n[results]\ntable = "results"\n')
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert main(["report", "--config", "report.toml", "--run-id", "keys"]) == 3
+    finally:
+        os.chdir(cwd)
+    p, y, kind = rows["p"], rows["y"], rows["kind"]
+    brier = {json_key: np.mean((p[kind == k] - y[kind == k]) ** 2)
+             for json_key, k in ((1, 0), (None, 1), ("NaN", 2))}
+    doc = json.loads((tmp_path / "out.json").read_text())
+    jsonschema.validate(doc, scheduled.json_schema())
+    assert sorted(map(json.dumps, doc["groups"])) == sorted(
+        json.dumps({"value": v, "seg": "s"}) for v in brier)
+    for record in doc["metrics"]:
+        if record["metric"] == "brier":
+            np.testing.assert_allclose(record["value"], brier[record["group"]["value"]],
+                                       rtol=1e-12)
+    assert len(doc["alerts"]) == 3  # one per group, each on its own value
+    for alert in doc["alerts"]:
+        np.testing.assert_allclose(alert["value"], brier[alert["group"]["value"]], rtol=1e-12)
+    html = (tmp_path / "out.html").read_text()
+    assert html.count('<section class="group"') == 3
+    assert html.count('data-alerts="1"') == 3
+    results = duckdb.connect(str(path), read_only=True).sql(
+        "SELECT group_keys, value FROM results WHERE metric = 'brier'").df()
+    assert len(results) == 3
+    for _, row in results.iterrows():
+        np.testing.assert_allclose(row["value"], brier[json.loads(row["group_keys"])["value"]],
+                                   rtol=1e-12)
