@@ -2,8 +2,8 @@
 
 A key may take any name the engine accepts, the names of sqlcal's summary and result columns
 (``n``, ``p``, ``bin``, ``ece``...) included, and any value: inside the queries and the summary
-frames the keys are ``__key0``, ``__key1``, ... (no column sqlcal makes starts with two
-underscores), and the user's names come back only where results are presented
+frames the keys are ``__key0``, ``__key1``, ... (no column sqlcal makes is named so), and
+the user's names come back only where results are presented
 (:meth:`GroupKeys.present`).
 
 NULL and NaN are two values of a floating key. The engines keep them apart (NaN equals NaN in a
@@ -20,11 +20,10 @@ gives the columns ``n`` (the key), then ``ece``, ``n_`` (the count), ``W``...
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
-
 import json
 import math
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import ibis
 import ibis.expr.types as ir

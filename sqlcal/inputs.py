@@ -475,7 +475,11 @@ def source(
         (relative importance, each row one observation). Metrics with a variance (tests,
         intervals, bounds) take ``weight_kind=`` to say which explicitly.
     by : str or sequence of str, default ()
-        Group keys; every metric returns one row per group.
+        Group keys; every metric returns one row per group. A key may have any name and any
+        value: NULL and NaN are two groups (a result shows NULL as None or ``<NA>``, NaN as
+        NaN). In a result the keys come first under their names; a column sqlcal adds whose
+        name a key has takes a trailing underscore, repeated until unique (``by="n"`` gives the
+        columns ``n``, ``ece``, ``n_``, ``W``, ...).
     where : ibis boolean expression, callable, or SQL string, optional
         A filter applied in the engine before anything else.
     table : str, optional
@@ -537,6 +541,15 @@ def source(
     >>> sqlcal.ece(bad, score="p", label="y", on_invalid="drop")
        ece  n    W  n_bins              binning  n_dropped
     0  0.1  1  1.0       1  uniform(15, sqlcal)          1
+
+    A key named like a result column keeps its name; the count takes ``n_`` (a pandas frame's
+    NaN is read as NULL):
+
+    >>> keyed = pd.DataFrame({"p": [0.2, 0.8, 0.4], "y": [0, 1, 1], "n": [1.0, None, 1.0]})
+    >>> sqlcal.brier(keyed, score="p", label="y", by="n")
+          n  brier  n_    W
+    0   1.0   0.20   2  2.0
+    1  <NA>   0.04   1  1.0
     """
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', not {on_invalid!r}")

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.groupkeys import GroupKeys
-from sqlcal.metrics import groups, key_tuple
+from sqlcal.metrics import groups
 from sqlcal.summaries import number, piecewise
 
 #: logit features clip scores to [CLIP, 1 − CLIP]: 0 and 1 have no logit
@@ -504,14 +504,6 @@ class PlattMap(CalibrationMap):
         return joined.select(*table.columns, **{name: _missing_score(p, value.cast("float64"))})
 
 
-# -- isotonic regression ----------------------------------------------------------------------
-
-
-def _key_match(rows: ir.Table, key: tuple, by) -> ir.BooleanValue:
-    """Rows of the group with these key values (a NULL key value matches NULL)."""
-    return ibis.and_(*(rows[k].isnull() if v is None else rows[k] == v for k, v in zip(by, key)))
-
-
 # -- temperature scaling of multiclass predictions ---------------------------------------------
 
 
@@ -535,13 +527,22 @@ class TemperatureMap:
     clip: float | None
     types: dict = field(default_factory=dict)
     kind: str = "temperature scaling"
+    #: the keys: the names in ``by`` and the internal columns of the fit (sqlcal.groupkeys)
+    keys: GroupKeys | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.keys is None:
+            self.keys = GroupKeys.plain(self.by)
+
+    _frame = CalibrationMap._frame
 
     @property
     def temperature(self):
         """The fitted temperature: a float, or a Series indexed by the group keys."""
+        column = self.keys.own("temperature")
         if not self.by:
-            return float(self.table.temperature.iloc[0])
-        return self.table.set_index(list(self.by)).temperature
+            return float(self.table[column].iloc[0])
+        return self.table.set_index(list(self.by))[column].rename("temperature")
 
     @property
     def columns(self) -> tuple:
@@ -552,10 +553,8 @@ class TemperatureMap:
         """Calibrated probabilities of an array of shape (examples, classes) holding the
         columns of a wide map, for one group (``keys``: its key values)."""
         v = np.asarray(values, dtype=float)
-        row = self.table
-        for k in self.by:
-            row = row[row[k] == (keys or {}).get(k)]
-        if not len(row):
+        row = CalibrationMap._part(self, keys or {})
+        if row is None or not len(row):
             return np.full(v.shape, np.nan)
         beta = 1 / float(row.temperature.iloc[0])
         if self.logits:
@@ -571,10 +570,9 @@ class TemperatureMap:
 
     def _beta(self, table: ir.Table) -> ir.FloatingValue:
         if not self.by:
-            return number(1 / float(self.table.temperature.iloc[0]))
-        branches = [(_key_match(table, key_tuple(key), self.by),
-                     number(1 / float(part.temperature.iloc[0])))
-                    for key, part in groups(self.table, list(self.by))]
+            return number(1 / float(self._frame.temperature.iloc[0]))
+        branches = [(self.keys.match(table, key), number(1 / float(part.temperature.iloc[0])))
+                    for key, part in groups(self._frame, list(self.keys.columns))]
         return ibis.cases(*branches, else_=ibis.null("float64"))
 
     def expressions(self, table: ir.Table) -> list:

@@ -18,6 +18,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+import ibis
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -488,3 +489,37 @@ def test_the_scheduled_report_keeps_null_and_nan_keys_apart_in_json_html_and_res
     for _, row in results.iterrows():
         np.testing.assert_allclose(row["value"], brier[json.loads(row["group_keys"])["value"]],
                                    rtol=1e-12)
+
+
+def test_multiclass_keys_named_like_its_columns():
+    """temperature_scaling grouped by a key named like a column of its fit's terms (``g``, the
+    gradient; ``n``), with NULL beside NaN: each group's temperature is the one fitted on its
+    rows alone, and the map applied in the engine equals numpy's. multiclass() carries such
+    keys into a table every metric groups by."""
+    rng = np.random.default_rng(4)
+    n = 900
+    z = rng.normal(size=(n, 3)) * np.array([2.0, 1.0, 3.0])[np.arange(n) % 3][:, None]
+    probs = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+    truth = np.array(["a", "b", "c"])[[rng.choice(3, p=q) for q in probs]]
+    g = [1.0 if i % 3 == 0 else None if i % 3 == 1 else float("nan") for i in range(n)]
+    table = pa.table({"g": pa.array(g, pa.float64(), from_pandas=False),
+                      "n": ["x" if i % 2 else "y" for i in range(n)], "a": probs[:, 0],
+                      "b": probs[:, 1], "c": probs[:, 2], "truth": truth})
+    options = dict(format="wide", probs=["a", "b", "c"], label="truth")
+    fitted = sqlcal.temperature_scaling(table, by=["g", "n"], **options)
+    assert len(fitted.table) == 6 and list(fitted.table.columns[:3]) == ["g", "n", "temperature"]
+    for value, i in ((1.0, 0), (None, 1), (float("nan"), 2)):
+        for name in ("x", "y"):
+            rows = [j for j in range(n) if j % 3 == i and (j % 2 == 1) == (name == "x")]
+            alone = sqlcal.temperature_scaling(table.take(rows).drop_columns(["g", "n"]),
+                                               **options)
+            got = fitted.table[[_is_value(v, value) and k == name for v, k in
+                                zip(fitted.table["g"].astype(object), fitted.table["n"])]]
+            np.testing.assert_allclose(got["temperature"], alone.temperature, rtol=1e-9)
+            want = fitted.transform(probs[rows], {"g": value, "n": name})
+            applied = fitted.apply(ibis.memtable(table.take(rows))).execute()
+            np.testing.assert_allclose(applied[["calibrated_a", "calibrated_b",
+                                                "calibrated_c"]].to_numpy(), want, rtol=1e-9)
+    long = sqlcal.multiclass(table, keys=["g", "n"], mode="top_label", **options)
+    got = sqlcal.ece(long, score="score", label="label", by=["g", "n"])
+    assert len(got) == 6
