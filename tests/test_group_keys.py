@@ -523,3 +523,27 @@ def test_multiclass_keys_named_like_its_columns():
     long = sqlcal.multiclass(table, keys=["g", "n"], mode="top_label", **options)
     got = sqlcal.ece(long, score="score", label="label", by=["g", "n"])
     assert len(got) == 6
+
+
+@_SETTINGS
+@example(drawn=_adversarial())
+@given(drawn=keyed_tables())
+def test_report_agrees_with_the_single_calls(drawn):
+    """Each report column equals its metric's own call, group for group, whatever the keys are
+    named (a key named like a report column moves that column to its underscored name)."""
+    from sqlcal.reporting import METRICS as REPORTED
+
+    table, names, _ = drawn
+    chosen = ["ece", "brier", "log_loss", "spiegelhalter", "cutoff_error", "tce"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = sqlcal.report(table, score=SCORE, label=LABEL, by=names, metrics=chosen)
+        for name in chosen:
+            function, options, columns = REPORTED[name]
+            alone = function(table, score=SCORE, label=LABEL, by=names, **options)
+            for key in names:
+                assert _shown(report[key]) == _shown(alone[key])
+            for column, target in columns.items():
+                np.testing.assert_allclose(report[_own(target, names)].to_numpy(float),
+                                           alone[_own(column, names)].to_numpy(float),
+                                           rtol=1e-12, err_msg=f"{name}.{column}")
