@@ -103,16 +103,16 @@ NO_SOURCE = {"metric_series": "adds its time key to the source's keys: it takes 
 #: (each has its own test of its groups)
 ELSEWHERE = {
     "source": "builds the grouped source itself",
-    "stored": "a window of a store: test_debiased_ece_honours_a_stored_windows_groups",
-    "snapshot": "writes the store; the store's keys are tested with the monitor",
-    "detect": "reads the store; the store's keys are tested with the monitor",
+    "stored": "a window of a store: test_debiased_ece_honours_a_grouped_source_and_a_stored_...",
+    "snapshot": "writes the store, whose key columns are the store's own (its tests)",
+    "detect": "reads the store, whose key columns are the store's own (its tests)",
     "summary_sql": "SQL text: test_exported_summaries_keep_null_and_nan_apart",
     "from_summaries": "test_exported_summaries_keep_null_and_nan_apart",
     "class_summary": "takes a result table (classwise runs it above)",
     "temperature_scaling": "a multiclass fit: test_multiclass_keys_named_like_its_columns",
-    "segments": "per segment within a group: the segments' own tests",
-    "multicalibration": "per segment within a group: the segments' own tests",
-    "segment_fix": "per segment within a group: the segments' own tests",
+    "segments": "per segment within a group, keys named by segments itself (its tests)",
+    "multicalibration": "per segment within a group, keys named by segments itself (its tests)",
+    "segment_fix": "per segment within a group, keys named by segments itself (its tests)",
     "multiclass": "makes a table (keys=): test_multiclass_keys_named_like_its_columns",
 }
 
@@ -547,3 +547,46 @@ def test_report_agrees_with_the_single_calls(drawn):
                 np.testing.assert_allclose(report[_own(target, names)].to_numpy(float),
                                            alone[_own(column, names)].to_numpy(float),
                                            rtol=1e-12, err_msg=f"{name}.{column}")
+
+
+#: a stored window's own defect, not its groups: normalized_entropy reads a sum the store
+#: does not name (KeyError 'sw_logloss_sq' where the snapshot option should be named)
+_WINDOW_XFAIL = {"normalized_entropy": "normalized_entropy on a stored window: KeyError"}
+
+
+@pytest.mark.parametrize("name,call,kind", [
+    pytest.param(*m, marks=pytest.mark.xfail(strict=True, reason=_WINDOW_XFAIL[m[0]]))
+    if m[0] in _WINDOW_XFAIL else m for m in METRICS if m[0] not in NO_SOURCE],
+    ids=[m[0] for m in METRICS if m[0] not in NO_SOURCE])
+def test_a_stored_window_keeps_its_groups_in_every_function(name, call, kind, stored_window):
+    """Every function given a grouped window of the summary store: one result per group, that of
+    the rows' own grouped source (or the documented refusal naming the snapshot option)."""
+    from sqlcal.options import OptionError
+
+    frame, window = stored_window
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            got = _frame(call(window), kind)
+        except OptionError as e:  # a summary the store does not hold: the option to store it
+            assert "snapshot" in str(e) or "levels" in str(e), e
+            pytest.skip(f"{name} on a stored window: {e}")
+        want = _frame(call(sqlcal.source(frame, score="p", label="y", by="model")), kind)
+    assert got["model"].tolist() == want["model"].tolist() and len(got) >= 3
+    _same(got.drop(columns="model"), want.drop(columns="model"), name)
+
+
+@pytest.fixture(scope="module")
+def stored_window():
+    rng = np.random.default_rng(9)
+    n = 3000
+    model = rng.choice(["m1", "m2", "m3"], n)
+    p = np.round(rng.uniform(0.02, 0.98, n), 2)
+    shift = pd.Series(model).map({"m1": 0.05, "m2": 0.0, "m3": -0.07}).to_numpy()
+    y = (rng.uniform(size=n) < np.clip(p + shift, 0, 1)).astype(int)
+    day = pd.Timestamp("2026-11-01") + pd.to_timedelta(rng.integers(0, 4, n), unit="D")
+    frame = pd.DataFrame({"model": model, "p": p, "y": y, "t": day})
+    prefix = f"keys_window_{rng.integers(1 << 30)}_"
+    sqlcal.snapshot(frame, score="p", label="y", by="model", time="t", store=":memory:",
+                    as_of="2026-12-31", prefix=prefix, levels=True, bins=(4, 15))
+    return frame, sqlcal.stored(":memory:", prefix=prefix, maturity="all")
