@@ -28,7 +28,7 @@ from sqlcal.errors import InvalidInputError
 from sqlcal.query import declared
 from sqlcal.options import check as check_options
 from sqlcal.query.declared import union
-from sqlcal.groupkeys import NAN, GroupKeys
+from sqlcal.groupkeys import NAN, NULL, GroupKeys
 from sqlcal.inputs import Source, source
 
 def exportable() -> list[str]:
@@ -148,11 +148,13 @@ def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str =
     """
     table = "summaries"
     by = (by,) if isinstance(by, str) else tuple(by)
-    # a floating key's statements carry its NaN flag: the key read as floating
-    floating = {k: "float64" for i, k in enumerate(by)
-                if any(NAN.format(i) in frame for frame in frames.values())}
+    # a floating key's statements carry its NaN flag, an integer key's its NULL flag: the key
+    # read as such (by default a key is text)
+    types = {k: "float64" if any(NAN.format(i) in f for f in frames.values()) else "int64"
+             for i, k in enumerate(by) if any(flag.format(i) in f for f in frames.values()
+                                              for flag in (NAN, NULL))}
     src, chosen = _spec(metric, table=table, score=score, label=label, weight=weight, by=by,
-                        where=None, schema=floating or None, options=options)
+                        where=None, schema=types or None, options=options)
     frames = {name: _internal(frame, src.group_keys) for name, frame in frames.items()}
     needs = _needs(metric, src, chosen)
     missing = [s.name for s in needs if s.name not in frames]
@@ -269,7 +271,7 @@ def _from_levels(metric: str, src: Source, chosen: dict, levels: pd.DataFrame) -
 def _named(expr, keys: GroupKeys):
     """A summary statement's result with the keys under the user's names, and a column of
     sqlcal's that a key has the name of renamed as in a result (:mod:`sqlcal.groupkeys`); a
-    floating key's NaN flag keeps its name."""
+    key's NaN or NULL flag keeps its name."""
     names = {key.column: key.name for key in keys.keys}
     renamed = {names.get(c, keys.own(c)): c for c in expr.columns}
     renamed = {new: old for new, old in renamed.items() if new != old}

@@ -9,8 +9,11 @@ the user's names come back only where results are presented
 NULL and NaN are two values of a floating key. The engines keep them apart (NaN equals NaN in a
 GROUP BY of DuckDB, PostgreSQL and Spark); pandas reads both as NaN. So a floating key travels as
 two columns: its value with NaN turned to NULL (``__key0``), and ``__nan0``, true where the value
-was NaN. Every frame is then split, merged, sorted and joined on columns that pandas, a memtable
-and the engine all read alike, and NULL (``__nan0`` false) and NaN (true) stay two groups.
+was NaN. An integer key travels as ``__null0``, true where it is NULL, and its value with NULL
+turned to 0: pandas reads an integer column holding a NULL as floats, which merge the integers
+above 2^53 that round alike (2^60 and 2^60 + 1). Every frame is then split, merged, sorted and
+joined on columns that pandas, a memtable and the engine all read alike, and the groups the
+engine keeps apart stay apart.
 
 Presented, a key keeps its name and comes first; NULL shows as None (``<NA>`` in a numeric key)
 and NaN as NaN. A column sqlcal adds to a result (the value, ``n``, ``W``, the trust columns)
@@ -30,23 +33,29 @@ import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
 
-#: the internal names of the i-th key's value and (floating keys) NaN flag
-VALUE, NAN = "__key{}", "__nan{}"
+#: the internal names of the i-th key's value, NaN flag (floating keys) and NULL flag (integer
+#: keys)
+VALUE, NAN, NULL = "__key{}", "__nan{}", "__null{}"
 
 
 @dataclass(frozen=True)
 class Key:
     """One group key: the user's ``name``, its value ``column`` in the queries and summaries,
-    the ``nan`` column flagging NaN (floating keys; None otherwise) and its ``kind``
-    (``"float"``, ``"integer"``, ``"other"``, or ``"plain"``: a column presented as it is)."""
+    the ``nan`` column flagging NaN (floating keys), the ``null`` column flagging NULL (integer
+    keys), and its ``kind`` (``"float"``, ``"integer"``, ``"other"``, or ``"plain"``: a column
+    presented as it is)."""
 
     name: str
     column: str
     nan: str | None = None
     kind: str = "other"
+    null: str | None = None
 
     @property
     def columns(self) -> tuple[str, ...]:
+        """Its internal columns, in the order that sorts NULL after every value."""
+        if self.null is not None:
+            return (self.null, self.column)
         return (self.column,) if self.nan is None else (self.column, self.nan)
 
 
@@ -66,7 +75,7 @@ class GroupKeys:
             kind = "float" if dtype.is_floating() else "integer" if dtype.is_integer() \
                 else "other"
             out.append(Key(name, VALUE.format(i), NAN.format(i) if kind == "float" else None,
-                           kind))
+                           kind, NULL.format(i) if kind == "integer" else None))
         return cls(tuple(out))
 
     @classmethod
@@ -95,7 +104,10 @@ class GroupKeys:
         out = {}
         for key in self.keys:
             col = table[key.name]
-            if key.nan is None:
+            if key.null is not None:
+                out[key.null] = col.isnull()
+                out[key.column] = col.fill_null(0)
+            elif key.nan is None:
                 out[key.column] = col
             else:
                 nan = col.isnan().fill_null(False)  # isnan(NULL) is NULL (false on Spark)
@@ -136,9 +148,14 @@ class GroupKeys:
         out = {}
         for key in self.keys:
             shown = frame[key.name]
+            if key.null is not None:
+                null = shown.isna().to_numpy()
+                out[key.null] = null
+                out[key.column] = shown.fillna(0).to_numpy(dtype=np.int64) if null.any() \
+                    else shown.to_numpy(dtype=np.int64)
+                continue
             if key.nan is None:
-                out[key.column] = shown.to_numpy(dtype=float, na_value=np.nan) \
-                    if key.kind == "integer" and shown.isna().any() else shown
+                out[key.column] = shown
                 continue
             values = shown.to_numpy(dtype=float, na_value=np.nan)
             null = shown.isna().to_numpy() if isinstance(shown.dtype, pd.Float64Dtype) \
@@ -155,7 +172,9 @@ class GroupKeys:
         out = {}
         for k in self.keys:
             value = key.get(k.column)
-            if k.nan is not None and bool(key.get(k.nan)):
+            if k.null is not None and bool(key.get(k.null)):
+                out[k.name] = None
+            elif k.nan is not None and bool(key.get(k.nan)):
                 out[k.name] = float("nan")
             else:
                 out[k.name] = None if _missing(value) else value
@@ -233,10 +252,13 @@ def _shown(key: Key, frame: pd.DataFrame) -> Any:
         if null.any():  # a masked array: <NA> for NULL beside NaN for NaN
             return pd.arrays.FloatingArray(np.where(nan, np.nan, np.where(null, 0.0, v)), null)
         return np.where(nan, np.nan, v)
+    if key.null is not None:
+        null = frame[key.null].to_numpy(dtype=bool)
+        if null.any():  # a masked array: <NA> for NULL
+            return pd.arrays.IntegerArray(values.to_numpy(dtype=np.int64), null)
+        return values
     if key.kind == "plain" or not values.isna().any():
         return values
-    if key.kind == "integer":
-        return values.astype("Int64")
     if values.dtype.kind in "mM":  # NaT is a datetime's NULL
         return values
     return values.astype(object).where(values.notna(), None)

@@ -217,7 +217,9 @@ class Source:
                                     "view")
         r = self.rows
         keyed = {k.name: (ibis.ifelse(r[k.nan], ibis.literal(float("nan")), r[k.column])
-                          if k.nan else r[k.column]) for k in self.group_keys.keys}
+                          if k.nan else ibis.ifelse(r[k.null], ibis.null(r[k.column].type()),
+                                                    r[k.column])
+                          if k.null else r[k.column]) for k in self.group_keys.keys}
         others = [c for c in r.columns if c not in self.by]
         rows = r.select(**keyed, **{c: r[c] for c in others})
         dropped = self.dropped

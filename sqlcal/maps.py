@@ -303,6 +303,9 @@ class CalibrationMap:
             col = table[key.name]
             internal = key.column in mapping.columns
             m = mapping[key.column if internal else key.name]
+            if key.null is not None and internal:  # the mapping's value is 0 for NULL
+                out += [col.fill_null(0) == m, col.isnull() == mapping[key.null]]
+                continue
             if key.nan is not None and internal:  # the mapping's value is NULL for NaN
                 nan = col.isnan().fill_null(False)
                 out.append(nan == mapping[key.nan])

@@ -40,7 +40,7 @@ KEY_NAMES = [
 ]
 TEXT_VALUES = ["a", "b", "__null__", "__other__", "NULL", "", "é", "it's", None]
 DOUBLE_VALUES = [0.5, -1.0, float("nan"), None, float("inf")]
-INT_VALUES = [0, 1, -7, None]
+INT_VALUES = [0, 1, -7, None, 2**60, 2**60 + 1]
 KINDS = {"text": (pa.string(), TEXT_VALUES), "double": (pa.float64(), DOUBLE_VALUES),
          "int": (pa.int64(), INT_VALUES)}
 
@@ -590,3 +590,28 @@ def stored_window():
     sqlcal.snapshot(frame, score="p", label="y", by="model", time="t", store=":memory:",
                     as_of="2026-12-31", prefix=prefix, levels=True, bins=(4, 15))
     return frame, sqlcal.stored(":memory:", prefix=prefix, maturity="all")
+
+
+def test_integer_keys_above_two_to_the_53_stay_apart_beside_a_null():
+    """pandas reads an integer column holding a NULL as floats: 2^60 and 2^60 + 1 became one
+    group of ece (n = 4) beside the NULL group."""
+    rng = np.random.default_rng(12)
+    keys = [2**60, 2**60 + 1, None, -3]
+    k = rng.integers(0, 4, 800)
+    p = np.round(rng.uniform(0.05, 0.95, 800), 2)
+    y = (rng.uniform(size=800) < p).astype(int)
+    table = pa.table({"k": pa.array([keys[i] for i in k], pa.int64()), "p": p, "y": y})
+    got = sqlcal.ece(table, score="p", label="y", by="k")
+    assert got["k"].tolist()[:3] == [-3, 2**60, 2**60 + 1] and got["k"].iloc[3] is pd.NA
+    for row, i in enumerate((3, 0, 1, 2)):
+        assert got["n"].iloc[row] == (k == i).sum()
+        np.testing.assert_allclose(got["ece"].iloc[row], _ece(p[k == i], y[k == i]), rtol=1e-9)
+    m = sqlcal.isotonic(table, score="p", label="y", by="k")  # and a map applied in the engine
+    for inline in (True, False):  # Arrow: pandas would round the keys again
+        mapped = m.apply(ibis.memtable(table), "p", inline=inline).to_pyarrow()
+        for value in keys:
+            part = _rows_of(mapped, ["k"], (value,))
+            assert part.num_rows == sum(1 for i in k if keys[i] == value)
+            np.testing.assert_allclose(part["calibrated"].to_numpy(),
+                                       m.transform(part["p"].to_numpy(), {"k": value}),
+                                       rtol=1e-12)
