@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import ibis
 import ibis.expr.types as ir
@@ -116,11 +116,9 @@ class GroupKeys:
         return out
 
     def own(self, name: str) -> str:
-        """The name sqlcal's column ``name`` takes in a result beside these keys: a trailing
-        underscore while a key has it."""
-        while name in self.names:
-            name += "_"
-        return name
+        """The name sqlcal's column ``name`` takes in a result beside these keys
+        (:func:`shown_name`)."""
+        return shown_name(name, self.names)
 
     def present(self, frame: pd.DataFrame) -> pd.DataFrame:
         """A frame holding the internal key columns, as the user reads it: the keys first,
@@ -195,6 +193,21 @@ class GroupKeys:
         :func:`sqlcal.metrics.groups` yields them): a NULL value matches NULL only, NaN NaN
         only."""
         return ibis.and_(*(_is(table[name], value) for name, value in self.values(key).items()))
+
+
+def shown_name(column: str, users: Collection[str]) -> str:
+    """The name of a column sqlcal adds to a result (``column``) beside the user's columns
+    ``users`` (group keys, and features in a segment search): its own, with a trailing
+    underscore added while one of ``users`` holds it. The one rule of every result table: the
+    user's names are never changed, and no name of sqlcal's ends with an underscore, so two of
+    sqlcal's columns never meet.
+
+    >>> shown_name("segment", {"segment"}), shown_name("z", {"z", "z_"}), shown_name("n", ())
+    ('segment_', 'z__', 'n')
+    """
+    while column in users:
+        column += "_"
+    return column
 
 
 def key_value(v):

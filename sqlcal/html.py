@@ -18,8 +18,7 @@ import pandas as pd
 
 from sqlcal._version import __version__
 from sqlcal.outputs import HTML_MARKER
-from sqlcal.groupkeys import group_id, key_value, records
-from sqlcal.segments_map import shown_name
+from sqlcal.groupkeys import group_id, key_value, records, shown_name
 
 if TYPE_CHECKING:  # annotations only: sqlcal.scheduled renders its runs with this module
     from sqlcal.scheduled import ScheduledRun

@@ -30,11 +30,10 @@ from sqlcal.errors import ConfigError, check_schema, install_hint, read_toml, re
 from sqlcal import outputs
 from sqlcal.options import check as check_options
 from sqlcal.options import checked
-from sqlcal.groupkeys import group_id, key_value, records
+from sqlcal.groupkeys import group_id, key_value, records, shown_name
 from sqlcal.reporting import (METRICS, describe, metric_options, summary_steps, to_json, trust,
                               wide)
 from sqlcal.inputs import Source, as_source, connect_url
-from sqlcal.segments_map import shown_name
 
 #: section -> allowed keys (None: any metric name)
 SECTIONS: dict[str, tuple[str, ...] | None] = {
