@@ -35,10 +35,11 @@ KEY_NAMES = [
     "ece", "brier", "n", "W", "exact", "weight_kind", "binning", "n_bins", "p_value", "z",
     "bin", "cell", "k", "s", "p", "y", "w", "u", "f", "v", "swy", "sw2", "chk_p_count",
     "n_dropped", "lo", "hi", "value", "t", "score", "tce", "rejected", "sigma", "n_", "ece_",
-    "__key0", "__nan0", "__key1", "__null__", "__other__", "segment", "period_start", "rule",
+    "__key0", "__nan0", "__key1", "__nan1", "__null0", "__null1", "sqlcal_c0", "__null__",
+    "__other__", "segment", "period_start", "rule",
     "clé", "ключ", "键", "Mixed Case", "with space", 'dq"uote', "sq'uote",
 ]
-TEXT_VALUES = ["a", "b", "__null__", "__other__", "NULL", "", "é", "it's", None]
+TEXT_VALUES = ["a", "b", "__null__", "__other__", "NULL", "", "é", "ключ", "键", "it's", None]
 DOUBLE_VALUES = [0.5, -1.0, float("nan"), None, float("inf")]
 INT_VALUES = [0, 1, -7, None, 2**60, 2**60 + 1]
 KINDS = {"text": (pa.string(), TEXT_VALUES), "double": (pa.float64(), DOUBLE_VALUES),
@@ -309,6 +310,42 @@ def _ece(p, y, bins=15) -> float:
     b = np.minimum(np.floor(p * bins), bins - 1).astype(int)
     return sum(abs(y[b == i].mean() - p[b == i].mean()) * (b == i).sum()
                for i in np.unique(b)) / len(p)
+
+
+#: the property against numpy: more examples than the table-driven test (two cheap metrics)
+_NUMPY_SETTINGS = settings(max_examples=15, deadline=None,
+                           suppress_health_check=[HealthCheck.too_slow,
+                                                  HealthCheck.data_too_large])
+
+
+@_NUMPY_SETTINGS
+@example(drawn=_adversarial())
+@given(drawn=keyed_tables())
+def test_grouped_ece_and_brier_equal_numpy_on_each_key_tuple(drawn):
+    """Drawn key names (sqlcal's result, summary and internal column names among them) and
+    values (NULL, NaN, 2^60 and 2^60 + 1, "", unicode): ece and brier by the keys on DuckDB give
+    one row per distinct key tuple, its count, ECE and Brier score those of brute-force numpy on
+    the raw rows of that tuple (grouped in Python, NULL and NaN apart)."""
+    table, names, _ = drawn
+    columns = table.to_pydict()
+    p, y = np.array(columns[SCORE], float), np.array(columns[LABEL], float)
+    groups: dict = {}
+    for i, group in enumerate(zip(*(columns[name] for name in names))):
+        groups.setdefault(_tuple_id(group), (group, []))[1].append(i)
+    ece = sqlcal.ece(table, score=SCORE, label=LABEL, by=names, bins=4)
+    brier = sqlcal.brier(table, score=SCORE, label=LABEL, by=names)
+    for out in (ece, brier):
+        assert list(out.columns[:len(names)]) == names and len(out) == len(groups), out
+    for group, rows in groups.values():
+        for out, column, want in ((ece, "ece", _ece(p[rows], y[rows], bins=4)),
+                                  (brier, "brier", np.mean((p[rows] - y[rows]) ** 2))):
+            mask = np.ones(len(out), bool)
+            for name, value in zip(names, group):
+                mask &= np.array([_is_value(v, value) for v in out[name].tolist()], bool)
+            assert mask.sum() == 1, f"{column} of {group}: {mask.sum()} rows in {out}"
+            assert out[_own("n", names)][mask].item() == len(rows)
+            np.testing.assert_allclose(out[_own(column, names)][mask].item(), want, rtol=1e-9,
+                                       atol=1e-15, err_msg=f"{column} of {group}")
 
 
 def _upload_keys(con, rows: dict, name: str):
