@@ -586,15 +586,8 @@ def test_report_agrees_with_the_single_calls(drawn):
                                            rtol=1e-12, err_msg=f"{name}.{column}")
 
 
-#: a stored window's own defect, not its groups: normalized_entropy reads a sum the store
-#: does not name (KeyError 'sw_logloss_sq' where the snapshot option should be named)
-_WINDOW_XFAIL = {"normalized_entropy": "normalized_entropy on a stored window: KeyError"}
-
-
-@pytest.mark.parametrize("name,call,kind", [
-    pytest.param(*m, marks=pytest.mark.xfail(strict=True, reason=_WINDOW_XFAIL[m[0]]))
-    if m[0] in _WINDOW_XFAIL else m for m in METRICS if m[0] not in NO_SOURCE],
-    ids=[m[0] for m in METRICS if m[0] not in NO_SOURCE])
+@pytest.mark.parametrize("name,call,kind", [m for m in METRICS if m[0] not in NO_SOURCE],
+                         ids=[m[0] for m in METRICS if m[0] not in NO_SOURCE])
 def test_a_stored_window_keeps_its_groups_in_every_function(name, call, kind, stored_window):
     """Every function given a grouped window of the summary store: one result per group, that of
     the rows' own grouped source (or the documented refusal naming the snapshot option)."""
@@ -627,6 +620,29 @@ def stored_window():
     sqlcal.snapshot(frame, score="p", label="y", by="model", time="t", store=":memory:",
                     as_of="2026-12-31", prefix=prefix, levels=True, bins=(4, 15))
     return frame, sqlcal.stored(":memory:", prefix=prefix, maturity="all")
+
+
+def test_normalized_entropy_of_a_stored_window_reads_the_levels_or_names_them(stored_window):
+    """The stored totals hold no Σwℓ² (the interval's): a window with levels gives each group's
+    NE of brute-force numpy (it raised KeyError 'sw_logloss_sq'); one without names levels=True
+    (its log loss, from the stored totals, still works)."""
+    from sqlcal.options import OptionError
+
+    frame, window = stored_window
+    got = sqlcal.normalized_entropy(window)
+    for row in got.itertuples():
+        part = frame[frame["model"] == row.model]
+        p, y = part["p"].to_numpy(), part["y"].to_numpy()
+        b = y.mean()
+        ll = -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))
+        np.testing.assert_allclose(row.normalized_entropy,
+                                   ll / -(b * np.log(b) + (1 - b) * np.log(1 - b)), rtol=1e-9)
+    sqlcal.snapshot(frame, score="p", label="y", by="model", time="t", store=":memory:",
+                    as_of="2026-12-31", prefix="keys_no_levels_")
+    bare = sqlcal.stored(":memory:", prefix="keys_no_levels_", maturity="all")
+    with pytest.raises(OptionError, match="levels=True"):
+        sqlcal.normalized_entropy(bare)
+    assert len(sqlcal.log_loss(bare)) == 3
 
 
 def test_integer_keys_above_two_to_the_53_stay_apart_beside_a_null():
