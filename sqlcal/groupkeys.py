@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Collection, Sequence
+from typing import Any
 
 import ibis
 import ibis.expr.types as ir
