@@ -37,8 +37,9 @@ from sqlcal.metrics import resolve_weight_kind
 from sqlcal.options import BudgetError, OptionError, checked
 from sqlcal.query import declared, planner
 from sqlcal.recalibrate import isotonic
+from sqlcal.groupkeys import shown_name
 from sqlcal.segments_map import (SegmentFix, SegmentIsotonicFix, condition_sql, dialect,
-                                 feature_kinds, shown_name, with_columns)
+                                 feature_kinds, with_columns)
 from sqlcal.inputs import Source, source
 from sqlcal.summaries import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
                               segment_code, segment_condition, segment_fold, segment_plan,
@@ -271,7 +272,7 @@ def default_support(W: float) -> float:
 def _present(frame: pd.DataFrame, spec: dict) -> pd.DataFrame:
     """A result with the user's names: group keys and feature columns (internal names inside
     the search) get theirs back, and each column sqlcal adds takes a trailing underscore while a
-    group key or feature holds its name (:func:`~sqlcal.segments_map.shown_name`)."""
+    group key or feature holds its name (:func:`~sqlcal.groupkeys.shown_name`)."""
     users = {*spec["keys"], *spec["features"]}
     own = dict(zip((*spec["by"], *spec["columns"]), (*spec["keys"], *spec["features"])))
     return frame.rename(columns={c: own.get(c) or shown_name(c, users) for c in frame.columns})
@@ -567,7 +568,8 @@ def _prepare(data, score, label, weight, by, where, features, split, on_invalid,
     columns = tuple(names[len(by):len(by) + len(features)])
     split_columns = tuple(names[len(by) + len(features):])
     src = source(table, score=score, label=label, weight=weight,
-                 by=(*keys, *columns, *split_columns), where=where, on_invalid=on_invalid)
+                 by=(*keys, *columns, *split_columns), where=where,
+                 on_invalid=on_invalid).with_named_keys()
     kinds = dict(zip(features, feature_kinds(src.rows, columns).values()))
     bad = [f for f, k in kinds.items() if k is None]
     if bad:
