@@ -59,7 +59,8 @@ def test_merge_of_disjoint_parts_equals_the_whole(upload, weighted):
     whole = sqlcal.source(upload(df), **kw)
     halves = [sqlcal.source(upload(part), **kw) for part in (df.iloc[::2], df.iloc[1::2])]
     for s in [*FIRST_STAGE, Summary("levels", (), frozenset({"sums"}))]:
-        keys = ["g", *([s.key_column] if s.key_column else [])]
+        # summaries hold the key under its internal name
+        keys = [*whole.by, *([s.key_column] if s.key_column else [])]
         merged = merge([_summary(h, s) for h in halves], keys)
         _same(merged, _summary(whole, s)[list(merged.columns)])
 
@@ -78,7 +79,7 @@ def test_fused_scan_equals_each_summary(upload, weighted):
     scans = planner.prefetch(src, FIRST_STAGE)
     assert len(scans) == 1 and len(scans[0][1]) == len(FIRST_STAGE)
     for s in FIRST_STAGE:
-        keys = ["g", *([s.key_column] if s.key_column else [])]
+        keys = [*src.by, *([s.key_column] if s.key_column else [])]
         got = src.lookup(s.key, s.parts).sort_values(keys, ignore_index=True)
         want = _summary(sqlcal.source(upload(df), **kw), s)
         _same(got[list(want.columns)], want)
@@ -106,14 +107,14 @@ def test_shared_follow_ups_equal_each_summary_alone(upload, weighted):
     scans = planner.shared_follow_ups(src, [lambda _: stage])
     assert len(scans) == len(queries) == 2, [d for d, _ in scans]
     for s in stage:
-        keys = ["g", *([s.key_column] if s.key_column else [])]
+        keys = [*src.by, *([s.key_column] if s.key_column else [])]
         if s.kind == "extremes_within":
-            keys = ["g", "cell"]
+            keys = [*src.by, "cell"]
         got = src.lookup(s.key, s.parts).sort_values(keys, ignore_index=True)
         want = _summary(sqlcal.source(upload(df), **kw), s)
         # the engine reads the union of every group's ranges: keep each group's own
         at = want if s.kind == "levels_within" else want.assign(p=want["cell"] / s.params[0])
-        want = want[local.in_ranges(at, ["g"], s.params[-1])]
+        want = want[local.in_ranges(at, list(src.by), s.params[-1])]
         want = want.sort_values(keys, ignore_index=True)
         columns = [c for c in want.columns if c in got.columns]
         assert set(want.columns) - set(columns) <= {"W", "sw2", "var2"}  # unweighted fill-ins

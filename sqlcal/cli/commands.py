@@ -488,7 +488,7 @@ def _segments(args) -> int:
 
     import sqlcal
     from sqlcal.outputs import JSON_MARKER, check, protected, write_text
-    from sqlcal.audit.fixmaps import shown_name
+    from sqlcal.inputs.groupkeys import shown_name
 
     if args.json:  # refused before the search, not after it
         check(args.json, "json", sources=protected(args.data))

@@ -30,6 +30,7 @@ from sqlcal.query import reductions
 from sqlcal.export.metric_sql import statements
 from sqlcal.monitor import schema
 from sqlcal.inputs.sources import check_exprs, valid_expr
+from sqlcal.inputs.groupkeys import VALUE
 
 #: dbt adapter -> the Ibis dialect of its SQL ("spark" covers Databricks, whose adapter dispatches
 #: to spark__ macros); PostgreSQL's text is the default__ macro
@@ -100,8 +101,8 @@ def summary_sql(kind: str, dialect: str, weighted: bool) -> str:
         raise ValueError("the validation counts come from validation_sql")
     (text,) = statements(metrics, dialect=dialect, table=_RELATION, score="score",
                          label="label", weight="weight" if weighted else None,
-                         by=(_BY,)).values()
-    return _template(text, dialect, param, placeholder)
+                         by=(_BY,), internal_keys=True).values()
+    return _template(_plain_key(text, dialect), dialect, param, placeholder)
 
 
 def validation_sql(dialect: str, weighted: bool) -> str:
@@ -189,6 +190,16 @@ def store_sql(kind: str, dialect: str) -> str:
     param, placeholder = {"cells": ("cells", _CELLS), "bins": ("bins", _BINS)}.get(kind,
                                                                              (None, None))
     return _template(ibis.to_sql(expr, dialect=dialect), dialect, param, placeholder)
+
+
+def _plain_key(text: str, dialect: str) -> str:
+    """A statement whose group key keeps its internal name (``__key0``, :mod:`sqlcal.inputs.groupkeys`)
+    with the key under its own name throughout, as the template finds it (the placeholder is
+    named like no column of sqlcal's)."""
+    q = "`" if dialect in ("bigquery", "databricks") else '"'
+    key = re.escape(q + _BY + q)
+    text = text.replace(q + VALUE.format(0) + q, q + _BY + q)
+    return re.sub(rf"(\S*{key}) AS {key}", r"\1", text)
 
 
 def _template(text: str, dialect: str, param: str | None, placeholder: int | None) -> str:

@@ -28,6 +28,7 @@ from sqlcal.errors import InvalidInputError
 from sqlcal.query import declared
 from sqlcal.options import check as check_options
 from sqlcal.query.declared import union
+from sqlcal.inputs.groupkeys import NAN, NULL, GroupKeys
 from sqlcal.inputs.sources import Source, source
 
 def exportable() -> list[str]:
@@ -85,10 +86,12 @@ def summary_sql(metric: str, *, dialect: str = "duckdb", table: str, score: str,
 
 def statements(metrics: dict[str, dict], *, dialect: str = "duckdb", table: str, score: str,
                label: str, weight: str | None = None, by: str | Sequence[str] = (),
-               where: str | None = None, schema: dict[str, str] | None = None
-               ) -> dict[str, str]:
+               where: str | None = None, schema: dict[str, str] | None = None,
+               internal_keys: bool = False) -> dict[str, str]:
     """:func:`summary_sql` for several metrics at once (metric -> options): one statement per
-    distinct summary, holding every column any of them reads."""
+    distinct summary, holding every column any of them reads. ``internal_keys`` leaves the
+    keys under their internal names (``__key0``...; the dbt package templates them) instead of
+    renaming them to the caller's in a last projection."""
     needs, src = [], None
     dialect = {"spark": "databricks", "pyspark": "databricks"}.get(dialect, dialect)
     for metric, options in metrics.items():
@@ -101,6 +104,8 @@ def statements(metrics: dict[str, dict], *, dialect: str = "duckdb", table: str,
     for s in union(needs):
         expr = reductions.reduce(s, src.rows, src.by, weighted=src.weighted, checks=checks,
                                 soft=src.allow_soft)
+        if not internal_keys:
+            expr = _named(expr, src.group_keys)
         header = _LEVELS_HEADER if s.key == LEVELS.key else ""
         out[s.name] = header + ibis.to_sql(expr, dialect=dialect).strip() + ";"
     return out
@@ -142,8 +147,15 @@ def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str =
     0  0.25  4  4.0       2  uniform(2, sqlcal)
     """
     table = "summaries"
+    by = (by,) if isinstance(by, str) else tuple(by)
+    # a floating key's statements carry its NaN flag, an integer key's its NULL flag: the key
+    # read as such (by default a key is text)
+    types = {k: "float64" if any(NAN.format(i) in f for f in frames.values()) else "int64"
+             for i, k in enumerate(by) if any(flag.format(i) in f for f in frames.values()
+                                              for flag in (NAN, NULL))}
     src, chosen = _spec(metric, table=table, score=score, label=label, weight=weight, by=by,
-                        where=None, schema=None, options=options)
+                        where=None, schema=types or None, options=options)
+    frames = {name: _internal(frame, src.group_keys) for name, frame in frames.items()}
     needs = _needs(metric, src, chosen)
     missing = [s.name for s in needs if s.name not in frames]
     if LEVELS.name in frames and (missing or needs == [LEVELS]):  # any metric, from the levels
@@ -254,6 +266,22 @@ def _from_levels(metric: str, src: Source, chosen: dict, levels: pd.DataFrame) -
     src.local_levels = frame.sort_values(keys, ignore_index=True, kind="stable")
     src.forbid_queries(f"{metric} finishes from the levels")
     return catalog.function(metric)(src, **chosen)
+
+
+def _named(expr, keys: GroupKeys):
+    """A summary statement's result with the keys under the user's names, and a column of
+    sqlcal's that a key has the name of renamed as in a result (:mod:`sqlcal.inputs.groupkeys`); a
+    key's NaN or NULL flag keeps its name."""
+    names = {key.column: key.name for key in keys.keys}
+    renamed = {names.get(c, keys.own(c)): c for c in expr.columns}
+    renamed = {new: old for new, old in renamed.items() if new != old}
+    return expr.rename(renamed) if renamed else expr
+
+
+def _internal(frame: pd.DataFrame, keys: GroupKeys) -> pd.DataFrame:
+    """A frame a statement of :func:`statements` returned, with sqlcal's internal names."""
+    names = {key.name: key.column for key in keys.keys}
+    return frame.rename(columns={c: names.get(c, keys.original(c)) for c in frame.columns})
 
 
 def _as_numbers(frame: pd.DataFrame, keys: list) -> pd.DataFrame:

@@ -125,9 +125,9 @@ def ece(
                          logit_range=logit_range)
     concentration(frame, by=src.by, bins=bins)
     out = result(src, ece_finish(frame, by=src.by, norm=norm), [NORMS[norm], "n_bins"],
-                 {"binning": binning(bins, strategy, convention)})
+                 {"binning": binning(bins, strategy, convention)}, present=False)
     out["n_bins"] = out["n_bins"].fillna(0).astype(int)
-    return out
+    return src.present(out)
 
 
 @checked
@@ -230,6 +230,16 @@ def reliability(
     1    1        0.85       1.0
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    return src.present(reliability_table(
+        src, bins=bins, strategy=strategy, convention=convention, ci=ci, confidence=confidence,
+        weight_kind=weight_kind, logit_range=logit_range))
+
+
+def reliability_table(src: Source, *, bins: int = 15, strategy: str = "uniform",
+                      convention: str = "sqlcal", ci: str | None = "wilson",
+                      confidence: float = 0.95, weight_kind: str = "auto",
+                      logit_range: tuple[float, float] | None = None) -> pd.DataFrame:
+    """:func:`reliability` of a source, with its internal key columns (``src.by``)."""
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
                          parts=_interval_parts(src, weight_kind), logit_range=logit_range)
     flags = concentration(frame, by=src.by, bins=bins)

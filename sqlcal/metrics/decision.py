@@ -161,9 +161,10 @@ def calibration_decision_loss(
     if bins is None:
         _warn_degenerate(values)
     out = result(src, values, ["calibration_decision_loss", "v_star", "two_action_bound",
-                               "ece2_squared", "ece", "n_levels", "distinct_per_row"])
+                               "ece2_squared", "ece", "n_levels", "distinct_per_row"],
+                 present=False)
     out["n_levels"] = out["n_levels"].fillna(0).astype(int)
-    return _with_trust(out, binning=_binning(bins), method=method)
+    return src.present(_with_trust(out, binning=_binning(bins), method=method))
 
 
 def cdl_finish(levels: pd.DataFrame, *, by: Sequence[str] = (), method: str = "hull"
@@ -315,12 +316,12 @@ def decision_loss(
                                   tie=tie)
     columns = ["decision_loss", "payoff", "recalibrated_payoff"]
     if thresholds is None:
-        out = result(src, values, columns)
+        out = result(src, values, columns, present=False)
     else:
         out = _by_threshold(src, values, ["threshold", *columns], "threshold", thresholds)
     if bins is None:
         _warn_degenerate(per_group(levels, src.by, _shape))
-    return _with_trust(out, binning=_binning(bins))
+    return src.present(_with_trust(out, binning=_binning(bins)))
 
 
 def decision_loss_finish(levels: pd.DataFrame, *, by: Sequence[str] = (),
@@ -449,7 +450,7 @@ def decision_risk_gap(
     levels = _level_sets(src, None)
     src.require_binary_labels("the decision risk gap")
     values = risk_gap_finish(levels, by=src.by, thresholds=thresholds)
-    return _by_threshold(src, values, _RISK_COLUMNS, "threshold", thresholds)
+    return src.present(_by_threshold(src, values, _RISK_COLUMNS, "threshold", thresholds))
 
 
 _RISK_COLUMNS = ["threshold", "risk", "bayes_risk", "risk_gap", "monotone_risk",
@@ -658,9 +659,10 @@ def expected_cost(
                  for name, rule in rules.items()}
     actions = {name: (list(rule["action"]) if "action" in rule and rule["action"].notna().all()
                       else None) for name, rule in rules.items()}
-    return _with_trust(out, intervals=out["rule"].map(intervals).tolist(),
-                       actions=out["rule"].map(actions).tolist(),
-                       confidence=confidence if validation is not None else np.nan)
+    return src.present(_with_trust(
+        out, intervals=out["rule"].map(intervals).tolist(),
+        actions=out["rule"].map(actions).tolist(),
+        confidence=confidence if validation is not None else np.nan))
 
 
 _COST_COLUMNS = ["rule", "expected_cost", "error_bound", "cost_lower", "cost_upper", "epsilon",
@@ -1170,7 +1172,7 @@ def _validation_bound(validation, validation_label, src: Source, labelled: bool,
 
     val = _validation_source(validation, validation_label, src, labelled)
     bound = cutoff_error(val, confidence=1 - 2 * delta)
-    return bound[[*val.by, "upper_bound"]]
+    return val.group_keys.internal(bound, ["upper_bound"])
 
 
 def _validation_source(validation, validation_label, src: Source, labelled: bool) -> Source:
@@ -1183,7 +1185,8 @@ def _validation_source(validation, validation_label, src: Source, labelled: bool
         if label is None:
             raise TypeError("validation_label= is required: this table has no label column, so "
                             "name the label column of the validation rows")
-        return source(validation, score=src.score, label=label, weight=src.weight, by=src.by,
+        return source(validation, score=src.score, label=label, weight=src.weight,
+                      by=src.key_names,
                       on_invalid=src.on_invalid, soft_labels=src.allow_soft)
     if validation_label is not None:
         raise TypeError("validation_label= applies to validation data; a validation Source "
@@ -1197,10 +1200,10 @@ def _validation_source(validation, validation_label, src: Source, labelled: bool
             "validation source with "
             + (f"weight={src.weight!r}" if src.weighted else "no weight=")
             + ", or pass the validation rows as data (read with this table's weight column)")
-    if validation.by and list(validation.by) != list(src.by):
-        raise ValueError(f"the validation source is grouped by {list(validation.by)}, this "
-                         f"table by {list(src.by)}: group both the same way, or not the "
-                         "validation")
+    if validation.by and validation.group_keys != src.group_keys:
+        raise ValueError(f"the validation source is grouped by {list(validation.key_names)}, "
+                         f"this table by {list(src.key_names)}: group both the same way, or "
+                         "not the validation")
     return validation
 
 
@@ -1364,10 +1367,11 @@ def _frame(rows: list[dict], by, columns) -> pd.DataFrame:
 
 
 def _by_threshold(src: Source, values: pd.DataFrame, columns, name: str, wanted) -> pd.DataFrame:
-    """The result table with ``name`` (a threshold or rule) acting as a further key: rows ordered
-    by the keys then ``wanted``'s order, and a group with no valid rows (``on_invalid="drop"``)
-    given one NaN row per wanted value instead of one row with ``name`` missing."""
-    out = result(src, values, columns)
+    """The result table (internal keys) with ``name`` (a threshold or rule) acting as a further
+    key: rows ordered by the keys then ``wanted``'s order, and a group with no valid rows
+    (``on_invalid="drop"``) given one NaN row per wanted value instead of one row with ``name``
+    missing."""
+    out = result(src, values, columns, present=False)
     if "n_dropped" in out and not src.by:  # one group: result() put its count on the first row
         out["n_dropped"] = out["n_dropped"].ffill().astype(int)
     empty = out[name].isna()

@@ -364,7 +364,7 @@ def _per_bin(src: Source, t: pd.DataFrame, columns: list, trust: dict, deciles: 
     if src.dropped is not None:
         out = (out.merge(src.dropped[[*by, "n_dropped"]], on=by, how="left") if by
                else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
-    return out
+    return src.present(out)
 
 
 def _ne_needs(src: Source, weight_kind: str) -> list:

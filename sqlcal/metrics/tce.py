@@ -145,10 +145,10 @@ def tce(
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     table = _bins_table(src, strategy, n_min, n_max, bins, alpha, test, tail_rule)
     out = result(src, tce_finish(table, by=src.by), ["tce", "n_bins", "rejected", "binning"],
-                 {"alpha": alpha, "test": test})
+                 {"alpha": alpha, "test": test}, present=False)
     if out["binning"].isna().any():  # groups left without rows still had these bins asked for
         out["binning"] = out["binning"].fillna(_binning(strategy, n_min, n_max, bins, tail_rule))
-    return out
+    return src.present(out)
 
 
 @checked
@@ -235,7 +235,7 @@ def tce_bins(
     if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its bins
         out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
                if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
-    return out
+    return src.present(out)
 
 
 def pava_cells(groups: int) -> int:

@@ -162,7 +162,7 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
     rows = _periods(base, label=label, time=time, label_time=label_time, as_of=as_of,
                     grain=grain, delays=delays, start=start, end=end, seconds=seconds)
     src = source(rows, score=score, label=label, weight=weight, by=(*by, *_ADDED), where=where,
-                 on_invalid=on_invalid)
+                 on_invalid=on_invalid).with_named_keys()
     spec = {"summary_version": schema.SUMMARY_VERSION, "origin": _origin(data, table),
             "where": src.where, "score": score, "label": label,
             "weight": weight, "by": list(by), "time": time, "grain": grain,

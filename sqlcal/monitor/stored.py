@@ -245,6 +245,12 @@ def _admitted(maturity: str, spec: dict) -> list[int] | None:
     raise OptionError(f"maturity must be one of {VIEWS}, not {maturity!r}")
 
 
+#: totals parts whose sums no stored table holds: the log loss's square and its product with
+#: the label are no combination of the stored sums (:data:`schema.DERIVED`), so they are served
+#: exactly from the stored levels, or refused naming levels=True
+_LEVELS_ONLY_TOTALS = frozenset({"logloss_var"})
+
+
 class _Server:
     """``served(summary)``: a declared summary of the window, merged from the store."""
 
@@ -271,6 +277,10 @@ class _Server:
         K = self.spec["cells"]
         if self.adjust is not None and not self._inner:
             return self._adjusted(summary)
+        if kind == "totals" and summary.parts & _LEVELS_ONLY_TOTALS:
+            return self._from_levels(summary, "levels=True (the normalized entropy's interval "
+                                     "needs each group's Σwℓ² and Σwyℓ, which the stored "
+                                     "totals do not hold)")
         if kind == "totals":
             return _derive(self._merged("totals"))
         if kind == "uniform":

@@ -168,9 +168,10 @@ def isotonic(
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     blocks, info = isotonic_blocks(src, method, cells)
     if src.dropped is not None:  # the rows left out are part of what the map was fitted on
-        info["dropped"] = src.dropped
-    return IsotonicMap(by=tuple(src.by), table=blocks, kind="isotonic regression", info=info,
-                       interpolation=interpolation)
+        info["dropped"] = src.present(src.dropped)
+    fitted = IsotonicMap(by=tuple(src.by), table=blocks, kind="isotonic regression", info=info,
+                         interpolation=interpolation)
+    return fitted.named(src.group_keys)
 
 
 def isotonic_blocks(src: Source, method: str = "auto", cells: int = GRID_CELLS
@@ -448,11 +449,11 @@ def platt(
     fitted = PlattMap(by=tuple(src.by), table=table, kind="Platt scaling", feature=feature,
                       info={"smoothed_targets": smoothed_targets})
     if src.dropped is not None:  # the rows left out are part of what the map was fitted on
-        fitted.info["dropped"] = src.dropped
+        fitted.info["dropped"] = src.present(src.dropped)
     if modified:
         _modify(src, fitted, tolerance)
         fitted.kind = "modified Platt scaling"
-    return fitted
+    return fitted.named(src.group_keys)
 
 
 @checked

@@ -27,6 +27,7 @@ from sqlcal.metrics.lowrate import calibration_ratio, normalized_entropy
 from sqlcal.metrics import catalog
 from sqlcal.query import planner
 from sqlcal.query.declared import Summary
+from sqlcal.inputs.groupkeys import key_value
 from sqlcal.inputs.sources import Source, as_source
 
 from sqlcal.options import checked, declare_report_metrics
@@ -236,22 +237,26 @@ def report(
 def wide(src: Source, frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """The report table from each metric's result (report name -> frame, in order): the keys,
     ``n``, ``W`` (and ``n_dropped``), each metric's columns under its report names, then the
-    facts of :data:`TRUST` that qualify them, a shared column once."""
+    facts of :data:`TRUST` that qualify them, a shared column once. The frames are results as
+    the user reads them: a column of sqlcal's that a key is named like is found, and placed,
+    under its renamed name (:meth:`sqlcal.inputs.groupkeys.GroupKeys.own`)."""
+    own = src.group_keys.own
     out, trusted = None, {}
     for name, values in frames.items():
         if out is None:
-            out = values[[c for c in values if c in (*src.by, "n", "W", "n_dropped")]].copy()
+            first = [own(c) for c in ("n", "W", "n_dropped") if own(c) in values]
+            out = values[[*src.key_names, *first]].copy()
         for column, target in METRICS[name][2].items():
-            out[target] = values[column].to_numpy()
+            out[own(target)] = values[own(column)].to_numpy()
         for column, target in TRUST.get(name, {}).items():
-            if target is None or column not in values:
+            if target is None or own(column) not in values:
                 continue
-            fact = values[column].to_numpy()
+            fact = values[own(column)].to_numpy()
             if target in trusted and not _same(trusted[target], fact):
                 target = f"{name}_{column}"
             trusted.setdefault(target, fact)
     for target, fact in trusted.items():
-        out[target] = fact
+        out[own(target)] = fact
     return out
 
 
@@ -326,8 +331,13 @@ def _defaults(function) -> dict:
 
 
 def to_json(table: pd.DataFrame, src_description: dict) -> str:
-    """The report as JSON with a schema version; NaN and infinities become null."""
+    """The report as JSON with a schema version; NaN and infinities become null, except in a
+    group key (``src_description["by"]``), where NULL is null and NaN and infinities are the
+    strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (:func:`sqlcal.inputs.groupkeys.key_value`):
+    two groups stay two."""
     def clean(v):
+        if v is None or v is pd.NA or v is pd.NaT:
+            return None
         if isinstance(v, float) and not math.isfinite(v):
             return None
         if hasattr(v, "item"):
@@ -336,7 +346,9 @@ def to_json(table: pd.DataFrame, src_description: dict) -> str:
             return v.isoformat()
         return v
 
-    rows = [{k: clean(v) for k, v in row.items()} for row in table.to_dict(orient="records")]
+    keys = set(src_description.get("by") or ())
+    rows = [{k: key_value(v) if k in keys else clean(v) for k, v in row.items()}
+            for row in table.to_dict(orient="records")]
     return json.dumps({
         "schema_version": SCHEMA_VERSION,
         "sqlcal_version": _version(),
@@ -347,7 +359,8 @@ def to_json(table: pd.DataFrame, src_description: dict) -> str:
 
 
 def describe(src: Source) -> dict:
-    out = {"score": src.score, "label": src.label, "weight": src.weight, "by": list(src.by),
+    out = {"score": src.score, "label": src.label, "weight": src.weight,
+           "by": list(src.key_names),
            "on_invalid": src.on_invalid}
     if src.sampling_rate is not None:  # negative downsampling: the log's design
         out["negative_sampling_rate"] = src.sampling_rate
