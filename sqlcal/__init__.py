@@ -13,14 +13,15 @@ from sqlcal.metrics.decision import (calibration_decision_loss, decision_loss,
 from sqlcal.metrics.smooth import ls_ece, smooth_ece, smooth_reliability
 from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
 from sqlcal.metrics.lowrate import calibration_ratio, normalized_entropy
-from sqlcal.inputs.layouts import multiclass
+from sqlcal.query.layouts import multiclass
 from sqlcal.recalibration.corp import decompose
 from sqlcal.recalibration.fits import calibration_slope, isotonic, platt
 from sqlcal.recalibration.temperature import temperature_scaling
 from sqlcal.metrics.classwise import class_summary, classwise, debiased_ece
 from sqlcal.reporting.report_table import report
 from sqlcal.reporting.scheduled import metric_series
-from sqlcal.inputs.sources import InvalidInputError, Source, source
+from sqlcal.inputs.sources import InvalidInputError, Source
+from sqlcal.query.executor import source
 from sqlcal.export.metric_sql import from_summaries, summary_sql
 from sqlcal.monitor.store import snapshot
 from sqlcal.monitor.stored import stored

@@ -15,7 +15,8 @@ from sqlcal.metrics.cells import cells_summary
 from sqlcal.metrics.smooth import smooth_ece, smooth_reliability
 from sqlcal.metrics.tce import tce_bins
 from sqlcal.options import checked
-from sqlcal.inputs.sources import Source, as_source
+from sqlcal.inputs.sources import Source
+from sqlcal.query.executor import as_source
 
 #: below this base rate the reliability diagram's axes are in log-odds (scale="auto")
 LOW_BASE_RATE = 0.05

@@ -24,6 +24,7 @@ from scipy import optimize, special
 import sqlcal
 from sqlcal.recalibration import fits
 from sqlcal.query import declared, local, planner
+from sqlcal.query import executor
 
 CLIP = 1e-12
 
@@ -76,7 +77,7 @@ def levels_source(df: pd.DataFrame, by: list[str] = ()) -> sqlcal.Source:
                         by=by)
     # the summaries hold the keys under their internal names
     levels = levels_of(df, by).rename(columns=dict(zip(by, src.by)))
-    src.validate(levels)
+    executor.validate(src, levels)
     src.local_levels = levels.drop(columns=[c for c in levels if c.startswith("chk_")])
     src.forbid_queries("an engine-free test")
     return src

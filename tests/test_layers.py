@@ -152,7 +152,7 @@ def test_the_private_name_check_sees_both_forms(tmp_path):
                     "reductions.execute\n"
                     "from sqlcal import __version__\n")
     assert sorted(_private_uses(path, "sqlcal.cli.commands")) == [
-        "user.py:1 from sqlcal.inputs.sources import _connect",
+        "user.py:1 from sqlcal.inputs.sources import _connect"
         "user.py:4 sqlcal.query.reductions._aggregate",
         "user.py:5 sqlcal.options._SPECS",
     ]

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.inputs.layouts import check_use
+from sqlcal.query.layouts import check_use
 from sqlcal.inputs.sources import InvalidInputError
 from tests import oracle
 

@@ -400,7 +400,7 @@ def test_declared_choices_are_the_modules_own():
          module("sqlcal.metrics.distance").METHODS),
         (options.option("cutoff_error", "method").choices,
          module("sqlcal.metrics.cumulative").METHODS),
-        (options.option("multiclass", "mode").choices, module("sqlcal.inputs.layouts").MODES),
+        (options.option("multiclass", "mode").choices, module("sqlcal.query.layouts").MODES),
         (options.option("reliability", "weight_kind").choices,
          module("sqlcal.metrics").WEIGHT_KINDS),
     ]

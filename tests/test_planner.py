@@ -14,6 +14,7 @@ from sqlcal.query import declared, local, planner
 from sqlcal.query.declared import Summary, merge
 from sqlcal.reporting.report_table import (DEFAULT_METRICS, METRICS, _defaults, follow_ups,
                               metric_options, needs)
+from sqlcal.query import executor
 from tests.conftest import calibration_data
 
 FIRST_STAGE = [
@@ -80,14 +81,14 @@ def test_fused_scan_equals_each_summary(upload, weighted):
     assert len(scans) == 1 and len(scans[0][1]) == len(FIRST_STAGE)
     for s in FIRST_STAGE:
         keys = [*src.by, *([s.key_column] if s.key_column else [])]
-        got = src.lookup(s.key, s.parts).sort_values(keys, ignore_index=True)
+        got = executor.lookup(src, s.key, s.parts).sort_values(keys, ignore_index=True)
         want = _summary(sqlcal.source(upload(df), **kw), s)
         _same(got[list(want.columns)], want)
         assert set(got.columns) == set(want.columns)
 
 
 @pytest.mark.parametrize("weighted", [True, False])
-def test_shared_follow_ups_equal_each_summary_alone(upload, weighted):
+def test_shared_follow_ups_equal_each_summary_alone(upload, weighted, monkeypatch):
     # one stage of follow-ups: histograms of cells at two grids (read once, at the finer), and
     # the levels of some ranges with the running-sum extremes of others (read as one levels
     # scan, the extremes evaluated from the levels in pandas)
@@ -101,16 +102,16 @@ def test_shared_follow_ups_equal_each_summary_alone(upload, weighted):
     src = sqlcal.source(upload(df), **kw)
     planner.prefetch(src, [declared.totals()])  # the first scan, which validates the rows
     queries = []
-    run = type(src).run
-    src_run = lambda build, **k: queries.append(build) or run(src, build, **k)  # noqa: E731
-    src.run = src_run
+    run = executor.run
+    monkeypatch.setattr(executor, "run",
+                        lambda s, build, **k: queries.append(build) or run(s, build, **k))
     scans = planner.shared_follow_ups(src, [lambda _: stage])
     assert len(scans) == len(queries) == 2, [d for d, _ in scans]
     for s in stage:
         keys = [*src.by, *([s.key_column] if s.key_column else [])]
         if s.kind == "extremes_within":
             keys = [*src.by, "cell"]
-        got = src.lookup(s.key, s.parts).sort_values(keys, ignore_index=True)
+        got = executor.lookup(src, s.key, s.parts).sort_values(keys, ignore_index=True)
         want = _summary(sqlcal.source(upload(df), **kw), s)
         # the engine reads the union of every group's ranges: keep each group's own
         at = want if s.kind == "levels_within" else want.assign(p=want["cell"] / s.params[0])
@@ -125,9 +126,9 @@ def test_a_report_reads_the_table_once_for_its_first_stage(monkeypatch):
     df = _data(2000, seed=2)
     src = sqlcal.source(df, score="p", label="y", weight="w", by="g")
     queries = []
-    run = type(src).run
-    monkeypatch.setattr(type(src), "run",
-                        lambda self, build, **kw: queries.append(build) or run(self, build, **kw))
+    run = executor.run
+    monkeypatch.setattr(executor, "run",
+                        lambda s, build, **kw: queries.append(build) or run(s, build, **kw))
     chosen = {name: metric_options(name, bins=15) for name in DEFAULT_METRICS}
     scans = planner.prefetch(src, needs(src, chosen))
     assert len(scans) == 1 and len(queries) == 1
@@ -154,7 +155,7 @@ def test_declared_needs_are_what_each_metric_reads(name, monkeypatch):
     asks = [lambda s: adaptive[name](s, options)] if name in adaptive else []
     planner.prefetch(src, registry[name](src, options), asks)
     first = []
-    monkeypatch.setattr(src, "run", lambda build, **kw: first.append(build) or (
+    monkeypatch.setattr(executor, "run", lambda s, build, **kw: first.append(build) or (
         _ for _ in ()).throw(AssertionError(f"{name} ran a scan its NEEDS and FOLLOW_UP_NEEDS "
                                             "did not declare")))
     out = function(src)

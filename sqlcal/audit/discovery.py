@@ -41,7 +41,8 @@ from sqlcal.recalibration.fits import isotonic
 from sqlcal.inputs.groupkeys import shown_name
 from sqlcal.audit.fixmaps import (SegmentFix, SegmentIsotonicFix, condition_sql, dialect,
                                  feature_kinds, with_columns)
-from sqlcal.inputs.sources import Source, source
+from sqlcal.inputs.sources import Source
+from sqlcal.query.executor import source
 from sqlcal.query.reductions import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
                               segment_code, segment_condition, segment_fold, segment_plan,
                               segment_sizes)

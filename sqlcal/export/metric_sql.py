@@ -29,7 +29,9 @@ from sqlcal.query import declared
 from sqlcal.options import check as check_options
 from sqlcal.query.declared import union
 from sqlcal.inputs.groupkeys import NAN, NULL, GroupKeys
-from sqlcal.inputs.sources import Source, source
+from sqlcal.inputs.sources import Source
+from sqlcal.query.executor import source
+from sqlcal.query import executor
 
 def exportable() -> list[str]:
     """The metrics :func:`summary_sql` exports (some only with a one-shot option)."""
@@ -171,11 +173,11 @@ def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str =
                              "statement returned, with the same by= and weight=")
         frame = _as_numbers(frame, [*src.by, *([s.key_column] if s.key_column else [])])
         checks = [c for c in frame if c.startswith("chk_")]
-        if checks and not src._validated:
-            src.validate(frame)
+        if checks and not src.validated:
+            executor.validate(src, frame)
         frame = frame.drop(columns=checks)
-        src.store(s.key, s.parts, frame)
-    if not src._validated:
+        executor.store(src, s.key, s.parts, frame)
+    if not src.validated:
         raise ValueError("the summaries carry no validation columns (chk_*): pass the frames "
                          "summary_sql's statements returned")
     src.forbid_queries(f"{metric} with these options needs more than its exported summaries")
@@ -249,7 +251,7 @@ def _from_levels(metric: str, src: Source, chosen: dict, levels: pd.DataFrame) -
     if not checks:
         raise ValueError("the levels carry no validation columns (chk_*): pass the frame "
                          "summary_sql's levels statement returned")
-    src.validate(frame)
+    executor.validate(src, frame)
     if src.has_soft_labels:
         raise InvalidInputError(
             f"the levels are sufficient statistics only for labels in {{0, 1}}, and label column "

@@ -12,10 +12,9 @@ import contextlib
 import dataclasses
 import os
 import threading
-import warnings
 import weakref
 from dataclasses import dataclass, field
-from functools import cache, partial
+from functools import cache
 from typing import Any, Callable, Sequence
 
 import ibis
@@ -24,19 +23,18 @@ import numpy as np
 import pandas as pd
 from ibis.backends.duckdb import Backend as DuckDBBackend
 
-from sqlcal.query import reductions
+from sqlcal.inputs import columns
 from sqlcal.inputs.groupkeys import GroupKeys
-from sqlcal.options import checked
 from sqlcal.inputs.condition import parse_condition
 from sqlcal.errors import InvalidInputError, redact
 
 #: names of the normalised columns inside every query (a downsampled source adds each row's
 #: sampling rate, a training rate read from the table its column: see
-#: :data:`sqlcal.query.reductions.RATE`); group keys take sqlcal's own names there
+#: :data:`sqlcal.inputs.columns.RATE`); group keys take sqlcal's own names there
 #: (:mod:`sqlcal.inputs.groupkeys`), so a key may have any name
-INTERNAL = ("p", "y", "w", reductions.RATE, reductions.TRAINING_RATE)
+INTERNAL = ("p", "y", "w", columns.RATE, columns.TRAINING_RATE)
 
-_CHECKS = (
+CHECKS = (
     # (column role, problem, result column)
     ("score", "NULL", "score_null"),
     ("score", "NaN", "score_nan"),
@@ -49,7 +47,7 @@ _CHECKS = (
     ("weight", "NaN", "weight_nan"),
     ("weight", "negative", "weight_negative"),
     ("weight", "infinite", "weight_inf"),
-    ("weight", f"above {reductions.WEIGHT_MAX:g} (their squares would overflow the variance "
+    ("weight", f"above {columns.WEIGHT_MAX:g} (their squares would overflow the variance "
                "sums: rescale them)", "weight_huge"),
     ("rate", "NULL", "rate_null"),
     ("rate", "NaN", "rate_nan"),
@@ -59,22 +57,7 @@ _CHECKS = (
     ("training rate", "outside (0, 1]", "training_range"),
 )
 #: the check columns of the rate columns a source reads (see check_exprs)
-_RATE_CHECKS = {reductions.RATE: "rate", reductions.TRAINING_RATE: "training"}
-
-
-
-
-@dataclass(frozen=True)
-class Planned:
-    """A query builder (``build(checks)``) with its plan: a hashable name of the query it builds
-    (the summaries it computes and their parts), which :meth:`Source.run` uses to reuse the
-    query's compiled statement on in-memory sources."""
-
-    build: Callable[..., Any]
-    plan: tuple
-
-    def __call__(self, checks: Callable | None) -> Any:
-        return self.build(checks)
+_RATE_CHECKS = {columns.RATE: "rate", columns.TRAINING_RATE: "training"}
 
 
 #: tables sqlcal made to be measured in one way only (multiclass): table op -> check(by, weight),
@@ -167,9 +150,9 @@ class Source:
     dropped: pd.DataFrame | None = None
     has_soft_labels: bool = False
     integer_weights: bool = True
-    _validated: bool = False
-    _cache: dict = field(default_factory=dict, repr=False)
-    _forbidden: str | None = field(default=None, repr=False)
+    validated: bool = False
+    cache: dict = field(default_factory=dict, repr=False)
+    forbidden: str | None = field(default=None, repr=False)
     #: the levels of the rows, when the summaries are evaluated from them in pandas
     #: (:mod:`sqlcal.query.local`) instead of queried: a source built by from_summaries
     local_levels: pd.DataFrame | None = field(default=None, repr=False)
@@ -178,8 +161,8 @@ class Source:
     served: Callable[[Any], pd.DataFrame] | None = field(default=None, repr=False)
     #: an in-memory source's plan: its shape (what, with a summary's key, names a compiled
     #: statement) and its in-memory table; the table's rows as Arrow, made on the first query
-    _plan: tuple | None = field(default=None, repr=False)
-    _arrow: Any = field(default=None, repr=False)
+    memory_plan: tuple | None = field(default=None, repr=False)
+    arrow: Any = field(default=None, repr=False)
     #: where the rows come from and the filter, as given to source() (for the reprs)
     origin: str = ""
     where: str | None = None
@@ -226,8 +209,8 @@ class Source:
         if dropped is not None:
             dropped = self.present(dropped)
         return dataclasses.replace(self, rows=rows, by=names, dropped=dropped,
-                                   group_keys=GroupKeys.plain(names), _cache={}, _plan=None,
-                                   _arrow=None)
+                                   group_keys=GroupKeys.plain(names), cache={}, memory_plan=None,
+                                   arrow=None)
 
     @property
     def weighted(self) -> bool:
@@ -237,8 +220,8 @@ class Source:
     def rate_columns(self) -> tuple[str, ...]:
         """The normalised rate columns read from the table (to validate): ``r_`` for a column
         of sampling rates, ``t_`` for a column of training rates."""
-        return ((reductions.RATE,) if isinstance(self.sampling_rate, str) else ()) + (
-            (reductions.TRAINING_RATE,) if isinstance(self.training_rate, str) else ())
+        return ((columns.RATE,) if isinstance(self.sampling_rate, str) else ()) + (
+            (columns.TRAINING_RATE,) if isinstance(self.training_rate, str) else ())
 
     def weight_text(self) -> str:
         """The row weight in words, for messages: the weight column, times 1/rate on negatives."""
@@ -264,7 +247,7 @@ class Source:
         if self.where:
             # a SQL condition quoted; an expression or a callable by its <description>
             parts.append(f"where={self.where if self.where.startswith('<') else repr(self.where)}")
-        state = "validated" if self._validated else "not validated yet"
+        state = "validated" if self.validated else "not validated yet"
         if self.dropped is not None:
             state += f", {int(self.dropped['n_dropped'].sum()):,} invalid rows dropped"
         return f"<Source: {self.origin or 'an Ibis table'}; {', '.join(parts)}; {state}>"
@@ -289,7 +272,7 @@ class Source:
             invalid = f"dropped: {int(self.dropped['n_dropped'].sum()):,} of {n_rows:,} rows"
         else:
             invalid = "an error names them (on_invalid='raise')"
-        if self._validated:
+        if self.validated:
             validated = "yes" + ("; soft labels present" if self.has_soft_labels else "")
         else:
             validated = "not yet: the first metric's query checks the rows"
@@ -303,7 +286,7 @@ class Source:
              if self.where.startswith("<") else code(self.where)),
             ("invalid rows", invalid),
             ("validated", validated),
-            ("cached summaries", str(len(self._cache))),
+            ("cached summaries", str(len(self.cache))),
         ]
         rows = "".join(f"<tr><th style='text-align:left'>{name}</th>"
                        f"<td style='text-align:left'>{value}</td></tr>" for name, value in facts)
@@ -315,181 +298,17 @@ class Source:
         sampling rate is a sampling design, whatever the value of 1/rate."""
         if self.sampling_rate is not None:
             return "sampling"
-        if not self.weighted or not self._validated:
+        if not self.weighted or not self.validated:
             return None
         return "frequency" if self.integer_weights else "sampling"
 
-    def summary(self, kind: tuple, parts: frozenset, build: Callable[..., Any]) -> pd.DataFrame:
-        """Run a summary query once and cache it. ``parts`` names optional column sets: a cached
-        summary of the same ``kind`` with more parts serves a request for fewer, so a report,
-        which asks for the union first, makes one pass per summary.
-
-        ``build(checks)`` returns the query. The first scan of a source also carries the cheap
-        validation aggregates (``checks``) and is checked here: validation costs no extra scan.
-        """
-        frame = self.lookup(kind, parts)
-        if frame is None:
-            frame = self.store(kind, parts, self.run(Planned(build, (kind, parts))))
-        return frame
-
-    def lookup(self, kind: tuple, parts: frozenset) -> pd.DataFrame | None:
-        """The cached summary of ``kind`` holding at least ``parts``, or None."""
-        for (k, have), frame in self._cache.items():
-            if k == kind and have is not None and parts <= have:
-                return frame
-        return None
-
-    def store(self, kind: tuple, parts: frozenset, frame: pd.DataFrame) -> pd.DataFrame:
-        """Cache a summary computed from this source's rows (the planner splits fused scans into
-        the summaries they hold); returns it with the columns an unweighted summary leaves out."""
-        frame = reductions.fill_unweighted(frame)
-        self._cache[(kind, parts)] = frame
-        return frame
-
-    def run(self, build: Callable[..., Any]) -> pd.DataFrame:
-        """Execute ``build(checks)``; the first scan of the source validates it on the way (the
-        ``chk_`` columns are checked, then dropped).
-
-        A :class:`Planned` ``build`` names its query: an in-memory source then runs a statement
-        compiled once for every source of its shape instead of building and compiling the
-        query again (see :func:`sqlcal.query.reductions.execute_planned`).
-        """
-        plan = getattr(build, "plan", None)
-        self._may_query()
-        check = not self._validated and self.on_invalid == "raise"
-        checks = (partial(reductions.check_aggregates, weighted=self.weighted,
-                          float_label=self.float_label, rates=self.rate_columns)
-                  if check else None)
-        try:
-            if plan is not None and self._plan is not None:
-                shape, table, columns = self._plan
-                if self._arrow is None:
-                    self._arrow = _to_arrow(table, columns)
-                result = reductions.execute_planned(
-                    (shape, plan, check), lambda: build(checks),
-                    frame_connection(self._arrow.num_rows), table.name, self._arrow, arrow=True)
-            else:
-                result = frame = reductions.execute(build(checks))
-        except Exception:
-            # NaN or infinite scores fail the engine's integer cast of a bin id: say which rows
-            if check:
-                self._report_counts()
-            raise
-        if not isinstance(result, pd.DataFrame):  # Arrow: checked, then one conversion
-            if check:
-                self._check(result)
-            return result.drop_columns([c for c in result.column_names
-                                        if c.startswith("chk_")]).to_pandas()
-        frame = result  # pandas: a query execute_planned ran uncached (it reads another table)
-        if check:
-            self._check(frame)
-            frame = frame.drop(columns=[c for c in frame if c.startswith("chk_")])
-        return frame
-
-    def scan(self, kind: tuple, build: Callable[[], Any]) -> pd.DataFrame:
-        """Run a follow-up query once (it reads rows an earlier summary already validated)."""
-        if (kind, None) not in self._cache:
-            self._may_query()
-            frame = reductions.execute(build())
-            self._cache[(kind, None)] = reductions.fill_unweighted(frame)
-        return self._cache[(kind, None)]
-
-    def validate(self, frame: pd.DataFrame) -> None:
-        """Check a summary's validation aggregates (``chk_*``) computed elsewhere (see
-        :func:`sqlcal.from_summaries`): the same checks, without a counting query to name them."""
-        self._check(frame, explain=False)
 
     def forbid_queries(self, why: str) -> None:
         """From now on any query is an error saying ``why`` (a source built from summaries)."""
-        self._forbidden = why
-
-    def _may_query(self) -> None:
-        if self._forbidden:
-            raise ValueError(f"{self._forbidden}: it would read the rows again")
-
-    def require_binary_labels(self, metric: str) -> None:
-        """Raise when soft labels are present but ``metric`` needs labels in {0, 1}."""
-        if self.has_soft_labels:
-            counts = self._counts()
-            raise InvalidInputError(
-                f"{metric} needs labels in {{0, 1}}, but label column {self.label!r} has "
-                f"{int(counts['label_soft'].sum())} rows strictly between 0 and 1"
-            )
-
-    def _check(self, frame: Any, explain: bool = True) -> None:
-        """Check the validation aggregates of a summary (a pandas frame or an Arrow table)."""
-        frame = _Floats(frame)
-        rows = int(np.nansum(frame["n"]))
-        if rows == 0:
-            raise InvalidInputError("the table has no rows to measure (after where=)")
-        key = next((c for c in ("bin", "cell", "k", "p") if c in frame), None)
-        # a NULL score has a NULL bin (or level); a negative one a negative bin (logit nodes may
-        # be negative)
-        null_or_negative = key is not None and bool(
-            (np.isnan(frame[key]) | ((frame[key] < 0) & (key != "k"))).any())
-
-        def outside(col_lo: str, col_hi: str, high: float = 1.0) -> bool:
-            # a summary without p_min still catches negative scores by their negative bin
-            lo = frame[col_lo] if col_lo in frame else np.zeros(1)
-            hi = frame[col_hi]
-            return bool(np.isnan(lo).any() or np.isnan(hi).any() or (lo < 0).any()
-                        or (hi > high).any())
-
-        def total(name: str) -> float:
-            return float(np.nansum(frame[name]))
-
-        soft = total("chk_y_soft") if "chk_y_soft" in frame else 0.0
-        if "p_max" not in frame:  # the levels summary: its key is the score
-            frame.alias(p_min="p", p_max="p")
-        problems = [
-            null_or_negative,
-            "chk_p_count" in frame and total("chk_p_count") < rows,
-            total("chk_y_count") < rows,
-            bool(np.isnan(frame["p_max"]).any()),  # a group of NULL scores only
-            outside("p_min", "p_max"),
-            outside("chk_y_min", "chk_y_max"),
-            soft > 0 and not self.allow_soft,
-        ]
-        if self.weighted:
-            problems += [total("chk_w_count") < rows,
-                         outside("chk_w_min", "chk_w_max", high=reductions.WEIGHT_MAX)]
-        for column in self.rate_columns:  # in (0, 1]: a least rate of 0 or below fails
-            problems += [total(f"chk_{column}count") < rows,
-                         outside(f"chk_{column}max", f"chk_{column}max")
-                         or bool((frame[f"chk_{column}min"] <= 0).any())]
-        if any(problems):
-            if explain:
-                self._report_counts()
-            # the cheap checks saw a problem the counting query could not name
-            raise InvalidInputError(
-                f"invalid rows in score {self.score!r}, label {self.label!r}"
-                + (f" or the row weight ({self.weight_text()})" if self.weighted else "")
-                + "".join(f", {name}" for name in self._rate_names())
-                + " (NULL, NaN, infinite or out of range); pass on_invalid='drop' to count them")
-        self.has_soft_labels = soft > 0
-        if self.weighted:
-            self.integer_weights = total("chk_w_frac") == 0
-        self._validated = True
-
-    def _rate_names(self) -> list[str]:
-        """The rate columns read from the table, in words."""
-        return [f"{option} column {name!r}" for option, name in (
-            ("negative_sampling_rate", self.sampling_rate),
-            ("training_negative_rate", self.training_rate)) if isinstance(name, str)]
-
-    def _report_counts(self) -> None:
-        """A second, counting query: names each problem, its column and its row count."""
-        _report_invalid(self, self._counts())
-
-    def _counts(self) -> pd.DataFrame:
-        """Rows failing each check, over the whole table (run only to explain a problem)."""
-        valid = valid_expr(self.rows, self.weighted, self.allow_soft, self.rate_columns)
-        return reductions.execute(reductions.validation(
-            self.rows, (), check_exprs(self.rows, self.weighted, self.rate_columns), valid))
+        self.forbidden = why
 
 
-@checked
-def source(
+def describe(
     data: Any,
     *,
     score: str,
@@ -504,124 +323,9 @@ def source(
     training_negative_rate: float | str | None = None,
     score_correction: bool = False,
 ) -> Source:
-    r"""Describe and validate the predictions to measure.
-
-    Parameters
-    ----------
-    data : ibis Table, str, path, tuple, or DataFrame
-        An Ibis table expression; a path or glob to Parquet or CSV files; a DuckDB database file or
-        an Ibis connection URL (``"duckdb:///preds.duckdb"``, ``"postgres://..."``) together with
-        ``table=``, or as a tuple ``(url, table)``; or an in-memory pandas, polars or pyarrow frame.
-    score : str
-        Column holding the predicted probability of the positive class, in [0, 1].
-    label : str
-        Column holding the outcome: 0/1 numbers or booleans (in [0, 1] with ``soft_labels=True``).
-    weight : str, optional
-        Column of non-negative row weights. A row of weight 0 is an absent row: it is left out
-        before anything else (not validated, not counted in ``n``). Whole-number weights are read
-        as frequency weights (a row of weight 2 counts as two identical rows); any other weights
-        as sampling weights
-        (relative importance, each row one observation). Metrics with a variance (tests,
-        intervals, bounds) take ``weight_kind=`` to say which explicitly. With
-        ``negative_sampling_rate``, the weight column counts rows (its frequency part).
-        Weights above 1e140 are refused (their squares would overflow the variance sums).
-    by : str or sequence of str, default ()
-        Group keys; every metric returns one row per group. A key may have any name and any
-        value: NULL and NaN are two groups (a result shows NULL as None or ``<NA>``, NaN as
-        NaN). In a result the keys come first under their names; a column sqlcal adds whose
-        name a key has takes a trailing underscore, repeated until unique (``by="n"`` gives the
-        columns ``n``, ``ece``, ``n_``, ``W``, ...).
-    where : ibis boolean expression, callable, or SQL string, optional
-        A filter applied in the engine before anything else.
-    table : str, optional
-        Table name inside a database given by path or URL, optionally ``"schema.table"``. A folder
-        of Parquet files may be hive-partitioned; its partition keys become columns.
-    on_invalid : {"raise", "drop"}, default "raise"
-        ``"raise"``: any invalid row is an error naming the column, the problem and the count.
-        ``"drop"``: invalid rows are left out and counted per group (``Source.dropped``; every
-        result gets a column ``n_dropped``).
-    soft_labels : bool, default False
-        Accept labels strictly between 0 and 1 (for metrics defined on them: ECE, Brier, log loss,
-        reliability means). Metrics that need Bernoulli labels refuse them.
-    negative_sampling_rate : float or str, optional
-        The design of this table: it keeps every positive and a fraction r of the negatives (r
-        in (0, 1]; a column name for per-row rates, since rates change over time, read on the
-        negatives only: a positive's rate, often NULL or 1, is ignored). Each kept negative's
-        row weight is multiplied by 1/r, in every metric and summary, so sums estimate those of
-        the full table; and every interval and test carries the sampling's variance (see
-        Notes), whatever the value of 1/r: the weights are sampling weights
-        (``weight_kind="sampling"``).
-    training_negative_rate : float or str, optional
-        The design the scores must be corrected for: the model was trained on data whose
-        negatives were kept at rate r (a number in (0, 1], or a column of per-row rates, read on
-        every row), so every row's score is judged as
-        :math:`p' = p / (p + (1 - p)/r)`. Independent of ``negative_sampling_rate``: a model
-        trained on downsampled negatives is often scored on a full log.
-    score_correction : bool, default False
-        Shorthand for ``training_negative_rate=negative_sampling_rate`` when that is a number
-        (the model was trained on negatives kept at the log's own rate). With a column of rates
-        it is refused: that column describes the log's negatives, and a positive's entry there
-        (NULL or 1, "every positive kept") is not the rate the model was trained at; pass
-        ``training_negative_rate=`` with a column holding every row's training rate.
-
-    Returns
-    -------
-    Source
-        The description every metric accepts in place of ``data``; the columns are checked
-        with the first metric's query, and the summaries the metrics compute are cached on it,
-        so several metrics of one source share their scans.
-
-    Raises
-    ------
-    InvalidInputError
-        A column is missing or mistyped, or (with ``on_invalid="raise"``) has invalid rows; the
-        message names the column, the problem and the count of rows.
-
-    Notes
-    -----
-    Weighted metrics read a row of weight :math:`w_i` as :math:`w_i` identical rows when the
-    weights are whole numbers (frequency weights), and as a row of relative importance
-    :math:`w_i` otherwise (sampling weights, with Kish's (1965, Survey Sampling) effective size
-    :math:`n_\mathrm{eff} = (\sum_i w_i)^2 / \sum_i w_i^2` wherever a count enters a variance).
-
-    Negative downsampling: with rate :math:`r_i` (kept negatives per negative), the row weight
-    is :math:`w_i = f_i (y_i + (1 - y_i)/r_i)` (labels in {0, 1}, :math:`f_i` the weight
-    column or 1): a kept negative stands for :math:`1/r_i` negatives (Horvitz-Thompson
-    weighting), so sums, bins and totals are those of the full table in expectation, and equal
-    to them when the negatives come in blocks of :math:`1/r` identical rows. A sampling rate is
-    a sampling design: a weighted sum :math:`\sum w z` over the kept rows has the variance of
-    the full table's sum plus the sampling's, estimated by :math:`\sum v z^2` with the
-    variance weight :math:`v_i = f_i/\pi_i^2` (:math:`\pi_i = r_i` for a kept negative, 1
-    for a positive; Särndal, Swensson & Wretman (1992), Model Assisted Survey Sampling, ch. 5),
-    which every interval and test uses (see :func:`sqlcal.query.reductions.variance_weights`); a kept
-    negative never passes for :math:`1/r` observed rows.
-    A model trained on downsampled negatives predicts the odds
-    :math:`p/(1-p) = \pi/((1-\pi) r)`; its scores are mapped back by
-    :math:`p' = p/(p + (1-p)/r)` (He et al. (2014), Practical Lessons from Predicting Clicks on
-    Ads at Facebook).
-
-    Examples
-    --------
-    >>> import pandas as pd, sqlcal
-    >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1], "w": [1, 2, 1, 1]})
-    >>> src = sqlcal.source(df, score="p", label="y", weight="w")
-    >>> sqlcal.ece(src, bins=2)
-        ece  n    W  n_bins             binning
-    0  0.36  4  5.0       2  uniform(2, sqlcal)
-    >>> bad = pd.DataFrame({"p": [0.1, 1.5], "y": [0, 1]})
-    >>> sqlcal.ece(bad, score="p", label="y", on_invalid="drop")
-       ece  n    W  n_bins              binning  n_dropped
-    0  0.1  1  1.0       1  uniform(15, sqlcal)          1
-
-    A key named like a result column keeps its name; the count takes ``n_`` (a pandas frame's
-    NaN is read as NULL):
-
-    >>> keyed = pd.DataFrame({"p": [0.2, 0.8, 0.4], "y": [0, 1, 1], "n": [1.0, None, 1.0]})
-    >>> sqlcal.brier(keyed, score="p", label="y", by="n")
-          n  brier  n_    W
-    0   1.0   0.20   2  2.0
-    1  <NA>   0.04   1  1.0
-    """
+    """:func:`sqlcal.source` without its one query: the rows to measure, their columns
+    and options checked, as a :class:`Source` not validated yet (the executor validates it
+    on its first scan, or counts the invalid rows at once with ``on_invalid="drop"``)."""
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', not {on_invalid!r}")
     training = _check_sampling(negative_sampling_rate, training_negative_rate, score_correction,
@@ -642,7 +346,7 @@ def source(
             _check_rate_column(base, option, value)
 
     def rate_value(value: Any) -> ir.FloatingValue:
-        return base[value].cast("float64") if isinstance(value, str) else reductions.number(value)
+        return base[value].cast("float64") if isinstance(value, str) else columns.number(value)
 
     keys = GroupKeys.of(base.schema(), by)
     rows = base.select(
@@ -650,8 +354,8 @@ def source(
         p=base[score].cast("float64"),
         y=_label_expr(base[label]),
         w=base[weight].cast("float64") if weight else ibis.literal(1.0),
-        **({reductions.RATE: rate_value(rate)} if rate is not None else {}),
-        **({reductions.TRAINING_RATE: rate_value(training)} if training is not None else {}),
+        **({columns.RATE: rate_value(rate)} if rate is not None else {}),
+        **({columns.TRAINING_RATE: rate_value(training)} if training is not None else {}),
     )
     rows = _designed(rows, rate is not None, training)
     if weight:
@@ -664,53 +368,12 @@ def source(
     src = Source(rows=rows, score=score, label=label, weight=weight, by=keys.columns,
                  group_keys=keys, on_invalid=on_invalid, allow_soft=soft_labels,
                  float_label=not (label_type.is_boolean() or label_type.is_integer()),
-                 origin=origin, where=_where_text(where), _plan=_plan(memtable, where, (
+                 origin=origin, where=_where_text(where), memory_plan=_plan(memtable, where, (
                      score, label, weight, by, on_invalid, soft_labels, negative_sampling_rate,
                      training)),
                  sampling_rate=rate, score_correction=training is not None,
                  training_rate=training)
-    if on_invalid == "drop":
-        valid = valid_expr(rows, src.weighted, soft_labels, src.rate_columns)
-        checks = check_exprs(rows, src.weighted, src.rate_columns)
-        if src.weighted:
-            checks["weight_fractional"] = valid & (reductions.fractional_part(rows.w) != 0)
-        counts = reductions.execute(reductions.validation(rows, src.by, checks, valid))
-        counts = counts.sort_values(list(src.by), ignore_index=True) if by else counts
-        counts["n_dropped"] = counts["n_rows"] - counts["n"]
-        src.dropped, src.rows, src._validated = counts, rows.filter(valid), True
-        src.has_soft_labels = soft_labels and bool(counts["label_soft"].sum())
-        src.integer_weights = not int(counts.get("weight_fractional", pd.Series([0])).sum())
-        _report_invalid(src, counts)
     return src
-
-
-class _Floats:
-    """The columns of a summary (pandas frame or Arrow table) as float64 numpy arrays, NULL as
-    NaN, converted when first read."""
-
-    def __init__(self, frame: Any):
-        self.frame = frame
-        self.names = set(frame.columns if isinstance(frame, pd.DataFrame) else frame.column_names)
-        self.arrays: dict[str, np.ndarray] = {}
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.names
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        if name not in self.arrays:
-            if isinstance(self.frame, pd.DataFrame):
-                values = self.frame[name].to_numpy(dtype=float, na_value=np.nan)
-            else:
-                values = self.frame.column(name).to_numpy().astype(float)
-            self.arrays[name] = values
-        return self.arrays[name]
-
-    def alias(self, **names: str) -> None:
-        """Read column ``new`` as column ``old`` for each ``new=old``."""
-        for new, old in names.items():
-            self.arrays[new] = self[old]
-            self.names.add(new)
-
 
 def _plan(table: Any, where: Any, options: tuple) -> tuple | None:
     """The plan of a source whose rows are an in-memory table (None for any other): its shape,
@@ -728,42 +391,6 @@ def _plan(table: Any, where: Any, options: tuple) -> tuple | None:
     columns = None if where is not None else tuple(dict.fromkeys(
         [*by, score, label, *([weight] if weight else []), *rates]))
     return (schema, where, *options), table, columns
-
-
-def _to_arrow(table: Any, columns: Sequence[str] | None = None) -> Any:
-    """The rows of an in-memory table as Arrow, as Ibis registers them (NaN read as NULL), only
-    ``columns`` (default all): a pandas frame of plain numeric and boolean columns column by
-    column, without pandas metadata; any other frame through Ibis."""
-    import pyarrow as pa
-
-    names = list(columns or table.schema.names)
-    frame = table.data.obj
-    if type(frame).__module__.split(".")[0] == "pandas" and list(frame.columns) == list(
-            table.schema.names):
-        if all(isinstance(frame[name].dtype, np.dtype) and frame[name].dtype.kind in "biuf"
-               for name in names):
-            return pa.table({name: pa.array(frame[name].to_numpy(), from_pandas=True)
-                             for name in names})
-        from ibis.formats.pandas import PandasDataFrameProxy
-
-        return PandasDataFrameProxy(frame[names]).to_pyarrow(
-            ibis.schema({name: table.schema[name] for name in names}))
-    return table.data.to_pyarrow(table.schema).select(names)
-
-
-def as_source(data: Any, score: str | None, label: str | None, **kwargs: Any) -> Source:
-    """Accept a ready :class:`Source`, or build one from the same keywords as :func:`source`."""
-    if isinstance(data, Source):
-        given = {k: v for k, v in kwargs.items() if v not in (None, (), "raise", False)}
-        if score is not None or label is not None or given:
-            raise TypeError(
-                "pass score/label/weight/by/where either to sqlcal.source() or to the metric, "
-                "not both: a Source already has them"
-            )
-        return data
-    if score is None or label is None:
-        raise TypeError("score= and label= are required: name the score and label columns")
-    return source(data, score=score, label=label, **kwargs)
 
 
 # -- resolving the data -----------------------------------------------------------------------
@@ -1206,12 +833,12 @@ def _designed(rows: ir.Table, downsampled: bool, training: Any) -> ir.Table:
     """The rows under their sampling designs. ``downsampled``: the table kept its negatives at
     the rate in column ``r_``: each kept negative's weight times 1/r, and ``r_`` becomes the
     rate of a negative and 1 for a positive (every positive is kept, whatever its rate column
-    says), from which the variance weight follows (:func:`sqlcal.query.reductions.variance_weights`);
+    says), from which the variance weight follows (:func:`sqlcal.inputs.columns.variance_weights`);
     an invalid rate leaves the weight as it is, for validation to name. ``training``: the
     scores p/(p + (1 − p)/r) of a model trained on negatives kept at the rate in column ``t_``
     (scores outside [0, 1] and invalid rates left as they are, for validation to name); ``t_``
     stays only when the rate is a column of the table (validation reads it)."""
-    RATE, TRAINING = reductions.RATE, reductions.TRAINING_RATE
+    RATE, TRAINING = columns.RATE, columns.TRAINING_RATE
     changes = {}
     if downsampled:
         r = ibis.ifelse(rows.y == 0, rows[RATE], 1.0)
@@ -1260,7 +887,7 @@ def check_exprs(rows: ir.Table, has_weight: bool, rates: Sequence[str] = ()
             "weight_negative": w < 0,
             # above the largest finite double: portable where ISINF is not (Spark)
             "weight_inf": w > np.finfo(np.float64).max,
-            "weight_huge": (w > reductions.WEIGHT_MAX) & (w <= np.finfo(np.float64).max),
+            "weight_huge": (w > columns.WEIGHT_MAX) & (w <= np.finfo(np.float64).max),
         }
     for column in rates:
         r, name = rows[column], _RATE_CHECKS[column]
@@ -1281,7 +908,7 @@ def _null(col: ir.Value) -> ir.BooleanValue:
 def valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool,
                rates: Sequence[str] = ()) -> ir.BooleanValue:
     """True for a normalised row that passes validation (score and label in [0, 1], weight in
-    [0, :data:`sqlcal.query.reductions.WEIGHT_MAX`], the ``rates`` columns in (0, 1])."""
+    [0, :data:`sqlcal.inputs.columns.WEIGHT_MAX`], the ``rates`` columns in (0, 1])."""
     p, y, w = rows.p, rows.y, rows.w
     # NaN compares greater than every number in DuckDB and Postgres, so the range tests reject it;
     # NULL makes the whole conjunction NULL, which a filter drops.
@@ -1291,46 +918,9 @@ def valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool,
     if not soft_labels:
         valid &= (y == 0) | (y == 1)
     if has_weight:
-        valid &= (w >= 0) & ~w.isnan() & (w <= reductions.WEIGHT_MAX)
+        valid &= (w >= 0) & ~w.isnan() & (w <= columns.WEIGHT_MAX)
     for column in rates:  # NaN compares greater than every number: r <= 1 rejects it
         valid &= (rows[column] > 0) & (rows[column] <= 1) & ~rows[column].isnan()
     return valid
 
 
-def _report_invalid(src: Source, counts: pd.DataFrame) -> None:
-    """Raise (or, when dropping, warn) with each problem's column, description and row count."""
-    if int(counts["n_rows"].sum()) == 0:
-        raise InvalidInputError("the table has no rows to measure (after where=)")
-    problems = []
-    for role, problem, col in _CHECKS:
-        if col not in counts or (col == "label_soft" and src.allow_soft):
-            continue
-        count = int(counts[col].sum())
-        if count and role == "rate":
-            problems.append(f"negative_sampling_rate column {src.sampling_rate!r} has {count} "
-                            f"negative rows {_describe(problem)}")
-        elif count and role == "training rate":
-            problems.append(f"training_negative_rate column {src.training_rate!r} has {count} "
-                            f"rows {_describe(problem)}")
-        elif count and role == "weight" and src.sampling_rate is not None:
-            problems.append(f"the row weight ({src.weight_text()}) has {count} rows "
-                            f"{_describe(problem)}")
-        elif count:
-            name = getattr(src, role)
-            problems.append(f"{role} column {name!r} has {count} rows {_describe(problem)}")
-    if not problems:
-        return
-    if src.on_invalid == "raise":
-        soft = int(counts["label_soft"].sum()) and not src.allow_soft
-        raise InvalidInputError(
-            "; ".join(problems)
-            + ". Clean them, or pass on_invalid='drop' to leave them out and count them"
-            + ("; labels in (0, 1) need soft_labels=True" if soft else "")
-        )
-    if int(counts["n"].sum()) == 0:
-        raise InvalidInputError("every row is invalid: " + "; ".join(problems))
-    warnings.warn("sqlcal dropped invalid rows: " + "; ".join(problems), stacklevel=4)
-
-
-def _describe(problem: str) -> str:
-    return {"NULL": "that are NULL", "NaN": "that are NaN"}.get(problem, problem)

@@ -15,8 +15,10 @@ from sqlcal.query import declared, planner
 from sqlcal.metrics import per_group, resolve_weight_kind, result, variance_parts
 from sqlcal.metrics.cells import (EQUAL_MASS_STRATEGIES, cells_needs, equal_mass_bins,
                                   equal_mass_follow_up, summary_parts)
-from sqlcal.inputs.sources import Source, as_source
+from sqlcal.inputs.sources import Source
+from sqlcal.query.executor import as_source
 from sqlcal.options import checked
+from sqlcal.query import executor
 
 NORMS = {"l1": "ece", "l2": "rmsce", "max": "mce"}
 STRATEGIES = ("uniform", *EQUAL_MASS_STRATEGIES, "logit")
@@ -245,7 +247,7 @@ def reliability_table(src: Source, *, bins: int = 15, strategy: str = "uniform",
     flags = concentration(frame, by=src.by, bins=bins)
     weight_kind = resolve_weight_kind(src, weight_kind)
     if ci is not None:
-        src.require_binary_labels("a binomial confidence interval (ci=None skips it)")
+        executor.require_binary_labels(src, "a binomial confidence interval (ci=None skips it)")
     out = reliability_finish(frame, by=src.by, bins=bins, strategy=strategy,
                              convention=convention, ci=ci, confidence=confidence,
                              weight_kind=weight_kind)
@@ -491,7 +493,7 @@ def hosmer_lemeshow(
                          parts=variance_parts(src, weight_kind), logit_range=logit_range)
     concentration(frame, by=src.by, bins=bins)
     weight_kind = resolve_weight_kind(src, weight_kind)
-    src.require_binary_labels("the Hosmer-Lemeshow test")
+    executor.require_binary_labels(src, "the Hosmer-Lemeshow test")
     return result(src, hosmer_lemeshow_finish(frame, by=src.by, dof=dof, weight_kind=weight_kind),
                   ["hl_statistic", "dof", "p_value", "n_bins"],
                   {"binning": binning(bins, strategy, "sqlcal"), "dof_rule": dof,

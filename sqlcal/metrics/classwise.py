@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.inputs.groupkeys import GroupKeys
-from sqlcal.inputs.sources import as_source, source
+from sqlcal.query.executor import as_source, source
 from sqlcal.metrics.binned import reliability_table
 from sqlcal.options import OptionError, checked
 

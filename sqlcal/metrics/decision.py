@@ -34,7 +34,9 @@ from sqlcal.metrics import (groups, key_tuple, per_group, resolve_weight_kind, r
 from sqlcal.options import checked
 from sqlcal.query import declared, planner
 from sqlcal.query.unlabeled import unlabeled_source
-from sqlcal.inputs.sources import Source, as_source, source
+from sqlcal.inputs.sources import Source
+from sqlcal.query.executor import as_source, source
+from sqlcal.query import executor
 
 #: warn that the plug-in has degenerated when a group has at least this many distinct scores per
 #: row (and at least ``_WARN_MIN_ROWS`` rows): each level set is then about one row
@@ -448,7 +450,7 @@ def decision_risk_gap(
     thresholds = _thresholds(threshold)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     levels = _level_sets(src, None)
-    src.require_binary_labels("the decision risk gap")
+    executor.require_binary_labels(src, "the decision risk gap")
     values = risk_gap_finish(levels, by=src.by, thresholds=thresholds)
     return src.present(_by_threshold(src, values, _RISK_COLUMNS, "threshold", thresholds))
 

@@ -26,7 +26,8 @@ from sqlcal.metrics.binned import bins_needs, bins_summary
 from sqlcal.metrics.cells import cells_needs, cells_summary, pair_levels
 from sqlcal.query import declared
 from sqlcal.metrics.smooth import SMOOTH_CELLS
-from sqlcal.inputs.sources import Source, as_source
+from sqlcal.inputs.sources import Source
+from sqlcal.query.executor import as_source
 from sqlcal.options import checked
 
 METHODS = ("auto", "exact", "cells")

@@ -15,8 +15,10 @@ from sqlcal.query import declared, planner
 from sqlcal.metrics import per_group, resolve_weight_kind, result, variance_parts
 from sqlcal.metrics.cells import (equal_mass_bins, equal_mass_follow_up, logit_needs,
                                   summary_parts)
-from sqlcal.inputs.sources import Source, as_source
+from sqlcal.inputs.sources import Source
+from sqlcal.query.executor import as_source
 from sqlcal.options import checked
+from sqlcal.query import executor
 
 
 @checked
@@ -107,7 +109,7 @@ def normalized_entropy(
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = planner.fetch(src, *_ne_needs(src, weight_kind)).copy()
     weight_kind = resolve_weight_kind(src, weight_kind)
-    src.require_binary_labels("normalized entropy's interval")
+    executor.require_binary_labels(src, "normalized entropy's interval")
     t = normalized_entropy_finish(frame, confidence=confidence, weight_kind=weight_kind)
     return result(src, t, ["normalized_entropy", "relative_information_gain", "log_loss",
                            "base_rate", "ci_lower", "ci_upper", "n_infinite", "reason"],
@@ -218,7 +220,7 @@ def calibration_ratio(
         frame = equal_mass_bins(src, deciles, summary_parts(src, "sums", *parts), "quantile",
                                 first="logit")
     weight_kind = resolve_weight_kind(src, weight_kind)
-    src.require_binary_labels("the calibration ratio's interval")
+    executor.require_binary_labels(src, "the calibration ratio's interval")
     t = calibration_ratio_finish(frame, confidence=confidence, weight_kind=weight_kind)
     columns = ["calibration_ratio", "expected", "observed", "n_positive", "ci_lower",
                "ci_upper", "reason"]

@@ -11,8 +11,10 @@ from scipy import stats
 
 from sqlcal.query import declared, planner
 from sqlcal.metrics import resolve_weight_kind, result, safe_div, statistic
-from sqlcal.inputs.sources import Source, as_source
+from sqlcal.inputs.sources import Source
+from sqlcal.query.executor import as_source
 from sqlcal.options import checked
+from sqlcal.query import executor
 
 
 @checked
@@ -275,7 +277,7 @@ def spiegelhalter(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = totals_summary(src, spiegelhalter=True)
-    src.require_binary_labels("Spiegelhalter's test")
+    executor.require_binary_labels(src, "Spiegelhalter's test")
     weight_kind = resolve_weight_kind(src, weight_kind)
     t = spiegelhalter_finish(t, weight_kind=weight_kind)
     return result(src, t, ["z", "p_value"], {"weight_kind": weight_kind})

@@ -15,8 +15,10 @@ from scipy import signal, special, stats
 
 from sqlcal.metrics import groups, key_tuple, per_group, result
 from sqlcal.query import declared, planner
-from sqlcal.inputs.sources import Source, as_source
+from sqlcal.inputs.sources import Source
+from sqlcal.query.executor import as_source
 from sqlcal.options import checked
+from sqlcal.query import executor
 
 NOISES = ("gaussian", "uniform")
 #: cells of the score histogram behind smECE: with the offsets' first moments, linear binning
@@ -214,7 +216,7 @@ def smooth_ece(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     if bootstrap:
-        src.require_binary_labels("the smooth ECE bootstrap")
+        executor.require_binary_labels(src, "the smooth ECE bootstrap")
     cells = planner.fetch(src, *_cells_needs(src, {"sigma": sigma}))
     values = smooth_ece_finish(cells, by=src.by, sigma=sigma, bootstrap=bootstrap,
                                confidence=confidence, seed=seed,

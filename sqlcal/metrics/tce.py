@@ -19,8 +19,10 @@ from sqlcal.metrics import groups, key_tuple, level_sets, result
 from sqlcal.metrics import binomial
 from sqlcal.metrics.cells import CELLS, cells_needs, cells_summary
 from sqlcal.query import declared, planner
-from sqlcal.inputs.sources import InvalidInputError, Source, as_source
+from sqlcal.inputs.sources import InvalidInputError, Source
+from sqlcal.query.executor import as_source
 from sqlcal.options import checked
+from sqlcal.query import executor
 
 STRATEGIES = ("pavabc", "uniform", "quantile")
 #: PAVA-BC reads the levels (one row per distinct score) of a source of at most this many rows;
@@ -717,7 +719,7 @@ def _levels(levels_in, by, wanted: dict, grid: int = CELLS) -> dict:
 
 
 def _require_counts(src: Source) -> None:
-    src.require_binary_labels("TCE")
+    executor.require_binary_labels(src, "TCE")
     if src.sampling_rate is not None:  # whole 1/rate weights are not counts of observed rows
         raise InvalidInputError(
             f"TCE's exact binomial tests need observed counts, and negative_sampling_rate="

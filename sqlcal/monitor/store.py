@@ -24,7 +24,9 @@ from sqlcal.inputs import sources as _inputs
 from sqlcal.errors import EngineDataError, InvalidInputError, redact
 from sqlcal.monitor import schema
 from sqlcal.options import OptionError, checked
-from sqlcal.inputs.sources import Source, connect_url, resolve_table, source
+from sqlcal.inputs.sources import Source, connect_url, resolve_table
+from sqlcal.query.executor import source
+from sqlcal.query import executor
 
 #: σ(±4): h(p) = clip(logit p, −4, 4)/4 is flat outside [σ(−4), σ(4)]
 _H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))
@@ -422,7 +424,7 @@ def _reduce_all(src: Source, rows: ir.Table, keys: list[str], *, cells, bins, si
     rows = rows.mutate(delay=ibis.ifelse(rows.y == 1, rows.delay,
                                          schema.DELAY_LABEL_FREE).cast("int64"))
     lead = [*keys, "delay"]
-    fused = src.run(lambda checks: _fused(rows, lead, cells, bins, checks=checks))
+    fused = executor.run(src, lambda checks: _fused(rows, lead, cells, bins, checks=checks))
     out = {"totals": _split(fused, keys, [], "totals"),
            "cells": _split(fused, keys, ["cell"], "cells").assign(cells=int(cells))}
     frames = [_split(fused.rename(columns={f"bin_{i}": "bin"}), keys, ["bin"], "bins").assign(

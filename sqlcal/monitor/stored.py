@@ -128,7 +128,7 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
                  score=spec_dict["score"], label=spec_dict["label"],
                  weight=spec_dict["weight"], by=by, on_invalid="raise", allow_soft=False,
                  float_label=False, integer_weights=bool(versions["integer_weights"].all()),
-                 _validated=True, served=served,
+                 validated=True, served=served,
                  origin=(f"summary store, {len(versions)} periods "
                          f"{versions['period_start'].min():%Y-%m-%d}.."
                          f"{versions['period_start'].max():%Y-%m-%d}, maturity={maturity!r}"))

@@ -17,7 +17,9 @@ from sqlcal.query import reductions
 from sqlcal.query import local
 from sqlcal.query.declared import (FUSABLE, RANGED, Summary, coarser_cells, merge,
                                    score_ranges, union)
-from sqlcal.inputs.sources import Planned, Source
+from sqlcal.inputs.sources import Source
+from sqlcal.query.executor import Planned
+from sqlcal.query import executor
 
 
 def fetch(src: Source, summary: Summary) -> pd.DataFrame:
@@ -25,21 +27,21 @@ def fetch(src: Source, summary: Summary) -> pd.DataFrame:
     A source holding the levels of its rows (built by :func:`sqlcal.from_summaries`) evaluates
     the summary from them in pandas instead (:mod:`sqlcal.query.local`)."""
     if src.served is not None:  # a stored window: merged from its summary store
-        have = src.lookup(summary.key, summary.parts)
-        return have if have is not None else src.store(summary.key, summary.parts,
+        have = executor.lookup(src, summary.key, summary.parts)
+        return have if have is not None else executor.store(src, summary.key, summary.parts,
                                                        src.served(summary))
     if src.local_levels is not None:
-        have = src.lookup(summary.key, summary.parts)
-        return have if have is not None else src.store(
+        have = executor.lookup(src, summary.key, summary.parts)
+        return have if have is not None else executor.store(src,
             summary.key, summary.parts, local.evaluate(summary, src.local_levels, src.by))
     if summary.kind in RANGED:  # the engine reads the union of the groups' ranges: keep each own
-        have = src.lookup(summary.key, summary.parts)
-        return have if have is not None else src.store(summary.key, summary.parts, _within(
-            src.run(lambda checks: reductions.reduce(summary, src.rows, src.by,
+        have = executor.lookup(src, summary.key, summary.parts)
+        return have if have is not None else executor.store(src, summary.key, summary.parts, _within(
+            executor.run(src, lambda checks: reductions.reduce(summary, src.rows, src.by,
                                                     weighted=src.weighted,
                                                     soft=src.allow_soft)),
             summary, src.by))
-    return src.summary(summary.key, summary.parts, lambda checks: reductions.reduce(
+    return executor.summary(src, summary.key, summary.parts, lambda checks: reductions.reduce(
         summary, src.rows, src.by, weighted=src.weighted, checks=checks,
         soft=src.allow_soft))
 
@@ -51,7 +53,7 @@ def prefetch(src: Source, needs: Iterable[Summary], follow_ups: Iterable[Callabl
 
     Returns the scans run, as ``(description, summaries)`` pairs (for progress lines and tests).
     """
-    wanted = [s for s in union(needs) if src.lookup(s.key, s.parts) is None]
+    wanted = [s for s in union(needs) if executor.lookup(src, s.key, s.parts) is None]
     scans = [(_describe(group), run(src, group)) for group in plan(wanted)]
     return scans + shared_follow_ups(src, follow_ups)
 
@@ -61,7 +63,7 @@ def steps(src: Source, needs: Iterable[Summary], follow_ups: Iterable[Callable] 
     """The scans :func:`prefetch` would run, as ``(description, run)`` pairs, each ``run()`` one
     engine pass (a scheduled report calls them one by one to show progress); the follow-ups,
     which depend on what the first scans return, come last as one step."""
-    wanted = [s for s in union(needs) if src.lookup(s.key, s.parts) is None]
+    wanted = [s for s in union(needs) if executor.lookup(src, s.key, s.parts) is None]
     out = [(_describe(group), lambda group=group: run(src, group)) for group in plan(wanted)]
     follow_ups = list(follow_ups)
     if follow_ups:
@@ -72,7 +74,7 @@ def steps(src: Source, needs: Iterable[Summary], follow_ups: Iterable[Callable] 
 
 def lookup(src: Source, summary: Summary) -> pd.DataFrame | None:
     """The cached frame of ``summary`` on ``src``, or None: never a scan."""
-    return src.lookup(summary.key, summary.parts)
+    return executor.lookup(src, summary.key, summary.parts)
 
 
 def follow_up(src: Source, walk: Callable) -> list[Summary]:
@@ -180,7 +182,7 @@ def _run_shared(src: Source, group: list[Summary]) -> list[Summary]:
             own = merge([fine], [*src.by, "cell"])
         else:
             own = _within(frame, s, src.by)
-        src.store(s.key, together.parts, own)
+        executor.store(src, s.key, together.parts, own)
     return group
 
 
@@ -210,11 +212,11 @@ def run(src: Source, group: list[Summary]) -> list[Summary]:
             fetch(src, summary)
         return group
     # named by its members: an in-memory source reuses the compiled statement (Planned)
-    frame = src.run(Planned(lambda checks: reductions.fused(
+    frame = executor.run(src, Planned(lambda checks: reductions.fused(
         group, src.rows, src.by, weighted=src.weighted, checks=checks, soft=src.allow_soft),
         ("fused", *((s.key, s.parts) for s in group))))
     for summary in group:
-        src.store(summary.key, summary.parts, split(frame, summary, group, src))
+        executor.store(src, summary.key, summary.parts, split(frame, summary, group, src))
     return group
 
 

@@ -29,14 +29,8 @@ from sqlcal.errors import engine_data_errors
 from sqlcal.inputs.grids import CONVENTIONS, uniform_edges  # noqa: F401 (part of this module's API)
 from sqlcal.inputs.grids import LOGIT_CELL_BOUND, logit_edges
 from sqlcal.query.declared import MERGED_BY_MAX, MERGED_BY_MIN
-
-
-def number(x: float) -> ir.FloatingValue:
-    """A double literal every engine reads back bit for bit: the shortest round-trip decimal as a
-    string, cast. (DuckDB 1.5 reads a 17-digit decimal literal as DECIMAL and rounds its
-    conversion to DOUBLE off by an ulp about one time in nine: a score equal to a bin edge or a
-    block's end would then fall on the wrong side.)"""
-    return ibis.literal(repr(float(x))).cast("float64")
+from sqlcal.inputs.columns import (  # noqa: F401 (read as reductions.* too)
+    RATE, ROW_COLUMNS, TRAINING_RATE, WEIGHT_MAX, fractional_part, number)
 
 
 def execute(expr: ir.Table) -> pd.DataFrame:
@@ -149,21 +143,6 @@ def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool,
     return checks
 
 
-def fractional_part(x: ir.FloatingValue) -> ir.FloatingValue:
-    """The distance from |x| to the nearest whole number: 0 exactly when x is whole (and for an
-    x that is infinite, NaN or NULL), in (0, 0.5] otherwise.
-
-    Pure double arithmetic, no FLOOR: for 0 ≤ a < 2^52, (a + 2^52) − 2^52 rounds a to a whole
-    number (doubles in [2^52, 2^53) are the whole numbers), exactly in IEEE round-to-nearest, as
-    DuckDB, PostgreSQL and Spark compute; every |x| ≥ 2^52 is whole. (Ibis's FLOOR casts to
-    BIGINT, which needed a clamp to ±2^52 on both sides of each row: that cost a quarter of the
-    weighted ECE query's CPU.)
-    """
-    a = x.abs()
-    c = number(2.0**52)
-    return (a < c).ifelse((a - ((a + c) - c)).abs(), number(0.0))
-
-
 def validation(rows: ir.Table, by: Sequence[str], checks: dict[str, ir.BooleanValue],
                valid: ir.BooleanValue) -> ir.Table:
     """Per group: ``n_rows``, the number of rows failing each named check, and ``n`` valid rows.
@@ -175,18 +154,6 @@ def validation(rows: ir.Table, by: Sequence[str], checks: dict[str, ir.BooleanVa
 
 
 # -- the variance weight ---------------------------------------------------------------------
-
-#: the column of a downsampled source's rows holding each row's sampling rate: the rate a kept
-#: negative was kept at, 1 for a positive (every positive is kept)
-RATE = "r_"
-#: the column of the training rate when it is read from the table (validation only: the scores
-#: are corrected when the rows are made)
-TRAINING_RATE = "t_"
-#: the columns a summary reads from the normalised rows, beside the group keys
-ROW_COLUMNS = ("p", "y", "w", RATE)
-#: the largest weight accepted: its square, summed over 2^53 rows and times a squared log-loss
-#: term (at most about 745^2), stays inside a double, so no variance sum can overflow
-WEIGHT_MAX = 1e140
 
 
 def variance_weights(t: ir.Table) -> tuple[ir.FloatingValue, ir.FloatingValue, bool]:
@@ -1048,7 +1015,7 @@ def multiclass_columns(t: ir.Table, layout: tuple) -> tuple:
 
 
 def multiclass_value_checks(t: ir.Table, layout: tuple) -> list:
-    """Per-row checks of a multiclass table, in the order :mod:`sqlcal.inputs.layouts` names them:
+    """Per-row checks of a multiclass table, in the order :mod:`sqlcal.query.layouts` names them:
     wide: each probability column NULL, NaN or outside [0, 1], the label NULL, the weight
     invalid; long: the probability, the label NULL or not 0/1, the class NULL, the weight."""
     p, y, w = multiclass_columns(t, layout)
@@ -1396,8 +1363,6 @@ def _among(col: ir.Value, keys: Sequence[str]) -> ir.BooleanValue:
     plain = _typed(col, [k for k in keys if k not in (SEGMENT_NULL, SEGMENT_OTHER)])
     return ibis.cases((col.isnull(), ibis.literal(SEGMENT_NULL in keys)),
                       else_=col.isin(plain) if plain else ibis.literal(False))
-
-
 
 
 def segment_cover(tuples: Sequence[tuple], sizes: Sequence[float], limit: float

@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 import ibis
 
-from sqlcal.inputs.sources import Source, resolve_table, source
+from sqlcal.inputs.sources import Source, resolve_table
+from sqlcal.query.executor import source
 
 #: the name of the constant label column given to an unlabeled table
 NO_LABEL = "__sqlcal_no_label"

@@ -16,7 +16,7 @@ from sqlcal.metrics import groups, key_tuple, result
 from sqlcal.options import checked
 from sqlcal.query import declared, planner
 from sqlcal.recalibration.fits import isotonic_blocks
-from sqlcal.inputs.sources import as_source
+from sqlcal.query.executor import as_source
 
 SCORINGS = ("brier", "log_loss")
 

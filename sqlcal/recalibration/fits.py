@@ -31,7 +31,9 @@ from sqlcal.metrics.scores import totals_summary
 from sqlcal.options import checked
 from sqlcal.query import declared, local, planner
 from sqlcal.query.declared import SATURATED
-from sqlcal.inputs.sources import Source, as_source
+from sqlcal.inputs.sources import Source
+from sqlcal.query.executor import as_source
+from sqlcal.query import executor
 
 #: a source with at most this many rows has its levels summary fetched; above it, PAV merges
 #: blocks in the engine first and the logistic fits iterate with aggregate queries
@@ -540,7 +542,7 @@ def calibration_slope(
     # the first scan validates: soft labels and fractional weights are known only after it
     # (before, "auto" read any weights as frequencies and soft labels passed unseen)
     totals_summary(src)
-    src.require_binary_labels("the calibration slope")
+    executor.require_binary_labels(src, "the calibration slope")
     weight_kind = resolve_weight_kind(src, weight_kind)
     sandwich = src.weighted and weight_kind == "sampling"
     joint = _logistic(src, "logit", offset=False, smoothed=False, sandwich=sandwich)

@@ -25,7 +25,7 @@ import pandas as pd
 from sqlcal.inputs.groupkeys import GroupKeys
 from sqlcal.recalibration.maps import TemperatureMap
 from sqlcal.metrics import key_tuple
-from sqlcal.inputs.layouts import TOLERANCE, prepare
+from sqlcal.query.layouts import TOLERANCE, prepare
 from sqlcal.options import OptionError, checked
 from sqlcal.query import declared, planner
 from sqlcal.inputs.sources import InvalidInputError, Source
@@ -152,7 +152,7 @@ def temperature_scaling(
     t = t.mutate(**keys.select(t)) if by else t
     fit_layout = (layout[0], tuple(columns), *layout[2:])
     src = Source(rows=t, score="", label="", weight=None, by=(), on_invalid="raise",
-                 allow_soft=True, float_label=False, _validated=True,
+                 allow_soft=True, float_label=False, validated=True,
                  origin="a multiclass table")
 
     def terms(betas: dict) -> pd.DataFrame:

@@ -28,7 +28,8 @@ from sqlcal.metrics import catalog
 from sqlcal.query import planner
 from sqlcal.query.declared import Summary
 from sqlcal.inputs.groupkeys import key_value
-from sqlcal.inputs.sources import Source, as_source
+from sqlcal.inputs.sources import Source
+from sqlcal.query.executor import as_source
 
 from sqlcal.options import checked, declare_report_metrics
 

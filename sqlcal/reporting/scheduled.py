@@ -33,7 +33,8 @@ from sqlcal.options import checked
 from sqlcal.inputs.groupkeys import group_id, key_value, records, shown_name
 from sqlcal.reporting.report_table import (METRICS, describe, metric_options, summary_steps, to_json, trust,
                               wide)
-from sqlcal.inputs.sources import Source, as_source, connect_url
+from sqlcal.inputs.sources import Source, connect_url
+from sqlcal.query.executor import as_source
 
 #: section -> allowed keys (None: any metric name)
 SECTIONS: dict[str, tuple[str, ...] | None] = {
@@ -515,7 +516,7 @@ def _quiet(label: str):
 
 
 def _open_source(config: dict, time: str | None = None) -> Source:
-    from sqlcal.inputs.sources import source
+    from sqlcal.query.executor import source
 
     cfg = dict(config["source"])
     data, table = cfg.pop("data"), cfg.pop("table", None)

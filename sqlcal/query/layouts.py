@@ -34,8 +34,7 @@ import pandas as pd
 from sqlcal.query import reductions
 from sqlcal.options import OptionError, checked
 from sqlcal.query import declared, planner
-from sqlcal.inputs.sources import (USE_CHECKS, InvalidInputError, Source, apply_where,
-                           register_use_check, resolve_table)
+from sqlcal.inputs.sources import USE_CHECKS, InvalidInputError, Source, apply_where, register_use_check, resolve_table
 
 if TYPE_CHECKING:
     import ibis.expr.types as ir
@@ -393,7 +392,7 @@ def _fetch(t: ir.Table, kind: str, layout: tuple, tolerance: float) -> pd.DataFr
     """One declared check of the multiclass table, through the planner: a source whose rows
     are the table as given (these summaries are its validation, so none runs before them)."""
     src = Source(rows=t, score="", label="", weight=None, by=(), on_invalid="raise",
-                 allow_soft=True, float_label=False, _validated=True,
+                 allow_soft=True, float_label=False, validated=True,
                  origin="a multiclass table")
     return planner.fetch(src, declared.multiclass_check(kind, layout, tolerance))
 
