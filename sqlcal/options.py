@@ -301,7 +301,7 @@ OVERRIDES["stored"] = {
 }
 OVERRIDES["detect"] = {
     "store": _STORE, "by": _KEYS,
-    "bins": Option("int", "bet bins of equal weight on the reference window", low=1, high=4096),
+    "bins": Option("int", "bet bins of equal weight on the reference window", low=1, high=64),
     # a tolerance of 1 already admits any rate at every score (absolute) or any rate from 0 to
     # twice the score (relative); above it the null says nothing, and 1e308 overflowed
     "tolerance": Option("floats", "the null's tolerance (a, r): |E[y | p] - p| <= a + r p",
@@ -461,6 +461,8 @@ def _ls_ece_grid(v: dict) -> tuple[float, float]:
     sigma, clip = _float(v["noise_scale"]), _float(v["clip"])
     gaussian = v["noise"] == "gaussian"
     delta = v.get("step") or (min(sigma, 1.0) / 20 if gaussian else min(sigma, 1.0) / 200)
+    if not delta > 0:  # a subnormal noise_scale: its step underflows, the grid is unbounded
+        return math.inf, math.inf
     span = 2 * math.log((1 - clip) / clip)
     half = 8 * sigma / delta + 1 if gaussian else sigma / (2 * delta) + 2
     nodes = span / delta + 3 + 2 * half
@@ -860,7 +862,9 @@ def _advice(spec: _Spec, rule: Callable, values: dict, cost: Cost) -> str:
         else:
             if abs(bad - good) <= 1e-3 * abs(good):
                 break
-            mid = math.sqrt(good * bad) if good > 0 and bad > 0 else (good + bad) / 2
+            # the geometric mean through logs: good·bad underflows for a subnormal value
+            mid = (math.exp((math.log(good) + math.log(bad)) / 2) if good > 0 and bad > 0
+                   else (good + bad) / 2)
         good, bad = (mid, bad) if within(mid) else (good, mid)
     if integer:
         return f"Pass {name} <= {int(good)}" if bad > good else f"Pass {name} >= {int(good)}"
