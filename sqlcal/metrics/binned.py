@@ -434,7 +434,8 @@ _DECOMPOSITION = (
     trust={"binning": None, "dof_rule": None, "weight_kind": "weight_kind"}, cost=costs_hl,
     options={"bins": Option("int", "number of Hosmer-Lemeshow risk groups", low=1),
              "strategy": Option("choice", "how risk groups are cut: equal mass, equal width, or "
-                                "equal width in log-odds", choices=("quantile", "uniform", "logit"))})
+                                "equal width in log-odds",
+                                choices=("quantile", "uniform", "logit"))})
 @checked
 def hosmer_lemeshow(
     data: Any,
