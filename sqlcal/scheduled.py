@@ -316,10 +316,13 @@ def _inputs(config: dict) -> list[str]:
 
 def config_schema() -> dict:
     """The JSON Schema (draft 2020-12) of ``report.toml`` as parsed, with which
-    :func:`validate_config` checks every configuration first."""
+    :func:`validate_config` checks every configuration first: a metric name is one of the
+    registered report metrics (:data:`sqlcal.reporting.METRICS`)."""
     from importlib.resources import files
 
-    return json.loads(files("sqlcal").joinpath("report_config.schema.json").read_text("utf-8"))
+    schema = json.loads(files("sqlcal").joinpath("report_config.schema.json").read_text("utf-8"))
+    schema["$defs"]["metric"]["enum"] = sorted(METRICS)
+    return schema
 
 
 def check_metric_options(name: str, options: dict, where: str) -> None:
