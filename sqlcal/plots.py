@@ -14,7 +14,7 @@ from sqlcal.metrics.binned import reliability
 from sqlcal.metrics.cells import cells_summary
 from sqlcal.metrics.smooth import smooth_ece, smooth_reliability
 from sqlcal.metrics.tce import tce_bins
-from sqlcal.options import checked
+from sqlcal.options import checked, costs_cells, costs_smooth, declare
 from sqlcal.inputs.sources import Source
 from sqlcal.query.executor import as_source
 
@@ -139,6 +139,9 @@ def reliability_diagram(
            ylabel="observed rate", title=f"Reliability ({strategy} bins, B = {bins})")
     ax.legend(loc="upper left", fontsize="small")
     return ax
+
+
+declare("smooth_reliability_diagram", cost=costs_smooth)
 
 
 @checked
@@ -315,6 +318,9 @@ def tce_diagram(
            ylabel="observed rate of the bin",
            title=f"TCE {total:.1f}%: predictions accepted (green) or rejected (red)")
     return ax
+
+
+declare("cumulative_plot", cost=costs_cells)
 
 
 @checked

@@ -21,7 +21,7 @@ from sqlcal.reporting import scheduled
 from sqlcal.cli.commands import main
 from sqlcal.cli.demo import DEMO_COMMENT, write_demo
 from sqlcal.reporting.report_table import METRICS
-from sqlcal.export.sqlgen import METRICS as SQL_METRICS
+from sqlcal.export.sqlgen import metrics as sql_metrics
 
 COLUMNS = ["--score", "score", "--label", "label"]
 DB = ["d.duckdb", "--table", "predictions"]
@@ -282,7 +282,7 @@ def test_a_bug_keeps_its_traceback(ws, capsys, monkeypatch):
 
 def test_broken_pipe_ends_quietly(ws):
     # `sqlcal report ... | head -1`: 3000 groups print far more than a pipe buffer holds
-    script = "import sys; from sqlcal.cli.commands import main; sys.exit(main(sys.argv[1:]))"
+    script = "import sys; from sqlcal.cli import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.Popen(
         [sys.executable, "-c", script, "report", *DB, *COLUMNS, "--by", "score,day",
          "--metrics", "brier"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ws)
@@ -486,6 +486,6 @@ def test_help_lists_metric_names_and_dialects(capsys):
         assert name in flat
     code, out, _ = cli(capsys, "sql", "--help")
     assert code == 0
-    for name in SQL_METRICS:
+    for name in sql_metrics():
         assert name in out
     assert "duckdb" in out and "postgres" in out and "oracle" not in out

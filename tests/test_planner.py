@@ -10,10 +10,10 @@ import pytest
 import sqlcal
 from sqlcal.query import reductions
 from sqlcal.metrics import binned, cumulative, scores
+from sqlcal.metrics._registry import registered
 from sqlcal.query import declared, local, planner
 from sqlcal.query.declared import Summary, merge
-from sqlcal.reporting.report_table import (DEFAULT_METRICS, METRICS, _defaults, follow_ups,
-                              metric_options, needs)
+from sqlcal.reporting.report_table import (DEFAULT_METRICS, METRICS, _defaults, follow_ups, metric_options, needs)
 from sqlcal.query import executor
 from tests.conftest import calibration_data
 
@@ -144,20 +144,21 @@ def test_a_report_reads_the_table_once_for_its_first_stage(monkeypatch):
     assert len(queries) == before
 
 
-@pytest.mark.parametrize("name", sorted({**binned.NEEDS, **scores.NEEDS, **cumulative.NEEDS}))
+@pytest.mark.parametrize("name", sorted(
+    name for name, m in registered().items()
+    if m.function.__module__ in (binned.__name__, scores.__name__, cumulative.__name__)))
 def test_declared_needs_are_what_each_metric_reads(name, monkeypatch):
     df = _data(500, seed=3)
     function = getattr(sqlcal, name)
     src = sqlcal.source(df, score="p", label="y", weight="w", by="g")
-    registry = {**binned.NEEDS, **scores.NEEDS, **cumulative.NEEDS}
-    adaptive = {**binned.FOLLOW_UP_NEEDS, **cumulative.FOLLOW_UP_NEEDS}
+    declared = registered()[name]
     options = _defaults(function)
-    asks = [lambda s: adaptive[name](s, options)] if name in adaptive else []
-    planner.prefetch(src, registry[name](src, options), asks)
+    asks = [lambda s: declared.follow_up(s, options)] if declared.follow_up else []
+    planner.prefetch(src, declared.needs(src, options), asks)
     first = []
     monkeypatch.setattr(executor, "run", lambda s, build, **kw: first.append(build) or (
-        _ for _ in ()).throw(AssertionError(f"{name} ran a scan its NEEDS and FOLLOW_UP_NEEDS "
-                                            "did not declare")))
+        _ for _ in ()).throw(AssertionError(f"{name} ran a scan its registered needs and "
+                                            "follow-ups did not declare")))
     out = function(src)
     assert len(out) and not first
 

@@ -16,8 +16,8 @@ import pandas as pd
 
 from sqlcal._version import __version__
 from sqlcal.errors import install_hint, redact
-from sqlcal.reporting.report_table import DEFAULT_METRICS, METRICS
-from sqlcal.export.sqlgen import DIALECTS, METRICS as SQL_METRICS
+from sqlcal.reporting.report_table import DEFAULT_METRICS, METRICS, takes_bins
+from sqlcal.export.sqlgen import DIALECTS, metrics as sql_metrics
 
 EXIT_OK, EXIT_ERROR, EXIT_ALERT = 0, 2, 3
 # the exit codes each command's help lists: 3 only under the commands that return it
@@ -279,8 +279,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                     "in a SQL dialect: run them anywhere, then finish the metric with "
                     "sqlcal.from_summaries.",
         formatter_class=_Formatter,
-        epilog="metrics: " + ", ".join(SQL_METRICS) + "\n\n" + _PLAIN_EXIT_CODES)
-    sql.add_argument("metric", choices=SQL_METRICS, metavar="METRIC",
+        epilog="metrics: " + ", ".join(sql_metrics()) + "\n\n" + _PLAIN_EXIT_CODES)
+    sql.add_argument("metric", choices=sql_metrics(), metavar="METRIC",
                      help="one of the metrics listed below")
     sql.add_argument("--dialect", default="duckdb", choices=[*DIALECTS, "spark"],
                      help="default duckdb; databricks and spark are Spark SQL")
@@ -410,7 +410,7 @@ def _check_report_flags(args, rep: argparse.ArgumentParser) -> None:
                           "config file names the data, columns and metrics)")
         return
     args.by = args.by or ""
-    if args.bins is not None and not any(_takes_bins(m) for m in _metric_names(args)):
+    if args.bins is not None and not any(takes_bins(m) for m in _metric_names(args)):
         rep.error("--bins applies to the ECE family and the Brier decomposition; none of the "
                   "metrics measured takes it")
     args.bins = 15 if args.bins is None else args.bins
@@ -427,11 +427,6 @@ def _check_report_flags(args, rep: argparse.ArgumentParser) -> None:
         if value and not runs:
             rep.error(f"{flag} applies only with --config, --html, --json-file or --time")
     _check_bins(args, rep)
-
-
-def _takes_bins(name: str) -> bool:
-    # as sqlcal.report(bins=): the ECE family and the Brier decomposition take --bins
-    return name in METRICS and METRICS[name][0].__name__ in ("ece", "brier_decomposition")
 
 
 def _check_bins(args, rep: argparse.ArgumentParser) -> None:
@@ -688,7 +683,7 @@ def _adhoc_config(args) -> dict:
     source = {"data": args.data, "table": args.table, "score": args.score, "label": args.label,
               "weight": args.weight, "by": _keys(args.by), "where": args.where,
               "on_invalid": args.on_invalid, **_sampling(args)}
-    metrics = {name: {"bins": args.bins} if _takes_bins(name) else {}
+    metrics = {name: {"bins": args.bins} if takes_bins(name) else {}
                for name in _metric_names(args)}
     raw = {"source": {k: v for k, v in source.items() if v is not None}, "metrics": metrics,
            "report": {"bins": args.bins}}

@@ -2,7 +2,7 @@
 reads, ``from_summaries`` finishes the metric from the frames those statements return, wherever
 they ran (a scheduler that runs SQL only, dbt, a warehouse's own jobs, stored daily summaries).
 
-Both come from the declarations the library itself uses (each metric family's ``NEEDS``, the
+Both come from the declarations the library itself uses (each metric's registration, the
 reductions of :mod:`sqlcal.query.reductions`), so the exported SQL is the SQL that runs. A metric whose
 summaries are one-shot (read in one pass, with no follow-up that depends on the data) exports
 them: the equal-width binned metrics, the totals metrics, the grid form of the cumulative metrics
@@ -22,7 +22,6 @@ import ibis
 import pandas as pd
 
 from sqlcal.query import reductions
-from sqlcal.metrics import catalog
 from sqlcal.inputs.condition import parse_condition
 from sqlcal.errors import InvalidInputError
 from sqlcal.query import declared
@@ -31,11 +30,12 @@ from sqlcal.query.declared import union
 from sqlcal.inputs.groupkeys import NAN, NULL, GroupKeys
 from sqlcal.inputs.sources import Source
 from sqlcal.query.executor import source
+from sqlcal.metrics._registry import get, registered
 from sqlcal.query import executor
 
 def exportable() -> list[str]:
     """The metrics :func:`summary_sql` exports (some only with a one-shot option)."""
-    return sorted(catalog.needs())
+    return sorted(registered())
 
 
 def summary_sql(metric: str, *, dialect: str = "duckdb", table: str, score: str, label: str,
@@ -181,15 +181,14 @@ def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str =
         raise ValueError("the summaries carry no validation columns (chk_*): pass the frames "
                          "summary_sql's statements returned")
     src.forbid_queries(f"{metric} with these options needs more than its exported summaries")
-    function = catalog.function(metric)
-    return function(src, **chosen)
+    return get(metric).function(src, **chosen)
 
 
 def _spec(metric, *, table, score, label, weight, by, where, schema, options, dialect="duckdb"
           ) -> tuple[Source, dict]:
-    if metric not in catalog.needs():
+    if metric not in registered():
         raise ValueError(f"summary_sql exports {exportable()}, not {metric!r}")
-    function = catalog.function(metric)
+    function = get(metric).function
     defaults = {k: p.default for k, p in inspect.signature(function).parameters.items()
                 if p.default is not inspect.Parameter.empty}
     options = check_options(metric, options)  # the metric's own declared checks and budget
@@ -230,13 +229,12 @@ _LEVELS_HEADER = ("-- levels: one row per group and distinct score (as many rows
 def refines(metric: str, chosen: dict) -> str | None:
     """The one-shot option replacing ``metric``'s form under ``chosen`` options, when that form
     refines with follow-up passes over the rows (None when it is one-shot)."""
-    return next((instead for (name, option, value), instead in catalog.refining().items()
-                 if name == metric and (option is None or chosen.get(option) == value)), None)
+    return get(metric).refines(chosen)
 
 
 def _needs(metric: str, src: Source, chosen: dict) -> list:
     """What ``metric`` exports: its first-stage summaries, or the levels for a refining form."""
-    return [LEVELS] if refines(metric, chosen) else catalog.needs()[metric](src, chosen)
+    return [LEVELS] if refines(metric, chosen) else get(metric).needs(src, chosen)
 
 
 def _from_levels(metric: str, src: Source, chosen: dict, levels: pd.DataFrame) -> pd.DataFrame:
@@ -267,7 +265,7 @@ def _from_levels(metric: str, src: Source, chosen: dict, levels: pd.DataFrame) -
                          "statement of summary_sql returned")
     src.local_levels = frame.sort_values(keys, ignore_index=True, kind="stable")
     src.forbid_queries(f"{metric} finishes from the levels")
-    return catalog.function(metric)(src, **chosen)
+    return get(metric).function(src, **chosen)
 
 
 def _named(expr, keys: GroupKeys):

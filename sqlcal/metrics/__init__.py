@@ -15,10 +15,11 @@ import pandas as pd
 
 from sqlcal.query import declared, planner
 from sqlcal.inputs.sources import Source
+from sqlcal.options import OPTIONS
 
 _ALL = "__all__"
 
-WEIGHT_KINDS = ("auto", "frequency", "sampling")
+WEIGHT_KINDS = OPTIONS["weight_kind"].choices
 
 
 def groups(frame: pd.DataFrame, by: Sequence[str]) -> Iterator[tuple[dict, pd.DataFrame]]:

@@ -31,7 +31,8 @@ from scipy import optimize
 
 from sqlcal.metrics import (groups, key_tuple, per_group, resolve_weight_kind, result,
                             safe_div)
-from sqlcal.options import checked
+from sqlcal.metrics._registry import Report, metric
+from sqlcal.options import Option, checked, costs_binned
 from sqlcal.query import declared, planner
 from sqlcal.query.unlabeled import unlabeled_source
 from sqlcal.inputs.sources import Source
@@ -50,6 +51,14 @@ MAX_LP_LEVELS = 2_000
 LP_GAP = 5e-10
 
 
+@metric(needs=lambda src, o: levels_needs(o["bins"]),
+        report={"calibration_decision_loss": Report(
+            {"calibration_decision_loss": "calibration_decision_loss", "v_star": "cdl_v_star"})},
+        trust={"binning": None, "method": None}, cost=costs_binned,
+        options={"bins": Option("int", "equal-width bins of the binned predictor (default: the "
+                                "levels)", low=1, optional=True),
+                 "method": Option("choice", "the convex hull (exact) or the LP",
+                                  choices=("hull", "lp"))})
 @checked
 def calibration_decision_loss(
     data: Any,
@@ -216,6 +225,9 @@ def cdl_finish(levels: pd.DataFrame, *, by: Sequence[str] = (), method: str = "h
     return per_group(levels, by, finish)
 
 
+@metric(needs=lambda src, o: levels_needs(o["bins"]), cost=costs_binned,
+        options={"bins": Option("int", "equal-width bins of the binned predictor", low=1,
+                                optional=True)})
 @checked
 def decision_loss(
     data: Any,
@@ -371,6 +383,10 @@ def decision_loss_finish(levels: pd.DataFrame, *, by: Sequence[str] = (),
     return _frame(rows, by, columns if thresholds is None else ["threshold", *columns])
 
 
+@metric(needs=lambda src, o: levels_needs(None),
+        report={"decision_risk_gap": Report(
+            {"risk_gap": "risk_gap", "monotone_risk_gap": "monotone_risk_gap"})},
+        options={"threshold": Option("floats", "decision thresholds in [0, 1]", low=0, high=1)})
 @checked
 def decision_risk_gap(
     data: Any,
@@ -497,6 +513,8 @@ def risk_gap_finish(levels: pd.DataFrame, *, by: Sequence[str] = (),
     return _frame(rows, by, _RISK_COLUMNS)
 
 
+# the rules cut the score axis: its statement depends on what the caller passes (not in sql/)
+@metric(needs=lambda src, o: _expected_cost_needs(src, o), caller_shaped=True)
 @checked
 def expected_cost(
     data: Any,
@@ -831,17 +849,6 @@ def _expected_cost_needs(src: Source, options: dict) -> list:
             "hold: pass epsilon= (e.g. the upper_bound of sqlcal.cutoff_error on the validation "
             "rows), or measure with sqlcal where both tables are")
     return [_pieces_summary(rules_table(options["rules"], options["actions"], options["tie"]))]
-
-
-#: metric -> the summaries it reads, from its options (every option given, defaults filled): the
-#: level sets (or equal-width bins) for the decision losses and risks, the score axis cut at the
-#: rules' ends for the expected cost; none refines with follow-up passes
-NEEDS = {
-    "calibration_decision_loss": lambda src, o: levels_needs(o["bins"]),
-    "decision_loss": lambda src, o: levels_needs(o["bins"]),
-    "decision_risk_gap": lambda src, o: levels_needs(None),
-    "expected_cost": _expected_cost_needs,
-}
 
 
 # -- CDL: the LP and the V-curve ----------------------------------------------------------------

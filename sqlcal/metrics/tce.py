@@ -21,7 +21,8 @@ from sqlcal.metrics.cells import CELLS, cells_needs, cells_summary
 from sqlcal.query import declared, planner
 from sqlcal.inputs.sources import InvalidInputError, Source
 from sqlcal.query.executor import as_source
-from sqlcal.options import checked
+from sqlcal.metrics._registry import Report, metric
+from sqlcal.options import Option, checked, costs_tce
 from sqlcal.query import executor
 
 STRATEGIES = ("pavabc", "uniform", "quantile")
@@ -40,8 +41,26 @@ MAX_ROUNDS = 16
 #: score ranges one read of levels asks for at most (nearby wanted cells are read together)
 MAX_SPANS = 256
 TESTS = ("binomial", "ttest")
+#: what TCE and its bins declare alike. PAVA-BC runs over the score cells of PAVA_CELLS (with
+#: groups: the totals first, then the cells of pava_cells(groups) per group), then over the
+#: levels up to LEVEL_CAP rows, or those of the few cells where a merge is undecided; uniform and
+#: quantile bins over the score cells, then read the levels of the cells holding a bin edge or
+#: an acceptance interval's end (follow-ups). Above LEVEL_CAP rows PAVA-BC reads the levels of a
+#: few cells only, in rounds: exported, every form is the levels statement.
+_TCE = dict(
+    needs=lambda src, o: (([declared.totals()] if src.by else
+                           cells_needs(src, ("sums",), PAVA_CELLS))
+                          if o["strategy"] == "pavabc" else cells_needs(src, ("sums",))),
+    refining={**{("strategy", s): "strategy='pavabc' (the levels, read in one pass)"
+                 for s in ("uniform", "quantile")},
+              ("strategy", "pavabc"): "the levels (PAVA-BC over every distinct score)"},
+    cost=costs_tce,
+    options={"strategy": Option("choice", "how TCE cuts bins", choices=STRATEGIES),
+             "test": Option("choice", "the per-bin test", choices=TESTS)})
 
 
+@metric(**_TCE, report={"tce": Report({"tce": "tce", "n_bins": "tce_bins"})},
+        trust={"binning": None, "alpha": None, "test": None})
 @checked
 def tce(
     data: Any,
@@ -153,6 +172,7 @@ def tce(
     return src.present(out)
 
 
+@metric(**_TCE)
 @checked
 def tce_bins(
     data: Any,
@@ -277,23 +297,6 @@ def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rul
                            bins=bins, alpha=alpha, test=test, tail_rule=tail_rule,
                            levels_in=lambda ranges: planner.fetch(
                                src, declared.levels_within(ranges, "sums")))
-
-
-#: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS): PAVA-BC runs
-#: over the score cells of PAVA_CELLS (with groups: the totals first, then the cells of
-#: pava_cells(groups) per group), then over the levels up to LEVEL_CAP rows, or those of the
-#: few cells where a merge is undecided; uniform and quantile bins over the score cells, then
-#: read the levels of the cells holding a bin edge or an acceptance interval's end (follow-ups)
-NEEDS = {name: (lambda src, o: ([declared.totals()] if src.by else
-                                cells_needs(src, ("sums",), PAVA_CELLS))
-                if o["strategy"] == "pavabc" else cells_needs(src, ("sums",)))
-         for name in ("tce", "tce_bins")}
-REFINING = {(name, "strategy", strategy): "strategy='pavabc' (the levels, read in one pass)"
-              for name in ("tce", "tce_bins") for strategy in ("uniform", "quantile")}
-# above LEVEL_CAP rows PAVA-BC reads the levels of a few cells only, in rounds: exported, it is
-# the levels statement
-REFINING.update({(name, "strategy", "pavabc"): "the levels (PAVA-BC over every distinct score)"
-                 for name in ("tce", "tce_bins")})
 
 
 # -- the finishes: numpy from the summary frames ----------------------------------------------

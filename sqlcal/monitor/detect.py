@@ -354,8 +354,6 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         raise OptionError(f"alpha must lie in (0, 1), not {alpha!r}")
     if not (isinstance(horizon, (int, np.integer)) and horizon >= 1):
         raise OptionError(f"horizon must be a whole number of daily checks >= 1, not {horizon!r}")
-    if not (isinstance(bins, (int, np.integer)) and 1 <= bins <= 64):
-        raise OptionError(f"bins must be an integer in [1, 64], not {bins!r}")
     if len(tolerance) != 2 or min(tolerance) < 0:
         raise OptionError(f"tolerance must be (absolute, relative) >= 0, not {tolerance!r}")
     if not windows or any(not isinstance(m, (int, np.integer)) or m < 1 for m in windows):

@@ -31,8 +31,7 @@ from sqlcal import outputs
 from sqlcal.options import check as check_options
 from sqlcal.options import checked
 from sqlcal.inputs.groupkeys import group_id, key_value, records, shown_name
-from sqlcal.reporting.report_table import (METRICS, describe, metric_options, summary_steps, to_json, trust,
-                              wide)
+from sqlcal.reporting.report_table import (METRICS, describe, metric_options, summary_steps, to_json, trust, wide)
 from sqlcal.inputs.sources import Source, connect_url
 from sqlcal.query.executor import as_source
 
@@ -317,10 +316,13 @@ def _inputs(config: dict) -> list[str]:
 
 def config_schema() -> dict:
     """The JSON Schema (draft 2020-12) of ``report.toml`` as parsed, with which
-    :func:`validate_config` checks every configuration first."""
+    :func:`validate_config` checks every configuration first: a metric name is one of the
+    registered report metrics (:data:`sqlcal.reporting.report_table.METRICS`)."""
     from importlib.resources import files
 
-    return json.loads(files("sqlcal.reporting").joinpath("report_config.schema.json").read_text("utf-8"))
+    schema = json.loads(files("sqlcal.reporting").joinpath("report_config.schema.json").read_text("utf-8"))
+    schema["$defs"]["metric"]["enum"] = sorted(METRICS)
+    return schema
 
 
 def check_metric_options(name: str, options: dict, where: str) -> None:
