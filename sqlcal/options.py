@@ -27,7 +27,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from sqlcal.inputs.grids import CONVENTIONS
 
 
 class OptionError(ValueError):
@@ -108,6 +107,10 @@ def _choices(name: str) -> tuple:
 COLUMN = Option("column", "a column of the table", optional=True)
 
 #: every option name and its usual meaning
+#: where a score on a bin edge falls, after the library of the same name (sqlcal.inputs.grids
+#: draws the edges of each)
+CONVENTIONS = ("sqlcal", "sklearn", "netcal", "relplot")
+
 OPTIONS: dict[str, Option] = {
     # the data
     "score": Option("column", "column of the predicted probability of the positive class",

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-#: the equal-width bin conventions; see :func:`sqlcal.query.reductions.uniform_bin`
-CONVENTIONS = ("sqlcal", "sklearn", "netcal", "relplot")
+#: the equal-width bin conventions (the choices of the ``convention`` option); see
+#: :func:`sqlcal.query.reductions.uniform_bin`
+from sqlcal.options import CONVENTIONS  # noqa: E402,F401
 
 
 def uniform_edges(bins: int, convention: str) -> np.ndarray:
