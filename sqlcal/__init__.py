@@ -5,7 +5,8 @@ The engine reduces the rows to small summaries (Ibis queries); numpy and scipy f
 
 # the families register their metrics as they are imported (sqlcal.metrics._registry): this
 # order is the catalogue's and the report's
-from sqlcal.metrics.binned import brier_decomposition, ece, hosmer_lemeshow, reliability
+from sqlcal.metrics.binned import (brier_decomposition, debiased_ece, ece, hosmer_lemeshow,
+                                   reliability)
 from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
 from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
 from sqlcal.metrics.tce import tce, tce_bins
@@ -19,7 +20,7 @@ from sqlcal.query.layouts import multiclass
 from sqlcal.recalibration.corp import decompose
 from sqlcal.recalibration.fits import calibration_slope, isotonic, platt
 from sqlcal.recalibration.temperature import temperature_scaling
-from sqlcal.metrics.classwise import class_summary, classwise, debiased_ece
+from sqlcal.metrics.classwise import class_summary, classwise
 from sqlcal.reporting.report_table import report
 from sqlcal.reporting.scheduled import metric_series
 from sqlcal.inputs.sources import InvalidInputError, Source

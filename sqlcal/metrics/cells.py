@@ -21,6 +21,10 @@ from sqlcal.metrics import key_tuple
 from sqlcal.inputs.sources import Source
 from sqlcal.inputs.grids import LOGIT_CELL_BOUND
 
+#: cells of the score histogram behind smECE: with the offsets' first moments, linear binning
+#: of a cell lying within one interval of relplot's grid is exact (see ``sqlcal.metrics.smooth``; the distances read the same histogram)
+SMOOTH_CELLS = 2**14
+
 #: cells of the first histogram (2^10); a zoom multiplies the grid by a power of two up to
 #: ZOOM, so cell ids stay FLOOR(p·2^k), exact while k <= 50
 CELLS = 1024

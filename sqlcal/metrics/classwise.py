@@ -1,11 +1,9 @@
-"""Summaries over the classes of a classwise multiclass table, and the debiased squared ECE.
+"""Summaries over the classes of a classwise multiclass table.
 
 :func:`classwise` runs a metric once on a ``multiclass(mode="classwise")`` table grouped by
 class (one scan: the classes are one more group key of the same GROUP BY) and reduces the
-per-class values to their average and the worst class. :func:`debiased_ece` is the binned
-squared calibration error with each bin's sampling bias removed (Kumar, Liang & Ma 2019,
-Verified Uncertainty Calibration), on any binary table: the top-label table, or the classwise
-table through :func:`classwise`.
+per-class values to their average and the worst class; :func:`sqlcal.debiased_ece` (a binned
+metric) through it is uncertainty-calibration's marginal calibration error.
 
 Why a function taking the metric rather than an ``average=`` option on every metric: the
 per-class values are the metric's own result (one row per class, with every column it has),
@@ -22,8 +20,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.inputs.groupkeys import GroupKeys
-from sqlcal.query.executor import as_source, source
-from sqlcal.metrics.binned import reliability_table
+from sqlcal.query.executor import source
 from sqlcal.options import OptionError, checked
 
 #: result columns that are counts or bookkeeping, never the metric's value
@@ -177,92 +174,6 @@ def class_summary(per_class: pd.DataFrame, *, by: Sequence[str] = (), value: str
     return GroupKeys.plain(by).present(pd.DataFrame(rows))
 
 
-@checked
-def debiased_ece(
-    data: Any,
-    *,
-    score: str | None = None,
-    label: str | None = None,
-    weight: str | None = None,
-    by: str | Sequence[str] = (),
-    where: Any = None,
-    bins: int = 15,
-    strategy: str = "uniform",
-    convention: str = "sqlcal",
-    **source_options: Any,
-) -> pd.DataFrame:
-    r"""The debiased squared binned calibration error (Kumar, Liang & Ma 2019, Verified
-    Uncertainty Calibration), and its square root.
-
-    Parameters
-    ----------
-    data, score, label, weight, by, where
-        As for :func:`sqlcal.ece`; the labels are 0/1.
-    bins : int, default 15
-        Number of bins B.
-    strategy : {"uniform", "quantile", "uncertainty_calibration", "logit"}, default "uniform"
-        How bins are cut, as for :func:`sqlcal.ece` (``"uncertainty_calibration"`` cuts as
-        that library does).
-    convention : str, default "sqlcal"
-        Equal-width bin edges, as for :func:`sqlcal.ece`.
-    **source_options
-        Further options of :func:`sqlcal.source`, such as ``table=`` and ``on_invalid=``.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per group: ``ece_sq_debiased`` (may be negative: it is unbiased),
-        ``rmsce_debiased`` = :math:`\sqrt{\max(0, \cdot)}`, ``n``, ``W`` and ``n_bins``.
-
-    Notes
-    -----
-    With :math:`W_b`, :math:`\bar p_b` and :math:`\bar y_b` the weight, mean score and label
-    rate of bin b and :math:`W = \sum_b W_b`,
-
-    .. math:: \widehat{CE}^2 = \sum_b \frac{W_b}{W} \Big[(\bar y_b - \bar p_b)^2
-              - \frac{\bar y_b (1 - \bar y_b)}{W_b - 1}\Big],
-
-    a bin with :math:`W_b < 2` adding 0 (uncertainty-calibration's ``unbiased_square_ce``;
-    weights count as repeated examples). One scan: the reliability table's bins.
-
-    Examples
-    --------
-    >>> import pandas as pd
-    >>> frame = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
-    >>> debiased_ece(frame, score="p", label="y", bins=2)[["ece_sq_debiased", "n"]].round(6)
-       ece_sq_debiased  n
-    0          -0.0525  4
-    """
-    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    table = reliability_table(src, bins=bins, strategy=strategy, convention=convention, ci=None)
-    return src.present(debiased_finish(table, by=src.by))
-
-
-def debiased_finish(table: pd.DataFrame, *, by: Sequence[str] = ()) -> pd.DataFrame:
-    """:func:`debiased_ece` from a reliability table (per group and bin ``n``, ``W``,
-    ``mean_score``, ``observed``)."""
-
-    def finish(part: pd.DataFrame) -> dict:
-        dropped = part["n_dropped"] if "n_dropped" in part else None
-        part = part[part.W > 0]
-        W = part.W.sum()
-        y, p, w = part.observed.to_numpy(float), part.mean_score.to_numpy(float), part.W
-        bias = np.where(w >= 2, y * (1 - y) / np.maximum(w - 1, 1), 0.0)
-        terms = np.where(w >= 2, (y - p) ** 2 - bias, 0.0)
-        value = float((w * terms).sum() / W) if W > 0 else np.nan
-        return {"ece_sq_debiased": value, "rmsce_debiased": float(np.sqrt(max(value, 0.0))),
-                "n": int(part.n.sum()), "W": float(W), "n_bins": int((part.n > 0).sum()),
-                # on_invalid="drop": the group's dropped rows (on each of its bins' rows)
-                **({"n_dropped": int(dropped.max())} if "n_dropped" in table else {})}
-
-    by = list(by)
-    if not by:
-        return pd.DataFrame([finish(table)])
-    rows = [{**dict(zip(by, key if isinstance(key, tuple) else (key,))), **finish(part)}
-            for key, part in table.groupby(by, sort=True, dropna=False)]
-    return pd.DataFrame(rows)
-
-
 def power_mean(values: np.ndarray, power: float) -> float:
     """(mean of |v|^power)^(1/power), scaled by the largest |v| first: the terms (|v|/max)^power
     lie in [0, 1] and their mean in [1/K, 1], so neither overflows nor underflows to 0 (the
@@ -283,4 +194,3 @@ def power_mean(values: np.ndarray, power: float) -> float:
     if top == 0 or not np.isfinite(top):
         return top
     return top * float(np.mean((a / top) ** power)) ** (1 / power)
-

@@ -31,6 +31,7 @@ from scipy import optimize
 
 from sqlcal.metrics import (groups, key_tuple, per_group, resolve_weight_kind, result,
                             safe_div)
+from sqlcal.metrics import _registry
 from sqlcal.metrics._registry import Report, metric
 from sqlcal.options import Option, checked, costs_binned
 from sqlcal.query import declared, planner
@@ -1177,8 +1178,9 @@ def _validation_bound(validation, validation_label, src: Source, labelled: bool,
             raise TypeError("validation_label= names the label of validation= rows; pass "
                             "validation= too, or drop validation_label=")
         return None
-    from sqlcal.metrics.cumulative import cutoff_error
-
+    # the cutoff error's certified bound, through the catalogue: one family composing another's
+    # public metric, never its internals
+    cutoff_error = _registry.get("cutoff_error").function
     val = _validation_source(validation, validation_label, src, labelled)
     bound = cutoff_error(val, confidence=1 - 2 * delta)
     return val.group_keys.internal(bound, ["upper_bound"])

@@ -14,6 +14,7 @@ import pandas as pd
 from scipy import signal, special, stats
 
 from sqlcal.metrics import groups, key_tuple, per_group, result
+from sqlcal.metrics.cells import SMOOTH_CELLS
 from sqlcal.query import declared, planner
 from sqlcal.inputs.sources import Source
 from sqlcal.query.executor import as_source
@@ -22,9 +23,6 @@ from sqlcal.options import Option, checked, costs_ls_ece, costs_smooth
 from sqlcal.query import executor
 
 NOISES = ("gaussian", "uniform")
-#: cells of the score histogram behind smECE: with the offsets' first moments, linear binning
-#: of a cell lying within one interval of relplot's grid is exact (see ``_ScoreHistogram.grid``)
-SMOOTH_CELLS = 2**14
 #: the automatic bandwidth's search can read finer grids (σ < 0.01), each a follow-up over the
 #: straddling cells: one exported statement holds the histogram of a fixed bandwidth
 _REFINING = {("sigma", None): "sigma=<a bandwidth> (one histogram split at its grid)"}
