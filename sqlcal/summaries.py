@@ -577,6 +577,10 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
     if summary.kind == "levels_within":
         return levels(within_ranges(rows, by, summary.params[0]), by, parts, weighted=weighted,
                       checks=checks)
+    if summary.kind == "levels_slab":
+        lo, hi = summary.params
+        return levels(rows.filter(in_range(rows.p, lo, hi)), by, parts, weighted=weighted,
+                      checks=checks)
     if summary.kind in ("levels_in_cells", "logit_cells_in_cells"):  # each group its own
         grid, pairs = summary.params[-2:]  # cells: a join, not an IN list
         frame = pd.DataFrame([(*key, c) for key, c in pairs], columns=[*by, "cell"])

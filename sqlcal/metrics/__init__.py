@@ -7,7 +7,7 @@ NULL values for an empty one).
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -36,6 +36,56 @@ def groups(frame: pd.DataFrame, by: Sequence[str]) -> Iterator[tuple[dict, pd.Da
     keys = zip(*(ordered[c].iloc[starts].tolist() for c in by))
     for key, a, b in zip(keys, starts.tolist(), ends):
         yield dict(zip(by, key)), ordered.iloc[a:b]
+
+
+def as_slabs(levels) -> Iterable[pd.DataFrame]:
+    """Levels given whole (a frame) or in slabs of increasing score (an iterable of frames, each
+    sorted by group and score, as :func:`sqlcal.metrics.cells.level_slabs` yields them), as an
+    iterable of slabs."""
+    return [levels] if isinstance(levels, pd.DataFrame) else levels
+
+
+class GroupIndex:
+    """The groups met in a sequence of summary frames (slabs), numbered 0, 1, ... in the order
+    first met, with their key values: per-group arrays of a streaming finish grow with it."""
+
+    def __init__(self, by: Sequence[str]):
+        self.by = list(by)
+        self.keys: list[dict] = []
+        self._index: dict[tuple, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def codes(self, frame: pd.DataFrame) -> np.ndarray:
+        """The group number of every row of ``frame``."""
+        if not self.by:
+            if not self.keys:
+                self.keys.append({})
+                self._index[()] = 0
+            return np.zeros(len(frame), dtype=np.int64)
+        local = frame.groupby(self.by, dropna=False, sort=False).ngroup().to_numpy()
+        _, first = np.unique(local, return_index=True)
+        mapping = np.empty(len(first), dtype=np.int64)
+        for code, row in enumerate(first.tolist()):
+            key = {c: frame[c].iloc[row] for c in self.by}
+            at = self._index.setdefault(key_tuple(key), len(self.keys))
+            if at == len(self.keys):
+                self.keys.append(key)
+            mapping[code] = at
+        return mapping[local]
+
+    def frame(self) -> pd.DataFrame:
+        """The key columns, one row per group in number order."""
+        return pd.DataFrame(self.keys, columns=self.by)
+
+
+def grown(array: np.ndarray, size: int, fill=0.0) -> np.ndarray:
+    """``array`` extended with ``fill`` to ``size`` entries along its first axis."""
+    if len(array) >= size:
+        return array
+    pad = np.full((size - len(array), *array.shape[1:]), fill, dtype=array.dtype)
+    return np.concatenate([array, pad])
 
 
 def key_tuple(keys: dict) -> tuple:
