@@ -677,7 +677,7 @@ def decision_risk_gap(
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     levels = level_slabs(src).read_first()  # the first read validates: are labels binary?
     src.require_binary_labels("the decision risk gap")
-    values = risk_gap_finish(levels, by=src.by, thresholds=thresholds)
+    values = risk_gap_finish(levels, by=src.by, thresholds=thresholds, totals=levels.totals())
     return _by_threshold(src, values, _RISK_COLUMNS, "threshold", thresholds)
 
 
@@ -686,7 +686,8 @@ _RISK_COLUMNS = ["threshold", "risk", "bayes_risk", "risk_gap", "monotone_risk",
 
 
 def risk_gap_finish(levels, *, by: Sequence[str] = (),
-                    thresholds: Sequence[float] = (0.5,)) -> pd.DataFrame:
+                    thresholds: Sequence[float] = (0.5,),
+                    totals: pd.DataFrame | None = None) -> pd.DataFrame:
     """The plug-in, grouped-Bayes and best monotone risks of each group, from its level sets.
 
     Parameters
@@ -700,6 +701,9 @@ def risk_gap_finish(levels, *, by: Sequence[str] = (),
         The group keys.
     thresholds : sequence of float, default (0.5,)
         The decision thresholds τ.
+    totals : pandas.DataFrame, optional
+        Per group (the keys) ``n``, ``W`` and ``swy`` of all the levels: then the levels are
+        iterated once only.
 
     Returns
     -------
@@ -718,8 +722,8 @@ def risk_gap_finish(levels, *, by: Sequence[str] = (),
     slabs = as_slabs(levels)
     index = GroupIndex(by)
     n, W, Y = np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
-    for slab in slabs:  # the totals: each rule's cost needs the group's Σ of either label
-        g = index.codes(slab)
+    for slab in [totals] if totals is not None else slabs:  # each rule's cost needs the
+        g = index.codes(slab)  # group's Σ of either label
         G = len(index)
         n, W, Y = grown(n, G), grown(W, G), grown(Y, G)
         n += np.bincount(g, weights=slab["n"].to_numpy(float), minlength=G).astype(np.int64)
