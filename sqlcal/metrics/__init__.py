@@ -7,7 +7,7 @@ NULL values for an empty one).
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -78,6 +78,42 @@ class GroupIndex:
     def frame(self) -> pd.DataFrame:
         """The key columns, one row per group in number order."""
         return pd.DataFrame(self.keys, columns=self.by)
+
+    def levels(self, frame: pd.DataFrame, ordered: bool = False) -> "LevelArrays":
+        """A levels frame (``p``, ``n``, ``W``, ``swy``) as arrays with each row's group
+        number; ``ordered``: sorted by group number, then score (one lexsort of the arrays, not
+        of the frame and its key columns)."""
+        g = self.codes(frame)
+        p = frame["p"].to_numpy(float)
+        n, W, Y = (frame[c].to_numpy(float) for c in ("n", "W", "swy"))
+        if ordered:
+            order = np.lexsort((p, g))
+            g, p, n, W, Y = g[order], p[order], n[order], W[order], Y[order]
+        return LevelArrays(g, p, n, W, Y)
+
+
+class LevelArrays(NamedTuple):
+    """The columns of a levels frame as arrays: group number ``g``, score ``p``, rows ``n``,
+    weight ``W``, label sum ``Y``."""
+
+    g: np.ndarray
+    p: np.ndarray
+    n: np.ndarray
+    W: np.ndarray
+    Y: np.ndarray
+
+    def live(self) -> "LevelArrays":
+        """The levels of positive weight (a level whose rows all weigh 0 is no level)."""
+        keep = self.W > 0
+        return LevelArrays(*(a[keep] for a in self))
+
+
+def runs(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The starts and ends of the runs of equal values of ``g`` (sorted by group)."""
+    if not len(g):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    return starts, np.r_[starts[1:], len(g)]
 
 
 def grown(array: np.ndarray, size: int, fill=0.0) -> np.ndarray:

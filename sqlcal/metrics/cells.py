@@ -605,8 +605,9 @@ def level_slabs(src: Source, rows: int | None = None) -> "LevelSlabs":
     A source of at most ``rows`` rows (default: what the budget's ``bytes`` holds at
     :data:`LEVEL_ROW_BYTES` a level, :func:`slab_rows`) gives its levels in one piece (cached,
     shared with every metric that reads them). A larger one is read one score range at a time:
-    each slab holds every group's levels with lo <= p < hi, sorted by group and score, the
-    ranges following each other from 0 to 1, each holding at most ``rows`` rows (a single score
+    each slab holds every group's levels with lo <= p < hi, in no particular order
+    (:meth:`sqlcal.metrics.GroupIndex.levels` sorts its arrays), the ranges following each
+    other from 0 to 1, each holding at most ``rows`` rows (a single score
     holding more is a slab of its own). A slab is one query, not cached, so neither the
     engine's hash table nor the frame fetched grows with the table: the metric folds each slab
     into its running state and drops it. The ranges come from the score-cell histogram
@@ -666,15 +667,8 @@ class LevelSlabs:
         if self._whole():
             yield level_sets(src)
             return
-        by = list(src.by)
         for lo, hi in self.ranges:
-            frame = planner.scan(src, declared.levels_slab(lo, hi))
-            # sorted by group and score: the groups' codes and one lexsort (sorting the
-            # frame by its key columns costs several times that)
-            code = (frame.groupby(by, dropna=False, sort=True).ngroup().to_numpy() if by
-                    else np.zeros(len(frame), dtype=np.int64))
-            yield frame.take(np.lexsort((frame["p"].to_numpy(float), code))).reset_index(
-                drop=True)
+            yield planner.scan(src, declared.levels_slab(lo, hi))
 
 
 def slab_ranges(src: Source, histogram: pd.DataFrame, rows: int) -> list[tuple[float, float]]:

@@ -30,7 +30,7 @@ import pandas as pd
 from scipy import optimize
 
 from sqlcal.metrics import (GroupIndex, as_slabs, groups, grown, key_tuple, per_group, result,
-                            safe_div)
+                            runs, safe_div)
 from sqlcal.metrics.cells import level_slabs
 from sqlcal.options import checked
 from sqlcal.query import declared, planner
@@ -203,16 +203,15 @@ def cdl_finish(levels, *, by: Sequence[str] = (), method: str = "hull") -> pd.Da
     curve = _VCurve()
     kept: dict[int, list] = {}  # method="lp": each group's levels (at most MAX_LP_LEVELS)
     for slab in slabs:  # the totals, ECE and the V-curve's breakpoints at ȳ
-        g = index.codes(slab)
+        lv = index.levels(slab)
         G = len(index)
         n, W, held, ece, ece2 = (grown(a, G) for a in (n, W, held, ece, ece2))
-        n += np.bincount(g, weights=slab["n"].to_numpy(float), minlength=G).astype(np.int64)
-        Wk = slab["W"].to_numpy(float)
-        W += np.bincount(g, weights=Wk, minlength=G)
-        live = Wk > 0  # a level (or bin) whose rows all have weight 0 is absent, as its rows are
-        g, Wk, v = g[live], Wk[live], slab["p"].to_numpy(float)[live]
+        n += np.bincount(lv.g, weights=lv.n, minlength=G).astype(np.int64)
+        W += np.bincount(lv.g, weights=lv.W, minlength=G)
+        # a level (or bin) whose rows all have weight 0 is absent, as its rows are
+        g, v, _, Wk, Y = lv.live()
         # a rounding excursion of Σwy outside [0, W] must not put ȳ outside [0, 1]
-        ybar = np.clip(slab["swy"].to_numpy(float)[live] / Wk, 0.0, 1.0)
+        ybar = np.clip(Y / Wk, 0.0, 1.0)
         held += np.bincount(g, minlength=G)
         ece += np.bincount(g, weights=Wk * np.abs(ybar - v), minlength=G)
         ece2 += np.bincount(g, weights=Wk * (ybar - v) ** 2, minlength=G)
@@ -228,12 +227,8 @@ def cdl_finish(levels, *, by: Sequence[str] = (), method: str = "hull") -> pd.Da
             curve.add_rates(g, v, Wk, ybar)
     if method != "lp":
         for slab in slabs:  # the V-curve in increasing t, and its upper concave envelope
-            g = index.codes(slab)
-            Wk = slab["W"].to_numpy(float)
-            live = Wk > 0
-            g, Wk, v = g[live], Wk[live], slab["p"].to_numpy(float)[live]
-            ybar = np.clip(slab["swy"].to_numpy(float)[live] / Wk, 0.0, 1.0)
-            curve.add_scores(g, v, Wk, ybar)
+            g, v, _, Wk, Y = index.levels(slab, ordered=True).live()
+            curve.add_scores(g, v, Wk, np.clip(Y / Wk, 0.0, 1.0))
     rows = []
     for gi, key in enumerate(index.keys):
         shape = {"n_levels": int(held[gi]),
@@ -284,12 +279,12 @@ class _VCurve:
 
     def add_rates(self, g, v, Wk, ybar) -> None:
         live = ybar != v
-        g, v, Wk, ybar = g[live], v[live], Wk[live], ybar[live]
+        order = np.argsort(g[live], kind="stable")
+        g, v, Wk, ybar = (a[live][order] for a in (g, v, Wk, ybar))
         over, alpha, beta = self._terms(v, Wk, ybar)
-        for gi in np.unique(g).tolist():
-            at = g == gi
-            events = self.rates.setdefault(gi, [])
-            events.append((ybar[at], over[at], alpha[at], beta[at]))
+        for a, b in zip(*runs(g)):
+            events = self.rates.setdefault(int(g[a]), [])
+            events.append(_merged_events([(ybar[a:b], over[a:b], alpha[a:b], beta[a:b])]))
             if len(events) > 8:  # compact: one event per distinct (ȳ, start or end)
                 events[:] = [_merged_events(events)]
 
@@ -301,12 +296,13 @@ class _VCurve:
         self.state[gi] = [0.0, 0.0, 0.0, 0.0, np.array([0.0]), np.array([0.0])]
 
     def add_scores(self, g, v, Wk, ybar) -> None:
+        """Levels sorted by group number, then score."""
         live = ybar != v
         g, v, Wk, ybar = g[live], v[live], Wk[live], ybar[live]
         over, alpha, beta = self._terms(v, Wk, ybar)
-        for gi in np.unique(g).tolist():
-            at = g == gi
-            self._advance(gi, v[at], ~over[at], alpha[at], beta[at], upto=float(v[at].max()))
+        for a, b in zip(*runs(g)):
+            self._advance(int(g[a]), v[a:b], ~over[a:b], alpha[a:b], beta[a:b],
+                          upto=float(v[b - 1]))
 
     def _advance(self, gi, t, start, alpha, beta, upto: float) -> None:
         """Fold the events at scores ``t`` (sorted) and the pending ȳ events up to ``upto``."""
@@ -554,19 +550,18 @@ def decision_loss_finish(levels, *, by: Sequence[str] = (),
     n, W, levels_held = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
     sums = np.zeros((0, len(tasks), 3))  # loss, payoff, recalibrated payoff: Σ W_j · term
     for slab in as_slabs(levels):
-        g = index.codes(slab)
+        lv = index.levels(slab)
         G = len(index)
         n, W, levels_held, sums = (grown(n, G), grown(W, G), grown(levels_held, G),
                                    grown(sums, G))
-        Wk = slab["W"].to_numpy(float)
-        n += np.bincount(g, weights=slab["n"].to_numpy(float), minlength=G).astype(np.int64)
-        W += np.bincount(g, weights=Wk, minlength=G)
-        live = Wk > 0  # a level set whose rows all weigh 0 is absent, as its rows are
-        g, Wk = g[live], Wk[live]
+        n += np.bincount(lv.g, weights=lv.n, minlength=G).astype(np.int64)
+        W += np.bincount(lv.g, weights=lv.W, minlength=G)
+        # a level set whose rows all weigh 0 is absent, as its rows are
+        g, v, _, Wk, Y = lv.live()
+        del lv
         levels_held += np.bincount(g, minlength=G)
-        v = slab["p"].to_numpy(float)[live]
         # a rounding excursion of Σwy outside [0, W] must not put ȳ outside [0, 1]
-        ybar = np.clip(slab["swy"].to_numpy(float)[live] / Wk, 0.0, 1.0)
+        ybar = np.clip(Y / Wk, 0.0, 1.0)
         for i, t in enumerate(tasks):
             if t is None:
                 at_y = np.outer(1 - ybar, payoffs[:, 0]) + np.outer(ybar, payoffs[:, 1])
@@ -729,6 +724,7 @@ def risk_gap_finish(levels, *, by: Sequence[str] = (),
         n += np.bincount(g, weights=slab["n"].to_numpy(float), minlength=G).astype(np.int64)
         W += np.bincount(g, weights=slab["W"].to_numpy(float), minlength=G)
         Y += np.bincount(g, weights=slab["swy"].to_numpy(float), minlength=G)
+        del g
     G, T = len(index), len(thresholds)
     taus = np.asarray(thresholds, float)
     N = W - Y
@@ -738,12 +734,8 @@ def risk_gap_finish(levels, *, by: Sequence[str] = (),
     PY, PN, seen = np.zeros(G), np.zeros(G), np.zeros(G, np.int64)
     found: list[list] = [[] for _ in range(T)]
     for slab in slabs:
-        g = index.codes(slab)
-        Wk = slab["W"].to_numpy(float)
-        live = Wk > 0  # a score held only by weight-0 rows is no threshold
-        g, Wk = g[live], Wk[live]
-        u = slab["p"].to_numpy(float)[live]
-        Yk = slab["swy"].to_numpy(float)[live]
+        # a score held only by weight-0 rows is no threshold
+        g, u, _, Wk, Yk = index.levels(slab, ordered=True).live()
         N0 = Wk - Yk
         # Σ over this slab's earlier levels of the group, plus the slabs before
         CY, CN = _group_cumsum(Yk, g), _group_cumsum(N0, g)
