@@ -65,7 +65,9 @@ class GroupIndex:
                 self._index[()] = 0
             return np.zeros(len(frame), dtype=np.int64)
         local = frame.groupby(self.by, dropna=False, sort=False).ngroup().to_numpy()
-        _, first = np.unique(local, return_index=True)
+        # the first row of each local code (codes number the groups 0.. in order met)
+        first = np.empty(int(local.max()) + 1 if len(local) else 0, dtype=np.int64)
+        first[local[::-1]] = np.arange(len(local) - 1, -1, -1)
         mapping = np.empty(len(first), dtype=np.int64)
         for code, row in enumerate(first.tolist()):
             key = {c: frame[c].iloc[row] for c in self.by}

@@ -225,10 +225,14 @@ def cdl_finish(levels, *, by: Sequence[str] = (), method: str = "hull") -> pd.Da
                 kept.setdefault(gi, []).append((v[at], Wk[at], ybar[at]))
         else:
             curve.add_rates(g, v, Wk, ybar)
+        # freed before the next slab is read (the loop would hold them through its query)
+        del slab, lv, g, v, Wk, Y, ybar
     if method != "lp":
         for slab in slabs:  # the V-curve in increasing t, and its upper concave envelope
             g, v, _, Wk, Y = index.levels(slab, ordered=True).live()
+            del slab
             curve.add_scores(g, v, Wk, np.clip(Y / Wk, 0.0, 1.0))
+            del g, v, Wk, Y
     rows = []
     for gi, key in enumerate(index.keys):
         shape = {"n_levels": int(held[gi]),
@@ -578,6 +582,9 @@ def decision_loss_finish(levels, *, by: Sequence[str] = (),
                 terms = (np.abs(ybar - t) * (act != best), payoff_of(act), payoff_of(best))
             for j, term in enumerate(terms):
                 sums[:, i, j] += np.bincount(g, weights=Wk * term, minlength=G)
+            del terms
+        # freed before the next slab is read (the loop would hold them through its query)
+        del slab, g, v, Wk, Y, ybar
     with np.errstate(divide="ignore", invalid="ignore"):
         values = np.where(W[:, None, None] > 0, sums / W[:, None, None], np.nan)
     G, T = len(index), len(tasks)
@@ -724,7 +731,7 @@ def risk_gap_finish(levels, *, by: Sequence[str] = (),
         n += np.bincount(g, weights=slab["n"].to_numpy(float), minlength=G).astype(np.int64)
         W += np.bincount(g, weights=slab["W"].to_numpy(float), minlength=G)
         Y += np.bincount(g, weights=slab["swy"].to_numpy(float), minlength=G)
-        del g
+        del slab, g
     G, T = len(index), len(thresholds)
     taus = np.asarray(thresholds, float)
     N = W - Y
@@ -762,6 +769,8 @@ def risk_gap_finish(levels, *, by: Sequence[str] = (),
         PY += np.bincount(g, weights=Yk, minlength=G)
         PN += np.bincount(g, weights=N0, minlength=G)
         seen += np.bincount(g, minlength=G)
+        # freed before the next slab is read (the loop would hold them through its query)
+        del slab, g, u, Wk, Yk, N0, CY, CN, before_Y, before_N, rank, up, down
     rows = []
     for i, t in enumerate(taus):
         never, always = (1 - t) * Y, t * N
