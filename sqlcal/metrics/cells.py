@@ -99,6 +99,42 @@ def pair_levels(src: Source, cells: int, pairs: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values([*by, "p"], ignore_index=True, kind="stable")
 
 
+def cell_levels(src: Source, cells: int, pairs: list, sizes=None) -> pd.DataFrame:
+    """The levels (n, W, swy, swp per distinct score, and its ``cell``) of whole cells of the
+    2^k grid ``cells``, each group its own: ``pairs`` of (group key tuple, cell), read by a
+    join on the group and the cell (no group reads another's rows), not cached. With the
+    rows of each cell (``sizes``), in queries of at most a slab's rows each
+    (:func:`slab_rows`), so neither the engine's hash table nor a frame outgrows the memory
+    budget; the frames are concatenated (the caller holds what it asked for)."""
+    by = list(src.by)
+    if not pairs:
+        return pd.DataFrame(columns=[*by, "p", "n", "W", "swy", "swp", "cell"])
+    chunk = (np.zeros(len(pairs), dtype=np.int64) if sizes is None
+             else chunks(np.asarray(sizes, dtype=np.int64), slab_rows()))
+    frames = [planner.scan(src, declared.levels_in_cells(
+        cells, [pair for pair, mine in zip(pairs, chunk == part) if mine]))
+        for part in np.unique(chunk)]
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return frame.assign(cell=cell_of(frame["p"].to_numpy(float), cells))
+
+
+def chunks(sizes: np.ndarray, most: int) -> np.ndarray:
+    """Consecutive chunks of items of ``sizes``, each summing to at most ``most`` (an item
+    larger alone): the chunk number of each item.
+
+    >>> chunks(np.array([3, 3, 3, 9, 1]), 6).tolist()
+    [0, 0, 1, 2, 3]
+    """
+    out = np.empty(len(sizes), dtype=np.int64)
+    chunk, held = 0, 0
+    for i, size in enumerate(sizes.tolist()):
+        if held and held + size > most:
+            chunk, held = chunk + 1, 0
+        out[i] = chunk
+        held += size
+    return out
+
+
 def cell_of(p: np.ndarray, cells: int) -> np.ndarray:
     """The cell of each score on the 2^k grid, as the engine computes it (p·2^k is exact)."""
     return np.minimum(np.floor(np.asarray(p, float) * cells), cells - 1).astype(np.int64)

@@ -17,7 +17,8 @@ from scipy import stats
 
 from sqlcal.metrics import groups, key_tuple, level_sets, result
 from sqlcal.metrics import binomial
-from sqlcal.metrics.cells import CELLS, cells_needs, cells_summary, slab_rows
+from sqlcal.metrics.cells import (CELLS, cell_levels, cells_needs, cells_summary, chunks,
+                                  slab_rows)
 from sqlcal.query import declared, planner
 from sqlcal.inputs import InvalidInputError, Source, as_source
 from sqlcal import options
@@ -504,7 +505,7 @@ def pavabc_cells_table(grid: pd.DataFrame, *, by: Sequence[str], n_min=None, n_m
                 "pass n_min= and n_max= in counts (smaller bins settle sooner), or "
                 "strategy='quantile', or raise the budget with sqlcal.options.budget(bytes=...)")
         # read in chunks of at most a slab's rows each (a cell holding more alone)
-        chunk = _chunks(sizes, slab_rows())
+        chunk = chunks(sizes, slab_rows())
         for part in np.unique(chunk):
             ranges = [(key, c / cells, (c + 1) / cells)
                       for (key, c), mine in zip(wanted, chunk == part) if mine]
@@ -526,19 +527,6 @@ def pavabc_cells_table(grid: pd.DataFrame, *, by: Sequence[str], n_min=None, n_m
     table["binning"] = [labels[key_tuple({c: row[c] for c in by})]
                         for _, row in table[by].iterrows()] if by else labels[()]
     return table
-
-
-def _chunks(sizes: np.ndarray, most: int) -> np.ndarray:
-    """Consecutive chunks of items of ``sizes``, each summing to at most ``most`` (an item
-    larger alone): the chunk number of each item."""
-    out = np.empty(len(sizes), dtype=np.int64)
-    chunk, held = 0, 0
-    for i, size in enumerate(sizes.tolist()):
-        if held and held + size > most:
-            chunk, held = chunk + 1, 0
-        out[i] = chunk
-        held += size
-    return out
 
 
 def _cell_pieces(part: pd.DataFrame, levels: pd.DataFrame) -> pd.DataFrame:
@@ -701,7 +689,7 @@ def _levels(levels_in, by, wanted: dict, grid: int = CELLS) -> dict:
     if isinstance(next(iter(wanted.values())), dict):  # cell -> its rows: read in slabs
         sizes = np.array([wanted[key][c] for key, cells in wanted.items()
                           for c in sorted(cells)], dtype=np.int64)
-        chunk = _chunks(sizes, slab_rows())
+        chunk = chunks(sizes, slab_rows())
         frame = pd.concat([levels_in([r for r, mine in zip(ranges, chunk == part) if mine])
                            for part in np.unique(chunk)], ignore_index=True)
     else:
@@ -713,12 +701,8 @@ def _levels(levels_in, by, wanted: dict, grid: int = CELLS) -> dict:
 
 def _cell_levels(src: Source, cells: int, ranges) -> pd.DataFrame:
     """The levels of whole cells of the 2^k grid ``cells``, given as score ranges (key tuple,
-    lo, hi): each group its own cells (a join on the group and the cell, so no group reads
-    another's rows), read once and not cached."""
-    pairs = [(key, int(round(lo * cells))) for key, lo, _ in ranges]
-    if not pairs:
-        return pd.DataFrame(columns=[*src.by, "p", "n", "W", "swy", "swp"])
-    return planner.scan(src, declared.levels_in_cells(cells, pairs))
+    lo, hi): :func:`sqlcal.metrics.cells.cell_levels`."""
+    return cell_levels(src, cells, [(key, int(round(lo * cells))) for key, lo, _ in ranges])
 
 
 def _require_counts(src: Source) -> None:
