@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal import summaries
+from sqlcal import options
 from sqlcal.options import checked
 from sqlcal.condition import parse_condition
 from sqlcal.errors import InvalidInputError
@@ -341,7 +342,7 @@ class Source:
 
     def _check(self, frame: Any, explain: bool = True) -> None:
         """Check the validation aggregates of a summary (a pandas frame or an Arrow table)."""
-        frame = _Floats(frame)
+        raw, frame = frame, _Floats(frame)
         rows = int(np.nansum(frame["n"]))
         if rows == 0:
             raise InvalidInputError("the table has no rows to measure (after where=)")
@@ -389,6 +390,8 @@ class Source:
         if self.weighted:
             self.integer_weights = total("chk_w_frac") == 0
         self._validated = True
+        # the number of groups is known now: what grows with it is checked before any further pass
+        options.check_groups(_group_count(raw, self.by))
 
     def _report_counts(self) -> None:
         """A second, counting query: names each problem, its column and its row count."""
@@ -552,6 +555,7 @@ def source(
         src.has_soft_labels = soft_labels and bool(counts["label_soft"].sum())
         src.integer_weights = not int(counts.get("weight_fractional", pd.Series([0])).sum())
         _report_invalid(src, counts)
+        options.check_groups(len(counts))
     return src
 
 
@@ -1000,6 +1004,15 @@ def valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool) -> ir.Boolea
     if has_weight:
         valid &= (w >= 0) & ~w.isnan() & (w <= np.finfo(np.float64).max)
     return valid
+
+
+def _group_count(frame: Any, by: Sequence[str]) -> int:
+    """The distinct group key tuples of a summary (a pandas frame or an Arrow table)."""
+    if not by:
+        return 1
+    if isinstance(frame, pd.DataFrame):
+        return len(frame[list(by)].drop_duplicates())
+    return frame.select(list(by)).group_by(list(by)).aggregate([]).num_rows
 
 
 def _report_invalid(src: Source, counts: pd.DataFrame) -> None:

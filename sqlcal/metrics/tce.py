@@ -265,6 +265,7 @@ def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rul
     if strategy == "pavabc":
         grid, cells = _pava_grid(src)
         _require_counts(src)
+        _check_tests(grid, src.by, n_min, strategy, bins)
         if int(grid["n"].sum()) > LEVEL_CAP:
             return pavabc_cells_table(grid, by=src.by, n_min=n_min, n_max=n_max,
                                       tail_rule=tail_rule, alpha=alpha, test=test,
@@ -273,6 +274,7 @@ def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rul
         frame = level_sets(src)
     else:
         frame = cells_summary(src, ("sums",))
+        _check_tests(frame, src.by, n_min, strategy, bins)
     _require_counts(src)
     return tce_bins_finish(frame, by=src.by, strategy=strategy, n_min=n_min, n_max=n_max,
                            bins=bins, alpha=alpha, test=test, tail_rule=tail_rule,
@@ -697,6 +699,28 @@ def _levels(levels_in, by, wanted: dict, grid: int = CELLS) -> dict:
     frame = frame.assign(cell=np.minimum(np.floor(frame["p"].to_numpy(float) * grid),
                                          grid - 1).astype(np.int64))
     return {key_tuple(k): p for k, p in groups(frame, list(by))}
+
+
+def _check_tests(summary: pd.DataFrame, by, n_min, strategy: str, bins: int) -> None:
+    """Refuse, before any further pass, more exact binomial tests than the budget's ``tests``:
+    one per bin, at most B a group for uniform and quantile bins, and for PAVA-BC at most
+    ⌊N/(n_min + 1)⌋ + 1 (every block but the tail holds more than n_min rows)."""
+    sizes = (summary.groupby(list(by), dropna=False)["W"].sum().to_numpy(float) if by
+             else np.array([float(summary["W"].sum())]))
+    if strategy == "pavabc":
+        n_low = np.floor(sizes / 20) if n_min is None else np.full(len(sizes), float(n_min))
+        count = float(np.minimum(np.floor(sizes / (n_low + 1)) + 1, np.maximum(sizes, 1)).sum())
+        option = f"n_min={n_min!r}"
+    else:
+        count, option = float(bins) * len(sizes), f"bins={bins}"
+    budget = options.BUDGET.tests
+    if count > budget:
+        raise BudgetError(
+            f"tce(): {option} over {len(sizes):,} group(s) makes up to {count:,.0f} bins, each "
+            f"an exact binomial test (about 13 ms); the budget is {budget:,} tests "
+            "(sqlcal.options.BUDGET.tests). Pass a larger n_min= (bins hold more than n_min "
+            "rows), fewer groups or bins=, or raise the budget with "
+            "sqlcal.options.budget(tests=...)")
 
 
 def _cell_levels(src: Source, cells: int, ranges) -> pd.DataFrame:
