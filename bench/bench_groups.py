@@ -100,6 +100,8 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=OUT)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--commit", help="measure this commit's sqlcal/ instead of the working tree")
+    ap.add_argument("--timeout", type=float, default=1800,
+                    help="stop a task after this many wall seconds (and say so)")
     ap.add_argument("--task", help=argparse.SUPPRESS)
     ap.add_argument("--db", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -120,9 +122,16 @@ def main() -> None:
         try:
             for name in args.tasks:
                 t0 = time.perf_counter()
-                proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--task",
-                                       name, "--db", str(db)], capture_output=True, text=True,
-                                      env=env)
+                try:
+                    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()),
+                                           "--task", name, "--db", str(db)],
+                                          capture_output=True, text=True, env=env,
+                                          timeout=args.timeout)
+                except subprocess.TimeoutExpired:
+                    results[(name, groups)] = {"timeout": args.timeout}
+                    print(f"  {groups} groups {name}: stopped after {args.timeout:.0f} s",
+                          file=sys.stderr)
+                    continue
                 if proc.returncode:
                     print(f"{name} at {groups} groups FAILED:\n{proc.stderr[-3000:]}",
                           file=sys.stderr)
@@ -142,8 +151,11 @@ def main() -> None:
         if r is None:
             print(f"| `{name}` | {groups:,} | error | | |")
             continue
+        if "timeout" in r:
+            print(f"| `{name}` | {groups:,} | not done in {r['timeout']:.0f} s (wall) | | |")
+            continue
         one = results.get((name, min(args.groups)))
-        ratio = f"{r['cpu_s'] / one['cpu_s']:.1f}" if one else ""
+        ratio = f"{r['cpu_s'] / one['cpu_s']:.1f}" if one and "cpu_s" in one else ""
         print(f"| `{name}` | {groups:,} | {r['cpu_s']:.2f} | {ratio} | {r['added_rss_mb']:.0f} |")
 
 
