@@ -693,8 +693,17 @@ def _newton(stats, start: dict, offset: bool, max_iter: int = 100) -> dict:
             except np.linalg.LinAlgError:
                 steps[k] = np.full(len(grad), np.nan)
             cand[k] = theta[k] + scale[k] * steps[k]
-        trial = stats({k: v for k, v in cand.items() if np.all(np.isfinite(v))})
+            if (scale[k] == 1.0 and not current[k][3] and np.all(np.isfinite(steps[k]))
+                    and np.max(np.abs(steps[k])) <= 1e-12 * max(1.0, np.max(np.abs(cand[k])))):
+                # the full step is below the tolerance already: it is the last one, taken
+                # without the query that would only confirm it (one pass over the rows less)
+                done[k] = (cand[k], it, _inverse(hess))
+        if not any(k not in done for k in active):
+            break
+        trial = stats({k: v for k, v in cand.items() if k not in done and np.all(np.isfinite(v))})
         for k in active:
+            if k in done:
+                continue
             ll = current[k][2]
             if k not in trial:
                 fail(k, it, SEPARATED if current[k][3] else
