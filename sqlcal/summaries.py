@@ -25,6 +25,7 @@ import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
 
+from sqlcal.errors import engine_data_errors
 from sqlcal.grids import CONVENTIONS, uniform_edges  # noqa: F401 (part of this module's API)
 from sqlcal.grids import LOGIT_CELL_BOUND, logit_edges
 
@@ -38,8 +39,10 @@ def number(x: float) -> ir.FloatingValue:
 
 
 def execute(expr: ir.Table) -> pd.DataFrame:
-    """Run a summary query and return it as pandas (arrow transfer, no per-row Python)."""
-    return expr.to_pyarrow().to_pandas()
+    """Run a summary query and return it as pandas (arrow transfer, no per-row Python); the
+    engine's errors about the rows become :class:`sqlcal.errors.EngineDataError`."""
+    with engine_data_errors():
+        return expr.to_pyarrow().to_pandas()
 
 
 def statement(expr: ir.Table, dialect: str = "duckdb") -> str:
@@ -83,7 +86,8 @@ def execute_planned(plan: tuple, build: Callable[[], ir.Table], con, name: str,
     sql, schema, same = cached
     con.register(name, data)
     try:
-        table = con.execute(sql.replace(f'"{ROWS}"', f'"{name}"')).to_arrow_table()
+        with engine_data_errors():
+            table = con.execute(sql.replace(f'"{ROWS}"', f'"{name}"')).to_arrow_table()
     finally:
         con.unregister(name)
     # the engine's types (HUGEINT sums...) as the Ibis schema says. The first result of a plan
@@ -117,10 +121,13 @@ def _aggregate(t: ir.Table, by: Sequence[str], **metrics) -> ir.Table:
 # -- validation -------------------------------------------------------------------------------
 
 
-def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool) -> dict[str, ir.Value]:
+def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool,
+                     rates: Sequence[str] = ()) -> dict[str, ir.Value]:
     """Cheap aggregates that prove the rows valid: NULLs by count, NaN and range by MIN/MAX (NaN
     sorts above every number in DuckDB, Postgres and Spark, so MAX is NaN when any value is), and
-    non-binary labels by Σy(1−y) (0 exactly when every label in [0, 1] is 0 or 1)."""
+    non-binary labels by Σy(1−y) (0 exactly when every label in [0, 1] is 0 or 1). ``rates``:
+    the rate columns read from the table (:data:`RATE`, :data:`TRAINING_RATE`), each counted
+    and bounded the same way (``chk_<column>count``, ``..min``, ``..max``)."""
     # Scores are counted in every summary, whatever its key: a bin id need not be NULL for a
     # NULL score (LEAST(NULL, B - 1) is B - 1 in DuckDB), so a key cannot stand in for the count.
     checks = {
@@ -135,6 +142,9 @@ def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool) -> dict[
         checks |= {"chk_w_count": t.w.count(), "chk_w_min": t.w.min(), "chk_w_max": t.w.max(),
                    # 0 exactly when every weight is a whole number (a count of identical rows)
                    "chk_w_frac": fractional_part(t.w).sum()}
+    for column in rates:
+        checks |= {f"chk_{column}count": t[column].count(), f"chk_{column}min": t[column].min(),
+                   f"chk_{column}max": t[column].max()}
     return checks
 
 
@@ -163,6 +173,66 @@ def validation(rows: ir.Table, by: Sequence[str], checks: dict[str, ir.BooleanVa
     return _aggregate(rows, by, **metrics)
 
 
+# -- the variance weight ---------------------------------------------------------------------
+
+#: the column of a downsampled source's rows holding each row's sampling rate: the rate a kept
+#: negative was kept at, 1 for a positive (every positive is kept)
+RATE = "r_"
+#: the column of the training rate when it is read from the table (validation only: the scores
+#: are corrected when the rows are made)
+TRAINING_RATE = "t_"
+#: the columns a summary reads from the normalised rows, beside the group keys
+ROW_COLUMNS = ("p", "y", "w", RATE)
+#: the largest weight accepted: its square, summed over 2^53 rows and times a squared log-loss
+#: term (at most about 745^2), stays inside a double, so no variance sum can overflow
+WEIGHT_MAX = 1e140
+
+
+def variance_weights(t: ir.Table) -> tuple[ir.FloatingValue, ir.FloatingValue, bool]:
+    r"""The variance weight v of a row, its label-free part :math:`v_0`, and whether the rows
+    carry a sampling design (``v`` and ``v0`` differ).
+
+    A row weight is :math:`w = f/\pi`: a frequency part f (whole-number weights count identical
+    rows) times the inverse of the probability π that the sampling kept the row. A weighted
+    sum :math:`\hat T = \sum_\text{kept} w z` estimates the total of z over the rows before the
+    sampling, drawn i.i.d. from their population; under Poisson (independent Bernoulli) sampling
+    its variance, the population's and the sampling's together, is estimated without bias by
+    :math:`\sum_\text{kept} v z^2` with :math:`v = f/\pi^2` (Särndal, Swensson & Wretman (1992),
+    Model Assisted Survey Sampling, ch. 2-3 and 5). The part a null model can replace by its
+    expectation is the population's, :math:`\sum_\text{kept} v_0 E_0[z^2]` with
+    :math:`v_0 = f/\pi` (each kept row stands for f/π rows of the population); the design adds
+    :math:`\sum_\text{kept} (v - v_0) z^2` (:func:`null_variance`).
+
+    - Negative downsampling (column :data:`RATE`): π = r on a kept negative, 1 on a positive,
+      f the weight column (or 1): :math:`v = w/r`, :math:`v_0 = w`.
+    - Sampling weights (no rate): π unknown, f = 1, weights of any scale:
+      :math:`v = v_0 = w^2` (the null model assumes the weights do not depend on the label
+      given the score; a design that does is a sampling rate).
+    - Frequency weights have v = w and need no sums of their own: the summaries' Σw-sums are
+      theirs (the metrics read them for ``weight_kind="frequency"``).
+    """
+    if RATE in t.columns:
+        return t.w * (1.0 / t[RATE]), t.w, True
+    ww = t.w * t.w
+    return ww, ww, False
+
+
+def null_variance(t: ir.Table, expected: ir.FloatingValue, square: ir.FloatingValue
+                  ) -> ir.FloatingValue:
+    """A row's term of the variance of a weighted sum of z under a null model: :math:`v_0`
+    times ``expected`` (:math:`E_0[z^2]` given the score) plus the design's :math:`(v - v_0)`
+    times ``square`` (the row's own :math:`z^2`); see :func:`variance_weights`."""
+    v, v0, design = variance_weights(t)
+    if not design:
+        return v * expected
+    return v0 * expected + (v - v0) * square
+
+
+def row_columns(rows: ir.Table) -> list[str]:
+    """The normalised columns of ``rows`` a summary reads (:data:`ROW_COLUMNS` present)."""
+    return [c for c in ROW_COLUMNS if c in rows.columns]
+
+
 # -- sums shared by every summary -------------------------------------------------------------
 
 
@@ -170,9 +240,15 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
     """The sums a summary row carries, by ``parts`` (each metric asks only for what it reads):
 
     always ``n``, ``p_max`` and (weighted) ``W`` = Σw; ``"sums"``: Σwy, Σwp, ``p_min``;
-    ``"sw2"``: Σw²; ``"ny"``: Σy, the rows with y = 1 of binary labels; ``"moments"``: Σwp², Σwyp (and Σwy² with ``"soft"``); ``"pp"``: Σwp²; ``"residuals"``:
-    ``total`` = Σw(y−p), ``positive`` = Σw(y−p)⁺ (the negative part is positive − total) and the
-    Bernoulli variance ``var`` = Σwp(1−p) (``var2`` = Σw²p(1−p) with ``"sw2"``).
+    ``"sw2"``: Σv, the sum of the variance weight (:func:`variance_weights`: Σw² for sampling
+    weights), and with a sampling design ``sw2_0`` = Σv₀ and ``sw2_design`` = Σ(v − v₀)(y − p)²;
+    ``"ny"``: Σy, the rows with y = 1 of binary labels; ``"moments"``: Σwp², Σwyp (and Σwy²
+    with ``"soft"``); ``"pp"``: Σwp²; ``"sw2y"``: Σvy; ``"sw2p"``: the calibration ratio's
+    null variance terms ``sw2p`` = Σv₀p and ``sw2pp`` = Σ(2v₀ − v)p² (Σw²p and Σw²p² without
+    a design: every row whose v₀ differs from v is a negative); ``"residuals"``: ``total`` =
+    Σw(y−p), ``positive`` = Σw(y−p)⁺ (the negative part is positive − total) and the Bernoulli
+    variance ``var`` = Σwp(1−p) (with ``"sw2"``, ``var2``: its null variance under the variance
+    weight, Σv₀p(1−p) + Σ(v − v₀)(y − p)², Σw²p(1−p) without a design).
     Unweighted, the weight products are left out: the finish reads W = Σw² = n.
     """
     w = t.w if weighted else None
@@ -182,14 +258,22 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
         sums["W"] = w.sum()
     if "sums" in parts:
         sums |= {"swy": times(t.y).sum(), "swp": times(t.p).sum(), "p_min": t.p.min()}
+    if not weighted:
+        v = v0 = design = None
+    else:
+        v, v0, design = variance_weights(t)
     if "sw2" in parts and weighted:
-        sums["sw2"] = (w * w).sum()
+        sums["sw2"] = v.sum()
+        if design:
+            r = t.y - t.p
+            sums |= {"sw2_0": v0.sum(), "sw2_design": ((v - v0) * r * r).sum()}
     if "ny" in parts and weighted:  # rows with y = 1 (unweighted, Σwy counts them)
         sums["ny"] = t.y.sum()
-    if "sw2y" in parts and weighted:  # Σw²y: sandwich variances from the levels
-        sums["sw2y"] = (w * w * t.y).sum()
-    if "sw2p" in parts and weighted:  # Σw²p, Σw²p²: the calibration ratio's sampling variance
-        sums |= {"sw2p": (w * w * t.p).sum(), "sw2pp": (w * w * t.p * t.p).sum()}
+    if "sw2y" in parts and weighted:  # Σvy: sandwich and linearized variances
+        sums["sw2y"] = (v * t.y).sum()
+    if "sw2p" in parts and weighted:  # the calibration ratio's null variance
+        sums |= {"sw2p": (v0 * t.p).sum(),
+                 "sw2pp": ((2 * v0 - v) * (t.p * t.p) if design else v * t.p * t.p).sum()}
     if "pp" in parts and "moments" not in parts:  # Σwp² alone (the calibration ratio's)
         sums["swpp"] = times(t.p * t.p).sum()
     if "moments" in parts:
@@ -201,7 +285,8 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
         pq = t.p * (1 - t.p)
         sums |= {"total": r.sum(), "positive": ibis.greatest(r, 0.0).sum(), "var": times(pq).sum()}
         if "sw2" in parts and weighted:
-            sums["var2"] = (w * w * pq).sum()
+            r = t.y - t.p
+            sums["var2"] = null_variance(t, pq, r * r).sum()
     return sums
 
 
@@ -278,8 +363,8 @@ def totals_sums(t: ir.Table, parts: frozenset, *, weighted: bool, soft: bool = T
         q = 1 - 2 * p
         spieg_var = q * q * p * (1 - p)  # products, not POWER: a fifth of the query's cost
         sums |= dict(sw_spieg=times(r * q).sum(), sw_spieg_var=times(spieg_var).sum())
-        if weighted:
-            sums["sw2_spieg_var"] = (w * w * spieg_var).sum()
+        if weighted:  # under the variance weight (the design's own part by the rows' z²)
+            sums["sw2_spieg_var"] = null_variance(t, spieg_var, r * r * q * q).sum()
     if "logloss" in parts:
         # 0·log 0 = 0: a log is taken only of a positive argument (Postgres raises on ln(0)); a
         # positive-weight row with y > 0 at p = 0 (or y < 1 at p = 1) has infinite loss and is
@@ -299,6 +384,10 @@ def totals_sums(t: ir.Table, parts: frozenset, *, weighted: bool, soft: bool = T
         sums |= dict(sw_logloss=times(loss).sum(), n_infinite_logloss=t.count(where=infinite))
         if "logloss_var" in parts:  # Σwℓ², Σwyℓ: the normalized entropy's delta-method variance
             sums |= dict(sw_logloss_sq=times(loss * loss).sum(), swy_logloss=times(y * loss).sum())
+            if "sw2" in parts and weighted:  # the same under the variance weight, with Σvℓ
+                v = variance_weights(t)[0]
+                sums |= dict(sw2_logloss=(v * loss).sum(), sw2_logloss_sq=(v * loss * loss).sum(),
+                             sw2y_logloss=(v * y * loss).sum())
     return sums
 
 
@@ -453,7 +542,7 @@ def _joined_to_cells(rows: ir.Table, by: Sequence[str], cells: int,
     m = ibis.memtable(small)
     on = [t.cell == m.cell_, *(t[k].identical_to(m[k]) for k in by)]
     extra = [c for c in small.columns if c not in (*by, "cell_")]
-    return t.join(m, on).select(*by, "cell", "p", "y", "w", *extra)
+    return t.join(m, on).select(*by, "cell", *row_columns(rows), *extra)
 
 
 def cell_prefix_min(rows: ir.Table, by: Sequence[str], cells: int, centres: pd.DataFrame, *,
@@ -569,7 +658,9 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
     if summary.kind == "segment_sums":  # sqlcal.segments: one branch per column tuple
         return segment_sums(rows, summary.params, weighted=weighted, checks=checks)
     if summary.kind == "segment_terms":
-        return segment_terms(rows, summary.params, weighted=weighted)
+        return segment_terms(rows, summary.params, weighted=weighted, checks=checks)
+    if summary.kind == "segment_overlaps":  # a follow-up: the search validated the rows
+        return segment_overlaps(rows, summary.params, weighted=weighted)
     if summary.kind == "cells_within":
         grid, ranges = summary.params
         return cells(within_ranges(rows, by, ranges), by, grid, parts, weighted=weighted,
@@ -820,14 +911,15 @@ def _with_coefficients(rows: ir.Table, by: Sequence[str], groups: tuple, names: 
 
 def logistic_meat(rows: ir.Table, by: Sequence[str], feature: str, clip: float, offset: bool,
                   groups: tuple, *, weighted: bool) -> ir.Table:
-    """Σw²(y − μ)²·(1, x, x²) per group (``m00``, ``m01``, ``m11``) at the listed groups'
-    coefficients (key tuple, a, b): the middle of the sandwich covariance."""
+    """Σv(y − μ)²·(1, x, x²) per group (``m00``, ``m01``, ``m11``) at the listed groups'
+    coefficients (key tuple, a, b), with the variance weight v (:func:`variance_weights`: w²
+    for sampling weights, f/π² under a sampling rate): the middle of the sandwich covariance."""
     x = logistic_feature(rows.p, feature, clip)
-    w = rows.w if weighted else ibis.literal(1.0)
+    v = variance_weights(rows)[0] if weighted else ibis.literal(1.0)
     a = group_value(rows, by, {g[0]: g[1] for g in groups})
     b = ibis.literal(1.0) if offset else group_value(rows, by, {g[0]: g[2] for g in groups})
     mu = sigmoid(a + b * x)
-    t = rows.mutate(_e2=(w * (rows.y - mu)) ** 2, _x=x)
+    t = rows.mutate(_e2=v * (rows.y - mu) ** 2, _x=x)
     return _aggregate(t, by, m00=t._e2.sum(), m01=(t._e2 * t._x).sum(),
                       m11=(t._e2 * t._x * t._x).sum())
 
@@ -1259,10 +1351,15 @@ def is_bound(t: ir.Table) -> bool:
 
 # -- segments: per-segment sums over feature-value conjunctions (sqlcal.segments) ------------
 
-#: the value standing for a NULL feature, and for the values pooled into a feature's "other"
-#: bucket (a value too rare to be a segment of its own); a feature holding either is refused
-SEGMENT_NULL = "__null__"
-SEGMENT_OTHER = "__other__"
+#: how the search keys a feature's value (:func:`segment_value`): a value is
+#: :data:`SEGMENT_VALUE` followed by the value cast to a string; a NULL feature is
+#: :data:`SEGMENT_NULL` and the values pooled into a feature's "other" bucket (each too rare to be
+#: a segment of its own) are :data:`SEGMENT_OTHER`. Neither starts with :data:`SEGMENT_VALUE`,
+#: so no value of the data (``"__null__"``, ``"__other__"``, ``""``, ...) can be taken for NULL,
+#: for the bucket, or for another value
+SEGMENT_VALUE = "="
+SEGMENT_NULL = "null"
+SEGMENT_OTHER = "other"
 #: folds: rows are assigned by the score's bits (x = p·C + Σ split·φ; u = 2·dist(x, ℤ)), pure
 #: double arithmetic every engine evaluates alike; 2 is the holdout, 0 fold A, 1 fold B
 _FOLD_SCALE = 9_999_991.0
@@ -1270,8 +1367,19 @@ _FOLD_SPLIT = 0.6180339887498949
 
 
 def segment_value(col: ir.Value) -> ir.StringValue:
-    """A feature's value as a string, NULL as :data:`SEGMENT_NULL` (so NULL means "free")."""
-    return col.cast("string").fill_null(SEGMENT_NULL)
+    """A feature's value as the search keys it: :data:`SEGMENT_VALUE` and the value as a string,
+    or :data:`SEGMENT_NULL` for NULL (so a NULL key means "free")."""
+    return ibis.ifelse(col.isnull(), ibis.literal(SEGMENT_NULL),
+                       ibis.literal(SEGMENT_VALUE) + col.cast("string"))
+
+
+def segment_code(value: str) -> str:
+    """The key of a feature's value (its string), as :func:`segment_value` makes it.
+
+    >>> segment_code("__null__")
+    '=__null__'
+    """
+    return SEGMENT_VALUE + value
 
 
 def segment_fold(t: ir.Table, holdout: float, a_share: float, split: Sequence[str]
@@ -1289,15 +1397,23 @@ def segment_fold(t: ir.Table, holdout: float, a_share: float, split: Sequence[st
 
 
 def segment_condition(t: ir.Table, predicates: Sequence[tuple]) -> ir.BooleanValue:
-    """Rows of a segment: ``predicates`` are ``(feature, value, kept)``, value a string as
-    :func:`segment_value` gives it, or :data:`SEGMENT_OTHER` for the rows whose value is not
-    among ``kept``."""
+    """Rows of a segment: ``predicates`` are ``(feature, key, kept)``, key a value's key as
+    :func:`segment_value` gives it (:data:`SEGMENT_NULL` for NULL), or :data:`SEGMENT_OTHER` for
+    the rows whose key is not among ``kept``. Compared in the column's own type (no per-row
+    cast)."""
     out = []
     for feature, value, kept in predicates:
-        v = segment_value(t[feature])
-        out.append(~v.isin(list(kept)) if value == SEGMENT_OTHER and kept else
-                   ibis.literal(True) if value == SEGMENT_OTHER else v == value)
+        col = t[feature]
+        out.append(~_among(col, kept) if value == SEGMENT_OTHER else _among(col, (value,)))
     return ibis.and_(*out)
+
+
+def _among(col: ir.Value, keys: Sequence[str]) -> ir.BooleanValue:
+    """Whether a feature's value is one of ``keys`` (:func:`segment_value`'s, NULL's among
+    them), in the column's own type; never NULL."""
+    plain = _typed(col, [k for k in keys if k not in (SEGMENT_NULL, SEGMENT_OTHER)])
+    return ibis.cases((col.isnull(), ibis.literal(SEGMENT_NULL in keys)),
+                      else_=col.isin(plain) if plain else ibis.literal(False))
 
 
 #: summary columns that merge over disjoint sets of rows by MIN, and by MAX; every other sum
@@ -1408,14 +1524,17 @@ def segment_sizes(plan: list, cover: Sequence[int]) -> list[int]:
 
 
 def _typed(col: ir.Value, values: Sequence[str]) -> list:
-    """``values`` (strings as :func:`segment_value` gives them) as literals of ``col``'s type:
-    exact for the integer and string columns that can be narrowed (a boolean feature has at
-    most three raw values, never more than twice its candidates' values plus two)."""
+    """``values`` (keys of values as :func:`segment_value` gives them) as literals of ``col``'s
+    type: the engines cast an integer to its decimal digits and a boolean to ``true`` or
+    ``false``, so the literal is exactly the value the key was made from."""
+    values = [v[len(SEGMENT_VALUE):] for v in values]
     if col.type().is_string():
-        return list(values)
+        return values
     if col.type().is_integer():
         return [int(v) for v in values]
-    raise TypeError(f"a {col.type()} feature is not narrowed")  # pragma: no cover
+    if col.type().is_boolean():
+        return [v.lower() == "true" for v in values]
+    raise TypeError(f"a {col.type()} feature has no segments")  # pragma: no cover
 
 
 def _narrowed(col: ir.Value, values: Sequence[str], kept: Sequence[str]
@@ -1425,16 +1544,9 @@ def _narrowed(col: ir.Value, values: Sequence[str], kept: Sequence[str]
     those values, 1 for a row of the pooled bucket (a value outside ``kept``, NULL included
     unless kept) when the candidates hold :data:`SEGMENT_OTHER`, 2 for every other row (in
     no candidate). Compared in the column's own type (no per-row cast)."""
-    special = (SEGMENT_NULL, SEGMENT_OTHER)
-
-    def among(vs: Sequence[str]) -> ir.BooleanValue:  # never NULL
-        plain = _typed(col, [v for v in vs if v not in special])
-        return ibis.cases((col.isnull(), ibis.literal(SEGMENT_NULL in vs)),
-                          else_=col.isin(plain) if plain else ibis.literal(False))
-
-    inside = among(values)
+    inside = _among(col, values)
     if SEGMENT_OTHER in values:
-        cls = ibis.cases((inside, 0), (~among(kept), 1), else_=2)
+        cls = ibis.cases((inside, 0), (~_among(col, kept), 1), else_=2)
     else:
         cls = ibis.cases((inside, 0), else_=2)
     return ibis.cases((inside, col), else_=ibis.null(col.type())), cls.cast("int8")
@@ -1484,7 +1596,7 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
         """The sums (and validation checks) of ``b``'s rows per fold, group and ``columns``."""
         sums = _sums(b, parts, weighted=weighted)
         if weighted:
-            sums["var2"] = (b.w * b.w * b.p * (1 - b.p)).sum()
+            sums["var2"] = null_variance(b, b.p * (1 - b.p), (b.y - b.p) ** 2).sum()
         if extremes:  # the largest (y − p)²: (1 − least p of y = 1)² or (largest p of y = 0)²
             sums |= {"p_min_pos": b.p.min(where=b.y == 1), "p_max_neg": b.p.max(where=b.y == 0)}
         return _aggregate(b, [*group_keys, *columns], **sums, **(checks(b) if checks else {}))
@@ -1532,7 +1644,7 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
             columns = [features[j] for j in cols]
             # only the set's columns: each set reads the table itself, so no relation of every
             # row is shared by the sets (DuckDB would keep it: about 70 bytes a row)
-            b = rows.select(*dict.fromkeys(c for c in ("p", "y", "w", *by, *split, *columns)
+            b = rows.select(*dict.fromkeys(c for c in (*ROW_COLUMNS, *by, *split, *columns)
                                            if c in rows.columns))
             b = b.mutate(**fresh_keys(b))
             classes = {}
@@ -1554,6 +1666,46 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
         out = out.semi_join(table, [out.sqlcal_tuple == table.sqlcal_tuple, *(
             out[n] == table[f"sqlcal_k{j}"] for j, n in enumerate(names))])
     return out
+
+
+def segment_overlaps(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
+    """On one fold, per score bin (``bin``, when ``bins``), the sums of the rows of each of
+    ``nodes`` (``(group key, predicates)``, :func:`segment_condition`'s): ``r{k}`` = Σw(y − p),
+    ``i{k}`` = Σwp(1 − p) and, weighted, ``v{k}`` = Σw²p(1 − p), as CASE sums over one scan of
+    the rows inside one of ``within`` (the same form; every node lies inside one of them). With
+    ``cube`` (the token of a search whose reduced cube :func:`segment_sums` kept), the sums
+    come from the cube's rows instead of the table's, whose keys are already recoded."""
+    by, (holdout, a_share, split), bins, fold, nodes, within, cube = params
+    cells = _STAGES.get(("segment_cube", cube)) if cube else None
+    if cells is not None:  # the cube: sums per fold, group, bin and recoded feature keys
+        t = cells
+
+        def member(key, preds):
+            out = [t[f] == (SEGMENT_OTHER if k == SEGMENT_OTHER else k) for f, k, _ in preds]
+            return ibis.and_(*([key_match(t, key, by)] if by else []), *out)
+
+        t = t.mutate(sqlcal_r=t.swy - t.swp, sqlcal_i=t.swp - t.swpp,
+                     **({"sqlcal_v": t.var2} if weighted else {}))
+    else:
+        t = rows.mutate(sqlcal_fold=segment_fold(rows, holdout, a_share, split))
+        if bins:
+            t = t.mutate(bin=uniform_bin(t.p, bins, "sqlcal"))
+
+        def member(key, preds):
+            return key_match(t, key, by) & segment_condition(t, preds) if by else \
+                segment_condition(t, preds)
+
+        w = t.w if weighted else ibis.literal(1.0)
+        t = t.mutate(sqlcal_r=w * (t.y - t.p), sqlcal_i=w * t.p * (1 - t.p),
+                     **({"sqlcal_v": w * w * t.p * (1 - t.p)} if weighted else {}))
+    t = t.filter((t.sqlcal_fold == fold) & ibis.or_(*(member(k, p) for k, p in within)))
+    zero = number(0.0)
+    sums = {}
+    for k, (key, preds) in enumerate(nodes):
+        m = member(key, preds)
+        for name in ("r", "i", "v") if weighted else ("r", "i"):
+            sums[f"{name}{k}"] = ibis.ifelse(m, t[f"sqlcal_{name}"], zero).sum()
+    return _aggregate(t, ["bin"] if bins else [], **sums)
 
 
 def _is_blocks(theta) -> bool:
@@ -1581,17 +1733,55 @@ def piecewise(p: ir.FloatingValue, lo, hi, value, slope) -> ir.FloatingValue:
     return tree(0, len(value) - 1).cast("float64")
 
 
-def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
+def segment_fixed(p: ir.FloatingValue, members: Sequence[ir.BooleanValue], thetas: Sequence,
+                  clip: float) -> ir.FloatingValue:
+    """The score a segment fix gives a row (``members``: whether it is in each fitted segment;
+    ``thetas``: each segment's θ): the one rule both the fix's judgement
+    (:func:`segment_terms`) and its exported map (:class:`sqlcal.segments_map.SegmentFix`) use.
+
+    A row in no fitted segment keeps its score ``p``. In a segment, with p̃ = p clipped to
+    [clip, 1 − clip], the score is σ(logit p̃ + Σ_k θ_k·1[row ∈ S_k]) (θ a number: a shift; a
+    pair: θ₀ + θ₁·logit p̃, a Platt map), or, when the θ are isotonic maps' blocks (four
+    tuples), the first segment's map of p (a decision list; an entry without blocks keeps
+    ``p``); that score is clipped to [clip, 1 − clip], so a fix never gives 0 or 1."""
+    def clipped(x):
+        return ibis.greatest(ibis.least(x, number(1 - clip)), number(clip))
+
+    if any(_is_blocks(theta) for theta in thetas):
+        cases = [(m, clipped(piecewise(p, *theta)) if _is_blocks(theta) else p)
+                 for m, theta in zip(members, thetas)]
+        return ibis.cases(*cases, else_=p).cast("float64") if cases else p
+    if not members:
+        return p
+    pc = clipped(p)
+    eta = (pc / (1 - pc)).ln()
+    shift = number(0.0)
+    for m, theta in zip(members, thetas):
+        if isinstance(theta, tuple):  # (intercept, slope on logit p̃): a Platt map
+            value = number(theta[0]) + number(theta[1]) * eta
+        else:
+            value = number(theta)
+        shift = shift + ibis.cases((m, value), else_=number(0.0))
+    mapped = 1 / (1 + ibis.greatest(ibis.least(-(eta + shift), number(EXP_LIMIT)),
+                                    number(-EXP_LIMIT)).exp())
+    return ibis.ifelse(ibis.or_(*members), clipped(mapped), p)
+
+
+def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool,
+                  checks: Callable | None = None) -> ir.Table:
     """Per fold, group and membership pattern (Σ 2^k over the segments k holding the row), the
     terms of the logistic fit logit p' = logit p̃ + Σ θ_k·1[row ∈ S_k], p̃ = clip(p):
     a segment's θ may be a pair (intercept, slope): its rows get θ₀ + θ₁·logit p̃ (a
     per-segment Platt map); or four tuples (lo, hi, value, slope), an isotonic map's blocks
     (:func:`piecewise`): then the segments are a decision list, a row belongs to the first
-    segment holding it, and its p' is the map's value clipped to [clip, 1 − clip]; with ``step`` > 0 also per logit cell ``cell`` = FLOOR(logit p̃ /
+    segment holding it; with ``step`` > 0 also per logit cell ``lcell`` = FLOOR(logit p̃ /
     step) and only ``n``, ``W``, Σwy, Σw·logit p̃ (the fit's histogram); with ``step`` = 0 the
-    exact terms at the
-    given θ: ``r`` = Σw(y − p'), ``h`` = Σwp'(1 − p'), ``r0``, ``h0`` (at θ = 0), the
-    log-likelihoods ``ll``, ``ll0``, ``dd`` = Σw(ℓ' − ℓ₀)², the Brier sums ``bs``, ``bs0``."""
+    exact terms at the given θ of the score p' the fix exports (:func:`segment_fixed`):
+    ``r`` = Σw(y − p'), ``h`` = Σwp'(1 − p'), ``r0``, ``h0`` (of p itself), the
+    log-likelihoods ``ll``, ``ll0`` (a score of 0 or 1, kept only outside the fitted segments,
+    read as 10^-15 from it), ``dd`` = Σw(ℓ' − ℓ₀)², the Brier sums ``bs``, ``bs0``. As the first
+    scan of a source (a fix of given segments) it carries the validation ``checks`` and the
+    score's range ``p_min``, ``p_max``."""
     by, features, (holdout, a_share, split), segments, step, clip = params
     t = rows.mutate(sqlcal_fold=segment_fold(rows, holdout, a_share, split))
     member = [key_match(t, key, by) & segment_condition(t, preds) if by else
@@ -1610,32 +1800,29 @@ def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
     eta = (pc / (1 - pc)).ln()
     t = t.mutate(pattern=pattern, sqlcal_eta=eta)
     keys = ["sqlcal_fold", *by, "pattern"]
+    valid = ({**checks(t), "p_min": t.p.min(), "p_max": t.p.max()} if checks else {})
     if step:
-        t = t.mutate(cell=(t.sqlcal_eta / number(step)).floor().cast("int64"))
+        t = t.mutate(lcell=(t.sqlcal_eta / number(step)).floor().cast("int64"))
         w = (lambda v: t.w * v) if weighted else (lambda v: v)
-        return _aggregate(t, [*keys, "cell"], n=t.count(),
+        return _aggregate(t, [*keys, "lcell"], n=t.count(),
                           W=t.w.sum() if weighted else t.count().cast("float64"),
-                          swy=w(t.y).sum(), sweta=w(t.sqlcal_eta).sum())
-    shift = ibis.literal(0.0)
-    for m, (_, _, theta) in zip(member, segments):
-        if _is_blocks(theta):  # an isotonic map: logit of its clipped value, less logit p̃
-            q = piecewise(t.p, *theta)
-            q = ibis.greatest(ibis.least(q, number(1 - clip)), number(clip))
-            value = (q / (1 - q)).ln() - t.sqlcal_eta
-        elif isinstance(theta, tuple):  # (intercept, slope on logit p̃): a Platt map
-            value = number(theta[0]) + number(theta[1]) * t.sqlcal_eta
-        else:
-            value = number(theta)
-        shift = shift + ibis.cases((m, value), else_=number(0.0))
-    mu = 1 / (1 + ibis.greatest(ibis.least(-(t.sqlcal_eta + shift), 700.0), -700.0).exp())
-    mu = ibis.greatest(ibis.least(mu, number(1 - 1e-15)), number(1e-15))
-    t = t.mutate(sqlcal_mu=mu, sqlcal_pc=pc)
-    ll = t.y * t.sqlcal_mu.ln() + (1 - t.y) * (1 - t.sqlcal_mu).ln()
-    ll0 = t.y * t.sqlcal_pc.ln() + (1 - t.y) * (1 - t.sqlcal_pc).ln()
-    t = t.mutate(sqlcal_ll=ll, sqlcal_ll0=ll0)
+                          swy=w(t.y).sum(), sweta=w(t.sqlcal_eta).sum(), **valid)
+    # the score the fix exports, judged as it is (its own members: a decision list's entries
+    # are first matches by construction)
+    own = [key_match(t, key, by) & segment_condition(t, preds) if by else
+           segment_condition(t, preds) for key, preds, _ in segments]
+    t = t.mutate(sqlcal_mu=segment_fixed(t.p, own, [theta for _, _, theta in segments], clip),
+                 sqlcal_pc=t.p)
+
+    def loglik(q):  # 0 or 1 only outside the fitted segments (the score as given)
+        floor = number(1e-15)
+        return (t.y * ibis.greatest(q, floor).ln()
+                + (1 - t.y) * ibis.greatest(1 - q, floor).ln())
+
+    t = t.mutate(sqlcal_ll=loglik(t.sqlcal_mu), sqlcal_ll0=loglik(t.sqlcal_pc))
     d = t.sqlcal_ll - t.sqlcal_ll0
     w = (lambda v: t.w * v) if weighted else (lambda v: v)
-    return _aggregate(t, keys, n=t.count(),
+    return _aggregate(t, keys, **valid, n=t.count(),
                       W=t.w.sum() if weighted else t.count().cast("float64"), swy=w(t.y).sum(),
                       r=w(t.y - t.sqlcal_mu).sum(), h=w(t.sqlcal_mu * (1 - t.sqlcal_mu)).sum(),
                       r0=w(t.y - t.sqlcal_pc).sum(), h0=w(t.sqlcal_pc * (1 - t.sqlcal_pc)).sum(),

@@ -50,6 +50,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from typing import Any, Mapping, Sequence
 
 #: version of what the stored sums mean; part of the spec hash
@@ -194,7 +195,13 @@ SPEC_FIELDS = (
 
 
 def table_name(kind: str, prefix: str = PREFIX) -> str:
-    """The store table of a summary kind (``"manifest"`` for the manifest)."""
+    """The store table of a summary kind (``"manifest"`` for the manifest); the prefix is letters,
+    digits and ``_`` (an OptionError otherwise: every store table's name is built here)."""
+    if not (isinstance(prefix, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix)):
+        from sqlcal.options import OptionError
+
+        raise OptionError(f"prefix must be letters, digits and _ (not starting with a digit), "
+                          f"not {prefix!r}")
     return prefix + ("snapshots" if kind == "manifest" else TABLES[kind]["suffix"])
 
 

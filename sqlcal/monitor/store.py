@@ -20,10 +20,11 @@ import pandas as pd
 
 from sqlcal import summaries
 from sqlcal._version import __version__
-from sqlcal.errors import InvalidInputError
+from sqlcal import inputs as _inputs
+from sqlcal.errors import EngineDataError, InvalidInputError, redact
 from sqlcal.monitor import schema
 from sqlcal.options import OptionError, checked
-from sqlcal.inputs import Source, resolve_table, source
+from sqlcal.inputs import Source, connect_url, resolve_table, source
 
 #: σ(±4): h(p) = clip(logit p, −4, 4)/4 is flat outside [σ(−4), σ(4)]
 _H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))
@@ -32,7 +33,8 @@ _ADDED = ("period_start", "delay")
 
 
 class StoreError(ValueError):
-    """The store holds tables sqlcal did not write, or written for another layout."""
+    """The store holds tables sqlcal did not write, or written for another layout, or its path
+    cannot be a store (a FIFO, a folder, the source's database)."""
 
 
 @checked
@@ -155,6 +157,8 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
         if col is not None and col not in base.columns:
             raise InvalidInputError(f"column {col!r} is not in the table; its columns are "
                                     f"{list(base.columns)}")
+        if col is not None:
+            _check_time(base, col)
     rows = _periods(base, label=label, time=time, label_time=label_time, as_of=as_of,
                     grain=grain, delays=delays, start=start, end=end, seconds=seconds)
     src = source(rows, score=score, label=label, weight=weight, by=(*by, *_ADDED), where=where,
@@ -325,8 +329,8 @@ def _origin(data: Any, table: str | None) -> str:
     """What the spec hash names as the rows' origin (stable as rows are added)."""
     if isinstance(data, tuple) and len(data) == 2:
         data, table = data
-    if isinstance(data, (str, os.PathLike)):
-        return os.fspath(data) + (f" table {table}" if table else "")
+    if isinstance(data, (str, os.PathLike)):  # a URL's password hidden: not stored, not hashed
+        return redact(os.fspath(data)) + (f" table {table}" if table else "")
     if isinstance(data, ir.Table):
         try:
             return f"table {data.get_name()}"
@@ -365,6 +369,28 @@ def _periods(base: ir.Table, *, label, time, label_time, as_of, grain, delays, s
         last = as_timestamp(end) + pd.Timedelta(seconds=seconds)
         t = t.filter(base[time] < ibis.literal(last.to_pydatetime()))
     return t
+
+
+def _check_time(base: ir.Table, col: str) -> None:
+    """A time column is a timestamp or a date, or text the engine reads as one (every non-NULL
+    row; the engine would otherwise fail mid-query on the first that is not)."""
+    kind = base[col].type()
+    if kind.is_timestamp() or kind.is_date():
+        return
+    if not kind.is_string():
+        raise InvalidInputError(f"time column {col!r} is {kind}, not a timestamp or a date; "
+                                "cast it, or name another column")
+    value = base[col]
+    bad = base.filter(value.notnull() & value.try_cast("timestamp").isnull()).count()
+    try:
+        count = int(summaries.execute(bad.as_table()).iloc[0, 0])
+    except EngineDataError as e:  # an engine without TRY_CAST (PostgreSQL) casts, and says
+        raise InvalidInputError(f"time column {col!r} holds text that is not a timestamp: "
+                                f"{e}") from e
+    if count:
+        raise InvalidInputError(f"time column {col!r} has {count} rows that are not timestamps "
+                                "('2026-11-01 08:00:00'); clean them or filter them out with "
+                                "where=")
 
 
 def _fingerprints(src: Source) -> pd.DataFrame:
@@ -520,12 +546,40 @@ def connect(store: Any):
     if store in _CONNECTIONS:
         return _CONNECTIONS[store]
     if "://" in store and not store.startswith("duckdb://"):
-        con = ibis.connect(store)
+        con = connect_url(store)
     else:
         path = store[len("duckdb://"):] if store.startswith("duckdb://") else store
+        check_store_path(path)
         con = ibis.duckdb.connect(path or ":memory:")
     _CONNECTIONS[store] = con
     return con
+
+
+def check_store_path(path: str, *, source: Any = None) -> None:
+    """Refuse a DuckDB store path that cannot hold a store, before it is opened: one that exists
+    and is not a regular file holding a DuckDB database (a FIFO would block, a folder or a text
+    file fail late), the predictions' own database (``source``, or one this process reads
+    through a read-only connection). A :class:`StoreError`; URLs and ``":memory:"`` pass."""
+    if "://" in path or path in ("", ":memory:"):
+        return
+    if os.path.lexists(path):
+        if not os.path.isfile(path):  # follows a symlink to the database it names
+            raise StoreError(f"store {path!r} is not a regular file (a directory, a FIFO or a "
+                             "device); name a DuckDB file or a database URL")
+        with open(path, "rb") as f:
+            head = f.read(12)
+        if head[8:12] != b"DUCK":
+            raise StoreError(f"store {path!r} exists and is not a DuckDB database; sqlcal never "
+                             "writes over it: name a new file or a DuckDB database")
+    if os.path.abspath(path) in _inputs.connections:
+        raise StoreError(f"store {path!r} is open read-only in this process as a source of "
+                         "predictions; the store must be another database")
+    if isinstance(source, str):
+        source = source.removeprefix("duckdb://")
+        if "://" not in source and os.path.exists(source) and os.path.exists(path) \
+                and os.path.samefile(path, source):
+            raise StoreError(f"store {path!r} is the source's database; sqlcal only reads the "
+                             "predictions: name another database for the store")
 
 
 #: stores opened by path or URL, kept open (an in-memory DuckDB store lives as long as this)
