@@ -26,6 +26,7 @@ from ibis.backends.duckdb import Backend as DuckDBBackend
 
 from sqlcal import summaries
 from sqlcal.groupkeys import GroupKeys
+from sqlcal import options
 from sqlcal.options import checked
 from sqlcal.condition import parse_condition
 from sqlcal.errors import InvalidInputError, redact
@@ -418,7 +419,7 @@ class Source:
 
     def _check(self, frame: Any, explain: bool = True) -> None:
         """Check the validation aggregates of a summary (a pandas frame or an Arrow table)."""
-        frame = _Floats(frame)
+        raw, frame = frame, _Floats(frame)
         rows = int(np.nansum(frame["n"]))
         if rows == 0:
             raise InvalidInputError("the table has no rows to measure (after where=)")
@@ -470,6 +471,8 @@ class Source:
         if self.weighted:
             self.integer_weights = total("chk_w_frac") == 0
         self._validated = True
+        # the number of groups is known now: what grows with it is checked before any further pass
+        options.check_groups(_group_count(raw, self.by))
 
     def _rate_names(self) -> list[str]:
         """The rate columns read from the table, in words."""
@@ -681,6 +684,7 @@ def source(
         src.has_soft_labels = soft_labels and bool(counts["label_soft"].sum())
         src.integer_weights = not int(counts.get("weight_fractional", pd.Series([0])).sum())
         _report_invalid(src, counts)
+        options.check_groups(len(counts))
     return src
 
 
@@ -1295,6 +1299,15 @@ def valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool,
     for column in rates:  # NaN compares greater than every number: r <= 1 rejects it
         valid &= (rows[column] > 0) & (rows[column] <= 1) & ~rows[column].isnan()
     return valid
+
+
+def _group_count(frame: Any, by: Sequence[str]) -> int:
+    """The distinct group key tuples of a summary (a pandas frame or an Arrow table)."""
+    if not by:
+        return 1
+    if isinstance(frame, pd.DataFrame):
+        return len(frame[list(by)].drop_duplicates())
+    return frame.select(list(by)).group_by(list(by)).aggregate([]).num_rows
 
 
 def _report_invalid(src: Source, counts: pd.DataFrame) -> None:
