@@ -553,14 +553,15 @@ _STORE = """
 {{ return({"spec": text, "hash": local_md5(text)[:16], "by": by}) }}
 {% endmacro %}
 
-{#- The rows of a predictions relation as the store reads them: keys, p, y (NULL = not known
-    yet = 0), w, and the day. #}
+{#- The rows of a predictions relation as the store reads them: the keys under their stored
+    names key_<key> (so a key may take any name), p, y (NULL = not known yet = 0), w, and the
+    day. #}
 {% macro store_input(relation, score, label, time, weight, by, where) %}
 {%- set q = adapter.quote %}
 {%- set double = sqlcal.double() %}
   select
 {%- for c in by %}
-    {{ c }} as {{ q(c) }},
+    {{ c }} as {{ q("key_" ~ c) }},
 {%- endfor %}
     cast({{ score }} as {{ double }}) as {{ q("p") }},
     cast(coalesce({{ label }}, 0) as {{ double }}) as {{ q("y") }},
@@ -586,6 +587,8 @@ _STORE = """
 {%- endif %}
 {%- set spec = sqlcal.store_spec(relation, score, label, time, weight, by, cells, bins, where) %}
 {%- set by = spec["by"] %}
+{%- set keys = [] %}
+{%- for c in by %}{% do keys.append("key_" ~ c) %}{% endfor %}
 {%- set q = adapter.quote %}
 {%- set columns = __COLUMNS__ %}
 with sqlcal_rows as (
@@ -593,11 +596,11 @@ with sqlcal_rows as (
 ),
 sqlcal_stored as (
 {%- if kind == "totals" %}
-{{ sqlcal.store_totals("sqlcal_rows", by) }}
+{{ sqlcal.store_totals("sqlcal_rows", keys) }}
 {%- elif kind == "cells" %}
-{{ sqlcal.store_cells("sqlcal_rows", by, cells | int) }}
+{{ sqlcal.store_cells("sqlcal_rows", keys, cells | int) }}
 {%- else %}
-{{ sqlcal.store_bins("sqlcal_rows", by, bins | int) }}
+{{ sqlcal.store_bins("sqlcal_rows", keys, bins | int) }}
 {%- endif %}
 )
 select '{{ spec["hash"] }}' as {{ q("spec_hash") }},
@@ -605,7 +608,7 @@ select '{{ spec["hash"] }}' as {{ q("spec_hash") }},
   s.{{ q("period_start") }},
   cast(s.{{ q("delay") }} as {{ dbt.type_bigint() }}) as {{ q("delay") }},
   {{ sqlcal.group_keys(by) }} as {{ q("group_keys") }},
-{%- for c in by %}
+{%- for c in keys %}
   s.{{ q(c) }},
 {%- endfor %}
 {%- if kind == "cells" %}
@@ -621,13 +624,14 @@ from sqlcal_stored s
 {% endmacro %}
 
 {#- The group's keys as JSON text (sorted keys; values as text, not escaped: the
-    readers use the typed key columns). #}
+    readers use the typed key columns key_<key>). #}
 {% macro group_keys(by) %}
 {%- if not by %}'{}'{% else -%}
 '{' ||
 {%- for c in by | sort %}
-  '{{ tojson(c) }}:' || case when s.{{ adapter.quote(c) }} is null then 'null' else '"' ||
-    cast(s.{{ adapter.quote(c) }} as {{ dbt.type_string() }}) || '"' end
+  {%- set col = adapter.quote("key_" ~ c) %}
+  '{{ tojson(c) }}:' || case when s.{{ col }} is null then 'null' else '"' ||
+    cast(s.{{ col }} as {{ dbt.type_string() }}) || '"' end
     || {{ "','" if not loop.last else "'}'" }}
   {%- if not loop.last %} ||{% endif %}
 {%- endfor %}
@@ -651,7 +655,7 @@ sqlcal_groups as (
     count(*) as {{ q("n") }},
     sum(abs({{ q("w") }} - floor({{ q("w") }}))) as {{ q("frac") }}
   from sqlcal_rows
-  group by {{ q("period_start") }}{% for c in by %}, {{ q(c) }}{% endfor %}
+  group by {{ q("period_start") }}{% for c in by %}, {{ q("key_" ~ c) }}{% endfor %}
 )
 select '{{ spec["hash"] }}' as {{ q("spec_hash") }},
   '{{ spec["spec"] | replace("'", "''") }}' as {{ q("spec") }},
@@ -907,7 +911,7 @@ sqlcal_cells as (
       select c.{{ q("spec_hash") }} as h, c.{{ q("period_start") }} as period_start,
         c.{{ q("version") }} as version,
 {%- for c in by %}
-        c.{{ q(c) }},
+        c.{{ q("key_" ~ c) }} as {{ q(c) }},
 {%- endfor %}
         c.{{ q("cell") }} as cell, c.{{ q("n") }} as n, c.{{ q("W") }} as w,
         c.{{ q("swy") }} as swy, c.{{ q("swp") }} as swp, c.{{ q("swpp") }} as swpp,

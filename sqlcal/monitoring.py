@@ -188,12 +188,9 @@ def last_day(store: Any, *, prefix: str = schema.PREFIX, at: Any = None,
     versions = _store.current_versions(store, prefix)
     if not len(versions):
         raise ValueError(f"no snapshots in the store (prefix {prefix!r})")
-    at = versions["as_of"].max() if at is None else pd.Timestamp(at)
+    at = _store.check_time(versions, at)
     if maturity == "mature":
-        days = float(horizon[:-1]) * (1 if horizon[-1] == "d" else 1 / 24) + \
-            float(settle[:-1]) * (1 if settle[-1] == "d" else 1 / 24)
-        final = versions["period_end"] + pd.Timedelta(days=days)
-        versions = versions[(final <= at) & (final <= versions["as_of"])]
+        versions = versions[_store.mature(versions, at=at, horizon=horizon, settle=settle)]
     else:
         versions = versions[versions["period_start"] < at]
     if not len(versions):
@@ -308,9 +305,11 @@ def check_alerts(rules: Any, windows: dict, metrics: dict, *, where: str = "conf
         if rule.get("metric") not in metrics:
             raise ConfigError(f"{where}: [[alerts]] #{i + 1} metric must be one of "
                               f"{sorted(metrics)} ([metrics]), not {rule.get('metric')!r}")
-        if ("above" in rule) == ("below" in rule) or not isinstance(
-                rule.get("above", rule.get("below")), (int, float)):
-            raise ConfigError(f"{where}: [[alerts]] #{i + 1} needs one number, above or below")
+        threshold = rule.get("above", rule.get("below"))
+        if ("above" in rule) == ("below" in rule) or isinstance(threshold, bool) or \
+                not isinstance(threshold, (int, float)) or not np.isfinite(threshold):
+            raise ConfigError(f"{where}: [[alerts]] #{i + 1} needs one finite number, above or "
+                              f"below, not {threshold!r} (a NaN threshold would never fire)")
     return rules
 
 

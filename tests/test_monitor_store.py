@@ -209,8 +209,10 @@ def test_a_metric_needing_an_unstored_summary_names_the_snapshot_option():
 def test_snapshot_options_are_checked_before_any_query():
     df = predictions(n=50)
     for bad, match in [({"grain": "week"}, "grain"), ({"cells": 1000}, "cells"),
-                       ({"delays": (1, 2)}, "delays"), ({"by": "period_start"}, "by="),
-                       ({"horizon": "a month"}, "horizon")]:
+                       ({"delays": (1, 2)}, "delays"), ({"by": ["g", "g"]}, "by"),
+                       ({"horizon": "a month"}, "horizon"), ({"horizon": "-5d"}, "horizon"),
+                       ({"settle": "nand"}, "settle"), ({"score": "delay"}, "score"),
+                       ({"start": "2026-10-01 00:00:01"}, "start")]:
         with pytest.raises(OptionError, match=match):
             sqlcal.snapshot(df, store=ibis.duckdb.connect(), **{**KW, **bad})
 
@@ -390,3 +392,46 @@ def test_integer_weights_equal_duplicated_rows():
         x = x.drop(columns=[c for c in ("n", "n_infinite") if c in x])  # row counts
         y = y.drop(columns=[c for c in ("n", "n_infinite") if c in y])
         assert_same(x, y, name)
+
+
+def _corrected(df: pd.DataFrame, change: str) -> pd.DataFrame:
+    """A correction of day 1 that leaves its count, Σw, Σwp and Σwy as they were."""
+    df = df.copy()
+    day = df.index[(df.t >= DAY0 + pd.Timedelta(days=1)) & (df.t < DAY0 + pd.Timedelta(days=2))]
+    rows = df.loc[day]
+    if change == "labels swapped":  # a positive and a negative of one weight trade labels
+        pos = rows[(rows.y == 1) & (rows.w == 2) & rows.p.between(0.05, 0.95)].index[0]
+        neg = rows[(rows.y == 0) & (rows.w == 2) & (rows.g == df.at[pos, "g"])
+                   & rows.p.between(0.05, 0.95)].index[0]
+        df.loc[[pos, neg], ["y", "lt"]] = df.loc[[neg, pos], ["y", "lt"]].to_numpy()
+    elif change == "row moved between groups":
+        i = rows.index[0]
+        df.at[i, "g"] = "b" if df.at[i, "g"] == "a" else "a"
+    else:  # two scores of one weight and label moved by +d and -d
+        a, b = rows[(rows.y == 0) & (rows.w == 1) & rows.p.between(0.1, 0.9)].index[:2]
+        df.at[a, "p"] += 0.01
+        df.at[b, "p"] -= 0.01
+    return df
+
+
+@pytest.mark.parametrize("change", ["labels swapped", "row moved between groups",
+                                    "scores moved in opposite directions"])
+def test_a_correction_that_keeps_the_period_totals_reaches_the_store(change):
+    """The fingerprint changes whenever a stored sum would: a corrected day is written again
+    and the stored window equals a rescan of the corrected rows (numpy oracle for Brier)."""
+    df = predictions(n=1500, seed=11)
+    store = ibis.duckdb.connect()
+    sqlcal.snapshot(df, store=store, **LEAN)
+    fixed = _corrected(df, change)
+    out = sqlcal.snapshot(fixed, store=store, **LEAN)
+    assert out.loc[out.status == "written", "period_start"].tolist() == [
+        DAY0 + pd.Timedelta(days=1)], change
+    src = sqlcal.stored(store, maturity="all")
+    rows = window_rows(fixed, 0, 5)
+    brier = sqlcal.brier(src).set_index("g")
+    for g, part in rows.groupby("g"):
+        assert brier.loc[g, "n"] == len(part) and brier.loc[g, "W"] == part.w.sum()
+        want = (part.w * (part.y - part.p) ** 2).sum() / part.w.sum()
+        assert brier.loc[g, "brier"] == pytest.approx(want, rel=1e-12)
+    rescan = sqlcal.source(rows, score="p", label="y", weight="w", by="g")
+    assert_same(sqlcal.ece(src, bins=15), sqlcal.ece(rescan, bins=15), change)

@@ -8,7 +8,9 @@ that clears the ``current`` flag of older versions): it reads the predictions an
 
 from __future__ import annotations
 
-import datetime as dt
+import contextlib
+import hashlib
+import json
 import math
 import os
 from typing import Any, Sequence
@@ -23,7 +25,7 @@ from sqlcal._version import __version__
 from sqlcal.errors import InvalidInputError
 from sqlcal.monitor import schema
 from sqlcal.options import OptionError, checked
-from sqlcal.inputs import Source, resolve_table, source
+from sqlcal.inputs import _DB_SUFFIXES, Source, resolve_table, source
 
 #: σ(±4): h(p) = clip(logit p, −4, 4)/4 is flat outside [σ(−4), σ(4)]
 _H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))
@@ -143,8 +145,11 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
                    max_levels)
     seconds = schema.GRAINS[grain]
     horizon_age = duration_days(horizon, "horizon") + duration_days(settle, "settle")
+    start = None if start is None else period_bound(start, grain, "start")
+    end = None if end is None else period_bound(end, grain, "end")
     as_of = (as_timestamp(as_of) if as_of is not None
              else pd.Timestamp.now("UTC").tz_localize(None).floor("s"))
+    con = connect(store, create=True)  # a store that is not a database is refused first
     base = resolve_table(data, table)
     if events is not None:
         base = _joined_events(base, events, key=key, label=label, label_time=label_time)
@@ -155,66 +160,102 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
         if col is not None and col not in base.columns:
             raise InvalidInputError(f"column {col!r} is not in the table; its columns are "
                                     f"{list(base.columns)}")
-    rows = _periods(base, label=label, time=time, label_time=label_time, as_of=as_of,
-                    grain=grain, delays=delays, start=start, end=end, seconds=seconds)
-    src = source(rows, score=score, label=label, weight=weight, by=(*by, *_ADDED), where=where,
-                 on_invalid=on_invalid)
     spec = {"summary_version": schema.SUMMARY_VERSION, "origin": _origin(data, table),
-            "where": src.where, "score": score, "label": label,
+            "score": score, "label": label,
             "weight": weight, "by": list(by), "time": time, "grain": grain,
             "label_time": label_time, "unknown": unknown, "delays": [float(d) for d in delays],
             "cells": int(cells), "bins": [list(b) for b in bins],
             "logit": [[s / 20, 1e-6] for s in ls_ece_sigma],
             "smooth": [int(h) for h in smooth_grids], "levels": bool(levels)}
+    stored_keys = list(schema.key_columns(spec).values())
+    _check_names(base, by, score=score, label=label, weight=weight, stored_keys=stored_keys)
+    rows = _periods(base, by=by, label=label, time=time, label_time=label_time, as_of=as_of,
+                    grain=grain, delays=delays, start=start, end=end, seconds=seconds)
+    src = source(rows, score=score, label=label, weight=weight,
+                 by=(*stored_keys, *_ADDED), where=where, on_invalid=on_invalid)
+    spec["where"] = src.where
     if events is not None:  # the column layout's spec (and hash) stay as they were
         spec |= {"layout": "events", "events": _origin(events, None), "key": key}
     spec_hash = schema.spec_hash(spec)
-    con = connect(store)
-    _check_store(con, prefix, by, src)
+    key_types = {k: str(src.rows[k].type()) for k in stored_keys}
+    _check_store(con, prefix, key_types)
 
-    keys = [*by, "period_start"]
-    prints = _fingerprints(src)
+    keys = [*stored_keys, "period_start"]
+    prints, untimed = _fingerprints(src)
+    if untimed["n"] and on_invalid == "raise":
+        raise InvalidInputError(
+            f"time column {time!r} has {untimed['n']:,} rows with NULL: they belong to no "
+            "period; fix them, or pass on_invalid='drop' to leave them out (they are counted "
+            "in the result)")
     have = current_versions(con, prefix, spec_hash)
-    have_print = dict(zip(have["period_start"], have["fingerprint"])) if len(have) else {}
-    due = [t for t, f in zip(prints["period_start"], prints["fingerprint"])
-           if force or have_print.get(t) != f]
-    out = prints.assign(version=0, status="unchanged")
-    if not due:
-        return _report(out, have)
-    todo = src.rows.filter(src.rows.period_start.isin([ibis.literal(t) for t in due]))
-    frames = _reduce_all(src, todo, keys, cells=cells, bins=bins, sigmas=ls_ece_sigma,
-                         grids=smooth_grids, levels=levels, max_levels=max_levels)
-    versions = _next_versions(con, prefix, spec_hash, due)
-    by_types = {k: str(src.rows[k].type()) for k in by}
-    manifest = prints[prints["period_start"].isin(due)].copy()
-    manifest["version"] = manifest["period_start"].map(versions).astype("int64")
-    transaction = _begin(con)
-    try:
+    due = _due(prints, have, force)
+    frames = {}
+    if due:
+        todo = src.rows.filter(src.rows.period_start.isin([ibis.literal(t) for t in due]))
+        frames = _reduce_all(src, todo, keys, cells=cells, bins=bins, sigmas=ls_ece_sigma,
+                             grids=smooth_grids, levels=levels, max_levels=max_levels)
+    with _writing(con, prefix) as transaction:
+        # what another run wrote since the reading above is seen here, under the store's lock
+        have = current_versions(con, prefix, spec_hash)
+        written = _due(prints[prints["period_start"].isin(due)], have, force)
+        versions = _next_versions(con, prefix, spec_hash, written)
+        manifest = prints[prints["period_start"].isin(written)].copy()
+        manifest["version"] = manifest["period_start"].map(versions).astype("int64")
         for kind, frame in frames.items():
-            _write(con, prefix, kind, _stored(frame, kind, spec_hash, manifest, by), by_types)
+            frame = frame[pd.to_datetime(frame["period_start"]).isin(written)]
+            _write(con, prefix, kind, _stored(frame, kind, spec_hash, manifest, by), key_types)
         if _before_manifest is not None:  # tests: a crash between the rows and the manifest
             _before_manifest()
-        rows_manifest = pd.DataFrame({
+        end_of = manifest["period_start"] + pd.Timedelta(seconds=seconds)
+        _write(con, prefix, "manifest", pd.DataFrame({
             "spec_hash": spec_hash, "spec": schema.canonical_json(spec),
-            "period_start": manifest["period_start"],
-            "period_end": manifest["period_start"] + pd.Timedelta(seconds=seconds),
+            "period_start": manifest["period_start"], "period_end": end_of,
             "as_of": as_of, "version": manifest["version"], "current": True,
             "fingerprint": manifest["fingerprint"],
-            "mature": (as_of - manifest["period_start"] - pd.Timedelta(seconds=seconds))
-            >= pd.Timedelta(days=horizon_age),
+            "mature": end_of + pd.Timedelta(days=horizon_age) <= as_of,
             "rows_scanned": manifest["n"].astype("int64"),
             "n_groups": manifest["n_groups"].astype("int64"),
             "integer_weights": bool(src.integer_weights),
             "written_at": pd.Timestamp.now("UTC").tz_localize(None).floor("s"),
-            "sqlcal_version": __version__})
-        _write(con, prefix, "manifest", rows_manifest, {})
+            "sqlcal_version": __version__}), key_types)
+        confirmed = _confirmations(prints, have, written, as_of, horizon_age, seconds)
+        _write(con, prefix, "checks", confirmed.assign(spec_hash=spec_hash), key_types)
         _clear_current(con, prefix, spec_hash, manifest)
-        _commit(con, transaction)
-    except BaseException:
-        _rollback(con, transaction)
-        raise
-    out.loc[out["period_start"].isin(due), "status"] = "written"
-    return _report(out, have, versions)
+    out = prints.assign(version=0, status="unchanged")
+    out.loc[out["period_start"].isin(written), "status"] = "written"
+    out.loc[out["period_start"].isin(set(due) - set(written)), "status"] = "written by another run"
+    out = _report(out, have, versions)
+    if untimed["n"]:
+        out = pd.concat([out, pd.DataFrame([{
+            "period_start": pd.NaT, "n": untimed["n"], "W": untimed["W"], "n_groups": 0,
+            "version": 0, "status": "left out: NULL time"}])], ignore_index=True)
+    return out
+
+
+def _due(prints: pd.DataFrame, have: pd.DataFrame, force: bool) -> list:
+    """The periods whose fingerprint differs from their stored version's (all with force)."""
+    stored = dict(zip(have["period_start"], have["fingerprint"])) if len(have) else {}
+    return [t for t, f in zip(prints["period_start"], prints["fingerprint"])
+            if force or stored.get(t) != f]
+
+
+def _confirmations(prints: pd.DataFrame, have: pd.DataFrame, written: list, as_of, age: float,
+                   seconds: int) -> pd.DataFrame:
+    """The checks rows of a run: each period found unchanged whose stored version's labels were
+    known as of an earlier time and not yet mature, now known as of ``as_of``."""
+    cols = [c for c, _ in schema.CHECKS]
+    if not len(have):
+        return pd.DataFrame(columns=cols)
+    both = prints.merge(have[["period_start", "version", "fingerprint", "known_as_of"]],
+                        on=["period_start", "fingerprint"], how="inner")
+    both = both[~both["period_start"].isin(written)]
+    final = both["period_start"] + pd.Timedelta(seconds=seconds) + pd.Timedelta(days=age)
+    both = both[(both["known_as_of"] < as_of) & (both["known_as_of"] < final)]
+    final = final.loc[both.index]
+    return pd.DataFrame({
+        "period_start": both["period_start"], "version": both["version"].astype("int64"),
+        "as_of": as_of, "fingerprint": both["fingerprint"], "mature": final <= as_of,
+        "checked_at": pd.Timestamp.now("UTC").tz_localize(None).floor("s")})
 
 
 def _joined_events(base: ir.Table, events: Any, *, key: str | None, label: str,
@@ -277,9 +318,8 @@ def _binnings(bins) -> list[tuple[int, str]]:
 
 
 def _check_options(by, grain, unknown, delays, cells, bins, sigmas, grids, max_levels) -> None:
-    clash = sorted(set(by) & set(_ADDED))
-    if clash:
-        raise OptionError(f"by= may not name {clash}: the store adds those columns")
+    if len(set(by)) != len(by) or not all(isinstance(k, str) for k in by):
+        raise OptionError(f"by must name distinct columns, not {list(by)!r}")
     if grain not in schema.GRAINS:
         raise OptionError(f"grain must be one of {sorted(schema.GRAINS)}, not {grain!r}")
     if unknown != "negative":
@@ -303,16 +343,65 @@ def _check_options(by, grain, unknown, delays, cells, bins, sigmas, grids, max_l
         raise OptionError(f"max_levels must be a positive integer, not {max_levels!r}")
 
 
+def _check_names(base: ir.Table, by, *, score, label, weight, stored_keys) -> None:
+    """The score, label and weight columns may not take a name the snapshot gives its own
+    columns (the keys are read under theirs before)."""
+    own = {*_ADDED, *stored_keys}
+    for option, col in (("score", score), ("label", label), ("weight", weight)):
+        if col in own:
+            raise OptionError(f"{option}: the column {col!r} has a name the snapshot gives its "
+                              f"own columns ({sorted(own)}); rename it with a view")
+    missing = [k for k in by if k not in base.columns]
+    if missing:
+        raise InvalidInputError(f"by: {missing} are not columns of the table; its columns are "
+                                f"{list(base.columns)}")
+
+
+
 def duration_days(text: str, option: str) -> float:
-    """A duration option in days: ``"30d"`` → 30, ``"12h"`` → 0.5 (an OptionError names
-    ``option`` otherwise)."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    unit = {"d": 1.0, "h": 1 / 24}.get(str(text)[-1:])
+    """A duration option in days: ``"30d"`` → 30, ``"12h"`` → 0.5; an OptionError names
+    ``option`` for anything else, a negative or a non-finite duration included.
+
+    Examples
+    --------
+    >>> duration_days("12h", "settle")
+    0.5
+    """
+    if isinstance(text, bool):
+        days = None
+    elif isinstance(text, (int, float)):
+        days = float(text)
+    else:
+        unit = {"d": 1.0, "h": 1 / 24}.get(str(text)[-1:])
+        try:
+            days = float(str(text)[:-1]) * unit
+        except (TypeError, ValueError):
+            days = None
+    if days is None or not math.isfinite(days) or days < 0:
+        raise OptionError(f"{option} must be a duration >= 0 like '30d' or '12h', not {text!r}")
+    return days
+
+
+def period_bound(value: Any, grain: str, option: str) -> pd.Timestamp:
+    """The start of the period ``value`` names; an OptionError naming ``option`` when it is not
+    on the grain's boundary (``"2026-11-03 00:00:01"`` is not the start of a day: cutting there
+    would snapshot parts of two days).
+
+    Examples
+    --------
+    >>> period_bound("2026-11-03", "day", "start")
+    Timestamp('2026-11-03 00:00:00')
+    """
     try:
-        return float(str(text)[:-1]) * unit
+        ts = as_timestamp(value)
     except (TypeError, ValueError):
-        raise OptionError(f"{option} must look like '30d' or '12h', not {text!r}") from None
+        raise OptionError(f"{option} must be a date, not {value!r}") from None
+    unit = "D" if grain == "day" else "h"
+    if pd.isna(ts) or ts.floor(unit) != ts:
+        hint = "" if pd.isna(ts) else f", such as {str(ts.floor(unit))!r}"
+        raise OptionError(f"{option} = {value!r} is not the start of a {grain}: name the "
+                          f"period by its start{hint}")
+    return ts
 
 
 def as_timestamp(value: Any) -> pd.Timestamp:
@@ -340,9 +429,17 @@ def _origin(data: Any, table: str | None) -> str:
 # -- the rows: periods, delays, labels as of ---------------------------------------------------
 
 
-def _periods(base: ir.Table, *, label, time, label_time, as_of, grain, delays, start, end,
+def _periods(base: ir.Table, *, by, label, time, label_time, as_of, grain, delays, start, end,
              seconds) -> ir.Table:
-    """The table with ``period_start``, ``delay`` and the label as known at ``as_of``."""
+    """The table with the keys under their stored names (``key_<name>``), ``period_start``
+    (NULL for a NULL time: counted, never stored), ``delay`` and the label as known at
+    ``as_of``. The user's columns named like those are left out (a key is read before)."""
+    if start is not None:  # on the raw time column (partition pruning); NULL times stay to be
+        base = base.filter(base[time].isnull()  # counted
+                           | (base[time] >= ibis.literal(start.to_pydatetime())))
+    if end is not None:
+        last = end + pd.Timedelta(seconds=seconds)
+        base = base.filter(base[time].isnull() | (base[time] < ibis.literal(last.to_pydatetime())))
     when = base[time].cast("timestamp")
     period = when.truncate("D" if grain == "day" else "h")
     lab = base[label]
@@ -352,35 +449,69 @@ def _periods(base: ir.Table, *, label, time, label_time, as_of, grain, delays, s
         arrived = base[label_time].cast("timestamp")
         lab = ibis.ifelse(arrived.notnull() & (arrived > ibis.literal(as_of.to_pydatetime())),
                           zero, lab)
-        days = (arrived.epoch_seconds() - when.epoch_seconds()).cast("float64") / 86400.0
-        bucket = ibis.cases(*[(days >= float(e), k) for k, e in reversed(list(enumerate(delays)))
-                              if k > 0], else_=0)
+        # whole seconds between prediction and label against each edge in seconds: one
+        # subtraction per row (the engine repeats an expression in every WHEN otherwise)
+        late = arrived.epoch_seconds() - when.epoch_seconds()
+        bucket = ibis.cases(*[(late >= float(e) * 86400.0, k)
+                              for k, e in reversed(list(enumerate(delays))) if k > 0], else_=0)
         delay = ibis.ifelse(arrived.isnull(), schema.DELAY_UNKNOWN, bucket).cast("int64")
     else:
         delay = ibis.literal(schema.DELAY_UNKNOWN, type="int64")
-    t = base.mutate(**{label: lab}, period_start=period, delay=delay)
-    if start is not None:
-        t = t.filter(base[time] >= ibis.literal(as_timestamp(start).to_pydatetime()))
-    if end is not None:
-        last = as_timestamp(end) + pd.Timedelta(seconds=seconds)
-        t = t.filter(base[time] < ibis.literal(last.to_pydatetime()))
-    return t
+    keys = {col: base[k] for k, col in schema.key_columns({"by": list(by)}).items()}
+    added = {**keys, "period_start": period, "delay": delay}
+    kept = [c for c in base.columns if c not in added and c != label]
+    return base.select(*kept, **{label: lab}, **added)
 
 
-def _fingerprints(src: Source) -> pd.DataFrame:
-    """Per period: the rows, Σw, Σwp and Σwy (labels as known at as_of), and the groups: one
-    aggregate over four columns, cheap next to the summaries."""
+def _fingerprints(src: Source) -> tuple[pd.DataFrame, dict]:
+    """Per period: the rows, Σw, the groups and a fingerprint that changes whenever a stored sum
+    would (one aggregate, cheap next to the summaries); and the rows with a NULL time (``n``,
+    ``W``), which belong to no period.
+
+    The fingerprint digests, per group, delay bucket (of a positive; -1 for a negative, as the
+    store keeps them) and label, the row count and the sums of w, w·p, w·p² and w·sin(2^20·p):
+    a correction that keeps a period's totals (labels swapped between two rows, a row moved
+    between groups, two scores moved in opposite directions) changes one of them, and the high
+    frequency term catches a change of a score by about 1e-9. Each row's terms are rounded to
+    multiples of 2^-20 before they are summed: sums of whole numbers below 2^53 are exact in
+    any order, so the fingerprint of unchanged rows is the same on every run and engine (a
+    float sum's last bits depend on the engine's order of addition)."""
     r = src.rows
-    per_group = r.group_by(["period_start", *src.by[:-2]]).aggregate(
-        n=r.count(), W=r.w.sum(), swp=(r.w * r.p).sum(), swy=(r.w * r.y).sum())
+    y = r.y == 1
+    scale = float(2**20)
+
+    def whole(x):  # a row's term as a whole number of 2^-20
+        return (x * scale).round().cast("float64")
+    keys = [*src.by[:-2], "period_start"]
+    g = r.mutate(fp_delay=ibis.ifelse(y, r.delay, schema.DELAY_LABEL_FREE),
+                 fp_y=ibis.ifelse(y, 1, 0))
+    per_group = g.group_by([*keys, "fp_delay", "fp_y"]).aggregate(
+        fp_n=g.count(), fp_w=whole(g.w).sum(), fp_wp=whole(g.w * g.p).sum(),
+        fp_wpp=whole(g.w * g.p * g.p).sum(),
+        fp_wsin=whole(g.w * (g.p * _HIGH_FREQUENCY).sin()).sum(), fp_W=g.w.sum())
     frame = summaries.execute(per_group)
-    out = frame.groupby("period_start", sort=True).agg(
-        n=("n", "sum"), W=("W", "sum"), swp=("swp", "sum"), swy=("swy", "sum"),
-        n_groups=("n", "size")).reset_index()
-    out["period_start"] = pd.to_datetime(out["period_start"]).astype("datetime64[ns]")
-    out["fingerprint"] = [f"{int(n)}:{W:.12g}:{p:.12g}:{y:.12g}" for n, W, p, y in
-                          zip(out["n"], out["W"], out["swp"], out["swy"])]
-    return out[["period_start", "n", "W", "n_groups", "fingerprint"]]
+    frame["period_start"] = pd.to_datetime(frame["period_start"]).astype("datetime64[ns]")
+    untimed = frame["period_start"].isna()
+    null_time = {"n": int(frame.loc[untimed, "fp_n"].sum()),
+                 "W": float(frame.loc[untimed, "fp_W"].sum())}
+    frame = frame[~untimed]
+    group_keys = [k for k in keys if k != "period_start"]
+    fields = [frame[c].astype(str) for c in (*group_keys, "fp_delay", "fp_y", "fp_n")]
+    fields += [frame[c].map(float.hex) for c in ("fp_w", "fp_wp", "fp_wpp", "fp_wsin")]
+    frame = frame.assign(_line=pd.concat(fields, axis=1).agg("\x1f".join, axis=1)
+                         if len(frame) else "")
+    rows = []
+    for when, part in frame.groupby("period_start", sort=True):
+        digest = hashlib.sha256("\n".join(sorted(part["_line"])).encode()).hexdigest()
+        n = int(part["fp_n"].sum())
+        groups = len(part[group_keys].drop_duplicates()) if group_keys else 1
+        rows.append((when, n, float(part["fp_W"].sum()), groups, f"{n}:{digest[:32]}"))
+    return (pd.DataFrame(rows, columns=["period_start", "n", "W", "n_groups", "fingerprint"]),
+            null_time)
+
+
+#: the fingerprint's high-frequency term is sin(2^20·p): a score moved by 1e-9 moves it by 1e-3
+_HIGH_FREQUENCY = float(2**20)
 
 
 # -- the reductions ----------------------------------------------------------------------------
@@ -511,33 +642,75 @@ def _levels(rows: ir.Table, keys: list[str]) -> ir.Table:
 # -- writing -----------------------------------------------------------------------------------
 
 
-def connect(store: Any):
-    """The Ibis connection of a store: a backend as is; a URL through ``ibis.connect``; a path
-    (or ``":memory:"``) as a DuckDB database, opened for writing and kept open per path."""
+def connect(store: Any, *, create: bool = False):
+    """The Ibis connection of a store: a backend as is; a database URL through
+    ``ibis.connect``; a DuckDB file (``.duckdb``, ``.ddb`` or ``.db``, or ``":memory:"``) opened
+    for writing and kept open per path.
+
+    A store is a database: anything else (a Parquet or CSV path, a folder, a URL of an engine
+    that keeps no tables) is refused with a :class:`StoreError` before any work, and so is a
+    DuckDB path with no file unless ``create`` (a snapshot creates it; a reader finds nothing
+    there).
+    """
     if hasattr(store, "list_tables"):
         return store
-    store = os.fspath(store)
-    if store in _CONNECTIONS:
-        return _CONNECTIONS[store]
-    if "://" in store and not store.startswith("duckdb://"):
-        con = ibis.connect(store)
+    if not isinstance(store, (str, os.PathLike)):
+        raise StoreError(f"store must be a DuckDB file, a database URL or an Ibis connection, "
+                         f"not {type(store).__name__}")
+    text = os.fspath(store)
+    if text in _CONNECTIONS:
+        return _CONNECTIONS[text]
+    if "://" in text and not text.startswith("duckdb://"):
+        scheme = text.split("://", 1)[0].lower()
+        if scheme not in _DATABASES:
+            raise StoreError(f"store: a {scheme}:// URL names no database sqlcal can keep its "
+                             "summary tables in; use a DuckDB file (monitor.duckdb), a database "
+                             "URL such as postgres://..., or an Ibis connection")
+        con = ibis.connect(text)
     else:
-        path = store[len("duckdb://"):] if store.startswith("duckdb://") else store
+        path = text[len("duckdb://"):] if text.startswith("duckdb://") else text
+        _check_path(path, create)
         con = ibis.duckdb.connect(path or ":memory:")
-    _CONNECTIONS[store] = con
+    _CONNECTIONS[text] = con
     return con
 
 
 #: stores opened by path or URL, kept open (an in-memory DuckDB store lives as long as this)
 _CONNECTIONS: dict[str, Any] = {}
+#: URL schemes of databases that keep tables (an in-memory engine such as polars:// does not)
+_DATABASES = frozenset({"postgres", "postgresql", "mysql", "mssql", "snowflake", "bigquery",
+                        "trino", "clickhouse", "databricks", "oracle", "exasol", "impala",
+                        "risingwave", "athena", "sqlite", "druid"})
 
 
-def _check_store(con, prefix: str, by: Sequence[str], src: Source) -> None:
-    """Refuse to write over tables sqlcal did not write: a summary table without the manifest,
-    or tables whose columns differ from the schema (another layout, or user data)."""
+def _check_path(path: str, create: bool) -> None:
+    if path in ("", ":memory:"):
+        return
+    shown = f"store {path!r}"
+    if os.path.isdir(path):
+        raise StoreError(f"{shown} is a folder: a store is a database, such as "
+                         f"{os.path.join(path, 'monitor.duckdb')!r}")
+    if not path.lower().endswith(_DB_SUFFIXES):
+        raise StoreError(f"{shown} is not a DuckDB database path ({', '.join(_DB_SUFFIXES)}): a "
+                         "store is a database (a DuckDB file, a database URL such as "
+                         "postgres://..., or an Ibis connection); summaries are never written "
+                         "into a data file")
+    if not create and not os.path.exists(path):
+        raise StoreError(f"no store at {path!r} (no such file): snapshot into it first")
+
+
+def _check_store(con, prefix: str, key_types: dict) -> None:
+    """Refuse to write over tables sqlcal did not write (a summary table without the manifest,
+    tables whose columns differ from the schema) and into a store of an older layout."""
+    if getattr(con, "name", "") == "postgres":
+        long = [k for k in key_types if len(k.encode()) > 63]
+        if long:  # PostgreSQL cuts an identifier at 63 bytes: two keys could share a column
+            raise OptionError(f"by: the store keeps each key in a column key_<key>, and for "
+                              f"{[k[4:] for k in long]} that name is longer than the 63 bytes "
+                              "PostgreSQL keeps; rename the key with a view")
     names = set(con.list_tables())
     manifest = schema.table_name("manifest", prefix)
-    ours = {schema.table_name(k, prefix) for k in schema.TABLES}
+    ours = {schema.table_name(k, prefix) for k in (*schema.TABLES, "checks")}
     if manifest not in names:
         found = sorted(names & ours)
         if found:
@@ -548,30 +721,41 @@ def _check_store(con, prefix: str, by: Sequence[str], src: Source) -> None:
     if list(con.table(manifest).columns) != want:
         raise StoreError(f"table {manifest!r} is not a sqlcal manifest (its columns are "
                          f"{list(con.table(manifest).columns)}); choose another prefix=")
-    by_types = {k: str(src.rows[k].type()) for k in by}
-    for kind in schema.TABLES:
+    m = con.table(manifest)
+    layouts = {int(json.loads(text).get("summary_version", 1)) for text in
+               summaries.execute(m.select("spec").distinct())["spec"]}
+    if layouts - {schema.SUMMARY_VERSION}:
+        raise StoreError(
+            f"prefix {prefix!r} holds summaries of layout {sorted(layouts)} (an older sqlcal); "
+            f"this one writes layout {schema.SUMMARY_VERSION}. They stay readable "
+            "(sqlcal.stored, sqlcal monitor); snapshot into a new prefix= and backfill it "
+            "(sqlcal snapshot --since/--until), or drop the old tables")
+    for kind in (*schema.TABLES, "checks"):
         name = schema.table_name(kind, prefix)
         if name in names:
             cols = list(con.table(name).columns)
-            expected = [c for c, _ in schema.columns(kind, by_types)]
+            expected = [c for c, _ in schema.columns(kind, key_types)]
             if cols != expected:
                 raise StoreError(f"table {name!r} has columns {cols}, not the {expected} this "
-                                 f"snapshot writes (another by=?); choose another prefix=")
+                                 f"snapshot writes (other by keys?); choose another "
+                                 "prefix=")
 
 
 def _stored(frame: pd.DataFrame, kind: str, spec_hash: str, manifest: pd.DataFrame,
             by: Sequence[str]) -> pd.DataFrame:
-    """A summary frame with the leading columns of the schema, in its column order."""
+    """A summary frame with the leading columns of the schema, in its column order: the keys'
+    stored columns ``key_0``, ... and their JSON ``group_keys`` under the keys' names."""
     frame = frame.copy()
     frame["period_start"] = pd.to_datetime(frame["period_start"]).astype("datetime64[ns]")
     frame["spec_hash"] = spec_hash
     frame["version"] = frame["period_start"].map(
         dict(zip(manifest["period_start"], manifest["version"]))).astype("int64")
+    stored = list(schema.key_columns({"by": list(by)}).values())
     if by:  # one JSON text per group, joined on (a per-row loop took seconds a day)
-        groups = frame[list(by)].drop_duplicates()
+        groups = frame[stored].drop_duplicates()
         groups["group_keys"] = [schema.group_keys(dict(zip(by, row)))
                                 for row in groups.itertuples(index=False)]
-        frame = frame.merge(groups, on=list(by), how="left")
+        frame = frame.merge(groups, on=stored, how="left")
     else:
         frame["group_keys"] = "{}"
     table = schema.TABLES[kind]
@@ -584,19 +768,69 @@ def _stored(frame: pd.DataFrame, kind: str, spec_hash: str, manifest: pd.DataFra
     return frame
 
 
-def _write(con, prefix: str, kind: str, frame: pd.DataFrame, by_types: dict) -> None:
+def _write(con, prefix: str, kind: str, frame: pd.DataFrame, key_types: dict) -> None:
+    """Append ``frame`` to the store table ``kind`` (created on the first write; the manifest
+    with its unique version), dropping the in-memory table the insert registers."""
+    if not len(frame):
+        return
     name = schema.table_name(kind, prefix)
-    cols = schema.columns(kind, by_types)
+    cols = schema.columns(kind, key_types)
     if name not in con.list_tables():
+        _create(con, name, cols, unique=_UNIQUE.get(kind, ()))
+    rows = ibis.memtable(frame[[c for c, _ in cols]], schema=ibis.schema(cols))
+    try:
+        con.insert(name, rows)
+    finally:
+        _forget(con, rows)
+
+
+#: the store tables' unique columns, where the engine keeps constraints: a version of a period
+#: is published once, however many runs write at the same time
+_UNIQUE = {"manifest": ("spec_hash", "period_start", "version")}
+
+
+def _create(con, name: str, cols: list, unique: Sequence[str] = ()) -> None:
+    if not unique or getattr(con, "name", "") not in ("duckdb", "postgres"):
         con.create_table(name, schema=ibis.schema(cols))
-    frame = frame[[c for c, _ in cols]]
-    con.insert(name, ibis.memtable(frame, schema=ibis.schema(cols)))
+        return
+    import sqlglot.expressions as exp
+
+    defs = ibis.schema(cols).to_sqlglot_column_defs(con.dialect)
+    key = exp.UniqueColumnConstraint(this=exp.Schema(
+        expressions=[exp.to_identifier(c, quoted=True) for c in unique]))
+    create = exp.Create(kind="TABLE", this=exp.Schema(
+        this=exp.Table(this=exp.to_identifier(name, quoted=True)), expressions=[*defs, key]))
+    con.raw_sql(create.sql(dialect=con.dialect))
+
+
+def _forget(con, table: ir.Table) -> None:
+    """Drop the in-memory table Ibis registered on ``con`` for ``table``: Ibis keeps it until
+    the process exits, so a long-lived process would pile them up (with their data)."""
+    op = table.op()
+    kind = getattr(con, "name", "")
+    try:
+        if kind == "duckdb":
+            con.con.unregister(op.name)
+        elif kind == "pyspark":
+            con._session.catalog.dropTempView(op.name)
+        else:
+            import sqlglot.expressions as exp
+
+            drop = exp.Drop(kind="TABLE", exists=True,
+                            this=exp.Table(this=exp.to_identifier(op.name, quoted=True)))
+            con.raw_sql(drop.sql(dialect=con.dialect))
+    finally:
+        registered = getattr(con, "_memtables", None)
+        if registered is not None:
+            registered.discard(op)
 
 
 def _next_versions(con, prefix: str, spec_hash: str, periods: list) -> dict:
     """One more than any version of each period in the manifest or the totals table (a snapshot
     that died before its manifest row leaves rows no reader sees; the next one goes above)."""
     top = {t: 0 for t in periods}
+    if not periods:
+        return {}
     for kind in ("manifest", "totals"):
         name = schema.table_name(kind, prefix)
         if name not in con.list_tables():
@@ -610,23 +844,38 @@ def _next_versions(con, prefix: str, spec_hash: str, periods: list) -> dict:
     return {t: v + 1 for t, v in top.items()}
 
 
-def _begin(con):
-    """A transaction on DuckDB (its connection is ours); other engines rely on the manifest-last
-    protocol: rows without a manifest row are never read."""
-    if getattr(con, "name", "") == "duckdb":
-        con.con.begin()
-        return True
-    return False
-
-
-def _commit(con, transaction) -> None:
-    if transaction:
-        con.con.commit()
-
-
-def _rollback(con, transaction) -> None:
-    if transaction:
+@contextlib.contextmanager
+def _writing(con, prefix: str):
+    """A run's rows, manifest and checks in one transaction where the engine has them, under
+    the store's lock. On PostgreSQL a transaction-level advisory lock on the prefix: a second
+    run waits for the first to commit, then reads its manifest (the caller reads it again inside)
+    and writes only what is still due, and the manifest's unique version refuses a duplicate in
+    any case. DuckDB lets one process open a file for writing (a second one is refused when it
+    connects), and in one process the connection runs one transaction. Other engines (Spark)
+    rely on the manifest-last protocol: rows without a manifest row are never read."""
+    kind = getattr(con, "name", "")
+    if kind == "postgres":
+        with con.con.transaction():
+            with con.con.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(prefix),))
+            yield
+        return
+    if kind != "duckdb":
+        yield
+        return
+    con.con.begin()
+    try:
+        yield
+    except BaseException:
         con.con.rollback()
+        raise
+    con.con.commit()
+
+
+def _lock_id(prefix: str) -> int:
+    """The advisory lock of a prefix's tables: a signed 64-bit number from its name."""
+    digest = hashlib.sha256(f"sqlcal store {prefix}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 def _clear_current(con, prefix: str, spec_hash: str, manifest: pd.DataFrame) -> None:
@@ -666,34 +915,84 @@ def manifest(store: Any, prefix: str = schema.PREFIX) -> pd.DataFrame:
 def current_versions(store: Any, prefix: str = schema.PREFIX, spec_hash: str | None = None
                      ) -> pd.DataFrame:
     """Per (spec_hash, period_start): the manifest row of the greatest version, the one readers
-    use."""
+    use, with ``known_as_of``: the latest of its ``as_of`` and of the runs that found the period
+    unchanged (:data:`sqlcal.monitor.schema.CHECKS`), the time its labels are known as of."""
     frame = manifest(store, prefix)
     if spec_hash is not None:
         frame = frame[frame["spec_hash"] == spec_hash]
     if not len(frame):
-        return frame
+        return frame.assign(known_as_of=frame["as_of"])
     frame = frame.sort_values(["spec_hash", "period_start", "version"])
-    return frame.groupby(["spec_hash", "period_start"], sort=True).tail(1).reset_index(drop=True)
+    frame = frame.groupby(["spec_hash", "period_start"], sort=True).tail(1).reset_index(drop=True)
+    con = connect(store)
+    name = schema.table_name("checks", prefix)
+    frame["known_as_of"] = frame["as_of"]
+    if name in con.list_tables():
+        t = con.table(name)
+        if spec_hash is not None:
+            t = t.filter(t.spec_hash == spec_hash)
+        confirmed = summaries.execute(t.group_by(["spec_hash", "period_start", "version"])
+                                      .aggregate(confirmed=t.as_of.max()))
+        confirmed["period_start"] = pd.to_datetime(confirmed["period_start"]).astype(
+            "datetime64[ns]")
+        confirmed["confirmed"] = pd.to_datetime(confirmed["confirmed"]).astype("datetime64[ns]")
+        frame = frame.merge(confirmed, on=["spec_hash", "period_start", "version"], how="left")
+        later = frame["confirmed"].notna() & (frame["confirmed"] > frame["known_as_of"])
+        frame.loc[later, "known_as_of"] = frame.loc[later, "confirmed"]
+        frame = frame.drop(columns=["confirmed"])
+    return frame
+
+
+def check_time(versions: pd.DataFrame, at: Any = None) -> pd.Timestamp:
+    """The time a check ages periods at: ``at``, or the latest time the store's labels are
+    known as of."""
+    return versions["known_as_of"].max() if at is None else as_timestamp(at)
+
+
+def mature(versions: pd.DataFrame, *, at: Any = None, horizon: Any = "30d", settle: Any = "1d",
+           option: str = "horizon") -> pd.Series:
+    """Which of the current versions hold their period's final labels at ``at``: the period is
+    horizon + settle old by then, and its labels are known as of that age (``known_as_of``, its
+    snapshot or a later run that found it unchanged). The one rule every reader of the mature
+    view applies (stored windows, the maturity curve, the detector, the monitor's windows)."""
+    age = duration_days(horizon, option) + duration_days(settle, "settle")
+    final = versions["period_end"] + pd.Timedelta(days=age)
+    return (final <= versions["known_as_of"]) & (final <= check_time(versions, at))
+
+
+def label_age(versions: pd.DataFrame, at: Any = None) -> pd.Series:
+    """Each period's age in days at ``at`` as its stored labels know it: from its end to the
+    earlier of ``at`` and the time its labels are known as of."""
+    known = versions["known_as_of"].clip(upper=check_time(versions, at))
+    return (known - versions["period_end"]).dt.total_seconds() / 86400
 
 
 def merged(store: Any, kind: str, *, prefix: str, spec_hash: str, versions: pd.DataFrame,
            by: Sequence[str], delays: Sequence[int] | None, params: dict | None = None
            ) -> pd.DataFrame:
-    """The stored summary ``kind`` summed over the (period, version) pairs of ``versions`` and
-    the ``delays`` admitted (None: all), in the store's engine: one row per group (``by``, a
-    subset of the stored keys) and key column."""
+    """The stored summary ``kind`` summed over the current versions of the periods of
+    ``versions`` and the ``delays`` admitted (None: all), in the store's engine: one row per
+    ``by`` (stored columns: ``key_0``, ..., ``period_start``, ``delay``) and key column.
+
+    The current version of each period is the greatest one with a manifest row, selected by a
+    join to the manifest in the engine (a window of any number of periods is one flat IN list,
+    and no in-memory table is registered)."""
     con = connect(store)
     t = con.table(schema.table_name(kind, prefix))
     table = schema.TABLES[kind]
-    pairs = [(t.period_start == ibis.literal(pd.Timestamp(p).to_pydatetime()))
-             & (t.version == int(v)) for p, v in zip(versions["period_start"],
-                                                     versions["version"])]
-    cond = [t.spec_hash == spec_hash, ibis.or_(*pairs) if pairs else ibis.literal(False)]
+    periods = [ibis.literal(pd.Timestamp(p).to_pydatetime())
+               for p in sorted(set(versions["period_start"]))]
+    if not periods:
+        periods = [ibis.literal(None, type="timestamp")]
+    m = con.table(schema.table_name("manifest", prefix))
+    current = m.filter(m.spec_hash == spec_hash, m.period_start.isin(periods)).group_by(
+        "period_start").aggregate(version=m.version.max())
+    cond = [t.spec_hash == spec_hash, t.period_start.isin(periods)]
     if delays is not None:
         cond.append(t.delay.isin([int(d) for d in delays]))
     for name, value in (params or {}).items():
         cond.append(t[name] == value)
-    t = t.filter(*cond)
+    t = t.filter(*cond).semi_join(current, ["period_start", "version"])
     keys = [*by, *(c for c, _ in table["keys"])]
     aggs = {}
     for name, _ in (*table["label_free"], *table["label"]):

@@ -103,20 +103,19 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
         raise OptionError(f"by: {extra} are not keys of the stored summaries {list(keys)}")
     delays = None if maturity == "adjusted" else _admitted(maturity, spec_dict)
     if maturity == "mature":
-        at = versions["as_of"].max() if at is None else _store.as_timestamp(at)
-        age = _store.duration_days(horizon, "horizon") + _store.duration_days(settle, "settle")
-        versions = versions[versions["period_end"] + pd.Timedelta(days=age) <= at]
+        versions = versions[_store.mature(versions, at=at, horizon=horizon, settle=settle)]
     if not len(versions):
         raise InvalidInputError(f"the store holds no {maturity!r} period between {start} and "
                                 f"{end} (spec {spec_hash})")
+    names = schema.key_columns(spec_dict)
     adjust = None
     if maturity == "adjusted":  # immature periods' positives divided by the maturity curve
-        at = versions["as_of"].max() if at is None else _store.as_timestamp(at)
+        cohorts = window_versions(store, prefix, spec_hash, None, None)[0]
         age = _store.duration_days(horizon, "horizon") + _store.duration_days(settle, "settle")
         adjust = _adjusted.Adjustment(
             store, prefix=prefix, spec_hash=spec_hash, spec=spec_dict, window=versions,
-            cohorts=window_versions(store, prefix, spec_hash, None, None)[0], by=by, at=at,
-            mature_age=age)
+            cohorts=cohorts, by=[names[k] for k in by], at=_store.check_time(cohorts, at),
+            mature_age=age, names={names[k]: k for k in by})
         versions = pd.concat([adjust.mature, adjust.immature]).drop(columns=["lag"])
         if not len(versions):
             raise InvalidInputError(f"maturity='adjusted': every period between {start} and "
@@ -176,11 +175,12 @@ def daily(store: Any, kind: str = "cells", *, by: str | Sequence[str] | None = N
     versions, spec_dict, spec_hash = window_versions(store, prefix, spec, start, end)
     keys = tuple(spec_dict["by"])
     by = keys if by is None else ((by,) if isinstance(by, str) else tuple(by))
+    extra = sorted(set(by) - set(keys))
+    if extra:
+        raise OptionError(f"by: {extra} are not keys of the stored summaries {list(keys)}")
     delays = _admitted(maturity, spec_dict)
     if maturity == "mature":
-        at = versions["as_of"].max() if at is None else _store.as_timestamp(at)
-        age = _store.duration_days(horizon, "horizon") + _store.duration_days(settle, "settle")
-        versions = versions[versions["period_end"] + pd.Timedelta(days=age) <= at]
+        versions = versions[_store.mature(versions, at=at, horizon=horizon, settle=settle)]
     if params is None:
         params = {"cells": {"cells": spec_dict["cells"]},
                   "bins": dict(zip(("bins", "convention"), spec_dict["bins"][0]))
@@ -189,11 +189,14 @@ def daily(store: Any, kind: str = "cells", *, by: str | Sequence[str] | None = N
                   if spec_dict["logit"] else {},
                   "smooth": {"cells": spec_dict["cells"], "grid": spec_dict["smooth"][0]}
                   if spec_dict["smooth"] else {}}.get(kind, {})
+    names = schema.key_columns(spec_dict)
+    stored_by = [names[k] for k in by]
     frame = _store.merged(store, kind, prefix=prefix, spec_hash=spec_hash, versions=versions,
-                          by=[*by, "period_start"], delays=delays, params=params)
+                          by=[*stored_by, "period_start"], delays=delays, params=params)
     frame["period_start"] = pd.to_datetime(frame["period_start"]).astype("datetime64[ns]")
     key = [c for c, _ in schema.TABLES[kind]["keys"]]
-    return _derive(frame).sort_values([*by, "period_start", *key], ignore_index=True)
+    frame = _derive(frame).sort_values([*stored_by, "period_start", *key], ignore_index=True)
+    return schema.presented(frame, {k: names[k] for k in by})
 
 
 def window_versions(store, prefix, spec, start, end) -> tuple[pd.DataFrame, dict, str]:
@@ -252,7 +255,12 @@ class _Server:
         self.store, self.prefix, self.spec_hash, self.spec = store, prefix, spec_hash, spec
         self.adjust = adjust  # maturity="adjusted": merges through the Adjustment
         self._inner = False
-        self.versions, self.by, self.delays = versions, tuple(by), delays
+        names = schema.key_columns(spec)
+        #: the stored key columns of the window's keys (every frame inside is keyed by them),
+        #: and {key: column}, to serve frames under the keys' names
+        self.by = tuple(names[k] for k in by)
+        self.names = {k: names[k] for k in by}
+        self.versions, self.delays = versions, delays
         self._levels = None
         self._cache: dict = {}
 
@@ -267,6 +275,12 @@ class _Server:
         return self._cache[key].copy()
 
     def __call__(self, summary: Summary) -> pd.DataFrame:
+        return self._presented(self._serve(summary))
+
+    def _presented(self, frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.rename(columns={v: k for k, v in self.names.items()})
+
+    def _serve(self, summary: Summary) -> pd.DataFrame:
         kind, params = summary.kind, summary.params
         K = self.spec["cells"]
         if self.adjust is not None and not self._inner:
@@ -316,7 +330,7 @@ class _Server:
 
     def cells(self) -> pd.DataFrame:
         """The window's merged fine score cells (the snapshot's grid) with sqlcal's columns."""
-        return _derive(self._merged("cells", cells=self.spec["cells"]))
+        return self._presented(_derive(self._merged("cells", cells=self.spec["cells"])))
 
     def _adjusted(self, summary: Summary) -> pd.DataFrame:
         """maturity="adjusted": exact from the adjusted cells (or levels), else refused."""
@@ -336,7 +350,7 @@ class _Server:
         else:
             self._inner = True  # the view logic below, its merges adjusted (_merged)
             try:
-                frame = self(summary)
+                frame = self._serve(summary)
             finally:
                 self._inner = False
         if "ny" in frame and "n_pos" in frame:  # adjusted counts are estimates, not integers

@@ -2854,7 +2854,7 @@ FROM (
 {% macro store_spec(relation, score, label, time, weight=none, by=none, cells=16384, bins=15,
                     where=none) %}
 {%- set by = [] if by is none else ([by] if by is string else by) %}
-{%- set spec = {"summary_version": 1, "origin": "dbt:" ~ relation,
+{%- set spec = {"summary_version": 2, "origin": "dbt:" ~ relation,
                 "where": where, "score": score, "label": label, "weight": weight, "by": by,
                 "time": time, "grain": "day", "label_time": none, "unknown": "negative",
                 "delays": [0.0, 1.0, 2.0, 3.0, 5.0, 7.0, 14.0, 30.0], "cells": cells | int, "bins": [[bins | int, "sqlcal"]],
@@ -2863,14 +2863,15 @@ FROM (
 {{ return({"spec": text, "hash": local_md5(text)[:16], "by": by}) }}
 {% endmacro %}
 
-{#- The rows of a predictions relation as the store reads them: keys, p, y (NULL = not known
-    yet = 0), w, and the day. #}
+{#- The rows of a predictions relation as the store reads them: the keys under their stored
+    names key_<key> (so a key may take any name), p, y (NULL = not known yet = 0), w, and the
+    day. #}
 {% macro store_input(relation, score, label, time, weight, by, where) %}
 {%- set q = adapter.quote %}
 {%- set double = sqlcal.double() %}
   select
 {%- for c in by %}
-    {{ c }} as {{ q(c) }},
+    {{ c }} as {{ q("key_" ~ c) }},
 {%- endfor %}
     cast({{ score }} as {{ double }}) as {{ q("p") }},
     cast(coalesce({{ label }}, 0) as {{ double }}) as {{ q("y") }},
@@ -2896,6 +2897,8 @@ FROM (
 {%- endif %}
 {%- set spec = sqlcal.store_spec(relation, score, label, time, weight, by, cells, bins, where) %}
 {%- set by = spec["by"] %}
+{%- set keys = [] %}
+{%- for c in by %}{% do keys.append("key_" ~ c) %}{% endfor %}
 {%- set q = adapter.quote %}
 {%- set columns = {'totals': ['n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'spieg_var', 'sw2_spieg_var', 'sw_lnq', 'n_p1', 'swp_h', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp', 'swy_lnp', 'swy_lnq', 'n_pos_p0', 'n_pos_p1', 'swy_h'], 'cells': ['cell', 'n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp'], 'bins': ['bin', 'n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp']} %}
 with sqlcal_rows as (
@@ -2903,11 +2906,11 @@ with sqlcal_rows as (
 ),
 sqlcal_stored as (
 {%- if kind == "totals" %}
-{{ sqlcal.store_totals("sqlcal_rows", by) }}
+{{ sqlcal.store_totals("sqlcal_rows", keys) }}
 {%- elif kind == "cells" %}
-{{ sqlcal.store_cells("sqlcal_rows", by, cells | int) }}
+{{ sqlcal.store_cells("sqlcal_rows", keys, cells | int) }}
 {%- else %}
-{{ sqlcal.store_bins("sqlcal_rows", by, bins | int) }}
+{{ sqlcal.store_bins("sqlcal_rows", keys, bins | int) }}
 {%- endif %}
 )
 select '{{ spec["hash"] }}' as {{ q("spec_hash") }},
@@ -2915,7 +2918,7 @@ select '{{ spec["hash"] }}' as {{ q("spec_hash") }},
   s.{{ q("period_start") }},
   cast(s.{{ q("delay") }} as {{ dbt.type_bigint() }}) as {{ q("delay") }},
   {{ sqlcal.group_keys(by) }} as {{ q("group_keys") }},
-{%- for c in by %}
+{%- for c in keys %}
   s.{{ q(c) }},
 {%- endfor %}
 {%- if kind == "cells" %}
@@ -2931,13 +2934,14 @@ from sqlcal_stored s
 {% endmacro %}
 
 {#- The group's keys as JSON text (sorted keys; values as text, not escaped: the
-    readers use the typed key columns). #}
+    readers use the typed key columns key_<key>). #}
 {% macro group_keys(by) %}
 {%- if not by %}'{}'{% else -%}
 '{' ||
 {%- for c in by | sort %}
-  '{{ tojson(c) }}:' || case when s.{{ adapter.quote(c) }} is null then 'null' else '"' ||
-    cast(s.{{ adapter.quote(c) }} as {{ dbt.type_string() }}) || '"' end
+  {%- set col = adapter.quote("key_" ~ c) %}
+  '{{ tojson(c) }}:' || case when s.{{ col }} is null then 'null' else '"' ||
+    cast(s.{{ col }} as {{ dbt.type_string() }}) || '"' end
     || {{ "','" if not loop.last else "'}'" }}
   {%- if not loop.last %} ||{% endif %}
 {%- endfor %}
@@ -2961,7 +2965,7 @@ sqlcal_groups as (
     count(*) as {{ q("n") }},
     sum(abs({{ q("w") }} - floor({{ q("w") }}))) as {{ q("frac") }}
   from sqlcal_rows
-  group by {{ q("period_start") }}{% for c in by %}, {{ q(c) }}{% endfor %}
+  group by {{ q("period_start") }}{% for c in by %}, {{ q("key_" ~ c) }}{% endfor %}
 )
 select '{{ spec["hash"] }}' as {{ q("spec_hash") }},
   '{{ spec["spec"] | replace("'", "''") }}' as {{ q("spec") }},
