@@ -176,6 +176,10 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                            "default does: kept for scripts that say so)")
     snap.add_argument("--force", action="store_true",
                       help="write a new version even where the fingerprint is unchanged")
+    snap.add_argument("--as-of", metavar="TIME", dest="as_of",
+                      help="the time the run is taken at (default: now, UTC): labels that "
+                           "arrived later count as not arrived yet, and the periods due end "
+                           "at the last one closed by then")
     snap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     snap.add_argument("--quiet", action="store_true", help="print nothing on success")
 
@@ -435,14 +439,19 @@ def _snapshot(args) -> int:
         raise monitor_config.ConfigError("--period and --since/--until exclude each other")
     config = monitor_config.load(args.config)
     out = monitor_config.run_snapshot(config, period=args.period, since=args.since,
-                                      until=args.until, force=args.force)
+                                      until=args.until, force=args.force, now=args.as_of)
     if args.json:
         _out(out.assign(period_start=out["period_start"].astype(str)).to_json(
             orient="records", indent=2))
     elif not args.quiet:
-        written = int((out["status"] == "written").sum())
-        _out(f"{written} of {len(out)} periods written to {config['snapshot']['store']} "
+        periods = out[out["period_start"].notna()]
+        written = int((periods["status"] == "written").sum())
+        _out(f"{written} of {len(periods)} periods written to {config['snapshot']['store']} "
              f"(prefix {config['snapshot']['prefix']!r}); the others were unchanged")
+        untimed = out[out["period_start"].isna()]
+        if len(untimed):
+            _out(f"{int(untimed['n'].sum()):,} rows with a NULL {config['source']['time']!r} "
+                 "left out (they belong to no period)")
         if len(out):
             _out(out.to_string(index=False))
     return EXIT_OK

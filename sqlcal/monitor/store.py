@@ -179,6 +179,8 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
     spec_hash = schema.spec_hash(spec)
     key_types = {k: str(src.rows[k].type()) for k in stored_keys}
     _check_store(con, prefix, key_types)
+    stored = current_versions(con, prefix)  # every spec's
+    _check_layout(stored, prefix)
 
     keys = [*stored_keys, "period_start"]
     prints, untimed = _fingerprints(src)
@@ -187,27 +189,32 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
             f"time column {time!r} has {untimed['n']:,} rows with NULL: they belong to no "
             "period; fix them, or pass on_invalid='drop' to leave them out (they are counted "
             "in the result)")
-    have = current_versions(con, prefix, spec_hash)
+    have = stored[stored["spec_hash"] == spec_hash].reset_index(drop=True)
     due = _due(prints, have, force)
     frames = {}
     if due:
         todo = src.rows.filter(src.rows.period_start.isin([ibis.literal(t) for t in due]))
         frames = _reduce_all(src, todo, keys, cells=cells, bins=bins, sigmas=ls_ece_sigma,
                              grids=smooth_grids, levels=levels, max_levels=max_levels)
-    with _writing(con, prefix) as transaction:
-        # what another run wrote since the reading above is seen here, under the store's lock
-        have = current_versions(con, prefix, spec_hash)
+    with _writing(con, prefix):
+        tables = set(con.list_tables())
+        if getattr(con, "name", "") != "duckdb":  # what another run wrote since the reading
+            have = current_versions(con, prefix, spec_hash)  # above, under the store's lock
         written = _due(prints[prints["period_start"].isin(due)], have, force)
-        versions = _next_versions(con, prefix, spec_hash, written)
+        versions = _next_versions(con, prefix, spec_hash, written, have, tables)
         manifest = prints[prints["period_start"].isin(written)].copy()
         manifest["version"] = manifest["period_start"].map(versions).astype("int64")
         for kind, frame in frames.items():
             frame = frame[pd.to_datetime(frame["period_start"]).isin(written)]
-            _write(con, prefix, kind, _stored(frame, kind, spec_hash, manifest, by), key_types)
+            _write(con, prefix, kind, _stored(frame, kind, spec_hash, manifest, by), key_types,
+                   tables)
         if _before_manifest is not None:  # tests: a crash between the rows and the manifest
             _before_manifest()
-        end_of = manifest["period_start"] + pd.Timedelta(seconds=seconds)
-        _write(con, prefix, "manifest", pd.DataFrame({
+        if schema.table_name("manifest", prefix) in tables:
+            _clear_current(con, prefix, spec_hash, written)
+        end_of = pd.to_datetime(manifest["period_start"]) + pd.Timedelta(seconds=seconds)
+        _write(con, prefix, "manifest", pd.DataFrame(columns=[c for c, _ in schema.MANIFEST])
+               if not written else pd.DataFrame({
             "spec_hash": spec_hash, "spec": schema.canonical_json(spec),
             "period_start": manifest["period_start"], "period_end": end_of,
             "as_of": as_of, "version": manifest["version"], "current": True,
@@ -217,10 +224,9 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
             "n_groups": manifest["n_groups"].astype("int64"),
             "integer_weights": bool(src.integer_weights),
             "written_at": pd.Timestamp.now("UTC").tz_localize(None).floor("s"),
-            "sqlcal_version": __version__}), key_types)
+            "sqlcal_version": __version__}), key_types, tables)
         confirmed = _confirmations(prints, have, written, as_of, horizon_age, seconds)
-        _write(con, prefix, "checks", confirmed.assign(spec_hash=spec_hash), key_types)
-        _clear_current(con, prefix, spec_hash, manifest)
+        _write(con, prefix, "checks", confirmed.assign(spec_hash=spec_hash), key_types, tables)
     out = prints.assign(version=0, status="unchanged")
     out.loc[out["period_start"].isin(written), "status"] = "written"
     out.loc[out["period_start"].isin(set(due) - set(written)), "status"] = "written by another run"
@@ -496,18 +502,23 @@ def _fingerprints(src: Source) -> tuple[pd.DataFrame, dict]:
                  "W": float(frame.loc[untimed, "fp_W"].sum())}
     frame = frame[~untimed]
     group_keys = [k for k in keys if k != "period_start"]
-    fields = [frame[c].astype(str) for c in (*group_keys, "fp_delay", "fp_y", "fp_n")]
-    fields += [frame[c].map(float.hex) for c in ("fp_w", "fp_wp", "fp_wpp", "fp_wsin")]
-    frame = frame.assign(_line=pd.concat(fields, axis=1).agg("\x1f".join, axis=1)
-                         if len(frame) else "")
-    rows = []
-    for when, part in frame.groupby("period_start", sort=True):
-        digest = hashlib.sha256("\n".join(sorted(part["_line"])).encode()).hexdigest()
-        n = int(part["fp_n"].sum())
-        groups = len(part[group_keys].drop_duplicates()) if group_keys else 1
-        rows.append((when, n, float(part["fp_W"].sum()), groups, f"{n}:{digest[:32]}"))
-    return (pd.DataFrame(rows, columns=["period_start", "n", "W", "n_groups", "fingerprint"]),
-            null_time)
+    frame = frame.sort_values("period_start", kind="stable", ignore_index=True)
+    # one 64-bit hash per (group, delay, label) row (pandas' fixed key: the same on every run),
+    # combined per period by XOR: the rows of a period are distinct, so any change shows
+    lines = frame[["fp_delay", "fp_y", "fp_n", "fp_w", "fp_wp", "fp_wpp", "fp_wsin"]].assign(
+        **{f"k{i}": frame[k].astype(str) for i, k in enumerate(group_keys)})
+    hashes = pd.util.hash_pandas_object(lines, index=False).to_numpy()
+    starts = np.flatnonzero(np.r_[True, frame["period_start"].to_numpy()[1:]
+                                  != frame["period_start"].to_numpy()[:-1]]) if len(frame) \
+        else np.array([], dtype=np.int64)
+    out = frame.groupby("period_start", sort=True).agg(n=("fp_n", "sum"), W=("fp_W", "sum"))
+    out["n_groups"] = (frame.drop_duplicates(["period_start", *group_keys])
+                       .groupby("period_start").size() if group_keys else 1)
+    digest = np.bitwise_xor.reduceat(hashes, starts) if len(frame) else []
+    out["fingerprint"] = [f"{int(n)}:{int(h):016x}" for n, h in zip(out["n"], digest)]
+    out = out.reset_index()
+    out["n"] = out["n"].astype("int64")
+    return out[["period_start", "n", "W", "n_groups", "fingerprint"]], null_time
 
 
 #: the fingerprint's high-frequency term is sin(2^20·p): a score moved by 1e-9 moves it by 1e-3
@@ -677,6 +688,35 @@ def connect(store: Any, *, create: bool = False):
 
 #: stores opened by path or URL, kept open (an in-memory DuckDB store lives as long as this)
 _CONNECTIONS: dict[str, Any] = {}
+
+
+def _table(con, name: str) -> ir.Table:
+    """The Ibis table of a store table, its schema read once per connection (each read is a
+    catalog query; a daily check made some 20 of them). Forgotten when sqlcal creates the table
+    or the store is closed; a table dropped behind sqlcal's back fails its next query."""
+    known = _handles(con)
+    if name not in known:
+        known[name] = con.table(name)
+    return known[name]
+
+
+def _handles(con) -> dict:
+    """The store tables read on ``con``, kept on the connection (they live and go with it)."""
+    known = getattr(con, "_sqlcal_store_tables", None)
+    if known is None:
+        known = {}
+        con._sqlcal_store_tables = known
+    return known
+
+
+def close(store: Any) -> None:
+    """Close the connection :func:`connect` keeps open for a store path or URL (a DuckDB file
+    is then free for another process to write)."""
+    con = _CONNECTIONS.pop(os.fspath(store), None) if isinstance(store, (str, os.PathLike)) \
+        else None
+    if con is not None:
+        _handles(con).clear()
+        con.disconnect()
 #: URL schemes of databases that keep tables (an in-memory engine such as polars:// does not)
 _DATABASES = frozenset({"postgres", "postgresql", "mysql", "mssql", "snowflake", "bigquery",
                         "trino", "clickhouse", "databricks", "oracle", "exasol", "impala",
@@ -700,8 +740,8 @@ def _check_path(path: str, create: bool) -> None:
 
 
 def _check_store(con, prefix: str, key_types: dict) -> None:
-    """Refuse to write over tables sqlcal did not write (a summary table without the manifest,
-    tables whose columns differ from the schema) and into a store of an older layout."""
+    """Refuse to write over tables sqlcal did not write: a summary table without the manifest,
+    tables whose columns differ from the schema."""
     if getattr(con, "name", "") == "postgres":
         long = [k for k in key_types if len(k.encode()) > 63]
         if long:  # PostgreSQL cuts an identifier at 63 bytes: two keys could share a column
@@ -709,6 +749,8 @@ def _check_store(con, prefix: str, key_types: dict) -> None:
                               f"{[k[4:] for k in long]} that name is longer than the 63 bytes "
                               "PostgreSQL keeps; rename the key with a view")
     names = set(con.list_tables())
+    for gone in set(_handles(con)) - names:  # dropped since they were read
+        _handles(con).pop(gone)
     manifest = schema.table_name("manifest", prefix)
     ours = {schema.table_name(k, prefix) for k in (*schema.TABLES, "checks")}
     if manifest not in names:
@@ -718,27 +760,31 @@ def _check_store(con, prefix: str, key_types: dict) -> None:
                              "not write them; choose another prefix=")
         return
     want = [c for c, _ in schema.MANIFEST]
-    if list(con.table(manifest).columns) != want:
+    m = _table(con, manifest)
+    if list(m.columns) != want:
         raise StoreError(f"table {manifest!r} is not a sqlcal manifest (its columns are "
-                         f"{list(con.table(manifest).columns)}); choose another prefix=")
-    m = con.table(manifest)
-    layouts = {int(json.loads(text).get("summary_version", 1)) for text in
-               summaries.execute(m.select("spec").distinct())["spec"]}
+                         f"{list(m.columns)}); choose another prefix=")
+    for kind in (*schema.TABLES, "checks"):
+        name = schema.table_name(kind, prefix)
+        if name in names:
+            cols = list(_table(con, name).columns)
+            expected = [c for c, _ in schema.columns(kind, key_types)]
+            if cols != expected:
+                raise StoreError(f"table {name!r} has columns {cols}, not the {expected} this "
+                                 f"snapshot writes (other by keys?); choose another "
+                                 "prefix=")
+
+
+def _check_layout(stored: pd.DataFrame, prefix: str) -> None:
+    """Refuse to add to a store of an older layout (``stored``: every spec's current
+    versions)."""
+    layouts = {int(json.loads(text).get("summary_version", 1)) for text in set(stored["spec"])}
     if layouts - {schema.SUMMARY_VERSION}:
         raise StoreError(
             f"prefix {prefix!r} holds summaries of layout {sorted(layouts)} (an older sqlcal); "
             f"this one writes layout {schema.SUMMARY_VERSION}. They stay readable "
             "(sqlcal.stored, sqlcal monitor); snapshot into a new prefix= and backfill it "
             "(sqlcal snapshot --since/--until), or drop the old tables")
-    for kind in (*schema.TABLES, "checks"):
-        name = schema.table_name(kind, prefix)
-        if name in names:
-            cols = list(con.table(name).columns)
-            expected = [c for c, _ in schema.columns(kind, key_types)]
-            if cols != expected:
-                raise StoreError(f"table {name!r} has columns {cols}, not the {expected} this "
-                                 f"snapshot writes (other by keys?); choose another "
-                                 "prefix=")
 
 
 def _stored(frame: pd.DataFrame, kind: str, spec_hash: str, manifest: pd.DataFrame,
@@ -768,15 +814,19 @@ def _stored(frame: pd.DataFrame, kind: str, spec_hash: str, manifest: pd.DataFra
     return frame
 
 
-def _write(con, prefix: str, kind: str, frame: pd.DataFrame, key_types: dict) -> None:
-    """Append ``frame`` to the store table ``kind`` (created on the first write; the manifest
-    with its unique version), dropping the in-memory table the insert registers."""
+def _write(con, prefix: str, kind: str, frame: pd.DataFrame, key_types: dict, tables: set
+           ) -> None:
+    """Append ``frame`` to the store table ``kind`` (created on the first write, and added to
+    ``tables``, the store's tables; the manifest with its unique version), dropping the
+    in-memory table the insert registers."""
     if not len(frame):
         return
     name = schema.table_name(kind, prefix)
     cols = schema.columns(kind, key_types)
-    if name not in con.list_tables():
+    if name not in tables:
         _create(con, name, cols, unique=_UNIQUE.get(kind, ()))
+        _handles(con).pop(name, None)
+        tables.add(name)
     rows = ibis.memtable(frame[[c for c, _ in cols]], schema=ibis.schema(cols))
     try:
         con.insert(name, rows)
@@ -825,17 +875,21 @@ def _forget(con, table: ir.Table) -> None:
             registered.discard(op)
 
 
-def _next_versions(con, prefix: str, spec_hash: str, periods: list) -> dict:
-    """One more than any version of each period in the manifest or the totals table (a snapshot
-    that died before its manifest row leaves rows no reader sees; the next one goes above)."""
-    top = {t: 0 for t in periods}
+def _next_versions(con, prefix: str, spec_hash: str, periods: list, have: pd.DataFrame,
+                   tables: set) -> dict:
+    """One more than any version of each period: in the manifest (``have``, its greatest
+    versions) or in the totals table, which every version writes first (a snapshot that died
+    before its manifest row leaves rows no reader sees; the next one goes above)."""
     if not periods:
         return {}
-    for kind in ("manifest", "totals"):
-        name = schema.table_name(kind, prefix)
-        if name not in con.list_tables():
-            continue
-        t = con.table(name)
+    top = dict.fromkeys(periods, 0)
+    if len(have):
+        for when, v in zip(have["period_start"], have["version"]):
+            if when in top:
+                top[when] = int(v)
+    name = schema.table_name("totals", prefix)
+    if name in tables:
+        t = _table(con, name)
         frame = summaries.execute(t.filter(t.spec_hash == spec_hash).group_by(
             "period_start").aggregate(v=t.version.max()))
         for when, v in zip(pd.to_datetime(frame["period_start"]), frame["v"]):
@@ -878,35 +932,37 @@ def _lock_id(prefix: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def _clear_current(con, prefix: str, spec_hash: str, manifest: pd.DataFrame) -> None:
-    """Clear ``current`` on the older versions of the periods just written (an UPDATE, where
-    the engine has one; readers pick the greatest version either way)."""
-    if getattr(con, "name", "") not in ("duckdb", "postgres"):
+def _clear_current(con, prefix: str, spec_hash: str, periods: list) -> None:
+    """Clear ``current`` on the stored versions of the periods about to be written (one UPDATE,
+    where the engine has one, before the new manifest rows; readers pick the greatest version
+    either way)."""
+    if not periods or getattr(con, "name", "") not in ("duckdb", "postgres"):
         return
     import sqlglot.expressions as exp
 
     name = schema.table_name("manifest", prefix)
-    for when, v in zip(manifest["period_start"], manifest["version"]):
-        cond = exp.and_(
-            exp.column("spec_hash").eq(exp.Literal.string(spec_hash)),
-            exp.column("period_start").eq(exp.cast(exp.Literal.string(
-                pd.Timestamp(when).isoformat(sep=" ")), "timestamp")),
-            exp.column("version").neq(exp.Literal.number(int(v))))
-        update = exp.update(exp.to_table(name, quoted=True), {"current": exp.false()},
-                            where=cond)
-        con.raw_sql(update.sql(dialect=con.name))
+    when = [exp.cast(exp.Literal.string(pd.Timestamp(t).isoformat(sep=" ")), "timestamp")
+            for t in periods]
+    def col(c):
+        return exp.column(c, quoted=True)
+    cond = exp.and_(col("spec_hash").eq(exp.Literal.string(spec_hash)),
+                    col("period_start").isin(*when), col("current"))
+    update = exp.update(exp.Table(this=exp.to_identifier(name, quoted=True)),
+                        {col("current"): exp.false()}, where=cond)
+    con.raw_sql(update.sql(dialect=con.name))
 
 
 # -- reading -----------------------------------------------------------------------------------
 
 
-def manifest(store: Any, prefix: str = schema.PREFIX) -> pd.DataFrame:
+def manifest(store: Any, prefix: str = schema.PREFIX, tables: set | None = None
+             ) -> pd.DataFrame:
     """The store's manifest (empty with the schema's columns when there is none)."""
     con = connect(store)
     name = schema.table_name("manifest", prefix)
-    if name not in con.list_tables():
+    if name not in (set(con.list_tables()) if tables is None else tables):
         return pd.DataFrame(columns=[c for c, _ in schema.MANIFEST])
-    frame = summaries.execute(con.table(name))
+    frame = summaries.execute(_table(con, name))
     for col in ("period_start", "period_end", "as_of", "written_at"):
         frame[col] = pd.to_datetime(frame[col]).astype("datetime64[ns]")
     return frame
@@ -917,18 +973,19 @@ def current_versions(store: Any, prefix: str = schema.PREFIX, spec_hash: str | N
     """Per (spec_hash, period_start): the manifest row of the greatest version, the one readers
     use, with ``known_as_of``: the latest of its ``as_of`` and of the runs that found the period
     unchanged (:data:`sqlcal.monitor.schema.CHECKS`), the time its labels are known as of."""
-    frame = manifest(store, prefix)
+    con = connect(store)
+    tables = set(con.list_tables())
+    frame = manifest(con, prefix, tables)
     if spec_hash is not None:
         frame = frame[frame["spec_hash"] == spec_hash]
     if not len(frame):
         return frame.assign(known_as_of=frame["as_of"])
     frame = frame.sort_values(["spec_hash", "period_start", "version"])
     frame = frame.groupby(["spec_hash", "period_start"], sort=True).tail(1).reset_index(drop=True)
-    con = connect(store)
     name = schema.table_name("checks", prefix)
     frame["known_as_of"] = frame["as_of"]
-    if name in con.list_tables():
-        t = con.table(name)
+    if name in tables:
+        t = _table(con, name)
         if spec_hash is not None:
             t = t.filter(t.spec_hash == spec_hash)
         confirmed = summaries.execute(t.group_by(["spec_hash", "period_start", "version"])
@@ -978,13 +1035,13 @@ def merged(store: Any, kind: str, *, prefix: str, spec_hash: str, versions: pd.D
     join to the manifest in the engine (a window of any number of periods is one flat IN list,
     and no in-memory table is registered)."""
     con = connect(store)
-    t = con.table(schema.table_name(kind, prefix))
+    t = _table(con, schema.table_name(kind, prefix))
     table = schema.TABLES[kind]
     periods = [ibis.literal(pd.Timestamp(p).to_pydatetime())
                for p in sorted(set(versions["period_start"]))]
     if not periods:
         periods = [ibis.literal(None, type="timestamp")]
-    m = con.table(schema.table_name("manifest", prefix))
+    m = _table(con, schema.table_name("manifest", prefix))
     current = m.filter(m.spec_hash == spec_hash, m.period_start.isin(periods)).group_by(
         "period_start").aggregate(version=m.version.max())
     cond = [t.spec_hash == spec_hash, t.period_start.isin(periods)]
