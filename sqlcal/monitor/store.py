@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from typing import Any, Sequence
 
 import ibis
@@ -681,7 +682,16 @@ def connect(store: Any, *, create: bool = False):
     else:
         path = text[len("duckdb://"):] if text.startswith("duckdb://") else text
         _check_path(path, create)
-        con = ibis.duckdb.connect(path or ":memory:")
+        try:
+            con = ibis.duckdb.connect(path or ":memory:")
+        except Exception as e:  # DuckDB lets one process open a file for writing
+            if "lock" not in str(e).lower():
+                raise
+            holder = re.search(r"PID (\d+)", str(e))
+            raise StoreError(f"store {path!r} is open for writing in another process"
+                             + (f" (PID {holder.group(1)})" if holder else "")
+                             + ": DuckDB lets one process write a file at a time; run again "
+                             "when it has finished") from None
     _CONNECTIONS[text] = con
     return con
 
