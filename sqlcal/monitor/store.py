@@ -157,86 +157,89 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
     elif key is not None:
         raise OptionError("key= names the example id that joins events= to the predictions; "
                           "pass events= too (or leave key= out for the column layout)")
-    for col in (time, label_time):
-        if col is not None and col not in base.columns:
-            raise InvalidInputError(f"column {col!r} is not in the table; its columns are "
-                                    f"{list(base.columns)}")
-    spec = {"summary_version": schema.SUMMARY_VERSION, "origin": _origin(data, table),
-            "score": score, "label": label,
-            "weight": weight, "by": list(by), "time": time, "grain": grain,
-            "label_time": label_time, "unknown": unknown, "delays": [float(d) for d in delays],
-            "cells": int(cells), "bins": [list(b) for b in bins],
-            "logit": [[s / 20, 1e-6] for s in ls_ece_sigma],
-            "smooth": [int(h) for h in smooth_grids], "levels": bool(levels)}
-    stored_keys = list(schema.key_columns(spec).values())
-    _check_names(base, by, score=score, label=label, weight=weight, stored_keys=stored_keys)
-    rows = _periods(base, by=by, label=label, time=time, label_time=label_time, as_of=as_of,
-                    grain=grain, delays=delays, start=start, end=end, seconds=seconds)
-    src = source(rows, score=score, label=label, weight=weight,
-                 by=(*stored_keys, *_ADDED), where=where, on_invalid=on_invalid)
-    spec["where"] = src.where
-    if events is not None:  # the column layout's spec (and hash) stay as they were
-        spec |= {"layout": "events", "events": _origin(events, None), "key": key}
-    spec_hash = schema.spec_hash(spec)
-    key_types = {k: str(src.rows[k].type()) for k in stored_keys}
-    _check_store(con, prefix, key_types)
-    stored = current_versions(con, prefix)  # every spec's
-    _check_layout(stored, prefix)
+    try:
+        for col in (time, label_time):
+            if col is not None and col not in base.columns:
+                raise InvalidInputError(f"column {col!r} is not in the table; its columns are "
+                                        f"{list(base.columns)}")
+        spec = {"summary_version": schema.SUMMARY_VERSION, "origin": _origin(data, table),
+                "score": score, "label": label,
+                "weight": weight, "by": list(by), "time": time, "grain": grain,
+                "label_time": label_time, "unknown": unknown, "delays": [float(d) for d in delays],
+                "cells": int(cells), "bins": [list(b) for b in bins],
+                "logit": [[s / 20, 1e-6] for s in ls_ece_sigma],
+                "smooth": [int(h) for h in smooth_grids], "levels": bool(levels)}
+        stored_keys = list(schema.key_columns(spec).values())
+        _check_names(base, by, score=score, label=label, weight=weight, stored_keys=stored_keys)
+        rows = _periods(base, by=by, label=label, time=time, label_time=label_time, as_of=as_of,
+                        grain=grain, delays=delays, start=start, end=end, seconds=seconds)
+        src = source(rows, score=score, label=label, weight=weight,
+                     by=(*stored_keys, *_ADDED), where=where, on_invalid=on_invalid)
+        spec["where"] = src.where
+        if events is not None:  # the column layout's spec (and hash) stay as they were
+            spec |= {"layout": "events", "events": _origin(events, None), "key": key}
+        spec_hash = schema.spec_hash(spec)
+        key_types = {k: str(src.rows[k].type()) for k in stored_keys}
+        _check_store(con, prefix, key_types)
+        stored = current_versions(con, prefix)  # every spec's
+        _check_layout(stored, prefix)
 
-    keys = [*stored_keys, "period_start"]
-    prints, untimed = _fingerprints(src)
-    if untimed["n"] and on_invalid == "raise":
-        raise InvalidInputError(
-            f"time column {time!r} has {untimed['n']:,} rows with NULL: they belong to no "
-            "period; fix them, or pass on_invalid='drop' to leave them out (they are counted "
-            "in the result)")
-    have = stored[stored["spec_hash"] == spec_hash].reset_index(drop=True)
-    due = _due(prints, have, force)
-    frames = {}
-    if due:
-        todo = src.rows.filter(src.rows.period_start.isin([ibis.literal(t) for t in due]))
-        frames = _reduce_all(src, todo, keys, cells=cells, bins=bins, sigmas=ls_ece_sigma,
-                             grids=smooth_grids, levels=levels, max_levels=max_levels)
-    with _writing(con, prefix):
-        tables = set(con.list_tables())
-        if getattr(con, "name", "") != "duckdb":  # what another run wrote since the reading
-            have = current_versions(con, prefix, spec_hash)  # above, under the store's lock
-        written = _due(prints[prints["period_start"].isin(due)], have, force)
-        versions = _next_versions(con, prefix, spec_hash, written, have, tables)
-        manifest = prints[prints["period_start"].isin(written)].copy()
-        manifest["version"] = manifest["period_start"].map(versions).astype("int64")
-        for kind, frame in frames.items():
-            frame = frame[pd.to_datetime(frame["period_start"]).isin(written)]
-            _write(con, prefix, kind, _stored(frame, kind, spec_hash, manifest, by), key_types,
-                   tables)
-        if _before_manifest is not None:  # tests: a crash between the rows and the manifest
-            _before_manifest()
-        if schema.table_name("manifest", prefix) in tables:
-            _clear_current(con, prefix, spec_hash, written)
-        end_of = pd.to_datetime(manifest["period_start"]) + pd.Timedelta(seconds=seconds)
-        _write(con, prefix, "manifest", pd.DataFrame(columns=[c for c, _ in schema.MANIFEST])
-               if not written else pd.DataFrame({
-            "spec_hash": spec_hash, "spec": schema.canonical_json(spec),
-            "period_start": manifest["period_start"], "period_end": end_of,
-            "as_of": as_of, "version": manifest["version"], "current": True,
-            "fingerprint": manifest["fingerprint"],
-            "mature": end_of + pd.Timedelta(days=horizon_age) <= as_of,
-            "rows_scanned": manifest["n"].astype("int64"),
-            "n_groups": manifest["n_groups"].astype("int64"),
-            "integer_weights": bool(src.integer_weights),
-            "written_at": pd.Timestamp.now("UTC").tz_localize(None).floor("s"),
-            "sqlcal_version": __version__}), key_types, tables)
-        confirmed = _confirmations(prints, have, written, as_of, horizon_age, seconds)
-        _write(con, prefix, "checks", confirmed.assign(spec_hash=spec_hash), key_types, tables)
-    out = prints.assign(version=0, status="unchanged")
-    out.loc[out["period_start"].isin(written), "status"] = "written"
-    out.loc[out["period_start"].isin(set(due) - set(written)), "status"] = "written by another run"
-    out = _report(out, have, versions)
-    if untimed["n"]:
-        out = pd.concat([out, pd.DataFrame([{
-            "period_start": pd.NaT, "n": untimed["n"], "W": untimed["W"], "n_groups": 0,
-            "version": 0, "status": "left out: NULL time"}])], ignore_index=True)
-    return out
+        keys = [*stored_keys, "period_start"]
+        prints, untimed = _fingerprints(src)
+        if untimed["n"] and on_invalid == "raise":
+            raise InvalidInputError(
+                f"time column {time!r} has {untimed['n']:,} rows with NULL: they belong to no "
+                "period; fix them, or pass on_invalid='drop' to leave them out (they are counted "
+                "in the result)")
+        have = stored[stored["spec_hash"] == spec_hash].reset_index(drop=True)
+        due = _due(prints, have, force)
+        frames = {}
+        if due:
+            todo = src.rows.filter(src.rows.period_start.isin([ibis.literal(t) for t in due]))
+            frames = _reduce_all(src, todo, keys, cells=cells, bins=bins, sigmas=ls_ece_sigma,
+                                 grids=smooth_grids, levels=levels, max_levels=max_levels)
+        with _writing(con, prefix):
+            tables = set(con.list_tables())
+            if getattr(con, "name", "") != "duckdb":  # what another run wrote since the reading
+                have = current_versions(con, prefix, spec_hash)  # above, under the store's lock
+            written = _due(prints[prints["period_start"].isin(due)], have, force)
+            versions = _next_versions(con, prefix, spec_hash, written, have, tables)
+            manifest = prints[prints["period_start"].isin(written)].copy()
+            manifest["version"] = manifest["period_start"].map(versions).astype("int64")
+            for kind, frame in frames.items():
+                frame = frame[pd.to_datetime(frame["period_start"]).isin(written)]
+                _write(con, prefix, kind, _stored(frame, kind, spec_hash, manifest, by), key_types,
+                       tables)
+            if _before_manifest is not None:  # tests: a crash between the rows and the manifest
+                _before_manifest()
+            if schema.table_name("manifest", prefix) in tables:
+                _clear_current(con, prefix, spec_hash, written)
+            end_of = pd.to_datetime(manifest["period_start"]) + pd.Timedelta(seconds=seconds)
+            _write(con, prefix, "manifest", pd.DataFrame(columns=[c for c, _ in schema.MANIFEST])
+                   if not written else pd.DataFrame({
+                "spec_hash": spec_hash, "spec": schema.canonical_json(spec),
+                "period_start": manifest["period_start"], "period_end": end_of,
+                "as_of": as_of, "version": manifest["version"], "current": True,
+                "fingerprint": manifest["fingerprint"],
+                "mature": end_of + pd.Timedelta(days=horizon_age) <= as_of,
+                "rows_scanned": manifest["n"].astype("int64"),
+                "n_groups": manifest["n_groups"].astype("int64"),
+                "integer_weights": bool(src.integer_weights),
+                "written_at": pd.Timestamp.now("UTC").tz_localize(None).floor("s"),
+                "sqlcal_version": __version__}), key_types, tables)
+            confirmed = _confirmations(prints, have, written, as_of, horizon_age, seconds)
+            _write(con, prefix, "checks", confirmed.assign(spec_hash=spec_hash), key_types, tables)
+        out = prints.assign(version=0, status="unchanged")
+        out.loc[out["period_start"].isin(written), "status"] = "written"
+        out.loc[out["period_start"].isin(set(due) - set(written)), "status"] = "written by another run"
+        out = _report(out, have, versions)
+        if untimed["n"]:
+            out = pd.concat([out, pd.DataFrame([{
+                "period_start": pd.NaT, "n": untimed["n"], "W": untimed["W"], "n_groups": 0,
+                "version": 0, "status": "left out: NULL time"}])], ignore_index=True)
+        return out
+    finally:  # the frames Ibis registered to read in-memory data stay until exit else
+        _forget_frames(base)
 
 
 def _due(prints: pd.DataFrame, have: pd.DataFrame, force: bool) -> list:
@@ -861,6 +864,21 @@ def _create(con, name: str, cols: list, unique: Sequence[str] = ()) -> None:
     create = exp.Create(kind="TABLE", this=exp.Schema(
         this=exp.Table(this=exp.to_identifier(name, quoted=True)), expressions=[*defs, key]))
     con.raw_sql(create.sql(dialect=con.dialect))
+
+
+def _forget_frames(table: ir.Table) -> None:
+    """Drop what the default engine registered for the in-memory frames ``table`` reads (a
+    snapshot of a pandas frame registers one; a long-lived process would keep them all)."""
+    import ibis.expr.operations as ops
+
+    frames = table.op().find(ops.InMemoryTable)
+    if not frames:
+        return
+    con = table._find_backend(use_default=True)
+    known = getattr(con, "_memtables", None)
+    for op in frames:
+        if known is not None and op in known:
+            _forget(con, op.to_expr())
 
 
 def _forget(con, table: ir.Table) -> None:
