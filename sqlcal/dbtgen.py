@@ -146,12 +146,18 @@ def store_sql(kind: str, dialect: str) -> str:
             "sw2_pq": lambda r: (r.w * r.w * r.pq).sum(),
             "spieg_var": lambda r: (r.w * (r.q2 * r.pq)).sum(),
             "sw2_spieg_var": lambda r: (r.w * r.w * (r.q2 * r.pq)).sum(),
-            "sw_lnq": lambda r: (r.w * r.lnq).sum(), "n_p1": lambda r: r.count(where=r.p == 1),
+            "sw_lnq": lambda r: (r.w * r.lnq).sum(),
+            "sw_lnq2": lambda r: (r.w * r.lnq * r.lnq).sum(),
+            "sw2p": lambda r: (r.w * r.w * r.p).sum(),
+            "sw2pp": lambda r: (r.w * r.w * r.p * r.p).sum(),
+            "n_p1": lambda r: r.count(where=r.p == 1),
             "swp_h": lambda r: (r.w * r.h * r.p).sum(), "p_min": lambda r: r.p.min(),
             "p_max": lambda r: r.p.max()}
     label = {"n_pos": lambda r: r.count(), "swy": lambda r: r.w.sum(),
              "swyp": lambda r: (r.w * r.p).sum(), "swy_lnp": lambda r: (r.w * r.lnp).sum(),
              "swy_lnq": lambda r: (r.w * r.lnq).sum(),
+             "swy_lnp2": lambda r: (r.w * r.lnp * r.lnp).sum(),
+             "swy_lnq2": lambda r: (r.w * r.lnq * r.lnq).sum(),
              "n_pos_p0": lambda r: r.count(where=r.p == 0),
              "n_pos_p1": lambda r: r.count(where=r.p == 1), "swy_h": lambda r: (r.w * r.h).sum()}
     free_cols = [c for c, _ in table["label_free"]]

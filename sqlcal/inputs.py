@@ -121,6 +121,9 @@ class Source:
         rates (each negative's weight in ``rows.w`` is multiplied by 1/rate).
     score_correction : bool
         Whether ``rows.p`` holds the corrected scores p/(p + (1 − p)/rate).
+    facts : dict
+        Columns every result of the source carries, saying where its numbers come from (a
+        stored window: ``window``, ``maturity``, ``window_exact``, ``window_bound``).
 
     Examples
     --------
@@ -167,6 +170,9 @@ class Source:
     #: multiplies each negative's weight in ``rows.w``, and whether scores were corrected for it
     sampling_rate: float | str | None = None
     score_correction: bool = False
+    #: facts every result of this source states about where its numbers come from, as trust
+    #: columns: a stored window's periods, maturity view and distance to a scan of its rows
+    facts: dict = field(default_factory=dict, repr=False)
 
     @property
     def weighted(self) -> bool:

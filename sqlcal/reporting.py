@@ -142,6 +142,10 @@ TRUST: dict[str, dict[str, str | None]] = {
     "calibration_ratio": {"weight_kind": "weight_kind", "confidence": None, "method": None,
                           "reason": "calibration_ratio_reason"},
 }
+#: the trust columns of every result read from a summary store (sqlcal.stored): the window's
+#: periods, its maturity view, and whether the value is what a scan of those periods' rows gives
+#: (``window_exact``) and how far from it it may be (``window_bound``; NaN for an estimate)
+STORED_FACTS = ("window", "maturity", "window_exact", "window_bound")
 DEFAULT_METRICS = (
     "ece", "rmsce", "mce", "ece_quantile", "brier", "log_loss", "calibration_in_the_large",
     "spiegelhalter", "hosmer_lemeshow", "cutoff_error", "kuiper",
@@ -243,7 +247,8 @@ def wide(src: Source, frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
             out = values[[c for c in values if c in (*src.by, "n", "W", "n_dropped")]].copy()
         for column, target in METRICS[name][2].items():
             out[target] = values[column].to_numpy()
-        for column, target in TRUST.get(name, {}).items():
+        facts = {**TRUST.get(name, {}), **{c: c for c in STORED_FACTS}}
+        for column, target in facts.items():
             if target is None or column not in values:
                 continue
             fact = values[column].to_numpy()
@@ -259,7 +264,8 @@ def trust(name: str, values: pd.DataFrame) -> list[str]:
     """Per row of a metric's result, the facts of :data:`TRUST` that qualify it, as a JSON object
     (sorted keys; NaN as null): the ``trust`` column of the tidy tables, the JSON's metric
     records and the results table (``{}`` for a metric with none)."""
-    columns = [c for c in TRUST.get(name, {}) if c in values]  # some come with an option only
+    # some come with an option only; a stored window's facts come with every metric
+    columns = [c for c in (*TRUST.get(name, {}), *STORED_FACTS) if c in values]
     return [json.dumps({c: _plain(row[c]) for c in columns}, sort_keys=True)
             for _, row in values[columns].iterrows()] if columns else ["{}"] * len(values)
 

@@ -136,6 +136,8 @@ TABLES: dict[str, dict[str, Any]] = {
             ("spieg_var", "float64"),       # Σw(1−2p)²p(1−p)
             ("sw2_spieg_var", "float64"),   # Σw²(1−2p)²p(1−p)
             ("sw_lnq", "float64"),          # Σw·ln(1−p) over p < 1
+            ("sw_lnq2", "float64"),         # Σw·ln²(1−p) over p < 1
+            ("sw2p", "float64"), ("sw2pp", "float64"),  # Σw²p, Σw²p²
             ("n_p1", "int64"),              # rows with p = 1
             ("swp_h", "float64"),           # Σw·h(p)·p, h(p) = clip(logit p, −4, 4)/4
             ("p_min", "float64"), ("p_max", "float64"),
@@ -144,6 +146,8 @@ TABLES: dict[str, dict[str, Any]] = {
             ("n_pos", "int64"), ("swy", "float64"), ("swyp", "float64"),
             ("swy_lnp", "float64"),         # Σwy·ln p over p > 0
             ("swy_lnq", "float64"),         # Σwy·ln(1−p) over p < 1
+            ("swy_lnp2", "float64"),        # Σwy·ln²p over p > 0
+            ("swy_lnq2", "float64"),        # Σwy·ln²(1−p) over p < 1
             ("n_pos_p0", "int64"), ("n_pos_p1", "int64"),
             ("swy_h", "float64"),           # Σwy·h(p)
         ),
@@ -203,6 +207,9 @@ DERIVED: dict[str, dict[str, float]] = {
     "sw_spieg": {"swy": 1, "swyp": -2, "swp": -1, "swpp": 2},
     "sw_spieg_var": {"spieg_var": 1},
     "sw_logloss": {"swy_lnp": -1, "sw_lnq": -1, "swy_lnq": 1},
+    # Σwℓ² = Σ_{y=0} w ln²(1−p) + Σ_{y=1} w ln²p and Σwyℓ = −Σwy ln p (finite terms)
+    "sw_logloss_sq": {"sw_lnq2": 1, "swy_lnq2": -1, "swy_lnp2": 1},
+    "swy_logloss": {"swy_lnp": -1},
     "n_infinite_logloss": {"n_p1": 1, "n_pos_p0": 1, "n_pos_p1": -1},
     "ny": {"n_pos": 1},
     "swyy": {"swy": 1},

@@ -621,6 +621,8 @@ def _free_sums(t: ir.Table) -> dict:
         "swpp": (w * p * p).sum(), "sw2_pq": (w * w * pq).sum(),
         "spieg_var": (w * (t.q2 * pq)).sum(), "sw2_spieg_var": (w * w * (t.q2 * pq)).sum(),
         "sw_lnq": (w * t.lnq).sum(),  # ln 1 = 0 at p = 1
+        "sw_lnq2": (w * t.lnq * t.lnq).sum(), "sw2p": (w * w * p).sum(),
+        "sw2pp": (w * w * p * p).sum(),
         "n_p1": t.count(where=p == 1), "swp_h": (w * t.h * p).sum(),
         "p_min": p.min(), "p_max": p.max(),
     }
@@ -634,6 +636,7 @@ def _label_sums(t: ir.Table) -> dict:
         "n_pos": t.count(where=y == 1), "swy": wy.sum(), "swyp": (wy * p).sum(),
         "swy_lnp": (wy * t.lnp).sum(),  # ln 1 = 0 at p = 0
         "swy_lnq": (wy * t.lnq).sum(),
+        "swy_lnp2": (wy * t.lnp * t.lnp).sum(), "swy_lnq2": (wy * t.lnq * t.lnq).sum(),
         "n_pos_p0": t.count(where=(p == 0) & (y == 1)),
         "n_pos_p1": t.count(where=(p == 1) & (y == 1)),
         "swy_h": (wy * t.h).sum(),

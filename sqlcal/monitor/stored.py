@@ -131,6 +131,12 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
                  origin=(f"summary store, {len(versions)} periods "
                          f"{versions['period_start'].min():%Y-%m-%d}.."
                          f"{versions['period_start'].max():%Y-%m-%d}, maturity={maturity!r}"))
+    src.facts = {"window": f"{versions['period_start'].min():%Y-%m-%d}.."
+                           f"{versions['period_start'].max():%Y-%m-%d} ({len(versions)} periods)",
+                 "maturity": "adjusted" if adjust is not None else maturity,
+                 # served sums equal the scan's up to float re-association; the adjusted view's
+                 # label sums are estimates
+                 "window_exact": adjust is None, "window_bound": 0.0 if adjust is None else np.nan}
     src.forbid_queries("a stored window is served from its summary store")
     return src
 
@@ -275,7 +281,11 @@ class _Server:
         return self._cache[key].copy()
 
     def __call__(self, summary: Summary) -> pd.DataFrame:
-        return self._presented(self._serve(summary))
+        frame = self._serve(summary)
+        missing = sorted(_columns(summary) - set(frame.columns))
+        if missing:  # sums this store does not keep (an older layout, a new part)
+            frame = self._from_levels(summary, "levels=True", missing)
+        return self._presented(frame)
 
     def _presented(self, frame: pd.DataFrame) -> pd.DataFrame:
         return frame.rename(columns={v: k for k, v in self.names.items()})
@@ -317,10 +327,11 @@ class _Server:
         if kind == "smooth_cells":
             return self._from_levels(summary, f"smooth_grids={list(params[1])}")
         if kind == "smooth_split":  # an automatic bandwidth below 0.01 reads finer grids
-            return self._from_levels(summary, "levels=True (the smooth ECE's bandwidth search "
+            return self._from_levels(summary, "levels=True: the automatic bandwidth's search "
                                      f"read relplot's grids {list(params[1])}, finer than the "
-                                     "stored smooth_grids; a fixed sigma >= 0.01 reads the "
-                                     "stored grid 1000)")
+                                     "stored smooth_grids (it does once a group's window holds "
+                                     "about 10^4 rows); or pass sigma= (a fixed bandwidth >= "
+                                     "0.01 reads the stored grid 1000)")
         if kind == "levels":
             if not self.spec["levels"]:
                 raise OptionError("this metric needs the levels (one row per distinct score): "
@@ -364,16 +375,35 @@ class _Server:
                 self._levels["ny"] = self._levels["n_pos"].astype(float)
         return self._levels
 
-    def _from_levels(self, summary: Summary, option: str) -> pd.DataFrame:
+    def _from_levels(self, summary: Summary, option: str, missing: list | None = None
+                     ) -> pd.DataFrame:
         """Any summary from the stored levels (exact), or an error naming the option."""
         if not self.spec["levels"]:
+            held = (f"the stored {summary.kind} summary has no {missing}, which this metric "
+                    "reads" if missing else f"the summary {summary.name!r} is not in the store")
             raise OptionError(
-                f"the summary {summary.name!r} is not in the store: snapshot with {option}"
+                f"{held}: snapshot with {option}"
                 + ("" if option.startswith("levels=True") else " (or levels=True)")
                 + ("; grid-mode metrics (method='grid') read the stored cells, and "
                    "sqlcal.monitor.stored.bounded_ece gives equal-mass bins snapped to them "
                    "with a certified bound" if option == "levels=True" else ""))
         return local.evaluate(summary, self.levels(), self.by)
+
+
+def _columns(summary: Summary) -> set:
+    """The columns a declared summary has (as a scan gives them), read off its evaluation on
+    one made-up level; empty for a summary without a local evaluation."""
+    if summary.key not in _COLUMNS:
+        try:
+            probe = pd.DataFrame({"p": [0.5], **{c: [1] for c in local.LEVEL_COLUMNS}})
+            _COLUMNS[summary.key] = set(local.evaluate(summary, probe, ()).columns)
+        except Exception:  # no evaluator, or parts it does not reproduce: no check
+            _COLUMNS[summary.key] = set()
+    return _COLUMNS[summary.key]
+
+
+#: declared summary key -> its columns
+_COLUMNS: dict = {}
 
 
 def _sum_over(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

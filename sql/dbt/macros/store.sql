@@ -24,6 +24,9 @@ FROM (
     "t4"."spieg_var",
     "t4"."sw2_spieg_var",
     "t4"."sw_lnq",
+    "t4"."sw_lnq2",
+    "t4"."sw2p",
+    "t4"."sw2pp",
     "t4"."n_p1",
     "t4"."swp_h",
     "t4"."p_min",
@@ -33,6 +36,8 @@ FROM (
     0.0 AS "swyp",
     0.0 AS "swy_lnp",
     0.0 AS "swy_lnq",
+    0.0 AS "swy_lnp2",
+    0.0 AS "swy_lnq2",
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
     0.0 AS "swy_h"
@@ -55,6 +60,9 @@ FROM (
         "t1"."q2" * "t1"."pq"
       )) AS "sw2_spieg_var",
       SUM("t1"."w" * "t1"."lnq") AS "sw_lnq",
+      SUM("t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw_lnq2",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
       COUNT(*) FILTER(WHERE
         "t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
@@ -113,6 +121,9 @@ FROM (
     0.0 AS "spieg_var",
     0.0 AS "sw2_spieg_var",
     0.0 AS "sw_lnq",
+    0.0 AS "sw_lnq2",
+    0.0 AS "sw2p",
+    0.0 AS "sw2pp",
     0 AS "n_p1",
     0.0 AS "swp_h",
     CAST(NULL AS DOUBLE PRECISION) AS "p_min",
@@ -122,6 +133,8 @@ FROM (
     "t3"."swyp",
     "t3"."swy_lnp",
     "t3"."swy_lnq",
+    "t3"."swy_lnp2",
+    "t3"."swy_lnq2",
     "t3"."n_pos_p0",
     "t3"."n_pos_p1",
     "t3"."swy_h"
@@ -136,6 +149,8 @@ FROM (
       SUM("t2"."w" * "t2"."p") AS "swyp",
       SUM("t2"."w" * "t2"."lnp") AS "swy_lnp",
       SUM("t2"."w" * "t2"."lnq") AS "swy_lnq",
+      SUM("t2"."w" * "t2"."lnp" * "t2"."lnp") AS "swy_lnp2",
+      SUM("t2"."w" * "t2"."lnq" * "t2"."lnq") AS "swy_lnq2",
       COUNT(*) FILTER(WHERE
         "t2"."p" = 0) AS "n_pos_p0",
       COUNT(*) FILTER(WHERE
@@ -198,6 +213,9 @@ FROM (
     "t4"."spieg_var",
     "t4"."sw2_spieg_var",
     "t4"."sw_lnq",
+    "t4"."sw_lnq2",
+    "t4"."sw2p",
+    "t4"."sw2pp",
     "t4"."n_p1",
     "t4"."swp_h",
     "t4"."p_min",
@@ -207,6 +225,8 @@ FROM (
     0.0 AS "swyp",
     0.0 AS "swy_lnp",
     0.0 AS "swy_lnq",
+    0.0 AS "swy_lnp2",
+    0.0 AS "swy_lnq2",
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
     0.0 AS "swy_h"
@@ -229,6 +249,9 @@ FROM (
         "t1"."q2" * "t1"."pq"
       )) AS "sw2_spieg_var",
       SUM("t1"."w" * "t1"."lnq") AS "sw_lnq",
+      SUM("t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw_lnq2",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
       COUNT(*) FILTER(WHERE
         "t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
@@ -287,6 +310,9 @@ FROM (
     0.0 AS "spieg_var",
     0.0 AS "sw2_spieg_var",
     0.0 AS "sw_lnq",
+    0.0 AS "sw_lnq2",
+    0.0 AS "sw2p",
+    0.0 AS "sw2pp",
     0 AS "n_p1",
     0.0 AS "swp_h",
     CAST(NULL AS DOUBLE) AS "p_min",
@@ -296,6 +322,8 @@ FROM (
     "t3"."swyp",
     "t3"."swy_lnp",
     "t3"."swy_lnq",
+    "t3"."swy_lnp2",
+    "t3"."swy_lnq2",
     "t3"."n_pos_p0",
     "t3"."n_pos_p1",
     "t3"."swy_h"
@@ -310,6 +338,8 @@ FROM (
       SUM("t2"."w" * "t2"."p") AS "swyp",
       SUM("t2"."w" * "t2"."lnp") AS "swy_lnp",
       SUM("t2"."w" * "t2"."lnq") AS "swy_lnq",
+      SUM("t2"."w" * "t2"."lnp" * "t2"."lnp") AS "swy_lnp2",
+      SUM("t2"."w" * "t2"."lnq" * "t2"."lnq") AS "swy_lnq2",
       COUNT(*) FILTER(WHERE
         "t2"."p" = 0) AS "n_pos_p0",
       COUNT(*) FILTER(WHERE
@@ -372,6 +402,9 @@ FROM (
     `t4`.`spieg_var`,
     `t4`.`sw2_spieg_var`,
     `t4`.`sw_lnq`,
+    `t4`.`sw_lnq2`,
+    `t4`.`sw2p`,
+    `t4`.`sw2pp`,
     `t4`.`n_p1`,
     `t4`.`swp_h`,
     `t4`.`p_min`,
@@ -381,6 +414,8 @@ FROM (
     0.0 AS `swyp`,
     0.0 AS `swy_lnp`,
     0.0 AS `swy_lnq`,
+    0.0 AS `swy_lnp2`,
+    0.0 AS `swy_lnq2`,
     0 AS `n_pos_p0`,
     0 AS `n_pos_p1`,
     0.0 AS `swy_h`
@@ -403,6 +438,9 @@ FROM (
         `t1`.`q2` * `t1`.`pq`
       )) AS `sw2_spieg_var`,
       SUM(`t1`.`w` * `t1`.`lnq`) AS `sw_lnq`,
+      SUM(`t1`.`w` * `t1`.`lnq` * `t1`.`lnq`) AS `sw_lnq2`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sw2p`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sw2pp`,
       SUM(CAST(`t1`.`p` = 1 AS BIGINT)) AS `n_p1`,
       SUM(`t1`.`w` * `t1`.`h` * `t1`.`p`) AS `swp_h`,
       MIN(`t1`.`p`) AS `p_min`,
@@ -464,6 +502,9 @@ FROM (
     0.0 AS `spieg_var`,
     0.0 AS `sw2_spieg_var`,
     0.0 AS `sw_lnq`,
+    0.0 AS `sw_lnq2`,
+    0.0 AS `sw2p`,
+    0.0 AS `sw2pp`,
     0 AS `n_p1`,
     0.0 AS `swp_h`,
     CAST(NULL AS DOUBLE) AS `p_min`,
@@ -473,6 +514,8 @@ FROM (
     `t3`.`swyp`,
     `t3`.`swy_lnp`,
     `t3`.`swy_lnq`,
+    `t3`.`swy_lnp2`,
+    `t3`.`swy_lnq2`,
     `t3`.`n_pos_p0`,
     `t3`.`n_pos_p1`,
     `t3`.`swy_h`
@@ -487,6 +530,8 @@ FROM (
       SUM(`t2`.`w` * `t2`.`p`) AS `swyp`,
       SUM(`t2`.`w` * `t2`.`lnp`) AS `swy_lnp`,
       SUM(`t2`.`w` * `t2`.`lnq`) AS `swy_lnq`,
+      SUM(`t2`.`w` * `t2`.`lnp` * `t2`.`lnp`) AS `swy_lnp2`,
+      SUM(`t2`.`w` * `t2`.`lnq` * `t2`.`lnq`) AS `swy_lnq2`,
       SUM(CAST(`t2`.`p` = 0 AS BIGINT)) AS `n_pos_p0`,
       SUM(CAST(`t2`.`p` = 1 AS BIGINT)) AS `n_pos_p1`,
       SUM(`t2`.`w` * `t2`.`h`) AS `swy_h`
@@ -551,6 +596,9 @@ FROM (
     `t4`.`spieg_var`,
     `t4`.`sw2_spieg_var`,
     `t4`.`sw_lnq`,
+    `t4`.`sw_lnq2`,
+    `t4`.`sw2p`,
+    `t4`.`sw2pp`,
     `t4`.`n_p1`,
     `t4`.`swp_h`,
     `t4`.`p_min`,
@@ -560,6 +608,8 @@ FROM (
     0.0 AS `swyp`,
     0.0 AS `swy_lnp`,
     0.0 AS `swy_lnq`,
+    0.0 AS `swy_lnp2`,
+    0.0 AS `swy_lnq2`,
     0 AS `n_pos_p0`,
     0 AS `n_pos_p1`,
     0.0 AS `swy_h`
@@ -582,6 +632,9 @@ FROM (
         `t1`.`q2` * `t1`.`pq`
       )) AS `sw2_spieg_var`,
       SUM(`t1`.`w` * `t1`.`lnq`) AS `sw_lnq`,
+      SUM(`t1`.`w` * `t1`.`lnq` * `t1`.`lnq`) AS `sw_lnq2`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sw2p`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sw2pp`,
       COUNTIF(`t1`.`p` = 1) AS `n_p1`,
       SUM(`t1`.`w` * `t1`.`h` * `t1`.`p`) AS `swp_h`,
       MIN(`t1`.`p`) AS `p_min`,
@@ -643,6 +696,9 @@ FROM (
     0.0 AS `spieg_var`,
     0.0 AS `sw2_spieg_var`,
     0.0 AS `sw_lnq`,
+    0.0 AS `sw_lnq2`,
+    0.0 AS `sw2p`,
+    0.0 AS `sw2pp`,
     0 AS `n_p1`,
     0.0 AS `swp_h`,
     CAST(NULL AS FLOAT64) AS `p_min`,
@@ -652,6 +708,8 @@ FROM (
     `t3`.`swyp`,
     `t3`.`swy_lnp`,
     `t3`.`swy_lnq`,
+    `t3`.`swy_lnp2`,
+    `t3`.`swy_lnq2`,
     `t3`.`n_pos_p0`,
     `t3`.`n_pos_p1`,
     `t3`.`swy_h`
@@ -666,6 +724,8 @@ FROM (
       SUM(`t2`.`w` * `t2`.`p`) AS `swyp`,
       SUM(`t2`.`w` * `t2`.`lnp`) AS `swy_lnp`,
       SUM(`t2`.`w` * `t2`.`lnq`) AS `swy_lnq`,
+      SUM(`t2`.`w` * `t2`.`lnp` * `t2`.`lnp`) AS `swy_lnp2`,
+      SUM(`t2`.`w` * `t2`.`lnq` * `t2`.`lnq`) AS `swy_lnq2`,
       COUNTIF(`t2`.`p` = 0) AS `n_pos_p0`,
       COUNTIF(`t2`.`p` = 1) AS `n_pos_p1`,
       SUM(`t2`.`w` * `t2`.`h`) AS `swy_h`
@@ -730,6 +790,9 @@ FROM (
     "t4"."spieg_var",
     "t4"."sw2_spieg_var",
     "t4"."sw_lnq",
+    "t4"."sw_lnq2",
+    "t4"."sw2p",
+    "t4"."sw2pp",
     "t4"."n_p1",
     "t4"."swp_h",
     "t4"."p_min",
@@ -739,6 +802,8 @@ FROM (
     0.0 AS "swyp",
     0.0 AS "swy_lnp",
     0.0 AS "swy_lnq",
+    0.0 AS "swy_lnp2",
+    0.0 AS "swy_lnq2",
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
     0.0 AS "swy_h"
@@ -761,6 +826,9 @@ FROM (
         "t1"."q2" * "t1"."pq"
       )) AS "sw2_spieg_var",
       SUM("t1"."w" * "t1"."lnq") AS "sw_lnq",
+      SUM("t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw_lnq2",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
       COUNT_IF("t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
@@ -818,6 +886,9 @@ FROM (
     0.0 AS "spieg_var",
     0.0 AS "sw2_spieg_var",
     0.0 AS "sw_lnq",
+    0.0 AS "sw_lnq2",
+    0.0 AS "sw2p",
+    0.0 AS "sw2pp",
     0 AS "n_p1",
     0.0 AS "swp_h",
     CAST(NULL AS DOUBLE) AS "p_min",
@@ -827,6 +898,8 @@ FROM (
     "t3"."swyp",
     "t3"."swy_lnp",
     "t3"."swy_lnq",
+    "t3"."swy_lnp2",
+    "t3"."swy_lnq2",
     "t3"."n_pos_p0",
     "t3"."n_pos_p1",
     "t3"."swy_h"
@@ -841,6 +914,8 @@ FROM (
       SUM("t2"."w" * "t2"."p") AS "swyp",
       SUM("t2"."w" * "t2"."lnp") AS "swy_lnp",
       SUM("t2"."w" * "t2"."lnq") AS "swy_lnq",
+      SUM("t2"."w" * "t2"."lnp" * "t2"."lnp") AS "swy_lnp2",
+      SUM("t2"."w" * "t2"."lnq" * "t2"."lnq") AS "swy_lnq2",
       COUNT_IF("t2"."p" = 0) AS "n_pos_p0",
       COUNT_IF("t2"."p" = 1) AS "n_pos_p1",
       SUM("t2"."w" * "t2"."h") AS "swy_h"
@@ -901,6 +976,9 @@ FROM (
     "t4"."spieg_var",
     "t4"."sw2_spieg_var",
     "t4"."sw_lnq",
+    "t4"."sw_lnq2",
+    "t4"."sw2p",
+    "t4"."sw2pp",
     "t4"."n_p1",
     "t4"."swp_h",
     "t4"."p_min",
@@ -910,6 +988,8 @@ FROM (
     CAST(0.0 AS DOUBLE) AS "swyp",
     CAST(0.0 AS DOUBLE) AS "swy_lnp",
     CAST(0.0 AS DOUBLE) AS "swy_lnq",
+    CAST(0.0 AS DOUBLE) AS "swy_lnp2",
+    CAST(0.0 AS DOUBLE) AS "swy_lnq2",
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
     CAST(0.0 AS DOUBLE) AS "swy_h"
@@ -932,6 +1012,9 @@ FROM (
         "t1"."q2" * "t1"."pq"
       )) AS "sw2_spieg_var",
       SUM("t1"."w" * "t1"."lnq") AS "sw_lnq",
+      SUM("t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw_lnq2",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
       COUNT(*) FILTER(WHERE
         "t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
@@ -996,6 +1079,9 @@ FROM (
     CAST(0.0 AS DOUBLE) AS "spieg_var",
     CAST(0.0 AS DOUBLE) AS "sw2_spieg_var",
     CAST(0.0 AS DOUBLE) AS "sw_lnq",
+    CAST(0.0 AS DOUBLE) AS "sw_lnq2",
+    CAST(0.0 AS DOUBLE) AS "sw2p",
+    CAST(0.0 AS DOUBLE) AS "sw2pp",
     0 AS "n_p1",
     CAST(0.0 AS DOUBLE) AS "swp_h",
     CAST(NULL AS DOUBLE) AS "p_min",
@@ -1005,6 +1091,8 @@ FROM (
     "t3"."swyp",
     "t3"."swy_lnp",
     "t3"."swy_lnq",
+    "t3"."swy_lnp2",
+    "t3"."swy_lnq2",
     "t3"."n_pos_p0",
     "t3"."n_pos_p1",
     "t3"."swy_h"
@@ -1019,6 +1107,8 @@ FROM (
       SUM("t2"."w" * "t2"."p") AS "swyp",
       SUM("t2"."w" * "t2"."lnp") AS "swy_lnp",
       SUM("t2"."w" * "t2"."lnq") AS "swy_lnq",
+      SUM("t2"."w" * "t2"."lnp" * "t2"."lnp") AS "swy_lnp2",
+      SUM("t2"."w" * "t2"."lnq" * "t2"."lnq") AS "swy_lnq2",
       COUNT(*) FILTER(WHERE
         "t2"."p" = 0) AS "n_pos_p0",
       COUNT(*) FILTER(WHERE
@@ -2900,7 +2990,7 @@ FROM (
 {%- set keys = [] %}
 {%- for c in by %}{% do keys.append("key_" ~ c) %}{% endfor %}
 {%- set q = adapter.quote %}
-{%- set columns = {'totals': ['n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'spieg_var', 'sw2_spieg_var', 'sw_lnq', 'n_p1', 'swp_h', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp', 'swy_lnp', 'swy_lnq', 'n_pos_p0', 'n_pos_p1', 'swy_h'], 'cells': ['cell', 'n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp'], 'bins': ['bin', 'n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp']} %}
+{%- set columns = {'totals': ['n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'spieg_var', 'sw2_spieg_var', 'sw_lnq', 'sw_lnq2', 'sw2p', 'sw2pp', 'n_p1', 'swp_h', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp', 'swy_lnp', 'swy_lnq', 'swy_lnp2', 'swy_lnq2', 'n_pos_p0', 'n_pos_p1', 'swy_h'], 'cells': ['cell', 'n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp'], 'bins': ['bin', 'n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp']} %}
 with sqlcal_rows as (
 {{ sqlcal.store_input(relation, score, label, time, weight, by, where) }}
 ),
