@@ -158,3 +158,51 @@ def test_the_daily_loop_matures_days_runs_the_detector_and_alarms_after_the_chan
     assert loud.stdout.count("ALARM") == 1 and "ALARM g=a" in loud.stdout
     cpu = time.process_time() - start_cpu
     print(f"daily loop of {DAYS + 6} runs: {cpu:.1f} CPU s in this process")
+
+
+def _readme_blocks(section: str) -> list[tuple[str, str]]:
+    """The fenced blocks of a README section, in order: (language, text)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(sqlcal.__file__).parents[1] / "README.md").read_text()
+    start = text.index(f"\n## {section}\n")
+    end = text.index("\n## ", start + 1)
+    return re.findall(r"```(\w*)\n(.*?)```", text[start:end], flags=re.S)
+
+
+def test_the_readme_monitoring_commands_run_as_written(tmp_path, monkeypatch):
+    """The README's daily commands on the demo, parsed out of README.md and run as written in a
+    fresh folder holding examples/monitor.toml: each succeeds (monitor: exit 3, the demo's
+    planted break), every output line the README shows is printed, and its Python block runs on
+    the store the commands wrote."""
+    import shutil
+    from pathlib import Path
+
+    blocks = _readme_blocks("Monitoring over time")
+    commands = [line for line in blocks[0][1].splitlines() if line.startswith("sqlcal ")]
+    shown = [line for line in blocks[1][1].splitlines() if line.strip() not in ("", "...")]
+    python = next(text for lang, text in blocks if lang == "python")
+    assert [c.split()[1] for c in commands] == ["demo", "snapshot", "monitor"]
+    (tmp_path / "examples").mkdir()
+    shutil.copy(Path(sqlcal.__file__).parents[1] / "examples" / "monitor.toml",
+                tmp_path / "examples")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(sqlcal.__file__)), os.environ.get("PYTHONPATH", "")]))
+    printed = []
+    for command in commands:
+        done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600)
+        want = 3 if command.split()[1] == "monitor" else 0
+        assert done.returncode == want, (command, done.stdout, done.stderr)
+        printed += done.stdout.splitlines()
+    missing = [line for line in shown if line not in printed]
+    assert not missing, missing
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(python, "README.md", "exec"), scope)
+    assert scope["found"].alarms[["model", "segment"]].values.tolist() == [["v2", "android"]]
+    # the Python snapshot is the command's: the same spec, nothing written again
+    written = monitor_store.manifest("monitor.duckdb")
+    assert written["spec_hash"].nunique() == 1 and set(written["version"]) == {1}
+    monitor_store.close("monitor.duckdb")
