@@ -83,6 +83,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                            "the number of events, so the table has fewer rows and its total "
                            "weight is N")
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--stream", action="store_true",
+                      help="write the monitoring example instead: six weeks of single click "
+                           "predictions with their click times (label_at) and a calibration "
+                           "break on 2026-11-29, for sqlcal snapshot and sqlcal monitor "
+                           "(examples/monitor.toml)")
 
     rep = commands.add_parser(
         "report", help="calibration metrics of a table, per group",
@@ -351,14 +356,21 @@ def _demo(args) -> int:
 
     from sqlcal.demo import write_demo
 
-    write_demo(args.path, args.table, rows=args.rows, seed=args.seed)
+    write_demo(args.path, args.table, rows=args.rows, seed=args.seed, stream=args.stream)
     con = ibis.duckdb.connect(args.path, read_only=True)
     try:
         t = con.table(args.table)  # quoted by Ibis
-        counts = t.aggregate(rows=t.count(), weight=t.weight.sum()).to_pyarrow().to_pylist()[0]
+        weight = t.count() if args.stream else t.weight.sum()
+        counts = t.aggregate(rows=t.count(), weight=weight).to_pyarrow().to_pylist()[0]
         rows, weight = counts["rows"], counts["weight"]
     finally:
         con.disconnect()
+    if args.stream:
+        _out(f"wrote {rows} rows to table {args.table!r} in {args.path}: one row per click "
+             "prediction, 2026-11-01 .. 2026-12-12, with its click time (label_at)")
+        _out("next: sqlcal snapshot --config examples/monitor.toml (its [source] data names "
+             "this file)")
+        return EXIT_OK
     _out(f"wrote {rows} rows to table {args.table!r} in {args.path}: one row per distinct "
          f"model, segment, day, score and label, weighted by its number of events (total "
          f"weight {weight:.0f})")

@@ -1,6 +1,6 @@
-"""Realistic example tables of logged predictions, for the README and the tests: ``predictions``
-(two weeks, pre-aggregated, for reports) and ``stream`` (six weeks of single predictions with
-their click times and a calibration break, for the daily monitoring loop)."""
+"""Realistic example tables of logged predictions, for the README and the tests: two weeks,
+pre-aggregated, for reports (:func:`demo_frame`), or six weeks of single predictions with their
+click times and a calibration break, for the daily monitoring loop (:func:`stream_frame`)."""
 
 from __future__ import annotations
 
@@ -69,9 +69,6 @@ STREAM_START, STREAM_DAYS = np.datetime64("2026-11-01"), 42
 #: (model, segment), first day of the break (index), added log-odds: an app release on day 28
 #: makes v2 under-predict on android (the model's scores unchanged, the clicks up)
 STREAM_BREAK = (("v2", "android"), 28, 0.6)
-#: the stream's table in the demo database
-STREAM_TABLE = "stream"
-
 
 def stream_frame(rows: int = 200_000, days: int = STREAM_DAYS, seed: int = 0) -> pd.DataFrame:
     """Single logged click predictions for the monitoring loop: two model versions, four
@@ -107,9 +104,10 @@ def stream_frame(rows: int = 200_000, days: int = STREAM_DAYS, seed: int = 0) ->
     return frame.sort_values("predicted_at", ignore_index=True)
 
 
-def write_demo(path: str = "demo.duckdb", table: str = "predictions", **kwargs) -> str:
-    """Write :func:`demo_frame` as a table of a new DuckDB database, and :func:`stream_frame` as
-    its table ``stream``; returns the path.
+def write_demo(path: str = "demo.duckdb", table: str = "predictions", *, stream: bool = False,
+               **kwargs) -> str:
+    """Write :func:`demo_frame` (with ``stream``, :func:`stream_frame`) as a table of a new
+    DuckDB database; returns the path.
 
     The database is created only where no file is, or over a database that holds nothing but
     tables a previous ``write_demo`` wrote (each carries the comment :data:`DEMO_COMMENT`): a
@@ -128,31 +126,28 @@ def write_demo(path: str = "demo.duckdb", table: str = "predictions", **kwargs) 
     """
     import pyarrow as pa
 
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", table) or table == STREAM_TABLE:
-        raise ValueError(f"demo table name {table!r}: use letters, digits and _ (and not "
-                         f"{STREAM_TABLE!r}, the stream's)")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", table):
+        raise ValueError(f"demo table name {table!r}: use letters, digits and _")
     path = os.fspath(path)
     check_demo_path(path)
-    df = demo_frame(**kwargs)
-    arrow = pa.Table.from_pandas(df, preserve_index=False)
-    arrow = arrow.set_column(arrow.schema.get_field_index("day"), "day",
-                             arrow["day"].cast(pa.date32()))
-    stream = pa.Table.from_pandas(stream_frame(**{k: v for k, v in kwargs.items()
-                                                  if k in ("rows", "seed")}),
-                                  preserve_index=False)
+    if stream:
+        arrow = pa.Table.from_pandas(stream_frame(**kwargs), preserve_index=False)
+    else:
+        arrow = pa.Table.from_pandas(demo_frame(**kwargs), preserve_index=False)
+        arrow = arrow.set_column(arrow.schema.get_field_index("day"), "day",
+                                 arrow["day"].cast(pa.date32()))
     _release(path)
     folder = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".sqlcal-demo.")
     try:
         built = os.path.join(folder, "demo.duckdb")
         con = duckdb.connect(built)
         try:
-            for name, data in ((table, arrow), (STREAM_TABLE, stream)):
-                con.from_arrow(data).create(name)
-                # the statement is built by sqlglot, the name quoted and the comment a literal
-                quoted = sqlglot.exp.Table(this=sqlglot.exp.to_identifier(name, quoted=True))
-                con.execute(sqlglot.exp.Comment(
-                    this=quoted, kind="TABLE",
-                    expression=sqlglot.exp.Literal.string(DEMO_COMMENT)).sql("duckdb"))
+            con.from_arrow(arrow).create(table)
+            # the statement is built by sqlglot, the name quoted and the comment a literal
+            name = sqlglot.exp.Table(this=sqlglot.exp.to_identifier(table, quoted=True))
+            con.execute(sqlglot.exp.Comment(this=name, kind="TABLE",
+                                            expression=sqlglot.exp.Literal.string(DEMO_COMMENT))
+                        .sql("duckdb"))
         finally:
             con.close()
         os.replace(built, path)

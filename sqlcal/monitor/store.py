@@ -26,7 +26,7 @@ from sqlcal._version import __version__
 from sqlcal.errors import InvalidInputError
 from sqlcal.monitor import schema
 from sqlcal.options import OptionError, checked
-from sqlcal.inputs import _DB_SUFFIXES, Source, resolve_table, source
+from sqlcal.inputs import Source, resolve_table, source
 
 #: σ(±4): h(p) = clip(logit p, −4, 4)/4 is flat outside [σ(−4), σ(4)]
 _H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))
@@ -702,6 +702,8 @@ def connect(store: Any, *, create: bool = False):
     return con
 
 
+#: the names of a DuckDB store file (those sqlcal.source reads as a DuckDB database)
+_DB_SUFFIXES = (".duckdb", ".ddb", ".db")
 #: stores opened by path or URL, kept open (an in-memory DuckDB store lives as long as this)
 _CONNECTIONS: dict[str, Any] = {}
 
