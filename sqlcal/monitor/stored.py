@@ -72,7 +72,10 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
     Source
         A source whose summaries are merged from the store; it never reads rows. Metrics that
         need a summary the store lacks raise :class:`~sqlcal.options.OptionError` naming the
-        snapshot option that stores it.
+        snapshot option that stores it. Every result carries the trust columns ``window`` (the
+        periods), ``maturity``, ``window_exact`` (the value equals a scan of those periods'
+        rows; False for the ``"adjusted"`` estimates) and ``window_bound`` (0, or NaN for an
+        estimate).
 
     Notes
     -----
@@ -91,9 +94,9 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
     >>> _ = sqlcal.snapshot(df, score="p", label="y", time="t", store=":memory:",
     ...                     as_of="2026-11-03", prefix="doc_")
     >>> src = sqlcal.stored(":memory:", prefix="doc_", maturity="all")
-    >>> sqlcal.brier(src)
-       brier  n    W
-    0  0.125  4  4.0
+    >>> sqlcal.brier(src)[["brier", "n", "W", "window", "window_exact"]]
+       brier  n    W                              window  window_exact
+    0  0.125  4  4.0  2026-11-01..2026-11-02 (2 periods)          True
     """
     versions, spec_dict, spec_hash = window_versions(store, prefix, spec, start, end)
     keys = tuple(spec_dict["by"])
