@@ -134,12 +134,13 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
                  origin=(f"summary store, {len(versions)} periods "
                          f"{versions['period_start'].min():%Y-%m-%d}.."
                          f"{versions['period_start'].max():%Y-%m-%d}, maturity={maturity!r}"))
+    estimated = 0 if adjust is None else len(adjust.immature)
     src.facts = {"window": f"{versions['period_start'].min():%Y-%m-%d}.."
                            f"{versions['period_start'].max():%Y-%m-%d} ({len(versions)} periods)",
                  "maturity": "adjusted" if adjust is not None else maturity,
                  # served sums equal the scan's up to float re-association; the adjusted view's
-                 # label sums are estimates
-                 "window_exact": adjust is None, "window_bound": 0.0 if adjust is None else np.nan}
+                 # label sums of immature periods are estimates
+                 "window_exact": estimated == 0, "window_bound": 0.0 if estimated == 0 else np.nan}
     src.forbid_queries("a stored window is served from its summary store")
     return src
 
