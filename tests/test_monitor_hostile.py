@@ -244,7 +244,7 @@ def test_thirty_snapshots_in_one_process_leave_nothing_registered(engine):
 # -- settings that would blind the monitor -----------------------------------------------------
 
 
-def test_rows_with_a_null_time_are_counted_and_refused_or_left_out():
+def test_rows_with_a_null_time_are_counted_and_refused_or_left_out(tmp_path, capsys):
     df = rows(n=400)
     df.loc[df.index[:7], "t"] = pd.NaT
     store = ibis.duckdb.connect()
@@ -257,6 +257,23 @@ def test_rows_with_a_null_time_are_counted_and_refused_or_left_out():
     assert untimed["W"].item() == df.w[:7].sum()
     assert out["n"].sum() == len(df)
     assert_counts_equal_a_rescan(store, "sqlcal_", df[df.t.notna()])
+    # the command says so too: exit 2 naming the column and the count, or the count left out
+    from sqlcal.cli import main
+
+    data = tmp_path / "w.duckdb"
+    with duckdb.connect(str(data)) as con:
+        con.register("df", df)
+        con.execute("CREATE TABLE predictions AS SELECT * FROM df")
+    toml = tmp_path / "m.toml"
+    config = (f'[source]\ndata = "{data}"\ntable = "predictions"\nscore = "p"\nlabel = "y"\n'
+              f'time = "t"\n{{}}[snapshot]\nstore = "{tmp_path / "s.duckdb"}"\n')
+    toml.write_text(config.format(""))
+    assert main(["snapshot", "--config", str(toml), "--as-of", "2027-01-01"]) == 2
+    assert "time column 't' has 7 rows with NULL" in capsys.readouterr().err
+    toml.write_text(config.format('on_invalid = "drop"\n'))
+    assert main(["snapshot", "--config", str(toml), "--as-of", "2027-01-01"]) == 0
+    assert "7 rows with a NULL 't' left out" in capsys.readouterr().out
+    monitor_store.close(str(tmp_path / "s.duckdb"))
 
 
 def test_a_period_not_on_the_grain_is_refused_and_nothing_written(tmp_path, capsys):

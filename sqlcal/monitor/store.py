@@ -65,14 +65,19 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
         The predictions, as for :func:`sqlcal.source`.
     score, label, weight, by, where, table, on_invalid
         As for :func:`sqlcal.source`. Labels must be 0/1 (NULL = not known yet, read as 0 with
-        ``unknown="negative"``).
+        ``unknown="negative"``). A key may take any name (it is stored in a column
+        ``key_<name>``). Rows with a NULL ``time`` belong to no period: refused with
+        ``on_invalid="raise"``, counted and left out with ``"drop"``.
     time : str
         The prediction timestamp; periods are cut on it (UTC, half-open).
     store : str, path or Ibis connection
-        Where the summary tables live: a DuckDB file, a connection URL or an Ibis backend.
+        Where the summary tables live: a DuckDB file (``.duckdb``, ``.ddb`` or ``.db``), a
+        database URL or an Ibis backend; anything else (a Parquet or CSV path, a folder) is
+        refused before any work.
     grain : {"day", "hour"}, default "day"
     start, end : date-like, optional
-        The first and last period to snapshot (inclusive); default: every period in the data.
+        The first and last period to snapshot (inclusive), each named by its start (a time
+        inside a period is refused); default: every period in the data.
     as_of : datetime-like, optional
         The label cut-off: with ``label_time``, labels that arrived later count as 0. Recorded in
         the manifest (default: now, UTC).
@@ -116,16 +121,24 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
     -------
     pandas.DataFrame
         One row per period considered: ``period_start``, ``n``, ``W``, ``n_groups``,
-        ``version`` and ``status`` (``"written"`` or ``"unchanged"``).
+        ``version`` and ``status`` (``"written"``, ``"unchanged"``, or ``"written by another
+        run"`` that committed the same rows first); and with ``on_invalid="drop"``, a row
+        ``period_start`` NaT, status ``"left out: NULL time"`` counting the rows without a time.
 
     Notes
     -----
     For binary labels every label-dependent sum is :math:`\sum_i w_i y_i f(p_i)`, so the sums
     with the labels known at age :math:`a` are the label-free sums plus the label sums of the
     delay buckets up to :math:`a` (the decomposition behind delayed-feedback calibration of
-    Chapelle, KDD 2014). Idempotent: a period whose fingerprint (count, Σw, Σwp, Σwy of its rows)
-    is unchanged is not written again; a changed one gets the next version, which readers use
-    once its manifest row exists.
+    Chapelle, KDD 2014). Idempotent: a period whose fingerprint is unchanged is not written
+    again, and the run records (``sqlcal_checks``) that its stored version holds the labels as
+    of ``as_of``, until the period is mature, so that a period whose labels stopped arriving
+    early matures without a rewrite; a changed one gets the next version, which readers use once
+    its manifest row exists. The fingerprint digests, per group, delay bucket and label, the row
+    count and whole-number sums of w, w·p, w·p² and w·sin(2^20·p): it changes whenever a stored
+    sum would. A run's rows, manifest and checks are one transaction on DuckDB and PostgreSQL
+    (on PostgreSQL under an advisory lock: a concurrent run waits, then writes only what is
+    still due).
 
     Examples
     --------
