@@ -38,11 +38,12 @@ def main() -> None:
         path = os.path.join(folder, "rows.parquet")
         write_days(path, args.days, args.rows // args.days)
         base = store.resolve_table(path, None)
-        rows = store._periods(base, label="y", time="t", label_time="lt",
+        rows = store._periods(base, by=("g",), label="y", time="t", label_time="lt",
                               as_of=pd.Timestamp("2027-01-01"), grain="day",
                               delays=(0, 1, 2, 3, 5, 7, 14, 30), start=None, end=None,
                               seconds=86400)
-        src = source(rows, score="p", label="y", weight="w", by=("g", "period_start", "delay"))
+        src = source(rows, score="p", label="y", weight="w",
+                     by=("key_g", "period_start", "delay"))
         for name, call in (("count, Σw, Σwp, Σwy per period and group (before)",
                             lambda: old_fingerprints(src)),
                            ("per group, delay and label, whole-number sums (now)",
