@@ -282,12 +282,15 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         Plug-in windows (days) of the averaged detector.
     reference : (date-like, date-like), optional
         The days whose scores set the bet bins; default: the first ``reference_days`` mature
-        days. Their e-values are 1 (the detector checks the days after them).
+        days. Their e-values are 1 (the detector checks the days after them). A window holding
+        no mature day of the store is refused, and with ``null="reference"`` so is one where
+        a group has no data (either would leave the detector blind).
     reference_days : int, default 28
         The length of the default reference window, in mature days.
     maturity_horizon, settle : str, default "30d", "1d"
-        A day feeds the detector once its labels are final: its stored version was snapshotted
-        at age >= horizon + settle.
+        A day feeds the detector once its labels are final: its stored version was written, or
+        found unchanged by a later snapshot run, at age >= horizon + settle (the snapshot's
+        horizon and settle: a longer one here waits for runs at that age).
     at : datetime-like, optional
         The check time: only days final by then (default: the latest ``as_of`` stored), to
         replay an earlier check.
