@@ -1,5 +1,5 @@
-"""The e-detector's false-alarm share and detection delays on simulated streams (spec monitoring
-§E.3), bigger than the tests: per day 2 000 rows whose scores are drawn from 64 Beta(2, 8)
+"""The e-detector's false-alarm share and detection delays on simulated streams,
+bigger than the tests: per day 2 000 rows whose scores are drawn from 64 Beta(2, 8)
 quantile levels (multinomial counts, so the score mix varies day to day), binomial labels, the
 default detector (8 bet bins, tolerance 0.10·p, plug-in windows 3/7/28 days, alpha 0.05 over
 365 daily checks). Null streams run 365 days; changes are planted on day 200 of 230.

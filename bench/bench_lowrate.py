@@ -1,4 +1,4 @@
-"""Benchmark: normalized entropy and the calibration ratio per slice on a click log (issue 21).
+"""Benchmark: normalized entropy and the calibration ratio per slice on a click log.
 
 Run from the repository root::
 

@@ -1,4 +1,4 @@
-"""Benchmark: the default report against a bare grouped scan, with a per-query breakdown (issue 14).
+"""Benchmark: the default report against a bare grouped scan, with a per-query breakdown.
 
 Run from the repository root::
 

@@ -1,4 +1,4 @@
-"""Benchmark: the default report on 10^7 to 10^9 rows of Parquet against a bare grouped scan (issue 15).
+"""Benchmark: the default report on 10^7 to 10^9 rows of Parquet against a bare grouped scan.
 
 Run from the repository root (niced: the machine is shared)::
 

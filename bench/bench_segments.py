@@ -23,7 +23,7 @@ feature with the six sums a segment branch computes. The database is deleted at 
 
     nice -n 10 python bench/bench_segments.py --rows 1000000 --depths --mcgrad
 
-times MCGrad's MulticalibrationError (``pip install 'sqlcal[peers]'``) with its defaults on the
+times MCGrad's MulticalibrationError (``pip install '.[peers]'``) with its defaults on the
 same table read into pandas (its memory: a boolean mask of n rows per segment, at most 1000
 segments by default, so about n kB).
 """

@@ -1,4 +1,4 @@
-"""Draw the README's screenshots, one per diagram type, on the demo data (``sqlcal demo``).
+"""Draw the documentation's screenshots, one per diagram type, on the demo data (``sqlcal demo``).
 
     python docs/make_screenshots.py            # writes docs/img/*.png
     python docs/make_screenshots.py demo.duckdb  # reuse a table written by `sqlcal demo`

@@ -60,7 +60,9 @@ def classwise(
     power : float, default 1
         The class average is :math:`(\frac1K \sum_k v_k^{power})^{1/power}`: 1 is the mean
         (netcal's and torchmetrics' averaging of per-class errors); 2 with ``norm="l2"`` or
-        :func:`debiased_ece` is uncertainty-calibration's marginal calibration error.
+        :func:`debiased_ece` is uncertainty-calibration's marginal calibration error. Any
+        power holds: the mean is scaled by the largest value (a large power tends to the
+        worst class instead of underflowing to 0).
     metric_options : dict, optional
         The metric's own options (``{"bins": 10, "norm": "l2"}``), checked by the metric.
 
@@ -114,7 +116,8 @@ def class_summary(per_class: pd.DataFrame, *, by: Sequence[str] = (), value: str
         The value column (default: the first float column that is not a count or weight).
     power : float, default 1
         The class average is the power mean over the classes, each counting once:
-        (mean of |v_k|^power)^(1/power).
+        (mean of |v_k|^power)^(1/power), computed as max|v|·(mean of (|v_k|/max|v|)^power)^(1/power)
+        so any power holds (a large one tends to the worst class).
 
     Returns
     -------
@@ -130,7 +133,14 @@ def class_summary(per_class: pd.DataFrame, *, by: Sequence[str] = (), value: str
        classes  ece_average  ece_max worst_class    W
     0        3        0.216      0.3           b  5.0
     """
-    by = list(by)
+    if not isinstance(per_class, pd.DataFrame):
+        raise TypeError(f"class_summary takes a metric's per-class result (a DataFrame), not "
+                        f"{type(per_class).__name__}")
+    by = [by] if isinstance(by, str) else list(by)
+    missing = [c for c in (*by, "class") if c not in per_class.columns]
+    if missing:
+        raise OptionError(f"class_summary: the per-class result lacks the columns {missing}; "
+                          f"it has {list(per_class.columns)}")
     if value is None:
         candidates = [c for c in per_class.columns
                       if c not in {*by, "class", *_NOT_VALUES}
@@ -147,7 +157,7 @@ def class_summary(per_class: pd.DataFrame, *, by: Sequence[str] = (), value: str
         v = part[value].to_numpy(float)
         worst = int(np.nanargmax(v)) if np.isfinite(v).any() else 0
         return {"classes": len(part),
-                f"{value}_average": float(np.mean(np.abs(v) ** power) ** (1 / power)),
+                f"{value}_average": power_mean(v, power),
                 f"{value}_max": float(np.nanmax(v)) if np.isfinite(v).any() else np.nan,
                 "worst_class": part["class"].iloc[worst],
                 **({"W": float(part["W"].max())} if "W" in part else {})}
@@ -244,3 +254,26 @@ def debiased_finish(table: pd.DataFrame, *, by: Sequence[str] = ()) -> pd.DataFr
     rows = [{**dict(zip(by, key if isinstance(key, tuple) else (key,))), **finish(part)}
             for key, part in table.groupby(by, sort=True, dropna=False)]
     return pd.DataFrame(rows)
+
+
+def power_mean(values: np.ndarray, power: float) -> float:
+    """(mean of |v|^power)^(1/power), scaled by the largest |v| first: the terms (|v|/max)^power
+    lie in [0, 1] and their mean in [1/K, 1], so neither overflows nor underflows to 0 (the
+    plain form gives 0 for values 0.1..0.3 at power 200: 0.3^200 underflows). NaN when a value
+    is NaN; inf when one is infinite.
+
+    Examples
+    --------
+    >>> round(power_mean(np.array([0.1, 0.3, 0.2]), 2), 4)
+    0.216
+    >>> round(power_mean(np.array([0.1, 0.3, 0.2]), 200), 4)
+    0.2984
+    """
+    a = np.abs(np.asarray(values, dtype=float))
+    if not len(a) or np.isnan(a).any():
+        return float("nan")
+    top = float(a.max())
+    if top == 0 or not np.isfinite(top):
+        return top
+    return top * float(np.mean((a / top) ** power)) ** (1 / power)
+

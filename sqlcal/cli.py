@@ -1,4 +1,6 @@
-"""The ``sqlcal`` command: ``sqlcal demo`` writes an example table, ``sqlcal report`` measures one."""
+"""The sqlcal command: calibration metrics of logged predictions, computed in the engine.
+
+Start with 'sqlcal demo' (an example table) and 'sqlcal report' (metrics per group)."""
 
 
 from __future__ import annotations
@@ -12,28 +14,62 @@ import warnings
 
 import pandas as pd
 
+from sqlcal._version import __version__
+from sqlcal.errors import install_hint, redact
 from sqlcal.reporting import DEFAULT_METRICS, METRICS
 from sqlcal.sqlgen import DIALECTS, METRICS as SQL_METRICS
 
 EXIT_OK, EXIT_ERROR, EXIT_ALERT = 0, 2, 3
-EXIT_CODES = """exit codes:
+# the exit codes each command's help lists: 3 only under the commands that return it
+_EXIT_DONE = "  0  done"
+_EXIT_REST = """  2  error: bad arguments or configuration, unreadable data, engine or write failure;
+     one line 'sqlcal: error: ...' on stderr, and nothing written
+  1  never returned by sqlcal itself (Python's code for a crash: a bug, with its traceback)"""
+EXIT_CODES = f"""exit codes:
   0  done, every metric within the configured thresholds
   3  done, and at least one alert fired (--config)
-  2  error: bad arguments or configuration, unreadable data, engine or write failure;
-     one line 'sqlcal: error: ...' on stderr, and nothing written
-  1  never returned by sqlcal itself (Python's code for a crash: a bug, with its traceback)
+{_EXIT_REST}
 A closed pipe (sqlcal report ... | head) ends the printing quietly and keeps the code the run
 would have had: the files and the results table are written before anything is printed."""
+_MONITOR_EXIT_CODES = f"""exit codes:
+  0  done, no group alarmed and no window alert fired
+  3  done, and a group's detector alarmed or a window alert fired
+{_EXIT_REST}"""
+_PLAIN_EXIT_CODES = f"""exit codes:
+{_EXIT_DONE}
+{_EXIT_REST}"""
+#: the widest line of the default terminal table (wider tables wrap, the keys repeated)
+TERMINAL_WIDTH = 110
 # optional drivers -> the extra that installs them
 _EXTRAS = {"psycopg": "postgres", "psycopg2": "postgres", "pyspark": "spark",
            "matplotlib": "plot"}
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help, with the listings kept as written: a paragraph with an indented line
+    (the exit codes) is printed line for line, every other paragraph is wrapped."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        out = []
+        for paragraph in text.split("\n\n"):
+            lines = paragraph.splitlines()
+            if any(line.startswith(" ") for line in lines):
+                out.append("\n".join(indent + line for line in lines))
+            else:
+                out.append(textwrap.fill(" ".join(line.strip() for line in lines), width,
+                                         initial_indent=indent, subsequent_indent=indent,
+                                         break_on_hyphens=False))
+        return "\n\n".join(out)
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (``sqlcal: error: ...``), exit code 2."""
 
     def error(self, message: str):
-        self.exit(EXIT_ERROR, f"sqlcal: error: {self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_ERROR, redact(f"sqlcal: error: {self.prog}: {message} (see {self.prog} "
+                                     "--help)\n"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "report":
         _check_report_flags(args, commands["report"])
+    if args.command == "segments":
+        _check_segments_flags(args, commands["segments"])
     try:
         if args.command == "sql":
             return _sql(args)
@@ -62,27 +100,41 @@ def main(argv: list[str] | None = None) -> int:
         message = _bad_input(e, args)
         if message is None:
             raise  # a bug: exit 1 with the traceback
-        print(f"sqlcal: error: {message}", file=sys.stderr)
+        print(redact(f"sqlcal: error: {message}"), file=sys.stderr)
         return EXIT_ERROR
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict]:
-    parser = _Parser(prog="sqlcal", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="sqlcal", description=__doc__,
+                     formatter_class=_Formatter)
+    parser.add_argument("--version", action="version", version=f"sqlcal {__version__}",
+                        help="print the version and exit")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="command",
+                                     help="one of the commands below ('sqlcal command --help' "
+                                          "for its options)")
 
     demo = commands.add_parser(
         "demo", help="write an example DuckDB table of logged predictions",
         description="Write an example DuckDB database of logged click predictions. PATH must not "
                     "exist, or be a database a previous 'sqlcal demo' wrote holding nothing "
-                    "else; anything else there is refused (exit 2) and left as it is.")
-    demo.add_argument("path", nargs="?", default="demo.duckdb")
-    demo.add_argument("--table", default="predictions")
+                    "else; anything else there is refused (exit 2) and left as it is.",
+        epilog=_PLAIN_EXIT_CODES, formatter_class=_Formatter)
+    demo.add_argument("path", nargs="?", default="demo.duckdb",
+                      help="the DuckDB file to write (default demo.duckdb)")
+    demo.add_argument("--table", default="predictions",
+                      help="the table's name (default predictions)")
     demo.add_argument("--rows", type=_positive, default=200_000,
                       help="events to draw (default 200000); they are logged pre-aggregated, one "
                            "row per distinct (model, segment, day, score, label) with weight = "
                            "the number of events, so the table has fewer rows and its total "
                            "weight is N")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seed", type=int, default=0,
+                      help="random seed (default 0): the same seed writes the same table")
+    demo.add_argument("--examples", action="store_true",
+                      help="also write, beside PATH, the small Parquet files the "
+                           "documentation's examples read (preds.parquet, clicks.parquet, "
+                           "animals.parquet, ...); only where no file is or over an earlier "
+                           "one of them")
     demo.add_argument("--stream", action="store_true",
                       help="write the monitoring example instead: six weeks of single click "
                            "predictions with their click times (label_at) and a calibration "
@@ -99,7 +151,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                     "data: a path that is the source, a database or data file, a symlink, a "
                     "directory, or an existing file other than a previous sqlcal output of the "
                     "same kind is refused before any query.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXIT_CODES, formatter_class=_Formatter)
     rep.add_argument("data", nargs="?",
                      help="Parquet/CSV path or glob, DuckDB file, or connection URL")
     rep.add_argument("--table", help="table name inside a database file or URL")
@@ -116,11 +168,15 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     rep.add_argument("--bins", type=int,
                      help="bins of the ECE family and the Brier decomposition (default 15)")
     rep.add_argument("--negative-sampling-rate", metavar="RATE_OR_COLUMN", type=_rate,
-                     help="negatives were kept at this rate in (0, 1] (or per row, in this "
-                     "column): each weighs 1/rate")
+                     help="the table kept its negatives at this rate in (0, 1] (or per row, in "
+                     "this column, read on negatives): each weighs 1/rate, and every interval "
+                     "carries the sampling's variance")
+    rep.add_argument("--training-negative-rate", metavar="RATE_OR_COLUMN", type=_rate,
+                     help="the model was trained on negatives kept at this rate (or per row, "
+                     "in this column): judge every score as p/(p + (1 - p)/rate)")
     rep.add_argument("--score-correction", action="store_true",
-                     help="judge the scores p/(p + (1 - p)/rate) of a model trained on the "
-                     "downsampled negatives (needs --negative-sampling-rate)")
+                     help="--training-negative-rate equal to a numeric "
+                     "--negative-sampling-rate")
     rep.add_argument("--on-invalid", choices=["raise", "drop"],
                      help="rows with a NULL or out-of-range score, label or weight: raise "
                           "(default) an error naming the column and count, or drop them")
@@ -155,7 +211,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                                                            "[output] json)")
     sched.add_argument("--html", metavar="PATH",
                        help="write the HTML page here (overrides [output] html); its diagrams "
-                            "need matplotlib: pip install 'sqlcal[plot]'")
+                            "need matplotlib, the plot extra")
     sched.add_argument("--time", metavar="KEY", help="also measure per value of this column "
                                                       "(overrides [time] key)")
     sched.add_argument("--no-results", action="store_true",
@@ -170,7 +226,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                     "written only when its fingerprint (rows, sum of weights, of scores, of "
                     "labels) changed since its stored version: new periods, late rows, labels "
                     "that arrived since.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_PLAIN_EXIT_CODES, formatter_class=_Formatter)
     snap.add_argument("--config", metavar="TOML", required=True,
                       help="monitor.toml ([source], [labels], [snapshot])")
     snap.add_argument("--period", metavar="DATE", help="snapshot this one period")
@@ -194,7 +250,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                     "prediction (a a delay edge of [labels]), per score bin and pooled, from "
                     "the mature periods of the store of [snapshot] (needs [labels] label_time), "
                     "with Clopper-Pearson intervals.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_PLAIN_EXIT_CODES, formatter_class=_Formatter)
     mat.add_argument("--config", metavar="TOML", required=True,
                      help="monitor.toml ([labels], [snapshot])")
     mat.add_argument("--bins", type=_positive, default=8,
@@ -209,7 +265,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                     "summaries of the store of [snapshot], per group: one line per alarm, exit "
                     "code 3 when a group alarms. P(any false alarm within [detect] horizon daily "
                     "checks) <= alpha per group.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_MONITOR_EXIT_CODES, formatter_class=_Formatter)
     mon.add_argument("--config", metavar="TOML", required=True,
                      help="monitor.toml ([snapshot], [labels], [detect])")
     mon.add_argument("--at", metavar="DATE", help="the check time (default: the latest as_of)")
@@ -222,47 +278,68 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     mon.add_argument("--no-windows", action="store_true",
                      help="only the detector: no window metrics, alerts or results rows")
 
-    sql = commands.add_parser("sql", help="print the SQL of a metric's reduction for a dialect",
-                              formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog="metrics: " + ", ".join(SQL_METRICS))
+    sql = commands.add_parser(
+        "sql", help="print the SQL of a metric's reduction for a dialect",
+        description="Print the statements that reduce a table to the summaries METRIC reads, "
+                    "in a SQL dialect: run them anywhere, then finish the metric with "
+                    "sqlcal.from_summaries.",
+        formatter_class=_Formatter,
+        epilog="metrics: " + ", ".join(SQL_METRICS) + "\n\n" + _PLAIN_EXIT_CODES)
     sql.add_argument("metric", choices=SQL_METRICS, metavar="METRIC",
                      help="one of the metrics listed below")
     sql.add_argument("--dialect", default="duckdb", choices=[*DIALECTS, "spark"],
                      help="default duckdb; databricks and spark are Spark SQL")
-    sql.add_argument("--table", required=True)
-    sql.add_argument("--score", required=True)
-    sql.add_argument("--label", required=True)
-    sql.add_argument("--weight")
+    sql.add_argument("--table", required=True, help="the table the statements read")
+    sql.add_argument("--score", required=True,
+                     help="score column (probability in [0, 1])")
+    sql.add_argument("--label", required=True, help="label column (0/1)")
+    sql.add_argument("--weight", help="weight column (frequency weights)")
     sql.add_argument("--by", default="", help="comma-separated group keys")
 
-    dbt = commands.add_parser("dbt", help="write the dbt package `sqlcal` (sql/dbt/) to a folder")
+    dbt = commands.add_parser(
+        "dbt", help="write the dbt package `sqlcal` (sql/dbt/) to a folder",
+        description="Write the dbt package sqlcal into FOLDER: a new or empty folder, or one a "
+                    "previous 'sqlcal dbt' wrote (it holds .sqlcal-manifest.json, the list of "
+                    "the files sqlcal wrote there). A folder holding anything else (your dbt "
+                    "project), a symlink, or a file sqlcal did not write at one of the package's "
+                    "paths is refused (exit 2) and left as it is; files an earlier sqlcal wrote "
+                    "and no longer makes are removed, nothing else.",
+        epilog=_PLAIN_EXIT_CODES, formatter_class=_Formatter)
     dbt.add_argument("folder", help="where to write it (packages.yml: - local: FOLDER)")
     seg = commands.add_parser(
         "segments", help="find the significantly miscalibrated segments (and fix them in SQL)",
         description="Search conjunctions of feature = value for miscalibration (sqlcal.segments: "
                     "fold A searches, fold B certifies with Benjamini-Hochberg); with --fix, fit "
-                    "per-segment logit shifts judged on a holdout and print their SQL.")
+                    "per-segment logit shifts judged on a holdout and print their SQL.",
+        epilog=_PLAIN_EXIT_CODES, formatter_class=_Formatter)
     seg.add_argument("data", help="Parquet/CSV path or glob, DuckDB file, or connection URL")
     seg.add_argument("--table", help="table name inside a database file or URL")
-    seg.add_argument("--score", required=True)
-    seg.add_argument("--label", required=True)
-    seg.add_argument("--weight")
+    seg.add_argument("--score", required=True, help="score column (probability in [0, 1])")
+    seg.add_argument("--label", required=True, help="label column (0/1 or boolean)")
+    seg.add_argument("--weight", help="weight column (frequency weights)")
     seg.add_argument("--by", default="", help="comma-separated group keys")
     seg.add_argument("--where", help="a condition over the table's columns")
     seg.add_argument("--features", required=True, help="comma-separated categorical columns")
-    seg.add_argument("--max-depth", type=_positive, default=3)
+    seg.add_argument("--max-depth", type=_positive, default=3,
+                     help="most features in one segment's condition (default 3)")
     seg.add_argument("--min-support", type=float, help="least weight of a segment (default "
                                                          "max(1000, 1e-3 of the group's weight))")
-    seg.add_argument("--mode", choices=["split", "full"], default="split")
-    seg.add_argument("--fdr", choices=["bh", "by", "bonferroni", "none"], default="bh")
-    seg.add_argument("--alpha", type=float, default=0.05)
-    seg.add_argument("--top-k", type=_positive, default=100)
+    seg.add_argument("--mode", choices=["split", "full"], default="split",
+                     help="split (default): fold A searches, fold B tests the top segments; "
+                          "full: test every eligible segment on all rows")
+    seg.add_argument("--fdr", choices=["bh", "by", "bonferroni", "none"], default="bh",
+                     help="multiple-testing correction of the q-values (default bh, "
+                          "Benjamini-Hochberg; by for any dependence)")
+    seg.add_argument("--alpha", type=float, default=0.05,
+                     help="level at which a segment is significant (default 0.05)")
+    seg.add_argument("--top-k", type=_positive, default=100,
+                     help="segments screened on fold A and tested on fold B (default 100)")
     seg.add_argument("--effect", choices=["residual", "ece", "sliceline"], default="residual",
                      help="search the net residual, the binned error (finds segments whose "
                           "errors cancel), or SliceLine's score of the squared error")
-    seg.add_argument("--sliceline-alpha", type=float, default=0.5,
-                     help="SliceLine's weight of the error against the size (--effect "
-                          "sliceline)")
+    seg.add_argument("--sliceline-alpha", type=float,
+                     help="SliceLine's weight of the error against the size (default 0.5; "
+                          "only with --effect sliceline)")
     seg.add_argument("--strategy", choices=["levels", "cube"], default="levels",
                      help="cube: two base-table scans whatever the depth (few or skewed "
                           "features)")
@@ -271,6 +348,14 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                           "SQL")
     seg.add_argument("--json", metavar="PATH", help="write the segments (and the fix) as JSON")
     return parser, {"demo": demo, "report": rep, "sql": sql, "snapshot": snap, "segments": seg}
+
+
+def _check_segments_flags(args, seg: argparse.ArgumentParser) -> None:
+    # a flag of one effect given with another would be ignored: refuse it
+    if args.sliceline_alpha is not None and args.effect != "sliceline":
+        seg.error("--sliceline-alpha applies only with --effect sliceline")
+    if args.sliceline_alpha is None:
+        args.sliceline_alpha = 0.5
 
 
 def _rate(text: str) -> float | str:
@@ -282,10 +367,13 @@ def _rate(text: str) -> float | str:
 
 
 def _sampling(args) -> dict:
-    """The source options of --negative-sampling-rate and --score-correction, when given."""
+    """The source options of --negative-sampling-rate, --training-negative-rate and
+    --score-correction, when given."""
     out = {}
     if getattr(args, "negative_sampling_rate", None) is not None:
         out["negative_sampling_rate"] = args.negative_sampling_rate
+    if getattr(args, "training_negative_rate", None) is not None:
+        out["training_negative_rate"] = args.training_negative_rate
     if getattr(args, "score_correction", False):
         out["score_correction"] = True
     return out
@@ -325,6 +413,9 @@ def _check_report_flags(args, rep: argparse.ArgumentParser) -> None:
                           "config file names the data, columns and metrics)")
         return
     args.by = args.by or ""
+    if args.bins is not None and not any(_takes_bins(m) for m in _metric_names(args)):
+        rep.error("--bins applies to the ECE family and the Brier decomposition; none of the "
+                  "metrics measured takes it")
     args.bins = 15 if args.bins is None else args.bins
     args.on_invalid = args.on_invalid or "raise"
     if args.metrics is not None:
@@ -341,6 +432,11 @@ def _check_report_flags(args, rep: argparse.ArgumentParser) -> None:
     _check_bins(args, rep)
 
 
+def _takes_bins(name: str) -> bool:
+    # as sqlcal.report(bins=): the ECE family and the Brier decomposition take --bins
+    return name in METRICS and METRICS[name][0].__name__ in ("ece", "brier_decomposition")
+
+
 def _check_bins(args, rep: argparse.ArgumentParser) -> None:
     # the declared table of options checks --bins' type, range and budget, as report() would
     from sqlcal import options
@@ -355,7 +451,12 @@ def _demo(args) -> int:
     import ibis
 
     from sqlcal.demo import write_demo
+    from sqlcal.example_data import EXAMPLES, check_example_path, write_examples
 
+    folder = os.path.dirname(os.path.abspath(args.path))
+    if args.examples:  # every path is checked before anything is written
+        for name in EXAMPLES:
+            check_example_path(os.path.join(folder, name))
     write_demo(args.path, args.table, rows=args.rows, seed=args.seed, stream=args.stream)
     con = ibis.duckdb.connect(args.path, read_only=True)
     try:
@@ -368,14 +469,19 @@ def _demo(args) -> int:
     if args.stream:
         _out(f"wrote {rows} rows to table {args.table!r} in {args.path}: one row per click "
              "prediction, 2026-11-01 .. 2026-12-12, with its click time (label_at)")
+    else:
+        _out(f"wrote {rows} rows to table {args.table!r} in {args.path}: one row per distinct "
+             f"model, segment, day, score and label, weighted by its number of events (total "
+             f"weight {weight:.0f})")
+    if args.examples:
+        for path in write_examples(folder, seed=args.seed):
+            _out(f"wrote {os.path.relpath(path)}")
+    if args.stream:
         _out("next: sqlcal snapshot --config examples/monitor.toml (its [source] data names "
              "this file)")
-        return EXIT_OK
-    _out(f"wrote {rows} rows to table {args.table!r} in {args.path}: one row per distinct "
-         f"model, segment, day, score and label, weighted by its number of events (total "
-         f"weight {weight:.0f})")
-    _out(f"next: sqlcal report {args.path} --table {args.table} --score score --label label "
-         "--weight weight --by model,segment")
+    else:
+        _out(f"next: sqlcal report {args.path} --table {args.table} --score score --label "
+             "label --weight weight --by model,segment")
     return EXIT_OK
 
 
@@ -393,8 +499,10 @@ def _segments(args) -> int:
     import json
 
     import sqlcal
-    from sqlcal.outputs import JSON_MARKER, write_text
+    from sqlcal.outputs import JSON_MARKER, check, protected, write_text
 
+    if args.json:  # refused before the search, not after it
+        check(args.json, "json", sources=protected(args.data))
     data = (args.data, args.table) if args.table else args.data
     options = dict(score=args.score, label=args.label, weight=args.weight,
                    by=_keys(args.by), where=args.where, features=_keys(args.features),
@@ -402,28 +510,30 @@ def _segments(args) -> int:
                    alpha=args.alpha, top_k=args.top_k, strategy=args.strategy)
     found = sqlcal.segments(data, mode=args.mode, effect=args.effect,
                             sliceline_alpha=args.sliceline_alpha, **options)
-    shown = found.drop(columns=["searched"])
     doc = {JSON_MARKER[0]: JSON_MARKER[1], "segments": json.loads(found.to_json(
         orient="records"))}
-    _out(shown.to_string(index=False))
+    lines = [found.drop(columns=["searched"]).to_string(index=False)]
     if args.fix:
         fix = sqlcal.segment_fix(data, **options)
         doc["fix"] = {"sql": fix.sql(args.score), "table": json.loads(fix.table.to_json(
             orient="records")), "summary": json.loads(fix.summary.to_json(orient="records"))}
-        _out(fix.summary.to_string(index=False))
-        _out(fix.sql(args.score))
-    if args.json:
-        write_text(args.json, "json", json.dumps(doc, indent=2), sources=[str(args.data)])
+        lines += [fix.summary.to_string(index=False), fix.sql(args.score)]
+    if args.json:  # written before anything is printed (a closed pipe loses no file)
+        write_text(args.json, "json", json.dumps(doc, indent=2), sources=protected(args.data))
+        lines.append(f"wrote {args.json}")
+    for line in lines:
+        _out(line)
     return EXIT_OK
 
 
 def _dbt(args) -> int:
-    from pathlib import Path
-
     from sqlcal.dbtgen import write
 
-    for path in write(Path(args.folder)):
-        print(path)
+    written, removed = write(args.folder)
+    for path in written:
+        _out(f"wrote {path}")
+    for path in removed:
+        _out(f"removed {path} (an earlier sqlcal wrote it; no longer generated)")
     return EXIT_OK
 
 
@@ -458,7 +568,8 @@ def _snapshot(args) -> int:
     elif not args.quiet:
         periods = out[out["period_start"].notna()]
         written = int((periods["status"] == "written").sum())
-        _out(f"{written} of {len(periods)} periods written to {config['snapshot']['store']} "
+        _out(f"{written} of {len(periods)} periods written to "
+             f"{redact(config['snapshot']['store'])} "
              f"(prefix {config['snapshot']['prefix']!r}); the others were unchanged")
         untimed = out[out["period_start"].isna()]
         if len(untimed):
@@ -479,7 +590,8 @@ def _monitor(args) -> int:
     windows, maturity = monitoring.check_windows(config.get("windows"), where=where)
     metrics = monitoring.check_metrics(config.get("metrics"), where=where)
     rules = monitoring.check_alerts(config.get("alerts"), windows, metrics, where=where)
-    table_name = monitoring.check_monitor(config.get("monitor"), where=where)
+    table_name = monitoring.check_monitor(config.get("monitor"), store=config["snapshot"]["store"],
+                                          where=where)
     outputs.check_all({"json": args.json_file, "html": args.html})
     run = monitor.run(config, at=args.at)
     snap, labels = config["snapshot"], config["labels"]
@@ -543,9 +655,7 @@ def _plain(args) -> int:
     if args.json:
         _out(to_json(table, describe(src)))
     else:
-        with pd.option_context("display.max_columns", None, "display.width", 200,
-                               "display.float_format", "{:.4g}".format):
-            _out(table.to_string(index=False))
+        _out(terminal_table(table))
     return EXIT_OK
 
 
@@ -579,12 +689,8 @@ def _adhoc_config(args) -> dict:
     source = {"data": args.data, "table": args.table, "score": args.score, "label": args.label,
               "weight": args.weight, "by": _keys(args.by), "where": args.where,
               "on_invalid": args.on_invalid, **_sampling(args)}
-    metrics = {}
-    for name in _metric_names(args):
-        function = METRICS[name][0] if name in METRICS else None
-        # as sqlcal.report(bins=): the ECE family and the Brier decomposition take --bins
-        binned = function is not None and function.__name__ in ("ece", "brier_decomposition")
-        metrics[name] = {"bins": args.bins} if binned else {}
+    metrics = {name: {"bins": args.bins} if _takes_bins(name) else {}
+               for name in _metric_names(args)}
     raw = {"source": {k: v for k, v in source.items() if v is not None}, "metrics": metrics,
            "report": {"bins": args.bins}}
     return scheduled.validate_config(raw, where="the command line")
@@ -630,11 +736,83 @@ def _print_summary(run, written: list[str]) -> None:
     lines = [f"run {run.run_id}: {run.status.upper()}, {len(run.table)} groups, "
              f"{len(run.alerts)} alerts"]
     lines += [f"  ALERT {alert['message']}" for alert in run.alerts]
-    with pd.option_context("display.max_columns", None, "display.width", 200,
-                           "display.float_format", "{:.4g}".format):
-        lines.append(run.table.to_string(index=False))
+    lines.append(terminal_table(run.table))
     lines += [f"wrote {item}" for item in written]
     _out("\n".join(lines))
+
+
+def terminal_table(table: pd.DataFrame, width: int = TERMINAL_WIDTH) -> str:
+    """A report table as a terminal shows it: the group keys, ``n``, ``W`` and each metric's
+    headline column (its value, or its p-value for a test), numbers formatted for reading, in
+    blocks of at most ``width`` characters that each repeat the keys; a last line says how many
+    columns ``--json`` adds (intervals, bounds, the trust columns)."""
+    keys = list(table.columns[:list(table.columns).index("n")]) if "n" in table else []
+    shown = [c for c in table.columns if c not in keys
+             and (c in ("n", "W", "n_dropped") or c in _HEADLINES)]
+    shown.sort(key=_is_p_value)  # values first, then the tests' p-values: a block each
+    cells = {c: [str(v) for v in table[c]] for c in keys}
+    cells.update({c: [_number(c, v) for v in table[c]] for c in shown})
+    widths = {c: max([len(c), *map(len, cells[c])]) for c in cells}
+    start = sum(widths[k] + 2 for k in keys)  # a line's length so far, its separator included
+    blocks, block, used = [], [], start
+    for c in shown:
+        if block and used + widths[c] > width:
+            blocks.append(block)
+            block, used = [], start
+        block.append(c)
+        used += widths[c] + 2
+    blocks.append(block)
+    lines = []
+    for i, block in enumerate(blocks):
+        columns = keys + block
+        if i:
+            lines.append("")
+        lines.append("  ".join(c.ljust(widths[c]) if c in keys else c.rjust(widths[c])
+                               for c in columns).rstrip())
+        for row in range(len(table)):
+            lines.append("  ".join(cells[c][row].ljust(widths[c]) if c in keys
+                                   else cells[c][row].rjust(widths[c]) for c in columns).rstrip())
+    hidden = len(table.columns) - len(keys) - len(shown)
+    if hidden:
+        lines.append(f"({len(keys) + len(shown)} of {len(table.columns)} columns; --json prints "
+                     f"all of them: intervals, bounds, test statistics, trust)")
+    return "\n".join(lines)
+
+
+def _headlines() -> set[str]:
+    """Each report metric's headline column: its p-value when it is a test, else its value
+    (both ends of a bracket)."""
+    out = set()
+    for name, (_, _, columns) in METRICS.items():
+        tests = [c for k, c in columns.items() if k == "p_value"]
+        out.update(tests or [next(iter(columns.values()))])
+        if name == "distance_to_calibration":
+            out.add(columns["upper_distance"])
+    return out
+
+
+_HEADLINES = _headlines()
+
+
+def _number(column: str, value) -> str:
+    """A number as a reader takes it in: counts with thousands separators, other numbers to
+    four decimals (aligned), those below 0.001 (tiny p-values) as 2.3e-65."""
+    if value is None or isinstance(value, (bool, str)):
+        return str(value)
+    value = float(value)
+    if value != value:
+        return "NaN"
+    if column in ("n", "W", "n_dropped") and (value == round(value) or abs(value) >= 1000):
+        return f"{value:,.0f}"
+    if _is_p_value(column):
+        return f"{value:.4f}" if value >= 1e-4 or value == 0 else f"{value:.1e}"
+    if abs(value) >= 1e4 and abs(value) != float("inf"):
+        return f"{value:,.0f}"
+    return f"{value:.4f}" if abs(value) >= 1e-3 or value == 0 else f"{value:.1e}"
+
+
+def _is_p_value(column: str) -> bool:
+    return column.endswith("_p") or column == "p_value"
 
 
 def _keys(text: str) -> list[str]:
@@ -647,13 +825,14 @@ def _metric_names(args) -> list[str]:
 
 def _warn(caught) -> None:
     for w in caught:
-        print(f"sqlcal: warning: {w.message}", file=sys.stderr)
+        print(redact(f"sqlcal: warning: {w.message}"), file=sys.stderr)
 
 
 def _out(text: str) -> None:
-    """Print to stdout; when the reader has gone (``| head``), stop printing quietly."""
+    """Print to stdout, passwords hidden; when the reader has gone (``| head``), stop printing
+    quietly."""
     try:
-        print(text, flush=True)
+        print(redact(text), flush=True)
     except BrokenPipeError:
         # the rest of the output, and Python's flush at exit, go nowhere instead of raising
         try:
@@ -719,14 +898,14 @@ def _missing_extra(e: BaseException) -> str | None:
     for x in imports:
         root = (x.name or "").split(".")[0]
         if root in _EXTRAS:
-            return (f"{root} is not installed, and this data needs it: pip install "
-                    f"'sqlcal[{_EXTRAS[root]}]'")
+            return (f"{root} is not installed, and this data needs it: "
+                    f"{install_hint(_EXTRAS[root])}")
     for x in imports:
         found = re.search(r"Failed to import the (\w+) backend", str(x))
         if found:
             backend = found.group(1)
             extra = {"postgres": "postgres", "pyspark": "spark"}.get(backend)
-            hint = (f"pip install 'sqlcal[{extra}]'" if extra
+            hint = (install_hint(extra) if extra
                     else f"pip install 'ibis-framework[{backend}]'")
             return f"the {backend} backend's driver is not installed: {hint}"
     return None

@@ -1,28 +1,40 @@
 """``where=`` text as one boolean expression over the measured table's columns, nothing else.
 
 A condition from a caller, the CLI's ``--where`` or a TOML config is parsed by sqlglot in the
-engine's dialect and translated, node by node, into an Ibis expression over the table: columns,
-literals, comparisons, ``AND``/``OR``/``NOT``, arithmetic, ``IN (list)``, ``BETWEEN``, ``IS [NOT]
-NULL``, ``LIKE``, ``CAST`` and a few scalar functions (:data:`FUNCTIONS`). Anything else (a second
-statement, a subquery, a table function, a parameter, a qualified or unknown column) is refused
-with a message naming it. The condition never reaches the engine as text: the engine receives the
-SQL Ibis compiles from the translated expression, with every identifier quoted.
+dialect of the engine that will run it, and translated, node by node, into an Ibis expression
+over the table: columns, literals, comparisons, ``AND``/``OR``/``NOT``, arithmetic, ``IN
+(list)``, ``BETWEEN``, ``IS [NOT] NULL``, ``LIKE``, ``CAST`` and a few scalar functions
+(:data:`FUNCTIONS`). The translation is an allow-list: each node type it takes has an exact
+translation, and every argument of the node is read (a flag such as ``BETWEEN SYMMETRIC``, a
+``TRY_CAST``'s or ``LIKE ... ESCAPE``, an integer division, a type whose meaning differs between
+engines). Anything else, and a condition nested deeper than :data:`MAX_DEPTH` or wider than
+:data:`MAX_WIDTH`, is refused with a message naming it. The condition never reaches the engine
+as text: the engine receives the SQL Ibis compiles from the translated expression, with every
+identifier quoted.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from functools import cache
 from typing import Any, Callable
 
 import ibis
+import ibis.expr.datatypes as idt
 import ibis.expr.types as ir
 import sqlglot
 from sqlglot import exp
+from sqlglot.tokens import TokenType
 
 from sqlcal.errors import InvalidInputError
 
 #: the longest condition accepted, in characters (a filter, not a program)
 MAX_LENGTH = 10_000
+#: the deepest nesting accepted (parentheses, NOT, operators, function calls): sqlglot's parser
+#: and Ibis's compiler recurse on it; a chain of AND or OR is one level, however long
+MAX_DEPTH = 20
+#: the most terms of one AND or OR chain, or values of one IN list
+MAX_WIDTH = 1_000
 
 _COMPARISONS: dict[type, Callable[[Any, Any], Any]] = {
     exp.EQ: lambda a, b: a == b,
@@ -39,30 +51,62 @@ _ARITHMETIC: dict[type, Callable[[Any, Any], Any]] = {
     exp.Div: lambda a, b: a / b,
     exp.Mod: lambda a, b: a % b,
 }
-#: scalar functions a condition may call (sqlglot node -> Ibis method of its argument)
+#: scalar functions a condition may call (sqlglot node -> Ibis method of its argument). Not
+#: TRIM: Ibis's strip removes every white-space character, SQL's TRIM only spaces
 FUNCTIONS: dict[type, str] = {
     exp.Lower: "lower",
     exp.Upper: "upper",
     exp.Abs: "abs",
     exp.Length: "length",
-    exp.Trim: "strip",
     exp.Floor: "floor",
     exp.Ceil: "ceil",
 }
 _FUNCTION_NAMES = ", ".join(sorted([*(f.__name__.upper() for f in FUNCTIONS), "COALESCE"]))
-#: SQL type names a CAST may name -> Ibis types
-_TYPES = {
-    "BOOLEAN": "boolean",
-    "TINYINT": "int8", "SMALLINT": "int16", "INT": "int32", "BIGINT": "int64",
-    "FLOAT": "float32", "DOUBLE": "float64", "DECIMAL": "float64",
-    "VARCHAR": "string", "TEXT": "string", "CHAR": "string", "NVARCHAR": "string",
-    "DATE": "date",
-    "TIMESTAMP": "timestamp", "TIMESTAMPNTZ": "timestamp", "DATETIME": "timestamp",
+#: the arguments each node type's translation reads; a node with any other argument set (a
+#: dialect's flag, a clause) is refused by that argument's name
+_READS: dict[type, frozenset] = {
+    **{t: frozenset({"this", "expression"}) for t in (*_COMPARISONS, *_ARITHMETIC, exp.And,
+                                                      exp.Or)},
+    # Div: `typed` (an integer division, where the dialect has one) and `safe` (NULL for a
+    # division by zero) describe the engine's own "/", which Ibis emits (checked in _div)
+    exp.Div: frozenset({"this", "expression", "typed", "safe"}),
+    **{t: frozenset({"this"}) for t in (*FUNCTIONS, exp.Not, exp.Neg, exp.Paren, exp.Boolean)},
+    exp.Column: frozenset({"this"}),
+    exp.Identifier: frozenset({"this", "quoted"}),
+    exp.Literal: frozenset({"this", "is_string"}),
+    exp.Null: frozenset(),
+    exp.Is: frozenset({"this", "expression", "negate"}),
+    exp.In: frozenset({"this", "expressions"}),
+    exp.Between: frozenset({"this", "low", "high"}),
+    exp.Like: frozenset({"this", "expression", "negate"}),
+    exp.ILike: frozenset({"this", "expression", "negate"}),
+    exp.Cast: frozenset({"this", "to"}),
+    # a dialect whose own CAST returns NULL on failure (Spark) parses it as a TryCast without
+    # `safe`; TRY_CAST and SAFE_CAST set `safe`, which is refused
+    exp.TryCast: frozenset({"this", "to"}),
+    exp.Coalesce: frozenset({"this", "expressions"}),
 }
+#: why a node with a refused argument is refused, by argument
+_WHY = {
+    "symmetric": "BETWEEN SYMMETRIC is not translated exactly; write (x BETWEEN a AND b OR x "
+                 "BETWEEN b AND a)",
+    "safe": "TRY_CAST (SAFE_CAST) is not translated exactly: it gives NULL where a CAST fails",
+    "query": "IN takes a list of values, not a subquery",
+    "unnest": "IN takes a list of values, not UNNEST",
+    **dict.fromkeys(("table", "db", "catalog"),
+                    "columns are named alone, not qualified by a table"),
+}
+_T = exp.DataType.Type
+#: the types a CAST may name: their Ibis type is emitted back as the same type of the dialect
+#: (checked), so the cast means what it means in the engine
+_CASTABLE = {_T.BOOLEAN, _T.TINYINT, _T.SMALLINT, _T.INT, _T.BIGINT, _T.FLOAT, _T.DOUBLE,
+             _T.DECIMAL, _T.TEXT, _T.VARCHAR, _T.NVARCHAR, _T.DATE, _T.TIMESTAMP,
+             _T.TIMESTAMPNTZ, _T.TIMESTAMPTZ}
 
 
 class ConditionError(InvalidInputError):
-    """``where=`` text that is not one boolean expression over the table's columns."""
+    """``where=`` text that is not one boolean expression over the table's columns, or that
+    sqlcal does not translate exactly."""
 
 
 def parse_condition(text: str, table: ir.Table, *, dialect: str | None = None) -> ir.BooleanValue:
@@ -75,8 +119,8 @@ def parse_condition(text: str, table: ir.Table, *, dialect: str | None = None) -
     table : ibis Table
         The table the condition filters; its columns are the only names it may use.
     dialect : str, optional
-        The sqlglot dialect the text is written in; default the table's engine (DuckDB when the
-        table has none).
+        The sqlglot dialect the text is written in, that of the engine that runs it; default the
+        table's engine (DuckDB when the table has none).
 
     Returns
     -------
@@ -87,7 +131,10 @@ def parse_condition(text: str, table: ir.Table, *, dialect: str | None = None) -
     ConditionError
         For several statements, a statement that is not an expression, a subquery, a table
         function, a function not in :data:`FUNCTIONS`, a parameter, a qualified column, a column
-        not in ``table``, or an expression that is not true/false.
+        not in ``table``, an expression that is not true/false, a construct sqlcal does not
+        translate exactly (``BETWEEN SYMMETRIC``, ``TRY_CAST``, ``LIKE ... ESCAPE``, an integer
+        division, a ``CAST`` to a type the engine reads otherwise), or a condition nested deeper
+        than :data:`MAX_DEPTH` or wider than :data:`MAX_WIDTH`.
 
     Examples
     --------
@@ -99,6 +146,10 @@ def parse_condition(text: str, table: ir.Table, *, dialect: str | None = None) -
     Traceback (most recent call last):
     ...
     sqlcal.condition.ConditionError: where='1 = 1; DROP TABLE t' holds 2 statements; it must be one condition over the table's columns
+    >>> parse_condition("p BETWEEN SYMMETRIC 0.7 AND 0.2", t)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    sqlcal.condition.ConditionError: where='p BETWEEN SYMMETRIC 0.7 AND 0.2': BETWEEN SYMMETRIC is not translated exactly; ...
     """
     if not isinstance(text, str):
         raise ConditionError(f"where= must be a SQL condition string, an Ibis expression or a "
@@ -111,14 +162,18 @@ def parse_condition(text: str, table: ir.Table, *, dialect: str | None = None) -
                              "are accepted")
     dialect = dialect or _dialect(table)
     try:
+        _check_nesting(text, dialect, shown)  # before the parser recurses on it
         trees = [tree for tree in sqlglot.parse(text, read=dialect) if tree is not None]
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError) as e:
         raise ConditionError(f"where={shown!r} is not a SQL condition: "
                              f"{str(e).splitlines()[0]}") from None
+    except RecursionError:  # a shape the token count did not foresee, on a deep stack
+        raise _too_deep(shown) from None
     if len(trees) != 1:
         raise ConditionError(f"where={shown!r} holds {len(trees)} statements; it must be one "
                              "condition over the table's columns")
-    value = _Translator(table, shown).visit(trees[0])
+    _check_shape(trees[0], shown)
+    value = _Translator(table, shown, dialect).visit(trees[0])
     if not isinstance(value, ir.Value) or not value.type().is_boolean():
         kind = value.type() if isinstance(value, ir.Value) else type(value).__name__
         raise ConditionError(f"where={shown!r} is a {kind} value, not a condition (true/false)")
@@ -134,23 +189,75 @@ def _dialect(table: ir.Table) -> str:
         return "duckdb"
 
 
-class _Translator:
-    """sqlglot node -> Ibis value; a whitelist: every node type not handled here is refused."""
+def _too_deep(shown: str) -> ConditionError:
+    return ConditionError(f"where={shown!r} is nested too deeply: at most {MAX_DEPTH} levels "
+                          "(parentheses, NOT, operators, function calls) are accepted")
 
-    def __init__(self, table: ir.Table, text: str):
+
+def _check_nesting(text: str, dialect: str, shown: str) -> None:
+    """Refuse parentheses nested deeper than :data:`MAX_DEPTH`, counted on the tokens (the
+    tokenizer loops; sqlglot's parser recurses about twenty frames per parenthesis)."""
+    depth = 0
+    for token in sqlglot.Dialect.get_or_raise(dialect).tokenize(text):
+        if token.token_type == TokenType.L_PAREN:
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _too_deep(shown)
+        elif token.token_type == TokenType.R_PAREN:
+            depth -= 1
+
+
+def _check_shape(tree: exp.Expression, shown: str) -> None:
+    """Refuse a parsed condition deeper than :data:`MAX_DEPTH` (a chain of AND or OR, which is
+    translated into a balanced tree, counts once) or with a chain or an IN list wider than
+    :data:`MAX_WIDTH`; walked with a stack, not recursion."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise _too_deep(shown)
+        if isinstance(node, (exp.And, exp.Or)):
+            terms = list(node.flatten())
+            if len(terms) > MAX_WIDTH:
+                raise ConditionError(f"where={shown!r} joins {len(terms):,} terms with "
+                                     f"{node.key.upper()}; at most {MAX_WIDTH:,} are accepted "
+                                     "(a long list of values reads better as IN (...))")
+            stack += [(term, depth + 1) for term in terms]
+            continue
+        if isinstance(node, exp.In) and len(node.expressions) > MAX_WIDTH:
+            raise ConditionError(f"where={shown!r} lists {len(node.expressions):,} values in IN; "
+                                 f"at most {MAX_WIDTH:,} are accepted")
+        step = 0 if isinstance(node, exp.Paren) else 1
+        stack += [(child, depth + step) for child in node.iter_expressions()]
+
+
+class _Translator:
+    """sqlglot node -> Ibis value; a whitelist: every node type not handled here is refused,
+    and so is a handled node with an argument its translation does not read (:data:`_READS`)."""
+
+    def __init__(self, table: ir.Table, text: str, dialect: str):
         self.table = table
         self.text = text
+        self.dialect = dialect
         self.columns = list(table.columns)
 
     def refuse(self, node: exp.Expression, why: str) -> ConditionError:
-        return ConditionError(f"where={self.text!r}: {why} ({node.sql()[:80]!r}); a condition may "
-                              "use the table's columns, literals, comparisons, AND/OR/NOT, "
-                              "arithmetic, IN (list), BETWEEN, IS NULL, LIKE, CAST and the "
-                              f"functions {_FUNCTION_NAMES}")
+        return ConditionError(f"where={self.text!r}: {why} ({node.sql(self.dialect)[:80]!r}); a "
+                              "condition may use the table's columns, literals, comparisons, "
+                              "AND/OR/NOT, arithmetic, IN (list), BETWEEN, IS NULL, LIKE, CAST "
+                              f"and the functions {_FUNCTION_NAMES}")
 
     def visit(self, node: exp.Expression) -> Any:
+        reads = _READS.get(type(node))
+        if reads is not None:
+            extra = [k for k, v in node.args.items() if k not in reads and v not in (None, False)
+                     and v != []]
+            if extra:
+                raise self.refuse(node, _WHY.get(extra[0], f"{type(node).__name__.upper()} "
+                                                           f"with {extra[0]} is not translated "
+                                                           "exactly"))
         method = getattr(self, f"_{type(node).__name__.lower()}", None)
-        if method is not None:
+        if reads is not None and method is not None:
             return method(node)
         if type(node) in _COMPARISONS:
             return self._typed(node, _COMPARISONS[type(node)])
@@ -162,6 +269,8 @@ class _Translator:
             raise self.refuse(node, "subqueries are not allowed")
         if isinstance(node, (exp.Placeholder, exp.Parameter)):
             raise self.refuse(node, "parameters are not allowed")
+        if isinstance(node, exp.Escape):
+            raise self.refuse(node, "LIKE ... ESCAPE is not translated exactly")
         if isinstance(node, exp.Func):
             raise self.refuse(node, "this function is not allowed")
         raise self.refuse(node, f"{type(node).__name__} is not allowed")
@@ -169,11 +278,10 @@ class _Translator:
     # -- leaves ----------------------------------------------------------------------------
 
     def _column(self, node: exp.Column) -> ir.Value:
-        if node.table or node.args.get("db") or node.args.get("catalog"):
-            raise self.refuse(node, "columns are named alone, not qualified by a table")
         ident = node.this
         if not isinstance(ident, exp.Identifier):  # e.g. a star
             raise self.refuse(node, "only named columns are allowed")
+        self.visit(ident)  # its arguments checked
         name = ident.this
         if name in self.columns:
             return self.table[name]
@@ -183,6 +291,9 @@ class _Translator:
                 return self.table[matches[0]]
         raise ConditionError(f"where={self.text!r} names column {name!r}, which is not in the "
                              f"table; its columns are {self.columns}")
+
+    def _identifier(self, node: exp.Identifier) -> None:
+        return None
 
     def _literal(self, node: exp.Literal) -> Any:
         if node.is_string:
@@ -201,10 +312,10 @@ class _Translator:
     # -- boolean logic ---------------------------------------------------------------------
 
     def _and(self, node: exp.And) -> ir.BooleanValue:
-        return self._bool(node.this) & self._bool(node.expression)
+        return _balanced([self._bool(term) for term in node.flatten()], lambda a, b: a & b)
 
     def _or(self, node: exp.Or) -> ir.BooleanValue:
-        return self._bool(node.this) | self._bool(node.expression)
+        return _balanced([self._bool(term) for term in node.flatten()], lambda a, b: a | b)
 
     def _not(self, node: exp.Not) -> ir.BooleanValue:
         return ~self._bool(node.this)
@@ -212,10 +323,12 @@ class _Translator:
     def _is(self, node: exp.Is) -> ir.BooleanValue:
         value, target = self._value(node.this), node.expression
         if isinstance(target, exp.Null):
-            return value.isnull()
-        if isinstance(target, exp.Boolean):
-            return value.notnull() & (value == bool(target.this))
-        raise self.refuse(node, "IS takes NULL, TRUE or FALSE")
+            out = value.isnull()
+        elif isinstance(target, exp.Boolean):
+            out = value.notnull() & (value == bool(target.this))
+        else:
+            raise self.refuse(node, "IS takes NULL, TRUE or FALSE")
+        return ~out if node.args.get("negate") else out  # IS NOT (PostgreSQL's parse)
 
     def _bool(self, node: exp.Expression) -> ir.BooleanValue:
         value = self.visit(node)
@@ -239,16 +352,26 @@ class _Translator:
             return op(left, right)
         except Exception as e:  # Ibis refuses the types: say which
             raise ConditionError(f"where={self.text!r}: cannot apply {node.key.upper()} to "
-                                 f"{node.this.sql()!r} and {node.expression.sql()!r} "
+                                 f"{node.this.sql(self.dialect)!r} and "
+                                 f"{node.expression.sql(self.dialect)!r} "
                                  f"({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+
+    def _div(self, node: exp.Div) -> ir.Value:
+        # Ibis divides in floating point on every engine; where the dialect's "/" of two
+        # integers (or decimals) is an integer (or decimal) division, the two differ
+        if node.args.get("typed"):
+            kinds = [self._value(side).type() for side in (node.this, node.expression)]
+            if not any(kind.is_floating() for kind in kinds):
+                raise self.refuse(node, f"'/' of {kinds[0]} and {kinds[1]} is an integer or "
+                                        f"decimal division in {self.dialect}, which is not "
+                                        "translated exactly; CAST one side to a floating type")
+        return self._typed(node, _ARITHMETIC[exp.Div])
 
     def _neg(self, node: exp.Neg) -> Any:
         value = self.visit(node.this)
         return -value
 
     def _in(self, node: exp.In) -> ir.BooleanValue:
-        if node.args.get("query") is not None or node.args.get("unnest") is not None:
-            raise self.refuse(node, "IN takes a list of values, not a subquery")
         value = self._value(node.this)
         options = [self.visit(e) for e in node.expressions]
         if not options:
@@ -256,8 +379,9 @@ class _Translator:
         try:
             return value.isin(options)
         except Exception as e:
-            raise ConditionError(f"where={self.text!r}: cannot test {node.this.sql()!r} IN a "
-                                 f"list of these values ({str(e).splitlines()[0][:120]})") from None
+            raise ConditionError(f"where={self.text!r}: cannot test "
+                                 f"{node.this.sql(self.dialect)!r} IN a list of these values "
+                                 f"({str(e).splitlines()[0][:120]})") from None
 
     def _between(self, node: exp.Between) -> ir.BooleanValue:
         value = self._value(node.this)
@@ -265,8 +389,9 @@ class _Translator:
         try:
             return value.between(low, high)
         except Exception as e:
-            raise ConditionError(f"where={self.text!r}: cannot compare {node.this.sql()!r} with "
-                                 f"its BETWEEN bounds ({str(e).splitlines()[0][:120]})") from None
+            raise ConditionError(f"where={self.text!r}: cannot compare "
+                                 f"{node.this.sql(self.dialect)!r} with its BETWEEN bounds "
+                                 f"({str(e).splitlines()[0][:120]})") from None
 
     def _like(self, node: exp.Like) -> ir.BooleanValue:
         return self._pattern(node, "like")
@@ -280,55 +405,92 @@ class _Translator:
             raise self.refuse(node, "LIKE takes a quoted pattern")
         if not value.type().is_string():
             raise self.refuse(node, "LIKE applies to text columns")
-        return getattr(value, method)(pattern.this)
+        out = getattr(value, method)(pattern.this)
+        return ~out if node.args.get("negate") else out
 
     def _cast(self, node: exp.Cast) -> ir.Value:
-        target = node.to.this.name if hasattr(node.to.this, "name") else str(node.to.this)
-        kind = _TYPES.get(target.upper())
-        if kind is None:
-            raise self.refuse(node, f"CAST to {target} is not allowed; allowed: {sorted(_TYPES)}")
+        kind = self._cast_type(node)
         inner = self.visit(node.this)
-        if not isinstance(inner, ir.Value):
-            inner = _typed_literal(inner, kind)
-            if inner is None:
-                raise self.refuse(node, f"cannot read this literal as {target}")
-            return inner
-        return inner.cast(kind)
+        if isinstance(inner, ir.Value):
+            return inner.cast(kind)
+        if isinstance(inner, str) and (kind.is_date() or kind.is_timestamp()):
+            # read here, so that a bad date is an error before the query: the engine then
+            # casts the same text
+            if not _readable_time(inner, kind):
+                raise self.refuse(node, f"cannot read this literal as {node.to.sql(self.dialect)}")
+        return ibis.literal(inner).cast(kind)
 
     def _trycast(self, node: exp.TryCast) -> ir.Value:
-        return self._cast(node)
+        return self._cast(node)  # the dialect's own CAST (flags refused in visit)
+
+    def _cast_type(self, node: exp.Cast) -> idt.DataType:
+        to = node.to
+        shown = to.sql(self.dialect)
+        if to.this not in _CASTABLE:
+            raise self.refuse(node, f"CAST to {shown} is not allowed; a CAST may name a "
+                                    "boolean, integer, floating, decimal, text, date or "
+                                    "timestamp type")
+        if to.is_type(_T.TEXT, _T.VARCHAR, _T.NVARCHAR) and to.expressions:
+            raise self.refuse(node, f"CAST to {shown}: a text type of bounded length is not "
+                                    "translated exactly; CAST to text without a length")
+        from ibis.backends.sql.datatypes import SqlglotType
+
+        try:
+            kind = SqlglotType.to_ibis(to)
+        except Exception:
+            kind = None
+        # Ibis casts to its type as the dialect spells it: the same type, or refused
+        emitted = _emitted(kind, self.dialect) if kind is not None else None
+        if emitted != shown:
+            raise self.refuse(node, f"CAST to {shown} is not translated exactly in "
+                                    f"{self.dialect} (it would cast to {emitted})")
+        return kind
 
     def _coalesce(self, node: exp.Coalesce) -> ir.Value:
         values = [self._value(node.this), *(self.visit(e) for e in node.expressions)]
         return ibis.coalesce(*values)
 
     def _function(self, node: exp.Func) -> ir.Value:
-        extra = [k for k, v in node.args.items() if k != "this" and v]
-        if extra:
-            raise self.refuse(node, "this form of the function is not allowed")
         value = self._value(node.this)
         try:
             return getattr(value, FUNCTIONS[type(node)])()
         except AttributeError:
             raise ConditionError(f"where={self.text!r}: {type(node).__name__.upper()} does not "
-                                 f"apply to {node.this.sql()!r} of type {value.type()}") from None
+                                 f"apply to {node.this.sql(self.dialect)!r} of type "
+                                 f"{value.type()}") from None
 
 
-def _typed_literal(value: Any, kind: str) -> ir.Value | None:
-    """A literal of an SQL type, checked in Python (``DATE '2026-11-01'``)."""
-    try:
-        if kind == "date":
-            return ibis.literal(dt.date.fromisoformat(str(value)), type="date")
-        if kind == "timestamp":
-            return ibis.literal(dt.datetime.fromisoformat(str(value)), type="timestamp")
-        if kind == "string":
-            return ibis.literal(str(value), type="string")
-        if kind == "boolean" and isinstance(value, bool):
-            return ibis.literal(value)
-        if kind.startswith("int"):
-            return ibis.literal(int(value), type=kind)
-        if kind.startswith("float"):
-            return ibis.literal(float(value), type=kind)
-    except (TypeError, ValueError, OverflowError):
+def _balanced(values: list, join: Callable[[Any, Any], Any]) -> Any:
+    """``values`` joined pairwise, level by level: a tree of depth log2(n), where a chain of n
+    terms would nest n deep in Ibis's expression and its compiler's recursion."""
+    while len(values) > 1:
+        values = [join(values[i], values[i + 1]) if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]
+
+
+@cache
+def _emitted(kind: idt.DataType, dialect: str) -> str | None:
+    """The type Ibis's compiler for ``dialect`` writes in a CAST to ``kind`` (None when Ibis
+    has no compiler of that name)."""
+    import ibis.backends.sql.compilers as compilers
+
+    provider = getattr(compilers, {"spark": "pyspark"}.get(dialect, dialect), None)
+    if provider is None or not hasattr(provider, "compiler"):
         return None
-    return None
+    try:
+        return provider.compiler.type_mapper.from_ibis(kind).sql(dialect)
+    except Exception:
+        return None
+
+
+def _readable_time(text: str, kind: idt.DataType) -> bool:
+    """Whether ``text`` is an ISO date (or timestamp without a time zone offset, which engines
+    read differently)."""
+    try:
+        if kind.is_date():
+            dt.date.fromisoformat(text)
+            return True
+        return dt.datetime.fromisoformat(text).tzinfo is None
+    except (TypeError, ValueError):
+        return False

@@ -9,12 +9,14 @@ totals, binned and score-cell metrics from those summaries in SQL, with the form
 library's finishes (:mod:`sqlcal.metrics.scores`, :mod:`sqlcal.metrics.binned`,
 :mod:`sqlcal.metrics.cumulative`), and returns one row per group that fails.
 
-``python -m sqlcal.dbtgen`` (or ``sqlcal sql --dbt``) rewrites ``sql/dbt/``; a test fails when
-the files drift from the code.
+``python -m sqlcal.dbtgen`` (or ``sqlcal dbt FOLDER``) rewrites ``sql/dbt/`` through sqlcal's one
+writer (:func:`sqlcal.outputs.write_folder`: only into a folder sqlcal owns, every file marked,
+a manifest of what it wrote); a test fails when the files drift from the code.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import math
 import re
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import ibis
 
-from sqlcal import summaries
+from sqlcal import outputs, summaries
 from sqlcal.export import statements
 from sqlcal.monitor import schema
 from sqlcal.inputs import check_exprs, valid_expr
@@ -52,6 +54,17 @@ SUMMARIES = {
 TEST_METRICS = {"ece": "uniform_bins", "mce": "uniform_bins", "citl": "totals",
                 "brier": "totals", "log_loss": "totals", "spiegelhalter_z": "totals",
                 "cutoff_error": "score_cells"}
+
+
+#: what the generic test can detect: per group, the rows at which it fails a model whose true
+#: log-odds are its own plus 0.3 (``shift``) in 90% of fresh samples (confidence 0.9), for two
+#: score distributions (log-odds N(-1.2, 1.3), mean score 0.28; N(0, 1.3), centred on 0.5);
+#: ``cutoff_even`` and ``cutoff_90`` are the cutoff error's rows times (ε − max)². Derived in
+#: the README text below; tests/test_dbt_power.py recomputes every figure by simulation.
+DETECTION = {"shift": 0.3, "cutoff_even": 504, "cutoff_90": 530, "cutoff_at_0.08": 79_000,
+             "cutoff_shift_skewed": 217_000, "spiegelhalter_skewed": 1_800,
+             "spiegelhalter_centred": 175_000, "spiegelhalter_centred_at_30000": 27,
+             "citl_skewed": 330, "citl_centred": 240}
 
 
 def summary_sql(kind: str, dialect: str, weighted: bool) -> str:
@@ -306,37 +319,65 @@ def render() -> dict[str, str]:
     Examples
     --------
     >>> sorted(render())
-    ['README.md', 'dbt_project.yml', 'macros/calibration.sql', 'macros/calibration_change.sql', 'macros/store.sql', 'macros/summaries.sql']
+    ['README.md', 'dbt_project.yml', 'macros/calibration.sql', 'macros/calibration_change.sql', 'macros/sqlcal.yml', 'macros/store.sql', 'macros/summaries.sql']
     """
     return {"dbt_project.yml": _PROJECT, "macros/summaries.sql": summaries_file(),
             "macros/calibration.sql": _HEADER + _CALIBRATION,
             "macros/calibration_change.sql": _HEADER + _CHANGE, "macros/store.sql": store_file(),
-            "README.md": _README}
+            "macros/sqlcal.yml": _PROPERTIES.format(**_figures()),
+            "README.md": _README.format(**_figures())}
 
 
-def write(root: Path) -> list[Path]:
-    """Write the package under ``root`` (``sql/dbt``), removing generated macro files no longer
-    made; returns the paths written.
+def _figures() -> dict:
+    # DETECTION as the texts print it ("{cutoff_even}" -> "504", thousands with commas)
+    return {k.replace(".", "_"): (f"{v:,}" if isinstance(v, int) else f"{v:g}")
+            for k, v in DETECTION.items()}
+
+
+def write(root: str | Path) -> tuple[list[str], list[str]]:
+    """Write the package into the folder ``root`` through sqlcal's one writer
+    (:func:`sqlcal.outputs.write_folder`); returns (paths written, stale paths removed).
+
+    ``root`` must be absent, empty, or a package sqlcal wrote (it holds
+    :data:`sqlcal.outputs.MANIFEST`): a foreign dbt project, a symlink or a file of someone
+    else's at one of the package's paths is refused with :class:`sqlcal.outputs.OutputError`
+    before anything is written. A file an earlier sqlcal wrote there and no longer makes is
+    removed only when the manifest lists it and it still carries sqlcal's mark.
 
     Examples
     --------
-    >>> import tempfile
+    >>> import os, tempfile
     >>> with tempfile.TemporaryDirectory() as d:
-    ...     [p.name for p in write(Path(d))]
-    ['dbt_project.yml', 'summaries.sql', 'calibration.sql', 'calibration_change.sql', 'store.sql', 'README.md']
+    ...     written, removed = write(os.path.join(d, "pkg"))
+    ...     [os.path.basename(p) for p in written], removed
+    (['dbt_project.yml', 'summaries.sql', 'calibration.sql', 'calibration_change.sql', 'store.sql', 'sqlcal.yml', 'README.md'], [])
     """
-    wanted = render()
-    for stale in (root / "macros").glob("*.sql") if (root / "macros").exists() else ():
-        if str(stale.relative_to(root)) not in wanted:
-            stale.unlink()
-    paths = []
-    for name, text in wanted.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        paths.append(path)
-    return paths
+    return outputs.write_folder(root, render(), what="dbt package")
 
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sqlcal.dbtgen [FOLDER]``: write the package (default: ``sql/dbt`` of the
+    source tree); exit code 2 with one line when the folder is refused."""
+    parser = argparse.ArgumentParser(
+        prog="python -m sqlcal.dbtgen",
+        description="Write the dbt package sqlcal (the generated sql/dbt/) into FOLDER: a new or "
+                    "empty folder, or one sqlcal wrote (it holds " + outputs.MANIFEST + ").")
+    parser.add_argument("folder", nargs="?", default=str(_SOURCE_TREE / "sql" / "dbt"),
+                        help="where to write it (default: sql/dbt of the source tree)")
+    args = parser.parse_args(argv)
+    try:
+        written, removed = write(args.folder)
+    except outputs.OutputError as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    for path in removed:
+        print(f"removed {path} (no longer generated)")
+    return 0
+
+
+_SOURCE_TREE = Path(__file__).resolve().parents[1]
 
 _HEADER = ("{# sqlcal: generated by `python -m sqlcal.dbtgen` from the statements the library runs;"
            " do not edit. #}\n")
@@ -1111,10 +1152,52 @@ sqlcal_detector as (
 {%- endmacro %}
 """
 
+_PROPERTIES = """\
+# sqlcal: generated by `python -m sqlcal.dbtgen`; do not edit.
+version: 2
+macros:
+  - name: test_calibration
+    description: >
+      One row per group whose calibration metric exceeds max (metric: ece, mce, citl, brier,
+      log_loss, spiegelhalter_z, cutoff_error), or whose rows fail sqlcal's validation. A test
+      fails only with enough rows per group: cutoff_error (judged on its lower confidence bound)
+      can fail a model of cutoff error e only above {cutoff_even}/(e - max)^2 rows;
+      spiegelhalter_z hardly detects a logit shift when scores lie on both sides of 0.5 (use
+      citl); and dbt build skips every model downstream of a failing test unless its severity
+      is warn. See the package README, "What the tests can detect".
+    arguments:
+      - name: model
+        description: the model (or source) holding the scores
+      - name: score
+        description: the score column, a probability in [0, 1]
+      - name: label
+        description: the 0/1 outcome column
+      - name: metric
+        description: ece, mce, citl, brier, log_loss, spiegelhalter_z or cutoff_error
+      - name: max
+        description: the largest value that passes (citl and spiegelhalter_z by absolute value)
+      - name: weight
+        description: a frequency-weight column (default none)
+      - name: by
+        description: group keys; one row per failing group
+      - name: bins
+        description: equal-width bins of ece and mce (default 15)
+      - name: confidence
+        description: cutoff_error's lower bound holds with (1 + confidence) / 2 (default 0.9)
+      - name: cells
+        description: score cells of cutoff_error's grid form, a power of two (default 1024)
+  - name: test_calibration_change
+    description: >
+      The change detector of sqlcal.detect on the summary store's cells model: one row per
+      group that alarmed. A failing test with the default severity makes dbt build skip every
+      model downstream; set severity to warn to be told without stopping them.
+"""
+
 _README = """\
+<!-- sqlcal: generated by `python -m sqlcal.dbtgen` (or `sqlcal dbt FOLDER`); do not edit. -->
 # sqlcal for dbt
 
-Generated by `python -m sqlcal.dbtgen` (or `sqlcal sql --dbt`) from the statements sqlcal runs;
+Generated by `python -m sqlcal.dbtgen` (or `sqlcal dbt FOLDER`) from the statements sqlcal runs;
 do not edit. See the sqlcal README's dbt section for packages.yml and a schema.yml example.
 
 - `sqlcal.calibration` (generic test): `score`, `label`, `metric` (ece, mce, citl, brier,
@@ -1148,6 +1231,37 @@ do not edit. See the sqlcal README's dbt section for packages.yml and a schema.y
   replayed check (`at`) and the change's split into intercept, slope and shape stay in Python
   (`sqlcal.detect`).
 
+## What the tests can detect
+
+A test fails a miscalibrated model only when a group holds enough rows; below these counts it
+passes. The figures are per group, at `confidence` 0.9, for a model whose true log-odds are its
+own plus {shift} (a logit shift), on scores whose log-odds are N(−1.2, 1.3) (mean score 0.28,
+"skewed") or N(0, 1.3) ("centred" on 0.5); "fails" means in 90% of fresh samples.
+
+- `cutoff_error` is judged on its lower confidence bound, estimate − (20 + √(2 ln(2/(1 −
+  confidence))))/√n (Rossellini et al., Prop. 4.1), whose worst-case constant is large: the test
+  can fail a model whose cutoff error is ε only when n > {cutoff_even}/(ε − max)², the square
+  of that constant at confidence 0.9 (even odds there), and fails it in 90% of samples from
+  about {cutoff_90}/(ε − max)² (the constant plus 1.28 standard deviations of the estimate). A
+  cutoff error of 0.08 passes below about {cutoff_at_0_08} rows with `max: 0`; the shift of
+  {shift} on skewed scores (ε = 0.049) needs {cutoff_shift_skewed} rows. Use it to certify a
+  large miscalibration on a large table, not to catch a small one.
+- `spiegelhalter_z` weights each residual y − p by 1 − 2p: a logit shift moves every residual
+  the same way, so the residuals of scores above 0.5 cancel those below. With `max: 2` it fails
+  the shift from {spiegelhalter_skewed} rows on skewed scores but needs {spiegelhalter_centred}
+  on centred ones (at 30,000 rows it fails {spiegelhalter_centred_at_30000}% of the samples). It
+  does not test for a shift; `citl` does: `max: 0.02` fails the same shift from {citl_skewed}
+  rows (skewed) or {citl_centred} (centred).
+- `dbt build` runs a model's tests before the models built on it, and skips every model
+  downstream of a test that fails with dbt's default severity (error): one miscalibrated group
+  stops the whole subgraph. Give calibration tests `config: {{severity: warn}}` (or run them
+  with `dbt test` after `dbt run`) unless a miscalibrated model must block what uses it.
+
+How these were obtained: the cutoff constant is (20 + √(2 ln 20))² = 503.9; the other counts are
+the normal approximation of each statistic under the shift (its mean and variance from 2·10⁶
+draws of the scores), confirmed by simulating the tests on fresh samples (numpy; sqlcal's
+`tests/test_dbt_power.py` recomputes each figure).
+
 Adapters: DuckDB, PostgreSQL (the default SQL), Spark/Databricks, BigQuery, Snowflake, Trino
 (the detector needs RANGE frames with numeric offsets: PostgreSQL 11 or later; it runs in CI on
 DuckDB and PostgreSQL). The exact forms (levels-based), isotonic/CORP and smooth ECE stay in Python
@@ -1156,7 +1270,4 @@ DuckDB and PostgreSQL). The exact forms (levels-based), isotonic/CORP and smooth
 
 
 if __name__ == "__main__":
-    root = (Path(sys.argv[1]) if len(sys.argv) > 1
-            else Path(__file__).resolve().parents[1] / "sql" / "dbt")
-    for path in write(root):
-        print(path)
+    sys.exit(main())

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
+import stat
 
 import duckdb
 import numpy as np
@@ -111,10 +110,11 @@ def write_demo(path: str = "demo.duckdb", table: str = "predictions", *, stream:
 
     The database is created only where no file is, or over a database that holds nothing but
     tables a previous ``write_demo`` wrote (each carries the comment :data:`DEMO_COMMENT`): a
-    database with any other table (a results table, your data), any other file, a symlink or a
-    folder is refused with :class:`sqlcal.outputs.OutputError` before anything is written. The
-    database is built in a temporary folder beside ``path`` and renamed into place, so an
-    interrupted run leaves the old file or none.
+    database with any other object (a table of yours, a results table, a view, a macro, a
+    sequence, a type, an index, a schema), any other file, a symlink, a FIFO or a folder is
+    refused with :class:`sqlcal.outputs.OutputError` before anything is written. The database is
+    built in sqlcal's temporary folder beside ``path`` and renamed into place
+    (:func:`sqlcal.outputs.replacing`), so an interrupted run leaves the old file or none.
 
     Parameters
     ----------
@@ -137,9 +137,11 @@ def write_demo(path: str = "demo.duckdb", table: str = "predictions", *, stream:
         arrow = arrow.set_column(arrow.schema.get_field_index("day"), "day",
                                  arrow["day"].cast(pa.date32()))
     _release(path)
-    folder = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".sqlcal-demo.")
-    try:
-        built = os.path.join(folder, "demo.duckdb")
+    from sqlcal.outputs import replacing
+
+    # built beside path in sqlcal's locked temporary folder, renamed into place; a kill leaves
+    # the folder, which the next write into this folder removes
+    with replacing(path) as built:
         con = duckdb.connect(built)
         try:
             con.from_arrow(arrow).create(table)
@@ -150,9 +152,7 @@ def write_demo(path: str = "demo.duckdb", table: str = "predictions", *, stream:
                         .sql("duckdb"))
         finally:
             con.close()
-        os.replace(built, path)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        check_demo_path(path)  # nothing else appeared there meanwhile
     return path
 
 
@@ -169,6 +169,9 @@ def check_demo_path(path: str) -> None:
                           f"{os.path.join(path, 'demo.duckdb')!r}")
     if not os.path.lexists(path):
         return
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+        raise OutputError(f"{shown} is not a regular file (a FIFO, a socket or a device); pass "
+                          "a new path")
     if data_kind(path) != "a DuckDB database":
         raise OutputError(f"{shown} exists and is not a DuckDB database a previous sqlcal demo "
                           "wrote; sqlcal demo writes only a new file: pass a new path")
@@ -177,16 +180,38 @@ def check_demo_path(path: str) -> None:
                           "was not closed cleanly; pass a new path")
     con = duckdb.connect(path, read_only=True)
     try:
-        objects = con.execute(
-            "SELECT table_name, comment FROM duckdb_tables() WHERE NOT internal "
-            "UNION ALL SELECT view_name, comment FROM duckdb_views() WHERE NOT internal"
-        ).fetchall()
+        objects = _objects(con)
     finally:
         con.close()
-    other = sorted(name for name, comment in objects if comment != DEMO_COMMENT)
+    other = [f"{kind} {name}" for kind, name, comment in objects
+             if kind != "table" or comment != DEMO_COMMENT]
     if other:
-        raise OutputError(f"{shown} holds tables a previous sqlcal demo did not write {other}; "
-                          "sqlcal demo never replaces them: pass a new path")
+        raise OutputError(f"{shown} holds objects a previous sqlcal demo did not write "
+                          f"({', '.join(other)}); sqlcal demo never replaces them: pass a new "
+                          "path")
+
+
+#: the catalog of a DuckDB database: (kind, function, name column, its filter); a demo database
+#: holds tables only, and any other object (a macro, a sequence, a type...) is the user's
+_CATALOG = (
+    ("table", "duckdb_tables", "table_name", "NOT internal AND NOT temporary"),
+    ("view", "duckdb_views", "view_name", "NOT internal AND NOT temporary"),
+    ("sequence", "duckdb_sequences", "sequence_name", "NOT temporary"),
+    ("macro", "duckdb_functions", "function_name", "NOT internal"),
+    ("type", "duckdb_types", "type_name", "NOT internal"),
+    ("index", "duckdb_indexes", "index_name", "TRUE"),
+    ("schema", "duckdb_schemas", "schema_name", "NOT internal"),
+)
+
+
+def _objects(con) -> list[tuple[str, str, str | None]]:
+    """Every object the user can create in the database of ``con``: (kind, name, comment)."""
+    found = []
+    for kind, function, name, keep in _CATALOG:
+        found += [(kind, n, c) for n, c in con.execute(
+            f"SELECT {name}, comment FROM {function}() "
+            f"WHERE database_name = current_database() AND {keep} ORDER BY 1").fetchall()]
+    return found
 
 
 def _release(path: str) -> None:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from sqlcal import summaries
 from sqlcal import catalog
+from sqlcal.condition import parse_condition
 from sqlcal.errors import InvalidInputError
 from sqlcal.query import declared
 from sqlcal.options import check as check_options
@@ -49,7 +50,8 @@ def summary_sql(metric: str, *, dialect: str = "duckdb", table: str, score: str,
     table : str
         The table to read, optionally ``"schema.table"``.
     score, label, weight, by, where
-        As for the metric. ``where`` may name only columns that ``schema`` declares.
+        As for the metric. ``where`` may name only columns that ``schema`` declares; it is
+        read as SQL of ``dialect`` (a string's escapes, a type's name), as the engine would.
     schema : dict, optional
         Types of the table's columns (Ibis type names). Default: ``score``, ``label`` and
         ``weight`` DOUBLE, group keys text.
@@ -88,11 +90,11 @@ def statements(metrics: dict[str, dict], *, dialect: str = "duckdb", table: str,
     """:func:`summary_sql` for several metrics at once (metric -> options): one statement per
     distinct summary, holding every column any of them reads."""
     needs, src = [], None
+    dialect = {"spark": "databricks", "pyspark": "databricks"}.get(dialect, dialect)
     for metric, options in metrics.items():
         src, chosen = _spec(metric, table=table, score=score, label=label, weight=weight, by=by,
-                            where=where, schema=schema, options=options)
+                            where=where, schema=schema, options=options, dialect=dialect)
         needs += _needs(metric, src, chosen)
-    dialect = {"spark": "databricks", "pyspark": "databricks"}.get(dialect, dialect)
     checks = lambda t: summaries.check_aggregates(t, weighted=src.weighted,  # noqa: E731
                                                   float_label=src.float_label)
     out = {}
@@ -169,7 +171,7 @@ def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str =
     return function(src, **chosen)
 
 
-def _spec(metric, *, table, score, label, weight, by, where, schema, options
+def _spec(metric, *, table, score, label, weight, by, where, schema, options, dialect="duckdb"
           ) -> tuple[Source, dict]:
     if metric not in catalog.needs():
         raise ValueError(f"summary_sql exports {exportable()}, not {metric!r}")
@@ -185,6 +187,9 @@ def _spec(metric, *, table, score, label, weight, by, where, schema, options
     chosen = {**{k: defaults[k] for k in defaults if k not in
                  ("score", "label", "weight", "by", "where")}, **options}
     by = (by,) if isinstance(by, str) else tuple(by)
+    for name, value in (("table", table), ("score", score), ("label", label)):
+        if not isinstance(value, str) or not value:
+            raise TypeError(f"summary_sql: {name}= must be a name (str), not {value!r}")
     types = {**{k: "string" for k in by}, score: "float64", label: "float64",
              **({weight: "float64"} if weight else {}), **(schema or {})}
     *prefix, name = table.split(".")  # [catalog.][schema.]table
@@ -192,6 +197,8 @@ def _spec(metric, *, table, score, label, weight, by, where, schema, options
         raise ValueError(f"table {table!r}: expected table, schema.table or catalog.schema.table")
     t = ibis.table(types, name=name, database=prefix[-1] if prefix else None,
                    catalog=prefix[0] if len(prefix) == 2 else None)
+    if isinstance(where, str):  # written in the dialect of the engine that runs the statement
+        where = parse_condition(where, t, dialect=dialect)
     src = source(t, score=score, label=label, weight=weight, by=by, where=where)
     return src, {k: v for k, v in chosen.items() if k in defaults}
 

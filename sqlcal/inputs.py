@@ -8,26 +8,30 @@ accepts. The same query also produces the *totals* summary (per group: n, W, Σw
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from typing import Any, Callable, Sequence
 
 import ibis
 import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
+from ibis.backends.duckdb import Backend as DuckDBBackend
 
 from sqlcal import summaries
 from sqlcal.options import checked
 from sqlcal.condition import parse_condition
-from sqlcal.errors import InvalidInputError
+from sqlcal.errors import InvalidInputError, redact
 
-#: names of the normalised columns inside every query; group keys keep their own names
-INTERNAL = ("p", "y", "w")
+#: names of the normalised columns inside every query; group keys keep their own names (a
+#: downsampled source adds each row's sampling rate, a training rate read from the table its
+#: column: see :data:`sqlcal.summaries.RATE`)
+INTERNAL = ("p", "y", "w", summaries.RATE, summaries.TRAINING_RATE)
 #: column names the summaries use beside the group keys: a key may not take one
 _RESERVED = frozenset({
     *INTERNAL, "n", "bin", "cell", "k", "u", "f", "v", "s", "within", "swy", "swp", "swyy", "swpp", "swyp",
@@ -49,7 +53,17 @@ _CHECKS = (
     ("weight", "NaN", "weight_nan"),
     ("weight", "negative", "weight_negative"),
     ("weight", "infinite", "weight_inf"),
+    ("weight", f"above {summaries.WEIGHT_MAX:g} (their squares would overflow the variance "
+               "sums: rescale them)", "weight_huge"),
+    ("rate", "NULL", "rate_null"),
+    ("rate", "NaN", "rate_nan"),
+    ("rate", "outside (0, 1]", "rate_range"),
+    ("training rate", "NULL", "training_null"),
+    ("training rate", "NaN", "training_nan"),
+    ("training rate", "outside (0, 1]", "training_range"),
 )
+#: the check columns of the rate columns a source reads (see check_exprs)
+_RATE_CHECKS = {summaries.RATE: "rate", summaries.TRAINING_RATE: "training"}
 
 
 
@@ -103,8 +117,8 @@ class Source:
     has_soft_labels : bool
         Whether a label strictly between 0 and 1 was found (known after validation).
     integer_weights : bool
-        Whether every weight is a whole number (read as frequency weights; known after
-        validation).
+        Whether every row weight is a whole number (read as frequency weights when the source
+        has no sampling rate; known after validation).
     local_levels : pandas DataFrame or None
         The levels of the rows (per group and distinct score) when the summaries are evaluated
         from them in pandas instead of queried: a source built by :func:`sqlcal.from_summaries`.
@@ -118,9 +132,14 @@ class Source:
         The filter, as given to :func:`source` (for the reprs).
     sampling_rate : float, str or None
         ``negative_sampling_rate``: the fraction of negatives kept, or the column of per-row
-        rates (each negative's weight in ``rows.w`` is multiplied by 1/rate).
+        rates (each negative's weight in ``rows.w`` is multiplied by 1/rate, and ``rows`` has
+        the column ``r_``: the rate of a negative, 1 for a positive).
+    training_rate : float, str or None
+        ``training_negative_rate``: the rate the model's training negatives were kept at (a
+        number, or the column of per-row rates); ``rows.p`` holds the corrected scores
+        p/(p + (1 − p)/rate).
     score_correction : bool
-        Whether ``rows.p`` holds the corrected scores p/(p + (1 − p)/rate).
+        Whether ``rows.p`` holds corrected scores (``training_rate`` is set).
     facts : dict
         Columns every result of the source carries, saying where its numbers come from (a
         stored window: ``window``, ``maturity``, ``window_exact``, ``window_bound``).
@@ -170,6 +189,7 @@ class Source:
     #: multiplies each negative's weight in ``rows.w``, and whether scores were corrected for it
     sampling_rate: float | str | None = None
     score_correction: bool = False
+    training_rate: float | str | None = None
     #: facts every result of this source states about where its numbers come from, as trust
     #: columns: a stored window's periods, maturity view and distance to a scan of its rows
     facts: dict = field(default_factory=dict, repr=False)
@@ -177,6 +197,13 @@ class Source:
     @property
     def weighted(self) -> bool:
         return self.weight is not None or self.sampling_rate is not None
+
+    @property
+    def rate_columns(self) -> tuple[str, ...]:
+        """The normalised rate columns read from the table (to validate): ``r_`` for a column
+        of sampling rates, ``t_`` for a column of training rates."""
+        return ((summaries.RATE,) if isinstance(self.sampling_rate, str) else ()) + (
+            (summaries.TRAINING_RATE,) if isinstance(self.training_rate, str) else ())
 
     def weight_text(self) -> str:
         """The row weight in words, for messages: the weight column, times 1/rate on negatives."""
@@ -194,8 +221,9 @@ class Source:
         if self.weight is not None:
             parts.append(f"weight={self.weight!r} ({kind or 'kind known after the first query'})")
         if self.sampling_rate is not None:
-            parts.append(f"negative_sampling_rate={self.sampling_rate!r}"
-                         + (", scores corrected" if self.score_correction else ""))
+            parts.append(f"negative_sampling_rate={self.sampling_rate!r}")
+        if self.training_rate is not None:
+            parts.append(f"training_negative_rate={self.training_rate!r} (scores corrected)")
         if self.by:
             parts.append(f"by={self.by!r}")
         if self.where:
@@ -216,7 +244,11 @@ class Source:
         kind = {"frequency": "frequency weights (whole numbers)",
                 "sampling": "sampling weights (fractional)",
                 None: "frequency or sampling: known after the first query"}[self._weight_kind()]
-        weight = f"{code(self.weight)}, {kind}" if self.weighted else "none: every row counts once"
+        weight = f"{code(self.weight)}, {kind}" if self.weight else "none: every row counts once"
+        if self.sampling_rate is not None:  # a design: sampling weights whatever 1/rate is
+            weight = (f"{code(self.weight) if self.weight else '1'} times 1/rate on negatives "
+                      f"(negative_sampling_rate {html.escape(repr(self.sampling_rate))}): "
+                      "sampling weights of the design")
         if self.dropped is not None:
             n_rows = int(self.dropped["n_rows"].sum())
             invalid = f"dropped: {int(self.dropped['n_dropped'].sum()):,} of {n_rows:,} rows"
@@ -244,7 +276,10 @@ class Source:
                 f"{html.escape(self.origin or 'an Ibis table')}<table>{rows}</table></div>")
 
     def _weight_kind(self) -> str | None:
-        """How the weights are read, once the first query has seen them (None before)."""
+        """How the weights are read, once the first query has seen them (None before): a
+        sampling rate is a sampling design, whatever the value of 1/rate."""
+        if self.sampling_rate is not None:
+            return "sampling"
         if not self.weighted or not self._validated:
             return None
         return "frequency" if self.integer_weights else "sampling"
@@ -288,7 +323,8 @@ class Source:
         self._may_query()
         check = not self._validated and self.on_invalid == "raise"
         checks = (partial(summaries.check_aggregates, weighted=self.weighted,
-                          float_label=self.float_label) if check else None)
+                          float_label=self.float_label, rates=self.rate_columns)
+                  if check else None)
         try:
             if plan is not None and self._plan is not None:
                 shape, table, columns = self._plan
@@ -381,8 +417,11 @@ class Source:
         ]
         if self.weighted:
             problems += [total("chk_w_count") < rows,
-                         outside("chk_w_min", "chk_w_max", high=np.inf)
-                         or bool(np.isinf(frame["chk_w_max"]).any())]
+                         outside("chk_w_min", "chk_w_max", high=summaries.WEIGHT_MAX)]
+        for column in self.rate_columns:  # in (0, 1]: a least rate of 0 or below fails
+            problems += [total(f"chk_{column}count") < rows,
+                         outside(f"chk_{column}max", f"chk_{column}max")
+                         or bool((frame[f"chk_{column}min"] <= 0).any())]
         if any(problems):
             if explain:
                 self._report_counts()
@@ -390,11 +429,18 @@ class Source:
             raise InvalidInputError(
                 f"invalid rows in score {self.score!r}, label {self.label!r}"
                 + (f" or the row weight ({self.weight_text()})" if self.weighted else "")
+                + "".join(f", {name}" for name in self._rate_names())
                 + " (NULL, NaN, infinite or out of range); pass on_invalid='drop' to count them")
         self.has_soft_labels = soft > 0
         if self.weighted:
             self.integer_weights = total("chk_w_frac") == 0
         self._validated = True
+
+    def _rate_names(self) -> list[str]:
+        """The rate columns read from the table, in words."""
+        return [f"{option} column {name!r}" for option, name in (
+            ("negative_sampling_rate", self.sampling_rate),
+            ("training_negative_rate", self.training_rate)) if isinstance(name, str)]
 
     def _report_counts(self) -> None:
         """A second, counting query: names each problem, its column and its row count."""
@@ -402,9 +448,9 @@ class Source:
 
     def _counts(self) -> pd.DataFrame:
         """Rows failing each check, over the whole table (run only to explain a problem)."""
-        valid = valid_expr(self.rows, self.weighted, self.allow_soft)
+        valid = valid_expr(self.rows, self.weighted, self.allow_soft, self.rate_columns)
         return summaries.execute(summaries.validation(
-            self.rows, (), check_exprs(self.rows, self.weighted), valid))
+            self.rows, (), check_exprs(self.rows, self.weighted, self.rate_columns), valid))
 
 
 @checked
@@ -420,6 +466,7 @@ def source(
     on_invalid: str = "raise",
     soft_labels: bool = False,
     negative_sampling_rate: float | str | None = None,
+    training_negative_rate: float | str | None = None,
     score_correction: bool = False,
 ) -> Source:
     r"""Describe and validate the predictions to measure.
@@ -440,7 +487,9 @@ def source(
         as frequency weights (a row of weight 2 counts as two identical rows); any other weights
         as sampling weights
         (relative importance, each row one observation). Metrics with a variance (tests,
-        intervals, bounds) take ``weight_kind=`` to say which explicitly.
+        intervals, bounds) take ``weight_kind=`` to say which explicitly. With
+        ``negative_sampling_rate``, the weight column counts rows (its frequency part).
+        Weights above 1e140 are refused (their squares would overflow the variance sums).
     by : str or sequence of str, default ()
         Group keys; every metric returns one row per group.
     where : ibis boolean expression, callable, or SQL string, optional
@@ -456,12 +505,25 @@ def source(
         Accept labels strictly between 0 and 1 (for metrics defined on them: ECE, Brier, log loss,
         reliability means). Metrics that need Bernoulli labels refuse them.
     negative_sampling_rate : float or str, optional
-        The table keeps every positive and a fraction r of the negatives (r in (0, 1]; a column
-        name for per-row rates, since rates change over time): each negative's row weight is
-        multiplied by 1/r, in every metric and summary, exactly as if it stood for 1/r rows.
+        The design of this table: it keeps every positive and a fraction r of the negatives (r
+        in (0, 1]; a column name for per-row rates, since rates change over time, read on the
+        negatives only: a positive's rate, often NULL or 1, is ignored). Each kept negative's
+        row weight is multiplied by 1/r, in every metric and summary, so sums estimate those of
+        the full table; and every interval and test carries the sampling's variance (see
+        Notes), whatever the value of 1/r: the weights are sampling weights
+        (``weight_kind="sampling"``).
+    training_negative_rate : float or str, optional
+        The design the scores must be corrected for: the model was trained on data whose
+        negatives were kept at rate r (a number in (0, 1], or a column of per-row rates, read on
+        every row), so every row's score is judged as
+        :math:`p' = p / (p + (1 - p)/r)`. Independent of ``negative_sampling_rate``: a model
+        trained on downsampled negatives is often scored on a full log.
     score_correction : bool, default False
-        The model was trained on negatives downsampled at the same rate r: judge its corrected
-        scores :math:`p' = p / (p + (1 - p)/r)` (needs ``negative_sampling_rate``).
+        Shorthand for ``training_negative_rate=negative_sampling_rate`` when that is a number
+        (the model was trained on negatives kept at the log's own rate). With a column of rates
+        it is refused: that column describes the log's negatives, and a positive's entry there
+        (NULL or 1, "every positive kept") is not the rate the model was trained at; pass
+        ``training_negative_rate=`` with a column holding every row's training rate.
 
     Returns
     -------
@@ -484,13 +546,20 @@ def source(
     :math:`n_\mathrm{eff} = (\sum_i w_i)^2 / \sum_i w_i^2` wherever a count enters a variance).
 
     Negative downsampling: with rate :math:`r_i` (kept negatives per negative), the row weight
-    is :math:`w_i (y_i + (1 - y_i)/r_i)` (labels in {0, 1}): a kept negative stands for
-    :math:`1/r_i` negatives (Horvitz-Thompson weighting), so sums, bins and totals are those of
-    the full table in expectation, and equal to them when the negatives come in blocks of
-    :math:`1/r` identical rows. A model trained on downsampled negatives predicts the odds
+    is :math:`w_i = f_i (y_i + (1 - y_i)/r_i)` (labels in {0, 1}, :math:`f_i` the weight
+    column or 1): a kept negative stands for :math:`1/r_i` negatives (Horvitz-Thompson
+    weighting), so sums, bins and totals are those of the full table in expectation, and equal
+    to them when the negatives come in blocks of :math:`1/r` identical rows. A sampling rate is
+    a sampling design: a weighted sum :math:`\sum w z` over the kept rows has the variance of
+    the full table's sum plus the sampling's, estimated by :math:`\sum v z^2` with the
+    variance weight :math:`v_i = f_i/\pi_i^2` (:math:`\pi_i = r_i` for a kept negative, 1
+    for a positive; Särndal, Swensson & Wretman (1992), Model Assisted Survey Sampling, ch. 5),
+    which every interval and test uses (see :func:`sqlcal.summaries.variance_weights`); a kept
+    negative never passes for :math:`1/r` observed rows.
+    A model trained on downsampled negatives predicts the odds
     :math:`p/(1-p) = \pi/((1-\pi) r)`; its scores are mapped back by
     :math:`p' = p/(p + (1-p)/r)` (He et al. (2014), Practical Lessons from Predicting Clicks on
-    Ads at Facebook). Whole-number 1/r keeps whole-number weights (frequency weights).
+    Ads at Facebook).
 
     Examples
     --------
@@ -507,7 +576,8 @@ def source(
     """
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', not {on_invalid!r}")
-    _check_sampling(negative_sampling_rate, score_correction, soft_labels)
+    training = _check_sampling(negative_sampling_rate, training_negative_rate, score_correction,
+                               soft_labels)
     by = (by,) if isinstance(by, str) else tuple(by)
     base = resolve_table(data, table)
     use_check = USE_CHECKS.get(base.op())
@@ -519,19 +589,22 @@ def source(
         base = _apply_where(base, where)
     _check_columns(base, score, label, weight, by)
     rate = negative_sampling_rate
-    if isinstance(rate, str):
-        _check_rate_column(base, rate)
+    for option, value in (("negative_sampling_rate", rate), ("training_negative_rate", training)):
+        if isinstance(value, str):
+            _check_rate_column(base, option, value)
+
+    def rate_value(value: Any) -> ir.FloatingValue:
+        return base[value].cast("float64") if isinstance(value, str) else summaries.number(value)
 
     rows = base.select(
         *by,
         p=base[score].cast("float64"),
         y=_label_expr(base[label]),
         w=base[weight].cast("float64") if weight else ibis.literal(1.0),
-        **({"r_": base[rate].cast("float64") if isinstance(rate, str) else ibis.literal(
-            float(rate))} if rate is not None else {}),
+        **({summaries.RATE: rate_value(rate)} if rate is not None else {}),
+        **({summaries.TRAINING_RATE: rate_value(training)} if training is not None else {}),
     )
-    if rate is not None:
-        rows = _downsampled(rows, score_correction)
+    rows = _designed(rows, rate is not None, training)
     if weight:
         # a row of weight 0 is an absent row, in every metric and every count (n included); a
         # NULL or NaN weight stays, for validation to name. Written NOT (w = 0 AND w NOT NULL)
@@ -544,11 +617,12 @@ def source(
                  float_label=not (label_type.is_boolean() or label_type.is_integer()),
                  origin=origin, where=_where_text(where), _plan=_plan(memtable, where, (
                      score, label, weight, by, on_invalid, soft_labels, negative_sampling_rate,
-                     score_correction)),
-                 sampling_rate=rate, score_correction=score_correction)
+                     training)),
+                 sampling_rate=rate, score_correction=training is not None,
+                 training_rate=training)
     if on_invalid == "drop":
-        valid = valid_expr(rows, src.weighted, soft_labels)
-        checks = check_exprs(rows, src.weighted)
+        valid = valid_expr(rows, src.weighted, soft_labels, src.rate_columns)
+        checks = check_exprs(rows, src.weighted, src.rate_columns)
         if src.weighted:
             checks["weight_fractional"] = valid & (summaries.fractional_part(rows.w) != 0)
         counts = summaries.execute(summaries.validation(rows, by, checks, valid))
@@ -601,10 +675,9 @@ def _plan(table: Any, where: Any, options: tuple) -> tuple | None:
         return None
     schema = tuple((name, str(dtype)) for name, dtype in table.schema.items())
     score, label, weight, by = options[:4]
-    rate = options[6] if len(options) > 6 else None
+    rates = [r for r in options[6:8] if isinstance(r, str)]  # the sampling and training rates
     columns = None if where is not None else tuple(dict.fromkeys(
-        [*by, score, label, *([weight] if weight else []),
-         *([rate] if isinstance(rate, str) else [])]))
+        [*by, score, label, *([weight] if weight else []), *rates]))
     return (schema, where, *options), table, columns
 
 
@@ -654,8 +727,9 @@ _FILE_READERS = {
     ".gz": "read_csv",
 }
 _DB_SUFFIXES = (".duckdb", ".ddb", ".db")
-#: the open connections, one per database URL or DuckDB file (keyed by its absolute path; "" is
-#: the embedded DuckDB): reused by every source, closed by whoever replaces the file
+#: the connections, one per database URL or DuckDB file (keyed by its absolute path; "" is the
+#: embedded DuckDB), reused by every source; a DuckDB file is held only while a query runs
+#: (:class:`DuckDBFile`)
 connections: dict[str, Any] = {}
 
 
@@ -688,20 +762,149 @@ def frame_connection(rows: int):
 
 
 def _connect(url: str):
-    # DuckDB files open read-only (sqlcal only reads), one connection per file: DuckDB refuses a
-    # second connection to a file with a different configuration.
+    # one connection per DuckDB file or database URL, reused by every source of this process
     path = url[len("duckdb://"):] if url.startswith("duckdb://") else None
     if path is None and "://" not in url:
         path = url
     key = os.path.abspath(path) if path not in (None, "", ":memory:") else url
     if key not in connections:
         if path not in (None, "", ":memory:"):
-            connections[key] = ibis.duckdb.connect(path, read_only=True)
+            connections[key] = DuckDBFile().connect(key)
         else:
-            connections[key] = ibis.connect(url)
+            connections[key] = connect_url(url, read_only=True)
             if url.split("://")[0] in ("postgres", "postgresql"):
                 tune_postgres(connections[key], skip=url)
     return connections[key]
+
+
+def connect_url(url: str, *, read_only: bool = False):
+    """``ibis.connect(url)``; a failure is an :class:`InvalidInputError` that names the URL and
+    the engine's reason with every password hidden (:func:`sqlcal.errors.redact`), not an
+    exception chained to one that quotes the URL whole.
+
+    With ``read_only=True`` (a source's session) a PostgreSQL session refuses writes
+    (:func:`read_only_postgres`). Spark has no read-only session or transaction: what it
+    receives is what Ibis compiles from sqlcal's expressions, SELECTs only.
+    """
+    from urllib.parse import parse_qsl, urlparse
+
+    try:
+        parsed = urlparse(url)
+        if read_only and parsed.scheme in ("postgres", "postgresql"):
+            return read_only_postgres()()._from_url(parsed, **dict(parse_qsl(parsed.query)))
+        return ibis.connect(url)
+    except ImportError:  # a missing driver: the CLI names the extra to install
+        raise
+    except Exception as e:
+        reason = redact(f"{type(e).__name__}: {str(e).strip()}")
+    raise InvalidInputError(f"cannot connect to {redact(url)}: {reason}")
+
+
+class DuckDBFile(DuckDBBackend):
+    """A DuckDB database file that sqlcal reads, held only while a query runs.
+
+    An in-memory DuckDB attaches the file read-only (``ATTACH ... (READ_ONLY)``) when a query, a
+    schema or a table listing starts, and detaches it when that ends. Between two queries the
+    process holds neither the file nor its lock: another process may write to the file or
+    replace it (an ETL job's ``os.replace``), and the next query reads the file as it is then.
+    Attaching costs about 1.4 ms, where opening the file as a database of its own costs 27 ms.
+    """
+
+    _ALIAS = "sqlcal_input"
+
+    def do_connect(self, path: str) -> None:
+        super().do_connect(":memory:")
+        self._file, self._users, self._lock = path, 0, threading.RLock()
+
+    @contextlib.contextmanager
+    def attached(self):
+        """The file attached (and the default catalog) for the block; re-entrant."""
+        from sqlglot import exp
+
+        with self._lock:  # one query at a time on a DuckDB connection
+            if self._users == 0:
+                if not os.path.exists(self._file):  # ATTACH would create it
+                    raise FileNotFoundError(f"no database file at {self._file!r}")
+                self.con.execute(f"ATTACH {exp.convert(self._file).sql('duckdb')} AS "
+                                 f"{self._ALIAS} (READ_ONLY)")
+                self.con.execute(f"USE {self._ALIAS}")
+            self._users += 1
+            try:
+                yield
+            finally:
+                self._users -= 1
+                if self._users == 0:
+                    self.con.execute("USE memory")
+                    self.con.execute(f"DETACH {self._ALIAS}")
+
+    def execute(self, *args, **kwargs):
+        with self.attached():
+            return super().execute(*args, **kwargs)
+
+    def to_pyarrow(self, *args, **kwargs):
+        with self.attached():
+            return super().to_pyarrow(*args, **kwargs)
+
+    def to_pyarrow_batches(self, expr, /, **kwargs):
+        # a reader streams after the call returns: read the result while the file is attached
+        import pyarrow as pa
+
+        table = self.to_pyarrow(expr, **{k: v for k, v in kwargs.items() if k != "chunk_size"})
+        return pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
+
+    def get_schema(self, *args, **kwargs):
+        with self.attached():
+            return super().get_schema(*args, **kwargs)
+
+    def list_tables(self, *args, **kwargs):
+        with self.attached():
+            return super().list_tables(*args, **kwargs)
+
+
+@cache
+def read_only_postgres() -> type:
+    """The Ibis PostgreSQL backend whose sessions refuse writes.
+
+    The session starts with ``SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY``: every
+    transaction of it, the measuring queries' (``BEGIN``, ``DECLARE CURSOR``) and the catalog
+    reads', is read-only, and PostgreSQL refuses any write in it, whatever a query holds. The
+    one write is Ibis's: a small in-memory table joined in a follow-up pass becomes a
+    temporary table of the session (private to it, dropped with it), created and dropped in a
+    ``READ WRITE`` transaction of its own. (A class made on first use: the module of the
+    PostgreSQL backend needs its driver.)
+    """
+    from ibis.backends.postgres import Backend
+
+    class ReadOnlyPostgres(Backend):
+        def _post_connect(self) -> None:
+            super()._post_connect()
+            with self.con.cursor() as cursor:  # autocommit: for the session
+                cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+
+        @contextlib.contextmanager
+        def _temporary(self):
+            con = self.con
+            con.read_only = False  # BEGIN READ WRITE
+            try:
+                with con.transaction():
+                    yield
+            finally:
+                con.read_only = None
+
+        def _register_in_memory_table(self, op) -> None:
+            with self._temporary():
+                super()._register_in_memory_table(op)
+
+        def _make_memtable_finalizer(self, name: str):
+            drop = super()._make_memtable_finalizer(name)
+
+            def finalizer() -> None:
+                with self._temporary():
+                    drop()
+
+            return finalizer
+
+    return ReadOnlyPostgres
 
 
 #: session settings for a PostgreSQL connection sqlcal opens from a URL: sorts and hashes over
@@ -724,6 +927,7 @@ def resolve_table(data: Any, table: str | None) -> ir.Table:
     if isinstance(data, tuple) and len(data) == 2:
         data, table = data
     if isinstance(data, ir.Table):
+        _no_table(table, "an Ibis table")
         return data
     if isinstance(data, os.PathLike):
         data = os.fspath(data)
@@ -732,6 +936,7 @@ def resolve_table(data: Any, table: str | None) -> ir.Table:
     if hasattr(data, "list_tables") and hasattr(data, "table"):  # an Ibis backend
         return _named_table(data, table, repr(data))
     if _is_frame(data):
+        _no_table(table, f"a {type(data).__name__}")
         return ibis.memtable(data, schema=_frame_schema(data))
     raise TypeError(
         f"cannot read data of type {type(data).__name__}: pass an Ibis table, a path or glob to "
@@ -766,11 +971,12 @@ def _table_from_string(data: str, table: str | None) -> ir.Table:
     if "://" in data or lower.endswith(_DB_SUFFIXES):
         if "://" not in data and not os.path.exists(data):
             raise FileNotFoundError(f"no database file at {data!r}")
-        return _named_table(_connect(data), table, data)
+        return _named_table(_connect(data), table, redact(data))
     suffix = next((s for s in _FILE_READERS if lower.endswith(s)), None)
     if suffix is None and os.path.isdir(data):
         # a folder of Parquet files, hive-partitioned (day=2026-11-01/…) or not: the partition
         # keys become columns, usable in by= and where= (and pruned by the engine)
+        _no_table(table, f"the folder {data!r}")
         return default_backend().read_parquet(os.path.join(data, "**", "*.parquet"),
                                               hive_partitioning=True)
     if suffix is None:
@@ -780,7 +986,16 @@ def _table_from_string(data: str, table: str | None) -> ir.Table:
         )
     if not any(ch in data for ch in "*?[") and not os.path.exists(data):
         raise FileNotFoundError(f"no file at {data!r}")
+    kind = "Parquet" if _FILE_READERS[suffix] == "read_parquet" else "CSV"
+    _no_table(table, f"{data!r}, a {kind} path")
     return getattr(default_backend(), _FILE_READERS[suffix])(data)
+
+
+def _no_table(table: str | None, what: str) -> None:
+    # table= names a table of a database; given with anything else it would be ignored
+    if table is not None:
+        raise InvalidInputError(f"table={table!r} names a table in a database file or URL, and "
+                                f"the data is {what}: leave table= out")
 
 
 def _named_table(con, table: str | None, where: str) -> ir.Table:
@@ -812,7 +1027,7 @@ def _origin(data: Any, table: str | None, base: ir.Table) -> str:
         data = os.fspath(data)
     named = f" table {table!r}" if table else ""
     if isinstance(data, str):
-        return _without_password(data) + named
+        return redact(data) + named
     if _is_frame(data):
         size = f" ({data.shape[0]:,} rows)" if hasattr(data, "shape") else ""  # not lazy frames
         return f"in-memory {type(data).__module__.split('.')[0]} frame{size}"
@@ -832,15 +1047,6 @@ def _origin(data: Any, table: str | None, base: ir.Table) -> str:
     if isinstance(tables[0], ops.SQLQueryResult):
         return f"{backend} SQL query"
     return f"{backend} table {tables[0].name!r}"
-
-
-def _without_password(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url) if "://" in url else None
-    if parts is None or parts.password is None:
-        return url
-    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
 
 
 def _where_text(where: Any) -> str | None:
@@ -903,52 +1109,80 @@ def _check_columns(base: ir.Table, score, label, weight, by) -> None:
         )
 
 
-def _check_sampling(rate: Any, correction: Any, soft_labels: bool) -> None:
-    """Refuse a negative sampling rate outside (0, 1] (or not a number or a column name), a
-    score correction without one, and soft labels with one (a soft label is not a negative)."""
+def _check_sampling(rate: Any, training: Any, correction: Any, soft_labels: bool) -> Any:
+    """Refuse a sampling or training rate outside (0, 1] (or not a number or a column name), a
+    score correction without a number to take its rate from, and soft labels with a
+    negative sampling rate (a soft label is not a negative); return the training rate
+    (``score_correction=True`` reads the log's own rate)."""
     from sqlcal.options import OptionError
 
-    if rate is not None and not isinstance(rate, str):
-        ok = (isinstance(rate, (int, float, np.integer, np.floating))
-              and not isinstance(rate, (bool, np.bool_)) and 0 < float(rate) <= 1)
-        if not ok:
-            raise OptionError(f"source(): negative_sampling_rate must be a number in (0, 1] (the "
-                              f"fraction of negatives kept) or a column name, not {rate!r}")
+    for name, value in (("negative_sampling_rate", rate), ("training_negative_rate", training)):
+        if value is not None and not isinstance(value, str):
+            ok = (isinstance(value, (int, float, np.integer, np.floating))
+                  and not isinstance(value, (bool, np.bool_)) and 0 < float(value) <= 1)
+            if not ok:
+                raise OptionError(f"source(): {name} must be a number in (0, 1] (the fraction "
+                                  f"of negatives kept) or a column name, not {value!r}")
     if not isinstance(correction, (bool, np.bool_)):
         raise OptionError(f"source(): score_correction must be True or False, not "
                           f"{correction!r}")
+    if correction and training is not None:
+        raise OptionError("source(): pass training_negative_rate= or score_correction=True, "
+                          "not both (score_correction=True is training_negative_rate= the log's "
+                          "negative_sampling_rate)")
     if correction and rate is None:
         raise OptionError("source(): score_correction=True corrects scores for the rate the "
-                          "negatives were downsampled at: pass negative_sampling_rate= too")
+                          "negatives were downsampled at: pass negative_sampling_rate= too, or "
+                          "training_negative_rate= alone for a model trained on downsampled "
+                          "negatives and scored on a full log")
+    if correction and isinstance(rate, str):
+        raise OptionError(
+            f"source(): score_correction=True cannot take the training rate from "
+            f"negative_sampling_rate column {rate!r}: that column describes the log's "
+            "negatives, and a positive's entry there (NULL or 1: every positive kept) is not "
+            "the rate the model was trained at. Pass training_negative_rate= a number, or a "
+            "column holding every row's training rate")
     if rate is not None and soft_labels:
         raise OptionError("source(): negative_sampling_rate weights negatives (y = 0), and soft "
                           "labels have no negatives to weight: pass one or the other")
+    return float(rate) if correction else (
+        training if training is None or isinstance(training, str) else float(training))
 
 
-def _check_rate_column(base: ir.Table, rate: str) -> None:
+def _check_rate_column(base: ir.Table, option: str, rate: str) -> None:
     if rate not in base.schema():
-        raise InvalidInputError(f"negative_sampling_rate column {rate!r} is not in the table; its "
+        raise InvalidInputError(f"{option} column {rate!r} is not in the table; its "
                                 f"columns are {list(base.schema().names)}")
     if not base.schema()[rate].is_numeric():
-        raise InvalidInputError(f"negative_sampling_rate column {rate!r} has type "
+        raise InvalidInputError(f"{option} column {rate!r} has type "
                                 f"{base.schema()[rate]}; expected a number")
 
 
-def _downsampled(rows: ir.Table, correction: bool) -> ir.Table:
-    """The rows of a table whose negatives were kept at rate ``r_``: each negative's weight times
-    1/r (NULL when r is not in (0, 1], for validation to count), and with ``correction`` the
-    scores p/(p + (1 − p)/r) of a model trained on such negatives (scores outside [0, 1] kept
-    as they are, for validation to name)."""
-    r = rows.r_
-    good = (r > 0) & (r <= 1)
-    # w·(1/r), not w/r: 1/r is exact for the usual rates (1/0.1 = 10), w/r is not (3/0.1 is not 30)
-    inverse = 1.0 / r
-    w = ibis.ifelse(rows.y == 0, ibis.ifelse(good, rows.w * inverse, ibis.null("float64")),
-                    rows.w)
-    p = rows.p
-    if correction:
-        p = ibis.ifelse((p >= 0) & (p <= 1) & good, p / (p + (1 - p) / r), p)
-    return rows.mutate(p=p, w=w).drop("r_")
+def _designed(rows: ir.Table, downsampled: bool, training: Any) -> ir.Table:
+    """The rows under their sampling designs. ``downsampled``: the table kept its negatives at
+    the rate in column ``r_``: each kept negative's weight times 1/r, and ``r_`` becomes the
+    rate of a negative and 1 for a positive (every positive is kept, whatever its rate column
+    says), from which the variance weight follows (:func:`sqlcal.summaries.variance_weights`);
+    an invalid rate leaves the weight as it is, for validation to name. ``training``: the
+    scores p/(p + (1 − p)/r) of a model trained on negatives kept at the rate in column ``t_``
+    (scores outside [0, 1] and invalid rates left as they are, for validation to name); ``t_``
+    stays only when the rate is a column of the table (validation reads it)."""
+    RATE, TRAINING = summaries.RATE, summaries.TRAINING_RATE
+    changes = {}
+    if downsampled:
+        r = ibis.ifelse(rows.y == 0, rows[RATE], 1.0)
+        good = (r > 0) & (r <= 1)
+        # w·(1/r), not w/r: 1/r is exact for the usual rates (1/0.1 = 10), w/r is not (3/0.1 is
+        # not 30)
+        changes |= {"w": ibis.ifelse(good, rows.w * (1.0 / r), rows.w), RATE: r}
+    if training is not None:
+        p, t = rows.p, rows[TRAINING]
+        changes["p"] = ibis.ifelse((p >= 0) & (p <= 1) & (t > 0) & (t <= 1),
+                                   p / (p + (1 - p) / t), p)
+    rows = rows.mutate(**changes) if changes else rows
+    if training is not None and not isinstance(training, str):
+        rows = rows.drop(TRAINING)
+    return rows
 
 
 def _label_expr(col: ir.Value) -> ir.NumericValue:
@@ -960,8 +1194,10 @@ def _label_expr(col: ir.Value) -> ir.NumericValue:
     return col.cast("float64")
 
 
-def check_exprs(rows: ir.Table, has_weight: bool) -> dict[str, ir.BooleanValue]:
-    """Per validation problem (``score_null``, ``label_range``...), the rows that have it."""
+def check_exprs(rows: ir.Table, has_weight: bool, rates: Sequence[str] = ()
+                ) -> dict[str, ir.BooleanValue]:
+    """Per validation problem (``score_null``, ``label_range``...), the rows that have it;
+    ``rates``: the rate columns read from the table (``rate_null``, ``training_range``...)."""
     p, y, w = rows.p, rows.y, rows.w
     y_nan = y.isnan() if y.type().is_floating() else ibis.literal(False)
     checks = {
@@ -980,7 +1216,12 @@ def check_exprs(rows: ir.Table, has_weight: bool) -> dict[str, ir.BooleanValue]:
             "weight_negative": w < 0,
             # above the largest finite double: portable where ISINF is not (Spark)
             "weight_inf": w > np.finfo(np.float64).max,
+            "weight_huge": (w > summaries.WEIGHT_MAX) & (w <= np.finfo(np.float64).max),
         }
+    for column in rates:
+        r, name = rows[column], _RATE_CHECKS[column]
+        checks |= {f"{name}_null": _null(r), f"{name}_nan": r.isnan(),
+                   f"{name}_range": ~r.isnan() & ((r <= 0) | (r > 1))}
     return checks
 
 
@@ -993,8 +1234,10 @@ def _null(col: ir.Value) -> ir.BooleanValue:
     return col.isnull() & ~col.isnan().fill_null(False)
 
 
-def valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool) -> ir.BooleanValue:
-    """True for a normalised row that passes validation (score and label in [0, 1], weight ≥ 0)."""
+def valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool,
+               rates: Sequence[str] = ()) -> ir.BooleanValue:
+    """True for a normalised row that passes validation (score and label in [0, 1], weight in
+    [0, :data:`sqlcal.summaries.WEIGHT_MAX`], the ``rates`` columns in (0, 1])."""
     p, y, w = rows.p, rows.y, rows.w
     # NaN compares greater than every number in DuckDB and Postgres, so the range tests reject it;
     # NULL makes the whole conjunction NULL, which a filter drops.
@@ -1004,7 +1247,9 @@ def valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool) -> ir.Boolea
     if not soft_labels:
         valid &= (y == 0) | (y == 1)
     if has_weight:
-        valid &= (w >= 0) & ~w.isnan() & (w <= np.finfo(np.float64).max)
+        valid &= (w >= 0) & ~w.isnan() & (w <= summaries.WEIGHT_MAX)
+    for column in rates:  # NaN compares greater than every number: r <= 1 rejects it
+        valid &= (rows[column] > 0) & (rows[column] <= 1) & ~rows[column].isnan()
     return valid
 
 
@@ -1017,7 +1262,13 @@ def _report_invalid(src: Source, counts: pd.DataFrame) -> None:
         if col not in counts or (col == "label_soft" and src.allow_soft):
             continue
         count = int(counts[col].sum())
-        if count and role == "weight" and src.sampling_rate is not None:
+        if count and role == "rate":
+            problems.append(f"negative_sampling_rate column {src.sampling_rate!r} has {count} "
+                            f"negative rows {_describe(problem)}")
+        elif count and role == "training rate":
+            problems.append(f"training_negative_rate column {src.training_rate!r} has {count} "
+                            f"rows {_describe(problem)}")
+        elif count and role == "weight" and src.sampling_rate is not None:
             problems.append(f"the row weight ({src.weight_text()}) has {count} rows "
                             f"{_describe(problem)}")
         elif count:

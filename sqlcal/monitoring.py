@@ -14,17 +14,21 @@ Examples
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Sequence
 
+import ibis
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from sqlcal.inputs import connect_url
 from sqlcal.monitor import schema, store as _store
 from sqlcal.monitor.config import ConfigError
 from sqlcal.monitor.stored import stored
 from sqlcal.reporting import METRICS, metric_options, trust
-from sqlcal.scheduled import RESULTS_SCHEMA, config_hash, write_results
+from sqlcal.scheduled import (RESULTS_SCHEMA, ResultsError, check_metric_options, config_hash,
+                              named_database, read_back, write_results)
 
 #: the windows when ``[windows]`` names none
 WINDOWS = {"last_7d": {"days": 7}, "last_28d": {"days": 28},
@@ -62,9 +66,10 @@ def check_windows(block: dict | None, *, where: str = "config") -> tuple[dict, s
     return out, maturity
 
 
-def check_monitor(block: dict | None, *, where: str = "config") -> str | None:
+def check_monitor(block: dict | None, *, store: Any = None, where: str = "config") -> str | None:
     """``[monitor]``: ``results_table``, the table in the store each check appends its rows to
-    (none: no rows). Returns the table name."""
+    (none: no rows). The store must then be a database that outlives the process (a DuckDB
+    file or a URL: :func:`sqlcal.scheduled.named_database`). Returns the table name."""
     block = dict(block or {})
     extra = sorted(set(block) - {"results_table"})
     if extra:
@@ -72,6 +77,11 @@ def check_monitor(block: dict | None, *, where: str = "config") -> str | None:
     name = block.get("results_table")
     if name is not None and not (isinstance(name, str) and name.isidentifier()):
         raise ConfigError(f"{where}: [monitor] results_table must be a table name, not {name!r}")
+    if name is not None and store is not None and named_database(store) is None:
+        shown = repr(store) if isinstance(store, str) and "://" not in store else "it"
+        raise ConfigError(f"{where}: [monitor] results_table: the store {shown} is not a "
+                          "database, so the rows would be lost; set [snapshot] store to a "
+                          "DuckDB file or a database URL")
     return name
 
 
@@ -85,6 +95,7 @@ def check_metrics(block: dict | None, *, where: str = "config") -> dict:
     for name, options in block.items():
         if not isinstance(options, dict):
             raise ConfigError(f"{where}: [metrics] {name} must be a table of options")
+        check_metric_options(name, options, f"{where}: [metrics] {name}")
     return block
 
 
@@ -338,5 +349,31 @@ def results_rows(table: pd.DataFrame, path: pd.DataFrame, keys: Sequence[str], *
 
 def store_results(store: Any, name: str, rows: pd.DataFrame) -> int:
     """Append a check's rows to the results table ``name`` in the store (one INSERT that adds
-    nothing when the check date is already there, :func:`sqlcal.scheduled.write_results`)."""
-    return write_results(_store.connect(store), name, rows)
+    nothing when the check date is already there, :func:`sqlcal.scheduled.write_results`), then
+    read them back through a new connection to the store; returns the rows added.
+
+    Raises
+    ------
+    ConfigError
+        When the store is not a database (:func:`check_monitor`).
+    sqlcal.scheduled.ResultsError
+        When the store does not hold, read back, every row of the check.
+    """
+    check_monitor({"results_table": name}, store=store)
+    added = write_results(_store.connect(store), name, rows)
+    run_id = rows["run_id"].iloc[0]
+    if hasattr(store, "list_tables"):
+        stored = read_back(store, name, run_id)
+    else:
+        path = os.fspath(store)
+        reader = (connect_url(path, read_only=True) if named_database(path) == "url"
+                  else ibis.duckdb.connect(path.removeprefix("duckdb://")))
+        try:
+            stored = read_back(reader, name, run_id)
+        finally:
+            reader.disconnect()
+    if stored != len(rows):
+        raise ResultsError(f"the results table {name!r} holds {stored} rows of check "
+                           f"{run_id!r} after the insert, not the check's {len(rows)}: nothing "
+                           "is reported as written")
+    return added

@@ -122,8 +122,11 @@ OPTIONS: dict[str, Option] = {
     "soft_labels": Option("bool", "accept labels strictly between 0 and 1"),
     "negative_sampling_rate": Option("any", "the fraction of negatives kept (in (0, 1]), or its "
                                      "column: negatives weigh 1/r", optional=True),
-    "score_correction": Option("bool", "judge the scores p/(p + (1 - p)/r) of a model trained on "
-                               "the downsampled negatives"),
+    "training_negative_rate": Option("any", "the rate the model's training negatives were kept "
+                                     "at (in (0, 1]), or its column: every score is judged as "
+                                     "p/(p + (1 - p)/r)", optional=True),
+    "score_correction": Option("bool", "training_negative_rate= the log's negative_sampling_rate "
+                               "(a number)"),
     # binning
     "bins": Option("int", "number of bins", low=1),
     "strategy": Option("choice", "how bins are cut: equal width, equal mass on quantile edges, or "
@@ -333,8 +336,10 @@ OVERRIDES["stored"] = {
 OVERRIDES["detect"] = {
     "store": _STORE, "by": _KEYS,
     "bins": Option("int", "bet bins of equal weight on the reference window", low=1, high=4096),
+    # a tolerance of 1 already admits any rate at every score (absolute) or any rate from 0 to
+    # twice the score (relative); above it the null says nothing, and 1e308 overflowed
     "tolerance": Option("floats", "the null's tolerance (a, r): |E[y | p] - p| <= a + r p",
-                        low=0),
+                        low=0, high=1),
     "alpha": Option("float", "bound on the probability of any false alarm over the horizon",
                     low=0, high=1, open_low=True, open_high=True),
     "horizon": Option("int", "daily checks the false-alarm bound covers", low=1),
@@ -407,7 +412,7 @@ OVERRIDES["source"] = {"score": Option("column", OPTIONS["score"].description),
 
 #: the keywords every metric forwards to :func:`sqlcal.source`
 SOURCE_OPTIONS = ("table", "on_invalid", "soft_labels", "negative_sampling_rate",
-                  "score_correction")
+                  "training_negative_rate", "score_correction")
 
 
 def option(function: str, name: str) -> Option:

@@ -483,5 +483,7 @@ def _pyplot():
     try:
         import matplotlib.pyplot as plt
     except ImportError as e:  # pragma: no cover - depends on the install
-        raise ImportError("plots need matplotlib: pip install 'sqlcal[plot]'") from e
+        from sqlcal.errors import install_hint
+
+        raise ImportError(f"plots need matplotlib: {install_hint('plot')}") from e
     return plt

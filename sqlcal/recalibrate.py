@@ -25,7 +25,7 @@ import pandas as pd
 from scipy import optimize
 
 from sqlcal.maps import CLIP, EXP_LIMIT, CalibrationMap, IsotonicMap, PlattMap  # noqa: F401
-from sqlcal.metrics import groups, key_tuple, level_sets, result, safe_div
+from sqlcal.metrics import groups, key_tuple, level_sets, resolve_weight_kind, result, safe_div
 from sqlcal.metrics.cells import cells_summary, pair_levels
 from sqlcal.metrics.scores import totals_summary
 from sqlcal.options import checked
@@ -139,7 +139,7 @@ def isotonic(
     than scikit-learn's fetch-and-sort; the grid costs one GROUP BY into at most ``cells`` rows
     per group. Pooling cells changes the fit in the cells where the exact fit is not constant,
     and in the blocks those cells join (cells are 1.5e-5 wide at the default): measured at 10⁷
-    rows, see the README.
+    rows, see the performance page of the documentation (docs/performance.md).
     In-sample, the grid fit keeps the defining property of isotonic calibration: the cutoff
     error of the mapped scores is exactly 0, as the proof of Lemma D.1 applies to any pooling.
 
@@ -486,9 +486,14 @@ def calibration_slope(
     where : ibis boolean expression, callable or SQL string, optional
         Filter applied in the engine before anything else.
     weight_kind : {"auto", "frequency", "sampling"}, default "auto"
-        ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
+        ``"auto"`` reads whole-number weights as frequencies and any others (or any weights of
+        a source with ``negative_sampling_rate``) as sampling weights.
         Frequency weights give the model-based standard errors of the row-duplicated data;
-        sampling weights give sandwich (robust) standard errors.
+        sampling weights give sandwich (robust) standard errors, whose middle
+        :math:`\sum v\,(y - \mu)^2 x x^\top` takes the variance weight v
+        (:func:`sqlcal.summaries.variance_weights`: :math:`w^2`, or :math:`f/\pi^2` under a
+        sampling rate: the design-based standard errors of Binder (1983), On the variances
+        of asymptotically normal estimators from complex surveys).
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -530,8 +535,6 @@ def calibration_slope(
     weight_kind        frequency
     Name: 0, dtype: object
     """
-    from sqlcal.metrics import resolve_weight_kind
-
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     # the first scan validates: soft labels and fractional weights are known only after it
     # (before, "auto" read any weights as frequencies and soft labels passed unseen)
@@ -555,14 +558,16 @@ def _logistic(src: Source, feature: str, *, offset: bool, smoothed: bool,
     by = list(src.by)
     totals = totals_summary(src)
     keys = [key_tuple(k) for k, _ in groups(totals, by)]
-    if smoothed and src.weighted and not src.integer_weights:
+    sampling = smoothed and src.weighted and resolve_weight_kind(src, "auto") == "sampling"
+    if sampling:
         # sampling weights: Platt's counts are observations, so take Kish's effective number
-        # (W²/Σw²) in the label proportions; rescaling the weights then changes nothing
+        # (W²/Σv, v the variance weight: W²/Σw², or a sampling rate's design) in the label
+        # proportions; rescaling the weights then changes nothing
         totals = planner.fetch(src, declared.totals("sw2"))
     targets = {}
     for key, t in groups(totals, by):
         pos, W = float(t["swy"].sum()), float(t["W"].sum())
-        if smoothed and "sw2" in t and src.weighted and not src.integer_weights:
+        if sampling and "sw2" in t:
             scale = W / float(t["sw2"].sum()) if W > 0 else 1.0  # n_eff / W
             pos, W = pos * scale, W * scale
         targets[key_tuple(key)] = (((pos + 1) / (pos + 2), 1 / (W - pos + 2)) if smoothed
@@ -767,8 +772,10 @@ def _modify(src: Source, fitted: PlattMap, tolerance: float | None) -> None:
         if src.weighted:
             cols["weight"] = "w"
         errors = cutoff_error(mapped, soft_labels=src.allow_soft, **cols)
-    # the sample size: rows, or the total of frequency (whole-number) weights
-    n = table["W" if src.weighted and src.integer_weights else "n"].to_numpy(float)
+    # the sample size: rows, or the total of frequency (whole-number) weights (not of a
+    # sampling rate's: a kept negative is one observed row)
+    frequency = resolve_weight_kind(src, "auto") == "frequency"
+    n = table["W" if src.weighted and frequency else "n"].to_numpy(float)
     eps = (20 + np.sqrt(2 * np.log(20))) / np.sqrt(n) if tolerance is None else np.full(
         len(n), float(tolerance))
     merged = table[by].merge(errors[[*by, "cutoff_error"]], on=by, how="left") if by else errors

@@ -355,9 +355,12 @@ def to_json(table: pd.DataFrame, src_description: dict) -> str:
 def describe(src: Source) -> dict:
     out = {"score": src.score, "label": src.label, "weight": src.weight, "by": list(src.by),
            "on_invalid": src.on_invalid}
-    if src.sampling_rate is not None:  # negative downsampling: the rate and the correction
-        out |= {"negative_sampling_rate": src.sampling_rate,
-                "score_correction": src.score_correction}
+    if src.sampling_rate is not None:  # negative downsampling: the log's design
+        out["negative_sampling_rate"] = src.sampling_rate
+    if src.training_rate is not None:  # the training design the scores were corrected for
+        out["training_negative_rate"] = src.training_rate
+    if src.sampling_rate is not None or src.training_rate is not None:
+        out["score_correction"] = src.score_correction
     return out
 
 

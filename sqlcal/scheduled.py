@@ -26,18 +26,19 @@ import ibis
 import numpy as np
 import pandas as pd
 
-from sqlcal.errors import ConfigError, read_toml
+from sqlcal.errors import ConfigError, check_schema, install_hint, read_toml, redact
 from sqlcal import outputs
 from sqlcal.options import check as check_options
 from sqlcal.options import checked
 from sqlcal.reporting import (METRICS, describe, metric_options, summary_steps, to_json, trust,
                               wide)
-from sqlcal.inputs import Source, as_source
+from sqlcal.inputs import Source, as_source, connect_url
 
 #: section -> allowed keys (None: any metric name)
 SECTIONS: dict[str, tuple[str, ...] | None] = {
     "source": ("data", "table", "score", "label", "weight", "by", "where", "on_invalid",
-               "soft_labels", "negative_sampling_rate", "score_correction"),
+               "soft_labels", "negative_sampling_rate", "training_negative_rate",
+               "score_correction"),
     "metrics": None,
     "alerts": ("metric", "column", "above", "below"),
     "time": ("key", "metrics"),
@@ -135,9 +136,23 @@ def load_config(path: str | os.PathLike) -> dict:
 def validate_config(raw: dict, *, where: str = "config") -> dict:
     """Check a configuration before anything touches the warehouse; return it normalised.
 
-    Unknown sections and keys, unknown metrics, metric options the metric does not take, alert
-    columns the metric does not report, and alerts without a threshold are errors that say where.
+    The file is first validated with its JSON Schema (:func:`config_schema`), then each
+    metric's and the segments' options against the library's option table. Unknown sections
+    and keys, values of the wrong type, unknown metrics, metric options the metric does not
+    take, alert columns the metric does not report, and alerts without a threshold are
+    :class:`ConfigError` naming the key path.
     """
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: a configuration is a table of sections, not "
+                          f"{type(raw).__name__}")
+    # from Python, [source] data may be anything sqlcal.source() takes (a frame, an Ibis
+    # table): the schema, written for TOML files, sees a placeholder for it
+    source = raw.get("source")
+    shown = raw
+    if isinstance(source, dict) and not isinstance(source.get("data"), (str, int, float, bool,
+                                                                        list, dict, type(None))):
+        shown = {**raw, "source": {**source, "data": f"<{type(source['data']).__name__}>"}}
+    check_schema(shown, config_schema(), where=where)
     unknown = sorted(set(raw) - set(SECTIONS))
     if unknown:
         raise ConfigError(f"{where}: unknown sections {unknown}; expected {sorted(SECTIONS)}")
@@ -184,7 +199,7 @@ def validate_config(raw: dict, *, where: str = "config") -> dict:
         if extra:
             raise ConfigError(f"{where}: metrics.{name} has unknown options {extra}; "
                               f"it takes {sorted(takes)}")
-        _check_options(name, options, f"{where}: metrics.{name}")
+        check_metric_options(name, options, f"{where}: metrics.{name}")
 
     alerts = []
     for i, rule in enumerate(raw.get("alerts", [])):
@@ -223,6 +238,8 @@ def validate_config(raw: dict, *, where: str = "config") -> dict:
     if results is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*",
                                                 str(results.get("table", ""))):
         raise ConfigError(f"{where}: [results] needs table = \"<name>\" (letters, digits, _)")
+    if results is not None:
+        check_results_target(results.get("url"), src["data"], where=where)
     output = dict(raw.get("output", {}))
     for kind, path in output.items():
         if not isinstance(path, str) or not path:
@@ -234,6 +251,10 @@ def validate_config(raw: dict, *, where: str = "config") -> dict:
         if not (isinstance(features, list) and features
                 and all(isinstance(f, str) for f in features)):
             raise ConfigError(f"{where}: [segments] needs features = [\"<column>\", ...]")
+        try:
+            check_options("segments", segments_cfg)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: [segments] {e}") from None
     return {"source": src, "metrics": metrics, "alerts": alerts, "time": time_cfg,
             "report": report, "output": output, "results": results,
             "segments": segments_cfg}
@@ -286,9 +307,18 @@ def _inputs(config: dict) -> list[str]:
     return outputs.protected(config["source"]["data"], url)
 
 
-def _check_options(name: str, options: dict, where: str) -> None:
-    # the declared table of options (type, range, resource budget), as the metric will see them:
-    # with the report name's preset (ece_quantile is ece with strategy="quantile")
+def config_schema() -> dict:
+    """The JSON Schema (draft 2020-12) of ``report.toml`` as parsed, with which
+    :func:`validate_config` checks every configuration first."""
+    from importlib.resources import files
+
+    return json.loads(files("sqlcal").joinpath("report_config.schema.json").read_text("utf-8"))
+
+
+def check_metric_options(name: str, options: dict, where: str) -> None:
+    """Check a report metric's options against the declared table (type, range, resource
+    budget), as the metric will see them (with the report name's preset: ece_quantile is ece
+    with strategy="quantile"); a :class:`ConfigError` prefixed with ``where``."""
     function, preset, _ = METRICS[name]
     try:
         check_options(function.__name__, {**preset, **options})
@@ -300,15 +330,16 @@ def _require_matplotlib(what: str) -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise ConfigError(f"{what} need matplotlib, which is not installed: pip install "
-                          "'sqlcal[plot]' (or set [report] diagrams = false, or write no "
-                          "HTML output)") from None
+        raise ConfigError(f"{what} need matplotlib, which is not installed: "
+                          f"{install_hint('plot')} (or set [report] diagrams = false, or write "
+                          "no HTML output)") from None
 
 
 def config_hash(config: dict) -> str:
     """A digest of what a run measures and how it judges it (source, metrics, alerts, time key);
     outputs, titles and comments do not change it."""
-    semantic = {k: config.get(k) for k in ("source", "metrics", "alerts", "time")}
+    # a URL's password is not what is measured (and a digest of it would be a clue to it)
+    semantic = {k: redact(config.get(k)) for k in ("source", "metrics", "alerts", "time")}
     text = json.dumps(semantic, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -661,6 +692,88 @@ def series_plot(series: pd.DataFrame, *, time: str, by: Sequence[str] = ()):
 # -- results table ----------------------------------------------------------------------------
 
 
+def named_database(data: Any) -> str | None:
+    """The database ``data`` names, as a results table's target, or None when it names none
+    that outlives the process (a Parquet or CSV file, a glob, a folder, ``":memory:"``, a frame,
+    an Ibis table of sqlcal's own in-memory DuckDB): ``"url"``, ``"duckdb"`` (a DuckDB file,
+    existing or to be created) or ``"backend"`` (an Ibis backend or table of the caller's).
+
+    Examples
+    --------
+    >>> named_database("warehouse.duckdb"), named_database("preds.parquet")
+    ('duckdb', None)
+    >>> named_database("postgres://host/db"), named_database("duckdb://:memory:")
+    ('url', None)
+    """
+    if isinstance(data, os.PathLike):
+        data = os.fspath(data)
+    if isinstance(data, str):
+        scheme, sep, rest = data.partition("://")
+        if sep and scheme != "duckdb":
+            # file readers hold their rows in an in-memory DuckDB, not in a database
+            return None if scheme.lower() in _FILE_SCHEMES else "url"
+        path = rest if sep else data
+        if path in ("", ":memory:") or any(ch in path for ch in "*?["):
+            return None
+        if path.lower().endswith((".duckdb", ".ddb", ".db")):
+            return "duckdb"
+        return "duckdb" if outputs.data_kind(path) == "a DuckDB database" else None
+    if hasattr(data, "list_tables"):  # a backend the caller connected
+        return None if _in_memory(data) else "backend"
+    if isinstance(data, ibis.expr.types.Table):
+        try:
+            backend = data._find_backend(use_default=False)
+        except Exception:  # memtables only: sqlcal's own in-memory DuckDB
+            return None
+        return None if _in_memory(backend) else "backend"
+    return None
+
+
+def check_results_target(url: Any, data: Any, *, where: str = "config") -> None:
+    """Refuse a results table with no database to live in: ``[results] url`` must name one
+    (:func:`named_database`), else the source must be one; a DuckDB file there must be absent (it is
+    created) or a DuckDB database. A :class:`ConfigError` naming ``[results]``, before any
+    query."""
+    if url is not None and (not isinstance(url, (str, os.PathLike)) or not os.fspath(url)):
+        raise ConfigError(f"{where}: [results] url must be a DuckDB file or a database URL, "
+                          f"not {url!r}")
+    target = url if url is not None else data
+    kind = named_database(target)
+    if kind is None:
+        hint = ('name a database: a DuckDB file ("results.duckdb", created if absent) or a '
+                'database URL ("postgres://...")')
+        if url is not None:
+            shown = repr(os.fspath(url)) if "://" not in os.fspath(url) else "a file reader's URL"
+            raise ConfigError(f"{where}: [results] url = {shown} is not a database, and rows "
+                              f"written there would be lost; {hint}")
+        shown = repr(data) if isinstance(data, str) and "://" not in data else (
+            f"a {type(data).__name__}" if not isinstance(data, str) else "a file reader's URL")
+        raise ConfigError(f"{where}: [results] table: the source {shown} is not a database, so "
+                          f"the results table has nowhere to live; add [results] url: {hint}")
+    if kind == "duckdb":
+        path = os.fspath(target).removeprefix("duckdb://")
+        if os.path.lexists(path):
+            if outputs.data_kind(path) != "a DuckDB database" or not os.path.isfile(path):
+                raise ConfigError(f"{where}: [results] the DuckDB file {path!r} exists and is not "
+                                  "a DuckDB database; sqlcal never writes over it: choose "
+                                  "another url")
+        elif not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise ConfigError(f"{where}: [results] url {path!r}: its folder does not exist")
+
+
+def _in_memory(backend: Any) -> bool:
+    """Whether an Ibis backend is an in-memory DuckDB (its rows die with the process)."""
+    if getattr(backend, "name", None) != "duckdb":
+        return False
+    (path,) = backend.con.execute("SELECT path FROM duckdb_databases() "
+                                  "WHERE database_name = current_database()").fetchone()
+    return path is None or path in ("", ":memory:")
+
+
+#: URL schemes Ibis reads files through (into an in-memory DuckDB)
+_FILE_SCHEMES = ("file", "parquet", "csv", "delta", "json")
+
+
 def results_rows(run: ScheduledRun) -> pd.DataFrame:
     """The run's tidy metrics as rows of the results table (:data:`RESULTS_SCHEMA`)."""
     keys = run.keys
@@ -737,16 +850,58 @@ def store_results(run: ScheduledRun) -> int:
     process must be rebuilt (their connection is closed).
     """
     cfg = run.config["results"]
+    check_results_target(cfg.get("url"), run.config["source"]["data"])
+    rows = results_rows(run)
     con = results_connection(run)
     try:
-        return write_results(con, cfg["table"], results_rows(run), database=cfg.get("database"))
+        added = write_results(con, cfg["table"], rows, database=cfg.get("database"))
     finally:
         if con is not _source_backend(run):
             con.disconnect()
+    reader, opened = _results_reader(run)
+    try:
+        stored = read_back(reader, cfg["table"], run.run_id, database=cfg.get("database"))
+    finally:
+        if opened:
+            reader.disconnect()
+    if stored != len(rows):
+        raise ResultsError(f"the results table {cfg['table']!r} holds {stored} rows of run "
+                           f"{run.run_id!r} after the insert, not the run's {len(rows)}: nothing "
+                           "is reported as written")
+    return added
+
+
+class ResultsError(ValueError):
+    """The results table does not hold, read back, the rows a run wrote."""
+
+
+def read_back(con, name: str, run_id: str, *, database: str | None = None) -> int:
+    """How many rows of ``run_id`` the results table ``name`` holds, through ``con`` (0 when
+    there is no such table)."""
+    if name not in con.list_tables(database=database):
+        return 0
+    return _count(con.table(name, database=database), run_id)
+
+
+def _results_reader(run: ScheduledRun) -> tuple[Any, bool]:
+    """A new connection to the results table's database, to read back what the run wrote (a
+    DuckDB file read-only, a URL connected anew), and whether it was opened here; the caller's
+    own backend when the source is one."""
+    url = run.config["results"].get("url")
+    target = url if url else run.config["source"]["data"]
+    kind = named_database(target)
+    if kind == "duckdb":
+        return ibis.duckdb.connect(os.fspath(target).removeprefix("duckdb://"),
+                                   read_only=True), True
+    if kind == "url":
+        return connect_url(os.fspath(target), read_only=True), True
+    return _source_backend(run), False
 
 
 def results_connection(run: ScheduledRun):
-    """The connection the results table goes to: ``[results] url``, else the source's own.
+    """The connection the results table goes to: ``[results] url``, else the source's database,
+    through a connection of its own when the source is a URL (sqlcal's measuring session is
+    read-only), through the source's when it is an Ibis table from Python.
 
     For a DuckDB file it is a new read-write connection (the cached read-only one to that file
     is closed first; DuckDB allows one configuration per file and process): disconnect it after
@@ -764,12 +919,20 @@ def results_connection(run: ScheduledRun):
             raise FileNotFoundError(f"no database file at {path!r}")
         return ibis.duckdb.connect(path)
     if url:
-        return ibis.connect(url)
+        return connect_url(url)
+    data = run.config["source"]["data"]
+    if isinstance(data, str) and "://" in data:
+        # the session sqlcal measured through is read-only: the rows go in through a session of
+        # their own, closed after the insert
+        return connect_url(data)
     return _source_backend(run)
 
 
 def _source_backend(run: ScheduledRun):
-    return run.source.rows._find_backend()
+    try:
+        return run.source.rows._find_backend(use_default=False)
+    except ibis.common.exceptions.IbisError:  # a frame's memtable: no backend of its own
+        return None
 
 
 # -- JSON -------------------------------------------------------------------------------------
@@ -824,17 +987,11 @@ def _where_from(config: dict) -> dict:
 
 
 def _redacted(config: dict) -> dict:
-    # passwords in connection URLs stay out of JSON, HTML and logs
-    def clean(text):
-        return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", text) if isinstance(text, str) else text
-
+    # passwords stay out of JSON, HTML and logs: every string of the configuration is redacted
     out = json.loads(json.dumps(config, default=str))
     if not isinstance(config["source"]["data"], str):  # from Python: an Ibis table, a frame
         out["source"]["data"] = f"<{type(config['source']['data']).__name__}>"
-    out["source"]["data"] = clean(out["source"]["data"])
-    if out.get("results") and out["results"].get("url"):
-        out["results"]["url"] = clean(out["results"]["url"])
-    return out
+    return redact(out)
 
 
 def _jsonable(v):

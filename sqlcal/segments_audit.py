@@ -21,7 +21,7 @@ import json
 import math
 import uuid
 from itertools import combinations
-from typing import Sequence
+from typing import Any, Sequence
 
 import ibis
 import numpy as np
@@ -29,6 +29,7 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import options
+from sqlcal.metrics import resolve_weight_kind
 from sqlcal.options import BudgetError, OptionError, checked
 from sqlcal.query import declared, planner
 from sqlcal.recalibrate import isotonic
@@ -440,6 +441,7 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
         found = _report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k)
         kept = search["kept"]
     else:
+        _check_segments(segments, spec)
         found, kept = segments, [() for _ in spec["features"]]
         other = found[list(spec["features"])].isin([SEGMENT_OTHER]).to_numpy().any(axis=1)
         if other.any():
@@ -533,8 +535,9 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
     level1 = declared.segment_sums(by, features, folds, bins, [(j,) for j in range(k)],
                                    extremes=extremes)
     frame = planner.fetch(src, level1)
-    spec["sampling"] = (spec["weight_kind"] == "sampling" if spec["weight_kind"] else
-                        src.weighted and not src.integer_weights)
+    # a sampling rate's weights are sampling weights whatever 1/rate is (their var2 and sw2
+    # carry its design: sqlcal.summaries.variance_weights)
+    spec["sampling"] = resolve_weight_kind(src, spec["weight_kind"] or "auto") == "sampling"
     # unweighted rows are frequencies of 1, as every metric reports them
     spec["weight_kind_used"] = "sampling" if spec["sampling"] else "frequency"
     nb = max(bins, 1)
@@ -1243,6 +1246,18 @@ def _explained(part: pd.DataFrame, alpha: float, search: dict) -> list:
 
 
 # -- the fix -------------------------------------------------------------------------------------
+
+
+def _check_segments(found: Any, spec: dict) -> None:
+    """segment_fix(segments=): a frame sqlcal.segments returned for these features and keys."""
+    if not isinstance(found, pd.DataFrame):
+        raise TypeError(f"segment_fix: segments= must be the DataFrame sqlcal.segments returns, "
+                        f"not {type(found).__name__}")
+    needed = [*spec["by"], *spec["features"], "segment", "significant", "explained_by", "harm"]
+    missing = [c for c in needed if c not in found.columns]
+    if missing:
+        raise OptionError(f"segment_fix: segments= lacks the columns {missing}: pass what "
+                          "sqlcal.segments returns for the same features and by=")
 
 
 def _chosen(found: pd.DataFrame, spec: dict, kept, max_segments: int) -> list:

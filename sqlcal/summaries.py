@@ -25,6 +25,7 @@ import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
 
+from sqlcal.errors import engine_data_errors
 from sqlcal.grids import CONVENTIONS, uniform_edges  # noqa: F401 (part of this module's API)
 from sqlcal.grids import LOGIT_CELL_BOUND, logit_edges
 
@@ -38,8 +39,10 @@ def number(x: float) -> ir.FloatingValue:
 
 
 def execute(expr: ir.Table) -> pd.DataFrame:
-    """Run a summary query and return it as pandas (arrow transfer, no per-row Python)."""
-    return expr.to_pyarrow().to_pandas()
+    """Run a summary query and return it as pandas (arrow transfer, no per-row Python); the
+    engine's errors about the rows become :class:`sqlcal.errors.EngineDataError`."""
+    with engine_data_errors():
+        return expr.to_pyarrow().to_pandas()
 
 
 def statement(expr: ir.Table, dialect: str = "duckdb") -> str:
@@ -83,7 +86,8 @@ def execute_planned(plan: tuple, build: Callable[[], ir.Table], con, name: str,
     sql, schema, same = cached
     con.register(name, data)
     try:
-        table = con.execute(sql.replace(f'"{ROWS}"', f'"{name}"')).to_arrow_table()
+        with engine_data_errors():
+            table = con.execute(sql.replace(f'"{ROWS}"', f'"{name}"')).to_arrow_table()
     finally:
         con.unregister(name)
     # the engine's types (HUGEINT sums...) as the Ibis schema says. The first result of a plan
@@ -117,10 +121,13 @@ def _aggregate(t: ir.Table, by: Sequence[str], **metrics) -> ir.Table:
 # -- validation -------------------------------------------------------------------------------
 
 
-def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool) -> dict[str, ir.Value]:
+def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool,
+                     rates: Sequence[str] = ()) -> dict[str, ir.Value]:
     """Cheap aggregates that prove the rows valid: NULLs by count, NaN and range by MIN/MAX (NaN
     sorts above every number in DuckDB, Postgres and Spark, so MAX is NaN when any value is), and
-    non-binary labels by Σy(1−y) (0 exactly when every label in [0, 1] is 0 or 1)."""
+    non-binary labels by Σy(1−y) (0 exactly when every label in [0, 1] is 0 or 1). ``rates``:
+    the rate columns read from the table (:data:`RATE`, :data:`TRAINING_RATE`), each counted
+    and bounded the same way (``chk_<column>count``, ``..min``, ``..max``)."""
     # Scores are counted in every summary, whatever its key: a bin id need not be NULL for a
     # NULL score (LEAST(NULL, B - 1) is B - 1 in DuckDB), so a key cannot stand in for the count.
     checks = {
@@ -135,6 +142,9 @@ def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool) -> dict[
         checks |= {"chk_w_count": t.w.count(), "chk_w_min": t.w.min(), "chk_w_max": t.w.max(),
                    # 0 exactly when every weight is a whole number (a count of identical rows)
                    "chk_w_frac": fractional_part(t.w).sum()}
+    for column in rates:
+        checks |= {f"chk_{column}count": t[column].count(), f"chk_{column}min": t[column].min(),
+                   f"chk_{column}max": t[column].max()}
     return checks
 
 
@@ -163,6 +173,66 @@ def validation(rows: ir.Table, by: Sequence[str], checks: dict[str, ir.BooleanVa
     return _aggregate(rows, by, **metrics)
 
 
+# -- the variance weight ---------------------------------------------------------------------
+
+#: the column of a downsampled source's rows holding each row's sampling rate: the rate a kept
+#: negative was kept at, 1 for a positive (every positive is kept)
+RATE = "r_"
+#: the column of the training rate when it is read from the table (validation only: the scores
+#: are corrected when the rows are made)
+TRAINING_RATE = "t_"
+#: the columns a summary reads from the normalised rows, beside the group keys
+ROW_COLUMNS = ("p", "y", "w", RATE)
+#: the largest weight accepted: its square, summed over 2^53 rows and times a squared log-loss
+#: term (at most about 745^2), stays inside a double, so no variance sum can overflow
+WEIGHT_MAX = 1e140
+
+
+def variance_weights(t: ir.Table) -> tuple[ir.FloatingValue, ir.FloatingValue, bool]:
+    r"""The variance weight v of a row, its label-free part :math:`v_0`, and whether the rows
+    carry a sampling design (``v`` and ``v0`` differ).
+
+    A row weight is :math:`w = f/\pi`: a frequency part f (whole-number weights count identical
+    rows) times the inverse of the probability π that the sampling kept the row. A weighted
+    sum :math:`\hat T = \sum_\text{kept} w z` estimates the total of z over the rows before the
+    sampling, drawn i.i.d. from their population; under Poisson (independent Bernoulli) sampling
+    its variance, the population's and the sampling's together, is estimated without bias by
+    :math:`\sum_\text{kept} v z^2` with :math:`v = f/\pi^2` (Särndal, Swensson & Wretman (1992),
+    Model Assisted Survey Sampling, ch. 2-3 and 5). The part a null model can replace by its
+    expectation is the population's, :math:`\sum_\text{kept} v_0 E_0[z^2]` with
+    :math:`v_0 = f/\pi` (each kept row stands for f/π rows of the population); the design adds
+    :math:`\sum_\text{kept} (v - v_0) z^2` (:func:`null_variance`).
+
+    - Negative downsampling (column :data:`RATE`): π = r on a kept negative, 1 on a positive,
+      f the weight column (or 1): :math:`v = w/r`, :math:`v_0 = w`.
+    - Sampling weights (no rate): π unknown, f = 1, weights of any scale:
+      :math:`v = v_0 = w^2` (the null model assumes the weights do not depend on the label
+      given the score; a design that does is a sampling rate).
+    - Frequency weights have v = w and need no sums of their own: the summaries' Σw-sums are
+      theirs (the metrics read them for ``weight_kind="frequency"``).
+    """
+    if RATE in t.columns:
+        return t.w * (1.0 / t[RATE]), t.w, True
+    ww = t.w * t.w
+    return ww, ww, False
+
+
+def null_variance(t: ir.Table, expected: ir.FloatingValue, square: ir.FloatingValue
+                  ) -> ir.FloatingValue:
+    """A row's term of the variance of a weighted sum of z under a null model: :math:`v_0`
+    times ``expected`` (:math:`E_0[z^2]` given the score) plus the design's :math:`(v - v_0)`
+    times ``square`` (the row's own :math:`z^2`); see :func:`variance_weights`."""
+    v, v0, design = variance_weights(t)
+    if not design:
+        return v * expected
+    return v0 * expected + (v - v0) * square
+
+
+def row_columns(rows: ir.Table) -> list[str]:
+    """The normalised columns of ``rows`` a summary reads (:data:`ROW_COLUMNS` present)."""
+    return [c for c in ROW_COLUMNS if c in rows.columns]
+
+
 # -- sums shared by every summary -------------------------------------------------------------
 
 
@@ -170,9 +240,15 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
     """The sums a summary row carries, by ``parts`` (each metric asks only for what it reads):
 
     always ``n``, ``p_max`` and (weighted) ``W`` = Σw; ``"sums"``: Σwy, Σwp, ``p_min``;
-    ``"sw2"``: Σw²; ``"ny"``: Σy, the rows with y = 1 of binary labels; ``"moments"``: Σwp², Σwyp (and Σwy² with ``"soft"``); ``"pp"``: Σwp²; ``"residuals"``:
-    ``total`` = Σw(y−p), ``positive`` = Σw(y−p)⁺ (the negative part is positive − total) and the
-    Bernoulli variance ``var`` = Σwp(1−p) (``var2`` = Σw²p(1−p) with ``"sw2"``).
+    ``"sw2"``: Σv, the sum of the variance weight (:func:`variance_weights`: Σw² for sampling
+    weights), and with a sampling design ``sw2_0`` = Σv₀ and ``sw2_design`` = Σ(v − v₀)(y − p)²;
+    ``"ny"``: Σy, the rows with y = 1 of binary labels; ``"moments"``: Σwp², Σwyp (and Σwy²
+    with ``"soft"``); ``"pp"``: Σwp²; ``"sw2y"``: Σvy; ``"sw2p"``: the calibration ratio's
+    null variance terms ``sw2p`` = Σv₀p and ``sw2pp`` = Σ(2v₀ − v)p² (Σw²p and Σw²p² without
+    a design: every row whose v₀ differs from v is a negative); ``"residuals"``: ``total`` =
+    Σw(y−p), ``positive`` = Σw(y−p)⁺ (the negative part is positive − total) and the Bernoulli
+    variance ``var`` = Σwp(1−p) (with ``"sw2"``, ``var2``: its null variance under the variance
+    weight, Σv₀p(1−p) + Σ(v − v₀)(y − p)², Σw²p(1−p) without a design).
     Unweighted, the weight products are left out: the finish reads W = Σw² = n.
     """
     w = t.w if weighted else None
@@ -182,14 +258,22 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
         sums["W"] = w.sum()
     if "sums" in parts:
         sums |= {"swy": times(t.y).sum(), "swp": times(t.p).sum(), "p_min": t.p.min()}
+    if not weighted:
+        v = v0 = design = None
+    else:
+        v, v0, design = variance_weights(t)
     if "sw2" in parts and weighted:
-        sums["sw2"] = (w * w).sum()
+        sums["sw2"] = v.sum()
+        if design:
+            r = t.y - t.p
+            sums |= {"sw2_0": v0.sum(), "sw2_design": ((v - v0) * r * r).sum()}
     if "ny" in parts and weighted:  # rows with y = 1 (unweighted, Σwy counts them)
         sums["ny"] = t.y.sum()
-    if "sw2y" in parts and weighted:  # Σw²y: sandwich variances from the levels
-        sums["sw2y"] = (w * w * t.y).sum()
-    if "sw2p" in parts and weighted:  # Σw²p, Σw²p²: the calibration ratio's sampling variance
-        sums |= {"sw2p": (w * w * t.p).sum(), "sw2pp": (w * w * t.p * t.p).sum()}
+    if "sw2y" in parts and weighted:  # Σvy: sandwich and linearized variances
+        sums["sw2y"] = (v * t.y).sum()
+    if "sw2p" in parts and weighted:  # the calibration ratio's null variance
+        sums |= {"sw2p": (v0 * t.p).sum(),
+                 "sw2pp": ((2 * v0 - v) * (t.p * t.p) if design else v * t.p * t.p).sum()}
     if "pp" in parts and "moments" not in parts:  # Σwp² alone (the calibration ratio's)
         sums["swpp"] = times(t.p * t.p).sum()
     if "moments" in parts:
@@ -201,7 +285,8 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
         pq = t.p * (1 - t.p)
         sums |= {"total": r.sum(), "positive": ibis.greatest(r, 0.0).sum(), "var": times(pq).sum()}
         if "sw2" in parts and weighted:
-            sums["var2"] = (w * w * pq).sum()
+            r = t.y - t.p
+            sums["var2"] = null_variance(t, pq, r * r).sum()
     return sums
 
 
@@ -278,8 +363,8 @@ def totals_sums(t: ir.Table, parts: frozenset, *, weighted: bool, soft: bool = T
         q = 1 - 2 * p
         spieg_var = q * q * p * (1 - p)  # products, not POWER: a fifth of the query's cost
         sums |= dict(sw_spieg=times(r * q).sum(), sw_spieg_var=times(spieg_var).sum())
-        if weighted:
-            sums["sw2_spieg_var"] = (w * w * spieg_var).sum()
+        if weighted:  # under the variance weight (the design's own part by the rows' z²)
+            sums["sw2_spieg_var"] = null_variance(t, spieg_var, r * r * q * q).sum()
     if "logloss" in parts:
         # 0·log 0 = 0: a log is taken only of a positive argument (Postgres raises on ln(0)); a
         # positive-weight row with y > 0 at p = 0 (or y < 1 at p = 1) has infinite loss and is
@@ -299,6 +384,10 @@ def totals_sums(t: ir.Table, parts: frozenset, *, weighted: bool, soft: bool = T
         sums |= dict(sw_logloss=times(loss).sum(), n_infinite_logloss=t.count(where=infinite))
         if "logloss_var" in parts:  # Σwℓ², Σwyℓ: the normalized entropy's delta-method variance
             sums |= dict(sw_logloss_sq=times(loss * loss).sum(), swy_logloss=times(y * loss).sum())
+            if "sw2" in parts and weighted:  # the same under the variance weight, with Σvℓ
+                v = variance_weights(t)[0]
+                sums |= dict(sw2_logloss=(v * loss).sum(), sw2_logloss_sq=(v * loss * loss).sum(),
+                             sw2y_logloss=(v * y * loss).sum())
     return sums
 
 
@@ -453,7 +542,7 @@ def _joined_to_cells(rows: ir.Table, by: Sequence[str], cells: int,
     m = ibis.memtable(small)
     on = [t.cell == m.cell_, *(t[k].identical_to(m[k]) for k in by)]
     extra = [c for c in small.columns if c not in (*by, "cell_")]
-    return t.join(m, on).select(*by, "cell", "p", "y", "w", *extra)
+    return t.join(m, on).select(*by, "cell", *row_columns(rows), *extra)
 
 
 def cell_prefix_min(rows: ir.Table, by: Sequence[str], cells: int, centres: pd.DataFrame, *,
@@ -801,14 +890,15 @@ def logistic_terms(rows: ir.Table, by: Sequence[str], feature: str, clip: float,
 
 def logistic_meat(rows: ir.Table, by: Sequence[str], feature: str, clip: float, offset: bool,
                   groups: tuple, *, weighted: bool) -> ir.Table:
-    """Σw²(y − μ)²·(1, x, x²) per group (``m00``, ``m01``, ``m11``) at the listed groups'
-    coefficients (key tuple, a, b): the middle of the sandwich covariance."""
+    """Σv(y − μ)²·(1, x, x²) per group (``m00``, ``m01``, ``m11``) at the listed groups'
+    coefficients (key tuple, a, b), with the variance weight v (:func:`variance_weights`: w²
+    for sampling weights, f/π² under a sampling rate): the middle of the sandwich covariance."""
     x = logistic_feature(rows.p, feature, clip)
-    w = rows.w if weighted else ibis.literal(1.0)
+    v = variance_weights(rows)[0] if weighted else ibis.literal(1.0)
     a = group_value(rows, by, {g[0]: g[1] for g in groups})
     b = ibis.literal(1.0) if offset else group_value(rows, by, {g[0]: g[2] for g in groups})
     mu = sigmoid(a + b * x)
-    t = rows.mutate(_e2=(w * (rows.y - mu)) ** 2, _x=x)
+    t = rows.mutate(_e2=v * (rows.y - mu) ** 2, _x=x)
     return _aggregate(t, by, m00=t._e2.sum(), m01=(t._e2 * t._x).sum(),
                       m11=(t._e2 * t._x * t._x).sum())
 
@@ -1465,7 +1555,7 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
         """The sums (and validation checks) of ``b``'s rows per fold, group and ``columns``."""
         sums = _sums(b, parts, weighted=weighted)
         if weighted:
-            sums["var2"] = (b.w * b.w * b.p * (1 - b.p)).sum()
+            sums["var2"] = null_variance(b, b.p * (1 - b.p), (b.y - b.p) ** 2).sum()
         if extremes:  # the largest (y − p)²: (1 − least p of y = 1)² or (largest p of y = 0)²
             sums |= {"p_min_pos": b.p.min(where=b.y == 1), "p_max_neg": b.p.max(where=b.y == 0)}
         return _aggregate(b, [*group_keys, *columns], **sums, **(checks(b) if checks else {}))
@@ -1513,7 +1603,7 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
             columns = [features[j] for j in cols]
             # only the set's columns: each set reads the table itself, so no relation of every
             # row is shared by the sets (DuckDB would keep it: about 70 bytes a row)
-            b = rows.select(*dict.fromkeys(c for c in ("p", "y", "w", *by, *split, *columns)
+            b = rows.select(*dict.fromkeys(c for c in (*ROW_COLUMNS, *by, *split, *columns)
                                            if c in rows.columns))
             b = b.mutate(**fresh_keys(b))
             classes = {}

@@ -116,14 +116,35 @@ def pytest_collection_modifyitems(config, items):
             drop.append(item)
         else:
             keep.append(item)
-        if on_cluster or "test_cluster_engines" in item.nodeid:
-            # one xdist worker runs every cluster case (--dist loadgroup): a second cluster
-            # application would wait for the cores the first one holds (the stall once seen);
-            # local-mode Spark cases spread over the workers, a driver each
-            item.add_marker(pytest.mark.xdist_group("spark_cluster"))
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def _on_cluster(nodeid: str) -> bool:
+    return ("[spark_cluster" in nodeid or "-spark_cluster" in nodeid
+            or "test_cluster_engines" in nodeid)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with the Spark cluster's cases as one work unit, on one worker.
+
+    A worker holds one Spark session at a time, so the cluster's cases together switch it to the
+    cluster once. The unit is chosen here from the test ids themselves, not from an
+    ``xdist_group`` mark: xdist applies those marks by renaming the ids, which pytest 9.2 no
+    longer allows (grouping then silently stopped, both workers opened cluster applications and
+    the run stalled; a second application waits for the cores the first holds). A stall of any
+    kind now fails its test after the per-test ``timeout`` of ``pyproject.toml``.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ClusterAsOneUnit(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "spark_cluster" if _on_cluster(nodeid) else super()._split_scope(nodeid)
+
+    return ClusterAsOneUnit(config, log)
 
 
 @pytest.fixture

@@ -196,8 +196,10 @@ def test_reliability_sampling_weights_use_effective_size(upload):
     for _, row in got.iterrows():
         m = ids == row.bin
         w, y = df.w[m].to_numpy(), df.y[m].to_numpy()
-        n_eff = w.sum() ** 2 / (w**2).sum()
         phat = (w * y).sum() / w.sum()
+        # the design's effective size: the binomial variance over the linearized variance of
+        # the weighted mean, Σw²(y − ȳ)²/W² (Kish's W²/Σw² when w does not vary with y)
+        n_eff = phat * (1 - phat) * w.sum() ** 2 / np.sum(w * w * (y - phat) ** 2)
         # Wilson's interval: the p solving (phat - p)^2 = z^2 p (1 - p) / n_eff
         a, b, c = 1 + z**2 / n_eff, -(2 * phat + z**2 / n_eff), phat**2
         roots = np.sort(np.roots([a, b, c]))

@@ -15,7 +15,7 @@ import duckdb
 import ibis
 import pytest
 
-from sqlcal import outputs, scheduled
+from sqlcal import inputs, outputs, scheduled
 from sqlcal.cli import main
 from sqlcal.demo import DEMO_COMMENT, write_demo
 from sqlcal.reporting import METRICS
@@ -209,12 +209,13 @@ def test_postgres_url_without_the_extra_names_it(ws, capsys, monkeypatch):
     # as if `pip install sqlcal` without [postgres]: the driver cannot be imported
     monkeypatch.setitem(sys.modules, "psycopg", None)
     monkeypatch.delitem(sys.modules, "ibis.backends.postgres", raising=False)
-    monkeypatch.delattr(ibis, "postgres", raising=False)
+    if "postgres" in vars(ibis):  # loaded by an earlier test (getattr would load it)
+        monkeypatch.delattr(ibis, "postgres")
     before = snapshot(ws)
     code, _, err = cli(capsys, "report", "postgres://u:p@localhost:5432/x", "--table", "t",
                        *COLUMNS)
     assert code == 2
-    assert_one_line(err, "pip install 'sqlcal[postgres]'")
+    assert_one_line(err, "pip install '.[postgres]'")
     assert snapshot(ws) == before
 
 
@@ -408,7 +409,7 @@ def test_readme_example_without_matplotlib_names_the_extra(ws, capsys, monkeypat
     before = snapshot(ws)
     code, _, err = cli(capsys, "report", "--config", "report.toml", "--run-id", "2026-11-22")
     assert code == 2
-    assert_one_line(err, "matplotlib", "pip install 'sqlcal[plot]'")
+    assert_one_line(err, "matplotlib", "pip install '.[plot]'")
     assert snapshot(ws) == before  # no JSON, no HTML, no results table
 
 
@@ -427,7 +428,15 @@ def test_results_go_in_after_measuring_through_their_own_connection(ws, capsys, 
         events.append(("measured",))
         return run
 
+    attached = inputs.DuckDBFile.attached
+
+    def spy_attached(self):  # each query on the source attaches the file read-only
+        if events[-1:] != [("read", os.path.basename(self._file))]:
+            events.append(("read", os.path.basename(self._file)))
+        return attached(self)
+
     monkeypatch.setattr(ibis.duckdb, "connect", spy_connect)
+    monkeypatch.setattr(inputs.DuckDBFile, "attached", spy_attached)
     monkeypatch.setattr(scheduled, "run_report", spy_measure)
     Path("r.toml").write_text(
         '[source]\ndata = "d.duckdb"\ntable = "predictions"\nscore = "score"\nlabel = "label"\n'
@@ -438,9 +447,10 @@ def test_results_go_in_after_measuring_through_their_own_connection(ws, capsys, 
         assert code == 0, err
     assert "wrote 0 rows in table calibration_results (run id n1 was already there)" in out
     on_file = [e for e in events if e[0] == "measured" or e[1] == "d.duckdb"]
-    # each run: measured read-only, then one read-write connection for the insert
-    assert on_file == [("connect", "d.duckdb", True), ("measured",),
-                       ("connect", "d.duckdb", False)] * 2
+    # each run: measured read-only, then one read-write connection for the insert, then a new
+    # read-only one that reads the run's rows back
+    assert on_file == [("read", "d.duckdb"), ("measured",), ("connect", "d.duckdb", False),
+                       ("connect", "d.duckdb", True)] * 2
     after = snapshot(ws)
     assert after["d.duckdb tables"] == {**before["d.duckdb tables"], "calibration_results": 2}
 

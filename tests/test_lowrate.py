@@ -183,14 +183,15 @@ def _coverage(tables: int, seed: int, *, weighted: bool = False, rate: float | N
     pi = p / rho[:, None]
     y = (rng.random((tables, n)) < pi).astype(float)
     target = (w * p).sum(1) / (w * pi).sum(1)  # = ρ
+    v = v0 = w * w  # the variance weight and its label-free part (sampling weights)
     if rate is not None:  # a kept negative weighs 1/rate, a dropped one 0
         w = np.where(y == 1, 1.0, (rng.random((tables, n)) < rate) / rate)
+        v, v0 = np.where(y == 1, w, w / rate), w  # f/π² and f/π
     frame = pd.DataFrame({"n": n, "W": w.sum(1), "swy": (w * y).sum(1), "swp": (w * p).sum(1),
-                          "swpp": (w * p * p).sum(1), "sw2p": (w * w * p).sum(1),
-                          "sw2pp": (w * w * p * p).sum(1)})
+                          "swpp": (w * p * p).sum(1), "sw2p": (v0 * p).sum(1),
+                          "sw2pp": ((2 * v0 - v) * p * p).sum(1)})
     out = calibration_ratio_finish(frame, confidence=0.95,
-                                   weight_kind="sampling" if weighted else "frequency",
-                                   downsampled=rate is not None)
+                                   weight_kind="sampling" if weighted or rate else "frequency")
     return float(np.mean((out.ci_lower <= target) & (target <= out.ci_upper)))
 
 
@@ -258,9 +259,12 @@ def test_downsampled_negatives_equal_their_blocks_in_the_engine(upload):
     a = sqlcal.report(upload(full), score="p", label="y", by="g", metrics=names)
     b = sqlcal.report(upload(kept), score="p", label="y", by="g", metrics=names,
                       negative_sampling_rate="rate")
-    # (the ratio's interval differs: kept negatives add their sampling variance)
-    for column in ["W", *names, "normalized_entropy_upper"]:
+    for column in ["W", *names]:
         np.testing.assert_allclose(b[column], a[column], err_msg=column, **TOL)
+    # the intervals differ: a kept negative is a sample of 1/rate negatives, not 1/rate
+    # observed ones, and the sampling adds its variance (tests/test_sampling.py checks how much)
+    assert (b.normalized_entropy_upper > a.normalized_entropy_upper).all()
+    assert (b.normalized_entropy_lower < a.normalized_entropy_lower).all()
 
 
 def test_downsampled_negatives_equal_their_blocks():
@@ -275,9 +279,11 @@ def test_downsampled_negatives_equal_their_blocks():
         np.testing.assert_allclose(b[column], a[column], err_msg=column, **TOL)
         np.testing.assert_allclose(b.W, a.W, **TOL)
     a, b = sqlcal.reliability(a_src), sqlcal.reliability(b_src)
-    for column in ("W", "mean_score", "observed", "ci_lower", "ci_upper"):
+    for column in ("W", "mean_score", "observed"):
         np.testing.assert_allclose(b[column], a[column], err_msg=column, **TOL)
-    assert (b.weight_kind == "frequency").all()
+    # the intervals carry the sampling: never narrower than the full table's
+    assert (b.ci_upper - b.ci_lower >= a.ci_upper - a.ci_lower - 1e-12).all()
+    assert (a.weight_kind == "frequency").all() and (b.weight_kind == "sampling").all()
 
 
 def test_fixed_rate_and_weights_multiply():
@@ -294,7 +300,8 @@ def test_score_correction_is_its_formula(upload):
     df = click_log(2000, seed=10, rate=5e-2)
     df["rate"] = np.where(np.arange(len(df)) % 2, 0.05, 0.5)
     got = sqlcal.calibration_in_the_large(upload(df), score="p", label="y",
-                                          negative_sampling_rate="rate", score_correction=True)
+                                          negative_sampling_rate="rate",
+                                          training_negative_rate="rate")
     r = df.rate.to_numpy()
     q = df.p / (df.p + (1 - df.p) / r)
     w = np.where(df.y == 0, 1 / r, 1.0)
@@ -326,9 +333,11 @@ def test_invalid_rates_are_named_or_dropped():
     df["rate"] = 0.5
     df.loc[df.index[df.y == 0][:3], "rate"] = np.nan
     df.loc[df.index[df.y == 0][3:5], "rate"] = 1.5
-    with pytest.raises(sqlcal.InvalidInputError, match="negative_sampling_rate column 'rate'.* 5 "):
+    with pytest.raises(sqlcal.InvalidInputError, match=(
+            "negative_sampling_rate column 'rate' has 3 negative rows that are NULL; "
+            "negative_sampling_rate column 'rate' has 2 negative rows outside")):
         sqlcal.log_loss(df, score="p", label="y", negative_sampling_rate="rate")
-    with pytest.warns(UserWarning, match="5 rows"):
+    with pytest.warns(UserWarning, match="3 negative rows that are NULL"):
         got = sqlcal.log_loss(df, score="p", label="y", negative_sampling_rate="rate",
                               on_invalid="drop")
     assert got.n_dropped[0] == 5 and got.n[0] == 295

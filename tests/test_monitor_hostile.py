@@ -308,7 +308,7 @@ def test_a_period_not_on_the_grain_is_refused_and_nothing_written(tmp_path, caps
     ('[windows]\nlast_7d = { days = 7 }\n[metrics]\nbrier = {}\n[[alerts]]\nwindow = "last_7d"\n'
      'metric = "brier"\nabove = nan\n', "finite"),
     ('[windows]\nlast_7d = { days = 7 }\n[metrics]\nbrier = {}\n[[alerts]]\nwindow = "last_7d"\n'
-     'metric = "brier"\nabove = true\n', "finite"),
+     'metric = "brier"\nabove = true\n', "number"),
 ])
 def test_settings_that_would_blind_the_monitor_are_refused(tmp_path, capsys, setting, named):
     from sqlcal.cli import main

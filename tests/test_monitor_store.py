@@ -346,7 +346,7 @@ def test_the_snapshot_command_writes_once_and_refuses_a_bad_config(tmp_path, cap
     assert_same(sqlcal.ece(src, bins=10), sqlcal.ece(rescan, bins=10), "bins from the config")
 
     raw = monitor_config.validate({"source": {"data": "x", "score": "p", "label": "y",
-                                              "time": "t"}, "snapshot": {"store": "s"}})
+                                              "time": "t"}, "snapshot": {"store": "s.duckdb"}})
     assert raw["snapshot"]["prefix"] == "sqlcal_"
     schema_doc = monitor_config.json_schema()
     import tomllib

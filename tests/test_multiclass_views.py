@@ -218,3 +218,25 @@ def test_cli_report_measures_multiclass_views(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["report", str(path), "--probs", "a,b,c", "--label", "truth", "--score", "a"])
     assert "--probs applies only with --multiclass" in capsys.readouterr().err
+
+
+def test_classwise_power_mean_holds_for_any_power():
+    """classwise(power=200) returned an average of 0 (0.3^200 underflows)."""
+    from scipy.special import logsumexp
+
+    rng = np.random.default_rng(41)
+    n, k = 3000, 4
+    logits = rng.normal(size=(n, k)) * 1.5
+    probs = special.softmax(logits, axis=1)
+    truth = np.array([rng.choice(k, p=row) for row in special.softmax(logits * 0.7, axis=1)])
+    names = [f"c{i}" for i in range(k)]
+    wide = pd.DataFrame(probs, columns=names).assign(truth=[names[i] for i in truth])
+    per_class = sqlcal.multiclass(wide, format="wide", mode="classwise", probs=names,
+                                  label="truth")
+    values = sqlcal.ece(per_class, score="score", label="label", by="class",
+                        bins=10).sort_values("class").ece.to_numpy()
+    for power in (1, 2, 200, 1e6):
+        got = sqlcal.classwise(sqlcal.ece, per_class, power=power, metric_options={"bins": 10})
+        want = np.exp((logsumexp(power * np.log(values)) - np.log(k)) / power)
+        np.testing.assert_allclose(got.ece_average[0], want, rtol=1e-12)
+    assert got.ece_average[0] <= got.ece_max[0] and got.ece_average[0] > 0.99 * values.max()

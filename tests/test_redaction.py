@@ -2,6 +2,7 @@
 (sqlcal.html, below sqlcal.scheduled) reads the run's redacted_config."""
 
 import datetime as dt
+import json
 import types
 
 import pandas as pd
@@ -34,3 +35,21 @@ def test_a_table_from_python_is_named_by_its_type():
     run = _run(pd.DataFrame({"p": [0.5], "y": [1]}))
     assert run.redacted_config["source"]["data"] == "<DataFrame>"
     assert "&lt;DataFrame&gt; table preds" in html._run_section(run)
+
+
+def test_a_password_holding_at_signs_and_slashes_is_hidden_whole():
+    # the userinfo ends at the last "@": a pattern stopping at the first one showed the rest
+    password = "Kx9Qv@Wm3Zt:Hq7Rb/Jn5Ly%40Ps2Fd"
+    run = _run(f"postgres://bob:{password}@db:5432/x",
+               results_url=f"postgres://eve:{password}@h/y?sslmode=require")
+    assert run.redacted_config["source"]["data"] == "postgres://bob:***@db:5432/x"
+    assert run.redacted_config["results"]["url"] == "postgres://eve:***@h/y?sslmode=require"
+    shown = html._run_section(run) + json.dumps(run.redacted_config)
+    assert not [piece for piece in ("Kx9Qv", "Wm3Zt", "Hq7Rb", "Jn5Ly", "Ps2Fd") if piece in shown]
+
+
+def test_the_config_hash_does_not_depend_on_the_password():
+    one, other = _run("postgres://bob:hunter22@db/x"), _run("postgres://bob:rotated99@db/x")
+    assert scheduled.config_hash(one.config) == scheduled.config_hash(other.config)
+    elsewhere = _run("postgres://bob@db/y")
+    assert scheduled.config_hash(one.config) != scheduled.config_hash(elsewhere.config)

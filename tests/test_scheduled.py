@@ -128,15 +128,15 @@ def test_config_errors_name_the_problem_before_any_query(tmp_path, capsys):
     cases = [
         ({"sorce": {}}, "unknown sections ['sorce']"),
         ({"source": {**good["source"], "scroe": "p"}}, "[source] has unknown keys ['scroe']"),
-        ({"metrics": {"ecee": {}}}, "unknown metrics ['ecee']"),
+        ({"metrics": {"ecee": {}}}, "[metrics] has unknown names ['ecee']"),
         ({"metrics": {"ece": {"bin": 10}}}, "metrics.ece has unknown options ['bin']"),
         ({"alerts": [{"metric": "brier", "above": 1}]}, "names metric 'brier', which [metrics]"),
         ({"alerts": [{"metric": "kuiper", "column": "pvalue", "below": 0.01}]},
          "metric 'kuiper' reports no column 'pvalue'"),
         ({"alerts": [{"metric": "kuiper", "column": "p_value"}]},
-         "needs a number above= or below="),
+         "[[alerts]] #1 needs above = or below = ..."),
         ({"time": {"key": "day", "metrics": ["brier"]}}, "[time] metrics ['brier'] are not in"),
-        ({"results": {"table": "x; drop table y"}}, "[results] needs table ="),
+        ({"results": {"table": "x; drop table y"}}, "[results] table = 'x; drop table y' is not"),
     ]
     for change, message in cases:
         with pytest.raises(scheduled.ConfigError) as e:

@@ -13,7 +13,7 @@ import pytest
 
 import sqlcal
 from sqlcal import summaries
-from sqlcal.inputs import _without_password
+from sqlcal.errors import redact
 from tests.conftest import calibration_data
 
 
@@ -137,9 +137,9 @@ def test_origin_names_files_and_hides_passwords(tmp_path):
     con.disconnect()
     src = sqlcal.source(str(path), table="preds", score="p", label="y")
     assert repr(src).startswith(f"<Source: {path} table 'preds';")
-    assert (_without_password("postgres://bob:s3cret@db:5432/x?sslmode=require")
+    assert (redact("postgres://bob:s3cret@db:5432/x?sslmode=require")
             == "postgres://bob:***@db:5432/x?sslmode=require")
-    assert _without_password("duckdb:///preds.duckdb") == "duckdb:///preds.duckdb"
+    assert redact("duckdb:///preds.duckdb") == "duckdb:///preds.duckdb"
 
 
 def test_origin_of_other_frames():

@@ -115,15 +115,31 @@ def check_weight_kind(weight_kind: str) -> None:
 
 def resolve_weight_kind(src: Source, weight_kind: str) -> str:
     """``"auto"``: frequency weights when every weight is a whole number, sampling otherwise (so a
-    rescaled sampling weight cannot change a p-value). Unweighted sources are frequency-weighted."""
+    rescaled sampling weight cannot change a p-value). Unweighted sources are frequency-weighted.
+    A source with a negative sampling rate has sampling weights, whatever the value of 1/rate
+    (its variances carry the design: :func:`sqlcal.summaries.variance_weights`); reading them
+    as frequencies is refused."""
+    from sqlcal.options import OptionError
+
     check_weight_kind(weight_kind)
+    if src.sampling_rate is not None:
+        if weight_kind == "frequency":
+            raise OptionError(
+                "weight_kind='frequency' reads each row weight as that many observed rows, but "
+                "with negative_sampling_rate a kept negative stands for 1/rate rows it did not "
+                "observe (a sampling design): leave weight_kind='auto' (or 'sampling')")
+        return "sampling"
     if weight_kind != "auto":
         return weight_kind
     return "frequency" if not src.weighted or src.integer_weights else "sampling"
 
 
 def variance_parts(src: Source, weight_kind: str) -> tuple:
-    """Summary parts a variance needs: Σw² unless the weights are known to be frequencies."""
+    """Summary parts a variance needs: the sums of the variance weight (``"sw2"``: Σv, see
+    :func:`sqlcal.summaries.variance_weights`) unless the weights are known to be
+    frequencies (v = w: the Σw-sums serve)."""
+    if src.sampling_rate is not None:
+        resolve_weight_kind(src, weight_kind)  # refuses "frequency" before any scan
     return ("sw2",) if src.weighted and weight_kind != "frequency" else ()
 
 

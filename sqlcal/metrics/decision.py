@@ -29,7 +29,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from sqlcal.metrics import groups, key_tuple, per_group, result, safe_div
+from sqlcal.metrics import (groups, key_tuple, per_group, resolve_weight_kind, result,
+                            safe_div)
 from sqlcal.options import checked
 from sqlcal.query import declared, planner
 from sqlcal.query.unlabeled import unlabeled_source
@@ -644,7 +645,7 @@ def expected_cost(
     bounds = _validation_bound(validation, validation_label, src, labelled, delta)
     values = expected_cost_finish(pieces, table, by=src.by, labelled=labelled, epsilon=epsilon,
                                   validation_bounds=bounds, delta=delta,
-                                  frequency=not src.weighted or src.integer_weights)
+                                  frequency=resolve_weight_kind(src, "auto") == "frequency")
     names = list(dict.fromkeys(table["rule"]))
     out = _by_threshold(src, values, _COST_COLUMNS, "rule", names)
     if (out["coverage"] < 1 - 1e-12).any():

@@ -52,9 +52,10 @@ def normalized_entropy(
     confidence : float, default 0.95
         Two-sided level of the interval.
     weight_kind : {"auto", "frequency", "sampling"}, default "auto"
-        ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
-        How weights enter the interval: n = W rows, or Kish's effective size
-        :math:`W^2/\sum w^2`.
+        ``"auto"`` reads whole-number weights as frequencies and any others (or any weights of
+        a source with ``negative_sampling_rate``) as sampling weights. How weights enter the
+        interval: a row of weight w is w observed rows (frequency), or the variance weight v
+        of the sampling design (see Notes).
     **source_options
         Further options of :func:`sqlcal.source`, such as ``negative_sampling_rate=``,
         ``on_invalid=`` and ``table=``.
@@ -78,11 +79,20 @@ def normalized_entropy(
 
     He et al. (2014), Practical Lessons from Predicting Clicks on Ads at Facebook (ADKDD). NE < 1
     means the scores carry information beyond the base rate; the relative information gain is
-    1 − NE. The interval is the delta method on the pair of means (LL, b): with the per-row
-    (weighted) covariance :math:`S` of (ℓ, y) divided by n (W, or Kish's effective size for
-    sampling weights), gradient :math:`g = (1/H,\ -\mathrm{LL}\,H'(b)/H^2)` and
-    :math:`H'(b) = \ln((1-b)/b)`, :math:`\mathrm{NE} \pm z\sqrt{g^\top S g / n}`. It treats the
-    rows as independent draws and the base rate as estimated from them; it needs enough
+    1 − NE. The interval is the delta method on the pair of means (LL, b), linearized as the
+    ratio estimators they are (Särndal, Swensson & Wretman (1992), Model Assisted Survey
+    Sampling, ch. 5.5-5.7): with gradient :math:`g = (1/H,\ -\mathrm{LL}\,H'(b)/H^2)`,
+    :math:`H'(b) = \ln((1-b)/b)` and each row's linearized value
+    :math:`u_i = g_1(\ell_i - \mathrm{LL}) + g_2(y_i - b)`,
+
+    .. math:: \widehat{\mathrm{Var}}(\mathrm{NE}) = \sum_i v_i u_i^2 / W^2,
+
+    with :math:`v_i` the variance weight (:func:`sqlcal.summaries.variance_weights`):
+    :math:`w_i` for frequency weights (the rows' covariance of (ℓ, y) over n = W),
+    :math:`w_i^2` for sampling weights, and on a downsampled log :math:`f_i/\pi_i^2`, so the
+    interval carries both the population's variance and the sampling's, whatever 1/r is.
+    :math:`\mathrm{NE} \pm z\sqrt{\widehat{\mathrm{Var}}}`. It treats the rows (before any
+    sampling) as independent draws and the base rate as estimated from them; it needs enough
     positives for the normal approximation (hundreds, not tens).
 
     Examples
@@ -142,9 +152,10 @@ def calibration_ratio(
         by predicted-score decile), on the exact quantile edges of ``strategy="quantile"``
         (:func:`sqlcal.ece`): one row per group and bin.
     weight_kind : {"auto", "frequency", "sampling"}, default "auto"
-        ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
-        A row of weight w is w Bernoulli trials (frequency), or one trial counted w times
-        (sampling): the variance below uses Σwp, Σwp² or Σw²p, Σw²p².
+        ``"auto"`` reads whole-number weights as frequencies and any others (or any weights of
+        a source with ``negative_sampling_rate``) as sampling weights. A row of weight w is w
+        Bernoulli trials (frequency), or one trial counted w times (sampling): the variance
+        below uses Σwp, Σwp² or the variance weight's sums.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``negative_sampling_rate=``,
         ``on_invalid=`` and ``table=``.
@@ -175,14 +186,20 @@ def calibration_ratio(
     interval is every ρ with :math:`(O - E/\rho)^2 \le z^2 V(\rho)`, the roots of a quadratic
     in 1/ρ: it uses the variance under each hypothesis rather than the observed count's, which
     is what keeps it honest with tens of positives (the Wald interval on log CR is not), and it
-    is the Poisson score interval when all p are small. On a source with
-    ``negative_sampling_rate``, each kept negative (weight w = 1/r) stands for a Bernoulli
-    sample, and V adds its Horvitz-Thompson variance :math:`\sum_{y=0} w(w-1)p^2/\rho^2`
-    (read as :math:`\sum w^2p^2 - \sum wp^2`, exact when the positives weigh 1). A group with no positives has no
+    is the Poisson score interval when all p are small. Under a sampling design the variance
+    is the population's under :math:`H_\rho` plus the sampling's:
+    :math:`V(\rho) = \sum v_0 \pi(1-\pi) + \sum (v - v_0)(y - \pi)^2` with the variance
+    weight v and its label-free part :math:`v_0` (:func:`sqlcal.summaries.variance_weights`;
+    Särndal, Swensson & Wretman (1992), Model Assisted Survey Sampling, ch. 5); on a source
+    with ``negative_sampling_rate`` only the kept negatives have :math:`v \ne v_0`, each
+    (weight w = f/r) adding its Horvitz-Thompson variance :math:`w(1/r - 1)\pi^2`, so
+    :math:`V = A/\rho - B/\rho^2` still, with :math:`A = \sum v_0 p` and
+    :math:`B = \sum (2v_0 - v)p^2`. A group with no positives has no
     ratio (NaN, ``reason="no positives"``) but a finite ``ci_lower`` and ``ci_upper = inf``.
-    Coverage of 95% intervals on 2,000 simulated tables with 20-50 expected positives is in
-    the README. Wilson (1927), Probable Inference, the Law of Succession, and Statistical
-    Inference, for the score-interval construction.
+    Coverage of 95% intervals on 2,000 simulated tables with 20-50 expected positives is on
+    the validation page of the documentation (docs/validation.md). Wilson (1927), Probable
+    Inference, the Law of Succession, and Statistical Inference, for the score-interval
+    construction.
 
     Examples
     --------
@@ -202,8 +219,7 @@ def calibration_ratio(
                                 first="logit")
     weight_kind = resolve_weight_kind(src, weight_kind)
     src.require_binary_labels("the calibration ratio's interval")
-    t = calibration_ratio_finish(frame, confidence=confidence, weight_kind=weight_kind,
-                                 downsampled=src.sampling_rate is not None)
+    t = calibration_ratio_finish(frame, confidence=confidence, weight_kind=weight_kind)
     columns = ["calibration_ratio", "expected", "observed", "n_positive", "ci_lower",
                "ci_upper", "reason"]
     trust = {"method": "score", "confidence": confidence, "weight_kind": weight_kind}
@@ -222,7 +238,9 @@ def normalized_entropy_finish(totals: pd.DataFrame, *, confidence: float = 0.95,
 
     ``totals`` carries ``W``, ``swy``, ``sw_logloss`` = Σwℓ (finite terms),
     ``n_infinite_logloss``, ``sw_logloss_sq`` = Σwℓ², ``swy_logloss`` = Σwyℓ and, for
-    ``weight_kind="sampling"``, ``sw2``. See :func:`normalized_entropy`.
+    ``weight_kind="sampling"``, the same under the variance weight v: ``sw2`` = Σv, ``sw2y``
+    = Σvy, ``sw2_logloss`` = Σvℓ, ``sw2_logloss_sq`` = Σvℓ², ``sw2y_logloss`` = Σvyℓ (an
+    unweighted summary leaves them out: v = w = 1). See :func:`normalized_entropy`.
 
     Examples
     --------
@@ -241,14 +259,22 @@ def normalized_entropy_finish(totals: pd.DataFrame, *, confidence: float = 0.95,
               + np.where(b < 1, (1 - b) * np.log(np.where(b < 1, 1 - b, 1)), 0.0))
         ok = (W > 0) & (b > 0) & (b < 1)
         ne = np.where(ok, ll / np.where(ok, H, 1.0), np.nan)
-        # per-row covariance of (ℓ, y), weighted; Kish's n for sampling weights
-        s_ll = _div(totals["sw_logloss_sq"].to_numpy(float), W) - ll ** 2
-        s_yy = b * (1 - b)
-        s_ly = _div(totals["swy_logloss"].to_numpy(float), W) - ll * b
-        n_eff = W if weight_kind == "frequency" else _div(W * W, totals["sw2"].to_numpy(float))
+        # the linearized variance Σv·u²/W², u = g1(ℓ − LL) + g2(y − b), from the variance
+        # weight's sums (v = w for frequency weights; binary labels: Σvy² = Σvy)
+        linearized = weight_kind != "frequency" and "sw2_logloss" in totals
+        names = (("sw2", "sw2_logloss", "sw2_logloss_sq", "sw2y", "sw2y_logloss") if linearized
+                 else ("W", "sw_logloss", "sw_logloss_sq", "swy", "swy_logloss"))
+        V, Vl, Vll, Vy, Vyl = (totals[c].to_numpy(float) for c in names)
+        s_ll = Vll - 2 * ll * Vl + ll * ll * V
+        s_ly = Vyl - b * Vl - ll * Vy + ll * b * V
+        s_yy = Vy * (1 - 2 * b) + b * b * V
         dH = np.log(np.where(ok, (1 - b) / np.where(ok, b, 1.0), 1.0))
         g1, g2 = 1 / H, -ll * dH / H ** 2
-        var = (g1 * g1 * s_ll + 2 * g1 * g2 * s_ly + g2 * g2 * s_yy) / n_eff
+        var = (g1 * g1 * s_ll + 2 * g1 * g2 * s_ly + g2 * g2 * s_yy) / (W * W)
+        if weight_kind != "frequency" and not linearized and "sw2" in totals:
+            # summaries without the variance weight's log-loss sums (stored ones): the rows'
+            # covariance over Kish's effective size W²/Σw², as they allow
+            var = var * totals["sw2"].to_numpy(float) / W
         half = stats.norm.isf((1 - confidence) / 2) * np.sqrt(np.maximum(var, 0.0))
     finite = ok & np.isfinite(ne)
     reason = _reason([(W <= 0, "no weight"), (n_inf > 0, "infinite log loss"),
@@ -260,17 +286,16 @@ def normalized_entropy_finish(totals: pd.DataFrame, *, confidence: float = 0.95,
 
 
 def calibration_ratio_finish(totals: pd.DataFrame, *, confidence: float = 0.95,
-                             weight_kind: str = "frequency", downsampled: bool = False
-                             ) -> pd.DataFrame:
+                             weight_kind: str = "frequency") -> pd.DataFrame:
     """The totals (or bins) with ``calibration_ratio`` = Σwp/Σwy, ``expected``, ``observed``,
     ``n_positive``, the score interval ``ci_lower``, ``ci_upper`` and ``reason``.
 
     ``totals`` carries ``W``, ``swy``, ``swp``, ``swpp`` = Σwp², ``ny`` (rows with y = 1;
     an unweighted summary leaves it out, Σwy counts them) and, for ``weight_kind="sampling"``,
-    ``sw2p`` = Σw²p and ``sw2pp`` = Σw²p² (an unweighted summary leaves them out: they equal
-    Σwp, Σwp²). ``downsampled``: the negatives' weights are 1/r of a Bernoulli sample (a
-    source with ``negative_sampling_rate``); the variance adds the sample's, from ``sw2pp``.
-    One row per table: the finish is vectorised over rows. See :func:`calibration_ratio`.
+    the null variance's terms under the variance weight ``sw2p`` = Σv₀p and ``sw2pp`` =
+    Σ(2v₀ − v)p² (Σw²p and Σw²p² for sampling weights; an unweighted summary leaves them
+    out: they equal Σwp, Σwp²). One row per table: the finish is vectorised over rows. See
+    :func:`calibration_ratio`.
 
     Examples
     --------
@@ -282,14 +307,10 @@ def calibration_ratio_finish(totals: pd.DataFrame, *, confidence: float = 0.95,
     """
     W = totals["W"].to_numpy(float)
     E, O = totals["swp"].to_numpy(float), totals["swy"].to_numpy(float)
-    if weight_kind == "frequency" or downsampled or "sw2p" not in totals:
+    if weight_kind == "frequency" or "sw2p" not in totals:
         A, B = E, totals["swpp"].to_numpy(float)
     else:
         A, B = totals["sw2p"].to_numpy(float), totals["sw2pp"].to_numpy(float)
-    if downsampled and "sw2pp" in totals:
-        # Horvitz-Thompson: a negative kept with probability r = 1/w adds w(w − 1)·(p/ρ)² to the
-        # variance (the positives, all kept, weigh 1: their w(w − 1) is 0)
-        B = B - (totals["sw2pp"].to_numpy(float) - totals["swpp"].to_numpy(float))
     z2 = stats.norm.isf((1 - confidence) / 2) ** 2
     # (O − Eθ)² = z²(Aθ − Bθ²), θ = 1/ρ: (E² + z²B)θ² − (2OE + z²A)θ + O² = 0; the roots in the
     # forms that do not cancel: ρ_hi = 1/θ_lo = (q + √d)/(2O²), ρ_lo = 1/θ_hi = 2a/(q + √d)
@@ -347,14 +368,16 @@ def _per_bin(src: Source, t: pd.DataFrame, columns: list, trust: dict, deciles: 
 
 
 def _ne_needs(src: Source, weight_kind: str) -> list:
-    return [declared.totals("logloss", "logloss_var", *variance_parts(src, weight_kind))]
+    sampling = variance_parts(src, weight_kind)
+    return [declared.totals("logloss", "logloss_var", *sampling, *(("sw2y",) if sampling else ()))]
 
 
 def _ratio_parts(src: Source, weight_kind: str, deciles: int | None = None) -> tuple:
     """Σwp² always (the frequency variance: with the moments in the totals, which sum Σwyp for
     the Brier score anyway; alone in the per-decile table's histograms, where Σwyp would be an
-    aggregate more), the count of positive rows, and Σw²p, Σw²p² for sampling weights."""
-    sampling = ("sw2p",) if variance_parts(src, weight_kind) or src.sampling_rate else ()
+    aggregate more), the count of positive rows, and the variance weight's terms for sampling
+    weights."""
+    sampling = ("sw2p",) if variance_parts(src, weight_kind) else ()
     return ("moments" if deciles is None else "pp", "ny", *sampling)
 
 

@@ -222,9 +222,11 @@ def spiegelhalter(
     where : ibis boolean expression, callable or SQL string, optional
         Filter applied in the engine before anything else.
     weight_kind : {"auto", "frequency", "sampling"}, default "auto"
-        ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
+        ``"auto"`` reads whole-number weights as frequencies and any others (or any weights of
+        a source with ``negative_sampling_rate``) as sampling weights.
         Null variance :math:`\sum w(1-2p)^2p(1-p)` (a row of weight w is w Bernoulli trials) or
-        :math:`\sum w^2(1-2p)^2p(1-p)` (each row one trial scaled by its sampling weight).
+        :math:`\sum w^2(1-2p)^2p(1-p)` (each row one trial scaled by its sampling weight), and
+        under a sampling rate the design's null variance (see Notes).
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -246,6 +248,22 @@ def spiegelhalter(
     under-confident model p = 1. When every score is 0, 1/2 or 1 the null
     variance is 0: Z is ±inf (p = 0) if the numerator is not 0 (a score of 0 or 1 contradicted by
     its label), NULL otherwise.
+
+    On a downsampled log (``negative_sampling_rate``) the kept rows estimate the full log's sum
+    :math:`T = \sum w(y-p)(1-2p)`, and its variance under calibration is the population's plus
+    the sampling's. Of a row of the full log with score p, kept with probability 1 if positive
+    and r if negative, the variance of its term :math:`I(y-p)(1-2p)/\pi` (I the indicator of
+    being kept) under calibration is
+    :math:`(1-2p)^2\,[p(1-p)^2 + (1-p)p^2/r] = (1-2p)^2\,[p(1-p) + (1/r - 1)(1-p)p^2]`: the
+    Bernoulli variance of the full log, plus the sampling's on the negatives. The first part is
+    the null model's, estimated from the kept rows by Horvitz-Thompson weighting
+    :math:`\sum w(1-2p)^2p(1-p)`; the second is the sampling's own, estimated from the kept
+    negatives themselves, :math:`\sum_{y=0} w(1/r - 1)\,p^2(1-2p)^2`, which needs no rate for
+    a positive (a rate column may hold NULL there). In the variance weight's terms
+    (:func:`sqlcal.summaries.variance_weights`: :math:`v = f/\pi^2`, :math:`v_0 = f/\pi`):
+    :math:`\sum v_0(1-2p)^2p(1-p) + \sum (v - v_0)(y-p)^2(1-2p)^2`, the linearization of
+    Särndal, Swensson & Wretman (1992), Model Assisted Survey Sampling, ch. 5, with the
+    population's part under the null.
 
     Examples
     --------
@@ -301,8 +319,9 @@ def spiegelhalter_finish(totals: pd.DataFrame, *, weight_kind: str) -> pd.DataFr
 
     ``totals`` carries the Spiegelhalter part: ``sw_spieg`` = Σw(y − p)(1 − 2p) and the null
     variances ``sw_spieg_var`` = Σw(1 − 2p)²p(1 − p) (read for ``weight_kind="frequency"``)
-    and ``sw2_spieg_var`` (with w², for ``"sampling"``; an unweighted summary leaves it out,
-    since with w = 1 it equals the first).
+    and ``sw2_spieg_var`` (under the variance weight, for ``"sampling"``: Σw²(1 − 2p)²p(1 − p),
+    or a design's; an unweighted summary leaves it out, since with w = 1 it equals the
+    first).
     """
     if weight_kind not in ("frequency", "sampling"):
         raise ValueError(f"weight_kind must be 'frequency' or 'sampling' here, not "

@@ -718,6 +718,12 @@ def _levels(levels_in, by, wanted: dict, grid: int = CELLS) -> dict:
 
 def _require_counts(src: Source) -> None:
     src.require_binary_labels("TCE")
+    if src.sampling_rate is not None:  # whole 1/rate weights are not counts of observed rows
+        raise InvalidInputError(
+            f"TCE's exact binomial tests need observed counts, and negative_sampling_rate="
+            f"{src.sampling_rate!r} makes each kept negative a sample of 1/rate negatives it did "
+            "not observe: measure TCE on the full log, or use a metric whose interval carries "
+            "the sampling (normalized_entropy, calibration_ratio, spiegelhalter, reliability)")
     if src.weighted and not src.integer_weights:
         raise InvalidInputError(
             f"TCE needs whole-number weights (counts of identical predictions): weight column "

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from sqlcal.errors import ConfigError, read_toml
+from sqlcal.errors import ConfigError, check_schema, read_toml
 from sqlcal.monitor import schema
 
 #: the sections this module checks key by key: key -> (types, required, default)
@@ -61,7 +61,15 @@ def load(path: str | os.PathLike) -> dict:
 
 def validate(raw: dict, *, where: str = "config") -> dict:
     """The configuration with defaults filled in; a :class:`ConfigError` naming the section and
-    key of the first problem."""
+    key of the first problem.
+
+    The whole file is first validated with its JSON Schema (:func:`json_schema`, every section);
+    then the keys of ``[source]``, ``[labels]`` and ``[snapshot]`` are checked here, and the
+    store's path: a DuckDB file there must be absent or a regular file (not a FIFO, a folder),
+    and never the source, which sqlcal only reads."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: a configuration is a table of sections")
+    check_schema(raw, json_schema(), where=where)
     unknown = sorted(set(raw) - set(OWN) - set(OTHERS))
     if unknown:
         raise ConfigError(f"{where}: unknown sections {unknown}; expected some of "
@@ -122,7 +130,19 @@ def validate(raw: dict, *, where: str = "config") -> dict:
             raise ConfigError(f"{where}: [{section}] must be a table")
         if section in raw:
             out[section] = raw[section]
+    _check_store(snap["store"], src["data"], where)
     return out
+
+
+def _check_store(store: str, data: str, where: str) -> None:
+    # a DuckDB path is opened for writing: refuse, before any query, what would hang (a FIFO),
+    # fail late (a folder, a text file) or write into the predictions the snapshot reads
+    from sqlcal.monitor.store import StoreError, check_store_path
+
+    try:
+        check_store_path(store.removeprefix("duckdb://"), source=data)
+    except StoreError as e:
+        raise ConfigError(f"{where}: [snapshot] {e}") from None
 
 
 def _number(text: str) -> bool:

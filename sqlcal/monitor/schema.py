@@ -60,6 +60,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from typing import Any, Mapping, Sequence
 
 #: version of what the stored sums mean and how they are laid out; part of the spec hash
@@ -226,7 +227,13 @@ SPEC_FIELDS = (
 
 def table_name(kind: str, prefix: str = PREFIX) -> str:
     """The store table of a summary kind (``"manifest"`` for the manifest, ``"checks"`` for
-    the checks)."""
+    the checks); the prefix is letters, digits and ``_`` (an OptionError otherwise: every store
+    table's name is built here)."""
+    if not (isinstance(prefix, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix)):
+        from sqlcal.options import OptionError
+
+        raise OptionError(f"prefix must be letters, digits and _ (not starting with a digit), "
+                          f"not {prefix!r}")
     own = {"manifest": "snapshots", "checks": "checks"}
     return prefix + (own[kind] if kind in own else TABLES[kind]["suffix"])
 

@@ -23,10 +23,11 @@ import pandas as pd
 
 from sqlcal import summaries
 from sqlcal._version import __version__
-from sqlcal.errors import InvalidInputError
+from sqlcal import inputs as _inputs
+from sqlcal.errors import EngineDataError, InvalidInputError, redact
 from sqlcal.monitor import schema
 from sqlcal.options import OptionError, checked
-from sqlcal.inputs import Source, resolve_table, source
+from sqlcal.inputs import Source, connect_url, resolve_table, source
 
 #: σ(±4): h(p) = clip(logit p, −4, 4)/4 is flat outside [σ(−4), σ(4)]
 _H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))
@@ -35,7 +36,8 @@ _ADDED = ("period_start", "delay")
 
 
 class StoreError(ValueError):
-    """The store holds tables sqlcal did not write, or written for another layout."""
+    """The store holds tables sqlcal did not write, or written for another layout, or its path
+    cannot be a store (a FIFO, a folder, the source's database)."""
 
 
 @checked
@@ -175,6 +177,8 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
             if col is not None and col not in base.columns:
                 raise InvalidInputError(f"column {col!r} is not in the table; its columns are "
                                         f"{list(base.columns)}")
+            if col is not None:
+                _check_time(base, col)
         spec = {"summary_version": schema.SUMMARY_VERSION, "origin": _origin(data, table),
                 "score": score, "label": label,
                 "weight": weight, "by": list(by), "time": time, "grain": grain,
@@ -437,8 +441,8 @@ def _origin(data: Any, table: str | None) -> str:
     """What the spec hash names as the rows' origin (stable as rows are added)."""
     if isinstance(data, tuple) and len(data) == 2:
         data, table = data
-    if isinstance(data, (str, os.PathLike)):
-        return os.fspath(data) + (f" table {table}" if table else "")
+    if isinstance(data, (str, os.PathLike)):  # a URL's password hidden: not stored, not hashed
+        return redact(os.fspath(data)) + (f" table {table}" if table else "")
     if isinstance(data, ir.Table):
         try:
             return f"table {data.get_name()}"
@@ -484,6 +488,28 @@ def _periods(base: ir.Table, *, by, label, time, label_time, as_of, grain, delay
     added = {**keys, "period_start": period, "delay": delay}
     kept = [c for c in base.columns if c not in added and c != label]
     return base.select(*kept, **{label: lab}, **added)
+
+
+def _check_time(base: ir.Table, col: str) -> None:
+    """A time column is a timestamp or a date, or text the engine reads as one (every non-NULL
+    row; the engine would otherwise fail mid-query on the first that is not)."""
+    kind = base[col].type()
+    if kind.is_timestamp() or kind.is_date():
+        return
+    if not kind.is_string():
+        raise InvalidInputError(f"time column {col!r} is {kind}, not a timestamp or a date; "
+                                "cast it, or name another column")
+    value = base[col]
+    bad = base.filter(value.notnull() & value.try_cast("timestamp").isnull()).count()
+    try:
+        count = int(summaries.execute(bad.as_table()).iloc[0, 0])
+    except EngineDataError as e:  # an engine without TRY_CAST (PostgreSQL) casts, and says
+        raise InvalidInputError(f"time column {col!r} holds text that is not a timestamp: "
+                                f"{e}") from e
+    if count:
+        raise InvalidInputError(f"time column {col!r} has {count} rows that are not timestamps "
+                                "('2026-11-01 08:00:00'); clean them or filter them out with "
+                                "where=")
 
 
 def _fingerprints(src: Source) -> tuple[pd.DataFrame, dict]:
@@ -697,10 +723,10 @@ def connect(store: Any, *, create: bool = False):
             raise StoreError(f"store: a {scheme}:// URL names no database sqlcal can keep its "
                              "summary tables in; use a DuckDB file (monitor.duckdb), a database "
                              "URL such as postgres://..., or an Ibis connection")
-        con = ibis.connect(text)
+        con = connect_url(text)
     else:
         path = text[len("duckdb://"):] if text.startswith("duckdb://") else text
-        _check_path(path, create)
+        check_store_path(path, create=create)
         try:
             con = ibis.duckdb.connect(path or ":memory:")
         except Exception as e:  # DuckDB lets one process open a file for writing
@@ -754,20 +780,43 @@ _DATABASES = frozenset({"postgres", "postgresql", "mysql", "mssql", "snowflake",
                         "risingwave", "athena", "sqlite", "druid"})
 
 
-def _check_path(path: str, create: bool) -> None:
-    if path in ("", ":memory:"):
+def check_store_path(path: str, *, source: Any = None, create: bool = True) -> None:
+    """Refuse a DuckDB store path that cannot hold a store, before it is opened: a store is a
+    database. One that exists must be a regular file holding a DuckDB database (a FIFO would
+    block, a folder or a data file fail late, or be mistaken for a store); a new one is named
+    like one (``.duckdb``, ``.ddb``, ``.db``: a ``.parquet`` path would become a DuckDB file
+    that no Parquet reader opens), and only a writer (``create``) makes one; and it is never the
+    predictions' own database (``source``, or one this process reads through a read-only
+    connection). A :class:`StoreError`; URLs and ``":memory:"`` pass."""
+    if "://" in path or path in ("", ":memory:"):
         return
     shown = f"store {path!r}"
-    if os.path.isdir(path):
-        raise StoreError(f"{shown} is a folder: a store is a database, such as "
-                         f"{os.path.join(path, 'monitor.duckdb')!r}")
-    if not path.lower().endswith(_DB_SUFFIXES):
-        raise StoreError(f"{shown} is not a DuckDB database path ({', '.join(_DB_SUFFIXES)}): a "
-                         "store is a database (a DuckDB file, a database URL such as "
+    if os.path.lexists(path):
+        if not os.path.isfile(path):  # follows a symlink to the database it names
+            raise StoreError(f"{shown} is not a regular file (a directory, a FIFO or a "
+                             "device): a store is a database, a DuckDB file or a database URL")
+        with open(path, "rb") as f:
+            head = f.read(12)
+        if head[8:12] != b"DUCK":
+            raise StoreError(f"{shown} exists and is not a DuckDB database: a store is a "
+                             "database, and sqlcal never writes over a file: name a new "
+                             "DuckDB file or a database URL")
+    elif not path.lower().endswith(_DB_SUFFIXES):
+        raise StoreError(f"{shown} is not a DuckDB database path ({', '.join(_DB_SUFFIXES)}): "
+                         "a store is a database (a DuckDB file, a database URL such as "
                          "postgres://..., or an Ibis connection); summaries are never written "
                          "into a data file")
-    if not create and not os.path.exists(path):
+    elif not create:
         raise StoreError(f"no store at {path!r} (no such file): snapshot into it first")
+    if os.path.abspath(path) in _inputs.connections:
+        raise StoreError(f"{shown} is open read-only in this process as a source of "
+                         "predictions; the store must be another database")
+    if isinstance(source, str):
+        source = source.removeprefix("duckdb://")
+        if "://" not in source and os.path.exists(source) and os.path.exists(path) \
+                and os.path.samefile(path, source):
+            raise StoreError(f"{shown} is the source's database; sqlcal only reads the "
+                             "predictions: name another database for the store")
 
 
 def _check_store(con, prefix: str, key_types: dict) -> None:

@@ -79,6 +79,9 @@ _SUMS = frozenset({
 })
 _SUMS |= {"sw2y"}  # Σw²y, with which the levels give a logistic fit's sandwich variance
 _SUMS |= {"sw2p", "sw2pp", "sw_logloss_sq", "swy_logloss"}  # low base rates' variances
+# the variance weight's sums (sqlcal.summaries.variance_weights): the normalized entropy's,
+# and a sampling design's label-free part Σv₀ and own part Σ(v − v₀)(y − p)²
+_SUMS |= {"sw2_logloss", "sw2_logloss_sq", "sw2y_logloss", "sw2_0", "sw2_design"}
 _SUMS |= {"swr", "swd", "swyd", "swrd"}  # smooth_cells: the residual and the offsets' moments
 _MINIMA, _MAXIMA = MERGED_BY_MIN, MERGED_BY_MAX
 

@@ -93,6 +93,8 @@ def level_sums(levels: pd.DataFrame, parts: frozenset) -> pd.DataFrame:
         out["sw2"] = sw2
     if "sw2p" in parts:
         out |= {"sw2p": p * sw2, "sw2pp": p * p * sw2}
+    if "sw2y" in parts and "sw2y" in levels:
+        out["sw2y"] = levels["sw2y"].to_numpy(float)
     if "ny" in parts:
         out["ny"] = levels["ny"].to_numpy()
     if "pp" in parts:
@@ -207,6 +209,12 @@ def _totals(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
                 lq = np.where(p < 1, -np.log(np.where(p < 1, 1 - p, 1.0)), 0.0)
             frame["sw_logloss_sq"] = swy * lp * lp + neg * lq * lq
             frame["swy_logloss"] = swy * lp
+            if "sw2" in parts and "sw2y" in levels:  # the same under the variance weight
+                vy = levels["sw2y"].to_numpy(float)
+                vn = sw2 - vy
+                frame["sw2_logloss"] = vy * lp + vn * lq
+                frame["sw2_logloss_sq"] = vy * lp * lp + vn * lq * lq
+                frame["sw2y_logloss"] = vy * lp
         frame["n_infinite_logloss"] = (np.where(p == 0, ny, 0) + np.where(p == 1, n - ny, 0)
                                        ).astype(np.int64)
     keys = list(by)

@@ -73,6 +73,12 @@ SELECT
     "t1"."w" > 1.7976931348623157e+308) AS "weight_inf",
   COUNT(*) FILTER(WHERE
     (
+      "t1"."w" > 1e+140
+    ) AND (
+      "t1"."w" <= 1.7976931348623157e+308
+    )) AS "weight_huge",
+  COUNT(*) FILTER(WHERE
+    (
       "t1"."p" >= 0
     )
     AND (
@@ -105,7 +111,7 @@ SELECT
         "t1"."w" = CAST('NaN' AS DOUBLE PRECISION)
       )
       AND (
-        "t1"."w" <= 1.7976931348623157e+308
+        "t1"."w" <= 1e+140
       )
     )) AS "n"
 FROM (
@@ -284,6 +290,12 @@ SELECT
     "t1"."w" > 1.7976931348623157e+308) AS "weight_inf",
   COUNT(*) FILTER(WHERE
     (
+      "t1"."w" > 1e+140
+    ) AND (
+      "t1"."w" <= 1.7976931348623157e+308
+    )) AS "weight_huge",
+  COUNT(*) FILTER(WHERE
+    (
       "t1"."p" >= 0
     )
     AND (
@@ -311,12 +323,10 @@ SELECT
     AND (
       (
         "t1"."w" >= 0
-      )
-      AND NOT (
+      ) AND NOT (
         ISNAN("t1"."w")
-      )
-      AND (
-        "t1"."w" <= 1.7976931348623157e+308
+      ) AND (
+        "t1"."w" <= 1e+140
       )
     )) AS "n"
 FROM (
@@ -495,6 +505,13 @@ SELECT
   SUM(CAST(`t1`.`w` > 1.7976931348623157e+308 AS BIGINT)) AS `weight_inf`,
   SUM(
     CAST((
+      `t1`.`w` > 1e+140
+    ) AND (
+      `t1`.`w` <= 1.7976931348623157e+308
+    ) AS BIGINT)
+  ) AS `weight_huge`,
+  SUM(
+    CAST((
       `t1`.`p` >= 0
     )
     AND (
@@ -522,12 +539,10 @@ SELECT
     AND (
       (
         `t1`.`w` >= 0
-      )
-      AND NOT (
+      ) AND NOT (
         ISNAN(`t1`.`w`)
-      )
-      AND (
-        `t1`.`w` <= 1.7976931348623157e+308
+      ) AND (
+        `t1`.`w` <= 1e+140
       )
     ) AS BIGINT)
   ) AS `n`
@@ -700,6 +715,11 @@ SELECT
   COUNTIF(IS_NAN(`t1`.`w`)) AS `weight_nan`,
   COUNTIF(`t1`.`w` < 0) AS `weight_negative`,
   COUNTIF(`t1`.`w` > 1.7976931348623157e+308) AS `weight_inf`,
+  COUNTIF((
+    `t1`.`w` > 1e+140
+  ) AND (
+    `t1`.`w` <= 1.7976931348623157e+308
+  )) AS `weight_huge`,
   COUNTIF(
     (
       `t1`.`p` >= 0
@@ -729,12 +749,10 @@ SELECT
     AND (
       (
         `t1`.`w` >= 0
-      )
-      AND NOT (
+      ) AND NOT (
         IS_NAN(`t1`.`w`)
-      )
-      AND (
-        `t1`.`w` <= 1.7976931348623157e+308
+      ) AND (
+        `t1`.`w` <= 1e+140
       )
     )
   ) AS `n`
@@ -910,6 +928,11 @@ SELECT
   COUNT_IF("t1"."w" = CAST('NaN' AS DOUBLE)) AS "weight_nan",
   COUNT_IF("t1"."w" < 0) AS "weight_negative",
   COUNT_IF("t1"."w" > 1.7976931348623157e+308) AS "weight_inf",
+  COUNT_IF((
+    "t1"."w" > 1e+140
+  ) AND (
+    "t1"."w" <= 1.7976931348623157e+308
+  )) AS "weight_huge",
   COUNT_IF(
     (
       "t1"."p" >= 0
@@ -944,7 +967,7 @@ SELECT
         "t1"."w" = CAST('NaN' AS DOUBLE)
       )
       AND (
-        "t1"."w" <= 1.7976931348623157e+308
+        "t1"."w" <= 1e+140
       )
     )
   ) AS "n"
@@ -1126,6 +1149,13 @@ SELECT
     "t1"."w" > CAST(1.7976931348623157e+308 AS DOUBLE)) AS "weight_inf",
   COUNT(*) FILTER(WHERE
     (
+      "t1"."w" > CAST(1e+140 AS DOUBLE)
+    )
+    AND (
+      "t1"."w" <= CAST(1.7976931348623157e+308 AS DOUBLE)
+    )) AS "weight_huge",
+  COUNT(*) FILTER(WHERE
+    (
       "t1"."p" >= 0
     )
     AND (
@@ -1158,7 +1188,7 @@ SELECT
         IS_NAN("t1"."w")
       )
       AND (
-        "t1"."w" <= CAST(1.7976931348623157e+308 AS DOUBLE)
+        "t1"."w" <= CAST(1e+140 AS DOUBLE)
       )
     )) AS "n"
 FROM (
@@ -2777,6 +2807,7 @@ SELECT
   SUM("t1"."w" * "t1"."p") AS "swp",
   MIN("t1"."p") AS "p_min",
   SUM("t1"."w" * "t1"."w") AS "sw2",
+  SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
   SUM("t1"."w" * (
     "t1"."p" * "t1"."p"
   )) AS "swpp",
@@ -2879,6 +2910,7 @@ SELECT
   SUM("t1"."w" * "t1"."p") AS "swp",
   MIN("t1"."p") AS "p_min",
   SUM("t1"."w" * "t1"."w") AS "sw2",
+  SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
   SUM("t1"."w" * (
     "t1"."p" * "t1"."p"
   )) AS "swpp",
@@ -2981,6 +3013,7 @@ SELECT
   SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
   MIN(`t1`.`p`) AS `p_min`,
   SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+  SUM(`t1`.`w` * `t1`.`w` * `t1`.`y`) AS `sw2y`,
   SUM(`t1`.`w` * (
     `t1`.`p` * `t1`.`p`
   )) AS `swpp`,
@@ -3084,6 +3117,7 @@ SELECT
   SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
   MIN(`t1`.`p`) AS `p_min`,
   SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+  SUM(`t1`.`w` * `t1`.`w` * `t1`.`y`) AS `sw2y`,
   SUM(`t1`.`w` * (
     `t1`.`p` * `t1`.`p`
   )) AS `swpp`,
@@ -3186,6 +3220,7 @@ SELECT
   SUM("t1"."w" * "t1"."p") AS "swp",
   MIN("t1"."p") AS "p_min",
   SUM("t1"."w" * "t1"."w") AS "sw2",
+  SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
   SUM("t1"."w" * (
     "t1"."p" * "t1"."p"
   )) AS "swpp",
@@ -3288,6 +3323,7 @@ SELECT
   SUM("t1"."w" * "t1"."p") AS "swp",
   MIN("t1"."p") AS "p_min",
   SUM("t1"."w" * "t1"."w") AS "sw2",
+  SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
   SUM("t1"."w" * (
     "t1"."p" * "t1"."p"
   )) AS "swpp",
