@@ -38,6 +38,10 @@ _MONITOR_EXIT_CODES = f"""exit codes:
 _PLAIN_EXIT_CODES = f"""exit codes:
 {_EXIT_DONE}
 {_EXIT_REST}"""
+_SEGMENTS_EXIT_CODES = f"""exit codes:
+  0  done (with --fix: the fix printed was accepted on its holdout, or there was nothing to fit)
+  3  done, but the fix --fix printed was rejected on its holdout: the reason on stderr
+{_EXIT_REST}"""
 #: the widest line of the default terminal table (wider tables wrap, the keys repeated)
 TERMINAL_WIDTH = 110
 # optional drivers -> the extra that installs them
@@ -297,7 +301,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     sql.add_argument("--by", default="", help="comma-separated group keys")
 
     dbt = commands.add_parser(
-        "dbt", help="write the dbt package `sqlcal` (sql/dbt/) to a folder",
+        "dbt", help="write the dbt package sqlcal (sql/dbt/) to a folder",
         description="Write the dbt package sqlcal into FOLDER: a new or empty folder, or one a "
                     "previous 'sqlcal dbt' wrote (it holds .sqlcal-manifest.json, the list of "
                     "the files sqlcal wrote there). A folder holding anything else (your dbt "
@@ -311,7 +315,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
         description="Search conjunctions of feature = value for miscalibration (sqlcal.segments: "
                     "fold A searches, fold B certifies with Benjamini-Hochberg); with --fix, fit "
                     "per-segment logit shifts judged on a holdout and print their SQL.",
-        epilog=_PLAIN_EXIT_CODES, formatter_class=_Formatter)
+        epilog=_SEGMENTS_EXIT_CODES, formatter_class=_Formatter)
     seg.add_argument("data", help="Parquet/CSV path or glob, DuckDB file, or connection URL")
     seg.add_argument("--table", help="table name inside a database file or URL")
     seg.add_argument("--score", required=True, help="score column (probability in [0, 1])")
@@ -327,9 +331,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     seg.add_argument("--mode", choices=["split", "full"], default="split",
                      help="split (default): fold A searches, fold B tests the top segments; "
                           "full: test every eligible segment on all rows")
-    seg.add_argument("--fdr", choices=["bh", "by", "bonferroni", "none"], default="bh",
+    seg.add_argument("--fdr", choices=["bh", "by", "bonferroni", "none"],
                      help="multiple-testing correction of the q-values (default bh, "
-                          "Benjamini-Hochberg; by for any dependence)")
+                          "Benjamini-Hochberg, for the segments; bonferroni, no calibrated "
+                          "segment fitted with probability 1 - alpha, for the --fix fits; by "
+                          "for any dependence)")
     seg.add_argument("--alpha", type=float, default=0.05,
                      help="level at which a segment is significant (default 0.05)")
     seg.add_argument("--top-k", type=_positive, default=100,
@@ -500,30 +506,46 @@ def _segments(args) -> int:
 
     import sqlcal
     from sqlcal.outputs import JSON_MARKER, check, protected, write_text
+    from sqlcal.segments_map import shown_name
 
     if args.json:  # refused before the search, not after it
         check(args.json, "json", sources=protected(args.data))
     data = (args.data, args.table) if args.table else args.data
     options = dict(score=args.score, label=args.label, weight=args.weight,
                    by=_keys(args.by), where=args.where, features=_keys(args.features),
-                   max_depth=args.max_depth, min_support=args.min_support, fdr=args.fdr,
+                   max_depth=args.max_depth, min_support=args.min_support,
                    alpha=args.alpha, top_k=args.top_k, strategy=args.strategy)
     found = sqlcal.segments(data, mode=args.mode, effect=args.effect,
-                            sliceline_alpha=args.sliceline_alpha, **options)
+                            sliceline_alpha=args.sliceline_alpha, fdr=args.fdr or "bh",
+                            **options)
+    # sqlcal's columns beside group keys and features of the same names
+    users = {*options["by"], *options["features"]}
     doc = {JSON_MARKER[0]: JSON_MARKER[1], "segments": json.loads(found.to_json(
         orient="records"))}
-    lines = [found.drop(columns=["searched"]).to_string(index=False)]
+    lines = [found.drop(columns=[shown_name("searched", users)]).to_string(index=False)]
+    rejected = []
     if args.fix:
-        fix = sqlcal.segment_fix(data, **options)
+        fix = sqlcal.segment_fix(data, fdr=args.fdr or "bonferroni", **options)
         doc["fix"] = {"sql": fix.sql(args.score), "table": json.loads(fix.table.to_json(
             orient="records")), "summary": json.loads(fix.summary.to_json(orient="records"))}
         lines += [fix.summary.to_string(index=False), fix.sql(args.score)]
+        summary = fix.summary
+        # a fit the holdout judged and turned down (a group with nothing to fit is not)
+        turned = summary[(summary[shown_name("n_segments", users)] > 0)
+                         & ~summary[shown_name("accepted", users)].astype(bool)]
+        for _, row in turned.iterrows():
+            group = ", ".join(f"{k} = {row[k]}" for k in options["by"])
+            rejected.append(f"the fix{' of ' + group if group else ''} is rejected on its "
+                            f"holdout: {row[shown_name('reason', users)]}; its SQL is printed "
+                            "for inspection, not to deploy")
     if args.json:  # written before anything is printed (a closed pipe loses no file)
         write_text(args.json, "json", json.dumps(doc, indent=2), sources=protected(args.data))
         lines.append(f"wrote {args.json}")
     for line in lines:
         _out(line)
-    return EXIT_OK
+    for message in rejected:  # where the user looks: stderr, and the exit status
+        print(f"sqlcal: warning: {message}", file=sys.stderr)
+    return EXIT_ALERT if rejected else EXIT_OK
 
 
 def _dbt(args) -> int:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from sqlcal._version import __version__
 from sqlcal.outputs import HTML_MARKER
+from sqlcal.segments_map import shown_name
 
 if TYPE_CHECKING:  # annotations only: sqlcal.scheduled renders its runs with this module
     from sqlcal.scheduled import ScheduledRun
@@ -133,17 +134,24 @@ def _summary_section(run: ScheduledRun, alerted: dict) -> str:
 def _segments_section(run: ScheduledRun) -> str:
     """The significant miscalibrated segments (sqlcal.segments), and what was searched."""
     frame = run.segments
-    shown = frame[frame["significant"].fillna(False).astype(bool)]
-    columns = [*run.keys, "segment", "n", "citl", "harm", "z", "q_value", "logit_shift",
-               "explained_by"]
+    keys = run.keys
+    # sqlcal's columns beside keys and features of the same names (sqlcal.segments)
+    users = {*keys, *run.config["segments"]["features"]}
+    name = {c: shown_name(c, users) for c in ("significant", "segment", "n", "citl", "harm", "z",
+                                               "q_value", "logit_shift", "explained_by",
+                                               "family_size", "tested", "statements",
+                                               "branches")}
+    shown = frame[frame[name["significant"]].fillna(False).astype(bool)]
+    columns = [*keys, *(name[c] for c in ("segment", "n", "citl", "harm", "z", "q_value",
+                                          "logit_shift", "explained_by"))]
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
     rows = "".join("<tr>" + "".join(f"<td>{escape(_cell(r[c]))}</td>" for c in columns)
                    + "</tr>" for _, r in shown.iterrows())
     first = frame.iloc[0] if len(frame) else None
     searched = ("" if first is None else
-                f'<p class="note">{int(first["family_size"])} eligible segments, '
-                f'{int(first["tested"])} tested, {int(first["statements"])} engine statements '
-                f'({int(first["branches"])} GROUP BYs).</p>')
+                f'<p class="note">{int(first[name["family_size"]])} eligible segments, '
+                f'{int(first[name["tested"]])} tested, {int(first[name["statements"]])} engine '
+                f'statements ({int(first[name["branches"]])} GROUP BYs).</p>')
     body = (f'<div class="wide"><table><tr>{head}</tr>{rows}</table></div>' if len(shown) else
             '<p class="note">No significantly miscalibrated segment.</p>')
     return f'<section id="segments"><h2>Miscalibrated segments</h2>{body}{searched}</section>'

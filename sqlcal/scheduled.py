@@ -33,6 +33,7 @@ from sqlcal.options import checked
 from sqlcal.reporting import (METRICS, describe, metric_options, summary_steps, to_json, trust,
                               wide)
 from sqlcal.inputs import Source, as_source, connect_url
+from sqlcal.segments_map import shown_name
 
 #: section -> allowed keys (None: any metric name)
 SECTIONS: dict[str, tuple[str, ...] | None] = {
@@ -960,8 +961,10 @@ def to_document(run: ScheduledRun) -> dict:
         key = run.config["time"]["key"]
         doc["series"] = {"time": key, "rows": _tidy_records(run.series, keys, key)}
     if run.segments is not None:
-        doc["segments"] = [{**{k: _jsonable(v) for k, v in r.items() if k != "searched"},
-                            "searched": json.loads(r["searched"])}
+        # sqlcal.segments' own column, beside keys and features of the same names
+        searched = shown_name("searched", {*keys, *run.config["segments"]["features"]})
+        doc["segments"] = [{**{k: _jsonable(v) for k, v in r.items() if k != searched},
+                            searched: json.loads(r[searched])}
                            for r in run.segments.to_dict("records")]
     return doc
 

@@ -11,8 +11,12 @@ finishes: eligibility (label-free), the sign-split bound that prunes the search,
 score test, Benjamini-Hochberg on a held-out fold, the redundancy rule.
 
 Values too rare to be a segment (weight below ``min_support``) are pooled into one explicit
-``__other__`` value per feature (its condition is ``c IS NULL OR c NOT IN (kept values)``), never
-dropped. NULL is the value ``__null__`` (``c IS NULL``).
+bucket per feature (its condition is ``c IS NULL OR c NOT IN (kept values)``), never dropped.
+NULL is a value of its own (``c IS NULL``). Inside the search a value is keyed apart from NULL
+and the bucket (:func:`sqlcal.summaries.segment_value`), so a value ``"__null__"`` or
+``"__other__"`` of the data is a value like any other; the result shows the NULL predicate as
+``__null__`` and the bucket as ``__other__`` in the feature's column, and its ``special_values``
+column names the features whose predicate is either.
 """
 
 from __future__ import annotations
@@ -34,12 +38,17 @@ from sqlcal.options import BudgetError, OptionError, checked
 from sqlcal.query import declared, planner
 from sqlcal.recalibrate import isotonic
 from sqlcal.segments_map import (SegmentFix, SegmentIsotonicFix, condition_sql, dialect,
-                                 feature_kinds, with_columns)
+                                 feature_kinds, shown_name, with_columns)
 from sqlcal.inputs import Source, source
-from sqlcal.summaries import (SEGMENT_NULL, SEGMENT_OTHER, key_match, segment_condition,
-                              segment_fold, segment_plan, segment_sizes)
+from sqlcal.summaries import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
+                              segment_code, segment_condition, segment_fold, segment_plan,
+                              segment_sizes)
 
 FOLD_A, FOLD_B, HOLDOUT = 0, 1, 2
+#: how a result shows the NULL predicate and the pooled bucket in a feature's column, and how its
+#: ``special_values`` names them
+SHOWN = {SEGMENT_NULL: "__null__", SEGMENT_OTHER: "__other__"}
+SPECIAL = {SEGMENT_NULL: "null", SEGMENT_OTHER: "other"}
 #: the default ``min_support``: max(SUPPORT_FLOOR, SUPPORT_SHARE·W) (see :func:`default_support`)
 SUPPORT_FLOOR, SUPPORT_SHARE = 1000.0, 1e-3
 #: the sums each segment row carries, in this order
@@ -103,8 +112,12 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     screen_z : float, default 2
         Split mode: least |z| on fold A to enter the certified set.
     max_candidates : int, default 1,000,000
-        Most candidate segments per level (over all groups): split mode keeps those with the
-        largest bound (exact for the top segments); full mode raises :class:`BudgetError`.
+        Most candidate segments per level (over all groups), and fewer when their summaries
+        would exceed the budget's ``bytes`` (about 1.4 kB a depth-3 candidate: some 780,000
+        in 1 GiB): split mode keeps those with the largest bound (exact for the top
+        segments); full mode bounds every level's candidates from the level-1 counts before
+        any deeper level runs and raises :class:`BudgetError` naming the ``min_support`` and
+        ``max_depth`` that would fit.
     strategy : {"levels", "cube"}, default "levels"
         ``"levels"``: each level reads the base table once per covering set of columns (at
         most 2^16 raw value combinations), re-aggregated per column tuple inside it.
@@ -140,18 +153,25 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     Returns
     -------
     pandas.DataFrame
-        Per group, one row per returned segment, sorted by ``harm`` (segments explained by an
-        ancestor last): group keys, ``segment`` (its SQL condition), ``depth``, one column per
-        feature (its value as a string, NULL when free), ``n``, ``W``, ``mean_score``,
+        Per group, one row per returned segment, sorted by ``harm`` (explained segments
+        last): group keys, ``segment`` (its SQL condition), ``depth``, one column per
+        feature (its value as a string, NULL when free; ``__null__`` for a NULL predicate and
+        ``__other__`` for the pooled bucket), ``special_values`` (JSON naming the features
+        whose predicate is NULL or the bucket, None when none is: a value ``"__null__"`` of
+        the data is not listed), ``n``, ``W``, ``mean_score``,
         ``observed``, ``citl`` (mean score − observed), ``residual`` = Σw(y − p), ``harm`` =
         \|residual\| / W of the group, ``z``, ``p_value``, ``q_value``, ``significant``,
-        ``logit_shift`` and ``logit_shift_se`` (one Newton step), ``explained_by``,
+        ``logit_shift`` and ``logit_shift_se`` (one Newton step), ``explained_by`` (Notes),
         ``residual_all``, ``z_all`` (all non-holdout rows; biased by the selection in split
         mode); and what was searched: ``family_size`` (eligible segments evaluated: all of
         them in full mode, those the bound did not prune in split mode), ``tested``,
-        ``statements`` (engine statements), ``branches`` (GROUP BYs in them), ``searched``
-        (JSON: per level the candidates, ineligible, bound-pruned, evaluated; the values pooled
-        per feature; folds' weights), ``weight_kind``. Numbers come from fold B in split mode.
+        ``statements`` (engine statements), ``branches`` (base-table reads), ``searched``
+        (JSON: per level the candidates, ineligible, bound-pruned, evaluated, the cap and its
+        bound from the level-1 counts; the values pooled per feature; folds' weights; the
+        redundancy rule's statements), ``weight_kind``. Numbers come from fold B in split
+        mode. Group keys and features keep their names (any name); a column sqlcal adds
+        whose name a group key or feature holds takes a trailing underscore, repeated until
+        unique (``by="segment"``: the key in ``segment``, the condition in ``segment_``).
 
     Notes
     -----
@@ -164,10 +184,29 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     & Boehm 2021, made valid for signed residuals). Fold-B p-values are valid conditionally on
     the fold-A selection (Cox 1975; Wasserman & Roeder 2009); Benjamini & Hochberg (1995) controls
     the FDR. ``harm`` is the multiaccuracy violation of the segment's indicator (Kim, Ghorbani &
-    Zou 2019). A significant segment is ``explained_by`` its most general significant ancestor T
-    when :math:`R_S - \delta_T V_S` is not significant at ``alpha``; failing that, by a
-    significant descendant D when :math:`R_S - R_D` is not (a marginal that is miscalibrated
-    only through one sub-segment).
+    Zou 2019).
+
+    *Redundancy.* A segment that overlaps a miscalibrated one is often significant only
+    through the rows they share (a marginal holding part of a planted 2-way segment). A
+    significant S is ``explained_by`` a significant T when what T leaves of S's excess, on the
+    test fold, would not have been a discovery: its p-value (tested as S was: one-sided in S's
+    direction in split mode, two-sided in full mode, the binned chi-square with
+    ``effect="ece"``) is above the cut-off that made the discoveries (k·α/m for
+    Benjamini-Hochberg with k of m tests significant; α/m for Bonferroni). What T leaves is
+    the residual of S's rows outside T, :math:`R_S - R_{S\cap T}` with variance
+    :math:`V_S - V_{S\cap T}`: if S's miscalibration lies within T, those rows are calibrated,
+    share no row with T, and the statistic is standard normal, so the rule keeps S apart
+    (unexplained) at the level of the search. When S lies inside T (T an ancestor) nothing is
+    left outside T, and the question is whether S's excess is T's shift: the score test of a
+    shift of S's own once T's is fitted on the same fold (Rao's score test with a nuisance
+    parameter), :math:`U = R_S - c R_T`, :math:`c = I_S/I_T`,
+    :math:`\operatorname{Var} U = V_S - 2cV_S + c^2V_T` (I = Σwp(1 − p); for frequency
+    weights the variance is :math:`I_S(1 - I_S/I_T)`). Segments are taken by strength (\|z\|,
+    largest first) and each is tested against those already left unexplained, so
+    ``explained_by`` names an unexplained segment and never forms a cycle;
+    :func:`segment_fix` fits the unexplained ones only. The sums of S ∩ T (a conjunction)
+    come from the lattice when the search evaluated it, else from one more statement (counted
+    in ``statements``) per round of new unexplained segments, over their rows only.
 
     Examples
     --------
@@ -199,8 +238,8 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     search = _search(src, spec, min_support=min_support, min_expected=min_expected,
                      holdout=0.0, top_k=top_k, screen_z=screen_z,
                      bins=int(bins) if effect == "ece" else 0)
-    return _with_dropped(src, _report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k),
-                         spec["by"])
+    return _present(_with_dropped(src, _report(search, spec, alpha=alpha, fdr=fdr,
+                                                top_k=top_k), spec["by"]), spec)
 
 
 def default_support(W: float) -> float:
@@ -227,6 +266,15 @@ def default_support(W: float) -> float:
     (1000.0, 1000.0, 100000.0)
     """
     return max(SUPPORT_FLOOR, SUPPORT_SHARE * float(W))
+
+
+def _present(frame: pd.DataFrame, spec: dict) -> pd.DataFrame:
+    """A result with the user's names: group keys and feature columns (internal names inside
+    the search) get theirs back, and each column sqlcal adds takes a trailing underscore while a
+    group key or feature holds its name (:func:`~sqlcal.segments_map.shown_name`)."""
+    users = {*spec["keys"], *spec["features"]}
+    own = dict(zip((*spec["by"], *spec["columns"]), (*spec["keys"], *spec["features"])))
+    return frame.rename(columns={c: own.get(c) or shown_name(c, users) for c in frame.columns})
 
 
 def _with_dropped(src: Source, out: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
@@ -338,7 +386,7 @@ def multicalibration(data, *, score: str, label: str, weight: str | None = None,
                    p_value=min(1.0, m * 2 * stats.norm.sf(zmax)) if m else np.nan,
                    n_segments=m, n=int(g["n_fold"][FOLD_A]), W=W, metric=metric, bins=int(bins))
         rows.append(row)
-    return _with_dropped(src, pd.DataFrame(rows), spec["by"])
+    return _present(_with_dropped(src, pd.DataFrame(rows), spec["by"]), spec)
 
 
 @checked
@@ -347,8 +395,9 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
                 kind: str = "shift", holdout: float = 0.2, penalty="auto",
                 max_segments: int = 30,
                 max_depth: int | None = 3, min_support: float | None = None,
-                min_expected: float = 10.0, split: Sequence[str] = (), fdr: str = "bh",
-                alpha: float = 0.05, top_k: int = 100, screen_z: float = 2.0,
+                min_expected: float = 10.0, split: Sequence[str] = (),
+                fdr: str = "bonferroni", alpha: float = 0.05, top_k: int = 100,
+                screen_z: float = 2.0,
                 max_candidates: int = 1_000_000, strategy: str = "levels",
                 weight_kind: str | None = None, on_invalid: str = "raise") -> SegmentFix:
     r"""Per-segment logit shifts fitted on the discovery rows and judged on a holdout.
@@ -360,8 +409,14 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
     Parameters
     ----------
     data, score, label, weight, by, where, features, max_depth, min_support, min_expected,
-    split, fdr, alpha, top_k, screen_z, max_candidates, strategy, weight_kind, on_invalid
+    split, alpha, top_k, screen_z, max_candidates, strategy, weight_kind, on_invalid
         As :func:`segments`.
+    fdr : {"bonferroni", "bh", "by", "none"}, default "bonferroni"
+        The adjustment of the search that picks the segments to fit. A fix changes the scores
+        of every row of every segment it fits, so by default it controls the probability of
+        fitting any calibrated segment at all (Bonferroni: at most ``alpha``), where the
+        false discovery rate of :func:`segments` (``"bh"``) lets about ``alpha`` of the
+        discoveries be false: with some 30 discoveries, one or two calibrated segments a run.
     segments : pandas.DataFrame, optional
         A :func:`segments` result to fit (its significant rows not ``explained_by`` another);
         by default :func:`segments` runs first on the non-holdout rows.
@@ -375,8 +430,8 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
         on p over its fitting rows (:func:`sqlcal.isotonic`): a
         :class:`~sqlcal.segments_map.SegmentIsotonicFix`, whose ``.blocks`` is the mapping
         table and whose table gives ``blocks`` per segment instead of θ; the holdout checks
-        count each segment's entry (its rows not taken by an earlier segment), the log loss
-        clips the mapped score to [1e-6, 1 − 1e-6]; ``penalty`` does not apply. A
+        count each segment's entry (its rows not taken by an earlier segment); ``penalty``
+        does not apply. A
         nonparametric map moves a calibrated entry's holdout z by noise, so ``accepted``
         asks each segment's holdout \|z\| not to grow past max(\|z\| before, 2).
     holdout : float, default 0.2
@@ -397,7 +452,8 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
         and ``.summary`` (per group: ``holdout_log_loss_before``/``_after``, its standard
         error ``holdout_log_loss_se``, ``holdout_brier_before``/``_after``,
         ``holdout_multiaccuracy_before``/``_after`` over the fitted segments, ``penalty``,
-        ``n_segments``, ``accepted``).
+        ``n_segments``, ``accepted``, and ``reason``: why a fix is not accepted, None when it
+        is).
 
     Notes
     -----
@@ -408,6 +464,11 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
     (membership pattern, logit cell) gives the λ path in numpy; one exact Newton step on the
     rows follows. ``accepted`` iff the holdout log loss falls by more than two standard errors
     of the paired per-row difference and no fitted segment's holdout \|z\| grows.
+
+    The judgement reads exactly the scores the map exports (one expression,
+    :func:`sqlcal.summaries.segment_fixed`, builds both): a row in a fitted segment gets its
+    corrected score clipped to [1e-6, 1 − 1e-6] (never 0 or 1, whose log loss is infinite), a
+    row in none keeps its score, bit for bit.
 
     Examples
     --------
@@ -438,15 +499,18 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
     if segments is None:
         search = _search(src, spec, min_support=min_support, min_expected=min_expected,
                          holdout=holdout, top_k=top_k, screen_z=screen_z, bins=0)
-        found = _report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k)
+        found = _present(_report(search, spec, alpha=alpha, fdr=fdr, top_k=top_k), spec)
         kept = search["kept"]
     else:
         _check_segments(segments, spec)
         found, kept = segments, [() for _ in spec["features"]]
-        other = found[list(spec["features"])].isin([SEGMENT_OTHER]).to_numpy().any(axis=1)
-        if other.any():
-            raise OptionError("segment_fix: segments= holds __other__ values; let segment_fix "
-                              "run the search (segments=None) to fit them")
+        special = shown_name("special_values", {*spec["keys"], *spec["features"]})
+        other = [SEGMENT_OTHER in _keys_of(row, spec["features"], special).values()
+                 for _, row in found.iterrows()]
+        if any(other):
+            raise OptionError(f"segment_fix: segments= holds {sum(other)} segments of a pooled "
+                              "bucket (special_values 'other'); let segment_fix run the search "
+                              "(segments=None) to fit them")
     chosen = _chosen(found, spec, kept, max_segments)
     return _fit(src, spec, chosen, penalty, kind)
 
@@ -496,10 +560,14 @@ def _prepare(data, score, label, weight, by, where, features, split, on_invalid,
             f"{max(math.comb(len(features), d) for d in range(1, depth + 1))} GROUP BY branches "
             f"in one statement, over the budget of {budget.terms} query terms; lower max_depth "
             "or pass fewer features (or raise sqlcal.options.budget(terms=))")
-    table, names = with_columns(data, [*features, *split])
-    columns, split_columns = tuple(names[:len(features)]), tuple(names[len(features):])
+    # every column the search groups by under an internal name: the user's names come back
+    # only in the results (:func:`_present`)
+    table, names = with_columns(data, [*by, *features, *split])
+    keys = tuple(names[:len(by)])
+    columns = tuple(names[len(by):len(by) + len(features)])
+    split_columns = tuple(names[len(by) + len(features):])
     src = source(table, score=score, label=label, weight=weight,
-                 by=(*by, *columns, *split_columns), where=where, on_invalid=on_invalid)
+                 by=(*keys, *columns, *split_columns), where=where, on_invalid=on_invalid)
     kinds = dict(zip(features, feature_kinds(src.rows, columns).values()))
     bad = [f for f, k in kinds.items() if k is None]
     if bad:
@@ -508,7 +576,8 @@ def _prepare(data, score, label, weight, by, where, features, split, on_invalid,
     for col, name in zip(split, split_columns):
         if not src.rows.schema()[name].is_numeric():
             raise OptionError(f"segments: split column {col!r} is not numeric")
-    spec = dict(by=by, features=features, columns=columns, split=split_columns, depth=depth,
+    spec = dict(by=keys, keys=by, features=features, columns=columns, split=split_columns,
+                depth=depth,
                 mode=mode,
                 max_candidates=int(max_candidates), kinds=kinds, dialect=dialect(src.rows),
                 weight_kind=weight_kind, branches_max=branches, strategy=strategy)
@@ -541,8 +610,6 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
     # unweighted rows are frequencies of 1, as every metric reports them
     spec["weight_kind_used"] = "sampling" if spec["sampling"] else "frequency"
     nb = max(bins, 1)
-    if (frame["sqlcal_v0"] == SEGMENT_OTHER).any():
-        raise OptionError(f"segments: a feature holds the reserved value {SEGMENT_OTHER!r}")
     frame = _with_var2(frame)
     gid, keys = _group_ids(frame, by, None)
     order = sorted(range(len(keys)), key=lambda i: _sort_key(keys[i]))
@@ -572,6 +639,9 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
     per_value = pd.DataFrame({"g": gid[ab], "j": feat[ab], "v": raw[ab], "W": vals[ab, _W]}
                              ).groupby(["g", "j", "v"], sort=False)["W"].sum().reset_index()
     supports = np.array([g["support"] for g in groups])
+    # the lattice's cost, from these counts, before any deeper level runs
+    spec["level_caps"], spec["level_bounds"] = _lattice_budget(per_value, groups, spec, k,
+                                                               max(bins, 1))
     big = per_value[per_value["W"].to_numpy() >= supports[per_value["g"].to_numpy()]]
     kept = [tuple(sorted(set(big.loc[big["j"] == j, "v"]))) for j in range(k)]
     seen = pd.DataFrame({"j": feat, "v": raw}).drop_duplicates()
@@ -602,11 +672,14 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
         g["next"] = (nodes[:, None], np.full(len(nodes), np.inf))
         g["level"] = (nodes[:, None], _accumulate(inverse, fold[m], b[m], vals[m],
                                                   len(nodes), nb))
-    statements, branches, built = 1, k, False
-    # covering GROUP BYs are sized by each feature's raw values (NULL included)
-    cover = tuple(len(set(seen.loc[seen["j"] == j, "v"])) for j in range(k))
-    rows_total = float(sum(g["n_fold"].sum() for g in groups))
-    token = uuid.uuid4().hex  # this search's cube (strategy="cube"), never another's
+    # what a later statement of this search needs (a level, or the intersections the
+    # redundancy rule tests): covering GROUP BYs are sized by each feature's raw values (NULL
+    # included); the cube (strategy="cube") is this search's own, never another's
+    search["scan"] = dict(src=src, folds=folds, bins=bins, nb=nb, kept=kept, extremes=extremes,
+                          cover=tuple(len(set(seen.loc[seen["j"] == j, "v"])) for j in range(k)),
+                          rows=float(sum(g["n_fold"].sum() for g in groups)),
+                          cube=uuid.uuid4().hex if spec["strategy"] == "cube" else None,
+                          statements=1, branches=k, built=False, explaining=0)
     V = int(offset[-1])
     for depth in range(1, spec["depth"] + 1):
         if depth > 1:
@@ -615,84 +688,181 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
                 break
             cands, bound = _union([c for c, _ in parts], [u for _, u in parts], V)
             capped = 0
-            if len(cands) > spec["max_candidates"]:
+            cap = spec["level_caps"][depth]  # max_candidates, or less to fit the budget
+            if len(cands) > cap:
                 if mode == "full":
                     raise BudgetError(
                         f"segments: level {depth} has {len(cands)} candidate segments, over "
-                        f"max_candidates={spec['max_candidates']} (family so far: "
+                        f"max_candidates={spec['max_candidates']} or the {cap} the budget "
+                        "allows (family so far: "
                         f"{sum(int(lv['ok'].sum()) for g in groups for lv in g['lv'])} "
                         "segments); raise min_support (e.g. double it), lower max_depth, or "
                         "use mode='split'")
-                keep = _cap(cands, bound, spec["max_candidates"], search)
+                keep = _cap(cands, bound, cap, search)
                 capped = len(cands) - len(keep)
                 cands = cands[keep]
                 for g in groups:
                     c, u = g["next"]
                     inside = _find(cands, c, V) >= 0
                     g["next"] = (c[inside], u[inside])
-            tuple_of = search["feature_of"][cands]
-            tuples, tidx = np.unique(tuple_of, axis=0, return_inverse=True)
-            tidx = tidx.reshape(-1)
-            order = np.lexsort([*cands.T[::-1], tidx])
-            names = search["values"][cands[order]]
-            rows = list(zip(tidx[order].tolist(), map(tuple, names.tolist())))
-            tuples = [tuple(t) for t in tuples.tolist()]
-            cube = spec["strategy"] == "cube"
-            if cube:
-                batches = [list(range(len(tuples)))]
-                branches += len(tuples)
-            else:
-                plan = segment_plan(tuples, cover, bins, rows)
-                batches = _batches(plan, segment_sizes(plan, cover), rows_total,
-                                   len(groups) * 3 * nb)
-                branches += len(plan)  # base-table reads: one per covering GROUP BY
-            frames, of_tuple = [], {}
-            for t, v in rows:
-                of_tuple.setdefault(t, []).append(v)
-            for batch in batches:
-                summary = declared.segment_sums(
-                    by, features, folds, bins, [tuples[t] for t in batch], kept,
-                    [(i, v) for i, t in enumerate(batch) for v in of_tuple[t]],
-                    cube=token if cube else None, cover=() if cube else cover,
-                    extremes=extremes)
-                part = planner.fetch(src, summary)
-                frames.append(part.assign(sqlcal_tuple=np.asarray(batch, np.int64)[
-                    part["sqlcal_tuple"].to_numpy(int)]) if len(part) else part)
-            frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-            statements += len(batches) + (cube and not built)  # the cube's own, once
-            built = built or cube
-            _level_nodes(_with_var2(frame), by, np.array(tuples, int), nb, search, depth)
-            for g in groups:
-                g["levels"][-1]["capped"] = capped
+            frame, tuples = _fetch_nodes(search, cands)
+            found = _group_nodes(frame, tuples, search, depth, [g["next"][0] for g in groups])
+            for g, level in zip(groups, found):
+                g["level"] = level
         for g in groups:
             _evaluate_level(g, depth, spec, min_expected, top_k, screen_z, search)
-    spec["statements"], spec["branches"] = statements, branches
-    # every threshold of the search, stated with its result; each GROUP BY branch reads the
-    # base table once (columnar engines read only the branch's columns)
+            if depth > 1:  # the level's cap, what it removed, and the budget check's bound
+                g["levels"][-1].update(capped=capped, cap=cap,
+                                       bound=spec["level_bounds"][depth - 2])
+    # every threshold of the search, stated with its result
     spec["searched"] = dict(min_expected=float(min_expected), screen_z=float(screen_z),
                             top_k=top_k, max_candidates=spec["max_candidates"],
-                            strategy=spec["strategy"],
-                            scans=1 + built if spec["strategy"] == "cube" else branches,
-                            holdout=float(holdout))
+                            strategy=spec["strategy"], holdout=float(holdout))
     return search
+
+
+def _fetch_nodes(search: dict, cands: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
+    """The sums per fold, group (and bin) of the nodes ``cands`` (codes, one depth), as
+    :func:`sqlcal.query.declared.segment_sums` gives them, in the statements a level takes
+    (:func:`_batches`), counted in ``search["scan"]``; and the nodes' column tuples (the
+    frame's ``sqlcal_tuple`` indexes them)."""
+    scan, spec = search["scan"], search["spec"]
+    tuple_of = search["feature_of"][cands]
+    tuples, tidx = np.unique(tuple_of, axis=0, return_inverse=True)
+    tidx = tidx.reshape(-1)
+    order = np.lexsort([*cands.T[::-1], tidx])
+    names = search["values"][cands[order]]
+    rows = list(zip(tidx[order].tolist(), map(tuple, names.tolist())))
+    listed = [tuple(t) for t in tuples.tolist()]
+    cube, cover, bins = scan["cube"], scan["cover"], scan["bins"]
+    if cube:
+        batches = [list(range(len(listed)))]
+        scan["branches"] += len(listed)
+    else:
+        plan = segment_plan(listed, cover, bins, rows)
+        batches = _batches(plan, segment_sizes(plan, cover), scan["rows"],
+                           len(search["groups"]) * 3 * scan["nb"])
+        scan["branches"] += len(plan)  # base-table reads: one per covering GROUP BY
+    frames, of_tuple = [], {}
+    for t, v in rows:
+        of_tuple.setdefault(t, []).append(v)
+    for batch in batches:
+        summary = declared.segment_sums(
+            spec["by"], spec["columns"], scan["folds"], bins, [listed[t] for t in batch],
+            scan["kept"], [(i, v) for i, t in enumerate(batch) for v in of_tuple[t]],
+            cube=cube, cover=() if cube else cover, extremes=scan["extremes"])
+        part = planner.fetch(scan["src"], summary)
+        frames.append(part.assign(sqlcal_tuple=np.asarray(batch, np.int64)[
+            part["sqlcal_tuple"].to_numpy(int)]) if len(part) else part)
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    scan["statements"] += len(batches) + bool(cube and not scan["built"])  # the cube's own
+    scan["built"] = scan["built"] or bool(cube)
+    return _with_var2(frame), tuples
+
+
+def _candidate_bytes(depth: int, nb: int) -> int:
+    """The memory one candidate segment of a level takes on the numpy side, in bytes: per fold
+    and score bin its sums (8 doubles) and its row of the engine's answer (the level's values
+    as text, the sums, the keys). Measured: 1.4 kB a depth-3 candidate (20 features of 10 to
+    30 values, 50,000 rows, min_support=10: 1.13 GB of Python allocations at the peak for
+    797,237 candidates; 20 s of CPU a 100,000 of them)."""
+    return 3 * nb * (8 * len(STATS) + 64 * depth + 200)
+
+
+def _lattice_bound(values: np.ndarray, room: np.ndarray, depth: int) -> list[int]:
+    """Per level 2..``depth`` (index L − 2), at most how many candidate segments the search
+    generates over all groups: ``values`` (groups × features) counts each feature's values that
+    reach the group's support (the pooled bucket one of them), ``room`` = W/min_support of
+    each group. A node of column tuple T is a candidate only when each of its parents is
+    eligible, so at most min(Π_{j∈T} v_j, min_{j∈T} E(T∖j)·v_j) nodes of T are candidates,
+    and at most E(T) = min(that, W/min_support) of them eligible (the nodes of one tuple
+    partition the rows, each eligible one holding min_support)."""
+    k = values.shape[1]
+    eligible = {(j,): np.minimum(values[:, j], room) for j in range(k)}
+    out = []
+    for level in range(2, depth + 1):
+        total, nxt = 0.0, {}
+        for cols in combinations(range(k), level):
+            cand = np.prod(values[:, cols], axis=1)
+            for i, j in enumerate(cols):
+                cand = np.minimum(cand, eligible[cols[:i] + cols[i + 1:]] * values[:, j])
+            nxt[cols] = np.minimum(cand, room)
+            total += float(cand.sum())
+        eligible = nxt
+        out.append(int(min(total, 2.0**62)))
+    return out
+
+
+def _lattice_budget(per_value: pd.DataFrame, groups: list, spec: dict, k: int, nb: int
+                    ) -> tuple[dict, list]:
+    """Each level's cap on its candidates (``max_candidates``, or fewer to fit the budget), and
+    the bound on its candidates from the level-1 counts (:func:`_lattice_bound`), before any
+    deeper level runs. Split mode
+    keeps a capped level's candidates of largest bound (the search's own rule); full mode
+    tests every eligible segment, so a lattice that could exceed the budget's ``bytes`` or
+    ``cells`` (:func:`_candidate_bytes` per candidate, 3 folds × bins summary rows) is refused
+    here, naming the ``min_support`` and the ``max_depth`` that would fit."""
+    budget, depth = options.BUDGET, spec["depth"]
+    cap = {d: int(min(spec["max_candidates"], budget.bytes // _candidate_bytes(d, nb),
+                      budget.cells // (3 * nb))) for d in range(2, depth + 1)}
+
+    def bound(scale: float) -> list[int]:
+        support = np.array([g["support"] for g in groups]) * scale
+        w_ab = np.array([g["W_fold"][FOLD_A] + g["W_fold"][FOLD_B] for g in groups])
+        gi, j, w = (per_value[c].to_numpy() for c in ("g", "j", "W"))
+        big = w >= support[gi]
+        values = np.zeros((len(groups), k))
+        np.add.at(values, (gi[big], j[big]), 1.0)
+        small = np.zeros((len(groups), k))
+        np.add.at(small, (gi[~big], j[~big]), w[~big])
+        values += small >= support[:, None]  # the pooled bucket, when it reaches the support
+        return _lattice_bound(values, np.floor(w_ab / support), depth)
+
+    def over(levels: list[int]) -> int | None:  # the first level over the budget
+        for d, n in enumerate(levels, start=2):
+            if n * _candidate_bytes(d, nb) > budget.bytes or n * 3 * nb > budget.cells:
+                return d
+        return None
+
+    levels = bound(1.0)
+    level = over(levels) if spec["mode"] == "full" else None
+    if level is None:
+        return cap, levels
+    n = levels[level - 2]
+    fits = [d for d in range(1, depth) if over(levels[:d - 1]) is None]
+    scale = next((2.0**i for i in range(1, 64) if over(bound(2.0**i)) is None), None)
+    support = groups[0]["support"]
+    hint = [f"max_depth={fits[-1]}" if fits else None,
+            f"min_support={support * scale:g}" if scale else None]
+    raise BudgetError(
+        f"segments: with min_support={support:g} and max_depth={depth} over {k} features, "
+        f"level {level} could hold up to {n:,} candidate segments (bounded from the level-1 "
+        f"counts), about {n * _candidate_bytes(level, nb) / 2**30:.1f} GiB of summaries, over "
+        f"the budget of {budget.bytes / 2**30:g} GiB; "
+        f"{' or '.join(h for h in hint if h) or 'fewer features'} would fit (or use "
+        "mode='split', or raise sqlcal.options.budget(bytes=))")
 
 
 #: the most groups the GROUP BYs of one level statement may hold together: DuckDB keeps every
 #: UNION ALL branch's aggregate until the statement ends (measured: the depth-3 level of
 #: 10^6 rows, 20 features, peaked at 10.1 GB in one statement), so a level runs as several
-#: statements of at most this many estimated groups each (about 0.4 kB a group)
+#: statements of at most this many estimated groups each (about :data:`GROUP_BYTES` a group),
+#: and fewer when those would exceed the budget's ``bytes``
 SEGMENT_STATEMENT_GROUPS = 2**22
+GROUP_BYTES = 400
 
 
 def _batches(plan: list, sizes: list, rows: float, per_cell: int) -> list[list[int]]:
     """A level's column tuples (indices), in statements whose covering GROUP BYs hold at most
-    :data:`SEGMENT_STATEMENT_GROUPS` groups together, each set counted at the lesser of its
-    value combinations (``sizes``, :func:`sqlcal.summaries.segment_sizes`) times ``per_cell``
-    (folds, bins, groups) and the rows."""
+    :data:`SEGMENT_STATEMENT_GROUPS` groups together (or the budget's ``bytes`` at
+    :data:`GROUP_BYTES` a group), each set counted at the lesser of its value combinations
+    (``sizes``, :func:`sqlcal.summaries.segment_sizes`) times ``per_cell`` (folds, bins,
+    groups) and the rows."""
+    limit = min(SEGMENT_STATEMENT_GROUPS, options.BUDGET.bytes // GROUP_BYTES)
     out, current, held = [], [], 0.0
     for (_, members, _), size in zip(plan, sizes):
         groups = min(size * per_cell, rows)
-        if current and held + groups > SEGMENT_STATEMENT_GROUPS:
+        if current and held + groups > limit:
             out.append(current)
             current, held = [], 0.0
         current += list(members)
@@ -754,8 +924,10 @@ def _errors(s: np.ndarray) -> np.ndarray:
 def _sliceline(size, errors, W, E, alpha: float) -> np.ndarray:
     """SliceLine's score α(ē_S/ē − 1) − (1 − α)(W/W_S − 1) (SystemDS ``sliceLine``, ``score``):
     -inf for an empty segment or a group without error."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = alpha * ((errors / size) / (E / W) - 1) - (1 - alpha) * (W / size - 1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # at α = 1 the size term is 0 even where W/W_S overflows (a denormal weight)
+        size_term = (1 - alpha) * (W / size - 1) if alpha < 1 else 0.0
+        out = alpha * ((errors / size) / (E / W) - 1) - size_term
     return np.where((np.asarray(size) > 0) & (E > 0) & (W > 0), out, -np.inf)
 
 
@@ -827,11 +999,13 @@ def _node(codes, search) -> tuple:
     return tuple((int(search["feature_of"][c]), search["values"][c]) for c in codes)
 
 
-def _level_nodes(frame: pd.DataFrame, by, tuples: np.ndarray, nb: int, search: dict,
-                 depth: int) -> None:
-    """Each group's evaluated nodes of a level from its segment_sums frame: the candidates
-    (``g["next"]``) the frame holds, with their sums."""
+def _group_nodes(frame: pd.DataFrame, tuples: np.ndarray, search: dict, depth: int,
+                 wanted: list) -> list[tuple]:
+    """Per group, the nodes of ``wanted`` (the group's codes, one depth) that a segment_sums
+    frame holds, with their sums: ``(codes, sums)``, sums of shape (nodes, folds, bins,
+    stats)."""
     groups, V = search["groups"], int(search["offset"][-1])
+    by, nb = search["spec"]["by"], search["scan"]["nb"]
     known = {g["key"]: i for i, g in enumerate(groups)}
     gid, _ = _group_ids(frame, by, known)
     feats = tuples[frame["sqlcal_tuple"].to_numpy(int)] if len(frame) else np.zeros(
@@ -848,15 +1022,16 @@ def _level_nodes(frame: pd.DataFrame, by, tuples: np.ndarray, nb: int, search: d
     b = frame["bin"].to_numpy(int) if "bin" in frame and nb > 1 else np.zeros(len(frame), int)
     extremes = search["spec"].get("effect") == "sliceline"
     vals = _values(frame, STATS + EXTREMES if extremes else STATS)
-    for i, g in enumerate(groups):
-        cand = g["next"][0]
+    out = []
+    for i, cand in enumerate(wanted):
         m = good & (gid == i)
         node = _find(cand, codes[m], V)
         hit = node >= 0
         sums = _accumulate(node[hit], fold[m][hit], b[m][hit], vals[m][hit], len(cand), nb)
         present = np.zeros(len(cand), bool)
         present[node[hit]] = True
-        g["level"] = (cand[present], sums[present])
+        out.append((cand[present], sums[present]))
+    return out
 
 
 def _evaluate_level(g, depth, spec, min_expected, top_k, screen_z, search):
@@ -986,6 +1161,35 @@ def _node_text(node) -> str:
     return " AND ".join(f"{j}={v}" for j, v in node)
 
 
+def _special(codes, search, features) -> str | None:
+    """The ``special_values`` of a segment: JSON naming each feature whose predicate is NULL
+    (``"null"``) or the pooled bucket (``"other"``), None when every predicate is a value."""
+    out = {features[int(search["feature_of"][c])]: SPECIAL[search["values"][c]]
+           for c in codes if search["values"][c] in SPECIAL}
+    return json.dumps(out, sort_keys=True) if out else None
+
+
+def _shown(predicates, spec) -> dict:
+    """A fitted segment's feature columns (internal names, :func:`_present` restores the
+    user's) and ``special_values`` as a result shows them."""
+    keys = {f: key for f, key, _ in predicates}
+    special = {f: SPECIAL[k] for f, k in keys.items() if k in SPECIAL}
+    return {**{c: SHOWN.get(keys[f], keys[f][len(SEGMENT_VALUE):]) if f in keys else None
+               for f, c in zip(spec["features"], spec["columns"])},
+            "special_values": json.dumps(special, sort_keys=True) if special else None}
+
+
+def _keys_of(row, features, column: str = "special_values") -> dict:
+    """A result row's predicates as ``{feature: key}`` (:func:`sqlcal.summaries.segment_code`),
+    its ``special_values`` (in ``column``) telling a NULL predicate and the pooled bucket from
+    values that read the same."""
+    special = row.get(column)
+    special = json.loads(special) if isinstance(special, str) else {}
+    code = {name: key for key, name in SPECIAL.items()}
+    return {f: code[special[f]] if f in special else segment_code(str(row[f]))
+            for f in features if f in special or not _null(row[f])}
+
+
 def _predicates(node, search_or_kept, features):
     kept = search_or_kept["kept"] if isinstance(search_or_kept, dict) else search_or_kept
     return tuple((features[j], v, kept[j] if v == SEGMENT_OTHER else ()) for j, v in node)
@@ -1025,11 +1229,11 @@ def adjust(p: np.ndarray, method: str) -> np.ndarray:
 
 
 def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
-    by, features, mode = spec["by"], spec["features"], spec["mode"]
+    by, features, mode = spec["by"], spec["columns"], spec["mode"]
     test_fold = FOLD_B if mode == "split" else FOLD_A
     binned = spec.get("effect") == "ece"
     sliceline = spec.get("effect") == "sliceline"
-    frames = []
+    frames, tested = [], []
     for g in search["groups"]:
         lv = g["lv"]
         family = sum(int(x["ok"].sum()) for x in lv)
@@ -1065,10 +1269,10 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
             r, vf = t[:, _Y] - t[:, _P], t[:, _P] - t[:, _PP]
             v = t[:, _V2] if sampling else vf
             z = np.where(v > 0, r / np.sqrt(np.where(v > 0, v, 1.0)), 0.0)
-            if mode == "split":
-                p = stats.norm.sf(np.where(a[:, _Y] - a[:, _P] >= 0, 1.0, -1.0) * z)
-            else:
-                p = 2 * stats.norm.sf(np.abs(z))
+            # split mode: one-sided in fold A's direction; full mode: two-sided
+            sign = (np.where(a[:, _Y] - a[:, _P] >= 0, 1.0, -1.0) if mode == "split" else
+                    np.zeros(T))
+            p = stats.norm.sf(sign * z) if mode == "split" else 2 * stats.norm.sf(np.abs(z))
             r_all = ab[:, _Y] - ab[:, _P]
             v_all = ab[:, _V2] if sampling else ab[:, _P] - ab[:, _PP]
             z_all = np.where(v_all > 0, r_all / np.sqrt(np.where(v_all > 0, v_all, 1.0)), 0.0)
@@ -1084,7 +1288,7 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
                 residual=r, harm=harm, z=z, p_value=p,
                 logit_shift=np.where(vf > 0, r / vf, np.nan),
                 logit_shift_se=np.where(vf > 0, np.sqrt(v) / vf, np.nan),
-                residual_all=r_all, z_all=z_all, _vf=vf, _v=v)
+                residual_all=r_all, z_all=z_all, _sign=sign)
         for j, f in enumerate(features):
             at = np.full(T, None, dtype=object)
             for i, c in enumerate(codes):  # the returned segments' values (no search object)
@@ -1092,6 +1296,10 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
                 if hit.any():
                     at[i] = search["values"][c[hit][0]]
             cols[f] = at
+        cols["special_values"] = [_special(c, search, spec["features"]) for c in codes]
+        for f in features:
+            cols[f] = [None if v is None else SHOWN.get(v, v[len(SEGMENT_VALUE):])
+                       for v in cols[f]]
         part = pd.DataFrame(cols)
         if sliceline:  # SliceLine's score of e = (y − p)² on the test fold, as the harm
             errors = _errors(t)
@@ -1114,9 +1322,6 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
             part["harm"] = np.abs(r_b).sum(axis=1) / W_t if W_t else np.nan
             with np.errstate(divide="ignore", invalid="ignore"):
                 part["ece"] = np.where(has, np.abs(r_b).sum(axis=1) / W, np.nan)
-            part["_rb"] = list(r_b)
-            part["_vfb"] = list(tb[:, :, _P] - tb[:, :, _PP])
-            part["_vb"] = list(tb[:, :, _V2] if sampling else tb[:, :, _P] - tb[:, :, _PP])
         part["_codes"] = codes
         if len(part):
             part["q_value"] = adjust(part["p_value"].to_numpy(), fdr)
@@ -1124,12 +1329,20 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
             sig = part["significant"].to_numpy()
             part["_node"] = [_node(c, search) if s_ else None for c, s_ in zip(codes, sig)]
             part["segment"] = [_condition(n, search) if n else None for n in part["_node"]]
+        tested.append((g, part, family, T, cells[:, test_fold]))
+    # the redundancy rule reads every group's significant segments at once: the intersections
+    # the lattice lacks come from one statement per round for all groups
+    explained = (_explained(search, [(g, part, cells) for g, part, _, _, cells in tested],
+                            alpha, fdr) if not sliceline else [None] * len(tested))
+    scan = search["scan"]
+    for (g, part, family, T, _), why in zip(tested, explained):
+        if len(part):
             if sliceline:  # SliceLine's top-k: no redundancy rule, only the score's order
                 part["explained_by"] = None
                 if mode == "full":
                     part = part.iloc[_top_scores(part, top_k, search)].copy()
             else:
-                part["explained_by"] = _explained(part, alpha, search)
+                part["explained_by"] = why
             if mode == "full" and top_k is not None and not sliceline:
                 top = part["harm"].rank(ascending=False, method="first") <= top_k
                 part = part[top | part["significant"]].copy()
@@ -1143,20 +1356,23 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
             part.insert(i, k, [g["key"][i]] * len(part))
         part["family_size"] = family
         part["tested"] = T
-        part["statements"] = spec["statements"]
-        part["branches"] = spec["branches"]
+        # each GROUP BY branch reads the base table once (columnar engines read only the
+        # branch's columns); the cube strategy reads it twice
+        part["statements"] = scan["statements"]
+        part["branches"] = scan["branches"]
         part["searched"] = json.dumps(dict(
             mode=mode, fdr=fdr, alpha=alpha, min_support=g["support"], max_depth=spec["depth"],
             levels=g["levels"], pooled_values=search["pooled"], tau=g["tau"],
             fold_weights=[float(x) for x in g["W_fold"]],
-            fold_rows=[int(x) for x in g["n_fold"]], statements=spec["statements"],
-            **spec["searched"]), sort_keys=True)
+            fold_rows=[int(x) for x in g["n_fold"]], statements=scan["statements"],
+            scans=1 + scan["built"] if scan["cube"] else scan["branches"],
+            explained=g.get("explained", {}), **spec["searched"]), sort_keys=True)
         part["weight_kind"] = spec["weight_kind_used"]
         frames.append(part)
     out = pd.concat(frames, ignore_index=True)
-    columns = [*by, "segment", "depth", *features, "n", "W", "mean_score", "observed", "citl",
-               "residual", "harm", "z", "p_value", "q_value", "significant", "logit_shift",
-               "logit_shift_se", "explained_by", "residual_all", "z_all", "family_size",
+    columns = [*by, "segment", "depth", *features, "special_values", "n", "W", "mean_score",
+               "observed", "citl", "residual", "harm", "z", "p_value", "q_value", "significant",
+               "logit_shift", "logit_shift_se", "explained_by", "residual_all", "z_all", "family_size",
                "tested", "statements", "branches", "searched", "weight_kind"]
     if binned:
         columns[columns.index("explained_by"):columns.index("explained_by")] = [
@@ -1189,60 +1405,199 @@ def _top_scores(part: pd.DataFrame, top_k: int | None, search: dict) -> np.ndarr
     return np.sort(near[np.lexsort((text, -score[near]))][:top_k])
 
 
-def _explained(part: pd.DataFrame, alpha: float, search: dict) -> list:
-    """Per segment, the significant segment that explains it, else None: first its most general
-    significant ancestor T whose logit shift leaves R_S − δ_T·V_S not significant (two-sided at
-    ``alpha``); else, for a segment nothing above explains, its significant unexplained
-    descendant D of largest harm with R_S − δ_D·V_D not significant (a marginal that is
-    significant only through one of its sub-segments)."""
-    sig = {n: i for i, n in enumerate(part["_node"]) if part["significant"].iat[i]}
-    residual, vf, v = (part[c].to_numpy(float) for c in ("residual", "_vf", "_v"))
-    harm, text = part["harm"].to_numpy(float), part["segment"].tolist()
+def _explained(search: dict, tested: list, alpha: float, fdr: str) -> list:
+    """Per group (``tested``: its group, result rows and the rows' test-fold sums per bin), each
+    row's ``explained_by`` by the redundancy rule of :func:`segments` (Notes). The intersection
+    of two segments is a conjunction: the lattice holds its sums when the search evaluated it;
+    the others are read in one more statement per round, for every group (a segment is tested
+    only against the segments already found unexplained, which the rounds grow)."""
+    sampling = search["spec"]["sampling"]
+    fetched = [{} for _ in tested]
+    while True:
+        results, need = [], []
+        for (g, part, cells), known in zip(tested, fetched):
+            out, missing = _explained_in(search, g, part, _riv(cells, sampling), known,
+                                         _cutoff(part, alpha, fdr))
+            results.append(out)
+            need.append(missing)
+        if not any(need):
+            return results
+        _intersections(search, [g for g, _, _ in tested], need, fetched)
 
-    if "_rb" in part:  # effect="ece": per bin, the chi-square of what is left
-        r_b, vf_b, v_b = (part[c].tolist() for c in ("_rb", "_vfb", "_vb"))
 
-        def leaves(i: int, removed) -> bool:
-            ok = v_b[i] > 0
-            left = (r_b[i] - removed)[ok]
-            return ok.any() and stats.chi2.sf(np.sum(left ** 2 / v_b[i][ok]), ok.sum()) > alpha
+def _cutoff(part: pd.DataFrame, alpha: float, fdr: str) -> float:
+    """The p-value below which a test of the group's family is a discovery: k·α/m for
+    Benjamini-Hochberg with k discoveries among m tests (divided by H_m = Σ_{i≤m} 1/i for
+    Benjamini-Yekutieli), α/m for Bonferroni, α unadjusted."""
+    m = len(part)
+    k = int(part["significant"].sum()) if m else 0
+    if not m or fdr == "none":
+        return alpha
+    if fdr == "bonferroni":
+        return alpha / m
+    scale = 1.0 if fdr == "bh" else float(np.sum(1.0 / np.arange(1, m + 1)))
+    return alpha * max(k, 1) / (m * scale)
 
-        def shift_of(j: int, i: int):  # T's per-bin shifts δ_{T,b} = R_{T,b}/V_{T,b} on S
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return np.where(vf_b[j] > 0, r_b[j] / vf_b[j], 0.0) * vf_b[i]
 
-        def own(j: int):
-            return r_b[j]
-    else:
-        def leaves(i: int, removed: float) -> bool:
-            return 2 * stats.norm.sf(abs(residual[i] - removed) / math.sqrt(v[i])) > alpha
+def _riv(sums: np.ndarray, sampling: bool) -> np.ndarray:
+    """Sums per bin (last axis :data:`STATS`) as (residual R, information I = Σwp(1 − p),
+    variance V: I, or Σw²p(1 − p) for sampling weights) on the last axis."""
+    info = sums[..., _P] - sums[..., _PP]
+    return np.stack([sums[..., _Y] - sums[..., _P], info,
+                     sums[..., _V2] if sampling else info], axis=-1)
 
-        def shift_of(j: int, i: int) -> float:
-            return residual[j] / vf[j] * vf[i]
 
-        def own(j: int) -> float:
-            return residual[j]
+def _explained_in(search: dict, g: dict, part: pd.DataFrame, cells: np.ndarray, known: dict,
+                  cutoff: float) -> tuple[list, dict]:
+    """One group's ``explained_by`` (``cells``: its rows' (R, I, V) per bin), and the
+    intersections it still needs (node -> the codes of the segment it tests against).
 
+    The significant segments are taken by strength (|z|; the binned chi-square's p-value
+    with ``effect="ece"``), ties by their text; each is explained by the first segment already
+    found unexplained (a *root*) that explains it (:func:`_explains`), else it is a root."""
     out = [None] * len(part)
-    for node, i in sig.items():
-        ancestors = [a for d in range(1, len(node)) for a in combinations(node, d) if a in sig]
-        for a in sorted(ancestors, key=lambda a: (len(a), -harm[sig[a]])):
-            j = sig[a]
-            if leaves(i, shift_of(j, i)):
+    sig = np.nonzero(part["significant"].to_numpy(bool))[0] if len(part) else []
+    if not len(sig):
+        g["explained"] = dict(roots=0, fetched=0, statements=search["scan"]["explaining"])
+        return out, {}
+    if "chi2" in part:
+        strength = -stats.chi2.logsf(part["chi2"].to_numpy(float),
+                                     np.maximum(part["chi2_df"].to_numpy(float), 1))
+    else:
+        strength = np.abs(part["z"].to_numpy(float))
+    text, codes = part["segment"].tolist(), part["_codes"].tolist()
+    # each remainder is tested as its segment was: one-sided in its direction (split mode),
+    # two-sided (full mode), or by the binned chi-square (effect="ece")
+    side = np.zeros(len(part)) if "chi2" in part else part["_sign"].to_numpy(float)
+    order = sorted(sig, key=lambda i: (-strength[i], text[i]))
+    roots = []
+    for pos, i in enumerate(order):
+        for j in roots:
+            both = _intersection(search, g, codes[i], codes[j], cells[i], cells[j], known)
+            if both is None:  # not in the lattice: every pair left with these roots, fetched
+                missing = {}
+                for k in order[pos:]:
+                    for r in roots:
+                        if _intersection(search, g, codes[k], codes[r], cells[k], cells[r],
+                                         known) is None:
+                            missing[tuple(np.union1d(codes[k], codes[r]).tolist())] = codes[r]
+                return out, missing
+            inside = np.isin(codes[j], codes[i]).all()  # T's predicates among S's: S ⊂ T
+            if _explains(cells[i], cells[j], both, inside, side[i], cutoff):
                 out[i] = text[j]
                 break
-    for node, i in sig.items():
-        if out[i] is not None:
-            continue
-        inside = set(node)
-        below = [d for d, j in sig.items() if len(d) > len(node) and inside < set(d)
-                 and out[j] is None]
-        for d in sorted(below, key=lambda d: -harm[sig[d]]):
-            j = sig[d]
-            if leaves(i, own(j)):  # δ_D·V_D = R_D: D's shift removes its own residual
-                out[i] = text[j]
-                break
-    return out
+        else:
+            roots.append(i)
+    g["explained"] = dict(roots=len(roots), fetched=sum(k in g.get("_fetched", ())
+                                                        for k in known),
+                          statements=search["scan"]["explaining"])
+    return out, {}
+
+
+def _intersection(search: dict, g: dict, a: np.ndarray, b: np.ndarray, riv_a: np.ndarray,
+                  riv_b: np.ndarray, known: dict) -> np.ndarray | None:
+    """The test-fold (R, I, V) per bin of the rows of both segments (codes ``a`` and ``b``):
+    the conjunction of their predicates, empty when they give one feature two values (every
+    code of a feature is a disjoint set of its rows); a segment's own when its predicates hold
+    the other's; else the lattice's (a level of the search evaluated it) or a fetched node's;
+    None when neither has it."""
+    union = np.union1d(a, b)
+    features = search["feature_of"][union]
+    if len(np.unique(features)) < len(union):
+        return np.zeros_like(riv_a)
+    if len(union) == len(a):
+        return riv_a
+    if len(union) == len(b):
+        return riv_b
+    key = tuple(union.tolist())
+    if key not in known:
+        depth = len(union)
+        if depth > len(g["lv"]):
+            return None
+        lv = g["lv"][depth - 1]
+        at = _find(lv["codes"], union[None, :], int(search["offset"][-1]))[0]
+        if at < 0:
+            return None
+        test = FOLD_B if search["spec"]["mode"] == "split" else FOLD_A
+        known[key] = _riv(lv["sums"][at][test], search["spec"]["sampling"])
+    return known[key]
+
+
+def _explains(s: np.ndarray, t: np.ndarray, both: np.ndarray, inside: bool, sign: float,
+              cutoff: float) -> bool:
+    r"""Whether T explains S, from the test-fold (R, I, V) per bin of S, T and S ∩ T: what T
+    leaves of S's excess has a p-value above ``cutoff`` (:func:`_cutoff`), one-sided in the
+    direction ``sign`` (0: two-sided). ``inside`` (S ⊂ T, T one of S's
+    ancestors): the score test of a shift of S's own once T's shift is fitted on the same fold,
+    :math:`U = R_S - c R_T`, :math:`c = I_S / I_T`,
+    :math:`\operatorname{Var} U = V_S - 2c V_S + c^2 V_T`; otherwise the residual of S without
+    T's rows, :math:`U = R_S - R_{S\cap T}`, :math:`\operatorname{Var} U = V_S - V_{S\cap T}`.
+    Per bin, summed as a chi-square with one degree of freedom per bin that keeps a variance
+    (one bin: the z test)."""
+    R, I, V = 0, 1, 2
+    if inside:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            c = np.where(t[:, I] > 0, s[:, I] / t[:, I], 0.0)
+        u = s[:, R] - c * t[:, R]
+        left = s[:, V] - 2 * c * s[:, V] + c * c * t[:, V]
+    else:
+        u = s[:, R] - both[:, R]
+        left = s[:, V] - both[:, V]
+    ok = left > 1e-12 * np.maximum(s[:, V], 1e-300)  # else S's rows in that bin are T's
+    if not ok.any():
+        return True
+    if sign and len(u) == 1:
+        return float(stats.norm.sf(sign * u[0] / math.sqrt(left[0]))) > cutoff
+    return float(stats.chi2.sf(np.sum(u[ok] ** 2 / left[ok]), int(ok.sum()))) > cutoff
+
+
+#: the most intersections one statement of the redundancy rule sums (three CASE sums each:
+#: PostgreSQL allows 1,664 columns in a result)
+OVERLAPS = 400
+
+
+def _intersections(search: dict, groups: list, need: list, fetched: list) -> None:
+    """Read the test-fold (R, I, V) per bin of the nodes ``need`` (per group: node -> the
+    codes of the root it lies in) in statements of at most :data:`OVERLAPS` nodes, from the
+    rows of those roots only (:func:`sqlcal.query.declared.segment_overlaps`)."""
+    spec, scan = search["spec"], search["scan"]
+    test = FOLD_B if spec["mode"] == "split" else FOLD_A
+    columns = spec["columns"]
+    items = [(gi, node, root) for gi, nodes in enumerate(need) for node, root in nodes.items()]
+    budget = options.BUDGET
+    terms = sum(len(node) for _, node, _ in items)
+    if terms > budget.terms:
+        raise BudgetError(
+            f"segments: the redundancy rule needs {len(items)} intersections of significant "
+            f"segments ({terms} query terms), over the budget of {budget.terms}; lower alpha "
+            "or top_k, or raise sqlcal.options.budget(terms=)")
+    for start in range(0, len(items), OVERLAPS):
+        chunk = items[start:start + OVERLAPS]
+
+        def listed(gi, codes):
+            return (groups[gi]["key"], _predicates(_node(np.asarray(codes), search), search,
+                                                   columns))
+
+        nodes = [listed(gi, node) for gi, node, _ in chunk]
+        within = list(dict.fromkeys(listed(gi, tuple(root)) for gi, _, root in chunk))
+        # from the search's reduced cube when it built one (strategy="cube"), else one read of
+        # the table (its rows inside the roots)
+        cube = scan["cube"] if scan["built"] else None
+        frame = planner.fetch(scan["src"], declared.segment_overlaps(
+            spec["by"], scan["folds"], scan["bins"], test, nodes, within, cube))
+        scan["statements"] += 1
+        scan["branches"] += cube is None
+        scan["explaining"] += 1
+        nb = scan["nb"]
+        b = frame["bin"].to_numpy(int) if "bin" in frame and nb > 1 else np.zeros(len(frame),
+                                                                                 int)
+        for k, (gi, node, _) in enumerate(chunk):
+            riv = np.zeros((nb, 3))
+            for c, name in enumerate((f"r{k}", f"i{k}", f"v{k}" if spec["sampling"] else
+                                      f"i{k}")):
+                np.add.at(riv[:, c], b, frame[name].to_numpy(float))
+            fetched[gi][node] = riv
+            groups[gi].setdefault("_fetched", set()).add(node)
 
 
 # -- the fix -------------------------------------------------------------------------------------
@@ -1253,7 +1608,10 @@ def _check_segments(found: Any, spec: dict) -> None:
     if not isinstance(found, pd.DataFrame):
         raise TypeError(f"segment_fix: segments= must be the DataFrame sqlcal.segments returns, "
                         f"not {type(found).__name__}")
-    needed = [*spec["by"], *spec["features"], "segment", "significant", "explained_by", "harm"]
+    users = {*spec["keys"], *spec["features"]}  # the result's names (:func:`_present`)
+    needed = [*spec["keys"], *spec["features"],
+              *(shown_name(c, users) for c in ("segment", "significant", "explained_by",
+                                               "harm"))]
     missing = [c for c in needed if c not in found.columns]
     if missing:
         raise OptionError(f"segment_fix: segments= lacks the columns {missing}: pass what "
@@ -1261,17 +1619,22 @@ def _check_segments(found: Any, spec: dict) -> None:
 
 
 def _chosen(found: pd.DataFrame, spec: dict, kept, max_segments: int) -> list:
-    """(group key, predicates, segment text, row) of the segments to fit, per group by harm."""
-    features, by = spec["features"], spec["by"]
-    ok = found[found["significant"].fillna(False).astype(bool) & found["explained_by"].isna()
-               & found["segment"].notna()]
-    ok = ok.sort_values([*by, "harm"], ascending=[True] * len(by) + [False], kind="stable")
+    """(group key, predicates, segment text) of the segments to fit, per group by harm, from a
+    result with the user's names (:func:`_present`)."""
+    features, by = spec["features"], spec["keys"]
+    name = {c: shown_name(c, {*by, *features}) for c in ("significant", "explained_by",
+                                                         "segment", "harm")}
+    ok = found[found[name["significant"]].fillna(False).astype(bool)
+               & found[name["explained_by"]].isna() & found[name["segment"]].notna()]
+    ok = ok.sort_values([*by, name["harm"]], ascending=[True] * len(by) + [False],
+                        kind="stable")
     out = []
     for _, part in (ok.groupby(list(by), sort=True, dropna=False) if by else [((), ok)]):
         for _, row in part.head(max_segments).iterrows():
             key = tuple(None if _null(row[k]) else row[k] for k in by)
-            node = tuple((j, row[f]) for j, f in enumerate(features) if not _null(row[f]))
-            out.append((key, _predicates(node, kept, features), row["segment"]))
+            keys = _keys_of(row, features, shown_name("special_values", {*by, *features}))
+            node = tuple((j, keys[f]) for j, f in enumerate(features) if f in keys)
+            out.append((key, _predicates(node, kept, features), row[name["segment"]]))
     return out
 
 
@@ -1320,12 +1683,12 @@ def _fit(src: Source, spec: dict, chosen: list, penalty, kind: str = "shift") ->
         if platt:
             row["slope"], row["slope_se"] = float(slopes[i]), float(ses[i, 1])
     table = pd.DataFrame(rows, columns=[
-        *by, "segment", *features, "theta", "theta_se", *(["slope", "slope_se"] if platt else []),
-        *HOLDOUT_COLUMNS])
-    return SegmentFix(by=tuple(by), table=table,
+        *by, "segment", *spec["columns"], "special_values", "theta", "theta_se",
+        *(["slope", "slope_se"] if platt else []), *HOLDOUT_COLUMNS])
+    return SegmentFix(by=spec["keys"], table=_present(table, spec),
                       kind="segment platt" if platt else "segment shift",
                       predicates=[c[1] for c in chosen], kinds=spec["kinds"], clip=CLIP,
-                      summary=summary)
+                      summary=_present(summary, spec))
 
 
 #: the per-segment holdout checks of a fix's table
@@ -1339,7 +1702,7 @@ def _fit_isotonic(src: Source, spec: dict, chosen: list, engine: list, group_key
     the first segment holding it); per entry, isotonic regression of y on p over the fitting
     rows (folds A and B) of that entry, exact (:func:`sqlcal.isotonic`); judged on the holdout
     as the shifts are, each segment's checks over the rows its entry holds."""
-    by, features = spec["by"], spec["features"]
+    by = spec["by"]
     folds = (spec["holdout"], 0.5, spec["split"])
     blocks = pd.DataFrame()
     terms = None
@@ -1372,13 +1735,15 @@ def _fit_isotonic(src: Source, spec: dict, chosen: list, engine: list, group_key
     for i, row in enumerate(rows_):
         row.pop("_hf")
         row["blocks"] = int((blocks["sqlcal_entry"] == i + 1).sum()) if len(blocks) else 0
-    table = pd.DataFrame(rows_, columns=[*by, "segment", *features, "blocks", *HOLDOUT_COLUMNS])
+    table = pd.DataFrame(rows_, columns=[*by, "segment", *spec["columns"], "special_values",
+                                         "blocks", *HOLDOUT_COLUMNS])
     if len(blocks):
         blocks.insert(0, "segment", [chosen[int(e) - 1][2] for e in blocks["sqlcal_entry"]])
         blocks = blocks.rename(columns={"sqlcal_entry": "entry"})
-    return SegmentIsotonicFix(by=tuple(by), table=table, kind="segment isotonic",
-                              predicates=[c[1] for c in chosen], kinds=spec["kinds"], clip=CLIP,
-                              summary=summary, blocks=blocks)
+    return SegmentIsotonicFix(by=spec["keys"], table=_present(table, spec),
+                              kind="segment isotonic", predicates=[c[1] for c in chosen],
+                              kinds=spec["kinds"], clip=CLIP, summary=_present(summary, spec),
+                              blocks=_present(blocks, spec))
 
 
 def _judged(terms, chosen: list, spec: dict, group_keys: list, lambdas: dict,
@@ -1387,26 +1752,30 @@ def _judged(terms, chosen: list, spec: dict, group_keys: list, lambdas: dict,
     per segment its holdout residual and z before and after (and ``_hf``, the fitting rows'
     Σwp'(1 − p')), per group the log loss, Brier score and multiaccuracy before and after and
     ``accepted`` iff the log loss falls by more than two standard errors of the paired per-row
-    difference and no segment's holdout |z| grows past max(its |z| before, ``z_floor``)."""
-    by, features = spec["by"], spec["features"]
+    difference and no segment's holdout |z| grows past max(its |z| before, ``z_floor``);
+    ``reason`` says why a fix is not accepted (None when it is)."""
+    by = spec["by"]
     table_rows, summary_rows = [], []
     all_keys = group_keys or [()] * (not by)
     for key in all_keys:
         idx = [i for i, c in enumerate(chosen) if c[0] == key]
         part = _group_rows(terms, by, key)
-        if not len(part):  # no row of the group (or nothing fitted)
-            table_rows += [dict(**dict(zip(by, key)), segment=chosen[i][2], _hf=0.0,
-                                **{f: v for f, v, _ in chosen[i][1]}) for i in idx]
-            summary_rows.append(dict(**dict(zip(by, key)), n_segments=0, accepted=False))
-            continue
         hold = part[part["sqlcal_fold"] == HOLDOUT]
+        W = hold["W"].sum() if len(hold) else 0.0
+        if not len(part) or not W:  # nothing fitted, or no row of the group
+            table_rows += [dict(**dict(zip(by, key)), segment=chosen[i][2], _hf=0.0,
+                                **_shown(chosen[i][1], spec)) for i in idx]
+            reason = ("no significant segment is left unexplained: nothing to fit" if not idx
+                      else "the group has no holdout row to judge the fix on")
+            summary_rows.append(dict(**dict(zip(by, key)), n_segments=len(idx),
+                                     accepted=False, reason=reason))
+            continue
         fit = part[part["sqlcal_fold"] != HOLDOUT]
         pat_h, pat_f = hold["pattern"].to_numpy(np.int64), fit["pattern"].to_numpy(np.int64)
-        W = hold["W"].sum()
         ll, ll0, dd = hold["ll"].sum(), hold["ll0"].sum(), hold["dd"].sum()
         gain = (ll - ll0) / W
         se = math.sqrt(max(dd / W - gain ** 2, 0.0) / W)
-        z_grew = False
+        grew = []  # (segment, |z| before, after) of the segments the fix over-corrects
         ma_before = ma_after = 0.0
         for local, i in enumerate(idx):
             m_h = (pat_h >> local) & 1 == 1
@@ -1415,12 +1784,12 @@ def _judged(terms, chosen: list, spec: dict, group_keys: list, lambdas: dict,
             r1, h1 = hold["r"].to_numpy()[m_h].sum(), hold["h"].to_numpy()[m_h].sum()
             z0 = r0 / math.sqrt(h0) if h0 > 0 else 0.0
             z1 = r1 / math.sqrt(h1) if h1 > 0 else 0.0
-            z_grew |= abs(z1) > max(abs(z0), z_floor)
+            if abs(z1) > max(abs(z0), z_floor):
+                grew.append((chosen[i][2], abs(z0), abs(z1)))
             ma_before, ma_after = max(ma_before, abs(r0) / W), max(ma_after, abs(r1) / W)
-            values = {f: v for f, v, _ in chosen[i][1]}
             table_rows.append(dict(
                 **dict(zip(by, key)), segment=chosen[i][2],
-                **{f: values.get(f) for f in features}, _hf=fit["h"].to_numpy()[m_f].sum(),
+                **_shown(chosen[i][1], spec), _hf=fit["h"].to_numpy()[m_f].sum(),
                 holdout_residual_before=r0, holdout_residual_after=r1,
                 holdout_z_before=z0, holdout_z_after=z1))
         summary_rows.append(dict(
@@ -1430,8 +1799,25 @@ def _judged(terms, chosen: list, spec: dict, group_keys: list, lambdas: dict,
             holdout_log_loss_se=se,
             holdout_brier_before=hold["bs0"].sum() / W, holdout_brier_after=hold["bs"].sum() / W,
             holdout_multiaccuracy_before=ma_before, holdout_multiaccuracy_after=ma_after,
-            accepted=bool(idx) and gain > 2 * se and not z_grew))
+            accepted=bool(idx) and gain > 2 * se and not grew,
+            reason=_rejection(gain, se, ll0 / W, ll / W, grew, z_floor)))
     return table_rows, pd.DataFrame(summary_rows)
+
+
+def _rejection(gain: float, se: float, before: float, after: float, grew: list,
+               z_floor: float) -> str | None:
+    """Why a fix is not accepted (None when it is): its holdout log loss did not fall by more
+    than two standard errors, and/or the holdout |z| of some fitted segments grew."""
+    out = []
+    if not gain > 2 * se:
+        fell = f"{gain / se:.2f} standard errors" if se > 0 else f"{gain:.3g}"
+        out.append(f"the holdout log loss went from {-before:.6g} to {-after:.6g}: it fell by "
+                   f"{fell}, not more than 2")
+    for segment, z0, z1 in grew:
+        past = f", past {z_floor:g}" if z_floor else ""
+        out.append(f"the holdout |z| of {segment} grew from {z0:.2f} to {z1:.2f}{past}: the "
+                   "fix over-corrects it")
+    return "; ".join(out) or None
 
 
 def _group_rows(frame, by, key) -> pd.DataFrame:

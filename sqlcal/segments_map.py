@@ -3,12 +3,16 @@ readable SQL condition of a segment (:func:`sqlcal.segments`).
 
 A segment is a conjunction of ``feature = value`` predicates; a value may be ``NULL`` (the
 feature is NULL) or the feature's *other* bucket (every value not kept as a segment of its
-own, NULL included unless NULL was kept). Conditions are built as sqlglot or Ibis trees from the
-column names and typed literals, never by pasting text.
+own, NULL included unless NULL was kept). A predicate is ``(feature, key, kept)``: the key of a
+value is ``"="`` and the value as a string (:func:`sqlcal.summaries.segment_code`), NULL and the
+bucket are the keys :data:`~sqlcal.summaries.SEGMENT_NULL` and
+:data:`~sqlcal.summaries.SEGMENT_OTHER`, which no value's key can equal; ``kept`` (the bucket's
+complement) holds keys. Conditions are built as sqlglot or Ibis trees from the column names and
+typed literals, never by pasting text.
 
 Examples
 --------
->>> condition_sql([("country", "BR", ()), ("device", "ios", ())],
+>>> condition_sql([("country", "=BR", ()), ("device", "=ios", ())],
 ...               {"country": "string", "device": "string"})
 '"country" = \\'BR\\' AND "device" = \\'ios\\''
 """
@@ -25,9 +29,10 @@ import sqlglot
 from sqlglot import exp
 
 from sqlcal.errors import InvalidInputError
-from sqlcal.maps import CalibrationMap, EXP_LIMIT
+from sqlcal.maps import CalibrationMap
 from sqlcal.inputs import resolve_table
-from sqlcal.summaries import SEGMENT_NULL, SEGMENT_OTHER, key_match, number, piecewise
+from sqlcal.summaries import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
+                              segment_fixed)
 
 #: Ibis / sqlglot dialect names that differ
 _DIALECTS = {"pyspark": "spark", "postgres": "postgres", "duckdb": "duckdb"}
@@ -54,19 +59,40 @@ def dialect(rows: ir.Table) -> str:
 
 
 def with_columns(data, columns) -> tuple[ir.Table, list]:
-    """The table of ``data`` with each of ``columns`` copied under an internal name
-    (``sqlcal_c0``, ...): features ride along as group keys of the summaries, where a name
-    such as ``n`` or ``k`` would clash with a summary column. Returns the table and the names."""
+    """The table of ``data`` with each of ``columns`` (group keys, features, split columns)
+    copied under an internal name (``sqlcal_c0``, ...; the prefix takes underscores until no
+    column of the table starts with it): they ride along as group keys of the summaries, where
+    the user's name (``n``, ``segment``, ``sqlcal_fold``, ...) could be a summary's or the
+    search's own column. Returns the table and the names."""
     base = resolve_table(data, None)
     missing = [c for c in columns if c not in base.columns]
     if missing:
-        raise InvalidInputError(f"feature or split columns {missing} are not in the table; its "
-                                f"columns are {list(base.columns)}")
-    names = [f"sqlcal_c{i}" for i in range(len(columns))]
+        raise InvalidInputError(f"group key, feature or split columns {missing} are not in the "
+                                f"table; its columns are {list(base.columns)}")
+    prefix = "sqlcal_c"
+    while any(c.startswith(prefix) for c in base.columns):
+        prefix += "_"
+    names = [f"{prefix}{i}" for i in range(len(columns))]
     return base.mutate(**{n: base[c] for n, c in zip(names, columns)}), names
 
 
-def _typed(value: str, kind: str):
+def shown_name(column: str, users) -> str:
+    """The name of a column sqlcal adds to a result beside the user's group keys and features
+    (``users``): its own, with a trailing underscore added while one of ``users`` holds it (no
+    column of sqlcal's ends with one, so two never meet).
+
+    >>> shown_name("segment", {"segment"}), shown_name("z", {"z", "z_"}), shown_name("n", ())
+    ('segment_', 'z__', 'n')
+    """
+    while column in users:
+        column += "_"
+    return column
+
+
+def _typed(key: str, kind: str):
+    """The literal of a value's key (:func:`sqlcal.summaries.segment_code`) in the feature's
+    type."""
+    value = key[len(SEGMENT_VALUE):]
     if kind == "int":
         return int(value)
     if kind == "bool":
@@ -81,9 +107,9 @@ def _literal(value, kind: str) -> exp.Expression:
 
 
 def condition_sql(predicates, kinds: dict, dialect: str = "duckdb") -> str:
-    """A segment's condition as SQL of ``dialect``: ``predicates`` are ``(feature, value,
-    kept)`` with values as strings (``"__null__"`` for NULL, ``"__other__"`` for the values not
-    in ``kept``)."""
+    """A segment's condition as SQL of ``dialect``: ``predicates`` are ``(feature, key, kept)``
+    (the module's docstring: a value's key, :data:`~sqlcal.summaries.SEGMENT_NULL` for NULL,
+    :data:`~sqlcal.summaries.SEGMENT_OTHER` for the values whose keys are not in ``kept``)."""
     parts = []
     for feature, value, kept in predicates:
         col = exp.column(exp.to_identifier(feature, quoted=True))
@@ -144,7 +170,7 @@ class SegmentFix(CalibrationMap):
     >>> import pandas as pd
     >>> fix = SegmentFix(by=(), table=pd.DataFrame({"segment": ["\\"c\\" = 'a'"],
     ...                                             "theta": [0.5]}),
-    ...                  kind="shift", predicates=[(("c", "a", ()),)], kinds={"c": "string"})
+    ...                  kind="shift", predicates=[(("c", "=a", ()),)], kinds={"c": "string"})
     >>> print(fix.sql("p"))  # doctest: +ELLIPSIS
     CASE WHEN ...
     """
@@ -153,6 +179,11 @@ class SegmentFix(CalibrationMap):
     kinds: dict = field(default_factory=dict)
     clip: float = 1e-6
     summary: pd.DataFrame | None = None
+
+    def _name(self, column: str) -> str:
+        """Where the tables hold sqlcal's ``column`` beside the group keys and features
+        (:func:`shown_name`)."""
+        return shown_name(column, {*self.by, *self.kinds})
 
     def _conditions(self, table: ir.Table) -> list:
         """Each fitted segment's condition over ``table`` (its group's key included)."""
@@ -168,27 +199,21 @@ class SegmentFix(CalibrationMap):
             out.append(cond)
         return out
 
-    def _shift(self, table: ir.Table, eta: ir.FloatingValue) -> ir.FloatingValue:
-        shift = number(0.0)
-        slopes = self.table["slope"] if "slope" in self.table else [None] * len(self.table)
-        for cond, theta, slope in zip(self._conditions(table), self.table["theta"], slopes):
-            value = number(float(theta))
-            if slope is not None and not pd.isna(slope):  # kind="platt": θ + γ·logit p̃
-                value = value + number(float(slope)) * eta
-            shift = shift + ibis.cases((cond, value), else_=number(0.0))
-        return shift
+    def _thetas(self) -> list:
+        """Each fitted segment's θ as :func:`sqlcal.summaries.segment_fixed` reads it: a shift,
+        or (kind="platt") an (intercept, slope) pair."""
+        slope = self._name("slope")
+        slopes = self.table[slope] if slope in self.table else [None] * len(self.table)
+        return [float(theta) if slope is None or pd.isna(slope) else (float(theta), float(slope))
+                for theta, slope in zip(self.table[self._name("theta")], slopes)]
 
     def expr(self, table: ir.Table, score: str) -> ir.FloatingValue:
-        """The corrected score as an Ibis expression over ``table``."""
+        """The corrected score as an Ibis expression over ``table``: the rule the fix was
+        judged by (:func:`sqlcal.summaries.segment_fixed`), so a fitted segment's score is
+        within [clip, 1 − clip] and every other row keeps its own."""
         p = table[score].cast("float64")
-        if not len(self.table):
-            return _missing_score(p, p)
-        pc = ibis.greatest(ibis.least(p, number(1 - self.clip)), number(self.clip))
-        logit = (pc / (1 - pc)).ln()
-        shift = self._shift(table, logit)
-        eta = logit + shift
-        mapped = 1 / (1 + ibis.greatest(ibis.least(-eta, EXP_LIMIT), -EXP_LIMIT).exp())
-        return _missing_score(p, ibis.ifelse(shift == 0, p, mapped))
+        return _missing_score(p, segment_fixed(p, self._conditions(table), self._thetas(),
+                                               self.clip))
 
     def apply(self, table: ir.Table, score: str, *, name: str = "calibrated",
               mapping: ir.Table | None = None, inline: bool | None = None) -> ir.Table:
@@ -245,7 +270,7 @@ class SegmentIsotonicFix(SegmentFix):
     >>> blocks = pd.DataFrame({"segment": ["s"] * 2, "entry": [1, 1], "lo": [0.1, 0.5],
     ...                        "hi": [0.3, 0.9], "value": [0.2, 0.6], "slope": [2.0, 0.0]})
     >>> fix = SegmentIsotonicFix(by=(), table=pd.DataFrame({"segment": ["s"]}),
-    ...                          kind="segment isotonic", predicates=[(("c", "a", ()),)],
+    ...                          kind="segment isotonic", predicates=[(("c", "=a", ()),)],
     ...                          kinds={"c": "string"}, blocks=blocks)
     >>> fix.transform_frame(pd.DataFrame({"c": ["a", "a", "b"], "p": [0.4, 0.95, 0.4]}),
     ...                     "p").round(6).tolist()
@@ -255,18 +280,18 @@ class SegmentIsotonicFix(SegmentFix):
     blocks: pd.DataFrame | None = None
 
     def expr(self, table: ir.Table, score: str) -> ir.FloatingValue:
-        """The corrected score as an Ibis expression over ``table``."""
+        """The corrected score as an Ibis expression over ``table``: the rule the fix was
+        judged by (:func:`sqlcal.summaries.segment_fixed`): the first fitted segment's
+        isotonic map, clipped to [clip, 1 − clip]; every other row keeps its score."""
         p = table[score].cast("float64")
-        cases = []
-        for i, cond in enumerate(self._conditions(table)):
-            part = self.blocks[self.blocks["entry"] == i + 1] if self.blocks is not None and \
-                len(self.blocks) else ()
+        maps = []
+        for i in range(len(self.table)):
+            part = self.blocks[self.blocks[self._name("entry")] == i + 1] \
+                if self.blocks is not None and len(self.blocks) else ()
             # an entry without blocks (no fitting rows) keeps its rows' scores
-            value = piecewise(p, *(part[c].to_numpy(float) for c in ("lo", "hi", "value",
-                                                                       "slope"))) \
-                if len(part) else p
-            cases.append((cond, value))
-        return _missing_score(p, ibis.cases(*cases, else_=p) if cases else p)
+            maps.append(tuple(tuple(part[self._name(c)].astype(float))
+                              for c in ("lo", "hi", "value", "slope")) if len(part) else 0.0)
+        return _missing_score(p, segment_fixed(p, self._conditions(table), maps, self.clip))
 
     def mapping_frame(self) -> pd.DataFrame:
         return (self.blocks if self.blocks is not None else pd.DataFrame()).reset_index(

@@ -658,7 +658,9 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
     if summary.kind == "segment_sums":  # sqlcal.segments: one branch per column tuple
         return segment_sums(rows, summary.params, weighted=weighted, checks=checks)
     if summary.kind == "segment_terms":
-        return segment_terms(rows, summary.params, weighted=weighted)
+        return segment_terms(rows, summary.params, weighted=weighted, checks=checks)
+    if summary.kind == "segment_overlaps":  # a follow-up: the search validated the rows
+        return segment_overlaps(rows, summary.params, weighted=weighted)
     if summary.kind == "cells_within":
         grid, ranges = summary.params
         return cells(within_ranges(rows, by, ranges), by, grid, parts, weighted=weighted,
@@ -1330,10 +1332,15 @@ def is_bound(t: ir.Table) -> bool:
 
 # -- segments: per-segment sums over feature-value conjunctions (sqlcal.segments) ------------
 
-#: the value standing for a NULL feature, and for the values pooled into a feature's "other"
-#: bucket (a value too rare to be a segment of its own); a feature holding either is refused
-SEGMENT_NULL = "__null__"
-SEGMENT_OTHER = "__other__"
+#: how the search keys a feature's value (:func:`segment_value`): a value is
+#: :data:`SEGMENT_VALUE` followed by the value cast to a string; a NULL feature is
+#: :data:`SEGMENT_NULL` and the values pooled into a feature's "other" bucket (each too rare to be
+#: a segment of its own) are :data:`SEGMENT_OTHER`. Neither starts with :data:`SEGMENT_VALUE`,
+#: so no value of the data (``"__null__"``, ``"__other__"``, ``""``, ...) can be taken for NULL,
+#: for the bucket, or for another value
+SEGMENT_VALUE = "="
+SEGMENT_NULL = "null"
+SEGMENT_OTHER = "other"
 #: folds: rows are assigned by the score's bits (x = p·C + Σ split·φ; u = 2·dist(x, ℤ)), pure
 #: double arithmetic every engine evaluates alike; 2 is the holdout, 0 fold A, 1 fold B
 _FOLD_SCALE = 9_999_991.0
@@ -1341,8 +1348,19 @@ _FOLD_SPLIT = 0.6180339887498949
 
 
 def segment_value(col: ir.Value) -> ir.StringValue:
-    """A feature's value as a string, NULL as :data:`SEGMENT_NULL` (so NULL means "free")."""
-    return col.cast("string").fill_null(SEGMENT_NULL)
+    """A feature's value as the search keys it: :data:`SEGMENT_VALUE` and the value as a string,
+    or :data:`SEGMENT_NULL` for NULL (so a NULL key means "free")."""
+    return ibis.ifelse(col.isnull(), ibis.literal(SEGMENT_NULL),
+                       ibis.literal(SEGMENT_VALUE) + col.cast("string"))
+
+
+def segment_code(value: str) -> str:
+    """The key of a feature's value (its string), as :func:`segment_value` makes it.
+
+    >>> segment_code("__null__")
+    '=__null__'
+    """
+    return SEGMENT_VALUE + value
 
 
 def segment_fold(t: ir.Table, holdout: float, a_share: float, split: Sequence[str]
@@ -1360,15 +1378,23 @@ def segment_fold(t: ir.Table, holdout: float, a_share: float, split: Sequence[st
 
 
 def segment_condition(t: ir.Table, predicates: Sequence[tuple]) -> ir.BooleanValue:
-    """Rows of a segment: ``predicates`` are ``(feature, value, kept)``, value a string as
-    :func:`segment_value` gives it, or :data:`SEGMENT_OTHER` for the rows whose value is not
-    among ``kept``."""
+    """Rows of a segment: ``predicates`` are ``(feature, key, kept)``, key a value's key as
+    :func:`segment_value` gives it (:data:`SEGMENT_NULL` for NULL), or :data:`SEGMENT_OTHER` for
+    the rows whose key is not among ``kept``. Compared in the column's own type (no per-row
+    cast)."""
     out = []
     for feature, value, kept in predicates:
-        v = segment_value(t[feature])
-        out.append(~v.isin(list(kept)) if value == SEGMENT_OTHER and kept else
-                   ibis.literal(True) if value == SEGMENT_OTHER else v == value)
+        col = t[feature]
+        out.append(~_among(col, kept) if value == SEGMENT_OTHER else _among(col, (value,)))
     return ibis.and_(*out)
+
+
+def _among(col: ir.Value, keys: Sequence[str]) -> ir.BooleanValue:
+    """Whether a feature's value is one of ``keys`` (:func:`segment_value`'s, NULL's among
+    them), in the column's own type; never NULL."""
+    plain = _typed(col, [k for k in keys if k not in (SEGMENT_NULL, SEGMENT_OTHER)])
+    return ibis.cases((col.isnull(), ibis.literal(SEGMENT_NULL in keys)),
+                      else_=col.isin(plain) if plain else ibis.literal(False))
 
 
 #: summary columns that merge over disjoint sets of rows by MIN, and by MAX; every other sum
@@ -1479,14 +1505,17 @@ def segment_sizes(plan: list, cover: Sequence[int]) -> list[int]:
 
 
 def _typed(col: ir.Value, values: Sequence[str]) -> list:
-    """``values`` (strings as :func:`segment_value` gives them) as literals of ``col``'s type:
-    exact for the integer and string columns that can be narrowed (a boolean feature has at
-    most three raw values, never more than twice its candidates' values plus two)."""
+    """``values`` (keys of values as :func:`segment_value` gives them) as literals of ``col``'s
+    type: the engines cast an integer to its decimal digits and a boolean to ``true`` or
+    ``false``, so the literal is exactly the value the key was made from."""
+    values = [v[len(SEGMENT_VALUE):] for v in values]
     if col.type().is_string():
-        return list(values)
+        return values
     if col.type().is_integer():
         return [int(v) for v in values]
-    raise TypeError(f"a {col.type()} feature is not narrowed")  # pragma: no cover
+    if col.type().is_boolean():
+        return [v.lower() == "true" for v in values]
+    raise TypeError(f"a {col.type()} feature has no segments")  # pragma: no cover
 
 
 def _narrowed(col: ir.Value, values: Sequence[str], kept: Sequence[str]
@@ -1496,16 +1525,9 @@ def _narrowed(col: ir.Value, values: Sequence[str], kept: Sequence[str]
     those values, 1 for a row of the pooled bucket (a value outside ``kept``, NULL included
     unless kept) when the candidates hold :data:`SEGMENT_OTHER`, 2 for every other row (in
     no candidate). Compared in the column's own type (no per-row cast)."""
-    special = (SEGMENT_NULL, SEGMENT_OTHER)
-
-    def among(vs: Sequence[str]) -> ir.BooleanValue:  # never NULL
-        plain = _typed(col, [v for v in vs if v not in special])
-        return ibis.cases((col.isnull(), ibis.literal(SEGMENT_NULL in vs)),
-                          else_=col.isin(plain) if plain else ibis.literal(False))
-
-    inside = among(values)
+    inside = _among(col, values)
     if SEGMENT_OTHER in values:
-        cls = ibis.cases((inside, 0), (~among(kept), 1), else_=2)
+        cls = ibis.cases((inside, 0), (~_among(col, kept), 1), else_=2)
     else:
         cls = ibis.cases((inside, 0), else_=2)
     return ibis.cases((inside, col), else_=ibis.null(col.type())), cls.cast("int8")
@@ -1627,6 +1649,46 @@ def segment_sums(rows: ir.Table, params: tuple, *, weighted: bool,
     return out
 
 
+def segment_overlaps(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
+    """On one fold, per score bin (``bin``, when ``bins``), the sums of the rows of each of
+    ``nodes`` (``(group key, predicates)``, :func:`segment_condition`'s): ``r{k}`` = Σw(y − p),
+    ``i{k}`` = Σwp(1 − p) and, weighted, ``v{k}`` = Σw²p(1 − p), as CASE sums over one scan of
+    the rows inside one of ``within`` (the same form; every node lies inside one of them). With
+    ``cube`` (the token of a search whose reduced cube :func:`segment_sums` kept), the sums
+    come from the cube's rows instead of the table's, whose keys are already recoded."""
+    by, (holdout, a_share, split), bins, fold, nodes, within, cube = params
+    cells = _STAGES.get(("segment_cube", cube)) if cube else None
+    if cells is not None:  # the cube: sums per fold, group, bin and recoded feature keys
+        t = cells
+
+        def member(key, preds):
+            out = [t[f] == (SEGMENT_OTHER if k == SEGMENT_OTHER else k) for f, k, _ in preds]
+            return ibis.and_(*([key_match(t, key, by)] if by else []), *out)
+
+        t = t.mutate(sqlcal_r=t.swy - t.swp, sqlcal_i=t.swp - t.swpp,
+                     **({"sqlcal_v": t.var2} if weighted else {}))
+    else:
+        t = rows.mutate(sqlcal_fold=segment_fold(rows, holdout, a_share, split))
+        if bins:
+            t = t.mutate(bin=uniform_bin(t.p, bins, "sqlcal"))
+
+        def member(key, preds):
+            return key_match(t, key, by) & segment_condition(t, preds) if by else \
+                segment_condition(t, preds)
+
+        w = t.w if weighted else ibis.literal(1.0)
+        t = t.mutate(sqlcal_r=w * (t.y - t.p), sqlcal_i=w * t.p * (1 - t.p),
+                     **({"sqlcal_v": w * w * t.p * (1 - t.p)} if weighted else {}))
+    t = t.filter((t.sqlcal_fold == fold) & ibis.or_(*(member(k, p) for k, p in within)))
+    zero = number(0.0)
+    sums = {}
+    for k, (key, preds) in enumerate(nodes):
+        m = member(key, preds)
+        for name in ("r", "i", "v") if weighted else ("r", "i"):
+            sums[f"{name}{k}"] = ibis.ifelse(m, t[f"sqlcal_{name}"], zero).sum()
+    return _aggregate(t, ["bin"] if bins else [], **sums)
+
+
 def _is_blocks(theta) -> bool:
     """Whether a segment's θ is an isotonic map's blocks (four tuples), not a number or pair."""
     return isinstance(theta, tuple) and bool(theta) and isinstance(theta[0], tuple)
@@ -1652,17 +1714,55 @@ def piecewise(p: ir.FloatingValue, lo, hi, value, slope) -> ir.FloatingValue:
     return tree(0, len(value) - 1).cast("float64")
 
 
-def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
+def segment_fixed(p: ir.FloatingValue, members: Sequence[ir.BooleanValue], thetas: Sequence,
+                  clip: float) -> ir.FloatingValue:
+    """The score a segment fix gives a row (``members``: whether it is in each fitted segment;
+    ``thetas``: each segment's θ): the one rule both the fix's judgement
+    (:func:`segment_terms`) and its exported map (:class:`sqlcal.segments_map.SegmentFix`) use.
+
+    A row in no fitted segment keeps its score ``p``. In a segment, with p̃ = p clipped to
+    [clip, 1 − clip], the score is σ(logit p̃ + Σ_k θ_k·1[row ∈ S_k]) (θ a number: a shift; a
+    pair: θ₀ + θ₁·logit p̃, a Platt map), or, when the θ are isotonic maps' blocks (four
+    tuples), the first segment's map of p (a decision list; an entry without blocks keeps
+    ``p``); that score is clipped to [clip, 1 − clip], so a fix never gives 0 or 1."""
+    def clipped(x):
+        return ibis.greatest(ibis.least(x, number(1 - clip)), number(clip))
+
+    if any(_is_blocks(theta) for theta in thetas):
+        cases = [(m, clipped(piecewise(p, *theta)) if _is_blocks(theta) else p)
+                 for m, theta in zip(members, thetas)]
+        return ibis.cases(*cases, else_=p).cast("float64") if cases else p
+    if not members:
+        return p
+    pc = clipped(p)
+    eta = (pc / (1 - pc)).ln()
+    shift = number(0.0)
+    for m, theta in zip(members, thetas):
+        if isinstance(theta, tuple):  # (intercept, slope on logit p̃): a Platt map
+            value = number(theta[0]) + number(theta[1]) * eta
+        else:
+            value = number(theta)
+        shift = shift + ibis.cases((m, value), else_=number(0.0))
+    mapped = 1 / (1 + ibis.greatest(ibis.least(-(eta + shift), number(EXP_LIMIT)),
+                                    number(-EXP_LIMIT)).exp())
+    return ibis.ifelse(ibis.or_(*members), clipped(mapped), p)
+
+
+def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool,
+                  checks: Callable | None = None) -> ir.Table:
     """Per fold, group and membership pattern (Σ 2^k over the segments k holding the row), the
     terms of the logistic fit logit p' = logit p̃ + Σ θ_k·1[row ∈ S_k], p̃ = clip(p):
     a segment's θ may be a pair (intercept, slope): its rows get θ₀ + θ₁·logit p̃ (a
     per-segment Platt map); or four tuples (lo, hi, value, slope), an isotonic map's blocks
     (:func:`piecewise`): then the segments are a decision list, a row belongs to the first
-    segment holding it, and its p' is the map's value clipped to [clip, 1 − clip]; with ``step`` > 0 also per logit cell ``cell`` = FLOOR(logit p̃ /
+    segment holding it; with ``step`` > 0 also per logit cell ``lcell`` = FLOOR(logit p̃ /
     step) and only ``n``, ``W``, Σwy, Σw·logit p̃ (the fit's histogram); with ``step`` = 0 the
-    exact terms at the
-    given θ: ``r`` = Σw(y − p'), ``h`` = Σwp'(1 − p'), ``r0``, ``h0`` (at θ = 0), the
-    log-likelihoods ``ll``, ``ll0``, ``dd`` = Σw(ℓ' − ℓ₀)², the Brier sums ``bs``, ``bs0``."""
+    exact terms at the given θ of the score p' the fix exports (:func:`segment_fixed`):
+    ``r`` = Σw(y − p'), ``h`` = Σwp'(1 − p'), ``r0``, ``h0`` (of p itself), the
+    log-likelihoods ``ll``, ``ll0`` (a score of 0 or 1, kept only outside the fitted segments,
+    read as 10^-15 from it), ``dd`` = Σw(ℓ' − ℓ₀)², the Brier sums ``bs``, ``bs0``. As the first
+    scan of a source (a fix of given segments) it carries the validation ``checks`` and the
+    score's range ``p_min``, ``p_max``."""
     by, features, (holdout, a_share, split), segments, step, clip = params
     t = rows.mutate(sqlcal_fold=segment_fold(rows, holdout, a_share, split))
     member = [key_match(t, key, by) & segment_condition(t, preds) if by else
@@ -1681,32 +1781,29 @@ def segment_terms(rows: ir.Table, params: tuple, *, weighted: bool) -> ir.Table:
     eta = (pc / (1 - pc)).ln()
     t = t.mutate(pattern=pattern, sqlcal_eta=eta)
     keys = ["sqlcal_fold", *by, "pattern"]
+    valid = ({**checks(t), "p_min": t.p.min(), "p_max": t.p.max()} if checks else {})
     if step:
-        t = t.mutate(cell=(t.sqlcal_eta / number(step)).floor().cast("int64"))
+        t = t.mutate(lcell=(t.sqlcal_eta / number(step)).floor().cast("int64"))
         w = (lambda v: t.w * v) if weighted else (lambda v: v)
-        return _aggregate(t, [*keys, "cell"], n=t.count(),
+        return _aggregate(t, [*keys, "lcell"], n=t.count(),
                           W=t.w.sum() if weighted else t.count().cast("float64"),
-                          swy=w(t.y).sum(), sweta=w(t.sqlcal_eta).sum())
-    shift = ibis.literal(0.0)
-    for m, (_, _, theta) in zip(member, segments):
-        if _is_blocks(theta):  # an isotonic map: logit of its clipped value, less logit p̃
-            q = piecewise(t.p, *theta)
-            q = ibis.greatest(ibis.least(q, number(1 - clip)), number(clip))
-            value = (q / (1 - q)).ln() - t.sqlcal_eta
-        elif isinstance(theta, tuple):  # (intercept, slope on logit p̃): a Platt map
-            value = number(theta[0]) + number(theta[1]) * t.sqlcal_eta
-        else:
-            value = number(theta)
-        shift = shift + ibis.cases((m, value), else_=number(0.0))
-    mu = 1 / (1 + ibis.greatest(ibis.least(-(t.sqlcal_eta + shift), 700.0), -700.0).exp())
-    mu = ibis.greatest(ibis.least(mu, number(1 - 1e-15)), number(1e-15))
-    t = t.mutate(sqlcal_mu=mu, sqlcal_pc=pc)
-    ll = t.y * t.sqlcal_mu.ln() + (1 - t.y) * (1 - t.sqlcal_mu).ln()
-    ll0 = t.y * t.sqlcal_pc.ln() + (1 - t.y) * (1 - t.sqlcal_pc).ln()
-    t = t.mutate(sqlcal_ll=ll, sqlcal_ll0=ll0)
+                          swy=w(t.y).sum(), sweta=w(t.sqlcal_eta).sum(), **valid)
+    # the score the fix exports, judged as it is (its own members: a decision list's entries
+    # are first matches by construction)
+    own = [key_match(t, key, by) & segment_condition(t, preds) if by else
+           segment_condition(t, preds) for key, preds, _ in segments]
+    t = t.mutate(sqlcal_mu=segment_fixed(t.p, own, [theta for _, _, theta in segments], clip),
+                 sqlcal_pc=t.p)
+
+    def loglik(q):  # 0 or 1 only outside the fitted segments (the score as given)
+        floor = number(1e-15)
+        return (t.y * ibis.greatest(q, floor).ln()
+                + (1 - t.y) * ibis.greatest(1 - q, floor).ln())
+
+    t = t.mutate(sqlcal_ll=loglik(t.sqlcal_mu), sqlcal_ll0=loglik(t.sqlcal_pc))
     d = t.sqlcal_ll - t.sqlcal_ll0
     w = (lambda v: t.w * v) if weighted else (lambda v: v)
-    return _aggregate(t, keys, n=t.count(),
+    return _aggregate(t, keys, **valid, n=t.count(),
                       W=t.w.sum() if weighted else t.count().cast("float64"), swy=w(t.y).sum(),
                       r=w(t.y - t.sqlcal_mu).sum(), h=w(t.sqlcal_mu * (1 - t.sqlcal_mu)).sum(),
                       r0=w(t.y - t.sqlcal_pc).sum(), h0=w(t.sqlcal_pc * (1 - t.sqlcal_pc)).sum(),

@@ -51,7 +51,7 @@ def test_help_texts_are_plain_text(capsys):
 
 @pytest.mark.parametrize("command, alerts", [
     ("report", "alert"), ("monitor", "alarm"), ("snapshot", None), ("maturity", None),
-    ("segments", None), ("sql", None), ("dbt", None), ("demo", None),
+    ("segments", "rejected"), ("sql", None), ("dbt", None), ("demo", None),
 ])
 def test_exit_codes_are_those_of_the_command(command, alerts, capsys):
     text = _help([command, "--help"], capsys)

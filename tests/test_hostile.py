@@ -274,6 +274,10 @@ def test_empty_one_row_and_huge_weight_groups():
     one = df.iloc[:1]
     got = sqlcal.brier(one, score="p", label="y")
     assert got.n.iloc[0] == 1 and got.brier.iloc[0] == pytest.approx(_brier(one), rel=1e-15)
-    huge = df.assign(w=1e300)
+    # constant weights cancel in a weighted mean, up to the largest whose squares the variance
+    # sums can still hold; past it the rows are refused with the remedy
+    huge = df.assign(w=1e130)
     got = sqlcal.brier(huge, score="p", label="y", weight="w")
     np.testing.assert_allclose(got.brier.iloc[0], _brier(df), rtol=1e-12)
+    with pytest.raises(InvalidInputError, match="above 1e\\+140.*rescale"):
+        sqlcal.brier(df.assign(w=1e300), score="p", label="y", weight="w")

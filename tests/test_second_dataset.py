@@ -174,6 +174,7 @@ NOT_DATASETS = {
     ("detect", "reference"): "a window of stored days (first, last), not rows",
     ("detect", "reference_days"): "a number of days",
     ("segment_fix", "holdout"): "the share of the rows held out, not a dataset",
+    ("source", "training_negative_rate"): "a rate, or the column of the main data holding it",
 }
 
 

@@ -411,8 +411,9 @@ def test_segment_fix_platt_equals_the_logistic_fit_on_the_rows_and_its_sql_equal
 
 def test_segment_fix_isotonic_equals_sklearn_per_entry_and_its_sql_equals_numpy():
     """kind="isotonic": per entry of the decision list, the map equals scikit-learn's
-    IsotonicRegression fitted on that entry's fitting rows (folds A and B), on the holdout
-    rows; the holdout log loss equals numpy's; the SQL gives the same scores in DuckDB."""
+    IsotonicRegression fitted on that entry's fitting rows (folds A and B), clipped to
+    [1e-6, 1 − 1e-6], on the holdout rows; the holdout log loss equals numpy's; the SQL gives
+    the same scores in DuckDB."""
     from sklearn.isotonic import IsotonicRegression
 
     rng = np.random.default_rng(21)
@@ -446,7 +447,7 @@ def test_segment_fix_isotonic_equals_sklearn_per_entry_and_its_sql_equals_numpy(
         fit = (entry == i + 1) & ~hold
         iso = IsotonicRegression(out_of_bounds="clip").fit(df.p[fit], df.y[fit])
         at = (entry == i + 1) & hold
-        expected[at] = iso.predict(df.p[at])
+        expected[at] = np.clip(iso.predict(df.p[at]), 1e-6, 1 - 1e-6)  # never 0 or 1
         assert fix.table.blocks[i] == (fix.blocks.entry == i + 1).sum() > 0
     got = fix.transform_frame(df[hold], "p")
     np.testing.assert_allclose(got, expected[hold], rtol=1e-12, atol=1e-12)
@@ -488,13 +489,16 @@ def test_engines_agree_with_brute_force(con, upload):
     out = sqlcal.segments(upload(df), score="p", label="y", features=features, max_depth=2,
                           min_support=40.0, min_expected=5.0, mode="full", top_k=None)
     oracle = _brute(df, 40.0, 5.0, 2, features=features)
-    assert out.branches[0] == 3 + 1
+    # the redundancy rule reads the intersections the lattice lacks: one more statement (and
+    # table read) per round
+    explaining = json.loads(out.searched[0])["explained"]["statements"]
+    assert out.branches[0] == 3 + 1 + explaining
     got = out.assign(k=_key(out)).set_index("k").sort_index()
     exp = oracle.assign(k=_key(oracle)).set_index("k").sort_index()
     assert list(got.index) == list(exp.index)
     np.testing.assert_allclose(got.residual, exp.R, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(got.z, exp.z, rtol=1e-9, atol=1e-9)
-    assert out.statements[0] == 2
+    assert out.statements[0] == 2 + explaining
     # the reduced cube (a temporary table of the engine) gives the same sums
     cube = sqlcal.segments(upload(df), score="p", label="y", features=features, max_depth=2,
                            min_support=40.0, min_expected=5.0, mode="full", top_k=None,
@@ -504,6 +508,16 @@ def test_engines_agree_with_brute_force(con, upload):
     np.testing.assert_allclose(got.W, exp.W, rtol=1e-12)
     np.testing.assert_allclose(got.residual, exp.R, rtol=1e-9, atol=1e-9)
     assert json.loads(cube.searched[0])["scans"] == 2
+    # the redundancy rule's intersections, read from the cube, explain the same segments, and
+    # the same as on DuckDB from the frame
+    levels = out.assign(k=_key(out)).set_index("k").sort_index()
+    assert got.explained_by.fillna("-").tolist() == levels.explained_by.fillna("-").tolist()
+    local = sqlcal.segments(df, score="p", label="y", features=features, max_depth=2,
+                            min_support=40.0, min_expected=5.0, mode="full", top_k=None)
+    local = local.assign(k=_key(local)).set_index("k").sort_index()
+    quoted = levels.explained_by.fillna("-").str.replace("`", '"')  # Spark quotes with `
+    assert quoted.tolist() == local.explained_by.fillna("-").tolist()
+    assert levels.explained_by.notna().any()
 
 
 def _skewed(n=4000, seed=11):
@@ -551,7 +565,7 @@ def test_over_limit_sets_group_only_their_candidates_values(con, upload, monkeyp
                           min_support=30.0, min_expected=3.0, mode="full", top_k=None)
     narrowed = [n for plan in plans for _, _, n in plan if n]
     assert {features.index(f) for f in ("f4", "f5", "f6")} <= {j for n in narrowed for j in n}
-    assert any("__other__" in v for n in narrowed for v in n.values())
+    assert any(summaries.SEGMENT_OTHER in v for n in narrowed for v in n.values())
     oracle = _brute(df, 30.0, 3.0, 3, features=features)
     got = out.assign(k=_key(out, features)).set_index("k").sort_index()
     exp = oracle.assign(k=_key(oracle, features)).set_index("k").sort_index()
@@ -627,10 +641,12 @@ def test_cube_strategy_reads_the_base_table_twice_whatever_the_depth(monkeypatch
                               max_depth=depth, min_support=40.0, min_expected=5.0,
                               mode="full", top_k=None, strategy=strategy)
         reads = sum('"base_rows"' in sql for sql in statements)
-        assert reads == (2 if strategy == "cube" else depth), (strategy, depth)
+        # the redundancy rule's statements read the cube, or the table (levels)
+        explaining = json.loads(out.searched[0])["explained"]["statements"]
+        assert reads == (2 if strategy == "cube" else depth + explaining), (strategy, depth)
         assert json.loads(out.searched[0])["scans"] == (
             2 if strategy == "cube" else out.branches[0])
-        assert out.statements[0] == len(statements) == depth + (strategy == "cube")
+        assert out.statements[0] == len(statements) == depth + (strategy == "cube") + explaining
         got = out.assign(k=_key(out)).set_index("k").sort_index()
         want = exp[exp[features].notna().sum(axis=1) <= depth]
         assert list(got.index) == list(want.index)

@@ -69,7 +69,8 @@ KEY_COLUMN["logit_cells_in_cells"] = "lcell"
 
 #: segment discovery (sqlcal.segments): sums per fold, group and feature-value conjunction,
 #: and the terms of a per-segment logit shift per fold, group and membership pattern
-KEY_COLUMN.update({"segment_sums": None, "segment_terms": "pattern"})
+KEY_COLUMN.update({"segment_sums": None, "segment_terms": "pattern",
+                   "segment_overlaps": None})
 
 _SUMS = frozenset({
     "n", "W", "ny", "swy", "swp", "swpp", "swyp", "swyy", "sw2", "total", "positive", "negative", "var",
@@ -611,6 +612,28 @@ def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None,
         int(bins), tup(tuples), None if kept is None else tup(kept),
         None if candidates is None else tuple((int(i), tuple(v)) for i, v in candidates),
         None if cube is None else str(cube), tuple(int(c) for c in cover), bool(extremes)))
+
+
+def segment_overlaps(by, folds, bins, fold, nodes, within, cube: str | None = None) -> Summary:
+    """On fold ``fold``, per score bin when ``bins``, the residual, information and variance
+    sums of each of ``nodes`` (``(group key, predicates)``), read from the rows inside one of
+    ``within`` (the same form), or from a search's reduced cube (its token ``cube``); see
+    :func:`sqlcal.summaries.segment_overlaps`.
+
+    Examples
+    --------
+    >>> s = segment_overlaps((), (0.0, 0.5, ()), 0, 1, [((), (("a", "=x", ()),))],
+    ...                      [((), (("a", "=x", ()),))])
+    >>> s.kind, s.key_column
+    ('segment_overlaps', None)
+    """
+    def listed(items):
+        return tuple((tuple(k), tuple((f, v, tuple(kept)) for f, v, kept in preds))
+                     for k, preds in items)
+
+    return Summary("segment_overlaps", (
+        tuple(by), (float(folds[0]), float(folds[1]), tuple(folds[2])), int(bins), int(fold),
+        listed(nodes), listed(within), None if cube is None else str(cube)))
 
 
 def segment_terms(by, features, folds, segments, step: float, clip: float) -> Summary:
