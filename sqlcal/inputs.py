@@ -600,7 +600,9 @@ def source(
         *by,
         p=base[score].cast("float64"),
         y=_label_expr(base[label]),
-        w=base[weight].cast("float64") if weight else ibis.literal(1.0),
+        # a double like the weights it stands for: a bare 1.0 is NUMERIC on PostgreSQL, and the
+        # sums over it (the store's fingerprint among them) came back as decimals
+        w=base[weight].cast("float64") if weight else summaries.number(1.0),
         **({summaries.RATE: rate_value(rate)} if rate is not None else {}),
         **({summaries.TRAINING_RATE: rate_value(training)} if training is not None else {}),
     )

@@ -442,3 +442,30 @@ def test_a_correction_that_keeps_the_period_totals_reaches_the_store(change):
         assert brier.loc[g, "brier"] == pytest.approx(want, rel=1e-12)
     rescan = sqlcal.source(rows, score="p", label="y", weight="w", by="g")
     assert_same(sqlcal.ece(src, bins=15), sqlcal.ece(rescan, bins=15), change)
+
+
+def test_a_source_without_weights_is_snapshotted_on_every_engine(con, upload):
+    """No weight column: each row weighs 1 (a constant the engine must type as a float; on
+    PostgreSQL a bare 1.0 is NUMERIC, which broke the snapshot). The stored window equals numpy
+    on the raw rows."""
+    df = predictions(n=600, days=2).drop(columns=["w"])
+    store, prefix = store_for(con)
+    try:
+        kw = dict(LEAN, weight=None, bins=(15,))
+        out = sqlcal.snapshot(upload(df), store=store, prefix=prefix, **kw)
+        assert (out["status"] == "written").all() and out["n"].sum() == len(df)
+        assert out["W"].sum() == len(df)
+        src = sqlcal.stored(store, prefix=prefix, maturity="all", start=DAY0,
+                            end=DAY0 + pd.Timedelta(days=1))
+        brier = sqlcal.brier(src).set_index("g")
+        ece = sqlcal.ece(src, bins=15).set_index("g")
+        for g, part in df.groupby("g"):
+            assert brier.loc[g, "n"] == len(part) and brier.loc[g, "W"] == len(part)
+            want = ((part.y - part.p) ** 2).mean()
+            assert brier.loc[g, "brier"] == pytest.approx(want, rel=1e-12)
+            cell = np.minimum((part.p * 15).astype(int), 14)  # uniform(15): [k/15, (k+1)/15)
+            gap = part.groupby(cell).apply(lambda b: abs((b.y - b.p).sum()))
+            assert ece.loc[g, "ece"] == pytest.approx(gap.sum() / len(part), rel=1e-9)
+    finally:
+        if con.name == "postgres":
+            drop_store(store, prefix)
