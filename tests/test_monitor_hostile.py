@@ -112,7 +112,7 @@ def test_two_snapshots_at_once_store_every_row_once(tmp_path, engine, fresh):
     of the others: every count doubled), or into a new one (both created its tables)."""
     from tests.conftest import POSTGRES_URL, _postgres
 
-    df = rows(n=60_000, days=6, seed=4)
+    df = rows(n=6000, days=6, seed=4)
     data = str(tmp_path / "w.duckdb")
     with duckdb.connect(data) as con:
         con.register("df", df)
@@ -207,8 +207,14 @@ def _leftovers(store) -> dict:
     return {"temporary": temp}
 
 
+RUNS = 10
+
+
 @pytest.mark.parametrize("engine", ["duckdb", "postgres"])
-def test_thirty_snapshots_in_one_process_leave_nothing_registered(engine):
+def test_repeated_snapshots_in_one_process_leave_nothing_registered(engine):
+    """Ten forced snapshots and stored windows in one process (each registered six in-memory
+    tables that stayed until exit: 447 -> 789 MB after 30 runs): the store's connection and the
+    default engine hold exactly what they held before, plus the store's own tables."""
     if engine == "postgres":
         from tests.conftest import _postgres
         store, prefix = _postgres(), f"sqlcal_{uuid.uuid4().hex[:8]}_"
@@ -219,7 +225,7 @@ def test_thirty_snapshots_in_one_process_leave_nothing_registered(engine):
     frames = _leftovers(default)["views"]
     df = rows(n=500, days=3)
     try:
-        for i in range(30):
+        for _ in range(RUNS):
             out = sqlcal.snapshot(df, store=store, prefix=prefix, force=True, **LEAN)
             assert (out["status"] == "written").all()
             sqlcal.brier(sqlcal.stored(store, prefix=prefix, maturity="all"))
@@ -233,7 +239,7 @@ def test_thirty_snapshots_in_one_process_leave_nothing_registered(engine):
             assert after == before
         assert _leftovers(default)["views"] == frames
         assert_counts_equal_a_rescan(store, prefix, df)
-        assert set(monitor_store.manifest(store, prefix)["version"]) == set(range(1, 31))
+        assert set(monitor_store.manifest(store, prefix)["version"]) == set(range(1, RUNS + 1))
     finally:
         if engine == "postgres":
             for name in store.list_tables():
