@@ -235,7 +235,7 @@ def debiased_ece(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     table = reliability_table(src, bins=bins, strategy=strategy, convention=convention, ci=None)
-    return src.present(debiased_finish(table, by=src.by))
+    return src.present(debiased_finish(table, by=src.by)).assign(**src.facts)
 
 
 def debiased_finish(table: pd.DataFrame, *, by: Sequence[str] = ()) -> pd.DataFrame:

@@ -226,7 +226,8 @@ def result(src: Source, values: pd.DataFrame, columns: Sequence[str],
     columns = {name: out[name] for name in order}
     columns["n"] = columns["n"].astype(int)
     dropped = columns.pop("n_dropped", None)
-    columns |= {name: [value] * len(out) for name, value in (trust or {}).items()}
+    columns |= {name: [value] * len(out) for name, value in {**(trust or {}),
+                                                               **src.facts}.items()}
     if dropped is not None:
         columns["n_dropped"] = dropped
     frame = pd.DataFrame(columns, index=out.index)

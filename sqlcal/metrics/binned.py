@@ -278,7 +278,7 @@ def reliability_table(src: Source, *, bins: int = 15, strategy: str = "uniform",
     if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its bins
         out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
                if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
-    return out
+    return out.assign(**src.facts)  # a stored window's facts, as every result's
 
 
 def reliability_finish(frame: pd.DataFrame, *, by=(), bins: int = 15, strategy: str = "uniform",

@@ -258,7 +258,7 @@ def tce_bins(
     if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its bins
         out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
                if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
-    return src.present(out)
+    return src.present(out).assign(**src.facts)  # a stored window's facts, as every result's
 
 
 def pava_cells(groups: int) -> int:
