@@ -1310,12 +1310,16 @@ def valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool,
 
 
 def _group_count(frame: Any, by: Sequence[str]) -> int:
-    """The distinct group key tuples of a summary (a pandas frame or an Arrow table)."""
+    """The distinct group key tuples of a summary (a pandas frame or an Arrow table); 1 for a
+    summary grouped otherwise (the segments search's own statements, which budget their
+    lattice themselves)."""
+    names = frame.columns if isinstance(frame, pd.DataFrame) else frame.column_names
+    by = [c for c in by if c in names]
     if not by:
         return 1
     if isinstance(frame, pd.DataFrame):
-        return len(frame[list(by)].drop_duplicates())
-    return frame.select(list(by)).group_by(list(by)).aggregate([]).num_rows
+        return len(frame[by].drop_duplicates())
+    return frame.select(by).group_by(by).aggregate([]).num_rows
 
 
 def _report_invalid(src: Source, counts: pd.DataFrame) -> None:
