@@ -15,6 +15,7 @@ budget for one block with :func:`budget`, or for the process by assigning ``BUDG
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import difflib
 import functools
@@ -409,6 +410,8 @@ class Budget:
     - ``lp_variables``: variables of one linear program (HiGHS on the coupling LP of
       :func:`sqlcal.distance_to_calibration`, 2,000 rows: 0.6 s at 25,000 variables, 5 s at
       139,000, 92 s at 532,000).
+    - ``group_cells``, ``group_resamples``: ``cells`` and ``resamples`` summed over the groups.
+    - ``tests``: TCE's exact binomial tests (acceptance sets), all groups together.
     """
 
     cells: int = 2**24
@@ -416,6 +419,16 @@ class Budget:
     terms: int = 10_000
     resamples: int = 2_000
     lp_variables: int = 2**18
+    #: the same costs summed over the groups of one call (``by=``): a per-group cost times the
+    #: number of groups, checked once the first scan has counted them, before any further pass
+    #: (:func:`check_groups`). At the default every metric with a cost per group fits 10^5
+    #: groups with its default options but smooth ECE (20,481 grid nodes and points a group
+    #: before its bandwidth is known: 13,106 groups fit)
+    group_cells: int = 2**28
+    group_resamples: int = 2**16
+    #: exact binomial acceptance sets TCE computes in one call (one per bin; about 13 ms each,
+    #: 50 ms for bins of 10^5 rows or more: 16,384 take 3.5 to 14 minutes)
+    tests: int = 2**14
 
 
 #: the budget every call is checked against; replace it, or use :func:`budget` for a block
@@ -436,7 +449,10 @@ def budget(**limits: int) -> Iterator[Budget]:
 
 
 _UNITS = {"cells": "cells", "bytes": "bytes", "terms": "query terms",
-          "resamples": "replicates", "lp_variables": "LP variables"}
+          "resamples": "replicates", "lp_variables": "LP variables", "group_cells": "cells",
+          "group_resamples": "replicates", "tests": "binomial tests"}
+#: per-group resource -> the budget field of its total over the groups (:func:`check_groups`)
+GROUP_TOTALS = {"cells": "group_cells", "resamples": "group_resamples"}
 
 
 @dataclass(frozen=True)
@@ -689,10 +705,17 @@ def checked(function: Callable) -> Callable:
     """Check a public function's keyword arguments against the table before it runs."""
     spec = _register(function)
     check_options = check
+    running = _CALL
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         check_options(spec.name, kwargs)
-        return function(*args, **kwargs)
+        if running.get() is not None:  # inside another public call: that one is checked
+            return function(*args, **kwargs)
+        token = running.set((spec.name, kwargs))
+        try:
+            return function(*args, **kwargs)
+        finally:
+            running.reset(token)
 
     # the wrapper lives in the function's module (its globals), so doctest still finds the
     # function's examples there; it reads only its closure
@@ -801,6 +824,56 @@ def _check_metrics(shown: str, key: str, value: Any, o: Option) -> None:
 
 # -- the budget check --------------------------------------------------------------------------
 
+#: the outermost public call running, as (function name, its keyword options): a source
+#: validated during it checks the costs that grow with the number of groups (check_groups)
+_CALL: contextvars.ContextVar = contextvars.ContextVar("sqlcal_call", default=None)
+
+
+def check_groups(groups: int) -> None:
+    """Check the running public call's per-group costs times its number of ``groups`` against
+    the budget's totals over the groups (:data:`GROUP_TOTALS`): called by a source once its
+    first scan has counted the groups, before any further pass over the rows.
+
+    Raises
+    ------
+    BudgetError
+        Naming the option, its cost per group, the number of groups, the budget, and what
+        would fit: fewer groups, or the nearest value of the option.
+
+    Examples
+    --------
+    >>> token = _CALL.set(("smooth_ece", {}))
+    >>> try:
+    ...     check_groups(10**5)
+    ... except BudgetError as e:
+    ...     print(str(e)[:66])
+    smooth_ece(): sigma=None takes 20,481 cells per group (kernel grid
+    >>> _CALL.reset(token)
+    """
+    call = _CALL.get()
+    if call is None or groups <= 1:
+        return
+    name, options = call
+    spec = _spec(name)
+    rule = _COSTS.get(spec.name)
+    if rule is None:
+        return
+    values = {**spec.defaults, **options}
+    for cost in sorted(rule(values), key=lambda c: c.option not in options):
+        field = GROUP_TOTALS.get(cost.resource)
+        if field is None or cost.amount * groups <= getattr(BUDGET, field):
+            continue
+        limit = getattr(BUDGET, field)
+        fit = int(limit // max(cost.amount, 1))
+        raise BudgetError(
+            f"{name}(): {cost.option}={_show(values[cost.option])} takes "
+            f"{_amount(cost.amount, cost.resource)} per group ({cost.what}); over the "
+            f"{groups:,} groups of by= that is {_amount(cost.amount * groups, cost.resource)}, "
+            f"and the budget is {_amount(limit, field)} (sqlcal.options.BUDGET.{field}). "
+            f"Measure at most {fit:,} groups at a time (where= or fewer by= columns); "
+            f"{_lowered(_advice(spec, rule, values, cost, groups))}; or raise the budget with "
+            f"sqlcal.options.budget({field}=...)")
+
 
 def _check_budget(shown: str, spec: _Spec, options: dict) -> None:
     rule = _COSTS.get(spec.name)
@@ -823,6 +896,10 @@ def _check_budget(shown: str, spec: _Spec, options: dict) -> None:
             f"sqlcal.options.budget({', '.join(f'{c.resource}=...' for c in over)})")
 
 
+def _lowered(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
 def _amount(x: float, resource: str) -> str:
     if resource == "bytes":
         for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
@@ -832,11 +909,14 @@ def _amount(x: float, resource: str) -> str:
     return (f"{x:,.0f}" if x < 1e15 else f"{x:.3g}") + f" {_UNITS[resource]}"
 
 
-def _advice(spec: _Spec, rule: Callable, values: dict, cost: Cost) -> str:
+def _advice(spec: _Spec, rule: Callable, values: dict, cost: Cost, groups: int = 0) -> str:
     """The nearest value of the option within the budget, by bisection between the given value
-    and a reference inside it (the default, or a small value)."""
+    and a reference inside it (the default, or a small value); with ``groups``, within the
+    budget's totals over that many groups (:func:`check_groups`)."""
     name = cost.option
     value = values[name]
+    if value is None:  # chosen from the data (smooth ECE's bandwidth): no value to move from
+        return f"pass {name}= explicitly"
     o = option(spec.name, name)
     reference = spec.defaults.get(name)
     if reference is None:
@@ -844,6 +924,9 @@ def _advice(spec: _Spec, rule: Callable, values: dict, cost: Cost) -> str:
 
     def within(x):
         trial = {**values, name: x}
+        if groups:
+            return all(c.amount * groups <= getattr(BUDGET, GROUP_TOTALS[c.resource])
+                       for c in rule(trial) if c.option == name and c.resource in GROUP_TOTALS)
         return all(c.amount <= getattr(BUDGET, c.resource) for c in rule(trial)
                    if c.option == name)
 

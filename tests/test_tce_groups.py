@@ -37,14 +37,17 @@ def test_pavabc_with_many_groups_fetches_at_most_the_cap(con, upload, monkeypatc
     # tests/test_tce_scale.py)
     monkeypatch.setattr(tce_module, "PAVA_CELLS", 2**12)
     fetched = []
-    fetch = planner.fetch
 
-    def counting(src, summary):
-        frame = fetch(src, summary)
-        fetched.append((summary.kind, len(frame)))
-        return frame
+    def counted(read):
+        def counting(src, summary):
+            frame = read(src, summary)
+            fetched.append((summary.kind, len(frame)))
+            return frame
+        return counting
 
-    monkeypatch.setattr(planner, "fetch", counting)
+    # cached reads, and the levels of single cells read once each (not cached)
+    monkeypatch.setattr(planner, "fetch", counted(planner.fetch))
+    monkeypatch.setattr(planner, "scan", counted(planner.scan))
     got = sqlcal.tce_bins(t, score="p", label="y", by="g")
     want = _reference(df)
     cols = ["g", "bin", "n", "k", "rejected"]
@@ -53,6 +56,6 @@ def test_pavabc_with_many_groups_fetches_at_most_the_cap(con, upload, monkeypatc
     np.testing.assert_array_equal(got["score_min"], want["score_min"])
     np.testing.assert_array_equal(got["score_max"], want["score_max"])
     kinds = [kind for kind, _ in fetched]
-    assert "levels" not in kinds and "levels_within" in kinds, fetched
+    assert "levels" not in kinds and "levels_in_cells" in kinds, fetched
     assert max(rows for kind, rows in fetched if kind == "cells") <= groups * 2**10, fetched
     assert sum(rows for _, rows in fetched) <= cap, fetched

@@ -62,14 +62,17 @@ def test_pavabc_above_the_level_cap_equals_the_reference_and_reads_few_rows(con,
     monkeypatch.setattr(tce_module, "LEVEL_CAP", n // 2)
     monkeypatch.setattr(tce_module, "PAVA_CELLS", 2**11)  # shared by the 2 groups: 2^10 each
     fetched = []
-    fetch = planner.fetch
 
-    def counting(src, summary):
-        frame = fetch(src, summary)
-        fetched.append((summary.kind, len(frame)))
-        return frame
+    def counted(read):
+        def counting(src, summary):
+            frame = read(src, summary)
+            fetched.append((summary.kind, len(frame)))
+            return frame
+        return counting
 
-    monkeypatch.setattr(planner, "fetch", counting)
+    # cached reads, and the levels of single cells read once each (not cached)
+    monkeypatch.setattr(planner, "fetch", counted(planner.fetch))
+    monkeypatch.setattr(planner, "scan", counted(planner.scan))
     src = sqlcal.source(t, score="p", label="y", by="g")
     got = sqlcal.tce_bins(src)
     want = _reference(df)
@@ -81,8 +84,49 @@ def test_pavabc_above_the_level_cap_equals_the_reference_and_reads_few_rows(con,
     kinds = {kind for kind, _ in fetched}
     assert "levels" not in kinds, fetched  # the whole levels summary is never read
     # at most the cap in all (cells and levels), here half the rows
-    assert 0 < sum(rows for kind, rows in fetched if kind == "levels_within"), fetched
+    assert 0 < sum(rows for kind, rows in fetched if kind == "levels_in_cells"), fetched
     assert sum(rows for _, rows in fetched) <= n // 2, fetched
-    total = sqlcal.tce(src)  # the same summaries, cached on the source
+    total = sqlcal.tce(src)  # the same bins
     np.testing.assert_allclose(total["tce"], [100 * r.rejected.sum() / r.n.sum()
                                               for _, r in want.groupby("g")], rtol=1e-12)
+
+
+def test_pavabc_reads_its_cells_in_slabs_of_the_memory_budget(upload, monkeypatch):
+    """Under a small memory budget the cells near the bins' starts are read in several queries,
+    each within a slab's rows, and the bins still equal the reference."""
+    from sqlcal.metrics.cells import LEVEL_ROW_BYTES
+
+    n = 12_000
+    df = _rows(n)
+    t = upload(df)
+    monkeypatch.setattr(tce_module, "LEVEL_CAP", n // 2)
+    monkeypatch.setattr(tce_module, "PAVA_CELLS", 2**11)
+    monkeypatch.setattr(tce_module, "HELD_SLABS", 10**6)  # no budget error here
+    sizes = []
+    scan = planner.scan
+
+    def counting(src, summary):
+        frame = scan(src, summary)
+        if summary.kind == "levels_in_cells":
+            sizes.append(len(frame))
+        return frame
+
+    monkeypatch.setattr(planner, "scan", counting)
+    with sqlcal.options.budget(bytes=100 * LEVEL_ROW_BYTES):  # slabs of 100 rows
+        got = sqlcal.tce_bins(t, score="p", label="y", by="g")
+    want = _reference(df)
+    cols = ["g", "bin", "n", "k", "rejected"]
+    pd.testing.assert_frame_equal(got[cols].reset_index(drop=True), want[cols],
+                                  check_dtype=False)
+    assert len(sizes) > 3 and max(sizes) <= 100, sizes
+
+
+def test_pavabc_past_its_memory_budget_says_which_options_to_pass(upload, monkeypatch):
+    from sqlcal.metrics.cells import LEVEL_ROW_BYTES
+
+    df = _rows(12_000)
+    monkeypatch.setattr(tce_module, "LEVEL_CAP", 6_000)
+    monkeypatch.setattr(tce_module, "PAVA_CELLS", 2**11)
+    with sqlcal.options.budget(bytes=10 * LEVEL_ROW_BYTES), \
+            pytest.raises(sqlcal.options.BudgetError, match="n_min= and n_max="):
+        sqlcal.tce(upload(df), score="p", label="y", by="g")

@@ -124,6 +124,9 @@ class Source:
         p/(p + (1 − p)/rate).
     score_correction : bool
         Whether ``rows.p`` holds corrected scores (``training_rate`` is set).
+    facts : dict
+        Columns every result of the source carries, saying where its numbers come from (a
+        stored window: ``window``, ``maturity``, ``window_exact``, ``window_bound``).
 
     Examples
     --------
@@ -173,6 +176,9 @@ class Source:
     training_rate: float | str | None = None
     #: the user's key names and their internal columns in ``by`` (by default ``by`` itself)
     group_keys: GroupKeys | None = None
+    #: facts every result of this source states about where its numbers come from, as trust
+    #: columns: a stored window's periods, maturity view and distance to a scan of its rows
+    facts: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.group_keys is None:
@@ -353,7 +359,9 @@ def describe(
         **keys.select(base),
         p=base[score].cast("float64"),
         y=_label_expr(base[label]),
-        w=base[weight].cast("float64") if weight else ibis.literal(1.0),
+        # a double like the weights it stands for: a bare 1.0 is NUMERIC on PostgreSQL, and the
+        # sums over it (the store's fingerprint among them) came back as decimals
+        w=base[weight].cast("float64") if weight else columns.number(1.0),
         **({columns.RATE: rate_value(rate)} if rate is not None else {}),
         **({columns.TRAINING_RATE: rate_value(training)} if training is not None else {}),
     )

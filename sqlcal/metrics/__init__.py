@@ -8,7 +8,7 @@ NULL values for an empty one). Summary frames hold the keys under internal names
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -38,6 +38,142 @@ def groups(frame: pd.DataFrame, by: Sequence[str]) -> Iterator[tuple[dict, pd.Da
     keys = zip(*(ordered[c].iloc[starts].tolist() for c in by))
     for key, a, b in zip(keys, starts.tolist(), ends):
         yield dict(zip(by, key)), ordered.iloc[a:b]
+
+
+def as_slabs(levels) -> Iterable[pd.DataFrame]:
+    """Levels given whole (a frame) or in slabs of increasing score (an iterable of frames, each
+    sorted by group and score, as :func:`sqlcal.metrics.cells.level_slabs` yields them), as an
+    iterable of slabs."""
+    return [levels] if isinstance(levels, pd.DataFrame) else levels
+
+
+class GroupIndex:
+    """The groups met in a sequence of summary frames (slabs), numbered 0, 1, ... in the order
+    first met, with their key values: per-group arrays of a streaming finish grow with it."""
+
+    def __init__(self, by: Sequence[str]):
+        self.by = list(by)
+        self.keys: list[dict] = []
+        self._index: dict[tuple, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def codes(self, frame: pd.DataFrame) -> np.ndarray:
+        """The group number of every row of ``frame``."""
+        if not self.by:
+            if not self.keys:
+                self.keys.append({})
+                self._index[()] = 0
+            return np.zeros(len(frame), dtype=np.int64)
+        local = frame.groupby(self.by, dropna=False, sort=False).ngroup().to_numpy()
+        # the first row of each local code (codes number the groups 0.. in order met)
+        first = np.empty(int(local.max()) + 1 if len(local) else 0, dtype=np.int64)
+        first[local[::-1]] = np.arange(len(local) - 1, -1, -1)
+        mapping = np.empty(len(first), dtype=np.int64)
+        for code, row in enumerate(first.tolist()):
+            key = {c: frame[c].iloc[row] for c in self.by}
+            at = self._index.setdefault(key_tuple(key), len(self.keys))
+            if at == len(self.keys):
+                self.keys.append(key)
+            mapping[code] = at
+        return mapping[local]
+
+    def frame(self) -> pd.DataFrame:
+        """The key columns, one row per group in number order."""
+        return pd.DataFrame(self.keys, columns=self.by)
+
+    def levels(self, frame: pd.DataFrame, ordered: bool = False) -> "LevelArrays":
+        """A levels frame (``p``, ``n``, ``W``, ``swy``) as arrays with each row's group
+        number; ``ordered``: sorted by group number, then score (one lexsort of the arrays, not
+        of the frame and its key columns)."""
+        g = self.codes(frame)
+        p = frame["p"].to_numpy(float)
+        n, W, Y = (frame[c].to_numpy(float) for c in ("n", "W", "swy"))
+        if ordered:
+            order = np.lexsort((p, g))
+            g, p, n, W, Y = g[order], p[order], n[order], W[order], Y[order]
+        return LevelArrays(g, p, n, W, Y)
+
+
+class LevelArrays(NamedTuple):
+    """The columns of a levels frame as arrays: group number ``g``, score ``p``, rows ``n``,
+    weight ``W``, label sum ``Y``."""
+
+    g: np.ndarray
+    p: np.ndarray
+    n: np.ndarray
+    W: np.ndarray
+    Y: np.ndarray
+
+    def live(self) -> "LevelArrays":
+        """The levels of positive weight (a level whose rows all weigh 0 is no level)."""
+        keep = self.W > 0
+        return LevelArrays(*(a[keep] for a in self))
+
+
+def runs(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The starts and ends of the runs of equal values of ``g`` (sorted by group)."""
+    if not len(g):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    return starts, np.r_[starts[1:], len(g)]
+
+
+def grown(array: np.ndarray, size: int, fill=0.0) -> np.ndarray:
+    """``array`` extended with ``fill`` to ``size`` entries along its first axis."""
+    if len(array) >= size:
+        return array
+    pad = np.full((size - len(array), *array.shape[1:]), fill, dtype=array.dtype)
+    return np.concatenate([array, pad])
+
+
+class Grouped:
+    """A summary frame's rows numbered by group, for finishes vectorised over every group at
+    once (numpy per group count, not a Python loop per group): ``codes`` (each row's group
+    number), ``keys`` (the key columns, one row per group in number order) and ``sum``."""
+
+    def __init__(self, frame: pd.DataFrame, by: Sequence[str]):
+        by = list(by)
+        if by:
+            self.codes = frame.groupby(by, dropna=False, sort=False).ngroup().to_numpy()
+            first = np.unique(self.codes, return_index=True)[1]
+            self.keys = frame[by].iloc[first].reset_index(drop=True)
+        else:
+            self.codes = np.zeros(len(frame), dtype=np.int64)
+            self.keys = pd.DataFrame(index=range(1 if len(frame) else 0))
+        self.size = len(self.keys)
+
+    def sum(self, values, where=None) -> np.ndarray:
+        """Per group, the sum of ``values`` (over the rows ``where`` is true)."""
+        values = np.asarray(values, dtype=float)
+        if where is None:
+            return np.bincount(self.codes, weights=values, minlength=self.size)
+        return np.bincount(self.codes[where], weights=values[where], minlength=self.size)
+
+    def count(self, where) -> np.ndarray:
+        """Per group, the rows where ``where`` is true."""
+        return np.bincount(self.codes[where], minlength=self.size)
+
+    def max(self, values, where=None, empty=np.nan) -> np.ndarray:
+        """Per group, the largest of ``values`` (``empty`` for a group without rows)."""
+        values = np.asarray(values, dtype=float)
+        codes = self.codes if where is None else self.codes[where]
+        values = values if where is None else values[where]
+        out = np.full(self.size, -np.inf)
+        np.maximum.at(out, codes, values)
+        return np.where(np.isneginf(out) & (np.bincount(codes, minlength=self.size) == 0),
+                        empty, out)
+
+    def table(self, n, W, **columns) -> pd.DataFrame:
+        """The finish's table: the keys, ``n``, ``W`` and ``columns``, one row per group (the
+        layout of :func:`per_group`)."""
+        out = self.keys.copy()
+        out["n"] = np.asarray(n).round().astype(np.int64)
+        out["W"] = np.asarray(W, dtype=float)
+        for name, values in columns.items():
+            out[name] = values
+        return out
 
 
 def key_tuple(keys: dict) -> tuple:
@@ -90,7 +226,8 @@ def result(src: Source, values: pd.DataFrame, columns: Sequence[str],
     columns = {name: out[name] for name in order}
     columns["n"] = columns["n"].astype(int)
     dropped = columns.pop("n_dropped", None)
-    columns |= {name: [value] * len(out) for name, value in (trust or {}).items()}
+    columns |= {name: [value] * len(out) for name, value in {**(trust or {}),
+                                                               **src.facts}.items()}
     if dropped is not None:
         columns["n_dropped"] = dropped
     frame = pd.DataFrame(columns, index=out.index)

@@ -12,7 +12,7 @@ from scipy import stats
 
 from sqlcal.inputs import grids
 from sqlcal.query import declared, planner
-from sqlcal.metrics import per_group, resolve_weight_kind, result, variance_parts
+from sqlcal.metrics import Grouped, resolve_weight_kind, result, variance_parts
 from sqlcal.metrics.cells import (EQUAL_MASS_STRATEGIES, cells_needs, equal_mass_bins,
                                   equal_mass_follow_up, summary_parts)
 from sqlcal.inputs.sources import Source
@@ -280,7 +280,7 @@ def reliability_table(src: Source, *, bins: int = 15, strategy: str = "uniform",
     if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its bins
         out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
                if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
-    return out
+    return out.assign(**src.facts)  # a stored window's facts, as every result's
 
 
 def reliability_finish(frame: pd.DataFrame, *, by=(), bins: int = 15, strategy: str = "uniform",
@@ -611,7 +611,7 @@ def debiased_ece(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     table = reliability_table(src, bins=bins, strategy=strategy, convention=convention, ci=None)
-    return src.present(debiased_finish(table, by=src.by))
+    return src.present(debiased_finish(table, by=src.by)).assign(**src.facts)
 
 
 def debiased_finish(table: pd.DataFrame, *, by: Sequence[str] = ()) -> pd.DataFrame:
@@ -643,7 +643,8 @@ def debiased_finish(table: pd.DataFrame, *, by: Sequence[str] = ()) -> pd.DataFr
 def ece_finish(bins: pd.DataFrame, *, by=(), norm: str = "l1") -> pd.DataFrame:
     """Per group: the binned calibration error of ``norm`` (column ``ece``, ``rmsce`` or
     ``mce``), ``n``, ``W`` and ``n_bins``, from the bins summary (per group and bin ``n``,
-    ``W``, ``swy`` = Σwy, ``swp`` = Σwp). See :func:`ece`.
+    ``W``, ``swy`` = Σwy, ``swp`` = Σwp). See :func:`ece`. Every group at once (numpy sums by
+    group number, no loop over the groups).
 
     Examples
     --------
@@ -654,46 +655,48 @@ def ece_finish(bins: pd.DataFrame, *, by=(), norm: str = "l1") -> pd.DataFrame:
     0  4  4.0  0.25       2
     """
     name = NORMS[norm]
-
-    def finish(part: pd.DataFrame) -> dict:
-        part = part[part["W"] > 0]
-        W = part["W"].sum()
-        gap = np.abs(part["swy"] - part["swp"]) / part["W"]
-        if W <= 0:
-            value = np.nan
-        elif norm == "l1":
-            value = np.abs(part["swy"] - part["swp"]).sum() / W
+    g = Grouped(bins, by)
+    W = bins["W"].to_numpy(float)
+    live = W > 0
+    Wg = g.sum(W, live)
+    diff = np.abs(bins["swy"].to_numpy(float) - bins["swp"].to_numpy(float))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gap = np.where(live, diff / np.where(live, W, 1.0), 0.0)
+        if norm == "l1":
+            value = g.sum(diff, live) / Wg
         elif norm == "l2":
-            value = np.sqrt((part["W"] * gap**2).sum() / W)
+            value = np.sqrt(g.sum(W * gap**2, live) / Wg)
         else:
-            value = gap.max()
-        return {name: value, "n_bins": int((part["n"] > 0).sum())}
-
-    return per_group(bins, by, finish)
+            value = g.max(gap, live)
+    value = np.where(Wg > 0, value, np.nan)
+    return g.table(g.sum(bins["n"]), g.sum(W), **{
+        name: value, "n_bins": g.count(live & (bins["n"].to_numpy() > 0))})
 
 
 def brier_finish(bins: pd.DataFrame, *, by=()) -> pd.DataFrame:
     """Per group: the Brier score and its exact decomposition from the bins summary with
     moments (``swpp`` = Σwp², ``swyp`` = Σwyp, ``swyy`` = Σwy²). See
-    :func:`brier_decomposition`."""
-    def finish(part: pd.DataFrame) -> dict:
-        part = part[part["W"] > 0]
-        W = part["W"].sum()
-        if W <= 0:
-            return dict.fromkeys(["brier", *_DECOMPOSITION], np.nan)
-        Wk, swy, swp = part["W"], part["swy"], part["swp"]
-        ybar, pbar, y_all = swy / Wk, swp / Wk, swy.sum() / W
-        return {
-            "brier": (part["swyy"] - 2 * part["swyp"] + part["swpp"]).sum() / W,
-            "reliability": (Wk * (pbar - ybar) ** 2).sum() / W,
-            "resolution": (Wk * (ybar - y_all) ** 2).sum() / W,
+    :func:`brier_decomposition`. Every group at once."""
+    g = Grouped(bins, by)
+    Wk = bins["W"].to_numpy(float)
+    live = Wk > 0
+    col = {c: bins[c].to_numpy(float) for c in ("swy", "swp", "swpp", "swyp", "swyy")}
+    W = g.sum(Wk, live)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        safe = np.where(live, Wk, 1.0)
+        ybar, pbar = col["swy"] / safe, col["swp"] / safe
+        y_all = g.sum(col["swy"], live) / W
+        values = {
+            "brier": g.sum(col["swyy"] - 2 * col["swyp"] + col["swpp"], live) / W,
+            "reliability": g.sum(Wk * (pbar - ybar) ** 2, live) / W,
+            "resolution": g.sum(Wk * (ybar - y_all[g.codes]) ** 2, live) / W,
             "uncertainty": y_all * (1 - y_all),
-            "within_bin_variance": (part["swpp"] - swp * pbar).sum() / W,
-            "within_bin_covariance": 2 * (part["swyp"] - swy * pbar).sum() / W,
-            "label_variance": (swy - part["swyy"]).sum() / W,
+            "within_bin_variance": g.sum(col["swpp"] - col["swp"] * pbar, live) / W,
+            "within_bin_covariance": 2 * g.sum(col["swyp"] - col["swy"] * pbar, live) / W,
+            "label_variance": g.sum(col["swy"] - col["swyy"], live) / W,
         }
-
-    return per_group(bins, by, finish)
+    return g.table(g.sum(bins["n"]), g.sum(Wk),
+                   **{k: np.where(W > 0, v, np.nan) for k, v in values.items()})
 
 
 def hosmer_lemeshow_finish(bins: pd.DataFrame, *, by=(), dof: str = "out_of_sample",
@@ -701,27 +704,30 @@ def hosmer_lemeshow_finish(bins: pd.DataFrame, *, by=(), dof: str = "out_of_samp
     """Per group: the Hosmer-Lemeshow statistic, ``dof``, ``p_value`` and ``n_bins`` from the
     bins summary of the risk groups (for sampling weights ``sw2`` = Σv, and under a sampling
     rate ``sw2_0`` = Σv₀ and ``sw2_design`` = Σ(v − v₀)(y − p)²); ``weight_kind`` resolved.
-    See :func:`hosmer_lemeshow`."""
-    def finish(part: pd.DataFrame) -> dict:
-        part = part[part["W"] > 0]
-        n_bins = len(part)
-        O, E, Wg = part["swy"], part["swp"], part["W"]
-        pi = E / Wg
+    See :func:`hosmer_lemeshow`. Every group at once."""
+    g = Grouped(bins, by)
+    Wg = bins["W"].to_numpy(float)
+    live = Wg > 0
+    O, E = bins["swy"].to_numpy(float), bins["swp"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pi = E / np.where(live, Wg, 1.0)
         if weight_kind == "frequency":
             var = Wg * pi * (1 - pi)
         else:  # the variance weight's label-free part, plus a design's own
-            size = part["sw2_0"] if "sw2_0" in part else part["sw2"]
-            var = size * pi * (1 - pi) + (part["sw2_design"] if "sw2_design" in part else 0.0)
+            size = bins["sw2_0" if "sw2_0" in bins else "sw2"].to_numpy(float)
+            design = bins["sw2_design"].to_numpy(float) if "sw2_design" in bins else 0.0
+            var = size * pi * (1 - pi) + design
         diff2 = (O - E) ** 2
-        with np.errstate(divide="ignore", invalid="ignore"):
-            terms = np.where(var > 0, diff2 / np.where(var > 0, var, 1.0),
-                             np.where(diff2 > 0, np.inf, 0.0))
-        stat = float(terms.sum()) if n_bins else np.nan
-        df = n_bins - (2 if dof == "in_sample" else 0)
-        p = float(stats.chi2.sf(stat, df)) if df > 0 and n_bins else np.nan
-        return {"hl_statistic": stat, "dof": df, "p_value": p, "n_bins": n_bins}
-
-    return per_group(bins, by, finish)
+        terms = np.where(var > 0, diff2 / np.where(var > 0, var, 1.0),
+                         np.where(diff2 > 0, np.inf, 0.0))
+    n_bins = g.count(live)
+    stat = np.where(n_bins > 0, g.sum(terms, live), np.nan)
+    df = n_bins - (2 if dof == "in_sample" else 0)
+    ok = (df > 0) & (n_bins > 0)
+    p = np.full(g.size, np.nan)
+    p[ok] = stats.chi2.sf(stat[ok], df[ok])
+    return g.table(g.sum(bins["n"]), g.sum(Wg), hl_statistic=stat, dof=df, p_value=p,
+                   n_bins=n_bins)
 
 
 # -- the shared bins summary, and intervals ---------------------------------------------------

@@ -12,9 +12,12 @@ the first scan (``first="logit"``).
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 import pandas as pd
 
+from sqlcal import options
 from sqlcal.query import declared, planner
 from sqlcal.metrics import groups as split_groups
 from sqlcal.metrics import key_tuple
@@ -36,6 +39,11 @@ ZOOM = 1024
 ZOOM_ROWS = 64
 #: fetch the score levels of the wanted cells once they hold at most this many rows
 LEVEL_ROWS = 1_000_000
+#: the memory one row of a slab takes while it is read (:func:`level_slabs`), in bytes: the
+#: engine's hash table, the Arrow result, the pandas frame with its keys, the finish's arrays
+#: (measured on DuckDB at 10^8 float32 scores in 10 groups, about one level a row: the query
+#: and its Arrow result 157 bytes a level, the finish's arrays about 100 more)
+LEVEL_ROW_BYTES = 256
 #: split the wanted cells by log-odds (:func:`logit_split`) instead of zooming 2^k-fold when they
 #: hold more than this share of the rows: scores crowding a few cells, where 2^k zooms repeat
 CONCENTRATED = 0.25
@@ -93,6 +101,42 @@ def pair_levels(src: Source, cells: int, pairs: pd.DataFrame) -> pd.DataFrame:
     frame = planner.fetch(src, declared.levels_within(cell_ranges(pairs, by, cells)))
     frame = frame.assign(cell=cell_of(frame["p"].to_numpy(float), cells))
     return frame.sort_values([*by, "p"], ignore_index=True, kind="stable")
+
+
+def cell_levels(src: Source, cells: int, pairs: list, sizes=None) -> pd.DataFrame:
+    """The levels (n, W, swy, swp per distinct score, and its ``cell``) of whole cells of the
+    2^k grid ``cells``, each group its own: ``pairs`` of (group key tuple, cell), read by a
+    join on the group and the cell (no group reads another's rows), not cached. With the
+    rows of each cell (``sizes``), in queries of at most a slab's rows each
+    (:func:`slab_rows`), so neither the engine's hash table nor a frame outgrows the memory
+    budget; the frames are concatenated (the caller holds what it asked for)."""
+    by = list(src.by)
+    if not pairs:
+        return pd.DataFrame(columns=[*by, "p", "n", "W", "swy", "swp", "cell"])
+    chunk = (np.zeros(len(pairs), dtype=np.int64) if sizes is None
+             else chunks(np.asarray(sizes, dtype=np.int64), slab_rows()))
+    frames = [planner.scan(src, declared.levels_in_cells(
+        cells, [pair for pair, mine in zip(pairs, chunk == part) if mine]))
+        for part in np.unique(chunk)]
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return frame.assign(cell=cell_of(frame["p"].to_numpy(float), cells))
+
+
+def chunks(sizes: np.ndarray, most: int) -> np.ndarray:
+    """Consecutive chunks of items of ``sizes``, each summing to at most ``most`` (an item
+    larger alone): the chunk number of each item.
+
+    >>> chunks(np.array([3, 3, 3, 9, 1]), 6).tolist()
+    [0, 0, 1, 2, 3]
+    """
+    out = np.empty(len(sizes), dtype=np.int64)
+    chunk, held = 0, 0
+    for i, size in enumerate(sizes.tolist()):
+        if held and held + size > most:
+            chunk, held = chunk + 1, 0
+        out[i] = chunk
+        held += size
+    return out
 
 
 def cell_of(p: np.ndarray, cells: int) -> np.ndarray:
@@ -588,3 +632,141 @@ def _edges_of(W_cells: np.ndarray, unit: float, positions: np.ndarray, level_cel
     if len(edges) < bins - 1:  # fewer rows than bins: the missing edges close the last bin
         edges += [value[-1]] * (bins - 1 - len(edges))
     return np.array(edges)
+
+
+# -- the levels in score slabs: bounded memory for the metrics of every distinct score --------
+
+
+def level_slabs(src: Source, rows: int | None = None) -> "LevelSlabs":
+    """The levels summary of ``src`` (as :func:`sqlcal.metrics.level_sets`: per group and
+    distinct score ``p``, ``n``, ``W``, ``swy``, ``swp``), in slabs of increasing score: an
+    iterable, read again each time it is iterated.
+
+    A source of at most ``rows`` rows (default: what the budget's ``bytes`` holds at
+    :data:`LEVEL_ROW_BYTES` a level, :func:`slab_rows`) gives its levels in one piece (cached,
+    shared with every metric that reads them). A larger one is read one score range at a time:
+    each slab holds every group's levels with lo <= p < hi, in no particular order
+    (:meth:`sqlcal.metrics.GroupIndex.levels` sorts its arrays), the ranges following each
+    other from 0 to 1, each holding at most ``rows`` rows (a single score
+    holding more is a slab of its own). A slab is one query, not cached, so neither the
+    engine's hash table nor the frame fetched grows with the table: the metric folds each slab
+    into its running state and drops it. The ranges come from the score-cell histogram
+    (:func:`slab_ranges`).
+    """
+    return LevelSlabs(src, slab_rows() if rows is None else int(rows))
+
+
+def slab_rows() -> int:
+    """The most rows of one slab of :func:`level_slabs`: the budget's ``bytes``
+    (:data:`sqlcal.options.BUDGET`) at :data:`LEVEL_ROW_BYTES` a level."""
+    return max(int(options.BUDGET.bytes // LEVEL_ROW_BYTES), 1)
+
+
+class LevelSlabs:
+    """The slabs of :func:`level_slabs` (iterable more than once: each pass reads them again)."""
+
+    def __init__(self, src: Source, rows: int):
+        self.src, self.rows = src, rows
+        self.ranges: list[tuple[float, float]] | None = None
+
+    def read_first(self) -> "LevelSlabs":
+        """Run the first read (the score-cell histogram, or the levels when they are in memory
+        or few): it validates the source, so its labels and weights are known."""
+        self._whole()
+        return self
+
+    def totals(self) -> pd.DataFrame | None:
+        """Per group ``n``, ``W``, ``swy`` of the rows, from the score-cell histogram, when the
+        levels come in slabs (so a finish needs no pass of its own for them); else None."""
+        if self._whole():
+            return None
+        by = list(self.src.by)
+        cells = cells_summary(self.src, ("sums",))
+        if not by:
+            return pd.DataFrame({c: [cells[c].sum()] for c in ("n", "W", "swy")})
+        return cells.groupby(by, dropna=False, sort=False, as_index=False)[
+            ["n", "W", "swy"]].sum()
+
+    def _whole(self) -> bool:
+        """Whether the levels come in one piece (in memory already, or few)."""
+        src = self.src
+        if (src.local_levels is not None or src.served is not None
+                or planner.lookup(src, declared.levels("sums")) is not None):
+            return True
+        histogram = cells_summary(src, ("sums",))  # the first scan validates the source
+        if float(histogram["n"].sum()) <= self.rows:
+            return True
+        if self.ranges is None:
+            self.ranges = slab_ranges(src, histogram, self.rows)
+        return False
+
+    def __iter__(self) -> Iterator[pd.DataFrame]:
+        from sqlcal.metrics import level_sets
+
+        src = self.src
+        if self._whole():
+            yield level_sets(src)
+            return
+        for lo, hi in self.ranges:
+            yield planner.scan(src, declared.levels_slab(lo, hi))
+
+
+def slab_ranges(src: Source, histogram: pd.DataFrame, rows: int) -> list[tuple[float, float]]:
+    """Consecutive score ranges [lo, hi) covering [0, 1] (the last one closed), each holding at
+    most ``rows`` rows of all groups together: runs of cells of the histogram (:data:`CELLS`
+    per group), a cell holding more split by finer histograms of its rows (a zoom,
+    :func:`sqlcal.query.declared.cells_within`) until its pieces fit or hold one score each.
+    Every end is an exact binary fraction."""
+    counts = np.bincount(histogram["cell"].to_numpy(np.int64),
+                         weights=histogram["n"].to_numpy(float), minlength=CELLS)
+    # pieces (lo, hi, rows) as exact fractions of their grid's cells
+    pieces = [(c / CELLS, (c + 1) / CELLS, float(counts[c]), False) for c in range(CELLS)]
+    grid = CELLS
+    keys = _group_keys(histogram, list(src.by))
+    while any(n > rows and not single for _, _, n, single in pieces) and grid * ZOOM <= 2**50:
+        big = [(lo, hi) for lo, hi, n, single in pieces if n > rows and not single]
+        finer = grid * ZOOM
+        sub = planner.fetch(src, declared.cells_within(
+            finer, [(key, lo, hi) for key in keys for lo, hi in big], "sums"))
+        cell = sub["cell"].to_numpy(np.int64)
+        ids, at = np.unique(cell, return_inverse=True)
+        n = np.bincount(at, weights=sub["n"].to_numpy(float))
+        p_min = np.full(len(ids), np.inf)
+        p_max = np.full(len(ids), -np.inf)
+        np.minimum.at(p_min, at, sub["p_min"].to_numpy(float))
+        np.maximum.at(p_max, at, sub["p_max"].to_numpy(float))
+        out = []
+        for lo, hi, count, single in pieces:
+            if count <= rows or single:
+                out.append((lo, hi, count, single))
+                continue
+            a, b = np.searchsorted(ids, [int(lo * finer), int(hi * finer)])
+            out += [(c / finer, (c + 1) / finer, float(m), bool(x == y))
+                    for c, m, x, y in zip(ids[a:b].tolist(), n[a:b], p_min[a:b], p_max[a:b])]
+        pieces, grid = out, finer
+    slabs: list[list[float]] = []
+    held = 0.0
+    for lo, hi, count, _ in pieces:
+        if not count:
+            continue
+        if slabs and held + count <= rows:
+            slabs[-1][1] = hi
+            held += count
+        else:
+            slabs.append([lo, hi])
+            held = count
+    if not slabs:
+        return [(0.0, 1.0)]
+    # the ranges cover [0, 1]: empty stretches join the slab after them (the last, the one before)
+    for i in range(len(slabs) - 1):
+        slabs[i + 1][0] = slabs[i][1]
+    slabs[0][0], slabs[-1][1] = 0.0, 1.0
+    return [(lo, hi) for lo, hi in slabs]
+
+
+def _group_keys(frame: pd.DataFrame, by: list) -> list[tuple]:
+    """The distinct group key tuples of a summary frame (None for NULL)."""
+    if not by:
+        return [()]
+    keys = frame[by].drop_duplicates()
+    return [key_tuple(dict(zip(by, row))) for row in keys.itertuples(index=False)]

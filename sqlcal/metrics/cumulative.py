@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal.metrics import (per_group, resolve_weight_kind, result, safe_div,
+from sqlcal.metrics import (Grouped, resolve_weight_kind, result, safe_div,
                             statistic, variance_parts)
 from sqlcal.metrics.cells import CELLS, cell_ranges, cells_needs, zoom_factor
 from sqlcal.query import declared, planner
@@ -534,18 +534,29 @@ def extremes_finish(cells: pd.DataFrame, inside: pd.DataFrame | None, *, by) -> 
         up[:], down[:] = False, False
     c["slack_up"] = np.where(up, reach_up - end_max, 0.0)
     c["slack_down"] = np.where(down, end_min - reach_down, 0.0)
-    t = per_group(c, by, _group_extremes)
+    # every group at once: sums by group number, and each group's first row at its extreme
+    g = Grouped(c, by)
+    top = _first_extreme(g.codes, c["exact_max"].to_numpy(float), largest=True)
+    bottom = _first_extreme(g.codes, c["exact_min"].to_numpy(float), largest=False)
+    t = g.table(g.sum(c["n"]), g.sum(c["W"]), sw2=g.sum(c.get("sw2", c["W"])),
+                sw_pq=g.sum(c["var"]), sw2_pq=g.sum(c.get("var2", c["var"])),
+                s_max=c["exact_max"].to_numpy(float)[top],
+                s_min=c["exact_min"].to_numpy(float)[bottom],
+                p_at_max=c["p_at_max"].to_numpy()[top], p_at_min=c["p_at_min"].to_numpy()[bottom],
+                grid_slack=g.max(c["slack_up"]) + g.max(c["slack_down"]))
     t["grid_bound"] = safe_div(t["grid_slack"], t["W"])
     return t
 
 
-def _group_extremes(part: pd.DataFrame) -> dict:
-    i, j = part["exact_max"].idxmax(), part["exact_min"].idxmin()
-    return {"sw2": part.get("sw2", part["W"]).sum(), "sw_pq": part["var"].sum(),
-            "sw2_pq": part.get("var2", part["var"]).sum(), "s_max": part["exact_max"][i],
-            "s_min": part["exact_min"][j], "p_at_max": part["p_at_max"][i],
-            "p_at_min": part["p_at_min"][j],
-            "grid_slack": part["slack_up"].max() + part["slack_down"].max()}
+def _first_extreme(codes: np.ndarray, values: np.ndarray, largest: bool) -> np.ndarray:
+    """Per group number, the first row holding the group's largest (smallest) value, as
+    ``idxmax`` (``idxmin``) would pick it; NaN values are skipped as pandas does."""
+    key = np.where(np.isnan(values), np.inf, -values if largest else values)
+    order = np.lexsort((key, codes))  # stable: ties keep the rows' order
+    first = np.r_[True, codes[order][1:] != codes[order][:-1]]
+    out = np.empty(codes.max() + 1 if len(codes) else 0, dtype=np.int64)
+    out[codes[order][first]] = order[first]
+    return out
 
 
 def _reach(c: pd.DataFrame, by: list):

@@ -29,10 +29,11 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from sqlcal.metrics import (groups, key_tuple, per_group, resolve_weight_kind, result,
-                            safe_div)
+from sqlcal.metrics import (GroupIndex, as_slabs, groups, grown, key_tuple, resolve_weight_kind,
+                            result, runs, safe_div)
 from sqlcal.metrics import _registry
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.cells import level_slabs
 from sqlcal.options import Option, checked, costs_binned
 from sqlcal.query import declared, planner
 from sqlcal.query.unlabeled import unlabeled_source
@@ -179,16 +180,17 @@ def calibration_decision_loss(
     return src.present(_with_trust(out, binning=_binning(bins), method=method))
 
 
-def cdl_finish(levels: pd.DataFrame, *, by: Sequence[str] = (), method: str = "hull"
-               ) -> pd.DataFrame:
+def cdl_finish(levels, *, by: Sequence[str] = (), method: str = "hull") -> pd.DataFrame:
     """The calibration decision loss and its bounds of each group, from its level sets.
 
     Parameters
     ----------
-    levels : pandas.DataFrame
+    levels : pandas.DataFrame or iterable of pandas.DataFrame
         Per group and value of the predictor: the group keys, ``p`` (the value), ``n`` (rows),
         ``W`` = Σw and ``swy`` = Σwy (the levels summary, or the binned predictor of
-        :func:`predictor_levels`).
+        :func:`predictor_levels`), sorted by group and value; or its slabs in increasing
+        value, as :func:`sqlcal.metrics.cells.level_slabs` gives them (iterated twice: the
+        V-curve's breakpoints at the rates ȳ, then the curve in order).
     by : sequence of str, default ()
         The group keys.
     method : {"hull", "lp"}, default "hull"
@@ -207,23 +209,210 @@ def cdl_finish(levels: pd.DataFrame, *, by: Sequence[str] = (), method: str = "h
        calibration_decision_loss  v_star  ece
     0                        0.2     0.2  0.1
     """
-    def finish(part: pd.DataFrame) -> dict:
-        v, mass, ybar = _normalised(part)
-        if mass is None:
-            return _nan_row("calibration_decision_loss", "v_star", "two_action_bound",
-                            "ece2_squared", "ece") | _shape(part)
-        if method == "lp" and len(v) > MAX_LP_LEVELS:
-            raise ValueError(
-                f"a group has {len(v)} level sets: method='lp' is limited to {MAX_LP_LEVELS}; "
-                "use method='hull' (exact, any size) or bins=")
-        v_star, two_action = v_curve(v, mass, ybar)
-        cdl = cdl_hull(v, mass, ybar) if method == "hull" else cdl_lp(v, mass, ybar)
-        return {"calibration_decision_loss": cdl, "v_star": v_star,
-                "two_action_bound": two_action,
-                "ece2_squared": float((mass * (ybar - v) ** 2).sum()),
-                "ece": float((mass * np.abs(ybar - v)).sum())} | _shape(part)
+    slabs = as_slabs(levels)
+    index = GroupIndex(by)
+    n, W, held = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+    ece, ece2 = np.zeros(0), np.zeros(0)
+    curve = _VCurve()
+    kept: dict[int, list] = {}  # method="lp": each group's levels (at most MAX_LP_LEVELS)
+    for slab in slabs:  # the totals, ECE and the V-curve's breakpoints at ȳ
+        lv = index.levels(slab)
+        G = len(index)
+        n, W, held, ece, ece2 = (grown(a, G) for a in (n, W, held, ece, ece2))
+        n += np.bincount(lv.g, weights=lv.n, minlength=G).astype(np.int64)
+        W += np.bincount(lv.g, weights=lv.W, minlength=G)
+        # a level (or bin) whose rows all have weight 0 is absent, as its rows are
+        g, v, _, Wk, Y = lv.live()
+        # a rounding excursion of Σwy outside [0, W] must not put ȳ outside [0, 1]
+        ybar = np.clip(Y / Wk, 0.0, 1.0)
+        held += np.bincount(g, minlength=G)
+        ece += np.bincount(g, weights=Wk * np.abs(ybar - v), minlength=G)
+        ece2 += np.bincount(g, weights=Wk * (ybar - v) ** 2, minlength=G)
+        if method == "lp":
+            if (held > MAX_LP_LEVELS).any():
+                raise ValueError(
+                    f"a group has {int(held.max())} level sets: method='lp' is limited to "
+                    f"{MAX_LP_LEVELS}; use method='hull' (exact, any size) or bins=")
+            for gi in np.unique(g).tolist():
+                at = g == gi
+                kept.setdefault(gi, []).append((v[at], Wk[at], ybar[at]))
+        else:
+            curve.add_rates(g, v, Wk, ybar)
+        # freed before the next slab is read (the loop would hold them through its query)
+        del slab, lv, g, v, Wk, Y, ybar
+    if method != "lp":
+        for slab in slabs:  # the V-curve in increasing t, and its upper concave envelope
+            g, v, _, Wk, Y = index.levels(slab, ordered=True).live()
+            del slab
+            curve.add_scores(g, v, Wk, np.clip(Y / Wk, 0.0, 1.0))
+            del g, v, Wk, Y
+    rows = []
+    for gi, key in enumerate(index.keys):
+        shape = {"n_levels": int(held[gi]),
+                 "distinct_per_row": held[gi] / n[gi] if n[gi] else np.nan}
+        base = {**key, "n": int(n[gi]), "W": float(W[gi])}
+        if not W[gi] > 0:
+            rows.append(base | _nan_row("calibration_decision_loss", "v_star",
+                                        "two_action_bound", "ece2_squared", "ece") | shape)
+            continue
+        if method == "lp":
+            v, Wk, ybar = (np.concatenate(x) for x in zip(*kept[gi]))
+            mass = Wk / W[gi]
+            v_star, two_action = v_curve(v, mass, ybar)
+            cdl = cdl_lp(v, mass, ybar)
+        else:
+            cdl, v_star, two_action = (x / W[gi] for x in curve.finish(gi))
+        rows.append(base | {"calibration_decision_loss": float(cdl), "v_star": float(v_star),
+                            "two_action_bound": float(two_action),
+                            "ece2_squared": float(ece2[gi] / W[gi]),
+                            "ece": float(ece[gi] / W[gi])} | shape)
+    return pd.DataFrame(rows, columns=None if rows else [*by, "n", "W"])
 
-    return per_group(levels, by, finish)
+
+class _VCurve:
+    """The closed V-curve of every group, built from level sets given in increasing score, and
+    its upper concave envelope at 1/2 (:func:`cdl_hull`), in memory that does not grow with the
+    levels: first every level's breakpoint at its rate ȳ (:meth:`add_rates`, aggregated by the
+    value of ȳ: rates of small level sets repeat), then the levels again in score order
+    (:meth:`add_scores`): the curve at each breakpoint up to the largest score seen, folded into
+    its running maximum, its two-action bound and the upper hull of its points so far.
+
+    Each live level set (ȳ ≠ v) adds α t + β on [min(ȳ, v), max(ȳ, v)] (closed), with
+    α = 2W, β = −2Wȳ when over-predicted (ȳ < v), and α = −2W, β = 2Wȳ otherwise: a start
+    event at the lower end and an end event at the upper, one of them at v, the other at ȳ.
+    Weights are not divided by the group's total (:func:`cdl_finish` divides at the end).
+    """
+
+    def __init__(self):
+        self.rates: dict[int, list] = {}  # group -> [(ȳ, start?, α, β) arrays, ...]
+        self.pending: dict[int, tuple] = {}  # group -> the sorted ȳ events not yet passed
+        self.state: dict[int, list] = {}  # group -> [A, B, V*, two-action, hull t, hull V]
+
+    @staticmethod
+    def _terms(v, Wk, ybar):
+        over = ybar < v
+        alpha = np.where(over, 2 * Wk, -2 * Wk)
+        return over, alpha, -alpha * ybar
+
+    def add_rates(self, g, v, Wk, ybar) -> None:
+        live = ybar != v
+        order = np.argsort(g[live], kind="stable")
+        g, v, Wk, ybar = (a[live][order] for a in (g, v, Wk, ybar))
+        over, alpha, beta = self._terms(v, Wk, ybar)
+        for a, b in zip(*runs(g)):
+            events = self.rates.setdefault(int(g[a]), [])
+            events.append(_merged_events([(ybar[a:b], over[a:b], alpha[a:b], beta[a:b])]))
+            if len(events) > 8:  # compact: one event per distinct (ȳ, start or end)
+                events[:] = [_merged_events(events)]
+
+    def _prepare(self, gi: int) -> None:
+        events = self.rates.pop(gi, [])
+        t, start, alpha, beta = _merged_events(events + [
+            (np.array([0.5]), np.array([True]), np.zeros(1), np.zeros(1))])  # 1/2 a breakpoint
+        self.pending[gi] = (t, start, alpha, beta, 0)
+        self.state[gi] = [0.0, 0.0, 0.0, 0.0, np.array([0.0]), np.array([0.0])]
+
+    def add_scores(self, g, v, Wk, ybar) -> None:
+        """Levels sorted by group number, then score."""
+        live = ybar != v
+        g, v, Wk, ybar = g[live], v[live], Wk[live], ybar[live]
+        over, alpha, beta = self._terms(v, Wk, ybar)
+        for a, b in zip(*runs(g)):
+            self._advance(int(g[a]), v[a:b], ~over[a:b], alpha[a:b], beta[a:b],
+                          upto=float(v[b - 1]))
+
+    def _advance(self, gi, t, start, alpha, beta, upto: float) -> None:
+        """Fold the events at scores ``t`` (sorted) and the pending ȳ events up to ``upto``."""
+        if gi not in self.pending:
+            self._prepare(gi)
+        rt, rstart, ralpha, rbeta, done = self.pending[gi]
+        stop = len(rt) if upto == np.inf else int(np.searchsorted(rt, upto, side="right"))
+        t = np.concatenate([t, rt[done:stop]])
+        start = np.concatenate([start, rstart[done:stop]])
+        alpha = np.concatenate([alpha, ralpha[done:stop]])
+        beta = np.concatenate([beta, rbeta[done:stop]])
+        self.pending[gi] = (rt, rstart, ralpha, rbeta, stop)
+        if not len(t):
+            return
+        state = self.state[gi]
+        points = np.unique(t)
+        s, e = start, ~start
+        ts, te = t[s], t[e]
+        os_, oe = np.argsort(ts, kind="stable"), np.argsort(te, kind="stable")
+        cum = lambda x, order: np.concatenate([[0.0], np.cumsum(x[order])])  # noqa: E731
+        started = np.searchsorted(ts[os_], points, side="right")  # lo ≤ t
+        ended = np.searchsorted(te[oe], points, side="left")  # hi < t
+        A = state[0] + cum(alpha[s], os_)[started] - cum(alpha[e], oe)[ended]
+        B = state[1] + cum(beta[s], os_)[started] - cum(beta[e], oe)[ended]
+        V = np.maximum(A * points + B, 0.0)
+        state[0] += alpha[s].sum() - alpha[e].sum()
+        state[1] += beta[s].sum() - beta[e].sum()
+        state[2] = max(state[2], float(V.max()))
+        state[3] = max(state[3], float((V / (2 * np.maximum(points, 1 - points))).max()))
+        hull_t = np.concatenate([state[4], points])
+        hull_V = np.concatenate([state[5], V])
+        keep = upper_hull(hull_t, hull_V)
+        state[4], state[5] = hull_t[keep], hull_V[keep]
+
+    def finish(self, gi: int) -> tuple[float, float, float]:
+        """(the envelope at 1/2, V*, the two-action bound) of a group, in weight units."""
+        if gi not in self.pending and gi not in self.rates:
+            return 0.0, 0.0, 0.0  # no live level set: every rate equals its score
+        self._advance(gi, np.zeros(0), np.zeros(0, bool), np.zeros(0), np.zeros(0), np.inf)
+        state = self.state[gi]
+        t, V = np.append(state[4], 1.0), np.append(state[5], 0.0)
+        keep = upper_hull(t, V)
+        return float(np.interp(0.5, t[keep], V[keep])), state[2], state[3]
+
+
+def _merged_events(events: list) -> tuple:
+    """Events (t, start?, α, β) as one set sorted by t, one per distinct (t, start?)."""
+    t, start, alpha, beta = (np.concatenate(x) for x in zip(*events))
+    order = np.lexsort((~start, t))
+    t, start, alpha, beta = t[order], start[order], alpha[order], beta[order]
+    new = np.r_[True, (t[1:] != t[:-1]) | (start[1:] != start[:-1])]
+    ids = np.cumsum(new) - 1
+    return (t[new], start[new], np.bincount(ids, weights=alpha),
+            np.bincount(ids, weights=beta))
+
+
+def upper_hull(t: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """The indices of the vertices of the upper convex hull of the points (t, V), ``t``
+    non-decreasing, left to right; points on or below a hull edge are not vertices, and of
+    points with one t only the highest can be. Vectorised quickhull: each round adds, to every
+    edge with points above it, the point farthest above (a vertex), and drops the points that
+    no longer lie above an edge.
+
+    >>> upper_hull(np.array([0.0, 0.25, 0.5, 0.75, 1.0]), np.array([0.0, 1.0, 1.0, 2.0, 0.0]))
+    array([0, 1, 3, 4])
+    """
+    t, V = np.asarray(t, float), np.asarray(V, float)
+    if len(t) <= 2:
+        return np.arange(len(t))
+    # of tied t only the highest point (the last of them, after a stable sort by V)
+    order = np.lexsort((V, t))
+    top = order[np.r_[t[order][1:] != t[order][:-1], True]]
+    if len(top) <= 2:
+        return top
+    tt, VV = t[top], V[top]
+    hull = np.array([0, len(top) - 1])
+    candidates = np.arange(1, len(top) - 1)
+    while len(candidates):
+        edge = np.searchsorted(tt[hull], tt[candidates], side="right") - 1
+        a, b = hull[edge], hull[edge + 1]
+        cross = ((tt[b] - tt[a]) * (VV[candidates] - VV[a])
+                 - (VV[b] - VV[a]) * (tt[candidates] - tt[a]))
+        above = cross > 0
+        candidates, edge, cross = candidates[above], edge[above], cross[above]
+        if not len(candidates):
+            break
+        order = np.lexsort((-cross, edge))
+        first = order[np.r_[True, edge[order][1:] != edge[order][:-1]]]
+        hull = np.sort(np.concatenate([hull, candidates[first]]))
+        mask = np.ones(len(candidates), bool)
+        mask[first] = False
+        candidates = candidates[mask]
+    return top[hull]
 
 
 @metric(needs=lambda src, o: levels_needs(o["bins"]), cost=costs_binned,
@@ -326,28 +515,28 @@ def decision_loss(
     else:
         table, thresholds = None, _thresholds(threshold)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    levels = _level_sets(src, bins)
-    values = decision_loss_finish(levels, by=src.by, thresholds=thresholds, payoffs=table,
-                                  tie=tie)
+    values = decision_loss_finish(_level_sets(src, bins), by=src.by, thresholds=thresholds,
+                                  payoffs=table, tie=tie)
+    if bins is None:
+        _warn_degenerate(values.drop_duplicates(list(src.by)) if src.by else values.iloc[:1])
     columns = ["decision_loss", "payoff", "recalibrated_payoff"]
+    values = values.drop(columns=["n_levels", "distinct_per_row"])
     if thresholds is None:
         out = result(src, values, columns, present=False)
     else:
         out = _by_threshold(src, values, ["threshold", *columns], "threshold", thresholds)
-    if bins is None:
-        _warn_degenerate(per_group(levels, src.by, _shape))
     return src.present(_with_trust(out, binning=_binning(bins)))
 
 
-def decision_loss_finish(levels: pd.DataFrame, *, by: Sequence[str] = (),
+def decision_loss_finish(levels, *, by: Sequence[str] = (),
                          thresholds: Sequence[float] | None = None,
                          payoffs: np.ndarray | None = None, tie: str = "higher") -> pd.DataFrame:
     """The loss of one fixed decision task of each group, from its level sets.
 
     Parameters
     ----------
-    levels : pandas.DataFrame
-        As for :func:`cdl_finish`.
+    levels : pandas.DataFrame or iterable of pandas.DataFrame
+        As for :func:`cdl_finish`: the level sets, whole or in slabs.
     by : sequence of str, default ()
         The group keys.
     thresholds : sequence of float, optional
@@ -361,27 +550,69 @@ def decision_loss_finish(levels: pd.DataFrame, *, by: Sequence[str] = (),
     -------
     pandas.DataFrame
         One row per group (and threshold): the keys, ``n``, ``W``, ``threshold`` (with
-        ``thresholds``), ``decision_loss``, ``payoff``, ``recalibrated_payoff``.
+        ``thresholds``), ``decision_loss``, ``payoff``, ``recalibrated_payoff``, ``n_levels``,
+        ``distinct_per_row`` (as in :func:`cdl_finish`).
 
     Examples
     --------
     >>> levels = pd.DataFrame({"p": [0.4, 0.6], "n": [1, 1], "W": [1.0, 1.0],
     ...                        "swy": [0.0, 1.0]})
-    >>> decision_loss_finish(levels, thresholds=[0.1])
+    >>> decision_loss_finish(levels, thresholds=[0.1]).iloc[:, :6]
        n    W  threshold  decision_loss  payoff  recalibrated_payoff
     0  2  2.0        0.1           0.05    0.95                  1.0
     """
-    rows = []
-    for key, part in groups(levels, list(by)):
-        v, mass, ybar = _normalised(part)
-        base = {**key, "n": int(part["n"].sum()), "W": float(part["W"].sum())}
-        if thresholds is None:
-            rows.append(base | _finite_task_loss(v, mass, ybar, payoffs, tie))
-            continue
-        for t in thresholds:
-            rows.append(base | {"threshold": t} | _threshold_loss(v, mass, ybar, t, tie))
-    columns = ["decision_loss", "payoff", "recalibrated_payoff"]
-    return _frame(rows, by, columns if thresholds is None else ["threshold", *columns])
+    tasks = list(thresholds) if thresholds is not None else [None]
+    if thresholds is None:  # the best response to v, decided exactly (see _finite_task_loss)
+        pieces = _best_pieces(-payoffs[:, ::-1], tie)
+        ends = np.array([r for r, _ in pieces])
+        actions = np.array([j for _, j in pieces])
+    index = GroupIndex(by)
+    n, W, levels_held = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+    sums = np.zeros((0, len(tasks), 3))  # loss, payoff, recalibrated payoff: Σ W_j · term
+    for slab in as_slabs(levels):
+        lv = index.levels(slab)
+        G = len(index)
+        n, W, levels_held, sums = (grown(n, G), grown(W, G), grown(levels_held, G),
+                                   grown(sums, G))
+        n += np.bincount(lv.g, weights=lv.n, minlength=G).astype(np.int64)
+        W += np.bincount(lv.g, weights=lv.W, minlength=G)
+        # a level set whose rows all weigh 0 is absent, as its rows are
+        g, v, _, Wk, Y = lv.live()
+        del lv
+        levels_held += np.bincount(g, minlength=G)
+        # a rounding excursion of Σwy outside [0, W] must not put ȳ outside [0, 1]
+        ybar = np.clip(Y / Wk, 0.0, 1.0)
+        for i, t in enumerate(tasks):
+            if t is None:
+                at_y = np.outer(1 - ybar, payoffs[:, 0]) + np.outer(ybar, payoffs[:, 1])
+                played = actions[np.minimum(np.searchsorted(ends, v, side="left"),
+                                            len(ends) - 1)]
+                got = at_y[np.arange(len(v)), played]
+                best = at_y.max(axis=1)
+                terms = (best - got, got, best)
+            else:
+                # payoffs (1, t) for not acting and (1 − t, 1) for acting: slope jump 1
+                act, best = (v >= t, ybar >= t) if tie == "higher" else (v > t, ybar > t)
+                payoff_of = lambda a: np.where(a, (1 - ybar) * (1 - t) + ybar,  # noqa: E731
+                                               (1 - ybar) + ybar * t)
+                terms = (np.abs(ybar - t) * (act != best), payoff_of(act), payoff_of(best))
+            for j, term in enumerate(terms):
+                sums[:, i, j] += np.bincount(g, weights=Wk * term, minlength=G)
+            del terms
+        # freed before the next slab is read (the loop would hold them through its query)
+        del slab, g, v, Wk, Y, ybar
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = np.where(W[:, None, None] > 0, sums / W[:, None, None], np.nan)
+    G, T = len(index), len(tasks)
+    out = index.frame().loc[np.repeat(np.arange(G), T)].reset_index(drop=True)
+    out["n"], out["W"] = np.repeat(n, T), np.repeat(W, T)
+    if thresholds is not None:
+        out["threshold"] = np.tile(np.asarray(tasks, float), G)
+    for j, name in enumerate(("decision_loss", "payoff", "recalibrated_payoff")):
+        out[name] = values[:, :, j].reshape(-1)
+    out["n_levels"] = np.repeat(levels_held, T)
+    out["distinct_per_row"] = np.repeat(safe_div(levels_held, n), T)
+    return out
 
 
 @metric(needs=lambda src, o: levels_needs(None),
@@ -466,9 +697,9 @@ def decision_risk_gap(
     """
     thresholds = _thresholds(threshold)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    levels = _level_sets(src, None)
+    levels = level_slabs(src).read_first()  # the first read validates: are labels binary?
     executor.require_binary_labels(src, "the decision risk gap")
-    values = risk_gap_finish(levels, by=src.by, thresholds=thresholds)
+    values = risk_gap_finish(levels, by=src.by, thresholds=thresholds, totals=levels.totals())
     return src.present(_by_threshold(src, values, _RISK_COLUMNS, "threshold", thresholds))
 
 
@@ -476,19 +707,25 @@ _RISK_COLUMNS = ["threshold", "risk", "bayes_risk", "risk_gap", "monotone_risk",
                  "monotone_risk_gap", "best_rule", "best_threshold"]
 
 
-def risk_gap_finish(levels: pd.DataFrame, *, by: Sequence[str] = (),
-                    thresholds: Sequence[float] = (0.5,)) -> pd.DataFrame:
+def risk_gap_finish(levels, *, by: Sequence[str] = (),
+                    thresholds: Sequence[float] = (0.5,),
+                    totals: pd.DataFrame | None = None) -> pd.DataFrame:
     """The plug-in, grouped-Bayes and best monotone risks of each group, from its level sets.
 
     Parameters
     ----------
-    levels : pandas.DataFrame
+    levels : pandas.DataFrame or iterable of pandas.DataFrame
         The levels summary, sorted by group and score: the group keys, ``p``, ``n``, ``W``,
-        ``swy`` (binary labels).
+        ``swy`` (binary labels); or its slabs in increasing score, as
+        :func:`sqlcal.metrics.cells.level_slabs` gives them (iterated twice: the totals, then
+        the running sums).
     by : sequence of str, default ()
         The group keys.
     thresholds : sequence of float, default (0.5,)
         The decision thresholds τ.
+    totals : pandas.DataFrame, optional
+        Per group (the keys) ``n``, ``W`` and ``swy`` of all the levels: then the levels are
+        iterated once only.
 
     Returns
     -------
@@ -504,14 +741,92 @@ def risk_gap_finish(levels: pd.DataFrame, *, by: Sequence[str] = (),
         risk  bayes_risk best_rule
     0  0.375       0.125     never
     """
+    slabs = as_slabs(levels)
+    index = GroupIndex(by)
+    n, W, Y = np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+    for slab in [totals] if totals is not None else slabs:  # each rule's cost needs the
+        g = index.codes(slab)  # group's Σ of either label
+        G = len(index)
+        n, W, Y = grown(n, G), grown(W, G), grown(Y, G)
+        n += np.bincount(g, weights=slab["n"].to_numpy(float), minlength=G).astype(np.int64)
+        W += np.bincount(g, weights=slab["W"].to_numpy(float), minlength=G)
+        Y += np.bincount(g, weights=slab["swy"].to_numpy(float), minlength=G)
+        del slab, g
+    G, T = len(index), len(thresholds)
+    taus = np.asarray(thresholds, float)
+    N = W - Y
+    risk, bayes = np.zeros((G, T)), np.zeros((G, T))
+    # running sums of the levels before the slab (P_k = Σ_{j<k}), and the candidate rules
+    # within the tie tolerance of each slab's best (kept in the order of the rules)
+    PY, PN, seen = np.zeros(G), np.zeros(G), np.zeros(G, np.int64)
+    found: list[list] = [[] for _ in range(T)]
+    for slab in slabs:
+        # a score held only by weight-0 rows is no threshold
+        g, u, _, Wk, Yk = index.levels(slab, ordered=True).live()
+        N0 = Wk - Yk
+        # Σ over this slab's earlier levels of the group, plus the slabs before
+        CY, CN = _group_cumsum(Yk, g), _group_cumsum(N0, g)
+        before_Y, before_N = PY[g] + CY - Yk, PN[g] + CN - N0
+        rank = seen[g] + _group_rank(g)  # the level's position k in its group
+        for i, t in enumerate(taus):
+            act = u >= t
+            risk[:, i] += np.bincount(g, weights=np.where(act, t * N0, (1 - t) * Yk),
+                                      minlength=G)
+            bayes[:, i] += np.bincount(g, weights=np.minimum(t * N0, (1 - t) * Yk), minlength=G)
+            # act iff p ≥ u_k (k ≥ 1), and act iff p ≤ u_k (k ≤ K − 2: the last one is "always",
+            # listed before it and equal to it, so keeping it here changes nothing)
+            up = t * (N[g] - before_N) + (1 - t) * before_Y
+            down = t * (before_N + N0) + (1 - t) * (Y[g] - before_Y - Yk)
+            tol = 1e-12 * W[g]
+            for kind, cost, ok in ((0, up, rank >= 1), (1, down, np.ones(len(g), bool))):
+                if not ok.any():
+                    continue
+                least = np.full(G, np.inf)
+                np.minimum.at(least, g[ok], cost[ok])
+                near = ok & (cost <= least[g] + tol)
+                found[i].append((np.full(int(near.sum()), kind), g[near], cost[near],
+                                 u[near]))
+        PY += np.bincount(g, weights=Yk, minlength=G)
+        PN += np.bincount(g, weights=N0, minlength=G)
+        seen += np.bincount(g, minlength=G)
+        # freed before the next slab is read (the loop would hold them through its query)
+        del slab, g, u, Wk, Yk, N0, CY, CN, before_Y, before_N, rank, up, down
     rows = []
-    for key, part in groups(levels, list(by)):
-        base = {**key, "n": int(part["n"].sum()), "W": float(part["W"].sum())}
-        part = part[part["W"] > 0]  # a score held only by weight-0 rows is no threshold
-        u = part["p"].to_numpy(float)
-        Wk, Yk = part["W"].to_numpy(float), part["swy"].to_numpy(float)
-        rows += [base | {"threshold": t} | _risks(u, Wk, Yk, t) for t in thresholds]
-    return _frame(rows, by, _RISK_COLUMNS)
+    for i, t in enumerate(taus):
+        never, always = (1 - t) * Y, t * N
+        kinds = [np.concatenate([f[j] for f in found[i]]) if found[i] else np.zeros(0)
+                 for j in range(4)]
+        least = np.minimum(never, always)
+        if len(kinds[1]):
+            np.minimum.at(least, kinds[1].astype(np.int64), kinds[2])
+        rows.append((never, always, least, kinds))
+    out = []
+    for gi, key in enumerate(index.keys):
+        base = {**key, "n": int(n[gi]), "W": float(W[gi])}
+        for i, t in enumerate(taus):
+            if not W[gi] > 0:
+                out.append(base | {"threshold": t} | _nan_row(
+                    "risk", "bayes_risk", "risk_gap", "monotone_risk", "monotone_risk_gap",
+                    "best_threshold") | {"best_rule": None})
+                continue
+            never, always, least, (kind, at, cost, score) = rows[i]
+            best, tol = least[gi], 1e-12 * W[gi]
+            if never[gi] <= best + tol:
+                rule, where = "never", np.nan
+            elif always[gi] <= best + tol:
+                rule, where = "always", np.nan
+            else:  # the first kept candidate of the group within the tolerance: up before down
+                mine = np.flatnonzero((at == gi) & (cost <= best + tol))
+                first = mine[np.argmin(kind[mine])] if len(mine) else None
+                rule = "increasing" if first is None or kind[first] == 0 else "decreasing"
+                where = np.nan if first is None else float(score[first])
+            r = risk[gi, i] / W[gi]
+            b = bayes[gi, i] / W[gi]
+            out.append(base | {"threshold": t, "risk": r, "bayes_risk": b, "risk_gap": r - b,
+                               "monotone_risk": best / W[gi],
+                               "monotone_risk_gap": r - best / W[gi], "best_rule": rule,
+                               "best_threshold": where})
+    return _frame(out, by, _RISK_COLUMNS)
 
 
 # the rules cut the score axis: its statement depends on what the caller passes (not in sql/)
@@ -941,17 +1256,7 @@ def cdl_hull(v, mass, ybar) -> float:
     if t is None:
         return 0.0
     t, V = np.concatenate([[0.0], t, [1.0]]), np.concatenate([[0.0], V, [0.0]])
-    hull: list[int] = []  # upper hull, left to right (monotone chain)
-    for k in range(len(t)):
-        while len(hull) >= 2:
-            a, b = hull[-2], hull[-1]
-            # drop b when it lies on or below the segment from a to k
-            if (t[b] - t[a]) * (V[k] - V[a]) - (V[b] - V[a]) * (t[k] - t[a]) >= 0:
-                hull.pop()
-            else:
-                break
-        hull.append(k)
-    h = np.asarray(hull)
+    h = upper_hull(t, V)
     return float(np.interp(0.5, t[h], V[h]))
 
 
@@ -1254,11 +1559,33 @@ def _rule_cost(W: float, masses: dict, rule: pd.DataFrame, labelled: bool,
 # -- shared pieces ------------------------------------------------------------------------------
 
 
-def _level_sets(src: Source, bins: int | None) -> pd.DataFrame:
-    """The predictor's level sets of ``src`` (:func:`predictor_levels` of the summary that
-    :func:`levels_needs` declares)."""
+def _group_cumsum(x: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """The running sum of ``x`` within each run of equal ``g`` (a slab sorted by group)."""
+    if not len(x):
+        return x.astype(float)
+    total = np.cumsum(x, dtype=float)
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    lengths = np.diff(np.r_[starts, len(x)])
+    return total - np.repeat(total[starts] - x[starts], lengths)
+
+
+def _group_rank(g: np.ndarray) -> np.ndarray:
+    """The position of each row within its run of equal ``g``."""
+    if not len(g):
+        return np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    lengths = np.diff(np.r_[starts, len(g)])
+    return np.arange(len(g)) - np.repeat(starts, lengths)
+
+
+def _level_sets(src: Source, bins: int | None):
+    """The predictor's level sets of ``src``: the levels, whole or in score slabs
+    (:func:`sqlcal.metrics.cells.level_slabs`), or with ``bins`` :func:`predictor_levels` of
+    the equal-width bins."""
     if bins is not None and (not isinstance(bins, (int, np.integer)) or bins < 1):
         raise ValueError(f"bins must be a positive integer, not {bins!r}")
+    if bins is None:  # the levels: in score slabs when they are too many to hold at once
+        return level_slabs(src)
     return predictor_levels(planner.fetch(src, *levels_needs(bins)), src.by)
 
 

@@ -319,7 +319,7 @@ def smooth_reliability(
     if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its rows
         out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
                if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
-    return src.present(out)
+    return src.present(out).assign(**src.facts)  # a stored window's facts, as every result's
 
 
 # -- the declarations: what each metric reads --------------------------------------------------

@@ -17,12 +17,14 @@ from scipy import stats
 
 from sqlcal.metrics import groups, key_tuple, level_sets, result
 from sqlcal.metrics import binomial
-from sqlcal.metrics.cells import CELLS, cells_needs, cells_summary
+from sqlcal.metrics.cells import (CELLS, cell_levels, cells_needs, cells_summary, chunks,
+                                  slab_rows)
 from sqlcal.query import declared, planner
 from sqlcal.inputs.sources import InvalidInputError, Source
 from sqlcal.query.executor import as_source
+from sqlcal import options
 from sqlcal.metrics._registry import Report, metric
-from sqlcal.options import Option, checked, costs_tce
+from sqlcal.options import BudgetError, Option, checked, costs_tce
 from sqlcal.query import executor
 
 STRATEGIES = ("pavabc", "uniform", "quantile")
@@ -36,10 +38,11 @@ LEVEL_CAP = 1_000_000
 PAVA_CELLS = 2**18
 #: the fewest score cells per group of PAVA-BC's grid
 MIN_PAVA_CELLS = 2**4
-#: rounds of reading levels before PAVA-BC on the cells gives up and reads them all
-MAX_ROUNDS = 16
-#: score ranges one read of levels asks for at most (nearby wanted cells are read together)
-MAX_SPANS = 256
+#: the levels PAVA-BC on the cells may hold, in slabs (:func:`sqlcal.metrics.cells.slab_rows`,
+#: the budget's bytes at 192 a row): past that it stops with a BudgetError naming n_min and
+#: n_max. The cells it reads are those near the start of a block, about N/40 rows at the
+#: default N/20 and N/5 (2.5·10^6 of 10^8 float32 scores)
+HELD_SLABS = 4
 TESTS = ("binomial", "ttest")
 #: what TCE and its bins declare alike. PAVA-BC runs over the score cells of PAVA_CELLS (with
 #: groups: the totals first, then the cells of pava_cells(groups) per group), then over the
@@ -257,7 +260,7 @@ def tce_bins(
     if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its bins
         out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
                if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
-    return src.present(out)
+    return src.present(out).assign(**src.facts)  # a stored window's facts, as every result's
 
 
 def pava_cells(groups: int) -> int:
@@ -284,14 +287,16 @@ def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rul
     if strategy == "pavabc":
         grid, cells = _pava_grid(src)
         _require_counts(src)
+        _check_tests(grid, src.by, n_min, strategy, bins)
         if int(grid["n"].sum()) > LEVEL_CAP:
             return pavabc_cells_table(grid, by=src.by, n_min=n_min, n_max=n_max,
                                       tail_rule=tail_rule, alpha=alpha, test=test,
-                                      cells=cells, levels_in=lambda ranges: planner.fetch(
-                                          src, declared.levels_within(ranges, "sums")))
+                                      cells=cells, levels_in=lambda ranges: _cell_levels(
+                                          src, cells, ranges))
         frame = level_sets(src)
     else:
         frame = cells_summary(src, ("sums",))
+        _check_tests(frame, src.by, n_min, strategy, bins)
     _require_counts(src)
     return tce_bins_finish(frame, by=src.by, strategy=strategy, n_min=n_min, n_max=n_max,
                            bins=bins, alpha=alpha, test=test, tail_rule=tail_rule,
@@ -485,34 +490,38 @@ def pavabc_cells_table(grid: pd.DataFrame, *, by: Sequence[str], n_min=None, n_m
             raise ValueError(f"n_min ({lo}) must not exceed n_max ({hi})")
         limits[key] = (lo, hi)
     expanded = {key: pd.DataFrame() for key in per_group}
-    read = 0
-    for _round in range(MAX_ROUNDS + 1):
-        results, wanted = {}, []
+    held, cap = 0, HELD_SLABS * slab_rows()
+    while True:
+        results, wanted, sizes = {}, [], []
         for key, part in per_group.items():
             pieces = _cell_pieces(part, expanded[key])
             starts, undecided = _pavabc_pieces(pieces, *limits[key], tail_rule)
             results[key] = (pieces, starts)
-            if len(undecided):
-                wanted.append(pd.DataFrame({**{c: [v] * len(undecided)
-                                               for c, v in zip(by, key)},
-                                            "cell": pieces["cell"].to_numpy()[undecided]}))
+            wanted += [(key, int(c)) for c in pieces["cell"].to_numpy()[undecided]]
+            sizes.append(pieces["n"].to_numpy()[undecided])
         if not wanted:
             break
-        spans = _spans(pd.concat(wanted, ignore_index=True), by)
-        # the cells, the levels read here and the few cells holding an acceptance interval's
-        # end (a tenth kept for them) fetch at most LEVEL_CAP rows in all
-        if _round == MAX_ROUNDS or (read + _rows_in(grid, spans, by)
-                                    > LEVEL_CAP - len(grid) - LEVEL_CAP // 10):
-            # not settled: every mixed cell's levels (as many rows as the source, at worst)
-            spans = _spans(grid.loc[grid["p_min"] < grid["p_max"], [*by, "cell"]], by)
-        found = levels_in([(key, a / cells, b / cells) for key, a, b in spans])
-        read += len(found)
-        found = found.assign(cell=np.minimum(np.floor(found["p"].to_numpy(float) * cells),
-                                             cells - 1).astype(np.int64))
-        for k, lv in groups(found, by):
-            key = key_tuple(k)
-            expanded[key] = pd.concat([expanded[key], lv], ignore_index=True).drop_duplicates(
-                "p", ignore_index=True)
+        # each round expands at least one more cell (an undecided cell is a mixed cell whose
+        # levels were not read): so the rounds end, every read exact for its own group
+        sizes = np.concatenate(sizes).astype(np.int64)
+        held += int(sizes.sum())
+        if held > cap:
+            raise BudgetError(
+                f"tce: PAVA-BC needs the levels of {held:,} rows near the starts of its bins "
+                f"(at most {cap:,} fit the memory budget of {options.BUDGET.bytes:,} bytes); "
+                "pass n_min= and n_max= in counts (smaller bins settle sooner), or "
+                "strategy='quantile', or raise the budget with sqlcal.options.budget(bytes=...)")
+        # read in chunks of at most a slab's rows each (a cell holding more alone)
+        chunk = chunks(sizes, slab_rows())
+        for part in np.unique(chunk):
+            ranges = [(key, c / cells, (c + 1) / cells)
+                      for (key, c), mine in zip(wanted, chunk == part) if mine]
+            found = levels_in(ranges)
+            found = found.assign(cell=np.minimum(np.floor(found["p"].to_numpy(float) * cells),
+                                                 cells - 1).astype(np.int64))
+            for k, lv in groups(found, by):
+                key = key_tuple(k)
+                expanded[key] = pd.concat([expanded[key], lv], ignore_index=True)
     out = []
     for key, (pieces, starts) in results.items():
         bin_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(pieces))))
@@ -525,38 +534,6 @@ def pavabc_cells_table(grid: pd.DataFrame, *, by: Sequence[str], n_min=None, n_m
     table["binning"] = [labels[key_tuple({c: row[c] for c in by})]
                         for _, row in table[by].iterrows()] if by else labels[()]
     return table
-
-
-def _spans(pairs: pd.DataFrame, by) -> list:
-    """The wanted cells (keys, ``cell``) as at most :data:`MAX_SPANS` runs of cells
-    (key tuple, first cell, end cell): runs a few cells apart are read as one (their levels
-    are exact too), so that one query's filter stays small."""
-    runs = []
-    for k, part in groups(pairs, list(by)):
-        ids = np.unique(part["cell"].to_numpy(np.int64))
-        runs.append((key_tuple(k), ids))
-    gap = 1
-    while True:
-        spans = []
-        for key, ids in runs:
-            cut = np.flatnonzero(np.diff(ids) > gap) + 1
-            spans += [(key, int(a[0]), int(a[-1]) + 1) for a in np.split(ids, cut)]
-        if len(spans) <= MAX_SPANS:
-            return spans
-        gap *= 2
-
-
-def _rows_in(grid: pd.DataFrame, spans: list, by) -> int:
-    """Rows of the grid's cells inside the spans."""
-    total = 0
-    for k, part in groups(grid, list(by)):
-        key = key_tuple(k)
-        cell = part["cell"].to_numpy(np.int64)
-        inside = np.zeros(len(part), bool)
-        for _, a, b in (s for s in spans if s[0] == key):
-            inside |= (cell >= a) & (cell < b)
-        total += int(part["n"].to_numpy()[inside].sum())
-    return total
 
 
 def _cell_pieces(part: pd.DataFrame, levels: pd.DataFrame) -> pd.DataFrame:
@@ -706,7 +683,8 @@ def _assign(pieces: pd.DataFrame, strategy: str, bins: int) -> np.ndarray:
 
 
 def _levels(levels_in, by, wanted: dict, grid: int = CELLS) -> dict:
-    """The levels inside the wanted cells ({group key tuple: cells}), by group, each with its
+    """The levels inside the wanted cells ({group key tuple: cells}, or {group key tuple:
+    {cell: its rows}} to read them in slabs of the memory budget), by group, each with its
     ``cell``: cell c is the score range [c/grid, (c + 1)/grid), exact in doubles."""
     if not any(wanted.values()):
         return {}
@@ -715,10 +693,45 @@ def _levels(levels_in, by, wanted: dict, grid: int = CELLS) -> dict:
                          "levels_in")
     ranges = [(key, c / grid, (c + 1) / grid) for key, cells in wanted.items()
               for c in sorted(cells)]
-    frame = levels_in(ranges)
+    if isinstance(next(iter(wanted.values())), dict):  # cell -> its rows: read in slabs
+        sizes = np.array([wanted[key][c] for key, cells in wanted.items()
+                          for c in sorted(cells)], dtype=np.int64)
+        chunk = chunks(sizes, slab_rows())
+        frame = pd.concat([levels_in([r for r, mine in zip(ranges, chunk == part) if mine])
+                           for part in np.unique(chunk)], ignore_index=True)
+    else:
+        frame = levels_in(ranges)
     frame = frame.assign(cell=np.minimum(np.floor(frame["p"].to_numpy(float) * grid),
                                          grid - 1).astype(np.int64))
     return {key_tuple(k): p for k, p in groups(frame, list(by))}
+
+
+def _check_tests(summary: pd.DataFrame, by, n_min, strategy: str, bins: int) -> None:
+    """Refuse, before any further pass, more exact binomial tests than the budget's ``tests``:
+    one per bin, at most B a group for uniform and quantile bins, and for PAVA-BC at most
+    ⌊N/(n_min + 1)⌋ + 1 (every block but the tail holds more than n_min rows)."""
+    sizes = (summary.groupby(list(by), dropna=False)["W"].sum().to_numpy(float) if by
+             else np.array([float(summary["W"].sum())]))
+    if strategy == "pavabc":
+        n_low = np.floor(sizes / 20) if n_min is None else np.full(len(sizes), float(n_min))
+        count = float(np.minimum(np.floor(sizes / (n_low + 1)) + 1, np.maximum(sizes, 1)).sum())
+        option = f"n_min={n_min!r}"
+    else:
+        count, option = float(bins) * len(sizes), f"bins={bins}"
+    budget = options.BUDGET.tests
+    if count > budget:
+        raise BudgetError(
+            f"tce(): {option} over {len(sizes):,} group(s) makes up to {count:,.0f} bins, each "
+            f"an exact binomial test (about 13 ms); the budget is {budget:,} tests "
+            "(sqlcal.options.BUDGET.tests). Pass a larger n_min= (bins hold more than n_min "
+            "rows), fewer groups or bins=, or raise the budget with "
+            "sqlcal.options.budget(tests=...)")
+
+
+def _cell_levels(src: Source, cells: int, ranges) -> pd.DataFrame:
+    """The levels of whole cells of the 2^k grid ``cells``, given as score ranges (key tuple,
+    lo, hi): :func:`sqlcal.metrics.cells.cell_levels`."""
+    return cell_levels(src, cells, [(key, int(round(lo * cells))) for key, lo, _ in ranges])
 
 
 def _require_counts(src: Source) -> None:
@@ -750,7 +763,8 @@ def _count_rejections(by, pieces: pd.DataFrame, alpha: float, test: str, levels_
         unsure = ~inside & ~outside & ~part["level"].to_numpy()
         group = key_tuple({c: key[c] for c in by})
         if unsure.any():
-            endpoint_cells.setdefault(group, set()).update(part.loc[unsure, "cell"].astype(int))
+            endpoint_cells.setdefault(group, {}).update(zip(
+                part.loc[unsure, "cell"].astype(int).tolist(), part.loc[unsure, "n"].tolist()))
         plans.append((key, part, k, n, intervals, inside, unsure))
     levels = _levels(levels_in, by, endpoint_cells, grid)
     for key, part, k, n, intervals, inside, unsure in plans:

@@ -63,6 +63,9 @@ KEY_COLUMN["logit_cells_within"] = "lcell"
 KEY_COLUMN["logit_cells"] = "lcell"
 #: the levels of given (group, 2^k cell) pairs only, each group its own cells (a join)
 KEY_COLUMN["levels_in_cells"] = "p"
+#: the levels of every group inside one score range: a slab of the levels read in score order
+#: by the metrics whose levels do not fit in memory at once (sqlcal.metrics.cells.level_slabs)
+KEY_COLUMN["levels_slab"] = "p"
 #: the same rows per group and log-odds cell ``lcell`` (a finer split of some pieces)
 KEY_COLUMN["logit_cells_in_cells"] = "lcell"
 
@@ -480,6 +483,17 @@ def logit_cells_in_cells(scale: int, cells: int, pairs: Iterable[tuple], *parts:
 def levels_within(ranges: Iterable[tuple], *parts: str) -> Summary:
     """The levels summary of the rows inside ``ranges`` only (``sums`` always)."""
     return Summary("levels_within", (score_ranges(ranges),), frozenset({"sums", *parts}))
+
+
+def levels_slab(lo: float, hi: float, *parts: str) -> Summary:
+    """The levels summary of every group's rows with lo <= p < hi (p <= 1 too when hi = 1):
+    one slab of the levels in score order (``sums`` always). ``lo`` and ``hi`` are exact
+    binary fractions (ends of 2^k cells).
+
+    >>> levels_slab(0.25, 0.5).key
+    ('levels_slab', 0.25, 0.5)
+    """
+    return Summary("levels_slab", (float(lo), float(hi)), frozenset({"sums", *parts}))
 
 
 def extremes_within(cells: int, ranges: Iterable[tuple]) -> Summary:

@@ -22,6 +22,7 @@ import pandas as pd
 from sqlcal.errors import InvalidInputError
 from sqlcal.inputs.sources import (CHECKS, Source, check_exprs, describe, frame_connection,
                                    valid_expr)
+from sqlcal import options
 from sqlcal.options import checked
 from sqlcal.query import reductions
 
@@ -198,6 +199,7 @@ def source(
         src.has_soft_labels = soft_labels and bool(counts["label_soft"].sum())
         src.integer_weights = not int(counts.get("weight_fractional", pd.Series([0])).sum())
         _report_invalid(src, counts)
+        options.check_groups(len(counts))
     return src
 
 
@@ -319,7 +321,7 @@ def _may_query(src: Source) -> None:
 
 def _check(src: Source, frame: Any, explain: bool = True) -> None:
     """Check the validation aggregates of a summary (a pandas frame or an Arrow table)."""
-    frame = _Floats(frame)
+    raw, frame = frame, _Floats(frame)
     rows = int(np.nansum(frame["n"]))
     if rows == 0:
         raise InvalidInputError("the table has no rows to measure (after where=)")
@@ -371,6 +373,8 @@ def _check(src: Source, frame: Any, explain: bool = True) -> None:
     if src.weighted:
         src.integer_weights = total("chk_w_frac") == 0
     src.validated = True
+    # the number of groups is known now: what grows with it is checked before any further pass
+    options.check_groups(_group_count(raw, src.by))
 
 
 def _rate_names(src: Source) -> list[str]:
@@ -390,6 +394,19 @@ def _counts(src: Source) -> pd.DataFrame:
     valid = valid_expr(src.rows, src.weighted, src.allow_soft, src.rate_columns)
     return reductions.execute(reductions.validation(
         src.rows, (), check_exprs(src.rows, src.weighted, src.rate_columns), valid))
+
+
+def _group_count(frame: Any, by: Sequence[str]) -> int:
+    """The distinct group key tuples of a summary (a pandas frame or an Arrow table); 1 for a
+    summary grouped otherwise (the segments search's own statements, which budget their
+    lattice themselves)."""
+    names = frame.columns if isinstance(frame, pd.DataFrame) else frame.column_names
+    by = [c for c in by if c in names]
+    if not by:
+        return 1
+    if isinstance(frame, pd.DataFrame):
+        return len(frame[by].drop_duplicates())
+    return frame.select(by).group_by(by).aggregate([]).num_rows
 
 
 def _report_invalid(src: Source, counts: pd.DataFrame) -> None:

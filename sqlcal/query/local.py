@@ -304,6 +304,14 @@ def _levels_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.Data
                    by)
 
 
+@register("levels_slab")
+def _levels_slab(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
+    lo, hi = summary.params
+    p = levels["p"].to_numpy(float)
+    inside = (p >= lo) & ((p <= hi) if hi == 1.0 else (p < hi))
+    return _levels(Summary("levels", (), summary.parts), levels[inside], by)
+
+
 @register("extremes_within")
 def _extremes_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
     grid, ranges = summary.params

@@ -46,6 +46,20 @@ def fetch(src: Source, summary: Summary) -> pd.DataFrame:
         soft=src.allow_soft))
 
 
+def scan(src: Source, summary: Summary) -> pd.DataFrame:
+    """One declared summary of ``src``, computed and not cached: a slab of the levels read in
+    score order (:func:`sqlcal.metrics.cells.level_slabs`), which its metric folds into a few
+    numbers and drops. Everything else a source reads stays cached for the life of the source;
+    the slabs together are as large as the levels, which is why they are read one at a time."""
+    have = executor.lookup(src, summary.key, summary.parts)
+    if have is not None:
+        return have
+    if src.served is not None or src.local_levels is not None:
+        return fetch(src, summary)
+    return reductions.fill_unweighted(executor.run(src, lambda checks: reductions.reduce(
+        summary, src.rows, src.by, weighted=src.weighted, checks=checks, soft=src.allow_soft)))
+
+
 def prefetch(src: Source, needs: Iterable[Summary], follow_ups: Iterable[Callable] = ()
              ) -> list[tuple[str, list[Summary]]]:
     """Run every summary in ``needs`` that ``src`` does not hold yet, in the fewest scans; then

@@ -636,6 +636,10 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
     if summary.kind == "levels_within":
         return levels(within_ranges(rows, by, summary.params[0]), by, parts, weighted=weighted,
                       checks=checks)
+    if summary.kind == "levels_slab":
+        lo, hi = summary.params
+        return levels(rows.filter(in_range(rows.p, lo, hi)), by, parts, weighted=weighted,
+                      checks=checks)
     if summary.kind in ("levels_in_cells", "logit_cells_in_cells"):  # each group its own
         grid, pairs = summary.params[-2:]  # cells: a join, not an IN list
         frame = pd.DataFrame([(*key, c) for key, c in pairs], columns=[*by, "cell"])
@@ -835,27 +839,42 @@ def logistic_terms(rows: ir.Table, by: Sequence[str], feature: str, clip: float,
     ``r`` = Σw(t − μ), ``rx``, ``h`` = Σwμ(1 − μ), ``hx``, ``hxx``, ``ll`` = Σw(t ln μ +
     (1 − t) ln(1 − μ)), ``sep`` = the target mass where μ is saturated the wrong way; targets
     t = y·hi + (1 − y)·lo. ``groups``: (key tuple, a, b, hi, lo); other groups are left out."""
-    column = {name: {g[0]: g[i] for g in groups} for i, name in enumerate("kabhl") if i}
-    x = logistic_feature(rows.p, feature, clip)
-    w = rows.w if weighted else ibis.literal(1.0)
-    a = group_value(rows, by, column["a"])
-    b = ibis.literal(1.0) if offset else group_value(rows, by, column["b"])
-    hi, lo = group_value(rows, by, column["h"]), group_value(rows, by, column["l"])
+    t, (a, b, hi, lo) = _with_coefficients(rows, by, groups, ("a", "b", "hi", "lo"))
+    x = logistic_feature(t.p, feature, clip)
+    w = t.w if weighted else ibis.literal(1.0)
+    if offset:
+        b = ibis.literal(1.0)
     eta = a + b * x
-    mu = sigmoid(eta)
-    yt = rows.y * hi + (1 - rows.y) * lo
+    # one exponential for σ and log σ: e = exp(−|η|) (never overflows), σ = 1/(1 + e) for
+    # η ≥ 0 and e/(1 + e) below, log σ(η) = −log(1 + e) − max(−η, 0), log(1 − σ) = log σ − η
+    e = (-eta.abs()).exp()
+    mu = ibis.ifelse(eta >= 0, 1 / (1 + e), e / (1 + e))
+    log_mu = -(1 + e).ln() - ibis.greatest(-eta, 0.0)
+    yt = t.y * hi + (1 - t.y) * lo
     r, h = w * (yt - mu), w * mu * (1 - mu)
-    # log σ(η) = −log(1 + e^−η), on the side that cannot overflow; log(1 − σ) = log σ − η
-    log_mu = -ibis.ifelse(eta > 0, (1 + (-eta).exp()).ln(), -eta + (1 + eta.exp()).ln())
     ll = w * (yt * log_mu + (1 - yt) * (log_mu - eta))
     sep = (ibis.ifelse(mu < SATURATED, w * yt, 0.0)
            + ibis.ifelse(mu > 1 - SATURATED, w * (1 - yt), 0.0))
-    t = rows.mutate(_r=r, _h=h, _x=x, _ll=ll, _sep=sep)
-    if by:
-        t = t.filter(a.notnull())
+    t = t.mutate(_r=r, _h=h, _x=x, _ll=ll, _sep=sep)
     return _aggregate(t, by, r=t._r.sum(), rx=(t._r * t._x).sum(), h=t._h.sum(),
                       hx=(t._h * t._x).sum(), hxx=(t._h * t._x * t._x).sum(), ll=t._ll.sum(),
                       sep=t._sep.sum())
+
+
+def _with_coefficients(rows: ir.Table, by: Sequence[str], groups: tuple, names: tuple):
+    """The rows of the listed groups with their per-group constants (``groups``: (key tuple,
+    *values) in the order of ``names``): joined as a small table on the keys (NULL keys match
+    NULL), so each row reads its group's values once; a CASE per constant on the group keys
+    cost DuckDB 1.5 times the join at 10 groups (the Newton terms over 10^7 rows: 3.3 against
+    2.3 CPU s). Without keys, the values are literals."""
+    if not by:
+        return rows, [number(v) for v in groups[0][1:]]
+    frame = pd.DataFrame([(*key, *values) for key, *values in groups],
+                         columns=[*by, *(f"_sqlcal_{n}" for n in names)]).infer_objects()
+    m = ibis.memtable(frame)
+    t = rows.join(m, [rows[k].identical_to(m[k]) for k in by])
+    t = t.select(*rows.columns, *(f"_sqlcal_{n}" for n in names))
+    return t, [t[f"_sqlcal_{n}"] for n in names]
 
 
 def logistic_meat(rows: ir.Table, by: Sequence[str], feature: str, clip: float, offset: bool,

@@ -26,7 +26,7 @@ from scipy import optimize
 
 from sqlcal.recalibration.maps import CLIP, EXP_LIMIT, CalibrationMap, IsotonicMap, PlattMap  # noqa: F401
 from sqlcal.metrics import groups, key_tuple, level_sets, resolve_weight_kind, result, safe_div
-from sqlcal.metrics.cells import cells_summary, pair_levels
+from sqlcal.metrics.cells import cell_levels, cells_summary, chunks, slab_rows
 from sqlcal.metrics.scores import totals_summary
 from sqlcal.metrics._registry import Report, metric
 from sqlcal.options import OPTIONS, checked, costs_cells, declare
@@ -287,11 +287,18 @@ def _refine(src: Source, grid: pd.DataFrame, cells: int, rounds: int = 8):
                 risky.append(pd.DataFrame({**{c: [val] * int(at_risk.sum())
                                               for c, val in zip(by, k)},
                                            "cell": used["cell"].to_numpy()[at_risk],
-                                           "v": v[at_risk], "before": before[at_risk]}))
+                                           "v": v[at_risk], "before": before[at_risk],
+                                           "n": used["n"].to_numpy()[at_risk]}))
         if not risky:
             return pd.concat(parts.values(), ignore_index=True), expanded, True
         centres = pd.concat(risky, ignore_index=True)
-        scan = planner.fetch(src, declared.prefix_min(cells, _cell_ranges(centres, by, cells)))
+        # the windowed scan holds the rows of its cells: in chunks of at most a slab's rows
+        # (at 10^8 float32 scores a third of the cells were at risk: one window over their
+        # rows took 3.9 GB)
+        chunk = chunks(centres["n"].to_numpy(np.int64), slab_rows())
+        scan = pd.concat([planner.fetch(src, declared.prefix_min(
+            cells, _cell_ranges(centres[chunk == part], by, cells)))
+            for part in np.unique(chunk)], ignore_index=True)
         scan = scan.assign(cell=np.round(scan["lo"].to_numpy(float) * cells).astype(int)).drop(
             columns="lo")
         judged = centres.merge(scan, on=[*by, "cell"], how="left") if by else centres.merge(
@@ -301,8 +308,11 @@ def _refine(src: Source, grid: pd.DataFrame, cells: int, rounds: int = 8):
             return pd.concat(parts.values(), ignore_index=True), expanded, True
         wanted = {key_tuple(k): part["cell"].astype(int).tolist()
                   for k, part in groups(failing, by)}
-        found = {key_tuple(k): part
-                 for k, part in groups(pair_levels(src, cells, failing), by)}
+        pairs = ([key_tuple(dict(zip(by, row))) for row in failing[by].itertuples(index=False)]
+                 if by else [()] * len(failing))
+        found = {key_tuple(k): part for k, part in groups(cell_levels(
+            src, cells, list(zip(pairs, failing["cell"].astype(int).tolist())),
+            failing["n"].to_numpy(np.int64)), by)}
         for k, ids in wanted.items():
             part, lv = parts[k], found.get(k)
             ids = set(ids)
@@ -704,8 +714,17 @@ def _newton(stats, start: dict, offset: bool, max_iter: int = 100) -> dict:
             except np.linalg.LinAlgError:
                 steps[k] = np.full(len(grad), np.nan)
             cand[k] = theta[k] + scale[k] * steps[k]
-        trial = stats({k: v for k, v in cand.items() if np.all(np.isfinite(v))})
+            if (scale[k] == 1.0 and not current[k][3] and np.all(np.isfinite(steps[k]))
+                    and np.max(np.abs(steps[k])) <= 1e-12 * max(1.0, np.max(np.abs(cand[k])))):
+                # the full step is below the tolerance already: it is the last one, taken
+                # without the query that would only confirm it (one pass over the rows less)
+                done[k] = (cand[k], it, _inverse(hess))
+        if not any(k not in done for k in active):
+            break
+        trial = stats({k: v for k, v in cand.items() if k not in done and np.all(np.isfinite(v))})
         for k in active:
+            if k in done:
+                continue
             ll = current[k][2]
             if k not in trial:
                 fail(k, it, SEPARATED if current[k][3] else

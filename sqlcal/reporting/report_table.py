@@ -55,6 +55,10 @@ METRICS: Mapping[str, tuple] = _Registered(lambda m, spec: (m.function, spec.opt
 #: every fact, None or not, travels in the ``trust`` column of the tidy tables (:func:`trust`),
 #: hence in the JSON and the results table.
 TRUST: Mapping[str, dict] = _Registered(lambda m, spec: m.trust)
+#: the trust columns of every result read from a summary store (sqlcal.stored): the window's
+#: periods, its maturity view, and whether the value is what a scan of those periods' rows gives
+#: (``window_exact``) and how far from it it may be (``window_bound``; NaN for an estimate)
+STORED_FACTS = ("window", "maturity", "window_exact", "window_bound")
 DEFAULT_METRICS = (
     "ece", "rmsce", "mce", "ece_quantile", "brier", "log_loss", "calibration_in_the_large",
     "spiegelhalter", "hosmer_lemeshow", "cutoff_error", "kuiper",
@@ -163,7 +167,8 @@ def wide(src: Source, frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
             out = values[[*src.key_names, *first]].copy()
         for column, target in METRICS[name][2].items():
             out[own(target)] = values[own(column)].to_numpy()
-        for column, target in TRUST.get(name, {}).items():
+        facts = {**TRUST.get(name, {}), **{c: c for c in STORED_FACTS}}
+        for column, target in facts.items():
             if target is None or own(column) not in values:
                 continue
             fact = values[own(column)].to_numpy()
@@ -179,7 +184,8 @@ def trust(name: str, values: pd.DataFrame) -> list[str]:
     """Per row of a metric's result, the facts of :data:`TRUST` that qualify it, as a JSON object
     (sorted keys; NaN as null): the ``trust`` column of the tidy tables, the JSON's metric
     records and the results table (``{}`` for a metric with none)."""
-    columns = [c for c in TRUST.get(name, {}) if c in values]  # some come with an option only
+    # some come with an option only; a stored window's facts come with every metric
+    columns = [c for c in (*TRUST.get(name, {}), *STORED_FACTS) if c in values]
     return [json.dumps({c: _plain(row[c]) for c in columns}, sort_keys=True)
             for _, row in values[columns].iterrows()] if columns else ["{}"] * len(values)
 
