@@ -6,7 +6,7 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from sqlcal.reporting import windows
+from sqlcal.reporting import monitoring
 from sqlcal.errors import ConfigError
 from sqlcal.monitor import config as monitor_config
 from sqlcal.monitor.monitor import DETECT, check_detect
@@ -52,7 +52,7 @@ def test_every_accepted_key_is_in_the_schema():
             "monitor": {"results_table": "calibration_results"}}
     assert schema_errors(full) == []
     check_detect(full["detect"])
-    windows.check_windows(full["windows"])
+    monitoring.check_windows(full["windows"])
     monitor_config.validate(full)
 
 
@@ -65,7 +65,7 @@ def test_every_accepted_key_is_in_the_schema():
     ("windows", {"maturity": 3}, "maturity"),
 ])
 def test_an_unknown_key_or_a_wrong_type_is_refused_naming_it(section, block, named):
-    check = {"detect": check_detect, "windows": windows.check_windows}[section]
+    check = {"detect": check_detect, "windows": monitoring.check_windows}[section]
     with pytest.raises(ConfigError, match=rf"\[{section}\].*{named}"):
         check(block)
     errors = schema_errors({**BASE, section: block})

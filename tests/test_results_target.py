@@ -15,7 +15,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from sqlcal.reporting import windows
+from sqlcal.reporting import monitoring
 from sqlcal.reporting import scheduled
 from sqlcal.errors import ConfigError
 from tests.test_hostile_cli import assert_one_line, cli, no_query, snapshot, ws  # noqa: F401
@@ -95,11 +95,11 @@ def test_python_frame_source_needs_a_results_url(tmp_path):
 
 def test_monitor_results_need_a_database_store():
     with pytest.raises(ConfigError, match=r"\[monitor\] results_table.*store"):
-        windows.check_monitor({"results_table": "checks"}, store=":memory:")
+        monitoring.check_monitor({"results_table": "checks"}, store=":memory:")
     with pytest.raises(ConfigError, match=r"\[monitor\] results_table.*store"):
-        windows.check_monitor({"results_table": "checks"}, store="s.parquet")
-    assert windows.check_monitor({"results_table": "checks"}, store="s.duckdb") == "checks"
-    assert windows.check_monitor({}, store=":memory:") is None
+        monitoring.check_monitor({"results_table": "checks"}, store="s.parquet")
+    assert monitoring.check_monitor({"results_table": "checks"}, store="s.duckdb") == "checks"
+    assert monitoring.check_monitor({}, store=":memory:") is None
 
 
 def _check_rows(n: int) -> pd.DataFrame:
@@ -113,11 +113,11 @@ def _check_rows(n: int) -> pd.DataFrame:
 def test_monitor_results_are_read_back_from_the_store(tmp_path, monkeypatch):
     store = str(tmp_path / "store.duckdb")
     duckdb.connect(store).close()  # a store is a database the snapshots made; here an empty one
-    assert windows.store_results(store, "checks", _check_rows(3)) == 3
-    assert windows.store_results(store, "checks", _check_rows(3)) == 0  # the same check date
+    assert monitoring.store_results(store, "checks", _check_rows(3)) == 3
+    assert monitoring.store_results(store, "checks", _check_rows(3)) == 0  # the same check date
     monkeypatch.setattr(windows, "write_results", lambda con, name, rows: len(rows))
     with pytest.raises(scheduled.ResultsError, match="0 rows of check"):
-        windows.store_results(store, "lost", _check_rows(2))
+        monitoring.store_results(store, "lost", _check_rows(2))
     from sqlcal.monitor import store as _store
 
     _store._CONNECTIONS.pop(store).disconnect()

@@ -599,32 +599,32 @@ def _snapshot(args) -> int:
 
 def _monitor(args) -> int:
     from sqlcal import outputs
-    from sqlcal.reporting import windows
+    from sqlcal.reporting import monitoring
     from sqlcal.monitor import config as monitor_config, monitor
 
     config = monitor_config.load(args.config)
     where = args.config
     monitor.check_detect(config.get("detect"), where=where)
-    windows, maturity = windows.check_windows(config.get("windows"), where=where)
-    metrics = windows.check_metrics(config.get("metrics"), where=where)
-    rules = windows.check_alerts(config.get("alerts"), windows, metrics, where=where)
-    table_name = windows.check_monitor(config.get("monitor"), store=config["snapshot"]["store"],
+    windows, maturity = monitoring.check_windows(config.get("windows"), where=where)
+    metrics = monitoring.check_metrics(config.get("metrics"), where=where)
+    rules = monitoring.check_alerts(config.get("alerts"), windows, metrics, where=where)
+    table_name = monitoring.check_monitor(config.get("monitor"), store=config["snapshot"]["store"],
                                           where=where)
     outputs.check_all({"json": args.json_file, "html": args.html})
     run = monitor.run(config, at=args.at)
     snap, labels = config["snapshot"], config["labels"]
     if not args.no_windows:
-        run.windows = windows.windows(
+        run.windows = monitoring.windows(
             snap["store"], windows=windows, metrics=metrics, at=args.at, maturity=maturity,
             horizon=labels["horizon"], settle=labels["settle"], prefix=snap["prefix"])
-        run.alerts = windows.alerts(run.windows, rules, list(config["source"]["by"]))
+        run.alerts = monitoring.alerts(run.windows, rules, list(config["source"]["by"]))
     check_date = str(pd.Timestamp(args.at).date()) if args.at else \
         str(pd.Timestamp.now(tz="UTC").date())
     if table_name and not args.no_results and run.windows is not None:
-        rows = windows.results_rows(run.windows, run.detection.path,
+        rows = monitoring.results_rows(run.windows, run.detection.path,
                                        list(config["source"]["by"]), run_id=check_date,
-                                       config_hash=windows.config_hash(config))
-        written = windows.store_results(snap["store"], table_name, rows)
+                                       config_hash=monitoring.config_hash(config))
+        written = monitoring.store_results(snap["store"], table_name, rows)
         if not args.quiet:
             _out(f"wrote {written} rows in table {table_name} (check {check_date})")
     if args.json_file:
