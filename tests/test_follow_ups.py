@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 import sqlcal
+from sqlcal.query import executor
 from sqlcal.query import reductions
 from sqlcal.metrics import cells, cumulative
 from sqlcal.query import declared, local, planner
@@ -91,15 +92,15 @@ def test_score_ranges_merge_adjacent_cells_and_select_exactly():
 
 
 def _queries(monkeypatch):
+    """Count the queries the executor runs on the rows."""
     ran = []
-    run = type(sqlcal.source(pd.DataFrame({"p": [0.5], "y": [1]}), score="p", label="y")).run
+    run = executor.run
 
-    def counted(self, build, **kw):
+    def counted(src, build, **kw):
         ran.append(build)
-        return run(self, build, **kw)
+        return run(src, build, **kw)
 
-    monkeypatch.setattr(type(sqlcal.source(pd.DataFrame({"p": [0.5], "y": [1]}), score="p",
-                                           label="y")), "run", counted)
+    monkeypatch.setattr(executor, "run", counted)
     return ran
 
 
