@@ -29,7 +29,6 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 
-
 class OptionError(ValueError):
     """An option of a public function has the wrong type or is out of its range."""
 
@@ -99,10 +98,6 @@ def _range(o: Option) -> str:
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
-
-
-def _choices(name: str) -> tuple:
-    return OPTIONS[name].choices
 
 
 COLUMN = Option("column", "a column of the table", optional=True)
@@ -292,8 +287,6 @@ OVERRIDES["snapshot"] = {
                      "to the predictions", optional=True),
     "key": Option("column", "the example id joining events= to the predictions",
                   optional=True),
-    "_before_manifest": Option("any", "test hook: called before the manifest row is written",
-                               optional=True),
 }
 OVERRIDES["stored"] = {
     "store": _STORE, "by": _KEYS, "start": _WHEN, "end": _WHEN, "at": _WHEN,

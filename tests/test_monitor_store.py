@@ -179,11 +179,14 @@ def test_a_snapshot_that_dies_before_its_manifest_row_leaves_the_old_version_rea
     before = sqlcal.brier(sqlcal.stored(store, maturity="all"))
     changed = df.assign(w=df.w + 1)
 
-    def crash():
+    def crash(*args, **kwargs):
         raise RuntimeError("killed")
 
-    with pytest.raises(RuntimeError, match="killed"):
-        sqlcal.snapshot(changed, store=store, _before_manifest=crash, **LEAN)
+    # the process dies once the rows are written and before the manifest names them
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(monitor_store, "_clear_current", crash)
+        with pytest.raises(RuntimeError, match="killed"):
+            sqlcal.snapshot(changed, store=store, **LEAN)
     assert_same(sqlcal.brier(sqlcal.stored(store, maturity="all")), before, "after a crash")
     assert set(monitor_store.manifest(store)["version"]) == {1}
 

@@ -1158,10 +1158,6 @@ def _chi2(binned: np.ndarray, sampling: bool) -> tuple[float, int]:
     return float(np.sum(r[ok] ** 2 / v[ok])), int(ok.sum())
 
 
-def _variance(s: np.ndarray, sampling: bool) -> float:
-    return float(s[_V2]) if sampling else float(s[_P] - s[_PP])
-
-
 def _node_text(node) -> str:
     return " AND ".join(f"{j}={v}" for j, v in node)
 

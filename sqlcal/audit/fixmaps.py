@@ -34,10 +34,7 @@ from sqlcal.recalibration.maps import CalibrationMap
 from sqlcal.inputs.sources import resolve_table
 from sqlcal.query.reductions import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
                               segment_fixed)
-
-#: Ibis / sqlglot dialect names that differ
-_DIALECTS = {"pyspark": "spark", "postgres": "postgres", "duckdb": "duckdb"}
-
+from sqlcal.inputs import engines
 
 def feature_kinds(rows: ir.Table, features) -> dict:
     """Per feature: ``"string"``, ``"int"`` or ``"bool"`` (the literal type of its values)."""
@@ -52,11 +49,7 @@ def feature_kinds(rows: ir.Table, features) -> dict:
 
 def dialect(rows: ir.Table) -> str:
     """The sqlglot dialect of the engine holding ``rows`` (DuckDB for an unbound table)."""
-    try:
-        name = rows._find_backend(use_default=True).name
-    except Exception:
-        name = "duckdb"
-    return _DIALECTS.get(name, name)
+    return engines.dialect_of(rows)
 
 
 def with_columns(data, columns) -> tuple[ir.Table, list]:
@@ -218,7 +211,7 @@ class SegmentFix(CalibrationMap):
                   **{k: self._key_type(k) for k in self.by}}
         unbound = ibis.table(schema, name="t")
         query = unbound.select(sqlcal_fixed=self.expr(unbound, score))
-        read = {"pyspark": "spark"}.get(dialect, dialect)
+        read = engines.sqlglot_dialect(dialect)
         try:
             tree = sqlglot.parse_one(ibis.to_sql(query, dialect=dialect), read=read)
         except Exception:  # a dialect Ibis cannot compile without its backend (Spark)

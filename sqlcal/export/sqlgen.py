@@ -63,12 +63,6 @@ def render(dialect: str) -> dict[str, str]:
     return out | {name: header + text + "\n" for name, text in sql.items()}
 
 
-def readers() -> dict[str, list[str]]:
-    """metric -> the summary files it reads (for sql/README.md)."""
-    return {metric: list(summary_sql(metric, table=TABLE, **COLUMNS, **one_shot(metric)))
-            for metric in metrics()}
-
-
 def _validation() -> ibis.Table:
     schema = {"segment": "string", "score": "float64", "label": "int64", "weight": "float64"}
     t = ibis.table(schema, name=TABLE)

@@ -27,6 +27,7 @@ from sqlglot import exp
 from sqlglot.tokens import TokenType
 
 from sqlcal.errors import InvalidInputError
+from sqlcal.inputs import engines
 
 #: the longest condition accepted, in characters (a filter, not a program)
 MAX_LENGTH = 10_000
@@ -181,12 +182,7 @@ def parse_condition(text: str, table: ir.Table, *, dialect: str | None = None) -
 
 
 def _dialect(table: ir.Table) -> str:
-    try:
-        backend = table._find_backend(use_default=True)
-        return str(backend.compiler.dialect.__name__ if isinstance(backend.compiler.dialect, type)
-                   else backend.compiler.dialect).lower()
-    except Exception:  # an unbound table: the embedded default's dialect
-        return "duckdb"
+    return engines.dialect_of(table)
 
 
 def _too_deep(shown: str) -> ConditionError:

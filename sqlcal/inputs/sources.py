@@ -27,6 +27,7 @@ from sqlcal.inputs import columns
 from sqlcal.inputs.groupkeys import GroupKeys
 from sqlcal.inputs.condition import parse_condition
 from sqlcal.errors import InvalidInputError, redact
+from sqlcal.inputs import engines
 
 #: names of the normalised columns inside every query (a downsampled source adds each row's
 #: sampling rate, a training rate read from the table its column: see
@@ -721,7 +722,7 @@ def _origin(data: Any, table: str | None, base: ir.Table) -> str:
 
     tables = base.op().find(ops.PhysicalTable)
     try:
-        backend = base._find_backend(use_default=True).name
+        backend = engines.backend_of(base).name
     except Exception:  # e.g. an unbound table: the first query will say what is wrong
         backend = "Ibis"
     if len(tables) != 1:

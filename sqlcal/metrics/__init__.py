@@ -17,7 +17,6 @@ from sqlcal.query import declared, planner
 from sqlcal.inputs.sources import Source
 from sqlcal.options import OPTIONS
 
-_ALL = "__all__"
 
 WEIGHT_KINDS = OPTIONS["weight_kind"].choices
 

@@ -30,6 +30,7 @@ from sqlcal.options import OptionError, checked
 from sqlcal.inputs.sources import Source, connect_url, resolve_table
 from sqlcal.query.executor import source
 from sqlcal.query import executor
+from sqlcal.inputs import engines
 
 #: σ(±4): h(p) = clip(logit p, −4, 4)/4 is flat outside [σ(−4), σ(4)]
 _H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))
@@ -52,8 +53,7 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
              ls_ece_sigma: Sequence[float] = (0.1,), smooth_grids: Sequence[int] = (1000,),
              levels: bool = False, max_levels: int = 65536, where: Any = None,
              table: str | None = None, on_invalid: str = "raise", force: bool = False,
-             events: Any = None, key: str | None = None,
-             _before_manifest=None) -> pd.DataFrame:
+             events: Any = None, key: str | None = None) -> pd.DataFrame:
     r"""Reduce each period of a predictions table to its summaries, once, into a summary store.
 
     Each period (a day or an hour of ``time``) of each group becomes a few small rows per summary
@@ -230,8 +230,6 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
                 frame = frame[pd.to_datetime(frame["period_start"]).isin(written)]
                 _write(con, prefix, kind, _stored(frame, kind, spec_hash, manifest, by), key_types,
                        tables)
-            if _before_manifest is not None:  # tests: a crash between the rows and the manifest
-                _before_manifest()
             if schema.table_name("manifest", prefix) in tables:
                 _clear_current(con, prefix, spec_hash, written)
             end_of = pd.to_datetime(manifest["period_start"]) + pd.Timedelta(seconds=seconds)
@@ -296,7 +294,7 @@ def _joined_events(base: ir.Table, events: Any, *, key: str | None, label: str,
         raise OptionError("events= needs key= (the example id in both tables) and label_time= "
                           "(the events table's event time column)")
     if isinstance(events, str) and not any(ch in events for ch in "/\\:.") and \
-            (found := base._find_backend(use_default=True)) is not None and \
+            (found := engines.backend_of(base)) is not None and \
             events in found.list_tables():
         ev = found.table(events)  # a table of the predictions' database
     else:
@@ -944,7 +942,7 @@ def _forget_frames(table: ir.Table) -> None:
     frames = table.op().find(ops.InMemoryTable)
     if not frames:
         return
-    con = table._find_backend(use_default=True)
+    con = engines.backend_of(table)
     known = getattr(con, "_memtables", None)
     for op in frames:
         if known is not None and op in known:

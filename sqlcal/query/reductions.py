@@ -31,6 +31,7 @@ from sqlcal.inputs.grids import LOGIT_CELL_BOUND, logit_edges
 from sqlcal.query.declared import MERGED_BY_MAX, MERGED_BY_MIN
 from sqlcal.inputs.columns import (  # noqa: F401 (read as reductions.* too)
     RATE, ROW_COLUMNS, TRAINING_RATE, WEIGHT_MAX, fractional_part, number)
+from sqlcal.inputs import engines
 
 
 def execute(expr: ir.Table) -> pd.DataFrame:
@@ -1310,11 +1311,7 @@ def comparable(col: ir.Value, value) -> bool:
 
 def is_bound(t: ir.Table) -> bool:
     """Whether the table can be queried (an unbound ibis.table(schema) is for SQL export)."""
-    try:
-        t._find_backend(use_default=True)
-    except ibis.common.exceptions.IbisError:
-        return False
-    return True
+    return engines.is_bound(t)
 
 
 # -- segments: per-segment sums over feature-value conjunctions (sqlcal.segments) ------------

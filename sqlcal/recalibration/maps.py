@@ -30,6 +30,7 @@ import pandas as pd
 from sqlcal.inputs.groupkeys import GroupKeys
 from sqlcal.metrics import groups
 from sqlcal.query.reductions import number, piecewise
+from sqlcal.inputs import engines
 
 #: logit features clip scores to [CLIP, 1 − CLIP]: 0 and 1 have no logit
 CLIP = 1e-12
@@ -200,7 +201,7 @@ class CalibrationMap:
         schema = columns or {score: "float64", **{k: self._key_type(k) for k in self.by}}
         unbound = ibis.table(schema, name=table)
         query = self.apply(unbound, score, name=name, inline=True)
-        read = {"pyspark": "spark"}.get(dialect, dialect)  # Ibis and sqlglot names differ
+        read = engines.sqlglot_dialect(dialect)
         try:
             tree = sqlglot.parse_one(ibis.to_sql(query, dialect=dialect), read=read)
         except Exception:  # a dialect Ibis cannot compile without its backend (Spark): transpile
@@ -638,7 +639,7 @@ class TemperatureMap:
         unbound = ibis.table(schema, name=table)
         query = self.apply(unbound, prefix=prefix, name=name)
         added = self.names(prefix, name)
-        read = {"pyspark": "spark"}.get(dialect, dialect)
+        read = engines.sqlglot_dialect(dialect)
         try:
             tree = sqlglot.parse_one(ibis.to_sql(query, dialect=dialect), read=read)
         except Exception:  # a dialect Ibis cannot compile without its backend (Spark)

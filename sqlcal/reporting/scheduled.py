@@ -34,6 +34,7 @@ from sqlcal.inputs.groupkeys import group_id, key_value, records, shown_name
 from sqlcal.reporting.report_table import (METRICS, describe, metric_options, summary_steps, to_json, trust, wide)
 from sqlcal.inputs.sources import Source, connect_url
 from sqlcal.query.executor import as_source
+from sqlcal.inputs import engines
 
 #: section -> allowed keys (None: any metric name)
 SECTIONS: dict[str, tuple[str, ...] | None] = {
@@ -735,7 +736,7 @@ def named_database(data: Any) -> str | None:
         return None if _in_memory(data) else "backend"
     if isinstance(data, ibis.expr.types.Table):
         try:
-            backend = data._find_backend(use_default=False)
+            backend = engines.backend_of(data, default=False)
         except Exception:  # memtables only: sqlcal's own in-memory DuckDB
             return None
         return None if _in_memory(backend) else "backend"
@@ -942,7 +943,7 @@ def results_connection(run: ScheduledRun):
 
 def _source_backend(run: ScheduledRun):
     try:
-        return run.source.rows._find_backend(use_default=False)
+        return engines.backend_of(run.source.rows, default=False)
     except ibis.common.exceptions.IbisError:  # a frame's memtable: no backend of its own
         return None
 
