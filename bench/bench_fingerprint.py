@@ -15,11 +15,11 @@ import shutil
 import tempfile
 
 import pandas as pd
-
 from bench_monitor import cpu, write_days
-from sqlcal.query.executor import source
+
 from sqlcal.monitor import store
 from sqlcal.query import reductions
+from sqlcal.query.executor import source
 
 
 def old_fingerprints(src):

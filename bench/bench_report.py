@@ -208,6 +208,7 @@ def _short_kind(kind) -> str:
 def task_main(name: str, db: str, reps: int) -> None:
     """Subprocess entry point: time ``reps`` runs of one task; print one JSON line."""
     import ibis
+
     import sqlcal  # imported before the baseline
 
     log = QueryLog() if name.endswith("_q") else None

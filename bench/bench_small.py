@@ -56,10 +56,11 @@ def model_outputs(rows: int, seed: int = 0) -> pd.DataFrame:
 
 def tasks(df: pd.DataFrame) -> dict[str, tuple[str, callable]]:
     """name -> (quantity, call)."""
-    import sqlcal
     from netcal.metrics import ECE
     from sklearn.calibration import calibration_curve
     from sklearn.metrics import brier_score_loss
+
+    import sqlcal
 
     p, y = df["p"].to_numpy(), df["y"].to_numpy()
     netcal_ece = ECE(15)

@@ -16,8 +16,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from sqlcal.reporting import scheduled
 from sqlcal.errors import ConfigError
+from sqlcal.reporting import scheduled
 from sqlcal.reporting.report_table import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -350,6 +349,7 @@ def test_stored_reads_the_store_dbt_wrote(builds, adapter):
     """The store models (sqlcal_sum_totals, _cells, _bins, sqlcal_snapshots) write what
     sqlcal.stored reads: every stored metric equals the library on the rows."""
     import ibis
+
     from sqlcal.monitor.store import manifest
     if isinstance(builds[adapter], str):
         pytest.skip(builds[adapter])

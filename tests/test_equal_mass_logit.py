@@ -9,9 +9,8 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.query import reductions
 from sqlcal.metrics import cells
-from sqlcal.query import declared, local
+from sqlcal.query import declared, local, reductions
 from tests import oracle
 
 TOL = dict(rtol=1e-12, atol=1e-15)

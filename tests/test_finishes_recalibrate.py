@@ -22,9 +22,8 @@ import pytest
 from scipy import optimize, special
 
 import sqlcal
+from sqlcal.query import declared, executor, local, planner
 from sqlcal.recalibration import fits
-from sqlcal.query import declared, local, planner
-from sqlcal.query import executor
 
 CLIP = 1e-12
 

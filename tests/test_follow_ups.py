@@ -9,10 +9,8 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.query import executor
-from sqlcal.query import reductions
 from sqlcal.metrics import cells, cumulative
-from sqlcal.query import declared, local, planner
+from sqlcal.query import declared, executor, local, planner, reductions
 from tests.conftest import calibration_data
 
 

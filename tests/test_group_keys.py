@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import math
+import os
 import warnings
 
+import ibis
 import numpy as np
 import pandas as pd
-import ibis
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -352,7 +352,7 @@ def _upload_keys(con, rows: dict, name: str):
     """The rows in the engine with NULL and NaN as themselves (a pandas frame cannot hold both
     in a float column)."""
     if con.name == "pyspark":
-        from pyspark.sql.types import (DoubleType, LongType, StructField, StructType)
+        from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
         spark_schema = StructType([StructField("g", DoubleType()), StructField("p", DoubleType()),
                                    StructField("y", LongType())])
@@ -478,8 +478,8 @@ def test_the_scheduled_report_keeps_null_and_nan_keys_apart_in_json_html_and_res
     import duckdb
     import jsonschema
 
-    from sqlcal.reporting import scheduled
     from sqlcal.cli.commands import main
+    from sqlcal.reporting import scheduled
 
     rows = _null_nan_rows(1500)
     rows["day"] = pd.Timestamp("2026-11-01") + pd.to_timedelta(

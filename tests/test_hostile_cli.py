@@ -16,12 +16,12 @@ import ibis
 import pytest
 
 from sqlcal import outputs
-from sqlcal.inputs import sources
-from sqlcal.reporting import scheduled
 from sqlcal.cli.commands import main
 from sqlcal.cli.demo import DEMO_COMMENT, write_demo
-from sqlcal.reporting.report_table import METRICS
 from sqlcal.export.sqlgen import metrics as sql_metrics
+from sqlcal.inputs import sources
+from sqlcal.reporting import scheduled
+from sqlcal.reporting.report_table import METRICS
 
 COLUMNS = ["--score", "score", "--label", "label"]
 DB = ["d.duckdb", "--table", "predictions"]

@@ -15,10 +15,9 @@ import pytest
 
 import sqlcal
 from sqlcal import options
+from sqlcal.metrics.cells import LEVEL_ROW_BYTES, cells_summary, level_slabs, slab_ranges
 from sqlcal.query import reductions
 from sqlcal.query.executor import as_source
-from sqlcal.metrics import level_sets
-from sqlcal.metrics.cells import LEVEL_ROW_BYTES, level_slabs, slab_ranges, cells_summary
 from tests.test_decision import brute_force_risks, levels_np, pairwise_cdl
 
 LP_ATOL = 1e-7  # HiGHS tolerances of the pairwise LP oracle

@@ -9,7 +9,6 @@ with plain SQL (what is left in a connection).
 from __future__ import annotations
 
 import multiprocessing
-import os
 import uuid
 
 import duckdb

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.monitor import schema, store as monitor_store
+from sqlcal.monitor import store as monitor_store
 from sqlcal.options import OptionError
 
 DAY0 = pd.Timestamp("2026-10-01")

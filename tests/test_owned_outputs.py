@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,7 @@ def test_a_fifo_output_is_refused_before_it_is_opened(tmp_path, monkeypatch):
     """Opening a FIFO for reading blocks until a writer comes: the check must not open it."""
     monkeypatch.chdir(tmp_path)
     os.mkfifo("r.json")
-    code = f"""
+    code = """
 import sqlcal.outputs as o
 try:
     o.check("r.json", "json")
@@ -256,5 +255,5 @@ def test_demo_replaces_its_own_database_and_leaves_no_temporary(tmp_path, capsys
 def test_a_fifo_demo_path_is_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     os.mkfifo("d.duckdb")
-    code, out, err = main(["demo", "d.duckdb"]), *capsys.readouterr()
+    code, _, err = main(["demo", "d.duckdb"]), *capsys.readouterr()
     assert code == 2 and "FIFO" in err

@@ -8,13 +8,18 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.query import reductions
 from sqlcal.metrics import binned, cumulative, scores
 from sqlcal.metrics._registry import registered
-from sqlcal.query import declared, local, planner
+from sqlcal.query import declared, executor, local, planner, reductions
 from sqlcal.query.declared import Summary, merge
-from sqlcal.reporting.report_table import (DEFAULT_METRICS, METRICS, _defaults, follow_ups, metric_options, needs)
-from sqlcal.query import executor
+from sqlcal.reporting.report_table import (
+    DEFAULT_METRICS,
+    METRICS,
+    _defaults,
+    follow_ups,
+    metric_options,
+    needs,
+)
 from tests.conftest import calibration_data
 
 FIRST_STAGE = [

@@ -10,9 +10,8 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from sqlcal.query import reductions
-from sqlcal.query import declared
 from sqlcal.inputs.sources import check_exprs, valid_expr
+from sqlcal.query import declared, reductions
 
 SCHEMA = {"g": "string", "p": "float64", "y": "int64", "w": "float64"}
 

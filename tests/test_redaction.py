@@ -7,8 +7,7 @@ import types
 
 import pandas as pd
 
-from sqlcal.reporting import html
-from sqlcal.reporting import scheduled
+from sqlcal.reporting import html, scheduled
 
 
 def _run(data, results_url=None):

@@ -12,15 +12,14 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.reporting import report_table
-from sqlcal.reporting import scheduled
 from sqlcal.export import sqlgen
 from sqlcal.export.metric_sql import exportable
-from sqlcal.query.executor import as_source
 from sqlcal.metrics import result, safe_div
 from sqlcal.metrics._registry import Report, metric, registered, report_metrics, unregister
 from sqlcal.options import OptionError, checked
 from sqlcal.query import declared, planner
+from sqlcal.query.executor import as_source
+from sqlcal.reporting import report_table, scheduled
 
 
 @pytest.fixture

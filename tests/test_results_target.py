@@ -15,9 +15,8 @@ import duckdb
 import pandas as pd
 import pytest
 
-from sqlcal.reporting import monitoring
-from sqlcal.reporting import scheduled
 from sqlcal.errors import ConfigError
+from sqlcal.reporting import monitoring, scheduled
 from tests.test_hostile_cli import assert_one_line, cli, no_query, snapshot, ws  # noqa: F401
 
 CONFIG = ('[source]\ndata = "{data}"\nscore = "score"\nlabel = "label"\nby = "model"\n'
@@ -115,7 +114,7 @@ def test_monitor_results_are_read_back_from_the_store(tmp_path, monkeypatch):
     duckdb.connect(store).close()  # a store is a database the snapshots made; here an empty one
     assert monitoring.store_results(store, "checks", _check_rows(3)) == 3
     assert monitoring.store_results(store, "checks", _check_rows(3)) == 0  # the same check date
-    monkeypatch.setattr(windows, "write_results", lambda con, name, rows: len(rows))
+    monkeypatch.setattr(monitoring, "write_results", lambda con, name, rows: len(rows))
     with pytest.raises(scheduled.ResultsError, match="0 rows of check"):
         monitoring.store_results(store, "lost", _check_rows(2))
     from sqlcal.monitor import store as _store

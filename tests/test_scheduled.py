@@ -18,10 +18,10 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.reporting import scheduled
 from sqlcal.cli.commands import main
 from sqlcal.cli.demo import write_demo
 from sqlcal.inputs.groupkeys import group_id
+from sqlcal.reporting import scheduled
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "report.toml"
 CHROMIUM = "/usr/bin/chromium"

@@ -452,7 +452,7 @@ def test_segment_fix_isotonic_equals_sklearn_per_entry_and_its_sql_equals_numpy(
     got = fix.transform_frame(df[hold], "p")
     np.testing.assert_allclose(got, expected[hold], rtol=1e-12, atol=1e-12)
     import duckdb
-    held = df[hold]
+    held = df[hold]  # noqa: F841 (read by name by DuckDB's replacement scan below)
     in_sql = duckdb.sql(f"SELECT {fix.sql('p')} AS q FROM held").df().q.to_numpy()
     np.testing.assert_allclose(in_sql, expected[hold], rtol=1e-12, atol=1e-12)
     s = fix.summary.iloc[0]
@@ -699,8 +699,7 @@ def test_cli_segments_writes_json_with_the_fix(tmp_path, capsys):
 def test_scheduled_report_has_a_segments_section_in_json_and_html(tmp_path):
     import jsonschema
 
-    from sqlcal.reporting import html
-    from sqlcal.reporting import scheduled
+    from sqlcal.reporting import html, scheduled
 
     rng = np.random.default_rng(6)
     n = 20000

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.query import reductions
 from sqlcal.errors import InvalidInputError
+from sqlcal.query import reductions
 
 METRICS = [sqlcal.ece, sqlcal.brier, sqlcal.log_loss, sqlcal.calibration_in_the_large,
            sqlcal.spiegelhalter]

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.query import reductions
 from sqlcal.errors import redact
+from sqlcal.query import reductions
 from tests.conftest import calibration_data
 
 

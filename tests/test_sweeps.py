@@ -22,9 +22,8 @@ function cannot be missed silently.
 
 from __future__ import annotations
 
-import json
-
 import inspect
+import json
 import re
 import warnings
 

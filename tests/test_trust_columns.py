@@ -17,8 +17,7 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.reporting import report_table
-from sqlcal.reporting import scheduled
+from sqlcal.reporting import report_table, scheduled
 
 PACKAGE = Path(sqlcal.__file__).parent
 

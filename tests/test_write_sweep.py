@@ -18,11 +18,10 @@ import duckdb
 import pytest
 
 import sqlcal
-from sqlcal.export import dbtgen
-from sqlcal.inputs import sources
-from sqlcal.export import sqlgen
 from sqlcal.cli.commands import main
 from sqlcal.cli.demo import write_demo
+from sqlcal.export import dbtgen, sqlgen
+from sqlcal.inputs import sources
 from sqlcal.monitor import store as _store
 
 SOURCE = ['[source]\ndata = "d.duckdb"\ntable = "predictions"\nscore = "score"\n'

@@ -33,19 +33,33 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal import options
+from sqlcal.audit.fixmaps import (
+    SegmentFix,
+    SegmentIsotonicFix,
+    condition_sql,
+    dialect,
+    feature_kinds,
+    with_columns,
+)
+from sqlcal.errors import InvalidInputError
+from sqlcal.inputs.groupkeys import shown_name
+from sqlcal.inputs.sources import Source
 from sqlcal.metrics import resolve_weight_kind
 from sqlcal.options import BudgetError, OptionError, checked
-from sqlcal.errors import InvalidInputError
 from sqlcal.query import declared, planner
-from sqlcal.recalibration.fits import isotonic
-from sqlcal.inputs.groupkeys import shown_name
-from sqlcal.audit.fixmaps import (SegmentFix, SegmentIsotonicFix, condition_sql, dialect,
-                                 feature_kinds, with_columns)
-from sqlcal.inputs.sources import Source
 from sqlcal.query.executor import source
-from sqlcal.query.reductions import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
-                              segment_code, segment_condition, segment_fold, segment_plan,
-                              segment_sizes)
+from sqlcal.query.reductions import (
+    SEGMENT_NULL,
+    SEGMENT_OTHER,
+    SEGMENT_VALUE,
+    key_match,
+    segment_code,
+    segment_condition,
+    segment_fold,
+    segment_plan,
+    segment_sizes,
+)
+from sqlcal.recalibration.fits import isotonic
 
 FOLD_A, FOLD_B, HOLDOUT = 0, 1, 2
 #: how a result shows the NULL predicate and the pooled bucket in a feature's column, and how its

@@ -29,12 +29,18 @@ import sqlglot
 from sqlglot import exp
 
 from sqlcal.errors import InvalidInputError
-from sqlcal.inputs.groupkeys import shown_name
-from sqlcal.recalibration.maps import CalibrationMap
-from sqlcal.inputs.sources import resolve_table
-from sqlcal.query.reductions import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
-                              segment_fixed)
 from sqlcal.inputs import engines
+from sqlcal.inputs.groupkeys import shown_name
+from sqlcal.inputs.sources import resolve_table
+from sqlcal.query.reductions import (
+    SEGMENT_NULL,
+    SEGMENT_OTHER,
+    SEGMENT_VALUE,
+    key_match,
+    segment_fixed,
+)
+from sqlcal.recalibration.maps import CalibrationMap
+
 
 def feature_kinds(rows: ir.Table, features) -> dict:
     """Per feature: ``"string"``, ``"int"`` or ``"bool"`` (the literal type of its values)."""

@@ -16,8 +16,9 @@ import pandas as pd
 
 from sqlcal._version import __version__
 from sqlcal.errors import install_hint, redact
+from sqlcal.export.sqlgen import DIALECTS
+from sqlcal.export.sqlgen import metrics as sql_metrics
 from sqlcal.reporting.report_table import DEFAULT_METRICS, METRICS, takes_bins
-from sqlcal.export.sqlgen import DIALECTS, metrics as sql_metrics
 
 EXIT_OK, EXIT_ERROR, EXIT_ALERT = 0, 2, 3
 # the exit codes each command's help lists: 3 only under the commands that return it
@@ -500,8 +501,8 @@ def _segments(args) -> int:
     import json
 
     import sqlcal
-    from sqlcal.outputs import JSON_MARKER, check, protected, write_text
     from sqlcal.inputs.groupkeys import shown_name
+    from sqlcal.outputs import JSON_MARKER, check, protected, write_text
 
     if args.json:  # refused before the search, not after it
         check(args.json, "json", sources=protected(args.data))
@@ -599,8 +600,9 @@ def _snapshot(args) -> int:
 
 def _monitor(args) -> int:
     from sqlcal import outputs
+    from sqlcal.monitor import config as monitor_config
+    from sqlcal.monitor import monitor
     from sqlcal.reporting import monitoring
-    from sqlcal.monitor import config as monitor_config, monitor
 
     config = monitor_config.load(args.config)
     where = args.config

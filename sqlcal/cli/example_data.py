@@ -41,10 +41,10 @@ def write_examples(folder: str = ".", *, seed: int = 0) -> list[str]:
     Raises :class:`sqlcal.outputs.OutputError` before writing anything when one of the paths
     holds something an earlier ``sqlcal demo --examples`` did not write.
     """
-    from sqlcal.outputs import replacing
-
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from sqlcal.outputs import replacing
 
     paths = {name: os.path.join(os.fspath(folder), name) for name in EXAMPLES}
     for path in paths.values():

@@ -26,11 +26,11 @@ from pathlib import Path
 import ibis
 
 from sqlcal import outputs
-from sqlcal.query import reductions
 from sqlcal.export.metric_sql import statements
-from sqlcal.monitor import schema
-from sqlcal.inputs.sources import check_exprs, valid_expr
 from sqlcal.inputs.groupkeys import VALUE
+from sqlcal.inputs.sources import check_exprs, valid_expr
+from sqlcal.monitor import schema
+from sqlcal.query import reductions
 
 #: dbt adapter -> the Ibis dialect of its SQL ("spark" covers Databricks, whose adapter dispatches
 #: to spark__ macros); PostgreSQL's text is the default__ macro
@@ -155,7 +155,7 @@ def store_sql(kind: str, dialect: str) -> str:
     t = t.mutate(**keys, lnp=ibis.ifelse(p > 0, p, 1.0).ln(),
                  lnq=ibis.ifelse(p < 1, 1 - p, 1.0).ln(), h=(pc / (1 - pc)).ln() / 4.0,
                  pq=p * (1 - p), q2=(1 - 2 * p) * (1 - 2 * p))
-    w, p, y = t.w, t.p, t.y
+    p, y = t.p, t.y
     free = {"n": lambda r: r.count(), "W": lambda r: r.w.sum(), "sw2": lambda r: (r.w * r.w).sum(),
             "swp": lambda r: (r.w * r.p).sum(), "swpp": lambda r: (r.w * r.p * r.p).sum(),
             "sw2_pq": lambda r: (r.w * r.w * r.pq).sum(),

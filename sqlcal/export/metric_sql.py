@@ -21,17 +21,16 @@ from typing import Any, Sequence
 import ibis
 import pandas as pd
 
-from sqlcal.query import reductions
-from sqlcal.inputs.condition import parse_condition
 from sqlcal.errors import InvalidInputError
-from sqlcal.query import declared
-from sqlcal.options import check as check_options
-from sqlcal.query.declared import union
+from sqlcal.inputs.condition import parse_condition
 from sqlcal.inputs.groupkeys import NAN, NULL, GroupKeys
 from sqlcal.inputs.sources import Source
-from sqlcal.query.executor import source
 from sqlcal.metrics._registry import get, registered
-from sqlcal.query import executor
+from sqlcal.options import check as check_options
+from sqlcal.query import declared, executor, reductions
+from sqlcal.query.declared import union
+from sqlcal.query.executor import source
+
 
 def exportable() -> list[str]:
     """The metrics :func:`summary_sql` exports (some only with a one-shot option)."""

@@ -16,10 +16,10 @@ from pathlib import Path
 import ibis
 
 from sqlcal import outputs
-from sqlcal.query import reductions
 from sqlcal.export.metric_sql import exportable, statements, summary_sql
 from sqlcal.inputs.sources import check_exprs, valid_expr
 from sqlcal.metrics._registry import get, registered
+from sqlcal.query import reductions
 
 #: dialects written to sql/ ("databricks" is Spark SQL)
 DIALECTS = ("duckdb", "postgres", "bigquery", "snowflake", "trino", "databricks")

@@ -23,11 +23,10 @@ import numpy as np
 import pandas as pd
 from ibis.backends.duckdb import Backend as DuckDBBackend
 
-from sqlcal.inputs import columns
-from sqlcal.inputs.groupkeys import GroupKeys
-from sqlcal.inputs.condition import parse_condition
 from sqlcal.errors import InvalidInputError, redact
-from sqlcal.inputs import engines
+from sqlcal.inputs import columns, engines
+from sqlcal.inputs.condition import parse_condition
+from sqlcal.inputs.groupkeys import GroupKeys
 
 #: names of the normalised columns inside every query (a downsampled source adds each row's
 #: sampling rate, a training rate read from the table its column: see

@@ -13,10 +13,9 @@ from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 
-from sqlcal.query import declared, planner
 from sqlcal.inputs.sources import Source
 from sqlcal.options import OPTIONS
-
+from sqlcal.query import declared, planner
 
 WEIGHT_KINDS = OPTIONS["weight_kind"].choices
 

@@ -11,15 +11,18 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal.inputs import grids
-from sqlcal.query import declared, planner
-from sqlcal.metrics import Grouped, resolve_weight_kind, result, variance_parts
-from sqlcal.metrics.cells import (EQUAL_MASS_STRATEGIES, cells_needs, equal_mass_bins,
-                                  equal_mass_follow_up, summary_parts)
 from sqlcal.inputs.sources import Source
-from sqlcal.query.executor import as_source
+from sqlcal.metrics import Grouped, resolve_weight_kind, result, variance_parts
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.cells import (
+    cells_needs,
+    equal_mass_bins,
+    equal_mass_follow_up,
+    summary_parts,
+)
 from sqlcal.options import OPTIONS, Option, checked, costs_binned, costs_hl
-from sqlcal.query import executor
+from sqlcal.query import declared, executor, planner
+from sqlcal.query.executor import as_source
 
 NORMS = {"l1": "ece", "l2": "rmsce", "max": "mce"}
 STRATEGIES = OPTIONS["strategy"].choices

@@ -18,11 +18,11 @@ import numpy as np
 import pandas as pd
 
 from sqlcal import options
-from sqlcal.query import declared, planner
+from sqlcal.inputs.grids import LOGIT_CELL_BOUND
+from sqlcal.inputs.sources import Source
 from sqlcal.metrics import groups as split_groups
 from sqlcal.metrics import key_tuple
-from sqlcal.inputs.sources import Source
-from sqlcal.inputs.grids import LOGIT_CELL_BOUND
+from sqlcal.query import declared, planner
 
 #: cells of the score histogram behind smECE: with the offsets' first moments, linear binning
 #: of a cell lying within one interval of relplot's grid is exact (see ``sqlcal.metrics.smooth``; the distances read the same histogram)

@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.inputs.groupkeys import GroupKeys
-from sqlcal.query.executor import source
 from sqlcal.options import OptionError, checked
+from sqlcal.query.executor import source
 
 #: result columns that are counts or bookkeeping, never the metric's value
 _NOT_VALUES = {"n", "W", "n_bins", "n_dropped", "bins", "classes"}

@@ -14,15 +14,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal.metrics import (Grouped, resolve_weight_kind, result, safe_div,
-                            statistic, variance_parts)
-from sqlcal.metrics.cells import CELLS, cell_ranges, cells_needs, zoom_factor
-from sqlcal.query import declared, planner
 from sqlcal.inputs.sources import Source
-from sqlcal.query.executor import as_source
+from sqlcal.metrics import Grouped, resolve_weight_kind, result, safe_div, statistic, variance_parts
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.cells import CELLS, cell_ranges, cells_needs, zoom_factor
 from sqlcal.options import Option, checked, costs_cells
-from sqlcal.query import executor
+from sqlcal.query import declared, executor, planner
+from sqlcal.query.executor import as_source
 
 #: E[range of standard Brownian motion on [0, 1]] = 2·sqrt(2/π): the calibrated model's expected
 #: cutoff error in units of sigma (spec seed004 §2.4)

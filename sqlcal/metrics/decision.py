@@ -29,17 +29,25 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from sqlcal.metrics import (GroupIndex, as_slabs, groups, grown, key_tuple, resolve_weight_kind,
-                            result, runs, safe_div)
-from sqlcal.metrics import _registry
+from sqlcal.inputs.sources import Source
+from sqlcal.metrics import (
+    GroupIndex,
+    _registry,
+    as_slabs,
+    groups,
+    grown,
+    key_tuple,
+    resolve_weight_kind,
+    result,
+    runs,
+    safe_div,
+)
 from sqlcal.metrics._registry import Report, metric
 from sqlcal.metrics.cells import level_slabs
 from sqlcal.options import Option, checked, costs_binned
-from sqlcal.query import declared, planner
-from sqlcal.query.unlabeled import unlabeled_source
-from sqlcal.inputs.sources import Source
+from sqlcal.query import declared, executor, planner
 from sqlcal.query.executor import as_source, source
-from sqlcal.query import executor
+from sqlcal.query.unlabeled import unlabeled_source
 
 #: warn that the plug-in has degenerated when a group has at least this many distinct scores per
 #: row (and at least ``_WARN_MIN_ROWS`` rows): each level set is then about one row
@@ -593,9 +601,9 @@ def decision_loss_finish(levels, *, by: Sequence[str] = (),
             else:
                 # payoffs (1, t) for not acting and (1 − t, 1) for acting: slope jump 1
                 act, best = (v >= t, ybar >= t) if tie == "higher" else (v > t, ybar > t)
-                payoff_of = lambda a: np.where(a, (1 - ybar) * (1 - t) + ybar,  # noqa: E731
-                                               (1 - ybar) + ybar * t)
-                terms = (np.abs(ybar - t) * (act != best), payoff_of(act), payoff_of(best))
+                acting, waiting = (1 - ybar) * (1 - t) + ybar, (1 - ybar) + ybar * t
+                terms = (np.abs(ybar - t) * (act != best), np.where(act, acting, waiting),
+                         np.where(best, acting, waiting))
             for j, term in enumerate(terms):
                 sums[:, i, j] += np.bincount(g, weights=Wk * term, minlength=G)
             del terms

@@ -21,14 +21,19 @@ import pandas as pd
 from scipy import sparse
 from scipy.optimize import linprog
 
-from sqlcal.metrics import level_sets, per_group, result, safe_div
-from sqlcal.metrics.cells import (SMOOTH_CELLS, cells_needs, cells_summary, pair_levels,
-                                  summary_parts)
-from sqlcal.query import declared, planner
 from sqlcal.inputs.sources import Source
-from sqlcal.query.executor import as_source
+from sqlcal.metrics import level_sets, per_group, result, safe_div
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.cells import (
+    SMOOTH_CELLS,
+    cells_needs,
+    cells_summary,
+    pair_levels,
+    summary_parts,
+)
 from sqlcal.options import Option, checked, costs_distance
+from sqlcal.query import declared, planner
+from sqlcal.query.executor import as_source
 
 METHODS = ("auto", "exact", "cells")
 #: what the three distances declare alike: the levels, or the score-cell histogram whose mixed

@@ -11,15 +11,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal.query import declared, planner
-from sqlcal.metrics import per_group, resolve_weight_kind, result, variance_parts
-from sqlcal.metrics.cells import (equal_mass_bins, equal_mass_follow_up, logit_needs,
-                                  summary_parts)
 from sqlcal.inputs.sources import Source
-from sqlcal.query.executor import as_source
+from sqlcal.metrics import resolve_weight_kind, result, variance_parts
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.cells import equal_mass_bins, equal_mass_follow_up, logit_needs, summary_parts
 from sqlcal.options import checked
-from sqlcal.query import executor
+from sqlcal.query import declared, executor, planner
+from sqlcal.query.executor import as_source
 
 
 @metric(needs=lambda src, o: _ne_needs(src, o["weight_kind"]),

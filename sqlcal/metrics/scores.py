@@ -9,13 +9,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal.query import declared, planner
-from sqlcal.metrics import resolve_weight_kind, result, safe_div, statistic
 from sqlcal.inputs.sources import Source
-from sqlcal.query.executor import as_source
+from sqlcal.metrics import resolve_weight_kind, result, safe_div, statistic
 from sqlcal.metrics._registry import Report, metric
 from sqlcal.options import checked
-from sqlcal.query import executor
+from sqlcal.query import declared, executor, planner
+from sqlcal.query.executor import as_source
 
 
 @metric(needs=lambda src, o: totals_needs(), report={"brier": Report({"brier": "brier"})})

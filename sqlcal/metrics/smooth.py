@@ -13,14 +13,13 @@ import numpy as np
 import pandas as pd
 from scipy import signal, special, stats
 
-from sqlcal.metrics import groups, key_tuple, per_group, result
-from sqlcal.metrics.cells import SMOOTH_CELLS
-from sqlcal.query import declared, planner
 from sqlcal.inputs.sources import Source
-from sqlcal.query.executor import as_source
+from sqlcal.metrics import groups, key_tuple, per_group, result
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.cells import SMOOTH_CELLS
 from sqlcal.options import Option, checked, costs_ls_ece, costs_smooth
-from sqlcal.query import executor
+from sqlcal.query import declared, executor, planner
+from sqlcal.query.executor import as_source
 
 NOISES = ("gaussian", "uniform")
 #: the automatic bandwidth's search can read finer grids (σ < 0.01), each a follow-up over the

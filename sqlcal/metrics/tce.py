@@ -15,17 +15,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal.metrics import groups, key_tuple, level_sets, result
-from sqlcal.metrics import binomial
-from sqlcal.metrics.cells import (CELLS, cell_levels, cells_needs, cells_summary, chunks,
-                                  slab_rows)
-from sqlcal.query import declared, planner
-from sqlcal.inputs.sources import InvalidInputError, Source
-from sqlcal.query.executor import as_source
 from sqlcal import options
+from sqlcal.inputs.sources import InvalidInputError, Source
+from sqlcal.metrics import binomial, groups, key_tuple, level_sets, result
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.cells import CELLS, cell_levels, cells_needs, cells_summary, chunks, slab_rows
 from sqlcal.options import BudgetError, Option, checked, costs_tce
-from sqlcal.query import executor
+from sqlcal.query import declared, executor, planner
+from sqlcal.query.executor import as_source
 
 STRATEGIES = ("pavabc", "uniform", "quantile")
 #: PAVA-BC reads the levels (one row per distinct score) of a source of at most this many rows;

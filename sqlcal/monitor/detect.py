@@ -12,12 +12,25 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.errors import InvalidInputError
-from sqlcal.monitor import schema, store as _store
-from sqlcal.options import OptionError, checked
+from sqlcal.monitor import schema
+from sqlcal.monitor import store as _store
 from sqlcal.monitor.detector import (  # noqa: F401 (the detector's names, read here too)
-    KINDS, TOLERANCE, WINDOWS, bet_edges, bets, cusum, day_statistics, detector, log_e,
-    log_mean_exp, reference_ratios, split_change, split_mcb, threshold)
-
+    KINDS,
+    TOLERANCE,
+    WINDOWS,
+    bet_edges,
+    bets,
+    cusum,
+    day_statistics,
+    detector,
+    log_e,
+    log_mean_exp,
+    reference_ratios,
+    split_change,
+    split_mcb,
+    threshold,
+)
+from sqlcal.options import OptionError, checked
 
 # -- from the summary store ----------------------------------------------------------------------
 
@@ -150,7 +163,7 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         raise OptionError("the detector's guarantee needs frequency weights (whole numbers); "
                           "this store holds non-integer weights")
     names = {k: schema.key_columns(spec_dict)[k] for k in by}
-    user_by, by = by, tuple(names.values())  # inside, the keys' stored columns
+    by = tuple(names.values())  # inside, the keys' stored columns
     K = int(spec_dict["cells"])
     cells = _store.merged(store, "cells", prefix=prefix, spec_hash=spec_hash, versions=days,
                           by=[*by, "period_start"], delays=None, params={"cells": K})

@@ -21,16 +21,15 @@ import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
 
-from sqlcal.query import reductions
 from sqlcal._version import __version__
-from sqlcal.inputs import sources as _inputs
 from sqlcal.errors import EngineDataError, InvalidInputError, redact
+from sqlcal.inputs import engines
+from sqlcal.inputs import sources as _inputs
+from sqlcal.inputs.sources import Source, connect_url, resolve_table
 from sqlcal.monitor import schema
 from sqlcal.options import OptionError, checked
-from sqlcal.inputs.sources import Source, connect_url, resolve_table
+from sqlcal.query import executor, reductions
 from sqlcal.query.executor import source
-from sqlcal.query import executor
-from sqlcal.inputs import engines
 
 #: σ(±4): h(p) = clip(logit p, −4, 4)/4 is flat outside [σ(−4), σ(4)]
 _H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))

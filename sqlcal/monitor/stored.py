@@ -22,12 +22,14 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.errors import InvalidInputError
-from sqlcal.monitor import adjusted as _adjusted, schema, store as _store
+from sqlcal.inputs.groupkeys import VALUE, GroupKeys, Key
+from sqlcal.inputs.sources import Source
+from sqlcal.monitor import adjusted as _adjusted
+from sqlcal.monitor import schema
+from sqlcal.monitor import store as _store
 from sqlcal.options import OptionError, checked
 from sqlcal.query import local
 from sqlcal.query.declared import Summary, coarser_cells
-from sqlcal.inputs.groupkeys import VALUE, GroupKeys, Key
-from sqlcal.inputs.sources import Source
 
 #: maturity views of a stored window
 VIEWS = ("mature", "all", "lag:<a>d", "adjusted")

@@ -23,7 +23,6 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-
 #: kinds whose summaries one GROUP BY over the rows can produce together (see the planner)
 FUSABLE = ("totals", "uniform", "cells", "logit_cells")
 #: kind -> the key column a summary adds after the group keys

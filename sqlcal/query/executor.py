@@ -19,12 +19,19 @@ import ibis
 import numpy as np
 import pandas as pd
 
-from sqlcal.errors import InvalidInputError
-from sqlcal.inputs.sources import (CHECKS, Source, check_exprs, describe, frame_connection,
-                                   valid_expr)
 from sqlcal import options
+from sqlcal.errors import InvalidInputError
+from sqlcal.inputs.sources import (
+    CHECKS,
+    Source,
+    check_exprs,
+    describe,
+    frame_connection,
+    valid_expr,
+)
 from sqlcal.options import checked
 from sqlcal.query import reductions
+
 
 @dataclass(frozen=True)
 class Planned:

@@ -24,17 +24,21 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Sequence
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
 
-from sqlcal.query import reductions
+from sqlcal.inputs.sources import (
+    USE_CHECKS,
+    InvalidInputError,
+    Source,
+    apply_where,
+    register_use_check,
+    resolve_table,
+)
 from sqlcal.options import OPTIONS, OptionError, checked, option
-from sqlcal.query import declared, planner
-from sqlcal.inputs.sources import USE_CHECKS, InvalidInputError, Source, apply_where, register_use_check, resolve_table
+from sqlcal.query import declared, planner, reductions
 
 if TYPE_CHECKING:
     import ibis.expr.types as ir

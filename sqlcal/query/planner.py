@@ -13,13 +13,18 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
-from sqlcal.query import reductions
-from sqlcal.query import local
-from sqlcal.query.declared import (FUSABLE, RANGED, Summary, coarser_cells, merge,
-                                   score_ranges, union)
 from sqlcal.inputs.sources import Source
+from sqlcal.query import executor, local, reductions
+from sqlcal.query.declared import (
+    FUSABLE,
+    RANGED,
+    Summary,
+    coarser_cells,
+    merge,
+    score_ranges,
+    union,
+)
 from sqlcal.query.executor import Planned
-from sqlcal.query import executor
 
 
 def fetch(src: Source, summary: Summary) -> pd.DataFrame:

@@ -20,18 +20,23 @@ from fractions import Fraction
 from typing import Callable, Sequence
 
 import ibis
-from ibis import _
 import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
+from ibis import _
 
 from sqlcal.errors import engine_data_errors
-from sqlcal.inputs.grids import CONVENTIONS, uniform_edges  # noqa: F401 (part of this module's API)
-from sqlcal.inputs.grids import LOGIT_CELL_BOUND, logit_edges
-from sqlcal.query.declared import MERGED_BY_MAX, MERGED_BY_MIN
-from sqlcal.inputs.columns import (  # noqa: F401 (read as reductions.* too)
-    RATE, ROW_COLUMNS, TRAINING_RATE, WEIGHT_MAX, fractional_part, number)
 from sqlcal.inputs import engines
+from sqlcal.inputs.columns import (  # noqa: F401 (read as reductions.* too)
+    RATE,
+    ROW_COLUMNS,
+    TRAINING_RATE,
+    WEIGHT_MAX,
+    fractional_part,
+    number,
+)
+from sqlcal.inputs.grids import CONVENTIONS, LOGIT_CELL_BOUND, logit_edges, uniform_edges  # noqa: F401 (part of this module's API)
+from sqlcal.query.declared import MERGED_BY_MAX, MERGED_BY_MIN
 
 
 def execute(expr: ir.Table) -> pd.DataFrame:
@@ -67,8 +72,8 @@ def execute_planned(plan: tuple, build: Callable[[], ir.Table], con, name: str,
     ``arrow=True`` as an Arrow table. A query reading any other in-memory table (a follow-up
     joined to a small frame) is run by :func:`execute` and not cached (its result is pandas).
     """
-    from ibis.backends.duckdb.converter import DuckDBPyArrowData
     import ibis.expr.operations as ops
+    from ibis.backends.duckdb.converter import DuckDBPyArrowData
 
     cached = _PLANS.get(plan)
     if cached is None:

@@ -16,8 +16,8 @@ from sqlcal.metrics import groups, key_tuple, result
 from sqlcal.metrics._registry import Report, metric
 from sqlcal.options import Option, checked
 from sqlcal.query import declared, planner
-from sqlcal.recalibration.fits import isotonic_blocks
 from sqlcal.query.executor import as_source
+from sqlcal.recalibration.fits import isotonic_blocks
 
 SCORINGS = ("brier", "log_loss")
 

@@ -24,17 +24,15 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from sqlcal.recalibration.maps import CLIP, EXP_LIMIT, CalibrationMap, IsotonicMap, PlattMap  # noqa: F401
+from sqlcal.inputs.sources import Source
 from sqlcal.metrics import groups, key_tuple, level_sets, resolve_weight_kind, result, safe_div
+from sqlcal.metrics._registry import Report, metric
 from sqlcal.metrics.cells import cell_levels, cells_summary, chunks, slab_rows
 from sqlcal.metrics.scores import totals_summary
-from sqlcal.metrics._registry import Report, metric
 from sqlcal.options import OPTIONS, checked, costs_cells, declare
-from sqlcal.query import declared, local, planner
-from sqlcal.query.declared import SATURATED
-from sqlcal.inputs.sources import Source
+from sqlcal.query import declared, executor, local, planner
 from sqlcal.query.executor import as_source
-from sqlcal.query import executor
+from sqlcal.recalibration.maps import CLIP, EXP_LIMIT, CalibrationMap, IsotonicMap, PlattMap  # noqa: F401
 
 #: a source with at most this many rows has its levels summary fetched; above it, PAV merges
 #: blocks in the engine first and the logistic fits iterate with aggregate queries

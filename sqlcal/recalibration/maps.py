@@ -27,10 +27,10 @@ import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
 
+from sqlcal.inputs import engines
 from sqlcal.inputs.groupkeys import GroupKeys
 from sqlcal.metrics import groups
 from sqlcal.query.reductions import number, piecewise
-from sqlcal.inputs import engines
 
 #: logit features clip scores to [CLIP, 1 − CLIP]: 0 and 1 have no logit
 CLIP = 1e-12

@@ -19,16 +19,15 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from sqlcal.inputs.groupkeys import GroupKeys
-from sqlcal.recalibration.maps import TemperatureMap
+from sqlcal.inputs.sources import InvalidInputError, Source
 from sqlcal.metrics import key_tuple
-from sqlcal.query.layouts import TOLERANCE, prepare
 from sqlcal.options import OptionError, checked
 from sqlcal.query import declared, planner
-from sqlcal.inputs.sources import InvalidInputError, Source
+from sqlcal.query.layouts import TOLERANCE, prepare
+from sqlcal.recalibration.maps import TemperatureMap
 
 #: Newton scans allowed per fit (every group steps in the same scans); a fit typically needs
 #: 5 to 8 from T = 1

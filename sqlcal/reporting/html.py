@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from sqlcal._version import __version__
-from sqlcal.outputs import HTML_MARKER
 from sqlcal.inputs.groupkeys import group_id, key_value, records, shown_name
+from sqlcal.outputs import HTML_MARKER
 
 if TYPE_CHECKING:  # annotations only: sqlcal.reporting.scheduled renders its runs with this module
     from sqlcal.reporting.scheduled import ScheduledRun

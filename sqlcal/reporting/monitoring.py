@@ -23,12 +23,19 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal.inputs.sources import connect_url
-from sqlcal.monitor import schema, store as _store
+from sqlcal.monitor import schema
+from sqlcal.monitor import store as _store
 from sqlcal.monitor.config import ConfigError
 from sqlcal.monitor.stored import stored
 from sqlcal.reporting.report_table import METRICS, metric_options, trust
-from sqlcal.reporting.scheduled import (RESULTS_SCHEMA, ResultsError, check_metric_options, config_hash,
-                              named_database, read_back, write_results)
+from sqlcal.reporting.scheduled import (
+    RESULTS_SCHEMA,
+    ResultsError,
+    check_metric_options,
+    named_database,
+    read_back,
+    write_results,
+)
 
 #: the windows when ``[windows]`` names none
 WINDOWS = {"last_7d": {"days": 7}, "last_28d": {"days": 28},

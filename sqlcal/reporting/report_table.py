@@ -14,14 +14,13 @@ from typing import Any, Callable, Iterator, Sequence
 
 import pandas as pd
 
-from sqlcal.metrics._registry import get, report_metrics
-from sqlcal.query import planner
-from sqlcal.query.declared import Summary
 from sqlcal.inputs.groupkeys import key_value
 from sqlcal.inputs.sources import Source
-from sqlcal.query.executor import as_source
-
+from sqlcal.metrics._registry import get, report_metrics
 from sqlcal.options import checked, costs_report, declare
+from sqlcal.query import planner
+from sqlcal.query.declared import Summary
+from sqlcal.query.executor import as_source
 
 
 class _Registered(Mapping):

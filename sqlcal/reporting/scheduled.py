@@ -26,15 +26,23 @@ import ibis
 import numpy as np
 import pandas as pd
 
-from sqlcal.errors import ConfigError, check_schema, install_hint, read_toml, redact
 from sqlcal import outputs
+from sqlcal.errors import ConfigError, check_schema, install_hint, read_toml, redact
+from sqlcal.inputs import engines
+from sqlcal.inputs.groupkeys import group_id, key_value, records, shown_name
+from sqlcal.inputs.sources import Source, connect_url
 from sqlcal.options import check as check_options
 from sqlcal.options import checked
-from sqlcal.inputs.groupkeys import group_id, key_value, records, shown_name
-from sqlcal.reporting.report_table import (METRICS, describe, metric_options, summary_steps, to_json, trust, wide)
-from sqlcal.inputs.sources import Source, connect_url
 from sqlcal.query.executor import as_source
-from sqlcal.inputs import engines
+from sqlcal.reporting.report_table import (
+    METRICS,
+    describe,
+    metric_options,
+    summary_steps,
+    to_json,
+    trust,
+    wide,
+)
 
 #: section -> allowed keys (None: any metric name)
 SECTIONS: dict[str, tuple[str, ...] | None] = {
@@ -638,8 +646,8 @@ def _worst_first(table: pd.DataFrame, alerts: list[dict], src: Source,
 def _draw(run: ScheduledRun, step) -> None:
     import matplotlib.pyplot as plt
 
-    from sqlcal.reporting.html import png
     from sqlcal.plots import LOW_BASE_RATE, cumulative_plot, reliability_diagram
+    from sqlcal.reporting.html import png
 
     src, bins = run.source, run.config["report"]["bins"]
     # a low base rate (clicks, conversions) puts nearly every row in the first equal-width bin:
