@@ -81,7 +81,7 @@ def folder(tmp_path_factory):
 
 
 def _run(folder: Path, i: int, command: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sqlcal.cli.commands", command, "--config", f"c{i}.toml"],
+    return subprocess.run([sys.executable, "-m", "sqlcal.cli", command, "--config", f"c{i}.toml"],
                           capture_output=True, text=True, timeout=120, cwd=folder,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 

@@ -1,4 +1,4 @@
-"""``python -m sqlcal.cli.commands``: the ``sqlcal`` command."""
+"""``python -m sqlcal.cli``: the ``sqlcal`` command."""
 
 import sys
 
