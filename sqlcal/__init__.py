@@ -3,15 +3,17 @@
 The engine reduces the rows to small summaries (Ibis queries); numpy and scipy finish the metric.
 """
 
-from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
+# the families register their metrics as they are imported (sqlcal.metrics._registry): this
+# order is the catalogue's and the report's
 from sqlcal.metrics.binned import brier_decomposition, ece, hosmer_lemeshow, reliability
+from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
+from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
 from sqlcal.metrics.tce import tce, tce_bins
 from sqlcal.metrics.distance import (distance_to_calibration, interval_calibration_error,
                                      lipschitz_calibration_error)
 from sqlcal.metrics.decision import (calibration_decision_loss, decision_loss,
                                      decision_risk_gap, expected_cost)
 from sqlcal.metrics.smooth import ls_ece, smooth_ece, smooth_reliability
-from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
 from sqlcal.metrics.lowrate import calibration_ratio, normalized_entropy
 from sqlcal.multiclass_rows import multiclass
 from sqlcal.corp import decompose

@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sqlcal.metrics.binned import reliability
+from sqlcal.groupkeys import GroupKeys
+from sqlcal.inputs import as_source, source
+from sqlcal.metrics.binned import reliability_table
 from sqlcal.options import OptionError, checked
 
 #: result columns that are counts or bookkeeping, never the metric's value
@@ -94,9 +96,15 @@ def classwise(
     if "class" in by:
         raise OptionError("by= lists 'class': classwise() groups by class itself and averages "
                           "over it; list only the other keys")
-    per_class = metric(data, score=score, label=label, weight=weight, by=[*by, "class"],
-                       **(metric_options or {}))
-    return class_summary(per_class, by=by, value=value, power=power)
+    src = source(data, score=score, label=label, weight=weight, by=[*by, "class"])
+    per_class = src.group_keys.internal(metric(src, **(metric_options or {})))
+    # the class's internal column as "class", the other keys' as they are, then their names back
+    *keys, cls = src.group_keys.keys
+    per_class = per_class.drop(columns=list(cls.columns)).assign(
+        **{"class": per_class[cls.column]})
+    out = class_summary(per_class, by=[c for k in keys for c in k.columns], value=value,
+                        power=power)
+    return GroupKeys(tuple(keys)).present(out)
 
 
 @checked
@@ -166,7 +174,7 @@ def class_summary(per_class: pd.DataFrame, *, by: Sequence[str] = (), value: str
         return pd.DataFrame([reduce(per_class)])
     rows = [{**dict(zip(by, key if isinstance(key, tuple) else (key,))), **reduce(part)}
             for key, part in per_class.groupby(by, sort=True, dropna=False)]
-    return pd.DataFrame(rows)
+    return GroupKeys.plain(by).present(pd.DataFrame(rows))
 
 
 @checked
@@ -225,10 +233,9 @@ def debiased_ece(
        ece_sq_debiased  n
     0          -0.0525  4
     """
-    table = reliability(data, score=score, label=label, weight=weight, by=by, where=where,
-                        bins=bins, strategy=strategy, convention=convention, ci=None,
-                        **source_options)
-    return debiased_finish(table, by=[by] if isinstance(by, str) else list(by))
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    table = reliability_table(src, bins=bins, strategy=strategy, convention=convention, ci=None)
+    return src.present(debiased_finish(table, by=src.by)).assign(**src.facts)
 
 
 def debiased_finish(table: pd.DataFrame, *, by: Sequence[str] = ()) -> pd.DataFrame:

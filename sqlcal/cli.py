@@ -16,8 +16,8 @@ import pandas as pd
 
 from sqlcal._version import __version__
 from sqlcal.errors import install_hint, redact
-from sqlcal.reporting import DEFAULT_METRICS, METRICS
-from sqlcal.sqlgen import DIALECTS, METRICS as SQL_METRICS
+from sqlcal.reporting import DEFAULT_METRICS, METRICS, takes_bins
+from sqlcal.sqlgen import DIALECTS, metrics as sql_metrics
 
 EXIT_OK, EXIT_ERROR, EXIT_ALERT = 0, 2, 3
 # the exit codes each command's help lists: 3 only under the commands that return it
@@ -139,6 +139,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                            "documentation's examples read (preds.parquet, clicks.parquet, "
                            "animals.parquet, ...); only where no file is or over an earlier "
                            "one of them")
+    demo.add_argument("--stream", action="store_true",
+                      help="write the monitoring example instead: six weeks of single click "
+                           "predictions with their click times (label_at) and a calibration "
+                           "break on 2026-11-29, for sqlcal snapshot and sqlcal monitor "
+                           "(examples/monitor.toml)")
 
     rep = commands.add_parser(
         "report", help="calibration metrics of a table, per group",
@@ -236,6 +241,10 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                            "default does: kept for scripts that say so)")
     snap.add_argument("--force", action="store_true",
                       help="write a new version even where the fingerprint is unchanged")
+    snap.add_argument("--as-of", metavar="TIME", dest="as_of",
+                      help="the time the run is taken at (default: now, UTC): labels that "
+                           "arrived later count as not arrived yet, and the periods due end "
+                           "at the last one closed by then")
     snap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     snap.add_argument("--quiet", action="store_true", help="print nothing on success")
 
@@ -279,8 +288,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                     "in a SQL dialect: run them anywhere, then finish the metric with "
                     "sqlcal.from_summaries.",
         formatter_class=_Formatter,
-        epilog="metrics: " + ", ".join(SQL_METRICS) + "\n\n" + _PLAIN_EXIT_CODES)
-    sql.add_argument("metric", choices=SQL_METRICS, metavar="METRIC",
+        epilog="metrics: " + ", ".join(sql_metrics()) + "\n\n" + _PLAIN_EXIT_CODES)
+    sql.add_argument("metric", choices=sql_metrics(), metavar="METRIC",
                      help="one of the metrics listed below")
     sql.add_argument("--dialect", default="duckdb", choices=[*DIALECTS, "spark"],
                      help="default duckdb; databricks and spark are Spark SQL")
@@ -410,7 +419,7 @@ def _check_report_flags(args, rep: argparse.ArgumentParser) -> None:
                           "config file names the data, columns and metrics)")
         return
     args.by = args.by or ""
-    if args.bins is not None and not any(_takes_bins(m) for m in _metric_names(args)):
+    if args.bins is not None and not any(takes_bins(m) for m in _metric_names(args)):
         rep.error("--bins applies to the ECE family and the Brier decomposition; none of the "
                   "metrics measured takes it")
     args.bins = 15 if args.bins is None else args.bins
@@ -427,11 +436,6 @@ def _check_report_flags(args, rep: argparse.ArgumentParser) -> None:
         if value and not runs:
             rep.error(f"{flag} applies only with --config, --html, --json-file or --time")
     _check_bins(args, rep)
-
-
-def _takes_bins(name: str) -> bool:
-    # as sqlcal.report(bins=): the ECE family and the Brier decomposition take --bins
-    return name in METRICS and METRICS[name][0].__name__ in ("ece", "brier_decomposition")
 
 
 def _check_bins(args, rep: argparse.ArgumentParser) -> None:
@@ -454,22 +458,31 @@ def _demo(args) -> int:
     if args.examples:  # every path is checked before anything is written
         for name in EXAMPLES:
             check_example_path(os.path.join(folder, name))
-    write_demo(args.path, args.table, rows=args.rows, seed=args.seed)
+    write_demo(args.path, args.table, rows=args.rows, seed=args.seed, stream=args.stream)
     con = ibis.duckdb.connect(args.path, read_only=True)
     try:
         t = con.table(args.table)  # quoted by Ibis
-        counts = t.aggregate(rows=t.count(), weight=t.weight.sum()).to_pyarrow().to_pylist()[0]
+        weight = t.count() if args.stream else t.weight.sum()
+        counts = t.aggregate(rows=t.count(), weight=weight).to_pyarrow().to_pylist()[0]
         rows, weight = counts["rows"], counts["weight"]
     finally:
         con.disconnect()
-    _out(f"wrote {rows} rows to table {args.table!r} in {args.path}: one row per distinct "
-         f"model, segment, day, score and label, weighted by its number of events (total "
-         f"weight {weight:.0f})")
+    if args.stream:
+        _out(f"wrote {rows} rows to table {args.table!r} in {args.path}: one row per click "
+             "prediction, 2026-11-01 .. 2026-12-12, with its click time (label_at)")
+    else:
+        _out(f"wrote {rows} rows to table {args.table!r} in {args.path}: one row per distinct "
+             f"model, segment, day, score and label, weighted by its number of events (total "
+             f"weight {weight:.0f})")
     if args.examples:
         for path in write_examples(folder, seed=args.seed):
             _out(f"wrote {os.path.relpath(path)}")
-    _out(f"next: sqlcal report {args.path} --table {args.table} --score score --label label "
-         "--weight weight --by model,segment")
+    if args.stream:
+        _out("next: sqlcal snapshot --config examples/monitor.toml (its [source] data names "
+             "this file)")
+    else:
+        _out(f"next: sqlcal report {args.path} --table {args.table} --score score --label "
+             "label --weight weight --by model,segment")
     return EXIT_OK
 
 
@@ -488,7 +501,7 @@ def _segments(args) -> int:
 
     import sqlcal
     from sqlcal.outputs import JSON_MARKER, check, protected, write_text
-    from sqlcal.segments_map import shown_name
+    from sqlcal.groupkeys import shown_name
 
     if args.json:  # refused before the search, not after it
         check(args.json, "json", sources=protected(args.data))
@@ -565,14 +578,20 @@ def _snapshot(args) -> int:
         raise monitor_config.ConfigError("--period and --since/--until exclude each other")
     config = monitor_config.load(args.config)
     out = monitor_config.run_snapshot(config, period=args.period, since=args.since,
-                                      until=args.until, force=args.force)
+                                      until=args.until, force=args.force, now=args.as_of)
     if args.json:
         _out(out.assign(period_start=out["period_start"].astype(str)).to_json(
             orient="records", indent=2))
     elif not args.quiet:
-        written = int((out["status"] == "written").sum())
-        _out(f"{written} of {len(out)} periods written to {redact(config['snapshot']['store'])} "
+        periods = out[out["period_start"].notna()]
+        written = int((periods["status"] == "written").sum())
+        _out(f"{written} of {len(periods)} periods written to "
+             f"{redact(config['snapshot']['store'])} "
              f"(prefix {config['snapshot']['prefix']!r}); the others were unchanged")
+        untimed = out[out["period_start"].isna()]
+        if len(untimed):
+            _out(f"{int(untimed['n'].sum()):,} rows with a NULL {config['source']['time']!r} "
+                 "left out (they belong to no period)")
         if len(out):
             _out(out.to_string(index=False))
     return EXIT_OK
@@ -687,7 +706,7 @@ def _adhoc_config(args) -> dict:
     source = {"data": args.data, "table": args.table, "score": args.score, "label": args.label,
               "weight": args.weight, "by": _keys(args.by), "where": args.where,
               "on_invalid": args.on_invalid, **_sampling(args)}
-    metrics = {name: {"bins": args.bins} if _takes_bins(name) else {}
+    metrics = {name: {"bins": args.bins} if takes_bins(name) else {}
                for name in _metric_names(args)}
     raw = {"source": {k: v for k, v in source.items() if v is not None}, "metrics": metrics,
            "report": {"bins": args.bins}}

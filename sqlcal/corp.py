@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.metrics import groups, key_tuple, result
-from sqlcal.options import checked
+from sqlcal.metrics._registry import Report, metric
+from sqlcal.options import Option, checked
 from sqlcal.query import declared, planner
 from sqlcal.recalibrate import isotonic_blocks
 from sqlcal.inputs import as_source
@@ -21,6 +22,16 @@ from sqlcal.inputs import as_source
 SCORINGS = ("brier", "log_loss")
 
 
+# the isotonic fit refines (its passes are chosen from the previous ones): exported as the
+# levels, from which sqlcal.from_summaries finishes it exactly
+@metric(needs=lambda src, o: [declared.totals()],
+        refining={(None, None): "none: the isotonic fit reads the rows again, and the levels "
+                                "finish it exactly"},
+        report={"decompose": Report({"miscalibration": "corp_miscalibration",
+                                     "discrimination": "corp_discrimination",
+                                     "uncertainty": "corp_uncertainty"})},
+        trust={"exact": "exact", "method": None, "scoring": None},
+        options={"scoring": Option("choice", "the proper score decomposed", choices=SCORINGS)})
 @checked
 def decompose(
     data: Any,
@@ -177,13 +188,3 @@ def _log_score(Y: np.ndarray, W: np.ndarray) -> float:
         pos = np.where(Y > 0, Y * np.log(v), 0.0)
         neg = np.where(W - Y > 0, (W - Y) * np.log1p(-v), 0.0)
     return float(-np.sum(pos + neg))
-
-
-# -- declarations for the catalogue (sqlcal.catalog) ------------------------------------------
-
-#: the summaries the decomposition reads first (the isotonic fit's passes follow)
-NEEDS = {"decompose": lambda src, o: [declared.totals()]}
-#: the isotonic fit refines (its passes are chosen from the previous ones): exported as the
-#: levels, from which sqlcal.from_summaries finishes it exactly
-REFINING = {("decompose", None, None):
-            "none: the isotonic fit reads the rows again, and the levels finish it exactly"}

@@ -29,6 +29,7 @@ from sqlcal import outputs, summaries
 from sqlcal.export import statements
 from sqlcal.monitor import schema
 from sqlcal.inputs import check_exprs, valid_expr
+from sqlcal.groupkeys import VALUE
 
 #: dbt adapter -> the Ibis dialect of its SQL ("spark" covers Databricks, whose adapter dispatches
 #: to spark__ macros); PostgreSQL's text is the default__ macro
@@ -99,8 +100,8 @@ def summary_sql(kind: str, dialect: str, weighted: bool) -> str:
         raise ValueError("the validation counts come from validation_sql")
     (text,) = statements(metrics, dialect=dialect, table=_RELATION, score="score",
                          label="label", weight="weight" if weighted else None,
-                         by=(_BY,)).values()
-    return _template(text, dialect, param, placeholder)
+                         by=(_BY,), internal_keys=True).values()
+    return _template(_plain_key(text, dialect), dialect, param, placeholder)
 
 
 def validation_sql(dialect: str, weighted: bool) -> str:
@@ -159,12 +160,18 @@ def store_sql(kind: str, dialect: str) -> str:
             "sw2_pq": lambda r: (r.w * r.w * r.pq).sum(),
             "spieg_var": lambda r: (r.w * (r.q2 * r.pq)).sum(),
             "sw2_spieg_var": lambda r: (r.w * r.w * (r.q2 * r.pq)).sum(),
-            "sw_lnq": lambda r: (r.w * r.lnq).sum(), "n_p1": lambda r: r.count(where=r.p == 1),
+            "sw_lnq": lambda r: (r.w * r.lnq).sum(),
+            "sw_lnq2": lambda r: (r.w * r.lnq * r.lnq).sum(),
+            "sw2p": lambda r: (r.w * r.w * r.p).sum(),
+            "sw2pp": lambda r: (r.w * r.w * r.p * r.p).sum(),
+            "n_p1": lambda r: r.count(where=r.p == 1),
             "swp_h": lambda r: (r.w * r.h * r.p).sum(), "p_min": lambda r: r.p.min(),
             "p_max": lambda r: r.p.max()}
     label = {"n_pos": lambda r: r.count(), "swy": lambda r: r.w.sum(),
              "swyp": lambda r: (r.w * r.p).sum(), "swy_lnp": lambda r: (r.w * r.lnp).sum(),
              "swy_lnq": lambda r: (r.w * r.lnq).sum(),
+             "swy_lnp2": lambda r: (r.w * r.lnp * r.lnp).sum(),
+             "swy_lnq2": lambda r: (r.w * r.lnq * r.lnq).sum(),
              "n_pos_p0": lambda r: r.count(where=r.p == 0),
              "n_pos_p1": lambda r: r.count(where=r.p == 1), "swy_h": lambda r: (r.w * r.h).sum()}
     free_cols = [c for c, _ in table["label_free"]]
@@ -188,6 +195,16 @@ def store_sql(kind: str, dialect: str) -> str:
     param, placeholder = {"cells": ("cells", _CELLS), "bins": ("bins", _BINS)}.get(kind,
                                                                              (None, None))
     return _template(ibis.to_sql(expr, dialect=dialect), dialect, param, placeholder)
+
+
+def _plain_key(text: str, dialect: str) -> str:
+    """A statement whose group key keeps its internal name (``__key0``, :mod:`sqlcal.groupkeys`)
+    with the key under its own name throughout, as the template finds it (the placeholder is
+    named like no column of sqlcal's)."""
+    q = "`" if dialect in ("bigquery", "databricks") else '"'
+    key = re.escape(q + _BY + q)
+    text = text.replace(q + VALUE.format(0) + q, q + _BY + q)
+    return re.sub(rf"(\S*{key}) AS {key}", r"\1", text)
 
 
 def _template(text: str, dialect: str, param: str | None, placeholder: int | None) -> str:
@@ -594,14 +611,15 @@ _STORE = """
 {{ return({"spec": text, "hash": local_md5(text)[:16], "by": by}) }}
 {% endmacro %}
 
-{#- The rows of a predictions relation as the store reads them: keys, p, y (NULL = not known
-    yet = 0), w, and the day. #}
+{#- The rows of a predictions relation as the store reads them: the keys under their stored
+    names key_<key> (so a key may take any name), p, y (NULL = not known yet = 0), w, and the
+    day. #}
 {% macro store_input(relation, score, label, time, weight, by, where) %}
 {%- set q = adapter.quote %}
 {%- set double = sqlcal.double() %}
   select
 {%- for c in by %}
-    {{ c }} as {{ q(c) }},
+    {{ c }} as {{ q("key_" ~ c) }},
 {%- endfor %}
     cast({{ score }} as {{ double }}) as {{ q("p") }},
     cast(coalesce({{ label }}, 0) as {{ double }}) as {{ q("y") }},
@@ -627,6 +645,8 @@ _STORE = """
 {%- endif %}
 {%- set spec = sqlcal.store_spec(relation, score, label, time, weight, by, cells, bins, where) %}
 {%- set by = spec["by"] %}
+{%- set keys = [] %}
+{%- for c in by %}{% do keys.append("key_" ~ c) %}{% endfor %}
 {%- set q = adapter.quote %}
 {%- set columns = __COLUMNS__ %}
 with sqlcal_rows as (
@@ -634,11 +654,11 @@ with sqlcal_rows as (
 ),
 sqlcal_stored as (
 {%- if kind == "totals" %}
-{{ sqlcal.store_totals("sqlcal_rows", by) }}
+{{ sqlcal.store_totals("sqlcal_rows", keys) }}
 {%- elif kind == "cells" %}
-{{ sqlcal.store_cells("sqlcal_rows", by, cells | int) }}
+{{ sqlcal.store_cells("sqlcal_rows", keys, cells | int) }}
 {%- else %}
-{{ sqlcal.store_bins("sqlcal_rows", by, bins | int) }}
+{{ sqlcal.store_bins("sqlcal_rows", keys, bins | int) }}
 {%- endif %}
 )
 select '{{ spec["hash"] }}' as {{ q("spec_hash") }},
@@ -646,7 +666,7 @@ select '{{ spec["hash"] }}' as {{ q("spec_hash") }},
   s.{{ q("period_start") }},
   cast(s.{{ q("delay") }} as {{ dbt.type_bigint() }}) as {{ q("delay") }},
   {{ sqlcal.group_keys(by) }} as {{ q("group_keys") }},
-{%- for c in by %}
+{%- for c in keys %}
   s.{{ q(c) }},
 {%- endfor %}
 {%- if kind == "cells" %}
@@ -662,13 +682,14 @@ from sqlcal_stored s
 {% endmacro %}
 
 {#- The group's keys as JSON text (sorted keys; values as text, not escaped: the
-    readers use the typed key columns). #}
+    readers use the typed key columns key_<key>). #}
 {% macro group_keys(by) %}
 {%- if not by %}'{}'{% else -%}
 '{' ||
 {%- for c in by | sort %}
-  '{{ tojson(c) }}:' || case when s.{{ adapter.quote(c) }} is null then 'null' else '"' ||
-    cast(s.{{ adapter.quote(c) }} as {{ dbt.type_string() }}) || '"' end
+  {%- set col = adapter.quote("key_" ~ c) %}
+  '{{ tojson(c) }}:' || case when s.{{ col }} is null then 'null' else '"' ||
+    cast(s.{{ col }} as {{ dbt.type_string() }}) || '"' end
     || {{ "','" if not loop.last else "'}'" }}
   {%- if not loop.last %} ||{% endif %}
 {%- endfor %}
@@ -692,7 +713,7 @@ sqlcal_groups as (
     count(*) as {{ q("n") }},
     sum(abs({{ q("w") }} - floor({{ q("w") }}))) as {{ q("frac") }}
   from sqlcal_rows
-  group by {{ q("period_start") }}{% for c in by %}, {{ q(c) }}{% endfor %}
+  group by {{ q("period_start") }}{% for c in by %}, {{ q("key_" ~ c) }}{% endfor %}
 )
 select '{{ spec["hash"] }}' as {{ q("spec_hash") }},
   '{{ spec["spec"] | replace("'", "''") }}' as {{ q("spec") }},
@@ -948,7 +969,7 @@ sqlcal_cells as (
       select c.{{ q("spec_hash") }} as h, c.{{ q("period_start") }} as period_start,
         c.{{ q("version") }} as version,
 {%- for c in by %}
-        c.{{ q(c) }},
+        c.{{ q("key_" ~ c) }} as {{ q(c) }},
 {%- endfor %}
         c.{{ q("cell") }} as cell, c.{{ q("n") }} as n, c.{{ q("W") }} as w,
         c.{{ q("swy") }} as swy, c.{{ q("swp") }} as swp, c.{{ q("swpp") }} as swpp,

@@ -1,4 +1,6 @@
-"""A realistic example table of logged predictions, for the README and the tests."""
+"""Realistic example tables of logged predictions, for the README and the tests: two weeks,
+pre-aggregated, for reports (:func:`demo_frame`), or six weeks of single predictions with their
+click times and a calibration break, for the daily monitoring loop (:func:`stream_frame`)."""
 
 from __future__ import annotations
 
@@ -76,8 +78,50 @@ def demo_frame(rows: int = 200_000, days: int = 14, seed: int = 0) -> pd.DataFra
     return logged.sample(frac=1, random_state=seed, ignore_index=True)
 
 
-def write_demo(path: str = "demo.duckdb", table: str = "predictions", **kwargs) -> str:
-    """Write :func:`demo_frame` as a table of a new DuckDB database; returns the path.
+#: the monitoring stream: its first day, its length, and the break the detector should find
+STREAM_START, STREAM_DAYS = np.datetime64("2026-11-01"), 42
+#: (model, segment), first day of the break (index), added log-odds: an app release on day 28
+#: makes v2 under-predict on android (the model's scores unchanged, the clicks up)
+STREAM_BREAK = (("v2", "android"), 28, 0.6)
+
+def stream_frame(rows: int = 200_000, days: int = STREAM_DAYS, seed: int = 0) -> pd.DataFrame:
+    """Single logged click predictions for the monitoring loop: two model versions, four
+    segments, ``days`` days from :data:`STREAM_START`, one row per prediction.
+
+    Columns: ``model``, ``segment``, ``predicted_at`` (TIMESTAMP), ``score`` (rounded to 0.001,
+    as a served model logs it), ``label`` (1 = clicked), ``label_at`` (the click's time, within
+    two days of the prediction; NULL without a click). Every group is calibrated within the
+    detector's default tolerance until :data:`STREAM_BREAK`: from its day on, v2 on android
+    clicks more than its scores say (its log-odds up by 0.6).
+    """
+    rng = np.random.default_rng(seed + 1)
+    keys = list(MISCALIBRATION)
+    which = rng.integers(0, len(keys), rows)
+    day = rng.integers(0, days, rows)
+    score = np.round(1 / (1 + np.exp(-rng.normal(-1.2, 1.3, rows))), 3)
+    logit = np.log(np.clip(score, 1e-4, 1) / np.clip(1 - score, 1e-4, 1))
+    (model, segment), first, shift = STREAM_BREAK
+    broken = np.array([k == (model, segment) for k in keys])[which] & (day >= first)
+    clicked = rng.random(rows) < 1 / (1 + np.exp(-(logit + np.where(broken, shift, 0.0))))
+    seconds = rng.integers(0, 86400, rows)
+    predicted = STREAM_START + (day * 86400 + seconds).astype("timedelta64[s]")
+    # clicks arrive within minutes to hours, a few the next day (exponential, mean 3 hours)
+    delay = np.minimum(rng.exponential(3 * 3600, rows), 2 * 86400 - 1).astype("timedelta64[s]")
+    frame = pd.DataFrame({
+        "model": np.array([k[0] for k in keys])[which],
+        "segment": np.array([k[1] for k in keys])[which],
+        "predicted_at": predicted.astype("datetime64[us]"),
+        "score": score,
+        "label": clicked.astype(np.int8),
+        "label_at": pd.Series((predicted + delay).astype("datetime64[us]")).where(clicked),
+    })
+    return frame.sort_values("predicted_at", ignore_index=True)
+
+
+def write_demo(path: str = "demo.duckdb", table: str = "predictions", *, stream: bool = False,
+               **kwargs) -> str:
+    """Write :func:`demo_frame` (with ``stream``, :func:`stream_frame`) as a table of a new
+    DuckDB database; returns the path.
 
     The database is created only where no file is, or over a database that holds nothing but
     tables a previous ``write_demo`` wrote (each carries the comment :data:`DEMO_COMMENT`): a
@@ -101,10 +145,12 @@ def write_demo(path: str = "demo.duckdb", table: str = "predictions", **kwargs) 
         raise ValueError(f"demo table name {table!r}: use letters, digits and _")
     path = os.fspath(path)
     check_demo_path(path)
-    df = demo_frame(**kwargs)
-    arrow = pa.Table.from_pandas(df, preserve_index=False)
-    arrow = arrow.set_column(arrow.schema.get_field_index("day"), "day",
-                             arrow["day"].cast(pa.date32()))
+    if stream:
+        arrow = pa.Table.from_pandas(stream_frame(**kwargs), preserve_index=False)
+    else:
+        arrow = pa.Table.from_pandas(demo_frame(**kwargs), preserve_index=False)
+        arrow = arrow.set_column(arrow.schema.get_field_index("day"), "day",
+                                 arrow["day"].cast(pa.date32()))
     _release(path)
     from sqlcal.outputs import replacing
 

@@ -2,7 +2,7 @@
 reads, ``from_summaries`` finishes the metric from the frames those statements return, wherever
 they ran (a scheduler that runs SQL only, dbt, a warehouse's own jobs, stored daily summaries).
 
-Both come from the declarations the library itself uses (each metric family's ``NEEDS``, the
+Both come from the declarations the library itself uses (each metric's registration, the
 reductions of :mod:`sqlcal.summaries`), so the exported SQL is the SQL that runs. A metric whose
 summaries are one-shot (read in one pass, with no follow-up that depends on the data) exports
 them: the equal-width binned metrics, the totals metrics, the grid form of the cumulative metrics
@@ -22,17 +22,18 @@ import ibis
 import pandas as pd
 
 from sqlcal import summaries
-from sqlcal import catalog
 from sqlcal.condition import parse_condition
 from sqlcal.errors import InvalidInputError
 from sqlcal.query import declared
 from sqlcal.options import check as check_options
 from sqlcal.query.declared import union
+from sqlcal.groupkeys import NAN, NULL, GroupKeys
 from sqlcal.inputs import Source, source
+from sqlcal.metrics._registry import get, registered
 
 def exportable() -> list[str]:
     """The metrics :func:`summary_sql` exports (some only with a one-shot option)."""
-    return sorted(catalog.needs())
+    return sorted(registered())
 
 
 def summary_sql(metric: str, *, dialect: str = "duckdb", table: str, score: str, label: str,
@@ -85,10 +86,12 @@ def summary_sql(metric: str, *, dialect: str = "duckdb", table: str, score: str,
 
 def statements(metrics: dict[str, dict], *, dialect: str = "duckdb", table: str, score: str,
                label: str, weight: str | None = None, by: str | Sequence[str] = (),
-               where: str | None = None, schema: dict[str, str] | None = None
-               ) -> dict[str, str]:
+               where: str | None = None, schema: dict[str, str] | None = None,
+               internal_keys: bool = False) -> dict[str, str]:
     """:func:`summary_sql` for several metrics at once (metric -> options): one statement per
-    distinct summary, holding every column any of them reads."""
+    distinct summary, holding every column any of them reads. ``internal_keys`` leaves the
+    keys under their internal names (``__key0``...; the dbt package templates them) instead of
+    renaming them to the caller's in a last projection."""
     needs, src = [], None
     dialect = {"spark": "databricks", "pyspark": "databricks"}.get(dialect, dialect)
     for metric, options in metrics.items():
@@ -101,6 +104,8 @@ def statements(metrics: dict[str, dict], *, dialect: str = "duckdb", table: str,
     for s in union(needs):
         expr = summaries.reduce(s, src.rows, src.by, weighted=src.weighted, checks=checks,
                                 soft=src.allow_soft)
+        if not internal_keys:
+            expr = _named(expr, src.group_keys)
         header = _LEVELS_HEADER if s.key == LEVELS.key else ""
         out[s.name] = header + ibis.to_sql(expr, dialect=dialect).strip() + ";"
     return out
@@ -142,8 +147,15 @@ def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str =
     0  0.25  4  4.0       2  uniform(2, sqlcal)
     """
     table = "summaries"
+    by = (by,) if isinstance(by, str) else tuple(by)
+    # a floating key's statements carry its NaN flag, an integer key's its NULL flag: the key
+    # read as such (by default a key is text)
+    types = {k: "float64" if any(NAN.format(i) in f for f in frames.values()) else "int64"
+             for i, k in enumerate(by) if any(flag.format(i) in f for f in frames.values()
+                                              for flag in (NAN, NULL))}
     src, chosen = _spec(metric, table=table, score=score, label=label, weight=weight, by=by,
-                        where=None, schema=None, options=options)
+                        where=None, schema=types or None, options=options)
+    frames = {name: _internal(frame, src.group_keys) for name, frame in frames.items()}
     needs = _needs(metric, src, chosen)
     missing = [s.name for s in needs if s.name not in frames]
     if LEVELS.name in frames and (missing or needs == [LEVELS]):  # any metric, from the levels
@@ -167,15 +179,14 @@ def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str =
         raise ValueError("the summaries carry no validation columns (chk_*): pass the frames "
                          "summary_sql's statements returned")
     src.forbid_queries(f"{metric} with these options needs more than its exported summaries")
-    function = catalog.function(metric)
-    return function(src, **chosen)
+    return get(metric).function(src, **chosen)
 
 
 def _spec(metric, *, table, score, label, weight, by, where, schema, options, dialect="duckdb"
           ) -> tuple[Source, dict]:
-    if metric not in catalog.needs():
+    if metric not in registered():
         raise ValueError(f"summary_sql exports {exportable()}, not {metric!r}")
-    function = catalog.function(metric)
+    function = get(metric).function
     defaults = {k: p.default for k, p in inspect.signature(function).parameters.items()
                 if p.default is not inspect.Parameter.empty}
     options = check_options(metric, options)  # the metric's own declared checks and budget
@@ -216,13 +227,12 @@ _LEVELS_HEADER = ("-- levels: one row per group and distinct score (as many rows
 def refines(metric: str, chosen: dict) -> str | None:
     """The one-shot option replacing ``metric``'s form under ``chosen`` options, when that form
     refines with follow-up passes over the rows (None when it is one-shot)."""
-    return next((instead for (name, option, value), instead in catalog.refining().items()
-                 if name == metric and (option is None or chosen.get(option) == value)), None)
+    return get(metric).refines(chosen)
 
 
 def _needs(metric: str, src: Source, chosen: dict) -> list:
     """What ``metric`` exports: its first-stage summaries, or the levels for a refining form."""
-    return [LEVELS] if refines(metric, chosen) else catalog.needs()[metric](src, chosen)
+    return [LEVELS] if refines(metric, chosen) else get(metric).needs(src, chosen)
 
 
 def _from_levels(metric: str, src: Source, chosen: dict, levels: pd.DataFrame) -> pd.DataFrame:
@@ -253,7 +263,23 @@ def _from_levels(metric: str, src: Source, chosen: dict, levels: pd.DataFrame) -
                          "statement of summary_sql returned")
     src.local_levels = frame.sort_values(keys, ignore_index=True, kind="stable")
     src.forbid_queries(f"{metric} finishes from the levels")
-    return catalog.function(metric)(src, **chosen)
+    return get(metric).function(src, **chosen)
+
+
+def _named(expr, keys: GroupKeys):
+    """A summary statement's result with the keys under the user's names, and a column of
+    sqlcal's that a key has the name of renamed as in a result (:mod:`sqlcal.groupkeys`); a
+    key's NaN or NULL flag keeps its name."""
+    names = {key.column: key.name for key in keys.keys}
+    renamed = {names.get(c, keys.own(c)): c for c in expr.columns}
+    renamed = {new: old for new, old in renamed.items() if new != old}
+    return expr.rename(renamed) if renamed else expr
+
+
+def _internal(frame: pd.DataFrame, keys: GroupKeys) -> pd.DataFrame:
+    """A frame a statement of :func:`statements` returned, with sqlcal's internal names."""
+    names = {key.name: key.column for key in keys.keys}
+    return frame.rename(columns={c: names.get(c, keys.original(c)) for c in frame.columns})
 
 
 def _as_numbers(frame: pd.DataFrame, keys: list) -> pd.DataFrame:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import math
 from html import escape
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ import pandas as pd
 
 from sqlcal._version import __version__
 from sqlcal.outputs import HTML_MARKER
-from sqlcal.segments_map import shown_name
+from sqlcal.groupkeys import group_id, key_value, records, shown_name
 
 if TYPE_CHECKING:  # annotations only: sqlcal.scheduled renders its runs with this module
     from sqlcal.scheduled import ScheduledRun
@@ -56,8 +57,8 @@ def render(run: ScheduledRun) -> str:
         parts.append(_series_section(run))
     if run.segments is not None:
         parts.append(_segments_section(run))
-    for i, (_, row) in enumerate(run.table.iterrows()):
-        parts.append(_group_section(run, i, tuple(row[k] for k in keys), alerted))
+    for i, group in enumerate(records(run.table, keys)):
+        parts.append(_group_section(run, i, group, alerted))
     parts.append(
         '<p class="note">Groups are ordered worst first: by the number of alerts they fire, then '
         f"by {escape('.'.join(run.config['report']['order_by']))} (largest first; smallest first "
@@ -119,13 +120,13 @@ def _summary_section(run: ScheduledRun, alerted: dict) -> str:
     head = "".join(f"<th class=key>{escape(c)}</th>" if c in keys else f"<th>{escape(c)}</th>"
                    for c in ["alerts", *table.columns])
     rows = []
-    for i, (_, row) in enumerate(table.iterrows()):
-        key = tuple(row[k] for k in keys)
-        count = alerted.get(key, {}).get("count", 0)
+    for i, ((_, row), group) in enumerate(zip(table.iterrows(), records(table, keys))):
+        count = alerted.get(group_id(group), {}).get("count", 0)
         cells = [f'<td><a href="#group-{i}">{count}</a></td>']
         for c in table.columns:
             cls = "key" if c in keys else ""
-            cells.append(f'<td class="{cls}">{escape(_cell(row[c]))}</td>')
+            shown = _key_cell(group[c]) if c in keys else _cell(row[c])
+            cells.append(f'<td class="{cls}">{escape(shown)}</td>')
         rows.append(f'<tr class="{"alert" if count else ""}">{"".join(cells)}</tr>')
     return (f'<section id="summary"><h2>Groups, worst first</h2><div class="wide"><table>'
             f"<tr>{head}</tr>{''.join(rows)}</table></div></section>")
@@ -165,14 +166,15 @@ def _series_section(run: ScheduledRun) -> str:
     return f'<section id="series"><h2>Over {escape(time)}</h2>{figure}</section>'
 
 
-def _group_section(run: ScheduledRun, i: int, key: tuple, alerted: dict) -> str:
-    keys = run.keys
-    group = dict(zip(keys, key))
+def _group_section(run: ScheduledRun, i: int, group: dict, alerted: dict) -> str:
     name = _group_name(group)
-    fired = alerted.get(key, {"count": 0, "cells": set()})
+    fired = alerted.get(group_id(group), {"count": 0, "cells": set()})
     metrics = run.metrics
     for k, v in group.items():
         metrics = metrics[_equal(metrics[k], v)]
+    # the group's rows, sqlcal's columns under their own names (a key may have taken one)
+    metrics = metrics.drop(columns=list(group)).rename(columns={run.own(c): c for c in (
+        "n", "metric", "statistic", "value", "lower", "upper")})
     head = ("<tr><th class=key>metric</th><th class=key>statistic</th><th>value</th>"
             "<th>lower</th><th>upper</th></tr>")
     rows = []
@@ -182,7 +184,7 @@ def _group_section(run: ScheduledRun, i: int, key: tuple, alerted: dict) -> str:
         rows.append(f'<tr class="{"alert" if bad else ""}"><td class=key>{escape(r["metric"])}'
                     f'</td><td class=key>{escape(r["statistic"])}</td><td>{_number(r["value"])}'
                     f'</td><td>{_number(r["lower"])}</td><td>{_number(r["upper"])}</td></tr>')
-    images = run.figures.get(key, {})
+    images = run.figures.get(group_id(group), {})
     figures = "".join(_figure(images[kind], f"{label}: {name}", kind)
                       for kind, label in (("reliability", "Reliability diagram"),
                                           ("cumulative", "Cumulative residuals"))
@@ -205,20 +207,26 @@ def _alert_counts(run: ScheduledRun) -> dict:
     out: dict = {}
     bounds = {"lower_bound", "upper_bound", "ci_lower", "ci_upper"}
     for a in run.alerts:
-        entry = out.setdefault(tuple(a["group"].values()), {"count": 0, "cells": set()})
+        entry = out.setdefault(group_id(a["group"]), {"count": 0, "cells": set()})
         entry["count"] += 1
         entry["cells"].add((a["metric"], "bounds" if a["column"] in bounds else a["column"]))
     return out
 
 
 def _equal(column: pd.Series, value: Any) -> pd.Series:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return column.isna()
-    return column == value
+    """The rows of a key column holding ``value`` (NULL matches NULL only, NaN NaN only)."""
+    want = json.dumps(key_value(value))
+    return column.map(lambda v: json.dumps(key_value(v)) == want).astype(bool)
 
 
 def _group_name(group: dict) -> str:
-    return ", ".join(f"{k} = {v}" for k, v in group.items()) or "all rows"
+    return ", ".join(f"{k} = {_key_cell(v)}" for k, v in group.items()) or "all rows"
+
+
+def _key_cell(v) -> str:
+    """A key's value as shown: NULL and NaN by name."""
+    shown = key_value(v)
+    return "NULL" if shown is None else str(shown)
 
 
 def _number(v) -> str:

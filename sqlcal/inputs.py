@@ -9,6 +9,7 @@ accepts. The same query also produces the *totals* summary (per group: n, W, Σw
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 import warnings
@@ -24,22 +25,17 @@ import pandas as pd
 from ibis.backends.duckdb import Backend as DuckDBBackend
 
 from sqlcal import summaries
+from sqlcal.groupkeys import GroupKeys
 from sqlcal import options
 from sqlcal.options import checked
 from sqlcal.condition import parse_condition
 from sqlcal.errors import InvalidInputError, redact
 
-#: names of the normalised columns inside every query; group keys keep their own names (a
-#: downsampled source adds each row's sampling rate, a training rate read from the table its
-#: column: see :data:`sqlcal.summaries.RATE`)
+#: names of the normalised columns inside every query (a downsampled source adds each row's
+#: sampling rate, a training rate read from the table its column: see
+#: :data:`sqlcal.summaries.RATE`); group keys take sqlcal's own names there
+#: (:mod:`sqlcal.groupkeys`), so a key may have any name
 INTERNAL = ("p", "y", "w", summaries.RATE, summaries.TRAINING_RATE)
-#: column names the summaries use beside the group keys: a key may not take one
-_RESERVED = frozenset({
-    *INTERNAL, "n", "bin", "cell", "k", "u", "f", "v", "s", "within", "swy", "swp", "swyy", "swpp", "swyp",
-    "sw2", "p_min", "p_max", "p_at_min", "p_at_max", "s_min", "s_max", "total", "positive",
-    "negative", "var", "var2", "sw_sq_resid", "sw_spieg", "sw_spieg_var", "sw_logloss",
-    "n_infinite_logloss", "n_rows", "n_dropped", "interval", "lo", "ny", "given",
-})
 
 _CHECKS = (
     # (column role, problem, result column)
@@ -99,13 +95,18 @@ class Source:
     Attributes
     ----------
     rows : ibis Table
-        The rows to measure (invalid ones removed when ``on_invalid="drop"``), with the group keys
-        under their own names and the normalised columns ``p`` (score, DOUBLE), ``y`` (label,
-        DOUBLE) and ``w`` (weight, DOUBLE, 1.0 when there is no weight column).
+        The rows to measure (invalid ones removed when ``on_invalid="drop"``): the group keys'
+        internal columns (``by``) and the normalised columns ``p`` (score, DOUBLE), ``y``
+        (label, DOUBLE) and ``w`` (weight, DOUBLE, 1.0 when there is no weight column).
     score, label, weight : str or None
         The user's column names, kept for messages.
     by : tuple of str
-        Group keys.
+        The columns of ``rows`` and of every summary frame that hold the group keys:
+        ``__key0``, ``__key1``, ... and a floating key's NaN flag ``__nan0`` (see
+        :mod:`sqlcal.groupkeys`).
+    group_keys : GroupKeys
+        The user's key names and their internal columns; :meth:`present` turns a frame of
+        internal columns into the result the user reads.
     on_invalid : {"raise", "drop"}
         What :func:`source` was told to do with invalid rows.
     allow_soft : bool
@@ -113,8 +114,8 @@ class Source:
     float_label : bool
         Whether the label column is floating point (so it could hold soft labels).
     dropped : pandas DataFrame or None
-        With ``on_invalid="drop"``: per group, ``n_rows``, the count of rows failing each check,
-        ``n`` (valid rows) and ``n_dropped``.
+        With ``on_invalid="drop"``: per group (its internal key columns ``by``), ``n_rows``,
+        the count of rows failing each check, ``n`` (valid rows) and ``n_dropped``.
     has_soft_labels : bool
         Whether a label strictly between 0 and 1 was found (known after validation).
     integer_weights : bool
@@ -141,6 +142,9 @@ class Source:
         p/(p + (1 − p)/rate).
     score_correction : bool
         Whether ``rows.p`` holds corrected scores (``training_rate`` is set).
+    facts : dict
+        Columns every result of the source carries, saying where its numbers come from (a
+        stored window: ``window``, ``maturity``, ``window_exact``, ``window_bound``).
 
     Examples
     --------
@@ -188,6 +192,49 @@ class Source:
     sampling_rate: float | str | None = None
     score_correction: bool = False
     training_rate: float | str | None = None
+    #: the user's key names and their internal columns in ``by`` (by default ``by`` itself)
+    group_keys: GroupKeys | None = None
+    #: facts every result of this source states about where its numbers come from, as trust
+    #: columns: a stored window's periods, maturity view and distance to a scan of its rows
+    facts: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.group_keys is None:
+            self.group_keys = GroupKeys.plain(self.by)
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        """The user's group keys (``by`` holds their internal columns)."""
+        return self.group_keys.names
+
+    def present(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """A frame of internal key columns as the user reads it: keys first under their names,
+        sqlcal's columns renamed where a key has their name (:meth:`GroupKeys.present`)."""
+        return self.group_keys.present(frame)
+
+    def with_named_keys(self) -> Source:
+        """This source (not queried yet) with the keys in ``rows`` under the user's names and
+        values (NaN as NaN), for a caller whose own queries name the keys (the summary store,
+        segments). A key named like a column of ``rows`` is refused."""
+        names = self.group_keys.names
+        clash = sorted(n for n in names if n in INTERNAL)
+        if clash:
+            raise InvalidInputError(f"group keys {clash} are named like the columns sqlcal adds "
+                                    f"to the rows ({', '.join(INTERNAL)}); rename them with a "
+                                    "view")
+        r = self.rows
+        keyed = {k.name: (ibis.ifelse(r[k.nan], ibis.literal(float("nan")), r[k.column])
+                          if k.nan else ibis.ifelse(r[k.null], ibis.null(r[k.column].type()),
+                                                    r[k.column])
+                          if k.null else r[k.column]) for k in self.group_keys.keys}
+        others = [c for c in r.columns if c not in self.by]
+        rows = r.select(**keyed, **{c: r[c] for c in others})
+        dropped = self.dropped
+        if dropped is not None:
+            dropped = self.present(dropped)
+        return dataclasses.replace(self, rows=rows, by=names, dropped=dropped,
+                                   group_keys=GroupKeys.plain(names), _cache={}, _plan=None,
+                                   _arrow=None)
 
     @property
     def weighted(self) -> bool:
@@ -220,7 +267,7 @@ class Source:
         if self.training_rate is not None:
             parts.append(f"training_negative_rate={self.training_rate!r} (scores corrected)")
         if self.by:
-            parts.append(f"by={self.by!r}")
+            parts.append(f"by={self.key_names!r}")
         if self.where:
             # a SQL condition quoted; an expression or a callable by its <description>
             parts.append(f"where={self.where if self.where.startswith('<') else repr(self.where)}")
@@ -258,7 +305,7 @@ class Source:
             ("label", code(self.label) + (", in [0, 1] (soft labels allowed)" if self.allow_soft
                                           else ", 0/1")),
             ("weight", weight),
-            ("groups", ", ".join(map(code, self.by)) if self.by else "none (one group)"),
+            ("groups", ", ".join(map(code, self.key_names)) if self.by else "none (one group)"),
             ("where", "none" if not self.where else html.escape(self.where)
              if self.where.startswith("<") else code(self.where)),
             ("invalid rows", invalid),
@@ -491,7 +538,11 @@ def source(
         ``negative_sampling_rate``, the weight column counts rows (its frequency part).
         Weights above 1e140 are refused (their squares would overflow the variance sums).
     by : str or sequence of str, default ()
-        Group keys; every metric returns one row per group.
+        Group keys; every metric returns one row per group. A key may have any name and any
+        value: NULL and NaN are two groups (a result shows NULL as None or ``<NA>``, NaN as
+        NaN). In a result the keys come first under their names; a column sqlcal adds whose
+        name a key has takes a trailing underscore, repeated until unique (``by="n"`` gives the
+        columns ``n``, ``ece``, ``n_``, ``W``, ...).
     where : ibis boolean expression, callable, or SQL string, optional
         A filter applied in the engine before anything else.
     table : str, optional
@@ -573,6 +624,15 @@ def source(
     >>> sqlcal.ece(bad, score="p", label="y", on_invalid="drop")
        ece  n    W  n_bins              binning  n_dropped
     0  0.1  1  1.0       1  uniform(15, sqlcal)          1
+
+    A key named like a result column keeps its name; the count takes ``n_`` (a pandas frame's
+    NaN is read as NULL):
+
+    >>> keyed = pd.DataFrame({"p": [0.2, 0.8, 0.4], "y": [0, 1, 1], "n": [1.0, None, 1.0]})
+    >>> sqlcal.brier(keyed, score="p", label="y", by="n")
+          n  brier  n_    W
+    0   1.0   0.20   2  2.0
+    1  <NA>   0.04   1  1.0
     """
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', not {on_invalid!r}")
@@ -596,11 +656,14 @@ def source(
     def rate_value(value: Any) -> ir.FloatingValue:
         return base[value].cast("float64") if isinstance(value, str) else summaries.number(value)
 
+    keys = GroupKeys.of(base.schema(), by)
     rows = base.select(
-        *by,
+        **keys.select(base),
         p=base[score].cast("float64"),
         y=_label_expr(base[label]),
-        w=base[weight].cast("float64") if weight else ibis.literal(1.0),
+        # a double like the weights it stands for: a bare 1.0 is NUMERIC on PostgreSQL, and the
+        # sums over it (the store's fingerprint among them) came back as decimals
+        w=base[weight].cast("float64") if weight else summaries.number(1.0),
         **({summaries.RATE: rate_value(rate)} if rate is not None else {}),
         **({summaries.TRAINING_RATE: rate_value(training)} if training is not None else {}),
     )
@@ -612,8 +675,8 @@ def source(
         # statistics show no zero, where w <> 0 OR w IS NULL OR ISNAN(w) was tested on every row
         rows = rows.filter(~((rows.w == 0) & rows.w.notnull()))
     label_type = base[label].type()
-    src = Source(rows=rows, score=score, label=label, weight=weight, by=by,
-                 on_invalid=on_invalid, allow_soft=soft_labels,
+    src = Source(rows=rows, score=score, label=label, weight=weight, by=keys.columns,
+                 group_keys=keys, on_invalid=on_invalid, allow_soft=soft_labels,
                  float_label=not (label_type.is_boolean() or label_type.is_integer()),
                  origin=origin, where=_where_text(where), _plan=_plan(memtable, where, (
                      score, label, weight, by, on_invalid, soft_labels, negative_sampling_rate,
@@ -625,8 +688,8 @@ def source(
         checks = check_exprs(rows, src.weighted, src.rate_columns)
         if src.weighted:
             checks["weight_fractional"] = valid & (summaries.fractional_part(rows.w) != 0)
-        counts = summaries.execute(summaries.validation(rows, by, checks, valid))
-        counts = counts.sort_values(list(by), ignore_index=True) if by else counts
+        counts = summaries.execute(summaries.validation(rows, src.by, checks, valid))
+        counts = counts.sort_values(list(src.by), ignore_index=True) if by else counts
         counts["n_dropped"] = counts["n_rows"] - counts["n"]
         src.dropped, src.rows, src._validated = counts, rows.filter(valid), True
         src.has_soft_labels = soft_labels and bool(counts["label_soft"].sum())
@@ -1100,14 +1163,9 @@ def _check_columns(base: ir.Table, score, label, weight, by) -> None:
                 f"{role} column {col!r} has type {dtype}; expected a number"
                 + (" or boolean" if role == "label" else "")
             )
-    # engines fold unquoted names (DuckDB compares them case-insensitively), so compare folded
-    clash = sorted(k for k in by if k.lower() in _RESERVED or k.lower().startswith("chk_"))
-    if clash:
-        raise InvalidInputError(
-            f"group key {clash} clashes with a column name of sqlcal's summaries "
-            f"({', '.join(sorted(_RESERVED))} or chk_*, compared case-insensitively); rename it "
-            "in the table or with a view"
-        )
+    twice = sorted({k for k in by if by.count(k) > 1})
+    if twice:
+        raise InvalidInputError(f"by= lists the group keys {twice} more than once")
 
 
 def _check_sampling(rate: Any, training: Any, correction: Any, soft_labels: bool) -> Any:
@@ -1255,12 +1313,16 @@ def valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool,
 
 
 def _group_count(frame: Any, by: Sequence[str]) -> int:
-    """The distinct group key tuples of a summary (a pandas frame or an Arrow table)."""
+    """The distinct group key tuples of a summary (a pandas frame or an Arrow table); 1 for a
+    summary grouped otherwise (the segments search's own statements, which budget their
+    lattice themselves)."""
+    names = frame.columns if isinstance(frame, pd.DataFrame) else frame.column_names
+    by = [c for c in by if c in names]
     if not by:
         return 1
     if isinstance(frame, pd.DataFrame):
-        return len(frame[list(by)].drop_duplicates())
-    return frame.select(list(by)).group_by(list(by)).aggregate([]).num_rows
+        return len(frame[by].drop_duplicates())
+    return frame.select(by).group_by(by).aggregate([]).num_rows
 
 
 def _report_invalid(src: Source, counts: pd.DataFrame) -> None:

@@ -18,6 +18,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import html
 from dataclasses import dataclass, field
 
@@ -26,7 +27,8 @@ import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
 
-from sqlcal.metrics import groups, key_tuple
+from sqlcal.groupkeys import GroupKeys
+from sqlcal.metrics import groups
 from sqlcal.summaries import number, piecewise
 
 #: logit features clip scores to [CLIP, 1 − CLIP]: 0 and 1 have no logit
@@ -73,14 +75,38 @@ class CalibrationMap:
     """A fitted recalibration map, one piece per group: apply it in numpy, as an Ibis expression,
     as SQL, or through a mapping table in the warehouse.
 
-    ``table`` is the map as data: group keys first, then the map's parameters. Rows of a group
-    the map was not fitted on map to NULL (NaN in numpy); so do NULL scores.
+    ``table`` is the map as data: group keys first, then the map's parameters (a parameter
+    named like a key takes a trailing underscore, as in every result). Rows of a group the map
+    was not fitted on map to NULL (NaN in numpy); so do NULL scores. A NULL key matches NULL
+    only, a NaN key NaN only. ``keys`` relates the names in ``by`` to the columns of the fit's
+    frames (:mod:`sqlcal.groupkeys`; by default the same).
     """
 
     by: tuple
     table: pd.DataFrame
     kind: str = ""
     info: dict = field(default_factory=dict)
+    keys: GroupKeys | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.keys is None:
+            self.keys = GroupKeys.plain(self.by)
+
+    def named(self, keys: GroupKeys) -> CalibrationMap:
+        """This map, fitted on frames of internal key columns, under the user's key names."""
+        return dataclasses.replace(self, by=keys.names, table=keys.present(self.table),
+                                   keys=keys)
+
+    @property
+    def _frame(self) -> pd.DataFrame:
+        """The table with its keys as internal columns and its parameters under their own
+        names (the table itself when the keys are plain)."""
+        if all(k.kind == "plain" for k in self.keys.keys):
+            return self.table
+        cached = self.__dict__.get("_internal")
+        if cached is None or cached[0] is not self.table:
+            cached = self.__dict__["_internal"] = (self.table, self.keys.internal(self.table))
+        return cached[1]
 
     # subclasses: _piece_numpy(part, p) and _piece_expr(part, p)
 
@@ -109,12 +135,11 @@ class CalibrationMap:
         balanced tree of comparisons for isotonic maps, so a row costs O(log pieces))."""
         p = table[score].cast("float64")
         if not self.by:
-            value = self._piece_expr(self.table, p)
+            value = self._piece_expr(self._frame, p)
         else:
             branches = []
-            for key, part in groups(self.table, list(self.by)):
-                branches.append((_key_match(table, key_tuple(key), self.by),
-                                 self._piece_expr(part, p)))
+            for key, part in groups(self._frame, list(self.keys.columns)):
+                branches.append((self.keys.match(table, key), self._piece_expr(part, p)))
             value = ibis.cases(*branches, else_=ibis.null("float64"))
         return _missing_score(p, value)
 
@@ -243,14 +268,16 @@ class CalibrationMap:
         return con.table(name, database=database)
 
     def mapping_frame(self) -> pd.DataFrame:
-        return _null_keys(self.table.reset_index(drop=True), self.by)
+        """The mapping table: the keys' internal columns (a floating key's value and NaN flag)
+        and the parameters under their own names."""
+        return _null_keys(self._frame.reset_index(drop=True), self.keys.columns)
 
     def _part(self, keys: dict) -> pd.DataFrame | None:
         if not self.by:
-            return self.table
-        want = key_tuple({k: keys.get(k) for k in self.by})
-        for key, part in groups(self.table, list(self.by)):
-            if key_tuple(key) == want:
+            return self._frame
+        want = self.keys.id(keys)
+        for key, part in groups(self._frame, list(self.keys.columns)):
+            if self.keys.id(self.keys.values(key)) == want:
                 return part
         return None
 
@@ -267,16 +294,27 @@ class CalibrationMap:
         return "string"
 
     def _join_keys(self, table: ir.Table, mapping: ir.Table) -> list:
-        """Each key equal, NULL equal to NULL, as equalities an engine can hash (an OR of IS
-        NULLs would make every engine compare every row with every mapping row)."""
+        """Each key equal, NULL equal to NULL, NaN to NaN, as equalities an engine can hash (an
+        OR of IS NULLs would make every engine compare every row with every mapping row). The
+        mapping table holds the keys' internal columns (:meth:`mapping_frame`); one written
+        under the keys' own names is read too."""
         out = []
-        for k in self.by:
-            fill = _null_stand_in(table[k].type())
+        for key in self.keys.keys:
+            col = table[key.name]
+            internal = key.column in mapping.columns
+            m = mapping[key.column if internal else key.name]
+            if key.null is not None and internal:  # the mapping's value is 0 for NULL
+                out += [col.fill_null(0) == m, col.isnull() == mapping[key.null]]
+                continue
+            if key.nan is not None and internal:  # the mapping's value is NULL for NaN
+                nan = col.isnan().fill_null(False)
+                out.append(nan == mapping[key.nan])
+                col = ibis.ifelse(nan, ibis.null(col.type()), col)
+            fill = _null_stand_in(col.type())
             if fill is None:  # a type without a stand-in: the portable, unhashable form
-                out.append((table[k] == mapping[k]) | (table[k].isnull() & mapping[k].isnull()))
+                out.append((col == m) | (col.isnull() & m.isnull()))
             else:
-                out += [table[k].fill_null(fill) == mapping[k].fill_null(fill),
-                        table[k].isnull() == mapping[k].isnull()]
+                out += [col.fill_null(fill) == m.fill_null(fill), col.isnull() == m.isnull()]
         return out
 
     def __repr__(self) -> str:
@@ -322,7 +360,7 @@ class IsotonicMap(CalibrationMap):
         the blocks' finite boundaries ``[a, b]`` (all groups), doubled until no bucket overlaps
         more than :data:`BUCKET_BLOCKS` blocks of a group (or :data:`MAX_BUCKETS`)."""
         bounds, sizes = [], []
-        for _, part in groups(self.table, list(self.by)):
+        for _, part in groups(self._frame, list(self.keys.columns)):
             bounds.append(part["lo"].to_numpy(float)[1:])
             sizes.append(len(part))
         inner = np.concatenate(bounds) if bounds else np.empty(0)
@@ -349,7 +387,7 @@ class IsotonicMap(CalibrationMap):
         the engine rounds differently still finds the block)."""
         a, b, scale, count = self._grid()
         parts = []
-        for _, part in groups(self.table, list(self.by)):
+        for _, part in groups(self._frame, list(self.keys.columns)):
             if not len(part):
                 continue
             part = part.copy()
@@ -364,12 +402,13 @@ class IsotonicMap(CalibrationMap):
             part = part.loc[part.index.repeat(reps)].reset_index(drop=True)
             part["bucket"] = np.concatenate([np.arange(f, l + 1) for f, l in zip(first, last)])
             parts.append(part)
-        columns = [*self.by, "bucket", "start", "stop", "lo", "hi", "value", "slope", "n", "W"]
+        columns = [*self.keys.columns, "bucket", "start", "stop", "lo", "hi", "value", "slope",
+                   "n", "W"]
         if not parts:
             return pd.DataFrame(columns=columns)
         frame = pd.concat(parts, ignore_index=True)[columns]
         frame["bucket"] = frame["bucket"].astype("int64")
-        return _null_keys(frame, self.by)
+        return _null_keys(frame, self.keys.columns)
 
     def _apply_join(self, table, score, name, mapping):
         p = table[score].cast("float64")
@@ -468,14 +507,6 @@ class PlattMap(CalibrationMap):
         return joined.select(*table.columns, **{name: _missing_score(p, value.cast("float64"))})
 
 
-# -- isotonic regression ----------------------------------------------------------------------
-
-
-def _key_match(rows: ir.Table, key: tuple, by) -> ir.BooleanValue:
-    """Rows of the group with these key values (a NULL key value matches NULL)."""
-    return ibis.and_(*(rows[k].isnull() if v is None else rows[k] == v for k, v in zip(by, key)))
-
-
 # -- temperature scaling of multiclass predictions ---------------------------------------------
 
 
@@ -499,13 +530,22 @@ class TemperatureMap:
     clip: float | None
     types: dict = field(default_factory=dict)
     kind: str = "temperature scaling"
+    #: the keys: the names in ``by`` and the internal columns of the fit (sqlcal.groupkeys)
+    keys: GroupKeys | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.keys is None:
+            self.keys = GroupKeys.plain(self.by)
+
+    _frame = CalibrationMap._frame
 
     @property
     def temperature(self):
         """The fitted temperature: a float, or a Series indexed by the group keys."""
+        column = self.keys.own("temperature")
         if not self.by:
-            return float(self.table.temperature.iloc[0])
-        return self.table.set_index(list(self.by)).temperature
+            return float(self.table[column].iloc[0])
+        return self.table.set_index(list(self.by))[column].rename("temperature")
 
     @property
     def columns(self) -> tuple:
@@ -516,10 +556,8 @@ class TemperatureMap:
         """Calibrated probabilities of an array of shape (examples, classes) holding the
         columns of a wide map, for one group (``keys``: its key values)."""
         v = np.asarray(values, dtype=float)
-        row = self.table
-        for k in self.by:
-            row = row[row[k] == (keys or {}).get(k)]
-        if not len(row):
+        row = CalibrationMap._part(self, keys or {})
+        if row is None or not len(row):
             return np.full(v.shape, np.nan)
         beta = 1 / float(row.temperature.iloc[0])
         if self.logits:
@@ -535,10 +573,9 @@ class TemperatureMap:
 
     def _beta(self, table: ir.Table) -> ir.FloatingValue:
         if not self.by:
-            return number(1 / float(self.table.temperature.iloc[0]))
-        branches = [(_key_match(table, key_tuple(key), self.by),
-                     number(1 / float(part.temperature.iloc[0])))
-                    for key, part in groups(self.table, list(self.by))]
+            return number(1 / float(self._frame.temperature.iloc[0]))
+        branches = [(self.keys.match(table, key), number(1 / float(part.temperature.iloc[0])))
+                    for key, part in groups(self._frame, list(self.keys.columns))]
         return ibis.cases(*branches, else_=ibis.null("float64"))
 
     def expressions(self, table: ir.Table) -> list:

@@ -176,7 +176,7 @@ def windows(store: Any, *, windows: dict | None = None, metrics: dict | None = N
         for metric, options in metrics.items():
             function = METRICS[metric][0]
             values = function(src, **metric_options(metric, options))
-            tidy = _tidy(values, src.by, metric)
+            tidy = _tidy(values, src.key_names, metric)
             if metric == "calibration_in_the_large":
                 tidy = _citl_interval(tidy, src, confidence)
             parts.append(tidy.assign(window=name, start=first, end=last))
@@ -199,12 +199,9 @@ def last_day(store: Any, *, prefix: str = schema.PREFIX, at: Any = None,
     versions = _store.current_versions(store, prefix)
     if not len(versions):
         raise ValueError(f"no snapshots in the store (prefix {prefix!r})")
-    at = versions["as_of"].max() if at is None else pd.Timestamp(at)
+    at = _store.check_time(versions, at)
     if maturity == "mature":
-        days = float(horizon[:-1]) * (1 if horizon[-1] == "d" else 1 / 24) + \
-            float(settle[:-1]) * (1 if settle[-1] == "d" else 1 / 24)
-        final = versions["period_end"] + pd.Timedelta(days=days)
-        versions = versions[(final <= at) & (final <= versions["as_of"])]
+        versions = versions[_store.mature(versions, at=at, horizon=horizon, settle=settle)]
     else:
         versions = versions[versions["period_start"] < at]
     if not len(versions):
@@ -236,7 +233,7 @@ def _citl_interval(tidy: pd.DataFrame, src, confidence: float) -> pd.DataFrame:
     variance is (Σw(y − p)²/W − citl²)/W with frequency weights, Σw(y − p)²/W being the Brier
     score of the same stored totals."""
     brier = METRICS["brier"][0](src)
-    by = list(src.by)
+    by = list(src.key_names)
     rows = tidy["statistic"] == "citl"
     merged = tidy[rows].merge(brier[[*by, "brier"]], on=by, how="left") if by else \
         tidy[rows].assign(brier=float(brier["brier"].iloc[0]))
@@ -319,9 +316,11 @@ def check_alerts(rules: Any, windows: dict, metrics: dict, *, where: str = "conf
         if rule.get("metric") not in metrics:
             raise ConfigError(f"{where}: [[alerts]] #{i + 1} metric must be one of "
                               f"{sorted(metrics)} ([metrics]), not {rule.get('metric')!r}")
-        if ("above" in rule) == ("below" in rule) or not isinstance(
-                rule.get("above", rule.get("below")), (int, float)):
-            raise ConfigError(f"{where}: [[alerts]] #{i + 1} needs one number, above or below")
+        threshold = rule.get("above", rule.get("below"))
+        if ("above" in rule) == ("below" in rule) or isinstance(threshold, bool) or \
+                not isinstance(threshold, (int, float)) or not np.isfinite(threshold):
+            raise ConfigError(f"{where}: [[alerts]] #{i + 1} needs one finite number, above or "
+                              f"below, not {threshold!r} (a NaN threshold would never fire)")
     return rules
 
 

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal import summaries
-from sqlcal.options import OptionError, checked
+from sqlcal.options import OPTIONS, OptionError, checked, option
 from sqlcal.query import declared, planner
 from sqlcal.inputs import (USE_CHECKS, InvalidInputError, Source, apply_where,
                            register_use_check, resolve_table)
@@ -40,8 +40,8 @@ from sqlcal.inputs import (USE_CHECKS, InvalidInputError, Source, apply_where,
 if TYPE_CHECKING:
     import ibis.expr.types as ir
 
-MODES = ("top_label", "classwise")
-FORMATS = ("long", "wide")
+MODES = option("multiclass", "mode").choices
+FORMATS = OPTIONS["format"].choices
 #: the largest |Σₖ pₖ − 1| accepted per example by default (float32 softmax outputs stay within
 #: about 3e-7 of 1 up to 10^4 classes; probabilities rounded for storage do not)
 TOLERANCE = 1e-6

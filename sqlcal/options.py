@@ -28,6 +28,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from sqlcal.grids import CONVENTIONS
+
 
 class OptionError(ValueError):
     """An option of a public function has the wrong type or is out of its range."""
@@ -138,8 +140,7 @@ OPTIONS: dict[str, Option] = {
     "logit_range": Option("any", "strategy='logit': the scores (lo, hi) its log-odds bins span "
                           "(default: the observed range)", optional=True),
     "convention": Option("choice", "equal-width bin edges of sqlcal or of a peer library",
-                         choices=("sqlcal", "sklearn", "netcal", "relplot")),
-    "norm": Option("choice", "the norm of the binned calibration error", choices=("l1", "l2", "max")),
+                         choices=CONVENTIONS),
     "cells": Option("int", "score cells of the fine histogram (default 1024)", low=1,
                     optional=True, power_of_two=True),
     # inference
@@ -161,13 +162,11 @@ OPTIONS: dict[str, Option] = {
     "bootstrap": Option("int", "bootstrap replicates for an interval (0: none)", low=0),
     "seed": Option("int", "seed of the random generator", low=0),
     "points": Option("int", "evaluation points of the smoothed curve on [0, 1]", low=2),
-    "noise": Option("choice", "the noise added to the logits", choices=("gaussian", "uniform")),
     "clip": Option("float", "scores are clipped to [clip, 1 - clip] before the logit", low=0,
                    high=0.5, open_low=True, open_high=True),
     # TCE
     "n_min": Option("count", "fewest rows of a PAVA-BC bin (default N/20)", low=0, optional=True),
     "n_max": Option("count", "most rows of a PAVA-BC bin (default N/5)", low=0, optional=True),
-    "test": Option("choice", "the per-bin test", choices=("binomial", "ttest")),
     "tail_rule": Option("choice", "how PAVA-BC treats the last bin", choices=("code", "paper")),
     # distances
     "grid": Option("int", "points k/grid added to the levels of the coupling LP", low=1),
@@ -228,33 +227,9 @@ OPTIONS: dict[str, Option] = {
                     "log-odds when the base rate is below 5%", choices=("auto", "linear", "logit")),
 }
 
-#: where an option takes other values in one function
+#: where an option takes other values in one function: the functions below the metric layer and
+#: the fits here; a metric declares its own with its registration (:func:`declare`)
 OVERRIDES: dict[str, dict[str, Option]] = {
-    "hosmer_lemeshow": {
-        "bins": Option("int", "number of Hosmer-Lemeshow risk groups", low=1),
-        "strategy": Option("choice", "how risk groups are cut: equal mass, equal width, or "
-                           "equal width in log-odds", choices=("quantile", "uniform", "logit")),
-    },
-    "tce": {"strategy": Option("choice", "how TCE cuts bins",
-                               choices=("pavabc", "uniform", "quantile"))},
-    "ls_ece": {
-        "noise_scale": Option("float", "scale of the noise added to the logits", low=0,
-                              open_low=True),
-        "step": Option("float", "logit grid step (default noise_scale/20, noise_scale/200 for "
-                       "uniform noise)", low=0, open_low=True, optional=True),
-    },
-    "calibration_decision_loss": {
-        "bins": Option("int", "equal-width bins of the binned predictor (default: the levels)",
-                       low=1, optional=True),
-        "method": Option("choice", "the convex hull (exact) or the LP", choices=("hull", "lp")),
-    },
-    "decision_loss": {"bins": Option("int", "equal-width bins of the binned predictor", low=1,
-                                     optional=True)},
-    "interval_calibration_error": {
-        "bins": Option("int", "equal-width bins (default: chosen from the data)", low=1,
-                       optional=True)},
-    "decision_risk_gap": {"threshold": Option("floats", "decision thresholds in [0, 1]", low=0,
-                                              high=1)},
     "isotonic": {"cells": Option("int", "grid cells of the first fit", low=2,
                                  power_of_two=True)},
     "multiclass": {
@@ -282,15 +257,6 @@ OVERRIDES: dict[str, dict[str, Option]] = {
                                         "its options")},
     "cumulative_plot": {"cells": Option("int", "score cells the curve is drawn at", low=1)},
 }
-for _name in ("distance_to_calibration", "interval_calibration_error",
-              "lipschitz_calibration_error"):
-    OVERRIDES[_name] = {**OVERRIDES.get(_name, {}), "method": Option(
-        "choice", "levels: exact, grid cells, or exact when small enough",
-        choices=("auto", "exact", "cells"))}
-for _name in ("cutoff_error", "kuiper", "ks"):
-    OVERRIDES[_name] = {"method": Option("choice", "the exact extremes (a second pass) or the "
-                                         "score grid's lower bound and its grid_bound",
-                                         choices=("exact", "grid"))}
 # -- monitoring (sqlcal.monitor) and segments (sqlcal.segments_audit) --------------------------
 _STORE = Option("any", "the summary store: a DuckDB path, a connection URL or an Ibis backend")
 _KEYS = Option("columns", "group keys (default: all the stored or given ones)", optional=True)
@@ -336,7 +302,7 @@ OVERRIDES["stored"] = {
 }
 OVERRIDES["detect"] = {
     "store": _STORE, "by": _KEYS,
-    "bins": Option("int", "bet bins of equal weight on the reference window", low=1, high=4096),
+    "bins": Option("int", "bet bins of equal weight on the reference window", low=1, high=64),
     # a tolerance of 1 already admits any rate at every score (absolute) or any rate from 0 to
     # twice the score (relative); above it the null says nothing, and 1e308 overflowed
     "tolerance": Option("floats", "the null's tolerance (a, r): |E[y | p] - p| <= a + r p",
@@ -407,7 +373,6 @@ OVERRIDES["segment_fix"] = {
     "kind": Option("choice", "a logit shift per segment, an intercept and a slope (Platt), or "
                    "an isotonic map per segment of a decision list",
                    choices=("shift", "platt", "isotonic"))}
-OVERRIDES["tce_bins"] = OVERRIDES["tce"]
 OVERRIDES["source"] = {"score": Option("column", OPTIONS["score"].description),
                        "label": Option("column", OPTIONS["label"].description)}
 
@@ -512,6 +477,8 @@ def _ls_ece_grid(v: dict) -> tuple[float, float]:
     sigma, clip = _float(v["noise_scale"]), _float(v["clip"])
     gaussian = v["noise"] == "gaussian"
     delta = v.get("step") or (min(sigma, 1.0) / 20 if gaussian else min(sigma, 1.0) / 200)
+    if not delta > 0:  # a subnormal noise_scale: its step underflows, the grid is unbounded
+        return math.inf, math.inf
     span = 2 * math.log((1 - clip) / clip)
     half = 8 * sigma / delta + 1 if gaussian else sigma / (2 * delta) + 2
     nodes = span / delta + 3 + 2 * half
@@ -546,25 +513,25 @@ def _bin_costs(option_name: str, bins: Any, strategy: str, convention: str) -> l
     return out
 
 
-def _costs_binned(v: dict) -> list[Cost]:
+def costs_binned(v: dict) -> list[Cost]:
     return _bin_costs("bins", v.get("bins"), v.get("strategy", "uniform"),
                       v.get("convention", "sqlcal"))
 
 
-def _costs_cells(v: dict) -> list[Cost]:
+def costs_cells(v: dict) -> list[Cost]:
     cells = v.get("cells")
     return [] if cells is None else [Cost("cells", "cells", _float(cells),
                                           "score cells of the histogram per group")]
 
 
-def _costs_ls_ece(v: dict) -> list[Cost]:
+def costs_ls_ece(v: dict) -> list[Cost]:
     nodes, kernel = _ls_ece_grid(v)
     return [Cost("noise_scale", "cells", nodes + kernel, "logit grid and kernel nodes per group"),
             Cost("noise_scale", "bytes", LS_ECE_BYTES_PER_NODE * (nodes + kernel),
                  "memory of the convolutions per group")]
 
 
-def _costs_smooth(v: dict) -> list[Cost]:
+def costs_smooth(v: dict) -> list[Cost]:
     nodes = _smooth_nodes(v.get("sigma"))
     out = [Cost("sigma", "cells", nodes, "kernel grid nodes and evaluation points per group"),
            Cost("sigma", "bytes", SMOOTH_BYTES_PER_NODE * nodes,
@@ -577,7 +544,7 @@ def _costs_smooth(v: dict) -> list[Cost]:
     return out
 
 
-def _costs_distance(v: dict) -> list[Cost]:
+def costs_distance(v: dict) -> list[Cost]:
     out = [Cost("max_levels", "cells", _float(v.get("max_levels", 1)),
                 "levels fetched per group")]
     if "grid" in v:
@@ -591,7 +558,7 @@ def _costs_distance(v: dict) -> list[Cost]:
     return out
 
 
-def _costs_tce(v: dict) -> list[Cost]:
+def costs_tce(v: dict) -> list[Cost]:
     if v.get("strategy") not in ("uniform", "quantile"):
         return []
     # tce._cut_cells tests every bin edge against the 1024 cells of the histogram
@@ -599,36 +566,53 @@ def _costs_tce(v: dict) -> list[Cost]:
                  "bin edges tested against the 1024 score cells per group, B·1024")]
 
 
-def _costs_hl(v: dict) -> list[Cost]:
+def costs_hl(v: dict) -> list[Cost]:
     return _bin_costs("bins", v.get("bins"), v.get("strategy", "quantile"), "sqlcal")
 
 
-def _costs_report(v: dict) -> list[Cost]:
-    metrics = _metric_names(v.get("metrics", ()))
-    out = _bin_costs("bins", v.get("bins"), "uniform", "sqlcal")
-    if "ece_quantile" in metrics:
-        out += _bin_costs("bins", v.get("bins"), "quantile", "sqlcal")
+def costs_report(v: dict) -> list[Cost]:
+    """What :func:`sqlcal.report` spends: each chosen metric that takes the report's ``bins=``
+    (:func:`declare_report_metrics`), at its preset options."""
+    out = []
+    for name in _metric_names(v.get("metrics", ())):
+        function, preset, takes_bins = _REPORT_METRICS.get(name, (None, {}, False))
+        rule = _COSTS.get(getattr(function, "__name__", None))
+        if takes_bins and rule is not None:
+            out += rule({**_SPECS[function.__name__].defaults, **preset, "bins": v.get("bins")})
     return out
 
 
-COSTS: dict[str, Callable[[dict], list[Cost]]] = {
-    "ece": _costs_binned, "reliability": _costs_binned, "brier_decomposition": _costs_binned,
-    "hosmer_lemeshow": _costs_hl, "tce": _costs_tce, "tce_bins": _costs_tce,
-    "cutoff_error": _costs_cells, "ks": _costs_cells, "kuiper": _costs_cells,
-    "isotonic": _costs_cells, "ls_ece": _costs_ls_ece, "smooth_ece": _costs_smooth,
-    "smooth_reliability": _costs_smooth, "distance_to_calibration": _costs_distance,
-    "interval_calibration_error": _costs_distance, "lipschitz_calibration_error": _costs_distance,
-    "calibration_decision_loss": _costs_binned, "decision_loss": _costs_binned,
-    "report": _costs_report, "cumulative_plot": _costs_cells,
-    "smooth_reliability_diagram": _costs_smooth,
-}
+#: function name -> what its options cost (``options -> [Cost]``), as each function declared it
+#: next to itself (:func:`declare`; a metric through its registration)
+_COSTS: dict[str, Callable[[dict], list[Cost]]] = {}
+
+
+def declare(function: str, *, options: dict[str, Option] | None = None,
+            cost: Callable[[dict], list[Cost]] | None = None) -> None:
+    """Declare, next to a public function, the options whose meaning is its own (they take
+    precedence over :data:`OPTIONS`) and what its options cost (checked against
+    :data:`BUDGET` before it runs)."""
+    if options:
+        OVERRIDES[function] = {**OVERRIDES.get(function, {}), **options}
+    if cost is not None:
+        _COSTS[function] = cost
+
+
+def forget(function: str, report_names: Sequence[str] = ()) -> None:
+    """Undo :func:`declare` and :func:`declare_report_metrics` for ``function`` (a metric
+    registered for a while, as a test's toy metric), and its option check."""
+    OVERRIDES.pop(function, None)
+    _COSTS.pop(function, None)
+    _SPECS.pop(function, None)
+    for name in report_names:
+        _REPORT_METRICS.pop(name, None)
 
 
 def costs(function: str, options: dict) -> list[Cost]:
     """What ``function`` would spend with ``options`` (defaults filled in), per group."""
     spec = _spec(function)
     values = {**spec.defaults, **options}
-    rule = COSTS.get(spec.name)
+    rule = _COSTS.get(spec.name)
     return rule(values) if rule else []
 
 
@@ -644,9 +628,10 @@ class _Spec:
 
 
 _SPECS: dict[str, _Spec] = {}
-#: the metrics ``report(metrics=)`` runs, name -> the function computing it: declared by
-#: :mod:`sqlcal.reporting` (a layer above this one) with :func:`declare_report_metrics`
-_REPORT_METRICS: dict[str, Callable] = {}
+#: the metrics ``report(metrics=)`` runs, name -> (the function computing it, its preset options,
+#: whether the report's ``bins=`` applies): declared by the metric registry (a layer above this
+#: one) with :func:`declare_report_metrics`
+_REPORT_METRICS: dict[str, tuple[Callable, dict, bool]] = {}
 
 
 def _register(function: Callable) -> _Spec:
@@ -662,15 +647,16 @@ def _register(function: Callable) -> _Spec:
 
 def _spec(function: str) -> _Spec:
     if function not in _SPECS and function in _REPORT_METRICS:  # a report metric: its function
-        return _spec(_REPORT_METRICS[function].__name__)
+        return _spec(_REPORT_METRICS[function][0].__name__)
     if function not in _SPECS:
         raise TypeError(f"sqlcal has no public function {function!r}; options are declared for "
                         f"{', '.join(sorted(_SPECS))}")
     return _SPECS[function]
 
 
-def declare_report_metrics(metrics: dict[str, Callable]) -> None:
-    """Declare the metric names ``report(metrics=)`` accepts and the function computing each."""
+def declare_report_metrics(metrics: dict[str, tuple[Callable, dict, bool]]) -> None:
+    """Declare the metric names ``report(metrics=)`` accepts: name -> (the function computing
+    it, its preset options, whether the report's ``bins=`` applies to it)."""
     _REPORT_METRICS.update(metrics)
 
 
@@ -866,7 +852,7 @@ def check_groups(groups: int) -> None:
         return
     name, options = call
     spec = _spec(name)
-    rule = COSTS.get(spec.name)
+    rule = _COSTS.get(spec.name)
     if rule is None:
         return
     values = {**spec.defaults, **options}
@@ -887,7 +873,7 @@ def check_groups(groups: int) -> None:
 
 
 def _check_budget(shown: str, spec: _Spec, options: dict) -> None:
-    rule = COSTS.get(spec.name)
+    rule = _COSTS.get(spec.name)
     if rule is None:
         return
     values = {**spec.defaults, **options}
@@ -959,7 +945,9 @@ def _advice(spec: _Spec, rule: Callable, values: dict, cost: Cost, groups: int =
         else:
             if abs(bad - good) <= 1e-3 * abs(good):
                 break
-            mid = math.sqrt(good * bad) if good > 0 and bad > 0 else (good + bad) / 2
+            # the geometric mean through logs: good·bad underflows for a subnormal value
+            mid = (math.exp((math.log(good) + math.log(bad)) / 2) if good > 0 and bad > 0
+                   else (good + bad) / 2)
         good, bad = (mid, bad) if within(mid) else (good, mid)
     if integer:
         return f"Pass {name} <= {int(good)}" if bad > good else f"Pass {name} >= {int(good)}"

@@ -8,13 +8,14 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from sqlcal.metrics import groups, key_tuple
+from sqlcal.groupkeys import VALUE, GroupKeys, Key, group_id, key_value
+from sqlcal.metrics import groups
 from sqlcal.metrics.binned import reliability
 from sqlcal.metrics.cells import cells_summary
 from sqlcal.metrics.smooth import smooth_ece, smooth_reliability
 from sqlcal.metrics.tce import tce_bins
-from sqlcal.options import checked
-from sqlcal.inputs import as_source
+from sqlcal.options import checked, costs_cells, costs_smooth, declare
+from sqlcal.inputs import Source, as_source
 
 #: below this base rate the reliability diagram's axes are in log-odds (scale="auto")
 LOW_BASE_RATE = 0.05
@@ -98,8 +99,8 @@ def reliability_diagram(
     plt = _pyplot()
     table = reliability(data, score=score, label=label, weight=weight, by=by, where=where,
                         bins=bins, strategy=strategy, **options)
-    keys = [c for c in table.columns[: table.columns.get_loc("bin")]]
-    table = _only(table, keys, group)
+    table, keys = _keyed(table, data, by)
+    table = _only(table, _shown(table, keys), group)
     if scale not in ("auto", "linear", "logit"):
         raise ValueError(f"scale must be 'auto', 'linear' or 'logit', not {scale!r}")
     base_rate = float((table["observed"] * table["W"]).sum() / table["W"].sum())
@@ -109,8 +110,8 @@ def reliability_diagram(
     diagonal = np.array([1e-9, 1 - 1e-9]) if logit else np.array([0.0, 1.0])
     ax.plot(diagonal, diagonal, color="0.6", lw=1, ls="--", label="calibrated")
     hist = ax.inset_axes([0.0, 0.0, 1.0, 0.18], sharex=ax)
-    for key, part in groups(table, keys):
-        name = ", ".join(f"{v}" for v in key.values()) or "all"
+    for key, part in groups(table, list(keys.columns)):
+        name = _name(key.values())
         err = np.vstack([part["observed"] - part["ci_lower"], part["ci_upper"] - part["observed"]])
         line = ax.errorbar(part["mean_score"], part["observed"],
                            yerr=None if np.isnan(err).all() else err, marker="o", ms=4,
@@ -137,6 +138,9 @@ def reliability_diagram(
            ylabel="observed rate", title=f"Reliability ({strategy} bins, B = {bins})")
     ax.legend(loc="upper left", fontsize="small")
     return ax
+
+
+declare("smooth_reliability_diagram", cost=costs_smooth)
 
 
 @checked
@@ -207,17 +211,17 @@ def smooth_reliability_diagram(
     plt = _pyplot()
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     # sorted like the other diagrams' tables, so a group keeps its colour from run to run
-    curve = smooth_reliability(src, sigma=sigma).sort_values([*src.by, "t"], kind="stable")
-    values = smooth_ece(src, sigma=sigma)
-    keys = list(src.by)
+    curve, keys = _keyed(smooth_reliability(src, sigma=sigma), src, ())
+    curve = curve.sort_values([*keys.columns, "t"], kind="stable")
+    values, _ = _keyed(smooth_ece(src, sigma=sigma), src, ())
     if ax is None:
         _, ax = plt.subplots(figsize=(5.5, 5.5))
     ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--", label="calibrated")
-    value = {key_tuple(k): float(v["smooth_ece"].iloc[0]) for k, v in groups(values, keys)}
-    for key, part in groups(curve, keys):
-        name = ", ".join(f"{v}" for v in key.values()) or "all"
+    value = {group_id(k): float(v["smooth_ece"].iloc[0])
+             for k, v in groups(values, list(keys.columns))}
+    for key, part in groups(curve, list(keys.columns)):
         (line,) = ax.plot(part["t"], part["observed"], lw=1.6,
-                          label=f"{name} (smECE {value[key_tuple(key)]:.3f})")
+                          label=f"{_name(key.values())} (smECE {value[group_id(key)]:.3f})")
         # the band's half-width grows where scores are dense (relplot draws it the same way)
         half = 0.02 * part["density"] / part["density"].max()
         ax.fill_between(part["t"], part["observed"] - half, part["observed"] + half,
@@ -292,8 +296,8 @@ def tce_diagram(
     """
     plt = _pyplot()
     table = tce_bins(data, score=score, label=label, weight=weight, by=by, where=where, **options)
-    keys = list(table.columns[: table.columns.get_loc("bin")])
-    if keys and table[keys].drop_duplicates().shape[0] > 1:
+    table, keys = _keyed(table, data, by)
+    if keys.keys and _shown(table, keys).map(key_value).drop_duplicates().shape[0] > 1:
         raise ValueError("tce_diagram draws one group: filter with where=")
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 6))
@@ -313,6 +317,9 @@ def tce_diagram(
            ylabel="observed rate of the bin",
            title=f"TCE {total:.1f}%: predictions accepted (green) or rejected (red)")
     return ax
+
+
+declare("cumulative_plot", cost=costs_cells)
 
 
 @checked
@@ -397,13 +404,13 @@ def cumulative_plot(
     plt = _pyplot()
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = cells_summary(src, ("residuals",), cells).sort_values([*src.by, "cell"])
-    frame = _only(frame, list(src.by), group)
+    frame = _only(frame, src.present(frame[list(src.by)]), group)
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
     for key, part in groups(frame, list(src.by)):
         curve = cumulative_curve(part)
         along = curve["weight_share"] if x == "weight" else curve["score"]
-        name = ", ".join(f"{v}" for v in key.values()) or "all"
+        name = _name(src.group_keys.values(key).values())
         (line,) = ax.plot(along, curve["s"], lw=1.4, label=name)
         ax.fill_between(along, curve["s_low"], curve["s_high"], color=line.get_color(),
                         alpha=0.15, lw=0)
@@ -466,17 +473,41 @@ def cumulative_curve(cells: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-def _only(table: pd.DataFrame, keys: list, group: dict | None) -> pd.DataFrame:
-    """The rows of one group (``group``: key → value; a missing value matches NULL)."""
+def _only(table: pd.DataFrame, shown: pd.DataFrame, group: dict | None) -> pd.DataFrame:
+    """The rows of one group (``group``: key → value; a missing value matches NULL, NaN matches
+    NaN), by ``shown``: the rows' keys as presented, under their names."""
     if group is None:
         return table
+    keys = list(shown.columns)
     unknown = set(group) - set(keys)
     if unknown:
         raise ValueError(f"group names keys {sorted(unknown)} that are not group keys {keys}")
-    want = key_tuple({k: group.get(k) for k in keys})
-    mask = [key_tuple(dict(zip(keys, row))) == want
-            for row in table[keys].itertuples(index=False)]
+    want = group_id({k: group.get(k) for k in keys})
+    mask = [group_id(dict(zip(keys, row))) == want for row in shown.itertuples(index=False)]
     return table[np.asarray(mask, dtype=bool)]
+
+
+def _keyed(table: pd.DataFrame, data: Any, by) -> tuple[pd.DataFrame, GroupKeys]:
+    """A result as presented, with its keys renamed to internal names (``__key0``, ...) and
+    sqlcal's columns to their own, so that a key named like one (``bin``, ``observed``) is
+    still a key; and the keys."""
+    names = (list(data.key_names) if isinstance(data, Source)
+             else [by] if isinstance(by, str) else list(by))
+    keys = GroupKeys(tuple(Key(n, VALUE.format(i), kind="plain") for i, n in enumerate(names)))
+    renamed = {k.name: k.column for k in keys.keys}
+    renamed |= {c: keys.original(c) for c in table.columns if c not in renamed}
+    return table.rename(columns=renamed), keys
+
+
+def _shown(table: pd.DataFrame, keys: GroupKeys) -> pd.DataFrame:
+    """The keys of a :func:`_keyed` table under their names."""
+    return table[list(keys.columns)].set_axis(list(keys.names), axis=1)
+
+
+def _name(values) -> str:
+    """A group's legend: its key values, NULL and NaN by name."""
+    return ", ".join("NULL" if key_value(v) is None else f"{key_value(v)}"
+                     for v in values) or "all"
 
 
 def _pyplot():

@@ -28,7 +28,8 @@ from sqlcal.maps import CLIP, EXP_LIMIT, CalibrationMap, IsotonicMap, PlattMap  
 from sqlcal.metrics import groups, key_tuple, level_sets, resolve_weight_kind, result, safe_div
 from sqlcal.metrics.cells import cell_levels, cells_summary, chunks, slab_rows
 from sqlcal.metrics.scores import totals_summary
-from sqlcal.options import checked
+from sqlcal.metrics._registry import Report, metric
+from sqlcal.options import OPTIONS, checked, costs_cells, declare
 from sqlcal.query import declared, local, planner
 from sqlcal.query.declared import SATURATED
 from sqlcal.inputs import Source, as_source
@@ -40,10 +41,13 @@ LEVEL_CAP = 1_000_000
 MAX_PASSES = 30
 #: score cells of the grid fit (``method="grid"``): blocks are unions of cells of width 2^-16
 GRID_CELLS = 2**16
-METHODS = ("auto", "levels", "grid", "engine")
-FEATURES = ("logit", "score")
-INTERPOLATIONS = ("linear", "step")
+METHODS = OPTIONS["method"].choices
+FEATURES = OPTIONS["feature"].choices
+INTERPOLATIONS = OPTIONS["interpolation"].choices
 SEPARATED = "the score separates its labels (no maximum-likelihood fit exists)"
+
+
+declare("isotonic", cost=costs_cells)
 
 
 @checked
@@ -168,9 +172,10 @@ def isotonic(
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     blocks, info = isotonic_blocks(src, method, cells)
     if src.dropped is not None:  # the rows left out are part of what the map was fitted on
-        info["dropped"] = src.dropped
-    return IsotonicMap(by=tuple(src.by), table=blocks, kind="isotonic regression", info=info,
-                       interpolation=interpolation)
+        info["dropped"] = src.present(src.dropped)
+    fitted = IsotonicMap(by=tuple(src.by), table=blocks, kind="isotonic regression", info=info,
+                         interpolation=interpolation)
+    return fitted.named(src.group_keys)
 
 
 def isotonic_blocks(src: Source, method: str = "auto", cells: int = GRID_CELLS
@@ -458,13 +463,22 @@ def platt(
     fitted = PlattMap(by=tuple(src.by), table=table, kind="Platt scaling", feature=feature,
                       info={"smoothed_targets": smoothed_targets})
     if src.dropped is not None:  # the rows left out are part of what the map was fitted on
-        fitted.info["dropped"] = src.dropped
+        fitted.info["dropped"] = src.present(src.dropped)
     if modified:
         _modify(src, fitted, tolerance)
         fitted.kind = "modified Platt scaling"
-    return fitted
+    return fitted.named(src.group_keys)
 
 
+# every form refines (Newton steps chosen from the previous ones): exported as the levels, from
+# which sqlcal.from_summaries fits it exactly
+@metric(needs=lambda src, o: [declared.totals()],
+        refining={(None, None): "none: its Newton steps read the rows again, and the levels "
+                                "finish it exactly"},
+        report={"calibration_slope": Report(
+            {"slope": "calibration_slope", "slope_se": "calibration_slope_se",
+             "intercept": "calibration_intercept", "intercept_se": "calibration_intercept_se"})},
+        trust={"weight_kind": "weight_kind"})
 @checked
 def calibration_slope(
     data: Any,
@@ -847,14 +861,3 @@ def mapped_cutoff_error(fitted: CalibrationMap, levels: pd.DataFrame, by) -> pd.
         top, bottom = max(0.0, S.max(initial=0.0)), min(0.0, S.min(initial=0.0))
         rows.append({**key, "cutoff_error": float(safe_div(top - bottom, W.sum()))})
     return pd.DataFrame(rows, columns=[*by, "cutoff_error"])
-
-
-# -- declarations for the catalogue (sqlcal.catalog): the calibration slope as a metric -------
-
-#: the summaries the calibration slope reads first (its Newton steps follow, from the levels or
-#: as engine passes)
-NEEDS = {"calibration_slope": lambda src, o: [declared.totals()]}
-#: every form refines (Newton steps chosen from the previous ones): exported as the levels,
-#: from which sqlcal.from_summaries fits it exactly
-REFINING = {("calibration_slope", None, None):
-            "none: its Newton steps read the rows again, and the levels finish it exactly"}

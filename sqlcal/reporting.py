@@ -9,144 +9,63 @@ from __future__ import annotations
 import inspect
 import json
 import math
-from typing import Any, Sequence
+from collections.abc import Mapping
+from typing import Any, Callable, Iterator, Sequence
 
 import pandas as pd
 
-from sqlcal.metrics.binned import brier_decomposition, ece, hosmer_lemeshow
-from sqlcal.metrics.cumulative import cutoff_error, ks, kuiper
-from sqlcal.metrics.smooth import ls_ece, smooth_ece
-from sqlcal.metrics.tce import tce
-from sqlcal.metrics.decision import calibration_decision_loss, decision_risk_gap
-from sqlcal.metrics.distance import (distance_to_calibration, interval_calibration_error,
-                                     lipschitz_calibration_error)
-from sqlcal.corp import decompose
-from sqlcal.recalibrate import calibration_slope
-from sqlcal.metrics.scores import brier, calibration_in_the_large, log_loss, spiegelhalter
-from sqlcal.metrics.lowrate import calibration_ratio, normalized_entropy
-from sqlcal import catalog
+from sqlcal.metrics._registry import get, report_metrics
 from sqlcal.query import planner
 from sqlcal.query.declared import Summary
+from sqlcal.groupkeys import key_value
 from sqlcal.inputs import Source, as_source
 
-from sqlcal.options import checked, declare_report_metrics
+from sqlcal.options import checked, costs_report, declare
 
-#: report metric name -> (function, options, {result column: report column})
-METRICS: dict[str, tuple] = {
-    "ece": (ece, {}, {"ece": "ece"}),
-    "rmsce": (ece, {"norm": "l2"}, {"rmsce": "rmsce"}),
-    "mce": (ece, {"norm": "max"}, {"mce": "mce"}),
-    "ece_quantile": (ece, {"strategy": "quantile"}, {"ece": "ece_quantile"}),
-    "brier": (brier, {}, {"brier": "brier"}),
-    "log_loss": (log_loss, {}, {"log_loss": "log_loss"}),
-    "calibration_in_the_large": (
-        calibration_in_the_large, {}, {"citl": "citl", "oe_ratio": "oe_ratio"}
-    ),
-    "spiegelhalter": (
-        spiegelhalter, {}, {"z": "spiegelhalter_z", "p_value": "spiegelhalter_p"}
-    ),
-    "hosmer_lemeshow": (
-        hosmer_lemeshow, {},
-        {"hl_statistic": "hl_statistic", "dof": "hl_dof", "p_value": "hl_p"},
-    ),
-    "cutoff_error": (
-        cutoff_error, {},
-        {"cutoff_error": "cutoff_error", "lower_bound": "cutoff_lower", "upper_bound": "cutoff_upper"},
-    ),
-    "kuiper": (kuiper, {}, {"kuiper": "kuiper", "p_value": "kuiper_p"}),
-    "ks": (ks, {}, {"ks": "ks", "p_value": "ks_p"}),
-    "ls_ece": (ls_ece, {}, {"ls_ece": "ls_ece"}),
-    "tce": (tce, {}, {"tce": "tce", "n_bins": "tce_bins"}),
-    "smooth_ece": (smooth_ece, {}, {"smooth_ece": "smooth_ece"}),
-    "lipschitz_calibration_error": (
-        lipschitz_calibration_error, {},
-        {"lipschitz_calibration_error": "lipschitz_calibration_error"},
-    ),
-    "distance_to_calibration": (
-        distance_to_calibration, {},
-        {"lower_distance": "lower_distance", "lower_tolerance": "lower_tolerance",
-         "upper_distance": "upper_distance"},
-    ),
-    "interval_calibration_error": (
-        interval_calibration_error, {},
-        {"interval_calibration_error": "interval_calibration_error"},
-    ),
-    "calibration_decision_loss": (
-        calibration_decision_loss, {},
-        {"calibration_decision_loss": "calibration_decision_loss", "v_star": "cdl_v_star"},
-    ),
-    "decision_risk_gap": (
-        decision_risk_gap, {},
-        {"risk_gap": "risk_gap", "monotone_risk_gap": "monotone_risk_gap"},
-    ),
-    "calibration_slope": (
-        calibration_slope, {},
-        {"slope": "calibration_slope", "slope_se": "calibration_slope_se",
-         "intercept": "calibration_intercept", "intercept_se": "calibration_intercept_se"},
-    ),
-    "decompose": (
-        decompose, {},
-        {"miscalibration": "corp_miscalibration", "discrimination": "corp_discrimination",
-         "uncertainty": "corp_uncertainty"},
-    ),
-    "brier_decomposition": (
-        brier_decomposition, {},
-        {"reliability": "brier_reliability", "resolution": "brier_resolution",
-         "uncertainty": "brier_uncertainty"},
-    ),
-    "normalized_entropy": (
-        normalized_entropy, {},
-        {"normalized_entropy": "normalized_entropy", "ci_lower": "normalized_entropy_lower",
-         "ci_upper": "normalized_entropy_upper"},
-    ),
-    "calibration_ratio": (
-        calibration_ratio, {},
-        {"calibration_ratio": "calibration_ratio", "ci_lower": "calibration_ratio_lower",
-         "ci_upper": "calibration_ratio_upper"},
-    ),
-}
-declare_report_metrics({name: spec[0] for name, spec in METRICS.items()})
 
+class _Registered(Mapping):
+    """A read-only view of the metric registry, read on each access (a metric registered later
+    is in it): report name -> what the registration declares for it."""
+
+    def __init__(self, value: Callable):
+        self._value = value
+
+    def __getitem__(self, name: str):
+        metric, spec = report_metrics()[name]
+        return self._value(metric, spec)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(report_metrics())
+
+    def __len__(self) -> int:
+        return len(report_metrics())
+
+
+#: report metric name -> (function, preset options, {result column: report column}), as each
+#: metric's registration declares it (``@metric(report=...)``)
+METRICS: Mapping[str, tuple] = _Registered(lambda m, spec: (m.function, spec.options,
+                                                             spec.columns))
 #: report metric name -> {result column: report column} for the columns that say how far to
 #: trust its numbers (exact or grid, the grid's bound, the weight kind, the confidence level,
-#: the bins). A report column that several metrics map to (``weight_kind``, ``exact``) is one
-#: column while they agree on every group; a metric that disagrees gets its own
-#: ``<metric>_<column>`` beside it. None keeps a fact out of the wide table (the bins: the
-#: metric's name and the report's ``bins=`` fix them); every fact, None or not, travels in the
-#: ``trust`` column of the tidy tables (:func:`trust`), hence in the JSON and the results table.
-TRUST: dict[str, dict[str, str | None]] = {
-    "ece": {"binning": None},
-    "rmsce": {"binning": None},
-    "mce": {"binning": None},
-    "ece_quantile": {"binning": None},
-    "spiegelhalter": {"weight_kind": "weight_kind"},
-    "hosmer_lemeshow": {"binning": None, "dof_rule": None, "weight_kind": "weight_kind"},
-    "cutoff_error": {"exact": "exact", "grid_bound": "cutoff_grid_bound",
-                     "confidence": "cutoff_confidence", "weight_kind": "weight_kind"},
-    "kuiper": {"exact": "exact", "grid_bound": "kuiper_grid_bound", "weight_kind": "weight_kind"},
-    "ks": {"exact": "exact", "grid_bound": "ks_grid_bound", "weight_kind": "weight_kind"},
-    "ls_ece": {"grid_bound": "ls_ece_grid_bound", "noise": None, "grid_step": None},
-    "smooth_ece": {"bootstrap": None, "confidence": None},  # with bootstrap= only
-    "tce": {"binning": None, "alpha": None, "test": None},
-    "lipschitz_calibration_error": {"quantization_bound": "lipschitz_quantization_bound",
-                                    "lipschitz": None},
-    "distance_to_calibration": {"upper_method": None, "lower_quantization": None,
-                                "quantization_bound": None},
-    "interval_calibration_error": {"method": "interval_calibration_method"},
-    "calibration_decision_loss": {"binning": None, "method": None},
-    "calibration_slope": {"weight_kind": "weight_kind"},
-    "decompose": {"exact": "exact", "method": None, "scoring": None},
-    "brier_decomposition": {"binning": None},
-    "normalized_entropy": {"weight_kind": "weight_kind", "confidence": None,
-                           "reason": "normalized_entropy_reason"},
-    "calibration_ratio": {"weight_kind": "weight_kind", "confidence": None, "method": None,
-                          "reason": "calibration_ratio_reason"},
-}
+#: the bins), as its registration declares them (``@metric(trust=...)``). A report column that
+#: several metrics map to (``weight_kind``, ``exact``) is one column while they agree on every
+#: group; a metric that disagrees gets its own ``<metric>_<column>`` beside it. None keeps a
+#: fact out of the wide table (the bins: the metric's name and the report's ``bins=`` fix them);
+#: every fact, None or not, travels in the ``trust`` column of the tidy tables (:func:`trust`),
+#: hence in the JSON and the results table.
+TRUST: Mapping[str, dict] = _Registered(lambda m, spec: m.trust)
+#: the trust columns of every result read from a summary store (sqlcal.stored): the window's
+#: periods, its maturity view, and whether the value is what a scan of those periods' rows gives
+#: (``window_exact``) and how far from it it may be (``window_bound``; NaN for an estimate)
+STORED_FACTS = ("window", "maturity", "window_exact", "window_bound")
 DEFAULT_METRICS = (
     "ece", "rmsce", "mce", "ece_quantile", "brier", "log_loss", "calibration_in_the_large",
     "spiegelhalter", "hosmer_lemeshow", "cutoff_error", "kuiper",
 )
 SCHEMA_VERSION = 1
+
+
+declare("report", cost=costs_report)
 
 
 @checked
@@ -236,22 +155,27 @@ def report(
 def wide(src: Source, frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """The report table from each metric's result (report name -> frame, in order): the keys,
     ``n``, ``W`` (and ``n_dropped``), each metric's columns under its report names, then the
-    facts of :data:`TRUST` that qualify them, a shared column once."""
+    facts of :data:`TRUST` that qualify them, a shared column once. The frames are results as
+    the user reads them: a column of sqlcal's that a key is named like is found, and placed,
+    under its renamed name (:meth:`sqlcal.groupkeys.GroupKeys.own`)."""
+    own = src.group_keys.own
     out, trusted = None, {}
     for name, values in frames.items():
         if out is None:
-            out = values[[c for c in values if c in (*src.by, "n", "W", "n_dropped")]].copy()
+            first = [own(c) for c in ("n", "W", "n_dropped") if own(c) in values]
+            out = values[[*src.key_names, *first]].copy()
         for column, target in METRICS[name][2].items():
-            out[target] = values[column].to_numpy()
-        for column, target in TRUST.get(name, {}).items():
-            if target is None or column not in values:
+            out[own(target)] = values[own(column)].to_numpy()
+        facts = {**TRUST.get(name, {}), **{c: c for c in STORED_FACTS}}
+        for column, target in facts.items():
+            if target is None or own(column) not in values:
                 continue
-            fact = values[column].to_numpy()
+            fact = values[own(column)].to_numpy()
             if target in trusted and not _same(trusted[target], fact):
                 target = f"{name}_{column}"
             trusted.setdefault(target, fact)
     for target, fact in trusted.items():
-        out[target] = fact
+        out[own(target)] = fact
     return out
 
 
@@ -259,7 +183,8 @@ def trust(name: str, values: pd.DataFrame) -> list[str]:
     """Per row of a metric's result, the facts of :data:`TRUST` that qualify it, as a JSON object
     (sorted keys; NaN as null): the ``trust`` column of the tidy tables, the JSON's metric
     records and the results table (``{}`` for a metric with none)."""
-    columns = [c for c in TRUST.get(name, {}) if c in values]  # some come with an option only
+    # some come with an option only; a stored window's facts come with every metric
+    columns = [c for c in (*TRUST.get(name, {}), *STORED_FACTS) if c in values]
     return [json.dumps({c: _plain(row[c]) for c in columns}, sort_keys=True)
             for _, row in values[columns].iterrows()] if columns else ["{}"] * len(values)
 
@@ -279,13 +204,11 @@ def _plain(v):
 
 def needs(src: Source, metrics: dict[str, dict]) -> list[Summary]:
     """The first-stage summaries that ``metrics`` (report name -> options) read, as each
-    metric's module declares them (its ``NEEDS``); a metric that declares none fetches its own."""
+    metric's registration declares them (``@metric(needs=...)``)."""
     out = []
     for name, options in metrics.items():
-        function = METRICS[name][0]
-        declare = catalog.needs().get(function.__name__)
-        if declare is not None:
-            out += declare(src, {**_defaults(function), **options})
+        metric = _metric(name)
+        out += metric.needs(src, {**_defaults(metric.function), **options})
     return out
 
 
@@ -297,27 +220,38 @@ def summary_steps(src: Source, metrics: dict[str, dict]) -> list[tuple[str, Any]
 
 
 def follow_ups(src: Source, metrics: dict[str, dict]) -> list:
-    """Each adaptive metric's next follow-up (``ask(src) -> [Summary]``, its family's
-    ``FOLLOW_UP_NEEDS`` bound to its options), for the planner to run them shared: quantile ECE
-    and Hosmer-Lemeshow read the levels around their edges in one pass."""
-    declared = catalog.follow_up_needs()
+    """Each adaptive metric's next follow-up (``ask(src) -> [Summary]``, its registered
+    ``follow_up`` bound to its options), for the planner to run them shared: quantile ECE and
+    Hosmer-Lemeshow read the levels around their edges in one pass."""
     out = []
     for name, options in metrics.items():
-        function = METRICS[name][0]
-        ask = declared.get(function.__name__)
-        if ask is not None:
-            out.append(lambda src, ask=ask, o={**_defaults(function), **options}: ask(src, o))
+        metric = _metric(name)
+        if metric.follow_up is not None:
+            out.append(lambda src, ask=metric.follow_up,
+                       o={**_defaults(metric.function), **options}: ask(src, o))
     return out
 
 
 def metric_options(name: str, options: dict | None = None, bins: int | None = None) -> dict:
-    """A report metric's options: its preset, then ``options``; ``bins`` for the ECE family
-    and the Brier decomposition unless set."""
-    function, preset, _ = METRICS[name]
-    chosen = {**preset, **(options or {})}
-    if bins is not None and function in (ece, brier_decomposition):
+    """A report metric's options: its preset, then ``options``; the report's ``bins`` for the
+    metrics registered to take it (the ECE family and the Brier decomposition) unless set."""
+    metric, spec = report_metrics()[name]
+    chosen = {**spec.options, **(options or {})}
+    if bins is not None and metric.report_bins:
         chosen = {"bins": bins, **chosen}
     return chosen
+
+
+def takes_bins(name: str) -> bool:
+    """Whether the report's ``bins=`` applies to the report metric ``name``."""
+    found = report_metrics().get(name)
+    return found is not None and found[0].report_bins
+
+
+def _metric(name: str):
+    # a report name, or a registered metric's own name (a catalogue metric outside the report)
+    found = report_metrics().get(name)
+    return found[0] if found is not None else get(name)
 
 
 def _defaults(function) -> dict:
@@ -326,8 +260,13 @@ def _defaults(function) -> dict:
 
 
 def to_json(table: pd.DataFrame, src_description: dict) -> str:
-    """The report as JSON with a schema version; NaN and infinities become null."""
+    """The report as JSON with a schema version; NaN and infinities become null, except in a
+    group key (``src_description["by"]``), where NULL is null and NaN and infinities are the
+    strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (:func:`sqlcal.groupkeys.key_value`):
+    two groups stay two."""
     def clean(v):
+        if v is None or v is pd.NA or v is pd.NaT:
+            return None
         if isinstance(v, float) and not math.isfinite(v):
             return None
         if hasattr(v, "item"):
@@ -336,7 +275,9 @@ def to_json(table: pd.DataFrame, src_description: dict) -> str:
             return v.isoformat()
         return v
 
-    rows = [{k: clean(v) for k, v in row.items()} for row in table.to_dict(orient="records")]
+    keys = set(src_description.get("by") or ())
+    rows = [{k: key_value(v) if k in keys else clean(v) for k, v in row.items()}
+            for row in table.to_dict(orient="records")]
     return json.dumps({
         "schema_version": SCHEMA_VERSION,
         "sqlcal_version": _version(),
@@ -347,7 +288,8 @@ def to_json(table: pd.DataFrame, src_description: dict) -> str:
 
 
 def describe(src: Source) -> dict:
-    out = {"score": src.score, "label": src.label, "weight": src.weight, "by": list(src.by),
+    out = {"score": src.score, "label": src.label, "weight": src.weight,
+           "by": list(src.key_names),
            "on_invalid": src.on_invalid}
     if src.sampling_rate is not None:  # negative downsampling: the log's design
         out["negative_sampling_rate"] = src.sampling_rate

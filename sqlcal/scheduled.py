@@ -30,10 +30,10 @@ from sqlcal.errors import ConfigError, check_schema, install_hint, read_toml, re
 from sqlcal import outputs
 from sqlcal.options import check as check_options
 from sqlcal.options import checked
+from sqlcal.groupkeys import group_id, key_value, records, shown_name
 from sqlcal.reporting import (METRICS, describe, metric_options, summary_steps, to_json, trust,
                               wide)
 from sqlcal.inputs import Source, as_source, connect_url
-from sqlcal.segments_map import shown_name
 
 #: section -> allowed keys (None: any metric name)
 SECTIONS: dict[str, tuple[str, ...] | None] = {
@@ -108,13 +108,19 @@ class ScheduledRun:
     metrics: pd.DataFrame
     alerts: list[dict]
     series: pd.DataFrame | None = None
+    #: the source of the series (the time key last among its keys)
+    series_source: Source | None = None
     figures: dict = field(default_factory=dict)
     #: sqlcal.segments of the source, with a [segments] section
     segments: pd.DataFrame | None = None
 
     @property
     def keys(self) -> list[str]:
-        return list(self.source.by)
+        return list(self.source.key_names)
+
+    def own(self, name: str) -> str:
+        """The name of sqlcal's column ``name`` in the run's tables, beside its keys."""
+        return self.source.group_keys.own(name)
 
     @property
     def status(self) -> str:
@@ -310,10 +316,13 @@ def _inputs(config: dict) -> list[str]:
 
 def config_schema() -> dict:
     """The JSON Schema (draft 2020-12) of ``report.toml`` as parsed, with which
-    :func:`validate_config` checks every configuration first."""
+    :func:`validate_config` checks every configuration first: a metric name is one of the
+    registered report metrics (:data:`sqlcal.reporting.METRICS`)."""
     from importlib.resources import files
 
-    return json.loads(files("sqlcal").joinpath("report_config.schema.json").read_text("utf-8"))
+    schema = json.loads(files("sqlcal").joinpath("report_config.schema.json").read_text("utf-8"))
+    schema["$defs"]["metric"]["enum"] = sorted(METRICS)
+    return schema
 
 
 def check_metric_options(name: str, options: dict, where: str) -> None:
@@ -407,15 +416,15 @@ def run_report(
     frames, tidy = _measure(src, config["metrics"], step)
     table = _wide(src, frames, config["metrics"])
     alerts = _check_alerts(src, frames, config["alerts"])
-    order = _worst_first(table, alerts, src.by, config["report"]["order_by"])
+    order = _worst_first(table, alerts, src, config["report"]["order_by"])
     table = table.iloc[order].reset_index(drop=True)
     run = ScheduledRun(config=config, run_id=run_id, run_at=run_at, config_hash=digest,
                        source=src, table=table, metrics=tidy, alerts=alerts)
     if config["time"]:
         chosen = {m: config["metrics"][m] for m in config["time"]["metrics"]}
         with step(f"series per {config['time']['key']}"):
-            series_src = _open_source(config, time=config["time"]["key"])
-            run.series = _measure(series_src, chosen, _quiet)[1]
+            run.series_source = _open_source(config, time=config["time"]["key"])
+            run.series = _measure(run.series_source, chosen, _quiet)[1]
     if config.get("segments"):
         with step("miscalibrated segments"):
             run.segments = _segments(config)
@@ -549,7 +558,8 @@ def _measure(src: Source, metrics: dict, step) -> tuple[dict, pd.DataFrame]:
     for name, options in metrics.items():
         function, preset, mapping = METRICS[name]
         with step(f"metric: {name}"):
-            frames[name] = values = function(src, **{**preset, **options})
+            frames[name] = function(src, **{**preset, **options})
+        values = src.group_keys.internal(frames[name])
         bounds = next(((lo, hi) for lo, hi in _BOUNDS if lo in values and hi in values), None)
         primary = next(iter(mapping))
         for column in mapping:
@@ -567,7 +577,7 @@ def _measure(src: Source, metrics: dict, step) -> tuple[dict, pd.DataFrame]:
     tidy = pd.concat(parts, ignore_index=True)
     if src.by:
         tidy = tidy.sort_values(list(src.by), kind="stable", ignore_index=True)
-    return frames, tidy
+    return frames, src.present(tidy)
 
 
 def _wide(src: Source, frames: dict, metrics: dict) -> pd.DataFrame:
@@ -577,18 +587,19 @@ def _wide(src: Source, frames: dict, metrics: dict) -> pd.DataFrame:
 def _check_alerts(src: Source, frames: dict, rules: list[dict]) -> list[dict]:
     fired = []
     for rule in rules:
-        values = frames[rule["metric"]]
+        values = src.group_keys.internal(frames[rule["metric"]])
         if rule["column"] not in values:
             raise ValueError(f"alert on {rule['metric']}.{rule['column']}: the metric returned no "
                              f"such column with these options (columns {list(values.columns)})")
-        for _, row in values.iterrows():
+        groups = records(src.present(values[list(src.by)]), src.key_names)
+        for (_, row), key in zip(values.iterrows(), groups):
             value = float(row[rule["column"]])
             if math.isnan(value):
                 continue  # undefined (an empty or one-class group) is not a breach
             for side, breach in (("above", value > rule.get("above", math.inf)),
                                  ("below", value < rule.get("below", -math.inf))):
                 if breach:
-                    group = {k: row[k] for k in src.by}
+                    group = {k: key[k] for k in src.key_names}
                     where = ", ".join(f"{k}={v}" for k, v in group.items()) or "all rows"
                     fired.append({
                         "group": group, "metric": rule["metric"], "column": rule["column"],
@@ -599,20 +610,20 @@ def _check_alerts(src: Source, frames: dict, rules: list[dict]) -> list[dict]:
     return fired
 
 
-def _worst_first(table: pd.DataFrame, alerts: list[dict], by: Sequence[str],
+def _worst_first(table: pd.DataFrame, alerts: list[dict], src: Source,
                  order_by: list[str]) -> list[int]:
     """Groups with more alerts first; then by the ``order_by`` statistic, largest first (smallest
     first for a p-value); undefined values last."""
     metric, column = order_by
     counts = {}
     for a in alerts:
-        key = tuple(a["group"].values())
+        key = group_id(a["group"])
         counts[key] = counts.get(key, 0) + 1
-    values = METRICS[metric][2][column]
+    values = src.group_keys.own(METRICS[metric][2][column])
 
     def rank(i):
         row = table.iloc[i]
-        key = tuple(row[k] for k in by)
+        key = group_id({k: row[k] for k in src.key_names})
         v = float(row[values])
         v = -v if column == "p_value" else v
         return (-counts.get(key, 0), math.isnan(v), -v if not math.isnan(v) else 0.0)
@@ -638,10 +649,10 @@ def _draw(run: ScheduledRun, step) -> None:
     totals = totals_summary(src)
     low = float(totals["swy"].sum() / totals["W"].sum()) < LOW_BASE_RATE
     binning = {"strategy": "logit", "scale": "logit"} if low else {}
-    for _, row in run.table.iterrows():
-        key = tuple(row[k] for k in src.by)
-        name = ", ".join(f"{k}={v}" for k, v in zip(src.by, key)) or "all rows"
-        group = {k: (None if _missing(v) else _python(v)) for k, v in zip(src.by, key)}
+    for group in records(run.table, src.key_names):
+        key = tuple(group.values())
+        name = ", ".join(f"{k}={v}" for k, v in zip(src.key_names, key)) or "all rows"
+        group = {k: _python(v) for k, v in zip(src.key_names, key)}
         # each diagram draws its group from the summary of all groups, which the metrics have
         # already cached on the source: no engine pass per group
         with step(f"diagrams: {name}"):
@@ -652,10 +663,11 @@ def _draw(run: ScheduledRun, step) -> None:
             fig, ax = plt.subplots(figsize=(6.5, 4.2))
             cumulative_plot(src, group=group or None, ax=ax)
             ax.set_title(f"Cumulative differences: {name}", fontsize="medium")
-            run.figures[key] = {"reliability": reliability, "cumulative": png(fig)}
+            run.figures[group_id(dict(zip(src.key_names, key)))] = {
+                "reliability": reliability, "cumulative": png(fig)}
     if run.series is not None and len(run.series):
         run.figures["series"] = png(series_plot(run.series, time=run.config["time"]["key"],
-                                                by=src.by))
+                                                by=src.key_names))
 
 
 def series_plot(series: pd.DataFrame, *, time: str, by: Sequence[str] = ()):
@@ -777,20 +789,19 @@ _FILE_SCHEMES = ("file", "parquet", "csv", "delta", "json")
 
 def results_rows(run: ScheduledRun) -> pd.DataFrame:
     """The run's tidy metrics as rows of the results table (:data:`RESULTS_SCHEMA`)."""
-    keys = run.keys
+    keys, tidy, own = run.keys, run.metrics, run.own
     frame = pd.DataFrame({
         "run_id": run.run_id,
         "run_at": pd.Timestamp(run.run_at),
         "config_hash": run.config_hash,
-        "group_keys": [_keys_json({k: row[k] for k in keys})
-                       for _, row in run.metrics.iterrows()],
-        "metric": run.metrics["metric"].to_numpy(),
-        "statistic": run.metrics["statistic"].to_numpy(),
-        "value": run.metrics["value"].to_numpy(float),
-        "lower": run.metrics["lower"].to_numpy(float),
-        "upper": run.metrics["upper"].to_numpy(float),
-        "trust": run.metrics["trust"].to_numpy(object),
-    }, index=range(len(run.metrics)))
+        "group_keys": [group_id(group) for group in records(tidy, keys)],
+        "metric": tidy[own("metric")].to_numpy(),
+        "statistic": tidy[own("statistic")].to_numpy(),
+        "value": tidy[own("value")].to_numpy(float),
+        "lower": tidy[own("lower")].to_numpy(float),
+        "upper": tidy[own("upper")].to_numpy(float),
+        "trust": tidy[own("trust")].to_numpy(object),
+    }, index=range(len(tidy)))
     return frame
 
 
@@ -953,13 +964,16 @@ def to_document(run: ScheduledRun) -> dict:
     doc["run"] = {"id": run.run_id, "at": run.run_at.isoformat() + "Z",
                   "config_hash": run.config_hash,
                   "config": json.loads(json.dumps(_redacted(run.config), default=str))}
-    doc["groups"] = [{k: _jsonable(r[k]) for k in keys} for _, r in run.table.iterrows()]
-    doc["metrics"] = _tidy_records(run.metrics, keys)
-    doc["alerts"] = [{**a, "group": {k: _jsonable(v) for k, v in a["group"].items()}}
+    doc["groups"] = [{k: key_value(v) for k, v in group.items()}
+                     for group in records(run.table, keys)]
+    doc["metrics"] = _tidy_records(run.metrics, keys, run.own)
+    doc["alerts"] = [{**a, "group": {k: key_value(v) for k, v in a["group"].items()}}
                      for a in run.alerts]
     if run.series is not None:
         key = run.config["time"]["key"]
-        doc["series"] = {"time": key, "rows": _tidy_records(run.series, keys, key)}
+        series_own = run.series_source.group_keys.own if run.series_source else run.own
+        doc["series"] = {"time": key, "rows": _tidy_records(run.series, keys, series_own,
+                                                            key)}
     if run.segments is not None:
         # sqlcal.segments' own column, beside keys and features of the same names
         searched = shown_name("searched", {*keys, *run.config["segments"]["features"]})
@@ -969,12 +983,14 @@ def to_document(run: ScheduledRun) -> dict:
     return doc
 
 
-def _tidy_records(frame: pd.DataFrame, keys: list[str], time: str | None = None) -> list[dict]:
+def _tidy_records(frame: pd.DataFrame, keys: list[str], own, time: str | None = None
+                  ) -> list[dict]:
+    """The records of a tidy table (keys, then sqlcal's columns named by ``own``)."""
     fields = ("n", "W", "metric", "statistic", "value", "lower", "upper")
-    return [{"group": {k: _jsonable(r[k]) for k in keys},
-             **({"time": _jsonable(r[time])} if time else {}),
-             **{k: _jsonable(r[k]) for k in fields}, "trust": json.loads(r["trust"])}
-            for _, r in frame.iterrows()]
+    return [{"group": {k: key_value(v) for k, v in group.items()},
+             **({"time": key_value(r[time])} if time else {}),
+             **{k: _jsonable(r[own(k)]) for k in fields}, "trust": json.loads(r[own("trust")])}
+            for group, (_, r) in zip(records(frame, keys), frame.iterrows())]
 
 
 def json_schema() -> dict:
@@ -1004,19 +1020,11 @@ def _jsonable(v):
         return int(v)
     if isinstance(v, np.bool_):
         return bool(v)
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NaT:
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) or v is pd.NaT:
         return None
     if hasattr(v, "isoformat"):
         return v.isoformat()
     return v
-
-
-def _keys_json(group: dict) -> str:
-    return json.dumps({k: _jsonable(v) for k, v in group.items()}, sort_keys=True)
-
-
-def _missing(v) -> bool:
-    return v is None or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
 
 
 def _python(v):

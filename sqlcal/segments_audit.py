@@ -35,10 +35,12 @@ from scipy import stats
 from sqlcal import options
 from sqlcal.metrics import resolve_weight_kind
 from sqlcal.options import BudgetError, OptionError, checked
+from sqlcal.errors import InvalidInputError
 from sqlcal.query import declared, planner
 from sqlcal.recalibrate import isotonic
+from sqlcal.groupkeys import shown_name
 from sqlcal.segments_map import (SegmentFix, SegmentIsotonicFix, condition_sql, dialect,
-                                 feature_kinds, shown_name, with_columns)
+                                 feature_kinds, with_columns)
 from sqlcal.inputs import Source, source
 from sqlcal.summaries import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
                               segment_code, segment_condition, segment_fold, segment_plan,
@@ -271,7 +273,7 @@ def default_support(W: float) -> float:
 def _present(frame: pd.DataFrame, spec: dict) -> pd.DataFrame:
     """A result with the user's names: group keys and feature columns (internal names inside
     the search) get theirs back, and each column sqlcal adds takes a trailing underscore while a
-    group key or feature holds its name (:func:`~sqlcal.segments_map.shown_name`)."""
+    group key or feature holds its name (:func:`~sqlcal.groupkeys.shown_name`)."""
     users = {*spec["keys"], *spec["features"]}
     own = dict(zip((*spec["by"], *spec["columns"]), (*spec["keys"], *spec["features"])))
     return frame.rename(columns={c: own.get(c) or shown_name(c, users) for c in frame.columns})
@@ -567,7 +569,8 @@ def _prepare(data, score, label, weight, by, where, features, split, on_invalid,
     columns = tuple(names[len(by):len(by) + len(features)])
     split_columns = tuple(names[len(by) + len(features):])
     src = source(table, score=score, label=label, weight=weight,
-                 by=(*keys, *columns, *split_columns), where=where, on_invalid=on_invalid)
+                 by=(*keys, *columns, *split_columns), where=where,
+                 on_invalid=on_invalid).with_named_keys()
     kinds = dict(zip(features, feature_kinds(src.rows, columns).values()))
     bad = [f for f, k in kinds.items() if k is None]
     if bad:
@@ -644,6 +647,7 @@ def _search(src: Source, spec: dict, *, min_support, min_expected, holdout, top_
                                                                max(bins, 1))
     big = per_value[per_value["W"].to_numpy() >= supports[per_value["g"].to_numpy()]]
     kept = [tuple(sorted(set(big.loc[big["j"] == j, "v"]))) for j in range(k)]
+    _refuse_nul(kept, spec)
     seen = pd.DataFrame({"j": feat, "v": raw}).drop_duplicates()
     pooled = {}
     vocab = []
@@ -1188,6 +1192,20 @@ def _keys_of(row, features, column: str = "special_values") -> dict:
     code = {name: key for key, name in SPECIAL.items()}
     return {f: code[special[f]] if f in special else segment_code(str(row[f]))
             for f in features if f in special or not _null(row[f])}
+
+
+def _refuse_nul(kept, spec) -> None:
+    """A kept value becomes a string literal in the lattice's queries and in the segment's SQL:
+    one holding the NUL character cannot be written as one on every engine (DuckDB's parser
+    stops at it, PostgreSQL's text refuses it), so it is refused by name instead of failing in
+    the engine (a pooled value never becomes a literal)."""
+    for j, values in enumerate(kept):
+        bad = [v for v in values if isinstance(v, str) and "\x00" in v]
+        if bad:
+            raise InvalidInputError(
+                f"feature {spec['features'][j]!r} has {len(bad)} value(s) with the support of a "
+                f"segment that contain the NUL character (\\x00), which a SQL string literal "
+                f"cannot hold on every engine: replace it in the column, or leave the feature out")
 
 
 def _predicates(node, search_or_kept, features):

@@ -29,6 +29,7 @@ import sqlglot
 from sqlglot import exp
 
 from sqlcal.errors import InvalidInputError
+from sqlcal.groupkeys import shown_name
 from sqlcal.maps import CalibrationMap
 from sqlcal.inputs import resolve_table
 from sqlcal.summaries import (SEGMENT_NULL, SEGMENT_OTHER, SEGMENT_VALUE, key_match,
@@ -74,19 +75,6 @@ def with_columns(data, columns) -> tuple[ir.Table, list]:
         prefix += "_"
     names = [f"{prefix}{i}" for i in range(len(columns))]
     return base.mutate(**{n: base[c] for n, c in zip(names, columns)}), names
-
-
-def shown_name(column: str, users) -> str:
-    """The name of a column sqlcal adds to a result beside the user's group keys and features
-    (``users``): its own, with a trailing underscore added while one of ``users`` holds it (no
-    column of sqlcal's ends with one, so two never meet).
-
-    >>> shown_name("segment", {"segment"}), shown_name("z", {"z", "z_"}), shown_name("n", ())
-    ('segment_', 'z__', 'n')
-    """
-    while column in users:
-        column += "_"
-    return column
 
 
 def _typed(key: str, kind: str):

@@ -1,4 +1,4 @@
-"""Ibis expressions for the sufficient statistics (DESIGN.md, "The sufficient statistics").
+"""Ibis expressions for the sufficient statistics (docs/design.md, "Reduce in the engine").
 
 Every function here maps a table expression of normalised rows (group keys, ``p``, ``y``, ``w``) to a
 small summary table expression; :func:`execute` brings a summary back as pandas. Nothing else in the

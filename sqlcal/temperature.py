@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sqlcal.groupkeys import GroupKeys
 from sqlcal.maps import TemperatureMap
+from sqlcal.metrics import key_tuple
 from sqlcal.multiclass_rows import TOLERANCE, prepare
 from sqlcal.options import OptionError, checked
 from sqlcal.query import declared, planner
@@ -143,14 +145,22 @@ def temperature_scaling(
                        probs=probs, logits=logits, logit=logit, classes=classes, weight=weight,
                        keys=by, table=table, where=where, tolerance=tolerance)
     t, layout = prepared.table, prepared.layout
+    # the fit groups by the keys' internal columns (sqlcal.groupkeys): a key may be named like
+    # a column of the fit's terms (g, h, n, W...), and NULL and NaN keys are two groups
+    keys = GroupKeys.of(t.schema(), by)
+    columns = list(keys.columns)
+    t = t.mutate(**keys.select(t)) if by else t
+    fit_layout = (layout[0], tuple(columns), *layout[2:])
     src = Source(rows=t, score="", label="", weight=None, by=(), on_invalid="raise",
                  allow_soft=True, float_label=False, _validated=True,
                  origin="a multiclass table")
 
     def terms(betas: dict) -> pd.DataFrame:
-        summary = declared.temperature_terms(layout, prepared.logits, clip, betas.items())
+        summary = declared.temperature_terms(fit_layout, prepared.logits, clip, betas.items())
         frame = planner.fetch(src, summary)
-        return frame.set_index(by) if by else frame.assign(_k=[()]).set_index("_k")
+        index = [key_tuple(dict(zip(columns, row)))
+                 for row in frame[columns].itertuples(index=False)] if by else [()] * len(frame)
+        return frame.set_axis(pd.Index(index, tupleize_cols=False)).drop(columns=columns)
 
     first = terms({})  # no groups listed: every group at β = 1
     if not len(first):
@@ -162,30 +172,30 @@ def temperature_scaling(
     while True:
         for key, row in frame.iterrows():
             state[key].step(float(row.g), float(row.h), float(row.nll), float(row.W), scans)
-        active = {(key if by else ()): g.beta for key, g in state.items() if not g.done}
+        active = {key: g.beta for key, g in state.items() if not g.done}
         if not active:
             break
         if scans >= max_scans:
             raise InvalidInputError(
                 f"temperature_scaling did not converge in max_scans={max_scans} scans for "
                 f"{len(active)} group(s); pass a larger max_scans=")
-        frame, scans = terms(_keyed(active, by)), scans + 1
+        frame, scans = terms(active), scans + 1
     rows = []
     for key, g in state.items():
         if not BETA_MIN <= g.beta <= BETA_MAX:
-            raise InvalidInputError(f"group {key!r}: no finite positive temperature (β = 1/T "
+            named = keys.values(dict(zip(columns, key)))
+            raise InvalidInputError(f"group {named!r}: no finite positive temperature (β = 1/T "
                                     f"reached {g.beta:.3g})")
-        keys = dict(zip(by, key if isinstance(key, tuple) else (key,))) if by else {}
-        rows.append({**keys, "temperature": 1 / g.beta, "n": int(first.n[key]),
-                     "W": float(first.W[key]), "nll_before": g.before, "nll_after": g.after,
-                     "scans": g.scans})
+        rows.append({**dict(zip(columns, key)), "temperature": 1 / g.beta,
+                     "n": int(first.n[key]), "W": float(first.W[key]), "nll_before": g.before,
+                     "nll_after": g.after, "scans": g.scans})
     types = {c: str(dtype.copy(nullable=True)) for c, dtype in t.schema().items()
              if c in _read_columns(layout)}
     table = pd.DataFrame(rows)
     if by:  # groups in key order, whatever order the engine returned them in
-        table = table.sort_values(by, ignore_index=True)
-    return TemperatureMap(by=tuple(by), table=table, layout=layout,
-                          logits=prepared.logits, clip=clip, types=types)
+        table = table.sort_values(columns, ignore_index=True)
+    return TemperatureMap(by=keys.names, table=keys.present(table), layout=layout,
+                          logits=prepared.logits, clip=clip, types=types, keys=keys)
 
 
 class _Group:
@@ -238,10 +248,6 @@ def _check_first(first: pd.DataFrame, layout: tuple, logits: bool, clip) -> None
             raise InvalidInputError(
                 f"{where}the scores rank the true class no better than a uniform guess: the "
                 "likelihood is largest at T = ∞ or at a negative temperature")
-
-
-def _keyed(active: dict, by: list) -> dict:
-    return {(k if isinstance(k, tuple) else (k,)): v for k, v in active.items()}
 
 
 def _read_columns(layout: tuple) -> set:

@@ -113,8 +113,19 @@ def test_report_schema_names_every_section_key_and_metric():
     keys = {k: set(v.get("properties") or v.get("items", {}).get("properties", {}))
             for k, v in props.items()}
     assert keys == {k: set(v or ()) for k, v in scheduled.SECTIONS.items()}
-    names = props["metrics"]["oneOf"][0]["propertyNames"]["enum"]
+    schema = scheduled.config_schema()
+    names = schema["$defs"]["metric"]["enum"]
     assert sorted(names) == sorted(METRICS)
+    for where in (props["metrics"]["oneOf"][0]["propertyNames"],
+                  props["metrics"]["oneOf"][1]["items"],
+                  props["alerts"]["items"]["properties"]["metric"],
+                  props["time"]["properties"]["metrics"]["items"]):
+        assert where == {"$ref": "#/$defs/metric"}
+    for bad in ({"metrics": ["ece", "nope"]}, {"metrics": {"nope": {}}},
+                {"alerts": [{"metric": "nope", "column": "x", "below": 1}]}):
+        with pytest.raises(jsonschema.ValidationError, match="nope"):
+            jsonschema.validate({"source": {"data": "x.parquet", "score": "p", "label": "y"},
+                                 **bad}, schema)
     # the example configuration is valid
     from sqlcal.errors import read_toml
 

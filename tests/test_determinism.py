@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sqlcal
-from sqlcal import catalog
+from sqlcal.metrics._registry import registered
 from sqlcal.metrics import distance
 
 #: options a metric cannot run without
@@ -49,11 +49,11 @@ def test_every_catalogue_metric_is_the_same_with_one_or_two_threads(tmp_path):
         assert con.con.execute("SELECT current_setting('threads')").fetchone()[0] == threads
         src = sqlcal.source(con.read_parquet(path), score="p", label="y", weight="w", by="g")
         found = {}
-        for name in catalog.needs():
-            out = catalog.function(name)(src, **OPTIONS.get(name, {}))
+        for name, metric in registered().items():
+            out = metric.function(src, **OPTIONS.get(name, {}))
             found[name] = out.table if hasattr(out, "table") else out
         results.append(found)
-    assert set(results[0]) == set(catalog.needs())
+    assert set(results[0]) == set(registered())
     for name in results[0]:
         _same(results[0][name], results[1][name], name)
 

@@ -24,10 +24,7 @@ PACKAGE = pathlib.Path(sqlcal.__file__).parent
 
 # Docstrings still citing internal spec files: (module path relative to sqlcal/, qualified name
 # or "<module>"). Keep it empty when possible.
-INTERNAL_ALLOWED: set[tuple[str, str]] = {
-    # the module docstring's first line cites DESIGN.md; the query layer owns this module
-    ("summaries.py", "<module>"),
-}
+INTERNAL_ALLOWED: set[tuple[str, str]] = set()
 
 
 def _public() -> list[tuple[str, object]]:

@@ -100,19 +100,21 @@ def test_local_evaluators_match_the_engine(con, upload):
     df = clicks(1200, seed=24)
     t = upload(df)
     src = sqlcal.source(t, score="p", label="y", weight="w", by="g")
-    levels = summaries.reduce(declared.levels("sums", "sw2", "ny"), src.rows, ["g"],
+    levels = summaries.reduce(declared.levels("sums", "sw2", "ny"), src.rows, src.by,
                               weighted=True).execute()
     levels = summaries.fill_unweighted(levels)
-    # one range for every group, as the split reads (the engine reads the union of the ranges)
-    asked = [declared.logit_cells_within(64, 1024, [((0,), 0.0, 2 / 1024), ((1,), 0.0, 2 / 1024)],
+    # one range for every group, as the split reads (the engine reads the union of the ranges);
+    # a group's internal key values: the integer key's NULL flag, then its value
+    g0, g1 = (False, 0), (False, 1)
+    asked = [declared.logit_cells_within(64, 1024, [(g0, 0.0, 2 / 1024), (g1, 0.0, 2 / 1024)],
                                          "sums", "moments"),
-             declared.levels_in_cells(2**14, [((0,), 5), ((0,), 17), ((1,), 9)], "sums"),
-             declared.logit_cells_in_cells(256, 2**14, [((0,), 5), ((0,), 17), ((1,), 9)],
+             declared.levels_in_cells(2**14, [(g0, 5), (g0, 17), (g1, 9)], "sums"),
+             declared.logit_cells_in_cells(256, 2**14, [(g0, 5), (g0, 17), (g1, 9)],
                                            "sums", "ny")]
     for summary in asked:
-        engine = summaries.reduce(summary, src.rows, ["g"], weighted=True).execute()
-        engine = engine.sort_values(list(engine.columns[:2]), ignore_index=True)
-        mine = local.evaluate(summary, levels, ["g"])[list(engine.columns)]
+        engine = summaries.reduce(summary, src.rows, src.by, weighted=True).execute()
+        engine = engine.sort_values(list(engine.columns[:len(src.by) + 1]), ignore_index=True)
+        mine = local.evaluate(summary, levels, src.by)[list(engine.columns)]
         assert len(engine) > 0
         pd.testing.assert_frame_equal(mine.reset_index(drop=True), engine, check_dtype=False,
                                       rtol=1e-12)

@@ -13,7 +13,7 @@ import pytest
 
 import sqlcal
 from sqlcal.export import exportable
-from sqlcal.sqlgen import ONE_SHOT
+from sqlcal.sqlgen import one_shot
 from tests.conftest import calibration_data
 
 DIALECT = {"duckdb": "duckdb", "postgres": "postgres", "pyspark": "spark"}
@@ -45,7 +45,7 @@ def test_every_exported_metric_runs_anywhere_and_finishes_like_the_direct_call(c
     metrics = exportable() if con.name == "duckdb" else ["ece", "brier", "cutoff_error",
                                                          "hosmer_lemeshow", "spiegelhalter"]
     for metric in metrics:
-        options = {**ONE_SHOT.get(metric, {}), **REQUIRED.get(metric, {})}
+        options = {**one_shot(metric), **REQUIRED.get(metric, {})}
         sql = sqlcal.summary_sql(metric, dialect=DIALECT[con.name], table=t.get_name(), **kw,
                                  **options)
         frames = {name: _run(con, text) for name, text in sql.items()}

@@ -90,7 +90,7 @@ def test_score_intervals_from_the_levels_equal_the_engine(con, upload, weighted)
     if not weighted:  # the engine leaves out what equals n
         levels = levels.assign(ny=levels["swy"])
     mine = local.evaluate(summary, levels, src.by)
-    keys = ["g", "interval"]
+    keys = [*src.by, "interval"]  # summaries hold the key under its internal name
     engine = engine.sort_values(keys, ignore_index=True)
     mine = mine.sort_values(keys, ignore_index=True)
     assert engine[keys].values.tolist() == mine[keys].values.tolist()

@@ -144,7 +144,7 @@ ONE_SHOT = [("ls_ece", {}), ("smooth_ece", {"sigma": 0.05}),
 def test_declared_needs_are_what_each_one_shot_form_reads(metric, options, monkeypatch):
     import inspect
 
-    from sqlcal import catalog
+    from sqlcal.metrics._registry import get
     from sqlcal.options import check
     from sqlcal.query import planner
 
@@ -153,7 +153,7 @@ def test_declared_needs_are_what_each_one_shot_form_reads(metric, options, monke
     chosen = {k: v.default for k, v in inspect.signature(function).parameters.items()
               if v.default is not v.empty and v.kind == v.KEYWORD_ONLY}
     chosen |= check(metric, options)
-    planner.prefetch(src, catalog.needs()[metric](src, chosen))
+    planner.prefetch(src, get(metric).needs(src, chosen))
     monkeypatch.setattr(src, "run", lambda build, **kw: (_ for _ in ()).throw(AssertionError(
-        f"{metric} {options} ran a scan its NEEDS did not declare")))
+        f"{metric} {options} ran a scan its registered needs did not declare")))
     assert len(function(src, **options))

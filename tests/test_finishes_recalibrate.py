@@ -74,7 +74,8 @@ def levels_source(df: pd.DataFrame, by: list[str] = ()) -> sqlcal.Source:
               **{k: "string" for k in by}}
     src = sqlcal.source(ibis.table(schema, name="rows"), score="p", label="y", weight=weight,
                         by=by)
-    levels = levels_of(df, by)
+    # the summaries hold the keys under their internal names
+    levels = levels_of(df, by).rename(columns=dict(zip(by, src.by)))
     src.validate(levels)
     src.local_levels = levels.drop(columns=[c for c in levels if c.startswith("chk_")])
     src.forbid_queries("an engine-free test")
@@ -346,7 +347,7 @@ def test_engine_summaries_equal_their_local_evaluation(con, upload, weights):
                         weight="w" if weights else None)
     levels = levels_of(df, ["g"])
     for summary in summaries_of(df, weights):
-        engine = planner.fetch(src, summary)
+        engine = src.present(planner.fetch(src, summary))  # the key under its name
         keys = ["g", *([summary.key_column] if summary.key_column else [])]
         compare(local.evaluate(summary, levels, ["g"]), engine[[*keys, *[
             c for c in engine.columns if c not in keys]]], keys)
@@ -359,7 +360,7 @@ def test_engine_sandwich_middle_equals_brute_force(con, upload, offset):
     coefficients = [(("g0",), 0.2, 1.1), (("g1",), -0.4, 0.7)]
     planner.fetch(src, declared.totals())  # the first scan validates (a fit reads it first)
     got = planner.fetch(src, declared.logistic_meat("logit", CLIP, offset, coefficients))
-    got = got.set_index("g")
+    got = src.present(got).set_index("g")
     for (g,), a, b in coefficients:
         part = df[df.g == g]
         x = feature_of(part["p"].to_numpy(float), "logit")

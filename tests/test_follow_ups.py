@@ -75,7 +75,7 @@ def test_ranged_follow_up_engine_equals_local(upload, kind, weighted):
     summary = {"cells_within": declared.cells_within(64, ranges, "sums", "residuals", "sw2"),
                "levels_within": declared.levels_within(ranges, "sw2"),
                "extremes_within": declared.extremes_within(16, ranges)}[kind]
-    engine = planner.fetch(src, summary)
+    engine = src.present(planner.fetch(src, summary))  # the key under its name
     pandas = local.evaluate(summary, _levels(df, weighted), ["g"])
     keys = ["g", summary.key_column]
     _same(engine, pandas.drop(columns=[c for c in pandas if c not in engine]), keys)

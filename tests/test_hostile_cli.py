@@ -19,7 +19,7 @@ from sqlcal import inputs, outputs, scheduled
 from sqlcal.cli import main
 from sqlcal.demo import DEMO_COMMENT, write_demo
 from sqlcal.reporting import METRICS
-from sqlcal.sqlgen import METRICS as SQL_METRICS
+from sqlcal.sqlgen import metrics as sql_metrics
 
 COLUMNS = ["--score", "score", "--label", "label"]
 DB = ["d.duckdb", "--table", "predictions"]
@@ -484,6 +484,6 @@ def test_help_lists_metric_names_and_dialects(capsys):
         assert name in flat
     code, out, _ = cli(capsys, "sql", "--help")
     assert code == 0
-    for name in SQL_METRICS:
+    for name in sql_metrics():
         assert name in out
     assert "duckdb" in out and "postgres" in out and "oracle" not in out

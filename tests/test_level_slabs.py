@@ -86,7 +86,9 @@ def test_slabs_cover_the_scores_and_hold_the_levels(con, upload, small_budget):
         # a slab holds at most the budget's rows, unless it is a single score
         assert len(inside) <= SLAB or inside["p"].nunique() == 1
         assert ((piece["p"] >= lo) & ((piece["p"] < hi) | (hi == 1.0))).all()
-    whole = pd.concat(pieces).sort_values(["g", "p"], ignore_index=True)
+    # the key travels under its internal column (src.by) inside the slabs
+    whole = pd.concat(pieces).rename(columns={src.by[0]: "g"}).sort_values(["g", "p"],
+                                                                          ignore_index=True)
     # the slabs together are the levels of the rows: checked against a groupby of the rows
     want = (held.assign(wy=held.w * held.y).groupby(["g", "p"], dropna=False, as_index=False)
             .agg(n=("p", "size"), W=("w", "sum"), swy=("wy", "sum"))

@@ -69,7 +69,7 @@ def test_engine_summaries_equal_their_local_evaluation_from_the_levels(con, uplo
     src = sqlcal.source(t, score="p", label="y", by="g", weight="w" if weights else None)
     levels = levels_of(df, ["g"])
     for summary in SUMMARIES:
-        engine = planner.fetch(src, summary)
+        engine = src.present(planner.fetch(src, summary))  # the key under its name
         keys = ["g", summary.key_column, *[c for c in engine if c.startswith("b_")]]
         compare(local.evaluate(summary, levels, ["g"]), engine, keys)
 

@@ -151,7 +151,8 @@ def test_fused_first_scan_carries_log_odds_histograms(con, upload):
         sw2=("w2", "sum"), ny=("y", "sum")).reset_index()
     for scale in (32, 8):
         summary = declared.logit_cells(scale, "sums")
-        engine = planner.lookup(src, summary).sort_values(["g", "lcell"], ignore_index=True)
+        engine = src.present(planner.lookup(src, summary)).sort_values(["g", "lcell"],
+                                                                       ignore_index=True)
         cell = np.floor(np.log(df.p / (1 - df.p)) * scale).astype(int)
         want = df.assign(lcell=cell, wy=df.w * df.y, wpp=df.w * df.p ** 2).groupby(
             ["g", "lcell"]).agg(n=("y", "size"), W=("w", "sum"), swy=("wy", "sum"),

@@ -80,10 +80,11 @@ def test_buckets_cover_every_block_and_stay_small():
     m = sqlcal.isotonic(_rows(), score="p", label="y", by="g")
     a, b, scale, count = m._grid()
     frame = m.mapping_frame()
+    g = frame[m.keys.column("g")]  # the mapping table holds the key under its internal name
     assert count & (count - 1) == 0 and count <= maps.MAX_BUCKETS
-    assert frame.groupby([frame.g.fillna("~"), "bucket"]).size().max() <= maps.BUCKET_BLOCKS + 2
+    assert frame.groupby([g.fillna("~"), "bucket"]).size().max() <= maps.BUCKET_BLOCKS + 2
     assert len(frame) < 4 * len(m.table) + 3 * count
-    for key, part in frame.groupby(frame.g.fillna("~")):
+    for key, part in frame.groupby(g.fillna("~")):
         lo = m.table.lo[m.table.g.fillna("~") == key].to_numpy()
         p = np.concatenate([lo, np.nextafter(lo, -1), np.nextafter(lo, 2), [-1.0, 2.0]])
         block = np.clip(np.searchsorted(lo, p, side="right") - 1, 0, len(lo) - 1)

@@ -379,34 +379,6 @@ def test_case_branches_of_peer_conventions_are_budgeted(no_query):
         sqlcal.ece(Untouchable(), score="p", label="y", bins=100_000, convention="sklearn")
 
 
-def test_declared_choices_are_the_modules_own():
-    import importlib
-
-    module = importlib.import_module
-    pairs = [
-        (options.option("ece", "norm").choices, tuple(module("sqlcal.metrics.binned").NORMS)),
-        (options.option("ece", "strategy").choices, module("sqlcal.metrics.binned").STRATEGIES),
-        (options.option("ece", "convention").choices, summaries.CONVENTIONS),
-        (options.option("tce", "strategy").choices, module("sqlcal.metrics.tce").STRATEGIES),
-        (options.option("tce", "test").choices, module("sqlcal.metrics.tce").TESTS),
-        (options.option("ls_ece", "noise").choices, module("sqlcal.metrics.smooth").NOISES),
-        (options.option("decompose", "scoring").choices, module("sqlcal.corp").SCORINGS),
-        (options.option("isotonic", "method").choices, module("sqlcal.recalibrate").METHODS),
-        (options.option("isotonic", "interpolation").choices,
-         module("sqlcal.recalibrate").INTERPOLATIONS),
-        (options.option("platt", "feature").choices, module("sqlcal.recalibrate").FEATURES),
-        (options.option("distance_to_calibration", "method").choices,
-         module("sqlcal.metrics.distance").METHODS),
-        (options.option("cutoff_error", "method").choices,
-         module("sqlcal.metrics.cumulative").METHODS),
-        (options.option("multiclass", "mode").choices, module("sqlcal.multiclass_rows").MODES),
-        (options.option("reliability", "weight_kind").choices,
-         module("sqlcal.metrics").WEIGHT_KINDS),
-    ]
-    for declared, own in pairs:
-        assert tuple(declared) == tuple(own)
-
-
 ALL_OPTIONS = [(f, name) for f in public_functions() for name in options.declared([f])[f]]
 ANY_VALUE = st.one_of(
     st.none(), st.booleans(), st.integers(), st.integers(-2**70, 2**70).map(lambda i: i * 10**300),

@@ -10,6 +10,7 @@ import pytest
 import sqlcal
 from sqlcal import summaries
 from sqlcal.metrics import binned, cumulative, scores
+from sqlcal.metrics._registry import registered
 from sqlcal.query import declared, local, planner
 from sqlcal.query.declared import Summary, merge
 from sqlcal.reporting import (DEFAULT_METRICS, METRICS, _defaults, follow_ups,
@@ -59,7 +60,8 @@ def test_merge_of_disjoint_parts_equals_the_whole(upload, weighted):
     whole = sqlcal.source(upload(df), **kw)
     halves = [sqlcal.source(upload(part), **kw) for part in (df.iloc[::2], df.iloc[1::2])]
     for s in [*FIRST_STAGE, Summary("levels", (), frozenset({"sums"}))]:
-        keys = ["g", *([s.key_column] if s.key_column else [])]
+        # summaries hold the key under its internal name
+        keys = [*whole.by, *([s.key_column] if s.key_column else [])]
         merged = merge([_summary(h, s) for h in halves], keys)
         _same(merged, _summary(whole, s)[list(merged.columns)])
 
@@ -78,7 +80,7 @@ def test_fused_scan_equals_each_summary(upload, weighted):
     scans = planner.prefetch(src, FIRST_STAGE)
     assert len(scans) == 1 and len(scans[0][1]) == len(FIRST_STAGE)
     for s in FIRST_STAGE:
-        keys = ["g", *([s.key_column] if s.key_column else [])]
+        keys = [*src.by, *([s.key_column] if s.key_column else [])]
         got = src.lookup(s.key, s.parts).sort_values(keys, ignore_index=True)
         want = _summary(sqlcal.source(upload(df), **kw), s)
         _same(got[list(want.columns)], want)
@@ -106,14 +108,14 @@ def test_shared_follow_ups_equal_each_summary_alone(upload, weighted):
     scans = planner.shared_follow_ups(src, [lambda _: stage])
     assert len(scans) == len(queries) == 2, [d for d, _ in scans]
     for s in stage:
-        keys = ["g", *([s.key_column] if s.key_column else [])]
+        keys = [*src.by, *([s.key_column] if s.key_column else [])]
         if s.kind == "extremes_within":
-            keys = ["g", "cell"]
+            keys = [*src.by, "cell"]
         got = src.lookup(s.key, s.parts).sort_values(keys, ignore_index=True)
         want = _summary(sqlcal.source(upload(df), **kw), s)
         # the engine reads the union of every group's ranges: keep each group's own
         at = want if s.kind == "levels_within" else want.assign(p=want["cell"] / s.params[0])
-        want = want[local.in_ranges(at, ["g"], s.params[-1])]
+        want = want[local.in_ranges(at, list(src.by), s.params[-1])]
         want = want.sort_values(keys, ignore_index=True)
         columns = [c for c in want.columns if c in got.columns]
         assert set(want.columns) - set(columns) <= {"W", "sw2", "var2"}  # unweighted fill-ins
@@ -142,20 +144,21 @@ def test_a_report_reads_the_table_once_for_its_first_stage(monkeypatch):
     assert len(queries) == before
 
 
-@pytest.mark.parametrize("name", sorted({**binned.NEEDS, **scores.NEEDS, **cumulative.NEEDS}))
+@pytest.mark.parametrize("name", sorted(
+    name for name, m in registered().items()
+    if m.function.__module__ in (binned.__name__, scores.__name__, cumulative.__name__)))
 def test_declared_needs_are_what_each_metric_reads(name, monkeypatch):
     df = _data(500, seed=3)
     function = getattr(sqlcal, name)
     src = sqlcal.source(df, score="p", label="y", weight="w", by="g")
-    registry = {**binned.NEEDS, **scores.NEEDS, **cumulative.NEEDS}
-    adaptive = {**binned.FOLLOW_UP_NEEDS, **cumulative.FOLLOW_UP_NEEDS}
+    declared = registered()[name]
     options = _defaults(function)
-    asks = [lambda s: adaptive[name](s, options)] if name in adaptive else []
-    planner.prefetch(src, registry[name](src, options), asks)
+    asks = [lambda s: declared.follow_up(s, options)] if declared.follow_up else []
+    planner.prefetch(src, declared.needs(src, options), asks)
     first = []
     monkeypatch.setattr(src, "run", lambda build, **kw: first.append(build) or (
-        _ for _ in ()).throw(AssertionError(f"{name} ran a scan its NEEDS and FOLLOW_UP_NEEDS "
-                                            "did not declare")))
+        _ for _ in ()).throw(AssertionError(f"{name} ran a scan its registered needs and "
+                                            "follow-ups did not declare")))
     out = function(src)
     assert len(out) and not first
 

@@ -111,6 +111,7 @@ def _check_rows(n: int) -> pd.DataFrame:
 
 def test_monitor_results_are_read_back_from_the_store(tmp_path, monkeypatch):
     store = str(tmp_path / "store.duckdb")
+    duckdb.connect(store).close()  # a store is a database the snapshots made; here an empty one
     assert monitoring.store_results(store, "checks", _check_rows(3)) == 3
     assert monitoring.store_results(store, "checks", _check_rows(3)) == 0  # the same check date
     monkeypatch.setattr(monitoring, "write_results", lambda con, name, rows: len(rows))

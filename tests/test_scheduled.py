@@ -21,6 +21,7 @@ import sqlcal
 from sqlcal import scheduled
 from sqlcal.cli import main
 from sqlcal.demo import write_demo
+from sqlcal.groupkeys import group_id
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "report.toml"
 CHROMIUM = "/usr/bin/chromium"
@@ -260,7 +261,7 @@ def test_diagrams_only_for_an_html_output(demo, tmp_path):
     assert run.figures == {}
     run = scheduled.run_report(scheduled.validate_config(
         {**base, "output": {"html": str(tmp_path / "r.html")}}))
-    assert sorted(run.figures) == [("v1",), ("v2",)]
+    assert sorted(run.figures) == [group_id({"model": "v1"}), group_id({"model": "v2"})]
     assert all(f["reliability"][:8] == b"\x89PNG\r\n\x1a\n" for f in run.figures.values())
 
 

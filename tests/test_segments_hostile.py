@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from sqlcal.errors import InvalidInputError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -82,7 +83,26 @@ def test_cli_refuses_the_json_path_before_any_search(ws, capsys, monkeypatch, pa
 VALUES = st.one_of(
     st.sampled_from(["__null__", "__other__", "", "null", "other", "=", "=a", "O'Brien",
                      "a\"b", "NULL", "None", "nan", "ünï", "x y"]),
-    st.text(max_size=6))
+    # NUL is refused (test_a_kept_value_with_nul_is_refused_by_name)
+    st.text(st.characters(blacklist_characters="\x00"), max_size=6))
+
+
+def test_a_kept_value_with_nul_is_refused_by_name():
+    """A value holding NUL with a segment's support would become a SQL string literal, which
+    DuckDB's parser and PostgreSQL's text cannot hold: refused naming the feature; the same
+    value below the support is pooled and never written, so the search runs."""
+    rng = np.random.default_rng(3)
+    n = 400
+    f = np.array(["a", "b", "x\x00y"], dtype=object)[rng.choice(3, n, p=[0.45, 0.45, 0.10])]
+    df = pd.DataFrame({"f": f, "p": rng.uniform(0.1, 0.9, n)})
+    df["y"] = (rng.uniform(size=n) < df.p).astype(int)
+    with pytest.raises(InvalidInputError, match="feature 'f' has 1 value.*NUL"):
+        sqlcal.segments(df, score="p", label="y", features=["f"], min_support=10,
+                        min_expected=0.0, mode="full", fdr="none")
+    nul_rows = int((df.f == "x\x00y").sum())
+    out = sqlcal.segments(df, score="p", label="y", features=["f"], min_support=nul_rows + 1,
+                          min_expected=0.0, mode="full", fdr="none", top_k=None)
+    assert set(out.loc[out.depth == 1, "n"]) >= {int((df.f == "a").sum())}
 
 
 @settings(max_examples=15, deadline=None,

@@ -95,7 +95,8 @@ def test_drop_reports_counts_per_group(upload):
     with pytest.warns(UserWarning, match="dropped"):
         src = sqlcal.source(upload(df), score="p", label="y", weight="w", by="g",
                             on_invalid="drop")
-    assert src.dropped.set_index("g").n_dropped.to_dict() == {"a": 1, "b": 2}
+    # counted per group, under the key's internal name (src.present gives it back its name)
+    assert src.present(src.dropped).set_index("g").n_dropped.to_dict() == {"a": 1, "b": 2}
     with pytest.warns(UserWarning, match="dropped"):
         got = sqlcal.brier(upload(df), score="p", label="y", weight="w", by="g",
                            on_invalid="drop")

@@ -2,54 +2,75 @@
 -- levels: one row per group and distinct score (as many rows as the table has distinct scores per group);
 -- the one-shot exact summary of a metric that refines with follow-up passes: sqlcal.from_summaries finishes it
 SELECT
-  "t1"."segment",
-  "t1"."p",
-  COUNT(*) AS "n",
-  SUM("t1"."w") AS "W",
-  SUM("t1"."w" * "t1"."y") AS "swy",
-  SUM("t1"."w" * "t1"."p") AS "swp",
-  SUM("t1"."w" * "t1"."w") AS "sw2",
-  SUM("t1"."y") AS "ny",
-  SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
-  COUNT("t1"."p") AS "chk_p_count",
-  COUNT("t1"."y") AS "chk_y_count",
-  MIN("t1"."y") AS "chk_y_min",
-  MAX("t1"."y") AS "chk_y_max",
-  SUM("t1"."y" * (
-    1 - "t1"."y"
-  )) AS "chk_y_soft",
-  COUNT("t1"."w") AS "chk_w_count",
-  MIN("t1"."w") AS "chk_w_min",
-  MAX("t1"."w") AS "chk_w_max",
-  SUM(
-    IFF(
-      ABS("t1"."w") < CAST('4503599627370496.0' AS DOUBLE),
-      ABS(
-        ABS("t1"."w") - (
-          (
-            ABS("t1"."w") + CAST('4503599627370496.0' AS DOUBLE)
-          ) - CAST('4503599627370496.0' AS DOUBLE)
-        )
-      ),
-      CAST('0.0' AS DOUBLE)
-    )
-  ) AS "chk_w_frac"
+  "t2"."__key0" AS "segment",
+  "t2"."p",
+  "t2"."n",
+  "t2"."W",
+  "t2"."swy",
+  "t2"."swp",
+  "t2"."sw2",
+  "t2"."ny",
+  "t2"."sw2y",
+  "t2"."chk_p_count",
+  "t2"."chk_y_count",
+  "t2"."chk_y_min",
+  "t2"."chk_y_max",
+  "t2"."chk_y_soft",
+  "t2"."chk_w_count",
+  "t2"."chk_w_min",
+  "t2"."chk_w_max",
+  "t2"."chk_w_frac"
 FROM (
   SELECT
-    "t0"."segment",
-    "t0"."score" AS "p",
-    "t0"."label" AS "y",
-    "t0"."weight" AS "w"
-  FROM "predictions" AS "t0"
-  WHERE
-    NOT (
-      (
-        "t0"."weight" = 0
-      ) AND (
-        "t0"."weight" IS NOT NULL
+    "t1"."__key0",
+    "t1"."p",
+    COUNT(*) AS "n",
+    SUM("t1"."w") AS "W",
+    SUM("t1"."w" * "t1"."y") AS "swy",
+    SUM("t1"."w" * "t1"."p") AS "swp",
+    SUM("t1"."w" * "t1"."w") AS "sw2",
+    SUM("t1"."y") AS "ny",
+    SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+    COUNT("t1"."p") AS "chk_p_count",
+    COUNT("t1"."y") AS "chk_y_count",
+    MIN("t1"."y") AS "chk_y_min",
+    MAX("t1"."y") AS "chk_y_max",
+    SUM("t1"."y" * (
+      1 - "t1"."y"
+    )) AS "chk_y_soft",
+    COUNT("t1"."w") AS "chk_w_count",
+    MIN("t1"."w") AS "chk_w_min",
+    MAX("t1"."w") AS "chk_w_max",
+    SUM(
+      IFF(
+        ABS("t1"."w") < CAST('4503599627370496.0' AS DOUBLE),
+        ABS(
+          ABS("t1"."w") - (
+            (
+              ABS("t1"."w") + CAST('4503599627370496.0' AS DOUBLE)
+            ) - CAST('4503599627370496.0' AS DOUBLE)
+          )
+        ),
+        CAST('0.0' AS DOUBLE)
       )
-    )
-) AS "t1"
-GROUP BY
-  1,
-  2;
+    ) AS "chk_w_frac"
+  FROM (
+    SELECT
+      "t0"."segment" AS "__key0",
+      "t0"."score" AS "p",
+      "t0"."label" AS "y",
+      "t0"."weight" AS "w"
+    FROM "predictions" AS "t0"
+    WHERE
+      NOT (
+        (
+          "t0"."weight" = 0
+        ) AND (
+          "t0"."weight" IS NOT NULL
+        )
+      )
+  ) AS "t1"
+  GROUP BY
+    1,
+    2
+) AS "t2";

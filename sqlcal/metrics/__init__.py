@@ -2,7 +2,8 @@
 
 This module holds the helpers every family shares: splitting a summary by group, and laying out the
 result table (group keys first, then the value, ``n``, ``W``, the rest; every group present, with
-NULL values for an empty one).
+NULL values for an empty one). Summary frames hold the keys under internal names
+(:mod:`sqlcal.groupkeys`); :func:`result` gives them back their names.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import pandas as pd
 
 from sqlcal.query import declared, planner
 from sqlcal.inputs import Source
+from sqlcal.options import OPTIONS
 
 _ALL = "__all__"
 
-WEIGHT_KINDS = ("auto", "frequency", "sampling")
+WEIGHT_KINDS = OPTIONS["weight_kind"].choices
 
 
 def groups(frame: pd.DataFrame, by: Sequence[str]) -> Iterator[tuple[dict, pd.DataFrame]]:
@@ -175,7 +177,8 @@ class Grouped:
 
 
 def key_tuple(keys: dict) -> tuple:
-    """A group's key values as a dict key: NaN != NaN, so a NULL key would miss itself; use None."""
+    """A group's internal key values as a dict key: NaN != NaN, so a NULL key would miss itself;
+    use None (a floating key's NaN flag, among the values, tells NULL from NaN)."""
     return tuple(None if pd.isna(v) else v for v in keys.values())
 
 
@@ -190,15 +193,19 @@ def per_group(
 
 
 def result(src: Source, values: pd.DataFrame, columns: Sequence[str],
-           trust: dict | None = None) -> pd.DataFrame:
+           trust: dict | None = None, *, present: bool = True) -> pd.DataFrame:
     """The result table: keys, ``columns[0]``, ``n``, ``W``, the other columns, the ``trust``
-    columns, ``n_dropped``.
+    columns, ``n_dropped``; the keys under the user's names, and a column of sqlcal's whose
+    name a key has renamed (:meth:`sqlcal.inputs.Source.present`).
 
-    ``values`` holds the keys, ``n``, ``W`` and ``columns`` of every group with valid rows; with
+    ``values`` holds the internal keys, ``n``, ``W`` and ``columns`` of every group with valid
+    rows; with
     ``on_invalid="drop"``, groups that lost all their rows are added with NaN values. ``trust``
     maps column names to facts that hold for every group (the weight kind, the bins, the
     confidence level): what a reader needs to trust the numbers travels in the table itself,
     so it survives concatenation, :func:`sqlcal.report`, JSON and the results table.
+    ``present=False`` keeps the internal key columns, for a metric that adds to the table
+    before presenting it (``src.present``).
     """
     by = list(src.by)
     values = values.reset_index(drop=True)
@@ -219,10 +226,12 @@ def result(src: Source, values: pd.DataFrame, columns: Sequence[str],
     columns = {name: out[name] for name in order}
     columns["n"] = columns["n"].astype(int)
     dropped = columns.pop("n_dropped", None)
-    columns |= {name: [value] * len(out) for name, value in (trust or {}).items()}
+    columns |= {name: [value] * len(out) for name, value in {**(trust or {}),
+                                                               **src.facts}.items()}
     if dropped is not None:
         columns["n_dropped"] = dropped
-    return pd.DataFrame(columns, index=out.index)
+    frame = pd.DataFrame(columns, index=out.index)
+    return src.present(frame) if present else frame
 
 
 def safe_div(num, den):

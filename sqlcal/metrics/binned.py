@@ -16,14 +16,30 @@ from sqlcal.metrics import Grouped, resolve_weight_kind, result, variance_parts
 from sqlcal.metrics.cells import (EQUAL_MASS_STRATEGIES, cells_needs, equal_mass_bins,
                                   equal_mass_follow_up, summary_parts)
 from sqlcal.inputs import Source, as_source
-from sqlcal.options import checked
+from sqlcal.metrics._registry import Report, metric
+from sqlcal.options import OPTIONS, Option, checked, costs_binned, costs_hl
 
 NORMS = {"l1": "ece", "l2": "rmsce", "max": "mce"}
-STRATEGIES = ("uniform", *EQUAL_MASS_STRATEGIES, "logit")
+STRATEGIES = OPTIONS["strategy"].choices
+#: equal-mass and log-odds bins refine their edges with follow-up passes (exported: the levels)
+_REFINING = {("strategy", s): "strategy='uniform'" for s in STRATEGIES if s != "uniform"}
 #: a bin holding more than this share of a group's weight makes the binning uninformative there
 CONCENTRATED = 0.5
 
 
+@metric(
+    needs=lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
+                                    convention=o["convention"], logit_range=o["logit_range"]),
+    follow_up=lambda src, o: bins_follow_up(src, bins=o["bins"], strategy=o["strategy"],
+                                            logit_range=o["logit_range"]),
+    refining=_REFINING,
+    report={"ece": Report({"ece": "ece"}),
+            "rmsce": Report({"rmsce": "rmsce"}, {"norm": "l2"}),
+            "mce": Report({"mce": "mce"}, {"norm": "max"}),
+            "ece_quantile": Report({"ece": "ece_quantile"}, {"strategy": "quantile"})},
+    report_bins=True, trust={"binning": None}, cost=costs_binned,
+    options={"norm": Option("choice", "the norm of the binned calibration error",
+                            choices=tuple(NORMS))})
 @checked
 def ece(
     data: Any,
@@ -125,11 +141,19 @@ def ece(
                          logit_range=logit_range)
     concentration(frame, by=src.by, bins=bins)
     out = result(src, ece_finish(frame, by=src.by, norm=norm), [NORMS[norm], "n_bins"],
-                 {"binning": binning(bins, strategy, convention)})
+                 {"binning": binning(bins, strategy, convention)}, present=False)
     out["n_bins"] = out["n_bins"].fillna(0).astype(int)
-    return out
+    return src.present(out)
 
 
+@metric(
+    needs=lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
+                                    convention=o["convention"], logit_range=o["logit_range"],
+                                    parts=_interval_parts(src, o["weight_kind"])),
+    follow_up=lambda src, o: bins_follow_up(src, bins=o["bins"], strategy=o["strategy"],
+                                            logit_range=o["logit_range"],
+                                            parts=_interval_parts(src, o["weight_kind"])),
+    refining=_REFINING, cost=costs_binned)
 @checked
 def reliability(
     data: Any,
@@ -230,6 +254,16 @@ def reliability(
     1    1        0.85       1.0
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    return src.present(reliability_table(
+        src, bins=bins, strategy=strategy, convention=convention, ci=ci, confidence=confidence,
+        weight_kind=weight_kind, logit_range=logit_range))
+
+
+def reliability_table(src: Source, *, bins: int = 15, strategy: str = "uniform",
+                      convention: str = "sqlcal", ci: str | None = "wilson",
+                      confidence: float = 0.95, weight_kind: str = "auto",
+                      logit_range: tuple[float, float] | None = None) -> pd.DataFrame:
+    """:func:`reliability` of a source, with its internal key columns (``src.by``)."""
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
                          parts=_interval_parts(src, weight_kind), logit_range=logit_range)
     flags = concentration(frame, by=src.by, bins=bins)
@@ -244,7 +278,7 @@ def reliability(
     if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its bins
         out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
                if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
-    return out
+    return out.assign(**src.facts)  # a stored window's facts, as every result's
 
 
 def reliability_finish(frame: pd.DataFrame, *, by=(), bins: int = 15, strategy: str = "uniform",
@@ -282,6 +316,17 @@ def reliability_finish(frame: pd.DataFrame, *, by=(), bins: int = 15, strategy: 
     return out
 
 
+@metric(
+    needs=lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
+                                    convention=o["convention"], logit_range=o["logit_range"],
+                                    parts={"moments"}),
+    follow_up=lambda src, o: bins_follow_up(src, bins=o["bins"], strategy=o["strategy"],
+                                            logit_range=o["logit_range"], parts={"moments"}),
+    refining=_REFINING,
+    report={"brier_decomposition": Report({"reliability": "brier_reliability",
+                                           "resolution": "brier_resolution",
+                                           "uncertainty": "brier_uncertainty"})},
+    report_bins=True, trust={"binning": None}, cost=costs_binned)
 @checked
 def brier_decomposition(
     data: Any,
@@ -386,6 +431,21 @@ _DECOMPOSITION = (
 )
 
 
+@metric(
+    needs=lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
+                                    convention="sqlcal", logit_range=o["logit_range"],
+                                    parts=variance_parts(src, o["weight_kind"])),
+    follow_up=lambda src, o: bins_follow_up(src, bins=o["bins"], strategy=o["strategy"],
+                                            logit_range=o["logit_range"],
+                                            parts=variance_parts(src, o["weight_kind"])),
+    refining=_REFINING, one_shot={"strategy": "uniform"},
+    report={"hosmer_lemeshow": Report({"hl_statistic": "hl_statistic", "dof": "hl_dof",
+                                       "p_value": "hl_p"})},
+    trust={"binning": None, "dof_rule": None, "weight_kind": "weight_kind"}, cost=costs_hl,
+    options={"bins": Option("int", "number of Hosmer-Lemeshow risk groups", low=1),
+             "strategy": Option("choice", "how risk groups are cut: equal mass, equal width, or "
+                                "equal width in log-odds",
+                                choices=("quantile", "uniform", "logit"))})
 @checked
 def hosmer_lemeshow(
     data: Any,
@@ -742,28 +802,6 @@ def bins_needs(src: Source, *, bins: int, strategy: str, convention: str, parts=
     return cells_needs(src, parts)
 
 
-#: metric -> the first-stage summaries it reads, from its options (every option given, defaults
-#: filled); the planner fuses the needs of a report's metrics into one scan
-NEEDS = {
-    "ece": lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
-        logit_range=o.get("logit_range"),
-                                     convention=o["convention"]),
-    "reliability": lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
-        logit_range=o.get("logit_range"),
-                                             convention=o["convention"],
-                                             parts=_interval_parts(src, o["weight_kind"])),
-    "brier_decomposition": lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
-        logit_range=o.get("logit_range"),
-                                                     convention=o["convention"],
-                                                     parts={"moments"}),
-    "hosmer_lemeshow": lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
-        logit_range=o.get("logit_range"),
-                                                 convention="sqlcal",
-                                                 parts=variance_parts(src, o["weight_kind"])),
-}
-
-
-
 def bins_follow_up(src: Source, *, bins: int, strategy: str, parts=(), logit_range=None
                    ) -> list:
     """The next follow-up :func:`bins_summary` reads that ``src`` does not hold yet, from the
@@ -774,32 +812,3 @@ def bins_follow_up(src: Source, *, bins: int, strategy: str, parts=(), logit_ran
         return bins_needs(src, bins=bins, strategy=strategy, convention="sqlcal", parts=parts,
                           logit_range=logit_range)
     return equal_mass_follow_up(src, bins, summary_parts(src, "sums", *parts), strategy)
-
-
-#: metric -> its next follow-up from the cached frames: a report's planner runs the equal-mass
-#: follow-ups of all its metrics together (quantile ECE and Hosmer-Lemeshow read one levels pass)
-FOLLOW_UP_NEEDS = {
-    "ece": lambda src, o: bins_follow_up(src, bins=o["bins"], strategy=o["strategy"],
-        logit_range=o.get("logit_range")),
-    "reliability": lambda src, o: bins_follow_up(src, bins=o["bins"], strategy=o["strategy"],
-        logit_range=o.get("logit_range"),
-                                                 parts=_interval_parts(src, o["weight_kind"])),
-    "brier_decomposition": lambda src, o: bins_follow_up(src, bins=o["bins"],
-                                                         strategy=o["strategy"],
-        logit_range=o.get("logit_range"),
-                                                         parts={"moments"}),
-    "hosmer_lemeshow": lambda src, o: bins_follow_up(src, bins=o["bins"],
-                                                     strategy=o["strategy"],
-        logit_range=o.get("logit_range"),
-                                                     parts=variance_parts(src, o["weight_kind"])),
-}
-
-#: (metric, option, value) whose bins refine with follow-up passes -> the one-shot option
-REFINING = {
-    **{(m, "strategy", "quantile"): "strategy='uniform'"
-       for m in ("ece", "reliability", "brier_decomposition", "hosmer_lemeshow")},
-    **{(m, "strategy", "uncertainty_calibration"): "strategy='uniform'"
-       for m in ("ece", "reliability", "brier_decomposition")},
-    **{(m, "strategy", "logit"): "strategy='uniform'"
-       for m in ("ece", "reliability", "brier_decomposition", "hosmer_lemeshow")},
-}

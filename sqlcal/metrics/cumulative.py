@@ -19,7 +19,8 @@ from sqlcal.metrics import (Grouped, resolve_weight_kind, result, safe_div,
 from sqlcal.metrics.cells import CELLS, cell_ranges, cells_needs, zoom_factor
 from sqlcal.query import declared, planner
 from sqlcal.inputs import Source, as_source
-from sqlcal.options import checked
+from sqlcal.metrics._registry import Report, metric
+from sqlcal.options import Option, checked, costs_cells
 
 #: E[range of standard Brownian motion on [0, 1]] = 2·sqrt(2/π): the calibrated model's expected
 #: cutoff error in units of sigma (spec seed004 §2.4)
@@ -32,8 +33,24 @@ METHODS = ("exact", "grid")
 #: costs the same CPU (1.50-1.61 s against 1.59-1.66 s) and 30 MB less memory; the window
 #: grows faster than the rows, so larger tables gain more
 WINDOW_ROWS = 500_000
+#: what the three extremes of the running residual declare alike: the score-cell histogram,
+#: then (exact) the follow-ups into the cells holding an extreme; exported in the grid form
+_EXTREMES = dict(
+    needs=lambda src, o: _extremes_needs(src, o["cells"], o["weight_kind"]),
+    follow_up=lambda src, o: extremes_follow_up(src, _exact(o["method"]), o["cells"],
+                                                o["weight_kind"]),
+    refining={("method", "exact"): "method='grid' (the grid form, with its certified grid_bound)"},
+    one_shot={"method": "grid"}, cost=costs_cells,
+    options={"method": Option("choice", "the exact extremes (a second pass) or the score grid's "
+                              "lower bound and its grid_bound", choices=METHODS)})
 
 
+@metric(**_EXTREMES,
+        report={"cutoff_error": Report({"cutoff_error": "cutoff_error",
+                                        "lower_bound": "cutoff_lower",
+                                        "upper_bound": "cutoff_upper"})},
+        trust={"exact": "exact", "grid_bound": "cutoff_grid_bound",
+               "confidence": "cutoff_confidence", "weight_kind": "weight_kind"})
 @checked
 def cutoff_error(
     data: Any,
@@ -175,6 +192,8 @@ def cutoff_error(
                                     "weight_kind": weight_kind})
 
 
+@metric(**_EXTREMES, report={"kuiper": Report({"kuiper": "kuiper", "p_value": "kuiper_p"})},
+        trust={"exact": "exact", "grid_bound": "kuiper_grid_bound", "weight_kind": "weight_kind"})
 @checked
 def kuiper(
     data: Any,
@@ -251,6 +270,8 @@ def kuiper(
                           weight_kind, source_options)
 
 
+@metric(**_EXTREMES, report={"ks": Report({"ks": "ks", "p_value": "ks_p"})},
+        trust={"exact": "exact", "grid_bound": "ks_grid_bound", "weight_kind": "weight_kind"})
 @checked
 def ks(
     data: Any,
@@ -588,18 +609,3 @@ def _worst_interval(t: pd.DataFrame) -> None:
 def _extremes_needs(src: Source, cells: int | None, weight_kind: str) -> list:
     """The score-cell histogram with residual sums that :func:`_extremes` starts from."""
     return cells_needs(src, ("residuals", *variance_parts(src, weight_kind)), cells)
-
-
-#: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS)
-NEEDS = {name: (lambda src, o: _extremes_needs(src, o["cells"], o["weight_kind"]))
-         for name in ("cutoff_error", "kuiper", "ks")}
-
-#: metric -> its next follow-up from the cached frames (the planner shares them in a report)
-FOLLOW_UP_NEEDS = {
-    name: (lambda src, o: extremes_follow_up(src, _exact(o["method"]), o["cells"],
-                                             o["weight_kind"]))
-    for name in ("cutoff_error", "kuiper", "ks")}
-
-#: (metric, option, value) that refines with follow-up passes -> the one-shot option
-REFINING = {(m, "method", "exact"): "method='grid' (the grid form, with its certified grid_bound)"
-              for m in ("cutoff_error", "kuiper", "ks")}

@@ -29,10 +29,10 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from sqlcal.metrics import (GroupIndex, as_slabs, groups, grown, key_tuple, per_group,
-                            resolve_weight_kind, result, runs, safe_div)
+from sqlcal.metrics import (GroupIndex, as_slabs, groups, grown, key_tuple, resolve_weight_kind, result, runs, safe_div)
+from sqlcal.metrics._registry import Report, metric
 from sqlcal.metrics.cells import level_slabs
-from sqlcal.options import checked
+from sqlcal.options import Option, checked, costs_binned
 from sqlcal.query import declared, planner
 from sqlcal.query.unlabeled import unlabeled_source
 from sqlcal.inputs import Source, as_source, source
@@ -49,6 +49,14 @@ MAX_LP_LEVELS = 2_000
 LP_GAP = 5e-10
 
 
+@metric(needs=lambda src, o: levels_needs(o["bins"]),
+        report={"calibration_decision_loss": Report(
+            {"calibration_decision_loss": "calibration_decision_loss", "v_star": "cdl_v_star"})},
+        trust={"binning": None, "method": None}, cost=costs_binned,
+        options={"bins": Option("int", "equal-width bins of the binned predictor (default: the "
+                                "levels)", low=1, optional=True),
+                 "method": Option("choice", "the convex hull (exact) or the LP",
+                                  choices=("hull", "lp"))})
 @checked
 def calibration_decision_loss(
     data: Any,
@@ -162,9 +170,10 @@ def calibration_decision_loss(
     if bins is None:
         _warn_degenerate(values)
     out = result(src, values, ["calibration_decision_loss", "v_star", "two_action_bound",
-                               "ece2_squared", "ece", "n_levels", "distinct_per_row"])
+                               "ece2_squared", "ece", "n_levels", "distinct_per_row"],
+                 present=False)
     out["n_levels"] = out["n_levels"].fillna(0).astype(int)
-    return _with_trust(out, binning=_binning(bins), method=method)
+    return src.present(_with_trust(out, binning=_binning(bins), method=method))
 
 
 def cdl_finish(levels, *, by: Sequence[str] = (), method: str = "hull") -> pd.DataFrame:
@@ -402,6 +411,9 @@ def upper_hull(t: np.ndarray, V: np.ndarray) -> np.ndarray:
     return top[hull]
 
 
+@metric(needs=lambda src, o: levels_needs(o["bins"]), cost=costs_binned,
+        options={"bins": Option("int", "equal-width bins of the binned predictor", low=1,
+                                optional=True)})
 @checked
 def decision_loss(
     data: Any,
@@ -506,10 +518,10 @@ def decision_loss(
     columns = ["decision_loss", "payoff", "recalibrated_payoff"]
     values = values.drop(columns=["n_levels", "distinct_per_row"])
     if thresholds is None:
-        out = result(src, values, columns)
+        out = result(src, values, columns, present=False)
     else:
         out = _by_threshold(src, values, ["threshold", *columns], "threshold", thresholds)
-    return _with_trust(out, binning=_binning(bins))
+    return src.present(_with_trust(out, binning=_binning(bins)))
 
 
 def decision_loss_finish(levels, *, by: Sequence[str] = (),
@@ -599,6 +611,10 @@ def decision_loss_finish(levels, *, by: Sequence[str] = (),
     return out
 
 
+@metric(needs=lambda src, o: levels_needs(None),
+        report={"decision_risk_gap": Report(
+            {"risk_gap": "risk_gap", "monotone_risk_gap": "monotone_risk_gap"})},
+        options={"threshold": Option("floats", "decision thresholds in [0, 1]", low=0, high=1)})
 @checked
 def decision_risk_gap(
     data: Any,
@@ -680,7 +696,7 @@ def decision_risk_gap(
     levels = level_slabs(src).read_first()  # the first read validates: are labels binary?
     src.require_binary_labels("the decision risk gap")
     values = risk_gap_finish(levels, by=src.by, thresholds=thresholds, totals=levels.totals())
-    return _by_threshold(src, values, _RISK_COLUMNS, "threshold", thresholds)
+    return src.present(_by_threshold(src, values, _RISK_COLUMNS, "threshold", thresholds))
 
 
 _RISK_COLUMNS = ["threshold", "risk", "bayes_risk", "risk_gap", "monotone_risk",
@@ -809,6 +825,8 @@ def risk_gap_finish(levels, *, by: Sequence[str] = (),
     return _frame(out, by, _RISK_COLUMNS)
 
 
+# the rules cut the score axis: its statement depends on what the caller passes (not in sql/)
+@metric(needs=lambda src, o: _expected_cost_needs(src, o), caller_shaped=True)
 @checked
 def expected_cost(
     data: Any,
@@ -973,9 +991,10 @@ def expected_cost(
                  for name, rule in rules.items()}
     actions = {name: (list(rule["action"]) if "action" in rule and rule["action"].notna().all()
                       else None) for name, rule in rules.items()}
-    return _with_trust(out, intervals=out["rule"].map(intervals).tolist(),
-                       actions=out["rule"].map(actions).tolist(),
-                       confidence=confidence if validation is not None else np.nan)
+    return src.present(_with_trust(
+        out, intervals=out["rule"].map(intervals).tolist(),
+        actions=out["rule"].map(actions).tolist(),
+        confidence=confidence if validation is not None else np.nan))
 
 
 _COST_COLUMNS = ["rule", "expected_cost", "error_bound", "cost_lower", "cost_upper", "epsilon",
@@ -1142,17 +1161,6 @@ def _expected_cost_needs(src: Source, options: dict) -> list:
             "hold: pass epsilon= (e.g. the upper_bound of sqlcal.cutoff_error on the validation "
             "rows), or measure with sqlcal where both tables are")
     return [_pieces_summary(rules_table(options["rules"], options["actions"], options["tie"]))]
-
-
-#: metric -> the summaries it reads, from its options (every option given, defaults filled): the
-#: level sets (or equal-width bins) for the decision losses and risks, the score axis cut at the
-#: rules' ends for the expected cost; none refines with follow-up passes
-NEEDS = {
-    "calibration_decision_loss": lambda src, o: levels_needs(o["bins"]),
-    "decision_loss": lambda src, o: levels_needs(o["bins"]),
-    "decision_risk_gap": lambda src, o: levels_needs(None),
-    "expected_cost": _expected_cost_needs,
-}
 
 
 # -- CDL: the LP and the V-curve ----------------------------------------------------------------
@@ -1475,7 +1483,7 @@ def _validation_bound(validation, validation_label, src: Source, labelled: bool,
 
     val = _validation_source(validation, validation_label, src, labelled)
     bound = cutoff_error(val, confidence=1 - 2 * delta)
-    return bound[[*val.by, "upper_bound"]]
+    return val.group_keys.internal(bound, ["upper_bound"])
 
 
 def _validation_source(validation, validation_label, src: Source, labelled: bool) -> Source:
@@ -1488,7 +1496,8 @@ def _validation_source(validation, validation_label, src: Source, labelled: bool
         if label is None:
             raise TypeError("validation_label= is required: this table has no label column, so "
                             "name the label column of the validation rows")
-        return source(validation, score=src.score, label=label, weight=src.weight, by=src.by,
+        return source(validation, score=src.score, label=label, weight=src.weight,
+                      by=src.key_names,
                       on_invalid=src.on_invalid, soft_labels=src.allow_soft)
     if validation_label is not None:
         raise TypeError("validation_label= applies to validation data; a validation Source "
@@ -1502,10 +1511,10 @@ def _validation_source(validation, validation_label, src: Source, labelled: bool
             "validation source with "
             + (f"weight={src.weight!r}" if src.weighted else "no weight=")
             + ", or pass the validation rows as data (read with this table's weight column)")
-    if validation.by and list(validation.by) != list(src.by):
-        raise ValueError(f"the validation source is grouped by {list(validation.by)}, this "
-                         f"table by {list(src.by)}: group both the same way, or not the "
-                         "validation")
+    if validation.by and validation.group_keys != src.group_keys:
+        raise ValueError(f"the validation source is grouped by {list(validation.key_names)}, "
+                         f"this table by {list(src.key_names)}: group both the same way, or "
+                         "not the validation")
     return validation
 
 
@@ -1691,10 +1700,11 @@ def _frame(rows: list[dict], by, columns) -> pd.DataFrame:
 
 
 def _by_threshold(src: Source, values: pd.DataFrame, columns, name: str, wanted) -> pd.DataFrame:
-    """The result table with ``name`` (a threshold or rule) acting as a further key: rows ordered
-    by the keys then ``wanted``'s order, and a group with no valid rows (``on_invalid="drop"``)
-    given one NaN row per wanted value instead of one row with ``name`` missing."""
-    out = result(src, values, columns)
+    """The result table (internal keys) with ``name`` (a threshold or rule) acting as a further
+    key: rows ordered by the keys then ``wanted``'s order, and a group with no valid rows
+    (``on_invalid="drop"``) given one NaN row per wanted value instead of one row with ``name``
+    missing."""
+    out = result(src, values, columns, present=False)
     if "n_dropped" in out and not src.by:  # one group: result() put its count on the first row
         out["n_dropped"] = out["n_dropped"].ffill().astype(int)
     empty = out[name].isna()

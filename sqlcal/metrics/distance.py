@@ -27,9 +27,18 @@ from sqlcal.metrics.cells import cells_needs, cells_summary, pair_levels
 from sqlcal.query import declared
 from sqlcal.metrics.smooth import SMOOTH_CELLS
 from sqlcal.inputs import Source, as_source
-from sqlcal.options import checked
+from sqlcal.metrics._registry import Report, metric
+from sqlcal.options import Option, checked, costs_distance
 
 METHODS = ("auto", "exact", "cells")
+#: what the three distances declare alike: the levels, or the score-cell histogram whose mixed
+#: cells "auto" then reads the levels of when they are few (a follow-up)
+_DISTANCES = dict(
+    refining={("method", "auto"): "method='cells' (the histogram, with its quantization_bound) "
+              "or method='exact' (the levels)"},
+    cost=costs_distance)
+_METHOD = Option("choice", "levels: exact, grid cells, or exact when small enough",
+                 choices=METHODS)
 #: "auto" reads the exact levels when at most this many rows share a score cell with another score
 MAX_LEVELS = 50_000
 #: exact set-partition search for the upper distance up to this many levels (Bell(8) = 4140)
@@ -47,6 +56,11 @@ REGROUP_GROUPS = 200
 TIE = 1e-10
 
 
+@metric(**_DISTANCES, needs=lambda src, o: _levels_needs(src, o),
+        report={"lipschitz_calibration_error": Report(
+            {"lipschitz_calibration_error": "lipschitz_calibration_error"})},
+        trust={"quantization_bound": "lipschitz_quantization_bound", "lipschitz": None},
+        options={"method": _METHOD})
 @checked
 def lipschitz_calibration_error(
     data: Any,
@@ -139,6 +153,12 @@ def lipschitz_calibration_error(
                   {"lipschitz": lipschitz})
 
 
+@metric(**_DISTANCES, needs=lambda src, o: _levels_needs(src, o),
+        report={"distance_to_calibration": Report(
+            {"lower_distance": "lower_distance", "lower_tolerance": "lower_tolerance",
+             "upper_distance": "upper_distance"})},
+        trust={"upper_method": None, "lower_quantization": None, "quantization_bound": None},
+        options={"method": _METHOD})
 @checked
 def distance_to_calibration(
     data: Any,
@@ -265,6 +285,14 @@ def distance_to_calibration(
     return result(src, out, _DISTANCE_COLUMNS)
 
 
+@metric(**_DISTANCES, options={"method": _METHOD, "bins": Option(
+            "int", "equal-width bins (default: chosen from the data)", low=1, optional=True)},
+        needs=lambda src, o: (
+            _levels_needs(src, o) if o["bins"] is None
+            else bins_needs(src, bins=o["bins"], strategy="uniform", convention="sqlcal")),
+        report={"interval_calibration_error": Report(
+            {"interval_calibration_error": "interval_calibration_error"})},
+        trust={"method": "interval_calibration_method"})
 @checked
 def interval_calibration_error(
     data: Any,
@@ -365,19 +393,6 @@ def _levels_needs(src: Source, options: dict) -> list:
     if options["method"] == "exact":
         return [declared.levels("sums")]
     return cells_needs(src, ("sums",), SMOOTH_CELLS)
-
-
-#: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS)
-NEEDS = {
-    "lipschitz_calibration_error": _levels_needs,
-    "distance_to_calibration": _levels_needs,
-    "interval_calibration_error": lambda src, o: (
-        _levels_needs(src, o) if o["bins"] is None
-        else bins_needs(src, bins=o["bins"], strategy="uniform", convention="sqlcal")),
-}
-#: "auto" reads the levels of the cells holding several scores when they are few (a follow-up)
-REFINING = {(m, "method", "auto"): "method='cells' (the histogram, with its quantization_bound) "
-              "or method='exact' (the levels)" for m in NEEDS}
 
 
 # -- the finishes: numpy from the levels (or cells) frame -------------------------------------

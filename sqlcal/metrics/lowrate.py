@@ -16,9 +16,16 @@ from sqlcal.metrics import per_group, resolve_weight_kind, result, variance_part
 from sqlcal.metrics.cells import (equal_mass_bins, equal_mass_follow_up, logit_needs,
                                   summary_parts)
 from sqlcal.inputs import Source, as_source
+from sqlcal.metrics._registry import Report, metric
 from sqlcal.options import checked
 
 
+@metric(needs=lambda src, o: _ne_needs(src, o["weight_kind"]),
+        report={"normalized_entropy": Report(
+            {"normalized_entropy": "normalized_entropy", "ci_lower": "normalized_entropy_lower",
+             "ci_upper": "normalized_entropy_upper"})},
+        trust={"weight_kind": "weight_kind", "confidence": None,
+               "reason": "normalized_entropy_reason"})
 @checked
 def normalized_entropy(
     data: Any,
@@ -114,6 +121,15 @@ def normalized_entropy(
                   {"confidence": confidence, "weight_kind": weight_kind})
 
 
+# the per-decile table refines its edges with follow-up passes (every whole number of bins)
+@metric(needs=lambda src, o: _ratio_needs(src, o),
+        follow_up=lambda src, o: _ratio_follow_up(src, o),
+        refining={("deciles", k): "deciles=None" for k in range(1, 1025)},
+        report={"calibration_ratio": Report(
+            {"calibration_ratio": "calibration_ratio", "ci_lower": "calibration_ratio_lower",
+             "ci_upper": "calibration_ratio_upper"})},
+        trust={"weight_kind": "weight_kind", "confidence": None, "method": None,
+               "reason": "calibration_ratio_reason"})
 @checked
 def calibration_ratio(
     data: Any,
@@ -364,7 +380,7 @@ def _per_bin(src: Source, t: pd.DataFrame, columns: list, trust: dict, deciles: 
     if src.dropped is not None:
         out = (out.merge(src.dropped[[*by, "n_dropped"]], on=by, how="left") if by
                else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
-    return out
+    return src.present(out)
 
 
 def _ne_needs(src: Source, weight_kind: str) -> list:
@@ -394,14 +410,3 @@ def _ratio_follow_up(src: Source, o: dict) -> list:
     return equal_mass_follow_up(src, o["deciles"],
                                 _ratio_parts(src, o["weight_kind"], o["deciles"]), "quantile",
                                 first="logit")
-
-
-#: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS)
-NEEDS = {
-    "normalized_entropy": lambda src, o: _ne_needs(src, o["weight_kind"]),
-    "calibration_ratio": _ratio_needs,
-}
-#: metric -> its next follow-up: the equal-mass edges of the per-decile table
-FOLLOW_UP_NEEDS = {"calibration_ratio": _ratio_follow_up}
-#: the per-decile table refines its edges with follow-up passes (every whole number of bins)
-REFINING = {("calibration_ratio", "deciles", k): "deciles=None" for k in range(1, 1025)}

@@ -12,9 +12,11 @@ from scipy import stats
 from sqlcal.query import declared, planner
 from sqlcal.metrics import resolve_weight_kind, result, safe_div, statistic
 from sqlcal.inputs import Source, as_source
+from sqlcal.metrics._registry import Report, metric
 from sqlcal.options import checked
 
 
+@metric(needs=lambda src, o: totals_needs(), report={"brier": Report({"brier": "brier"})})
 @checked
 def brier(
     data: Any,
@@ -73,6 +75,8 @@ def brier(
     return result(src, brier_finish(totals_summary(src)), ["brier"])
 
 
+@metric(needs=lambda src, o: totals_needs(logloss=True),
+        report={"log_loss": Report({"log_loss": "log_loss"})})
 @checked
 def log_loss(
     data: Any,
@@ -132,6 +136,8 @@ def log_loss(
     return result(src, t, ["log_loss", "n_infinite"])
 
 
+@metric(needs=lambda src, o: totals_needs(),
+        report={"calibration_in_the_large": Report({"citl": "citl", "oe_ratio": "oe_ratio"})})
 @checked
 def calibration_in_the_large(
     data: Any,
@@ -192,6 +198,9 @@ def calibration_in_the_large(
     return result(src, t, ["citl", "mean_score", "observed", "oe_ratio"])
 
 
+@metric(needs=lambda src, o: totals_needs(spiegelhalter=True),
+        report={"spiegelhalter": Report({"z": "spiegelhalter_z", "p_value": "spiegelhalter_p"})},
+        trust={"weight_kind": "weight_kind"})
 @checked
 def spiegelhalter(
     data: Any,
@@ -344,12 +353,3 @@ def totals_needs(*, logloss: bool = False, spiegelhalter: bool = False) -> list:
     """The declared totals summary, with the log-loss and Spiegelhalter sums when asked for."""
     return [declared.totals(*(name for name, on in (("logloss", logloss),
                                                      ("spiegelhalter", spiegelhalter)) if on))]
-
-
-#: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS)
-NEEDS = {
-    "brier": lambda src, o: totals_needs(),
-    "calibration_in_the_large": lambda src, o: totals_needs(),
-    "log_loss": lambda src, o: totals_needs(logloss=True),
-    "spiegelhalter": lambda src, o: totals_needs(spiegelhalter=True),
-}

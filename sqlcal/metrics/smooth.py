@@ -16,14 +16,29 @@ from scipy import signal, special, stats
 from sqlcal.metrics import groups, key_tuple, per_group, result
 from sqlcal.query import declared, planner
 from sqlcal.inputs import Source, as_source
-from sqlcal.options import checked
+from sqlcal.metrics._registry import Report, metric
+from sqlcal.options import Option, checked, costs_ls_ece, costs_smooth
 
 NOISES = ("gaussian", "uniform")
 #: cells of the score histogram behind smECE: with the offsets' first moments, linear binning
 #: of a cell lying within one interval of relplot's grid is exact (see ``_ScoreHistogram.grid``)
 SMOOTH_CELLS = 2**14
+#: the automatic bandwidth's search can read finer grids (σ < 0.01), each a follow-up over the
+#: straddling cells: one exported statement holds the histogram of a fixed bandwidth
+_REFINING = {("sigma", None): "sigma=<a bandwidth> (one histogram split at its grid)"}
 
 
+@metric(
+    needs=lambda src, o: [declared.logit_grid(_logit_step(o["noise_scale"], o["noise"],
+                                                          o["step"]), o["clip"])],
+    report={"ls_ece": Report({"ls_ece": "ls_ece"})},
+    trust={"grid_bound": "ls_ece_grid_bound", "noise": None, "grid_step": None},
+    cost=costs_ls_ece,
+    options={"noise": Option("choice", "the noise added to the logits", choices=NOISES),
+             "noise_scale": Option("float", "scale of the noise added to the logits", low=0,
+                                   open_low=True),
+             "step": Option("float", "logit grid step (default noise_scale/20, noise_scale/200 "
+                            "for uniform noise)", low=0, open_low=True, optional=True)})
 @checked
 def ls_ece(
     data: Any,
@@ -115,6 +130,10 @@ def ls_ece(
                   {"noise": noise, "clip": clip, "grid_step": step})
 
 
+@metric(needs=lambda src, o: _cells_needs(src, o), refining=_REFINING,
+        report={"smooth_ece": Report({"smooth_ece": "smooth_ece"})},
+        trust={"bootstrap": None, "confidence": None},  # with bootstrap= only
+        cost=costs_smooth)
 @checked
 def smooth_ece(
     data: Any,
@@ -224,6 +243,7 @@ def smooth_ece(
                   {"bootstrap": bootstrap, "confidence": confidence} if bootstrap else None)
 
 
+@metric(needs=lambda src, o: _cells_needs(src, o), refining=_REFINING, cost=costs_smooth)
 @checked
 def smooth_reliability(
     data: Any,
@@ -299,7 +319,7 @@ def smooth_reliability(
     if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its rows
         out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
                if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
-    return out
+    return src.present(out).assign(**src.facts)  # a stored window's facts, as every result's
 
 
 # -- the declarations: what each metric reads --------------------------------------------------
@@ -324,19 +344,6 @@ def _splitter(src: Source):
 
 def _integer_weights(src: Source) -> bool:
     return not src.weighted or bool(src.integer_weights)
-
-
-#: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS)
-NEEDS = {
-    "ls_ece": lambda src, o: [declared.logit_grid(_logit_step(o["noise_scale"], o["noise"],
-                                                              o["step"]), o["clip"])],
-    "smooth_ece": _cells_needs,
-    "smooth_reliability": _cells_needs,
-}
-#: the automatic bandwidth's search can read finer grids (σ < 0.01), each a follow-up over the
-#: straddling cells: one exported statement holds the histogram of a fixed bandwidth
-REFINING = {(m, "sigma", None): "sigma=<a bandwidth> (one histogram split at its grid)"
-              for m in ("smooth_ece", "smooth_reliability")}
 
 
 # -- the finishes: numpy from the summary frames ----------------------------------------------

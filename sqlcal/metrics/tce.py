@@ -22,7 +22,8 @@ from sqlcal.metrics.cells import (CELLS, cell_levels, cells_needs, cells_summary
 from sqlcal.query import declared, planner
 from sqlcal.inputs import InvalidInputError, Source, as_source
 from sqlcal import options
-from sqlcal.options import BudgetError, checked
+from sqlcal.metrics._registry import Report, metric
+from sqlcal.options import BudgetError, Option, checked, costs_tce
 
 STRATEGIES = ("pavabc", "uniform", "quantile")
 #: PAVA-BC reads the levels (one row per distinct score) of a source of at most this many rows;
@@ -41,8 +42,26 @@ MIN_PAVA_CELLS = 2**4
 #: default N/20 and N/5 (2.5·10^6 of 10^8 float32 scores)
 HELD_SLABS = 4
 TESTS = ("binomial", "ttest")
+#: what TCE and its bins declare alike. PAVA-BC runs over the score cells of PAVA_CELLS (with
+#: groups: the totals first, then the cells of pava_cells(groups) per group), then over the
+#: levels up to LEVEL_CAP rows, or those of the few cells where a merge is undecided; uniform and
+#: quantile bins over the score cells, then read the levels of the cells holding a bin edge or
+#: an acceptance interval's end (follow-ups). Above LEVEL_CAP rows PAVA-BC reads the levels of a
+#: few cells only, in rounds: exported, every form is the levels statement.
+_TCE = dict(
+    needs=lambda src, o: (([declared.totals()] if src.by else
+                           cells_needs(src, ("sums",), PAVA_CELLS))
+                          if o["strategy"] == "pavabc" else cells_needs(src, ("sums",))),
+    refining={**{("strategy", s): "strategy='pavabc' (the levels, read in one pass)"
+                 for s in ("uniform", "quantile")},
+              ("strategy", "pavabc"): "the levels (PAVA-BC over every distinct score)"},
+    cost=costs_tce,
+    options={"strategy": Option("choice", "how TCE cuts bins", choices=STRATEGIES),
+             "test": Option("choice", "the per-bin test", choices=TESTS)})
 
 
+@metric(**_TCE, report={"tce": Report({"tce": "tce", "n_bins": "tce_bins"})},
+        trust={"binning": None, "alpha": None, "test": None})
 @checked
 def tce(
     data: Any,
@@ -148,12 +167,13 @@ def tce(
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     table = _bins_table(src, strategy, n_min, n_max, bins, alpha, test, tail_rule)
     out = result(src, tce_finish(table, by=src.by), ["tce", "n_bins", "rejected", "binning"],
-                 {"alpha": alpha, "test": test})
+                 {"alpha": alpha, "test": test}, present=False)
     if out["binning"].isna().any():  # groups left without rows still had these bins asked for
         out["binning"] = out["binning"].fillna(_binning(strategy, n_min, n_max, bins, tail_rule))
-    return out
+    return src.present(out)
 
 
+@metric(**_TCE)
 @checked
 def tce_bins(
     data: Any,
@@ -238,7 +258,7 @@ def tce_bins(
     if src.dropped is not None:  # on_invalid="drop": each group's rows left out, on its bins
         out = (out.merge(src.dropped[[*src.by, "n_dropped"]], on=list(src.by), how="left")
                if src.by else out.assign(n_dropped=int(src.dropped["n_dropped"].sum())))
-    return out
+    return src.present(out).assign(**src.facts)  # a stored window's facts, as every result's
 
 
 def pava_cells(groups: int) -> int:
@@ -280,23 +300,6 @@ def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rul
                            bins=bins, alpha=alpha, test=test, tail_rule=tail_rule,
                            levels_in=lambda ranges: planner.fetch(
                                src, declared.levels_within(ranges, "sums")))
-
-
-#: metric -> the first-stage summaries it reads (see sqlcal.metrics.binned.NEEDS): PAVA-BC runs
-#: over the score cells of PAVA_CELLS (with groups: the totals first, then the cells of
-#: pava_cells(groups) per group), then over the levels up to LEVEL_CAP rows, or those of the
-#: few cells where a merge is undecided; uniform and quantile bins over the score cells, then
-#: read the levels of the cells holding a bin edge or an acceptance interval's end (follow-ups)
-NEEDS = {name: (lambda src, o: ([declared.totals()] if src.by else
-                                cells_needs(src, ("sums",), PAVA_CELLS))
-                if o["strategy"] == "pavabc" else cells_needs(src, ("sums",)))
-         for name in ("tce", "tce_bins")}
-REFINING = {(name, "strategy", strategy): "strategy='pavabc' (the levels, read in one pass)"
-              for name in ("tce", "tce_bins") for strategy in ("uniform", "quantile")}
-# above LEVEL_CAP rows PAVA-BC reads the levels of a few cells only, in rounds: exported, it is
-# the levels statement
-REFINING.update({(name, "strategy", "pavabc"): "the levels (PAVA-BC over every distinct score)"
-                 for name in ("tce", "tce_bins")})
 
 
 # -- the finishes: numpy from the summary frames ----------------------------------------------

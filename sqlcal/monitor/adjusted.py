@@ -98,18 +98,25 @@ class Adjustment:
     cohorts : DataFrame
         The manifest rows of every stored period of the spec (the mature ones estimate the
         curve).
+    by : sequence of str
+        The stored key columns (``key_0``, ...) of the window's keys.
     at : Timestamp
-        The time ages are taken at.
+        The time ages are taken at (a period's labels are as old as the earlier of ``at`` and
+        the time they are known as of: :func:`sqlcal.monitor.store.label_age`).
     mature_age : float
         horizon + settle, in days.
+    names : dict, optional
+        ``{stored column: key}``, for messages.
     """
 
     def __init__(self, store: Any, *, prefix: str, spec_hash: str, spec: dict,
                  window: pd.DataFrame, cohorts: pd.DataFrame, by: Sequence[str],
-                 at: pd.Timestamp, mature_age: float, bins: int = BINS):
+                 at: pd.Timestamp, mature_age: float, bins: int = BINS,
+                 names: dict | None = None):
         self.store, self.prefix, self.spec_hash, self.spec = store, prefix, spec_hash, spec
         self.by, self.K, self.edges = list(by), int(spec["cells"]), list(spec["delays"])
-        age = (at - window["period_end"]).dt.total_seconds().to_numpy() / 86400
+        self.names = names or {}
+        age = _store.label_age(window, at).to_numpy()
         lag = np.array([np.inf if a >= mature_age else
                         max([e for e in self.edges[1:] if e <= a], default=0.0) for a in age])
         window = window.assign(lag=lag)
@@ -119,7 +126,7 @@ class Adjustment:
         self.left_out = window[window["lag"] == 0]
         self.curve = self.starts = None
         if len(self.immature):
-            old = cohorts[cohorts["period_end"] + pd.Timedelta(days=mature_age) <= at]
+            old = cohorts[_store.mature(cohorts, at=at, horizon=mature_age, settle=0)]
             if not len(old):
                 raise InvalidInputError(
                     f"maturity='adjusted': no mature period in the store at {at} to estimate "
@@ -160,7 +167,8 @@ class Adjustment:
         if bad.any():
             first = frame[bad].iloc[0]
             raise InvalidInputError(
-                f"maturity='adjusted': group {dict((k, first[k]) for k in self.by)} has no "
+                f"maturity='adjusted': group "
+                f"{dict((self.names.get(k, k), first[k]) for k in self.by)} has no "
                 f"mature period, or a score bin whose mature cohorts saw no positive label "
                 f"within {first['lag']:g} days, so its known positives cannot be scaled up; "
                 "use maturity='lag:<a>d' or 'mature'")

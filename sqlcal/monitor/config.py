@@ -121,9 +121,10 @@ def validate(raw: dict, *, where: str = "config") -> dict:
                               f"(layout is {labels['layout']!r})")
     for key in ("horizon", "settle"):
         text = labels[key]
-        if not (len(text) >= 2 and text[-1] in "dh" and _number(text[:-1])):
-            raise ConfigError(f"{where}: [labels] {key} must look like '30d' or '12h', not "
-                              f"{text!r}")
+        if not (len(text) >= 2 and text[-1] in "dh" and _number(text[:-1])
+                and 0 <= float(text[:-1]) < float("inf")):
+            raise ConfigError(f"{where}: [labels] {key} must be a duration >= 0 like '30d' or "
+                              f"'12h', not {text!r}")
     for section in OTHERS:
         if section in raw and not isinstance(raw[section], (dict, list)):
             raise ConfigError(f"{where}: [{section}] must be a table")
@@ -156,21 +157,28 @@ def run_snapshot(config: dict, *, period: Any = None, since: Any = None, until: 
                  force: bool = False, now: Any = None) -> pd.DataFrame:
     """The snapshot a checked configuration describes.
 
-    ``period`` snapshots one period; ``since``/``until`` a range (a backfill). Without them:
-    every period up to the last closed one (``now − settle``), each written only when its
-    fingerprint changed (new periods, late rows, labels that arrived since the last run).
+    ``period`` snapshots one period; ``since``/``until`` a range (a backfill); each names a
+    period by its start. Without them: every period up to the last closed one
+    (``now − settle``), each written only when its fingerprint changed (new periods, late rows,
+    labels that arrived since the last run). ``now`` (default: the current time, UTC) is also
+    the labels' cut-off, ``as_of``.
     """
-    from sqlcal.monitor.store import snapshot
+    from sqlcal.monitor.store import as_timestamp, duration_days, period_bound, snapshot
 
     src, labels, snap = config["source"], config["labels"], config["snapshot"]
     events = labels["layout"] == "events"
+    grain = snap["grain"]
+    now = pd.Timestamp.now("UTC").tz_localize(None).floor("s") if now is None else \
+        as_timestamp(now)
     if period is not None:
-        since = until = period
-    elif since is None and until is None:
-        now = pd.Timestamp.now("UTC").tz_localize(None) if now is None else pd.Timestamp(now)
-        settle = pd.Timedelta(labels["settle"].replace("d", "D").replace("h", "h"))
-        closed = (now - settle).floor("D" if snap["grain"] == "day" else "h")
-        until = closed - pd.Timedelta(seconds=schema.GRAINS[snap["grain"]])
+        since = until = period_bound(period, grain, "--period")
+    else:
+        since = None if since is None else period_bound(since, grain, "--since")
+        until = None if until is None else period_bound(until, grain, "--until")
+    if since is None and until is None:
+        settle = pd.Timedelta(days=duration_days(labels["settle"], "settle"))
+        closed = (now - settle).floor("D" if grain == "day" else "h")
+        until = closed - pd.Timedelta(seconds=schema.GRAINS[grain])
     return snapshot(
         src["data"], table=src["table"], score=src["score"], label=src["label"],
         weight=src["weight"], by=src["by"], time=src["time"], where=src["where"],
@@ -181,7 +189,7 @@ def run_snapshot(config: dict, *, period: Any = None, since: Any = None, until: 
         unknown=labels["unknown"], delays=labels["delays"], horizon=labels["horizon"],
         settle=labels["settle"], cells=snap["cells"], bins=snap["bins"],
         ls_ece_sigma=snap["ls_ece_sigma"], smooth_grids=snap["smooth_grids"],
-        levels=snap["levels"], max_levels=snap["max_levels"], force=force)
+        levels=snap["levels"], max_levels=snap["max_levels"], force=force, as_of=now)
 
 
 def json_schema() -> dict:

@@ -282,12 +282,15 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         Plug-in windows (days) of the averaged detector.
     reference : (date-like, date-like), optional
         The days whose scores set the bet bins; default: the first ``reference_days`` mature
-        days. Their e-values are 1 (the detector checks the days after them).
+        days. Their e-values are 1 (the detector checks the days after them). A window holding
+        no mature day of the store is refused, and with ``null="reference"`` so is one where
+        a group has no data (either would leave the detector blind).
     reference_days : int, default 28
         The length of the default reference window, in mature days.
     maturity_horizon, settle : str, default "30d", "1d"
-        A day feeds the detector once its labels are final: its stored version was snapshotted
-        at age >= horizon + settle.
+        A day feeds the detector once its labels are final: its stored version was written, or
+        found unchanged by a later snapshot run, at age >= horizon + settle (the snapshot's
+        horizon and settle: a longer one here waits for runs at that age).
     at : datetime-like, optional
         The check time: only days final by then (default: the latest ``as_of`` stored), to
         replay an earlier check.
@@ -354,8 +357,6 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         raise OptionError(f"alpha must lie in (0, 1), not {alpha!r}")
     if not (isinstance(horizon, (int, np.integer)) and horizon >= 1):
         raise OptionError(f"horizon must be a whole number of daily checks >= 1, not {horizon!r}")
-    if not (isinstance(bins, (int, np.integer)) and 1 <= bins <= 64):
-        raise OptionError(f"bins must be an integer in [1, 64], not {bins!r}")
     if len(tolerance) != 2 or min(tolerance) < 0:
         raise OptionError(f"tolerance must be (absolute, relative) >= 0, not {tolerance!r}")
     if not windows or any(not isinstance(m, (int, np.integer)) or m < 1 for m in windows):
@@ -365,11 +366,16 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
     if null == "reference" and lag is not None:
         raise OptionError("null='reference' with lag= (an early stream against the "
                           "reference's calibration) is not built yet; use one of them")
+    if not all(np.isfinite(float(x)) for x in tolerance):
+        raise OptionError(f"tolerance must be (absolute, relative) finite numbers >= 0, not "
+                          f"{tolerance!r}")
     days, spec_dict, spec_hash, by = _mature_days(store, prefix, spec, by, maturity_horizon,
                                                   settle, at)
     if not days["integer_weights"].all():
         raise OptionError("the detector's guarantee needs frequency weights (whole numbers); "
                           "this store holds non-integer weights")
+    names = {k: schema.key_columns(spec_dict)[k] for k in by}
+    user_by, by = by, tuple(names.values())  # inside, the keys' stored columns
     K = int(spec_dict["cells"])
     cells = _store.merged(store, "cells", prefix=prefix, spec_hash=spec_hash, versions=days,
                           by=[*by, "period_start"], delays=None, params={"cells": K})
@@ -378,7 +384,7 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
     if reference is None:
         ref = (calendar[0], calendar[min(reference_days, len(calendar)) - 1])
     else:
-        ref = tuple(_timestamp(x) for x in reference)
+        ref = _reference(reference, cells, by, names, calendar, null)
     first = int(np.searchsorted(calendar, ref[1], side="right"))
     if lag is not None:
         a, admitted = _lag_buckets(lag, spec_dict)
@@ -420,14 +426,14 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         early_paths, early_alarms = _early_stream(
             store, prefix, spec_hash, spec_dict, by, bet_bins, ref, days, a, admitted, settle,
             at, K, tolerance=tolerance, windows=tuple(windows), alpha=alpha, horizon=horizon,
-            name=lag, age=_age_days(maturity_horizon, "maturity_horizon")
-            + _age_days(settle, "settle"))
+            name=lag, age=_store.duration_days(maturity_horizon, "maturity_horizon")
+            + _store.duration_days(settle, "settle"))
         paths += early_paths
         alarms += early_alarms
-    path = pd.concat(paths, ignore_index=True)
+    path = schema.presented(pd.concat(paths, ignore_index=True), names)
     columns = [*by, "alarm_day", "stream", "change_day", "log_M_at_alarm", "pre_start",
                "pre_end", "post_start", "post_end", *DECOMPOSITION]
-    alarms = pd.DataFrame(alarms, columns=columns)
+    alarms = schema.presented(pd.DataFrame(alarms, columns=columns), names)
     return Detection(path=path, alarms=alarms, threshold=c,
                      info={"spec": spec_hash, "reference": ref, "bins": bins,
                            "tolerance": tuple(tolerance), "alpha": alpha, "horizon": horizon,
@@ -736,9 +742,8 @@ def _early_stream(store, prefix, spec_hash, spec, by, bet_bins, ref, mature, a, 
     history), with a Hoeffding bound at level alpha/4 over the bins and the horizon's days
     (module notes)."""
     versions = _store.current_versions(store, prefix, spec_hash)
-    at = versions["as_of"].max() if at is None else _timestamp(at)
-    known = versions["period_end"] + pd.Timedelta(days=a + _age_days(settle, "settle"))
-    days = versions[(known <= versions["as_of"]) & (known <= at)].reset_index(drop=True)
+    days = versions[_store.mature(versions, at=at, horizon=a, settle=settle)].reset_index(
+        drop=True)
     if not len(days):
         return [], []
     cells = _store.merged(store, "cells", prefix=prefix, spec_hash=spec_hash, versions=days,
@@ -799,19 +804,34 @@ def _early_stream(store, prefix, spec_hash, spec, by, bet_bins, ref, mature, a, 
     return paths, alarms
 
 
-def _timestamp(value: Any) -> pd.Timestamp:
-    ts = pd.Timestamp(value)
-    return ts.tz_convert("UTC").tz_localize(None) if ts.tzinfo is not None else ts
-
-
-def _age_days(text: Any, option: str) -> float:
-    if isinstance(text, (int, float)):
-        return float(text)
-    unit = {"d": 1.0, "h": 1 / 24}.get(str(text)[-1:])
+def _reference(reference, cells, by, names, calendar, null) -> tuple:
+    """The reference window's first and last day. A window holding no mature day of the store
+    is refused (the bet bins would come from nothing, and a window after the data leaves no day
+    to check), and with ``null="reference"`` so is a group without weight in it (its ratios
+    would be unknown and its bets 0: a detector that never alarms)."""
     try:
-        return float(str(text)[:-1]) * unit
+        ref = tuple(_store.as_timestamp(x) for x in reference)
     except (TypeError, ValueError):
-        raise OptionError(f"{option} must look like '30d' or '12h', not {text!r}") from None
+        ref = ()
+    if len(ref) != 2 or pd.isna(ref[0]) or pd.isna(ref[1]) or ref[0] > ref[1]:
+        raise OptionError(f"reference must be (first day, last day), not {reference!r}")
+    shown = f"reference {ref[0]:%Y-%m-%d}..{ref[1]:%Y-%m-%d}"
+    inside = cells[cells["period_start"].between(*ref)]
+    if not (inside["W"].sum() > 0):
+        raise OptionError(f"{shown} holds no mature day of the store (its mature days are "
+                          f"{calendar[0]:%Y-%m-%d}..{calendar[-1]:%Y-%m-%d}): the detector would "
+                          "learn nothing from it; choose days in that range")
+    if null == "reference" and by:
+        weight = inside.groupby(list(by), dropna=False)["W"].sum()
+        groups = cells[list(by)].drop_duplicates().itertuples(index=False, name=None)
+        missing = [g for g in groups if not (weight.get(g if len(by) > 1 else g[0], 0) > 0)]
+        if missing:
+            keys = list(names)
+            raise OptionError(f"{shown} holds no data of {len(missing)} groups "
+                              f"({[dict(zip(keys, g)) for g in missing[:5]]}): null='reference' "
+                              "would have nothing to compare them with; choose a reference "
+                              "where every group has data")
+    return ref
 
 
 def _mature_days(store, prefix, spec, by, horizon, settle, at):
@@ -836,11 +856,11 @@ def _mature_days(store, prefix, spec, by, horizon, settle, at):
     extra = sorted(set(by) - set(keys))
     if extra:
         raise OptionError(f"by: {extra} are not keys of the stored summaries {list(keys)}")
-    at = versions["as_of"].max() if at is None else _timestamp(at)
-    final = versions["period_end"] + pd.Timedelta(
-        days=_age_days(horizon, "maturity_horizon") + _age_days(settle, "settle"))
-    # a day feeds the detector when its stored version holds its final labels, and was so by at
-    mature = versions[(final <= versions["as_of"]) & (final <= at)]
+    at = _store.check_time(versions, at)
+    # a day feeds the detector when its stored version holds its final labels (written, or
+    # found unchanged by a run, at its maturity or later), and was so by at
+    mature = versions[_store.mature(versions, at=at, horizon=horizon, settle=settle,
+                                    option="maturity_horizon")]
     if not len(mature):
         raise InvalidInputError(f"no mature day in the store at {at} (horizon {horizon} + "
                                 f"settle {settle})")

@@ -77,8 +77,17 @@ def maturity(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8
     ([1.0, 2.0, 3.0, 5.0], [0.333, 0.667, 0.667, 1.0])
     """
     versions, spec_dict, spec_hash, by = _setup(store, prefix, spec, by, bins)
-    at = versions["as_of"].max() if at is None else _store.as_timestamp(at)
-    mature = versions[versions["period_end"] + pd.Timedelta(days=_age(horizon, settle)) <= at]
+    names = {k: schema.key_columns(spec_dict)[k] for k in by}
+    curve = _curve(store, versions, spec_dict, spec_hash, tuple(names.values()), prefix=prefix,
+                   bins=bins, horizon=horizon, settle=settle, at=at, confidence=confidence)
+    return schema.presented(curve, names)
+
+
+def _curve(store, versions, spec_dict, spec_hash, by, *, prefix, bins, horizon, settle, at,
+           confidence) -> pd.DataFrame:
+    """:func:`maturity` keyed by the stored key columns ``by``."""
+    at = _store.check_time(versions, at)
+    mature = versions[_store.mature(versions, at=at, horizon=horizon, settle=settle)]
     if not len(mature):
         raise InvalidInputError(f"no mature period in the store at {at} (horizon {horizon} + "
                                 f"settle {settle})")
@@ -172,12 +181,14 @@ def adjusted(store: Any, *, by: str | Sequence[str] | None = None, start: Any = 
     0  4       1.9       0.5263       1.5789         0.6667
     """
     versions, spec_dict, spec_hash, by = _setup(store, prefix, spec, by, bins)
-    curve = maturity(store, by=by, bins=bins, horizon=horizon, settle=settle, at=at,
-                     prefix=prefix, spec=spec_hash, confidence=confidence)
-    at = versions["as_of"].max() if at is None else _store.as_timestamp(at)
+    names = {k: schema.key_columns(spec_dict)[k] for k in by}
+    by = tuple(names.values())
+    curve = _curve(store, versions, spec_dict, spec_hash, by, prefix=prefix, bins=bins,
+                   horizon=horizon, settle=settle, at=at, confidence=confidence)
+    at = _store.check_time(versions, at)
     window, _, _ = window_versions(store, prefix, spec_hash, start, end)
     edges = spec_dict["delays"]
-    age = (at - window["period_end"]).dt.total_seconds() / 86400
+    age = _store.label_age(window, at)
     mature_age = _age(horizon, settle)
     lag = [np.inf if a >= mature_age else max([e for e in edges[1:] if e <= a], default=0.0)
            for a in age]
@@ -226,9 +237,9 @@ def adjusted(store: Any, *, by: str | Sequence[str] | None = None, start: Any = 
                      part["swy_all"].sum(), part["swy_all"].sum() / expected,
                      1 - (part["F_hat"] * part["swp"]).sum() / expected, oe, oe - z * se,
                      oe + z * se, True, int((window["lag"] == 0).sum())))
-    return pd.DataFrame(rows, columns=[*by, "n", "W", "expected", "observed", "oe_observed",
-                                       "pending_share", "oe_adjusted", "lower", "upper",
-                                       "estimate", "periods_left_out"])
+    return schema.presented(pd.DataFrame(rows, columns=[
+        *by, "n", "W", "expected", "observed", "oe_observed", "pending_share", "oe_adjusted",
+        "lower", "upper", "estimate", "periods_left_out"]), names)
 
 
 def _setup(store, prefix, spec, by, bins):

@@ -77,7 +77,12 @@ def check_detect(block: dict | None, *, where: str = "config") -> dict:
     if set(tol) - {"absolute", "relative"}:
         raise ConfigError(f"{where}: [detect] tolerance takes absolute and relative, not "
                           f"{sorted(tol)}")
-    out["tolerance"] = (float(tol.get("absolute", 0.0)), float(tol.get("relative", 0.0)))
+    values = (tol.get("absolute", 0.0), tol.get("relative", 0.0))
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+               and v >= 0 for v in values):
+        raise ConfigError(f"{where}: [detect] tolerance absolute and relative must be finite "
+                          f"numbers >= 0, not {tol!r}")
+    out["tolerance"] = tuple(float(v) for v in values)
     if out["reference"] is not None:
         parts = out["reference"].split("..")
         if len(parts) != 2:

@@ -6,7 +6,8 @@ No Ibis here: the writers (:mod:`sqlcal.monitor.store`, the dbt macros) and the 
 
 **Layout.** Every summary table is long and narrow. Each row belongs to one snapshot version
 (``spec_hash``, ``version``) of one period (``period_start``), one group (``group_keys``: canonical
-JSON, plus one typed column per ``by`` key, named as the key) and one ``delay``:
+JSON, plus one typed column per ``by`` key, named ``key_`` and the key's name, so that a key
+may take any name, a stored column's included: :func:`key_columns`) and one ``delay``:
 
 - ``delay = -1`` (:data:`DELAY_LABEL_FREE`): the label-free part, summed over *every* row of the
   period with its label read as 0 (n, W, Σwp, Σwp², ...); the label columns are 0 in these rows.
@@ -29,7 +30,16 @@ any version of that (``spec_hash``, ``period_start``) in the store, then one row
 (:data:`MANIFEST`). Readers use, per (``spec_hash``, ``period_start``), the greatest version that
 has a manifest row, so rows written by a snapshot that died before its manifest row are never read,
 and a re-snapshot replaces a period without deleting anything. ``current`` is True on the version
-readers use (cleared on older ones where the engine can update rows).
+readers use (cleared on older ones where the engine can update rows). The manifest is unique on
+(``spec_hash``, ``period_start``, ``version``) where the engine has constraints, so two runs can
+never both publish a version.
+
+**Checks.** A snapshot run that finds a period's rows unchanged (same fingerprint) confirms that
+the stored version holds the period's labels as of the run's ``as_of``: one row in the checks
+table (:data:`CHECKS`, append-only, written with the rest of the run), until the period is mature.
+A version's labels are known as of the latest of its own ``as_of`` and its confirmations; every
+reader ages periods by that (:func:`sqlcal.monitor.store.current_versions`, ``known_as_of``), so a
+day whose labels stopped arriving before it matured becomes mature without being written again.
 
 **spec_hash** (:func:`spec_hash`): the first 16 hex digits of the SHA-256 of the canonical JSON
 (sorted keys, no spaces) of the spec dict (:data:`SPEC_FIELDS`): everything that changes what the
@@ -53,8 +63,10 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
-#: version of what the stored sums mean; part of the spec hash
-SUMMARY_VERSION = 1
+#: version of what the stored sums mean and how they are laid out; part of the spec hash
+#: (2: group keys in the columns key_<name>; the checks table; a unique manifest. Version 1
+#: stores, whose key columns carry the keys' names, stay readable.)
+SUMMARY_VERSION = 2
 #: default prefix of the store's tables
 PREFIX = "sqlcal_"
 #: the ``delay`` of the label-free part
@@ -84,8 +96,20 @@ MANIFEST = (
     ("sqlcal_version", "string"),
 )
 
+#: the checks: one row per run that found a period unchanged while it was not yet mature
+CHECKS = (
+    ("spec_hash", "string"),
+    ("period_start", "timestamp"),
+    ("version", "int64"),           # the version confirmed current
+    ("as_of", "timestamp"),         # its labels are known as of this time
+    ("fingerprint", "string"),
+    ("mature", "boolean"),          # age >= horizon + settle at as_of
+    ("checked_at", "timestamp"),
+)
+
 #: the columns every summary table starts with; then one column per ``by`` key (typed as in the
-#: source), then the table's parameter and key columns, then its value columns
+#: source, named by :func:`key_columns`), then the table's parameter and key columns, then its
+#: value columns
 LEADING = (
     ("spec_hash", "string"),
     ("version", "int64"),
@@ -113,6 +137,8 @@ TABLES: dict[str, dict[str, Any]] = {
             ("spieg_var", "float64"),       # Σw(1−2p)²p(1−p)
             ("sw2_spieg_var", "float64"),   # Σw²(1−2p)²p(1−p)
             ("sw_lnq", "float64"),          # Σw·ln(1−p) over p < 1
+            ("sw_lnq2", "float64"),         # Σw·ln²(1−p) over p < 1
+            ("sw2p", "float64"), ("sw2pp", "float64"),  # Σw²p, Σw²p²
             ("n_p1", "int64"),              # rows with p = 1
             ("swp_h", "float64"),           # Σw·h(p)·p, h(p) = clip(logit p, −4, 4)/4
             ("p_min", "float64"), ("p_max", "float64"),
@@ -121,6 +147,8 @@ TABLES: dict[str, dict[str, Any]] = {
             ("n_pos", "int64"), ("swy", "float64"), ("swyp", "float64"),
             ("swy_lnp", "float64"),         # Σwy·ln p over p > 0
             ("swy_lnq", "float64"),         # Σwy·ln(1−p) over p < 1
+            ("swy_lnp2", "float64"),        # Σwy·ln²p over p > 0
+            ("swy_lnq2", "float64"),        # Σwy·ln²(1−p) over p < 1
             ("n_pos_p0", "int64"), ("n_pos_p1", "int64"),
             ("swy_h", "float64"),           # Σwy·h(p)
         ),
@@ -180,6 +208,9 @@ DERIVED: dict[str, dict[str, float]] = {
     "sw_spieg": {"swy": 1, "swyp": -2, "swp": -1, "swpp": 2},
     "sw_spieg_var": {"spieg_var": 1},
     "sw_logloss": {"swy_lnp": -1, "sw_lnq": -1, "swy_lnq": 1},
+    # Σwℓ² = Σ_{y=0} w ln²(1−p) + Σ_{y=1} w ln²p and Σwyℓ = −Σwy ln p (finite terms)
+    "sw_logloss_sq": {"sw_lnq2": 1, "swy_lnq2": -1, "swy_lnp2": 1},
+    "swy_logloss": {"swy_lnp": -1},
     "n_infinite_logloss": {"n_p1": 1, "n_pos_p0": 1, "n_pos_p1": -1},
     "ny": {"n_pos": 1},
     "swyy": {"swy": 1},
@@ -195,31 +226,78 @@ SPEC_FIELDS = (
 
 
 def table_name(kind: str, prefix: str = PREFIX) -> str:
-    """The store table of a summary kind (``"manifest"`` for the manifest); the prefix is letters,
-    digits and ``_`` (an OptionError otherwise: every store table's name is built here)."""
+    """The store table of a summary kind (``"manifest"`` for the manifest, ``"checks"`` for
+    the checks); the prefix is letters, digits and ``_`` (an OptionError otherwise: every store
+    table's name is built here)."""
     if not (isinstance(prefix, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix)):
         from sqlcal.options import OptionError
 
         raise OptionError(f"prefix must be letters, digits and _ (not starting with a digit), "
                           f"not {prefix!r}")
-    return prefix + ("snapshots" if kind == "manifest" else TABLES[kind]["suffix"])
+    own = {"manifest": "snapshots", "checks": "checks"}
+    return prefix + (own[kind] if kind in own else TABLES[kind]["suffix"])
 
 
-def columns(kind: str, by: Mapping[str, str] | Sequence[tuple[str, str]] = ()) -> list[tuple]:
-    """Every ``(name, type)`` column of a summary table, with the ``by`` keys' typed columns
-    (``{key: type}``) after :data:`LEADING`.
+def key_columns(spec: Mapping[str, Any]) -> dict[str, str]:
+    """``{key: stored column}`` for the spec's ``by`` keys: ``key_`` and the key's name (no
+    column of sqlcal's starts with ``key_``, so a key may be named ``n`` or ``period_start``; a
+    store of summary version 1 named the columns as the keys).
 
     Examples
     --------
-    >>> [c for c, _ in columns("cells", {"model": "string"})][:8]
-    ['spec_hash', 'version', 'period_start', 'delay', 'group_keys', 'model', 'cells', 'cell']
+    >>> key_columns({"summary_version": 2, "by": ["n", "segment"]})
+    {'n': 'key_n', 'segment': 'key_segment'}
+    """
+    by = list(spec.get("by", ()))
+    if int(spec.get("summary_version", SUMMARY_VERSION)) < 2:
+        return {k: k for k in by}
+    return {k: f"key_{k}" for k in by}
+
+
+def columns(kind: str, keys: Mapping[str, str] | Sequence[tuple[str, str]] = ()) -> list[tuple]:
+    """Every ``(name, type)`` column of a store table; a summary table's key columns
+    (``{stored column: type}``, :func:`key_columns`) after :data:`LEADING`.
+
+    Examples
+    --------
+    >>> [c for c, _ in columns("cells", {"key_model": "string"})][:8]
+    ['spec_hash', 'version', 'period_start', 'delay', 'group_keys', 'key_model', 'cells', 'cell']
     """
     if kind == "manifest":
         return list(MANIFEST)
+    if kind == "checks":
+        return list(CHECKS)
     table = TABLES[kind]
-    by = list(by.items()) if isinstance(by, Mapping) else list(by)
-    return [*LEADING, *by, *table["params"], *table["keys"], *table["label_free"],
+    keys = list(keys.items()) if isinstance(keys, Mapping) else list(keys)
+    return [*LEADING, *keys, *table["params"], *table["keys"], *table["label_free"],
             *table["label"]]
+
+
+def presented(frame, keys: Mapping[str, str]):
+    """A frame of stored key columns as the user sees it: each stored key column (``keys``:
+    ``{key: stored column}``) under the key's name, first; a column of sqlcal's whose name a key
+    takes gets a trailing ``_`` (repeated until unique), so a key may be named ``n`` or ``day``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> presented(pd.DataFrame({"key_n": ["a"], "n": [3]}), {"n": "key_n"}).columns.tolist()
+    ['n', 'n_']
+    """
+    stored = set(keys.values())
+    taken = set(keys)
+    rename = {}
+    for col in frame.columns:
+        if col in stored:
+            continue
+        name = col
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        rename[col] = name
+    out = frame.rename(columns={**rename, **{v: k for k, v in keys.items()}})
+    first = [k for k in keys if k in out.columns]
+    return out[[*first, *[c for c in out.columns if c not in first]]]
 
 
 def delay_bucket(days: float, delays: Sequence[float] = DELAYS) -> int:

@@ -8,9 +8,12 @@ that clears the ``current`` flag of older versions): it reads the predictions an
 
 from __future__ import annotations
 
-import datetime as dt
+import contextlib
+import hashlib
+import json
 import math
 import os
+import re
 from typing import Any, Sequence
 
 import ibis
@@ -64,14 +67,19 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
         The predictions, as for :func:`sqlcal.source`.
     score, label, weight, by, where, table, on_invalid
         As for :func:`sqlcal.source`. Labels must be 0/1 (NULL = not known yet, read as 0 with
-        ``unknown="negative"``).
+        ``unknown="negative"``). A key may take any name (it is stored in a column
+        ``key_<name>``). Rows with a NULL ``time`` belong to no period: refused with
+        ``on_invalid="raise"``, counted and left out with ``"drop"``.
     time : str
         The prediction timestamp; periods are cut on it (UTC, half-open).
     store : str, path or Ibis connection
-        Where the summary tables live: a DuckDB file, a connection URL or an Ibis backend.
+        Where the summary tables live: a DuckDB file (``.duckdb``, ``.ddb`` or ``.db``), a
+        database URL or an Ibis backend; anything else (a Parquet or CSV path, a folder) is
+        refused before any work.
     grain : {"day", "hour"}, default "day"
     start, end : date-like, optional
-        The first and last period to snapshot (inclusive); default: every period in the data.
+        The first and last period to snapshot (inclusive), each named by its start (a time
+        inside a period is refused); default: every period in the data.
     as_of : datetime-like, optional
         The label cut-off: with ``label_time``, labels that arrived later count as 0. Recorded in
         the manifest (default: now, UTC).
@@ -115,16 +123,24 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
     -------
     pandas.DataFrame
         One row per period considered: ``period_start``, ``n``, ``W``, ``n_groups``,
-        ``version`` and ``status`` (``"written"`` or ``"unchanged"``).
+        ``version`` and ``status`` (``"written"``, ``"unchanged"``, or ``"written by another
+        run"`` that committed the same rows first); and with ``on_invalid="drop"``, a row
+        ``period_start`` NaT, status ``"left out: NULL time"`` counting the rows without a time.
 
     Notes
     -----
     For binary labels every label-dependent sum is :math:`\sum_i w_i y_i f(p_i)`, so the sums
     with the labels known at age :math:`a` are the label-free sums plus the label sums of the
     delay buckets up to :math:`a` (the decomposition behind delayed-feedback calibration of
-    Chapelle, KDD 2014). Idempotent: a period whose fingerprint (count, Σw, Σwp, Σwy of its rows)
-    is unchanged is not written again; a changed one gets the next version, which readers use
-    once its manifest row exists.
+    Chapelle, KDD 2014). Idempotent: a period whose fingerprint is unchanged is not written
+    again, and the run records (``sqlcal_checks``) that its stored version holds the labels as
+    of ``as_of``, until the period is mature, so that a period whose labels stopped arriving
+    early matures without a rewrite; a changed one gets the next version, which readers use once
+    its manifest row exists. The fingerprint digests, per group, delay bucket and label, the row
+    count and whole-number sums of w, w·p, w·p² and w·sin(2^20·p): it changes whenever a stored
+    sum would. A run's rows, manifest and checks are one transaction on DuckDB and PostgreSQL
+    (on PostgreSQL under an advisory lock: a concurrent run waits, then writes only what is
+    still due).
 
     Examples
     --------
@@ -145,80 +161,129 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
                    max_levels)
     seconds = schema.GRAINS[grain]
     horizon_age = duration_days(horizon, "horizon") + duration_days(settle, "settle")
+    start = None if start is None else period_bound(start, grain, "start")
+    end = None if end is None else period_bound(end, grain, "end")
     as_of = (as_timestamp(as_of) if as_of is not None
              else pd.Timestamp.now("UTC").tz_localize(None).floor("s"))
+    con = connect(store, create=True)  # a store that is not a database is refused first
     base = resolve_table(data, table)
     if events is not None:
         base = _joined_events(base, events, key=key, label=label, label_time=label_time)
     elif key is not None:
         raise OptionError("key= names the example id that joins events= to the predictions; "
                           "pass events= too (or leave key= out for the column layout)")
-    for col in (time, label_time):
-        if col is not None and col not in base.columns:
-            raise InvalidInputError(f"column {col!r} is not in the table; its columns are "
-                                    f"{list(base.columns)}")
-        if col is not None:
-            _check_time(base, col)
-    rows = _periods(base, label=label, time=time, label_time=label_time, as_of=as_of,
-                    grain=grain, delays=delays, start=start, end=end, seconds=seconds)
-    src = source(rows, score=score, label=label, weight=weight, by=(*by, *_ADDED), where=where,
-                 on_invalid=on_invalid)
-    spec = {"summary_version": schema.SUMMARY_VERSION, "origin": _origin(data, table),
-            "where": src.where, "score": score, "label": label,
-            "weight": weight, "by": list(by), "time": time, "grain": grain,
-            "label_time": label_time, "unknown": unknown, "delays": [float(d) for d in delays],
-            "cells": int(cells), "bins": [list(b) for b in bins],
-            "logit": [[s / 20, 1e-6] for s in ls_ece_sigma],
-            "smooth": [int(h) for h in smooth_grids], "levels": bool(levels)}
-    if events is not None:  # the column layout's spec (and hash) stay as they were
-        spec |= {"layout": "events", "events": _origin(events, None), "key": key}
-    spec_hash = schema.spec_hash(spec)
-    con = connect(store)
-    _check_store(con, prefix, by, src)
-
-    keys = [*by, "period_start"]
-    prints = _fingerprints(src)
-    have = current_versions(con, prefix, spec_hash)
-    have_print = dict(zip(have["period_start"], have["fingerprint"])) if len(have) else {}
-    due = [t for t, f in zip(prints["period_start"], prints["fingerprint"])
-           if force or have_print.get(t) != f]
-    out = prints.assign(version=0, status="unchanged")
-    if not due:
-        return _report(out, have)
-    todo = src.rows.filter(src.rows.period_start.isin([ibis.literal(t) for t in due]))
-    frames = _reduce_all(src, todo, keys, cells=cells, bins=bins, sigmas=ls_ece_sigma,
-                         grids=smooth_grids, levels=levels, max_levels=max_levels)
-    versions = _next_versions(con, prefix, spec_hash, due)
-    by_types = {k: str(src.rows[k].type()) for k in by}
-    manifest = prints[prints["period_start"].isin(due)].copy()
-    manifest["version"] = manifest["period_start"].map(versions).astype("int64")
-    transaction = _begin(con)
     try:
-        for kind, frame in frames.items():
-            _write(con, prefix, kind, _stored(frame, kind, spec_hash, manifest, by), by_types)
-        if _before_manifest is not None:  # tests: a crash between the rows and the manifest
-            _before_manifest()
-        rows_manifest = pd.DataFrame({
-            "spec_hash": spec_hash, "spec": schema.canonical_json(spec),
-            "period_start": manifest["period_start"],
-            "period_end": manifest["period_start"] + pd.Timedelta(seconds=seconds),
-            "as_of": as_of, "version": manifest["version"], "current": True,
-            "fingerprint": manifest["fingerprint"],
-            "mature": (as_of - manifest["period_start"] - pd.Timedelta(seconds=seconds))
-            >= pd.Timedelta(days=horizon_age),
-            "rows_scanned": manifest["n"].astype("int64"),
-            "n_groups": manifest["n_groups"].astype("int64"),
-            "integer_weights": bool(src.integer_weights),
-            "written_at": pd.Timestamp.now("UTC").tz_localize(None).floor("s"),
-            "sqlcal_version": __version__})
-        _write(con, prefix, "manifest", rows_manifest, {})
-        _clear_current(con, prefix, spec_hash, manifest)
-        _commit(con, transaction)
-    except BaseException:
-        _rollback(con, transaction)
-        raise
-    out.loc[out["period_start"].isin(due), "status"] = "written"
-    return _report(out, have, versions)
+        for col in (time, label_time):
+            if col is not None and col not in base.columns:
+                raise InvalidInputError(f"column {col!r} is not in the table; its columns are "
+                                        f"{list(base.columns)}")
+            if col is not None:
+                _check_time(base, col)
+        spec = {"summary_version": schema.SUMMARY_VERSION, "origin": _origin(data, table),
+                "score": score, "label": label,
+                "weight": weight, "by": list(by), "time": time, "grain": grain,
+                "label_time": label_time, "unknown": unknown, "delays": [float(d) for d in delays],
+                "cells": int(cells), "bins": [list(b) for b in bins],
+                "logit": [[s / 20, 1e-6] for s in ls_ece_sigma],
+                "smooth": [int(h) for h in smooth_grids], "levels": bool(levels)}
+        stored_keys = list(schema.key_columns(spec).values())
+        _check_names(base, by, score=score, label=label, weight=weight, stored_keys=stored_keys)
+        rows = _periods(base, by=by, label=label, time=time, label_time=label_time, as_of=as_of,
+                        grain=grain, delays=delays, start=start, end=end, seconds=seconds)
+        src = source(rows, score=score, label=label, weight=weight,
+                     by=(*stored_keys, *_ADDED), where=where,
+                     on_invalid=on_invalid).with_named_keys()  # the store's queries name them
+        spec["where"] = src.where
+        if events is not None:  # the column layout's spec (and hash) stay as they were
+            spec |= {"layout": "events", "events": _origin(events, None), "key": key}
+        spec_hash = schema.spec_hash(spec)
+        key_types = {k: str(src.rows[k].type()) for k in stored_keys}
+        _check_store(con, prefix, key_types)
+        stored = current_versions(con, prefix)  # every spec's
+        _check_layout(stored, prefix)
+
+        keys = [*stored_keys, "period_start"]
+        prints, untimed = _fingerprints(src)
+        if untimed["n"] and on_invalid == "raise":
+            raise InvalidInputError(
+                f"time column {time!r} has {untimed['n']:,} rows with NULL: they belong to no "
+                "period; fix them, or pass on_invalid='drop' to leave them out (they are counted "
+                "in the result)")
+        have = stored[stored["spec_hash"] == spec_hash].reset_index(drop=True)
+        due = _due(prints, have, force)
+        frames = {}
+        if due:
+            todo = src.rows.filter(src.rows.period_start.isin([ibis.literal(t) for t in due]))
+            frames = _reduce_all(src, todo, keys, cells=cells, bins=bins, sigmas=ls_ece_sigma,
+                                 grids=smooth_grids, levels=levels, max_levels=max_levels)
+        with _writing(con, prefix):
+            tables = set(con.list_tables())
+            if getattr(con, "name", "") != "duckdb":  # what another run wrote since the reading
+                have = current_versions(con, prefix, spec_hash)  # above, under the store's lock
+            written = _due(prints[prints["period_start"].isin(due)], have, force)
+            versions = _next_versions(con, prefix, spec_hash, written, have, tables)
+            manifest = prints[prints["period_start"].isin(written)].copy()
+            manifest["version"] = manifest["period_start"].map(versions).astype("int64")
+            for kind, frame in frames.items():
+                frame = frame[pd.to_datetime(frame["period_start"]).isin(written)]
+                _write(con, prefix, kind, _stored(frame, kind, spec_hash, manifest, by), key_types,
+                       tables)
+            if _before_manifest is not None:  # tests: a crash between the rows and the manifest
+                _before_manifest()
+            if schema.table_name("manifest", prefix) in tables:
+                _clear_current(con, prefix, spec_hash, written)
+            end_of = pd.to_datetime(manifest["period_start"]) + pd.Timedelta(seconds=seconds)
+            _write(con, prefix, "manifest", pd.DataFrame(columns=[c for c, _ in schema.MANIFEST])
+                   if not written else pd.DataFrame({
+                "spec_hash": spec_hash, "spec": schema.canonical_json(spec),
+                "period_start": manifest["period_start"], "period_end": end_of,
+                "as_of": as_of, "version": manifest["version"], "current": True,
+                "fingerprint": manifest["fingerprint"],
+                "mature": end_of + pd.Timedelta(days=horizon_age) <= as_of,
+                "rows_scanned": manifest["n"].astype("int64"),
+                "n_groups": manifest["n_groups"].astype("int64"),
+                "integer_weights": bool(src.integer_weights),
+                "written_at": pd.Timestamp.now("UTC").tz_localize(None).floor("s"),
+                "sqlcal_version": __version__}), key_types, tables)
+            confirmed = _confirmations(prints, have, written, as_of, horizon_age, seconds)
+            _write(con, prefix, "checks", confirmed.assign(spec_hash=spec_hash), key_types, tables)
+        out = prints.assign(version=0, status="unchanged")
+        out.loc[out["period_start"].isin(written), "status"] = "written"
+        out.loc[out["period_start"].isin(set(due) - set(written)), "status"] = "written by another run"
+        out = _report(out, have, versions)
+        if untimed["n"]:
+            out = pd.concat([out, pd.DataFrame([{
+                "period_start": pd.NaT, "n": untimed["n"], "W": untimed["W"], "n_groups": 0,
+                "version": 0, "status": "left out: NULL time"}])], ignore_index=True)
+        return out
+    finally:  # the frames Ibis registered to read in-memory data stay until exit else
+        _forget_frames(base)
+
+
+def _due(prints: pd.DataFrame, have: pd.DataFrame, force: bool) -> list:
+    """The periods whose fingerprint differs from their stored version's (all with force)."""
+    stored = dict(zip(have["period_start"], have["fingerprint"])) if len(have) else {}
+    return [t for t, f in zip(prints["period_start"], prints["fingerprint"])
+            if force or stored.get(t) != f]
+
+
+def _confirmations(prints: pd.DataFrame, have: pd.DataFrame, written: list, as_of, age: float,
+                   seconds: int) -> pd.DataFrame:
+    """The checks rows of a run: each period found unchanged whose stored version's labels were
+    known as of an earlier time and not yet mature, now known as of ``as_of``."""
+    cols = [c for c, _ in schema.CHECKS]
+    if not len(have):
+        return pd.DataFrame(columns=cols)
+    both = prints.merge(have[["period_start", "version", "fingerprint", "known_as_of"]],
+                        on=["period_start", "fingerprint"], how="inner")
+    both = both[~both["period_start"].isin(written)]
+    final = both["period_start"] + pd.Timedelta(seconds=seconds) + pd.Timedelta(days=age)
+    both = both[(both["known_as_of"] < as_of) & (both["known_as_of"] < final)]
+    final = final.loc[both.index]
+    return pd.DataFrame({
+        "period_start": both["period_start"], "version": both["version"].astype("int64"),
+        "as_of": as_of, "fingerprint": both["fingerprint"], "mature": final <= as_of,
+        "checked_at": pd.Timestamp.now("UTC").tz_localize(None).floor("s")})
 
 
 def _joined_events(base: ir.Table, events: Any, *, key: str | None, label: str,
@@ -281,9 +346,8 @@ def _binnings(bins) -> list[tuple[int, str]]:
 
 
 def _check_options(by, grain, unknown, delays, cells, bins, sigmas, grids, max_levels) -> None:
-    clash = sorted(set(by) & set(_ADDED))
-    if clash:
-        raise OptionError(f"by= may not name {clash}: the store adds those columns")
+    if len(set(by)) != len(by) or not all(isinstance(k, str) for k in by):
+        raise OptionError(f"by must name distinct columns, not {list(by)!r}")
     if grain not in schema.GRAINS:
         raise OptionError(f"grain must be one of {sorted(schema.GRAINS)}, not {grain!r}")
     if unknown != "negative":
@@ -307,16 +371,65 @@ def _check_options(by, grain, unknown, delays, cells, bins, sigmas, grids, max_l
         raise OptionError(f"max_levels must be a positive integer, not {max_levels!r}")
 
 
+def _check_names(base: ir.Table, by, *, score, label, weight, stored_keys) -> None:
+    """The score, label and weight columns may not take a name the snapshot gives its own
+    columns (the keys are read under theirs before)."""
+    own = {*_ADDED, *stored_keys}
+    for option, col in (("score", score), ("label", label), ("weight", weight)):
+        if col in own:
+            raise OptionError(f"{option}: the column {col!r} has a name the snapshot gives its "
+                              f"own columns ({sorted(own)}); rename it with a view")
+    missing = [k for k in by if k not in base.columns]
+    if missing:
+        raise InvalidInputError(f"by: {missing} are not columns of the table; its columns are "
+                                f"{list(base.columns)}")
+
+
+
 def duration_days(text: str, option: str) -> float:
-    """A duration option in days: ``"30d"`` → 30, ``"12h"`` → 0.5 (an OptionError names
-    ``option`` otherwise)."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    unit = {"d": 1.0, "h": 1 / 24}.get(str(text)[-1:])
+    """A duration option in days: ``"30d"`` → 30, ``"12h"`` → 0.5; an OptionError names
+    ``option`` for anything else, a negative or a non-finite duration included.
+
+    Examples
+    --------
+    >>> duration_days("12h", "settle")
+    0.5
+    """
+    if isinstance(text, bool):
+        days = None
+    elif isinstance(text, (int, float)):
+        days = float(text)
+    else:
+        unit = {"d": 1.0, "h": 1 / 24}.get(str(text)[-1:])
+        try:
+            days = float(str(text)[:-1]) * unit
+        except (TypeError, ValueError):
+            days = None
+    if days is None or not math.isfinite(days) or days < 0:
+        raise OptionError(f"{option} must be a duration >= 0 like '30d' or '12h', not {text!r}")
+    return days
+
+
+def period_bound(value: Any, grain: str, option: str) -> pd.Timestamp:
+    """The start of the period ``value`` names; an OptionError naming ``option`` when it is not
+    on the grain's boundary (``"2026-11-03 00:00:01"`` is not the start of a day: cutting there
+    would snapshot parts of two days).
+
+    Examples
+    --------
+    >>> period_bound("2026-11-03", "day", "start")
+    Timestamp('2026-11-03 00:00:00')
+    """
     try:
-        return float(str(text)[:-1]) * unit
+        ts = as_timestamp(value)
     except (TypeError, ValueError):
-        raise OptionError(f"{option} must look like '30d' or '12h', not {text!r}") from None
+        raise OptionError(f"{option} must be a date, not {value!r}") from None
+    unit = "D" if grain == "day" else "h"
+    if pd.isna(ts) or ts.floor(unit) != ts:
+        hint = "" if pd.isna(ts) else f", such as {str(ts.floor(unit))!r}"
+        raise OptionError(f"{option} = {value!r} is not the start of a {grain}: name the "
+                          f"period by its start{hint}")
+    return ts
 
 
 def as_timestamp(value: Any) -> pd.Timestamp:
@@ -344,9 +457,17 @@ def _origin(data: Any, table: str | None) -> str:
 # -- the rows: periods, delays, labels as of ---------------------------------------------------
 
 
-def _periods(base: ir.Table, *, label, time, label_time, as_of, grain, delays, start, end,
+def _periods(base: ir.Table, *, by, label, time, label_time, as_of, grain, delays, start, end,
              seconds) -> ir.Table:
-    """The table with ``period_start``, ``delay`` and the label as known at ``as_of``."""
+    """The table with the keys under their stored names (``key_<name>``), ``period_start``
+    (NULL for a NULL time: counted, never stored), ``delay`` and the label as known at
+    ``as_of``. The user's columns named like those are left out (a key is read before)."""
+    if start is not None:  # on the raw time column (partition pruning); NULL times stay to be
+        base = base.filter(base[time].isnull()  # counted
+                           | (base[time] >= ibis.literal(start.to_pydatetime())))
+    if end is not None:
+        last = end + pd.Timedelta(seconds=seconds)
+        base = base.filter(base[time].isnull() | (base[time] < ibis.literal(last.to_pydatetime())))
     when = base[time].cast("timestamp")
     period = when.truncate("D" if grain == "day" else "h")
     lab = base[label]
@@ -356,19 +477,18 @@ def _periods(base: ir.Table, *, label, time, label_time, as_of, grain, delays, s
         arrived = base[label_time].cast("timestamp")
         lab = ibis.ifelse(arrived.notnull() & (arrived > ibis.literal(as_of.to_pydatetime())),
                           zero, lab)
-        days = (arrived.epoch_seconds() - when.epoch_seconds()).cast("float64") / 86400.0
-        bucket = ibis.cases(*[(days >= float(e), k) for k, e in reversed(list(enumerate(delays)))
-                              if k > 0], else_=0)
+        # whole seconds between prediction and label against each edge in seconds: one
+        # subtraction per row (the engine repeats an expression in every WHEN otherwise)
+        late = arrived.epoch_seconds() - when.epoch_seconds()
+        bucket = ibis.cases(*[(late >= float(e) * 86400.0, k)
+                              for k, e in reversed(list(enumerate(delays))) if k > 0], else_=0)
         delay = ibis.ifelse(arrived.isnull(), schema.DELAY_UNKNOWN, bucket).cast("int64")
     else:
         delay = ibis.literal(schema.DELAY_UNKNOWN, type="int64")
-    t = base.mutate(**{label: lab}, period_start=period, delay=delay)
-    if start is not None:
-        t = t.filter(base[time] >= ibis.literal(as_timestamp(start).to_pydatetime()))
-    if end is not None:
-        last = as_timestamp(end) + pd.Timedelta(seconds=seconds)
-        t = t.filter(base[time] < ibis.literal(last.to_pydatetime()))
-    return t
+    keys = {col: base[k] for k, col in schema.key_columns({"by": list(by)}).items()}
+    added = {**keys, "period_start": period, "delay": delay}
+    kept = [c for c in base.columns if c not in added and c != label]
+    return base.select(*kept, **{label: lab}, **added)
 
 
 def _check_time(base: ir.Table, col: str) -> None:
@@ -393,20 +513,60 @@ def _check_time(base: ir.Table, col: str) -> None:
                                 "where=")
 
 
-def _fingerprints(src: Source) -> pd.DataFrame:
-    """Per period: the rows, Σw, Σwp and Σwy (labels as known at as_of), and the groups: one
-    aggregate over four columns, cheap next to the summaries."""
+def _fingerprints(src: Source) -> tuple[pd.DataFrame, dict]:
+    """Per period: the rows, Σw, the groups and a fingerprint that changes whenever a stored sum
+    would (one aggregate, cheap next to the summaries); and the rows with a NULL time (``n``,
+    ``W``), which belong to no period.
+
+    The fingerprint digests, per group, delay bucket (of a positive; -1 for a negative, as the
+    store keeps them) and label, the row count and the sums of w, w·p, w·p² and w·sin(2^20·p):
+    a correction that keeps a period's totals (labels swapped between two rows, a row moved
+    between groups, two scores moved in opposite directions) changes one of them, and the high
+    frequency term catches a change of a score by about 1e-9. Each row's terms are rounded to
+    multiples of 2^-20 before they are summed: sums of whole numbers below 2^53 are exact in
+    any order, so the fingerprint of unchanged rows is the same on every run and engine (a
+    float sum's last bits depend on the engine's order of addition)."""
     r = src.rows
-    per_group = r.group_by(["period_start", *src.by[:-2]]).aggregate(
-        n=r.count(), W=r.w.sum(), swp=(r.w * r.p).sum(), swy=(r.w * r.y).sum())
+    y = r.y == 1
+    scale = float(2**20)
+
+    def whole(x):  # a row's term as a whole number of 2^-20
+        return (x * scale).round().cast("float64")
+    keys = [*src.by[:-2], "period_start"]
+    g = r.mutate(fp_delay=ibis.ifelse(y, r.delay, schema.DELAY_LABEL_FREE),
+                 fp_y=ibis.ifelse(y, 1, 0))
+    per_group = g.group_by([*keys, "fp_delay", "fp_y"]).aggregate(
+        fp_n=g.count(), fp_w=whole(g.w).sum(), fp_wp=whole(g.w * g.p).sum(),
+        fp_wpp=whole(g.w * g.p * g.p).sum(),
+        fp_wsin=whole(g.w * (g.p * _HIGH_FREQUENCY).sin()).sum(), fp_W=g.w.sum())
     frame = summaries.execute(per_group)
-    out = frame.groupby("period_start", sort=True).agg(
-        n=("n", "sum"), W=("W", "sum"), swp=("swp", "sum"), swy=("swy", "sum"),
-        n_groups=("n", "size")).reset_index()
-    out["period_start"] = pd.to_datetime(out["period_start"]).astype("datetime64[ns]")
-    out["fingerprint"] = [f"{int(n)}:{W:.12g}:{p:.12g}:{y:.12g}" for n, W, p, y in
-                          zip(out["n"], out["W"], out["swp"], out["swy"])]
-    return out[["period_start", "n", "W", "n_groups", "fingerprint"]]
+    frame["period_start"] = pd.to_datetime(frame["period_start"]).astype("datetime64[ns]")
+    untimed = frame["period_start"].isna()
+    null_time = {"n": int(frame.loc[untimed, "fp_n"].sum()),
+                 "W": float(frame.loc[untimed, "fp_W"].sum())}
+    frame = frame[~untimed]
+    group_keys = [k for k in keys if k != "period_start"]
+    frame = frame.sort_values("period_start", kind="stable", ignore_index=True)
+    # one 64-bit hash per (group, delay, label) row (pandas' fixed key: the same on every run),
+    # combined per period by XOR: the rows of a period are distinct, so any change shows
+    lines = frame[["fp_delay", "fp_y", "fp_n", "fp_w", "fp_wp", "fp_wpp", "fp_wsin"]].assign(
+        **{f"k{i}": frame[k].astype(str) for i, k in enumerate(group_keys)})
+    hashes = pd.util.hash_pandas_object(lines, index=False).to_numpy()
+    starts = np.flatnonzero(np.r_[True, frame["period_start"].to_numpy()[1:]
+                                  != frame["period_start"].to_numpy()[:-1]]) if len(frame) \
+        else np.array([], dtype=np.int64)
+    out = frame.groupby("period_start", sort=True).agg(n=("fp_n", "sum"), W=("fp_W", "sum"))
+    out["n_groups"] = (frame.drop_duplicates(["period_start", *group_keys])
+                       .groupby("period_start").size() if group_keys else 1)
+    digest = np.bitwise_xor.reduceat(hashes, starts) if len(frame) else []
+    out["fingerprint"] = [f"{int(n)}:{int(h):016x}" for n, h in zip(out["n"], digest)]
+    out = out.reset_index()
+    out["n"] = out["n"].astype("int64")
+    return out[["period_start", "n", "W", "n_groups", "fingerprint"]], null_time
+
+
+#: the fingerprint's high-frequency term is sin(2^20·p): a score moved by 1e-9 moves it by 1e-3
+_HIGH_FREQUENCY = float(2**20)
 
 
 # -- the reductions ----------------------------------------------------------------------------
@@ -501,6 +661,8 @@ def _free_sums(t: ir.Table) -> dict:
         "swpp": (w * p * p).sum(), "sw2_pq": (w * w * pq).sum(),
         "spieg_var": (w * (t.q2 * pq)).sum(), "sw2_spieg_var": (w * w * (t.q2 * pq)).sum(),
         "sw_lnq": (w * t.lnq).sum(),  # ln 1 = 0 at p = 1
+        "sw_lnq2": (w * t.lnq * t.lnq).sum(), "sw2p": (w * w * p).sum(),
+        "sw2pp": (w * w * p * p).sum(),
         "n_p1": t.count(where=p == 1), "swp_h": (w * t.h * p).sum(),
         "p_min": p.min(), "p_max": p.max(),
     }
@@ -514,6 +676,7 @@ def _label_sums(t: ir.Table) -> dict:
         "n_pos": t.count(where=y == 1), "swy": wy.sum(), "swyp": (wy * p).sum(),
         "swy_lnp": (wy * t.lnp).sum(),  # ln 1 = 0 at p = 0
         "swy_lnq": (wy * t.lnq).sum(),
+        "swy_lnp2": (wy * t.lnp * t.lnp).sum(), "swy_lnq2": (wy * t.lnq * t.lnq).sum(),
         "n_pos_p0": t.count(where=(p == 0) & (y == 1)),
         "n_pos_p1": t.count(where=(p == 1) & (y == 1)),
         "swy_h": (wy * t.h).sum(),
@@ -537,61 +700,140 @@ def _levels(rows: ir.Table, keys: list[str]) -> ir.Table:
 # -- writing -----------------------------------------------------------------------------------
 
 
-def connect(store: Any):
-    """The Ibis connection of a store: a backend as is; a URL through ``ibis.connect``; a path
-    (or ``":memory:"``) as a DuckDB database, opened for writing and kept open per path."""
+def connect(store: Any, *, create: bool = False):
+    """The Ibis connection of a store: a backend as is; a database URL through
+    ``ibis.connect``; a DuckDB file (``.duckdb``, ``.ddb`` or ``.db``, or ``":memory:"``) opened
+    for writing and kept open per path.
+
+    A store is a database: anything else (a Parquet or CSV path, a folder, a URL of an engine
+    that keeps no tables) is refused with a :class:`StoreError` before any work, and so is a
+    DuckDB path with no file unless ``create`` (a snapshot creates it; a reader finds nothing
+    there).
+    """
     if hasattr(store, "list_tables"):
         return store
-    store = os.fspath(store)
-    if store in _CONNECTIONS:
-        return _CONNECTIONS[store]
-    if "://" in store and not store.startswith("duckdb://"):
-        con = connect_url(store)
+    if not isinstance(store, (str, os.PathLike)):
+        raise StoreError(f"store must be a DuckDB file, a database URL or an Ibis connection, "
+                         f"not {type(store).__name__}")
+    text = os.fspath(store)
+    if text in _CONNECTIONS:
+        return _CONNECTIONS[text]
+    if "://" in text and not text.startswith("duckdb://"):
+        scheme = text.split("://", 1)[0].lower()
+        if scheme not in _DATABASES:
+            raise StoreError(f"store: a {scheme}:// URL names no database sqlcal can keep its "
+                             "summary tables in; use a DuckDB file (monitor.duckdb), a database "
+                             "URL such as postgres://..., or an Ibis connection")
+        con = connect_url(text)
     else:
-        path = store[len("duckdb://"):] if store.startswith("duckdb://") else store
-        check_store_path(path)
-        con = ibis.duckdb.connect(path or ":memory:")
-    _CONNECTIONS[store] = con
+        path = text[len("duckdb://"):] if text.startswith("duckdb://") else text
+        check_store_path(path, create=create)
+        try:
+            con = ibis.duckdb.connect(path or ":memory:")
+        except Exception as e:  # DuckDB lets one process open a file for writing
+            if "lock" not in str(e).lower():
+                raise
+            holder = re.search(r"PID (\d+)", str(e))
+            raise StoreError(f"store {path!r} is open for writing in another process"
+                             + (f" (PID {holder.group(1)})" if holder else "")
+                             + ": DuckDB lets one process write a file at a time; run again "
+                             "when it has finished") from None
+    _CONNECTIONS[text] = con
     return con
 
 
-def check_store_path(path: str, *, source: Any = None) -> None:
-    """Refuse a DuckDB store path that cannot hold a store, before it is opened: one that exists
-    and is not a regular file holding a DuckDB database (a FIFO would block, a folder or a text
-    file fail late), the predictions' own database (``source``, or one this process reads
-    through a read-only connection). A :class:`StoreError`; URLs and ``":memory:"`` pass."""
+#: the names of a DuckDB store file (those sqlcal.source reads as a DuckDB database)
+_DB_SUFFIXES = (".duckdb", ".ddb", ".db")
+#: stores opened by path or URL, kept open (an in-memory DuckDB store lives as long as this)
+_CONNECTIONS: dict[str, Any] = {}
+
+
+def _table(con, name: str) -> ir.Table:
+    """The Ibis table of a store table, its schema read once per connection (each read is a
+    catalog query; a daily check made some 20 of them). Forgotten when sqlcal creates the table
+    or the store is closed; a table dropped behind sqlcal's back fails its next query."""
+    known = _handles(con)
+    if name not in known:
+        known[name] = con.table(name)
+    return known[name]
+
+
+def _handles(con) -> dict:
+    """The store tables read on ``con``, kept on the connection (they live and go with it)."""
+    known = getattr(con, "_sqlcal_store_tables", None)
+    if known is None:
+        known = {}
+        con._sqlcal_store_tables = known
+    return known
+
+
+def close(store: Any) -> None:
+    """Close the connection :func:`connect` keeps open for a store path or URL (a DuckDB file
+    is then free for another process to write)."""
+    con = _CONNECTIONS.pop(os.fspath(store), None) if isinstance(store, (str, os.PathLike)) \
+        else None
+    if con is not None:
+        _handles(con).clear()
+        con.disconnect()
+#: URL schemes of databases that keep tables (an in-memory engine such as polars:// does not)
+_DATABASES = frozenset({"postgres", "postgresql", "mysql", "mssql", "snowflake", "bigquery",
+                        "trino", "clickhouse", "databricks", "oracle", "exasol", "impala",
+                        "risingwave", "athena", "sqlite", "druid"})
+
+
+def check_store_path(path: str, *, source: Any = None, create: bool = True) -> None:
+    """Refuse a DuckDB store path that cannot hold a store, before it is opened: a store is a
+    database. One that exists must be a regular file holding a DuckDB database (a FIFO would
+    block, a folder or a data file fail late, or be mistaken for a store); a new one is named
+    like one (``.duckdb``, ``.ddb``, ``.db``: a ``.parquet`` path would become a DuckDB file
+    that no Parquet reader opens), and only a writer (``create``) makes one; and it is never the
+    predictions' own database (``source``, or one this process reads through a read-only
+    connection). A :class:`StoreError`; URLs and ``":memory:"`` pass."""
     if "://" in path or path in ("", ":memory:"):
         return
+    shown = f"store {path!r}"
     if os.path.lexists(path):
         if not os.path.isfile(path):  # follows a symlink to the database it names
-            raise StoreError(f"store {path!r} is not a regular file (a directory, a FIFO or a "
-                             "device); name a DuckDB file or a database URL")
+            raise StoreError(f"{shown} is not a regular file (a directory, a FIFO or a "
+                             "device): a store is a database, a DuckDB file or a database URL")
         with open(path, "rb") as f:
             head = f.read(12)
         if head[8:12] != b"DUCK":
-            raise StoreError(f"store {path!r} exists and is not a DuckDB database; sqlcal never "
-                             "writes over it: name a new file or a DuckDB database")
+            raise StoreError(f"{shown} exists and is not a DuckDB database: a store is a "
+                             "database, and sqlcal never writes over a file: name a new "
+                             "DuckDB file or a database URL")
+    elif not path.lower().endswith(_DB_SUFFIXES):
+        raise StoreError(f"{shown} is not a DuckDB database path ({', '.join(_DB_SUFFIXES)}): "
+                         "a store is a database (a DuckDB file, a database URL such as "
+                         "postgres://..., or an Ibis connection); summaries are never written "
+                         "into a data file")
+    elif not create:
+        raise StoreError(f"no store at {path!r} (no such file): snapshot into it first")
     if os.path.abspath(path) in _inputs.connections:
-        raise StoreError(f"store {path!r} is open read-only in this process as a source of "
+        raise StoreError(f"{shown} is open read-only in this process as a source of "
                          "predictions; the store must be another database")
     if isinstance(source, str):
         source = source.removeprefix("duckdb://")
         if "://" not in source and os.path.exists(source) and os.path.exists(path) \
                 and os.path.samefile(path, source):
-            raise StoreError(f"store {path!r} is the source's database; sqlcal only reads the "
+            raise StoreError(f"{shown} is the source's database; sqlcal only reads the "
                              "predictions: name another database for the store")
 
 
-#: stores opened by path or URL, kept open (an in-memory DuckDB store lives as long as this)
-_CONNECTIONS: dict[str, Any] = {}
-
-
-def _check_store(con, prefix: str, by: Sequence[str], src: Source) -> None:
+def _check_store(con, prefix: str, key_types: dict) -> None:
     """Refuse to write over tables sqlcal did not write: a summary table without the manifest,
-    or tables whose columns differ from the schema (another layout, or user data)."""
+    tables whose columns differ from the schema."""
+    if getattr(con, "name", "") == "postgres":
+        long = [k for k in key_types if len(k.encode()) > 63]
+        if long:  # PostgreSQL cuts an identifier at 63 bytes: two keys could share a column
+            raise OptionError(f"by: the store keeps each key in a column key_<key>, and for "
+                              f"{[k[4:] for k in long]} that name is longer than the 63 bytes "
+                              "PostgreSQL keeps; rename the key with a view")
     names = set(con.list_tables())
+    for gone in set(_handles(con)) - names:  # dropped since they were read
+        _handles(con).pop(gone)
     manifest = schema.table_name("manifest", prefix)
-    ours = {schema.table_name(k, prefix) for k in schema.TABLES}
+    ours = {schema.table_name(k, prefix) for k in (*schema.TABLES, "checks")}
     if manifest not in names:
         found = sorted(names & ours)
         if found:
@@ -599,33 +841,48 @@ def _check_store(con, prefix: str, by: Sequence[str], src: Source) -> None:
                              "not write them; choose another prefix=")
         return
     want = [c for c, _ in schema.MANIFEST]
-    if list(con.table(manifest).columns) != want:
+    m = _table(con, manifest)
+    if list(m.columns) != want:
         raise StoreError(f"table {manifest!r} is not a sqlcal manifest (its columns are "
-                         f"{list(con.table(manifest).columns)}); choose another prefix=")
-    by_types = {k: str(src.rows[k].type()) for k in by}
-    for kind in schema.TABLES:
+                         f"{list(m.columns)}); choose another prefix=")
+    for kind in (*schema.TABLES, "checks"):
         name = schema.table_name(kind, prefix)
         if name in names:
-            cols = list(con.table(name).columns)
-            expected = [c for c, _ in schema.columns(kind, by_types)]
+            cols = list(_table(con, name).columns)
+            expected = [c for c, _ in schema.columns(kind, key_types)]
             if cols != expected:
                 raise StoreError(f"table {name!r} has columns {cols}, not the {expected} this "
-                                 f"snapshot writes (another by=?); choose another prefix=")
+                                 f"snapshot writes (other by keys?); choose another "
+                                 "prefix=")
+
+
+def _check_layout(stored: pd.DataFrame, prefix: str) -> None:
+    """Refuse to add to a store of an older layout (``stored``: every spec's current
+    versions)."""
+    layouts = {int(json.loads(text).get("summary_version", 1)) for text in set(stored["spec"])}
+    if layouts - {schema.SUMMARY_VERSION}:
+        raise StoreError(
+            f"prefix {prefix!r} holds summaries of layout {sorted(layouts)} (an older sqlcal); "
+            f"this one writes layout {schema.SUMMARY_VERSION}. They stay readable "
+            "(sqlcal.stored, sqlcal monitor); snapshot into a new prefix= and backfill it "
+            "(sqlcal snapshot --since/--until), or drop the old tables")
 
 
 def _stored(frame: pd.DataFrame, kind: str, spec_hash: str, manifest: pd.DataFrame,
             by: Sequence[str]) -> pd.DataFrame:
-    """A summary frame with the leading columns of the schema, in its column order."""
+    """A summary frame with the leading columns of the schema, in its column order: the keys'
+    stored columns ``key_0``, ... and their JSON ``group_keys`` under the keys' names."""
     frame = frame.copy()
     frame["period_start"] = pd.to_datetime(frame["period_start"]).astype("datetime64[ns]")
     frame["spec_hash"] = spec_hash
     frame["version"] = frame["period_start"].map(
         dict(zip(manifest["period_start"], manifest["version"]))).astype("int64")
+    stored = list(schema.key_columns({"by": list(by)}).values())
     if by:  # one JSON text per group, joined on (a per-row loop took seconds a day)
-        groups = frame[list(by)].drop_duplicates()
+        groups = frame[stored].drop_duplicates()
         groups["group_keys"] = [schema.group_keys(dict(zip(by, row)))
                                 for row in groups.itertuples(index=False)]
-        frame = frame.merge(groups, on=list(by), how="left")
+        frame = frame.merge(groups, on=stored, how="left")
     else:
         frame["group_keys"] = "{}"
     table = schema.TABLES[kind]
@@ -638,24 +895,97 @@ def _stored(frame: pd.DataFrame, kind: str, spec_hash: str, manifest: pd.DataFra
     return frame
 
 
-def _write(con, prefix: str, kind: str, frame: pd.DataFrame, by_types: dict) -> None:
+def _write(con, prefix: str, kind: str, frame: pd.DataFrame, key_types: dict, tables: set
+           ) -> None:
+    """Append ``frame`` to the store table ``kind`` (created on the first write, and added to
+    ``tables``, the store's tables; the manifest with its unique version), dropping the
+    in-memory table the insert registers."""
+    if not len(frame):
+        return
     name = schema.table_name(kind, prefix)
-    cols = schema.columns(kind, by_types)
-    if name not in con.list_tables():
+    cols = schema.columns(kind, key_types)
+    if name not in tables:
+        _create(con, name, cols, unique=_UNIQUE.get(kind, ()))
+        _handles(con).pop(name, None)
+        tables.add(name)
+    rows = ibis.memtable(frame[[c for c, _ in cols]], schema=ibis.schema(cols))
+    try:
+        con.insert(name, rows)
+    finally:
+        _forget(con, rows)
+
+
+#: the store tables' unique columns, where the engine keeps constraints: a version of a period
+#: is published once, however many runs write at the same time
+_UNIQUE = {"manifest": ("spec_hash", "period_start", "version")}
+
+
+def _create(con, name: str, cols: list, unique: Sequence[str] = ()) -> None:
+    if not unique or getattr(con, "name", "") not in ("duckdb", "postgres"):
         con.create_table(name, schema=ibis.schema(cols))
-    frame = frame[[c for c, _ in cols]]
-    con.insert(name, ibis.memtable(frame, schema=ibis.schema(cols)))
+        return
+    import sqlglot.expressions as exp
+
+    defs = ibis.schema(cols).to_sqlglot_column_defs(con.dialect)
+    key = exp.UniqueColumnConstraint(this=exp.Schema(
+        expressions=[exp.to_identifier(c, quoted=True) for c in unique]))
+    create = exp.Create(kind="TABLE", this=exp.Schema(
+        this=exp.Table(this=exp.to_identifier(name, quoted=True)), expressions=[*defs, key]))
+    con.raw_sql(create.sql(dialect=con.dialect))
 
 
-def _next_versions(con, prefix: str, spec_hash: str, periods: list) -> dict:
-    """One more than any version of each period in the manifest or the totals table (a snapshot
-    that died before its manifest row leaves rows no reader sees; the next one goes above)."""
-    top = {t: 0 for t in periods}
-    for kind in ("manifest", "totals"):
-        name = schema.table_name(kind, prefix)
-        if name not in con.list_tables():
-            continue
-        t = con.table(name)
+def _forget_frames(table: ir.Table) -> None:
+    """Drop what the default engine registered for the in-memory frames ``table`` reads (a
+    snapshot of a pandas frame registers one; a long-lived process would keep them all)."""
+    import ibis.expr.operations as ops
+
+    frames = table.op().find(ops.InMemoryTable)
+    if not frames:
+        return
+    con = table._find_backend(use_default=True)
+    known = getattr(con, "_memtables", None)
+    for op in frames:
+        if known is not None and op in known:
+            _forget(con, op.to_expr())
+
+
+def _forget(con, table: ir.Table) -> None:
+    """Drop the in-memory table Ibis registered on ``con`` for ``table``: Ibis keeps it until
+    the process exits, so a long-lived process would pile them up (with their data)."""
+    op = table.op()
+    kind = getattr(con, "name", "")
+    try:
+        if kind == "duckdb":
+            con.con.unregister(op.name)
+        elif kind == "pyspark":
+            con._session.catalog.dropTempView(op.name)
+        else:
+            import sqlglot.expressions as exp
+
+            drop = exp.Drop(kind="TABLE", exists=True,
+                            this=exp.Table(this=exp.to_identifier(op.name, quoted=True)))
+            con.raw_sql(drop.sql(dialect=con.dialect))
+    finally:
+        registered = getattr(con, "_memtables", None)
+        if registered is not None:
+            registered.discard(op)
+
+
+def _next_versions(con, prefix: str, spec_hash: str, periods: list, have: pd.DataFrame,
+                   tables: set) -> dict:
+    """One more than any version of each period: in the manifest (``have``, its greatest
+    versions) or in the totals table, which every version writes first (a snapshot that died
+    before its manifest row leaves rows no reader sees; the next one goes above)."""
+    if not periods:
+        return {}
+    top = dict.fromkeys(periods, 0)
+    if len(have):
+        for when, v in zip(have["period_start"], have["version"]):
+            if when in top:
+                top[when] = int(v)
+    name = schema.table_name("totals", prefix)
+    if name in tables:
+        t = _table(con, name)
         frame = summaries.execute(t.filter(t.spec_hash == spec_hash).group_by(
             "period_start").aggregate(v=t.version.max()))
         for when, v in zip(pd.to_datetime(frame["period_start"]), frame["v"]):
@@ -664,54 +994,71 @@ def _next_versions(con, prefix: str, spec_hash: str, periods: list) -> dict:
     return {t: v + 1 for t, v in top.items()}
 
 
-def _begin(con):
-    """A transaction on DuckDB (its connection is ours); other engines rely on the manifest-last
-    protocol: rows without a manifest row are never read."""
-    if getattr(con, "name", "") == "duckdb":
-        con.con.begin()
-        return True
-    return False
-
-
-def _commit(con, transaction) -> None:
-    if transaction:
-        con.con.commit()
-
-
-def _rollback(con, transaction) -> None:
-    if transaction:
+@contextlib.contextmanager
+def _writing(con, prefix: str):
+    """A run's rows, manifest and checks in one transaction where the engine has them, under
+    the store's lock. On PostgreSQL a transaction-level advisory lock on the prefix: a second
+    run waits for the first to commit, then reads its manifest (the caller reads it again inside)
+    and writes only what is still due, and the manifest's unique version refuses a duplicate in
+    any case. DuckDB lets one process open a file for writing (a second one is refused when it
+    connects), and in one process the connection runs one transaction. Other engines (Spark)
+    rely on the manifest-last protocol: rows without a manifest row are never read."""
+    kind = getattr(con, "name", "")
+    if kind == "postgres":
+        with con.con.transaction():
+            with con.con.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(prefix),))
+            yield
+        return
+    if kind != "duckdb":
+        yield
+        return
+    con.con.begin()
+    try:
+        yield
+    except BaseException:
         con.con.rollback()
+        raise
+    con.con.commit()
 
 
-def _clear_current(con, prefix: str, spec_hash: str, manifest: pd.DataFrame) -> None:
-    """Clear ``current`` on the older versions of the periods just written (an UPDATE, where
-    the engine has one; readers pick the greatest version either way)."""
-    if getattr(con, "name", "") not in ("duckdb", "postgres"):
+def _lock_id(prefix: str) -> int:
+    """The advisory lock of a prefix's tables: a signed 64-bit number from its name."""
+    digest = hashlib.sha256(f"sqlcal store {prefix}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _clear_current(con, prefix: str, spec_hash: str, periods: list) -> None:
+    """Clear ``current`` on the stored versions of the periods about to be written (one UPDATE,
+    where the engine has one, before the new manifest rows; readers pick the greatest version
+    either way)."""
+    if not periods or getattr(con, "name", "") not in ("duckdb", "postgres"):
         return
     import sqlglot.expressions as exp
 
     name = schema.table_name("manifest", prefix)
-    for when, v in zip(manifest["period_start"], manifest["version"]):
-        cond = exp.and_(
-            exp.column("spec_hash").eq(exp.Literal.string(spec_hash)),
-            exp.column("period_start").eq(exp.cast(exp.Literal.string(
-                pd.Timestamp(when).isoformat(sep=" ")), "timestamp")),
-            exp.column("version").neq(exp.Literal.number(int(v))))
-        update = exp.update(exp.to_table(name, quoted=True), {"current": exp.false()},
-                            where=cond)
-        con.raw_sql(update.sql(dialect=con.name))
+    when = [exp.cast(exp.Literal.string(pd.Timestamp(t).isoformat(sep=" ")), "timestamp")
+            for t in periods]
+    def col(c):
+        return exp.column(c, quoted=True)
+    cond = exp.and_(col("spec_hash").eq(exp.Literal.string(spec_hash)),
+                    col("period_start").isin(*when), col("current"))
+    update = exp.update(exp.Table(this=exp.to_identifier(name, quoted=True)),
+                        {col("current"): exp.false()}, where=cond)
+    con.raw_sql(update.sql(dialect=con.name))
 
 
 # -- reading -----------------------------------------------------------------------------------
 
 
-def manifest(store: Any, prefix: str = schema.PREFIX) -> pd.DataFrame:
+def manifest(store: Any, prefix: str = schema.PREFIX, tables: set | None = None
+             ) -> pd.DataFrame:
     """The store's manifest (empty with the schema's columns when there is none)."""
     con = connect(store)
     name = schema.table_name("manifest", prefix)
-    if name not in con.list_tables():
+    if name not in (set(con.list_tables()) if tables is None else tables):
         return pd.DataFrame(columns=[c for c, _ in schema.MANIFEST])
-    frame = summaries.execute(con.table(name))
+    frame = summaries.execute(_table(con, name))
     for col in ("period_start", "period_end", "as_of", "written_at"):
         frame[col] = pd.to_datetime(frame[col]).astype("datetime64[ns]")
     return frame
@@ -720,34 +1067,85 @@ def manifest(store: Any, prefix: str = schema.PREFIX) -> pd.DataFrame:
 def current_versions(store: Any, prefix: str = schema.PREFIX, spec_hash: str | None = None
                      ) -> pd.DataFrame:
     """Per (spec_hash, period_start): the manifest row of the greatest version, the one readers
-    use."""
-    frame = manifest(store, prefix)
+    use, with ``known_as_of``: the latest of its ``as_of`` and of the runs that found the period
+    unchanged (:data:`sqlcal.monitor.schema.CHECKS`), the time its labels are known as of."""
+    con = connect(store)
+    tables = set(con.list_tables())
+    frame = manifest(con, prefix, tables)
     if spec_hash is not None:
         frame = frame[frame["spec_hash"] == spec_hash]
     if not len(frame):
-        return frame
+        return frame.assign(known_as_of=frame["as_of"])
     frame = frame.sort_values(["spec_hash", "period_start", "version"])
-    return frame.groupby(["spec_hash", "period_start"], sort=True).tail(1).reset_index(drop=True)
+    frame = frame.groupby(["spec_hash", "period_start"], sort=True).tail(1).reset_index(drop=True)
+    name = schema.table_name("checks", prefix)
+    frame["known_as_of"] = frame["as_of"]
+    if name in tables:
+        t = _table(con, name)
+        if spec_hash is not None:
+            t = t.filter(t.spec_hash == spec_hash)
+        confirmed = summaries.execute(t.group_by(["spec_hash", "period_start", "version"])
+                                      .aggregate(confirmed=t.as_of.max()))
+        confirmed["period_start"] = pd.to_datetime(confirmed["period_start"]).astype(
+            "datetime64[ns]")
+        confirmed["confirmed"] = pd.to_datetime(confirmed["confirmed"]).astype("datetime64[ns]")
+        frame = frame.merge(confirmed, on=["spec_hash", "period_start", "version"], how="left")
+        later = frame["confirmed"].notna() & (frame["confirmed"] > frame["known_as_of"])
+        frame.loc[later, "known_as_of"] = frame.loc[later, "confirmed"]
+        frame = frame.drop(columns=["confirmed"])
+    return frame
+
+
+def check_time(versions: pd.DataFrame, at: Any = None) -> pd.Timestamp:
+    """The time a check ages periods at: ``at``, or the latest time the store's labels are
+    known as of."""
+    return versions["known_as_of"].max() if at is None else as_timestamp(at)
+
+
+def mature(versions: pd.DataFrame, *, at: Any = None, horizon: Any = "30d", settle: Any = "1d",
+           option: str = "horizon") -> pd.Series:
+    """Which of the current versions hold their period's final labels at ``at``: the period is
+    horizon + settle old by then, and its labels are known as of that age (``known_as_of``, its
+    snapshot or a later run that found it unchanged). The one rule every reader of the mature
+    view applies (stored windows, the maturity curve, the detector, the monitor's windows)."""
+    age = duration_days(horizon, option) + duration_days(settle, "settle")
+    final = versions["period_end"] + pd.Timedelta(days=age)
+    return (final <= versions["known_as_of"]) & (final <= check_time(versions, at))
+
+
+def label_age(versions: pd.DataFrame, at: Any = None) -> pd.Series:
+    """Each period's age in days at ``at`` as its stored labels know it: from its end to the
+    earlier of ``at`` and the time its labels are known as of."""
+    known = versions["known_as_of"].clip(upper=check_time(versions, at))
+    return (known - versions["period_end"]).dt.total_seconds() / 86400
 
 
 def merged(store: Any, kind: str, *, prefix: str, spec_hash: str, versions: pd.DataFrame,
            by: Sequence[str], delays: Sequence[int] | None, params: dict | None = None
            ) -> pd.DataFrame:
-    """The stored summary ``kind`` summed over the (period, version) pairs of ``versions`` and
-    the ``delays`` admitted (None: all), in the store's engine: one row per group (``by``, a
-    subset of the stored keys) and key column."""
+    """The stored summary ``kind`` summed over the current versions of the periods of
+    ``versions`` and the ``delays`` admitted (None: all), in the store's engine: one row per
+    ``by`` (stored columns: ``key_0``, ..., ``period_start``, ``delay``) and key column.
+
+    The current version of each period is the greatest one with a manifest row, selected by a
+    join to the manifest in the engine (a window of any number of periods is one flat IN list,
+    and no in-memory table is registered)."""
     con = connect(store)
-    t = con.table(schema.table_name(kind, prefix))
+    t = _table(con, schema.table_name(kind, prefix))
     table = schema.TABLES[kind]
-    pairs = [(t.period_start == ibis.literal(pd.Timestamp(p).to_pydatetime()))
-             & (t.version == int(v)) for p, v in zip(versions["period_start"],
-                                                     versions["version"])]
-    cond = [t.spec_hash == spec_hash, ibis.or_(*pairs) if pairs else ibis.literal(False)]
+    periods = [ibis.literal(pd.Timestamp(p).to_pydatetime())
+               for p in sorted(set(versions["period_start"]))]
+    if not periods:
+        periods = [ibis.literal(None, type="timestamp")]
+    m = _table(con, schema.table_name("manifest", prefix))
+    current = m.filter(m.spec_hash == spec_hash, m.period_start.isin(periods)).group_by(
+        "period_start").aggregate(version=m.version.max())
+    cond = [t.spec_hash == spec_hash, t.period_start.isin(periods)]
     if delays is not None:
         cond.append(t.delay.isin([int(d) for d in delays]))
     for name, value in (params or {}).items():
         cond.append(t[name] == value)
-    t = t.filter(*cond)
+    t = t.filter(*cond).semi_join(current, ["period_start", "version"])
     keys = [*by, *(c for c, _ in table["keys"])]
     aggs = {}
     for name, _ in (*table["label_free"], *table["label"]):

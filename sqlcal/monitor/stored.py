@@ -26,6 +26,7 @@ from sqlcal.monitor import adjusted as _adjusted, schema, store as _store
 from sqlcal.options import OptionError, checked
 from sqlcal.query import local
 from sqlcal.query.declared import Summary, coarser_cells
+from sqlcal.groupkeys import VALUE, GroupKeys, Key
 from sqlcal.inputs import Source
 
 #: maturity views of a stored window
@@ -72,7 +73,10 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
     Source
         A source whose summaries are merged from the store; it never reads rows. Metrics that
         need a summary the store lacks raise :class:`~sqlcal.options.OptionError` naming the
-        snapshot option that stores it.
+        snapshot option that stores it. Every result carries the trust columns ``window`` (the
+        periods), ``maturity``, ``window_exact`` (the value equals a scan of those periods'
+        rows; False for the ``"adjusted"`` estimates) and ``window_bound`` (0, or NaN for an
+        estimate).
 
     Notes
     -----
@@ -91,9 +95,9 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
     >>> _ = sqlcal.snapshot(df, score="p", label="y", time="t", store=":memory:",
     ...                     as_of="2026-11-03", prefix="doc_")
     >>> src = sqlcal.stored(":memory:", prefix="doc_", maturity="all")
-    >>> sqlcal.brier(src)
-       brier  n    W
-    0  0.125  4  4.0
+    >>> sqlcal.brier(src)[["brier", "n", "W", "window", "window_exact"]]
+       brier  n    W                              window  window_exact
+    0  0.125  4  4.0  2026-11-01..2026-11-02 (2 periods)          True
     """
     versions, spec_dict, spec_hash = window_versions(store, prefix, spec, start, end)
     keys = tuple(spec_dict["by"])
@@ -103,20 +107,19 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
         raise OptionError(f"by: {extra} are not keys of the stored summaries {list(keys)}")
     delays = None if maturity == "adjusted" else _admitted(maturity, spec_dict)
     if maturity == "mature":
-        at = versions["as_of"].max() if at is None else _store.as_timestamp(at)
-        age = _store.duration_days(horizon, "horizon") + _store.duration_days(settle, "settle")
-        versions = versions[versions["period_end"] + pd.Timedelta(days=age) <= at]
+        versions = versions[_store.mature(versions, at=at, horizon=horizon, settle=settle)]
     if not len(versions):
         raise InvalidInputError(f"the store holds no {maturity!r} period between {start} and "
                                 f"{end} (spec {spec_hash})")
+    names = schema.key_columns(spec_dict)
     adjust = None
     if maturity == "adjusted":  # immature periods' positives divided by the maturity curve
-        at = versions["as_of"].max() if at is None else _store.as_timestamp(at)
+        cohorts = window_versions(store, prefix, spec_hash, None, None)[0]
         age = _store.duration_days(horizon, "horizon") + _store.duration_days(settle, "settle")
         adjust = _adjusted.Adjustment(
             store, prefix=prefix, spec_hash=spec_hash, spec=spec_dict, window=versions,
-            cohorts=window_versions(store, prefix, spec_hash, None, None)[0], by=by, at=at,
-            mature_age=age)
+            cohorts=cohorts, by=[names[k] for k in by], at=_store.check_time(cohorts, at),
+            mature_age=age, names={names[k]: k for k in by})
         versions = pd.concat([adjust.mature, adjust.immature]).drop(columns=["lag"])
         if not len(versions):
             raise InvalidInputError(f"maturity='adjusted': every period between {start} and "
@@ -126,12 +129,22 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
     src = Source(rows=ibis.table({"p": "float64", "y": "float64", "w": "float64"},
                                  name="stored_window"),
                  score=spec_dict["score"], label=spec_dict["label"],
-                 weight=spec_dict["weight"], by=by, on_invalid="raise", allow_soft=False,
+                 weight=spec_dict["weight"], by=tuple(VALUE.format(i) for i in range(len(by))),
+                 group_keys=GroupKeys(tuple(Key(k, VALUE.format(i), kind="plain")
+                                            for i, k in enumerate(by))),
+                 on_invalid="raise", allow_soft=False,
                  float_label=False, integer_weights=bool(versions["integer_weights"].all()),
                  _validated=True, served=served,
                  origin=(f"summary store, {len(versions)} periods "
                          f"{versions['period_start'].min():%Y-%m-%d}.."
                          f"{versions['period_start'].max():%Y-%m-%d}, maturity={maturity!r}"))
+    estimated = 0 if adjust is None else len(adjust.immature)
+    src.facts = {"window": f"{versions['period_start'].min():%Y-%m-%d}.."
+                           f"{versions['period_start'].max():%Y-%m-%d} ({len(versions)} periods)",
+                 "maturity": "adjusted" if adjust is not None else maturity,
+                 # served sums equal the scan's up to float re-association; the adjusted view's
+                 # label sums of immature periods are estimates
+                 "window_exact": estimated == 0, "window_bound": 0.0 if estimated == 0 else np.nan}
     src.forbid_queries("a stored window is served from its summary store")
     return src
 
@@ -176,11 +189,12 @@ def daily(store: Any, kind: str = "cells", *, by: str | Sequence[str] | None = N
     versions, spec_dict, spec_hash = window_versions(store, prefix, spec, start, end)
     keys = tuple(spec_dict["by"])
     by = keys if by is None else ((by,) if isinstance(by, str) else tuple(by))
+    extra = sorted(set(by) - set(keys))
+    if extra:
+        raise OptionError(f"by: {extra} are not keys of the stored summaries {list(keys)}")
     delays = _admitted(maturity, spec_dict)
     if maturity == "mature":
-        at = versions["as_of"].max() if at is None else _store.as_timestamp(at)
-        age = _store.duration_days(horizon, "horizon") + _store.duration_days(settle, "settle")
-        versions = versions[versions["period_end"] + pd.Timedelta(days=age) <= at]
+        versions = versions[_store.mature(versions, at=at, horizon=horizon, settle=settle)]
     if params is None:
         params = {"cells": {"cells": spec_dict["cells"]},
                   "bins": dict(zip(("bins", "convention"), spec_dict["bins"][0]))
@@ -189,11 +203,14 @@ def daily(store: Any, kind: str = "cells", *, by: str | Sequence[str] | None = N
                   if spec_dict["logit"] else {},
                   "smooth": {"cells": spec_dict["cells"], "grid": spec_dict["smooth"][0]}
                   if spec_dict["smooth"] else {}}.get(kind, {})
+    names = schema.key_columns(spec_dict)
+    stored_by = [names[k] for k in by]
     frame = _store.merged(store, kind, prefix=prefix, spec_hash=spec_hash, versions=versions,
-                          by=[*by, "period_start"], delays=delays, params=params)
+                          by=[*stored_by, "period_start"], delays=delays, params=params)
     frame["period_start"] = pd.to_datetime(frame["period_start"]).astype("datetime64[ns]")
     key = [c for c, _ in schema.TABLES[kind]["keys"]]
-    return _derive(frame).sort_values([*by, "period_start", *key], ignore_index=True)
+    frame = _derive(frame).sort_values([*stored_by, "period_start", *key], ignore_index=True)
+    return schema.presented(frame, {k: names[k] for k in by})
 
 
 def window_versions(store, prefix, spec, start, end) -> tuple[pd.DataFrame, dict, str]:
@@ -245,6 +262,12 @@ def _admitted(maturity: str, spec: dict) -> list[int] | None:
     raise OptionError(f"maturity must be one of {VIEWS}, not {maturity!r}")
 
 
+#: totals parts whose sums no stored table holds: the log loss's square and its product with
+#: the label are no combination of the stored sums (:data:`schema.DERIVED`), so they are served
+#: exactly from the stored levels, or refused naming levels=True
+_LEVELS_ONLY_TOTALS = frozenset({"logloss_var"})
+
+
 class _Server:
     """``served(summary)``: a declared summary of the window, merged from the store."""
 
@@ -252,7 +275,13 @@ class _Server:
         self.store, self.prefix, self.spec_hash, self.spec = store, prefix, spec_hash, spec
         self.adjust = adjust  # maturity="adjusted": merges through the Adjustment
         self._inner = False
-        self.versions, self.by, self.delays = versions, tuple(by), delays
+        names = schema.key_columns(spec)
+        #: the stored key columns of the window's keys (every frame inside is keyed by them),
+        #: and {column: internal name}, to serve frames under the source's internal key columns
+        #: (a key may be named like a summary column: n, W, bin...)
+        self.by = tuple(names[k] for k in by)
+        self.served = {names[k]: VALUE.format(i) for i, k in enumerate(by)}
+        self.versions, self.delays = versions, delays
         self._levels = None
         self._cache: dict = {}
 
@@ -267,10 +296,24 @@ class _Server:
         return self._cache[key].copy()
 
     def __call__(self, summary: Summary) -> pd.DataFrame:
+        frame = self._serve(summary)
+        missing = sorted(_columns(summary) - set(frame.columns))
+        if missing:  # sums this store does not keep (an older layout, a new part)
+            frame = self._from_levels(summary, "levels=True", missing)
+        return self._presented(frame)
+
+    def _presented(self, frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.rename(columns=self.served)
+
+    def _serve(self, summary: Summary) -> pd.DataFrame:
         kind, params = summary.kind, summary.params
         K = self.spec["cells"]
         if self.adjust is not None and not self._inner:
             return self._adjusted(summary)
+        if kind == "totals" and summary.parts & _LEVELS_ONLY_TOTALS:
+            return self._from_levels(summary, "levels=True (the normalized entropy's interval "
+                                     "needs each group's Σwℓ² and Σwyℓ, which the stored "
+                                     "totals do not hold)")
         if kind == "totals":
             return _derive(self._merged("totals"))
         if kind == "uniform":
@@ -303,10 +346,11 @@ class _Server:
         if kind == "smooth_cells":
             return self._from_levels(summary, f"smooth_grids={list(params[1])}")
         if kind == "smooth_split":  # an automatic bandwidth below 0.01 reads finer grids
-            return self._from_levels(summary, "levels=True (the smooth ECE's bandwidth search "
+            return self._from_levels(summary, "levels=True: the automatic bandwidth's search "
                                      f"read relplot's grids {list(params[1])}, finer than the "
-                                     "stored smooth_grids; a fixed sigma >= 0.01 reads the "
-                                     "stored grid 1000)")
+                                     "stored smooth_grids (it does once a group's window holds "
+                                     "about 10^4 rows); or pass sigma= (a fixed bandwidth >= "
+                                     "0.01 reads the stored grid 1000)")
         if kind == "levels":
             if not self.spec["levels"]:
                 raise OptionError("this metric needs the levels (one row per distinct score): "
@@ -316,7 +360,7 @@ class _Server:
 
     def cells(self) -> pd.DataFrame:
         """The window's merged fine score cells (the snapshot's grid) with sqlcal's columns."""
-        return _derive(self._merged("cells", cells=self.spec["cells"]))
+        return self._presented(_derive(self._merged("cells", cells=self.spec["cells"])))
 
     def _adjusted(self, summary: Summary) -> pd.DataFrame:
         """maturity="adjusted": exact from the adjusted cells (or levels), else refused."""
@@ -336,7 +380,7 @@ class _Server:
         else:
             self._inner = True  # the view logic below, its merges adjusted (_merged)
             try:
-                frame = self(summary)
+                frame = self._serve(summary)
             finally:
                 self._inner = False
         if "ny" in frame and "n_pos" in frame:  # adjusted counts are estimates, not integers
@@ -350,16 +394,35 @@ class _Server:
                 self._levels["ny"] = self._levels["n_pos"].astype(float)
         return self._levels
 
-    def _from_levels(self, summary: Summary, option: str) -> pd.DataFrame:
+    def _from_levels(self, summary: Summary, option: str, missing: list | None = None
+                     ) -> pd.DataFrame:
         """Any summary from the stored levels (exact), or an error naming the option."""
         if not self.spec["levels"]:
+            held = (f"the stored {summary.kind} summary has no {missing}, which this metric "
+                    "reads" if missing else f"the summary {summary.name!r} is not in the store")
             raise OptionError(
-                f"the summary {summary.name!r} is not in the store: snapshot with {option}"
+                f"{held}: snapshot with {option}"
                 + ("" if option.startswith("levels=True") else " (or levels=True)")
                 + ("; grid-mode metrics (method='grid') read the stored cells, and "
                    "sqlcal.monitor.stored.bounded_ece gives equal-mass bins snapped to them "
                    "with a certified bound" if option == "levels=True" else ""))
         return local.evaluate(summary, self.levels(), self.by)
+
+
+def _columns(summary: Summary) -> set:
+    """The columns a declared summary has (as a scan gives them), read off its evaluation on
+    one made-up level; empty for a summary without a local evaluation."""
+    if summary.key not in _COLUMNS:
+        try:
+            probe = pd.DataFrame({"p": [0.5], **{c: [1] for c in local.LEVEL_COLUMNS}})
+            _COLUMNS[summary.key] = set(local.evaluate(summary, probe, ()).columns)
+        except Exception:  # no evaluator, or parts it does not reproduce: no check
+            _COLUMNS[summary.key] = set()
+    return _COLUMNS[summary.key]
+
+
+#: declared summary key -> its columns
+_COLUMNS: dict = {}
 
 
 def _sum_over(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -478,7 +541,7 @@ def bounded_ece(src: Source, *, bins: int = 15, strategy: str = "quantile") -> p
     out = pd.DataFrame(rows, columns=[*by, "ece", "n", "W", "n_bins", "bound", "ece_lower",
                                       "ece_upper", "edge_cells", "exact"])
     out["binning"] = f"{strategy}({bins}) snapped to {K} cells"
-    return out
+    return src.present(out)
 
 
 def snapped_bins_finish(cell, n, W, swy, swp, swyp, *, bins: int, cells: int,

@@ -119,8 +119,8 @@ def shared_follow_ups(src: Source, follow_ups: Iterable[Callable]
                       ) -> list[tuple[str, list[Summary]]]:
     """Run the follow-ups of several adaptive metrics together, stage by stage.
 
-    Each of ``follow_ups`` (``ask(src) -> [Summary]``, e.g. a metric family's
-    ``FOLLOW_UP_NEEDS`` bound to its options) names the next summary its metric reads, from the
+    Each of ``follow_ups`` (``ask(src) -> [Summary]``, e.g. a metric's registered
+    ``follow_up`` bound to its options) names the next summary its metric reads, from the
     frames cached so far. Summaries of one ranged kind and grid (the levels inside score ranges,
     a finer histogram of some cells) are read by one scan over the union of their ranges, then
     split by each one's ranges into its own cache entry: quantile ECE and Hosmer-Lemeshow read

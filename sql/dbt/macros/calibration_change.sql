@@ -229,7 +229,7 @@ sqlcal_cells as (
       select c.{{ q("spec_hash") }} as h, c.{{ q("period_start") }} as period_start,
         c.{{ q("version") }} as version,
 {%- for c in by %}
-        c.{{ q(c) }},
+        c.{{ q("key_" ~ c) }} as {{ q(c) }},
 {%- endfor %}
         c.{{ q("cell") }} as cell, c.{{ q("n") }} as n, c.{{ q("W") }} as w,
         c.{{ q("swy") }} as swy, c.{{ q("swp") }} as swp, c.{{ q("swpp") }} as swpp,

@@ -24,6 +24,9 @@ FROM (
     "t4"."spieg_var",
     "t4"."sw2_spieg_var",
     "t4"."sw_lnq",
+    "t4"."sw_lnq2",
+    "t4"."sw2p",
+    "t4"."sw2pp",
     "t4"."n_p1",
     "t4"."swp_h",
     "t4"."p_min",
@@ -33,6 +36,8 @@ FROM (
     0.0 AS "swyp",
     0.0 AS "swy_lnp",
     0.0 AS "swy_lnq",
+    0.0 AS "swy_lnp2",
+    0.0 AS "swy_lnq2",
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
     0.0 AS "swy_h"
@@ -55,6 +60,9 @@ FROM (
         "t1"."q2" * "t1"."pq"
       )) AS "sw2_spieg_var",
       SUM("t1"."w" * "t1"."lnq") AS "sw_lnq",
+      SUM("t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw_lnq2",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
       COUNT(*) FILTER(WHERE
         "t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
@@ -113,6 +121,9 @@ FROM (
     0.0 AS "spieg_var",
     0.0 AS "sw2_spieg_var",
     0.0 AS "sw_lnq",
+    0.0 AS "sw_lnq2",
+    0.0 AS "sw2p",
+    0.0 AS "sw2pp",
     0 AS "n_p1",
     0.0 AS "swp_h",
     CAST(NULL AS DOUBLE PRECISION) AS "p_min",
@@ -122,6 +133,8 @@ FROM (
     "t3"."swyp",
     "t3"."swy_lnp",
     "t3"."swy_lnq",
+    "t3"."swy_lnp2",
+    "t3"."swy_lnq2",
     "t3"."n_pos_p0",
     "t3"."n_pos_p1",
     "t3"."swy_h"
@@ -136,6 +149,8 @@ FROM (
       SUM("t2"."w" * "t2"."p") AS "swyp",
       SUM("t2"."w" * "t2"."lnp") AS "swy_lnp",
       SUM("t2"."w" * "t2"."lnq") AS "swy_lnq",
+      SUM("t2"."w" * "t2"."lnp" * "t2"."lnp") AS "swy_lnp2",
+      SUM("t2"."w" * "t2"."lnq" * "t2"."lnq") AS "swy_lnq2",
       COUNT(*) FILTER(WHERE
         "t2"."p" = 0) AS "n_pos_p0",
       COUNT(*) FILTER(WHERE
@@ -198,6 +213,9 @@ FROM (
     "t4"."spieg_var",
     "t4"."sw2_spieg_var",
     "t4"."sw_lnq",
+    "t4"."sw_lnq2",
+    "t4"."sw2p",
+    "t4"."sw2pp",
     "t4"."n_p1",
     "t4"."swp_h",
     "t4"."p_min",
@@ -207,6 +225,8 @@ FROM (
     0.0 AS "swyp",
     0.0 AS "swy_lnp",
     0.0 AS "swy_lnq",
+    0.0 AS "swy_lnp2",
+    0.0 AS "swy_lnq2",
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
     0.0 AS "swy_h"
@@ -229,6 +249,9 @@ FROM (
         "t1"."q2" * "t1"."pq"
       )) AS "sw2_spieg_var",
       SUM("t1"."w" * "t1"."lnq") AS "sw_lnq",
+      SUM("t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw_lnq2",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
       COUNT(*) FILTER(WHERE
         "t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
@@ -287,6 +310,9 @@ FROM (
     0.0 AS "spieg_var",
     0.0 AS "sw2_spieg_var",
     0.0 AS "sw_lnq",
+    0.0 AS "sw_lnq2",
+    0.0 AS "sw2p",
+    0.0 AS "sw2pp",
     0 AS "n_p1",
     0.0 AS "swp_h",
     CAST(NULL AS DOUBLE) AS "p_min",
@@ -296,6 +322,8 @@ FROM (
     "t3"."swyp",
     "t3"."swy_lnp",
     "t3"."swy_lnq",
+    "t3"."swy_lnp2",
+    "t3"."swy_lnq2",
     "t3"."n_pos_p0",
     "t3"."n_pos_p1",
     "t3"."swy_h"
@@ -310,6 +338,8 @@ FROM (
       SUM("t2"."w" * "t2"."p") AS "swyp",
       SUM("t2"."w" * "t2"."lnp") AS "swy_lnp",
       SUM("t2"."w" * "t2"."lnq") AS "swy_lnq",
+      SUM("t2"."w" * "t2"."lnp" * "t2"."lnp") AS "swy_lnp2",
+      SUM("t2"."w" * "t2"."lnq" * "t2"."lnq") AS "swy_lnq2",
       COUNT(*) FILTER(WHERE
         "t2"."p" = 0) AS "n_pos_p0",
       COUNT(*) FILTER(WHERE
@@ -372,6 +402,9 @@ FROM (
     `t4`.`spieg_var`,
     `t4`.`sw2_spieg_var`,
     `t4`.`sw_lnq`,
+    `t4`.`sw_lnq2`,
+    `t4`.`sw2p`,
+    `t4`.`sw2pp`,
     `t4`.`n_p1`,
     `t4`.`swp_h`,
     `t4`.`p_min`,
@@ -381,6 +414,8 @@ FROM (
     0.0 AS `swyp`,
     0.0 AS `swy_lnp`,
     0.0 AS `swy_lnq`,
+    0.0 AS `swy_lnp2`,
+    0.0 AS `swy_lnq2`,
     0 AS `n_pos_p0`,
     0 AS `n_pos_p1`,
     0.0 AS `swy_h`
@@ -403,6 +438,9 @@ FROM (
         `t1`.`q2` * `t1`.`pq`
       )) AS `sw2_spieg_var`,
       SUM(`t1`.`w` * `t1`.`lnq`) AS `sw_lnq`,
+      SUM(`t1`.`w` * `t1`.`lnq` * `t1`.`lnq`) AS `sw_lnq2`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sw2p`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sw2pp`,
       SUM(CAST(`t1`.`p` = 1 AS BIGINT)) AS `n_p1`,
       SUM(`t1`.`w` * `t1`.`h` * `t1`.`p`) AS `swp_h`,
       MIN(`t1`.`p`) AS `p_min`,
@@ -464,6 +502,9 @@ FROM (
     0.0 AS `spieg_var`,
     0.0 AS `sw2_spieg_var`,
     0.0 AS `sw_lnq`,
+    0.0 AS `sw_lnq2`,
+    0.0 AS `sw2p`,
+    0.0 AS `sw2pp`,
     0 AS `n_p1`,
     0.0 AS `swp_h`,
     CAST(NULL AS DOUBLE) AS `p_min`,
@@ -473,6 +514,8 @@ FROM (
     `t3`.`swyp`,
     `t3`.`swy_lnp`,
     `t3`.`swy_lnq`,
+    `t3`.`swy_lnp2`,
+    `t3`.`swy_lnq2`,
     `t3`.`n_pos_p0`,
     `t3`.`n_pos_p1`,
     `t3`.`swy_h`
@@ -487,6 +530,8 @@ FROM (
       SUM(`t2`.`w` * `t2`.`p`) AS `swyp`,
       SUM(`t2`.`w` * `t2`.`lnp`) AS `swy_lnp`,
       SUM(`t2`.`w` * `t2`.`lnq`) AS `swy_lnq`,
+      SUM(`t2`.`w` * `t2`.`lnp` * `t2`.`lnp`) AS `swy_lnp2`,
+      SUM(`t2`.`w` * `t2`.`lnq` * `t2`.`lnq`) AS `swy_lnq2`,
       SUM(CAST(`t2`.`p` = 0 AS BIGINT)) AS `n_pos_p0`,
       SUM(CAST(`t2`.`p` = 1 AS BIGINT)) AS `n_pos_p1`,
       SUM(`t2`.`w` * `t2`.`h`) AS `swy_h`
@@ -551,6 +596,9 @@ FROM (
     `t4`.`spieg_var`,
     `t4`.`sw2_spieg_var`,
     `t4`.`sw_lnq`,
+    `t4`.`sw_lnq2`,
+    `t4`.`sw2p`,
+    `t4`.`sw2pp`,
     `t4`.`n_p1`,
     `t4`.`swp_h`,
     `t4`.`p_min`,
@@ -560,6 +608,8 @@ FROM (
     0.0 AS `swyp`,
     0.0 AS `swy_lnp`,
     0.0 AS `swy_lnq`,
+    0.0 AS `swy_lnp2`,
+    0.0 AS `swy_lnq2`,
     0 AS `n_pos_p0`,
     0 AS `n_pos_p1`,
     0.0 AS `swy_h`
@@ -582,6 +632,9 @@ FROM (
         `t1`.`q2` * `t1`.`pq`
       )) AS `sw2_spieg_var`,
       SUM(`t1`.`w` * `t1`.`lnq`) AS `sw_lnq`,
+      SUM(`t1`.`w` * `t1`.`lnq` * `t1`.`lnq`) AS `sw_lnq2`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sw2p`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sw2pp`,
       COUNTIF(`t1`.`p` = 1) AS `n_p1`,
       SUM(`t1`.`w` * `t1`.`h` * `t1`.`p`) AS `swp_h`,
       MIN(`t1`.`p`) AS `p_min`,
@@ -643,6 +696,9 @@ FROM (
     0.0 AS `spieg_var`,
     0.0 AS `sw2_spieg_var`,
     0.0 AS `sw_lnq`,
+    0.0 AS `sw_lnq2`,
+    0.0 AS `sw2p`,
+    0.0 AS `sw2pp`,
     0 AS `n_p1`,
     0.0 AS `swp_h`,
     CAST(NULL AS FLOAT64) AS `p_min`,
@@ -652,6 +708,8 @@ FROM (
     `t3`.`swyp`,
     `t3`.`swy_lnp`,
     `t3`.`swy_lnq`,
+    `t3`.`swy_lnp2`,
+    `t3`.`swy_lnq2`,
     `t3`.`n_pos_p0`,
     `t3`.`n_pos_p1`,
     `t3`.`swy_h`
@@ -666,6 +724,8 @@ FROM (
       SUM(`t2`.`w` * `t2`.`p`) AS `swyp`,
       SUM(`t2`.`w` * `t2`.`lnp`) AS `swy_lnp`,
       SUM(`t2`.`w` * `t2`.`lnq`) AS `swy_lnq`,
+      SUM(`t2`.`w` * `t2`.`lnp` * `t2`.`lnp`) AS `swy_lnp2`,
+      SUM(`t2`.`w` * `t2`.`lnq` * `t2`.`lnq`) AS `swy_lnq2`,
       COUNTIF(`t2`.`p` = 0) AS `n_pos_p0`,
       COUNTIF(`t2`.`p` = 1) AS `n_pos_p1`,
       SUM(`t2`.`w` * `t2`.`h`) AS `swy_h`
@@ -730,6 +790,9 @@ FROM (
     "t4"."spieg_var",
     "t4"."sw2_spieg_var",
     "t4"."sw_lnq",
+    "t4"."sw_lnq2",
+    "t4"."sw2p",
+    "t4"."sw2pp",
     "t4"."n_p1",
     "t4"."swp_h",
     "t4"."p_min",
@@ -739,6 +802,8 @@ FROM (
     0.0 AS "swyp",
     0.0 AS "swy_lnp",
     0.0 AS "swy_lnq",
+    0.0 AS "swy_lnp2",
+    0.0 AS "swy_lnq2",
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
     0.0 AS "swy_h"
@@ -761,6 +826,9 @@ FROM (
         "t1"."q2" * "t1"."pq"
       )) AS "sw2_spieg_var",
       SUM("t1"."w" * "t1"."lnq") AS "sw_lnq",
+      SUM("t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw_lnq2",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
       COUNT_IF("t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
@@ -818,6 +886,9 @@ FROM (
     0.0 AS "spieg_var",
     0.0 AS "sw2_spieg_var",
     0.0 AS "sw_lnq",
+    0.0 AS "sw_lnq2",
+    0.0 AS "sw2p",
+    0.0 AS "sw2pp",
     0 AS "n_p1",
     0.0 AS "swp_h",
     CAST(NULL AS DOUBLE) AS "p_min",
@@ -827,6 +898,8 @@ FROM (
     "t3"."swyp",
     "t3"."swy_lnp",
     "t3"."swy_lnq",
+    "t3"."swy_lnp2",
+    "t3"."swy_lnq2",
     "t3"."n_pos_p0",
     "t3"."n_pos_p1",
     "t3"."swy_h"
@@ -841,6 +914,8 @@ FROM (
       SUM("t2"."w" * "t2"."p") AS "swyp",
       SUM("t2"."w" * "t2"."lnp") AS "swy_lnp",
       SUM("t2"."w" * "t2"."lnq") AS "swy_lnq",
+      SUM("t2"."w" * "t2"."lnp" * "t2"."lnp") AS "swy_lnp2",
+      SUM("t2"."w" * "t2"."lnq" * "t2"."lnq") AS "swy_lnq2",
       COUNT_IF("t2"."p" = 0) AS "n_pos_p0",
       COUNT_IF("t2"."p" = 1) AS "n_pos_p1",
       SUM("t2"."w" * "t2"."h") AS "swy_h"
@@ -901,6 +976,9 @@ FROM (
     "t4"."spieg_var",
     "t4"."sw2_spieg_var",
     "t4"."sw_lnq",
+    "t4"."sw_lnq2",
+    "t4"."sw2p",
+    "t4"."sw2pp",
     "t4"."n_p1",
     "t4"."swp_h",
     "t4"."p_min",
@@ -910,6 +988,8 @@ FROM (
     CAST(0.0 AS DOUBLE) AS "swyp",
     CAST(0.0 AS DOUBLE) AS "swy_lnp",
     CAST(0.0 AS DOUBLE) AS "swy_lnq",
+    CAST(0.0 AS DOUBLE) AS "swy_lnp2",
+    CAST(0.0 AS DOUBLE) AS "swy_lnq2",
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
     CAST(0.0 AS DOUBLE) AS "swy_h"
@@ -932,6 +1012,9 @@ FROM (
         "t1"."q2" * "t1"."pq"
       )) AS "sw2_spieg_var",
       SUM("t1"."w" * "t1"."lnq") AS "sw_lnq",
+      SUM("t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw_lnq2",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
       COUNT(*) FILTER(WHERE
         "t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
@@ -996,6 +1079,9 @@ FROM (
     CAST(0.0 AS DOUBLE) AS "spieg_var",
     CAST(0.0 AS DOUBLE) AS "sw2_spieg_var",
     CAST(0.0 AS DOUBLE) AS "sw_lnq",
+    CAST(0.0 AS DOUBLE) AS "sw_lnq2",
+    CAST(0.0 AS DOUBLE) AS "sw2p",
+    CAST(0.0 AS DOUBLE) AS "sw2pp",
     0 AS "n_p1",
     CAST(0.0 AS DOUBLE) AS "swp_h",
     CAST(NULL AS DOUBLE) AS "p_min",
@@ -1005,6 +1091,8 @@ FROM (
     "t3"."swyp",
     "t3"."swy_lnp",
     "t3"."swy_lnq",
+    "t3"."swy_lnp2",
+    "t3"."swy_lnq2",
     "t3"."n_pos_p0",
     "t3"."n_pos_p1",
     "t3"."swy_h"
@@ -1019,6 +1107,8 @@ FROM (
       SUM("t2"."w" * "t2"."p") AS "swyp",
       SUM("t2"."w" * "t2"."lnp") AS "swy_lnp",
       SUM("t2"."w" * "t2"."lnq") AS "swy_lnq",
+      SUM("t2"."w" * "t2"."lnp" * "t2"."lnp") AS "swy_lnp2",
+      SUM("t2"."w" * "t2"."lnq" * "t2"."lnq") AS "swy_lnq2",
       COUNT(*) FILTER(WHERE
         "t2"."p" = 0) AS "n_pos_p0",
       COUNT(*) FILTER(WHERE
@@ -2854,7 +2944,7 @@ FROM (
 {% macro store_spec(relation, score, label, time, weight=none, by=none, cells=16384, bins=15,
                     where=none) %}
 {%- set by = [] if by is none else ([by] if by is string else by) %}
-{%- set spec = {"summary_version": 1, "origin": "dbt:" ~ relation,
+{%- set spec = {"summary_version": 2, "origin": "dbt:" ~ relation,
                 "where": where, "score": score, "label": label, "weight": weight, "by": by,
                 "time": time, "grain": "day", "label_time": none, "unknown": "negative",
                 "delays": [0.0, 1.0, 2.0, 3.0, 5.0, 7.0, 14.0, 30.0], "cells": cells | int, "bins": [[bins | int, "sqlcal"]],
@@ -2863,14 +2953,15 @@ FROM (
 {{ return({"spec": text, "hash": local_md5(text)[:16], "by": by}) }}
 {% endmacro %}
 
-{#- The rows of a predictions relation as the store reads them: keys, p, y (NULL = not known
-    yet = 0), w, and the day. #}
+{#- The rows of a predictions relation as the store reads them: the keys under their stored
+    names key_<key> (so a key may take any name), p, y (NULL = not known yet = 0), w, and the
+    day. #}
 {% macro store_input(relation, score, label, time, weight, by, where) %}
 {%- set q = adapter.quote %}
 {%- set double = sqlcal.double() %}
   select
 {%- for c in by %}
-    {{ c }} as {{ q(c) }},
+    {{ c }} as {{ q("key_" ~ c) }},
 {%- endfor %}
     cast({{ score }} as {{ double }}) as {{ q("p") }},
     cast(coalesce({{ label }}, 0) as {{ double }}) as {{ q("y") }},
@@ -2896,18 +2987,20 @@ FROM (
 {%- endif %}
 {%- set spec = sqlcal.store_spec(relation, score, label, time, weight, by, cells, bins, where) %}
 {%- set by = spec["by"] %}
+{%- set keys = [] %}
+{%- for c in by %}{% do keys.append("key_" ~ c) %}{% endfor %}
 {%- set q = adapter.quote %}
-{%- set columns = {'totals': ['n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'spieg_var', 'sw2_spieg_var', 'sw_lnq', 'n_p1', 'swp_h', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp', 'swy_lnp', 'swy_lnq', 'n_pos_p0', 'n_pos_p1', 'swy_h'], 'cells': ['cell', 'n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp'], 'bins': ['bin', 'n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp']} %}
+{%- set columns = {'totals': ['n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'spieg_var', 'sw2_spieg_var', 'sw_lnq', 'sw_lnq2', 'sw2p', 'sw2pp', 'n_p1', 'swp_h', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp', 'swy_lnp', 'swy_lnq', 'swy_lnp2', 'swy_lnq2', 'n_pos_p0', 'n_pos_p1', 'swy_h'], 'cells': ['cell', 'n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp'], 'bins': ['bin', 'n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp']} %}
 with sqlcal_rows as (
 {{ sqlcal.store_input(relation, score, label, time, weight, by, where) }}
 ),
 sqlcal_stored as (
 {%- if kind == "totals" %}
-{{ sqlcal.store_totals("sqlcal_rows", by) }}
+{{ sqlcal.store_totals("sqlcal_rows", keys) }}
 {%- elif kind == "cells" %}
-{{ sqlcal.store_cells("sqlcal_rows", by, cells | int) }}
+{{ sqlcal.store_cells("sqlcal_rows", keys, cells | int) }}
 {%- else %}
-{{ sqlcal.store_bins("sqlcal_rows", by, bins | int) }}
+{{ sqlcal.store_bins("sqlcal_rows", keys, bins | int) }}
 {%- endif %}
 )
 select '{{ spec["hash"] }}' as {{ q("spec_hash") }},
@@ -2915,7 +3008,7 @@ select '{{ spec["hash"] }}' as {{ q("spec_hash") }},
   s.{{ q("period_start") }},
   cast(s.{{ q("delay") }} as {{ dbt.type_bigint() }}) as {{ q("delay") }},
   {{ sqlcal.group_keys(by) }} as {{ q("group_keys") }},
-{%- for c in by %}
+{%- for c in keys %}
   s.{{ q(c) }},
 {%- endfor %}
 {%- if kind == "cells" %}
@@ -2931,13 +3024,14 @@ from sqlcal_stored s
 {% endmacro %}
 
 {#- The group's keys as JSON text (sorted keys; values as text, not escaped: the
-    readers use the typed key columns). #}
+    readers use the typed key columns key_<key>). #}
 {% macro group_keys(by) %}
 {%- if not by %}'{}'{% else -%}
 '{' ||
 {%- for c in by | sort %}
-  '{{ tojson(c) }}:' || case when s.{{ adapter.quote(c) }} is null then 'null' else '"' ||
-    cast(s.{{ adapter.quote(c) }} as {{ dbt.type_string() }}) || '"' end
+  {%- set col = adapter.quote("key_" ~ c) %}
+  '{{ tojson(c) }}:' || case when s.{{ col }} is null then 'null' else '"' ||
+    cast(s.{{ col }} as {{ dbt.type_string() }}) || '"' end
     || {{ "','" if not loop.last else "'}'" }}
   {%- if not loop.last %} ||{% endif %}
 {%- endfor %}
@@ -2961,7 +3055,7 @@ sqlcal_groups as (
     count(*) as {{ q("n") }},
     sum(abs({{ q("w") }} - floor({{ q("w") }}))) as {{ q("frac") }}
   from sqlcal_rows
-  group by {{ q("period_start") }}{% for c in by %}, {{ q(c) }}{% endfor %}
+  group by {{ q("period_start") }}{% for c in by %}, {{ q("key_" ~ c) }}{% endfor %}
 )
 select '{{ spec["hash"] }}' as {{ q("spec_hash") }},
   '{{ spec["spec"] | replace("'", "''") }}' as {{ q("spec") }},

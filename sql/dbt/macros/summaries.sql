@@ -1532,7 +1532,7 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      1.0 AS "w",
+      CAST('1.0' AS DOUBLE PRECISION) AS "w",
       CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given",
       -(
         LN(
@@ -1780,7 +1780,7 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      1.0 AS "w",
+      CAST('1.0' AS DOUBLE) AS "w",
       CASE WHEN "t0"."label" > 0 THEN "t0"."score" ELSE 1 - "t0"."score" END AS "given",
       -(
         LN(
@@ -2027,7 +2027,7 @@ FROM (
 {%- endfor %}
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
-      1.0 AS `w`,
+      CAST('1.0' AS DOUBLE) AS `w`,
       IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`,
       -(
         LN(
@@ -2273,7 +2273,7 @@ FROM (
 {%- endfor %}
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
-      1.0 AS `w`,
+      CAST('1.0' AS FLOAT64) AS `w`,
       IF(`t0`.`label` > 0, `t0`.`score`, 1 - `t0`.`score`) AS `given`,
       -(
         LN(
@@ -2519,7 +2519,7 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      1.0 AS "w",
+      CAST('1.0' AS DOUBLE) AS "w",
       IFF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given",
       -(
         LN(
@@ -2767,7 +2767,7 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      CAST(1.0 AS DOUBLE) AS "w",
+      CAST('1.0' AS DOUBLE) AS "w",
       IF("t0"."label" > 0, "t0"."score", 1 - "t0"."score") AS "given",
       -(
         LN(
@@ -2886,7 +2886,7 @@ FROM (
 {%- endfor %}
     "t0"."score" AS "p",
     "t0"."label" AS "y",
-    1.0 AS "w",
+    CAST('1.0' AS DOUBLE PRECISION) AS "w",
     LEAST(CAST(FLOOR("t0"."score" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin"
   FROM {{ relation }} AS "t0"
 ) AS "t1"
@@ -2989,7 +2989,7 @@ FROM (
 {%- endfor %}
     "t0"."score" AS "p",
     "t0"."label" AS "y",
-    1.0 AS "w",
+    CAST('1.0' AS DOUBLE) AS "w",
     LEAST(CAST(FLOOR("t0"."score" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin"
   FROM {{ relation }} AS "t0"
 ) AS "t1"
@@ -3093,7 +3093,7 @@ FROM (
 {%- endfor %}
     `t0`.`score` AS `p`,
     `t0`.`label` AS `y`,
-    1.0 AS `w`,
+    CAST('1.0' AS DOUBLE) AS `w`,
     LEAST(CAST(FLOOR(`t0`.`score` * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS `bin`
   FROM {{ relation }} AS `t0`
 ) AS `t1`
@@ -3196,7 +3196,7 @@ FROM (
 {%- endfor %}
     `t0`.`score` AS `p`,
     `t0`.`label` AS `y`,
-    1.0 AS `w`,
+    CAST('1.0' AS FLOAT64) AS `w`,
     LEAST(CAST(FLOOR(`t0`.`score` * {{ bins }}) AS INT64), {{ bins - 1 }}) AS `bin`
   FROM {{ relation }} AS `t0`
 ) AS `t1`
@@ -3299,7 +3299,7 @@ FROM (
 {%- endfor %}
     "t0"."score" AS "p",
     "t0"."label" AS "y",
-    1.0 AS "w",
+    CAST('1.0' AS DOUBLE) AS "w",
     LEAST(CAST(FLOOR("t0"."score" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin"
   FROM {{ relation }} AS "t0"
 ) AS "t1"
@@ -3402,7 +3402,7 @@ FROM (
 {%- endfor %}
     "t0"."score" AS "p",
     "t0"."label" AS "y",
-    CAST(1.0 AS DOUBLE) AS "w",
+    CAST('1.0' AS DOUBLE) AS "w",
     LEAST(CAST(FLOOR("t0"."score" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin"
   FROM {{ relation }} AS "t0"
 ) AS "t1"
@@ -3551,7 +3551,7 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      1.0 AS "w",
+      CAST('1.0' AS DOUBLE PRECISION) AS "w",
       LEAST(CAST(FLOOR("t0"."score" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell"
     FROM {{ relation }} AS "t0"
   ) AS "t1"
@@ -3695,7 +3695,7 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      1.0 AS "w",
+      CAST('1.0' AS DOUBLE) AS "w",
       LEAST(CAST(FLOOR("t0"."score" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell"
     FROM {{ relation }} AS "t0"
   ) AS "t1"
@@ -3840,7 +3840,7 @@ FROM (
 {%- endfor %}
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
-      1.0 AS `w`,
+      CAST('1.0' AS DOUBLE) AS `w`,
       LEAST(CAST(FLOOR(`t0`.`score` * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS `cell`
     FROM {{ relation }} AS `t0`
   ) AS `t1`
@@ -3984,7 +3984,7 @@ FROM (
 {%- endfor %}
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
-      1.0 AS `w`,
+      CAST('1.0' AS FLOAT64) AS `w`,
       LEAST(CAST(FLOOR(`t0`.`score` * {{ cells }}) AS INT64), {{ cells - 1 }}) AS `cell`
     FROM {{ relation }} AS `t0`
   ) AS `t1`
@@ -4128,7 +4128,7 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      1.0 AS "w",
+      CAST('1.0' AS DOUBLE) AS "w",
       LEAST(CAST(FLOOR("t0"."score" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell"
     FROM {{ relation }} AS "t0"
   ) AS "t1"
@@ -4272,7 +4272,7 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      CAST(1.0 AS DOUBLE) AS "w",
+      CAST('1.0' AS DOUBLE) AS "w",
       LEAST(CAST(FLOOR("t0"."score" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell"
     FROM {{ relation }} AS "t0"
   ) AS "t1"
@@ -4449,7 +4449,7 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      1.0 AS "w",
+      CAST('1.0' AS DOUBLE PRECISION) AS "w",
       CAST((
         LN(GREATEST(LEAST("t0"."score", 0.999999), 1e-06)) - LN(1 - GREATEST(LEAST("t0"."score", 0.999999), 1e-06))
       ) AS DOUBLE PRECISION) / 0.005 AS "x"
@@ -4624,7 +4624,7 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      1.0 AS "w",
+      CAST('1.0' AS DOUBLE) AS "w",
       (
         LN(GREATEST(LEAST("t0"."score", 0.999999), 1e-06)) - LN(1 - GREATEST(LEAST("t0"."score", 0.999999), 1e-06))
       ) / 0.005 AS "x"
@@ -4801,7 +4801,7 @@ FROM (
 {%- endfor %}
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
-      1.0 AS `w`,
+      CAST('1.0' AS DOUBLE) AS `w`,
       TRY_DIVIDE(
         LN(GREATEST(LEAST(`t0`.`score`, 0.999999), 1e-06)) - LN(1 - GREATEST(LEAST(`t0`.`score`, 0.999999), 1e-06)),
         0.005
@@ -4978,7 +4978,7 @@ FROM (
 {%- endfor %}
       `t0`.`score` AS `p`,
       `t0`.`label` AS `y`,
-      1.0 AS `w`,
+      CAST('1.0' AS FLOAT64) AS `w`,
       ieee_divide(
         LN(GREATEST(LEAST(`t0`.`score`, 0.999999), 1e-06)) - LN(1 - GREATEST(LEAST(`t0`.`score`, 0.999999), 1e-06)),
         0.005
@@ -5154,7 +5154,7 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      1.0 AS "w",
+      CAST('1.0' AS DOUBLE) AS "w",
       (
         LN(GREATEST(LEAST("t0"."score", 0.999999), 1e-06)) - LN(1 - GREATEST(LEAST("t0"."score", 0.999999), 1e-06))
       ) / 0.005 AS "x"
@@ -5331,7 +5331,7 @@ FROM (
 {%- endfor %}
       "t0"."score" AS "p",
       "t0"."label" AS "y",
-      CAST(1.0 AS DOUBLE) AS "w",
+      CAST('1.0' AS DOUBLE) AS "w",
       (
         LN(GREATEST(LEAST("t0"."score", CAST(0.999999 AS DOUBLE)), CAST(1e-06 AS DOUBLE))) - LN(
           1 - GREATEST(LEAST("t0"."score", CAST(0.999999 AS DOUBLE)), CAST(1e-06 AS DOUBLE))
@@ -5432,7 +5432,7 @@ FROM (
 {%- endfor %}
     "t0"."score" AS "p",
     "t0"."label" AS "y",
-    1.0 AS "w"
+    CAST('1.0' AS DOUBLE PRECISION) AS "w"
   FROM {{ relation }} AS "t0"
 ) AS "t1"
 GROUP BY
@@ -5522,7 +5522,7 @@ FROM (
 {%- endfor %}
     "t0"."score" AS "p",
     "t0"."label" AS "y",
-    1.0 AS "w"
+    CAST('1.0' AS DOUBLE) AS "w"
   FROM {{ relation }} AS "t0"
 ) AS "t1"
 GROUP BY
@@ -5613,7 +5613,7 @@ FROM (
 {%- endfor %}
     `t0`.`score` AS `p`,
     `t0`.`label` AS `y`,
-    1.0 AS `w`
+    CAST('1.0' AS DOUBLE) AS `w`
   FROM {{ relation }} AS `t0`
 ) AS `t1`
 GROUP BY
@@ -5703,7 +5703,7 @@ FROM (
 {%- endfor %}
     `t0`.`score` AS `p`,
     `t0`.`label` AS `y`,
-    1.0 AS `w`
+    CAST('1.0' AS FLOAT64) AS `w`
   FROM {{ relation }} AS `t0`
 ) AS `t1`
 GROUP BY
@@ -5793,7 +5793,7 @@ FROM (
 {%- endfor %}
     "t0"."score" AS "p",
     "t0"."label" AS "y",
-    1.0 AS "w"
+    CAST('1.0' AS DOUBLE) AS "w"
   FROM {{ relation }} AS "t0"
 ) AS "t1"
 GROUP BY
@@ -5883,7 +5883,7 @@ FROM (
 {%- endfor %}
     "t0"."score" AS "p",
     "t0"."label" AS "y",
-    CAST(1.0 AS DOUBLE) AS "w"
+    CAST('1.0' AS DOUBLE) AS "w"
   FROM {{ relation }} AS "t0"
 ) AS "t1"
 GROUP BY
