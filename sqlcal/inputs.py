@@ -478,10 +478,7 @@ class Source:
             self.integer_weights = total("chk_w_frac") == 0
         self._validated = True
         # the number of groups is known now: what grows with it is checked before any further pass
-        # (the segments search's sources carry its features as keys, but its first summary keys
-        # its sums by the user's groups only: those are the groups it has)
-        columns = raw.columns if isinstance(raw, pd.DataFrame) else raw.column_names
-        options.check_groups(_group_count(raw, [c for c in self.by if c in columns]))
+        options.check_groups(_group_count(raw, self.by))
 
     def _rate_names(self) -> list[str]:
         """The rate columns read from the table, in words."""
