@@ -167,9 +167,9 @@ def main() -> None:
 def postgres_task(config: str, metrics) -> None:
     """One configuration in a fresh process (the psycopg implementation is chosen at import)."""
     import sqlcal
-    from sqlcal import inputs as _  # noqa: F401
+    import sqlcal.inputs.sources  # noqa: F401 (the module the psycopg choice is read in)
 
-    src_module = sys.modules["sqlcal.inputs"]
+    src_module = sys.modules["sqlcal.inputs.sources"]
     if config == "defaults":
         src_module.POSTGRES_SETTINGS = {}
     out = {}

@@ -15,16 +15,16 @@ import shutil
 import tempfile
 
 import pandas as pd
-
 from bench_monitor import cpu, write_days
-from sqlcal.inputs import source
+
 from sqlcal.monitor import store
-from sqlcal import summaries
+from sqlcal.query import reductions
+from sqlcal.query.executor import source
 
 
 def old_fingerprints(src):
     r = src.rows
-    return summaries.execute(r.group_by(["period_start", *src.by[:-2]]).aggregate(
+    return reductions.execute(r.group_by(["period_start", *src.by[:-2]]).aggregate(
         n=r.count(), W=r.w.sum(), swp=(r.w * r.p).sum(), swy=(r.w * r.y).sum()))
 
 

@@ -56,6 +56,7 @@ def peak_mb() -> float:
 
 def task_main(name: str, db: str) -> None:
     import ibis
+
     import sqlcal
 
     con = ibis.duckdb.connect(db, read_only=True)

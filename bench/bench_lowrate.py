@@ -23,7 +23,7 @@ threads) and wall seconds. The machine is shared: compare ratios within one run 
               histogram moved into the first scan: the crowded cells split by log-odds)
 
 ``--queries`` runs each task once more with every engine query timed (a wrapper of
-``sqlcal.summaries.execute``): per query its CPU seconds, the rows it returned and its columns
+``sqlcal.query.reductions.execute``): per query its CPU seconds, the rows it returned and its columns
 (the summary's keys and sums), then the rest of the task's CPU (Python: compiling the queries,
 the pandas search and finish). The task's own figure comes from the untimed run.
 
@@ -66,11 +66,11 @@ def run_task(task: str, path: str, queries: bool = False) -> dict:
     import ibis
 
     import sqlcal
-    from sqlcal import summaries
+    from sqlcal.query import reductions
 
     log = []
     if queries:  # every engine query timed: CPU, rows returned, columns
-        execute = summaries.execute
+        execute = reductions.execute
 
         def timed(expr):
             c0 = time.process_time()
@@ -79,7 +79,7 @@ def run_task(task: str, path: str, queries: bool = False) -> dict:
                         "columns": ",".join(out.columns[:6])})
             return out
 
-        summaries.execute = timed
+        reductions.execute = timed
     if task == "deciles_cells":  # the search from the 2^k score cells (before the first scan
         # carried the log-odds histogram)
         from sqlcal.metrics import cells, lowrate

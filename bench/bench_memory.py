@@ -118,6 +118,7 @@ def task_main(name: str, db: str, weighted: bool, report: Path) -> None:
     """Subprocess entry point: one call; its figures as JSON in ``report`` (first the CPU
     seconds spent before the call, which the driver needs if it stops the task)."""
     import ibis
+
     import sqlcal  # noqa: F401 (imported before the baseline)
 
     con = ibis.duckdb.connect(db, read_only=True)

@@ -347,9 +347,10 @@ def task_main(name: str, db: str, reps: int) -> None:
     """Subprocess entry point: time ``reps`` runs of one task; print one JSON line."""
     sys.path.insert(0, str(ROOT))
     import ibis
-    import sqlcal  # noqa: F401  (imported before the baseline, like the peers' sklearn)
     import sklearn.calibration  # noqa: F401
     import sklearn.metrics  # noqa: F401
+
+    import sqlcal  # noqa: F401  (imported before the baseline, like the peers' sklearn)
 
     con = ibis.duckdb.connect(db, read_only=True, threads=THREADS)
     con.table("preds")

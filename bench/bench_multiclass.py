@@ -103,9 +103,9 @@ def main() -> None:
         (arrays), load_w, load_c = timed(lambda: pq.read_table(wide_path).to_pandas())
         p, y = arrays[names].to_numpy(), arrays["y"].to_numpy()
         print(f"numpy load of the wide Parquet: {load_w:.2f} s wall, {load_c:.2f} CPU s")
-        want_ece, w, c = timed(lambda: numpy_top_ece(p, y))
+        want_ece, w, c = timed(lambda: numpy_top_ece(p, y))  # noqa: F821 (deleted below)
         print(f"numpy top-label ECE: {want_ece:.12f}  {w:.2f} s wall, {c:.2f} CPU s")
-        want_t, w, c = timed(lambda: numpy_temperature(p, y))
+        want_t, w, c = timed(lambda: numpy_temperature(p, y))  # noqa: F821 (deleted below)
         print(f"numpy temperature (scipy bounded): {want_t:.9f}  {w:.2f} s wall, {c:.2f} CPU s")
         del arrays, p, y
         for layout in args.layouts.split(","):

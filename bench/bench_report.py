@@ -39,7 +39,7 @@ subprocess the Ibis DuckDB backend's ``to_pyarrow``, ``to_pyarrow_batches``, ``e
 ``raw_sql`` are wrapped (outermost call only): each query's CPU and wall seconds, its output columns,
 whether its SQL holds a window (``OVER``) or a quantile, the sqlcal functions that issued it, and the
 summary ``kind`` when a sqlcal frame names one. Wrapping the backend rather than
-``sqlcal.summaries.execute`` counts queries that bypass that helper too (how many went through it is
+``sqlcal.query.reductions.execute`` counts queries that bypass that helper too (how many went through it is
 recorded as ``via_summaries_execute``). The SQL is compiled once more per query for the record, outside
 the timed window; that cost is reported as ``instrument_cpu_s`` and taken out of the shares.
 Per-query times are medians over the repetitions when every repetition ran the same query sequence.
@@ -93,7 +93,7 @@ def run_task(name: str, con, db: str) -> None:
     elif name in ("report", "report_w", "report_q", "report_w_q"):
         sqlcal.report(db, **kw, **weight)
     elif name == "report_no_cutoff":
-        from sqlcal.reporting import DEFAULT_METRICS
+        from sqlcal.reporting.report_table import DEFAULT_METRICS
 
         sqlcal.report(db, **kw, metrics=[m for m in DEFAULT_METRICS
                                          if m not in ("cutoff_error", "kuiper")])
@@ -122,7 +122,7 @@ class QueryLog:
             if original is not None:
                 setattr(Backend, method, self._wrap(method, original))
         try:  # a cross-check only: the library may route its queries elsewhere one day
-            import sqlcal.summaries as summaries
+            import sqlcal.query.reductions as summaries
         except ImportError:
             return
         if callable(getattr(summaries, "execute", None)):
@@ -208,6 +208,7 @@ def _short_kind(kind) -> str:
 def task_main(name: str, db: str, reps: int) -> None:
     """Subprocess entry point: time ``reps`` runs of one task; print one JSON line."""
     import ibis
+
     import sqlcal  # imported before the baseline
 
     log = QueryLog() if name.endswith("_q") else None
@@ -310,7 +311,7 @@ def breakdown(name: str, r: dict) -> str:
     lines = [f"{name}: {q['count']} engine queries ({q['basis']}); CPU {q['task_cpu_s']:.3f} s "
              f"without the instrumentation's {q['instrument_cpu_s']:.3f} s: {q['query_cpu_s']:.3f} s "
              f"in queries, {q['outside_queries_cpu_s']:.3f} s outside them (Ibis building, numpy "
-             f"finishing); through sqlcal.summaries.execute: {q['via_summaries_execute']}",
+             f"finishing); through sqlcal.query.reductions.execute: {q['via_summaries_execute']}",
              "", "| # | query (summary kind or sqlcal caller) | flags | CPU s | wall s | share of CPU |"
              " issued from |", "|---|---|---|---|---|---|---|"]
     for x in sorted(q["per_query"], key=lambda x: -x["cpu_s"])[:TOP]:

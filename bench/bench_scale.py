@@ -31,7 +31,7 @@ Spill-friendly settings (``--memory-limit``, default 5GB; ``--temp-directory``, 
 ``bench/out/scale_tmp``): ``SET memory_limit``, ``SET temp_directory`` and ``SET
 preserve_insertion_order = false`` on the embedded connection before the task, so that DuckDB's
 buffer manager spills sorts, hash tables and windows to disk instead of growing past the limit.
-A user does the same with ``sqlcal.inputs.default_backend().raw_sql("SET memory_limit = '5GB'")``
+A user does the same with ``sqlcal.inputs.sources.default_backend().raw_sql("SET memory_limit = '5GB'")``
 (and likewise for ``temp_directory``) before the first call on a file path, or on the connection
 they pass. The limit covers DuckDB's buffers; the process peak also holds Python, pandas and the
 fetched summaries.
@@ -125,7 +125,7 @@ def _peak_mb() -> float:
 def task_main(name: str, path: str, memory_limit: str, temp: str) -> None:
     """Subprocess entry point: run one task once; print one JSON line."""
     import sqlcal
-    from sqlcal.inputs import default_backend
+    from sqlcal.inputs.sources import default_backend
 
     con = default_backend()
     for setting in (f"SET memory_limit = '{memory_limit}'", f"SET temp_directory = '{temp}'",

@@ -17,7 +17,7 @@ once to warm up (imports, the first compile), then ``--rounds`` rounds each call
 in turn, so load on the machine falls on all of them alike; the median of each task's calls is
 reported, with its ratio to the fastest in-memory peer of the same quantity. Every sqlcal call
 gets the pandas frame itself (a new source each time: no caching of the data or its summaries
-across calls; only compiled statements are reused, see ``sqlcal.summaries.execute_planned``).
+across calls; only compiled statements are reused, see ``sqlcal.query.reductions.execute_planned``).
 
 Tasks:
 
@@ -56,10 +56,11 @@ def model_outputs(rows: int, seed: int = 0) -> pd.DataFrame:
 
 def tasks(df: pd.DataFrame) -> dict[str, tuple[str, callable]]:
     """name -> (quantity, call)."""
-    import sqlcal
     from netcal.metrics import ECE
     from sklearn.calibration import calibration_curve
     from sklearn.metrics import brier_score_loss
+
+    import sqlcal
 
     p, y = df["p"].to_numpy(), df["y"].to_numpy()
     netcal_ece = ECE(15)

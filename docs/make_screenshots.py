@@ -23,15 +23,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from sqlcal import plots  # noqa: E402
-from sqlcal.demo import write_demo  # noqa: E402
-from sqlcal.scheduled import metric_series, series_plot  # noqa: E402
+from sqlcal.cli.demo import write_demo  # noqa: E402
+from sqlcal.reporting.scheduled import metric_series, series_plot  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "img"
 SIZE, DPI = (6.4, 4.2), 100
 COLUMNS = dict(table="predictions", score="score", label="label", weight="weight")
 
 # (file name, diagram, its options): mostly the v1 model, whose segments are miscalibrated in four
-# different ways (see sqlcal/demo.py), so each picture has something to show
+# different ways (see sqlcal/cli/demo.py), so each picture has something to show
 DIAGRAMS = [
     ("reliability.png", plots.reliability_diagram,
      dict(by="model", where="segment = 'ios'", bins=10)),

@@ -28,8 +28,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from sqlcal.grids import CONVENTIONS
-
 
 class OptionError(ValueError):
     """An option of a public function has the wrong type or is out of its range."""
@@ -102,13 +100,13 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
-def _choices(name: str) -> tuple:
-    return OPTIONS[name].choices
-
-
 COLUMN = Option("column", "a column of the table", optional=True)
 
 #: every option name and its usual meaning
+#: where a score on a bin edge falls, after the library of the same name (sqlcal.inputs.grids
+#: draws the edges of each)
+CONVENTIONS = ("sqlcal", "sklearn", "netcal", "relplot")
+
 OPTIONS: dict[str, Option] = {
     # the data
     "score": Option("column", "column of the predicted probability of the positive class",
@@ -199,7 +197,7 @@ OPTIONS: dict[str, Option] = {
     "tolerance": Option("float", "cutoff error a modified Platt fit may keep", low=0,
                         optional=True),
     # reports
-    "metrics": Option("metrics", "metric names of sqlcal.reporting.METRICS"),
+    "metrics": Option("metrics", "metric names of sqlcal.reporting.report_table.METRICS"),
     "time": Option("column", "the time key of a series"),
     # multiclass
     "format": Option("choice", "long (one row per class) or wide (a column per class)",
@@ -257,7 +255,7 @@ OVERRIDES: dict[str, dict[str, Option]] = {
                                         "its options")},
     "cumulative_plot": {"cells": Option("int", "score cells the curve is drawn at", low=1)},
 }
-# -- monitoring (sqlcal.monitor) and segments (sqlcal.segments_audit) --------------------------
+# -- monitoring (sqlcal.monitor) and segments (sqlcal.audit.discovery) --------------------------
 _STORE = Option("any", "the summary store: a DuckDB path, a connection URL or an Ibis backend")
 _KEYS = Option("columns", "group keys (default: all the stored or given ones)", optional=True)
 _WHEN = Option("any", "a date or timestamp (str, datetime, numpy or pandas)", optional=True)
@@ -289,8 +287,6 @@ OVERRIDES["snapshot"] = {
                      "to the predictions", optional=True),
     "key": Option("column", "the example id joining events= to the predictions",
                   optional=True),
-    "_before_manifest": Option("any", "test hook: called before the manifest row is written",
-                               optional=True),
 }
 OVERRIDES["stored"] = {
     "store": _STORE, "by": _KEYS, "start": _WHEN, "end": _WHEN, "at": _WHEN,

@@ -8,14 +8,15 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from sqlcal.groupkeys import VALUE, GroupKeys, Key, group_id, key_value
+from sqlcal.inputs.groupkeys import VALUE, GroupKeys, Key, group_id, key_value
+from sqlcal.inputs.sources import Source
 from sqlcal.metrics import groups
 from sqlcal.metrics.binned import reliability
 from sqlcal.metrics.cells import cells_summary
 from sqlcal.metrics.smooth import smooth_ece, smooth_reliability
 from sqlcal.metrics.tce import tce_bins
 from sqlcal.options import checked, costs_cells, costs_smooth, declare
-from sqlcal.inputs import Source, as_source
+from sqlcal.query.executor import as_source
 
 #: below this base rate the reliability diagram's axes are in log-odds (scale="auto")
 LOW_BASE_RATE = 0.05

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import sqlcal
-from sqlcal.cli import main
-from sqlcal.demo import demo_frame
+from sqlcal.cli.commands import main
+from sqlcal.cli.demo import demo_frame
 
 
 def test_demo_then_report(tmp_path, capsys):
@@ -63,11 +63,11 @@ def test_demo_weights_are_frequencies():
 def test_report_shares_one_pass_per_summary(monkeypatch):
     import ibis
 
-    from sqlcal import summaries
+    from sqlcal.query import reductions
 
     calls = []
-    real = summaries.execute
-    monkeypatch.setattr(summaries, "execute", lambda e: calls.append(ibis.to_sql(e)) or real(e))
+    real = reductions.execute
+    monkeypatch.setattr(reductions, "execute", lambda e: calls.append(ibis.to_sql(e)) or real(e))
     # an engine table (a small pandas frame runs cached statements outside summaries.execute)
     t = ibis.duckdb.connect().create_table("preds", demo_frame(rows=5000))
     sqlcal.report(t, score="score", label="label", weight="weight", by="segment")

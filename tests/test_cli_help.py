@@ -14,7 +14,7 @@ import re
 import pytest
 
 import sqlcal
-from sqlcal.cli import _parser, main
+from sqlcal.cli.commands import _parser, main
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
@@ -65,7 +65,7 @@ def test_exit_codes_are_those_of_the_command(command, alerts, capsys):
 
 @pytest.mark.parametrize("kind", ["parquet", "csv", "folder", "glob"])
 def test_table_with_a_file_source_is_an_error(tmp_path, capsys, kind):
-    from sqlcal.demo import demo_frame
+    from sqlcal.cli.demo import demo_frame
 
     frame = demo_frame(rows=2000)
     folder = tmp_path / "preds"
@@ -86,7 +86,7 @@ def test_table_with_a_file_source_is_an_error(tmp_path, capsys, kind):
 
 
 def test_table_with_a_frame_is_an_error():
-    from sqlcal.demo import demo_frame
+    from sqlcal.cli.demo import demo_frame
 
     with pytest.raises(sqlcal.InvalidInputError, match="table="):
         sqlcal.brier(demo_frame(rows=500), table="predictions", score="score", label="label")

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import POSTGRES_URL, engine_missing
 
-source = importlib.import_module("sqlcal.inputs")  # the module, not sqlcal.source()
+source = importlib.import_module("sqlcal.inputs.sources")  # the module, not sqlcal.source()
 
 
 @pytest.mark.cluster

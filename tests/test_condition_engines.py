@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import sqlcal
-from sqlcal.condition import MAX_DEPTH, ConditionError, parse_condition
+from sqlcal.inputs.condition import MAX_DEPTH, ConditionError, parse_condition
 
 
 def _frame() -> pd.DataFrame:

@@ -16,9 +16,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from sqlcal import scheduled
 from sqlcal.errors import ConfigError
-from sqlcal.reporting import METRICS
+from sqlcal.reporting import scheduled
+from sqlcal.reporting.report_table import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ('[source]\ndata = "d.duckdb"\ntable = "predictions"\nscore = "score"\n'
@@ -70,7 +70,7 @@ MALFORMED = {
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    from sqlcal.demo import write_demo
+    from sqlcal.cli.demo import write_demo
 
     root = tmp_path_factory.mktemp("configs")
     write_demo(str(root / "d.duckdb"), rows=500)

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal import dbtgen
+from sqlcal.export import dbtgen
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = Path(__file__).resolve().parent / "dbt_project"
@@ -37,11 +36,11 @@ def test_generated_files_are_current():
     for name, text in dbtgen.render().items():
         path = ROOT / "sql" / "dbt" / name
         assert path.exists() and path.read_text() == text, \
-            f"sql/dbt/{name} is stale: run `python -m sqlcal.dbtgen`"
+            f"sql/dbt/{name} is stale: run `python -m sqlcal.export.dbtgen`"
 
 
 def test_cli_writes_the_package(tmp_path, capsys):
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
     assert main(["dbt", str(tmp_path / "pkg")]) == 0
     for name, text in dbtgen.render().items():
         assert (tmp_path / "pkg" / name).read_text() == text
@@ -350,6 +349,7 @@ def test_stored_reads_the_store_dbt_wrote(builds, adapter):
     """The store models (sqlcal_sum_totals, _cells, _bins, sqlcal_snapshots) write what
     sqlcal.stored reads: every stored metric equals the library on the rows."""
     import ibis
+
     from sqlcal.monitor.store import manifest
     if isinstance(builds[adapter], str):
         pytest.skip(builds[adapter])

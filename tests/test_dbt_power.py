@@ -1,4 +1,4 @@
-"""The detection figures the dbt package documents (sqlcal.dbtgen.DETECTION, in its README and
+"""The detection figures the dbt package documents (sqlcal.export.dbtgen.DETECTION, in its README and
 macro properties) recomputed: the cutoff error's constant from its formula, and each test's
 failure rate by simulating the statistic the test's SQL computes on fresh samples (numpy only,
 fixed seeds) at the documented row counts."""
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from sqlcal.dbtgen import DETECTION, render
+from sqlcal.export.dbtgen import DETECTION, render
 
 SHIFT = DETECTION["shift"]
 #: the cutoff error's lower bound at confidence 0.9: estimate − C/√n (δ = (1 − 0.9)/2)

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import sqlcal
-from sqlcal.metrics._registry import registered
 from sqlcal.metrics import distance
+from sqlcal.metrics._registry import registered
 
 #: options a metric cannot run without
 OPTIONS = {"decision_loss": {"threshold": 0.3},

@@ -72,7 +72,7 @@ def blocks(text: str) -> list[Block]:
 @pytest.fixture(scope="module")
 def example_folder(tmp_path_factory) -> Path:
     """``sqlcal demo --examples`` once: each page gets a copy."""
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
 
     folder = tmp_path_factory.mktemp("examples")
     here = os.getcwd()
@@ -134,7 +134,7 @@ def _doctest(body: str, namespace: dict, place: str) -> None:
 
 
 def _shell(block: Block, place: str) -> None:
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
 
     printed = io.StringIO()
     ran = 0

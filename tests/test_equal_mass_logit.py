@@ -9,9 +9,8 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal import summaries
 from sqlcal.metrics import cells
-from sqlcal.query import declared, local
+from sqlcal.query import declared, local, reductions
 from tests import oracle
 
 TOL = dict(rtol=1e-12, atol=1e-15)
@@ -81,7 +80,7 @@ def test_out_of_order_split_falls_back_to_the_zoom(con, upload, monkeypatch):
     if con.name != "duckdb":
         pytest.skip("the fallback is engine-independent: checked on DuckDB only")
     monkeypatch.setattr(cells, "LEVEL_ROWS", 40)
-    monkeypatch.setattr(summaries, "logit_cell",
+    monkeypatch.setattr(reductions, "logit_cell",
                         lambda p, scale: ((p * 1e6).floor() % 3).cast("int64"))
     calls = []
     original = cells.logit_split
@@ -100,9 +99,9 @@ def test_local_evaluators_match_the_engine(con, upload):
     df = clicks(1200, seed=24)
     t = upload(df)
     src = sqlcal.source(t, score="p", label="y", weight="w", by="g")
-    levels = summaries.reduce(declared.levels("sums", "sw2", "ny"), src.rows, src.by,
+    levels = reductions.reduce(declared.levels("sums", "sw2", "ny"), src.rows, src.by,
                               weighted=True).execute()
-    levels = summaries.fill_unweighted(levels)
+    levels = reductions.fill_unweighted(levels)
     # one range for every group, as the split reads (the engine reads the union of the ranges);
     # a group's internal key values: the integer key's NULL flag, then its value
     g0, g1 = (False, 0), (False, 1)
@@ -112,7 +111,7 @@ def test_local_evaluators_match_the_engine(con, upload):
              declared.logit_cells_in_cells(256, 2**14, [(g0, 5), (g0, 17), (g1, 9)],
                                            "sums", "ny")]
     for summary in asked:
-        engine = summaries.reduce(summary, src.rows, src.by, weighted=True).execute()
+        engine = reductions.reduce(summary, src.rows, src.by, weighted=True).execute()
         engine = engine.sort_values(list(engine.columns[:len(src.by) + 1]), ignore_index=True)
         mine = local.evaluate(summary, levels, src.by)[list(engine.columns)]
         assert len(engine) > 0

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sqlcal.cli import main
-from sqlcal.example_data import EXAMPLES
+from sqlcal.cli.commands import main
+from sqlcal.cli.example_data import EXAMPLES
 
 
 def _state(folder) -> dict[str, bytes]:
@@ -36,7 +36,7 @@ def test_demo_writes_the_examples_beside_the_database(tmp_path, capsys):
 
 
 def test_examples_hold_what_the_guides_say(tmp_path):
-    from sqlcal.example_data import write_examples
+    from sqlcal.cli.example_data import write_examples
 
     write_examples(str(tmp_path))
     preds = pd.read_parquet(tmp_path / "preds.parquet")

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.export import exportable
-from sqlcal.sqlgen import one_shot
+from sqlcal.export.metric_sql import exportable
+from sqlcal.export.sqlgen import one_shot
 from tests.conftest import calibration_data
 
 DIALECT = {"duckdb": "duckdb", "postgres": "postgres", "pyspark": "spark"}

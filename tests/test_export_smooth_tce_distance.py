@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import sqlcal
+from sqlcal.query import executor
 from tests.test_export import DIALECT, _run
 from tests.test_smooth import classifier_outputs
 
@@ -154,6 +155,6 @@ def test_declared_needs_are_what_each_one_shot_form_reads(metric, options, monke
               if v.default is not v.empty and v.kind == v.KEYWORD_ONLY}
     chosen |= check(metric, options)
     planner.prefetch(src, get(metric).needs(src, chosen))
-    monkeypatch.setattr(src, "run", lambda build, **kw: (_ for _ in ()).throw(AssertionError(
+    monkeypatch.setattr(executor, "run", lambda s, build, **kw: (_ for _ in ()).throw(AssertionError(
         f"{metric} {options} ran a scan its registered needs did not declare")))
     assert len(function(src, **options))

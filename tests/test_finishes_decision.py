@@ -13,9 +13,15 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.corp import corp_finish
-from sqlcal.metrics.decision import (cdl_finish, decision_loss_finish, expected_cost_finish,
-                                     predictor_levels, risk_gap_finish, rules_table)
+from sqlcal.metrics.decision import (
+    cdl_finish,
+    decision_loss_finish,
+    expected_cost_finish,
+    predictor_levels,
+    risk_gap_finish,
+    rules_table,
+)
+from sqlcal.recalibration.corp import corp_finish
 from tests.test_decision import brute_force_risks, pairwise_cdl
 
 LP_ATOL = 1e-7  # HiGHS tolerances of the pairwise LP

@@ -22,8 +22,8 @@ import pytest
 from scipy import optimize, special
 
 import sqlcal
-from sqlcal import recalibrate
-from sqlcal.query import declared, local, planner
+from sqlcal.query import declared, executor, local, planner
+from sqlcal.recalibration import fits
 
 CLIP = 1e-12
 
@@ -76,7 +76,7 @@ def levels_source(df: pd.DataFrame, by: list[str] = ()) -> sqlcal.Source:
                         by=by)
     # the summaries hold the keys under their internal names
     levels = levels_of(df, by).rename(columns=dict(zip(by, src.by)))
-    src.validate(levels)
+    executor.validate(src, levels)
     src.local_levels = levels.drop(columns=[c for c in levels if c.startswith("chk_")])
     src.forbid_queries("an engine-free test")
     return src
@@ -148,7 +148,7 @@ def test_isotonic_grid_from_levels_is_exact_on_three_decimal_scores():
 def test_isotonic_refined_grid_from_levels_is_exact(monkeypatch, weights):
     # above LEVEL_CAP the grid fit is refined by the KKT checks (prefix_min) and the levels of
     # the failing cells: evaluated from the levels here, with coarse cells so many are mixed
-    monkeypatch.setattr(recalibrate, "LEVEL_CAP", 50)
+    monkeypatch.setattr(fits, "LEVEL_CAP", 50)
     df = rows(2000, seed=3, weights=weights, groups=2)
     fitted = sqlcal.isotonic(levels_source(df, ["g"]), cells=64)
     assert fitted.info["method"] == "grid, refined" and fitted.info["exact"]
@@ -158,7 +158,7 @@ def test_isotonic_refined_grid_from_levels_is_exact(monkeypatch, weights):
 
 @pytest.mark.parametrize("weights", [None, "whole"])
 def test_isotonic_engine_passes_from_levels_are_exact(monkeypatch, weights):
-    monkeypatch.setattr(recalibrate, "LEVEL_CAP", 40)
+    monkeypatch.setattr(fits, "LEVEL_CAP", 40)
     df = rows(1500, seed=4, weights=weights, groups=2)
     fitted = sqlcal.isotonic(levels_source(df, ["g"]), method="engine")
     assert fitted.info["passes"] >= 1
@@ -236,7 +236,7 @@ def test_platt_newton_in_the_engine_path_from_levels_agrees(monkeypatch):
     # evaluated from the levels here, they reach the same maximum
     df = rows(1500, seed=6, weights="fractional", groups=2)
     small = sqlcal.platt(levels_source(df, ["g"]), smoothed_targets=False).table
-    monkeypatch.setattr(recalibrate, "LEVEL_CAP", 10)
+    monkeypatch.setattr(fits, "LEVEL_CAP", 10)
     large = sqlcal.platt(levels_source(df, ["g"]), smoothed_targets=False).table
     np.testing.assert_allclose(large[["a", "b"]].to_numpy(), small[["a", "b"]].to_numpy(),
                                rtol=1e-10)
@@ -393,7 +393,7 @@ def test_the_fits_and_multiclass_build_and_run_no_query(module):
         elif isinstance(node, ast.ImportFrom):
             imported |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
     assert not {m for m in imported if m == "ibis" or m.startswith("ibis.")}, imported
-    assert "sqlcal.summaries" not in imported or module == "multiclass_rows.py"
+    assert "sqlcal.query.reductions" not in imported or module == "multiclass_rows.py"
     calls = {node.func.attr for node in ast.walk(tree)
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
     assert not calls & {"execute", "scan", "to_pyarrow", "to_pandas", "cache", "aggregate",

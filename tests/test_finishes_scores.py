@@ -9,8 +9,12 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from sqlcal.metrics.scores import (brier_finish, calibration_in_the_large_finish,
-                                   log_loss_finish, spiegelhalter_finish)
+from sqlcal.metrics.scores import (
+    brier_finish,
+    calibration_in_the_large_finish,
+    log_loss_finish,
+    spiegelhalter_finish,
+)
 
 TOL = dict(rtol=1e-12, atol=1e-14)
 

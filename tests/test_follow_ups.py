@@ -9,9 +9,8 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal import summaries
 from sqlcal.metrics import cells, cumulative
-from sqlcal.query import declared, local, planner
+from sqlcal.query import declared, executor, local, planner, reductions
 from tests.conftest import calibration_data
 
 
@@ -47,7 +46,7 @@ def _ranges(df: pd.DataFrame, grid: int, seed: int) -> list:
 
 
 def _same(engine: pd.DataFrame, pandas: pd.DataFrame, keys: list[str]):
-    engine = summaries.fill_unweighted(engine)
+    engine = reductions.fill_unweighted(engine)
     engine = engine.sort_values(keys, ignore_index=True, key=_null_first)
     pandas = pandas.sort_values(keys, ignore_index=True, key=_null_first)
     assert len(engine) == len(pandas) > 0
@@ -91,15 +90,15 @@ def test_score_ranges_merge_adjacent_cells_and_select_exactly():
 
 
 def _queries(monkeypatch):
+    """Count the queries the executor runs on the rows."""
     ran = []
-    run = type(sqlcal.source(pd.DataFrame({"p": [0.5], "y": [1]}), score="p", label="y")).run
+    run = executor.run
 
-    def counted(self, build, **kw):
+    def counted(src, build, **kw):
         ran.append(build)
-        return run(self, build, **kw)
+        return run(src, build, **kw)
 
-    monkeypatch.setattr(type(sqlcal.source(pd.DataFrame({"p": [0.5], "y": [1]}), score="p",
-                                           label="y")), "run", counted)
+    monkeypatch.setattr(executor, "run", counted)
     return ran
 
 

@@ -124,7 +124,7 @@ def test_tce_refuses_more_binomial_tests_than_the_budget_before_computing_them(u
 
 
 def test_cli_demo_refuses_rows_past_the_memory_budget(tmp_path, capsys):
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
 
     path = tmp_path / "big.duckdb"
     assert main(["demo", str(path), "--rows", "2000000000"]) == 2

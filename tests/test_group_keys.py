@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import math
+import os
 import warnings
 
+import ibis
 import numpy as np
 import pandas as pd
-import ibis
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -352,7 +352,7 @@ def _upload_keys(con, rows: dict, name: str):
     """The rows in the engine with NULL and NaN as themselves (a pandas frame cannot hold both
     in a float column)."""
     if con.name == "pyspark":
-        from pyspark.sql.types import (DoubleType, LongType, StructField, StructType)
+        from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
         spark_schema = StructType([StructField("g", DoubleType()), StructField("p", DoubleType()),
                                    StructField("y", LongType())])
@@ -478,8 +478,8 @@ def test_the_scheduled_report_keeps_null_and_nan_keys_apart_in_json_html_and_res
     import duckdb
     import jsonschema
 
-    from sqlcal import scheduled
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
+    from sqlcal.reporting import scheduled
 
     rows = _null_nan_rows(1500)
     rows["day"] = pd.Timestamp("2026-11-01") + pd.to_timedelta(
@@ -568,7 +568,7 @@ def test_multiclass_keys_named_like_its_columns():
 def test_report_agrees_with_the_single_calls(drawn):
     """Each report column equals its metric's own call, group for group, whatever the keys are
     named (a key named like a report column moves that column to its underscored name)."""
-    from sqlcal.reporting import METRICS as REPORTED
+    from sqlcal.reporting.report_table import METRICS as REPORTED
 
     table, names, _ = drawn
     chosen = ["ece", "brier", "log_loss", "spiegelhalter", "cutoff_error", "tce"]

@@ -1,7 +1,7 @@
 """Hostile input: no caller text reaches the engine as a statement, and nothing outside what is
 measured is read or changed.
 
-``where=`` text is parsed as one expression over the measured table's columns (sqlcal.condition);
+``where=`` text is parsed as one expression over the measured table's columns (sqlcal.inputs.condition);
 table, column and key names are looked up among the ones that exist and quoted by Ibis. Each case
 runs on every engine, and afterwards every table of the connection is unchanged.
 """
@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sqlcal
-from sqlcal.condition import ConditionError, parse_condition
-from sqlcal.inputs import InvalidInputError
+from sqlcal.inputs.condition import ConditionError, parse_condition
+from sqlcal.inputs.sources import InvalidInputError
 
 
 def _data(n: int = 300, seed: int = 0) -> pd.DataFrame:
@@ -136,7 +136,7 @@ def test_database_files_are_opened_read_only(tmp_path):
     con.create_table("preds", _data())
     con.disconnect()
     sqlcal.brier(str(db), table="preds", score="p", label="y")
-    from sqlcal.inputs import _connect
+    from sqlcal.inputs.sources import _connect
 
     before = db.read_bytes()
     opened = _connect(str(db))

@@ -15,11 +15,13 @@ import duckdb
 import ibis
 import pytest
 
-from sqlcal import inputs, outputs, scheduled
-from sqlcal.cli import main
-from sqlcal.demo import DEMO_COMMENT, write_demo
-from sqlcal.reporting import METRICS
-from sqlcal.sqlgen import metrics as sql_metrics
+from sqlcal import outputs
+from sqlcal.cli.commands import main
+from sqlcal.cli.demo import DEMO_COMMENT, write_demo
+from sqlcal.export.sqlgen import metrics as sql_metrics
+from sqlcal.inputs import sources
+from sqlcal.reporting import scheduled
+from sqlcal.reporting.report_table import METRICS
 
 COLUMNS = ["--score", "score", "--label", "label"]
 DB = ["d.duckdb", "--table", "predictions"]
@@ -264,7 +266,7 @@ def test_bad_flags_are_one_line_exit_2(ws, capsys, case):
 
 def test_a_bug_keeps_its_traceback(ws, capsys, monkeypatch):
     # exit 1 stays "a bug": an unexpected exception is not dressed up as bad input
-    import sqlcal.reporting as report_module
+    import sqlcal.reporting.report_table as report_module
 
     def broken(*args, **kwargs):
         raise RuntimeError("a bug")
@@ -428,7 +430,7 @@ def test_results_go_in_after_measuring_through_their_own_connection(ws, capsys, 
         events.append(("measured",))
         return run
 
-    attached = inputs.DuckDBFile.attached
+    attached = sources.DuckDBFile.attached
 
     def spy_attached(self):  # each query on the source attaches the file read-only
         if events[-1:] != [("read", os.path.basename(self._file))]:
@@ -436,7 +438,7 @@ def test_results_go_in_after_measuring_through_their_own_connection(ws, capsys, 
         return attached(self)
 
     monkeypatch.setattr(ibis.duckdb, "connect", spy_connect)
-    monkeypatch.setattr(inputs.DuckDBFile, "attached", spy_attached)
+    monkeypatch.setattr(sources.DuckDBFile, "attached", spy_attached)
     monkeypatch.setattr(scheduled, "run_report", spy_measure)
     Path("r.toml").write_text(
         '[source]\ndata = "d.duckdb"\ntable = "predictions"\nscore = "score"\nlabel = "label"\n'

@@ -131,9 +131,9 @@ def pg_table():
         for row in df[["p", "y", "g"]].itertuples(index=False):
             copy.write_row(row)
     yield df
-    from sqlcal import inputs
+    from sqlcal.inputs import sources
 
-    inputs.connections.pop(POSTGRES_URL, None)
+    sources.connections.pop(POSTGRES_URL, None)
     admin.execute("DROP TABLE IF EXISTS sqlcal_read_only_probe")
     admin.close()
 
@@ -141,9 +141,9 @@ def pg_table():
 def test_the_postgres_session_of_a_source_refuses_writes(pg_table):
     import psycopg
 
-    from sqlcal import inputs
+    from sqlcal.inputs import sources
 
-    inputs.connections.pop(POSTGRES_URL, None)  # a session opened by this test's source
+    sources.connections.pop(POSTGRES_URL, None)  # a session opened by this test's source
     src = sqlcal.source(POSTGRES_URL, table="sqlcal_read_only_probe", score="p", label="y",
                         by="g")
     got = sqlcal.brier(src)
@@ -176,7 +176,7 @@ def test_the_postgres_session_of_a_source_refuses_writes(pg_table):
 
 
 def test_the_store_writes_through_a_session_of_its_own(pg_table):
-    from sqlcal import inputs
+    from sqlcal.inputs import sources
     from sqlcal.monitor import store
 
     psycopg = pytest.importorskip("psycopg")
@@ -194,7 +194,7 @@ def test_the_store_writes_through_a_session_of_its_own(pg_table):
                               weight="w", time="t", store=POSTGRES_URL, prefix=prefix,
                               as_of="2026-12-01")
         assert (out["status"] == "written").all() and out["n"].sum() == len(pg_table)
-        reader = inputs.connections[POSTGRES_URL]
+        reader = sources.connections[POSTGRES_URL]
         writer = store._CONNECTIONS[POSTGRES_URL]
         with reader.raw_sql("SHOW transaction_read_only") as cursor:
             assert cursor.fetchone() == ("on",)

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal import options, summaries
-from sqlcal.inputs import as_source
-from sqlcal.metrics import level_sets
-from sqlcal.metrics.cells import LEVEL_ROW_BYTES, level_slabs, slab_ranges, cells_summary
+from sqlcal import options
+from sqlcal.metrics.cells import LEVEL_ROW_BYTES, cells_summary, level_slabs, slab_ranges
+from sqlcal.query import reductions
+from sqlcal.query.executor import as_source
 from tests.test_decision import brute_force_risks, levels_np, pairwise_cdl
 
 LP_ATOL = 1e-7  # HiGHS tolerances of the pairwise LP oracle
@@ -45,7 +45,7 @@ def small_budget():
 def fetched(monkeypatch):
     """The rows of every levels query run (a frame keyed by the score ``p``)."""
     sizes: list[int] = []
-    original = summaries.execute
+    original = reductions.execute
 
     def counted(expr):
         out = original(expr)
@@ -53,7 +53,7 @@ def fetched(monkeypatch):
             sizes.append(len(out))
         return out
 
-    monkeypatch.setattr(summaries, "execute", counted)
+    monkeypatch.setattr(reductions, "execute", counted)
     return sizes
 
 

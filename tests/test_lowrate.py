@@ -368,8 +368,8 @@ def test_missing_rate_column_is_named():
 def test_cli_and_scheduled_report(tmp_path, capsys):
     import json
 
-    from sqlcal import scheduled
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
+    from sqlcal.reporting import scheduled
 
     df = click_log(20000, seed=15, groups=2)
     keep = (df.y == 1) | (np.arange(len(df)) % 10 == 0)

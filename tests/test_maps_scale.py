@@ -11,8 +11,8 @@ import pytest
 from sklearn.isotonic import IsotonicRegression
 
 import sqlcal
-from sqlcal import maps
 from sqlcal.options import OptionError
+from sqlcal.recalibration import maps
 
 
 def _rows(n=6000, seed=3):

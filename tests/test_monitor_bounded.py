@@ -14,7 +14,8 @@ import ibis
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sqlcal
 from sqlcal.monitor.stored import bounded_ece, snapped_bins_finish

@@ -6,11 +6,11 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from sqlcal import monitoring
 from sqlcal.errors import ConfigError
 from sqlcal.monitor import config as monitor_config
 from sqlcal.monitor.monitor import DETECT, check_detect
-from sqlcal.reporting import METRICS
+from sqlcal.reporting import monitoring
+from sqlcal.reporting.report_table import METRICS
 
 BASE = {"source": {"data": "w.duckdb", "table": "preds", "score": "p", "label": "y",
                    "time": "t"}, "snapshot": {"store": "s.duckdb"}}

@@ -388,7 +388,8 @@ def test_detect_options_are_checked(stored_stream):
 
 def test_monitor_command_alarms_with_exit_code_3(stored_stream, tmp_path, capsys):
     import json
-    from sqlcal.cli import main
+
+    from sqlcal.cli.commands import main
     _, path = stored_stream
     toml = tmp_path / "monitor.toml"
     toml.write_text(f'[source]\ndata = "unused.duckdb"\nscore = "p"\nlabel = "y"\ntime = "t"\n'
@@ -415,7 +416,8 @@ def test_monitor_command_alarms_with_exit_code_3(stored_stream, tmp_path, capsys
 
 def test_monitor_windows_alerts_and_results_rows(stored_stream, tmp_path, capsys):
     import json
-    from sqlcal.cli import main
+
+    from sqlcal.cli.commands import main
     from sqlcal.monitor import store as monitor_store
     df, path = stored_stream
     toml = tmp_path / "monitor.toml"
@@ -472,7 +474,9 @@ def test_detect_on_each_engine_equals_the_detector_on_raw_rows(con, upload):
     DuckDB): 40 small days, one group with an intercept change on day 25; the path equals the
     detector on the raw rows' sums."""
     import uuid
+
     import pandas as pd
+
     import sqlcal
     if con.name == "pyspark":
         pytest.skip("Spark's snapshot reductions are tested in test_monitor_store (its store is "
@@ -514,9 +518,11 @@ def ibis_duckdb():
 
 def test_monitor_page_shows_the_maturity_curve(tmp_path, capsys):
     import json
+
     import pandas as pd
+
     import sqlcal
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
     rng = np.random.default_rng(5)
     df = _predictions(seed=5, days=35, per_day=200, change=100)  # no change
     delay = rng.exponential(2.0, len(df))
@@ -545,6 +551,7 @@ def test_early_stream_from_the_store_equals_the_detector_on_raw_rows(tmp_path):
     F_b for day t from the final days s <= t - 7 (horizon 7 + settle 1 - lag 1; final: s <= 52
     at as_of = day 61); the oracle recomputes every sum and F_b from the raw rows."""
     import pandas as pd
+
     import sqlcal
     rng = np.random.default_rng(8)
     df = _predictions(seed=8, days=60, per_day=1500, change=45)

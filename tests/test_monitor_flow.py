@@ -164,7 +164,7 @@ def test_the_daily_loop_matures_days_runs_the_detector_and_alarms_after_the_chan
     # the commands as users run them: the daily snapshot finds nothing to write, the monitor
     # is quiet before the change and alarms after it, the last in a process of its own (the
     # store released by this one)
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
 
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         assert main(["snapshot", "--config", toml, "--as-of", str(last)]) == 0

@@ -9,7 +9,6 @@ with plain SQL (what is left in a connection).
 from __future__ import annotations
 
 import multiprocessing
-import os
 import uuid
 
 import duckdb
@@ -81,7 +80,7 @@ def test_a_store_that_is_not_a_database_is_refused_before_any_work(tmp_path, nam
     toml = tmp_path / "m.toml"
     toml.write_text(f'[source]\ndata = "{data}"\ntable = "predictions"\nscore = "p"\n'
                     f'label = "y"\ntime = "t"\n[snapshot]\nstore = "{path}"\n')
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
     assert main(["snapshot", "--config", str(toml), "--as-of", "2027-01-01"]) == 2
     out = capsys.readouterr()
     assert "written" not in out.out and "a store is a database" in out.err
@@ -264,7 +263,7 @@ def test_rows_with_a_null_time_are_counted_and_refused_or_left_out(tmp_path, cap
     assert out["n"].sum() == len(df)
     assert_counts_equal_a_rescan(store, "sqlcal_", df[df.t.notna()])
     # the command says so too: exit 2 naming the column and the count, or the count left out
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
 
     data = tmp_path / "w.duckdb"
     with duckdb.connect(str(data)) as con:
@@ -283,7 +282,7 @@ def test_rows_with_a_null_time_are_counted_and_refused_or_left_out(tmp_path, cap
 
 
 def test_a_period_not_on_the_grain_is_refused_and_nothing_written(tmp_path, capsys):
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
 
     df = rows(n=400)
     data, store = tmp_path / "w.duckdb", tmp_path / "s.duckdb"
@@ -317,7 +316,7 @@ def test_a_period_not_on_the_grain_is_refused_and_nothing_written(tmp_path, caps
      'metric = "brier"\nabove = true\n', "number"),
 ])
 def test_settings_that_would_blind_the_monitor_are_refused(tmp_path, capsys, setting, named):
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
 
     df = rows(n=3000, days=40)
     store = str(tmp_path / "s.duckdb")

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.monitor import schema, store as monitor_store
+from sqlcal.monitor import store as monitor_store
 from sqlcal.options import OptionError
 
 DAY0 = pd.Timestamp("2026-10-01")
@@ -179,11 +179,14 @@ def test_a_snapshot_that_dies_before_its_manifest_row_leaves_the_old_version_rea
     before = sqlcal.brier(sqlcal.stored(store, maturity="all"))
     changed = df.assign(w=df.w + 1)
 
-    def crash():
+    def crash(*args, **kwargs):
         raise RuntimeError("killed")
 
-    with pytest.raises(RuntimeError, match="killed"):
-        sqlcal.snapshot(changed, store=store, _before_manifest=crash, **LEAN)
+    # the process dies once the rows are written and before the manifest names them
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(monitor_store, "_clear_current", crash)
+        with pytest.raises(RuntimeError, match="killed"):
+            sqlcal.snapshot(changed, store=store, **LEAN)
     assert_same(sqlcal.brier(sqlcal.stored(store, maturity="all")), before, "after a crash")
     assert set(monitor_store.manifest(store)["version"]) == {1}
 
@@ -327,7 +330,7 @@ def test_the_snapshot_command_writes_once_and_refuses_a_bad_config(tmp_path, cap
     import duckdb
     import jsonschema
 
-    from sqlcal import cli
+    from sqlcal.cli import commands
     from sqlcal.monitor import config as monitor_config
 
     df = predictions(n=800)
@@ -337,9 +340,9 @@ def test_the_snapshot_command_writes_once_and_refuses_a_bad_config(tmp_path, cap
         con.execute("CREATE TABLE predictions AS SELECT * FROM df")
     path = monitor_toml(tmp_path, data, store)
     args = ["snapshot", "--config", path, "--since", "2026-10-01", "--until", "2026-10-06"]
-    assert cli.main(args) == 0
+    assert commands.main(args) == 0
     assert "6 of 6 periods written" in capsys.readouterr().out
-    assert cli.main(args) == 0
+    assert commands.main(args) == 0
     assert "0 of 6 periods written" in capsys.readouterr().out
     src = sqlcal.stored(str(store), maturity="all")
     rescan = sqlcal.source(window_rows(df, 0, 5), score="p", label="y", weight="w", by="g")
@@ -351,13 +354,13 @@ def test_the_snapshot_command_writes_once_and_refuses_a_bad_config(tmp_path, cap
     schema_doc = monitor_config.json_schema()
     import tomllib
     jsonschema.validate(tomllib.loads(open(path).read()), schema_doc)
-    assert cli.main(["maturity", "--config", path, "--bins", "2", "--json"]) == 0
+    assert commands.main(["maturity", "--config", path, "--bins", "2", "--json"]) == 0
     curve = pd.read_json(__import__("io").StringIO(capsys.readouterr().out))
     assert set(curve.score_bin) == {-1, 0, 1} and curve.F_hat.between(0, 1).all()
     bad = monitor_toml(tmp_path, data, store, extra="cels = 1024")
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(tomllib.loads(open(bad).read()), schema_doc)
-    assert cli.main(["snapshot", "--config", bad]) == 2
+    assert commands.main(["snapshot", "--config", bad]) == 2
     assert "[snapshot] has unknown keys ['cels']" in capsys.readouterr().err
 
 

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.multiclass_rows import check_use
-from sqlcal.inputs import InvalidInputError
+from sqlcal.inputs.sources import InvalidInputError
+from sqlcal.query.layouts import check_use
 from tests import oracle
 
 CLASSES = ("a", "b", "c")

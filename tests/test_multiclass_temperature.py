@@ -10,8 +10,8 @@ import pytest
 from scipy import optimize, special
 
 import sqlcal
+from sqlcal.inputs.sources import InvalidInputError
 from sqlcal.options import OptionError
-from sqlcal.inputs import InvalidInputError
 
 CLASSES = ("a", "b", "c", "d")
 

@@ -193,7 +193,7 @@ def test_probs_and_logits_options_are_refused_by_name(options, problem):
 def test_cli_report_measures_multiclass_views(tmp_path, capsys):
     import json
 
-    from sqlcal import cli
+    from sqlcal.cli import commands
 
     frame = predictions(n=300, seed=6)
     path = tmp_path / "preds.parquet"
@@ -202,7 +202,7 @@ def test_cli_report_measures_multiclass_views(tmp_path, capsys):
     predicted = np.array(CLASSES)[p.argmax(1)]
     correct = (predicted == frame.truth.to_numpy()).astype(int)
     w = frame.w.to_numpy()
-    code = cli.main(["report", str(path), "--multiclass", "top_label", "--probs", "a,b,c",
+    code = commands.main(["report", str(path), "--multiclass", "top_label", "--probs", "a,b,c",
                      "--label", "truth", "--weight", "w", "--by", "predicted_class",
                      "--metrics", "ece", "--bins", "10", "--json"])
     assert code == 0
@@ -210,13 +210,13 @@ def test_cli_report_measures_multiclass_views(tmp_path, capsys):
     for c in CLASSES:
         m = predicted == c
         assert rows[c] == pytest.approx(numpy_ece(p.max(1)[m], correct[m], w[m]), abs=1e-12)
-    code = cli.main(["report", str(path), "--multiclass", "classwise", "--logits",
+    code = commands.main(["report", str(path), "--multiclass", "classwise", "--logits",
                      "z_a,z_b,z_c", "--label", "truth", "--metrics", "ece", "--bins", "10",
                      "--json"])
     assert code == 2  # the logit columns are not named by the labels: the error says so
     assert "pass classes=" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        cli.main(["report", str(path), "--probs", "a,b,c", "--label", "truth", "--score", "a"])
+        commands.main(["report", str(path), "--probs", "a,b,c", "--label", "truth", "--score", "a"])
     assert "--probs applies only with --multiclass" in capsys.readouterr().err
 
 

@@ -18,12 +18,13 @@ import jsonschema
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sqlcal
-from sqlcal import options, summaries
+from sqlcal import options
 from sqlcal.options import BudgetError, OptionError
-
+from sqlcal.query import reductions
 from tests.conftest import calibration_data
 from tests.oracle import bin_ids, binned_ece, quantile_bin_ids
 
@@ -37,7 +38,7 @@ def no_query(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a query ran before the options were checked")
 
-    monkeypatch.setattr(summaries, "execute", refuse)
+    monkeypatch.setattr(reductions, "execute", refuse)
     monkeypatch.setattr(ibis.expr.types.Table, "to_pyarrow", refuse)
     monkeypatch.setattr(ibis.expr.types.Table, "execute", refuse)
 
@@ -66,7 +67,6 @@ def test_exported_sql_checks_the_metrics_options():
 #: diagrams with options of their own (the others pass theirs to a checked metric)
 PLOTS = ["cumulative_plot", "smooth_reliability_diagram"]
 import sqlcal.plots  # noqa: E402  (registers the diagrams; matplotlib is imported only to draw)
-
 
 # -- the reproductions of the issue ------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from sqlcal import summaries
+from sqlcal.query import reductions
 
 
 def _rows(n: int = 3000, seed: int = 7) -> pd.DataFrame:
@@ -49,7 +49,7 @@ def test_pav_passes_over_score_buckets_equal_one_window_per_group(con, upload, b
     df = _rows()
     t = upload(df)
     passes = 1 if con.name == "pyspark" else 2  # one pass holds every step (CI time on Spark)
-    got = summaries.pav_blocks(t, by, passes, True, weighted=False).to_pandas()
+    got = reductions.pav_blocks(t, by, passes, True, weighted=False).to_pandas()
     if by:
         parts = []
         for key, part in df.groupby("g", dropna=False):
@@ -72,7 +72,7 @@ def test_no_pav_window_spans_a_whole_group():
     any); only the windows over one row per bucket (ordered by it) span a group."""
     t = ibis.table({"p": "float64", "y": "int64", "g": "string"}, name="rows")
     for by in ((), ("g",)):
-        sql = ibis.to_sql(summaries.pav_blocks(t, by, 2, True, weighted=False), dialect="duckdb")
+        sql = ibis.to_sql(reductions.pav_blocks(t, by, 2, True, weighted=False), dialect="duckdb")
         windows = list(sqlglot.parse_one(sql, read="duckdb").find_all(exp.Window))
         per_bucket = [w for w in windows if "_bucket" in w.args["order"].sql()]
         over_blocks = [w for w in windows if w not in per_bucket]

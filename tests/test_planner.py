@@ -8,13 +8,18 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal import summaries
 from sqlcal.metrics import binned, cumulative, scores
 from sqlcal.metrics._registry import registered
-from sqlcal.query import declared, local, planner
+from sqlcal.query import declared, executor, local, planner, reductions
 from sqlcal.query.declared import Summary, merge
-from sqlcal.reporting import (DEFAULT_METRICS, METRICS, _defaults, follow_ups,
-                              metric_options, needs)
+from sqlcal.reporting.report_table import (
+    DEFAULT_METRICS,
+    METRICS,
+    _defaults,
+    follow_ups,
+    metric_options,
+    needs,
+)
 from tests.conftest import calibration_data
 
 FIRST_STAGE = [
@@ -36,9 +41,9 @@ def _data(n=400, seed=0, weighted=True):
 
 
 def _summary(src, s: Summary) -> pd.DataFrame:
-    frame = summaries.execute(summaries.reduce(s, src.rows, src.by, weighted=src.weighted))
+    frame = reductions.execute(reductions.reduce(s, src.rows, src.by, weighted=src.weighted))
     keys = [*src.by, *([s.key_column] if s.key_column else [])]
-    return summaries.fill_unweighted(frame).sort_values(keys, ignore_index=True)
+    return reductions.fill_unweighted(frame).sort_values(keys, ignore_index=True)
 
 
 def _same(got: pd.DataFrame, want: pd.DataFrame):
@@ -81,14 +86,14 @@ def test_fused_scan_equals_each_summary(upload, weighted):
     assert len(scans) == 1 and len(scans[0][1]) == len(FIRST_STAGE)
     for s in FIRST_STAGE:
         keys = [*src.by, *([s.key_column] if s.key_column else [])]
-        got = src.lookup(s.key, s.parts).sort_values(keys, ignore_index=True)
+        got = executor.lookup(src, s.key, s.parts).sort_values(keys, ignore_index=True)
         want = _summary(sqlcal.source(upload(df), **kw), s)
         _same(got[list(want.columns)], want)
         assert set(got.columns) == set(want.columns)
 
 
 @pytest.mark.parametrize("weighted", [True, False])
-def test_shared_follow_ups_equal_each_summary_alone(upload, weighted):
+def test_shared_follow_ups_equal_each_summary_alone(upload, weighted, monkeypatch):
     # one stage of follow-ups: histograms of cells at two grids (read once, at the finer), and
     # the levels of some ranges with the running-sum extremes of others (read as one levels
     # scan, the extremes evaluated from the levels in pandas)
@@ -102,16 +107,16 @@ def test_shared_follow_ups_equal_each_summary_alone(upload, weighted):
     src = sqlcal.source(upload(df), **kw)
     planner.prefetch(src, [declared.totals()])  # the first scan, which validates the rows
     queries = []
-    run = type(src).run
-    src_run = lambda build, **k: queries.append(build) or run(src, build, **k)  # noqa: E731
-    src.run = src_run
+    run = executor.run
+    monkeypatch.setattr(executor, "run",
+                        lambda s, build, **k: queries.append(build) or run(s, build, **k))
     scans = planner.shared_follow_ups(src, [lambda _: stage])
     assert len(scans) == len(queries) == 2, [d for d, _ in scans]
     for s in stage:
         keys = [*src.by, *([s.key_column] if s.key_column else [])]
         if s.kind == "extremes_within":
             keys = [*src.by, "cell"]
-        got = src.lookup(s.key, s.parts).sort_values(keys, ignore_index=True)
+        got = executor.lookup(src, s.key, s.parts).sort_values(keys, ignore_index=True)
         want = _summary(sqlcal.source(upload(df), **kw), s)
         # the engine reads the union of every group's ranges: keep each group's own
         at = want if s.kind == "levels_within" else want.assign(p=want["cell"] / s.params[0])
@@ -126,9 +131,9 @@ def test_a_report_reads_the_table_once_for_its_first_stage(monkeypatch):
     df = _data(2000, seed=2)
     src = sqlcal.source(df, score="p", label="y", weight="w", by="g")
     queries = []
-    run = type(src).run
-    monkeypatch.setattr(type(src), "run",
-                        lambda self, build, **kw: queries.append(build) or run(self, build, **kw))
+    run = executor.run
+    monkeypatch.setattr(executor, "run",
+                        lambda s, build, **kw: queries.append(build) or run(s, build, **kw))
     chosen = {name: metric_options(name, bins=15) for name in DEFAULT_METRICS}
     scans = planner.prefetch(src, needs(src, chosen))
     assert len(scans) == 1 and len(queries) == 1
@@ -156,7 +161,7 @@ def test_declared_needs_are_what_each_metric_reads(name, monkeypatch):
     asks = [lambda s: declared.follow_up(s, options)] if declared.follow_up else []
     planner.prefetch(src, declared.needs(src, options), asks)
     first = []
-    monkeypatch.setattr(src, "run", lambda build, **kw: first.append(build) or (
+    monkeypatch.setattr(executor, "run", lambda s, build, **kw: first.append(build) or (
         _ for _ in ()).throw(AssertionError(f"{name} ran a scan its registered needs and "
                                             "follow-ups did not declare")))
     out = function(src)

@@ -310,7 +310,7 @@ def test_smooth_reliability_diagram_png_draws_curves_and_bands():
 
 
 def test_smooth_reliability_diagram_orders_groups_like_the_other_diagrams():
-    from sqlcal.demo import demo_frame
+    from sqlcal.cli.demo import demo_frame
 
     df = demo_frame(rows=20_000)
     kw = dict(score="score", label="label", weight="weight", by="segment")
@@ -395,7 +395,7 @@ def test_cumulative_plot_png_draws_curve_bands_and_zero_line():
 def test_series_chart_png_draws_one_line_per_group_with_a_point_per_day(upload):
     """The scheduled report's chart over time: one panel per statistic, one line per group, a
     marker per time value in the group's colour where the numbers put it."""
-    from sqlcal.scheduled import metric_series, series_plot
+    from sqlcal.reporting.scheduled import metric_series, series_plot
 
     df = calibration_data(3000, seed=3, groups=3)
     df["day"] = np.random.default_rng(3).integers(1, 6, len(df))
@@ -421,20 +421,20 @@ def test_series_chart_png_draws_one_line_per_group_with_a_point_per_day(upload):
 def test_one_group_drawn_from_the_summary_of_all_equals_its_own_diagram(upload):
     """``group=`` draws one group from the all-groups summary cached on a Source (no pass per
     group): the same curves as a diagram of that group's rows alone."""
-    from sqlcal import summaries
+    from sqlcal.query import reductions
 
     df = calibration_data(3000, seed=4, groups=3, weights=True)
     src = sqlcal.source(upload(df), score="p", label="y", weight="w", by="g")
     sqlcal.reliability(src, bins=10)
     sqlcal.cutoff_error(src)
     calls = []
-    real = summaries.execute
-    summaries.execute = lambda expr: calls.append(expr) or real(expr)
+    real = reductions.execute
+    reductions.execute = lambda expr: calls.append(expr) or real(expr)
     try:
         one = plots.reliability_diagram(src, bins=10, group={"g": "g1"})
         curve = plots.cumulative_plot(src, group={"g": "g1"})
     finally:
-        summaries.execute = real
+        reductions.execute = real
     assert calls == []  # both diagrams came from summaries the metrics had cached
     alone = sqlcal.source(upload(df[df.g == "g1"]), score="p", label="y", weight="w")
     ref = plots.reliability_diagram(alone, bins=10)

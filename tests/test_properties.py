@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import sqlcal
 
+
 def examples(con) -> settings:
     """15 examples per property; 2 on Spark, where every query costs a job (the invariants are
     the engine's arithmetic and grouping, which DuckDB and PostgreSQL check with 15)."""

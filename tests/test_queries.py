@@ -10,9 +10,8 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from sqlcal import summaries
-from sqlcal.query import declared
-from sqlcal.inputs import check_exprs, valid_expr
+from sqlcal.inputs.sources import check_exprs, valid_expr
+from sqlcal.query import declared, reductions
 
 SCHEMA = {"g": "string", "p": "float64", "y": "int64", "w": "float64"}
 
@@ -22,16 +21,16 @@ def queries(by):
     parts = frozenset({"sums", "sw2", "moments", "residuals", "logloss"})
     # cells 1, 2 and 3 of the 1024-cell grid (of group "a")
     ranges = (((("a",) if by else ()), 1 / 1024, 4 / 1024),)
-    follow_up = lambda s: summaries.reduce(s, t, by, weighted=True)  # noqa: E731
+    follow_up = lambda s: reductions.reduce(s, t, by, weighted=True)  # noqa: E731
     return {
-        "validation": summaries.validation(t, by, check_exprs(t, True), valid_expr(t, True, False)),
-        "totals": summaries.totals(t, by, parts, weighted=True),
-        "uniform_bins": summaries.uniform_bins(t, by, 15, "netcal", parts, weighted=True),
-        "cells": summaries.cells(t, by, 1024, parts, weighted=True),
+        "validation": reductions.validation(t, by, check_exprs(t, True), valid_expr(t, True, False)),
+        "totals": reductions.totals(t, by, parts, weighted=True),
+        "uniform_bins": reductions.uniform_bins(t, by, 15, "netcal", parts, weighted=True),
+        "cells": reductions.cells(t, by, 1024, parts, weighted=True),
         "cells_within": follow_up(declared.cells_within(2**20, ranges, *parts)),
         "levels_within": follow_up(declared.levels_within(ranges, *parts)),
         "extremes_within": follow_up(declared.extremes_within(1024, ranges)),
-        "logit_grid": summaries.logit_grid(t, by, 0.005, 1e-6, weighted=True),
+        "logit_grid": reductions.logit_grid(t, by, 0.005, 1e-6, weighted=True),
     }
 
 

@@ -15,8 +15,8 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
 import sqlcal
-from sqlcal.inputs import InvalidInputError
-from sqlcal import recalibrate
+from sqlcal.inputs.sources import InvalidInputError
+from sqlcal.recalibration import fits
 from tests.conftest import calibration_data
 
 
@@ -28,7 +28,7 @@ def _data(n=3000, seed=0, groups=2, ties=True, weights=True):
 
 
 def _logit(p):
-    q = np.clip(p, recalibrate.CLIP, 1 - recalibrate.CLIP)
+    q = np.clip(p, fits.CLIP, 1 - fits.CLIP)
     return np.log(q / (1 - q))
 
 
@@ -78,7 +78,7 @@ def test_isotonic_engine_passes_equal_numpy(upload, monkeypatch, weights):
     t = upload(df)
     cols = dict(score="p", label="y", by="g", weight="w" if weights else None)
     whole = sqlcal.isotonic(t, **cols)
-    monkeypatch.setattr(recalibrate, "LEVEL_CAP", 40)
+    monkeypatch.setattr(fits, "LEVEL_CAP", 40)
     passed = sqlcal.isotonic(t, **cols, method="engine")
     assert passed.info["passes"] > 3 and passed.info["exact"]
     assert len(passed.table) == len(whole.table)
@@ -185,7 +185,7 @@ def test_platt_engine_newton_equals_levels(upload, monkeypatch):
     cols = dict(score="p", label="y", weight="w", by="g")
     small = sqlcal.platt(t, **cols)
     slope_small = sqlcal.calibration_slope(t, **cols)
-    monkeypatch.setattr(recalibrate, "LEVEL_CAP", 10)
+    monkeypatch.setattr(fits, "LEVEL_CAP", 10)
     large = sqlcal.platt(t, **cols)
     slope_large = sqlcal.calibration_slope(t, **cols)
     np.testing.assert_allclose(large.table[["a", "b"]], small.table[["a", "b"]], atol=1e-10)
@@ -383,7 +383,7 @@ def test_engine_passes_are_exact_with_zero_weights(upload, monkeypatch):
     df["w"] = np.round(df.w)  # about 40% zeros
     t = upload(df)
     levels = sqlcal.isotonic(t, score="p", label="y", weight="w", method="levels")
-    monkeypatch.setattr(recalibrate, "LEVEL_CAP", 40)
+    monkeypatch.setattr(fits, "LEVEL_CAP", 40)
     engine = sqlcal.isotonic(t, score="p", label="y", weight="w", method="engine")
     np.testing.assert_allclose(engine.table.value, levels.table.value, atol=1e-15)
     np.testing.assert_array_equal(engine.table.lo, levels.table.lo)
@@ -453,7 +453,7 @@ def test_large_sources_get_the_exact_fit_by_refining_the_grid(upload, monkeypatc
     t = upload(df)
     cols = dict(score="p", label="y", by="g", weight="w" if weights else None)
     exact = sqlcal.isotonic(t, **cols, method="levels")
-    monkeypatch.setattr(recalibrate, "LEVEL_CAP", 100)
+    monkeypatch.setattr(fits, "LEVEL_CAP", 100)
     for cells in (2**16, 256, 16):
         fit = sqlcal.isotonic(t, **cols, cells=cells)
         assert fit.info["method"] == "grid, refined" and fit.info["exact"]

@@ -1,5 +1,5 @@
 """Passwords in connection URLs stay out of a scheduled run's page and document: the page
-(sqlcal.html, below sqlcal.scheduled) reads the run's redacted_config."""
+(sqlcal.reporting.html, below sqlcal.reporting.scheduled) reads the run's redacted_config."""
 
 import datetime as dt
 import json
@@ -7,7 +7,7 @@ import types
 
 import pandas as pd
 
-from sqlcal import html, scheduled
+from sqlcal.reporting import html, scheduled
 
 
 def _run(data, results_url=None):

@@ -12,13 +12,14 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal import reporting, scheduled, sqlgen
-from sqlcal.export import exportable
-from sqlcal.inputs import as_source
+from sqlcal.export import sqlgen
+from sqlcal.export.metric_sql import exportable
 from sqlcal.metrics import result, safe_div
 from sqlcal.metrics._registry import Report, metric, registered, report_metrics, unregister
 from sqlcal.options import OptionError, checked
 from sqlcal.query import declared, planner
+from sqlcal.query.executor import as_source
+from sqlcal.reporting import report_table, scheduled
 
 
 @pytest.fixture
@@ -67,8 +68,8 @@ def test_a_registered_metric_is_in_the_report_the_catalogue_and_the_sql(mean_res
     out = sqlcal.report(frame, **kw, metrics=["ece", "mean_residual"]).set_index("g")
     np.testing.assert_allclose(out["mean_residual"], _oracle(frame)[out.index], rtol=1e-12,
                                atol=1e-14)  # Σwy − Σwp cancels: absolute error
-    assert "mean_residual" in reporting.METRICS and "mean_residual" in report_metrics()
-    assert reporting.TRUST["mean_residual"] == {}
+    assert "mean_residual" in report_table.METRICS and "mean_residual" in report_metrics()
+    assert report_table.TRUST["mean_residual"] == {}
     # the catalogue: the metric itself, what summary_sql exports, what sql/ holds
     assert registered()["mean_residual"].function is mean_residual
     assert "mean_residual" in exportable() and "mean_residual" in sqlgen.metrics()
@@ -91,7 +92,7 @@ def test_a_registered_metric_is_in_the_report_the_catalogue_and_the_sql(mean_res
 def test_an_unregistered_metric_is_gone_everywhere(frame):
     with pytest.raises(OptionError, match="unknown metric 'mean_residual'"):
         sqlcal.report(frame, score="p", label="y", metrics=["mean_residual"])
-    assert "mean_residual" not in reporting.METRICS and "mean_residual" not in exportable()
+    assert "mean_residual" not in report_table.METRICS and "mean_residual" not in exportable()
     assert "mean_residual" not in scheduled.config_schema()["$defs"]["metric"]["enum"]
     with pytest.raises(ValueError, match="summary_sql exports"):
         sqlcal.summary_sql("mean_residual", table="t", score="p", label="y")
@@ -113,6 +114,6 @@ def test_every_public_metric_is_registered_once_with_its_report_names():
     assert names <= set(sqlcal.__all__)
     assert {"ece", "brier", "cutoff_error", "tce", "calibration_slope", "decompose",
             "expected_cost"} <= names
-    assert list(reporting.METRICS)[:4] == ["ece", "rmsce", "mce", "ece_quantile"]
-    assert set(reporting.DEFAULT_METRICS) <= set(reporting.METRICS)
-    assert reporting.METRICS["rmsce"][:2] == (sqlcal.ece, {"norm": "l2"})
+    assert list(report_table.METRICS)[:4] == ["ece", "rmsce", "mce", "ece_quantile"]
+    assert set(report_table.DEFAULT_METRICS) <= set(report_table.METRICS)
+    assert report_table.METRICS["rmsce"][:2] == (sqlcal.ece, {"norm": "l2"})

@@ -15,8 +15,8 @@ import duckdb
 import pandas as pd
 import pytest
 
-from sqlcal import monitoring, scheduled
 from sqlcal.errors import ConfigError
+from sqlcal.reporting import monitoring, scheduled
 from tests.test_hostile_cli import assert_one_line, cli, no_query, snapshot, ws  # noqa: F401
 
 CONFIG = ('[source]\ndata = "{data}"\nscore = "score"\nlabel = "label"\nby = "model"\n'
@@ -134,7 +134,7 @@ def test_postgres_source_rows_are_read_back_from_postgres(tmp_path, capsys, monk
 
     import ibis
 
-    from sqlcal.demo import demo_frame
+    from sqlcal.cli.demo import demo_frame
     from tests.conftest import POSTGRES_URL, engine_missing
 
     try:

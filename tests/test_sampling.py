@@ -1,6 +1,6 @@
 """A sampling rate is a sampling design: on a log whose negatives were kept at rate r, every
 interval and test carries the sampling's variance (the variance weight v = f/π² of
-sqlcal.summaries.variance_weights), whatever the value of 1/r; the training design the scores are
+sqlcal.query.reductions.variance_weights), whatever the value of 1/r; the training design the scores are
 corrected for is an option of its own; invalid rates are named.
 
 Checked three ways: simulated coverage against a known population (the acceptance), each formula
@@ -382,7 +382,7 @@ def test_rate_options_are_checked_at_the_boundary(options, name):
 
 
 def test_cli_takes_the_training_rate(tmp_path, capsys):
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
 
     full = _trained_on_downsampled(34, 50_000, 0.1)
     rng = np.random.default_rng(35)

@@ -18,10 +18,10 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal import scheduled
-from sqlcal.cli import main
-from sqlcal.demo import write_demo
-from sqlcal.groupkeys import group_id
+from sqlcal.cli.commands import main
+from sqlcal.cli.demo import write_demo
+from sqlcal.inputs.groupkeys import group_id
+from sqlcal.reporting import scheduled
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "report.toml"
 CHROMIUM = "/usr/bin/chromium"
@@ -266,7 +266,7 @@ def test_diagrams_only_for_an_html_output(demo, tmp_path):
 
 
 def test_html_escapes_text_from_the_data():
-    from sqlcal.html import render
+    from sqlcal.reporting.html import render
 
     df = pd.DataFrame({"p": [0.2, 0.7, 0.4, 0.9], "y": [0, 1, 1, 1],
                        "g": ["<b>x</b>", "<b>x</b>", "a&b", "a&b"]})

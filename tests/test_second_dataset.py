@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.inputs import InvalidInputError
+from sqlcal.inputs.sources import InvalidInputError
 from sqlcal.metrics.decision import expected_cost
 
 RULE = [(-1, 0.3, 1.0, 0.0), (0.3, 1, 0.0, 0.5)]  # costs spread |1 − 0| + |0 − 0.5| = 1.5

@@ -16,7 +16,7 @@ import pytest
 
 import sqlcal
 from sqlcal import errors
-from sqlcal.cli import main
+from sqlcal.cli.commands import main
 from sqlcal.errors import redact
 from tests.conftest import POSTGRES_URL, engine_missing
 
@@ -130,10 +130,10 @@ def role():
             copy.write_row(row)
     con.close()
     yield url
-    from sqlcal import inputs
+    from sqlcal.inputs import sources
     from sqlcal.monitor import store
 
-    for cache in (inputs.connections, store._CONNECTIONS):  # the role's sessions, then the role
+    for cache in (sources.connections, store._CONNECTIONS):  # the role's sessions, then the role
         for key in [k for k in cache if ROLE in k]:
             cache.pop(key).disconnect()
     admin.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")

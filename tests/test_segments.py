@@ -20,7 +20,7 @@ from scipy import stats
 import sqlcal
 from sqlcal.options import BudgetError, OptionError
 
-audit = importlib.import_module("sqlcal.segments_audit")
+audit = importlib.import_module("sqlcal.audit.discovery")
 FEATURES = ["f0", "f1", "f2", "f3"]
 
 
@@ -452,7 +452,7 @@ def test_segment_fix_isotonic_equals_sklearn_per_entry_and_its_sql_equals_numpy(
     got = fix.transform_frame(df[hold], "p")
     np.testing.assert_allclose(got, expected[hold], rtol=1e-12, atol=1e-12)
     import duckdb
-    held = df[hold]
+    held = df[hold]  # noqa: F841 (read by name by DuckDB's replacement scan below)
     in_sql = duckdb.sql(f"SELECT {fix.sql('p')} AS q FROM held").df().q.to_numpy()
     np.testing.assert_allclose(in_sql, expected[hold], rtol=1e-12, atol=1e-12)
     s = fix.summary.iloc[0]
@@ -547,25 +547,25 @@ def test_over_limit_sets_group_only_their_candidates_values(con, upload, monkeyp
     hold is grouped by its candidates' values, "pooled" and "neither": equal to pandas
     enumeration on the recoded rows, on every engine (integers and text compared in their
     type; NULL a value of its own or pooled; rare values pooled)."""
-    from sqlcal import summaries
+    from sqlcal.query import reductions
 
     features = ["f0", "f4", "f5", "f6"]
     df = _skewed()
-    monkeypatch.setattr(summaries, "SEGMENT_COVER_GROUPS", 4)
+    monkeypatch.setattr(reductions, "SEGMENT_COVER_GROUPS", 4)
     plans = []
-    real = summaries.segment_plan
+    real = reductions.segment_plan
 
     def spy(*args, **kwargs):
         plans.append(real(*args, **kwargs))
         return plans[-1]
 
-    monkeypatch.setattr(summaries, "segment_plan", spy)
+    monkeypatch.setattr(reductions, "segment_plan", spy)
     monkeypatch.setattr(audit, "segment_plan", spy)
     out = sqlcal.segments(upload(df), score="p", label="y", features=features, max_depth=3,
                           min_support=30.0, min_expected=3.0, mode="full", top_k=None)
     narrowed = [n for plan in plans for _, _, n in plan if n]
     assert {features.index(f) for f in ("f4", "f5", "f6")} <= {j for n in narrowed for j in n}
-    assert any(summaries.SEGMENT_OTHER in v for n in narrowed for v in n.values())
+    assert any(reductions.SEGMENT_OTHER in v for n in narrowed for v in n.values())
     oracle = _brute(df, 30.0, 3.0, 3, features=features)
     got = out.assign(k=_key(out, features)).set_index("k").sort_index()
     exp = oracle.assign(k=_key(oracle, features)).set_index("k").sort_index()
@@ -579,7 +579,7 @@ def test_over_limit_sets_group_only_their_candidates_values(con, upload, monkeyp
 @given(st.lists(st.integers(1, 300), min_size=2, max_size=8), st.integers(2, 3),
        st.sampled_from([16, 1000, 2**14]))
 def test_covering_sets_hold_every_tuple_once_within_the_limit(sizes, depth, limit):
-    from sqlcal.summaries import segment_cover
+    from sqlcal.query.reductions import segment_cover
 
     tuples = list(combinations(range(len(sizes)), min(depth, len(sizes))))
     cover = segment_cover(tuples, sizes, limit)
@@ -614,13 +614,13 @@ def test_cube_strategy_reads_the_base_table_twice_whatever_the_depth(monkeypatch
     import ibis
     from ibis.expr.types.relations import Table
 
-    from sqlcal import summaries
+    from sqlcal.query import reductions
 
     df = _frame(n=1500, seed=3, weights=True, plant=0.6)
     con = ibis.duckdb.connect()
     base = con.create_table("base_rows", df)
     statements = []
-    execute, cache = summaries.execute, Table.cache
+    execute, cache = reductions.execute, Table.cache
 
     def recorded(expr):
         statements.append(ibis.to_sql(expr))
@@ -630,7 +630,7 @@ def test_cube_strategy_reads_the_base_table_twice_whatever_the_depth(monkeypatch
         statements.append(ibis.to_sql(self))
         return cache(self, *args, **kwargs)
 
-    monkeypatch.setattr(summaries, "execute", recorded)
+    monkeypatch.setattr(reductions, "execute", recorded)
     monkeypatch.setattr(Table, "cache", cached)
     features = ["f0", "f1", "f3"]
     oracle = _brute(df, 40.0, 5.0, 3, w="w", features=features)
@@ -656,7 +656,7 @@ def test_cube_strategy_reads_the_base_table_twice_whatever_the_depth(monkeypatch
 
 
 def test_cli_segments_writes_json_with_the_fix(tmp_path, capsys):
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
 
     rng = np.random.default_rng(4)
     n = 20000
@@ -699,7 +699,7 @@ def test_cli_segments_writes_json_with_the_fix(tmp_path, capsys):
 def test_scheduled_report_has_a_segments_section_in_json_and_html(tmp_path):
     import jsonschema
 
-    from sqlcal import html, scheduled
+    from sqlcal.reporting import html, scheduled
 
     rng = np.random.default_rng(6)
     n = 20000

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal.cli import main
+from sqlcal.cli.commands import main
 
 
 def _fold(p: np.ndarray, holdout: float = 0.2) -> np.ndarray:

@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from sqlcal.errors import InvalidInputError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sqlcal
-from sqlcal.cli import main
+from sqlcal.cli.commands import main
+from sqlcal.errors import InvalidInputError
 
-audit = importlib.import_module("sqlcal.segments_audit")
+audit = importlib.import_module("sqlcal.audit.discovery")
 COLUMNS = ["--score", "p", "--label", "y"]
 
 
@@ -145,7 +145,7 @@ def test_null_the_pooled_bucket_and_every_value_are_segments_of_their_own(values
         got[key] = int(row.n)
     assert got == {k: int(c) for k, c in expected.items()}
     # every segment's SQL selects exactly its rows, with its residual
-    frame = df
+    frame = df  # noqa: F841 (read by name by DuckDB's replacement scan below)
     for _, row in out[out.segment.notna()].iterrows():
         sel = duckdb.sql(f"SELECT count(*) AS n, sum(y - p) AS r FROM frame "
                          f"WHERE {row.segment}").df()
@@ -283,7 +283,7 @@ def test_cli_segments_by_a_key_named_segment(ws, capsys, tmp_path):
 def test_report_segments_section_by_a_key_named_segment(tmp_path):
     import jsonschema
 
-    from sqlcal import html, scheduled
+    from sqlcal.reporting import html, scheduled
 
     path = tmp_path / "g.parquet"
     _grouped("segment", ["country", "device"], n=20000).to_parquet(path)

@@ -1,4 +1,4 @@
-"""In-memory frames run compiled statements from a plan cache (sqlcal.summaries.execute_planned):
+"""In-memory frames run compiled statements from a plan cache (sqlcal.query.reductions.execute_planned):
 the statement is the one sqlcal.summary_sql exports, the numbers are those of the uncached Ibis
 path, and a second frame of the same shape compiles nothing."""
 
@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal import summaries
 from sqlcal.errors import InvalidInputError
+from sqlcal.query import reductions
 
 METRICS = [sqlcal.ece, sqlcal.brier, sqlcal.log_loss, sqlcal.calibration_in_the_large,
            sqlcal.spiegelhalter]
@@ -27,10 +27,10 @@ def frame(n: int = 3000, seed: int = 0) -> pd.DataFrame:
 @pytest.mark.parametrize("metric", METRICS, ids=lambda f: f.__name__)
 def test_cached_statement_is_the_exported_one(metric):
     df = frame()[["p", "y"]]
-    summaries._PLANS.clear()
+    reductions._PLANS.clear()
     metric(df, score="p", label="y")
-    (sql, *_), = summaries._PLANS.values()
-    exported = sqlcal.summary_sql(metric.__name__, table=summaries.ROWS, score="p", label="y")
+    (sql, *_), = reductions._PLANS.values()
+    exported = sqlcal.summary_sql(metric.__name__, table=reductions.ROWS, score="p", label="y")
     assert [sql + ";"] == list(exported.values())
 
 
@@ -47,24 +47,24 @@ def test_cached_path_equals_the_ibis_path(metric):
 
 
 def test_second_frame_compiles_nothing_and_reads_its_own_rows():
-    summaries._PLANS.clear()
+    reductions._PLANS.clear()
     a, b = frame(seed=3), frame(seed=4)
     sqlcal.brier(a, score="p", label="y", by="g")
-    plans = dict(summaries._PLANS)
+    plans = dict(reductions._PLANS)
     got = sqlcal.brier(b, score="p", label="y", by="g")
-    assert summaries._PLANS == plans
+    assert reductions._PLANS == plans
     for _, row in got.iterrows():
         part = b[b.g == row.g]
         np.testing.assert_allclose(row.brier, np.mean((part.y - part.p) ** 2), rtol=1e-12)
 
 
 def test_plans_are_keyed_on_schema_and_filter_text():
-    summaries._PLANS.clear()
+    reductions._PLANS.clear()
     df = frame(seed=5)
     full = sqlcal.ece(df, score="p", label="y")
     high = sqlcal.ece(df, score="p", label="y", where="p > 0.3")
     as_int = sqlcal.ece(df.assign(y=df.y.astype(int)), score="p", label="y")
-    assert len(summaries._PLANS) == 3
+    assert len(reductions._PLANS) == 3
     part = df[df.p > 0.3]
     assert high.n.iloc[0] == len(part) and full.n.iloc[0] == len(df)
     np.testing.assert_allclose(as_int.ece.iloc[0], full.ece.iloc[0], rtol=1e-12)
@@ -92,7 +92,7 @@ def test_threads_measure_frames_at_once():
 
 def test_dropped_rows_of_each_frame_are_its_own():
     # on_invalid="drop" filters in the cached statement; each frame drops its own bad rows
-    summaries._PLANS.clear()
+    reductions._PLANS.clear()
     for seed, bad in ((20, [0, 5]), (21, [7, 8, 9])):
         df = frame(seed=seed)
         df.loc[bad, "p"] = 1.5

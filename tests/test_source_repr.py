@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal import summaries
 from sqlcal.errors import redact
+from sqlcal.query import reductions
 from tests.conftest import calibration_data
 
 
@@ -29,7 +29,7 @@ def no_queries(monkeypatch):
         for name in ("execute", "to_pyarrow", "to_pyarrow_batches", "raw_sql", "to_pandas"):
             if hasattr(duckdb_backend.Backend, name):
                 monkeypatch.setattr(duckdb_backend.Backend, name, refuse)
-        monkeypatch.setattr(summaries, "execute", refuse)
+        monkeypatch.setattr(reductions, "execute", refuse)
         # in interactive mode, turning an expression into text would run it
         monkeypatch.setattr(ibis.options, "interactive", True)
 

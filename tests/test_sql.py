@@ -10,7 +10,7 @@ import pytest
 import sqlglot
 
 import sqlcal
-from sqlcal import sqlgen
+from sqlcal.export import sqlgen
 from tests.conftest import calibration_data
 
 SQL = Path(__file__).resolve().parents[1] / "sql"
@@ -20,7 +20,7 @@ SQL = Path(__file__).resolve().parents[1] / "sql"
 def test_sql_folder_is_up_to_date_and_parses(dialect):
     for name, text in sqlgen.render(dialect).items():
         path = SQL / dialect / f"{name}.sql"
-        assert path.read_text() == text, f"{path} is stale: run python -m sqlcal.sqlgen"
+        assert path.read_text() == text, f"{path} is stale: run python -m sqlcal.export.sqlgen"
         read = "spark" if dialect == "databricks" else dialect
         assert sqlglot.parse_one(text, read=read) is not None
 
@@ -40,7 +40,7 @@ def test_duckdb_sql_runs_and_gives_the_library_numbers():
 @pytest.mark.parametrize("dialect", ["duckdb", "postgres", "bigquery", "snowflake", "trino", "spark"],
                          ids=lambda d: f"dialect-{d}")
 def test_sql_command_prints_parseable_sql(capsys, dialect):
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
 
     assert main(["sql", "ece", "--dialect", dialect, "--table", "preds", "--score", "p",
                  "--label", "y", "--by", "segment,day"]) == 0
@@ -50,7 +50,7 @@ def test_sql_command_prints_parseable_sql(capsys, dialect):
 
 
 def test_sql_command_runs_on_duckdb(capsys):
-    from sqlcal.cli import main
+    from sqlcal.cli.commands import main
 
     df = calibration_data(500, seed=4, groups=2)
     con = ibis.duckdb.connect()

@@ -22,9 +22,8 @@ function cannot be missed silently.
 
 from __future__ import annotations
 
-import json
-
 import inspect
+import json
 import re
 import warnings
 
@@ -42,7 +41,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import sqlcal.plots  # noqa: E402
-import sqlcal.recalibrate  # noqa: E402
+import sqlcal.recalibration.fits  # noqa: E402
 
 # -- the functions swept ---------------------------------------------------------------------
 
@@ -357,7 +356,7 @@ def _all_invalid() -> pa.Table:
 def test_drop_equals_the_clean_rows(name):
     table = _all_invalid()
     out = run(name, ibis.memtable(table), on_invalid="drop")
-    if isinstance(out, sqlcal.recalibrate.CalibrationMap):  # its per-group counts in .info
+    if isinstance(out, sqlcal.recalibration.fits.CalibrationMap):  # its per-group counts in .info
         dropped = out.info["dropped"]
         out.table["n_dropped"] = out.table["g"].map(dict(zip(dropped["g"], dropped["n_dropped"])))
     got = result_numbers(out)

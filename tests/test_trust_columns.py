@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import sqlcal
-from sqlcal import reporting, scheduled
+from sqlcal.reporting import report_table, scheduled
 
 PACKAGE = Path(sqlcal.__file__).parent
 
@@ -280,16 +280,16 @@ def test_a_results_table_from_before_the_trust_column_still_takes_the_rows():
 def test_trust_object_holds_every_fact_of_the_table():
     # every metric's declared facts exist in its result (a misspelt TRUST entry would vanish)
     df = _data(groups=True)
-    for name, (function, preset, _) in reporting.METRICS.items():
+    for name, (function, preset, _) in report_table.METRICS.items():
         if name == "smooth_ece":  # its interval's facts come with its interval
             preset = {**preset, "bootstrap": 3}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             values = function(df, score="p", label="y", by="g", **preset)
-        for column in reporting.TRUST.get(name, {}):
+        for column in report_table.TRUST.get(name, {}):
             assert column in values, (name, column)
-        parsed = [json.loads(t) for t in reporting.trust(name, values)]
-        assert [sorted(p) for p in parsed] == [sorted(reporting.TRUST.get(name, {}))] * 2
+        parsed = [json.loads(t) for t in report_table.trust(name, values)]
+        assert [sorted(p) for p in parsed] == [sorted(report_table.TRUST.get(name, {}))] * 2
 
 
 # -- nothing is left in attrs ------------------------------------------------------------------

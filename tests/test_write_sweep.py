@@ -18,9 +18,10 @@ import duckdb
 import pytest
 
 import sqlcal
-from sqlcal import dbtgen, inputs, sqlgen
-from sqlcal.cli import main
-from sqlcal.demo import write_demo
+from sqlcal.cli.commands import main
+from sqlcal.cli.demo import write_demo
+from sqlcal.export import dbtgen, sqlgen
+from sqlcal.inputs import sources
 from sqlcal.monitor import store as _store
 
 SOURCE = ['[source]\ndata = "d.duckdb"\ntable = "predictions"\nscore = "score"\n'
@@ -43,8 +44,8 @@ WRITERS = {
     "report [results] url": ({"r.toml": REPORT + '[results]\ntable = "r"\nurl = "OUT.duckdb"\n'},
                              ["cli", "report", "--config", "r.toml"]),
     "sqlcal dbt": ({}, ["cli", "dbt", "OUT"]),
-    "python -m sqlcal.dbtgen": ({}, ["dbtgen", "OUT"]),
-    "python -m sqlcal.sqlgen": ({}, ["sqlgen", "OUT"]),
+    "python -m sqlcal.export.dbtgen": ({}, ["dbtgen", "OUT"]),
+    "python -m sqlcal.export.sqlgen": ({}, ["sqlgen", "OUT"]),
     "sqlcal demo": ({}, ["cli", "demo", "OUT", "--rows", "300"]),
     "sqlcal demo --examples": ({}, ["cli", "demo", "ex/demo.duckdb", "--rows", "300",
                                     "--examples"]),
@@ -83,7 +84,7 @@ def base(tmp_path_factory):
 
 def _close_under(root: Path) -> None:
     """Close the connections sqlcal keeps to files under ``root`` (they hold the files open)."""
-    for cache in (inputs.connections, _store._CONNECTIONS):
+    for cache in (sources.connections, _store._CONNECTIONS):
         for key in [k for k in cache if str(k).startswith(str(root))]:
             cache.pop(key).disconnect()
 

@@ -39,7 +39,7 @@ def _helps() -> dict[str | None, str]:
     # this checkout's sqlcal, whatever is installed
     if sys.path[:1] != [str(ROOT)]:
         sys.path.insert(0, str(ROOT))
-    from sqlcal.cli import _parser
+    from sqlcal.cli.commands import _parser
 
     previous = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = WIDTH  # argparse reads the width when it formats

@@ -3,7 +3,7 @@
 This module holds the helpers every family shares: splitting a summary by group, and laying out the
 result table (group keys first, then the value, ``n``, ``W``, the rest; every group present, with
 NULL values for an empty one). Summary frames hold the keys under internal names
-(:mod:`sqlcal.groupkeys`); :func:`result` gives them back their names.
+(:mod:`sqlcal.inputs.groupkeys`); :func:`result` gives them back their names.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 
-from sqlcal.query import declared, planner
-from sqlcal.inputs import Source
+from sqlcal.inputs.sources import Source
 from sqlcal.options import OPTIONS
-
-_ALL = "__all__"
+from sqlcal.query import declared, planner
 
 WEIGHT_KINDS = OPTIONS["weight_kind"].choices
 
@@ -196,7 +194,7 @@ def result(src: Source, values: pd.DataFrame, columns: Sequence[str],
            trust: dict | None = None, *, present: bool = True) -> pd.DataFrame:
     """The result table: keys, ``columns[0]``, ``n``, ``W``, the other columns, the ``trust``
     columns, ``n_dropped``; the keys under the user's names, and a column of sqlcal's whose
-    name a key has renamed (:meth:`sqlcal.inputs.Source.present`).
+    name a key has renamed (:meth:`sqlcal.inputs.sources.Source.present`).
 
     ``values`` holds the internal keys, ``n``, ``W`` and ``columns`` of every group with valid
     rows; with
@@ -261,7 +259,7 @@ def resolve_weight_kind(src: Source, weight_kind: str) -> str:
     """``"auto"``: frequency weights when every weight is a whole number, sampling otherwise (so a
     rescaled sampling weight cannot change a p-value). Unweighted sources are frequency-weighted.
     A source with a negative sampling rate has sampling weights, whatever the value of 1/rate
-    (its variances carry the design: :func:`sqlcal.summaries.variance_weights`); reading them
+    (its variances carry the design: :func:`sqlcal.query.reductions.variance_weights`); reading them
     as frequencies is refused."""
     from sqlcal.options import OptionError
 
@@ -280,7 +278,7 @@ def resolve_weight_kind(src: Source, weight_kind: str) -> str:
 
 def variance_parts(src: Source, weight_kind: str) -> tuple:
     """Summary parts a variance needs: the sums of the variance weight (``"sw2"``: Σv, see
-    :func:`sqlcal.summaries.variance_weights`) unless the weights are known to be
+    :func:`sqlcal.query.reductions.variance_weights`) unless the weights are known to be
     frequencies (v = w: the Σw-sums serve)."""
     if src.sampling_rate is not None:
         resolve_weight_kind(src, weight_kind)  # refuses "frequency" before any scan

@@ -10,14 +10,19 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal import grids
-from sqlcal.query import declared, planner
+from sqlcal.inputs import grids
+from sqlcal.inputs.sources import Source
 from sqlcal.metrics import Grouped, resolve_weight_kind, result, variance_parts
-from sqlcal.metrics.cells import (EQUAL_MASS_STRATEGIES, cells_needs, equal_mass_bins,
-                                  equal_mass_follow_up, summary_parts)
-from sqlcal.inputs import Source, as_source
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.cells import (
+    cells_needs,
+    equal_mass_bins,
+    equal_mass_follow_up,
+    summary_parts,
+)
 from sqlcal.options import OPTIONS, Option, checked, costs_binned, costs_hl
+from sqlcal.query import declared, executor, planner
+from sqlcal.query.executor import as_source
 
 NORMS = {"l1": "ece", "l2": "rmsce", "max": "mce"}
 STRATEGIES = OPTIONS["strategy"].choices
@@ -84,7 +89,7 @@ def ece(
     norm : {"l1", "l2", "max"}, default "l1"
         L1 gives ECE, L2 the root-mean-square calibration error, max the maximum calibration error.
     convention : {"sqlcal", "sklearn", "netcal", "relplot"}, default "sqlcal"
-        Equal-width bin edges; see :func:`sqlcal.summaries.uniform_bin`.
+        Equal-width bin edges; see :func:`sqlcal.query.reductions.uniform_bin`.
     logit_range : (float, float), optional
         With ``strategy="logit"``: the scores (lo, hi), 0 < lo < hi < 1, the log-odds bins
         span (scores outside fall in the first or last bin); by default the observed range.
@@ -240,7 +245,7 @@ def reliability(
     of positive counts estimated from survey data):
     :math:`n_\mathrm{eff} = \bar y_k(1 - \bar y_k)\,W_k^2 / \sum_{i\in k} v_i (y_i - \bar y_k)^2`,
     the binomial variance over the bin's linearized variance with the variance weight
-    :math:`v_i` (:func:`sqlcal.summaries.variance_weights`: :math:`w_i^2`, or
+    :math:`v_i` (:func:`sqlcal.query.reductions.variance_weights`: :math:`w_i^2`, or
     :math:`f_i/\pi_i^2` under a sampling rate); Kish's :math:`W_k^2/\sum v_i` where every
     label of the bin is equal.
 
@@ -269,7 +274,7 @@ def reliability_table(src: Source, *, bins: int = 15, strategy: str = "uniform",
     flags = concentration(frame, by=src.by, bins=bins)
     weight_kind = resolve_weight_kind(src, weight_kind)
     if ci is not None:
-        src.require_binary_labels("a binomial confidence interval (ci=None skips it)")
+        executor.require_binary_labels(src, "a binomial confidence interval (ci=None skips it)")
     out = reliability_finish(frame, by=src.by, bins=bins, strategy=strategy,
                              convention=convention, ci=ci, confidence=confidence,
                              weight_kind=weight_kind)
@@ -498,7 +503,7 @@ def hosmer_lemeshow(
         Group variance :math:`W_g \bar\pi_g(1-\bar\pi_g)` (frequency weights) or
         :math:`\sum_{i\in g} v_{0,i}\, \bar\pi_g(1-\bar\pi_g) + \sum_{i\in g} (v_i - v_{0,i})
         (y_i - p_i)^2` (sampling weights: :math:`v = v_0 = w^2`; under a sampling rate the
-        variance weight and its label-free part, :func:`sqlcal.summaries.variance_weights`).
+        variance weight and its label-free part, :func:`sqlcal.query.reductions.variance_weights`).
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -541,7 +546,7 @@ def hosmer_lemeshow(
                          parts=variance_parts(src, weight_kind), logit_range=logit_range)
     concentration(frame, by=src.by, bins=bins)
     weight_kind = resolve_weight_kind(src, weight_kind)
-    src.require_binary_labels("the Hosmer-Lemeshow test")
+    executor.require_binary_labels(src, "the Hosmer-Lemeshow test")
     return result(src, hosmer_lemeshow_finish(frame, by=src.by, dof=dof, weight_kind=weight_kind),
                   ["hl_statistic", "dof", "p_value", "n_bins"],
                   {"binning": binning(bins, strategy, "sqlcal"), "dof_rule": dof,
@@ -549,6 +554,93 @@ def hosmer_lemeshow(
 
 
 # -- finishes: plain functions of the bins summary -------------------------------------------
+
+
+@checked
+def debiased_ece(
+    data: Any,
+    *,
+    score: str | None = None,
+    label: str | None = None,
+    weight: str | None = None,
+    by: str | Sequence[str] = (),
+    where: Any = None,
+    bins: int = 15,
+    strategy: str = "uniform",
+    convention: str = "sqlcal",
+    **source_options: Any,
+) -> pd.DataFrame:
+    r"""The debiased squared binned calibration error (Kumar, Liang & Ma 2019, Verified
+    Uncertainty Calibration), and its square root.
+
+    Parameters
+    ----------
+    data, score, label, weight, by, where
+        As for :func:`sqlcal.ece`; the labels are 0/1.
+    bins : int, default 15
+        Number of bins B.
+    strategy : {"uniform", "quantile", "uncertainty_calibration", "logit"}, default "uniform"
+        How bins are cut, as for :func:`sqlcal.ece` (``"uncertainty_calibration"`` cuts as
+        that library does).
+    convention : str, default "sqlcal"
+        Equal-width bin edges, as for :func:`sqlcal.ece`.
+    **source_options
+        Further options of :func:`sqlcal.source`, such as ``table=`` and ``on_invalid=``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group: ``ece_sq_debiased`` (may be negative: it is unbiased),
+        ``rmsce_debiased`` = :math:`\sqrt{\max(0, \cdot)}`, ``n``, ``W`` and ``n_bins``.
+
+    Notes
+    -----
+    With :math:`W_b`, :math:`\bar p_b` and :math:`\bar y_b` the weight, mean score and label
+    rate of bin b and :math:`W = \sum_b W_b`,
+
+    .. math:: \widehat{CE}^2 = \sum_b \frac{W_b}{W} \Big[(\bar y_b - \bar p_b)^2
+              - \frac{\bar y_b (1 - \bar y_b)}{W_b - 1}\Big],
+
+    a bin with :math:`W_b < 2` adding 0 (uncertainty-calibration's ``unbiased_square_ce``;
+    weights count as repeated examples). One scan: the reliability table's bins.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> frame = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
+    >>> debiased_ece(frame, score="p", label="y", bins=2)[["ece_sq_debiased", "n"]].round(6)
+       ece_sq_debiased  n
+    0          -0.0525  4
+    """
+    src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    table = reliability_table(src, bins=bins, strategy=strategy, convention=convention, ci=None)
+    return src.present(debiased_finish(table, by=src.by)).assign(**src.facts)
+
+
+def debiased_finish(table: pd.DataFrame, *, by: Sequence[str] = ()) -> pd.DataFrame:
+    """:func:`debiased_ece` from a reliability table (per group and bin ``n``, ``W``,
+    ``mean_score``, ``observed``)."""
+
+    def finish(part: pd.DataFrame) -> dict:
+        dropped = part["n_dropped"] if "n_dropped" in part else None
+        part = part[part.W > 0]
+        W = part.W.sum()
+        y, p, w = part.observed.to_numpy(float), part.mean_score.to_numpy(float), part.W
+        bias = np.where(w >= 2, y * (1 - y) / np.maximum(w - 1, 1), 0.0)
+        terms = np.where(w >= 2, (y - p) ** 2 - bias, 0.0)
+        value = float((w * terms).sum() / W) if W > 0 else np.nan
+        return {"ece_sq_debiased": value, "rmsce_debiased": float(np.sqrt(max(value, 0.0))),
+                "n": int(part.n.sum()), "W": float(W), "n_bins": int((part.n > 0).sum()),
+                # on_invalid="drop": the group's dropped rows (on each of its bins' rows)
+                **({"n_dropped": int(dropped.max())} if "n_dropped" in table else {})}
+
+    by = list(by)
+    if not by:
+        return pd.DataFrame([finish(table)])
+    rows = [{**dict(zip(by, key if isinstance(key, tuple) else (key,))), **finish(part)}
+            for key, part in table.groupby(by, sort=True, dropna=False)]
+    return pd.DataFrame(rows)
+
 
 
 def ece_finish(bins: pd.DataFrame, *, by=(), norm: str = "l1") -> pd.DataFrame:
@@ -666,7 +758,7 @@ def bins_summary(
     src: Source, *, bins: int, strategy: str, convention: str, parts=(), logit_range=None
 ) -> pd.DataFrame:
     """The bins summary for ``src``: one row per group and non-empty bin with n, W, Σwy, Σwp,
-    min and max score, and the optional ``parts`` of :func:`sqlcal.summaries._sums` ("sw2",
+    min and max score, and the optional ``parts`` of :func:`sqlcal.query.reductions._sums` ("sw2",
     "moments"). Cached on the source, so a report scans once per binning."""
     if not isinstance(bins, (int, np.integer)) or bins < 1:
         raise ValueError(f"bins must be a positive integer, not {bins!r}")

@@ -18,11 +18,15 @@ import numpy as np
 import pandas as pd
 
 from sqlcal import options
-from sqlcal.query import declared, planner
+from sqlcal.inputs.grids import LOGIT_CELL_BOUND
+from sqlcal.inputs.sources import Source
 from sqlcal.metrics import groups as split_groups
 from sqlcal.metrics import key_tuple
-from sqlcal.inputs import Source
-from sqlcal.grids import LOGIT_CELL_BOUND
+from sqlcal.query import declared, planner
+
+#: cells of the score histogram behind smECE: with the offsets' first moments, linear binning
+#: of a cell lying within one interval of relplot's grid is exact (see ``sqlcal.metrics.smooth``; the distances read the same histogram)
+SMOOTH_CELLS = 2**14
 
 #: cells of the first histogram (2^10); a zoom multiplies the grid by a power of two up to
 #: ZOOM, so cell ids stay FLOOR(p·2^k), exact while k <= 50
@@ -68,7 +72,7 @@ def summary_parts(src: Source, *names: str) -> frozenset:
 
 
 def cells_summary(src: Source, parts=(), cells: int | None = None) -> pd.DataFrame:
-    """The fine score histogram (:func:`sqlcal.summaries.cells`), one pass, cached on the source."""
+    """The fine score histogram (:func:`sqlcal.query.reductions.cells`), one pass, cached on the source."""
     return planner.fetch(src, *cells_needs(src, parts, cells))
 
 

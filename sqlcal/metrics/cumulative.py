@@ -14,13 +14,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal.metrics import (Grouped, resolve_weight_kind, result, safe_div,
-                            statistic, variance_parts)
-from sqlcal.metrics.cells import CELLS, cell_ranges, cells_needs, zoom_factor
-from sqlcal.query import declared, planner
-from sqlcal.inputs import Source, as_source
+from sqlcal.inputs.sources import Source
+from sqlcal.metrics import Grouped, resolve_weight_kind, result, safe_div, statistic, variance_parts
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.cells import CELLS, cell_ranges, cells_needs, zoom_factor
 from sqlcal.options import Option, checked, costs_cells
+from sqlcal.query import declared, executor, planner
+from sqlcal.query.executor import as_source
 
 #: E[range of standard Brownian motion on [0, 1]] = 2·sqrt(2/π): the calibrated model's expected
 #: cutoff error in units of sigma (spec seed004 §2.4)
@@ -387,7 +387,7 @@ def _brownian_test(data, name, score, label, weight, by, where, method, cells, w
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = _extremes(src, exact, cells, weight_kind)
     weight_kind = resolve_weight_kind(src, weight_kind)
-    src.require_binary_labels(f"the {name} test")
+    executor.require_binary_labels(src, f"the {name} test")
     t = brownian_finish(t, name, weight_kind=weight_kind)
     return result(src, t, [name, "p_value", "sigma", "grid_bound"],
                   {"exact": exact, "weight_kind": weight_kind})

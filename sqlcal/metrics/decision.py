@@ -29,13 +29,25 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from sqlcal.metrics import (GroupIndex, as_slabs, groups, grown, key_tuple, resolve_weight_kind, result, runs, safe_div)
+from sqlcal.inputs.sources import Source
+from sqlcal.metrics import (
+    GroupIndex,
+    _registry,
+    as_slabs,
+    groups,
+    grown,
+    key_tuple,
+    resolve_weight_kind,
+    result,
+    runs,
+    safe_div,
+)
 from sqlcal.metrics._registry import Report, metric
 from sqlcal.metrics.cells import level_slabs
 from sqlcal.options import Option, checked, costs_binned
-from sqlcal.query import declared, planner
+from sqlcal.query import declared, executor, planner
+from sqlcal.query.executor import as_source, source
 from sqlcal.query.unlabeled import unlabeled_source
-from sqlcal.inputs import Source, as_source, source
 
 #: warn that the plug-in has degenerated when a group has at least this many distinct scores per
 #: row (and at least ``_WARN_MIN_ROWS`` rows): each level set is then about one row
@@ -589,9 +601,9 @@ def decision_loss_finish(levels, *, by: Sequence[str] = (),
             else:
                 # payoffs (1, t) for not acting and (1 − t, 1) for acting: slope jump 1
                 act, best = (v >= t, ybar >= t) if tie == "higher" else (v > t, ybar > t)
-                payoff_of = lambda a: np.where(a, (1 - ybar) * (1 - t) + ybar,  # noqa: E731
-                                               (1 - ybar) + ybar * t)
-                terms = (np.abs(ybar - t) * (act != best), payoff_of(act), payoff_of(best))
+                acting, waiting = (1 - ybar) * (1 - t) + ybar, (1 - ybar) + ybar * t
+                terms = (np.abs(ybar - t) * (act != best), np.where(act, acting, waiting),
+                         np.where(best, acting, waiting))
             for j, term in enumerate(terms):
                 sums[:, i, j] += np.bincount(g, weights=Wk * term, minlength=G)
             del terms
@@ -694,7 +706,7 @@ def decision_risk_gap(
     thresholds = _thresholds(threshold)
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     levels = level_slabs(src).read_first()  # the first read validates: are labels binary?
-    src.require_binary_labels("the decision risk gap")
+    executor.require_binary_labels(src, "the decision risk gap")
     values = risk_gap_finish(levels, by=src.by, thresholds=thresholds, totals=levels.totals())
     return src.present(_by_threshold(src, values, _RISK_COLUMNS, "threshold", thresholds))
 
@@ -1479,8 +1491,9 @@ def _validation_bound(validation, validation_label, src: Source, labelled: bool,
             raise TypeError("validation_label= names the label of validation= rows; pass "
                             "validation= too, or drop validation_label=")
         return None
-    from sqlcal.metrics.cumulative import cutoff_error
-
+    # the cutoff error's certified bound, through the catalogue: one family composing another's
+    # public metric, never its internals
+    cutoff_error = _registry.get("cutoff_error").function
     val = _validation_source(validation, validation_label, src, labelled)
     bound = cutoff_error(val, confidence=1 - 2 * delta)
     return val.group_keys.internal(bound, ["upper_bound"])

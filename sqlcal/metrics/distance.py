@@ -21,14 +21,19 @@ import pandas as pd
 from scipy import sparse
 from scipy.optimize import linprog
 
+from sqlcal.inputs.sources import Source
 from sqlcal.metrics import level_sets, per_group, result, safe_div
-from sqlcal.metrics.binned import bins_needs, bins_summary
-from sqlcal.metrics.cells import cells_needs, cells_summary, pair_levels
-from sqlcal.query import declared
-from sqlcal.metrics.smooth import SMOOTH_CELLS
-from sqlcal.inputs import Source, as_source
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.cells import (
+    SMOOTH_CELLS,
+    cells_needs,
+    cells_summary,
+    pair_levels,
+    summary_parts,
+)
 from sqlcal.options import Option, checked, costs_distance
+from sqlcal.query import declared, planner
+from sqlcal.query.executor import as_source
 
 METHODS = ("auto", "exact", "cells")
 #: what the three distances declare alike: the levels, or the score-cell histogram whose mixed
@@ -289,7 +294,7 @@ def distance_to_calibration(
             "int", "equal-width bins (default: chosen from the data)", low=1, optional=True)},
         needs=lambda src, o: (
             _levels_needs(src, o) if o["bins"] is None
-            else bins_needs(src, bins=o["bins"], strategy="uniform", convention="sqlcal")),
+            else [_equal_width(src, o["bins"])]),
         report={"interval_calibration_error": Report(
             {"interval_calibration_error": "interval_calibration_error"})},
         trust={"method": "interval_calibration_method"})
@@ -378,7 +383,7 @@ def interval_calibration_error(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     if bins is not None:
-        frame = bins_summary(src, bins=bins, strategy="uniform", convention="sqlcal")
+        frame = planner.fetch(src, _equal_width(src, bins)).copy()
         return result(src, interval_bins_finish(frame, by=src.by, bins=bins), _INTERVAL_COLUMNS)
     out = interval_finish(_reduced(src, method, max_levels), by=src.by)
     return result(src, out, _INTERVAL_COLUMNS)
@@ -876,3 +881,8 @@ def _capped_groupings(P: np.ndarray, lo: np.ndarray, hi: np.ndarray, caps: np.nd
         total = np.where(allowed, dp[:, :e] + np.abs(P[e] - P[s])[None, :], np.inf)
         dp[:, e] = total.min(axis=1)
     return dp[:, m]
+
+
+def _equal_width(src: Source, bins: int) -> declared.Summary:
+    """The equal-width bins (sqlcal's edge convention) the binned interval error reads."""
+    return declared.uniform(bins, "sqlcal", *summary_parts(src, "sums"))

@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal.query import declared, planner
-from sqlcal.metrics import per_group, resolve_weight_kind, result, variance_parts
-from sqlcal.metrics.cells import (equal_mass_bins, equal_mass_follow_up, logit_needs,
-                                  summary_parts)
-from sqlcal.inputs import Source, as_source
+from sqlcal.inputs.sources import Source
+from sqlcal.metrics import resolve_weight_kind, result, variance_parts
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.cells import equal_mass_bins, equal_mass_follow_up, logit_needs, summary_parts
 from sqlcal.options import checked
+from sqlcal.query import declared, executor, planner
+from sqlcal.query.executor import as_source
 
 
 @metric(needs=lambda src, o: _ne_needs(src, o["weight_kind"]),
@@ -94,7 +94,7 @@ def normalized_entropy(
 
     .. math:: \widehat{\mathrm{Var}}(\mathrm{NE}) = \sum_i v_i u_i^2 / W^2,
 
-    with :math:`v_i` the variance weight (:func:`sqlcal.summaries.variance_weights`):
+    with :math:`v_i` the variance weight (:func:`sqlcal.query.reductions.variance_weights`):
     :math:`w_i` for frequency weights (the rows' covariance of (ℓ, y) over n = W),
     :math:`w_i^2` for sampling weights, and on a downsampled log :math:`f_i/\pi_i^2`, so the
     interval carries both the population's variance and the sampling's, whatever 1/r is.
@@ -114,7 +114,7 @@ def normalized_entropy(
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = planner.fetch(src, *_ne_needs(src, weight_kind)).copy()
     weight_kind = resolve_weight_kind(src, weight_kind)
-    src.require_binary_labels("normalized entropy's interval")
+    executor.require_binary_labels(src, "normalized entropy's interval")
     t = normalized_entropy_finish(frame, confidence=confidence, weight_kind=weight_kind)
     return result(src, t, ["normalized_entropy", "relative_information_gain", "log_loss",
                            "base_rate", "ci_lower", "ci_upper", "n_infinite", "reason"],
@@ -205,7 +205,7 @@ def calibration_ratio(
     is the Poisson score interval when all p are small. Under a sampling design the variance
     is the population's under :math:`H_\rho` plus the sampling's:
     :math:`V(\rho) = \sum v_0 \pi(1-\pi) + \sum (v - v_0)(y - \pi)^2` with the variance
-    weight v and its label-free part :math:`v_0` (:func:`sqlcal.summaries.variance_weights`;
+    weight v and its label-free part :math:`v_0` (:func:`sqlcal.query.reductions.variance_weights`;
     Särndal, Swensson & Wretman (1992), Model Assisted Survey Sampling, ch. 5); on a source
     with ``negative_sampling_rate`` only the kept negatives have :math:`v \ne v_0`, each
     (weight w = f/r) adding its Horvitz-Thompson variance :math:`w(1/r - 1)\pi^2`, so
@@ -234,7 +234,7 @@ def calibration_ratio(
         frame = equal_mass_bins(src, deciles, summary_parts(src, "sums", *parts), "quantile",
                                 first="logit")
     weight_kind = resolve_weight_kind(src, weight_kind)
-    src.require_binary_labels("the calibration ratio's interval")
+    executor.require_binary_labels(src, "the calibration ratio's interval")
     t = calibration_ratio_finish(frame, confidence=confidence, weight_kind=weight_kind)
     columns = ["calibration_ratio", "expected", "observed", "n_positive", "ci_lower",
                "ci_upper", "reason"]

@@ -9,11 +9,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal.query import declared, planner
+from sqlcal.inputs.sources import Source
 from sqlcal.metrics import resolve_weight_kind, result, safe_div, statistic
-from sqlcal.inputs import Source, as_source
 from sqlcal.metrics._registry import Report, metric
 from sqlcal.options import checked
+from sqlcal.query import declared, executor, planner
+from sqlcal.query.executor import as_source
 
 
 @metric(needs=lambda src, o: totals_needs(), report={"brier": Report({"brier": "brier"})})
@@ -269,7 +270,7 @@ def spiegelhalter(
     :math:`\sum w(1-2p)^2p(1-p)`; the second is the sampling's own, estimated from the kept
     negatives themselves, :math:`\sum_{y=0} w(1/r - 1)\,p^2(1-2p)^2`, which needs no rate for
     a positive (a rate column may hold NULL there). In the variance weight's terms
-    (:func:`sqlcal.summaries.variance_weights`: :math:`v = f/\pi^2`, :math:`v_0 = f/\pi`):
+    (:func:`sqlcal.query.reductions.variance_weights`: :math:`v = f/\pi^2`, :math:`v_0 = f/\pi`):
     :math:`\sum v_0(1-2p)^2p(1-p) + \sum (v - v_0)(y-p)^2(1-2p)^2`, the linearization of
     Särndal, Swensson & Wretman (1992), Model Assisted Survey Sampling, ch. 5, with the
     population's part under the null.
@@ -284,7 +285,7 @@ def spiegelhalter(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     t = totals_summary(src, spiegelhalter=True)
-    src.require_binary_labels("Spiegelhalter's test")
+    executor.require_binary_labels(src, "Spiegelhalter's test")
     weight_kind = resolve_weight_kind(src, weight_kind)
     t = spiegelhalter_finish(t, weight_kind=weight_kind)
     return result(src, t, ["z", "p_value"], {"weight_kind": weight_kind})

@@ -13,16 +13,15 @@ import numpy as np
 import pandas as pd
 from scipy import signal, special, stats
 
+from sqlcal.inputs.sources import Source
 from sqlcal.metrics import groups, key_tuple, per_group, result
-from sqlcal.query import declared, planner
-from sqlcal.inputs import Source, as_source
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.cells import SMOOTH_CELLS
 from sqlcal.options import Option, checked, costs_ls_ece, costs_smooth
+from sqlcal.query import declared, executor, planner
+from sqlcal.query.executor import as_source
 
 NOISES = ("gaussian", "uniform")
-#: cells of the score histogram behind smECE: with the offsets' first moments, linear binning
-#: of a cell lying within one interval of relplot's grid is exact (see ``_ScoreHistogram.grid``)
-SMOOTH_CELLS = 2**14
 #: the automatic bandwidth's search can read finer grids (σ < 0.01), each a follow-up over the
 #: straddling cells: one exported statement holds the histogram of a fixed bandwidth
 _REFINING = {("sigma", None): "sigma=<a bandwidth> (one histogram split at its grid)"}
@@ -233,7 +232,7 @@ def smooth_ece(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     if bootstrap:
-        src.require_binary_labels("the smooth ECE bootstrap")
+        executor.require_binary_labels(src, "the smooth ECE bootstrap")
     cells = planner.fetch(src, *_cells_needs(src, {"sigma": sigma}))
     values = smooth_ece_finish(cells, by=src.by, sigma=sigma, bootstrap=bootstrap,
                                confidence=confidence, seed=seed,

@@ -15,15 +15,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sqlcal.metrics import groups, key_tuple, level_sets, result
-from sqlcal.metrics import binomial
-from sqlcal.metrics.cells import (CELLS, cell_levels, cells_needs, cells_summary, chunks,
-                                  slab_rows)
-from sqlcal.query import declared, planner
-from sqlcal.inputs import InvalidInputError, Source, as_source
 from sqlcal import options
+from sqlcal.inputs.sources import InvalidInputError, Source
+from sqlcal.metrics import binomial, groups, key_tuple, level_sets, result
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.cells import CELLS, cell_levels, cells_needs, cells_summary, chunks, slab_rows
 from sqlcal.options import BudgetError, Option, checked, costs_tce
+from sqlcal.query import declared, executor, planner
+from sqlcal.query.executor import as_source
 
 STRATEGIES = ("pavabc", "uniform", "quantile")
 #: PAVA-BC reads the levels (one row per distinct score) of a source of at most this many rows;
@@ -733,7 +732,7 @@ def _cell_levels(src: Source, cells: int, ranges) -> pd.DataFrame:
 
 
 def _require_counts(src: Source) -> None:
-    src.require_binary_labels("TCE")
+    executor.require_binary_labels(src, "TCE")
     if src.sampling_rate is not None:  # whole 1/rate weights are not counts of observed rows
         raise InvalidInputError(
             f"TCE's exact binomial tests need observed counts, and negative_sampling_rate="

@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.errors import InvalidInputError
-from sqlcal.monitor import schema, store as _store
+from sqlcal.monitor import schema
+from sqlcal.monitor import store as _store
 
 #: score bins of the maturity curve the adjustment divides by (equal weight per group)
 BINS = 8

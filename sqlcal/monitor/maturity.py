@@ -16,7 +16,9 @@ from scipy import stats
 
 from sqlcal.errors import InvalidInputError
 from sqlcal.metrics.binned import clopper_pearson_interval
-from sqlcal.monitor import adjusted as _adjusted, schema, store as _store
+from sqlcal.monitor import adjusted as _adjusted
+from sqlcal.monitor import schema
+from sqlcal.monitor import store as _store
 from sqlcal.monitor.stored import window_versions
 from sqlcal.options import OptionError
 

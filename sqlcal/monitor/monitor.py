@@ -20,9 +20,10 @@ import pandas as pd
 
 from sqlcal._version import __version__
 from sqlcal.errors import InvalidInputError
-from sqlcal.monitor import detect as _detect, maturity as _maturity
-from sqlcal.options import OptionError
+from sqlcal.monitor import detect as _detect
+from sqlcal.monitor import maturity as _maturity
 from sqlcal.monitor.config import ConfigError
+from sqlcal.options import OptionError
 
 #: ``[detect]`` keys: type, default
 DETECT = {

@@ -21,13 +21,15 @@ import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
 
-from sqlcal import summaries
 from sqlcal._version import __version__
-from sqlcal import inputs as _inputs
 from sqlcal.errors import EngineDataError, InvalidInputError, redact
+from sqlcal.inputs import engines
+from sqlcal.inputs import sources as _inputs
+from sqlcal.inputs.sources import Source, connect_url, resolve_table
 from sqlcal.monitor import schema
 from sqlcal.options import OptionError, checked
-from sqlcal.inputs import Source, connect_url, resolve_table, source
+from sqlcal.query import executor, reductions
+from sqlcal.query.executor import source
 
 #: σ(±4): h(p) = clip(logit p, −4, 4)/4 is flat outside [σ(−4), σ(4)]
 _H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))
@@ -50,8 +52,7 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
              ls_ece_sigma: Sequence[float] = (0.1,), smooth_grids: Sequence[int] = (1000,),
              levels: bool = False, max_levels: int = 65536, where: Any = None,
              table: str | None = None, on_invalid: str = "raise", force: bool = False,
-             events: Any = None, key: str | None = None,
-             _before_manifest=None) -> pd.DataFrame:
+             events: Any = None, key: str | None = None) -> pd.DataFrame:
     r"""Reduce each period of a predictions table to its summaries, once, into a summary store.
 
     Each period (a day or an hour of ``time``) of each group becomes a few small rows per summary
@@ -228,8 +229,6 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
                 frame = frame[pd.to_datetime(frame["period_start"]).isin(written)]
                 _write(con, prefix, kind, _stored(frame, kind, spec_hash, manifest, by), key_types,
                        tables)
-            if _before_manifest is not None:  # tests: a crash between the rows and the manifest
-                _before_manifest()
             if schema.table_name("manifest", prefix) in tables:
                 _clear_current(con, prefix, spec_hash, written)
             end_of = pd.to_datetime(manifest["period_start"]) + pd.Timedelta(seconds=seconds)
@@ -294,7 +293,7 @@ def _joined_events(base: ir.Table, events: Any, *, key: str | None, label: str,
         raise OptionError("events= needs key= (the example id in both tables) and label_time= "
                           "(the events table's event time column)")
     if isinstance(events, str) and not any(ch in events for ch in "/\\:.") and \
-            (found := base._find_backend(use_default=True)) is not None and \
+            (found := engines.backend_of(base)) is not None and \
             events in found.list_tables():
         ev = found.table(events)  # a table of the predictions' database
     else:
@@ -360,8 +359,8 @@ def _check_options(by, grain, unknown, delays, cells, bins, sigmas, grids, max_l
             and cells & (cells - 1) == 0):
         raise OptionError(f"cells must be a power of two in [2^10, 2^16], not {cells!r}")
     for b, convention in bins:
-        if convention not in summaries.CONVENTIONS:
-            raise OptionError(f"bins convention must be one of {summaries.CONVENTIONS}, "
+        if convention not in reductions.CONVENTIONS:
+            raise OptionError(f"bins convention must be one of {reductions.CONVENTIONS}, "
                               f"not {convention!r}")
     if any(not (0 < float(s) <= 10) for s in sigmas):
         raise OptionError(f"ls_ece_sigma values must lie in (0, 10], not {list(sigmas)!r}")
@@ -503,7 +502,7 @@ def _check_time(base: ir.Table, col: str) -> None:
     value = base[col]
     bad = base.filter(value.notnull() & value.try_cast("timestamp").isnull()).count()
     try:
-        count = int(summaries.execute(bad.as_table()).iloc[0, 0])
+        count = int(reductions.execute(bad.as_table()).iloc[0, 0])
     except EngineDataError as e:  # an engine without TRY_CAST (PostgreSQL) casts, and says
         raise InvalidInputError(f"time column {col!r} holds text that is not a timestamp: "
                                 f"{e}") from e
@@ -539,7 +538,7 @@ def _fingerprints(src: Source) -> tuple[pd.DataFrame, dict]:
         fp_n=g.count(), fp_w=whole(g.w).sum(), fp_wp=whole(g.w * g.p).sum(),
         fp_wpp=whole(g.w * g.p * g.p).sum(),
         fp_wsin=whole(g.w * (g.p * _HIGH_FREQUENCY).sin()).sum(), fp_W=g.w.sum())
-    frame = summaries.execute(per_group)
+    frame = reductions.execute(per_group)
     frame["period_start"] = pd.to_datetime(frame["period_start"]).astype("datetime64[ns]")
     untimed = frame["period_start"].isna()
     null_time = {"n": int(frame.loc[untimed, "fp_n"].sum()),
@@ -582,7 +581,7 @@ def _reduce_all(src: Source, rows: ir.Table, keys: list[str], *, cells, bins, si
     rows = rows.mutate(delay=ibis.ifelse(rows.y == 1, rows.delay,
                                          schema.DELAY_LABEL_FREE).cast("int64"))
     lead = [*keys, "delay"]
-    fused = src.run(lambda checks: _fused(rows, lead, cells, bins, checks=checks))
+    fused = executor.run(src, lambda checks: _fused(rows, lead, cells, bins, checks=checks))
     out = {"totals": _split(fused, keys, [], "totals"),
            "cells": _split(fused, keys, ["cell"], "cells").assign(cells=int(cells))}
     frames = [_split(fused.rename(columns={f"bin_{i}": "bin"}), keys, ["bin"], "bins").assign(
@@ -591,14 +590,14 @@ def _reduce_all(src: Source, rows: ir.Table, keys: list[str], *, cells, bins, si
     frames = []
     for sigma in sigmas:
         step, clip = sigma / 20, 1e-6
-        grid = summaries.execute(summaries.logit_grid(rows, lead, step, clip, weighted=True))
+        grid = reductions.execute(reductions.logit_grid(rows, lead, step, clip, weighted=True))
         grid = grid.assign(n_pos=np.where(grid["delay"] == schema.DELAY_LABEL_FREE, 0,
                                           grid["n"]))
         frames.append(_split(grid, keys, ["k"], "logit").assign(step=step, clip=clip))
     out["logit"] = pd.concat(frames, ignore_index=True) if frames else None
     frames = []
     for h in grids:
-        hist = summaries.execute(summaries.smooth_cells(rows, lead, cells, [h], weighted=True))
+        hist = reductions.execute(reductions.smooth_cells(rows, lead, cells, [h], weighted=True))
         # negatives: swr = −Σwp, swrd = −Σwpd exactly; positives: Σwp = Σw − Σw(1 − p)
         neg = hist["delay"] == schema.DELAY_LABEL_FREE
         hist = hist.assign(swp=np.where(neg, -hist["swr"], hist["swy"] - hist["swr"]),
@@ -608,7 +607,7 @@ def _reduce_all(src: Source, rows: ir.Table, keys: list[str], *, cells, bins, si
                              ["cell", "interval"], "smooth").assign(cells=int(cells), grid=int(h)))
     out["smooth"] = pd.concat(frames, ignore_index=True) if frames else None
     if levels:
-        found = _split(summaries.execute(_levels(rows, lead)), keys, ["p"], "levels")
+        found = _split(reductions.execute(_levels(rows, lead)), keys, ["p"], "levels")
         free = found[found["delay"] == schema.DELAY_LABEL_FREE]
         counts = free.groupby(keys, dropna=False).size()
         if len(counts) and counts.max() > max_levels:
@@ -642,8 +641,8 @@ def _split(frame: pd.DataFrame, keys: list[str], key_columns: list[str], kind: s
 def _fused(rows: ir.Table, keys: list[str], cells: int, bins, *, checks=None) -> ir.Table:
     """One GROUP BY by the keys, the finest cell and each binning's bin: the totals, the cells
     and the bins are each a sum of its rows over the other key columns."""
-    cols = {"cell": summaries.score_cell(rows.p, cells)}
-    cols |= {f"bin_{i}": summaries.uniform_bin(rows.p, b, c) for i, (b, c) in enumerate(bins)}
+    cols = {"cell": reductions.score_cell(rows.p, cells)}
+    cols |= {f"bin_{i}": reductions.uniform_bin(rows.p, b, c) for i, (b, c) in enumerate(bins)}
     # each row's logarithms once, in a projection: the aggregates read them (five per row when
     # each aggregate took its own)
     p = rows.p
@@ -942,7 +941,7 @@ def _forget_frames(table: ir.Table) -> None:
     frames = table.op().find(ops.InMemoryTable)
     if not frames:
         return
-    con = table._find_backend(use_default=True)
+    con = engines.backend_of(table)
     known = getattr(con, "_memtables", None)
     for op in frames:
         if known is not None and op in known:
@@ -986,7 +985,7 @@ def _next_versions(con, prefix: str, spec_hash: str, periods: list, have: pd.Dat
     name = schema.table_name("totals", prefix)
     if name in tables:
         t = _table(con, name)
-        frame = summaries.execute(t.filter(t.spec_hash == spec_hash).group_by(
+        frame = reductions.execute(t.filter(t.spec_hash == spec_hash).group_by(
             "period_start").aggregate(v=t.version.max()))
         for when, v in zip(pd.to_datetime(frame["period_start"]), frame["v"]):
             if when in top:
@@ -1058,7 +1057,7 @@ def manifest(store: Any, prefix: str = schema.PREFIX, tables: set | None = None
     name = schema.table_name("manifest", prefix)
     if name not in (set(con.list_tables()) if tables is None else tables):
         return pd.DataFrame(columns=[c for c, _ in schema.MANIFEST])
-    frame = summaries.execute(_table(con, name))
+    frame = reductions.execute(_table(con, name))
     for col in ("period_start", "period_end", "as_of", "written_at"):
         frame[col] = pd.to_datetime(frame[col]).astype("datetime64[ns]")
     return frame
@@ -1084,7 +1083,7 @@ def current_versions(store: Any, prefix: str = schema.PREFIX, spec_hash: str | N
         t = _table(con, name)
         if spec_hash is not None:
             t = t.filter(t.spec_hash == spec_hash)
-        confirmed = summaries.execute(t.group_by(["spec_hash", "period_start", "version"])
+        confirmed = reductions.execute(t.group_by(["spec_hash", "period_start", "version"])
                                       .aggregate(confirmed=t.as_of.max()))
         confirmed["period_start"] = pd.to_datetime(confirmed["period_start"]).astype(
             "datetime64[ns]")
@@ -1153,5 +1152,5 @@ def merged(store: Any, kind: str, *, prefix: str, spec_hash: str, versions: pd.D
         aggs[name] = (col.min() if name in schema.MINIMA else col.max()
                       if name in schema.MAXIMA else col.sum())
     expr = t.group_by(keys).aggregate(**aggs) if keys else t.aggregate(**aggs)
-    frame = summaries.execute(expr)
+    frame = reductions.execute(expr)
     return frame.sort_values(keys, ignore_index=True) if keys else frame

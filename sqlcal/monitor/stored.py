@@ -1,7 +1,7 @@
 """Windows from the summary store: a source every metric accepts, served by merging stored
 summaries instead of scanning rows.
 
-``stored(store, start=, end=, maturity=)`` returns a :class:`~sqlcal.inputs.Source` whose
+``stored(store, start=, end=, maturity=)`` returns a :class:`~sqlcal.inputs.sources.Source` whose
 ``served`` function answers the planner's requests: each declared summary
 (:mod:`sqlcal.query.declared`) is the stored one summed over the window's periods and the delay
 buckets its maturity view admits (in the store's engine, :func:`sqlcal.monitor.store.merged`),
@@ -22,12 +22,14 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.errors import InvalidInputError
-from sqlcal.monitor import adjusted as _adjusted, schema, store as _store
+from sqlcal.inputs.groupkeys import VALUE, GroupKeys, Key
+from sqlcal.inputs.sources import Source
+from sqlcal.monitor import adjusted as _adjusted
+from sqlcal.monitor import schema
+from sqlcal.monitor import store as _store
 from sqlcal.options import OptionError, checked
 from sqlcal.query import local
 from sqlcal.query.declared import Summary, coarser_cells
-from sqlcal.groupkeys import VALUE, GroupKeys, Key
-from sqlcal.inputs import Source
 
 #: maturity views of a stored window
 VIEWS = ("mature", "all", "lag:<a>d", "adjusted")
@@ -134,7 +136,7 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
                                             for i, k in enumerate(by))),
                  on_invalid="raise", allow_soft=False,
                  float_label=False, integer_weights=bool(versions["integer_weights"].all()),
-                 _validated=True, served=served,
+                 validated=True, served=served,
                  origin=(f"summary store, {len(versions)} periods "
                          f"{versions['period_start'].min():%Y-%m-%d}.."
                          f"{versions['period_start'].max():%Y-%m-%d}, maturity={maturity!r}"))

@@ -3,7 +3,7 @@
 A :class:`Summary` names one reduction of the normalised rows (group keys, ``p``, ``y``, ``w``):
 its kind, the parameters that shape it (number of bins, convention, cells) and the optional column
 sets (``parts``) a metric asks for. The Ibis reduction of each kind lives in
-:mod:`sqlcal.summaries`; this module holds no query code, so metric modules can name what they need
+:mod:`sqlcal.query.reductions`; this module holds no query code, so metric modules can name what they need
 without importing Ibis.
 
 **Merge rules.** Every column of a first-stage summary is a sum, a minimum or a maximum over the
@@ -23,8 +23,6 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from sqlcal.summaries import MERGED_BY_MAX, MERGED_BY_MIN
-
 #: kinds whose summaries one GROUP BY over the rows can produce together (see the planner)
 FUSABLE = ("totals", "uniform", "cells", "logit_cells")
 #: kind -> the key column a summary adds after the group keys
@@ -32,7 +30,7 @@ KEY_COLUMN = {"totals": None, "uniform": "bin", "cells": "cell", "levels": "p", 
 #: follow-ups that read the rows inside score ranges only; their last param is the ranges
 RANGED = {"cells_within": "cell", "levels_within": "p", "extremes_within": "cell"}
 KEY_COLUMN.update(RANGED)
-#: the recalibration fits' summaries (sqlcal.recalibrate): where each label lies, the Newton terms
+#: the recalibration fits' summaries (sqlcal.recalibration.fits): where each label lies, the Newton terms
 #: of a logistic fit at given coefficients, the sandwich's middle, the lowest running residual
 #: inside score ranges (isotonic's KKT checks), and grouped PAV passes run in the engine
 KEY_COLUMN.update({"label_ranges": None, "logistic_terms": None, "logistic_meat": None,
@@ -40,7 +38,7 @@ KEY_COLUMN.update({"label_ranges": None, "logistic_terms": None, "logistic_meat"
 #: the checks of a multiclass table as given (sqlcal.multiclass), one row each
 KEY_COLUMN.update({"multiclass_quick": None, "multiclass_counts": None,
                    "multiclass_unmatched": None})
-#: the terms of a temperature-scaling fit of a multiclass table (sqlcal.temperature), one row per
+#: the terms of a temperature-scaling fit of a multiclass table (sqlcal.recalibration.temperature), one row per
 #: group of the table's keys
 KEY_COLUMN["temperature_terms"] = None
 #: the logistic terms clip |exponents| here (PostgreSQL's exp() raises on overflow, near 709)
@@ -51,7 +49,7 @@ SATURATED = 1e-12
 #: interval column ``b_<h>`` per grid h), and the same over the cells straddling a node only
 KEY_COLUMN.update({"smooth_cells": "cell", "smooth_split": "cell"})
 #: equal-width bins in log-odds (sqlcal.metrics.binned, strategy="logit"): per group and bin
-#: between the edges of :func:`sqlcal.grids.logit_edges`
+#: between the edges of :func:`sqlcal.inputs.grids.logit_edges`
 KEY_COLUMN["logit_bins"] = "bin"
 #: the decision rules' summary (sqlcal.metrics.decision.expected_cost): the score axis cut at the
 #: ends of the rules' intervals, one row per group and piece between two cuts
@@ -83,10 +81,14 @@ _SUMS = frozenset({
 })
 _SUMS |= {"sw2y"}  # Σw²y, with which the levels give a logistic fit's sandwich variance
 _SUMS |= {"sw2p", "sw2pp", "sw_logloss_sq", "swy_logloss"}  # low base rates' variances
-# the variance weight's sums (sqlcal.summaries.variance_weights): the normalized entropy's,
+# the variance weight's sums (sqlcal.query.reductions.variance_weights): the normalized entropy's,
 # and a sampling design's label-free part Σv₀ and own part Σ(v − v₀)(y − p)²
 _SUMS |= {"sw2_logloss", "sw2_logloss_sq", "sw2y_logloss", "sw2_0", "sw2_design"}
 _SUMS |= {"swr", "swd", "swyd", "swrd"}  # smooth_cells: the residual and the offsets' moments
+#: summary columns that merge over disjoint sets of rows by MIN, and by MAX; every other sum
+#: column merges by SUM (:func:`rule` reads these sets)
+MERGED_BY_MIN = frozenset({"p_min", "chk_y_min", "chk_w_min", "p_min_pos"})
+MERGED_BY_MAX = frozenset({"p_max", "chk_y_max", "chk_w_max", "p_max_neg"})
 _MINIMA, _MAXIMA = MERGED_BY_MIN, MERGED_BY_MAX
 
 
@@ -196,9 +198,9 @@ def logit_grid(step: float, clip: float) -> Summary:
 
 def logit_bins(bins: int, lo: float, hi: float, *parts: str) -> Summary:
     """Bins of equal width in log-odds between scores ``lo`` and ``hi``
-    (:func:`sqlcal.grids.logit_edges`): per group and ``bin`` = the number of interior edges
+    (:func:`sqlcal.inputs.grids.logit_edges`): per group and ``bin`` = the number of interior edges
     below the score (right-closed; scores below ``lo`` in the first bin, above ``hi`` in the
-    last), with the sums of :func:`sqlcal.summaries._sums` for ``parts``.
+    last), with the sums of :func:`sqlcal.query.reductions._sums` for ``parts``.
 
     Examples
     --------
@@ -239,7 +241,7 @@ def smooth_split(cells: int, grids: Iterable[int]) -> Summary:
 def intervals(cuts, *parts: str) -> Summary:
     """The score axis cut at ``cuts``: per group and piece ``interval`` = the number of cuts
     below the score (piece k holds the scores in (cuts[k − 1], cuts[k]], a score equal to a cut
-    in the piece it closes), with the sums of :func:`sqlcal.summaries._sums` for ``parts``.
+    in the piece it closes), with the sums of :func:`sqlcal.query.reductions._sums` for ``parts``.
     Every interval (l, r] whose ends are cuts is a run of pieces, so one GROUP BY serves any
     number of interval decision rules. ``cuts``: doubles, kept sorted and distinct.
 
@@ -430,8 +432,8 @@ def cells_within(cells: int, ranges: Iterable[tuple], *parts: str) -> Summary:
 
 def logit_cells(scale: int, *parts: str) -> Summary:
     """The log-odds histogram of every row: per group and log-odds cell ``lcell`` =
-    FLOOR(ln(p/(1 − p))·``scale``) (:func:`sqlcal.grids.logit_cell`), with the sums of
-    :func:`sqlcal.summaries._sums` for ``parts``. A first-stage summary: one GROUP BY with the
+    FLOOR(ln(p/(1 − p))·``scale``) (:func:`sqlcal.inputs.grids.logit_cell`), with the sums of
+    :func:`sqlcal.query.reductions._sums` for ``parts``. A first-stage summary: one GROUP BY with the
     totals, bins and score cells; ``scale`` a power of two, so a finer histogram sums up to a
     coarser one (lcell // 2^j).
 
@@ -446,7 +448,7 @@ def logit_cells(scale: int, *parts: str) -> Summary:
 
 def logit_cells_within(scale: int, cells: int, ranges: Iterable[tuple], *parts: str) -> Summary:
     """The rows inside ``ranges`` (ending on the grid of 2^k ``cells``) per group and log-odds
-    cell ``lcell`` = FLOOR(ln(p/(1 − p))·``scale``) (:func:`sqlcal.grids.logit_cell`): score
+    cell ``lcell`` = FLOOR(ln(p/(1 − p))·``scale``) (:func:`sqlcal.inputs.grids.logit_cell`): score
     cells split where scores crowd.
 
     >>> logit_cells_within(64, 1024, [((), 0.0, 1 / 1024)]).name
@@ -600,7 +602,7 @@ def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None,
                  cube: str | None = None, cover: Sequence[int] = (),
                  extremes: bool = False) -> Summary:
     """Per fold, group and segment (a conjunction of feature = value), the sums of
-    :func:`sqlcal.summaries.segment_sums`: one UNION ALL branch per column tuple in ``tuples``
+    :func:`sqlcal.query.reductions.segment_sums`: one UNION ALL branch per column tuple in ``tuples``
     (indices into ``features``). ``folds``: ``(holdout, a_share, split columns)``; ``bins``: 0,
     or a number of equal-width score bins added as key ``bin``; ``kept``: None (level 1: every
     value) or per feature the values kept (the rest pooled as ``"__other__"``); ``candidates``:
@@ -610,7 +612,7 @@ def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None,
     search), which the branches aggregate instead of the base table; ``cover``: empty (one
     base-table branch per column tuple), or each feature's number of distinct raw values: the
     level then reads the table once per covering GROUP BY
-    (:func:`sqlcal.summaries.segment_plan`); ``extremes``: also ``p_min_pos`` (the least score
+    (:func:`sqlcal.query.reductions.segment_plan`); ``extremes``: also ``p_min_pos`` (the least score
     of a row with y = 1) and ``p_max_neg`` (the largest of a row with y = 0), from which a
     segment's largest squared error (y − p)² follows (``effect="sliceline"``).
 
@@ -632,7 +634,7 @@ def segment_overlaps(by, folds, bins, fold, nodes, within, cube: str | None = No
     """On fold ``fold``, per score bin when ``bins``, the residual, information and variance
     sums of each of ``nodes`` (``(group key, predicates)``), read from the rows inside one of
     ``within`` (the same form), or from a search's reduced cube (its token ``cube``); see
-    :func:`sqlcal.summaries.segment_overlaps`.
+    :func:`sqlcal.query.reductions.segment_overlaps`.
 
     Examples
     --------
@@ -655,7 +657,7 @@ def segment_terms(by, features, folds, segments, step: float, clip: float) -> Su
     theta)``, predicates ``(feature, value, kept)``, theta a number, an (intercept, slope)
     pair, or an isotonic map's blocks (lo, hi, value, slope): a decision list): the histogram of a per-segment logit-shift
     fit (``step`` > 0: also per logit cell) or its exact terms at the given thetas (``step`` =
-    0); see :func:`sqlcal.summaries.segment_terms`.
+    0); see :func:`sqlcal.query.reductions.segment_terms`.
 
     Examples
     --------

@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from sqlcal.grids import logit_cell, logit_edges, uniform_edges
+from sqlcal.inputs.grids import logit_cell, logit_edges, uniform_edges
 from sqlcal.query.declared import SATURATED, Summary, merge
 
 #: the columns a levels frame carries for local evaluation
@@ -81,7 +81,7 @@ def evaluate(summary: Summary, levels: pd.DataFrame, by: Sequence[str]) -> pd.Da
 
 
 def level_sums(levels: pd.DataFrame, parts: frozenset) -> pd.DataFrame:
-    """Per level, the sums of :func:`sqlcal.summaries._sums` for ``parts`` (always ``n``, ``W``,
+    """Per level, the sums of :func:`sqlcal.query.reductions._sums` for ``parts`` (always ``n``, ``W``,
     ``p_max``; ``sums``: Σwy, Σwp, ``p_min``; ``sw2``; ``moments``; ``residuals``), as the engine
     would sum them over the level's rows."""
     p = levels["p"].to_numpy(float)
@@ -128,7 +128,7 @@ def _keyed(levels: pd.DataFrame, by: tuple, key: str | None, values, parts: froz
 
 
 def uniform_bin(p: np.ndarray, bins: int, convention: str) -> np.ndarray:
-    """:func:`sqlcal.summaries.uniform_bin` in numpy, with the same double arithmetic."""
+    """:func:`sqlcal.query.reductions.uniform_bin` in numpy, with the same double arithmetic."""
     if convention == "sqlcal":
         return np.minimum(np.floor(p * bins), bins - 1).astype(np.int64)
     if convention == "relplot":
@@ -139,13 +139,13 @@ def uniform_bin(p: np.ndarray, bins: int, convention: str) -> np.ndarray:
 
 
 def score_cell(p: np.ndarray, cells: int) -> np.ndarray:
-    """:func:`sqlcal.summaries.score_cell` in numpy."""
+    """:func:`sqlcal.query.reductions.score_cell` in numpy."""
     return np.minimum(np.floor(p * cells), cells - 1).astype(np.int64)
 
 
 @register("intervals")
 def _intervals(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
-    # the number of cuts below p: the piece of :func:`sqlcal.summaries.score_interval`
+    # the number of cuts below p: the piece of :func:`sqlcal.query.reductions.score_interval`
     ids = np.searchsorted(np.asarray(summary.params[0], float), levels["p"].to_numpy(float),
                           side="left")
     return _keyed(levels, by, "interval", ids, summary.parts)
@@ -153,7 +153,7 @@ def _intervals(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFram
 
 @register("logit_bins")
 def _logit_bins(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
-    # :func:`sqlcal.summaries.score_interval` on the interior edges: cuts below p
+    # :func:`sqlcal.query.reductions.score_interval` on the interior edges: cuts below p
     ids = np.searchsorted(logit_edges(*summary.params)[1:-1], levels["p"].to_numpy(float),
                           side="left")
     return _keyed(levels, by, "bin", ids, summary.parts)
@@ -224,7 +224,7 @@ def _totals(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
 
 def in_ranges(levels: pd.DataFrame, by: Sequence[str], ranges: tuple) -> np.ndarray:
     """Which levels lie inside score ranges ``((group key values, lo, hi), ...)``, by the rule
-    of :func:`sqlcal.summaries.within_ranges` (lo <= p < hi; p = 1 too when hi = 1)."""
+    of :func:`sqlcal.query.reductions.within_ranges` (lo <= p < hi; p = 1 too when hi = 1)."""
     p = levels["p"].to_numpy(float)
     inside = np.zeros(len(p), dtype=bool)
     per_group: dict[tuple, list] = {}
@@ -289,7 +289,7 @@ def _in_cells(levels: pd.DataFrame, by: tuple, grid: int, pairs: tuple) -> pd.Da
 
 
 def _logit_keyed(levels: pd.DataFrame, by: tuple, scale: int, parts: frozenset) -> pd.DataFrame:
-    """The level sums per group and log-odds cell ``lcell`` (:func:`sqlcal.grids.logit_cell`)."""
+    """The level sums per group and log-odds cell ``lcell`` (:func:`sqlcal.inputs.grids.logit_cell`)."""
     frame = pd.concat([levels[list(by)].reset_index(drop=True),
                        pd.DataFrame({"lcell": logit_cell(levels["p"].to_numpy(float), scale)}),
                        level_sums(levels, parts).reset_index(drop=True)], axis=1)
@@ -330,7 +330,7 @@ def _extremes_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.Da
     return out
 
 
-# -- the recalibration fits' summaries (sqlcal.recalibrate) ----------------------------------
+# -- the recalibration fits' summaries (sqlcal.recalibration.fits) ----------------------------------
 
 
 def _by_group(levels: pd.DataFrame, by: tuple) -> dict:
@@ -374,7 +374,7 @@ def _label_ranges(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataF
 
 
 def logistic_feature(p: np.ndarray, feature: str, clip: float) -> np.ndarray:
-    """:func:`sqlcal.summaries.logistic_feature` in numpy: logit of the clipped score, or p."""
+    """:func:`sqlcal.query.reductions.logistic_feature` in numpy: logit of the clipped score, or p."""
     if feature == "score":
         return p
     q = np.clip(p, clip, 1 - clip)
@@ -383,7 +383,7 @@ def logistic_feature(p: np.ndarray, feature: str, clip: float) -> np.ndarray:
 
 def logistic_sums(x: np.ndarray, W: np.ndarray, Yt: np.ndarray, a: float, b: float) -> tuple:
     """The Newton terms of σ(a + b·x) over points x of weight W and target mass Yt: ``r``,
-    ``rx``, ``h``, ``hx``, ``hxx``, ``ll``, ``sep`` (as :func:`sqlcal.summaries.logistic_terms`
+    ``rx``, ``h``, ``hx``, ``hxx``, ``ll``, ``sep`` (as :func:`sqlcal.query.reductions.logistic_terms`
     sums them over rows)."""
     from scipy import special
 
@@ -458,7 +458,7 @@ def _prefix_min(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFra
 def pav_pass(blocks: pd.DataFrame) -> pd.DataFrame:
     """One grouped PAV pass on one group's blocks (sorted ``lo``, ``hi``, ``n``, ``W``, ``Y``):
     every maximal run of adjacent blocks with mean_prev >= mean_next merges, as
-    :func:`sqlcal.summaries.pav_pass` does in the engine."""
+    :func:`sqlcal.query.reductions.pav_pass` does in the engine."""
     W, Y = blocks["W"].to_numpy(float), blocks["Y"].to_numpy(float)
     start = np.ones(len(W), dtype=bool)
     start[1:] = ~(Y[:-1] * W[1:] >= Y[1:] * W[:-1])

@@ -13,11 +13,18 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
-from sqlcal import summaries
-from sqlcal.query import local
-from sqlcal.query.declared import (FUSABLE, RANGED, Summary, coarser_cells, merge,
-                                   score_ranges, union)
-from sqlcal.inputs import Planned, Source
+from sqlcal.inputs.sources import Source
+from sqlcal.query import executor, local, reductions
+from sqlcal.query.declared import (
+    FUSABLE,
+    RANGED,
+    Summary,
+    coarser_cells,
+    merge,
+    score_ranges,
+    union,
+)
+from sqlcal.query.executor import Planned
 
 
 def fetch(src: Source, summary: Summary) -> pd.DataFrame:
@@ -25,21 +32,21 @@ def fetch(src: Source, summary: Summary) -> pd.DataFrame:
     A source holding the levels of its rows (built by :func:`sqlcal.from_summaries`) evaluates
     the summary from them in pandas instead (:mod:`sqlcal.query.local`)."""
     if src.served is not None:  # a stored window: merged from its summary store
-        have = src.lookup(summary.key, summary.parts)
-        return have if have is not None else src.store(summary.key, summary.parts,
+        have = executor.lookup(src, summary.key, summary.parts)
+        return have if have is not None else executor.store(src, summary.key, summary.parts,
                                                        src.served(summary))
     if src.local_levels is not None:
-        have = src.lookup(summary.key, summary.parts)
-        return have if have is not None else src.store(
+        have = executor.lookup(src, summary.key, summary.parts)
+        return have if have is not None else executor.store(src,
             summary.key, summary.parts, local.evaluate(summary, src.local_levels, src.by))
     if summary.kind in RANGED:  # the engine reads the union of the groups' ranges: keep each own
-        have = src.lookup(summary.key, summary.parts)
-        return have if have is not None else src.store(summary.key, summary.parts, _within(
-            src.run(lambda checks: summaries.reduce(summary, src.rows, src.by,
+        have = executor.lookup(src, summary.key, summary.parts)
+        return have if have is not None else executor.store(src, summary.key, summary.parts, _within(
+            executor.run(src, lambda checks: reductions.reduce(summary, src.rows, src.by,
                                                     weighted=src.weighted,
                                                     soft=src.allow_soft)),
             summary, src.by))
-    return src.summary(summary.key, summary.parts, lambda checks: summaries.reduce(
+    return executor.summary(src, summary.key, summary.parts, lambda checks: reductions.reduce(
         summary, src.rows, src.by, weighted=src.weighted, checks=checks,
         soft=src.allow_soft))
 
@@ -49,12 +56,12 @@ def scan(src: Source, summary: Summary) -> pd.DataFrame:
     score order (:func:`sqlcal.metrics.cells.level_slabs`), which its metric folds into a few
     numbers and drops. Everything else a source reads stays cached for the life of the source;
     the slabs together are as large as the levels, which is why they are read one at a time."""
-    have = src.lookup(summary.key, summary.parts)
+    have = executor.lookup(src, summary.key, summary.parts)
     if have is not None:
         return have
     if src.served is not None or src.local_levels is not None:
         return fetch(src, summary)
-    return summaries.fill_unweighted(src.run(lambda checks: summaries.reduce(
+    return reductions.fill_unweighted(executor.run(src, lambda checks: reductions.reduce(
         summary, src.rows, src.by, weighted=src.weighted, checks=checks, soft=src.allow_soft)))
 
 
@@ -65,7 +72,7 @@ def prefetch(src: Source, needs: Iterable[Summary], follow_ups: Iterable[Callabl
 
     Returns the scans run, as ``(description, summaries)`` pairs (for progress lines and tests).
     """
-    wanted = [s for s in union(needs) if src.lookup(s.key, s.parts) is None]
+    wanted = [s for s in union(needs) if executor.lookup(src, s.key, s.parts) is None]
     scans = [(_describe(group), run(src, group)) for group in plan(wanted)]
     return scans + shared_follow_ups(src, follow_ups)
 
@@ -75,7 +82,7 @@ def steps(src: Source, needs: Iterable[Summary], follow_ups: Iterable[Callable] 
     """The scans :func:`prefetch` would run, as ``(description, run)`` pairs, each ``run()`` one
     engine pass (a scheduled report calls them one by one to show progress); the follow-ups,
     which depend on what the first scans return, come last as one step."""
-    wanted = [s for s in union(needs) if src.lookup(s.key, s.parts) is None]
+    wanted = [s for s in union(needs) if executor.lookup(src, s.key, s.parts) is None]
     out = [(_describe(group), lambda group=group: run(src, group)) for group in plan(wanted)]
     follow_ups = list(follow_ups)
     if follow_ups:
@@ -86,7 +93,7 @@ def steps(src: Source, needs: Iterable[Summary], follow_ups: Iterable[Callable] 
 
 def lookup(src: Source, summary: Summary) -> pd.DataFrame | None:
     """The cached frame of ``summary`` on ``src``, or None: never a scan."""
-    return src.lookup(summary.key, summary.parts)
+    return executor.lookup(src, summary.key, summary.parts)
 
 
 def follow_up(src: Source, walk: Callable) -> list[Summary]:
@@ -194,7 +201,7 @@ def _run_shared(src: Source, group: list[Summary]) -> list[Summary]:
             own = merge([fine], [*src.by, "cell"])
         else:
             own = _within(frame, s, src.by)
-        src.store(s.key, together.parts, own)
+        executor.store(src, s.key, together.parts, own)
     return group
 
 
@@ -224,11 +231,11 @@ def run(src: Source, group: list[Summary]) -> list[Summary]:
             fetch(src, summary)
         return group
     # named by its members: an in-memory source reuses the compiled statement (Planned)
-    frame = src.run(Planned(lambda checks: summaries.fused(
+    frame = executor.run(src, Planned(lambda checks: reductions.fused(
         group, src.rows, src.by, weighted=src.weighted, checks=checks, soft=src.allow_soft),
         ("fused", *((s.key, s.parts) for s in group))))
     for summary in group:
-        src.store(summary.key, summary.parts, split(frame, summary, group, src))
+        executor.store(src, summary.key, summary.parts, split(frame, summary, group, src))
     return group
 
 
@@ -262,7 +269,7 @@ def _columns(summary: Summary, src: Source) -> list[str]:
     they depend only on the summary, the keys and the weighting, so each is built once)."""
     cache_key = (summary, tuple(src.by), src.weighted, src.allow_soft)
     if cache_key not in _COLUMNS:
-        expr = summaries.reduce(summary, src.rows, src.by, weighted=src.weighted,
+        expr = reductions.reduce(summary, src.rows, src.by, weighted=src.weighted,
                                 soft=src.allow_soft)
         key = summary.key_column
         _COLUMNS[cache_key] = [c for c in expr.columns if c not in (*src.by, key)]

@@ -1,7 +1,7 @@
 """Sources of tables with no label column, for the label-free metrics (the expected cost of
 decision rules on an unlabeled table).
 
-A :class:`~sqlcal.inputs.Source` always has a label; an unlabeled table gets a constant label
+A :class:`~sqlcal.inputs.sources.Source` always has a label; an unlabeled table gets a constant label
 column (0), so the shared validation of scores, weights and keys applies unchanged and every
 summary keeps its shape. A metric reading such a source never reads its label sums. (This is the
 input normalisation of the source layer; it sits here, beside the queries, until
@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 import ibis
 
-from sqlcal.inputs import Source, resolve_table, source
+from sqlcal.inputs.sources import Source, resolve_table
+from sqlcal.query.executor import source
 
 #: the name of the constant label column given to an unlabeled table
 NO_LABEL = "__sqlcal_no_label"

@@ -1,0 +1,1 @@
+"""Segments: discovery, the multicalibration audit and per-segment fixes."""

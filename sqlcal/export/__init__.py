@@ -1,0 +1,1 @@
+"""Export: metric SQL, the sql/ folder and the dbt package, for other schedulers."""

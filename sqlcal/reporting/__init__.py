@@ -1,0 +1,1 @@
+"""Reporting: runs that combine metrics into tables, pages, files and results rows."""
