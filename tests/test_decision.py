@@ -1,5 +1,8 @@
-"""Decision-theoretic metrics against independent oracles: the spec's hand-derived fixtures
-(seed002 §5, seed000 Example 3.1 and §3.5, seed004 §6.2), an LP written here with every pairwise
+"""Decision-theoretic metrics against independent oracles: fixtures derived by hand from the papers
+(Gopalan & Hu, Calibration through the Lens of Indistinguishability, §5; Rossellini, Soloff,
+Barber, Ren & Willett, Can a calibration metric be both testable and actionable?, Example 3.1 and
+§3.5; Gao, Parameswaran & Peng, On the interpretability of conditional probability estimates in
+the agnostic setting, §6.2), an LP written here with every pairwise
 tangent constraint, brute force over all threshold rules on raw rows, and the proven bounds."""
 
 from __future__ import annotations

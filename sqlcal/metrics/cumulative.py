@@ -23,7 +23,7 @@ from sqlcal.query import declared, executor, planner
 from sqlcal.query.executor import as_source
 
 #: E[range of standard Brownian motion on [0, 1]] = 2·sqrt(2/π): the calibrated model's expected
-#: cutoff error in units of sigma (spec seed004 §2.4)
+#: cutoff error in units of sigma (Gao, Parameswaran & Peng, §2.4)
 NOISE_FLOOR_FACTOR = 2 * np.sqrt(2 / np.pi)
 #: how the extremes are computed: the exact segmented scan, or the score grid and its bound
 METHODS = ("exact", "grid")
