@@ -50,7 +50,10 @@ class Option:
     ``"count"`` (a whole number, int or float), ``"floats"`` (a number or a non-empty sequence of
     numbers), ``"metrics"`` (report metric names) or ``"any"`` (checked by the function itself).
     ``low``/``high`` bound numbers (``open_low``/``open_high`` exclude the bound); ``optional``
-    allows None; ``power_of_two`` asks an int to be one.
+    allows None; ``power_of_two`` asks an int to be one. ``renamed`` refuses an old spelling
+    with the new one named, never reading it under its new meaning: (old value, new value)
+    pairs of a choice, or a sentence saying which option took over the values a renamed
+    option's name used to take (shown when a value fails).
     """
 
     kind: str
@@ -62,6 +65,7 @@ class Option:
     open_high: bool = False
     optional: bool = False
     power_of_two: bool = False
+    renamed: tuple | str = ()
 
     def allowed(self) -> str:
         """What the option accepts, in words."""
@@ -310,14 +314,18 @@ OVERRIDES["detect"] = {
     # twice the score (relative); above it the null says nothing, and 1e308 overflowed
     "tolerance": Option("floats", "the null's tolerance (a, r): |E[y | p] - p| <= a + r p",
                         low=0, high=1),
-    "alpha": Option("float", "bound on the probability of any false alarm over the horizon",
+    "alpha": Option("float", "bound on the probability of any false alarm over the checks",
                     low=0, high=1, open_low=True, open_high=True),
-    "horizon": Option("int", "daily checks the false-alarm bound covers", low=1),
+    "checks": Option("int", "daily checks the false-alarm bound covers", low=1),
     "windows": Option("floats", "plug-in windows of the averaged detector, in days", low=1),
     "reference": Option("any", "(first day, last day) whose scores set the bet bins",
                         optional=True),
     "reference_days": Option("int", "mature days of the default reference window", low=1),
-    "maturity_horizon": _AGE, "settle": _AGE, "at": _WHEN,
+    # horizon is the labels' maturity age, as in snapshot and stored; a number of daily checks
+    # (its meaning before 0.x renamed it) is refused, never read as days
+    "horizon": dataclasses.replace(_AGE, renamed="the number of daily checks the false-alarm "
+                                   "bound covers is checks="),
+    "settle": _AGE, "at": _WHEN,
     "lag": Option("text", "'lag:<a>d': an early stream on the labels known at age a",
                   optional=True),
     "null": Option("choice", "calibrated within tolerance, or as calibrated as the reference "
@@ -378,6 +386,13 @@ OVERRIDES["segment_fix"] = {
                    choices=("shift", "platt", "isotonic"))}
 OVERRIDES["source"] = {"score": Option("column", OPTIONS["score"].description),
                        "label": Option("column", OPTIONS["label"].description)}
+
+#: keywords renamed in 0.x, per function: old -> new. Passing the old one is an OptionError
+#: naming the new one (not the unknown keyword's TypeError), so code written for the old name
+#: says what to change
+RENAMED: dict[str, dict[str, str]] = {
+    "detect": {"maturity_horizon": "horizon"},
+}
 
 #: the keywords every metric forwards to :func:`sqlcal.source`
 SOURCE_OPTIONS = ("table", "on_invalid", "soft_labels", "negative_sampling_rate",
@@ -689,6 +704,10 @@ def check(function_name: str, options: dict) -> dict:
     name = function_name
     allowed = keywords(function_name)
     for key in options:
+        moved = RENAMED.get(spec.name, {}).get(key)
+        if moved is not None and key not in allowed:
+            raise OptionError(f"{name}(): {key}= was renamed {moved}=; pass {moved}="
+                              f"{_show(options[key])}")
         if key not in allowed:
             close = difflib.get_close_matches(key, allowed, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -737,6 +756,9 @@ def _check_value(shown: str, function: str, key: str, value: Any) -> None:
         if not isinstance(value, (bool, np.bool_)):
             _fail(shown, key, value, o)
     elif kind == "choice":
+        new = dict(o.renamed).get(value) if isinstance(value, str) else None
+        if new is not None:
+            raise OptionError(f"{shown}(): {key}={value!r} was renamed {key}={new!r}")
         if not isinstance(value, str) or value not in o.choices:
             _fail(shown, key, value, o)
     elif kind in ("column", "text"):
@@ -783,8 +805,9 @@ def _in_range(x: Any, o: Option) -> bool:
 
 
 def _fail(function: str, key: str, value: Any, o: Option) -> None:
+    moved = f"; {o.renamed}" if isinstance(o.renamed, str) and o.renamed else ""
     raise OptionError(f"{function}(): {key} must be {o.allowed()}, not {_show(value)} "
-                      f"({key}: {o.description})")
+                      f"({key}: {o.description}){moved}")
 
 
 def _show(value: Any) -> str:

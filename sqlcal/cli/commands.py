@@ -267,7 +267,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
         "monitor", help="run the calibration change detector on the summary store",
         description="Run the anytime-valid change detector of [detect] on the mature daily "
                     "summaries of the store of [snapshot], per group: one line per alarm, exit "
-                    "code 3 when a group alarms. P(any false alarm within [detect] horizon daily "
+                    "code 3 when a group alarms. P(any false alarm within [detect] checks daily "
                     "checks) <= alpha per group.",
         epilog=_MONITOR_EXIT_CODES, formatter_class=_Formatter)
     mon.add_argument("--config", metavar="TOML", required=True,

@@ -1,0 +1,40 @@
+"""One word per concept: an option or value renamed in 0.x is refused under its old spelling
+with an OptionError that names the new one, never read under the new meaning."""
+
+from __future__ import annotations
+
+import pytest
+
+import sqlcal
+from sqlcal.monitor import config as monitor_config
+from sqlcal.monitor.monitor import check_detect
+from sqlcal.options import OptionError
+
+# the checks run at the boundary, before the store is opened: a path that does not exist
+STORE = "/nonexistent/store.duckdb"
+
+
+def test_detect_horizon_as_a_number_of_checks_names_checks():
+    # horizon=365 meant 365 daily checks; read as days it would silently change the maturity
+    with pytest.raises(OptionError, match=r"horizon must be .*checks="):
+        sqlcal.detect(STORE, horizon=365)
+
+
+def test_detect_maturity_horizon_names_horizon():
+    with pytest.raises(OptionError, match=r"maturity_horizon= was renamed horizon="):
+        sqlcal.detect(STORE, maturity_horizon="30d")
+
+
+def test_monitor_toml_detect_horizon_names_checks(tmp_path):
+    with pytest.raises(monitor_config.ConfigError, match=r"\[detect\] horizon was renamed checks"):
+        check_detect({"horizon": 365})
+    assert check_detect({"checks": 30})["checks"] == 30
+
+
+def test_monitor_command_refuses_detect_horizon(tmp_path, capsys):
+    from sqlcal.cli.commands import main
+    toml = tmp_path / "monitor.toml"
+    toml.write_text('[source]\ndata = "unused.duckdb"\nscore = "p"\nlabel = "y"\ntime = "t"\n'
+                    f'[snapshot]\nstore = "{tmp_path / "s.duckdb"}"\n[detect]\nhorizon = 365\n')
+    assert main(["monitor", "--config", str(toml)]) == 2
+    assert "[detect] horizon was renamed checks" in capsys.readouterr().err
