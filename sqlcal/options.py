@@ -203,8 +203,7 @@ OPTIONS: dict[str, Option] = {
                       choices=("logit", "score")),
     "smoothed_targets": Option("bool", "Platt's smoothed targets instead of 0/1"),
     "modified": Option("bool", "fall back to the group's rate when the fit is miscalibrated"),
-    "tolerance": Option("float", "cutoff error a modified Platt fit may keep", low=0,
-                        optional=True),
+
     # reports
     "metrics": Option("metrics", "metric names of sqlcal.reporting.report_table.METRICS"),
     "time": Option("column", "the time key of a series"),
@@ -239,14 +238,16 @@ OPTIONS: dict[str, Option] = {
 OVERRIDES: dict[str, dict[str, Option]] = {
     "isotonic": {"cells": Option("int", "grid cells of the first fit", low=2,
                                  power_of_two=True)},
+    "platt": {"epsilon": Option("float", "cutoff error a modified Platt fit may keep", low=0,
+                                optional=True)},
     "multiclass": {
         "mode": Option("choice", "top-label or class-wise calibration",
                        choices=("top_label", "classwise")),
         "label": Option("column", "the true class (wide) or the 0/1 class indicator (long)"),
         "classes": Option("any", "wide format: the label value of each probability column",
                           optional=True),
-        "tolerance": Option("float", "largest |sum of an example's probabilities - 1| accepted",
-                            low=0),
+        "sum_tolerance": Option("float", "largest |sum of an example's probabilities - 1| "
+                                "accepted", low=0),
     },
     "temperature_scaling": {
         "format": Option("choice", "long (one row per class) or wide (a column per class)",
@@ -254,8 +255,8 @@ OVERRIDES: dict[str, dict[str, Option]] = {
         "label": Option("column", "the true class (wide) or the 0/1 class indicator (long)"),
         "classes": Option("any", "wide format: the label value of each probability column",
                           optional=True),
-        "tolerance": Option("float", "largest |sum of an example's probabilities - 1| accepted",
-                            low=0),
+        "sum_tolerance": Option("float", "largest |sum of an example's probabilities - 1| "
+                                "accepted", low=0),
         "clip": Option("float", "probabilities below it are raised to it before their log",
                        low=0, high=1, open_low=True, open_high=True, optional=True),
         "max_scans": Option("int", "the most Newton scans of the rows", low=1),
@@ -392,6 +393,11 @@ OVERRIDES["source"] = {"score": Option("column", OPTIONS["score"].description),
 #: says what to change
 RENAMED: dict[str, dict[str, str]] = {
     "detect": {"maturity_horizon": "horizon"},
+    # the cutoff error a modified Platt fit may keep is the cutoff error's epsilon; the
+    # probabilities' sum tolerance is not the detector's tolerance (a, r)
+    "platt": {"tolerance": "epsilon"},
+    "multiclass": {"tolerance": "sum_tolerance"},
+    "temperature_scaling": {"tolerance": "sum_tolerance"},
 }
 
 #: the keywords every metric forwards to :func:`sqlcal.source`

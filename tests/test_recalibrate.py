@@ -210,7 +210,7 @@ def test_fig4_platt_and_modified_platt():
     assert modified.transform([0.1, 0.9]).tolist() == [0.5, 0.5]
     # a calibrated-enough fit is kept: the tolerance is generous
     kept = sqlcal.platt(df, score="f", label="y", weight="w", feature="score",
-                        smoothed_targets=False, modified=True, tolerance=0.3)
+                        smoothed_targets=False, modified=True, epsilon=0.3)
     assert np.isnan(kept.table.constant[0])
     with pytest.raises(ValueError, match="feature"):
         sqlcal.platt(df, score="f", label="y", feature="probit")
@@ -395,7 +395,7 @@ def test_every_export_agrees_on_null_keys_null_and_nan_scores(upload, con):
     df["g"] = np.where(np.arange(200) % 2, "x", None)
     fitted = [sqlcal.isotonic(df, score="p", label="y", by="g"),
               sqlcal.platt(df, score="p", label="y", by="g"),
-              sqlcal.platt(df, score="p", label="y", by="g", modified=True, tolerance=0.0)]
+              sqlcal.platt(df, score="p", label="y", by="g", modified=True, epsilon=0.0)]
     probe = pd.DataFrame({"p": [0.0, 0.3, np.nan, None, 1.0] * 2,
                           "g": ["x"] * 5 + [None] * 5}, dtype=object)
     probe["p"] = probe.p.astype(float)

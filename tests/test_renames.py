@@ -38,3 +38,25 @@ def test_monitor_command_refuses_detect_horizon(tmp_path, capsys):
                     f'[snapshot]\nstore = "{tmp_path / "s.duckdb"}"\n[detect]\nhorizon = 365\n')
     assert main(["monitor", "--config", str(toml)]) == 2
     assert "[detect] horizon was renamed checks" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("function, old, new", [
+    ("platt", "tolerance", "epsilon"),
+    ("multiclass", "tolerance", "sum_tolerance"),
+    ("temperature_scaling", "tolerance", "sum_tolerance"),
+])
+def test_renamed_tolerance_names_the_new_keyword(function, old, new):
+    import pandas as pd
+    df = pd.DataFrame({"p": [0.2, 0.7], "y": [0, 1]})
+    with pytest.raises(OptionError, match=rf"{function}\(\): {old}= was renamed {new}="):
+        getattr(sqlcal, function)(df, **{old: 0.05})
+
+
+def test_modified_platt_reports_its_epsilon():
+    import numpy as np
+    import pandas as pd
+    rng = np.random.default_rng(3)
+    p = rng.uniform(0.05, 0.95, 400)
+    df = pd.DataFrame({"p": p, "y": (rng.random(400) < p).astype(int)})
+    table = sqlcal.platt(df, score="p", label="y", modified=True, epsilon=0.3).table
+    assert "tolerance" not in table and table["epsilon"].tolist() == [0.3]

@@ -373,7 +373,7 @@ def platt(
     feature: str = "logit",
     smoothed_targets: bool = True,
     modified: bool = False,
-    tolerance: float | None = None,
+    epsilon: float | None = None,
     **source_options: Any,
 ) -> PlattMap:
     r"""Fit Platt scaling per group: a logistic regression of the label on the score's logit.
@@ -404,11 +404,11 @@ def platt(
         regression).
     modified : bool, default False
         The cutoff paper's modified Platt scaling (App. D.2): keep the fit only where its in-sample
-        cutoff error is at most ``tolerance``, otherwise map every score of the group to its
+        cutoff error is at most ``epsilon``, otherwise map every score of the group to its
         observed rate. The cutoff error is computed exactly on the mapped scores (ties of the
         mapped values, e.g. from saturation, are one unit).
-    tolerance : float, optional
-        ε_n for ``modified``; default :math:`(20 + \sqrt{2\ln 20})/\sqrt{n}` (the paper's
+    epsilon : float, optional
+        ε_n for ``modified`` (the ``epsilon`` of :func:`sqlcal.cutoff_error`); default :math:`(20 + \sqrt{2\ln 20})/\sqrt{n}` (the paper's
         suggestion: the 95% upper confidence bound of the cutoff error of a calibrated model),
         with n the group's rows, or its total weight when the weights are whole numbers.
     **source_options
@@ -420,7 +420,7 @@ def platt(
     PlattMap
         ``.table``: per group, the keys, ``a``, ``b`` (σ(a + b·x)), ``n``, ``W``,
         ``iterations``, and with ``modified`` ``cutoff_error`` (of the plain fit, in-sample),
-        ``tolerance``, ``constant`` (the fallback rate, NaN where the fit was kept). With
+        ``epsilon``, ``constant`` (the fallback rate, NaN where the fit was kept). With
         ``on_invalid="drop"``, ``.info["dropped"]``: per group, the rows left out
         (``n_dropped`` and the count failing each check).
 
@@ -467,7 +467,7 @@ def platt(
     if src.dropped is not None:  # the rows left out are part of what the map was fitted on
         fitted.info["dropped"] = src.present(src.dropped)
     if modified:
-        _modify(src, fitted, tolerance)
+        _modify(src, fitted, epsilon)
         fitted.kind = "modified Platt scaling"
     return fitted.named(src.group_keys)
 
@@ -786,9 +786,9 @@ def _meat(src: Source, feature: str, thetas: dict, offset: bool) -> dict:
     return out
 
 
-def _modify(src: Source, fitted: PlattMap, tolerance: float | None) -> None:
+def _modify(src: Source, fitted: PlattMap, epsilon: float | None) -> None:
     """Modified Platt (cutoff paper App. D.2): keep a group's fit only if the in-sample cutoff
-    error of the mapped scores is within the tolerance, else its observed rate. A group without
+    error of the mapped scores is at most epsilon, else its observed rate. A group without
     a fit (a single distinct score, say) can only be its rate."""
     from sqlcal.metrics.cumulative import cutoff_error
 
@@ -811,11 +811,11 @@ def _modify(src: Source, fitted: PlattMap, tolerance: float | None) -> None:
     # sampling rate's: a kept negative is one observed row)
     frequency = resolve_weight_kind(src, "auto") == "frequency"
     n = table["W" if src.weighted and frequency else "n"].to_numpy(float)
-    eps = (20 + np.sqrt(2 * np.log(20))) / np.sqrt(n) if tolerance is None else np.full(
-        len(n), float(tolerance))
+    eps = (20 + np.sqrt(2 * np.log(20))) / np.sqrt(n) if epsilon is None else np.full(
+        len(n), float(epsilon))
     merged = table[by].merge(errors[[*by, "cutoff_error"]], on=by, how="left") if by else errors
     table["cutoff_error"] = np.where(no_fit, np.nan, merged["cutoff_error"].to_numpy(float))
-    table["tolerance"] = eps
+    table["epsilon"] = eps
     fall = no_fit | ~(table["cutoff_error"].to_numpy(float) <= eps)
     table["constant"] = np.where(fall, rate, np.nan)
 
