@@ -194,7 +194,8 @@ OPTIONS: dict[str, Option] = {
     "validation_label": Option("column", "the label column of the validation data",
                                optional=True),
     "method": Option("choice", "how the isotonic fit is computed",
-                     choices=("auto", "levels", "grid", "engine")),
+                     choices=("auto", "exact", "grid", "engine"), renamed=(("levels", "exact"),
+                                                                          ("cells", "grid"))),
     "scoring": Option("choice", "the proper score decomposed", choices=("brier", "log_loss")),
     # recalibration
     "interpolation": Option("choice", "between blocks of the isotonic map",
@@ -354,7 +355,7 @@ _SEARCH = {
     "max_candidates": Option("int", "most candidate segments searched (a budget)", low=1),
     "strategy": Option("choice", "group the base table at every level, or build the reduced "
                        "cube once (two base-table scans whatever the depth)",
-                       choices=("levels", "cube")),
+                       choices=("lattice", "cube"), renamed=(("levels", "lattice"),)),
     "weight_kind": Option("choice", OPTIONS["weight_kind"].description,
                           choices=OPTIONS["weight_kind"].choices, optional=True),
 }

@@ -412,7 +412,7 @@ def test_cells_within_their_bound(upload):
     df = calibration_data(3000, seed=5, weights=True)
     t = upload(df)
     exact = smce(t, weight="w", method="exact").iloc[0]
-    cells = smce(t, weight="w", method="cells").iloc[0]
+    cells = smce(t, weight="w", method="grid").iloc[0]
     auto = smce(t, weight="w", max_levels=100).iloc[0]
     assert exact.quantization_bound == 0 and exact.levels == 3000
     assert 0 < cells.quantization_bound < 2**-15
@@ -421,7 +421,7 @@ def test_cells_within_their_bound(upload):
     assert auto.levels == cells.levels
     assert smce(t, weight="w").iloc[0].quantization_bound == 0  # auto reads the levels here
     d_exact = dist(t, weight="w", method="exact").iloc[0]
-    d_cells = dist(t, weight="w", method="cells").iloc[0]
+    d_cells = dist(t, weight="w", method="grid").iloc[0]
     # the certified brackets of the lower distance overlap, and each upper bound is valid
     assert d_cells.lower_distance - d_cells.lower_tolerance <= \
         d_exact.lower_distance + d_exact.lower_quantization + LP_TOL
@@ -430,7 +430,7 @@ def test_cells_within_their_bound(upload):
     assert d_cells.lower_quantization >= d_cells.quantization_bound
     for d in (d_exact, d_cells):
         assert d.lower_distance - d.lower_tolerance <= d.upper_distance
-    assert intce(t, weight="w", method="cells").iloc[0].method == "bucketed"
+    assert intce(t, weight="w", method="grid").iloc[0].method == "bucketed"
 
 
 # -- properties --------------------------------------------------------------------------------

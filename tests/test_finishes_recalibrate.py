@@ -128,7 +128,7 @@ def check_isotonic(fitted, df: pd.DataFrame, by: list[str]) -> None:
 
 
 @pytest.mark.parametrize("weights", [None, "whole", "fractional"])
-@pytest.mark.parametrize("method", ["auto", "levels"])
+@pytest.mark.parametrize("method", ["auto", "exact"])
 def test_isotonic_from_levels_equals_sklearn_and_brute_force_pav(weights, method):
     df = rows(1500, seed=1, weights=weights, groups=3)
     fitted = sqlcal.isotonic(levels_source(df, ["g"]), method=method)

@@ -314,7 +314,7 @@ def test_isotonic_grid_is_exact_for_discrete_scores(upload):
     df = _data(seed=51)  # scores with two decimals: one distinct score per 2^-16 cell
     t = upload(df)
     grid = sqlcal.isotonic(t, score="p", label="y", weight="w", by="g", method="grid")
-    levels = sqlcal.isotonic(t, score="p", label="y", weight="w", by="g", method="levels")
+    levels = sqlcal.isotonic(t, score="p", label="y", weight="w", by="g", method="exact")
     assert grid.info["exact"] and grid.info["mixed_cells"] == 0
     pd.testing.assert_frame_equal(grid.table, levels.table)
 
@@ -382,7 +382,7 @@ def test_engine_passes_are_exact_with_zero_weights(upload, monkeypatch):
     df = calibration_data(2000, 62, weights=True)
     df["w"] = np.round(df.w)  # about 40% zeros
     t = upload(df)
-    levels = sqlcal.isotonic(t, score="p", label="y", weight="w", method="levels")
+    levels = sqlcal.isotonic(t, score="p", label="y", weight="w", method="exact")
     monkeypatch.setattr(fits, "LEVEL_CAP", 40)
     engine = sqlcal.isotonic(t, score="p", label="y", weight="w", method="engine")
     np.testing.assert_allclose(engine.table.value, levels.table.value, atol=1e-15)
@@ -452,7 +452,7 @@ def test_large_sources_get_the_exact_fit_by_refining_the_grid(upload, monkeypatc
     df.loc[df.index % 7 == 0, "g"] = None
     t = upload(df)
     cols = dict(score="p", label="y", by="g", weight="w" if weights else None)
-    exact = sqlcal.isotonic(t, **cols, method="levels")
+    exact = sqlcal.isotonic(t, **cols, method="exact")
     monkeypatch.setattr(fits, "LEVEL_CAP", 100)
     for cells in (2**16, 256, 16):
         fit = sqlcal.isotonic(t, **cols, cells=cells)

@@ -60,3 +60,25 @@ def test_modified_platt_reports_its_epsilon():
     df = pd.DataFrame({"p": p, "y": (rng.random(400) < p).astype(int)})
     table = sqlcal.platt(df, score="p", label="y", modified=True, epsilon=0.3).table
     assert "tolerance" not in table and table["epsilon"].tolist() == [0.3]
+
+
+@pytest.mark.parametrize("function, old, new", [
+    ("cutoff_error", "cells", "grid"), ("kuiper", "levels", "exact"), ("ks", "cells", "grid"),
+    ("lipschitz_calibration_error", "cells", "grid"),
+    ("distance_to_calibration", "cells", "grid"),
+    ("interval_calibration_error", "levels", "exact"),
+    ("isotonic", "levels", "exact"),
+    ("decompose", "levels", "exact"),
+])
+def test_old_method_values_name_the_new_ones(function, old, new):
+    import pandas as pd
+    df = pd.DataFrame({"p": [0.2, 0.7], "y": [0, 1]})
+    with pytest.raises(OptionError, match=rf"method='{old}' was renamed method='{new}'"):
+        getattr(sqlcal, function)(df, score="p", label="y", method=old)
+
+
+def test_segments_levels_strategy_names_lattice():
+    import pandas as pd
+    df = pd.DataFrame({"p": [0.2, 0.7], "y": [0, 1], "f": ["a", "b"]})
+    with pytest.raises(OptionError, match=r"strategy='levels' was renamed strategy='lattice'"):
+        sqlcal.segments(df, score="p", label="y", features=["f"], strategy="levels")

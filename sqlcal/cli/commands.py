@@ -346,7 +346,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     seg.add_argument("--sliceline-alpha", type=float,
                      help="SliceLine's weight of the error against the size (default 0.5; "
                           "only with --effect sliceline)")
-    seg.add_argument("--strategy", choices=["levels", "cube"], default="levels",
+    seg.add_argument("--strategy", choices=["lattice", "cube"], default="lattice",
                      help="cube: two base-table scans whatever the depth (few or skewed "
                           "features)")
     seg.add_argument("--fix", action="store_true",

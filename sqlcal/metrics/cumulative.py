@@ -44,7 +44,8 @@ _EXTREMES = dict(
     refining={("method", "exact"): "method='grid' (the grid form, with its certified grid_bound)"},
     one_shot={"method": "grid"}, cost=costs_cells,
     options={"method": Option("choice", "the exact extremes (a second pass) or the score grid's "
-                              "lower bound and its grid_bound", choices=METHODS)})
+                              "lower bound and its grid_bound", choices=METHODS,
+                              renamed=(("cells", "grid"), ("levels", "exact")))})
 
 
 @metric(**_EXTREMES,

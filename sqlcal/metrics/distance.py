@@ -30,15 +30,15 @@ from sqlcal.query.executor import as_source
 from sqlcal.metrics._registry import Report, metric
 from sqlcal.options import Option, checked, costs_distance
 
-METHODS = ("auto", "exact", "cells")
+METHODS = ("auto", "exact", "grid")
 #: what the three distances declare alike: the levels, or the score-cell histogram whose mixed
 #: cells "auto" then reads the levels of when they are few (a follow-up)
 _DISTANCES = dict(
-    refining={("method", "auto"): "method='cells' (the histogram, with its quantization_bound) "
+    refining={("method", "auto"): "method='grid' (the histogram, with its quantization_bound) "
               "or method='exact' (the levels)"},
     cost=costs_distance)
 _METHOD = Option("choice", "levels: exact, grid cells, or exact when small enough",
-                 choices=METHODS)
+                 choices=METHODS, renamed=(("cells", "grid"), ("levels", "exact")))
 #: "auto" reads the exact levels when at most this many rows share a score cell with another score
 MAX_LEVELS = 50_000
 #: exact set-partition search for the upper distance up to this many levels (Bell(8) = 4140)
@@ -97,9 +97,9 @@ def lipschitz_calibration_error(
         The Lipschitz constant K of the weight functions. K = 1 is smCE; K = 2 is the earth
         mover's distance EMD(J*, J^p) between the law of (score, label) and that of (score, a
         label drawn from the score) under the metric |v − v'| + |y − y'|.
-    method : {"auto", "exact", "cells"}, default "auto"
+    method : {"auto", "exact", "grid"}, default "auto"
         ``"exact"``: the level sets (one GROUP BY score, as many rows as distinct scores).
-        ``"cells"``: the 16384-cell score histogram, each cell at its rows' mean score.
+        ``"grid"``: the 16384-cell score histogram, each cell at its rows' mean score.
         ``"auto"``: the cells first; then, if at most ``max_levels`` rows lie in cells holding
         more than one distinct score, the levels inside those cells (exact); else the cells.
     max_levels : int, default 50000
@@ -199,7 +199,7 @@ def distance_to_calibration(
         The LP runs on at most this many contiguous buckets of levels (at their mean scores);
         its size is about 2·lower_levels·(grid + lower_levels) variables (0.1 s at the
         defaults, 1 s at 128/128).
-    method : {"auto", "exact", "cells"}, default "auto"
+    method : {"auto", "exact", "grid"}, default "auto"
         Which levels to read, as for :func:`lipschitz_calibration_error`.
     max_levels : int, default 50000
         Rows in shared score cells up to which ``method="auto"`` reads the exact levels, as for
@@ -331,7 +331,7 @@ def interval_calibration_error(
         last, as :func:`sqlcal.ece`): :math:`\mathrm{intCE}_B=\mathrm{CE}_B+1/\text{bins}`, the
         binned ECE with bin means plus the bin width (one GROUP BY bin). By default, the
         infimum over all partitions.
-    method : {"auto", "exact", "cells"}, default "auto"
+    method : {"auto", "exact", "grid"}, default "auto"
         Which levels to read, as for :func:`lipschitz_calibration_error`.
     max_levels : int, default 50000
         Rows in shared score cells up to which ``method="auto"`` reads the exact levels, as for
@@ -388,7 +388,7 @@ def interval_calibration_error(
 
 
 def _levels_needs(src: Source, options: dict) -> list:
-    """The levels (``method="exact"``) or the 2^14-cell histogram (``"cells"``, and ``"auto"``
+    """The levels (``method="exact"``) or the 2^14-cell histogram (``"grid"``, and ``"auto"``
     before its follow-up: the levels inside the cells holding several scores)."""
     if options["method"] == "exact":
         return [declared.levels("sums")]
@@ -509,7 +509,7 @@ def _reduced(src: Source, method: str, max_levels: int) -> pd.DataFrame:
         return levels_frame(level_sets(src))
     cells = cells_frame(cells_summary(src, ("sums",), SMOOTH_CELLS))
     mixed = cells["p_min"] < cells["p_max"]
-    if method == "cells" or not mixed.any() or cells.loc[mixed, "n"].sum() > max_levels:
+    if method == "grid" or not mixed.any() or cells.loc[mixed, "n"].sum() > max_levels:
         return cells
     inside = levels_frame(pair_levels(src, SMOOTH_CELLS, cells.loc[mixed, [*by, "cell"]]))
     frame = pd.concat([cells[~mixed], inside], ignore_index=True)

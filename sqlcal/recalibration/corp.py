@@ -65,7 +65,7 @@ def decompose(
         Filter applied in the engine before anything else.
     scoring : {"brier", "log_loss"}, default "brier"
         Squared error (y − p)², or the logarithmic score (natural log, 0·log 0 = 0).
-    method : {"auto", "levels", "grid", "engine"}, default "auto"
+    method : {"auto", "exact", "grid", "engine"}, default "auto"
         How the isotonic recalibration is computed (:func:`isotonic`); the result's ``exact``
         and ``method`` columns say whether it is exact and how it was computed.
     **source_options

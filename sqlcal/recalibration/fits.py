@@ -89,8 +89,9 @@ def isotonic(
         (scikit-learn's ``IsotonicRegression``), or to the lower block's value. Fitted scores
         themselves map to their block's value either way; scores outside the fitted range are
         clipped to the first or last value.
-    method : {"auto", "levels", "grid", "engine"}, default "auto"
-        How the rows are reduced before PAV. ``"levels"``: one row per distinct score (exact).
+    method : {"auto", "exact", "grid", "engine"}, default "auto"
+        How the rows are reduced before PAV. ``"exact"``: one row per distinct score (the
+        levels).
         ``"grid"``: one row per group and score cell of width 1/``cells`` (one GROUP BY, a few
         scans' cost at any size); exact when every cell holds a single distinct score (scores
         with at most 4 decimals, say), else the exact isotonic fit of the score rounded to its
@@ -200,15 +201,15 @@ def isotonic_blocks(src: Source, method: str = "auto", cells: int = GRID_CELLS
         info = {"method": "grid", "exact": mixed == 0, "passes": 0, "mixed_cells": mixed,
                 "cells": cells}
         if method == "auto" and mixed and int(grid["n"].sum()) <= LEVEL_CAP:
-            method = "levels"
+            method = "exact"
         elif method == "auto" and mixed:
             blocks, info["refined_cells"], info["exact"] = _refine(src, grid, cells)
             info["method"] = "grid, refined"
-    if method == "levels":
+    if method == "exact":
         lv = level_sets(src)
         blocks = pd.DataFrame({**{k: lv[k] for k in by}, "lo": lv["p"], "hi": lv["p"],
                                "n": lv["n"], "W": lv["W"], "Y": lv["swy"]})
-        info = {"method": "levels", "exact": True, "passes": 0, "mixed_cells": 0}
+        info = {"method": "exact", "exact": True, "passes": 0, "mixed_cells": 0}
     elif method == "engine":
         totals_summary(src)  # validates the source
         blocks, passes = _reduce_in_engine(src)
