@@ -398,6 +398,8 @@ RENAMED: dict[str, dict[str, str]] = {
     # probabilities' sum tolerance is not the detector's tolerance (a, r)
     "platt": {"tolerance": "epsilon"},
     "multiclass": {"tolerance": "sum_tolerance"},
+    # the logit grid's spacing is the grid_step column it reports
+    "ls_ece": {"step": "grid_step"},
     "temperature_scaling": {"tolerance": "sum_tolerance"},
 }
 
@@ -501,7 +503,7 @@ def _ls_ece_grid(v: dict) -> tuple[float, float]:
     # 2·half + 1 nodes (smooth._kernel)
     sigma, clip = _float(v["noise_scale"]), _float(v["clip"])
     gaussian = v["noise"] == "gaussian"
-    delta = v.get("step") or (min(sigma, 1.0) / 20 if gaussian else min(sigma, 1.0) / 200)
+    delta = v.get("grid_step") or (min(sigma, 1.0) / 20 if gaussian else min(sigma, 1.0) / 200)
     if not delta > 0:  # a subnormal noise_scale: its step underflows, the grid is unbounded
         return math.inf, math.inf
     span = 2 * math.log((1 - clip) / clip)

@@ -82,3 +82,10 @@ def test_segments_levels_strategy_names_lattice():
     df = pd.DataFrame({"p": [0.2, 0.7], "y": [0, 1], "f": ["a", "b"]})
     with pytest.raises(OptionError, match=r"strategy='levels' was renamed strategy='lattice'"):
         sqlcal.segments(df, score="p", label="y", features=["f"], strategy="levels")
+
+
+def test_ls_ece_step_names_grid_step():
+    import pandas as pd
+    df = pd.DataFrame({"p": [0.2, 0.7], "y": [0, 1]})
+    with pytest.raises(OptionError, match=r"ls_ece\(\): step= was renamed grid_step="):
+        sqlcal.ls_ece(df, score="p", label="y", step=0.01)

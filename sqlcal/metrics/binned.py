@@ -220,7 +220,7 @@ def reliability(
         One row per group and non-empty bin: the keys, ``bin``, ``bin_lower`` and ``bin_upper``
         (the bin's edges; for equal-mass bins the first bin starts at its lowest score and the
         last ends at its highest), ``n``, ``W``, ``mean_score``, ``observed``, ``gap`` (observed − mean
-        score), ``ci_lower``, ``ci_upper``, ``p_min``, ``p_max``, ``binning`` (as in :func:`ece`),
+        score), ``ci_lower``, ``ci_upper``, ``score_min``, ``score_max``, ``binning`` (as in :func:`ece`),
         ``ci_method`` (``ci``: the interval's name, or None), ``confidence`` (the intervals'
         two-sided level), ``weight_kind`` (``"frequency"`` or ``"sampling"``: how the weights
         entered the intervals, ``"auto"`` resolved), ``concentrated`` (True for every bin of a
@@ -312,7 +312,7 @@ def reliability_finish(frame: pd.DataFrame, *, by=(), bins: int = 15, strategy: 
     else:
         method = wilson_interval if ci == "wilson" else clopper_pearson_interval
         out["ci_lower"], out["ci_upper"] = method(k, n_eff, confidence)
-    out["p_min"], out["p_max"] = frame["p_min"], frame["p_max"]
+    out["score_min"], out["score_max"] = frame["p_min"], frame["p_max"]
     out["binning"] = binning(bins, strategy, convention)
     out["ci_method"], out["confidence"], out["weight_kind"] = ci, confidence, weight_kind
     return out

@@ -111,7 +111,7 @@ def calibration_decision_loss(
     pandas.DataFrame
         One row per group: the keys, ``calibration_decision_loss``, ``n``, ``W``, ``v_star``
         (the sup of the V-curve, an upper bound), ``two_action_bound`` (the best two-action task,
-        a lower bound), ``ece2_squared`` (a lower bound), ``ece`` (CDL ≤ 2·ECE), ``n_levels``
+        a lower bound), ``ece_sq`` (a lower bound), ``ece`` (CDL ≤ 2·ECE), ``n_levels``
         (level sets or bins that carry weight: a row of weight 0 counts nowhere),
         ``distinct_per_row`` (``n_levels`` / ``n``), ``binning`` (``"levels"``, or
         ``"uniform(B, sqlcal)"`` with ``bins``) and ``method`` (``"hull"`` or ``"lp"``); with
@@ -163,9 +163,9 @@ def calibration_decision_loss(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.5] * 10, "y": [1] * 6 + [0] * 4})
     >>> out = sqlcal.calibration_decision_loss(df, score="p", label="y")
-    >>> out[["calibration_decision_loss", "v_star", "ece2_squared"]].round(6)
-       calibration_decision_loss  v_star  ece2_squared
-    0                        0.2     0.2          0.01
+    >>> out[["calibration_decision_loss", "v_star", "ece_sq"]].round(6)
+       calibration_decision_loss  v_star  ece_sq
+    0                        0.2     0.2    0.01
     """
     if method not in ("hull", "lp"):
         raise ValueError(f"method must be 'hull' or 'lp', not {method!r}")
@@ -174,7 +174,7 @@ def calibration_decision_loss(
     if bins is None:
         _warn_degenerate(values)
     out = result(src, values, ["calibration_decision_loss", "v_star", "two_action_bound",
-                               "ece2_squared", "ece", "n_levels", "distinct_per_row"],
+                               "ece_sq", "ece", "n_levels", "distinct_per_row"],
                  present=False)
     out["n_levels"] = out["n_levels"].fillna(0).astype(int)
     return src.present(_with_trust(out, binning=_binning(bins), method=method))
@@ -200,7 +200,7 @@ def cdl_finish(levels, *, by: Sequence[str] = (), method: str = "hull") -> pd.Da
     -------
     pandas.DataFrame
         One row per group: the keys, ``n``, ``W``, ``calibration_decision_loss``, ``v_star``,
-        ``two_action_bound``, ``ece2_squared``, ``ece``, ``n_levels``, ``distinct_per_row``.
+        ``two_action_bound``, ``ece_sq``, ``ece``, ``n_levels``, ``distinct_per_row``.
 
     Examples
     --------
@@ -253,7 +253,7 @@ def cdl_finish(levels, *, by: Sequence[str] = (), method: str = "hull") -> pd.Da
         base = {**key, "n": int(n[gi]), "W": float(W[gi])}
         if not W[gi] > 0:
             rows.append(base | _nan_row("calibration_decision_loss", "v_star",
-                                        "two_action_bound", "ece2_squared", "ece") | shape)
+                                        "two_action_bound", "ece_sq", "ece") | shape)
             continue
         if method == "lp":
             v, Wk, ybar = (np.concatenate(x) for x in zip(*kept[gi]))
@@ -264,7 +264,7 @@ def cdl_finish(levels, *, by: Sequence[str] = (), method: str = "hull") -> pd.Da
             cdl, v_star, two_action = (x / W[gi] for x in curve.finish(gi))
         rows.append(base | {"calibration_decision_loss": float(cdl), "v_star": float(v_star),
                             "two_action_bound": float(two_action),
-                            "ece2_squared": float(ece2[gi] / W[gi]),
+                            "ece_sq": float(ece2[gi] / W[gi]),
                             "ece": float(ece[gi] / W[gi])} | shape)
     return pd.DataFrame(rows, columns=None if rows else [*by, "n", "W"])
 

@@ -113,7 +113,7 @@ def lipschitz_calibration_error(
     pandas.DataFrame
         One row per group: the keys, ``lipschitz_calibration_error``, ``n``, ``W``,
         ``quantization_bound`` (the value is within it of the exact one; 0 when exact),
-        ``levels`` (level sets or cells used), ``lipschitz`` (the constant K); with
+        ``n_levels`` (level sets or cells used), ``lipschitz`` (the constant K); with
         ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
@@ -149,7 +149,7 @@ def lipschitz_calibration_error(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     out = lipschitz_finish(_reduced(src, method, max_levels), by=src.by, lipschitz=lipschitz)
-    return result(src, out, ["lipschitz_calibration_error", "quantization_bound", "levels"],
+    return result(src, out, ["lipschitz_calibration_error", "quantization_bound", "n_levels"],
                   {"lipschitz": lipschitz})
 
 
@@ -223,11 +223,11 @@ def distance_to_calibration(
           the scores to the mean score of their LP bucket (0 when the LP runs on exact levels);
         - ``upper_distance``: the smallest valid upper bound on the upper distance, and
           ``upper_method``, the bound that gave it (see Notes);
-        - ``citl`` (|E[y − p]|, a lower bound on every distance), ``lipschitz_calibration_error``
-          (smCE on the levels used; max(citl, smCE/2) ≤ lower distance ≤ 2·smCE, up to
+        - ``abs_citl`` (|E[y − p]|, a lower bound on every distance), ``lipschitz_calibration_error``
+          (smCE on the levels used; max(abs_citl, smCE/2) ≤ lower distance ≤ 2·smCE, up to
           ``quantization_bound``, Theorem 6.7);
         - ``quantization_bound``: the same bound for the cells used (0 on exact levels), and
-          ``levels``, the number of levels or cells used;
+          ``n_levels``, the number of levels or cells used;
         - with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
@@ -414,18 +414,18 @@ def cells_frame(cells: pd.DataFrame) -> pd.DataFrame:
 def lipschitz_finish(frame: pd.DataFrame, *, by: Sequence[str], lipschitz: float = 1.0
                      ) -> pd.DataFrame:
     """smCE per group: the keys, ``n``, ``W``, ``lipschitz_calibration_error``,
-    ``quantization_bound``, ``levels``."""
+    ``quantization_bound``, ``n_levels``."""
     def finish(lv: _Levels) -> dict:
         return {"lipschitz_calibration_error": _smce(lv, lipschitz),
-                "quantization_bound": lipschitz * lv.quantization, "levels": len(lv.p)}
+                "quantization_bound": lipschitz * lv.quantization, "n_levels": len(lv.p)}
 
     return _per_group(by, frame, finish, {"lipschitz_calibration_error": np.nan,
-                                          "quantization_bound": np.nan, "levels": 0})
+                                          "quantization_bound": np.nan, "n_levels": 0})
 
 
 _DISTANCE_COLUMNS = ["lower_distance", "lower_tolerance", "lower_quantization", "upper_distance",
-                     "upper_method", "citl", "lipschitz_calibration_error",
-                     "quantization_bound", "levels"]
+                     "upper_method", "abs_citl", "lipschitz_calibration_error",
+                     "quantization_bound", "n_levels"]
 
 
 def distance_finish(frame: pd.DataFrame, *, by: Sequence[str], grid: int = 128,
@@ -439,11 +439,11 @@ def distance_finish(frame: pd.DataFrame, *, by: Sequence[str], grid: int = 128,
         return {"lower_distance": lower, "lower_tolerance": tolerance + coarse.quantization,
                 "lower_quantization": coarse.quantization,
                 "upper_distance": upper, "upper_method": method,
-                "citl": abs(lv.R.sum()) / lv.total,
+                "abs_citl": abs(lv.R.sum()) / lv.total,
                 "lipschitz_calibration_error": _smce(lv, 1.0),
-                "quantization_bound": lv.quantization, "levels": len(lv.p)}
+                "quantization_bound": lv.quantization, "n_levels": len(lv.p)}
 
-    empty = dict.fromkeys(_DISTANCE_COLUMNS, np.nan) | {"upper_method": None, "levels": 0}
+    empty = dict.fromkeys(_DISTANCE_COLUMNS, np.nan) | {"upper_method": None, "n_levels": 0}
     return _per_group(by, frame, finish, empty)
 
 
