@@ -553,8 +553,10 @@ def costs_cells(v: dict) -> list[Cost]:
 
 def costs_ls_ece(v: dict) -> list[Cost]:
     nodes, kernel = _ls_ece_grid(v)
-    return [Cost("noise_scale", "cells", nodes + kernel, "logit grid and kernel nodes per group"),
-            Cost("noise_scale", "bytes", LS_ECE_BYTES_PER_NODE * (nodes + kernel),
+    # the grid's step sets the cost: the caller's grid_step, else noise_scale's default one
+    option = "grid_step" if v.get("grid_step") else "noise_scale"
+    return [Cost(option, "cells", nodes + kernel, "logit grid and kernel nodes per group"),
+            Cost(option, "bytes", LS_ECE_BYTES_PER_NODE * (nodes + kernel),
                  "memory of the convolutions per group")]
 
 

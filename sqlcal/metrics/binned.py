@@ -587,8 +587,8 @@ def debiased_ece(
     Returns
     -------
     pandas.DataFrame
-        One row per group: ``ece_sq_debiased`` (may be negative: it is unbiased),
-        ``rmsce_debiased`` = :math:`\sqrt{\max(0, \cdot)}`, ``n``, ``W`` and ``n_bins``.
+        One row per group: the keys, ``ece_sq_debiased`` (may be negative: it is unbiased),
+        ``n``, ``W``, ``rmsce_debiased`` = :math:`\sqrt{\max(0, \cdot)}` and ``n_bins``.
 
     Notes
     -----
@@ -626,8 +626,10 @@ def debiased_finish(table: pd.DataFrame, *, by: Sequence[str] = ()) -> pd.DataFr
         bias = np.where(w >= 2, y * (1 - y) / np.maximum(w - 1, 1), 0.0)
         terms = np.where(w >= 2, (y - p) ** 2 - bias, 0.0)
         value = float((w * terms).sum() / W) if W > 0 else np.nan
-        return {"ece_sq_debiased": value, "rmsce_debiased": float(np.sqrt(max(value, 0.0))),
-                "n": int(part.n.sum()), "W": float(W), "n_bins": int((part.n > 0).sum()),
+        # keys, the value, n, W: the order of every result table (sqlcal.metrics.result)
+        return {"ece_sq_debiased": value, "n": int(part.n.sum()), "W": float(W),
+                "rmsce_debiased": float(np.sqrt(max(value, 0.0))),
+                "n_bins": int((part.n > 0).sum()),
                 # on_invalid="drop": the group's dropped rows (on each of its bins' rows)
                 **({"n_dropped": int(dropped.max())} if "n_dropped" in table else {})}
 

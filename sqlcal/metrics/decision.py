@@ -499,9 +499,9 @@ def decision_loss(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.4, 0.6], "y": [0, 1]})
     >>> sqlcal.decision_loss(df, score="p", label="y", threshold=[0.1, 0.5]).round(6)
-       threshold  n    W  decision_loss  payoff  recalibrated_payoff binning
-    0        0.1  2  2.0           0.05    0.95                  1.0  levels
-    1        0.5  2  2.0           0.00    1.00                  1.0  levels
+       threshold  decision_loss  n    W  payoff  recalibrated_payoff binning
+    0        0.1           0.05  2  2.0    0.95                  1.0  levels
+    1        0.5           0.00  2  2.0    1.00                  1.0  levels
     """
     if (threshold is None) == (payoffs is None):
         raise ValueError("pass exactly one of threshold= and payoffs=")
@@ -659,9 +659,10 @@ def decision_risk_gap(
     Returns
     -------
     pandas.DataFrame
-        One row per group and threshold: the keys, ``threshold``, ``n``, ``W``, ``risk`` (the
-        plug-in risk :math:`\hat R_{bd}(f;\tau)`), ``bayes_risk`` (the grouped-Bayes risk: the
-        best rule on the level sets), ``risk_gap`` = risk − bayes_risk (≤ plug-in ECE),
+        One row per group and threshold: the keys, ``threshold``, ``risk_gap`` = risk −
+        bayes_risk (≤ plug-in ECE), ``n``, ``W``, ``risk`` (the plug-in risk
+        :math:`\hat R_{bd}(f;\tau)`), ``bayes_risk`` (the grouped-Bayes risk: the best rule on
+        the level sets),
         ``monotone_risk`` (the best threshold rule in either direction, "never act" and "always
         act" included), ``monotone_risk_gap`` = risk − monotone_risk (≤ 2·cutoff error),
         ``best_rule`` ("never", "always", "increasing": act iff score ≥ ``best_threshold``, or
@@ -703,7 +704,7 @@ def decision_risk_gap(
     return src.present(_by_threshold(src, values, _RISK_COLUMNS, "threshold", thresholds))
 
 
-_RISK_COLUMNS = ["threshold", "risk", "bayes_risk", "risk_gap", "monotone_risk",
+_RISK_COLUMNS = ["threshold", "risk_gap", "risk", "bayes_risk", "monotone_risk",
                  "monotone_risk_gap", "best_rule", "best_threshold"]
 
 
@@ -911,9 +912,9 @@ def expected_cost(
     Returns
     -------
     pandas.DataFrame
-        One row per group and rule: the keys, ``rule``, ``n``, ``W``, ``expected_cost`` (the
-        label-free estimate per unit weight, :math:`\sum_i w_i\sum_j 1\{l_j<f_i\le r_j\}
-        [a_jf_i+b_j(1-f_i)]/W`; times W for the total), ``error_bound`` (bound on the absolute
+        One row per group and rule: the keys, ``rule``, ``expected_cost`` (the label-free
+        estimate per unit weight, :math:`\sum_i w_i\sum_j 1\{l_j<f_i\le r_j\}
+        [a_jf_i+b_j(1-f_i)]/W`; times W for the total), ``n``, ``W``, ``error_bound`` (bound on the absolute
         difference between the realised cost per unit weight and the estimate), ``cost_lower``,
         ``cost_upper`` (the range of the realised cost the bound allows: estimate ∓ bound, cut
         to the costs labels can give; see Notes), ``epsilon`` (the bound used for this table's
@@ -1710,6 +1711,10 @@ def _by_threshold(src: Source, values: pd.DataFrame, columns, name: str, wanted)
     (``on_invalid="drop"``) given one NaN row per wanted value instead of one row with ``name``
     missing."""
     out = result(src, values, columns, present=False)
+    # keys (``name`` one of them), the value, n, W: the order of every result table
+    order = [c for c in out.columns if c != columns[1]]
+    order.insert(order.index("n"), columns[1])
+    out = out[order]
     if "n_dropped" in out and not src.by:  # one group: result() put its count on the first row
         out["n_dropped"] = out["n_dropped"].ffill().astype(int)
     empty = out[name].isna()
