@@ -300,7 +300,7 @@ def run_task(name: str, con):
     elif name == "peer_tce":
         return task_peer_tce(t)
     elif name in ("isotonic", "isotonic_levels", "isotonic_engine"):
-        method = {"isotonic": "auto", "isotonic_levels": "levels", "isotonic_engine": "engine"}
+        method = {"isotonic": "auto", "isotonic_levels": "exact", "isotonic_engine": "engine"}
         m = sqlcal.isotonic(t, **kw, method=method[name])
         return {g: float(part["value"].to_numpy() @ part["W"].to_numpy() / part["W"].sum())
                 for g, part in m.table.groupby("g")}

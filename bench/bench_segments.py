@@ -99,7 +99,7 @@ def _cpu() -> float:
 
 
 def _measure(path: str, features: int, depth: int, mode: str, queue,
-             strategy: str = "levels") -> None:
+             strategy: str = "lattice") -> None:
     import ibis
 
     import sqlcal
@@ -219,8 +219,8 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=20)
     parser.add_argument("--depths", type=int, nargs="*", default=[2, 3])
     parser.add_argument("--mode", default="split", choices=["split", "full"])
-    parser.add_argument("--strategies", nargs="+", default=["levels"],
-                        choices=["levels", "cube"])
+    parser.add_argument("--strategies", nargs="+", default=["lattice"],
+                        choices=["lattice", "cube"])
     parser.add_argument("--dir", default=None, help="where the database file goes")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--db", default=None,

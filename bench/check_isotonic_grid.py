@@ -17,7 +17,7 @@ con = ibis.duckdb.connect(sys.argv[1], read_only=True)
 t = con.table("preds")
 kw = dict(score="p", label="y", by="g")
 grid = sqlcal.isotonic(t, **kw, method="grid")
-exact = sqlcal.isotonic(t, **kw, method="levels")
+exact = sqlcal.isotonic(t, **kw, method="exact")
 print(f"grid: {len(grid.table)} blocks, mixed cells {grid.info['mixed_cells']}; "
       f"exact: {len(exact.table)} blocks")
 rows = t.select("g", "p").execute()

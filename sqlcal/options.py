@@ -49,7 +49,10 @@ class Option:
     ``"count"`` (a whole number, int or float), ``"floats"`` (a number or a non-empty sequence of
     numbers), ``"metrics"`` (report metric names) or ``"any"`` (checked by the function itself).
     ``low``/``high`` bound numbers (``open_low``/``open_high`` exclude the bound); ``optional``
-    allows None; ``power_of_two`` asks an int to be one.
+    allows None; ``power_of_two`` asks an int to be one. ``renamed`` refuses an old spelling
+    with the new one named, never reading it under its new meaning: (old value, new value)
+    pairs of a choice, or a sentence saying which option took over the values a renamed
+    option's name used to take (shown when a value fails).
     """
 
     kind: str
@@ -61,6 +64,7 @@ class Option:
     open_high: bool = False
     optional: bool = False
     power_of_two: bool = False
+    renamed: tuple | str = ()
 
     def allowed(self) -> str:
         """What the option accepts, in words."""
@@ -185,7 +189,8 @@ OPTIONS: dict[str, Option] = {
     "validation_label": Option("column", "the label column of the validation data",
                                optional=True),
     "method": Option("choice", "how the isotonic fit is computed",
-                     choices=("auto", "levels", "grid", "engine")),
+                     choices=("auto", "exact", "grid", "engine"), renamed=(("levels", "exact"),
+                                                                          ("cells", "grid"))),
     "scoring": Option("choice", "the proper score decomposed", choices=("brier", "log_loss")),
     # recalibration
     "interpolation": Option("choice", "between blocks of the isotonic map",
@@ -194,8 +199,7 @@ OPTIONS: dict[str, Option] = {
                       choices=("logit", "score")),
     "smoothed_targets": Option("bool", "Platt's smoothed targets instead of 0/1"),
     "modified": Option("bool", "fall back to the group's rate when the fit is miscalibrated"),
-    "tolerance": Option("float", "cutoff error a modified Platt fit may keep", low=0,
-                        optional=True),
+
     # reports
     "metrics": Option("metrics", "metric names of sqlcal.reporting.report_table.METRICS"),
     "time": Option("column", "the time key of a series"),
@@ -230,14 +234,16 @@ OPTIONS: dict[str, Option] = {
 OVERRIDES: dict[str, dict[str, Option]] = {
     "isotonic": {"cells": Option("int", "grid cells of the first fit", low=2,
                                  power_of_two=True)},
+    "platt": {"epsilon": Option("float", "cutoff error a modified Platt fit may keep", low=0,
+                                optional=True)},
     "multiclass": {
         "mode": Option("choice", "top-label or class-wise calibration",
                        choices=("top_label", "classwise")),
         "label": Option("column", "the true class (wide) or the 0/1 class indicator (long)"),
         "classes": Option("any", "wide format: the label value of each probability column",
                           optional=True),
-        "tolerance": Option("float", "largest |sum of an example's probabilities - 1| accepted",
-                            low=0),
+        "sum_tolerance": Option("float", "largest |sum of an example's probabilities - 1| "
+                                "accepted", low=0),
     },
     "temperature_scaling": {
         "format": Option("choice", "long (one row per class) or wide (a column per class)",
@@ -245,8 +251,8 @@ OVERRIDES: dict[str, dict[str, Option]] = {
         "label": Option("column", "the true class (wide) or the 0/1 class indicator (long)"),
         "classes": Option("any", "wide format: the label value of each probability column",
                           optional=True),
-        "tolerance": Option("float", "largest |sum of an example's probabilities - 1| accepted",
-                            low=0),
+        "sum_tolerance": Option("float", "largest |sum of an example's probabilities - 1| "
+                                "accepted", low=0),
         "clip": Option("float", "probabilities below it are raised to it before their log",
                        low=0, high=1, open_low=True, open_high=True, optional=True),
         "max_scans": Option("int", "the most Newton scans of the rows", low=1),
@@ -303,14 +309,18 @@ OVERRIDES["detect"] = {
     # twice the score (relative); above it the null says nothing, and 1e308 overflowed
     "tolerance": Option("floats", "the null's tolerance (a, r): |E[y | p] - p| <= a + r p",
                         low=0, high=1),
-    "alpha": Option("float", "bound on the probability of any false alarm over the horizon",
+    "alpha": Option("float", "bound on the probability of any false alarm over the checks",
                     low=0, high=1, open_low=True, open_high=True),
-    "horizon": Option("int", "daily checks the false-alarm bound covers", low=1),
+    "checks": Option("int", "daily checks the false-alarm bound covers", low=1),
     "windows": Option("floats", "plug-in windows of the averaged detector, in days", low=1),
     "reference": Option("any", "(first day, last day) whose scores set the bet bins",
                         optional=True),
     "reference_days": Option("int", "mature days of the default reference window", low=1),
-    "maturity_horizon": _AGE, "settle": _AGE, "at": _WHEN,
+    # horizon is the labels' maturity age, as in snapshot and stored; a number of daily checks
+    # (its meaning before 0.x renamed it) is refused, never read as days
+    "horizon": dataclasses.replace(_AGE, renamed="the number of daily checks the false-alarm "
+                                   "bound covers is checks="),
+    "settle": _AGE, "at": _WHEN,
     "lag": Option("text", "'lag:<a>d': an early stream on the labels known at age a",
                   optional=True),
     "null": Option("choice", "calibrated within tolerance, or as calibrated as the reference "
@@ -338,7 +348,7 @@ _SEARCH = {
     "max_candidates": Option("int", "most candidate segments searched (a budget)", low=1),
     "strategy": Option("choice", "group the base table at every level, or build the reduced "
                        "cube once (two base-table scans whatever the depth)",
-                       choices=("levels", "cube")),
+                       choices=("lattice", "cube"), renamed=(("levels", "lattice"),)),
     "weight_kind": Option("choice", OPTIONS["weight_kind"].description,
                           choices=OPTIONS["weight_kind"].choices, optional=True),
 }
@@ -371,6 +381,20 @@ OVERRIDES["segment_fix"] = {
                    choices=("shift", "platt", "isotonic"))}
 OVERRIDES["source"] = {"score": Option("column", OPTIONS["score"].description),
                        "label": Option("column", OPTIONS["label"].description)}
+
+#: keywords renamed in 0.x, per function: old -> new. Passing the old one is an OptionError
+#: naming the new one (not the unknown keyword's TypeError), so code written for the old name
+#: says what to change
+RENAMED: dict[str, dict[str, str]] = {
+    "detect": {"maturity_horizon": "horizon"},
+    # the cutoff error a modified Platt fit may keep is the cutoff error's epsilon; the
+    # probabilities' sum tolerance is not the detector's tolerance (a, r)
+    "platt": {"tolerance": "epsilon"},
+    "multiclass": {"tolerance": "sum_tolerance"},
+    # the logit grid's spacing is the grid_step column it reports
+    "ls_ece": {"step": "grid_step"},
+    "temperature_scaling": {"tolerance": "sum_tolerance"},
+}
 
 #: the keywords every metric forwards to :func:`sqlcal.source`
 SOURCE_OPTIONS = ("table", "on_invalid", "soft_labels", "negative_sampling_rate",
@@ -472,7 +496,7 @@ def _ls_ece_grid(v: dict) -> tuple[float, float]:
     # 2·half + 1 nodes (smooth._kernel)
     sigma, clip = _float(v["noise_scale"]), _float(v["clip"])
     gaussian = v["noise"] == "gaussian"
-    delta = v.get("step") or (min(sigma, 1.0) / 20 if gaussian else min(sigma, 1.0) / 200)
+    delta = v.get("grid_step") or (min(sigma, 1.0) / 20 if gaussian else min(sigma, 1.0) / 200)
     if not delta > 0:  # a subnormal noise_scale: its step underflows, the grid is unbounded
         return math.inf, math.inf
     span = 2 * math.log((1 - clip) / clip)
@@ -522,8 +546,10 @@ def costs_cells(v: dict) -> list[Cost]:
 
 def costs_ls_ece(v: dict) -> list[Cost]:
     nodes, kernel = _ls_ece_grid(v)
-    return [Cost("noise_scale", "cells", nodes + kernel, "logit grid and kernel nodes per group"),
-            Cost("noise_scale", "bytes", LS_ECE_BYTES_PER_NODE * (nodes + kernel),
+    # the grid's step sets the cost: the caller's grid_step, else noise_scale's default one
+    option = "grid_step" if v.get("grid_step") else "noise_scale"
+    return [Cost(option, "cells", nodes + kernel, "logit grid and kernel nodes per group"),
+            Cost(option, "bytes", LS_ECE_BYTES_PER_NODE * (nodes + kernel),
                  "memory of the convolutions per group")]
 
 
@@ -682,6 +708,10 @@ def check(function_name: str, options: dict) -> dict:
     name = function_name
     allowed = keywords(function_name)
     for key in options:
+        moved = RENAMED.get(spec.name, {}).get(key)
+        if moved is not None and key not in allowed:
+            raise OptionError(f"{name}(): {key}= was renamed {moved}=; pass {moved}="
+                              f"{_show(options[key])}")
         if key not in allowed:
             close = difflib.get_close_matches(key, allowed, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -730,6 +760,9 @@ def _check_value(shown: str, function: str, key: str, value: Any) -> None:
         if not isinstance(value, (bool, np.bool_)):
             _fail(shown, key, value, o)
     elif kind == "choice":
+        new = dict(o.renamed).get(value) if isinstance(value, str) else None
+        if new is not None:
+            raise OptionError(f"{shown}(): {key}={value!r} was renamed {key}={new!r}")
         if not isinstance(value, str) or value not in o.choices:
             _fail(shown, key, value, o)
     elif kind in ("column", "text"):
@@ -776,8 +809,9 @@ def _in_range(x: Any, o: Option) -> bool:
 
 
 def _fail(function: str, key: str, value: Any, o: Option) -> None:
+    moved = f"; {o.renamed}" if isinstance(o.renamed, str) and o.renamed else ""
     raise OptionError(f"{function}(): {key} must be {o.allowed()}, not {_show(value)} "
-                      f"({key}: {o.description})")
+                      f"({key}: {o.description}){moved}")
 
 
 def _show(value: Any) -> str:

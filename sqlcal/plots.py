@@ -415,8 +415,8 @@ def cumulative_plot(
         (line,) = ax.plot(along, curve["s"], lw=1.4, label=name)
         ax.fill_between(along, curve["s_low"], curve["s_high"], color=line.get_color(),
                         alpha=0.15, lw=0)
-        ax.plot(along, 2 * curve["sigma"], color=line.get_color(), ls=":", lw=1)
-        ax.plot(along, -2 * curve["sigma"], color=line.get_color(), ls=":", lw=1)
+        ax.plot(along, 2 * curve["null_sd"], color=line.get_color(), ls=":", lw=1)
+        ax.plot(along, -2 * curve["null_sd"], color=line.get_color(), ls=":", lw=1)
     ax.axhline(0, color="0.6", lw=1)
     ax.set(xlabel="cumulative share of weight" if x == "weight" else "score",
            ylabel="cumulative residual Σw(y − p) / W",
@@ -441,7 +441,7 @@ def cumulative_curve(cells: pd.DataFrame) -> pd.DataFrame:
     pandas.DataFrame
         One row at the origin and one per cell end: ``weight_share`` (cumulative share of the
         weight), ``score`` (the cell's highest score), ``s`` = S/W, ``s_low`` and ``s_high``
-        (how far S/W can reach inside the cell), ``sigma`` (the null standard deviation of S/W
+        (how far S/W can reach inside the cell), ``null_sd`` (the null standard deviation of S/W
         so far).
 
     Examples
@@ -450,7 +450,7 @@ def cumulative_curve(cells: pd.DataFrame) -> pd.DataFrame:
     >>> cells = pd.DataFrame({"W": [2.0, 2.0], "total": [0.7, 0.3], "positive": [0.8, 0.3],
     ...                       "negative": [0.1, 0.0], "var": [0.25, 0.25], "p_max": [0.2, 0.9]})
     >>> sqlcal.plots.cumulative_curve(cells).round(6)
-       weight_share  score      s  s_low  s_high     sigma
+       weight_share  score      s  s_low  s_high   null_sd
     0           0.0    0.0  0.000  0.000    0.00  0.000000
     1           0.5    0.2  0.175 -0.025    0.20  0.125000
     2           1.0    0.9  0.250  0.175    0.25  0.176777
@@ -470,7 +470,7 @@ def cumulative_curve(cells: pd.DataFrame) -> pd.DataFrame:
         "s": np.concatenate([[0.0], end / W]),
         "s_low": np.concatenate([[0.0], np.minimum(low, end) / W]),
         "s_high": np.concatenate([[0.0], np.maximum(high, end) / W]),
-        "sigma": np.concatenate([[0.0], np.sqrt(var) / W]),
+        "null_sd": np.concatenate([[0.0], np.sqrt(var) / W]),
     })
 
 

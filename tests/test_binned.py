@@ -66,7 +66,7 @@ def test_edge_values_follow_each_peer(upload, i, convention):
     df["g"] = df.p.astype(str)  # one probe per group, so each reports its own bin
     got = sqlcal.reliability(upload(df), score="p", label="y", by="g", bins=10,
                              convention=convention)
-    assert dict(zip(got.p_min, got.bin)) == {p: ids[i] for p, ids in EDGE_PROBE.items()}
+    assert dict(zip(got.score_min, got.bin)) == {p: ids[i] for p, ids in EDGE_PROBE.items()}
 
 
 def test_sklearn_calibration_curve_uniform(upload):
@@ -90,7 +90,7 @@ def test_sklearn_calibration_curve_quantile(upload, ties):
     np.testing.assert_allclose(got.observed, prob_true, **TOL)
     np.testing.assert_allclose(got.mean_score, prob_pred, **TOL)
     # ties are never split: every score value lives in exactly one bin
-    assert (got.p_max.to_numpy()[:-1] < got.p_min.to_numpy()[1:]).all()
+    assert (got.score_max.to_numpy()[:-1] < got.score_min.to_numpy()[1:]).all()
 
 
 def test_relplot_binned_ece(upload):

@@ -116,14 +116,14 @@ def test_cdl_fixture_a(upload, eps):
                                     score="p", label="y")
     assert out["calibration_decision_loss"][0] == pytest.approx(0.5 - eps, abs=1e-12)
     assert out["v_star"][0] == pytest.approx(0.5 - eps, abs=1e-12)
-    assert out["ece2_squared"][0] == pytest.approx((0.5 - eps) ** 2, abs=1e-12)
+    assert out["ece_sq"][0] == pytest.approx((0.5 - eps) ** 2, abs=1e-12)
 
 
 def test_cdl_fixture_c(upload):
     out = calibration_decision_loss(upload(level_rows([0.5], [6], [10])), score="p", label="y")
     assert out["calibration_decision_loss"][0] == pytest.approx(0.2, abs=1e-12)
     assert out["v_star"][0] == pytest.approx(0.2, abs=1e-12)
-    assert out["ece2_squared"][0] == pytest.approx(0.01, abs=1e-12)
+    assert out["ece_sq"][0] == pytest.approx(0.01, abs=1e-12)
 
 
 @pytest.mark.parametrize("K, want", [(20, 0.0165), (200, 0.011615)])
@@ -135,7 +135,7 @@ def test_cdl_fixture_d_discretised_with_weights(upload, K, want):
     out = calibration_decision_loss(upload(df), score="p", label="y", weight="w")
     assert out["calibration_decision_loss"][0] == pytest.approx(want, abs=1e-9)
     assert out["v_star"][0] == pytest.approx(want, abs=1e-9)
-    assert out["ece2_squared"][0] == pytest.approx(0.01, abs=1e-12)
+    assert out["ece_sq"][0] == pytest.approx(0.01, abs=1e-12)
     assert out["ece"][0] == pytest.approx(0.1, abs=1e-12)
     if K == 20:
         lp = calibration_decision_loss(upload(df), score="p", label="y", weight="w", method="lp")
@@ -151,7 +151,7 @@ def test_cdl_fixture_e_and_weighted_twin(upload):
                                             method=method)
             assert out["calibration_decision_loss"][0] == pytest.approx(0.4, abs=LP_ATOL)
             assert out["v_star"][0] == pytest.approx(7 / 15, abs=1e-12)
-            assert out["ece2_squared"][0] == pytest.approx(0.17, abs=1e-12)
+            assert out["ece_sq"][0] == pytest.approx(0.17, abs=1e-12)
             assert out["ece"][0] == pytest.approx(0.3, abs=1e-12)
         assert out["n_levels"][0] == 3
 
@@ -555,7 +555,7 @@ def _all_metrics(data, **kw):
     opts = dict(score="p", label="y", **kw)
     return [
         calibration_decision_loss(data, **opts)[["calibration_decision_loss", "v_star",
-                                                 "two_action_bound", "ece2_squared"]],
+                                                 "two_action_bound", "ece_sq"]],
         decision_loss(data, threshold=[0.2, 0.5], **opts)[["decision_loss"]],
         decision_risk_gap(data, threshold=[0.2, 0.5], **opts)[
             ["risk", "bayes_risk", "monotone_risk"]],

@@ -285,7 +285,7 @@ def everything(t, **kw):
                 "emd": smce(t, lipschitz=2, **kw).iloc[0].lipschitz_calibration_error,
                 "lower": d.lower_distance, "tolerance": d.lower_tolerance, "upper": d.upper_distance,
                 "method": d.upper_method, "intce": intce(t, **kw).iloc[0].interval_calibration_error,
-                "citl": d.citl}
+                "abs_citl": d.abs_citl}
 
 
 def check(got, **want):
@@ -304,7 +304,7 @@ def test_fixture_a(upload, eps):
     got = everything(t)
     check(got, smce=eps * (1 - 2 * eps) / 2, emd=eps * (1 - 2 * eps),
           lower=eps * (1 - 2 * eps), upper=min(eps, 0.5 - eps),
-          intce=min(2 * eps, 0.5 - eps), citl=0.0)
+          intce=min(2 * eps, 0.5 - eps), abs_citl=0.0)
     # the LP places mass at the levels and the grid: here the optimum is on it, so exact
     assert abs(got["lower"] - eps * (1 - 2 * eps)) < LP_TOL
 
@@ -318,7 +318,7 @@ def test_fixture_b(upload, eps, lower):
 
 def test_fixture_c(upload):
     t = upload(pd.DataFrame({"p": [0.5] * 10, "y": [1.0] * 6 + [0.0] * 4}))
-    check(everything(t), smce=0.1, emd=0.1, lower=0.1, upper=0.1, intce=0.1, citl=0.1)
+    check(everything(t), smce=0.1, emd=0.1, lower=0.1, upper=0.1, intce=0.1, abs_citl=0.1)
 
 
 def test_fixture_d_discretized_with_weights(upload):
@@ -327,7 +327,7 @@ def test_fixture_d_discretized_with_weights(upload):
     df = pd.DataFrame({"p": np.r_[v, v], "y": np.r_[np.ones(K), np.zeros(K)],
                        "w": np.r_[v - eps, 1 - (v - eps)]})
     check(everything(upload(df), weight="w"), smce=eps, emd=eps, lower=eps, upper=eps,
-          intce=eps, citl=eps)
+          intce=eps, abs_citl=eps)
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -342,7 +342,7 @@ def test_fixture_e(upload, weighted):
     t = upload(df)
     got = everything(t, **kw)
     # the upper distance 7/30 needs the non-contiguous grouping {0.1, 0.7}, {0.6}
-    check(got, smce=0.25, emd=4 / 15, lower=7 / 30, upper=7 / 30, intce=0.3, citl=7 / 30)
+    check(got, smce=0.25, emd=4 / 15, lower=7 / 30, upper=7 / 30, intce=0.3, abs_citl=7 / 30)
     assert got["method"] == "partitions"
 
 
@@ -366,7 +366,7 @@ def test_fixture_e_without_the_exact_search(upload, weighted, monkeypatch):
 def test_single_level(upload):
     # mini-check: one level set (0.3, ȳ = 0.1): every measure is |ȳ − v| = 0.2
     t = upload(pd.DataFrame({"p": [0.3] * 10, "y": [1.0] + [0.0] * 9}))
-    check(everything(t), smce=0.2, emd=0.2, lower=0.2, upper=0.2, intce=0.2, citl=0.2)
+    check(everything(t), smce=0.2, emd=0.2, lower=0.2, upper=0.2, intce=0.2, abs_citl=0.2)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -393,7 +393,7 @@ def test_one_sided_miscalibration_pins_every_measure(upload, sign):
     df = pd.DataFrame({"p": p, "y": y})
     got = everything(upload(df), soft_labels=True)
     want = abs((y - p).mean())
-    check(got, smce=want, emd=want, lower=want, upper=want, intce=want, citl=want)
+    check(got, smce=want, emd=want, lower=want, upper=want, intce=want, abs_citl=want)
 
 
 def test_platt_counterexample_of_seed000(upload):
@@ -412,16 +412,16 @@ def test_cells_within_their_bound(upload):
     df = calibration_data(3000, seed=5, weights=True)
     t = upload(df)
     exact = smce(t, weight="w", method="exact").iloc[0]
-    cells = smce(t, weight="w", method="cells").iloc[0]
+    cells = smce(t, weight="w", method="grid").iloc[0]
     auto = smce(t, weight="w", max_levels=100).iloc[0]
-    assert exact.quantization_bound == 0 and exact.levels == 3000
+    assert exact.quantization_bound == 0 and exact.n_levels == 3000
     assert 0 < cells.quantization_bound < 2**-15
     assert abs(cells.lipschitz_calibration_error - exact.lipschitz_calibration_error) \
         <= cells.quantization_bound
-    assert auto.levels == cells.levels
+    assert auto.n_levels == cells.n_levels
     assert smce(t, weight="w").iloc[0].quantization_bound == 0  # auto reads the levels here
     d_exact = dist(t, weight="w", method="exact").iloc[0]
-    d_cells = dist(t, weight="w", method="cells").iloc[0]
+    d_cells = dist(t, weight="w", method="grid").iloc[0]
     # the certified brackets of the lower distance overlap, and each upper bound is valid
     assert d_cells.lower_distance - d_cells.lower_tolerance <= \
         d_exact.lower_distance + d_exact.lower_quantization + LP_TOL
@@ -430,7 +430,7 @@ def test_cells_within_their_bound(upload):
     assert d_cells.lower_quantization >= d_cells.quantization_bound
     for d in (d_exact, d_cells):
         assert d.lower_distance - d.lower_tolerance <= d.upper_distance
-    assert intce(t, weight="w", method="cells").iloc[0].method == "bucketed"
+    assert intce(t, weight="w", method="grid").iloc[0].method == "bucketed"
 
 
 # -- properties --------------------------------------------------------------------------------
@@ -459,7 +459,7 @@ def predictions(draw, max_rows=30):
 
 VALUES = [(lipschitz_calibration_error, {}, ["lipschitz_calibration_error"]),
           (lipschitz_calibration_error, {"lipschitz": 2}, ["lipschitz_calibration_error"]),
-          (distance_to_calibration, {"grid": 16}, ["lower_distance", "upper_distance", "citl"]),
+          (distance_to_calibration, {"grid": 16}, ["lower_distance", "upper_distance", "abs_citl"]),
           (interval_calibration_error, {}, ["interval_calibration_error"]),
           (interval_calibration_error, {"bins": 4}, ["interval_calibration_error"])]
 
@@ -481,12 +481,12 @@ def _inequalities(upload, df):
     i = intce(t, weight="w").iloc[0].interval_calibration_error
     ece = ece_levels(df.p, df.y, df.w)
     tol = 1e-9
-    assert d.citl - tol <= s <= ece + tol
+    assert d.abs_citl - tol <= s <= ece + tol
     assert emd / 2 - tol <= s <= emd + tol
     lower_min = d.lower_distance - d.lower_tolerance
     lower_max = d.lower_distance + d.lower_quantization
     assert s / 2 - LP_TOL <= lower_max and lower_min <= 2 * s + LP_TOL
-    assert d.citl - LP_TOL <= lower_max
+    assert d.abs_citl - LP_TOL <= lower_max
     assert lower_min <= d.upper_distance + LP_TOL
     assert d.upper_distance <= min(ece, i) + tol
     # Lemma 6.13 and Theorem 6.9: intCE, hence the upper distance, is ≤ 4·sqrt(lower distance)
@@ -550,4 +550,4 @@ def test_groups_read_only_their_own_mixed_cells(upload):
             alone = metric(upload(df[df.g == g]), score="p", label="y", **opts)
             np.testing.assert_allclose(grouped.loc[[g]].to_numpy(float),
                                        alone[cols].to_numpy(float), rtol=1e-9, atol=1e-12)
-    assert (lipschitz_calibration_error(t, score="p", label="y", by="g").levels == [2, 3]).all()
+    assert (lipschitz_calibration_error(t, score="p", label="y", by="g").n_levels == [2, 3]).all()

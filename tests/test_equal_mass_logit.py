@@ -53,8 +53,8 @@ def test_split_edges_and_bins_match_numpy(upload, split_used):
         np.testing.assert_array_equal(part.bin_upper.to_numpy()[:-1], edges[part.bin.to_numpy()[:-1]])
         sums = rows.assign(b=ids, wp=rows.w * rows.p, wy=rows.w * rows.y).groupby("b")
         np.testing.assert_array_equal(part.n.to_numpy(), sums.size().to_numpy())
-        np.testing.assert_allclose(part.expected.to_numpy(), sums.wp.sum().to_numpy(), **TOL)
-        np.testing.assert_allclose(part.observed.to_numpy(), sums.wy.sum().to_numpy(), **TOL)
+        np.testing.assert_allclose(part.expected_positives.to_numpy(), sums.wp.sum().to_numpy(), **TOL)
+        np.testing.assert_allclose(part.observed_positives.to_numpy(), sums.wy.sum().to_numpy(), **TOL)
 
 
 def test_split_serves_quantile_ece_and_hosmer_lemeshow(con, upload, split_used):

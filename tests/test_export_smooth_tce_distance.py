@@ -32,14 +32,14 @@ CASES = [
     ("tce_bins", {"strategy": "uniform", "bins": 4}, ["levels"]),
     ("tce_bins", {"n_min": 50, "n_max": 400}, ["levels"]),
     ("lipschitz_calibration_error", {}, ["levels"]),
-    ("lipschitz_calibration_error", {"method": "cells"}, ["score_cells_16384"]),
+    ("lipschitz_calibration_error", {"method": "grid"}, ["score_cells_16384"]),
     ("lipschitz_calibration_error", {"method": "exact", "lipschitz": 2.0}, ["levels"]),
     ("distance_to_calibration", {"grid": 32, "lower_levels": 16}, ["levels"]),
-    ("distance_to_calibration", {"method": "cells", "grid": 32, "lower_levels": 16},
+    ("distance_to_calibration", {"method": "grid", "grid": 32, "lower_levels": 16},
      ["score_cells_16384"]),
     ("interval_calibration_error", {}, ["levels"]),
-    ("interval_calibration_error", {"method": "cells"}, ["score_cells_16384"]),
-    ("interval_calibration_error", {"bins": 10, "method": "cells"}, ["uniform_bins_10"]),
+    ("interval_calibration_error", {"method": "grid"}, ["score_cells_16384"]),
+    ("interval_calibration_error", {"bins": 10, "method": "grid"}, ["uniform_bins_10"]),
 ]
 
 
@@ -112,8 +112,8 @@ def test_smooth_ece_statement_is_the_histogram_it_reads():
 FROM_LEVELS = [("ls_ece", {}), ("smooth_ece", {"sigma": 1 / 256}),
                ("smooth_reliability", {"sigma": 0.1, "points": 11}),
                ("tce", {"strategy": "quantile", "bins": 4}),
-               ("distance_to_calibration", {"method": "cells", "grid": 16, "lower_levels": 8}),
-               ("interval_calibration_error", {"bins": 12, "method": "cells"})]
+               ("distance_to_calibration", {"method": "grid", "grid": 16, "lower_levels": 8}),
+               ("interval_calibration_error", {"bins": 12, "method": "grid"})]
 
 
 def test_one_shot_forms_finish_from_the_exported_levels_too(con, upload):
@@ -134,9 +134,9 @@ def test_one_shot_forms_finish_from_the_exported_levels_too(con, upload):
 #: cells, then levels: the levels statement is its one-shot export)
 ONE_SHOT = [("ls_ece", {}), ("smooth_ece", {"sigma": 0.05}),
             ("smooth_reliability", {"sigma": 1 / 256}),
-            ("lipschitz_calibration_error", {"method": "cells"}),
+            ("lipschitz_calibration_error", {"method": "grid"}),
             ("lipschitz_calibration_error", {"method": "exact"}),
-            ("distance_to_calibration", {"method": "cells", "grid": 16, "lower_levels": 8}),
+            ("distance_to_calibration", {"method": "grid", "grid": 16, "lower_levels": 8}),
             ("interval_calibration_error", {"method": "exact"}),
             ("interval_calibration_error", {"bins": 10})]
 

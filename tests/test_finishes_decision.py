@@ -80,7 +80,7 @@ def test_cdl_finish_equals_the_pairwise_lp_on_the_rows_level_sets(seed):
         w, y, p = (part[c].to_numpy(float) for c in ("w", "y", "p"))
         ybar_row = np.array([(w * y)[p == x].sum() / w[p == x].sum() for x in p])
         assert row["ece"] == pytest.approx((w * np.abs(ybar_row - p)).sum() / w.sum(), rel=1e-12)
-        assert row["ece2_squared"] == pytest.approx((w * (ybar_row - p) ** 2).sum() / w.sum(),
+        assert row["ece_sq"] == pytest.approx((w * (ybar_row - p) ** 2).sum() / w.sum(),
                                                     rel=1e-12)
         assert row["n"] == len(part) and row["W"] == pytest.approx(w.sum(), rel=1e-12)
         assert row["n_levels"] == len(v)
@@ -259,7 +259,7 @@ def test_corp_finish_equals_the_scores_of_the_rows(scoring):
     for key, values in want.items():
         row = got[got["g"] == key].iloc[0]
         np.testing.assert_allclose(
-            row[["score", "miscalibration", "discrimination", "uncertainty"]].to_numpy(float),
+            row[["mean_loss", "miscalibration", "discrimination", "uncertainty"]].to_numpy(float),
             values, rtol=1e-10, atol=1e-13)
 
 
@@ -280,6 +280,6 @@ def test_from_summaries_with_the_levels_equals_the_finish_on_them():
         n=("p", "size"), W=("w", "sum"), swp=("wp", "sum"), swy=("wy", "sum"))
     want = cdl_finish(predictor_levels(bins, ["g"]), by=["g"])
     assert cdl["binning"].tolist() == ["uniform(5, sqlcal)"] * 2
-    cols = ["calibration_decision_loss", "v_star", "two_action_bound", "ece2_squared", "ece"]
+    cols = ["calibration_decision_loss", "v_star", "two_action_bound", "ece_sq", "ece"]
     np.testing.assert_allclose(cdl[cols].to_numpy(float), want[cols].to_numpy(float),
                                rtol=1e-12)

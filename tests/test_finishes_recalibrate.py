@@ -127,7 +127,7 @@ def check_isotonic(fitted, df: pd.DataFrame, by: list[str]) -> None:
 
 
 @pytest.mark.parametrize("weights", [None, "whole", "fractional"])
-@pytest.mark.parametrize("method", ["auto", "levels"])
+@pytest.mark.parametrize("method", ["auto", "exact"])
 def test_isotonic_from_levels_equals_sklearn_and_brute_force_pav(weights, method):
     df = rows(1500, seed=1, weights=weights, groups=3)
     fitted = sqlcal.isotonic(levels_source(df, ["g"]), method=method)
@@ -264,7 +264,7 @@ def test_modified_platt_from_levels_cutoff_error_by_brute_force_over_intervals(w
     # the in-sample cutoff error of the mapped scores: the largest |Σ w(y − f)| over every
     # interval of mapped values, enumerated here row by row, over W
     df = rows(240, seed=10, weights=weights, groups=2, decimals=2)
-    fitted = sqlcal.platt(levels_source(df, ["g"]), modified=True, tolerance=0.05)
+    fitted = sqlcal.platt(levels_source(df, ["g"]), modified=True, epsilon=0.05)
     table = fitted.table.set_index("g")
     for (g,), part in parts(df, ["g"]):
         p, y = part["p"].to_numpy(float), part["y"].to_numpy(float)

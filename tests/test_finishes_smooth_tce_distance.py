@@ -194,7 +194,7 @@ def test_distance_finishes_on_cells_stay_within_their_bound():
     exact = distance.lipschitz_finish(distance.levels_frame(levels), by=[]).iloc[0]
     cells = local.evaluate(declared.cells(16, "sums"), levels, [])
     coarse = distance.lipschitz_finish(distance.cells_frame(cells), by=[]).iloc[0]
-    assert coarse.levels <= 16 < exact.levels
+    assert coarse.n_levels <= 16 < exact.n_levels
     assert 0 < coarse.quantization_bound
     assert abs(coarse.lipschitz_calibration_error - exact.lipschitz_calibration_error) <= \
         coarse.quantization_bound + 1e-12

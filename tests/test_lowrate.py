@@ -107,7 +107,7 @@ def test_ratio_deciles_match_numpy_quantiles():
         for _, row in mine.iterrows():
             rows = part[ids == row.bin]
             assert row.n == len(rows) and row.n_positive == rows.y.sum()
-            np.testing.assert_allclose(row.expected, rows.p.sum(), **TOL)
+            np.testing.assert_allclose(row.expected_positives, rows.p.sum(), **TOL)
             if rows.y.sum():
                 np.testing.assert_allclose(row.calibration_ratio, rows.p.sum() / rows.y.sum(),
                                            **TOL)

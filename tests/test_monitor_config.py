@@ -47,7 +47,7 @@ def test_every_accepted_key_is_in_the_schema():
             "alerts": [{"window": "last_7d", "metric": "ece", "above": 0.02}],
             "detect": {"kind": "binned", "bins": 8, "bet_windows": [3, 7, 28],
                        "tolerance": {"absolute": 0.0, "relative": 0.1}, "alpha": 0.05,
-                       "horizon": 365, "lag": "lag:1d", "reference": "2026-08-01..2026-08-31",
+                       "checks": 365, "lag": "lag:1d", "reference": "2026-08-01..2026-08-31",
                        "reference_days": 28, "null": "calibrated"},
             "monitor": {"results_table": "calibration_results"}}
     assert schema_errors(full) == []
@@ -58,7 +58,7 @@ def test_every_accepted_key_is_in_the_schema():
 
 @pytest.mark.parametrize("section, block, named", [
     ("detect", {"alpah": 0.05}, "alpah"),
-    ("detect", {"horizon": "365"}, "horizon"),
+    ("detect", {"checks": "365"}, "checks"),
     ("detect", {"tolerance": {"relativ": 0.1}}, "relativ"),
     ("windows", {"last_7d": {"dayz": 7}}, "dayz"),
     ("windows", {"last_7d": {"days": "7"}}, "days"),

@@ -379,7 +379,7 @@ def test_decomposition_terms_against_direct_fits():
 def test_detect_options_are_checked(stored_stream):
     from sqlcal.options import OptionError
     _, path = stored_stream
-    for kwargs, name in (({"alpha": 2}, "alpha"), ({"horizon": 0}, "horizon"),
+    for kwargs, name in (({"alpha": 2}, "alpha"), ({"checks": 0}, "checks"),
                          ({"bins": 0}, "bins"), ({"windows": ()}, "windows"),
                          ({"by": "nope"}, "by")):
         with pytest.raises(OptionError, match=name):
@@ -394,7 +394,7 @@ def test_monitor_command_alarms_with_exit_code_3(stored_stream, tmp_path, capsys
     toml = tmp_path / "monitor.toml"
     toml.write_text(f'[source]\ndata = "unused.duckdb"\nscore = "p"\nlabel = "y"\ntime = "t"\n'
                     f'weight = "w"\nby = ["g"]\n[snapshot]\nstore = "{path}"\n'
-                    f'[detect]\nalpha = 0.05\nhorizon = 365\n')
+                    f'[detect]\nalpha = 0.05\nchecks = 365\n')
     code = main(["monitor", "--config", str(toml), "--json-file", str(tmp_path / "m.json"),
                  "--html", str(tmp_path / "m.html")])
     out = capsys.readouterr().out
@@ -562,7 +562,7 @@ def test_early_stream_from_the_store_equals_the_detector_on_raw_rows(tmp_path):
     sqlcal.snapshot(df.drop(columns="day"), score="p", label="y", weight="w", by="g", time="t",
                     label_time="lt", store=path, as_of=as_of, bins=(), ls_ece_sigma=(),
                     smooth_grids=())
-    found = detect.detect(path, lag="lag:1d", maturity_horizon="7d", reference_days=20)
+    found = detect.detect(path, lag="lag:1d", horizon="7d", reference_days=20)
     K, B = 2 ** 14, 8
     early_days = 59  # day t is in once t + 1 + 1 (settle) days have passed by as_of (day 61)
     for g, part in df.groupby("g"):

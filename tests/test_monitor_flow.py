@@ -118,7 +118,7 @@ def test_the_daily_loop_matures_days_runs_the_detector_and_alarms_after_the_chan
         assert out["period_start"].max() == DAY0 + pd.Timedelta(days=min(k - 2, DAYS - 1))
         assert (out["status"] == "written").sum() <= 5 + k - previous
         try:
-            found = sqlcal.detect(store, maturity_horizon=HORIZON, settle=SETTLE, at=at,
+            found = sqlcal.detect(store, horizon=HORIZON, settle=SETTLE, at=at,
                                   reference_days=REFERENCE)
         except sqlcal.InvalidInputError as e:
             # only before any day is final: day d is final at the start of day d + 7

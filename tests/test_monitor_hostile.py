@@ -367,7 +367,7 @@ def test_a_key_named_like_a_store_column_keeps_its_groups(key):
     assert (stored[own["n"]].to_numpy() == want["n"].to_numpy()).all()
     np.testing.assert_allclose(stored[own["W"]], want["W"], rtol=1e-12)
     n = own["n"]
-    path = sqlcal.detect(store, maturity_horizon="1d").path
+    path = sqlcal.detect(store, horizon="1d").path
     assert path.columns[0] == key and sorted(set(path[key])) == ["a", "b"]
     assert path.groupby(key)[n].sum().to_dict() == df.groupby(key).size().to_dict()
 

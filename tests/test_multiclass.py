@@ -346,11 +346,11 @@ def test_probabilities_must_sum_to_one(upload, layout):
     wide.loc[8, list(CLASSES)] = [0.5, 0.3, 0.2 + 5e-7]  # within the default tolerance, 1e-6
     make = wide_table if layout == "wide" else long_table
     with pytest.raises(InvalidInputError, match=r"^8 examples have probabilities .* summing to "
-                                                r"other than 1 by more than tolerance=1e-06") as e:
+                                                r"other than 1 by more than sum_tolerance=1e-06") as e:
         make(upload, wide)
     worst = float(re.search(r"the worst sums to ([-+.\de]+)", str(e.value)).group(1))
     assert worst == pytest.approx(0.5 + 0.3 + 0.05, abs=1e-12)
-    table = make(upload, wide, tolerance=0.2)  # the caller's own tolerance
+    table = make(upload, wide, sum_tolerance=0.2)  # the caller's own tolerance
     score, label = numpy_top_label(wide)
     got = sqlcal.ece(table, score="score", label="label", bins=10)
     assert got.ece.iloc[0] == pytest.approx(numpy_ece(score, label), abs=1e-12)
@@ -390,7 +390,7 @@ def test_classwise_and_weighted_tables_say_how_to_measure_them():
 
 @pytest.mark.parametrize("options, error, problem", [
     (dict(mode="pairwise"), ValueError, r"mode must be one of"),
-    (dict(tolerance=-1e-6), ValueError, r"tolerance must be a non-negative finite number"),
+    (dict(sum_tolerance=-1e-6), ValueError, r"sum_tolerance must be a non-negative finite number"),
     (dict(on_invalid="skip"), ValueError, r"on_invalid must be one of 'raise', 'drop'"),
     (dict(keys=["score"]), InvalidInputError, r"keys \['score'\] clash with the columns"),
     (dict(weight="v"), InvalidInputError, r"weight column 'v' is not in the table"),

@@ -157,7 +157,7 @@ def test_apply_and_transform_agree():
 
 @pytest.mark.parametrize("change, error, problem", [
     ("zero", InvalidInputError, r"probabilities of 0 \(3 in column 'c'\).*pass clip="),
-    ("sum", InvalidInputError, r"summing to other than 1 by more than tolerance=1e-06"),
+    ("sum", InvalidInputError, r"summing to other than 1 by more than sum_tolerance=1e-06"),
     ("clip_logits", OptionError, r"clip="),
     ("scans", InvalidInputError, r"did not converge in max_scans=2"),
     ("perfect", InvalidInputError, r"true class holds the top score in every example"),

@@ -79,7 +79,7 @@ def test_detect_bins_edge_is_the_bodys_limit(tmp_path):
     sqlcal.snapshot(df, score="p", label="y", time="t", store=store, as_of="2026-07-30",
                     bins=(), ls_ece_sigma=(), smooth_grids=())
     high = options.option("detect", "bins").high
-    found = sqlcal.detect(store, bins=int(high), reference_days=5, horizon=30)
+    found = sqlcal.detect(store, bins=int(high), reference_days=5, checks=30)
     assert found.info["bins"] == high
     with pytest.raises(options.OptionError, match=r"detect\(\): bins must be an integer in "
                                                   rf"\[1, {int(high)}\]"):

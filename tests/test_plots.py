@@ -364,8 +364,8 @@ def test_cumulative_plot_png_draws_curve_bands_and_zero_line():
     assert ax.get_xlabel() == "cumulative share of weight"
     assert ax.get_ylabel().startswith("cumulative residual")
     low, high = ax.get_ylim()
-    assert low <= min(curve.s_low.min(), -2 * curve.sigma.max())
-    assert high >= max(curve.s_high.max(), 2 * curve.sigma.max())
+    assert low <= min(curve.s_low.min(), -2 * curve.null_sd.max())
+    assert high >= max(curve.s_high.max(), 2 * curve.null_sd.max())
 
     image = png_pixels(ax)
     assert_not_blank(image)
@@ -376,7 +376,7 @@ def test_cumulative_plot_png_draws_curve_bands_and_zero_line():
     # the dotted ±2σ band of a calibrated model, where it is clear of the curve
     scale = np.ptp(ax.get_ylim()) / ax.bbox.height  # data units per pixel
     fine = np.linspace(0.05, 0.95, 150)
-    curve_s, sigma = np.interp(fine, x, s), np.interp(fine, x, curve.sigma)
+    curve_s, sigma = np.interp(fine, x, s), np.interp(fine, x, curve.null_sd)
     for sign in (1, -1):
         clear = [(a, sign * 2 * v) for a, b, v in zip(fine, curve_s, sigma)
                  if abs(sign * 2 * v - b) > 4 * scale]

@@ -29,7 +29,7 @@ METRICS = [
     (sqlcal.brier_decomposition, dict(bins=3), ["reliability", "resolution",
                                                 "within_bin_variance", "within_bin_covariance"]),
     (sqlcal.calibration_in_the_large, {}, ["citl", "oe_ratio"]),
-    (sqlcal.decompose, {}, ["score", "miscalibration", "discrimination", "uncertainty"]),
+    (sqlcal.decompose, {}, ["mean_loss", "miscalibration", "discrimination", "uncertainty"]),
 ]
 
 

@@ -210,7 +210,7 @@ def test_fig4_platt_and_modified_platt():
     assert modified.transform([0.1, 0.9]).tolist() == [0.5, 0.5]
     # a calibrated-enough fit is kept: the tolerance is generous
     kept = sqlcal.platt(df, score="f", label="y", weight="w", feature="score",
-                        smoothed_targets=False, modified=True, tolerance=0.3)
+                        smoothed_targets=False, modified=True, epsilon=0.3)
     assert np.isnan(kept.table.constant[0])
     with pytest.raises(ValueError, match="feature"):
         sqlcal.platt(df, score="f", label="y", feature="probit")
@@ -276,8 +276,9 @@ def test_decompose_equals_model_diagnostics(upload, scoring):
         ref = md.decompose(part.y.to_numpy(float), part.p.to_numpy(), part.w.to_numpy(),
                            scoring_function=fn).row(0, named=True)
         for col in ("miscalibration", "discrimination", "uncertainty", "score"):
-            assert row[col] == pytest.approx(ref[col], rel=1e-9, abs=1e-12), col
-        assert row.score == pytest.approx(row.miscalibration - row.discrimination
+            ours = "mean_loss" if col == "score" else col  # model-diagnostics' name
+            assert row[ours] == pytest.approx(ref[col], rel=1e-9, abs=1e-12), col
+        assert row.mean_loss == pytest.approx(row.miscalibration - row.discrimination
                                           + row.uncertainty, abs=1e-12)
 
 
@@ -288,7 +289,8 @@ def test_decompose_soft_labels_and_identity():
     out = sqlcal.decompose(df, score="p", label="y", soft_labels=True)
     ref = md.decompose(df.y.to_numpy(), df.p.to_numpy(), scoring_function=md.SquaredError())
     for col in ("miscalibration", "discrimination", "uncertainty", "score"):
-        assert out[col][0] == pytest.approx(ref[col][0], rel=1e-9)
+        ours = "mean_loss" if col == "score" else col  # model-diagnostics' name
+        assert out[ours][0] == pytest.approx(ref[col][0], rel=1e-9)
     # a recalibrated model has no miscalibration left
     m = sqlcal.isotonic(df, score="p", label="y", soft_labels=True)
     df["q"] = m.transform(df.p.to_numpy())
@@ -314,7 +316,7 @@ def test_isotonic_grid_is_exact_for_discrete_scores(upload):
     df = _data(seed=51)  # scores with two decimals: one distinct score per 2^-16 cell
     t = upload(df)
     grid = sqlcal.isotonic(t, score="p", label="y", weight="w", by="g", method="grid")
-    levels = sqlcal.isotonic(t, score="p", label="y", weight="w", by="g", method="levels")
+    levels = sqlcal.isotonic(t, score="p", label="y", weight="w", by="g", method="exact")
     assert grid.info["exact"] and grid.info["mixed_cells"] == 0
     pd.testing.assert_frame_equal(grid.table, levels.table)
 
@@ -382,7 +384,7 @@ def test_engine_passes_are_exact_with_zero_weights(upload, monkeypatch):
     df = calibration_data(2000, 62, weights=True)
     df["w"] = np.round(df.w)  # about 40% zeros
     t = upload(df)
-    levels = sqlcal.isotonic(t, score="p", label="y", weight="w", method="levels")
+    levels = sqlcal.isotonic(t, score="p", label="y", weight="w", method="exact")
     monkeypatch.setattr(fits, "LEVEL_CAP", 40)
     engine = sqlcal.isotonic(t, score="p", label="y", weight="w", method="engine")
     np.testing.assert_allclose(engine.table.value, levels.table.value, atol=1e-15)
@@ -395,7 +397,7 @@ def test_every_export_agrees_on_null_keys_null_and_nan_scores(upload, con):
     df["g"] = np.where(np.arange(200) % 2, "x", None)
     fitted = [sqlcal.isotonic(df, score="p", label="y", by="g"),
               sqlcal.platt(df, score="p", label="y", by="g"),
-              sqlcal.platt(df, score="p", label="y", by="g", modified=True, tolerance=0.0)]
+              sqlcal.platt(df, score="p", label="y", by="g", modified=True, epsilon=0.0)]
     probe = pd.DataFrame({"p": [0.0, 0.3, np.nan, None, 1.0] * 2,
                           "g": ["x"] * 5 + [None] * 5}, dtype=object)
     probe["p"] = probe.p.astype(float)
@@ -452,7 +454,7 @@ def test_large_sources_get_the_exact_fit_by_refining_the_grid(upload, monkeypatc
     df.loc[df.index % 7 == 0, "g"] = None
     t = upload(df)
     cols = dict(score="p", label="y", by="g", weight="w" if weights else None)
-    exact = sqlcal.isotonic(t, **cols, method="levels")
+    exact = sqlcal.isotonic(t, **cols, method="exact")
     monkeypatch.setattr(fits, "LEVEL_CAP", 100)
     for cells in (2**16, 256, 16):
         fit = sqlcal.isotonic(t, **cols, cells=cells)

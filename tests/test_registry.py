@@ -117,3 +117,35 @@ def test_every_public_metric_is_registered_once_with_its_report_names():
     assert list(report_table.METRICS)[:4] == ["ece", "rmsce", "mce", "ece_quantile"]
     assert set(report_table.DEFAULT_METRICS) <= set(report_table.METRICS)
     assert report_table.METRICS["rmsce"][:2] == (sqlcal.ece, {"norm": "l2"})
+
+
+#: options a metric cannot run without
+_REQUIRED = {"decision_loss": {"threshold": [0.3, 0.6]},
+             "expected_cost": {"actions": {"act": (0.0, 1.0), "wait": (1.0, 0.0)}}}
+#: columns that key a row within a group (a table per group and threshold, or rule)
+_ROW_KEYS = {"decision_loss": ["threshold"], "decision_risk_gap": ["threshold"],
+             "expected_cost": ["rule"]}
+#: tables of a curve, not of a value: per bin (their bounds key the row) or per point
+_CURVES = {"reliability", "tce_bins", "smooth_reliability"}
+#: public per-group metrics outside the registry (a binned metric the report does not list)
+_UNREGISTERED = ["debiased_ece"]
+
+
+@pytest.mark.parametrize("name", sorted(set(registered()) - _CURVES) + _UNREGISTERED)
+def test_every_result_starts_with_the_keys_the_value_n_and_W(name):
+    import warnings
+
+    rng = np.random.default_rng(5)
+    p = np.round(rng.beta(2, 3, 300), 2)
+    df = pd.DataFrame({"p": p, "y": (rng.random(300) < p).astype(int),
+                       "seg": rng.choice(["a", "b"], 300)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        function = getattr(sqlcal, name)
+        out = function(df, score="p", label="y", by="seg", **_REQUIRED.get(name, {}))
+    keys = ["seg", *_ROW_KEYS.get(name, [])]
+    columns = list(out.columns)
+    assert columns[:len(keys)] == keys, columns
+    assert columns[len(keys)] not in ("n", "W"), columns
+    assert columns[len(keys) + 1:len(keys) + 3] == ["n", "W"], columns
+    assert out["seg"].tolist()[0] == "a" and set(out["seg"]) == {"a", "b"}

@@ -635,7 +635,7 @@ def test_cube_strategy_reads_the_base_table_twice_whatever_the_depth(monkeypatch
     features = ["f0", "f1", "f3"]
     oracle = _brute(df, 40.0, 5.0, 3, w="w", features=features)
     exp = oracle.assign(k=_key(oracle)).set_index("k").sort_index()
-    for depth, strategy in ((2, "cube"), (3, "cube"), (3, "levels")):
+    for depth, strategy in ((2, "cube"), (3, "cube"), (3, "lattice")):
         statements.clear()
         out = sqlcal.segments(base, score="p", label="y", weight="w", features=features,
                               max_depth=depth, min_support=40.0, min_expected=5.0,

@@ -69,7 +69,7 @@ def _ours(row, features=FEATURES) -> tuple:
 
 
 def test_mcgrad_segment_ecce_and_mce_equal_sqlcal_kuiper_per_segment():
-    """Per segment, MCGrad's ECCE and ECCE/σ equal sqlcal.kuiper's range (kuiper × sigma) and
+    """Per segment, MCGrad's ECCE and ECCE/σ equal sqlcal.kuiper's range (kuiper × null_sd) and
     statistic with sampling weights on the segment's rows; so do mce_sigma (their largest)
     and mce (mce_sigma × the whole table's σ). Weighted rows, depth 2, 36 segments."""
     metrics = _mcgrad()
@@ -94,11 +94,11 @@ def test_mcgrad_segment_ecce_and_mce_equal_sqlcal_kuiper_per_segment():
     k = sqlcal.kuiper(pd.concat(parts, ignore_index=True), score="p", label="y", weight="w",
                       by="segment", weight_kind="sampling").set_index("segment")
     statistic = np.array([k.at[names[s], "kuiper"] for s in theirs])
-    ecce = statistic * np.array([k.at[names[s], "sigma"] for s in theirs])
+    ecce = statistic * np.array([k.at[names[s], "null_sd"] for s in theirs])
     np.testing.assert_allclose(statistic, mce.segments_ecce_sigma, rtol=1e-9)
     np.testing.assert_allclose(ecce, mce.segments_ecce, rtol=1e-9)
     assert math.isclose(statistic.max(), mce.mce_sigma, rel_tol=1e-9)
-    assert math.isclose(statistic.max() * k.at[names[()], "sigma"], mce.mce, rel_tol=1e-9)
+    assert math.isclose(statistic.max() * k.at[names[()], "null_sd"], mce.mce, rel_tol=1e-9)
     assert theirs[int(np.argmax(statistic))] == (("a", "u"), ("b", "x"))  # the planted one
 
 

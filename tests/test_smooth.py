@@ -36,7 +36,7 @@ def test_ls_ece_equals_direct_integration(upload, sigma):
     df = calibration_data(300, seed=1, groups=2, weights=True)
     got = sqlcal.ls_ece(upload(df), score="p", label="y", weight="w", by="g", noise_scale=sigma)
     fine = sqlcal.ls_ece(upload(df), score="p", label="y", weight="w", by="g", noise_scale=sigma,
-                         step=sigma / 100)
+                         grid_step=sigma / 100)
     for (_, row), (_, row_fine) in zip(got.iterrows(), fine.iterrows()):
         part = df[df.g == row.g]
         want = direct_ls_ece(part.p, part.y, part.w, sigma)

@@ -89,8 +89,8 @@ def _cases():
         ("calibration_decision_loss", {"bins": 5}, {"binning": "uniform(5, sqlcal)"}),
         ("decision_loss", {"threshold": [0.3, 0.6], "bins": 4},
          {"binning": "uniform(4, sqlcal)"}),
-        ("decompose", {"scoring": "log_loss", "method": "levels"},
-         {"scoring": "log_loss", "exact": True, "method": "levels"}),
+        ("decompose", {"scoring": "log_loss", "method": "exact"},
+         {"scoring": "log_loss", "exact": True, "method": "exact"}),
     ]
 
 
@@ -169,7 +169,7 @@ def test_decompose_exact_flag_is_honest():
     # column says exact, the decomposition equals the one on the levels
     for seed in range(4):
         df = _data(n=600, seed=seed, groups=True)
-        levels = sqlcal.decompose(df, score="p", label="y", by="g", method="levels")
+        levels = sqlcal.decompose(df, score="p", label="y", by="g", method="exact")
         grid = sqlcal.decompose(df, score="p", label="y", by="g", method="grid")
         assert set(grid["method"]) == {"grid"} and set(levels["exact"]) == {True}
         same = np.isclose(grid["miscalibration"], levels["miscalibration"], rtol=0, atol=1e-12)

@@ -89,7 +89,7 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
              min_expected: float | None = None, mode: str = "split",
              split: Sequence[str] = (), fdr: str = "bh", alpha: float = 0.05,
              top_k: int | None = 100, screen_z: float = 2.0, max_candidates: int = 1_000_000,
-             strategy: str = "levels", effect: str = "residual", bins: int = 10,
+             strategy: str = "lattice", effect: str = "residual", bins: int = 10,
              sliceline_alpha: float = 0.5, weight_kind: str | None = None,
              on_invalid: str = "raise") -> pd.DataFrame:
     r"""The significantly miscalibrated segments (conjunctions of feature = value).
@@ -135,8 +135,8 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
         segments); full mode bounds every level's candidates from the level-1 counts before
         any deeper level runs and raises :class:`BudgetError` naming the ``min_support`` and
         ``max_depth`` that would fit.
-    strategy : {"levels", "cube"}, default "levels"
-        ``"levels"``: each level reads the base table once per covering set of columns (at
+    strategy : {"lattice", "cube"}, default "lattice"
+        ``"lattice"``: each level of the lattice reads the base table once per covering set of columns (at
         most 2^16 raw value combinations), re-aggregated per column tuple inside it.
         ``"cube"``: after level 1, one scan builds the reduced cube (the sums per fold, group
         and recoded feature tuple) as a temporary table of the engine, and every deeper level
@@ -312,7 +312,7 @@ def _with_dropped(src: Source, out: pd.DataFrame, by: Sequence[str]) -> pd.DataF
 def multicalibration(data, *, score: str, label: str, weight: str | None = None, by=None,
                      where=None, features: Sequence[str], max_depth: int | None = 2,
                      min_support: float | None = None, min_expected: float = 10.0,
-                     metric: str = "residual", bins: int = 10, strategy: str = "levels",
+                     metric: str = "residual", bins: int = 10, strategy: str = "lattice",
                      weight_kind: str | None = None, on_invalid: str = "raise") -> pd.DataFrame:
     r"""The worst calibration error over every eligible segment up to ``max_depth``.
 
@@ -415,7 +415,7 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
                 min_expected: float = 10.0, split: Sequence[str] = (),
                 fdr: str = "bonferroni", alpha: float = 0.05, top_k: int = 100,
                 screen_z: float = 2.0,
-                max_candidates: int = 1_000_000, strategy: str = "levels",
+                max_candidates: int = 1_000_000, strategy: str = "lattice",
                 weight_kind: str | None = None, on_invalid: str = "raise") -> SegmentFix:
     r"""Per-segment logit shifts fitted on the discovery rows and judged on a holdout.
 
@@ -536,7 +536,7 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
 
 
 def _prepare(data, score, label, weight, by, where, features, split, on_invalid, max_depth,
-             mode, fdr, top_k, max_candidates, alpha, weight_kind, strategy="levels"):
+             mode, fdr, top_k, max_candidates, alpha, weight_kind, strategy="lattice"):
     if isinstance(data, Source):
         raise TypeError("segments need the feature columns, which a Source does not carry: "
                         "pass the table with score=, label= (and by=, where=)")
@@ -556,7 +556,7 @@ def _prepare(data, score, label, weight, by, where, features, split, on_invalid,
     for name, value, choices in (("mode", mode, ("split", "full")),
                                  ("fdr", fdr, ("bh", "by", "bonferroni", "none")),
                                  ("weight_kind", weight_kind, (None, "frequency", "sampling")),
-                                 ("strategy", strategy, ("levels", "cube"))):
+                                 ("strategy", strategy, ("lattice", "cube"))):
         if value not in choices:
             raise OptionError(f"segments: {name} must be one of {choices}, not {value!r}")
     if not (isinstance(alpha, float) and 0 < alpha < 1):

@@ -268,7 +268,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
         "monitor", help="run the calibration change detector on the summary store",
         description="Run the anytime-valid change detector of [detect] on the mature daily "
                     "summaries of the store of [snapshot], per group: one line per alarm, exit "
-                    "code 3 when a group alarms. P(any false alarm within [detect] horizon daily "
+                    "code 3 when a group alarms. P(any false alarm within [detect] checks daily "
                     "checks) <= alpha per group.",
         epilog=_MONITOR_EXIT_CODES, formatter_class=_Formatter)
     mon.add_argument("--config", metavar="TOML", required=True,
@@ -347,7 +347,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     seg.add_argument("--sliceline-alpha", type=float,
                      help="SliceLine's weight of the error against the size (default 0.5; "
                           "only with --effect sliceline)")
-    seg.add_argument("--strategy", choices=["levels", "cube"], default="levels",
+    seg.add_argument("--strategy", choices=["lattice", "cube"], default="lattice",
                      help="cube: two base-table scans whatever the depth (few or skewed "
                           "features)")
     seg.add_argument("--fix", action="store_true",

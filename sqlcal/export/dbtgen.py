@@ -744,11 +744,11 @@ _CHANGE = r"""
 {#- The generic test: one row per group whose change detector alarmed (or one row naming why
     the store cannot be checked). #}
 {% test calibration_change(model, manifest, by=none, bins=8, tolerance=[0.0, 0.1], alpha=0.05,
-                           horizon=365, windows=[3, 7, 28], reference_days=28,
-                           maturity_horizon="30d", settle="1d", spec=none) %}
+                           checks=365, windows=[3, 7, 28], reference_days=28,
+                           horizon="30d", settle="1d", spec=none) %}
 select * from (
-{{ sqlcal.calibration_change_values(model, manifest, by, bins, tolerance, alpha, horizon,
-                                    windows, reference_days, maturity_horizon, settle, spec) }}
+{{ sqlcal.calibration_change_values(model, manifest, by, bins, tolerance, alpha, checks,
+                                    windows, reference_days, horizon, settle, spec) }}
 ) sqlcal_change
 where {{ adapter.quote("failed") }} = 1
 {% endtest %}
@@ -756,15 +756,15 @@ where {{ adapter.quote("failed") }} = 1
 {#- Per group: the latest mature day and the detector on it, and the first alarm (alarm_day,
     change_day, log_M_at_alarm; NULL when none), `failed` = 1 when the group alarmed. #}
 {% macro calibration_change_values(model, manifest, by=none, bins=8, tolerance=[0.0, 0.1],
-                                   alpha=0.05, horizon=365, windows=[3, 7, 28],
-                                   reference_days=28, maturity_horizon="30d", settle="1d",
+                                   alpha=0.05, checks=365, windows=[3, 7, 28],
+                                   reference_days=28, horizon="30d", settle="1d",
                                    spec=none) %}
 {%- set by = sqlcal._change_keys(manifest, by, spec) %}
 {%- set q = adapter.quote %}
 {%- set keys %}{% for c in by %}{{ q(c) }}, {% endfor %}{% endset %}
 {%- set part %}partition by {% for c in by %}{{ q(c) }}, {% endfor %}sqlcal_one{% endset %}
-{{ sqlcal._change_ctes(model, manifest, by, bins, tolerance, alpha, horizon, windows,
-                       reference_days, maturity_horizon, settle, spec) }},
+{{ sqlcal._change_ctes(model, manifest, by, bins, tolerance, alpha, checks, windows,
+                       reference_days, horizon, settle, spec) }},
 sqlcal_flagged as (
   select d.*, min(sqlcal_alarm_t) over ({{ part }}) as first_alarm_t,
     max(t) over ({{ part }}) as last_t
@@ -783,7 +783,7 @@ sqlcal_summary as (
 select {{ keys }}
   s.last_ps as {{ q("last_day") }},
   s.log_m_last as {{ q("log_M") }},
-  {{ sqlcal._change_threshold(alpha, horizon) }} as {{ q("threshold") }},
+  {{ sqlcal._change_threshold(alpha, checks) }} as {{ q("threshold") }},
   cast({{ dbt.dateadd("day", "s.sqlcal_alarm_t", "f.first_ps") }} as {{ dbt.type_timestamp() }})
     as {{ q("alarm_day") }},
   cast({{ dbt.dateadd("day", "s.change_t", "f.first_ps") }} as {{ dbt.type_timestamp() }})
@@ -795,7 +795,7 @@ from sqlcal_summary s cross join sqlcal_first f cross join sqlcal_problem p
 where p.problem is null
 union all
 select {% for c in by %}null as {{ q(c) }}, {% endfor %}
-  null, null, {{ sqlcal._change_threshold(alpha, horizon) }}, null, null, null, p.problem, 1
+  null, null, {{ sqlcal._change_threshold(alpha, checks) }}, null, null, null, p.problem, 1
 from sqlcal_problem p
 where p.problem is not null
 {% endmacro %}
@@ -804,29 +804,29 @@ where p.problem is not null
     log-mean-exp over the plug-in windows), log_M (the detector), threshold, alarm. The days
     between two stored days of a group hold log_e = 0 (sqlcal.detect lists them too). #}
 {% macro calibration_change_path(model, manifest, by=none, bins=8, tolerance=[0.0, 0.1],
-                                 alpha=0.05, horizon=365, windows=[3, 7, 28],
-                                 reference_days=28, maturity_horizon="30d", settle="1d",
+                                 alpha=0.05, checks=365, windows=[3, 7, 28],
+                                 reference_days=28, horizon="30d", settle="1d",
                                  spec=none) %}
 {%- set by = sqlcal._change_keys(manifest, by, spec) %}
 {%- set q = adapter.quote %}
-{{ sqlcal._change_ctes(model, manifest, by, bins, tolerance, alpha, horizon, windows,
-                       reference_days, maturity_horizon, settle, spec) }}
+{{ sqlcal._change_ctes(model, manifest, by, bins, tolerance, alpha, checks, windows,
+                       reference_days, horizon, settle, spec) }}
 select {% for c in by %}d.{{ q(c) }}, {% endfor %}
   d.ps as {{ q("day") }},
   d.n as {{ q("n") }},
   d.w as {{ q("W") }},
   d.log_e as {{ q("log_e") }},
   d.log_m as {{ q("log_M") }},
-  {{ sqlcal._change_threshold(alpha, horizon) }} as {{ q("threshold") }},
-  case when d.log_m >= {{ sqlcal._change_threshold(alpha, horizon) }} then 1 else 0 end
+  {{ sqlcal._change_threshold(alpha, checks) }} as {{ q("threshold") }},
+  case when d.log_m >= {{ sqlcal._change_threshold(alpha, checks) }} then 1 else 0 end
     as {{ q("alarm") }}
 from sqlcal_detector d cross join sqlcal_problem p
 where p.problem is null
 {% endmacro %}
 
-{#- log c = ln(horizon / alpha): P(any false alarm within horizon daily checks) <= alpha. #}
-{% macro _change_threshold(alpha, horizon) -%}
-ln(cast({{ horizon / alpha }} as {{ sqlcal.double() }}))
+{#- log c = ln(checks / alpha): P(any false alarm within checks daily checks) <= alpha. #}
+{% macro _change_threshold(alpha, checks) -%}
+ln(cast({{ checks / alpha }} as {{ sqlcal.double() }}))
 {%- endmacro %}
 
 {#- The group keys: the caller's, or the snapshot's (read from the manifest's spec). #}
@@ -863,8 +863,8 @@ ln(cast({{ horizon / alpha }} as {{ sqlcal.double() }}))
     days before (RANGE frame over the day index), the day's log e-value per window, the CUSUM
     log M = C_t - min(0, min_{s<t} C_s) (C the running sum of log e), their log-mean-exp, and
     the first alarm day per row. #}
-{% macro _change_ctes(model, manifest, by, bins, tolerance, alpha, horizon, windows,
-                      reference_days, maturity_horizon, settle, spec) %}
+{% macro _change_ctes(model, manifest, by, bins, tolerance, alpha, checks, windows,
+                      reference_days, horizon, settle, spec) %}
 {%- set q = adapter.quote %}
 {%- set double = sqlcal.double() %}
 {%- set name = "sqlcal.calibration_change: " %}
@@ -874,8 +874,8 @@ ln(cast({{ horizon / alpha }} as {{ sqlcal.double() }}))
 {%- if alpha is not number or alpha <= 0 or alpha >= 1 %}
   {{ exceptions.raise_compiler_error(name ~ "alpha must lie in (0, 1), not " ~ alpha) }}
 {%- endif %}
-{%- if horizon is not number or horizon != horizon | int or horizon < 1 %}
-  {{ exceptions.raise_compiler_error(name ~ "horizon must be a whole number of daily checks >= 1, not " ~ horizon) }}
+{%- if checks is not number or checks != checks | int or checks < 1 %}
+  {{ exceptions.raise_compiler_error(name ~ "checks must be a whole number of daily checks >= 1, not " ~ checks) }}
 {%- endif %}
 {%- if tolerance is string or tolerance | length != 2 or tolerance | reject("number") | list
       or tolerance | min < 0 %}
@@ -892,7 +892,11 @@ ln(cast({{ horizon / alpha }} as {{ sqlcal.double() }}))
   {{ exceptions.raise_compiler_error(name ~ "spec must be a stored spec hash (16 hex digits), not " ~ spec) }}
 {%- endif %}
 {%- set ages = [] %}
-{%- for option, text in [("maturity_horizon", maturity_horizon), ("settle", settle)] %}
+{%- if horizon is number %}
+  {#- a number of daily checks was horizon's meaning before 0.x: never read it as days #}
+  {{ exceptions.raise_compiler_error(name ~ "horizon is the labels' maturity age such as '30d', not " ~ horizon ~ "; the number of daily checks the false-alarm bound covers is checks=") }}
+{%- endif %}
+{%- for option, text in [("horizon", horizon), ("settle", settle)] %}
   {%- if text is number %}
     {%- do ages.append(text) %}
   {%- elif text is string and modules.re.fullmatch("[0-9]+(\.[0-9]*)?[dh]", text) %}
@@ -906,7 +910,7 @@ ln(cast({{ horizon / alpha }} as {{ sqlcal.double() }}))
 {%- set keys %}{% for c in by %}{{ q(c) }}, {% endfor %}{% endset %}
 {%- set part %}partition by {% for c in by %}{{ q(c) }}, {% endfor %}sqlcal_one{% endset %}
 {%- set K = windows | length %}
-{%- set c = sqlcal._change_threshold(alpha, horizon) %}
+{%- set c = sqlcal._change_threshold(alpha, checks) %}
 with sqlcal_versions as (
   {#- per period the greatest version with a manifest row: the one readers use #}
   select {{ q("spec_hash") }} as h, {{ q("period_start") }} as ps, max({{ q("version") }}) as v
@@ -942,7 +946,7 @@ sqlcal_first as (
 sqlcal_problem as (
   select case
     when s.n_specs > 1 then 'the store holds snapshots of several specs; name one with spec='
-    when f.n_days = 0 then 'no mature day in the store (maturity_horizon + settle)'
+    when f.n_days = 0 then 'no mature day in the store (horizon + settle)'
     when f.n_fractional > 0 then 'the detector needs frequency weights (whole numbers); the store holds non-integer weights'
   end as problem
   from sqlcal_spec s cross join sqlcal_first f
@@ -1232,9 +1236,9 @@ do not edit. See the sqlcal README's dbt section for packages.yml and a schema.y
 - `sqlcal.calibration_change` (generic test on the store's cells model, `sqlcal_sum_cells`):
   the change detector of `sqlcal.detect` in SQL, with its options and defaults: `manifest`
   (required, `ref('sqlcal_snapshots')`), `by` (the snapshot's keys), `bins` (8), `tolerance`
-  ([0, 0.1]), `alpha` (0.05), `horizon` (365), `windows` ([3, 7, 28]), `reference_days` (28),
-  `maturity_horizon` ("30d"), `settle` ("1d"), `spec`. It returns one row per group that
-  alarmed: the keys, `last_day`, `log_M` (the detector on it), `threshold` (ln(horizon /
+  ([0, 0.1]), `alpha` (0.05), `checks` (365), `windows` ([3, 7, 28]), `reference_days` (28),
+  `horizon` ("30d"), `settle` ("1d"), `spec`. It returns one row per group that
+  alarmed: the keys, `last_day`, `log_M` (the detector on it), `threshold` (ln(checks /
   alpha)), `alarm_day`, `change_day`, `log_M_at_alarm`, `problem`. Window functions only (the
   bets from RANGE frames over the day index, the CUSUM as a running sum minus its running
   minimum); `sqlcal.calibration_change_values` (every group) and `calibration_change_path`

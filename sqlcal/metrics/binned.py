@@ -223,7 +223,7 @@ def reliability(
         One row per group and non-empty bin: the keys, ``bin``, ``bin_lower`` and ``bin_upper``
         (the bin's edges; for equal-mass bins the first bin starts at its lowest score and the
         last ends at its highest), ``n``, ``W``, ``mean_score``, ``observed``, ``gap`` (observed − mean
-        score), ``ci_lower``, ``ci_upper``, ``p_min``, ``p_max``, ``binning`` (as in :func:`ece`),
+        score), ``ci_lower``, ``ci_upper``, ``score_min``, ``score_max``, ``binning`` (as in :func:`ece`),
         ``ci_method`` (``ci``: the interval's name, or None), ``confidence`` (the intervals'
         two-sided level), ``weight_kind`` (``"frequency"`` or ``"sampling"``: how the weights
         entered the intervals, ``"auto"`` resolved), ``concentrated`` (True for every bin of a
@@ -315,7 +315,7 @@ def reliability_finish(frame: pd.DataFrame, *, by=(), bins: int = 15, strategy: 
     else:
         method = wilson_interval if ci == "wilson" else clopper_pearson_interval
         out["ci_lower"], out["ci_upper"] = method(k, n_eff, confidence)
-    out["p_min"], out["p_max"] = frame["p_min"], frame["p_max"]
+    out["score_min"], out["score_max"] = frame["p_min"], frame["p_max"]
     out["binning"] = binning(bins, strategy, convention)
     out["ci_method"], out["confidence"], out["weight_kind"] = ci, confidence, weight_kind
     return out
@@ -590,8 +590,8 @@ def debiased_ece(
     Returns
     -------
     pandas.DataFrame
-        One row per group: ``ece_sq_debiased`` (may be negative: it is unbiased),
-        ``rmsce_debiased`` = :math:`\sqrt{\max(0, \cdot)}`, ``n``, ``W`` and ``n_bins``.
+        One row per group: the keys, ``ece_sq_debiased`` (may be negative: it is unbiased),
+        ``n``, ``W``, ``rmsce_debiased`` = :math:`\sqrt{\max(0, \cdot)}` and ``n_bins``.
 
     Notes
     -----
@@ -629,8 +629,10 @@ def debiased_finish(table: pd.DataFrame, *, by: Sequence[str] = ()) -> pd.DataFr
         bias = np.where(w >= 2, y * (1 - y) / np.maximum(w - 1, 1), 0.0)
         terms = np.where(w >= 2, (y - p) ** 2 - bias, 0.0)
         value = float((w * terms).sum() / W) if W > 0 else np.nan
-        return {"ece_sq_debiased": value, "rmsce_debiased": float(np.sqrt(max(value, 0.0))),
-                "n": int(part.n.sum()), "W": float(W), "n_bins": int((part.n > 0).sum()),
+        # keys, the value, n, W: the order of every result table (sqlcal.metrics.result)
+        return {"ece_sq_debiased": value, "n": int(part.n.sum()), "W": float(W),
+                "rmsce_debiased": float(np.sqrt(max(value, 0.0))),
+                "n_bins": int((part.n > 0).sum()),
                 # on_invalid="drop": the group's dropped rows (on each of its bins' rows)
                 **({"n_dropped": int(dropped.max())} if "n_dropped" in table else {})}
 

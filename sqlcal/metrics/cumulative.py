@@ -42,7 +42,8 @@ _EXTREMES = dict(
     refining={("method", "exact"): "method='grid' (the grid form, with its certified grid_bound)"},
     one_shot={"method": "grid"}, cost=costs_cells,
     options={"method": Option("choice", "the exact extremes (a second pass) or the score grid's "
-                              "lower bound and its grid_bound", choices=METHODS)})
+                              "lower bound and its grid_bound", choices=METHODS,
+                              renamed=(("cells", "grid"), ("levels", "exact")))})
 
 
 @metric(**_EXTREMES,
@@ -242,7 +243,7 @@ def kuiper(
     -------
     pandas.DataFrame
         One row per group: the keys, ``kuiper`` (the statistic), ``n``, ``W``, ``p_value``,
-        ``sigma`` (the null standard deviation of S_K over W), ``grid_bound`` (in statistic
+        ``null_sd`` (the null standard deviation of S_K over W), ``grid_bound`` (in statistic
         units; 0 when exact), ``exact`` (False with ``method="grid"``), ``weight_kind`` (``"frequency"``
         or ``"sampling"``: the null variance used, ``"auto"`` resolved); with
         ``on_invalid="drop"``, ``n_dropped``.
@@ -263,7 +264,7 @@ def kuiper(
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
     >>> sqlcal.kuiper(df, score="p", label="y").round(6)
-         kuiper  n    W   p_value     sigma  grid_bound  exact weight_kind
+         kuiper  n    W   p_value   null_sd  grid_bound  exact weight_kind
     0  0.591608  8  8.0  0.999982  0.147902         0.0   True   frequency
     """
     return _brownian_test(data, "kuiper", score, label, weight, by, where, method, cells,
@@ -319,7 +320,7 @@ def ks(
     Returns
     -------
     pandas.DataFrame
-        One row per group: the keys, ``ks`` (the statistic), ``n``, ``W``, ``p_value``, ``sigma``
+        One row per group: the keys, ``ks`` (the statistic), ``n``, ``W``, ``p_value``, ``null_sd``
         (the null standard deviation of S_K over W), ``grid_bound`` (in statistic units; 0 when
         exact), ``exact`` (False with ``method="grid"``), ``weight_kind`` (``"frequency"`` or
         ``"sampling"``: the null variance used, ``"auto"`` resolved); with
@@ -341,7 +342,7 @@ def ks(
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
     >>> sqlcal.ks(df, score="p", label="y").round(6)
-             ks  n    W   p_value     sigma  grid_bound  exact weight_kind
+             ks  n    W   p_value   null_sd  grid_bound  exact weight_kind
     0  0.338062  8  8.0  0.999974  0.147902         0.0   True   frequency
     """
     return _brownian_test(data, "ks", score, label, weight, by, where, method, cells,
@@ -389,7 +390,7 @@ def _brownian_test(data, name, score, label, weight, by, where, method, cells, w
     weight_kind = resolve_weight_kind(src, weight_kind)
     executor.require_binary_labels(src, f"the {name} test")
     t = brownian_finish(t, name, weight_kind=weight_kind)
-    return result(src, t, [name, "p_value", "sigma", "grid_bound"],
+    return result(src, t, [name, "p_value", "null_sd", "grid_bound"],
                   {"exact": exact, "weight_kind": weight_kind})
 
 
@@ -436,7 +437,7 @@ def brownian_finish(t: pd.DataFrame, name: str, *, weight_kind: str = "frequency
     value = t[name].to_numpy(float)
     t["p_value"] = np.where(np.isnan(value), np.nan,
                             np.where(np.isinf(value), 0.0, sf(np.nan_to_num(value, posinf=0))))
-    t["sigma"] = sigma
+    t["null_sd"] = sigma
     t["grid_bound"] = safe_div(t["grid_bound"] * t["W"], scale)
     return t
 

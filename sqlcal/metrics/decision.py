@@ -119,7 +119,7 @@ def calibration_decision_loss(
     pandas.DataFrame
         One row per group: the keys, ``calibration_decision_loss``, ``n``, ``W``, ``v_star``
         (the sup of the V-curve, an upper bound), ``two_action_bound`` (the best two-action task,
-        a lower bound), ``ece2_squared`` (a lower bound), ``ece`` (CDL ≤ 2·ECE), ``n_levels``
+        a lower bound), ``ece_sq`` (a lower bound), ``ece`` (CDL ≤ 2·ECE), ``n_levels``
         (level sets or bins that carry weight: a row of weight 0 counts nowhere),
         ``distinct_per_row`` (``n_levels`` / ``n``), ``binning`` (``"levels"``, or
         ``"uniform(B, sqlcal)"`` with ``bins``) and ``method`` (``"hull"`` or ``"lp"``); with
@@ -171,9 +171,9 @@ def calibration_decision_loss(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.5] * 10, "y": [1] * 6 + [0] * 4})
     >>> out = sqlcal.calibration_decision_loss(df, score="p", label="y")
-    >>> out[["calibration_decision_loss", "v_star", "ece2_squared"]].round(6)
-       calibration_decision_loss  v_star  ece2_squared
-    0                        0.2     0.2          0.01
+    >>> out[["calibration_decision_loss", "v_star", "ece_sq"]].round(6)
+       calibration_decision_loss  v_star  ece_sq
+    0                        0.2     0.2    0.01
     """
     if method not in ("hull", "lp"):
         raise ValueError(f"method must be 'hull' or 'lp', not {method!r}")
@@ -182,7 +182,7 @@ def calibration_decision_loss(
     if bins is None:
         _warn_degenerate(values)
     out = result(src, values, ["calibration_decision_loss", "v_star", "two_action_bound",
-                               "ece2_squared", "ece", "n_levels", "distinct_per_row"],
+                               "ece_sq", "ece", "n_levels", "distinct_per_row"],
                  present=False)
     out["n_levels"] = out["n_levels"].fillna(0).astype(int)
     return src.present(_with_trust(out, binning=_binning(bins), method=method))
@@ -208,7 +208,7 @@ def cdl_finish(levels, *, by: Sequence[str] = (), method: str = "hull") -> pd.Da
     -------
     pandas.DataFrame
         One row per group: the keys, ``n``, ``W``, ``calibration_decision_loss``, ``v_star``,
-        ``two_action_bound``, ``ece2_squared``, ``ece``, ``n_levels``, ``distinct_per_row``.
+        ``two_action_bound``, ``ece_sq``, ``ece``, ``n_levels``, ``distinct_per_row``.
 
     Examples
     --------
@@ -261,7 +261,7 @@ def cdl_finish(levels, *, by: Sequence[str] = (), method: str = "hull") -> pd.Da
         base = {**key, "n": int(n[gi]), "W": float(W[gi])}
         if not W[gi] > 0:
             rows.append(base | _nan_row("calibration_decision_loss", "v_star",
-                                        "two_action_bound", "ece2_squared", "ece") | shape)
+                                        "two_action_bound", "ece_sq", "ece") | shape)
             continue
         if method == "lp":
             v, Wk, ybar = (np.concatenate(x) for x in zip(*kept[gi]))
@@ -272,7 +272,7 @@ def cdl_finish(levels, *, by: Sequence[str] = (), method: str = "hull") -> pd.Da
             cdl, v_star, two_action = (x / W[gi] for x in curve.finish(gi))
         rows.append(base | {"calibration_decision_loss": float(cdl), "v_star": float(v_star),
                             "two_action_bound": float(two_action),
-                            "ece2_squared": float(ece2[gi] / W[gi]),
+                            "ece_sq": float(ece2[gi] / W[gi]),
                             "ece": float(ece[gi] / W[gi])} | shape)
     return pd.DataFrame(rows, columns=None if rows else [*by, "n", "W"])
 
@@ -507,9 +507,9 @@ def decision_loss(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.4, 0.6], "y": [0, 1]})
     >>> sqlcal.decision_loss(df, score="p", label="y", threshold=[0.1, 0.5]).round(6)
-       threshold  n    W  decision_loss  payoff  recalibrated_payoff binning
-    0        0.1  2  2.0           0.05    0.95                  1.0  levels
-    1        0.5  2  2.0           0.00    1.00                  1.0  levels
+       threshold  decision_loss  n    W  payoff  recalibrated_payoff binning
+    0        0.1           0.05  2  2.0    0.95                  1.0  levels
+    1        0.5           0.00  2  2.0    1.00                  1.0  levels
     """
     if (threshold is None) == (payoffs is None):
         raise ValueError("pass exactly one of threshold= and payoffs=")
@@ -667,9 +667,10 @@ def decision_risk_gap(
     Returns
     -------
     pandas.DataFrame
-        One row per group and threshold: the keys, ``threshold``, ``n``, ``W``, ``risk`` (the
-        plug-in risk :math:`\hat R_{bd}(f;\tau)`), ``bayes_risk`` (the grouped-Bayes risk: the
-        best rule on the level sets), ``risk_gap`` = risk − bayes_risk (≤ plug-in ECE),
+        One row per group and threshold: the keys, ``threshold``, ``risk_gap`` = risk −
+        bayes_risk (≤ plug-in ECE), ``n``, ``W``, ``risk`` (the plug-in risk
+        :math:`\hat R_{bd}(f;\tau)`), ``bayes_risk`` (the grouped-Bayes risk: the best rule on
+        the level sets),
         ``monotone_risk`` (the best threshold rule in either direction, "never act" and "always
         act" included), ``monotone_risk_gap`` = risk − monotone_risk (≤ 2·cutoff error),
         ``best_rule`` ("never", "always", "increasing": act iff score ≥ ``best_threshold``, or
@@ -711,7 +712,7 @@ def decision_risk_gap(
     return src.present(_by_threshold(src, values, _RISK_COLUMNS, "threshold", thresholds))
 
 
-_RISK_COLUMNS = ["threshold", "risk", "bayes_risk", "risk_gap", "monotone_risk",
+_RISK_COLUMNS = ["threshold", "risk_gap", "risk", "bayes_risk", "monotone_risk",
                  "monotone_risk_gap", "best_rule", "best_threshold"]
 
 
@@ -919,9 +920,9 @@ def expected_cost(
     Returns
     -------
     pandas.DataFrame
-        One row per group and rule: the keys, ``rule``, ``n``, ``W``, ``expected_cost`` (the
-        label-free estimate per unit weight, :math:`\sum_i w_i\sum_j 1\{l_j<f_i\le r_j\}
-        [a_jf_i+b_j(1-f_i)]/W`; times W for the total), ``error_bound`` (bound on the absolute
+        One row per group and rule: the keys, ``rule``, ``expected_cost`` (the label-free
+        estimate per unit weight, :math:`\sum_i w_i\sum_j 1\{l_j<f_i\le r_j\}
+        [a_jf_i+b_j(1-f_i)]/W`; times W for the total), ``n``, ``W``, ``error_bound`` (bound on the absolute
         difference between the realised cost per unit weight and the estimate), ``cost_lower``,
         ``cost_upper`` (the range of the realised cost the bound allows: estimate ∓ bound, cut
         to the costs labels can give; see Notes), ``epsilon`` (the bound used for this table's
@@ -1718,6 +1719,10 @@ def _by_threshold(src: Source, values: pd.DataFrame, columns, name: str, wanted)
     (``on_invalid="drop"``) given one NaN row per wanted value instead of one row with ``name``
     missing."""
     out = result(src, values, columns, present=False)
+    # keys (``name`` one of them), the value, n, W: the order of every result table
+    order = [c for c in out.columns if c != columns[1]]
+    order.insert(order.index("n"), columns[1])
+    out = out[order]
     if "n_dropped" in out and not src.by:  # one group: result() put its count on the first row
         out["n_dropped"] = out["n_dropped"].ffill().astype(int)
     empty = out[name].isna()

@@ -35,15 +35,15 @@ from sqlcal.options import Option, checked, costs_distance
 from sqlcal.query import declared, planner
 from sqlcal.query.executor import as_source
 
-METHODS = ("auto", "exact", "cells")
+METHODS = ("auto", "exact", "grid")
 #: what the three distances declare alike: the levels, or the score-cell histogram whose mixed
 #: cells "auto" then reads the levels of when they are few (a follow-up)
 _DISTANCES = dict(
-    refining={("method", "auto"): "method='cells' (the histogram, with its quantization_bound) "
+    refining={("method", "auto"): "method='grid' (the histogram, with its quantization_bound) "
               "or method='exact' (the levels)"},
     cost=costs_distance)
 _METHOD = Option("choice", "levels: exact, grid cells, or exact when small enough",
-                 choices=METHODS)
+                 choices=METHODS, renamed=(("cells", "grid"), ("levels", "exact")))
 #: "auto" reads the exact levels when at most this many rows share a score cell with another score
 MAX_LEVELS = 50_000
 #: exact set-partition search for the upper distance up to this many levels (Bell(8) = 4140)
@@ -102,9 +102,9 @@ def lipschitz_calibration_error(
         The Lipschitz constant K of the weight functions. K = 1 is smCE; K = 2 is the earth
         mover's distance EMD(J*, J^p) between the law of (score, label) and that of (score, a
         label drawn from the score) under the metric |v − v'| + |y − y'|.
-    method : {"auto", "exact", "cells"}, default "auto"
+    method : {"auto", "exact", "grid"}, default "auto"
         ``"exact"``: the level sets (one GROUP BY score, as many rows as distinct scores).
-        ``"cells"``: the 16384-cell score histogram, each cell at its rows' mean score.
+        ``"grid"``: the 16384-cell score histogram, each cell at its rows' mean score.
         ``"auto"``: the cells first; then, if at most ``max_levels`` rows lie in cells holding
         more than one distinct score, the levels inside those cells (exact); else the cells.
     max_levels : int, default 50000
@@ -118,7 +118,7 @@ def lipschitz_calibration_error(
     pandas.DataFrame
         One row per group: the keys, ``lipschitz_calibration_error``, ``n``, ``W``,
         ``quantization_bound`` (the value is within it of the exact one; 0 when exact),
-        ``levels`` (level sets or cells used), ``lipschitz`` (the constant K); with
+        ``n_levels`` (level sets or cells used), ``lipschitz`` (the constant K); with
         ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
@@ -154,7 +154,7 @@ def lipschitz_calibration_error(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     out = lipschitz_finish(_reduced(src, method, max_levels), by=src.by, lipschitz=lipschitz)
-    return result(src, out, ["lipschitz_calibration_error", "quantization_bound", "levels"],
+    return result(src, out, ["lipschitz_calibration_error", "quantization_bound", "n_levels"],
                   {"lipschitz": lipschitz})
 
 
@@ -204,7 +204,7 @@ def distance_to_calibration(
         The LP runs on at most this many contiguous buckets of levels (at their mean scores);
         its size is about 2·lower_levels·(grid + lower_levels) variables (0.1 s at the
         defaults, 1 s at 128/128).
-    method : {"auto", "exact", "cells"}, default "auto"
+    method : {"auto", "exact", "grid"}, default "auto"
         Which levels to read, as for :func:`lipschitz_calibration_error`.
     max_levels : int, default 50000
         Rows in shared score cells up to which ``method="auto"`` reads the exact levels, as for
@@ -228,11 +228,11 @@ def distance_to_calibration(
           the scores to the mean score of their LP bucket (0 when the LP runs on exact levels);
         - ``upper_distance``: the smallest valid upper bound on the upper distance, and
           ``upper_method``, the bound that gave it (see Notes);
-        - ``citl`` (|E[y − p]|, a lower bound on every distance), ``lipschitz_calibration_error``
-          (smCE on the levels used; max(citl, smCE/2) ≤ lower distance ≤ 2·smCE, up to
+        - ``abs_citl`` (|E[y − p]|, a lower bound on every distance), ``lipschitz_calibration_error``
+          (smCE on the levels used; max(abs_citl, smCE/2) ≤ lower distance ≤ 2·smCE, up to
           ``quantization_bound``, Theorem 6.7);
         - ``quantization_bound``: the same bound for the cells used (0 on exact levels), and
-          ``levels``, the number of levels or cells used;
+          ``n_levels``, the number of levels or cells used;
         - with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
@@ -336,7 +336,7 @@ def interval_calibration_error(
         last, as :func:`sqlcal.ece`): :math:`\mathrm{intCE}_B=\mathrm{CE}_B+1/\text{bins}`, the
         binned ECE with bin means plus the bin width (one GROUP BY bin). By default, the
         infimum over all partitions.
-    method : {"auto", "exact", "cells"}, default "auto"
+    method : {"auto", "exact", "grid"}, default "auto"
         Which levels to read, as for :func:`lipschitz_calibration_error`.
     max_levels : int, default 50000
         Rows in shared score cells up to which ``method="auto"`` reads the exact levels, as for
@@ -393,7 +393,7 @@ def interval_calibration_error(
 
 
 def _levels_needs(src: Source, options: dict) -> list:
-    """The levels (``method="exact"``) or the 2^14-cell histogram (``"cells"``, and ``"auto"``
+    """The levels (``method="exact"``) or the 2^14-cell histogram (``"grid"``, and ``"auto"``
     before its follow-up: the levels inside the cells holding several scores)."""
     if options["method"] == "exact":
         return [declared.levels("sums")]
@@ -419,18 +419,18 @@ def cells_frame(cells: pd.DataFrame) -> pd.DataFrame:
 def lipschitz_finish(frame: pd.DataFrame, *, by: Sequence[str], lipschitz: float = 1.0
                      ) -> pd.DataFrame:
     """smCE per group: the keys, ``n``, ``W``, ``lipschitz_calibration_error``,
-    ``quantization_bound``, ``levels``."""
+    ``quantization_bound``, ``n_levels``."""
     def finish(lv: _Levels) -> dict:
         return {"lipschitz_calibration_error": _smce(lv, lipschitz),
-                "quantization_bound": lipschitz * lv.quantization, "levels": len(lv.p)}
+                "quantization_bound": lipschitz * lv.quantization, "n_levels": len(lv.p)}
 
     return _per_group(by, frame, finish, {"lipschitz_calibration_error": np.nan,
-                                          "quantization_bound": np.nan, "levels": 0})
+                                          "quantization_bound": np.nan, "n_levels": 0})
 
 
 _DISTANCE_COLUMNS = ["lower_distance", "lower_tolerance", "lower_quantization", "upper_distance",
-                     "upper_method", "citl", "lipschitz_calibration_error",
-                     "quantization_bound", "levels"]
+                     "upper_method", "abs_citl", "lipschitz_calibration_error",
+                     "quantization_bound", "n_levels"]
 
 
 def distance_finish(frame: pd.DataFrame, *, by: Sequence[str], grid: int = 128,
@@ -444,11 +444,11 @@ def distance_finish(frame: pd.DataFrame, *, by: Sequence[str], grid: int = 128,
         return {"lower_distance": lower, "lower_tolerance": tolerance + coarse.quantization,
                 "lower_quantization": coarse.quantization,
                 "upper_distance": upper, "upper_method": method,
-                "citl": abs(lv.R.sum()) / lv.total,
+                "abs_citl": abs(lv.R.sum()) / lv.total,
                 "lipschitz_calibration_error": _smce(lv, 1.0),
-                "quantization_bound": lv.quantization, "levels": len(lv.p)}
+                "quantization_bound": lv.quantization, "n_levels": len(lv.p)}
 
-    empty = dict.fromkeys(_DISTANCE_COLUMNS, np.nan) | {"upper_method": None, "levels": 0}
+    empty = dict.fromkeys(_DISTANCE_COLUMNS, np.nan) | {"upper_method": None, "n_levels": 0}
     return _per_group(by, frame, finish, empty)
 
 
@@ -514,7 +514,7 @@ def _reduced(src: Source, method: str, max_levels: int) -> pd.DataFrame:
         return levels_frame(level_sets(src))
     cells = cells_frame(cells_summary(src, ("sums",), SMOOTH_CELLS))
     mixed = cells["p_min"] < cells["p_max"]
-    if method == "cells" or not mixed.any() or cells.loc[mixed, "n"].sum() > max_levels:
+    if method == "grid" or not mixed.any() or cells.loc[mixed, "n"].sum() > max_levels:
         return cells
     inside = levels_frame(pair_levels(src, SMOOTH_CELLS, cells.loc[mixed, [*by, "cell"]]))
     frame = pd.concat([cells[~mixed], inside], ignore_index=True)

@@ -180,8 +180,8 @@ def calibration_ratio(
     -------
     pandas.DataFrame
         One row per group (and, with ``deciles``, per bin: ``bin``, ``bin_lower``,
-        ``bin_upper`` first): the keys, ``calibration_ratio``, ``n``, ``W``, ``expected``
-        (Σwp), ``observed`` (Σwy), ``n_positive`` (rows with y = 1), ``ci_lower``,
+        ``bin_upper`` first): the keys, ``calibration_ratio``, ``n``, ``W``, ``expected_positives``
+        (Σwp), ``observed_positives`` (Σwy), ``n_positive`` (rows with y = 1), ``ci_lower``,
         ``ci_upper``, ``reason`` (why the ratio is undefined: ``"no positives"``, ``"no
         weight"``; None when it is not), ``method`` (``"score"``), ``confidence``,
         ``weight_kind``; with ``deciles``, ``binning``; with ``on_invalid="drop"``,
@@ -222,9 +222,9 @@ def calibration_ratio(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
     >>> out = sqlcal.calibration_ratio(df, score="p", label="y")
-    >>> out[["calibration_ratio", "expected", "observed", "n_positive"]].round(6)
-       calibration_ratio  expected  observed  n_positive
-    0           0.666667       2.0       3.0           3
+    >>> out[["calibration_ratio", "expected_positives", "observed_positives"]].round(6)
+       calibration_ratio  expected_positives  observed_positives
+    0           0.666667                 2.0                 3.0
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     parts = _ratio_parts(src, weight_kind, deciles)
@@ -236,8 +236,8 @@ def calibration_ratio(
     weight_kind = resolve_weight_kind(src, weight_kind)
     executor.require_binary_labels(src, "the calibration ratio's interval")
     t = calibration_ratio_finish(frame, confidence=confidence, weight_kind=weight_kind)
-    columns = ["calibration_ratio", "expected", "observed", "n_positive", "ci_lower",
-               "ci_upper", "reason"]
+    columns = ["calibration_ratio", "expected_positives", "observed_positives", "n_positive",
+               "ci_lower", "ci_upper", "reason"]
     trust = {"method": "score", "confidence": confidence, "weight_kind": weight_kind}
     if deciles is None:
         return result(src, t, columns, trust)
@@ -303,7 +303,7 @@ def normalized_entropy_finish(totals: pd.DataFrame, *, confidence: float = 0.95,
 
 def calibration_ratio_finish(totals: pd.DataFrame, *, confidence: float = 0.95,
                              weight_kind: str = "frequency") -> pd.DataFrame:
-    """The totals (or bins) with ``calibration_ratio`` = Σwp/Σwy, ``expected``, ``observed``,
+    """The totals (or bins) with ``calibration_ratio`` = Σwp/Σwy, ``expected_positives``, ``observed_positives``,
     ``n_positive``, the score interval ``ci_lower``, ``ci_upper`` and ``reason``.
 
     ``totals`` carries ``W``, ``swy``, ``swp``, ``swpp`` = Σwp², ``ny`` (rows with y = 1;
@@ -341,7 +341,7 @@ def calibration_ratio_finish(totals: pd.DataFrame, *, confidence: float = 0.95,
     upper = np.where(W > 0, np.maximum(upper, np.where(O > 0, ratio, 0.0)), np.nan)
     positives = totals["ny"] if "ny" in totals else totals["swy"]
     reason = _reason([(W <= 0, "no weight"), (O <= 0, "no positives")])
-    return totals.assign(calibration_ratio=ratio, expected=E, observed=O,
+    return totals.assign(calibration_ratio=ratio, expected_positives=E, observed_positives=O,
                          n_positive=np.rint(positives.to_numpy(float)).astype(np.int64),
                          ci_lower=lower, ci_upper=upper, reason=reason)
 

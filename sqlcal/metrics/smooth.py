@@ -29,14 +29,14 @@ _REFINING = {("sigma", None): "sigma=<a bandwidth> (one histogram split at its g
 
 @metric(
     needs=lambda src, o: [declared.logit_grid(_logit_step(o["noise_scale"], o["noise"],
-                                                          o["step"]), o["clip"])],
+                                                          o["grid_step"]), o["clip"])],
     report={"ls_ece": Report({"ls_ece": "ls_ece"})},
     trust={"grid_bound": "ls_ece_grid_bound", "noise": None, "grid_step": None},
     cost=costs_ls_ece,
     options={"noise": Option("choice", "the noise added to the logits", choices=NOISES),
              "noise_scale": Option("float", "scale of the noise added to the logits", low=0,
                                    open_low=True),
-             "step": Option("float", "logit grid step (default noise_scale/20, noise_scale/200 "
+             "grid_step": Option("float", "logit grid step (default noise_scale/20, noise_scale/200 "
                             "for uniform noise)", low=0, open_low=True, optional=True)})
 @checked
 def ls_ece(
@@ -50,7 +50,7 @@ def ls_ece(
     noise_scale: float = 0.1,
     noise: str = "gaussian",
     clip: float = 1e-6,
-    step: float | None = None,
+    grid_step: float | None = None,
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""The logit-smoothed ECE: the ECE of the predictor after noise is added to its logit.
@@ -79,7 +79,7 @@ def ls_ece(
     clip : float, default 1e-6
         Scores are clipped to [clip, 1 − clip] before the logit (|z| ≤ 13.8): scores of exactly 0
         or 1 have no logit. A confidently wrong prediction still contributes about 1.
-    step : float, optional
+    grid_step : float, optional
         The logit grid's spacing δ; default min(σ, 1)/20 (Gaussian) or min(σ, 1)/200 (uniform).
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
@@ -122,7 +122,7 @@ def ls_ece(
     0  0.342332  8  8.0    0.000004          0.1  gaussian  0.000001      0.005
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    step = _logit_step(noise_scale, noise, step)
+    step = _logit_step(noise_scale, noise, grid_step)
     grid = planner.fetch(src, declared.logit_grid(step, clip))
     out = ls_ece_finish(grid, by=src.by, noise_scale=noise_scale, noise=noise, step=step)
     return result(src, out, ["ls_ece", "grid_bound", "noise_scale"],

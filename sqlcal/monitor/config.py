@@ -58,6 +58,20 @@ def load(path: str | os.PathLike) -> dict:
     """Read ``monitor.toml`` and check it (:func:`validate`)."""
     return validate(read_toml(path), where=os.fspath(path))
 
+#: keys renamed in 0.x: (section, old key) -> new key. The old key is refused naming the new
+#: one before the schema's "unknown keys" (``[detect] horizon`` was the number of daily checks;
+#: the labels' maturity age is ``[labels] horizon``)
+RENAMED = {("detect", "horizon"): "checks"}
+
+
+def check_renamed(raw: dict, *, where: str = "config") -> None:
+    """A :class:`ConfigError` naming the new key for a key :data:`RENAMED` in 0.x."""
+    for (section, old), new in RENAMED.items():
+        block = raw.get(section)
+        if isinstance(block, dict) and old in block:
+            raise ConfigError(f"{where}: [{section}] {old} was renamed {new} ({new} = "
+                              f"{block[old]!r})")
+
 
 def validate(raw: dict, *, where: str = "config") -> dict:
     """The configuration with defaults filled in; a :class:`ConfigError` naming the section and
@@ -69,6 +83,7 @@ def validate(raw: dict, *, where: str = "config") -> dict:
     and never the source, which sqlcal only reads."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: a configuration is a table of sections")
+    check_renamed(raw, where=where)
     check_schema(raw, json_schema(), where=where)
     unknown = sorted(set(raw) - set(OWN) - set(OTHERS))
     if unknown:

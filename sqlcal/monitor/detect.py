@@ -47,9 +47,9 @@ class Detection:
 
 @checked
 def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
-           tolerance: tuple[float, float] = TOLERANCE, alpha: float = 0.05, horizon: int = 365,
+           tolerance: tuple[float, float] = TOLERANCE, alpha: float = 0.05, checks: int = 365,
            windows: Sequence[int] = WINDOWS, reference: Any = None, reference_days: int = 28,
-           maturity_horizon: str = "30d", settle: str = "1d", at: Any = None,
+           horizon: str = "30d", settle: str = "1d", at: Any = None,
            lag: str | None = None, null: str = "calibrated", prefix: str = schema.PREFIX,
            spec: str | None = None) -> Detection:
     r"""The calibration change detector on the stored per-day summaries, per group.
@@ -64,8 +64,8 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         Bet bins of equal weight on the reference window, edges on the stored score cells.
     tolerance : (float, float), default (0, 0.10)
         The null: :math:`|E[y \mid p] - p| \le a + r p` for every row.
-    alpha, horizon : float, int, default 0.05, 365
-        P(any false alarm within ``horizon`` daily checks) <= alpha, per group.
+    alpha, checks : float, int, default 0.05, 365
+        P(any false alarm within ``checks`` daily checks) <= alpha, per group.
     windows : sequence of int, default (3, 7, 28)
         Plug-in windows (days) of the averaged detector.
     reference : (date-like, date-like), optional
@@ -75,7 +75,7 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         a group has no data (either would leave the detector blind).
     reference_days : int, default 28
         The length of the default reference window, in mature days.
-    maturity_horizon, settle : str, default "30d", "1d"
+    horizon, settle : str, default "30d", "1d"
         A day feeds the detector once its labels are final: its stored version was written, or
         found unchanged by a later snapshot run, at age >= horizon + settle (the snapshot's
         horizon and settle: a longer one here waits for runs at that age).
@@ -88,7 +88,7 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         "calibrated within tolerance and the share of positives known at age a is F_b", F_b
         estimated per bet bin for each day t on every day already final when t is checked
         (so the estimate sharpens as the history grows), with a Hoeffding bound at level
-        alpha/4 (union over bins and the horizon's days). alpha is then split: alpha/2 for
+        alpha/4 (union over bins and the ``checks`` days). alpha is then split: alpha/2 for
         the mature stream, alpha/4 for the early one (so P(any false alarm in either) <=
         alpha). An alarm only in the early stream reads "calibration at lag a, or the label
         delay, changed".
@@ -143,8 +143,8 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
     """
     if not (0 < alpha < 1):
         raise OptionError(f"alpha must lie in (0, 1), not {alpha!r}")
-    if not (isinstance(horizon, (int, np.integer)) and horizon >= 1):
-        raise OptionError(f"horizon must be a whole number of daily checks >= 1, not {horizon!r}")
+    if not (isinstance(checks, (int, np.integer)) and checks >= 1):
+        raise OptionError(f"checks must be a whole number of daily checks >= 1, not {checks!r}")
     if len(tolerance) != 2 or min(tolerance) < 0:
         raise OptionError(f"tolerance must be (absolute, relative) >= 0, not {tolerance!r}")
     if not windows or any(not isinstance(m, (int, np.integer)) or m < 1 for m in windows):
@@ -157,7 +157,7 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
     if not all(np.isfinite(float(x)) for x in tolerance):
         raise OptionError(f"tolerance must be (absolute, relative) finite numbers >= 0, not "
                           f"{tolerance!r}")
-    days, spec_dict, spec_hash, by = _mature_days(store, prefix, spec, by, maturity_horizon,
+    days, spec_dict, spec_hash, by = _mature_days(store, prefix, spec, by, horizon,
                                                   settle, at)
     if not days["integer_weights"].all():
         raise OptionError("the detector's guarantee needs frequency weights (whole numbers); "
@@ -177,7 +177,7 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
     if lag is not None:
         a, admitted = _lag_buckets(lag, spec_dict)
     alpha_mature = alpha if lag is None and null == "calibrated" else alpha / 2
-    c = threshold(alpha_mature, horizon)
+    c = threshold(alpha_mature, checks)
     paths, alarms, reliability, bet_bins = [], [], {}, {}
     groups = cells.groupby(list(by), sort=True, dropna=False) if by else [((), cells)]
     for key, part in groups:
@@ -199,7 +199,7 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
             share, error = reference_ratios(ref_sums[0], ref_sums[1], ref_sums[2],
                                             edges[1:] / K, alpha=alpha / 2)
         out = detector(*sums, tolerance=tolerance, windows=tuple(windows), alpha=alpha_mature,
-                       horizon=horizon, first=first, share=share, share_error=error)
+                       checks=checks, first=first, share=share, share_error=error)
         path = pd.DataFrame({**{k: [v] * len(calendar) for k, v in keys.items()},
                              "stream": "mature", "day": calendar, "n": n.astype("int64"), "W": sums[0].sum(-1),
                              "log_e": log_mean_exp(out["log_e"], axis=-2),
@@ -213,8 +213,8 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
     if lag is not None:
         early_paths, early_alarms = _early_stream(
             store, prefix, spec_hash, spec_dict, by, bet_bins, ref, days, a, admitted, settle,
-            at, K, tolerance=tolerance, windows=tuple(windows), alpha=alpha, horizon=horizon,
-            name=lag, age=_store.duration_days(maturity_horizon, "maturity_horizon")
+            at, K, tolerance=tolerance, windows=tuple(windows), alpha=alpha, checks=checks,
+            name=lag, age=_store.duration_days(horizon, "horizon")
             + _store.duration_days(settle, "settle"))
         paths += early_paths
         alarms += early_alarms
@@ -224,11 +224,11 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
     alarms = schema.presented(pd.DataFrame(alarms, columns=columns), names)
     return Detection(path=path, alarms=alarms, threshold=c,
                      info={"spec": spec_hash, "reference": ref, "bins": bins,
-                           "tolerance": tuple(tolerance), "alpha": alpha, "horizon": horizon,
+                           "tolerance": tuple(tolerance), "alpha": alpha, "checks": checks,
                            "windows": tuple(windows), "days": len(calendar),
                            "reliability": reliability, "lag": lag, "null": null,
                            "threshold_early": None if lag is None
-                           else threshold(alpha / 4, horizon)})
+                           else threshold(alpha / 4, checks)})
 
 
 #: the detector's nulls: calibrated within tolerance, or as calibrated as the reference window
@@ -282,11 +282,11 @@ def _lag_buckets(lag: str, spec: dict) -> tuple[float, list[int]]:
 
 
 def _early_stream(store, prefix, spec_hash, spec, by, bet_bins, ref, mature, a, admitted,
-                  settle, at, K, *, tolerance, windows, alpha, horizon, name, age):
+                  settle, at, K, *, tolerance, windows, alpha, checks, name, age):
     """The lag-a stream per group: every day a + settle old, its positives known by age a,
     against F_b·p, F_b estimated for day t on every mature day s <= t - ceil(age - a) (final
     when day t's early e-value is first computed: a predictable estimate that grows with the
-    history), with a Hoeffding bound at level alpha/4 over the bins and the horizon's days
+    history), with a Hoeffding bound at level alpha/4 over the bins and the checks' days
     (module notes)."""
     versions = _store.current_versions(store, prefix, spec_hash)
     days = versions[_store.mature(versions, at=at, horizon=a, settle=settle)].reset_index(
@@ -300,7 +300,7 @@ def _early_stream(store, prefix, spec_hash, spec, by, bet_bins, ref, mature, a, 
     first = int(np.searchsorted(calendar, ref[1], side="right"))
     final = set(mature["period_start"])
     lead = max(int(np.ceil(age - a - 1e-9)), 1)  # day s feeds F for the days t >= s + lead
-    c = threshold(alpha / 4, horizon)
+    c = threshold(alpha / 4, checks)
     paths, alarms = [], []
     groups = cells.groupby(list(by), sort=True, dropna=False) if by else [((), cells)]
     for key, part in groups:
@@ -325,7 +325,7 @@ def _early_stream(store, prefix, spec_hash, spec, by, bet_bins, ref, mature, a, 
         all_pos, count, early_pos = np.cumsum(history, axis=1)[:, :len(calendar)]
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(all_pos > 0, early_pos / all_pos, 0.0)
-            error = np.where(count > 0, np.sqrt(np.log(2 * B * horizon / (alpha / 4))
+            error = np.where(count > 0, np.sqrt(np.log(2 * B * checks / (alpha / 4))
                                                 / (2 * count)), 1.0)
         sums = np.zeros((4, len(calendar), B))
         for i, (frame, col) in enumerate(((free, "W"), (early, "swy"), (free, "swp"),
@@ -335,7 +335,7 @@ def _early_stream(store, prefix, spec_hash, spec, by, bet_bins, ref, mature, a, 
         n = np.zeros(len(calendar))
         np.add.at(n, index.get_indexer(free["period_start"]), free["n"].to_numpy(float))
         out = detector(*sums, tolerance=tolerance, windows=windows, alpha=alpha / 4,
-                       horizon=horizon, first=first, share=share, share_error=error)
+                       checks=checks, first=first, share=share, share_error=error)
         path = pd.DataFrame({**{k: [v] * len(calendar) for k, v in keys.items()},
                              "stream": name, "day": calendar, "n": n.astype("int64"),
                              "W": sums[0].sum(-1),
@@ -407,7 +407,7 @@ def _mature_days(store, prefix, spec, by, horizon, settle, at):
     # a day feeds the detector when its stored version holds its final labels (written, or
     # found unchanged by a run, at its maturity or later), and was so by at
     mature = versions[_store.mature(versions, at=at, horizon=horizon, settle=settle,
-                                    option="maturity_horizon")]
+                                    option="horizon")]
     if not len(mature):
         raise InvalidInputError(f"no mature day in the store at {at} (horizon {horizon} + "
                                 f"settle {settle})")

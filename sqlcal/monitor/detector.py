@@ -53,15 +53,15 @@ WINDOWS = (3, 7, 28)
 #: the default tolerance (absolute, relative): |E[y | p] − p| <= 0 + 0.10·p
 TOLERANCE = (0.0, 0.10)
 
-def threshold(alpha: float = 0.05, horizon: int = 365) -> float:
-    """log c, c = horizon / alpha: P(any false alarm within ``horizon`` checks) <= alpha.
+def threshold(alpha: float = 0.05, checks: int = 365) -> float:
+    """log c, c = checks / alpha: P(any false alarm within ``checks`` daily checks) <= alpha.
 
     Examples
     --------
     >>> round(threshold(0.05, 365), 4)
     8.8956
     """
-    return float(np.log(horizon / alpha))
+    return float(np.log(checks / alpha))
 
 def day_statistics(W, swy, swp, swpp, *, tolerance=TOLERANCE, share=None, share_error=None
                    ) -> dict:
@@ -161,7 +161,7 @@ def cusum(log_e_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return log_M, start
 
 def detector(W, swy, swp, swpp, *, tolerance=TOLERANCE, windows=WINDOWS, kappa: float = 0.5,
-             cap: float = 1.0, alpha: float = 0.05, horizon: int = 365, share=None,
+             cap: float = 1.0, alpha: float = 0.05, checks: int = 365, share=None,
              share_error=None, first: int = 0) -> dict:
     r"""The averaged CUSUM e-detector on per-day, per-bet-bin sums.
 
@@ -175,8 +175,8 @@ def detector(W, swy, swp, swpp, *, tolerance=TOLERANCE, windows=WINDOWS, kappa: 
         Plug-in windows (days); one CUSUM detector per window, averaged.
     kappa, cap : float, default 0.5, 1.0
         Fraction of the Kelly bet, and the cap on :math:`|\lambda|`.
-    alpha, horizon : float, int, default 0.05, 365
-        P(any false alarm within ``horizon`` daily checks) <= alpha.
+    alpha, checks : float, int, default 0.05, 365
+        P(any false alarm within ``checks`` daily checks) <= alpha.
     share, share_error : array_like, optional
         The early stream's label share F_b at the lag and its error bound u_b (module notes).
     first : int, default 0
@@ -212,7 +212,7 @@ def detector(W, swy, swp, swpp, *, tolerance=TOLERANCE, windows=WINDOWS, kappa: 
     each[..., :first] = 0.0
     log_M_each, start = cusum(each)
     log_M = log_mean_exp(log_M_each, axis=-2)
-    c = threshold(alpha, horizon)
+    c = threshold(alpha, checks)
     above = log_M >= c
     hit = above.any(axis=-1)
     alarm = np.where(hit, above.argmax(axis=-1), -1)

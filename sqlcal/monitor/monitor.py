@@ -4,7 +4,7 @@ threshold, per group).
 
 Examples
 --------
->>> check_detect({"alpha": 0.01})["horizon"]
+>>> check_detect({"alpha": 0.01})["checks"]
 365
 """
 
@@ -22,14 +22,14 @@ from sqlcal._version import __version__
 from sqlcal.errors import InvalidInputError
 from sqlcal.monitor import detect as _detect
 from sqlcal.monitor import maturity as _maturity
-from sqlcal.monitor.config import ConfigError
+from sqlcal.monitor.config import ConfigError, check_renamed
 from sqlcal.options import OptionError
 
 #: ``[detect]`` keys: type, default
 DETECT = {
     "kind": (str, "binned"), "bins": (int, 8), "bet_windows": (list, list(_detect.WINDOWS)),
     "tolerance": (dict, {"absolute": 0.0, "relative": 0.10}), "alpha": (float, 0.05),
-    "horizon": (int, 365), "lag": (str, "mature"), "reference": (str, None),
+    "checks": (int, 365), "lag": (str, "mature"), "reference": (str, None),
     "reference_days": (int, 28), "null": (str, "calibrated"),
 }
 
@@ -53,6 +53,7 @@ class MonitorRun:
 def check_detect(block: dict | None, *, where: str = "config") -> dict:
     """``[detect]`` with defaults filled in; a :class:`ConfigError` naming the key."""
     block = dict(block or {})
+    check_renamed({"detect": block}, where=where)
     extra = sorted(set(block) - set(DETECT))
     if extra:
         raise ConfigError(f"{where}: [detect] has unknown keys {extra}; expected some of "
@@ -102,9 +103,9 @@ def run(config: dict, *, at: Any = None) -> MonitorRun:
     snap, labels = config["snapshot"], config["labels"]
     found = _detect.detect(snap["store"], prefix=snap["prefix"], bins=d["bins"],
                            tolerance=d["tolerance"], alpha=float(d["alpha"]),
-                           horizon=d["horizon"], windows=tuple(d["bet_windows"]),
+                           checks=d["checks"], windows=tuple(d["bet_windows"]),
                            reference=d["reference"], reference_days=d["reference_days"],
-                           maturity_horizon=labels["horizon"], settle=labels["settle"], at=at,
+                           horizon=labels["horizon"], settle=labels["settle"], at=at,
                            lag=None if d["lag"] == "mature" else d["lag"], null=d["null"])
     try:  # the maturity curve, when the snapshot stored the labels' arrival times
         curve = _maturity.maturity(snap["store"], prefix=snap["prefix"], bins=1,
@@ -154,7 +155,7 @@ def to_document(result: MonitorRun) -> dict:
     return {"generator": "sqlcal", "sqlcal_version": __version__, "schema_version": 2,
             "kind": "monitor", "status": result.status,
             "threshold": result.detection.threshold, "detector": info,
-            "guarantee": f"P(any false alarm within {info['horizon']} daily checks) <= "
+            "guarantee": f"P(any false alarm within {info['checks']} daily checks) <= "
                          f"{info['alpha']} per group, if the labels of a day are independent "
                          "given their scores",
             "alarms": records(result.alarms), "alerts": list(result.alerts or []),
@@ -205,7 +206,7 @@ def to_html(result: MonitorRun) -> str:
             "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
             "table{border-collapse:collapse}td,th{padding:2px 6px;border:1px solid #ccc}"
             "</style></head><body><h1>Calibration change detector</h1>"
-            f"<p>Status: <b>{result.status}</b>. Threshold log c = ln(horizon/alpha) = {c:.2f}; "
+            f"<p>Status: <b>{result.status}</b>. Threshold log c = ln(checks/alpha) = {c:.2f}; "
             f"{html.escape(to_document(result)['guarantee'])}.</p><h2>Alarms</h2>{alarms}"
             + "".join(parts) + "</body></html>")
 

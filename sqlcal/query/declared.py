@@ -357,7 +357,7 @@ def pav_blocks(passes: int, integer: bool) -> Summary:
     return Summary("pav_blocks", (int(passes), bool(integer)))
 
 
-def multiclass_check(kind: str, layout: tuple, tolerance: float) -> Summary:
+def multiclass_check(kind: str, layout: tuple, sum_tolerance: float) -> Summary:
     """A check of a multiclass table (``kind``: ``multiclass_quick``, ``multiclass_counts`` or
     ``multiclass_unmatched``), read from the table as given, not from normalised rows.
     ``layout``: ``("wide", keys, probs, label, weight, values)`` or ``("long", keys, example,
@@ -370,7 +370,7 @@ def multiclass_check(kind: str, layout: tuple, tolerance: float) -> Summary:
     >>> s.key_column is None, s.params[1]
     (True, 1e-06)
     """
-    return Summary(kind, (layout, float(tolerance)))
+    return Summary(kind, (layout, float(sum_tolerance)))
 
 
 def temperature_terms(layout: tuple, logits: bool, clip: float | None, groups) -> Summary:

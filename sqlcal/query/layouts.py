@@ -13,7 +13,7 @@ to pool every class's rows on purpose. The result is an Ibis table: every sqlcal
 with ``score="score", label="label"`` (and ``weight="weight"`` when made with ``weight=``).
 
 Before anything is returned, one aggregate query in the engine checks every example: the
-probabilities are numbers in [0, 1] summing to 1 (within ``tolerance``), the true class names one
+probabilities are numbers in [0, 1] summing to 1 (within ``sum_tolerance``), the true class names one
 probability column (wide) or exactly one row (long), and no example id repeats. A problem is an
 error naming the column, the problem and the number of examples.
 """
@@ -47,7 +47,7 @@ MODES = option("multiclass", "mode").choices
 FORMATS = OPTIONS["format"].choices
 #: the largest |Σₖ pₖ − 1| accepted per example by default (float32 softmax outputs stay within
 #: about 3e-7 of 1 up to 10^4 classes; probabilities rounded for storage do not)
-TOLERANCE = 1e-6
+SUM_TOLERANCE = 1e-6
 #: the columns multiclass() adds next to the keys
 OUTPUTS = ("class", "predicted_class", "score", "label", "weight")
 _LARGEST = float(np.finfo(np.float64).max)
@@ -71,7 +71,7 @@ def multiclass(
     keys: str | Sequence[str] = (),
     table: str | None = None,
     on_invalid: str = "raise",
-    tolerance: float = TOLERANCE,
+    sum_tolerance: float = SUM_TOLERANCE,
 ) -> ir.Table:
     """Turn multiclass predictions into a table of binary (score, label) rows.
 
@@ -121,7 +121,7 @@ def multiclass(
         counting it (``"drop"``). Problems of the layout itself (true classes matching no
         column, examples with no or several true-class rows, repeated ids, sums other than 1)
         are always errors: they mean the columns were named wrongly.
-    tolerance : float, default 1e-6
+    sum_tolerance : float, default 1e-6
         The largest ``abs(sum of an example's probabilities - 1)`` accepted.
 
     Returns
@@ -138,7 +138,7 @@ def multiclass(
         An example or a column that cannot be measured as given; the message names the column,
         the problem and the number of examples.
     ValueError
-        An option that cannot be used (``mode``, ``format``, ``classes``, ``tolerance``).
+        An option that cannot be used (``mode``, ``format``, ``classes``, ``sum_tolerance``).
 
     Notes
     -----
@@ -177,7 +177,7 @@ def multiclass(
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     prepared = prepare(data, format=format, example=example, cls=cls, prob=prob, label=label,
                        probs=probs, logits=logits, logit=logit, classes=classes, weight=weight,
-                       keys=keys, table=table, on_invalid=on_invalid, tolerance=tolerance)
+                       keys=keys, table=table, on_invalid=on_invalid, sum_tolerance=sum_tolerance)
     result = reductions.multiclass_rows(prepared.probabilities, prepared.layout, mode,
                                        drop=prepared.drop)
     register_use_check(result, partial(_check_made_use, mode == "classwise", weight is not None))
@@ -202,7 +202,7 @@ def prepare(data: Any, *, format: str, label: str, example: str | None = None,
             cls: str | None = None, prob: str | None = None, probs=None, logits=None,
             logit: str | None = None, classes=None, weight: str | None = None,
             keys: str | Sequence[str] = (), table: str | None = None, where: Any = None,
-            on_invalid: str = "raise", tolerance: float = TOLERANCE) -> Prepared:
+            on_invalid: str = "raise", sum_tolerance: float = SUM_TOLERANCE) -> Prepared:
     """Resolve and check a multiclass table (the options of :func:`multiclass`), in one
     aggregate query in the engine (a second one only to name a problem).
 
@@ -222,15 +222,15 @@ def prepare(data: Any, *, format: str, label: str, example: str | None = None,
         raise OptionError(f"format must be 'long' or 'wide', not {format!r}")
     if on_invalid not in ("raise", "drop"):
         raise OptionError(f"on_invalid must be 'raise' or 'drop', not {on_invalid!r}")
-    if (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float))
-            or not tolerance >= 0):
-        raise OptionError(f"tolerance must be a number >= 0 (the largest |sum of an example's "
-                          f"probabilities - 1| accepted), not {tolerance!r}")
+    if (isinstance(sum_tolerance, bool) or not isinstance(sum_tolerance, (int, float))
+            or not sum_tolerance >= 0):
+        raise OptionError(f"sum_tolerance must be a number >= 0 (the largest |sum of an example's "
+                          f"probabilities - 1| accepted), not {sum_tolerance!r}")
     t = resolve_table(data, table)
     if where is not None:
         t = apply_where(t, where)
     keys = [keys] if isinstance(keys, str) else list(keys)
-    options = dict(label=label, weight=weight, keys=keys, tolerance=tolerance,
+    options = dict(label=label, weight=weight, keys=keys, sum_tolerance=sum_tolerance,
                    on_invalid=on_invalid)
     if format == "long":
         if logits is not None:
@@ -315,7 +315,7 @@ def _check_made_use(classwise: bool, weighted: bool, by: Sequence[str],
         raise InvalidInputError("; ".join(problems))
 
 
-def _wide(t: ir.Table, *, layout, label, weight, keys, tolerance, on_invalid) -> bool:
+def _wide(t: ir.Table, *, layout, label, weight, keys, sum_tolerance, on_invalid) -> bool:
     probs, values = list(layout[2]), list(layout[5])
     texts = [f"probability column {c!r} is NULL, NaN or outside [0, 1]" for c in probs]
     texts.append(f"label column {label!r} is NULL")
@@ -323,14 +323,14 @@ def _wide(t: ir.Table, *, layout, label, weight, keys, tolerance, on_invalid) ->
         texts.append(f"weight column {weight!r} is NULL, NaN, negative or infinite")
     drop = False
     if reductions.is_bound(t) and not _wide_clean(_fetch(t, "multiclass_quick", layout,
-                                                        tolerance), len(probs), weight,
-                                                tolerance):
+                                                        sum_tolerance), len(probs), weight,
+                                                sum_tolerance):
         # something is wrong: a second query counts each problem to name it
-        counts = _fetch(t, "multiclass_counts", layout, tolerance).iloc[0]
+        counts = _fetch(t, "multiclass_counts", layout, sum_tolerance).iloc[0]
         layout_problems = []
         if counts.unmatched:
             # a third, small query only to name the values in the message
-            seen = _fetch(t, "multiclass_unmatched", layout, tolerance)
+            seen = _fetch(t, "multiclass_unmatched", layout, sum_tolerance)
             listed = ", ".join(f"{v!r} ({n} examples)"
                                for v, n in zip(seen[label].tolist(), seen.n_.tolist()))
             more = int(counts.unmatched_values) - len(seen)
@@ -344,12 +344,12 @@ def _wide(t: ir.Table, *, layout, label, weight, keys, tolerance, on_invalid) ->
         if counts.off:
             layout_problems.append(_sum_problem(int(counts.off), float(counts.off_min),
                                                 float(counts.off_max), f"columns {probs}",
-                                                tolerance))
+                                                sum_tolerance))
         drop = _judge(counts, texts, layout_problems, on_invalid)
     return drop
 
 
-def _long(t: ir.Table, *, layout, label, weight, keys, tolerance, on_invalid) -> bool:
+def _long(t: ir.Table, *, layout, label, weight, keys, sum_tolerance, on_invalid) -> bool:
     if not (t[label].type().is_boolean() or t[label].type().is_numeric()):
         raise InvalidInputError(f"label column {label!r} has type {t[label].type()}; the long "
                                 "format wants 0/1 or a boolean (1 on the true class's row)")
@@ -360,9 +360,9 @@ def _long(t: ir.Table, *, layout, label, weight, keys, tolerance, on_invalid) ->
         texts.append(f"weight column {weight!r} is NULL, NaN, negative or infinite")
     drop = False
     if reductions.is_bound(t) and not _long_clean(_fetch(t, "multiclass_quick", layout,
-                                                        tolerance), weight, tolerance):
+                                                        sum_tolerance), weight, sum_tolerance):
         # something is wrong: a second query counts each problem to name it
-        counts = _fetch(t, "multiclass_counts", layout, tolerance).iloc[0]
+        counts = _fetch(t, "multiclass_counts", layout, sum_tolerance).iloc[0]
         example_id = f"{example!r}" + (f" within keys {keys}" if keys else "")
         layout_problems = []
         if counts.repeated:
@@ -383,7 +383,7 @@ def _long(t: ir.Table, *, layout, label, weight, keys, tolerance, on_invalid) ->
         if counts.off:
             layout_problems.append(_sum_problem(int(counts.off), float(counts.off_min),
                                                 float(counts.off_max), f"column {prob!r}",
-                                                tolerance))
+                                                sum_tolerance))
         if weight and counts.varies:
             layout_problems.append(
                 f"weight column {weight!r} differs between the rows of {int(counts.varies)} "
@@ -392,23 +392,23 @@ def _long(t: ir.Table, *, layout, label, weight, keys, tolerance, on_invalid) ->
     return drop
 
 
-def _fetch(t: ir.Table, kind: str, layout: tuple, tolerance: float) -> pd.DataFrame:
+def _fetch(t: ir.Table, kind: str, layout: tuple, sum_tolerance: float) -> pd.DataFrame:
     """One declared check of the multiclass table, through the planner: a source whose rows
     are the table as given (these summaries are its validation, so none runs before them)."""
     src = Source(rows=t, score="", label="", weight=None, by=(), on_invalid="raise",
                  allow_soft=True, float_label=False, validated=True,
                  origin="a multiclass table")
-    return planner.fetch(src, declared.multiclass_check(kind, layout, tolerance))
+    return planner.fetch(src, declared.multiclass_check(kind, layout, sum_tolerance))
 
 
-def _wide_clean(quick, n_probs: int, weight: str | None, tolerance: float) -> bool:
+def _wide_clean(quick, n_probs: int, weight: str | None, sum_tolerance: float) -> bool:
     """Whether the cheap aggregate (``multiclass_quick``) proves every example valid: counts for
     NULLs, MIN/MAX for ranges (NaN sorts above every number in DuckDB, Postgres and Spark, so
     MAX is NaN when any value is), the extreme sums, and the labels outside the classes."""
     quick = quick.iloc[0]
     n = int(quick.n)
-    tolerance_ok = (abs(float(quick.s_lo) - 1) <= tolerance
-                    and abs(float(quick.s_hi) - 1) <= tolerance)
+    tolerance_ok = (abs(float(quick.s_lo) - 1) <= sum_tolerance
+                    and abs(float(quick.s_hi) - 1) <= sum_tolerance)
     highs = [1.0] * n_probs + [_LARGEST] * (weight is not None)
     return (n > 0 and int(quick.y_n) == n and int(quick.unmatched) == 0
             and all(int(quick[f"n{i}"]) == n and float(quick[f"lo{i}"]) >= 0
@@ -416,7 +416,7 @@ def _wide_clean(quick, n_probs: int, weight: str | None, tolerance: float) -> bo
             and tolerance_ok)
 
 
-def _long_clean(quick, weight: str | None, tolerance: float) -> bool:
+def _long_clean(quick, weight: str | None, sum_tolerance: float) -> bool:
     """Whether the cheap query (``multiclass_quick``: per example its rows, true rows, sum and
     invalid values) proves every example valid (no per-example distinct count: every example
     has one row per class of the table, or the counting query looks for repeated classes)."""
@@ -424,8 +424,8 @@ def _long_clean(quick, weight: str | None, tolerance: float) -> bool:
     k = int(quick.k)
     return (int(quick.n) > 0 and int(quick.bad) == 0 and int(quick.not_one) == 0
             and int(quick.varies) == 0 and int(quick.rows_lo) == k and int(quick.rows_hi) == k
-            and abs(float(quick.s_lo) - 1) <= tolerance
-            and abs(float(quick.s_hi) - 1) <= tolerance)
+            and abs(float(quick.s_lo) - 1) <= sum_tolerance
+            and abs(float(quick.s_hi) - 1) <= sum_tolerance)
 
 
 def _judge(counts, checks: list[str], layout: list[str], on_invalid: str) -> bool:
@@ -451,11 +451,11 @@ def _judge(counts, checks: list[str], layout: list[str], on_invalid: str) -> boo
     return True
 
 
-def _sum_problem(count: int, low: float, high: float, where: str, tolerance: float) -> str:
+def _sum_problem(count: int, low: float, high: float, where: str, sum_tolerance: float) -> str:
     worst = low if abs(low - 1) >= abs(high - 1) else high
     return (f"{count} examples have probabilities ({where}) summing to other than 1 by more "
-            f"than tolerance={tolerance:g} (the worst sums to {worst!r}): list every class's "
-            "probability, renormalise them, or pass a larger tolerance=")
+            f"than sum_tolerance={sum_tolerance:g} (the worst sums to {worst!r}): list every class's "
+            "probability, renormalise them, or pass a larger sum_tolerance=")
 
 
 def _class_values(t: ir.Table, probs: list[str], label: str, classes) -> list:

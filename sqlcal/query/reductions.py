@@ -1074,7 +1074,7 @@ def _class_literals(t: ir.Table, layout: tuple) -> list:
 
 
 def multiclass_checks(summary, t: ir.Table) -> ir.Table:
-    """The check queries of a multiclass table (params: layout, tolerance), one row each.
+    """The check queries of a multiclass table (params: layout, sum_tolerance), one row each.
 
     ``multiclass_quick``: the one cheap aggregate proving every example valid (counts for
     NULLs, MIN/MAX for ranges, the extreme sums; wide: labels outside the classes; long: per
@@ -1082,7 +1082,7 @@ def multiclass_checks(summary, t: ir.Table) -> ir.Table:
     ``multiclass_counts``: each problem counted, to name it (``n``, ``bad``, ``v<i>`` per value
     check, and the layout's problems). ``multiclass_unmatched`` (wide): the five most frequent
     label values matching no class, with their counts ``n_``."""
-    layout, tolerance = summary.params
+    layout, sum_tolerance = summary.params
     checks = multiclass_value_checks(t, layout)
     p, y, w = multiclass_columns(t, layout)
     if layout[0] == "wide":
@@ -1101,7 +1101,7 @@ def multiclass_checks(summary, t: ir.Table) -> ir.Table:
             label = layout[3]
             return (t.filter(unmatched).group_by(label).aggregate(n_=lambda s: s.count())
                     .order_by([ibis.desc("n_"), label]).limit(5))
-        off = good & ~unmatched & ((total - 1).abs() > tolerance)
+        off = good & ~unmatched & ((total - 1).abs() > sum_tolerance)
         return t.aggregate(
             n=t.count(), bad=t.count(where=~good), unmatched=t.count(where=unmatched),
             unmatched_values=y.nunique(where=unmatched), off=t.count(where=off),
@@ -1128,7 +1128,7 @@ def multiclass_checks(summary, t: ir.Table) -> ir.Table:
     good = ~_any_of(per[f"v{i}"] > 0 for i in range(len(checks)))
     repeated = good & (per.n_rows > per.n_classes)
     single = good & ~repeated
-    off = single & ((per.total - 1).abs() > tolerance)
+    off = single & ((per.total - 1).abs() > sum_tolerance)
     return per.aggregate(
         n=per.count(), bad=per.count(where=~good), repeated=per.count(where=repeated),
         no_true=per.count(where=single & (per.n_true == 0)),

@@ -65,7 +65,7 @@ def decompose(
         Filter applied in the engine before anything else.
     scoring : {"brier", "log_loss"}, default "brier"
         Squared error (y − p)², or the logarithmic score (natural log, 0·log 0 = 0).
-    method : {"auto", "levels", "grid", "engine"}, default "auto"
+    method : {"auto", "exact", "grid", "engine"}, default "auto"
         How the isotonic recalibration is computed (:func:`isotonic`); the result's ``exact``
         and ``method`` columns say whether it is exact and how it was computed.
     **source_options
@@ -75,7 +75,7 @@ def decompose(
     Returns
     -------
     pandas.DataFrame
-        One row per group: the keys, ``score`` (the mean score of the predictions), ``n``, ``W``,
+        One row per group: the keys, ``mean_loss`` (the mean proper score of the predictions), ``n``, ``W``,
         ``miscalibration`` = S(p) − S(p̂), ``discrimination`` = S(ȳ) − S(p̂), ``uncertainty`` =
         S(ȳ), where p̂ is the isotonic recalibration of p (:func:`isotonic`) and ȳ the group's
         observed rate, ``scoring`` (the ``scoring`` option), ``exact`` (whether the isotonic
@@ -107,9 +107,9 @@ def decompose(
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
     >>> out = sqlcal.decompose(df, score="p", label="y")
-    >>> out[["score", "miscalibration", "discrimination", "uncertainty", "exact"]].round(6)
-       score  miscalibration  discrimination  uncertainty  exact
-    0  0.175            0.05           0.125         0.25   True
+    >>> out[["mean_loss", "miscalibration", "discrimination", "uncertainty", "exact"]].round(6)
+       mean_loss  miscalibration  discrimination  uncertainty  exact
+    0      0.175            0.05           0.125         0.25   True
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     blocks, info = isotonic_blocks(src, method)
@@ -118,7 +118,7 @@ def decompose(
         moments = planner.fetch(src, declared.totals("moments", "soft"))
         totals = totals.assign(swyy=moments["swyy"].to_numpy(float))
     values = corp_finish(totals, blocks, by=src.by, scoring=scoring)
-    return result(src, values, ["score", "miscalibration", "discrimination", "uncertainty"],
+    return result(src, values, ["mean_loss", "miscalibration", "discrimination", "uncertainty"],
                   {"scoring": scoring, "exact": bool(info["exact"]), "method": info["method"]})
 
 
@@ -142,16 +142,16 @@ def corp_finish(totals: pd.DataFrame, blocks: pd.DataFrame, *, by: Sequence[str]
     Returns
     -------
     pandas.DataFrame
-        One row per group: the keys, ``n``, ``W``, ``score``, ``miscalibration``,
+        One row per group: the keys, ``n``, ``W``, ``mean_loss``, ``miscalibration``,
         ``discrimination``, ``uncertainty``.
 
     Examples
     --------
     >>> totals = pd.DataFrame({"n": [4], "W": [4.0], "swy": [2.0], "sw_sq_resid": [0.9]})
     >>> blocks = pd.DataFrame({"W": [2.0, 2.0], "Y": [0.5, 1.5]})
-    >>> corp_finish(totals, blocks)[["score", "miscalibration", "discrimination"]].round(6)
-       score  miscalibration  discrimination
-    0  0.225          0.0375          0.0625
+    >>> corp_finish(totals, blocks)[["mean_loss", "miscalibration", "discrimination"]].round(6)
+       mean_loss  miscalibration  discrimination
+    0      0.225          0.0375          0.0625
     """
     by = list(by)
     fitted = {key_tuple(k): part for k, part in groups(blocks, by)}
@@ -175,9 +175,9 @@ def corp_finish(totals: pd.DataFrame, blocks: pd.DataFrame, *, by: Sequence[str]
                 t["sw_logloss"].sum()) / W
             s_iso = _log_score(bY, bW) / W
             s_clim = _log_score(np.array([Y]), np.array([W])) / W
-        rows.append(row | dict(score=s_p, miscalibration=s_p - s_iso,
+        rows.append(row | dict(mean_loss=s_p, miscalibration=s_p - s_iso,
                                discrimination=s_clim - s_iso, uncertainty=s_clim))
-    columns = ["score", "miscalibration", "discrimination", "uncertainty"]
+    columns = ["mean_loss", "miscalibration", "discrimination", "uncertainty"]
     return pd.DataFrame(rows, columns=None if rows else [*by, "n", "W", *columns])
 
 

@@ -87,8 +87,9 @@ def isotonic(
         (scikit-learn's ``IsotonicRegression``), or to the lower block's value. Fitted scores
         themselves map to their block's value either way; scores outside the fitted range are
         clipped to the first or last value.
-    method : {"auto", "levels", "grid", "engine"}, default "auto"
-        How the rows are reduced before PAV. ``"levels"``: one row per distinct score (exact).
+    method : {"auto", "exact", "grid", "engine"}, default "auto"
+        How the rows are reduced before PAV. ``"exact"``: one row per distinct score (the
+        levels).
         ``"grid"``: one row per group and score cell of width 1/``cells`` (one GROUP BY, a few
         scans' cost at any size); exact when every cell holds a single distinct score (scores
         with at most 4 decimals, say), else the exact isotonic fit of the score rounded to its
@@ -198,15 +199,15 @@ def isotonic_blocks(src: Source, method: str = "auto", cells: int = GRID_CELLS
         info = {"method": "grid", "exact": mixed == 0, "passes": 0, "mixed_cells": mixed,
                 "cells": cells}
         if method == "auto" and mixed and int(grid["n"].sum()) <= LEVEL_CAP:
-            method = "levels"
+            method = "exact"
         elif method == "auto" and mixed:
             blocks, info["refined_cells"], info["exact"] = _refine(src, grid, cells)
             info["method"] = "grid, refined"
-    if method == "levels":
+    if method == "exact":
         lv = level_sets(src)
         blocks = pd.DataFrame({**{k: lv[k] for k in by}, "lo": lv["p"], "hi": lv["p"],
                                "n": lv["n"], "W": lv["W"], "Y": lv["swy"]})
-        info = {"method": "levels", "exact": True, "passes": 0, "mixed_cells": 0}
+        info = {"method": "exact", "exact": True, "passes": 0, "mixed_cells": 0}
     elif method == "engine":
         totals_summary(src)  # validates the source
         blocks, passes = _reduce_in_engine(src)
@@ -371,7 +372,7 @@ def platt(
     feature: str = "logit",
     smoothed_targets: bool = True,
     modified: bool = False,
-    tolerance: float | None = None,
+    epsilon: float | None = None,
     **source_options: Any,
 ) -> PlattMap:
     r"""Fit Platt scaling per group: a logistic regression of the label on the score's logit.
@@ -402,11 +403,11 @@ def platt(
         regression).
     modified : bool, default False
         The cutoff paper's modified Platt scaling (App. D.2): keep the fit only where its in-sample
-        cutoff error is at most ``tolerance``, otherwise map every score of the group to its
+        cutoff error is at most ``epsilon``, otherwise map every score of the group to its
         observed rate. The cutoff error is computed exactly on the mapped scores (ties of the
         mapped values, e.g. from saturation, are one unit).
-    tolerance : float, optional
-        ε_n for ``modified``; default :math:`(20 + \sqrt{2\ln 20})/\sqrt{n}` (the paper's
+    epsilon : float, optional
+        ε_n for ``modified`` (the ``epsilon`` of :func:`sqlcal.cutoff_error`); default :math:`(20 + \sqrt{2\ln 20})/\sqrt{n}` (the paper's
         suggestion: the 95% upper confidence bound of the cutoff error of a calibrated model),
         with n the group's rows, or its total weight when the weights are whole numbers.
     **source_options
@@ -418,7 +419,7 @@ def platt(
     PlattMap
         ``.table``: per group, the keys, ``a``, ``b`` (σ(a + b·x)), ``n``, ``W``,
         ``iterations``, and with ``modified`` ``cutoff_error`` (of the plain fit, in-sample),
-        ``tolerance``, ``constant`` (the fallback rate, NaN where the fit was kept). With
+        ``epsilon``, ``constant`` (the fallback rate, NaN where the fit was kept). With
         ``on_invalid="drop"``, ``.info["dropped"]``: per group, the rows left out
         (``n_dropped`` and the count failing each check).
 
@@ -465,7 +466,7 @@ def platt(
     if src.dropped is not None:  # the rows left out are part of what the map was fitted on
         fitted.info["dropped"] = src.present(src.dropped)
     if modified:
-        _modify(src, fitted, tolerance)
+        _modify(src, fitted, epsilon)
         fitted.kind = "modified Platt scaling"
     return fitted.named(src.group_keys)
 
@@ -784,9 +785,9 @@ def _meat(src: Source, feature: str, thetas: dict, offset: bool) -> dict:
     return out
 
 
-def _modify(src: Source, fitted: PlattMap, tolerance: float | None) -> None:
+def _modify(src: Source, fitted: PlattMap, epsilon: float | None) -> None:
     """Modified Platt (cutoff paper App. D.2): keep a group's fit only if the in-sample cutoff
-    error of the mapped scores is within the tolerance, else its observed rate. A group without
+    error of the mapped scores is at most epsilon, else its observed rate. A group without
     a fit (a single distinct score, say) can only be its rate."""
     from sqlcal.metrics.cumulative import cutoff_error
 
@@ -809,11 +810,11 @@ def _modify(src: Source, fitted: PlattMap, tolerance: float | None) -> None:
     # sampling rate's: a kept negative is one observed row)
     frequency = resolve_weight_kind(src, "auto") == "frequency"
     n = table["W" if src.weighted and frequency else "n"].to_numpy(float)
-    eps = (20 + np.sqrt(2 * np.log(20))) / np.sqrt(n) if tolerance is None else np.full(
-        len(n), float(tolerance))
+    eps = (20 + np.sqrt(2 * np.log(20))) / np.sqrt(n) if epsilon is None else np.full(
+        len(n), float(epsilon))
     merged = table[by].merge(errors[[*by, "cutoff_error"]], on=by, how="left") if by else errors
     table["cutoff_error"] = np.where(no_fit, np.nan, merged["cutoff_error"].to_numpy(float))
-    table["tolerance"] = eps
+    table["epsilon"] = eps
     fall = no_fit | ~(table["cutoff_error"].to_numpy(float) <= eps)
     table["constant"] = np.where(fall, rate, np.nan)
 

@@ -26,7 +26,7 @@ from sqlcal.inputs.sources import InvalidInputError, Source
 from sqlcal.metrics import key_tuple
 from sqlcal.options import OptionError, checked
 from sqlcal.query import declared, planner
-from sqlcal.query.layouts import TOLERANCE, prepare
+from sqlcal.query.layouts import SUM_TOLERANCE, prepare
 from sqlcal.recalibration.maps import TemperatureMap
 
 #: Newton scans allowed per fit (every group steps in the same scans); a fit typically needs
@@ -56,7 +56,7 @@ def temperature_scaling(
     where: Any = None,
     table: str | None = None,
     clip: float | None = None,
-    tolerance: float = TOLERANCE,
+    sum_tolerance: float = SUM_TOLERANCE,
     max_scans: int = MAX_SCANS,
 ) -> TemperatureMap:
     """Fit the temperature T minimising the weighted negative log-likelihood of softmax(z / T),
@@ -91,7 +91,7 @@ def temperature_scaling(
         a probability of 0 is refused: its log is −∞ (a true class of probability 0 has an
         infinite loss; any other stays 0 under every temperature, and ``clip`` says how to
         treat it).
-    tolerance : float, default 1e-6
+    sum_tolerance : float, default 1e-6
         The largest ``abs(sum of an example's probabilities - 1)`` accepted (``probs``/``prob``).
     max_scans : int, default 50
         The most Newton scans of the rows (each one aggregate query for every group).
@@ -142,7 +142,7 @@ def temperature_scaling(
     by = [by] if isinstance(by, str) else list(by)
     prepared = prepare(data, format=format, label=label, example=example, cls=cls, prob=prob,
                        probs=probs, logits=logits, logit=logit, classes=classes, weight=weight,
-                       keys=by, table=table, where=where, tolerance=tolerance)
+                       keys=by, table=table, where=where, sum_tolerance=sum_tolerance)
     t, layout = prepared.table, prepared.layout
     # the fit groups by the keys' internal columns (sqlcal.inputs.groupkeys): a key may be named like
     # a column of the fit's terms (g, h, n, W...), and NULL and NaN keys are two groups
