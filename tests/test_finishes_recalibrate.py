@@ -373,7 +373,7 @@ def test_engine_sandwich_middle_equals_brute_force(con, upload, offset):
 # -- no query outside the query layer ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("module", ["recalibrate.py", "multiclass_rows.py"])
+@pytest.mark.parametrize("module", ["recalibration/fits.py", "query/layouts.py"])
 def test_the_fits_and_multiclass_build_and_run_no_query(module):
     # every query is a declared summary fetched through the planner: these modules import no
     # Ibis at run time, nor the reductions, and call no execute/scan/run/summary of a source
@@ -393,7 +393,7 @@ def test_the_fits_and_multiclass_build_and_run_no_query(module):
         elif isinstance(node, ast.ImportFrom):
             imported |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
     assert not {m for m in imported if m == "ibis" or m.startswith("ibis.")}, imported
-    assert "sqlcal.query.reductions" not in imported or module == "multiclass_rows.py"
+    assert "sqlcal.query.reductions" not in imported or module == "query/layouts.py"
     calls = {node.func.attr for node in ast.walk(tree)
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
     assert not calls & {"execute", "scan", "to_pyarrow", "to_pandas", "cache", "aggregate",

@@ -127,6 +127,20 @@ class Source:
     facts : dict
         Columns every result of the source carries, saying where its numbers come from (a
         stored window: ``window``, ``maturity``, ``window_exact``, ``window_bound``).
+    validated : bool
+        Whether the rows passed the validating scan (set by the executor,
+        :mod:`sqlcal.query.executor`, on the first query, or at once with
+        ``on_invalid="drop"``).
+    cache : dict
+        The summaries computed from the rows, by kind and parts: the executor's cache (a
+        summary of the same kind with more parts serves a request for fewer).
+    forbidden : str or None
+        Why the rows must not be queried (a source built from exported summaries), or None.
+    memory_plan : tuple or None
+        An in-memory source's plan: its shape (which names the statements compiled once for
+        every source of the shape), its in-memory table and the columns its queries read.
+    arrow : pyarrow Table or None
+        An in-memory source's rows as Arrow, made on its first query.
 
     Examples
     --------
