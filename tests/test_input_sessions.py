@@ -141,7 +141,7 @@ def pg_table():
 def test_the_postgres_session_of_a_source_refuses_writes(pg_table):
     import psycopg
 
-    from sqlcal.inputs import sources
+    from sqlcal.inputs import engines, sources
 
     sources.connections.pop(POSTGRES_URL, None)  # a session opened by this test's source
     src = sqlcal.source(POSTGRES_URL, table="sqlcal_read_only_probe", score="p", label="y",
@@ -149,7 +149,7 @@ def test_the_postgres_session_of_a_source_refuses_writes(pg_table):
     got = sqlcal.brier(src)
     want = pg_table.assign(sq=(pg_table.p - pg_table.y) ** 2).groupby("g")["sq"].mean()
     np.testing.assert_allclose(got["brier"], want.loc[got["g"]].to_numpy(), rtol=1e-12)
-    session = src.rows._find_backend()
+    session = engines.backend_of(src.rows)
     # outside a transaction, inside Ibis's transactions and in its server-side cursors
     with session.raw_sql("SELECT current_setting('transaction_read_only')") as cursor:
         assert cursor.fetchone() == ("on",)
@@ -164,9 +164,10 @@ def test_the_postgres_session_of_a_source_refuses_writes(pg_table):
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             session.raw_sql(statement)
     # a follow-up joined to a small in-memory table: a temporary table of the session
-    cells = pd.DataFrame({"g": ["g0", "g1"], "cell": [3, 5]})
+    key = src.by[0]  # the key travels under its internal column in the rows
+    cells = pd.DataFrame({key: ["g0", "g1"], "cell": [3, 5]})
     joined = src.rows.mutate(cell=(src.rows.p * 8).floor().cast("int64")).join(
-        ibis.memtable(cells), ["g", "cell"])
+        ibis.memtable(cells), [key, "cell"])
     n = int(joined.count().to_pyarrow().as_py())
     cell = np.floor(pg_table.p * 8)
     assert n == int((((pg_table.g == "g0") & (cell == 3)) | ((pg_table.g == "g1")

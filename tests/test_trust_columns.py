@@ -83,7 +83,7 @@ def _cases():
         ("lipschitz_calibration_error", {"lipschitz": 2.0}, {"lipschitz": 2.0}),
         ("ls_ece", {"noise_scale": 0.2, "noise": "uniform", "clip": 1e-4},
          {"noise": "uniform", "clip": 1e-4, "grid_step": 0.2 / 200}),
-        ("ls_ece", {"noise_scale": 0.1, "step": 0.004}, {"noise": "gaussian", "grid_step": 0.004}),
+        ("ls_ece", {"noise_scale": 0.1, "grid_step": 0.004}, {"noise": "gaussian", "grid_step": 0.004}),
         ("smooth_ece", {"bootstrap": 5, "confidence": 0.9}, {"bootstrap": 5, "confidence": 0.9}),
         ("calibration_decision_loss", {}, {"binning": "levels", "method": "hull"}),
         ("calibration_decision_loss", {"bins": 5}, {"binning": "uniform(5, sqlcal)"}),

@@ -602,7 +602,7 @@ def _monitor(args) -> int:
     from sqlcal import outputs
     from sqlcal.monitor import config as monitor_config
     from sqlcal.monitor import monitor
-    from sqlcal.reporting import monitoring
+    from sqlcal.reporting import monitoring, scheduled
 
     config = monitor_config.load(args.config)
     where = args.config
@@ -625,7 +625,7 @@ def _monitor(args) -> int:
     if table_name and not args.no_results and run.windows is not None:
         rows = monitoring.results_rows(run.windows, run.detection.path,
                                        list(config["source"]["by"]), run_id=check_date,
-                                       config_hash=monitoring.config_hash(config))
+                                       config_hash=scheduled.config_hash(config))
         written = monitoring.store_results(snap["store"], table_name, rows)
         if not args.quiet:
             _out(f"wrote {written} rows in table {table_name} (check {check_date})")
