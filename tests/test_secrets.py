@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import traceback
 import urllib.parse
 import warnings
@@ -23,7 +24,9 @@ from tests.conftest import POSTGRES_URL, engine_missing
 #: the role's password: each piece between the special characters is searched for on its own
 PASSWORD = "Kx9Qv@Wm3Zt:Hq7Rb/Jn5Ly%40Ps2Fd"
 PIECES = ("Kx9Qv", "Wm3Zt", "Hq7Rb", "Jn5Ly", "Ps2Fd")
-ROLE, SCHEMA = "sqlcal_secret_probe", "sqlcal_secret_probe"
+# one role and schema per test process: xdist runs this module's tests on two workers, whose
+# module fixtures would otherwise create the same role at once
+ROLE = SCHEMA = f"sqlcal_secret_probe_{os.getpid()}"
 
 
 def leaks(text: str) -> list[str]:
@@ -222,7 +225,7 @@ def test_no_command_shows_the_password(role, tmp_path, monkeypatch, capsys, capl
     found = {name: leaks(text) for name, text in seen.items() if leaks(text)}
     assert not found, found
     assert "cannot connect to" in seen["a wrong password: stderr"]
-    assert "is not in postgres://sqlcal_secret_probe:***@" in seen["a missing table: stderr"]
+    assert f"is not in postgres://{ROLE}:***@" in seen["a missing table: stderr"]
 
 
 def test_python_reprs_and_errors_show_no_password(role, monkeypatch):
