@@ -2,15 +2,15 @@
 a malformed key is exit 2 with one line naming the key path, never a traceback, and nothing is
 read or written.
 
-The table runs through the ``sqlcal`` command in a subprocess (the exit code and stderr a
-scheduler sees); the schema is also checked against what the Python checks accept."""
+The table runs through the command's main() in one subprocess, and one case per command through
+a real ``python -m sqlcal.cli`` process (the exit code and stderr a scheduler sees); the schema is also checked against what the Python checks accept."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jsonschema
@@ -80,6 +80,28 @@ def folder(tmp_path_factory):
     return root
 
 
+#: one process runs every case through the command's main(), each with its own stdout and stderr
+#: (a process start per case cost a minute of the suite); the exit codes a scheduler sees are
+#: checked on real ``python -m sqlcal.cli`` processes by test_the_process_exit_code_is_main_s
+_DRIVER = """
+import contextlib, io, json, sys, traceback
+from sqlcal.cli.commands import main
+out = {}
+for i, command in enumerate(json.loads(sys.argv[1])):
+    o, e = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+        try:
+            rc = main([command, "--config", f"c{i}.toml"])
+        except SystemExit as stop:
+            rc = stop.code
+        except BaseException:
+            traceback.print_exc()
+            rc = 1
+    out[i] = [rc, o.getvalue(), e.getvalue()]
+print(json.dumps(out))
+"""
+
+
 def _run(folder: Path, i: int, command: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sqlcal.cli", command, "--config", f"c{i}.toml"],
                           capture_output=True, text=True, timeout=120, cwd=folder,
@@ -88,11 +110,27 @@ def _run(folder: Path, i: int, command: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def runs(folder):
-    """Every malformed config through the command, two processes at a time."""
+    """Every malformed config through the command's main(), in one process."""
     cases = list(MALFORMED.values())
-    with ThreadPoolExecutor(2) as pool:
-        done = list(pool.map(lambda i: _run(folder, i, cases[i][0]), range(len(cases))))
-    return dict(zip(MALFORMED, done))
+    done = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps([c[0] for c in cases])],
+                          capture_output=True, text=True, timeout=300, cwd=folder,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    return {name: subprocess.CompletedProcess([], *out[str(i)])
+            for i, name in enumerate(MALFORMED)}
+
+
+def test_the_process_exit_code_is_main_s(folder, runs):
+    """A scheduler sees main()'s code and line: one real process per command."""
+    seen = set()
+    for i, (name, (command, _, _)) in enumerate(MALFORMED.items()):
+        if command in seen:
+            continue
+        seen.add(command)
+        run = _run(folder, i, command)
+        assert (run.returncode, run.stdout, run.stderr) == (
+            runs[name].returncode, runs[name].stdout, runs[name].stderr)
 
 
 @pytest.mark.parametrize("case", list(MALFORMED))
