@@ -74,7 +74,7 @@ def test_isotonic_step_interpolation_and_clipping():
 @pytest.mark.parametrize("weights", [False, True])
 def test_isotonic_engine_passes_equal_numpy(upload, monkeypatch, weights):
     """Grouped PAV passes in the engine (forced with a small LEVEL_CAP) give the same blocks."""
-    df = calibration_data(4000, 3, groups=2, ties=False, weights=weights)
+    df = calibration_data(1000, 3, groups=2, ties=False, weights=weights)
     t = upload(df)
     cols = dict(score="p", label="y", by="g", weight="w" if weights else None)
     whole = sqlcal.isotonic(t, **cols)
