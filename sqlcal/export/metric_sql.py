@@ -73,6 +73,11 @@ def summary_sql(metric: str, *, dialect: str = "duckdb", table: str, score: str,
         For a metric that is not exported, or options whose form needs follow-up passes (the
         message names the one-shot option to pass instead).
 
+    See Also
+    --------
+    from_summaries : finishes the metric from these statements' results.
+    report : runs the statements and finishes the metrics in one call.
+
     Examples
     --------
     >>> sql = summary_sql("ece", table="preds", score="p", label="y", by="segment")
@@ -136,6 +141,12 @@ def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str =
     -------
     pandas.DataFrame
         The metric's result table, equal to the direct call on the same rows.
+
+    See Also
+    --------
+    summary_sql : the statements whose results this finishes.
+    report : several metrics in one call, when sqlcal can run the queries itself.
+    stored : a source over summaries kept in a summary store.
 
     Examples
     --------

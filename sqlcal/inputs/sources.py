@@ -142,6 +142,12 @@ class Source:
     arrow : pyarrow Table or None
         An in-memory source's rows as Arrow, made on its first query.
 
+    See Also
+    --------
+    source : builds and validates a Source; pass it to any metric.
+    stored : a Source over a window of stored summaries.
+    report : several metrics of one Source at once.
+
     Examples
     --------
     >>> import pandas as pd, sqlcal

@@ -125,6 +125,12 @@ def calibration_decision_loss(
         ``"uniform(B, sqlcal)"`` with ``bins``) and ``method`` (``"hull"`` or ``"lp"``); with
         ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    decision_loss : the loss of one fixed decision task instead of the worst one.
+    decision_risk_gap : the loss of a threshold rule, against recalibrated and monotone rules.
+    ece : the binned error that bounds it from above (twice ECE).
+
     Notes
     -----
     Hu and Wu (2024), Predict to Minimize Swap Regret for All Payoff-Bounded Tasks (FOCS 2024),
@@ -165,6 +171,13 @@ def calibration_decision_loss(
     plug-in degenerates (it is at least the Brier score): a warning is raised when a group has
     at least 0.9 distinct scores per row; pass ``bins=``. Like ECE, the plug-in is biased
     upward: a calibrated model gets a positive value on a finite sample.
+
+    References
+    ----------
+    .. [1] L. Hu and Y. Wu, "Predict to Minimize Swap Regret for All Payoff-Bounded Tasks", FOCS,
+       2024.
+    .. [2] P. Gopalan and L. Hu, "Calibration through the Lens of Indistinguishability", ACM SIGecom
+       Exchanges 23(1), 2025.
 
     Examples
     --------
@@ -492,6 +505,12 @@ def decision_loss(
         ``binning`` (as in :func:`calibration_decision_loss`); with ``on_invalid="drop"``,
         ``n_dropped``.
 
+    See Also
+    --------
+    calibration_decision_loss : the worst loss over all bounded decision tasks.
+    decision_risk_gap : the same threshold task, with the best monotone rule too.
+    expected_cost : the cost of decision rules on unlabelled rows.
+
     Notes
     -----
     Hu and Wu (2024), Predict to Minimize Swap Regret for All Payoff-Bounded Tasks; Gopalan and
@@ -501,6 +520,13 @@ def decision_loss(
     :math:`\sum_j n_j|\bar y_j-t|\,1[1\{v_j\ge t\}\ne1\{\bar y_j\ge t\}]`, which equals the
     ``risk_gap`` of :func:`decision_risk_gap` at τ = t. The umbrella example of the survey
     (carry an umbrella iff p ≥ 0.1) is ``threshold=0.1``.
+
+    References
+    ----------
+    .. [1] L. Hu and Y. Wu, "Predict to Minimize Swap Regret for All Payoff-Bounded Tasks", FOCS,
+       2024.
+    .. [2] P. Gopalan and L. Hu, "Calibration through the Lens of Indistinguishability", ACM SIGecom
+       Exchanges 23(1), 2025.
 
     Examples
     --------
@@ -677,6 +703,12 @@ def decision_risk_gap(
         "decreasing": act iff score ≤ ``best_threshold``) and ``best_threshold`` (NaN for never
         and always); with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    decision_loss : the same gap for any fixed payoff table.
+    calibration_decision_loss : the worst gap over all bounded tasks.
+    cutoff_error : the testable error that bounds the monotone gap.
+
     Notes
     -----
     Rossellini, Soloff, Barber, Ren and Willett (2025), Can a calibration metric be both testable
@@ -694,6 +726,11 @@ def decision_risk_gap(
     grouped-Bayes gap is not: with one row per distinct score it collapses to the risk itself.
     The two bounds hold exactly on the (weighted) empirical law. Ties in the best rule are
     resolved in the order never, always, increasing, decreasing (lowest threshold first).
+
+    References
+    ----------
+    .. [1] R. Rossellini, J. A. Soloff, R. Foygel Barber, Z. Ren and R. Willett, "Can a Calibration
+       Metric Be Both Testable and Actionable?", arXiv:2502.19851, 2025.
 
     Examples
     --------
@@ -934,6 +971,12 @@ def expected_cost(
         with ``validation``; NaN when ``epsilon`` is given, whose own confidence carries over).
         With ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    cutoff_error : the calibration bound its error bound rests on.
+    decision_risk_gap : the realised risk of a threshold rule on labelled rows.
+    decision_loss : the payoff lost by one decision task on labelled rows.
+
     Notes
     -----
     Gao, Parameswaran and Peng (2017), On the interpretability of conditional probability
@@ -965,6 +1008,13 @@ def expected_cost(
     The validation rows' weights count exactly as this table's: a row of weight 0 is no row,
     whole-number weights are repeated rows (in the cutoff error and in its n), other weights
     sampling weights (n = W²/Σw², as :func:`sqlcal.cutoff_error`).
+
+    References
+    ----------
+    .. [1] Y. Gao, A. Parameswaran and J. Peng, "On the Interpretability of Conditional Probability
+       Estimates in the Agnostic Setting", AISTATS (PMLR 54), 2017.
+    .. [2] R. Rossellini, J. A. Soloff, R. Foygel Barber, Z. Ren and R. Willett, "Can a Calibration
+       Metric Be Both Testable and Actionable?", arXiv:2502.19851, 2025.
 
     Examples
     --------

@@ -121,6 +121,12 @@ def lipschitz_calibration_error(
         ``n_levels`` (level sets or cells used), ``lipschitz`` (the constant K); with
         ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    smooth_ece : relplot's kernel-smoothed error, a different quantity.
+    distance_to_calibration : its lower distance is within a factor 2 of smCE.
+    ece : the binned error, an upper bound.
+
     Notes
     -----
     Kakade and Foster (2008), Deterministic calibration and Nash equilibrium; the survey of
@@ -143,6 +149,13 @@ def lipschitz_calibration_error(
     W_c/W` (the largest mean absolute deviation with that range and mean; at most 2^-15).
     CITL ≤ smCE ≤ ECE, EMD/2 ≤ smCE ≤ EMD (Lemma 3.4), and smCE/2 ≤ lower distance ≤ 2·smCE
     (Theorem 6.7).
+
+    References
+    ----------
+    .. [1] S. M. Kakade and D. P. Foster, "Deterministic Calibration and Nash Equilibrium", Journal
+       of Computer and System Sciences 74(1), 2008.
+    .. [2] P. Gopalan and L. Hu, "Calibration through the Lens of Indistinguishability", ACM SIGecom
+       Exchanges 23(1), 2025.
 
     Examples
     --------
@@ -235,6 +248,12 @@ def distance_to_calibration(
           ``n_levels``, the number of levels or cells used;
         - with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    lipschitz_calibration_error : the smooth error, within a factor 2 of the lower distance.
+    interval_calibration_error : an upper bound on the upper distance.
+    cutoff_error : the testable error behind the 3·sqrt(cutoff) bound.
+
     Notes
     -----
     Błasiok, Gopalan, Hu and Nakkiran (2023), A Unifying Theory of Distance from Calibration
@@ -274,6 +293,15 @@ def distance_to_calibration(
     contiguous (three levels can show it: 10 rows each at p = 0.1, 0.6, 0.7 with 2, 5
     and 0 positives) and no efficient exact search is known, so above
     8 levels the reported value can exceed the upper distance.
+
+    References
+    ----------
+    .. [1] J. Błasiok, P. Gopalan, L. Hu and P. Nakkiran, "A Unifying Theory of Distance from
+       Calibration", STOC, 2023.
+    .. [2] P. Gopalan and L. Hu, "Calibration through the Lens of Indistinguishability", ACM SIGecom
+       Exchanges 23(1), 2025.
+    .. [3] R. Rossellini, J. A. Soloff, R. Foygel Barber, Z. Ren and R. Willett, "Can a Calibration
+       Metric Be Both Testable and Actionable?", arXiv:2502.19851, 2025.
 
     Examples
     --------
@@ -355,6 +383,12 @@ def interval_calibration_error(
         widths over partitions whose cuts fall between buckets of levels or cells: an upper
         bound on the infimum); with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    distance_to_calibration : the bracket intCE bounds from above.
+    ece : the binned error of fixed bins, without the width term.
+    lipschitz_calibration_error : another error within a constant of the distance.
+
     Notes
     -----
     Gopalan and Hu (2025), Calibration through the Lens of Indistinguishability, Def. 6.10:
@@ -371,6 +405,11 @@ def interval_calibration_error(
     levels) times powers of 2 up to the whole span: the cap just above the optimal width is
     less than twice it, so the value is at most 2·intCE. More than 1024 levels (or cells) are first merged into
     1024 contiguous buckets of equal score width.
+
+    References
+    ----------
+    .. [1] P. Gopalan and L. Hu, "Calibration through the Lens of Indistinguishability", ACM SIGecom
+       Exchanges 23(1), 2025.
 
     Examples
     --------

@@ -135,6 +135,13 @@ def source(
         A column is missing or mistyped, or (with ``on_invalid="raise"``) has invalid rows; the
         message names the column, the problem and the count of rows.
 
+    See Also
+    --------
+    Source : what it returns.
+    multiclass : the binary rows of multiclass predictions, to pass as data.
+    stored : a source over stored summaries instead of rows.
+    report : several metrics of one source at once.
+
     Notes
     -----
     Weighted metrics read a row of weight :math:`w_i` as :math:`w_i` identical rows when the

@@ -140,6 +140,12 @@ def multiclass(
     ValueError
         An option that cannot be used (``mode``, ``format``, ``classes``, ``sum_tolerance``).
 
+    See Also
+    --------
+    classwise : a metric per class of a classwise table, reduced.
+    temperature_scaling : recalibrates the multiclass predictions.
+    source : the same checks for binary predictions.
+
     Notes
     -----
     Top-label: the score of example :math:`i` is :math:`\\max_k p_{ik}` and its label is
@@ -160,6 +166,16 @@ def multiclass(
     A table made in classwise mode refuses a metric without ``by="class"``, and one made with
     ``weight=`` a metric without ``weight="weight"`` (:func:`check_use`, which
     :func:`sqlcal.source` calls for every metric).
+
+    References
+    ----------
+    .. [1] C. Guo, G. Pleiss, Y. Sun and K. Q. Weinberger, "On Calibration of Modern Neural
+       Networks", ICML (PMLR 70), 2017.
+    .. [2] C. Gupta and A. Ramdas, "Top-Label Calibration and Multiclass-to-Binary Reductions",
+       ICLR, 2022.
+    .. [3] M. Kull, M. Perello-Nieto, M. Kängsepp, T. Silva Filho, H. Song and P. Flach, "Beyond
+       Temperature Scaling: Obtaining Well-Calibrated Multiclass Probabilities with Dirichlet
+       Calibration", NeurIPS, 2019.
 
     Examples
     --------

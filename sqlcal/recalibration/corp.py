@@ -82,6 +82,13 @@ def decompose(
         fit is exact; False on the score grid), ``method`` (the isotonic method used, ``"auto"``
         resolved); with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    brier_decomposition : the binned Murphy decomposition.
+    isotonic : the recalibration map behind the decomposition.
+    brier : the Brier score alone.
+    log_loss : the log score alone.
+
     Notes
     -----
     Dimitriadis, Gneiting and Jordan (2021), Stable reliability diagrams for probabilistic
@@ -100,6 +107,11 @@ def decompose(
     score and UNC by that constant and leaves MCB and DSC as they are.
     Unlike the binned Murphy decomposition (:func:`sqlcal.brier_decomposition`), there is no bin
     count to choose.
+
+    References
+    ----------
+    .. [1] T. Dimitriadis, T. Gneiting and A. I. Jordan, "Stable Reliability Diagrams for
+       Probabilistic Classifiers", PNAS 118(8), 2021.
 
     Examples
     --------
