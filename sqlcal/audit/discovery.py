@@ -136,8 +136,8 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
         any deeper level runs and raises :class:`BudgetError` naming the ``min_support`` and
         ``max_depth`` that would fit.
     strategy : {"lattice", "cube"}, default "lattice"
-        ``"lattice"``: each level of the lattice reads the base table once per covering set of columns (at
-        most 2^16 raw value combinations), re-aggregated per column tuple inside it.
+        ``"lattice"``: each level of the lattice reads the base table once per covering set of
+        columns (at most 2^16 raw value combinations), re-aggregated per column tuple inside it.
         ``"cube"``: after level 1, one scan builds the reduced cube (the sums per fold, group
         and recoded feature tuple) as a temporary table of the engine, and every deeper level
         aggregates it: two base-table scans whatever the depth; worth it when the cube is much
@@ -1245,9 +1245,9 @@ def _shown(predicates, spec) -> dict:
 
 
 def _keys_of(row, features, column: str = "special_values") -> dict:
-    """A result row's predicates as ``{feature: key}`` (:func:`sqlcal.query.reductions.segment_code`),
-    its ``special_values`` (in ``column``) telling a NULL predicate and the pooled bucket from
-    values that read the same."""
+    """A result row's predicates as ``{feature: key}``
+    (:func:`sqlcal.query.reductions.segment_code`), its ``special_values`` (in ``column``) telling a
+    NULL predicate and the pooled bucket from values that read the same."""
     special = row.get(column)
     special = json.loads(special) if isinstance(special, str) else {}
     code = {name: key for key, name in SPECIAL.items()}
@@ -1451,8 +1451,8 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
     out = pd.concat(frames, ignore_index=True)
     columns = [*by, "segment", "depth", *features, "special_values", "n", "W", "mean_score",
                "observed", "citl", "residual", "harm", "z", "p_value", "q_value", "significant",
-               "logit_shift", "logit_shift_se", "explained_by", "residual_all", "z_all", "family_size",
-               "tested", "statements", "branches", "searched", "weight_kind"]
+               "logit_shift", "logit_shift_se", "explained_by", "residual_all", "z_all",
+               "family_size", "tested", "statements", "branches", "searched", "weight_kind"]
     if binned:
         columns[columns.index("explained_by"):columns.index("explained_by")] = [
             "ece", "chi2", "chi2_df"]

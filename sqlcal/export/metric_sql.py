@@ -3,8 +3,8 @@ reads, ``from_summaries`` finishes the metric from the frames those statements r
 they ran (a scheduler that runs SQL only, dbt, a warehouse's own jobs, stored daily summaries).
 
 Both come from the declarations the library itself uses (each metric's registration, the
-reductions of :mod:`sqlcal.query.reductions`), so the exported SQL is the SQL that runs. A metric whose
-summaries are one-shot (read in one pass, with no follow-up that depends on the data) exports
+reductions of :mod:`sqlcal.query.reductions`), so the exported SQL is the SQL that runs. A metric
+whose summaries are one-shot (read in one pass, with no follow-up that depends on the data) exports
 them: the equal-width binned metrics, the totals metrics, the grid form of the cumulative metrics
 (``method="grid"``, which reports its certified ``grid_bound``). A form that refines with follow-up
 passes (equal-mass bins, the exact cutoff error) exports instead the one-shot exact summary, the

@@ -1,8 +1,8 @@
 """What to measure: a table, its score/label/weight columns, group keys and filters.
 
-``source()`` resolves the data (Ibis table, path or glob, connection URL, in-memory frame), checks the
-columns once with one aggregate query in the engine, and returns a :class:`Source` that every metric
-accepts. The same query also produces the *totals* summary (per group: n, W, Σwy, Σwp,
+``source()`` resolves the data (Ibis table, path or glob, connection URL, in-memory frame), checks
+the columns once with one aggregate query in the engine, and returns a :class:`Source` that every
+metric accepts. The same query also produces the *totals* summary (per group: n, W, Σwy, Σwp,
 Σw(y − p)², ...), so metrics that need only totals cost no further scan.
 """
 
@@ -767,8 +767,8 @@ def _is_frame(data: Any) -> bool:
 
 
 def apply_where(base: ir.Table, where: Any) -> ir.Table:
-    """``base`` filtered by ``where``: a SQL condition (parsed by :mod:`sqlcal.inputs.condition`, never
-    pasted), an Ibis boolean expression or a callable (as ``source(where=...)`` reads it)."""
+    """``base`` filtered by ``where``: a SQL condition (parsed by :mod:`sqlcal.inputs.condition`,
+    never pasted), an Ibis boolean expression or a callable (as ``source(where=...)`` reads it)."""
     return _apply_where(base, where)
 
 

@@ -53,8 +53,8 @@ from sqlcal.query.unlabeled import unlabeled_source
 #: row (and at least ``_WARN_MIN_ROWS`` rows): each level set is then about one row
 DEGENERATE_SHARE = 0.9
 _WARN_MIN_ROWS = 20
-#: the CDL LP (method="lp") is a cross-check, refused for a group with more level sets (use the exact
-#: envelope); the slope LP solves 2,000 levels in about 0.2 s, 20,000 in 2 s
+#: the CDL LP (method="lp") is a cross-check, refused for a group with more level sets (use the
+#: exact envelope); the slope LP solves 2,000 levels in about 0.2 s, 20,000 in 2 s
 MAX_LP_LEVELS = 2_000
 #: the largest optimality gap (upper minus lower bound, over the live mass) the CDL LP may return
 #: with; measured at most 1.8e-10 on 6,000 random and near-degenerate inputs
@@ -543,8 +543,10 @@ def decision_loss(
         raise ValueError(f"tie must be 'higher' or 'lower', not {tie!r}")
     if payoffs is not None:
         table = np.asarray(payoffs, dtype=float)
-        if table.ndim != 2 or table.shape[1] != 2 or len(table) < 1 or not np.isfinite(table).all():
-            raise ValueError("payoffs must be a finite array of shape (k, 2): rows (u(a,0), u(a,1))")
+        if (table.ndim != 2 or table.shape[1] != 2 or len(table) < 1
+                or not np.isfinite(table).all()):
+            raise ValueError("payoffs must be a finite array of shape (k, 2): "
+                             "rows (u(a,0), u(a,1))")
         thresholds = None
     else:
         table, thresholds = None, _thresholds(threshold)
@@ -1428,7 +1430,8 @@ def _rules_table(rules: Any) -> pd.DataFrame:
         table = pd.DataFrame(items, columns=["l", "r", "a", "b"]).assign(rule="rule")
     missing = {"l", "r", "a", "b"} - set(table.columns)
     if missing or table.empty:
-        raise ValueError(f"rules need intervals with columns l, r, a, b (missing {sorted(missing)})")
+        raise ValueError("rules need intervals with columns l, r, a, b "
+                         f"(missing {sorted(missing)})")
     table = table[["rule", "l", "r", "a", "b"]].copy()
     for col in "lrab":
         table[col] = table[col].astype(float)

@@ -259,11 +259,11 @@ def distance_to_calibration(
     Błasiok, Gopalan, Hu and Nakkiran (2023), A Unifying Theory of Distance from Calibration
     (STOC 2023), as presented in Gopalan and Hu (2025), Calibration through the Lens of
     Indistinguishability, Section 6. The distance to calibration
-    :math:`\mathrm{dCE}(p)=\min_{q\text{ calibrated}}\mathbb E|p-q|` depends on the feature space, which logged (score, label) rows
-    do not show; over all spaces consistent with the data it ranges over
-    :math:`[\underline{\mathrm{dCE}},\overline{\mathrm{dCE}}]`, and by Corollary 6.8 no measure
-    computed from the law of (score, label) can tell dCE ≥ η from dCE ≤ 2η²: the bracket can be
-    that wide (Theorem 6.9: :math:`\overline{\mathrm{dCE}}\le4\sqrt{\underline{\mathrm{dCE}}}`).
+    :math:`\mathrm{dCE}(p)=\min_{q\text{ calibrated}}\mathbb E|p-q|` depends on the feature space,
+    which logged (score, label) rows do not show; over all spaces consistent with the data it ranges
+    over :math:`[\underline{\mathrm{dCE}},\overline{\mathrm{dCE}}]`, and by Corollary 6.8 no measure
+    computed from the law of (score, label) can tell dCE ≥ η from dCE ≤ 2η²: the bracket can be that
+    wide (Theorem 6.9: :math:`\overline{\mathrm{dCE}}\le4\sqrt{\underline{\mathrm{dCE}}}`).
 
     *Lower distance.* The coupling LP: move the mass at (v_j, y) to points u of a grid
     :math:`U` so that the label mean at every u is u, at least cost
@@ -403,8 +403,8 @@ def interval_calibration_error(
     R). Up to 64 levels every span is tried (exact). Above, the caps are the smallest feasible
     one (the widest single level: 0 on exact levels) and that (or else the smallest gap between
     levels) times powers of 2 up to the whole span: the cap just above the optimal width is
-    less than twice it, so the value is at most 2·intCE. More than 1024 levels (or cells) are first merged into
-    1024 contiguous buckets of equal score width.
+    less than twice it, so the value is at most 2·intCE. More than 1024 levels (or cells) are first
+    merged into 1024 contiguous buckets of equal score width.
 
     References
     ----------

@@ -36,8 +36,9 @@ _REFINING = {("sigma", None): "sigma=<a bandwidth> (one histogram split at its g
     options={"noise": Option("choice", "the noise added to the logits", choices=NOISES),
              "noise_scale": Option("float", "scale of the noise added to the logits", low=0,
                                    open_low=True),
-             "grid_step": Option("float", "logit grid step (default noise_scale/20, noise_scale/200 "
-                            "for uniform noise)", low=0, open_low=True, optional=True)})
+             "grid_step": Option("float", "logit grid step (default noise_scale/20, "
+                                 "noise_scale/200 for uniform noise)", low=0, open_low=True,
+                                 optional=True)})
 @checked
 def ls_ece(
     data: Any,
@@ -114,9 +115,9 @@ def ls_ece(
     0.051(\delta/\sigma)^4` to leading order (3.4e-6 at δ = σ/20, 2.4e-8 at σ/100;
     plus :math:`0.012\delta^2` for sampling the sigmoid on the grid (``grid_bound``; the default
     keeps δ ≤ 0.05 logit units). Uniform noise: linear binning moves each row's kernel by at most
-    :math:`\delta/\sigma` in total variation (first order, hence the finer default grid). LS-ECE is not 0 for a
-    calibrated model (about 0.2σ for an atom at ½: (1/4)·sqrt(2/π)·σ = 0.1995σ) and tends to ½
-    as σ → ∞; values are comparable only at the same σ.
+    :math:`\delta/\sigma` in total variation (first order, hence the finer default grid). LS-ECE is
+    not 0 for a calibrated model (about 0.2σ for an atom at ½: (1/4)·sqrt(2/π)·σ = 0.1995σ) and
+    tends to ½ as σ → ∞; values are comparable only at the same σ.
 
     References
     ----------

@@ -419,9 +419,9 @@ def pavabc(W: np.ndarray, Y: np.ndarray, n_min: int, n_max: int, tail_rule: str 
     weight W, label sum Y): the index of the first atom of each block.
 
     The reference ``_pavabc`` on atoms (Matsubara et al. (2023), Algorithm 2): each atom is
-    pushed; the top two blocks merge while their size is ≤ n_min, or ≤ n_max with the lower mean ≥ the upper
-    (compared as Y0·W1 ≥ Y1·W0). The minimal suffix of atoms holding n_min is held back as a
-    tail block, merged into the last block or appended by ``tail_rule``.
+    pushed; the top two blocks merge while their size is ≤ n_min, or ≤ n_max with the lower
+    mean ≥ the upper (compared as Y0·W1 ≥ Y1·W0). The minimal suffix of atoms holding n_min is
+    held back as a tail block, merged into the last block or appended by ``tail_rule``.
     """
     A = len(W)
     if A == 0:

@@ -212,7 +212,8 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         out = detector(*sums, tolerance=tolerance, windows=tuple(windows), alpha=alpha_mature,
                        checks=checks, first=first, share=share, share_error=error)
         path = pd.DataFrame({**{k: [v] * len(calendar) for k, v in keys.items()},
-                             "stream": "mature", "day": calendar, "n": n.astype("int64"), "W": sums[0].sum(-1),
+                             "stream": "mature", "day": calendar, "n": n.astype("int64"),
+                             "W": sums[0].sum(-1),
                              "log_e": log_mean_exp(out["log_e"], axis=-2),
                              "log_M": out["log_M"], "threshold": c})
         path["alarm"] = path["log_M"] >= c

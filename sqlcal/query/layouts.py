@@ -13,8 +13,8 @@ to pool every class's rows on purpose. The result is an Ibis table: every sqlcal
 with ``score="score", label="label"`` (and ``weight="weight"`` when made with ``weight=``).
 
 Before anything is returned, one aggregate query in the engine checks every example: the
-probabilities are numbers in [0, 1] summing to 1 (within ``sum_tolerance``), the true class names one
-probability column (wide) or exactly one row (long), and no example id repeats. A problem is an
+probabilities are numbers in [0, 1] summing to 1 (within ``sum_tolerance``), the true class names
+one probability column (wide) or exactly one row (long), and no example id repeats. A problem is an
 error naming the column, the problem and the number of examples.
 """
 
@@ -204,8 +204,8 @@ def multiclass(
 class Prepared:
     """A checked multiclass table: ``table`` as given, ``probabilities`` (the same table, or
     with logit columns replaced by their softmax), its ``layout`` (see
-    :mod:`sqlcal.query.reductions`), whether the columns hold ``logits``, and whether invalid examples
-    are to be dropped (``drop``)."""
+    :mod:`sqlcal.query.reductions`), whether the columns hold ``logits``, and whether invalid
+    examples are to be dropped (``drop``)."""
 
     table: Any
     probabilities: Any
@@ -470,8 +470,8 @@ def _judge(counts, checks: list[str], layout: list[str], on_invalid: str) -> boo
 def _sum_problem(count: int, low: float, high: float, where: str, sum_tolerance: float) -> str:
     worst = low if abs(low - 1) >= abs(high - 1) else high
     return (f"{count} examples have probabilities ({where}) summing to other than 1 by more "
-            f"than sum_tolerance={sum_tolerance:g} (the worst sums to {worst!r}): list every class's "
-            "probability, renormalise them, or pass a larger sum_tolerance=")
+            f"than sum_tolerance={sum_tolerance:g} (the worst sums to {worst!r}): list every "
+            "class's probability, renormalise them, or pass a larger sum_tolerance=")
 
 
 def _class_values(t: ir.Table, probs: list[str], label: str, classes) -> list:

@@ -1,8 +1,8 @@
 """The CORP decomposition of a proper score (Dimitriadis, Gneiting and Jordan 2021): the mean
 score of the predictions = miscalibration − discrimination + uncertainty, with the isotonic
 (PAV) recalibration in the role of the ideal recalibrated forecast. One isotonic fit
-(:func:`sqlcal.recalibration.fits.isotonic_blocks`) and the totals summary suffice; :func:`corp_finish`
-is the arithmetic from those two frames."""
+(:func:`sqlcal.recalibration.fits.isotonic_blocks`) and the totals summary suffice;
+:func:`corp_finish` is the arithmetic from those two frames."""
 
 from __future__ import annotations
 

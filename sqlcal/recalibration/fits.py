@@ -421,9 +421,10 @@ def platt(
         observed rate. The cutoff error is computed exactly on the mapped scores (ties of the
         mapped values, e.g. from saturation, are one unit).
     epsilon : float, optional
-        ε_n for ``modified`` (the ``epsilon`` of :func:`sqlcal.cutoff_error`); default :math:`(20 + \sqrt{2\ln 20})/\sqrt{n}` (the paper's
-        suggestion: the 95% upper confidence bound of the cutoff error of a calibrated model),
-        with n the group's rows, or its total weight when the weights are whole numbers.
+        ε_n for ``modified`` (the ``epsilon`` of :func:`sqlcal.cutoff_error`); default
+        :math:`(20 + \sqrt{2\ln 20})/\sqrt{n}` (the paper's suggestion: the 95% upper confidence
+        bound of the cutoff error of a calibrated model), with n the group's rows, or its total
+        weight when the weights are whole numbers.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.

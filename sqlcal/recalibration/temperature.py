@@ -155,8 +155,8 @@ def temperature_scaling(
                        probs=probs, logits=logits, logit=logit, classes=classes, weight=weight,
                        keys=by, table=table, where=where, sum_tolerance=sum_tolerance)
     t, layout = prepared.table, prepared.layout
-    # the fit groups by the keys' internal columns (sqlcal.inputs.groupkeys): a key may be named like
-    # a column of the fit's terms (g, h, n, W...), and NULL and NaN keys are two groups
+    # the fit groups by the keys' internal columns (sqlcal.inputs.groupkeys): a key may be named
+    # like a column of the fit's terms (g, h, n, W...), and NULL and NaN keys are two groups
     keys = GroupKeys.of(t.schema(), by)
     columns = list(keys.columns)
     t = t.mutate(**keys.select(t)) if by else t
