@@ -69,7 +69,8 @@ def classwise(
     -------
     pandas.DataFrame
         One row per group: the keys, ``classes`` (K), ``<value>_average``, ``<value>_max``,
-        ``worst_class`` (the class of the largest value; the smallest such class on ties) and ``W`` (the weight of the examples, each counted once).
+        ``worst_class`` (the class of the largest value; the smallest such class on ties) and
+        ``W`` (the weight of the examples, each counted once).
 
     See Also
     --------

@@ -260,8 +260,8 @@ def kuiper(
     pandas.DataFrame
         One row per group: the keys, ``kuiper`` (the statistic), ``n``, ``W``, ``p_value``,
         ``null_sd`` (the null standard deviation of S_K over W), ``grid_bound`` (in statistic
-        units; 0 when exact), ``exact`` (False with ``method="grid"``), ``weight_kind`` (``"frequency"``
-        or ``"sampling"``: the null variance used, ``"auto"`` resolved); with
+        units; 0 when exact), ``exact`` (False with ``method="grid"``), ``weight_kind``
+        (``"frequency"`` or ``"sampling"``: the null variance used, ``"auto"`` resolved); with
         ``on_invalid="drop"``, ``n_dropped``.
 
     See Also

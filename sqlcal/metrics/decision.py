@@ -961,8 +961,9 @@ def expected_cost(
     pandas.DataFrame
         One row per group and rule: the keys, ``rule``, ``expected_cost`` (the label-free
         estimate per unit weight, :math:`\sum_i w_i\sum_j 1\{l_j<f_i\le r_j\}
-        [a_jf_i+b_j(1-f_i)]/W`; times W for the total), ``n``, ``W``, ``error_bound`` (bound on the absolute
-        difference between the realised cost per unit weight and the estimate), ``cost_lower``,
+        [a_jf_i+b_j(1-f_i)]/W`; times W for the total), ``n``, ``W``, ``error_bound`` (bound on
+        the absolute difference between the realised cost per unit weight and the estimate),
+        ``cost_lower``,
         ``cost_upper`` (the range of the realised cost the bound allows: estimate ∓ bound, cut
         to the costs labels can give; see Notes), ``epsilon`` (the bound used for this table's
         cutoff error), ``population_bound`` (with ``validation``: bound on the absolute difference

@@ -241,8 +241,9 @@ def distance_to_calibration(
           the scores to the mean score of their LP bucket (0 when the LP runs on exact levels);
         - ``upper_distance``: the smallest valid upper bound on the upper distance, and
           ``upper_method``, the bound that gave it (see Notes);
-        - ``abs_citl`` (|E[y − p]|, a lower bound on every distance), ``lipschitz_calibration_error``
-          (smCE on the levels used; max(abs_citl, smCE/2) ≤ lower distance ≤ 2·smCE, up to
+        - ``abs_citl`` (|E[y − p]|, a lower bound on every distance),
+          ``lipschitz_calibration_error`` (smCE on the levels used; max(abs_citl, smCE/2) ≤
+          lower distance ≤ 2·smCE, up to
           ``quantization_bound``, Theorem 6.7);
         - ``quantization_bound``: the same bound for the cells used (0 on exact levels), and
           ``n_levels``, the number of levels or cells used;

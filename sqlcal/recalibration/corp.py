@@ -75,7 +75,8 @@ def decompose(
     Returns
     -------
     pandas.DataFrame
-        One row per group: the keys, ``mean_loss`` (the mean proper score of the predictions), ``n``, ``W``,
+        One row per group: the keys, ``mean_loss`` (the mean proper score of the predictions),
+        ``n``, ``W``,
         ``miscalibration`` = S(p) − S(p̂), ``discrimination`` = S(ȳ) − S(p̂), ``uncertainty`` =
         S(ȳ), where p̂ is the isotonic recalibration of p (:func:`isotonic`) and ȳ the group's
         observed rate, ``scoring`` (the ``scoring`` option), ``exact`` (whether the isotonic
