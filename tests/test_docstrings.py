@@ -212,7 +212,8 @@ def test_the_checks_catch_what_they_should():
     assert set(sections) == {"Parameters", "Returns"}
     assert _documented(sections["Parameters"]) == {"data", "score", "label", "source_options"}
     assert INTERNAL.search("as in spec seed002 §2.2") and not INTERNAL.search("Guo et al. (2017)")
-    see = "ece : the L1 form.\nks, kuiper : tests on\n    the running sum.\nplots.tce_diagram : draws.\n"
+    see = ("ece : the L1 form.\nks, kuiper : tests on\n    the running sum.\n"
+           "plots.tce_diagram : draws.\n")
     assert _see_also(see) == ["ece", "ks", "kuiper", "plots.tce_diagram"]
     assert _resolves("sqlcal.plots.tce_diagram", "ece") and _resolves("tce_diagram", "plots.x")
     assert not _resolves("tce_diagram", "ece") and not _resolves("rmsce", "ece")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 ROLE = re.compile(r":(?:func|class|meth|attr|data|mod|obj|exc|math|ref|doc):<code>(~?)([^<]*)</code>")
 MATH_BLOCK = re.compile(r"<p>\.\. math::\s*(.*?)</p>", re.S)
-SEE_ALSO = re.compile(r'(<details class="see-also"[^>]*>\s*<summary>[^<]*</summary>\s*)<p>(.*?)</p>',
-                      re.S)
+SEE_ALSO = re.compile(
+    r'(<details class="see-also"[^>]*>\s*<summary>[^<]*</summary>\s*)<p>(.*?)</p>', re.S)
 SEE_ALSO_ENTRY = re.compile(r"^([\w.]+(?:, [\w.]+)*) : ", re.M)
 REFERENCES = re.compile(
     r'(<details class="references"[^>]*>\s*<summary>[^<]*</summary>\s*)<p>(.*?)</p>', re.S)
@@ -41,13 +41,12 @@ def on_page_content(html: str, page, config, files) -> str:
 
 def _see_also(text: str, headings: dict[str, str], page, files) -> str:
     """One list item per ``name : phrase`` entry, each name linked to its heading."""
-    starts = list(SEE_ALSO_ENTRY.finditer(text))
-    if not starts:
+    entries = _entries(SEE_ALSO_ENTRY, text)
+    if not entries:
         return f"<p>{text}</p>"
     items = []
-    for i, m in enumerate(starts):
-        phrase = " ".join(text[m.end():starts[i + 1].start() if i + 1 < len(starts) else None].split())
-        names = ", ".join(_link(n, headings, page, files) for n in m.group(1).split(", "))
+    for head, phrase in entries:
+        names = ", ".join(_link(n, headings, page, files) for n in head.split(", "))
         items.append(f"<li>{names}: {phrase}</li>")
     return "<ul>" + "".join(items) + "</ul>"
 
@@ -65,13 +64,17 @@ def _link(name: str, headings: dict[str, str], page, files) -> str:
 
 def _references(text: str) -> str:
     """One paragraph per ``.. [n]`` entry, numbered as the docstring numbers it."""
-    starts = list(REFERENCE_ENTRY.finditer(text))
-    if not starts:
+    entries = _entries(REFERENCE_ENTRY, text)
+    if not entries:
         return f"<p>{text}</p>"
-    return "".join(
-        f"<p>[{m.group(1)}] "
-        f"{' '.join(text[m.end():starts[i + 1].start() if i + 1 < len(starts) else None].split())}</p>"
-        for i, m in enumerate(starts))
+    return "".join(f"<p>[{number}] {body}</p>" for number, body in entries)
+
+
+def _entries(start: re.Pattern, text: str) -> list[tuple[str, str]]:
+    """(the start's group, the text up to the next start with its whitespace collapsed)."""
+    starts = list(start.finditer(text))
+    ends = [m.start() for m in starts[1:]] + [len(text)]
+    return [(m.group(1), " ".join(text[m.end():end].split())) for m, end in zip(starts, ends)]
 
 
 def _api_headings(docs_dir: str) -> dict[str, str]:
