@@ -13,6 +13,11 @@ class InvalidInputError(ValueError):
     A subclass of ``ValueError``; the message names the column, the problem, the count of rows
     and what to pass instead.
 
+    See Also
+    --------
+    source : validates the data once and raises this error.
+    multiclass : checks multiclass predictions and raises it for bad examples.
+
     Examples
     --------
     >>> import pandas as pd, sqlcal

@@ -81,8 +81,8 @@ def write(root: str | Path) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sqlcal.export.sqlgen [FOLDER]``: write the SQL of every dialect (default: ``sql/``
-    of the source tree); exit code 2 with one line when the folder is refused."""
+    """``python -m sqlcal.export.sqlgen [FOLDER]``: write the SQL of every dialect (default:
+    ``sql/`` of the source tree); exit code 2 with one line when the folder is refused."""
     parser = argparse.ArgumentParser(
         prog="python -m sqlcal.export.sqlgen",
         description="Write every exported summary's SQL, one folder per dialect, into FOLDER: a "

@@ -1,8 +1,8 @@
 """What to measure: a table, its score/label/weight columns, group keys and filters.
 
-``source()`` resolves the data (Ibis table, path or glob, connection URL, in-memory frame), checks the
-columns once with one aggregate query in the engine, and returns a :class:`Source` that every metric
-accepts. The same query also produces the *totals* summary (per group: n, W, Σwy, Σwp,
+``source()`` resolves the data (Ibis table, path or glob, connection URL, in-memory frame), checks
+the columns once with one aggregate query in the engine, and returns a :class:`Source` that every
+metric accepts. The same query also produces the *totals* summary (per group: n, W, Σwy, Σwp,
 Σw(y − p)², ...), so metrics that need only totals cost no further scan.
 """
 
@@ -141,6 +141,12 @@ class Source:
         every source of the shape), its in-memory table and the columns its queries read.
     arrow : pyarrow Table or None
         An in-memory source's rows as Arrow, made on its first query.
+
+    See Also
+    --------
+    source : builds and validates a Source; pass it to any metric.
+    stored : a Source over a window of stored summaries.
+    report : several metrics of one Source at once.
 
     Examples
     --------
@@ -761,8 +767,8 @@ def _is_frame(data: Any) -> bool:
 
 
 def apply_where(base: ir.Table, where: Any) -> ir.Table:
-    """``base`` filtered by ``where``: a SQL condition (parsed by :mod:`sqlcal.inputs.condition`, never
-    pasted), an Ibis boolean expression or a callable (as ``source(where=...)`` reads it)."""
+    """``base`` filtered by ``where``: a SQL condition (parsed by :mod:`sqlcal.inputs.condition`,
+    never pasted), an Ibis boolean expression or a callable (as ``source(where=...)`` reads it)."""
     return _apply_where(base, where)
 
 

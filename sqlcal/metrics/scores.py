@@ -56,6 +56,12 @@ def brier(
         One row per group: the keys, ``brier``, ``n``, ``W``; with ``on_invalid="drop"``,
         ``n_dropped``.
 
+    See Also
+    --------
+    brier_decomposition : the same score split into reliability, resolution and uncertainty.
+    decompose : the split with isotonic recalibration instead of bins.
+    log_loss : the logarithmic scoring rule instead of the quadratic one.
+
     Notes
     -----
     .. math:: \mathrm{BS} = \frac{1}{W} \sum_i w_i (y_i - p_i)^2, \qquad W = \sum_i w_i.
@@ -64,6 +70,11 @@ def brier(
     Probability, in scikit-learn's scale (``brier_score_loss``, in [0, 1]). With soft labels it is
     the squared error to the label, which exceeds the expected Bernoulli Brier score by the mean of
     y(1 − y).
+
+    References
+    ----------
+    .. [1] G. W. Brier, "Verification of Forecasts Expressed in Terms of Probability", Monthly
+       Weather Review 78(1), 1950.
 
     Examples
     --------
@@ -117,12 +128,23 @@ def log_loss(
         weight with p = 0 and y > 0, or p = 1 and y < 1); with ``on_invalid="drop"``,
         ``n_dropped``.
 
+    See Also
+    --------
+    normalized_entropy : the log loss over the entropy of the base rate.
+    brier : the quadratic scoring rule.
+    decompose : the log score split into miscalibration and discrimination.
+
     Notes
     -----
     Scores are not clipped: :math:`0 \ln 0 = 0`, and a row with infinite loss makes the group's
     log loss ``inf``, with the count of such rows beside it. (scikit-learn's ``log_loss`` clips
     scores to [ε, 1 − ε] with the float64 machine ε, so it reports about 36 instead.) The
     logarithmic scoring rule is from Good (1952), Rational Decisions.
+
+    References
+    ----------
+    .. [1] I. J. Good, "Rational Decisions", Journal of the Royal Statistical Society, Series B
+       14(1), 1952.
 
     Examples
     --------
@@ -178,6 +200,12 @@ def calibration_in_the_large(
         model over-predicts), ``n``, ``W``, ``mean_score``, ``observed``, ``oe_ratio`` =
         :math:`\sum wy / \sum wp`; with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    calibration_ratio : the observed/expected ratio's inverse, with an interval.
+    calibration_slope : the next level of the hierarchy: slope and intercept.
+    ece : calibration within score ranges, not only on average.
+
     Notes
     -----
     .. math:: \mathrm{CITL} = \frac{\sum_i w_i p_i - \sum_i w_i y_i}{\sum_i w_i}, \qquad
@@ -185,6 +213,11 @@ def calibration_in_the_large(
 
     The first level of the calibration hierarchy of Van Calster et al. (2016), A calibration
     hierarchy for risk models was defined: from utopia to empirical data (mean calibration).
+
+    References
+    ----------
+    .. [1] B. Van Calster et al., "A Calibration Hierarchy for Risk Models Was Defined: from Utopia
+       to Empirical Data", Journal of Clinical Epidemiology 74, 2016.
 
     Examples
     --------
@@ -248,6 +281,12 @@ def spiegelhalter(
         ``weight_kind`` (``"frequency"`` or ``"sampling"``: the null variance used, ``"auto"``
         resolved); with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    hosmer_lemeshow : a test on risk groups.
+    kuiper : a test on cumulative differences, which sees miscalibration by score.
+    brier : the score whose excess the test weighs.
+
     Notes
     -----
     Spiegelhalter (1986), Probabilistic prediction in patient management and clinical trials
@@ -274,6 +313,13 @@ def spiegelhalter(
     :math:`\sum v_0(1-2p)^2p(1-p) + \sum (v - v_0)(y-p)^2(1-2p)^2`, the linearization of
     Särndal, Swensson & Wretman (1992), Model Assisted Survey Sampling, ch. 5, with the
     population's part under the null.
+
+    References
+    ----------
+    .. [1] D. J. Spiegelhalter, "Probabilistic Prediction in Patient Management and Clinical
+       Trials", Statistics in Medicine 5(5), 1986.
+    .. [2] C.-E. Särndal, B. Swensson and J. Wretman, "Model Assisted Survey Sampling", Springer,
+       1992.
 
     Examples
     --------

@@ -128,6 +128,12 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
         run"`` that committed the same rows first); and with ``on_invalid="drop"``, a row
         ``period_start`` NaT, status ``"left out: NULL time"`` counting the rows without a time.
 
+    See Also
+    --------
+    stored : reads a window of the summaries written here.
+    detect : the change detector on the stored summaries.
+    report : the metrics of one scan, without a store.
+
     Notes
     -----
     For binary labels every label-dependent sum is :math:`\sum_i w_i y_i f(p_i)`, so the sums
@@ -142,6 +148,10 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
     sum would. A run's rows, manifest and checks are one transaction on DuckDB and PostgreSQL
     (on PostgreSQL under an advisory lock: a concurrent run waits, then writes only what is
     still due).
+
+    References
+    ----------
+    .. [1] O. Chapelle, "Modeling Delayed Feedback in Display Advertising", KDD, 2014.
 
     Examples
     --------

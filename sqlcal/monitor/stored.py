@@ -80,6 +80,12 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
         rows; False for the ``"adjusted"`` estimates) and ``window_bound`` (0, or NaN for an
         estimate).
 
+    See Also
+    --------
+    snapshot : writes the summaries this reads.
+    detect : the change detector on the same summaries.
+    source : the same for a table of rows.
+
     Notes
     -----
     With binary labels every label-dependent sum is :math:`\sum_i w_i y_i f(p_i)`, and every

@@ -2,9 +2,9 @@
 any table, as SQL for a dialect, or through a mapping table written to the warehouse.
 
 The fits that make these maps (isotonic regression, Platt scaling) are in
-:mod:`sqlcal.recalibration.fits`; this module only holds what a fitted map is and how it leaves Python.
-A map is data (:attr:`CalibrationMap.table`: group keys, then its parameters), so applying it in
-the warehouse is a CASE expression per group, or a join to that table.
+:mod:`sqlcal.recalibration.fits`; this module only holds what a fitted map is and how it leaves
+Python. A map is data (:attr:`CalibrationMap.table`: group keys, then its parameters), so applying
+it in the warehouse is a CASE expression per group, or a join to that table.
 
 Examples
 --------

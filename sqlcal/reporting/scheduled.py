@@ -491,6 +491,12 @@ def metric_series(
         (exact or grid, the grid's bound, the weight kind, the confidence level, the bins) as a
         JSON object (:func:`sqlcal.reporting.report_table.trust`).
 
+    See Also
+    --------
+    report : the same metrics per group, without a time key.
+    detect : a sequential test for a change of calibration over time.
+    stored : metrics over a window of stored summaries.
+
     Notes
     -----
     Each metric is the one of the same name (:func:`sqlcal.ece`, :func:`sqlcal.cutoff_error`,
