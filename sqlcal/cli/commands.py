@@ -613,12 +613,16 @@ def _monitor(args) -> int:
     table_name = monitoring.check_monitor(config.get("monitor"), store=config["snapshot"]["store"],
                                           where=where)
     outputs.check_all({"json": args.json_file, "html": args.html})
-    run = monitor.run(config, at=args.at)
+    step = scheduled.Progress(False if args.quiet or args.json else None,
+                              total=1 + (not args.no_windows) + bool(args.html))
+    with step("change detector on the stored days"):
+        run = monitor.run(config, at=args.at)
     snap, labels = config["snapshot"], config["labels"]
     if not args.no_windows:
-        run.windows = monitoring.windows(
-            snap["store"], windows=windows, metrics=metrics, at=args.at, maturity=maturity,
-            horizon=labels["horizon"], settle=labels["settle"], prefix=snap["prefix"])
+        with step(f"windows {', '.join(windows)}"):
+            run.windows = monitoring.windows(
+                snap["store"], windows=windows, metrics=metrics, at=args.at, maturity=maturity,
+                horizon=labels["horizon"], settle=labels["settle"], prefix=snap["prefix"])
         run.alerts = monitoring.alerts(run.windows, rules, list(config["source"]["by"]))
     check_date = str(pd.Timestamp(args.at).date()) if args.at else \
         str(pd.Timestamp.now(tz="UTC").date())
@@ -632,7 +636,11 @@ def _monitor(args) -> int:
     if args.json_file:
         outputs.write_text(args.json_file, "json", json.dumps(monitor.to_document(run), indent=2))
     if args.html:
-        outputs.write_text(args.html, "html", monitor.to_html(run))
+        from sqlcal.reporting.html import render_monitor
+
+        with step("the page"):
+            page = render_monitor(run)
+        outputs.write_text(args.html, "html", page)
     if args.json:
         _out(json.dumps(monitor.to_document(run), indent=2))
     else:
