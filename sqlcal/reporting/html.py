@@ -44,8 +44,10 @@ if TYPE_CHECKING:  # annotations only: sqlcal.reporting.scheduled renders its ru
 CURVE_POINTS = 201
 #: significant digits of a number in the charts' data (hover shows four)
 DIGITS = 6
-# the columns of a group's tables that carry a facts, not a value
+# the counts beside every group's values
 _COUNTS = ("n", "W", "n_dropped")
+# statistics that qualify a value rather than measure calibration
+_FACT_STATISTICS = ("dof", "n_bins")
 
 
 def render(run: ScheduledRun) -> str:
@@ -153,8 +155,10 @@ def _report_model(run: ScheduledRun) -> dict:
     alerted = _alert_counts(run.alerts)
     cfg = run.redacted_config["source"]
     described = cfg["data"] + (f" table {cfg['table']}" if cfg.get("table") else "")
+    # the overview's columns: each metric's statistics but its counts (a test's degrees of
+    # freedom, TCE's number of bins: in the group's table), so that it fits the screen
     values = [run.own(target) for name in run.config["metrics"]
-              for target in METRICS[name][2].values()]
+              for stat, target in METRICS[name][2].items() if stat not in _FACT_STATISTICS]
     shown_counts = [run.own(c) for c in _COUNTS if run.own(c) in table]
     columns, rows = _table(table, keys, [*shown_counts, *values],
                            [alerted.get(group_id(g), {}).get("count", 0) for g in groups],

@@ -7,8 +7,9 @@ function sqlcalPage(root) {
   const palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                    "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
   const colour = (g) => palette[g % palette.length];
+  // Plotly decodes &amp; &lt; &gt; (and no other entity a name needs) in its labels
   const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;")
-    .replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+    .replace(/>/g, "&gt;");
   const name = (g) => esc(data.groups[g].name);
   const config = {displaylogo: false, responsive: true,
                   modeBarButtonsToRemove: ["select2d", "lasso2d"]};
@@ -180,7 +181,9 @@ function sqlcalPage(root) {
       const side = (f, label, c, dash) => ({x: f.x, y: f.y, mode: "lines+markers", name: label,
         line: {color: c, dash: dash}, customdata: f.W,
         hovertemplate: `${label}<br>mean score %{x:.4g}<br>observed %{y:.4g}<br>weight %{customdata:,.0f}<extra></extra>`});
+      // the detector's diagrams: 16 equal-width bins of the score
       const bars = (f, label, c) => ({type: "bar", x: f.x, y: share(f.W), yaxis: "y2", name: label + " weight",
+        width: f.x.map(() => 0.4 / 16),
         marker: {color: c, opacity: 0.45}, customdata: f.W,
         hovertemplate: "weight %{customdata:,.0f} (%{y:.1%})<extra></extra>"});
       const top = Math.max(0.05, ...d.pre.x.concat(d.post.x, d.pre.y, d.post.y).filter((v) => v !== null));
@@ -198,7 +201,7 @@ function sqlcalPage(root) {
         {x: d.delay, y: d.F, mode: "lines+markers", name: name(g), line: {color: colour(g)},
          hovertemplate: "%{x} days: %{y:.2%} of the positives known<extra></extra>"}],
         layout: Object.assign({}, base, {xaxis: {title: {text: "delay (days)"}},
-          yaxis: {title: {text: "share known F(a)"}, tickformat: ".0%"},
+          yaxis: {title: {text: "share known F(a)"}, tickformat: ".2%"},
           legend: {orientation: "h", y: -0.2}})};
     },
   };
