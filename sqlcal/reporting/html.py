@@ -64,9 +64,8 @@ def render_monitor(run: MonitorRun) -> str:
 def fragment(run: Any) -> str:
     """The same page as a fragment for a notebook's output (``_repr_html_``): Plotly's script
     is sent with the first fragment of the session only."""
-    from sqlcal.reporting.scheduled import ScheduledRun
-
-    model = _report_model(run) if isinstance(run, ScheduledRun) else _monitor_model(run)
+    # a monitor run holds a detection (this module sits below sqlcal.reporting.scheduled)
+    model = _monitor_model(run) if hasattr(run, "detection") else _report_model(run)
     return _page(model, standalone=False)
 
 
@@ -86,7 +85,7 @@ def readable(v: Any) -> str:
     """A number as a reader reads it: thousands grouped (24,804, not 2.48e+04), four
     significant digits, a tiny one as a power of ten (2.3×10⁻⁶⁵); NULL and NaN as a dash.
 
-    >>> [readable(v) for v in (24804.0, 0.0626418, 17.07425, 2.25e-135, 0, None, 1.5e7, True)]
+    >>> [readable(v) for v in (24804.0, 0.0626418, 17.07425, 2.31e-135, 0, None, 1.5e7, True)]
     ['24,804', '0.06264', '17.07', '2.3×10⁻¹³⁵', '0', '–', '15,000,000', 'yes']
     """
     if v is None or v is pd.NA or v is pd.NaT:
@@ -153,8 +152,6 @@ def _report_model(run: ScheduledRun) -> dict:
     groups = records(table, keys)
     index = {group_id(g): i for i, g in enumerate(groups)}
     alerted = _alert_counts(run.alerts)
-    cfg = run.redacted_config["source"]
-    described = cfg["data"] + (f" table {cfg['table']}" if cfg.get("table") else "")
     # the overview's columns: each metric's statistics but its counts (a test's degrees of
     # freedom, TCE's number of bins: in the group's table), so that it fits the screen
     values = [run.own(target) for name in run.config["metrics"]
@@ -216,13 +213,7 @@ def _report_model(run: ScheduledRun) -> dict:
     global_segments = _segment_rows(run, None) if run.segments is not None and not keys else None
     return {
         "kind": "report", "title": run.config["report"]["title"], "status": run.status,
-        "facts": [("status", f"{run.status.upper()} ({len(run.alerts)} alert"
-                             f"{'s' if len(run.alerts) != 1 else ''})"),
-                  ("run id", run.run_id), ("run at", run.run_at.isoformat() + "Z"),
-                  ("config hash", run.config_hash), ("source", described),
-                  ("columns", f"score={cfg['score']}, label={cfg['label']}, "
-                              f"weight={cfg.get('weight')}, by={cfg['by']}"),
-                  ("filter", str(cfg.get("where") or "none")), ("sqlcal", __version__)],
+        "facts": _run_facts(run),
         "alerts": [{"group": _name(a["group"]), "text": f"{a['metric']}.{a['column']} = "
                     f"{readable(a['value'])} is {'above' if 'above' in a else 'below'} "
                     f"{readable(a.get('above', a.get('below')))}"} for a in run.alerts],
@@ -234,6 +225,25 @@ def _report_model(run: ScheduledRun) -> dict:
                 "report --config: 0 within thresholds, 3 an alert fired, 2 an error.",
         "data": {"kind": "report", "groups": data_groups, "series": series},
     }
+
+
+def _run_facts(run: ScheduledRun) -> list[tuple[str, str]]:
+    """The run's facts as the page shows them, from its redacted configuration (a password in
+    a URL is masked)."""
+    cfg = run.redacted_config["source"]
+    described = cfg["data"] + (f" table {cfg['table']}" if cfg.get("table") else "")
+    return [("status", f"{run.status.upper()} ({len(run.alerts)} alert"
+                       f"{'s' if len(run.alerts) != 1 else ''})"),
+            ("run id", run.run_id), ("run at", run.run_at.isoformat() + "Z"),
+            ("config hash", run.config_hash), ("source", described),
+            ("columns", f"score={cfg['score']}, label={cfg['label']}, "
+                        f"weight={cfg.get('weight')}, by={cfg['by']}"),
+            ("filter", str(cfg.get("where") or "none")), ("sqlcal", __version__)]
+
+
+def _run_section(run: ScheduledRun) -> str:
+    """The page's table of the run's facts (:func:`_run_facts`), escaped."""
+    return _ENV.get_template("facts.html.j2").render(page={"facts": _run_facts(run)})
 
 
 def _monitor_model(run: MonitorRun) -> dict:
