@@ -262,3 +262,44 @@ def test_safe_json_cannot_end_its_script_element():
     assert "<" not in text and ">" not in text and "&" not in text
     assert "\u2028" not in text and "\u2029" not in text
     assert json.loads(text) == value
+
+
+def test_notebook_outputs_draw_with_one_copy_of_plotly(browser, hostile_page, tmp_path,
+                                                       monkeypatch):
+    """Two runs displayed in one notebook (``_repr_html_``): Plotly goes out with the first
+    output only, and both draw."""
+    rng = np.random.default_rng(2)
+    df = pd.DataFrame({"p": rng.uniform(0.05, 0.95, 2000), "g": rng.choice(["a", "b"], 2000)})
+    df["y"] = (rng.uniform(size=2000) < df["p"]).astype(int)
+    config = scheduled.validate_config({
+        "source": {"data": df, "score": "p", "label": "y", "by": "g"},
+        "metrics": {"ece": {}, "smooth_ece": {}}})
+    monkeypatch.setattr(html, "_sent", False)  # a new session
+    runs = [scheduled.run_report(config, run_id=f"r{i}") for i in range(2)]
+    outs = [run._repr_html_() for run in runs]
+    assert "sqlcal-plotly\">" in outs[0] and "sqlcal-plotly\">" not in outs[1]
+    assert all(outputs.HTML_MARKER not in o and "<html" not in o for o in outs)
+    notebook = tmp_path / "notebook.html"
+    notebook.write_text("<!DOCTYPE html><html><body>" + "".join(
+        f'<div class="output">{o}</div>' for o in outs) + "</body></html>")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(notebook.as_uri())
+    for k in range(2):
+        output = page.locator(".output").nth(k)
+        output.locator("#groups tbody tr").first.locator("button.open").click()
+    page.wait_for_function(f"() => ({DRAWN})([...document.querySelectorAll("
+                           "'section.group:not([hidden]) .chart')])", timeout=120_000)
+    drawn = page.eval_on_selector_all("section.group:not([hidden]) .chart",
+                                      "els => els.map(e => e.dataset.drawn)")
+    assert drawn == ["yes"] * 6 and errors == []  # reliability, smooth, cumulative, twice
+    page.close()
+
+
+def test_result_tables_stay_plain_frames():
+    # the runs draw in notebooks; the metrics' results are pandas' own DataFrames, unchanged
+    import sqlcal
+
+    frame = sqlcal.ece(pd.DataFrame({"p": [0.2, 0.7], "y": [0, 1]}), score="p", label="y")
+    assert type(frame) is pd.DataFrame
