@@ -16,8 +16,10 @@ one group alarms).
 Measurement. Size: the file's bytes. Opening: Debian's Chromium (``/usr/bin/chromium``) driven
 by Playwright, a fresh page per repetition loading the file from ``file://``; reported are the
 median over ``--reps`` (3) of the time to the ``load`` event (the page and its tables readable),
-to the overview chart drawn (Plotly inflated, evaluated and drawing), and to a group's diagrams
-drawn after a click on its row.
+to Plotly ready (inflated and evaluated, from the navigation's start), to the overview chart
+drawn, and to a group's diagrams drawn after a click on its row. The yardstick, on the first
+line: a page holding nothing but ``plotly.min.js`` in a plain script, timed to its ``load``
+event (Plotly evaluated): what any page that inlines Plotly costs on the same machine.
 """
 
 from __future__ import annotations
@@ -101,10 +103,36 @@ def monitor_page(df: pd.DataFrame, folder: Path) -> tuple[Path, float]:
     return path, time.perf_counter() - begin
 
 
+def plotly_alone(folder: Path) -> Path:
+    """The yardstick: a page holding nothing but plotly.min.js, uncompressed, in a script."""
+    from importlib.resources import files
+
+    script = files("plotly").joinpath("package_data/plotly.min.js").read_text("utf-8")
+    path = folder / "plotly-alone.html"
+    path.write_text("<!DOCTYPE html><html><head><meta charset='utf-8'></head><body><script>"
+                    + script + "</script></body></html>")
+    return path
+
+
+def alone_times(path: Path, reps: int) -> float:
+    from playwright.sync_api import sync_playwright
+
+    out = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        for _ in range(reps):
+            page = browser.new_page()
+            page.goto(path.as_uri(), wait_until="load")
+            out.append(page.evaluate("() => window.Plotly ? performance.now() / 1000 : null"))
+            page.close()
+        browser.close()
+    return statistics.median(out)
+
+
 def open_times(path: Path, reps: int) -> dict:
     from playwright.sync_api import sync_playwright
 
-    out = {"load": [], "overview": [], "group": []}
+    out = {"load": [], "plotly": [], "overview": [], "group": []}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         for _ in range(reps):
@@ -112,6 +140,9 @@ def open_times(path: Path, reps: int) -> dict:
             begin = time.perf_counter()
             page.goto(path.as_uri(), wait_until="load")
             out["load"].append(time.perf_counter() - begin)
+            # Plotly ready (inflated and evaluated), seconds from the navigation's start
+            out["plotly"].append(page.evaluate(
+                "async () => { await window.__sqlcalPlotly; return performance.now() / 1000; }"))
             page.wait_for_function(f"() => ({DRAWN})([...document.querySelectorAll("
                                    "'.overview .chart')])", timeout=120_000)
             out["overview"].append(time.perf_counter() - begin)
@@ -135,16 +166,20 @@ def main() -> None:
     args = parser.parse_args()
     df = rows(args.groups, args.days, args.rows)
     print(f"{args.groups} groups x {args.days} days x {args.rows} rows = {len(df):,} rows")
-    print(f"{'page':8} {'MB':>6} {'build s':>8} {'load s':>7} {'overview s':>11} "
-          f"{'group s':>8}")
+    print(f"{'page':8} {'MB':>6} {'build s':>8} {'load s':>7} {'plotly s':>9} "
+          f"{'overview s':>11} {'group s':>8}")
     with tempfile.TemporaryDirectory() as tmp:
+        alone = plotly_alone(Path(tmp))
+        print(f"{'plotly.min.js alone':27} {alone.stat().st_size / 1e6:6.2f} "
+              f"{alone_times(alone, args.reps):9.2f}", flush=True)
         for name, build in (("report", report_page), ("monitor", monitor_page)):
             if args.only and name != args.only:
                 continue
             path, built = build(df, Path(tmp))
             times = open_times(path, args.reps)
             print(f"{name:8} {path.stat().st_size / 1e6:6.2f} {built:8.1f} {times['load']:7.2f} "
-                  f"{times['overview']:11.2f} {times['group']:8.2f}", flush=True)
+                  f"{times['plotly']:9.2f} {times['overview']:11.2f} {times['group']:8.2f}",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -227,9 +227,17 @@ def test_progress_goes_to_stderr_only(demo, capsys):
     assert out == ""
     # the planner reads both summaries in one fused scan, and says so
     assert "summaries: uniform_bins_15, score_cells_1024 (one scan)" in err
-    assert "metric: kuiper" in err
+    # step i of n, the step named: opening the source, the planner's scans (n grows by them
+    # once the source is open), two metrics
+    steps = re.findall(r"^sqlcal: \[(\d+)/(\d+)\] ", err, re.M)
+    assert [int(i) for i, _ in steps] == list(range(1, len(steps) + 1))
+    assert steps[0] == ("1", "3") and all(n == str(len(steps)) for _, n in steps[1:])
+    assert f"sqlcal: [{len(steps)}/{len(steps)}] metric: kuiper" in err
     assert run.status == "ok"
     scheduled.run_report(config, diagrams=False, progress=False)
+    assert capsys.readouterr().err == ""
+    # by default, where nobody watches (stderr is not a terminal here), nothing
+    scheduled.run_report(config, diagrams=False, progress=None)
     assert capsys.readouterr().err == ""
 
 

@@ -41,9 +41,9 @@ if TYPE_CHECKING:  # annotations only: sqlcal.reporting.scheduled renders its ru
 
 #: points kept per drawn curve (a curve of more is thinned evenly: the page's charts are a few
 #: hundred pixels wide)
-CURVE_POINTS = 201
-#: significant digits of a number in the charts' data (hover shows four)
-DIGITS = 6
+CURVE_POINTS = 121
+#: significant digits of a number in the charts' data (what hover shows)
+DIGITS = 4
 # the counts beside every group's values
 _COUNTS = ("n", "W", "n_dropped")
 # statistics that qualify a value rather than measure calibration
@@ -429,7 +429,8 @@ def report_charts(run: ScheduledRun, step) -> dict:
             curve = src.group_keys.internal(smooth_reliability(src, sigma=sigma))
             out["smooth"] = {gid: {"t": _floats(p["t"]), "y": _floats(p["observed"]),
                                    "density": _floats(p["density"])}
-                             for gid, p in _split(src, curve.sort_values([*src.by, "t"]))}
+                             for gid, p in ((gid, _thin(p)) for gid, p in
+                                            _split(src, curve.sort_values([*src.by, "t"])))}
     if "tce" in metrics:
         with step("page: TCE bins"):
             bins = src.group_keys.internal(tce_bins(src, **{
@@ -452,6 +453,10 @@ def series_data(run: ScheduledRun) -> dict:
     index = {group_id(g): i for i, g in enumerate(records(run.table, keys))}
     series = run.series
     own = run.series_source.group_keys.own if run.series_source is not None else run.own
+    # one time axis for every line: a line's values are aligned on it (null where the group
+    # has no row that day)
+    times = sorted(series[time].dropna().unique().tolist())
+    at = {t: i for i, t in enumerate(times)}
     panels = []
     for (metric, statistic), part in series.groupby([own("metric"), own("statistic")],
                                                     sort=False):
@@ -466,14 +471,19 @@ def series_data(run: ScheduledRun) -> dict:
             gid = group_id(dict(zip(keys, key)))
             if gid not in index:
                 continue
-            line = line.sort_values(time)
-            lines.append({"g": index[gid], "t": [str(key_value(t)) for t in line[time]],
-                          "v": _floats(line[own("value")]), "lo": _floats(line[own("lower")]),
-                          "hi": _floats(line[own("upper")])})
+            where = [at[t] for t in line[time] if t in at]
+            line = line[line[time].isin(at)]
+            drawn = {"g": index[gid]}
+            for name, column in (("v", "value"), ("lo", "lower"), ("hi", "upper")):
+                values = np.full(len(times), np.nan)
+                values[where] = line[own(column)].to_numpy(float)
+                if name == "v" or np.isfinite(values).any():
+                    drawn[name] = _floats(values)
+            lines.append(drawn)
         lines.sort(key=lambda x: x["g"])
         panels.append({"label": metric if statistic == metric else f"{metric}: {statistic}",
                        "rules": rules, "lines": lines})
-    return {"time": time, "panels": panels}
+    return {"time": time, "times": [str(key_value(t)) for t in times], "panels": panels}
 
 
 # -- helpers ----------------------------------------------------------------------------------

@@ -234,18 +234,21 @@ function sqlcalPage(root) {
       layout["yaxis" + ax] = {domain: [Math.max(lo, 0), lo + h], title: {text: esc(p.label), font: {size: 11}}};
       layout["xaxis" + ax] = {anchor: "y" + ax, matches: k === 0 ? undefined : "x",
         showticklabels: k === panels.length - 1};
+      const times = data.series.times;
+      // error bars on a group's chart, and on the overview while they stay readable
+      const bars = only !== null || p.lines.length <= 12;
       for (const line of p.lines) {
         if (only !== null && line.g !== only) continue;
         const y = line.v;
-        traces.push({x: line.t, y: y, xaxis: "x" + ax, yaxis: "y" + ax, mode: "lines+markers",
+        traces.push({x: times, y: y, xaxis: "x" + ax, yaxis: "y" + ax, mode: "lines+markers",
           marker: {size: 4}, name: name(line.g), legendgroup: "g" + line.g, showlegend: k === 0,
-          line: {color: colour(line.g), width: 1.4},
-          error_y: interval({y: y, lo: line.lo, hi: line.hi}),
+          line: {color: colour(line.g), width: 1.4}, connectgaps: false,
+          error_y: bars ? interval({y: y, lo: line.lo, hi: line.hi}) : undefined,
           hovertemplate: `${name(line.g)}<br>%{x}: ${esc(p.label)} %{y:.4g}<extra></extra>`});
         const crossed = {x: [], y: []};
         y.forEach((v, i) => {
           if (v !== null && p.rules.some((r) => (r.side === "above" ? v > r.value : v < r.value))) {
-            crossed.x.push(line.t[i]); crossed.y.push(v);
+            crossed.x.push(times[i]); crossed.y.push(v);
           }
         });
         if (crossed.x.length) traces.push({x: crossed.x, y: crossed.y, xaxis: "x" + ax,
