@@ -112,6 +112,37 @@ def hostile_page(tmp_path_factory):
     return path
 
 
+def hostile_monitor(folder: Path) -> Path:
+    """A monitor page whose groups are named like markup (one of them alarms)."""
+    import sqlcal
+    from sqlcal.monitor import detect
+    from sqlcal.monitor.monitor import MonitorRun
+    from sqlcal.reporting import monitoring
+
+    rng = np.random.default_rng(8)
+    n = 9000
+    df = pd.DataFrame({"g": rng.choice(HOSTILE, n), "p": rng.uniform(0.05, 0.95, n),
+                       "t": pd.Timestamp("2026-09-01") + pd.to_timedelta(
+                           rng.integers(0, 30 * 86400, n), "s")})
+    late = (df["g"] == HOSTILE[0]) & (df["t"] >= "2026-09-20")
+    df["y"] = (rng.uniform(size=n) < np.where(late, np.minimum(df["p"] * 1.6, 1), df["p"]))
+    df["y"] = df["y"].astype(int)
+    store = str(folder / "store.duckdb")
+    sqlcal.snapshot(df, score="p", label="y", by="g", time="t", store=store,
+                    as_of="2026-10-05", bins=(), ls_ece_sigma=(), smooth_grids=())
+    found = detect.detect(store, reference_days=14, horizon="1d", settle="1d")
+    run = MonitorRun(detection=found, at=None, status="alert" if len(found.alarms) else "ok")
+    run.windows = monitoring.windows(store, horizon="1d", settle="1d")
+    path = folder / "hostile-monitor.html"
+    outputs.write_text(path, "html", html.render_monitor(run))
+    return path
+
+
+@pytest.fixture(scope="module")
+def hostile_monitor_page(tmp_path_factory):
+    return hostile_monitor(tmp_path_factory.mktemp("hostile_monitor"))
+
+
 def _load(browser, path: Path):
     """Open ``path`` at 1280 px; return the page and what it logged, requested and alerted."""
     page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -256,12 +287,23 @@ def test_hostile_group_names_show_as_text(browser, hostile_page):
     page.close()
 
 
-def test_safe_json_cannot_end_its_script_element():
-    value = {"</script><script>alert(1)</script>": "<!-- \u2028\u2029 & '\""}
-    text = str(html.safe_json(value))
-    assert "<" not in text and ">" not in text and "&" not in text
-    assert "\u2028" not in text and "\u2029" not in text
-    assert json.loads(text) == value
+def test_hostile_group_names_on_the_monitor_page(browser, hostile_monitor_page):
+    text = hostile_monitor_page.read_text()
+    assert "<script>alert" not in text and "<img" not in text
+    page, seen = _load(browser, hostile_monitor_page)
+    names = page.eval_on_selector_all("#groups tbody button.open",
+                                      "bs => bs.map(b => b.textContent)")
+    assert sorted(names) == sorted(HOSTILE)
+    legend = page.eval_on_selector('.overview .chart[data-chart="evidence-all"] .legend',
+                                   "g => g.textContent")
+    assert all(f"g = {name}" in legend for name in HOSTILE)
+    assert page.inner_text("#groups tbody tr:first-child td:first-child") == HOSTILE[0]
+    for row in range(3):
+        charts, _ = _open(page, row)
+        assert all(drawn == "yes" for _, drawn, _ in charts)
+    assert page.locator("img").count() == 0
+    _clean(seen)
+    page.close()
 
 
 def test_notebook_outputs_draw_with_one_copy_of_plotly(browser, hostile_page, tmp_path,
