@@ -25,6 +25,7 @@ event (Plotly evaluated): what any page that inlines Plotly costs on the same ma
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -165,7 +166,8 @@ def main() -> None:
     parser.add_argument("--only", choices=("report", "monitor"))
     args = parser.parse_args()
     df = rows(args.groups, args.days, args.rows)
-    print(f"{args.groups} groups x {args.days} days x {args.rows} rows = {len(df):,} rows")
+    print(f"{args.groups} groups x {args.days} days x {args.rows} rows = {len(df):,} rows; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'page':8} {'MB':>6} {'build s':>8} {'load s':>7} {'plotly s':>9} "
           f"{'overview s':>11} {'group s':>8}")
     with tempfile.TemporaryDirectory() as tmp:

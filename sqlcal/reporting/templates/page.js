@@ -3,7 +3,9 @@
 // entities (Plotly reads a few HTML tags in its labels).
 function sqlcalPage(root) {
   "use strict";
+  performance.mark("sqlcal:start");  // bench/bench_page.py reads these marks
   const data = JSON.parse(root.querySelector("script.sqlcal-data").textContent);
+  performance.mark("sqlcal:data");
   const palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                    "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
   const colour = (g) => palette[g % palette.length];
@@ -39,9 +41,11 @@ function sqlcalPage(root) {
       for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
       const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
       const source = await new Response(stream).text();
+      performance.mark("sqlcal:inflated");
       const amd = window.define;  // a notebook's require.js would take Plotly as a module
       window.define = undefined;
       try { (0, eval)(source); } finally { window.define = amd; }
+      performance.mark("sqlcal:plotly");
       return window.Plotly;
     })();
     return window.__sqlcalPlotly;
