@@ -10,7 +10,6 @@ Without Chromium or Playwright the tests skip with the reason; with ``SQLCAL_STR
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
