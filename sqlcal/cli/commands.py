@@ -215,13 +215,14 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     sched.add_argument("--json-file", metavar="PATH", help="write the JSON here (overrides "
                                                            "[output] json)")
     sched.add_argument("--html", metavar="PATH",
-                       help="write the HTML page here (overrides [output] html); its diagrams "
-                            "need matplotlib, the plot extra")
+                       help="write the HTML page here (overrides [output] html): one "
+                            "self-contained, interactive file")
     sched.add_argument("--time", metavar="KEY", help="also measure per value of this column "
                                                       "(overrides [time] key)")
     sched.add_argument("--no-results", action="store_true",
                        help="do not write to the results table (--config only)")
-    sched.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    sched.add_argument("--quiet", action="store_true",
+                       help="no progress on stderr (shown on a terminal: step i of n, named)")
 
     snap = commands.add_parser(
         "snapshot", help="store each period's summaries once (monitoring over time)",
@@ -277,7 +278,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     mon.add_argument("--json-file", metavar="PATH", help="write the JSON document here")
     mon.add_argument("--html", metavar="PATH", help="write the offline HTML page here")
     mon.add_argument("--json", action="store_true", help="print the JSON document")
-    mon.add_argument("--quiet", action="store_true", help="print nothing but alarms")
+    mon.add_argument("--quiet", action="store_true",
+                     help="print nothing but alarms (and no progress on stderr)")
     mon.add_argument("--no-results", action="store_true",
                      help="do not append to the results table of [monitor]")
     mon.add_argument("--no-windows", action="store_true",
@@ -728,7 +730,7 @@ def _scheduled(args, config: dict) -> int:
     from sqlcal.reporting import scheduled
 
     _override(config, args)
-    # every output path (and matplotlib for the HTML's diagrams) is checked before any query
+    # every output path is checked before any query
     scheduled.check_outputs(config, output_dir=args.output_dir)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)

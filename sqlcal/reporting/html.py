@@ -278,17 +278,19 @@ def _monitor_model(run: MonitorRun) -> dict:
     for i, (group, part, alarm) in enumerate(found):
         gid = group_id(group)
         name = _name(group)
-        row = {**group, "status": "ALARM" if alarm is not None else "ok",
-               "window alerts": alerted.get(gid, 0),
-               "change day": _day(alarm["change_day"]) if alarm is not None else None,
-               "alarm day": _day(alarm["alarm_day"]) if alarm is not None else None,
-               "max log M": float(part["log_M"].max()), "last log M":
-               float(part["log_M"].iloc[-1]), "rows": int(part["n"].sum())}
+        # the page's columns beside keys of the same names (shown_name)
+        own = functools.partial(shown_name, users=keys)
+        row = {**group, own("status"): "ALARM" if alarm is not None else "ok",
+               own("window alerts"): alerted.get(gid, 0),
+               own("change day"): _day(alarm["change_day"]) if alarm is not None else None,
+               own("alarm day"): _day(alarm["alarm_day"]) if alarm is not None else None,
+               own("max log M"): float(part["log_M"].max()), own("last log M"):
+               float(part["log_M"].iloc[-1]), own("rows"): int(part["n"].sum())}
         bounds = {}
         if windows is not None:
             now = _rows_of(windows[windows["window"] == first_window], group)
             for r in now.to_dict("records"):
-                label = f"{first_window} {r['statistic']}"
+                label = own(f"{first_window} {r['statistic']}")
                 row[label] = r["value"]
                 bounds[label] = (r["lower"], r["upper"])
         table_rows.append((row, bounds))

@@ -414,6 +414,9 @@ def run_report(
     """
     if diagrams is None:
         diagrams = bool(config["report"]["diagrams"] and config["output"].get("html"))
+    for name, value in (("progress", progress), ("diagrams", diagrams)):
+        if value not in (True, False, None) or not isinstance(value, (bool, type(None))):
+            raise TypeError(f"run_report: {name} must be True, False or None, not {value!r}")
     step = Progress(progress, total=_steps(config, diagrams))
     run_at = run_at or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None, microsecond=0)
     digest = config_hash(config)
