@@ -71,7 +71,9 @@ function sqlcalPage(root) {
       const text = d.x.map((_, i) => `bin [${fmt(d.bin_lower[i])}, ${fmt(d.bin_upper[i])})` +
         `<br>interval [${fmt(d.lo[i])}, ${fmt(d.hi[i])}]<br>weight ${fmt(d.W[i])}`);
       const top = Math.max(1e-9, ...d.bin_upper.filter((v) => v !== null));
-      return {data: [diagonal(0, top),
+      // on log axes the diagonal starts at the lowest bin's mean score, not at 0
+      const bottom = d.log ? Math.min(...d.x.filter((v) => v > 0)) / 2 : 0;
+      return {data: [diagonal(bottom, top),
         {x: d.x, y: d.y, error_y: interval(d), mode: "lines+markers", name: name(g),
          line: {color: colour(g)}, text: text,
          hovertemplate: "mean score %{x:.4g}<br>observed %{y:.4g}<br>%{text}<extra></extra>"},
@@ -211,8 +213,8 @@ function sqlcalPage(root) {
   };
 
   function logAxes(layout) {  // a low base rate: the bins are equal in log-odds
-    layout.xaxis.type = "log";
-    layout.yaxis.type = "log";
+    Object.assign(layout.xaxis, {type: "log", exponentformat: "power"});
+    Object.assign(layout.yaxis, {type: "log", exponentformat: "power"});
     return layout;
   }
   function threshold(days) {
