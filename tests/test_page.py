@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from sqlcal import outputs
 from sqlcal.reporting import html, scheduled
@@ -63,3 +64,29 @@ def test_a_password_never_reaches_the_page(tmp_path):
     run = scheduled.run_report(config, diagrams=True)
     page = html.render(run)
     assert "hunter2" not in page
+
+
+def test_the_detector_path_carries_each_days_rates(tmp_path):
+    """The monitor page's per-day chart reads the path's mean score, observed rate and null
+    standard deviation: equal to numpy on the raw rows of each group and day."""
+    import sqlcal
+
+    rng = np.random.default_rng(4)
+    n = 6000
+    df = pd.DataFrame({"g": rng.choice(["a", "b"], n), "p": rng.uniform(0.05, 0.95, n),
+                       "w": rng.integers(1, 4, n).astype(float),
+                       "t": pd.Timestamp("2026-09-01") + pd.to_timedelta(
+                           rng.integers(0, 20 * 86400, n), "s")})
+    df["y"] = (rng.uniform(size=n) < df["p"]).astype(int)
+    store = str(tmp_path / "store.duckdb")
+    sqlcal.snapshot(df, score="p", label="y", weight="w", by="g", time="t", store=store,
+                    as_of="2026-10-05", bins=(), ls_ece_sigma=(), smooth_grids=())
+    path = sqlcal.detect(store, horizon="1d", settle="1d", reference_days=7).path
+    df["day"] = df["t"].dt.normalize()
+    for (g, day), rows in df.groupby(["g", "day"]):
+        got = path[(path["g"] == g) & (path["day"] == day)].iloc[0]
+        W = rows["w"].sum()
+        assert got["mean_score"] == pytest.approx((rows["w"] * rows["p"]).sum() / W, rel=1e-9)
+        assert got["observed"] == pytest.approx((rows["w"] * rows["y"]).sum() / W, rel=1e-9)
+        sd = np.sqrt((rows["w"] * rows["p"] * (1 - rows["p"])).sum()) / W
+        assert got["observed_sd"] == pytest.approx(sd, rel=1e-6)

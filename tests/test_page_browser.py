@@ -253,7 +253,7 @@ def test_monitor_page_in_chromium(browser, monitor_page):
     assert "v2" in first and "android" in first and "ALARM" in first  # the alarmed group first
     _shoot(page, "page-monitor.png")
     charts, group = _open(page, 0)
-    assert [k for k, _, _ in charts] == ["evidence", "prepost", "maturity"]
+    assert [k for k, _, _ in charts] == ["evidence", "daily", "prepost", "maturity"]
     assert all(drawn == "yes" and paths > 3 for _, drawn, paths in charts)
     # the estimated change day is drawn on the evidence chart
     assert "estimated change 2026-11-" in page.inner_text(

@@ -46,6 +46,9 @@ CURVE_POINTS = 121
 DIGITS = 4
 # the counts beside every group's values
 _COUNTS = ("n", "W", "n_dropped")
+# the detector path's own columns (the rest are the group keys)
+_PATH_COLUMNS = ("stream", "day", "n", "W", "mean_score", "observed", "observed_sd", "log_e",
+                 "log_M", "threshold", "alarm")
 # statistics that qualify a value rather than measure calibration
 _FACT_STATISTICS = ("dof", "n_bins")
 
@@ -250,8 +253,7 @@ def _monitor_model(run: MonitorRun) -> dict:
     detection = run.detection
     path = detection.path
     mature = path[path["stream"] == "mature"]
-    keys = [k for k in mature.columns if k not in ("stream", "day", "n", "W", "log_e", "log_M",
-                                                   "threshold", "alarm")]
+    keys = [k for k in mature.columns if k not in _PATH_COLUMNS]
     c = float(detection.threshold)
     parts = mature.groupby(keys, sort=True, dropna=False) if keys else [((), mature)]
     alarms = detection.alarms
@@ -297,6 +299,9 @@ def _monitor_model(run: MonitorRun) -> dict:
         g = {"name": name, "evidence": {
             "day": [_day(d) for d in part["day"]], "log_M": _floats(part["log_M"]),
             "log_e": _floats(part["log_e"]), "n": part["n"].astype(int).tolist()}}
+        if "observed" in part:  # the day's mean score and observed rate (the detector's sums)
+            g["daily"] = {"p": _floats(part["mean_score"]), "y": _floats(part["observed"]),
+                          "sd": _floats(part["observed_sd"])}
         if alarm is not None:
             g["alarm"] = {"alarm_day": _day(alarm["alarm_day"]),
                           "change_day": _day(alarm["change_day"]),
@@ -337,6 +342,10 @@ def _monitor_model(run: MonitorRun) -> dict:
                                for r in mine.to_dict("records")]})
         chart_list = [("evidence", "Detector evidence log M per day against its threshold "
                                    "(change day and alarm marked)")]
+        if "daily" in g:
+            chart_list.append(("daily", "Per day: observed rate (±2σ were the day calibrated) "
+                                        "against the mean score; the alarm and the change day "
+                                        "marked"))
         if "prepost" in g:
             chart_list.append(("prepost", "Reliability before the change and since, with the "
                                           "weight per bin"))

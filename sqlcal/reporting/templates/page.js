@@ -181,6 +181,27 @@ function sqlcalPage(root) {
       }
       return {data: traces, layout: layout};
     },
+    daily(g) {
+      const d = data.groups[g], e = d.evidence, r = d.daily;
+      const traces = [
+        {x: e.day, y: r.p, mode: "lines", name: "mean score", line: {color: "#888", dash: "dash"},
+         hovertemplate: "%{x}: mean score %{y:.4g}<extra></extra>"},
+        {x: e.day, y: r.y, mode: "lines+markers", marker: {size: 4}, name: name(g),
+         line: {color: colour(g)}, customdata: e.n,
+         error_y: {type: "data", array: r.sd.map((v) => v === null ? null : 2 * v), thickness: 1, width: 2},
+         hovertemplate: "%{x}: observed %{y:.4g} (%{customdata:,} rows)<extra></extra>"}];
+      const layout = Object.assign({}, base, {xaxis: {title: {text: "day"}},
+        yaxis: {title: {text: "rate"}}, legend: {orientation: "h", y: -0.2}});
+      if (d.alarm) {
+        const i = e.day.indexOf(d.alarm.alarm_day);
+        traces.push({x: [d.alarm.alarm_day], y: [i >= 0 ? r.y[i] : null], mode: "markers",
+          name: "alarm", marker: {symbol: "star", size: 13, color: "#a40e26"},
+          hovertemplate: "alarm %{x}<extra></extra>"});
+        layout.shapes = [{type: "line", xref: "x", yref: "paper", x0: d.alarm.change_day,
+          x1: d.alarm.change_day, y0: 0, y1: 1, line: {color: "#a40e26", dash: "dot", width: 1.5}}];
+      }
+      return {data: traces, layout: layout};
+    },
     prepost(g) {
       const d = data.groups[g].prepost;
       const w = (d.windows || {});
