@@ -240,6 +240,8 @@ def test_report_page_in_chromium(browser, report_page):
     _hide_first_group(page, "series")
     page.emulate_media(media="print")
     assert page.locator("#open-all").is_hidden()
+    pdf = page.pdf(format="A4")  # it prints: the overview, then the open group on its own page
+    assert pdf[:5] == b"%PDF-" and len(pdf) > 50_000
     _clean(seen)
     page.close()
     _keep(report_page)
