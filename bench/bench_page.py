@@ -15,7 +15,7 @@ one group alarms).
 
 Measurement. Size: the file's bytes. Opening: Debian's Chromium (``/usr/bin/chromium``) driven
 by Playwright, a fresh page per repetition loading the file from ``file://``; reported are the
-median over ``--reps`` (3) of the time to the ``load`` event (the page and its tables readable),
+median over ``--reps`` (5, the three pages opened in turn in each) of the time to the ``load`` event (the page and its tables readable),
 to Plotly ready (inflated and evaluated, from the navigation's start), to the overview chart
 drawn, and to a group's diagrams drawn after a click on its row. The yardstick, on the first
 line: a page holding nothing but ``plotly.min.js`` in a plain script, timed to its ``load``
@@ -115,46 +115,41 @@ def plotly_alone(folder: Path) -> Path:
     return path
 
 
-def alone_times(path: Path, reps: int) -> float:
+def open_times(pages: dict[str, Path], reps: int) -> dict:
+    """Each page opened ``reps`` times, the pages in turn within a repetition (the machine's
+    load drifts: interleaving keeps the comparison fair); the medians."""
     from playwright.sync_api import sync_playwright
 
-    out = []
+    out = {name: {"load": [], "plotly": [], "overview": [], "group": []} for name in pages}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         for _ in range(reps):
-            page = browser.new_page()
-            page.goto(path.as_uri(), wait_until="load")
-            out.append(page.evaluate("() => window.Plotly ? performance.now() / 1000 : null"))
-            page.close()
+            for name, path in pages.items():
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                begin = time.perf_counter()
+                page.goto(path.as_uri(), wait_until="load")
+                out[name]["load"].append(time.perf_counter() - begin)
+                if name == "alone":  # Plotly is evaluated by the load event
+                    out[name]["plotly"].append(page.evaluate(
+                        "() => window.Plotly ? performance.now() / 1000 : NaN"))
+                    page.close()
+                    continue
+                # Plotly ready (inflated and evaluated), seconds from the navigation's start
+                out[name]["plotly"].append(page.evaluate(
+                    "async () => { await window.__sqlcalPlotly; return performance.now() / 1000; }"))
+                page.wait_for_function(f"() => ({DRAWN})([...document.querySelectorAll("
+                                       "'.overview .chart')])", timeout=120_000)
+                out[name]["overview"].append(time.perf_counter() - begin)
+                click = time.perf_counter()
+                page.locator("#groups tbody tr").first.locator("button.open").click()
+                page.wait_for_function(f"() => ({DRAWN})([...document.querySelectorAll("
+                                       "'section.group:not([hidden]) .chart')])",
+                                       timeout=120_000)
+                out[name]["group"].append(time.perf_counter() - click)
+                page.close()
         browser.close()
-    return statistics.median(out)
-
-
-def open_times(path: Path, reps: int) -> dict:
-    from playwright.sync_api import sync_playwright
-
-    out = {"load": [], "plotly": [], "overview": [], "group": []}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        for _ in range(reps):
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            begin = time.perf_counter()
-            page.goto(path.as_uri(), wait_until="load")
-            out["load"].append(time.perf_counter() - begin)
-            # Plotly ready (inflated and evaluated), seconds from the navigation's start
-            out["plotly"].append(page.evaluate(
-                "async () => { await window.__sqlcalPlotly; return performance.now() / 1000; }"))
-            page.wait_for_function(f"() => ({DRAWN})([...document.querySelectorAll("
-                                   "'.overview .chart')])", timeout=120_000)
-            out["overview"].append(time.perf_counter() - begin)
-            click = time.perf_counter()
-            page.locator("#groups tbody tr").first.locator("button.open").click()
-            page.wait_for_function(f"() => ({DRAWN})([...document.querySelectorAll("
-                                   "'section.group:not([hidden]) .chart')])", timeout=120_000)
-            out["group"].append(time.perf_counter() - click)
-            page.close()
-        browser.close()
-    return {k: statistics.median(v) for k, v in out.items()}
+    return {name: {k: statistics.median(v) if v else float("nan") for k, v in times.items()}
+            for name, times in out.items()}
 
 
 def main() -> None:
@@ -162,26 +157,27 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=100)
     parser.add_argument("--days", type=int, default=60)
     parser.add_argument("--rows", type=int, default=50, help="predictions a group-day")
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--only", choices=("report", "monitor"))
     args = parser.parse_args()
     df = rows(args.groups, args.days, args.rows)
     print(f"{args.groups} groups x {args.days} days x {args.rows} rows = {len(df):,} rows; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'page':8} {'MB':>6} {'build s':>8} {'load s':>7} {'plotly s':>9} "
+    print(f"{'page':20} {'MB':>6} {'build s':>8} {'load s':>7} {'plotly s':>9} "
           f"{'overview s':>11} {'group s':>8}")
     with tempfile.TemporaryDirectory() as tmp:
-        alone = plotly_alone(Path(tmp))
-        print(f"{'plotly.min.js alone':27} {alone.stat().st_size / 1e6:6.2f} "
-              f"{alone_times(alone, args.reps):9.2f}", flush=True)
+        pages, built = {"alone": plotly_alone(Path(tmp))}, {"alone": float("nan")}
         for name, build in (("report", report_page), ("monitor", monitor_page)):
             if args.only and name != args.only:
                 continue
-            path, built = build(df, Path(tmp))
-            times = open_times(path, args.reps)
-            print(f"{name:8} {path.stat().st_size / 1e6:6.2f} {built:8.1f} {times['load']:7.2f} "
-                  f"{times['plotly']:9.2f} {times['overview']:11.2f} {times['group']:8.2f}",
-                  flush=True)
+            pages[name], built[name] = build(df, Path(tmp))
+        times = open_times(pages, args.reps)
+        for name, path in pages.items():
+            t = times[name]
+            shown = "plotly.min.js alone" if name == "alone" else name
+            print(f"{shown:20} {path.stat().st_size / 1e6:6.2f} {built[name]:8.1f} "
+                  f"{t['load']:7.2f} {t['plotly']:9.2f} {t['overview']:11.2f} "
+                  f"{t['group']:8.2f}", flush=True)
 
 
 if __name__ == "__main__":
