@@ -14,7 +14,8 @@ the detector and the default windows (the last third of the days of one group sh
 one group alarms).
 
 Measurement. Size: the file's bytes. Opening: Debian's Chromium (``/usr/bin/chromium``) driven
-by Playwright, a fresh page per repetition loading the file from ``file://``; reported are the
+by Playwright, a freshly launched browser for each opening (cold: as a page attached to an
+e-mail opens), loading the file from ``file://``; reported are the
 median over ``--reps`` (5, the three pages opened in turn in each) of the time to the ``load`` event (the page and its tables readable),
 to Plotly ready (inflated and evaluated, from the navigation's start), to the overview chart
 drawn, and to a group's diagrams drawn after a click on its row. The yardstick, on the first
@@ -122,9 +123,11 @@ def open_times(pages: dict[str, Path], reps: int) -> dict:
 
     out = {name: {"load": [], "plotly": [], "overview": [], "group": []} for name in pages}
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         for _ in range(reps):
             for name, path in pages.items():
+                # a browser of its own for each opening: V8 keeps compiled scripts in memory,
+                # which would flatter a second opening of the same script
+                browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 begin = time.perf_counter()
                 page.goto(path.as_uri(), wait_until="load")
@@ -132,7 +135,7 @@ def open_times(pages: dict[str, Path], reps: int) -> dict:
                 if name == "alone":  # Plotly is evaluated by the load event
                     out[name]["plotly"].append(page.evaluate(
                         "() => window.Plotly ? performance.now() / 1000 : NaN"))
-                    page.close()
+                    browser.close()
                     continue
                 # Plotly ready (inflated and evaluated), seconds from the navigation's start
                 out[name]["plotly"].append(page.evaluate(
@@ -146,8 +149,7 @@ def open_times(pages: dict[str, Path], reps: int) -> dict:
                                        "'section.group:not([hidden]) .chart')])",
                                        timeout=120_000)
                 out[name]["group"].append(time.perf_counter() - click)
-                page.close()
-        browser.close()
+                browser.close()
     return {name: {k: statistics.median(v) if v else float("nan") for k, v in times.items()}
             for name, times in out.items()}
 
