@@ -138,8 +138,9 @@ def open_times(pages: dict[str, Path], reps: int) -> dict:
                     browser.close()
                     continue
                 # Plotly ready (inflated and evaluated), seconds from the navigation's start
+                page.evaluate("async () => { await window.__sqlcalPlotly; }")
                 out[name]["plotly"].append(page.evaluate(
-                    "async () => { await window.__sqlcalPlotly; return performance.now() / 1000; }"))
+                    "() => performance.getEntriesByName('sqlcal:plotly')[0].startTime / 1000"))
                 page.wait_for_function(f"() => ({DRAWN})([...document.querySelectorAll("
                                        "'.overview .chart')])", timeout=120_000)
                 out[name]["overview"].append(time.perf_counter() - begin)

@@ -267,8 +267,8 @@ function sqlcalPage(root) {
       for (const line of p.lines) {
         if (only !== null && line.g !== only) continue;
         const y = line.v;
-        traces.push({x: times, y: y, xaxis: "x" + ax, yaxis: "y" + ax, mode: "lines+markers",
-          marker: {size: 4}, name: name(line.g), legendgroup: "g" + line.g, showlegend: k === 0,
+        traces.push({x: times, y: y, xaxis: "x" + ax, yaxis: "y" + ax,
+          mode: bars ? "lines+markers" : "lines", marker: {size: 4}, name: name(line.g), legendgroup: "g" + line.g, showlegend: k === 0,
           line: {color: colour(line.g), width: 1.4}, connectgaps: false,
           error_y: bars ? interval({y: y, lo: line.lo, hi: line.hi}) : undefined,
           hovertemplate: `${name(line.g)}<br>%{x}: ${esc(p.label)} %{y:.4g}<extra></extra>`});
