@@ -210,8 +210,8 @@ def _report_model(run: ScheduledRun) -> dict:
                            "tables": tables, "charts": chart_list})
     overview = []
     if series is not None:
-        overview = [("series", f"Metrics per {series['time']}, one line per group (click a "
-                               "legend entry to hide or show its group)")]
+        overview = [("series", f"Metrics per {series['time']}, one line per group (the 12 "
+                               "worst shown; click a legend entry to show or hide a group)")]
     order = ".".join(run.config["report"]["order_by"])
     global_segments = _segment_rows(run, None) if run.segments is not None and not keys else None
     return {
@@ -383,8 +383,9 @@ def _monitor_model(run: MonitorRun) -> dict:
                                         f"{g['alarm']['change_day']}, seen "
                                         f"{g['alarm']['alarm_day']}"}
            for g in data_groups if "alarm" in g],
-        "overview": [("evidence-all", "Detector evidence log M per day, one line per group "
-                                      "(click a legend entry to hide or show its group)")],
+        "overview": [("evidence-all", "Detector evidence log M per day, one line per group (the "
+                                      "12 worst shown; click a legend entry to show or hide a "
+                                      "group)")],
         "columns": columns, "rows": rows, "groups": out_groups, "segments": None,
         "note": "Groups are ordered worst first: alarmed groups, then by their largest "
                 "evidence. Click a column's heading to sort by it, a group to open its "

@@ -15,6 +15,10 @@ function sqlcalPage(root) {
   const name = (g) => esc(data.groups[g].name);
   const config = {displaylogo: false, responsive: true,
                   modeBarButtonsToRemove: ["select2d", "lasso2d"]};
+  // an overview shows the worst groups' lines; the others wait in its legend (a click shows
+  // one): a hundred lines read as none, and cost a second to draw
+  const SHOWN = 12;
+  const shown = (g) => g < SHOWN ? true : "legendonly";
   const base = {margin: {l: 56, r: 16, t: 16, b: 44}, hovermode: "closest",
                 font: {size: 12}, legend: {font: {size: 11}}};
 
@@ -151,9 +155,10 @@ function sqlcalPage(root) {
       data.groups.forEach((d, g) => {
         const e = d.evidence;
         traces.push({x: e.day, y: e.log_M, mode: "lines", name: name(g), legendgroup: "g" + g,
+          visible: shown(g),
           line: {color: colour(g), width: 1.5}, customdata: e.n,
           hovertemplate: `${name(g)}<br>%{x}: log M %{y:.3g} (%{customdata:,} rows)<extra></extra>`});
-        if (d.alarm) traces.push(alarmMarker(d, g, false));
+        if (d.alarm) traces.push(Object.assign(alarmMarker(d, g, false), {visible: shown(g)}));
       });
       traces.push(threshold(data.groups[0] ? data.groups[0].evidence.day : []));
       return {data: traces, layout: Object.assign({}, base, {shapes: shapes,
@@ -268,7 +273,8 @@ function sqlcalPage(root) {
         if (only !== null && line.g !== only) continue;
         const y = line.v;
         traces.push({x: times, y: y, xaxis: "x" + ax, yaxis: "y" + ax,
-          mode: bars ? "lines+markers" : "lines", marker: {size: 4}, name: name(line.g), legendgroup: "g" + line.g, showlegend: k === 0,
+          mode: bars ? "lines+markers" : "lines", marker: {size: 4},
+          visible: only === null ? shown(line.g) : true, name: name(line.g), legendgroup: "g" + line.g, showlegend: k === 0,
           line: {color: colour(line.g), width: 1.4}, connectgaps: false,
           error_y: bars ? interval({y: y, lo: line.lo, hi: line.hi}) : undefined,
           hovertemplate: `${name(line.g)}<br>%{x}: ${esc(p.label)} %{y:.4g}<extra></extra>`});
@@ -279,6 +285,7 @@ function sqlcalPage(root) {
           }
         });
         if (crossed.x.length) traces.push({x: crossed.x, y: crossed.y, xaxis: "x" + ax,
+          visible: only === null ? shown(line.g) : true,
           yaxis: "y" + ax, mode: "markers", name: "threshold crossed", legendgroup: "g" + line.g,
           showlegend: false, marker: {symbol: "x", size: 9, color: "#a40e26"},
           hovertemplate: `${name(line.g)}: %{x} crosses a threshold (%{y:.4g})<extra></extra>`});
