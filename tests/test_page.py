@@ -90,3 +90,14 @@ def test_the_detector_path_carries_each_days_rates(tmp_path):
         assert got["observed"] == pytest.approx((rows["w"] * rows["y"]).sum() / W, rel=1e-9)
         sd = np.sqrt((rows["w"] * rows["p"] * (1 - rows["p"])).sum()) / W
         assert got["observed_sd"] == pytest.approx(sd, rel=1e-6)
+
+
+def test_a_report_without_keys_opens_its_one_group(tmp_path):
+    rng = np.random.default_rng(6)
+    df = pd.DataFrame({"p": rng.uniform(0.05, 0.95, 300), "y": rng.integers(0, 2, 300)})
+    config = scheduled.validate_config({
+        "source": {"data": df, "score": "p", "label": "y"}, "metrics": {"ece": {}},
+        "output": {"html": str(tmp_path / "r.html")}})
+    page = html.render(scheduled.run_report(config))
+    assert 'data-col="0" tabindex="0" aria-sort="none">group</th>' in page
+    assert 'class="open" data-group="0" title="open all rows">all rows</button>' in page

@@ -509,11 +509,14 @@ def _table(frame: pd.DataFrame, keys: Sequence[str], values: Sequence[str],
     pairs = _interval_pairs(list(frame.columns), keys)
     bound = {c for pair in pairs.values() for c in pair}
     shown = [c for c in values if c in frame and c not in bound]
-    columns = [{"name": k, "key": True} for k in keys] + [{"name": "alerts", "key": False}] + \
+    # without keys the one group is "all rows", named in a column of its own (it opens it)
+    columns = [{"name": k, "key": True} for k in keys or ["group"]] + \
+        [{"name": "alerts", "key": False}] + \
         [{"name": c + (" [interval]" if c in pairs else ""), "key": False} for c in shown]
     rows = []
     for i, row in enumerate(frame.to_dict("records")):
-        cells = [{"text": _key_cell(row[k]), "sort": _key_cell(row[k])} for k in keys]
+        cells = [{"text": _key_cell(row[k]), "sort": _key_cell(row[k])} for k in keys] or \
+            [{"text": names[i], "sort": names[i]}]
         cells.append({"text": str(alerts[i]), "sort": alerts[i]})
         for c in shown:
             lo, hi = (row[pairs[c][0]], row[pairs[c][1]]) if c in pairs else \
