@@ -472,3 +472,22 @@ def test_a_source_without_weights_is_snapshotted_on_every_engine(con, upload):
     finally:
         if con.name == "postgres":
             drop_store(store, prefix)
+
+
+def test_a_relative_store_path_names_the_file_of_the_working_directory(tmp_path, monkeypatch):
+    # a kept connection was keyed by the path as written: after a change of directory the same
+    # relative name reached the first folder's store (the documentation's examples, run in one
+    # process, each in a folder of its own, found each other's days "unchanged")
+    from sqlcal.monitor import store as _store
+
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        monkeypatch.chdir(tmp_path / name)
+        con = _store.connect("monitor.duckdb", create=True)
+        con.raw_sql(f"CREATE TABLE here AS SELECT '{name}' AS folder")
+    for name in ("one", "two"):
+        monkeypatch.chdir(tmp_path / name)
+        con = _store.connect("monitor.duckdb")
+        assert con.raw_sql("SELECT folder FROM here").fetchall() == [(name,)]
+        _store.close("monitor.duckdb")
+    assert not [k for k in _store._CONNECTIONS if str(tmp_path) in k]

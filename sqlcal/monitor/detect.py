@@ -213,7 +213,7 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
                        checks=checks, first=first, share=share, share_error=error)
         path = pd.DataFrame({**{k: [v] * len(calendar) for k, v in keys.items()},
                              "stream": "mature", "day": calendar, "n": n.astype("int64"),
-                             "W": sums[0].sum(-1),
+                             "W": sums[0].sum(-1), **daily_rates(sums),
                              "log_e": log_mean_exp(out["log_e"], axis=-2),
                              "log_M": out["log_M"], "threshold": c})
         path["alarm"] = path["log_M"] >= c
@@ -241,6 +241,19 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
                            "reliability": reliability, "lag": lag, "null": null,
                            "threshold_early": None if lag is None
                            else threshold(alpha / 4, checks)})
+
+
+def daily_rates(sums: np.ndarray) -> dict:
+    r"""Each day's mean score and observed rate (of the labels the stream knows), and the
+    observed rate's standard deviation were the day calibrated,
+    :math:`\sqrt{\sum w p(1 - p)} / W` (frequency weights, labels independent given their
+    scores: the detector's assumptions), from the day's (W, Σwy, Σwp, Σwp²) summed over the bet
+    bins; NaN on a day without weight."""
+    W, swy, swp, swpp = (part.sum(-1) for part in sums)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {"mean_score": np.where(W > 0, swp / W, np.nan),
+                "observed": np.where(W > 0, swy / W, np.nan),
+                "observed_sd": np.where(W > 0, np.sqrt(np.maximum(swp - swpp, 0)) / W, np.nan)}
 
 
 #: the detector's nulls: calibrated within tolerance, or as calibrated as the reference window
@@ -350,7 +363,7 @@ def _early_stream(store, prefix, spec_hash, spec, by, bet_bins, ref, mature, a, 
                        checks=checks, first=first, share=share, share_error=error)
         path = pd.DataFrame({**{k: [v] * len(calendar) for k, v in keys.items()},
                              "stream": name, "day": calendar, "n": n.astype("int64"),
-                             "W": sums[0].sum(-1),
+                             "W": sums[0].sum(-1), **daily_rates(sums),
                              "log_e": log_mean_exp(out["log_e"], axis=-2),
                              "log_M": out["log_M"], "threshold": c})
         path["alarm"] = path["log_M"] >= c

@@ -725,8 +725,9 @@ def connect(store: Any, *, create: bool = False):
         raise StoreError(f"store must be a DuckDB file, a database URL or an Ibis connection, "
                          f"not {type(store).__name__}")
     text = os.fspath(store)
-    if text in _CONNECTIONS:
-        return _CONNECTIONS[text]
+    key = _connection_key(text)
+    if key in _CONNECTIONS:
+        return _CONNECTIONS[key]
     if "://" in text and not text.startswith("duckdb://"):
         scheme = text.split("://", 1)[0].lower()
         if scheme not in _DATABASES:
@@ -747,8 +748,18 @@ def connect(store: Any, *, create: bool = False):
                              + (f" (PID {holder.group(1)})" if holder else "")
                              + ": DuckDB lets one process write a file at a time; run again "
                              "when it has finished") from None
-    _CONNECTIONS[text] = con
+    _CONNECTIONS[key] = con
     return con
+
+
+def _connection_key(text: str) -> str:
+    """A kept connection's key: a URL as written, a DuckDB file by its absolute path (the same
+    relative path names another file once the working directory changes: a notebook's, a
+    scheduler's)."""
+    if "://" in text and not text.startswith("duckdb://"):
+        return text
+    path = text[len("duckdb://"):] if text.startswith("duckdb://") else text
+    return path if path in ("", ":memory:") else os.path.abspath(path)
 
 
 #: the names of a DuckDB store file (those sqlcal.source reads as a DuckDB database)
@@ -779,8 +790,8 @@ def _handles(con) -> dict:
 def close(store: Any) -> None:
     """Close the connection :func:`connect` keeps open for a store path or URL (a DuckDB file
     is then free for another process to write)."""
-    con = _CONNECTIONS.pop(os.fspath(store), None) if isinstance(store, (str, os.PathLike)) \
-        else None
+    con = _CONNECTIONS.pop(_connection_key(os.fspath(store)), None) \
+        if isinstance(store, (str, os.PathLike)) else None
     if con is not None:
         _handles(con).clear()
         con.disconnect()
