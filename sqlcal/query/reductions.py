@@ -784,12 +784,16 @@ def store_terms(t: ir.Table, sums: Sequence[StoredSum]) -> dict[str, ir.Value]:
     return {name: make() for name, make in terms.items() if name in used}
 
 
-def store_sums(t: ir.Table, sums: Sequence[StoredSum]) -> dict[str, ir.Value]:
+def store_sums(t: ir.Table, sums: Sequence[StoredSum], *, positives: bool = False
+               ) -> dict[str, ir.Value]:
     """The aggregates of the stored ``sums`` over a table holding ``p``, ``y``, ``w`` and the
-    projected :func:`store_terms`: the one rendering of each declaration."""
+    projected :func:`store_terms`: the one rendering of each declaration. ``positives``: the
+    rows are the positives only, where the factor y is 1 and left out."""
     def product(of):
         value = None
         for f in of:
+            if positives and f == "y":
+                continue
             term = product(f) if isinstance(f, tuple) else t[f]
             value = term if value is None else value * term
         return value
@@ -797,7 +801,7 @@ def store_sums(t: ir.Table, sums: Sequence[StoredSum]) -> dict[str, ir.Value]:
     out = {}
     for s in sums:
         if not s.of:
-            where = [t[f] == v for f, v in s.where]
+            where = [t[f] == v for f, v in s.where if not (positives and f == "y")]
             out[s.name] = t.count(where=ibis.and_(*where)) if where else t.count()
         elif s.merge == "min":
             out[s.name] = product(s.of).min()
@@ -860,7 +864,7 @@ def store_rows(rows: ir.Table, keys: Sequence[str], table: str, *, cells: int = 
     a = t.group_by(group).aggregate(**store_sums(t, free))
     a = a.mutate(delay=ibis.literal(free_delay, type="int64"), **{s.name: zero(s) for s in label})
     pos = t.filter(t.y == 1)
-    b = pos.group_by(group).aggregate(**store_sums(pos, label))
+    b = pos.group_by(group).aggregate(**store_sums(pos, label, positives=True))
     b = b.mutate(delay=ibis.literal(label_delay, type="int64"), **{s.name: zero(s) for s in free})
     return a.select(order).union(b.select(order))
 
