@@ -98,6 +98,8 @@ def test_the_store_tables_list_the_declared_sums():
                 [s.name for s in store_sums(table, label=label)], (table, part)
     assert schema.MINIMA >= {s.name for s in declared.STORE_SUMS if s.merge == "min"}
     assert schema.MAXIMA >= {s.name for s in declared.STORE_SUMS if s.merge == "max"}
+    # days of sql/store_*.sql rows merge by the declared rules (declared.merge)
+    assert all(declared.rule(s.name) == s.merge for s in declared.STORE_SUMS)
 
 
 def test_snapshot_sql_folder_and_dbt_macros_give_the_same_sums(con, upload):

@@ -529,14 +529,21 @@ def union(needs: Iterable[Summary]) -> list[Summary]:
 
 def rule(column: str) -> str | None:
     """How a summary column merges over disjoint sets of rows: ``"sum"``, ``"min"``, ``"max"``,
-    or None (it cannot: recompute it from a mergeable summary)."""
+    or None (it cannot: recompute it from a mergeable summary).
+
+    Examples
+    --------
+    >>> rule("swy"), rule("p_min"), rule("spieg_var"), rule("cutoff")
+    ('sum', 'min', 'sum', None)
+    """
     if column in _SUMS:
         return "sum"
     if column in _MINIMA:
         return "min"
     if column in _MAXIMA:
         return "max"
-    return None
+    # the summary store's sums (sql/store_*.sql returns them per day): their declared rule
+    return next((s.merge for s in STORE_SUMS if s.name == column), None)
 
 
 def merge(frames: Sequence[pd.DataFrame], keys: Sequence[str]) -> pd.DataFrame:

@@ -28,21 +28,6 @@ from sqlcal.query import executor, reductions
 HIGH_FREQUENCY = float(2**20)
 
 
-def table(data: Any, name: str | None) -> ir.Table:
-    """The predictions as an Ibis table (a path, URL, frame, connection or table: as for
-    :func:`sqlcal.source`)."""
-    return resolve_table(data, name)
-
-
-def columns(t: ir.Table) -> list[str]:
-    return list(t.columns)
-
-
-def column_type(t: ir.Table, column: str) -> str:
-    """The Ibis type of a column of the rows, as text (``"int64"``, ``"string"``)."""
-    return str(t[column].type())
-
-
 def origin(data: Any, table: str | None) -> str:
     """What the spec hash names as the rows' origin (stable as rows are added)."""
     if isinstance(data, tuple) and len(data) == 2:
