@@ -1,8 +1,8 @@
 """SQL text of an Ibis expression in a dialect, compiled in one place with one stated fallback.
 
-Ibis compiles most dialects without their backend; for a few it cannot (PySpark's compiler reads
-its session's settings), and there the expression is compiled for DuckDB and transpiled to the
-dialect by sqlglot. The exported statements (``summary_sql``, ``sql/``, the dbt package), the
+Ibis compiles most dialects without their backend; where it cannot (PySpark's compiler reads
+the settings of a running session, and there may be none; ``"spark"`` is sqlglot's name, not
+Ibis's), the expression is compiled for DuckDB and transpiled to the dialect by sqlglot. The exported statements (``summary_sql``, ``sql/``, the dbt package), the
 calibration maps' SQL and the segment fixes' SQL are all written through :func:`to_sql` or
 :func:`to_tree`.
 """
@@ -26,12 +26,12 @@ def to_sql(expr: ir.Expr, dialect: str = "duckdb") -> str:
     Examples
     --------
     >>> t = ibis.table({"p": "float64"}, name="preds")
-    >>> print(to_sql(t.select(q=t.p * 2), "pyspark"))
+    >>> print(to_sql(t.select(q=t.p * 2), "spark"))
     SELECT `t0`.`p` * 2 AS `q` FROM `preds` AS `t0`
     """
     try:
         return ibis.to_sql(expr, dialect=dialect).strip()
-    except Exception:  # a dialect Ibis cannot compile without its backend (PySpark)
+    except Exception:  # a dialect Ibis cannot compile (PySpark without a session, "spark")
         tree = sqlglot.parse_one(ibis.to_sql(expr, dialect="duckdb"), read="duckdb")
         return tree.sql(dialect=engines.sqlglot_dialect(dialect))
 
