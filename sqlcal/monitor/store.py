@@ -217,8 +217,9 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
         due = _due(prints, have, force)
         frames = {}
         if due:
-            frames = _reduce_all(src, _periods.due(src.rows, due), keys, cells=cells, bins=bins, sigmas=ls_ece_sigma,
-                                 grids=smooth_grids, levels=levels, max_levels=max_levels)
+            frames = _reduce_all(src, _periods.due(src.rows, due), keys, cells=cells,
+                                 bins=bins, sigmas=ls_ece_sigma, grids=smooth_grids,
+                                 levels=levels, max_levels=max_levels)
         with store_tables.writing(con, prefix) as writer:
             tables = writer.tables
             if store_tables.engine(con) != "duckdb":  # what another run wrote since the reading

@@ -2,9 +2,9 @@
 
 Ibis compiles most dialects without their backend; where it cannot (PySpark's compiler reads
 the settings of a running session, and there may be none; ``"spark"`` is sqlglot's name, not
-Ibis's), the expression is compiled for DuckDB and transpiled to the dialect by sqlglot. The exported statements (``summary_sql``, ``sql/``, the dbt package), the
-calibration maps' SQL and the segment fixes' SQL are all written through :func:`to_sql` or
-:func:`to_tree`.
+Ibis's), the expression is compiled for DuckDB and transpiled to the dialect by sqlglot. The
+exported statements (``summary_sql``, ``sql/``, the dbt package), the calibration maps' SQL and
+the segment fixes' SQL are all written through :func:`to_sql` or :func:`to_tree`.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 :mod:`sqlcal.monitor.store` decides what the store holds (:mod:`sqlcal.monitor.schema`: table
 names, columns, versions); this module runs what that takes, and knows no layout: it is handed
-table names and columns. Reads are SELECTs run by the executor (:func:`sqlcal.query.executor.fetch`).
-Writes go through :func:`writing` only: under the store's lock, in one transaction where the
-engine has them, a :class:`Writer` creates tables, appends rows and clears the ``current`` flag
-of older versions; nothing else here writes.
+table names and columns. Reads are SELECTs run by the executor
+(:func:`sqlcal.query.executor.fetch`). Writes go through :func:`writing` only: under the
+store's lock, in one transaction where the engine has them, a :class:`Writer` creates tables,
+appends rows and clears the ``current`` flag of older versions; nothing else here writes.
 """
 
 from __future__ import annotations
