@@ -75,6 +75,11 @@ class ConfigError(ValueError):
     has been read or written. The message names the file, the section and the key."""
 
 
+class StoreError(ValueError):
+    """The store holds tables sqlcal did not write, or written for another layout, or its path
+    cannot be a store (a FIFO, a folder, the source's database)."""
+
+
 def install_hint(extra: str) -> str:
     """How to install one of sqlcal's extras: sqlcal is installed from its repository, so the
     hint names the repository's checkout, not a package index."""

@@ -17,6 +17,7 @@ import pytest
 import sqlcal
 from sqlcal.monitor import store as monitor_store
 from sqlcal.options import OptionError
+from sqlcal.query import store_tables
 
 DAY0 = pd.Timestamp("2026-10-01")
 AS_OF = pd.Timestamp("2026-12-01")
@@ -184,7 +185,7 @@ def test_a_snapshot_that_dies_before_its_manifest_row_leaves_the_old_version_rea
 
     # the process dies once the rows are written and before the manifest names them
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(monitor_store, "_clear_current", crash)
+        patch.setattr(store_tables.Writer, "clear_current", crash)
         with pytest.raises(RuntimeError, match="killed"):
             sqlcal.snapshot(changed, store=store, **LEAN)
     assert_same(sqlcal.brier(sqlcal.stored(store, maturity="all")), before, "after a crash")

@@ -25,7 +25,6 @@ import ibis
 import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
-import sqlglot
 from sqlglot import exp
 
 from sqlcal.errors import InvalidInputError
@@ -39,6 +38,7 @@ from sqlcal.query.reductions import (
     key_match,
     segment_fixed,
 )
+from sqlcal.query.sql import to_tree
 from sqlcal.recalibration.maps import CalibrationMap
 
 
@@ -219,10 +219,7 @@ class SegmentFix(CalibrationMap):
         unbound = ibis.table(schema, name="t")
         query = unbound.select(sqlcal_fixed=self.expr(unbound, score))
         read = engines.sqlglot_dialect(dialect)
-        try:
-            tree = sqlglot.parse_one(ibis.to_sql(query, dialect=dialect), read=read)
-        except Exception:  # a dialect Ibis cannot compile without its backend (Spark)
-            tree = sqlglot.parse_one(ibis.to_sql(query, dialect="duckdb"), read="duckdb")
+        tree = to_tree(query, dialect)
         value = tree.expressions[0].unalias()
         for col in value.find_all(exp.Column):
             col.set("table", None)

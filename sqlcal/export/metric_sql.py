@@ -30,6 +30,7 @@ from sqlcal.options import check as check_options
 from sqlcal.query import declared, executor, reductions
 from sqlcal.query.declared import union
 from sqlcal.query.executor import source
+from sqlcal.query.sql import to_sql
 
 
 def exportable() -> list[str]:
@@ -113,7 +114,7 @@ def statements(metrics: dict[str, dict], *, dialect: str = "duckdb", table: str,
         if not internal_keys:
             expr = _named(expr, src.group_keys)
         header = _LEVELS_HEADER if s.key == LEVELS.key else ""
-        out[s.name] = header + ibis.to_sql(expr, dialect=dialect).strip() + ";"
+        out[s.name] = header + to_sql(expr, dialect) + ";"
     return out
 
 

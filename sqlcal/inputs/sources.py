@@ -334,6 +334,12 @@ class Source:
         self.forbidden = why
 
 
+def served_rows(name: str) -> ir.Table:
+    """The rows of a source served from elsewhere (a window of the summary store): their
+    normalised columns ``p``, ``y``, ``w`` on a table bound to no engine, never queried."""
+    return ibis.table({"p": "float64", "y": "float64", "w": "float64"}, name=name)
+
+
 def describe(
     data: Any,
     *,

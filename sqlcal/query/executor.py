@@ -312,6 +312,13 @@ def scan(src: Source, kind: tuple, build: Callable[[], Any]) -> pd.DataFrame:
     return src.cache[(kind, None)]
 
 
+def fetch(expr: Any) -> pd.DataFrame:
+    """Run a query that reads no source's summary (the summary store's tables, a snapshot's
+    fingerprints, a check of a column before a source is described) and return it as pandas;
+    the engine's errors about the rows become :class:`sqlcal.errors.EngineDataError`."""
+    return reductions.execute(expr)
+
+
 def validate(src: Source, frame: pd.DataFrame) -> None:
     """Check a summary's validation aggregates (``chk_*``) computed elsewhere (see
     :func:`sqlcal.from_summaries`): the same checks, without a counting query to name them."""
