@@ -251,7 +251,8 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
             _write(writer, prefix, "checks", confirmed.assign(spec_hash=spec_hash), key_types)
         out = prints.assign(version=0, status="unchanged")
         out.loc[out["period_start"].isin(written), "status"] = "written"
-        out.loc[out["period_start"].isin(set(due) - set(written)), "status"] = "written by another run"
+        by_another = out["period_start"].isin(set(due) - set(written))
+        out.loc[by_another, "status"] = "written by another run"
         out = _report(out, have, versions)
         if untimed["n"]:
             out = pd.concat([out, pd.DataFrame([{
