@@ -43,7 +43,9 @@ def execute(expr: ir.Table) -> pd.DataFrame:
     """Run a summary query and return it as pandas (arrow transfer, no per-row Python); the
     engine's errors about the rows become :class:`sqlcal.errors.EngineDataError`."""
     with engine_data_errors():
-        return expr.to_pyarrow().to_pandas()
+        # one column at a time, each Arrow buffer released once converted: a large summary (a
+        # slab of the levels) is not held twice, nor copied again into one 2-D float block
+        return expr.to_pyarrow().to_pandas(split_blocks=True, self_destruct=True)
 
 
 def statement(expr: ir.Table, dialect: str = "duckdb") -> str:
@@ -267,7 +269,7 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
 def fill_unweighted(frame: pd.DataFrame) -> pd.DataFrame:
     """Add the columns a summary leaves out: unweighted W = Σw² = n and Σw²p(1−p) = Σwp(1−p);
     binary labels Σwy² = Σwy; the negative residual part Σw(p−y)⁺ = positive − total."""
-    frame = frame.copy()
+    frame = frame.copy(deep=False)  # copy-on-write: the new columns never touch the caller's
     if "W" not in frame and "n" in frame:
         frame["W"] = frame["n"].astype(float)
         frame["sw2"] = frame["W"]
