@@ -102,7 +102,11 @@ class Source:
         Whether a label strictly between 0 and 1 was found (known after validation).
     integer_weights : bool
         Whether every row weight is a whole number (read as frequency weights when the source
-        has no sampling rate; known after validation).
+        has no sampling rate; known after validation, or after ``weights_known``).
+    weights_known : bool
+        Whether ``integer_weights`` was read before validation, by the one ungrouped aggregate
+        of :func:`sqlcal.query.executor.learn_weight_kind` (the first scan then leaves out the
+        variance weight's sums for whole-number weights, and its whole-number check).
     local_levels : pandas DataFrame or None
         The levels of the rows (per group and distinct score) when the summaries are evaluated
         from them in pandas instead of queried: a source built by :func:`sqlcal.from_summaries`.
@@ -167,6 +171,7 @@ class Source:
     dropped: pd.DataFrame | None = None
     has_soft_labels: bool = False
     integer_weights: bool = True
+    weights_known: bool = False
     validated: bool = False
     cache: dict = field(default_factory=dict, repr=False)
     forbidden: str | None = field(default=None, repr=False)
