@@ -268,7 +268,7 @@ def run(src: Source, build: Callable[..., Any]) -> pd.DataFrame:
     check = not src.validated and src.on_invalid == "raise"
     checks = (partial(reductions.check_aggregates, weighted=src.weighted,
                       float_label=src.float_label, rates=src.rate_columns,
-                      whole=src.weights_known and src.integer_weights)
+                      weights_checked=src.weights_known)
               if check else None)
     try:
         if plan is not None and src.memory_plan is not None:
@@ -323,26 +323,37 @@ def require_binary_labels(src: Source, metric: str) -> None:
 
 
 def learn_weight_kind(src: Source) -> None:
-    """Before the first scan of a table with a weight column: whether every weight is a whole
-    number (frequency weights), by one ungrouped sum of the weights' fractional parts. The
-    metrics then ask for the sums of the variance weight (Σw² and the variances under it,
-    :func:`sqlcal.metrics.variance_parts`) only for sampling weights, and the first scan leaves
-    out its own whole-number check: at 10^8 rows the weighted report's grouped first scan was
-    2.2 times the unweighted one's, these sums and that check most of the difference, for the
-    price of this aggregate (a read of the weight column). Nothing to learn for an unweighted
-    source, one with a sampling rate (a design: sampling weights), one already validated, one
-    whose summaries are not queried, or an in-memory one (small: its first scan is cheap)."""
+    """Before the first scan of a table with a weight column: check the weights and learn
+    whether every one is a whole number (frequency weights), by one ungrouped aggregate of the
+    weight column. The metrics then ask for the sums of the variance weight (Σw² and the
+    variances under it, :func:`sqlcal.metrics.variance_parts`) only for sampling weights, and
+    the grouped first scan leaves out the weight's checks (four aggregates per group and cell):
+    at 10^8 rows the weighted report's grouped first scan was 2.2 times the unweighted one's,
+    these sums and checks most of the difference, for the price of this aggregate (a read of
+    the weight column). An invalid weight is an error here, naming every problem's count as
+    the first scan would. Nothing to learn for an unweighted source, one with a sampling rate
+    (a design: sampling weights), one already validated, one whose summaries are not queried,
+    an in-memory one (small: its first scan is cheap) or one dropping invalid rows."""
     if (not src.weighted or src.validated or src.weights_known or src.sampling_rate is not None
             or src.served is not None or src.local_levels is not None
             or src.memory_plan is not None or src.on_invalid != "raise"):
         return
     _may_query(src)
-    # NaN or infinite weights give a NaN sum: read as not whole here, refused by the first scan
-    frame = reductions.execute(src.rows.aggregate(
-        chk_w_frac=reductions.fractional_part(src.rows.w).sum()))
-    fraction = frame["chk_w_frac"].iloc[0]  # NULL without rows: not known whole
-    src.integer_weights = bool(not pd.isna(fraction) and float(fraction) == 0)
-    src.weights_known = True
+    w = src.rows.w
+    frame = _Floats(reductions.execute(src.rows.aggregate(
+        n=src.rows.count(), chk_w_count=w.count(), chk_w_min=w.min(), chk_w_max=w.max(),
+        chk_w_frac=reductions.fractional_part(w).sum())))
+    rows = float(np.nansum(frame["n"]))
+    if rows and (float(np.nansum(frame["chk_w_count"])) < rows or bool(
+            np.isnan(frame["chk_w_min"]).any() or np.isnan(frame["chk_w_max"]).any()
+            or (frame["chk_w_min"] < 0).any()
+            or (frame["chk_w_max"] > reductions.WEIGHT_MAX).any())):
+        _report_counts(src)
+        raise InvalidInputError(f"invalid rows in the row weight ({src.weight_text()}) (NULL, "
+                                "NaN, infinite or out of range)")
+    fraction = frame["chk_w_frac"]  # NULL without rows: not known whole
+    src.integer_weights = bool(rows and not np.isnan(fraction).any() and fraction.sum() == 0)
+    src.weights_known = bool(rows)
 
 
 def _may_query(src: Source) -> None:
@@ -384,7 +395,7 @@ def _check(src: Source, frame: Any, explain: bool = True) -> None:
         outside("chk_y_min", "chk_y_max"),
         soft > 0 and not src.allow_soft,
     ]
-    if src.weighted:
+    if src.weighted and "chk_w_count" in frame:  # else checked (learn_weight_kind)
         problems += [total("chk_w_count") < rows,
                      outside("chk_w_min", "chk_w_max", high=reductions.WEIGHT_MAX)]
     for column in src.rate_columns:  # in (0, 1]: a least rate of 0 or below fails

@@ -125,14 +125,15 @@ def _aggregate(t: ir.Table, by: Sequence[str], **metrics) -> ir.Table:
 
 
 def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool,
-                     rates: Sequence[str] = (), whole: bool = False) -> dict[str, ir.Value]:
+                     rates: Sequence[str] = (), weights_checked: bool = False
+                     ) -> dict[str, ir.Value]:
     """Cheap aggregates that prove the rows valid: NULLs by count, NaN and range by MIN/MAX (NaN
     sorts above every number in DuckDB, Postgres and Spark, so MAX is NaN when any value is), and
     non-binary labels by Σy(1−y) (0 exactly when every label in [0, 1] is 0 or 1). ``rates``:
     the rate columns read from the table (:data:`RATE`, :data:`TRAINING_RATE`), each counted
-    and bounded the same way (``chk_<column>count``, ``..min``, ``..max``). ``whole``: every
-    weight is known to be a whole number already (:func:`sqlcal.query.executor.learn_weight_kind`),
-    so the scan leaves out ``chk_w_frac``."""
+    and bounded the same way (``chk_<column>count``, ``..min``, ``..max``). ``weights_checked``:
+    the weights were checked, and their kind learnt, by
+    :func:`sqlcal.query.executor.learn_weight_kind`: the scan leaves out their checks."""
     # Scores are counted in every summary, whatever its key: a bin id need not be NULL for a
     # NULL score (LEAST(NULL, B - 1) is B - 1 in DuckDB), so a key cannot stand in for the count.
     checks = {
@@ -143,10 +144,10 @@ def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool,
     }
     if float_label:
         checks["chk_y_soft"] = (t.y * (1 - t.y)).sum()
-    if weighted:
-        checks |= {"chk_w_count": t.w.count(), "chk_w_min": t.w.min(), "chk_w_max": t.w.max()}
-        if not whole:  # 0 exactly when every weight is a whole number (a count of identical rows)
-            checks["chk_w_frac"] = fractional_part(t.w).sum()
+    if weighted and not weights_checked:
+        checks |= {"chk_w_count": t.w.count(), "chk_w_min": t.w.min(), "chk_w_max": t.w.max(),
+                   # 0 exactly when every weight is a whole number (a count of identical rows)
+                   "chk_w_frac": fractional_part(t.w).sum()}
     for column in rates:
         checks |= {f"chk_{column}count": t[column].count(), f"chk_{column}min": t[column].min(),
                    f"chk_{column}max": t[column].max()}
