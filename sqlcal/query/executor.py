@@ -21,6 +21,7 @@ import pandas as pd
 
 from sqlcal import options
 from sqlcal.errors import InvalidInputError
+from sqlcal.inputs import engines
 from sqlcal.inputs.sources import (
     CHECKS,
     Source,
@@ -340,9 +341,20 @@ def learn_weight_kind(src: Source) -> None:
         return
     _may_query(src)
     w = src.rows.w
-    frame = _Floats(reductions.execute(src.rows.aggregate(
-        n=src.rows.count(), chk_w_count=w.count(), chk_w_min=w.min(), chk_w_max=w.max(),
-        chk_w_frac=reductions.fractional_part(w).sum())))
+    checks = dict(n=src.rows.count(), chk_w_count=w.count(), chk_w_min=w.min(),
+                  chk_w_max=w.max())
+    # w − FLOOR(w) in [0, 1): 0 exactly when w is whole; only where the cast to BIGINT is exact
+    # (0 <= w < 2^52: every larger double is whole; a negative or NaN weight fails the checks)
+    c = reductions.number(2.0**52)
+    excess = ((w >= 0) & (w < c)).ifelse(w - w.floor(), reductions.number(0.0)).sum()
+    if engines.dialect_of(src.rows) == "duckdb":
+        # DuckDB answers the counts and extremes from the column's statistics when the query
+        # asks for nothing else (at 10^7 rows: 0.13 CPU s for both queries, 0.35 for one)
+        frame = _Floats(reductions.execute(src.rows.aggregate(**checks)))
+        frac = lambda: reductions.execute(src.rows.aggregate(chk_w_frac=excess))  # noqa: E731
+    else:
+        frame = _Floats(reductions.execute(src.rows.aggregate(**checks, chk_w_frac=excess)))
+        frac = lambda: frame.frame  # noqa: E731
     rows = float(np.nansum(frame["n"]))
     if rows and (float(np.nansum(frame["chk_w_count"])) < rows or bool(
             np.isnan(frame["chk_w_min"]).any() or np.isnan(frame["chk_w_max"]).any()
@@ -351,9 +363,11 @@ def learn_weight_kind(src: Source) -> None:
         _report_counts(src)
         raise InvalidInputError(f"invalid rows in the row weight ({src.weight_text()}) (NULL, "
                                 "NaN, infinite or out of range)")
-    fraction = frame["chk_w_frac"]  # NULL without rows: not known whole
-    src.integer_weights = bool(rows and not np.isnan(fraction).any() and fraction.sum() == 0)
-    src.weights_known = bool(rows)
+    if not rows:  # NULL sums: nothing learnt (the first scan says there are no rows)
+        return
+    fraction = _Floats(frac())["chk_w_frac"]
+    src.integer_weights = bool(not np.isnan(fraction).any() and fraction.sum() == 0)
+    src.weights_known = True
 
 
 def _may_query(src: Source) -> None:
