@@ -174,6 +174,9 @@ class Source:
     weights_known: bool = False
     validated: bool = False
     cache: dict = field(default_factory=dict, repr=False)
+    #: the results of adaptive metrics' walks over cached frames (a pure function of them),
+    #: kept once every read was cached, so each walk runs once more per report, not per metric
+    walks: dict = field(default_factory=dict, repr=False)
     forbidden: str | None = field(default=None, repr=False)
     #: the levels of the rows, when the summaries are evaluated from them in pandas
     #: (:mod:`sqlcal.query.local`) instead of queried: a source built by from_summaries
@@ -234,8 +237,8 @@ class Source:
         if dropped is not None:
             dropped = self.present(dropped)
         return dataclasses.replace(self, rows=rows, by=names, dropped=dropped,
-                                   group_keys=GroupKeys.plain(names), cache={}, memory_plan=None,
-                                   arrow=None)
+                                   group_keys=GroupKeys.plain(names), cache={}, walks={},
+                                   memory_plan=None, arrow=None)
 
     @property
     def weighted(self) -> bool:
