@@ -86,11 +86,7 @@ FROM (
       )
     ) AS `sw2_spieg_var`,
     SUM(`t1`.`w` * `t1`.`loss`) AS `sw_logloss`,
-    SUM(CAST((
-      `t1`.`given` = 0
-    ) AND (
-      `t1`.`w` > 0
-    ) AS BIGINT)) AS `n_infinite_logloss`,
+    SUM(CAST(`t1`.`given` = 0 AS BIGINT)) AS `n_infinite_logloss`,
     SUM(`t1`.`w` * (
       `t1`.`loss` * `t1`.`loss`
     )) AS `sw_logloss_sq`,

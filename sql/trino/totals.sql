@@ -87,11 +87,7 @@ FROM (
     ) AS "sw2_spieg_var",
     SUM("t1"."w" * "t1"."loss") AS "sw_logloss",
     COUNT(*) FILTER(WHERE
-      (
-        "t1"."given" = 0
-      ) AND (
-        "t1"."w" > 0
-      )) AS "n_infinite_logloss",
+      "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."w" * (
       "t1"."loss" * "t1"."loss"
     )) AS "sw_logloss_sq",

@@ -102,7 +102,11 @@ class Source:
         Whether a label strictly between 0 and 1 was found (known after validation).
     integer_weights : bool
         Whether every row weight is a whole number (read as frequency weights when the source
-        has no sampling rate; known after validation).
+        has no sampling rate; known after validation, or after ``weights_known``).
+    weights_known : bool
+        Whether ``integer_weights`` was read before validation, by the one ungrouped aggregate
+        of :func:`sqlcal.query.executor.learn_weight_kind` (the first scan then leaves out the
+        variance weight's sums for whole-number weights, and its whole-number check).
     local_levels : pandas DataFrame or None
         The levels of the rows (per group and distinct score) when the summaries are evaluated
         from them in pandas instead of queried: a source built by :func:`sqlcal.from_summaries`.
@@ -173,8 +177,12 @@ class Source:
     dropped: pd.DataFrame | None = None
     has_soft_labels: bool = False
     integer_weights: bool = True
+    weights_known: bool = False
     validated: bool = False
     cache: dict = field(default_factory=dict, repr=False)
+    #: the results of adaptive metrics' walks over cached frames (a pure function of them),
+    #: kept once every read was cached, so each walk runs once more per report, not per metric
+    walks: dict = field(default_factory=dict, repr=False)
     forbidden: str | None = field(default=None, repr=False)
     #: the levels of the rows, when the summaries are evaluated from them in pandas
     #: (:mod:`sqlcal.query.local`) instead of queried: a source built by from_summaries
@@ -235,8 +243,8 @@ class Source:
         if dropped is not None:
             dropped = self.present(dropped)
         return dataclasses.replace(self, rows=rows, by=names, dropped=dropped,
-                                   group_keys=GroupKeys.plain(names), cache={}, memory_plan=None,
-                                   arrow=None)
+                                   group_keys=GroupKeys.plain(names), cache={}, walks={},
+                                   memory_plan=None, arrow=None)
 
     @property
     def weighted(self) -> bool:

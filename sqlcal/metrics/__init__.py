@@ -279,10 +279,15 @@ def resolve_weight_kind(src: Source, weight_kind: str) -> str:
 def variance_parts(src: Source, weight_kind: str) -> tuple:
     """Summary parts a variance needs: the sums of the variance weight (``"sw2"``: Σv, see
     :func:`sqlcal.query.reductions.variance_weights`) unless the weights are known to be
-    frequencies (v = w: the Σw-sums serve)."""
+    frequencies (v = w: the Σw-sums serve): ``weight_kind="frequency"``, or ``"auto"`` with
+    whole-number weights (known after validation, or before it from
+    :func:`sqlcal.query.executor.learn_weight_kind`)."""
     if src.sampling_rate is not None:
         resolve_weight_kind(src, weight_kind)  # refuses "frequency" before any scan
-    return ("sw2",) if src.weighted and weight_kind != "frequency" else ()
+    if not src.weighted or weight_kind == "frequency":
+        return ()
+    known = src.validated or src.weights_known
+    return () if weight_kind == "auto" and known and src.integer_weights else ("sw2",)
 
 
 def level_sets(src: Source) -> pd.DataFrame:

@@ -40,11 +40,13 @@ ZOOM = 1024
 ZOOM_ROWS = 64
 #: fetch the score levels of the wanted cells once they hold at most this many rows
 LEVEL_ROWS = 1_000_000
-#: the memory one row of a slab takes while it is read (:func:`level_slabs`), in bytes: the
-#: engine's hash table, the Arrow result, the pandas frame with its keys, the finish's arrays
-#: (measured on DuckDB at 10^8 float32 scores in 10 groups, about one level a row: the query
-#: and its Arrow result 157 bytes a level, the finish's arrays about 100 more)
-LEVEL_ROW_BYTES = 256
+#: the budget's bytes charged to one row of a slab (:func:`level_slabs`): twice what a level
+#: adds to the process at its peak, so that a slab takes half the budget and the other half is
+#: left to what the process holds beside it (the engine's buffers for the table: about 0.8 GB
+#: at 10^8 rows). Measured on DuckDB at 10^7 continuous scores in 10 groups (slabs of 1 to 4
+#: million levels), the resident memory grows by about 230 bytes a level of a slab: the
+#: engine's hash table and its result (most of it), the pandas frame, the finish's arrays
+LEVEL_ROW_BYTES = 512
 #: split the wanted cells by log-odds (:func:`logit_split`) instead of zooming 2^k-fold when they
 #: hold more than this share of the rows: scores crowding a few cells, where 2^k zooms repeat
 CONCENTRATED = 0.25

@@ -10,7 +10,7 @@ import pandas as pd
 from scipy import stats
 
 from sqlcal.inputs.sources import Source
-from sqlcal.metrics import resolve_weight_kind, result, safe_div, statistic
+from sqlcal.metrics import resolve_weight_kind, result, safe_div, statistic, variance_parts
 from sqlcal.metrics._registry import Report, metric
 from sqlcal.options import checked
 from sqlcal.query import declared, executor, planner
@@ -232,7 +232,8 @@ def calibration_in_the_large(
     return result(src, t, ["citl", "mean_score", "observed", "oe_ratio"])
 
 
-@metric(needs=lambda src, o: totals_needs(spiegelhalter=True),
+@metric(needs=lambda src, o: totals_needs(
+            spiegelhalter=True, parts=variance_parts(src, o["weight_kind"])),
         report={"spiegelhalter": Report({"z": "spiegelhalter_z", "p_value": "spiegelhalter_p"})},
         trust={"weight_kind": "weight_kind"})
 @checked
@@ -330,7 +331,8 @@ def spiegelhalter(
     0  0.416667  4  4.0  0.676922   frequency
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    t = totals_summary(src, spiegelhalter=True)
+    t = planner.fetch(src, *totals_needs(spiegelhalter=True,
+                                         parts=variance_parts(src, weight_kind))).copy()
     executor.require_binary_labels(src, "Spiegelhalter's test")
     weight_kind = resolve_weight_kind(src, weight_kind)
     t = spiegelhalter_finish(t, weight_kind=weight_kind)
@@ -376,8 +378,8 @@ def spiegelhalter_finish(totals: pd.DataFrame, *, weight_kind: str) -> pd.DataFr
     ``totals`` carries the Spiegelhalter part: ``sw_spieg`` = Σw(y − p)(1 − 2p) and the null
     variances ``sw_spieg_var`` = Σw(1 − 2p)²p(1 − p) (read for ``weight_kind="frequency"``)
     and ``sw2_spieg_var`` (under the variance weight, for ``"sampling"``: Σw²(1 − 2p)²p(1 − p),
-    or a design's; an unweighted summary leaves it out, since with w = 1 it equals the
-    first).
+    or a design's; a summary without the ``"sw2"`` part leaves it out: unweighted, w = 1 makes
+    it equal the first, and frequency weights read the first).
     """
     if weight_kind not in ("frequency", "sampling"):
         raise ValueError(f"weight_kind must be 'frequency' or 'sampling' here, not "
@@ -396,7 +398,9 @@ def totals_summary(src: Source, *, logloss: bool = False, spiegelhalter: bool = 
     return planner.fetch(src, *totals_needs(logloss=logloss, spiegelhalter=spiegelhalter)).copy()
 
 
-def totals_needs(*, logloss: bool = False, spiegelhalter: bool = False) -> list:
-    """The declared totals summary, with the log-loss and Spiegelhalter sums when asked for."""
+def totals_needs(*, logloss: bool = False, spiegelhalter: bool = False, parts=()) -> list:
+    """The declared totals summary, with the log-loss and Spiegelhalter sums when asked for, and
+    further ``parts`` (``"sw2"``: Spiegelhalter's null variance under the variance weight)."""
     return [declared.totals(*(name for name, on in (("logloss", logloss),
-                                                     ("spiegelhalter", spiegelhalter)) if on))]
+                                                     ("spiegelhalter", spiegelhalter)) if on),
+                            *parts)]

@@ -36,10 +36,10 @@ PAVA_CELLS = 2**18
 #: the fewest score cells per group of PAVA-BC's grid
 MIN_PAVA_CELLS = 2**4
 #: the levels PAVA-BC on the cells may hold, in slabs (:func:`sqlcal.metrics.cells.slab_rows`,
-#: the budget's bytes at 192 a row): past that it stops with a BudgetError naming n_min and
+#: 2^21 rows at the default budget): past that it stops with a BudgetError naming n_min and
 #: n_max. The cells it reads are those near the start of a block, about N/40 rows at the
 #: default N/20 and N/5 (2.5·10^6 of 10^8 float32 scores)
-HELD_SLABS = 4
+HELD_SLABS = 8
 TESTS = ("binomial", "ttest")
 #: what TCE and its bins declare alike. PAVA-BC runs over the score cells of PAVA_CELLS (with
 #: groups: the totals first, then the cells of pava_cells(groups) per group), then over the

@@ -44,7 +44,9 @@ def execute(expr: ir.Table) -> pd.DataFrame:
     """Run a summary query and return it as pandas (arrow transfer, no per-row Python); the
     engine's errors about the rows become :class:`sqlcal.errors.EngineDataError`."""
     with engine_data_errors():
-        return expr.to_pyarrow().to_pandas()
+        # one column at a time, each Arrow buffer released once converted: a large summary (a
+        # slab of the levels) is not held twice, nor copied again into one 2-D float block
+        return expr.to_pyarrow().to_pandas(split_blocks=True, self_destruct=True)
 
 
 def statement(expr: ir.Table, dialect: str = "duckdb") -> str:
@@ -124,12 +126,15 @@ def _aggregate(t: ir.Table, by: Sequence[str], **metrics) -> ir.Table:
 
 
 def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool,
-                     rates: Sequence[str] = ()) -> dict[str, ir.Value]:
+                     rates: Sequence[str] = (), weights_checked: bool = False
+                     ) -> dict[str, ir.Value]:
     """Cheap aggregates that prove the rows valid: NULLs by count, NaN and range by MIN/MAX (NaN
     sorts above every number in DuckDB, Postgres and Spark, so MAX is NaN when any value is), and
     non-binary labels by Σy(1−y) (0 exactly when every label in [0, 1] is 0 or 1). ``rates``:
     the rate columns read from the table (:data:`RATE`, :data:`TRAINING_RATE`), each counted
-    and bounded the same way (``chk_<column>count``, ``..min``, ``..max``)."""
+    and bounded the same way (``chk_<column>count``, ``..min``, ``..max``). ``weights_checked``:
+    the weights were checked, and their kind learnt, by
+    :func:`sqlcal.query.executor.learn_weight_kind`: the scan leaves out their checks."""
     # Scores are counted in every summary, whatever its key: a bin id need not be NULL for a
     # NULL score (LEAST(NULL, B - 1) is B - 1 in DuckDB), so a key cannot stand in for the count.
     checks = {
@@ -140,7 +145,7 @@ def check_aggregates(t: ir.Table, *, weighted: bool, float_label: bool,
     }
     if float_label:
         checks["chk_y_soft"] = (t.y * (1 - t.y)).sum()
-    if weighted:
+    if weighted and not weights_checked:
         checks |= {"chk_w_count": t.w.count(), "chk_w_min": t.w.min(), "chk_w_max": t.w.max(),
                    # 0 exactly when every weight is a whole number (a count of identical rows)
                    "chk_w_frac": fractional_part(t.w).sum()}
@@ -268,7 +273,7 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
 def fill_unweighted(frame: pd.DataFrame) -> pd.DataFrame:
     """Add the columns a summary leaves out: unweighted W = Σw² = n and Σw²p(1−p) = Σwp(1−p);
     binary labels Σwy² = Σwy; the negative residual part Σw(p−y)⁺ = positive − total."""
-    frame = frame.copy()
+    frame = frame.copy(deep=False)  # copy-on-write: the new columns never touch the caller's
     if "W" not in frame and "n" in frame:
         frame["W"] = frame["n"].astype(float)
         frame["sw2"] = frame["W"]
@@ -338,7 +343,8 @@ def totals_sums(t: ir.Table, parts: frozenset, *, weighted: bool, soft: bool = T
         q = 1 - 2 * p
         spieg_var = q * q * p * (1 - p)  # products, not POWER: a fifth of the query's cost
         sums |= dict(sw_spieg=times(r * q).sum(), sw_spieg_var=times(spieg_var).sum())
-        if weighted:  # under the variance weight (the design's own part by the rows' z²)
+        if weighted and "sw2" in parts:  # under the variance weight (the design's own part by
+            # the rows' z²); frequency weights read the Σw-sum (variance_parts asks for neither)
             sums["sw2_spieg_var"] = null_variance(t, spieg_var, r * r * q * q).sum()
     if "logloss" in parts:
         # 0·log 0 = 0: a log is taken only of a positive argument (Postgres raises on ln(0)); a
@@ -355,7 +361,9 @@ def totals_sums(t: ir.Table, parts: frozenset, *, weighted: bool, soft: bool = T
             # tenth less of the default report's first scan on DuckDB)
             given = t[GIVEN] if GIVEN in t.columns else given_probability(t)
             loss = t[LOSS] if LOSS in t.columns else log_loss_term(given)
-            infinite = (given == 0) & (w > 0) if weighted else given == 0
+            # (every row has positive weight: a source leaves out its rows of weight 0, and a
+            # negative weight fails validation; a test of w here cost the weighted scan a tenth)
+            infinite = given == 0
         sums |= dict(sw_logloss=times(loss).sum(), n_infinite_logloss=t.count(where=infinite))
         if "logloss_var" in parts:  # Σwℓ², Σwyℓ: the normalized entropy's delta-method variance
             sums |= dict(sw_logloss_sq=times(loss * loss).sum(), swy_logloss=times(y * loss).sum())

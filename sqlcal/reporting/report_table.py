@@ -18,7 +18,7 @@ from sqlcal.inputs.groupkeys import key_value
 from sqlcal.inputs.sources import Source
 from sqlcal.metrics._registry import get, report_metrics
 from sqlcal.options import checked, costs_report, declare
-from sqlcal.query import planner
+from sqlcal.query import executor, planner
 from sqlcal.query.declared import Summary
 from sqlcal.query.executor import as_source
 
@@ -210,7 +210,10 @@ def _plain(v):
 
 def needs(src: Source, metrics: dict[str, dict]) -> list[Summary]:
     """The first-stage summaries that ``metrics`` (report name -> options) read, as each
-    metric's registration declares them (``@metric(needs=...)``)."""
+    metric's registration declares them (``@metric(needs=...)``). Whether weights are whole
+    numbers is learnt first (one ungrouped aggregate): the variances of frequency weights read
+    the Σw-sums, so the scans leave out the variance weight's own."""
+    executor.learn_weight_kind(src)
     out = []
     for name, options in metrics.items():
         metric = _metric(name)
