@@ -1317,6 +1317,7 @@ SELECT
   "t2"."swy",
   "t2"."swp",
   "t2"."p_min",
+  "t2"."sw2",
   (
     "t2"."swy" - (
       "t2"."swyp" * 2
@@ -1359,6 +1360,7 @@ FROM (
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
+    SUM("t1"."w" * "t1"."w") AS "sw2",
     SUM(
       "t1"."w" * "t1"."w" * (
         (
@@ -1376,11 +1378,7 @@ FROM (
     ) AS "sw2_spieg_var",
     SUM("t1"."w" * "t1"."loss") AS "sw_logloss",
     COUNT(*) FILTER(WHERE
-      (
-        "t1"."given" = 0
-      ) AND (
-        "t1"."w" > 0
-      )) AS "n_infinite_logloss",
+      "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
     )) AS "swyp",
@@ -1565,6 +1563,7 @@ SELECT
   "t2"."swy",
   "t2"."swp",
   "t2"."p_min",
+  "t2"."sw2",
   (
     "t2"."swy" - (
       "t2"."swyp" * 2
@@ -1607,6 +1606,7 @@ FROM (
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
+    SUM("t1"."w" * "t1"."w") AS "sw2",
     SUM(
       "t1"."w" * "t1"."w" * (
         (
@@ -1624,11 +1624,7 @@ FROM (
     ) AS "sw2_spieg_var",
     SUM("t1"."w" * "t1"."loss") AS "sw_logloss",
     COUNT(*) FILTER(WHERE
-      (
-        "t1"."given" = 0
-      ) AND (
-        "t1"."w" > 0
-      )) AS "n_infinite_logloss",
+      "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
     )) AS "swyp",
@@ -1813,6 +1809,7 @@ SELECT
   `t2`.`swy`,
   `t2`.`swp`,
   `t2`.`p_min`,
+  `t2`.`sw2`,
   (
     `t2`.`swy` - (
       `t2`.`swyp` * 2
@@ -1855,6 +1852,7 @@ FROM (
     SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
     SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
     MIN(`t1`.`p`) AS `p_min`,
+    SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
     SUM(
       `t1`.`w` * `t1`.`w` * (
         (
@@ -1871,11 +1869,7 @@ FROM (
       )
     ) AS `sw2_spieg_var`,
     SUM(`t1`.`w` * `t1`.`loss`) AS `sw_logloss`,
-    SUM(CAST((
-      `t1`.`given` = 0
-    ) AND (
-      `t1`.`w` > 0
-    ) AS BIGINT)) AS `n_infinite_logloss`,
+    SUM(CAST(`t1`.`given` = 0 AS BIGINT)) AS `n_infinite_logloss`,
     SUM(`t1`.`w` * (
       `t1`.`y` * `t1`.`p`
     )) AS `swyp`,
@@ -2060,6 +2054,7 @@ SELECT
   `t2`.`swy`,
   `t2`.`swp`,
   `t2`.`p_min`,
+  `t2`.`sw2`,
   (
     `t2`.`swy` - (
       `t2`.`swyp` * 2
@@ -2102,6 +2097,7 @@ FROM (
     SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
     SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
     MIN(`t1`.`p`) AS `p_min`,
+    SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
     SUM(
       `t1`.`w` * `t1`.`w` * (
         (
@@ -2118,11 +2114,7 @@ FROM (
       )
     ) AS `sw2_spieg_var`,
     SUM(`t1`.`w` * `t1`.`loss`) AS `sw_logloss`,
-    COUNTIF((
-      `t1`.`given` = 0
-    ) AND (
-      `t1`.`w` > 0
-    )) AS `n_infinite_logloss`,
+    COUNTIF(`t1`.`given` = 0) AS `n_infinite_logloss`,
     SUM(`t1`.`w` * (
       `t1`.`y` * `t1`.`p`
     )) AS `swyp`,
@@ -2306,6 +2298,7 @@ SELECT
   "t2"."swy",
   "t2"."swp",
   "t2"."p_min",
+  "t2"."sw2",
   (
     "t2"."swy" - (
       "t2"."swyp" * 2
@@ -2348,6 +2341,7 @@ FROM (
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
+    SUM("t1"."w" * "t1"."w") AS "sw2",
     SUM(
       "t1"."w" * "t1"."w" * (
         (
@@ -2364,11 +2358,7 @@ FROM (
       )
     ) AS "sw2_spieg_var",
     SUM("t1"."w" * "t1"."loss") AS "sw_logloss",
-    COUNT_IF((
-      "t1"."given" = 0
-    ) AND (
-      "t1"."w" > 0
-    )) AS "n_infinite_logloss",
+    COUNT_IF("t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
     )) AS "swyp",
@@ -2552,6 +2542,7 @@ SELECT
   "t2"."swy",
   "t2"."swp",
   "t2"."p_min",
+  "t2"."sw2",
   (
     "t2"."swy" - (
       "t2"."swyp" * 2
@@ -2594,6 +2585,7 @@ FROM (
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
+    SUM("t1"."w" * "t1"."w") AS "sw2",
     SUM(
       "t1"."w" * "t1"."w" * (
         (
@@ -2611,11 +2603,7 @@ FROM (
     ) AS "sw2_spieg_var",
     SUM("t1"."w" * "t1"."loss") AS "sw_logloss",
     COUNT(*) FILTER(WHERE
-      (
-        "t1"."given" = 0
-      ) AND (
-        "t1"."w" > 0
-      )) AS "n_infinite_logloss",
+      "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
     )) AS "swyp",
