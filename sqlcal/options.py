@@ -161,7 +161,8 @@ OPTIONS: dict[str, Option] = {
     # smoothing
     "sigma": Option("float", "kernel bandwidth in probability units (default: relplot's fixed "
                     "point)", low=0, high=1, open_low=True, optional=True),
-    "bootstrap": Option("int", "bootstrap replicates for an interval (0: none)", low=0),
+    "bootstrap": Option("int", "bootstrap replicates for an interval (0: none)", low=0,
+                        high=100_000),
     "seed": Option("int", "seed of the random generator", low=0),
     "points": Option("int", "evaluation points of the smoothed curve on [0, 1]", low=2),
     "clip": Option("float", "scores are clipped to [clip, 1 - clip] before the logit", low=0,
@@ -534,8 +535,18 @@ def _bin_costs(option_name: str, bins: Any, strategy: str, convention: str) -> l
 
 
 def costs_binned(v: dict) -> list[Cost]:
-    return _bin_costs("bins", v.get("bins"), v.get("strategy", "uniform"),
-                      v.get("convention", "sqlcal"))
+    out = _bin_costs("bins", v.get("bins"), v.get("strategy", "uniform"),
+                     v.get("convention", "sqlcal"))
+    if v.get("bootstrap"):  # the interval's replicates: a few arrays of B x (bins + 1) x 3
+        out.append(Cost("bootstrap", "bytes", BOOTSTRAP_BYTES * _float(v["bootstrap"])
+                        * (_float(v.get("bins") or 15) + 1),
+                        "memory of the binned interval's replicates per group"))
+    return out
+
+
+#: bytes per replicate and bin of the binned intervals' draws (sqlcal.metrics.intervals: the
+#: normal draws, the deviations and two replicate sums, 3 doubles each)
+BOOTSTRAP_BYTES = 4 * 3 * 8
 
 
 def costs_cells(v: dict) -> list[Cost]:

@@ -14,6 +14,13 @@ from sqlcal.inputs import grids
 from sqlcal.inputs.sources import Source
 from sqlcal.metrics import Grouped, resolve_weight_kind, result, variance_parts
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.intervals import (
+    REPLICATES,
+    SEED,
+    bins_interval,
+    ece_statistic,
+    interval_parts,
+)
 from sqlcal.metrics.cells import (
     cells_needs,
     equal_mass_bins,
@@ -34,15 +41,23 @@ CONCENTRATED = 0.5
 
 @metric(
     needs=lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
-                                    convention=o["convention"], logit_range=o["logit_range"]),
+                                    convention=o["convention"], logit_range=o["logit_range"],
+                                    parts=_bootstrap_parts(src, o)),
     follow_up=lambda src, o: bins_follow_up(src, bins=o["bins"], strategy=o["strategy"],
-                                            logit_range=o["logit_range"]),
+                                            logit_range=o["logit_range"],
+                                            parts=_bootstrap_parts(src, o)),
     refining=_REFINING,
-    report={"ece": Report({"ece": "ece"}),
-            "rmsce": Report({"rmsce": "rmsce"}, {"norm": "l2"}),
-            "mce": Report({"mce": "mce"}, {"norm": "max"}),
-            "ece_quantile": Report({"ece": "ece_quantile"}, {"strategy": "quantile"})},
-    report_bins=True, trust={"binning": None}, cost=costs_binned,
+    report={"ece": Report({"ece": "ece", "ci_lower": "ece_lower", "ci_upper": "ece_upper"}),
+            "rmsce": Report({"rmsce": "rmsce", "ci_lower": "rmsce_lower",
+                             "ci_upper": "rmsce_upper"}, {"norm": "l2"}),
+            "mce": Report({"mce": "mce", "ci_lower": "mce_lower", "ci_upper": "mce_upper"},
+                          {"norm": "max"}),
+            "ece_quantile": Report({"ece": "ece_quantile", "ci_lower": "ece_quantile_lower",
+                                    "ci_upper": "ece_quantile_upper"},
+                                   {"strategy": "quantile"})},
+    report_bins=True, trust={"binning": None, "ci_method": "ci_method",
+                             "confidence": "confidence", "weight_kind": "weight_kind"},
+    cost=costs_binned,
     options={"norm": Option("choice", "the norm of the binned calibration error",
                             choices=tuple(NORMS))})
 @checked
@@ -59,6 +74,10 @@ def ece(
     norm: str = "l1",
     convention: str = "sqlcal",
     logit_range: tuple[float, float] | None = None,
+    confidence: float = 0.95,
+    bootstrap: int = REPLICATES,
+    seed: int = SEED,
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""Binned expected calibration error with norm L1 (ECE), L2 (RMSCE) or max (MCE).
@@ -93,6 +112,18 @@ def ece(
     logit_range : (float, float), optional
         With ``strategy="logit"``: the scores (lo, hi), 0 < lo < hi < 1, the log-odds bins
         span (scores outside fall in the first or last bin); by default the observed range.
+    confidence : float, default 0.95
+        Two-sided level of the interval.
+    bootstrap : int, default 1000
+        Bootstrap replicates of the interval (0: no interval, and no second moments in the
+        scan).
+    seed : int, default 20260101
+        Seed of the replicates' draws (with each group's key: the same interval on every run
+        and engine).
+    weight_kind : {"auto", "frequency", "sampling"}, default "auto"
+        How weights enter the interval: a row of weight w is w rows (frequency), or one row
+        drawn with probability ∝ 1/w (sampling, and any ``negative_sampling_rate``); ``"auto"``
+        reads whole-number weights as frequencies.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -101,9 +132,11 @@ def ece(
     -------
     pandas.DataFrame
         One row per group: the keys, ``ece`` (or ``rmsce``/``mce``), ``n`` (rows), ``W`` (total
-        weight), ``n_bins`` (non-empty bins), ``binning`` (the bins asked for:
-        ``"uniform(B, convention)"``, ``"quantile(B)"`` or ``"uncertainty_calibration(B)"``);
-        with ``on_invalid="drop"``, ``n_dropped``.
+        weight), ``n_bins`` (non-empty bins), ``ci_lower``, ``ci_upper`` (the interval of the
+        population's value of the same binned quantity; NaN without ``bootstrap``),
+        ``binning`` (the bins asked for: ``"uniform(B, convention)"``, ``"quantile(B)"`` or
+        ``"uncertainty_calibration(B)"``), ``ci_method`` (``"bootstrap"``, or None),
+        ``confidence``, ``weight_kind``; with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -133,6 +166,17 @@ def ece(
     The peer has no weights: whole-number weights count as repeated rows (ranks of the expanded
     sample), and fractional weights are refused.
 
+    The interval covers the population value of the same binned quantity (the same bins; for
+    equal-mass bins, the edges this sample gave), e.g.
+    :math:`\sum_k |E[w(y - p)1_k]| / E[w]` for the ECE, not the calibration error of the
+    scores themselves. It is a bootstrap of the bins' sums whose replicates have the
+    covariance of a Poisson bootstrap of the rows (Hanley & MacGibbon (2006); Chamandy et al.
+    (2012)), drawn as Gaussian vectors from the six second moments per bin the scan adds
+    (Chernozhukov, Chetverikov & Kato (2013)); its ends follow the directional derivative of
+    the statistic (Fang & Santos (2019)), so a calibrated model's interval reaches 0 despite
+    the plug-in value's upward bias. See :mod:`sqlcal.metrics.intervals` for the method, its
+    error and its coverage.
+
     Examples
     --------
     >>> import pandas as pd, sqlcal
@@ -143,10 +187,17 @@ def ece(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
-                         logit_range=logit_range)
+                         logit_range=logit_range,
+                         parts=interval_parts(src, weight_kind, bootstrap > 0))
+    weight_kind = resolve_weight_kind(src, weight_kind)
     concentration(frame, by=src.by, bins=bins)
-    out = result(src, ece_finish(frame, by=src.by, norm=norm), [NORMS[norm], "n_bins"],
-                 {"binning": binning(bins, strategy, convention)}, present=False)
+    values = ece_finish(frame, by=src.by, norm=norm)
+    values = _with_interval(values, frame, src.by, "l1" if norm == "l1" else norm, bins,
+                            confidence, bootstrap, seed, weight_kind)
+    out = result(src, values, [NORMS[norm], "n_bins", "ci_lower", "ci_upper"],
+                 {"binning": binning(bins, strategy, convention),
+                  "ci_method": "bootstrap" if bootstrap > 0 else None,
+                  "confidence": confidence, "weight_kind": weight_kind}, present=False)
     out["n_bins"] = out["n_bins"].fillna(0).astype(int)
     return src.present(out)
 
@@ -736,6 +787,26 @@ def hosmer_lemeshow_finish(bins: pd.DataFrame, *, by=(), dof: str = "out_of_samp
 
 
 # -- the shared bins summary, and intervals ---------------------------------------------------
+
+
+def _bootstrap_parts(src: Source, o: dict) -> tuple:
+    """The bins parts of the ECE family's interval under the options ``o``."""
+    return interval_parts(src, o.get("weight_kind", "auto"), (o.get("bootstrap") or 0) > 0)
+
+
+def _with_interval(values: pd.DataFrame, frame: pd.DataFrame, by, norm: str, bins: int,
+                   confidence: float, bootstrap: int, seed: int, weight_kind: str
+                   ) -> pd.DataFrame:
+    """``values`` (one row per group) with the bootstrap's ``ci_lower`` and ``ci_upper``."""
+    if bootstrap <= 0:
+        return values.assign(ci_lower=np.nan, ci_upper=np.nan)
+    interval = bins_interval(frame, by=by, statistic=ece_statistic(norm), confidence=confidence,
+                             replicates=bootstrap, seed=seed, weight_kind=weight_kind,
+                             n_bins=bins)
+    if not by:
+        return values.assign(ci_lower=interval["ci_lower"].to_numpy(),
+                             ci_upper=interval["ci_upper"].to_numpy())
+    return values.merge(interval, on=list(by), how="left")
 
 
 def _interval_parts(src: Source, weight_kind: str) -> tuple:

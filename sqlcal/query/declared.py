@@ -85,6 +85,8 @@ _SUMS |= {"sw2p", "sw2pp", "sw_logloss_sq", "swy_logloss"}  # low base rates' va
 # and a sampling design's label-free part Σv₀ and own part Σ(v − v₀)(y − p)²
 _SUMS |= {"sw2_logloss", "sw2_logloss_sq", "sw2y_logloss", "sw2_0", "sw2_design"}
 _SUMS |= {"swr", "swd", "swyd", "swrd"}  # smooth_cells: the residual and the offsets' moments
+# the intervals' second moments under the variance weight, and Σw(y − p)⁴ (sqlcal.metrics.intervals)
+_SUMS |= {"sv_p", "sv_yy", "sv_yp", "sv_pp", "sw_r4", "sv_r4"}
 #: summary columns that merge over disjoint sets of rows by MIN, and by MAX; every other sum
 #: column merges by SUM (:func:`rule` reads these sets)
 MERGED_BY_MIN = frozenset({"p_min", "chk_y_min", "chk_w_min", "p_min_pos"})
@@ -106,8 +108,8 @@ class Summary:
         ``uniform``: ``(bins, convention)``; ``cells``: ``(cells,)``; ``logit_grid``:
         ``(step, clip)``; otherwise ``()``.
     parts : frozenset of str
-        Optional column sets: ``sums``, ``sw2``, ``moments``, ``soft``, ``residuals`` (all
-        kinds); ``logloss``, ``spiegelhalter`` (totals).
+        Optional column sets: ``sums``, ``sw2``, ``moments``, ``soft``, ``residuals``,
+        ``spread``, ``r4`` (all kinds); ``logloss``, ``spiegelhalter`` (totals).
 
     Examples
     --------

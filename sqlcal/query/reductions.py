@@ -223,6 +223,10 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
     Σw(y−p), ``positive`` = Σw(y−p)⁺ (the negative part is positive − total) and the Bernoulli
     variance ``var`` = Σwp(1−p) (with ``"sw2"``, ``var2``: its null variance under the variance
     weight, Σv₀p(1−p) + Σ(v − v₀)(y − p)², Σw²p(1−p) without a design).
+    ``"spread"`` (weighted): the variance weight's second moments of (1, y, p), ``sw2`` = Σv,
+    ``sw2y`` = Σvy, ``sv_p`` = Σvp, ``sv_yy`` = Σvy², ``sv_yp`` = Σvyp, ``sv_pp`` = Σvp²: the
+    covariance of a Poisson bootstrap of the sums (Σw, Σwy, Σwp) (:mod:`sqlcal.metrics.intervals`);
+    ``"r4"``: ``sw_r4`` = Σw(y − p)⁴ (and ``sv_r4`` = Σv(y − p)⁴ with ``"spread"``).
     Unweighted, the weight products are left out: the finish reads W = Σw² = n.
     """
     w = t.w if weighted else None
@@ -254,6 +258,15 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
         sums |= {"swpp": times(t.p * t.p).sum(), "swyp": times(t.y * t.p).sum()}
         if "soft" in parts:
             sums["swyy"] = times(t.y * t.y).sum()
+    if "spread" in parts and weighted:  # the variance weight's second moments of (1, y, p)
+        sums |= {"sw2": v.sum(), "sw2y": (v * t.y).sum(), "sv_p": (v * t.p).sum(),
+                 "sv_yy": (v * t.y * t.y).sum(), "sv_yp": (v * t.y * t.p).sum(),
+                 "sv_pp": (v * t.p * t.p).sum()}
+    if "r4" in parts:  # Σw(y − p)⁴: the Brier score's delta-method variance
+        r2 = (t.y - t.p) * (t.y - t.p)
+        sums["sw_r4"] = times(r2 * r2).sum()
+        if "spread" in parts and weighted:
+            sums["sv_r4"] = (v * r2 * r2).sum()
     if "residuals" in parts:
         r = times(t.y - t.p)
         pq = t.p * (1 - t.p)

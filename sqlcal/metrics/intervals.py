@@ -1,0 +1,343 @@
+r"""Intervals on the headline metrics, from the summaries they already read (no extra scan).
+
+Two methods, each named in the result's ``ci_method`` column:
+
+- ``"delta"``: a Wald interval from the delta method, for the metrics that are smooth functions
+  of the totals' means (the Brier score, the log loss, calibration-in-the-large, the
+  observed/expected ratio). Each needs one more sum of squares per group (van der Vaart (1998),
+  Asymptotic Statistics, ch. 3; the linearization of a ratio of weighted sums as in Särndal,
+  Swensson & Wretman (1992), Model Assisted Survey Sampling, ch. 5.5-5.7).
+- ``"bootstrap"``: for the binned errors (ECE, RMSCE, MCE on any bins, the Brier reliability),
+  which are not differentiable where a bin is calibrated. Its replicates are those of a Poisson
+  bootstrap of the bins' sums (Hanley & MacGibbon (2006), Creating non-parametric bootstrap
+  samples using Poisson frequencies; Chamandy, Muralidharan, Najmi & Naidu (2012), Estimating
+  uncertainty for massive data streams): under Poisson(1) resampling of the rows the sums
+  :math:`(W_k, Y_k, P_k) = \sum_{i\in k} w_i(1, y_i, p_i)` of bin k vary with covariance
+  :math:`\sum_{i\in k} v_i (1, y_i, p_i)^\top(1, y_i, p_i)` (v the variance weight, below), and
+  the bins independently. The summary carries those second moments (six sums per bin), and the
+  replicates are drawn in numpy as Gaussian vectors with exactly that covariance: the Poisson
+  bootstrap's first two moments, exactly, with the Gaussian limit of each bin's sum in place of
+  its exact law (the multiplier bootstrap of Chernozhukov, Chetverikov & Kato (2013), Gaussian
+  approximations and multiplier bootstrap for maxima of sums of high-dimensional random
+  vectors). The error is that of the normal approximation inside each bin, of order
+  :math:`1/\sqrt{n_k}` (Berry-Esseen): a bin needs tens of rows of each label. The draws come from
+  a fixed seed (``seed=``, default :data:`SEED`) and the group's key, so an interval is the
+  same on every run and every engine (the sums agree to about 1e-15).
+
+**Weights.** A row weight enters a variance through the variance weight v
+(:func:`sqlcal.query.reductions.variance_weights`): v = w for frequency weights (a row of weight
+3 is three rows), :math:`v = w^2` for sampling weights, :math:`v = f/\pi^2` on a negatively
+downsampled log, which adds the sampling's variance to the population's.
+
+**What a binned interval covers** is the population value of the same binned quantity: with the
+same bins (for equal-mass bins, the edges found on this sample), :math:`\sum_k |E[w(y - p)1_k]|
+/ E[w]` for the ECE. The plug-in value is biased upward where a bin is calibrated (a mean
+residual of 0 is estimated by an absolute value > 0), and its bootstrap is not centred: a
+percentile interval of a calibrated model would not reach 0. The interval therefore follows
+Fang & Santos (2019), Inference on directionally differentiable functions (Review of Economic
+Studies 86:377): the law of :math:`\hat\theta - \theta` is the directional derivative of the
+statistic at the truth applied to the bootstrap's deviation, and at a calibrated bin that
+derivative is :math:`|h|`, not :math:`\mathrm{sign}(\cdot)\,h`. A bin whose mean residual is
+within :math:`\kappa_n = \sqrt{\ln n}` standard errors of 0 (Andrews & Soares (2010), Inference
+for parameters defined by moment inequalities using generalized moment selection) is taken as
+calibrated: the lower end is :math:`\hat\theta - q_{1-\alpha/2}(D^*)`, D* the statistic's change
+from the estimate with those bins' residuals set to 0; the upper end is
+:math:`\hat\theta - q_{\alpha/2}(U^*)`, U* its linearization at the estimate. Both are exact
+where no bin is near 0, and conservative elsewhere (the statistics are convex in the residuals);
+for a calibrated model the lower end is 0 with probability 1 − α/2 (97.5% at 95%) while the
+upper end cannot miss, so the coverage there is 1 − α/2.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+#: the default seed of the bootstrap's draws (documented; ``seed=`` changes it)
+SEED = 20260101
+#: the default number of bootstrap replicates
+REPLICATES = 1000
+#: a bin's replicate weight is kept at least this share of its weight (the Gaussian draw of a
+#: bin of a few rows can go negative; such a bin's interval is rough anyway)
+WEIGHT_FLOOR = 0.25
+#: central-difference step of the linearization, in units of a replicate's deviation
+_STEP = 1e-3
+#: the second moments' columns, frequency weights (or none) and under the variance weight
+_FREQUENCY = ("W", "swy", "swp", "swyy", "swyp", "swpp")
+_SAMPLING = ("sw2", "sw2y", "sv_p", "sv_yy", "sv_yp", "sv_pp")
+
+
+def z_value(confidence: float) -> float:
+    """The two-sided normal quantile of ``confidence``."""
+    return float(stats.norm.isf((1 - confidence) / 2))
+
+
+def second_moments(frame: pd.DataFrame, weight_kind: str) -> np.ndarray | None:
+    """Per row of a summary, the 3×3 matrix :math:`\\sum v\\,(1, y, p)^\\top(1, y, p)` (None when
+    the summary lacks its columns: one stored or exported without them)."""
+    names = _FREQUENCY if weight_kind == "frequency" or "sv_p" not in frame else _SAMPLING
+    cols = {}
+    for name in names:
+        if name in frame:
+            cols[name] = frame[name].to_numpy(float)
+        elif name == "swyy" and "swy" in frame:  # binary labels: y² = y
+            cols[name] = frame["swy"].to_numpy(float)
+        else:
+            return None
+    v1, vy, vp, vyy, vyp, vpp = (cols[n] for n in names)
+    out = np.empty((len(frame), 3, 3))
+    out[:, 0, 0], out[:, 1, 1], out[:, 2, 2] = v1, vyy, vpp
+    out[:, 0, 1] = out[:, 1, 0] = vy
+    out[:, 0, 2] = out[:, 2, 0] = vp
+    out[:, 1, 2] = out[:, 2, 1] = vyp
+    return out
+
+
+def wald(value, var, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """value ± z·√var (NaN where the value or the variance is not finite)."""
+    value = np.asarray(value, float)
+    with np.errstate(invalid="ignore"):
+        half = z_value(confidence) * np.sqrt(np.maximum(np.asarray(var, float), 0.0))
+    ok = np.isfinite(value) & np.isfinite(half)
+    return np.where(ok, value - half, np.nan), np.where(ok, value + half, np.nan)
+
+
+# -- the delta method on the totals ------------------------------------------------------------
+
+
+def brier_interval(totals: pd.DataFrame, *, confidence: float, weight_kind: str):
+    r"""The Brier score's delta-method interval: with :math:`r = y - p`,
+    :math:`\widehat{\mathrm{Var}} = \sum v (r^2 - \mathrm{BS})^2 / W^2`, from :math:`\sum v r^4`,
+    :math:`\sum v r^2` and :math:`\sum v` (van der Vaart (1998), Asymptotic Statistics, ch. 3).
+    Returns (lower, upper), NaN where the summary lacks ``sw_r4``."""
+    W = totals["W"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bs = totals["sw_sq_resid"].to_numpy(float) / W
+        m = second_moments(totals, weight_kind)
+        sampling = weight_kind != "frequency" and "sv_r4" in totals
+        r4 = totals.get("sv_r4" if sampling else "sw_r4")
+        if m is None or r4 is None:
+            return np.full(len(W), np.nan), np.full(len(W), np.nan)
+        v1 = m[:, 0, 0]
+        vrr = m[:, 1, 1] - 2 * m[:, 1, 2] + m[:, 2, 2]
+        var = (r4.to_numpy(float) - 2 * bs * vrr + bs * bs * v1) / (W * W)
+    return _clip(*wald(bs, var, confidence), 0.0, 1.0)
+
+
+def log_loss_interval(totals: pd.DataFrame, *, confidence: float, weight_kind: str):
+    r"""The log loss's delta-method interval: :math:`\widehat{\mathrm{Var}} = \sum v(\ell -
+    \mathrm{LL})^2/W^2` from :math:`\sum v\ell^2`, :math:`\sum v\ell`, :math:`\sum v` (the
+    normalized entropy's sums). NaN for an infinite log loss or a summary without them."""
+    W = totals["W"].to_numpy(float)
+    names = (("sw2", "sw2_logloss", "sw2_logloss_sq")
+             if weight_kind != "frequency" and "sw2_logloss" in totals
+             else ("W", "sw_logloss", "sw_logloss_sq"))
+    if any(n not in totals for n in names):
+        return np.full(len(W), np.nan), np.full(len(W), np.nan)
+    V, L1, L2 = (totals[n].to_numpy(float) for n in names)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ll = totals["sw_logloss"].to_numpy(float) / W
+        var = (L2 - 2 * ll * L1 + ll * ll * V) / (W * W)
+    ll = np.where(totals["n_infinite_logloss"].to_numpy(float) > 0, np.nan, ll)
+    return _clip(*wald(ll, var, confidence), 0.0, np.inf)
+
+
+def citl_interval(totals: pd.DataFrame, *, confidence: float, weight_kind: str):
+    r"""Calibration-in-the-large :math:`\bar p - \bar y` and the observed/expected ratio
+    :math:`\sum wy/\sum wp`, each with its delta-method interval: :math:`\sum v(p - y -
+    \mathrm{CITL})^2 / W^2`, and on the log scale :math:`\sum v (y - \rho p)^2 / (\rho\sum wp)^2`
+    (the ratio's interval is :math:`\rho\,e^{\pm z\,\mathrm{se}}`: it stays positive).
+    Returns (citl lower, citl upper, ratio lower, ratio upper)."""
+    W = totals["W"].to_numpy(float)
+    m = second_moments(totals, weight_kind)
+    if m is None:
+        nan = np.full(len(W), np.nan)
+        return nan, nan, nan, nan
+    v1, vy, vp, vyy, vyp, vpp = (m[:, 0, 0], m[:, 0, 1], m[:, 0, 2], m[:, 1, 1], m[:, 1, 2],
+                                 m[:, 2, 2])
+    P, Y = totals["swp"].to_numpy(float), totals["swy"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = (P - Y) / W
+        var_c = ((vyy - 2 * vyp + vpp) - 2 * c * (vp - vy) + c * c * v1) / (W * W)
+        rho = Y / P
+        var_log = (vyy - 2 * rho * vyp + rho * rho * vpp) / (rho * P) ** 2
+        lo, hi = wald(np.log(rho), var_log, confidence)
+    ok = (Y > 0) & (P > 0)
+    return (*wald(c, var_c, confidence), np.where(ok, np.exp(lo), np.nan),
+            np.where(ok, np.exp(hi), np.nan))
+
+
+def _clip(lo, hi, low: float, high: float):
+    return np.clip(lo, low, high), np.clip(hi, low, high)
+
+
+# -- the bootstrap of the bins -------------------------------------------------------------------
+
+
+def ece_statistic(norm: str) -> Callable[[np.ndarray], np.ndarray]:
+    """The binned calibration error of ``norm`` as a function of bin sums ``S`` (..., bins, 3)
+    = (W_k, Y_k, P_k), vectorised over the leading axes (replicates)."""
+    def stat(S: np.ndarray) -> np.ndarray:
+        Wk, R = S[..., 0], S[..., 1] - S[..., 2]
+        W = Wk.sum(axis=-1)
+        if norm == "l1":
+            return np.abs(R).sum(axis=-1) / W
+        if norm == "l2":
+            return np.sqrt((R * R / Wk).sum(axis=-1) / W)
+        if norm == "reliability":  # the Brier score's reliability, RMSCE squared
+            return (R * R / Wk).sum(axis=-1) / W
+        return np.abs(R / Wk).max(axis=-1)
+    return stat
+
+
+def bins_interval(bins: pd.DataFrame, *, by: Sequence[str], statistic: Callable,
+                  confidence: float, replicates: int, seed: int, weight_kind: str,
+                  n_bins: int) -> pd.DataFrame:
+    """Per group: ``ci_lower`` and ``ci_upper`` of a binned statistic (see the module's notes).
+
+    Parameters
+    ----------
+    bins : pandas.DataFrame
+        The bins summary: per group and ``bin`` the sums ``n``, ``W``, ``swy``, ``swp`` and the
+        second moments (``swyp``, ``swpp``, and ``swyy`` for soft labels; under the variance
+        weight ``sw2``, ``sw2y``, ``sv_p``, ``sv_yy``, ``sv_yp``, ``sv_pp``).
+    by : sequence of str
+        The group keys.
+    statistic : callable
+        The statistic of bin sums (:func:`ece_statistic`).
+    confidence, replicates, seed, weight_kind
+        The level, the number of replicates B, the seed and the resolved weight kind.
+    n_bins : int
+        The number of bins asked for (bin ids are below ``n_bins + 1``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The group keys, ``ci_lower``, ``ci_upper`` (NaN for a group of no weight, or a summary
+        without the second moments).
+
+    Notes
+    -----
+    Fang & Santos (2019) for the directional derivative; Hanley & MacGibbon (2006) and Chamandy
+    et al. (2012) for the Poisson bootstrap whose covariance the draws match; Chernozhukov,
+    Chetverikov & Kato (2013) for the Gaussian multiplier form; Efron & Tibshirani (1993), An
+    Introduction to the Bootstrap, ch. 13, for the basic (reverse-percentile) interval both
+    ends take.
+    """
+    by = list(by)
+    frame = bins[bins["W"].to_numpy(float) > 0].sort_values([*by, "bin"], ignore_index=True)
+    moments = second_moments(frame, weight_kind)
+    groups = (list(frame.groupby(by, sort=True, dropna=False).indices.items()) if by
+              else [((), np.arange(len(frame)))])
+    rows = []
+    alpha = 1 - confidence
+    for key, index in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        lo = hi = np.nan
+        if moments is not None and len(index):
+            part = frame.iloc[index]
+            lo, hi = _group_interval(part, moments[index], statistic, alpha, replicates,
+                                     _stream(seed, key), n_bins)
+        rows.append({**dict(zip(by, key)), "ci_lower": lo, "ci_upper": hi})
+    return pd.DataFrame(rows, columns=[*by, "ci_lower", "ci_upper"])
+
+
+def _group_interval(part: pd.DataFrame, moments: np.ndarray, statistic: Callable,
+                    alpha: float, replicates: int, stream: list, n_bins: int):
+    S = np.stack([part["W"].to_numpy(float), part["swy"].to_numpy(float),
+                  part["swp"].to_numpy(float)], axis=-1)
+    L = cholesky3(moments)
+    z = np.random.default_rng(stream).standard_normal((replicates, n_bins + 1, 3))
+    z = z[:, part["bin"].to_numpy(int), :]
+    dS = np.einsum("bij,rbj->rbi", L, z)
+    theta = float(statistic(S))
+    if not np.isfinite(theta):
+        return np.nan, np.nan
+    # the linearization at the estimate (the upper end), by a central difference
+    step = _STEP
+    up = (_floored(statistic, S + step * dS, S) - _floored(statistic, S - step * dS, S)) / (2 * step)
+    # the directional derivative at the bins' selected centre (the lower end): a bin whose
+    # mean residual is within κ standard errors of 0 is centred at 0
+    Wk, R = S[:, 0], S[:, 1] - S[:, 2]
+    m = R / Wk
+    c = moments
+    var_r = (c[:, 1, 1] - 2 * c[:, 1, 2] + c[:, 2, 2]) - 2 * m * (c[:, 0, 1] - c[:, 0, 2]) \
+        + m * m * c[:, 0, 0]
+    se = np.sqrt(np.maximum(var_r, 0.0)) / Wk
+    kappa = np.sqrt(max(np.log(max(float(part["n"].sum()), 2.0)), 1.0))
+    near = np.abs(m) <= kappa * se
+    centre = S.copy()
+    centre[near, 1] = centre[near, 2]
+    down = _floored(statistic, centre + dS, S) - float(statistic(centre))
+    lower = theta - float(np.quantile(down, 1 - alpha / 2))
+    upper = theta - float(np.quantile(up, alpha / 2))
+    return max(min(lower, theta), 0.0), max(upper, theta)
+
+
+def _floored(statistic: Callable, replicate: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """The statistic of replicate sums, each bin's weight kept above :data:`WEIGHT_FLOOR` of
+    its own."""
+    replicate = replicate.copy()
+    replicate[..., 0] = np.maximum(replicate[..., 0], WEIGHT_FLOOR * S[:, 0])
+    return statistic(replicate)
+
+
+def cholesky3(c: np.ndarray) -> np.ndarray:
+    """Lower-triangular L with L·Lᵀ = c for a stack of 3×3 positive semi-definite matrices:
+    the Cholesky factor, with a pivot that is 0 up to rounding (a bin whose labels are all
+    equal, so y is a multiple of the weight) set to 0. Continuous in c away from such pivots,
+    so sums that differ in their last bits (two engines) give replicates that do too."""
+    L = np.zeros_like(c)
+    tol = 1e-10
+    a11 = np.maximum(c[:, 0, 0], 0.0)
+    L[:, 0, 0] = l11 = np.sqrt(a11)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv = np.where(l11 > 0, 1 / np.where(l11 > 0, l11, 1.0), 0.0)
+        L[:, 1, 0] = l21 = c[:, 1, 0] * inv
+        L[:, 2, 0] = l31 = c[:, 2, 0] * inv
+        a22 = c[:, 1, 1] - l21 * l21
+        a22 = np.where(a22 > tol * np.maximum(c[:, 1, 1], 1e-300), a22, 0.0)
+        L[:, 1, 1] = l22 = np.sqrt(a22)
+        inv2 = np.where(l22 > 0, 1 / np.where(l22 > 0, l22, 1.0), 0.0)
+        L[:, 2, 1] = l32 = (c[:, 2, 1] - l31 * l21) * inv2
+        a33 = c[:, 2, 2] - l31 * l31 - l32 * l32
+        L[:, 2, 2] = np.sqrt(np.where(a33 > tol * np.maximum(c[:, 2, 2], 1e-300), a33, 0.0))
+    return L
+
+
+def _stream(seed: int, key: tuple) -> list:
+    """The random stream of one group: the seed and a CRC-32 of its key's canonical text (so a
+    group's draws do not depend on which other groups the query returned)."""
+    return [int(seed), zlib.crc32(_canonical(key).encode())]
+
+
+def _canonical(key: tuple) -> str:
+    parts = []
+    for v in key:
+        if hasattr(v, "item"):
+            v = v.item()
+        if v is None or (isinstance(v, float) and v != v) or v is pd.NA or v is pd.NaT:
+            parts.append("null")
+        elif isinstance(v, bool):
+            parts.append(str(v))
+        elif isinstance(v, (int, float)) and float(v).is_integer():
+            parts.append(str(int(v)))
+        elif isinstance(v, float):
+            parts.append(repr(v))
+        else:
+            parts.append(str(v))
+    return "\x1f".join(parts)
+
+
+def interval_parts(src, weight_kind: str, on: bool) -> tuple:
+    """The summary parts an interval reads: the second moments (``"moments"``), and under the
+    variance weight theirs (``"spread"``), unless the weights are frequencies."""
+    if not on:
+        return ()
+    from sqlcal.metrics import variance_parts
+
+    return ("moments", *(("spread",) if variance_parts(src, weight_kind) else ()))
