@@ -196,7 +196,8 @@ def ece(
                             confidence, bootstrap, seed, weight_kind)
     out = result(src, values, [NORMS[norm], "n_bins", "ci_lower", "ci_upper"],
                  {"binning": binning(bins, strategy, convention),
-                  "ci_method": "bootstrap" if bootstrap > 0 else None,
+                  "ci_method": (None if bootstrap <= 0 else
+                                "wilson_sidak" if norm == "max" else "bootstrap"),
                   "confidence": confidence, "weight_kind": weight_kind}, present=False)
     out["n_bins"] = out["n_bins"].fillna(0).astype(int)
     return src.present(out)
@@ -800,13 +801,59 @@ def _with_interval(values: pd.DataFrame, frame: pd.DataFrame, by, norm: str, bin
     """``values`` (one row per group) with the bootstrap's ``ci_lower`` and ``ci_upper``."""
     if bootstrap <= 0:
         return values.assign(ci_lower=np.nan, ci_upper=np.nan)
-    interval = bins_interval(frame, by=by, statistic=ece_statistic(norm), confidence=confidence,
-                             replicates=bootstrap, seed=seed, weight_kind=weight_kind,
-                             n_bins=bins)
+    if norm == "max":
+        interval = mce_band(frame, by=by, confidence=confidence, weight_kind=weight_kind)
+    else:
+        interval = bins_interval(frame, by=by, statistic=ece_statistic(norm),
+                                 confidence=confidence, replicates=bootstrap, seed=seed,
+                                 weight_kind=weight_kind, n_bins=bins)
     if not by:
         return values.assign(ci_lower=interval["ci_lower"].to_numpy(),
                              ci_upper=interval["ci_upper"].to_numpy())
     return values.merge(interval, on=list(by), how="left")
+
+
+def mce_band(frame: pd.DataFrame, *, by, confidence: float, weight_kind: str) -> pd.DataFrame:
+    r"""Per group, an interval of the maximum calibration error: ``ci_lower``, ``ci_upper``.
+
+    Each non-empty bin k gets Wilson's interval :math:`[l_k, u_k]` of its observed rate at the
+    Šidák level :math:`(1 - lpha)^{1/K}` (K bins; Šidák (1967), Rectangular confidence regions
+    for the means of multivariate normal distributions), on the bin's effective size as in
+    :func:`reliability` (Korn & Graubard (1998) for sampling weights). With
+    :math:`ar p_k` the bin's mean score, the gaps lie in
+    :math:`[l_k - ar p_k, u_k - ar p_k]` together with probability at least 1 − α, and then
+
+    .. math:: \max_k d(0, [l_k - ar p_k, u_k - ar p_k]) \le \mathrm{MCE}
+       \le \max_k \max(|l_k - ar p_k|, |u_k - ar p_k|).
+
+    The mean score is taken as fixed (its spread inside a bin is far below the label's).
+    """
+    by = list(by)
+    live = frame[frame["W"].to_numpy(float) > 0].sort_values([*by, "bin"], ignore_index=True)
+    W = live["W"].to_numpy(float)
+    ybar = live["swy"].to_numpy(float) / W
+    pbar = live["swp"].to_numpy(float) / W
+    n_eff = W
+    if weight_kind != "frequency" and "sw2" in live:
+        Vy = live["sw2y"].to_numpy(float) if "sw2y" in live else np.full(len(W), np.nan)
+        n_eff = _effective_size(W, ybar, live["sw2"].to_numpy(float), Vy)
+    counts = (live.groupby(by, sort=False, dropna=False)["bin"].transform("size").to_numpy()
+              if by else np.full(len(live), len(live)))
+    out = []
+    level = confidence ** (1 / np.maximum(counts, 1))
+    lo, hi = np.empty(len(live)), np.empty(len(live))
+    for lvl in np.unique(level):
+        at = level == lvl
+        lo[at], hi[at] = wilson_interval(n_eff[at] * ybar[at], n_eff[at], float(lvl))
+    a, b = lo - pbar, hi - pbar
+    least = np.where((a <= 0) & (b >= 0), 0.0, np.minimum(np.abs(a), np.abs(b)))
+    most = np.maximum(np.abs(a), np.abs(b))
+    live = live.assign(ci_lower=least, ci_upper=most)
+    if not by:
+        return pd.DataFrame({"ci_lower": [live["ci_lower"].max() if len(live) else np.nan],
+                             "ci_upper": [live["ci_upper"].max() if len(live) else np.nan]})
+    out = live.groupby(by, sort=True, dropna=False)[["ci_lower", "ci_upper"]].max()
+    return out.reset_index()
 
 
 def _interval_parts(src: Source, weight_kind: str) -> tuple:

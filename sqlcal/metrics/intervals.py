@@ -46,6 +46,13 @@ from the estimate with those bins' residuals set to 0; the upper end is
 where no bin is near 0, and conservative elsewhere (the statistics are convex in the residuals);
 for a calibrated model the lower end is 0 with probability 1 − α/2 (97.5% at 95%) while the
 upper end cannot miss, so the coverage there is 1 − α/2.
+
+The maximum calibration error (MCE) is set by one bin, often one of a few rows, where neither
+a normal approximation nor a bootstrap holds; its interval is a simultaneous band instead
+(:func:`sqlcal.metrics.binned.mce_band`): Wilson's interval of each bin's observed rate at the
+Šidák level :math:`(1-\alpha)^{1/K}` over the K non-empty bins. When every bin's gap lies in its
+interval (probability at least 1 − α), the MCE lies between the largest least and the largest
+greatest gap: conservative, and honest where a bin is small.
 """
 
 from __future__ import annotations
@@ -191,6 +198,7 @@ def ece_statistic(norm: str) -> Callable[[np.ndarray], np.ndarray]:
         if norm == "reliability":  # the Brier score's reliability, RMSCE squared
             return (R * R / Wk).sum(axis=-1) / W
         return np.abs(R / Wk).max(axis=-1)
+    stat.norm = norm
     return stat
 
 
@@ -240,14 +248,15 @@ def bins_interval(bins: pd.DataFrame, *, by: Sequence[str], statistic: Callable,
         lo = hi = np.nan
         if moments is not None and len(index):
             part = frame.iloc[index]
+            size = float(part["W" if weight_kind == "frequency" else "n"].sum())
             lo, hi = _group_interval(part, moments[index], statistic, alpha, replicates,
-                                     _stream(seed, key), n_bins)
+                                     _stream(seed, key), n_bins, size)
         rows.append({**dict(zip(by, key)), "ci_lower": lo, "ci_upper": hi})
     return pd.DataFrame(rows, columns=[*by, "ci_lower", "ci_upper"])
 
 
 def _group_interval(part: pd.DataFrame, moments: np.ndarray, statistic: Callable,
-                    alpha: float, replicates: int, stream: list, n_bins: int):
+                    alpha: float, replicates: int, stream: list, n_bins: int, size: float):
     S = np.stack([part["W"].to_numpy(float), part["swy"].to_numpy(float),
                   part["swp"].to_numpy(float)], axis=-1)
     L = cholesky3(moments)
@@ -268,7 +277,8 @@ def _group_interval(part: pd.DataFrame, moments: np.ndarray, statistic: Callable
     var_r = (c[:, 1, 1] - 2 * c[:, 1, 2] + c[:, 2, 2]) - 2 * m * (c[:, 0, 1] - c[:, 0, 2]) \
         + m * m * c[:, 0, 0]
     se = np.sqrt(np.maximum(var_r, 0.0)) / Wk
-    kappa = np.sqrt(max(np.log(max(float(part["n"].sum()), 2.0)), 1.0))
+    # κ = √ln n, n the rows (frequency weights: W, the rows they stand for)
+    kappa = np.sqrt(max(np.log(max(size, 2.0)), 1.0))
     near = np.abs(m) <= kappa * se
     centre = S.copy()
     centre[near, 1] = centre[near, 2]
