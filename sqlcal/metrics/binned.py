@@ -14,18 +14,18 @@ from sqlcal.inputs import grids
 from sqlcal.inputs.sources import Source
 from sqlcal.metrics import Grouped, resolve_weight_kind, result, variance_parts
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.cells import (
+    cells_needs,
+    equal_mass_bins,
+    equal_mass_follow_up,
+    summary_parts,
+)
 from sqlcal.metrics.intervals import (
     REPLICATES,
     SEED,
     bins_interval,
     ece_statistic,
     interval_parts,
-)
-from sqlcal.metrics.cells import (
-    cells_needs,
-    equal_mass_bins,
-    equal_mass_follow_up,
-    summary_parts,
 )
 from sqlcal.options import OPTIONS, Option, checked, costs_binned, costs_hl
 from sqlcal.query import declared, executor, planner
