@@ -118,6 +118,8 @@ OPTIONS: dict[str, Option] = {
     "label": Option("column", "column of the outcome (0/1, booleans, or soft labels in [0, 1])",
                     optional=True),
     "weight": Option("column", "column of non-negative row weights", optional=True),
+    "baseline": Option("column", "a second score column of the same rows: the baseline model of "
+                       "a paired comparison", optional=True),
     "by": Option("columns", "group keys: one result row per group"),
     "where": Option("any", "a condition over the table's columns, applied in the engine first",
                     optional=True),
@@ -203,6 +205,10 @@ OPTIONS: dict[str, Option] = {
 
     # reports
     "metrics": Option("metrics", "metric names of sqlcal.reporting.report_table.METRICS"),
+    "baseline_data": Option("any", "the baseline model's rows, when it scored other rows (an "
+                            "unpaired comparison)", optional=True),
+    "baseline_where": Option("any", "a filter of the baseline model's rows (an unpaired "
+                             "comparison of two parts of one table)", optional=True),
     "time": Option("column", "the time key of a series"),
     # multiclass
     "format": Option("choice", "long (one row per class) or wide (a column per class)",

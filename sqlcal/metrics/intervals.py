@@ -117,6 +117,40 @@ def wald(value, var, confidence: float) -> tuple[np.ndarray, np.ndarray]:
 # -- the delta method on the totals ------------------------------------------------------------
 
 
+def delta_variance(metric: str, totals: pd.DataFrame, weight_kind: str):
+    """(value, variance) of ``metric`` ("brier", "log_loss", "citl") per row of the totals, by
+    the delta method (see :func:`brier_interval`, :func:`log_loss_interval`,
+    :func:`citl_interval`); NaN where the summary lacks the sums."""
+    W = totals["W"].to_numpy(float)
+    nan = np.full(len(W), np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if metric == "log_loss":
+            names = (("sw2", "sw2_logloss", "sw2_logloss_sq")
+                     if weight_kind != "frequency" and "sw2_logloss" in totals
+                     else ("W", "sw_logloss", "sw_logloss_sq"))
+            ll = totals["sw_logloss"].to_numpy(float) / W
+            ll = np.where(totals["n_infinite_logloss"].to_numpy(float) > 0, np.inf, ll)
+            if any(n not in totals for n in names):
+                return ll, nan
+            V, L1, L2 = (totals[n].to_numpy(float) for n in names)
+            return ll, (L2 - 2 * ll * L1 + ll * ll * V) / (W * W)
+        m = second_moments(totals, weight_kind)
+        if metric == "brier":
+            bs = totals["sw_sq_resid"].to_numpy(float) / W
+            sampling = weight_kind != "frequency" and "sv_r4" in totals
+            r4 = totals.get("sv_r4" if sampling else "sw_r4")
+            if m is None or r4 is None:
+                return bs, nan
+            vrr = m[:, 1, 1] - 2 * m[:, 1, 2] + m[:, 2, 2]
+            return bs, (r4.to_numpy(float) - 2 * bs * vrr + bs * bs * m[:, 0, 0]) / (W * W)
+        c = (totals["swp"].to_numpy(float) - totals["swy"].to_numpy(float)) / W
+        if m is None:
+            return c, nan
+        v1, vy, vp, vyy, vyp, vpp = (m[:, 0, 0], m[:, 0, 1], m[:, 0, 2], m[:, 1, 1],
+                                     m[:, 1, 2], m[:, 2, 2])
+        return c, ((vyy - 2 * vyp + vpp) - 2 * c * (vp - vy) + c * c * v1) / (W * W)
+
+
 def brier_interval(totals: pd.DataFrame, *, confidence: float, weight_kind: str):
     r"""The Brier score's delta-method interval: with :math:`r = y - p`,
     :math:`\widehat{\mathrm{Var}} = \sum v (r^2 - \mathrm{BS})^2 / W^2`, from :math:`\sum v r^4`,
@@ -300,10 +334,17 @@ def _codes(frame: pd.DataFrame, by: list) -> tuple[np.ndarray, list]:
 
 
 def _deviations(S, C, L, z, statistic, size):
-    """The estimate θ̂ of each group (G), and the replicates' deviations (B × G): ``down``,
-    the statistic's change at the selected centre (the lower end), ``up``, its linearization
-    at the estimate (the upper end)."""
-    dS = np.einsum("gkij,rkj->rgki", L, z)
+    """The estimate θ̂ of each group (G), and the replicates' deviations (B × G) of
+    :func:`deviations_of` for the draws ``z`` (B × bins × 3) through the factors ``L``."""
+    return deviations_of(S, C, np.einsum("gkij,rkj->rgki", L, z), statistic, size)
+
+
+def deviations_of(S, C, dS, statistic, size):
+    """The estimate θ̂ of each group (G) from its bin sums ``S`` (G × bins × 3) with second
+    moments ``C`` (G × bins × 3 × 3), and for the replicates' changes ``dS`` of the sums
+    (B × G × bins × 3) the deviations (B × G): ``down``, the statistic's change at the
+    selected centre (the lower end), ``up``, its linearization at the estimate (the upper
+    end); ``size``: the groups' rows (frequency weights: W)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         theta = statistic(S)
         up = (_floored(statistic, S + _STEP * dS, S)

@@ -61,6 +61,7 @@ def source(
     negative_sampling_rate: float | str | None = None,
     training_negative_rate: float | str | None = None,
     score_correction: bool = False,
+    baseline: str | None = None,
 ) -> Source:
     r"""Describe and validate the predictions to measure.
 
@@ -121,6 +122,9 @@ def source(
         it is refused: that column describes the log's negatives, and a positive's entry there
         (NULL or 1, "every positive kept") is not the rate the model was trained at; pass
         ``training_negative_rate=`` with a column holding every row's training rate.
+    baseline : str, optional
+        A second score column of the same rows, validated like the score: the baseline model
+        of a paired comparison (:func:`sqlcal.compare`).
 
     Returns
     -------
@@ -193,7 +197,7 @@ def source(
         soft_labels=soft_labels,
         negative_sampling_rate=negative_sampling_rate,
         training_negative_rate=training_negative_rate,
-        score_correction=score_correction)
+        score_correction=score_correction, baseline=baseline)
     if on_invalid == "drop":
         valid = valid_expr(src.rows, src.weighted, soft_labels, src.rate_columns)
         checks = check_exprs(src.rows, src.weighted, src.rate_columns)
@@ -364,9 +368,11 @@ def _check(src: Source, frame: Any, explain: bool = True) -> None:
         problems += [total("chk_w_count") < rows,
                      outside("chk_w_min", "chk_w_max", high=reductions.WEIGHT_MAX)]
     for column in src.rate_columns:  # in (0, 1]: a least rate of 0 or below fails
+        least = frame[f"chk_{column}min"]
         problems += [total(f"chk_{column}count") < rows,
                      outside(f"chk_{column}max", f"chk_{column}max")
-                     or bool((frame[f"chk_{column}min"] <= 0).any())]
+                     or bool((least < 0).any() if column == reductions.BASELINE
+                             else (least <= 0).any())]
     if any(problems):
         if explain:
             _report_counts(src)
@@ -388,7 +394,8 @@ def _rate_names(src: Source) -> list[str]:
     """The rate columns read from the table, in words."""
     return [f"{option} column {name!r}" for option, name in (
         ("negative_sampling_rate", src.sampling_rate),
-        ("training_negative_rate", src.training_rate)) if isinstance(name, str)]
+        ("training_negative_rate", src.training_rate), ("baseline", src.baseline))
+        if isinstance(name, str)]
 
 
 def _report_counts(src: Source) -> None:
