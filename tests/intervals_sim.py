@@ -126,3 +126,27 @@ def totals_frame(p, y, w, v) -> pd.DataFrame:
             "sw_logloss_sq": [np.sum(w * loss * loss)], "sw2_logloss": [np.sum(v * loss)],
             "sw2_logloss_sq": [np.sum(v * loss * loss)], "n_infinite_logloss": [0]}
     return pd.DataFrame(out)
+
+
+def paired_frame(p, q, y, w, v, bins: int = BINS) -> pd.DataFrame:
+    """The paired comparison's summary of rows scored p (model) and q (baseline), summed in
+    numpy: per ``pair`` = bin(p)·(B + 1) + bin(q), the moments of (1, y, p, q) under w and v,
+    the Brier and log-loss differences' sums."""
+    K = bins + 1
+    pair = np.minimum((p * bins).astype(int), bins - 1) * K + np.minimum((q * bins)
+                                                                          .astype(int), bins - 1)
+    size = K * K
+    loss = lambda s: -(y * np.log(s) + (1 - y) * np.log(1 - s))
+    d = (y - p) ** 2 - (y - q) ** 2
+    e = loss(p) - loss(q)
+    terms = {"": np.ones_like(p), "y": y, "p": p, "q": q, "yy": y * y, "yp": y * p, "yq": y * q,
+             "pp": p * p, "pq": p * q, "qq": q * q, "d": d, "dd": d * d, "e": e, "ee": e * e}
+    out = {"pair": np.arange(size), "n": np.bincount(pair, minlength=size),
+           "n_inf": np.zeros(size, int)}
+    for name, z in terms.items():
+        out["sw" + name] = np.bincount(pair, w * z, size)
+        out["sv" + name] = np.bincount(pair, v * z, size)
+    out["swl"] = np.bincount(pair, w * loss(p), size)
+    out["swm"] = np.bincount(pair, w * loss(q), size)
+    frame = pd.DataFrame(out)
+    return frame[frame["n"] > 0].reset_index(drop=True)

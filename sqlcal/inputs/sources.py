@@ -153,7 +153,7 @@ class Source:
     >>> src = sqlcal.source(df, score="p", label="y", weight="w")
     >>> src  # doctest: +ELLIPSIS
     <Source: in-memory pandas frame (4 rows); score='p', label='y', weight='w' ...>
-    >>> sqlcal.ece(src, bins=2)
+    >>> sqlcal.ece(src, bins=2)[["ece", "n", "W", "n_bins", "binning"]]
         ece  n    W  n_bins             binning
     0  0.36  4  5.0       2  uniform(2, sqlcal)
     >>> src.integer_weights, src.has_soft_labels

@@ -55,8 +55,8 @@ CONCENTRATED = 0.5
             "ece_quantile": Report({"ece": "ece_quantile", "ci_lower": "ece_quantile_lower",
                                     "ci_upper": "ece_quantile_upper"},
                                    {"strategy": "quantile"})},
-    report_bins=True, trust={"binning": None, "ci_method": "ci_method",
-                             "confidence": "confidence", "weight_kind": "weight_kind"},
+    report_bins=True, trust={"binning": None, "ci_method": None, "confidence": "confidence",
+                             "weight_kind": "weight_kind"},
     cost=costs_binned,
     options={"norm": Option("choice", "the norm of the binned calibration error",
                             choices=tuple(NORMS))})
@@ -181,7 +181,7 @@ def ece(
     --------
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
-    >>> sqlcal.ece(df, score="p", label="y", bins=2)
+    >>> sqlcal.ece(df, score="p", label="y", bins=2)[["ece", "n", "W", "n_bins", "binning"]]
         ece  n    W  n_bins             binning
     0  0.25  4  4.0       2  uniform(2, sqlcal)
     """

@@ -22,9 +22,9 @@ from sqlcal.options import checked
 from sqlcal.query import declared, executor, planner
 from sqlcal.query.executor import as_source
 
-#: the facts that qualify an interval: its method (one per metric in a report), its level and
-#: how the weights entered it
-_TRUST = {"ci_method": "ci_method", "confidence": "confidence", "weight_kind": "weight_kind"}
+#: the facts that qualify an interval: its method (fixed per metric: kept out of the wide report,
+#: in the trust column of the tidy tables), its level and how the weights entered it
+_TRUST = {"ci_method": None, "confidence": "confidence", "weight_kind": "weight_kind"}
 
 
 @metric(needs=lambda src, o: totals_needs(interval=_interval(src, o, "r4")),
@@ -173,7 +173,7 @@ def log_loss(
     --------
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
-    >>> sqlcal.log_loss(df, score="p", label="y").round(6)
+    >>> sqlcal.log_loss(df, score="p", label="y")[["log_loss", "n", "W", "n_infinite"]].round(6)
        log_loss  n    W  n_infinite
     0  0.510826  4  4.0           0
     """
@@ -258,7 +258,8 @@ def calibration_in_the_large(
     --------
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
-    >>> sqlcal.calibration_in_the_large(df, score="p", label="y").round(6)
+    >>> out = sqlcal.calibration_in_the_large(df, score="p", label="y")
+    >>> out[["citl", "n", "W", "mean_score", "observed", "oe_ratio"]].round(6)
        citl  n    W  mean_score  observed  oe_ratio
     0 -0.25  4  4.0         0.5      0.75       1.5
     """

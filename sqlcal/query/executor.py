@@ -167,11 +167,12 @@ def source(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1], "w": [1, 2, 1, 1]})
     >>> src = sqlcal.source(df, score="p", label="y", weight="w")
-    >>> sqlcal.ece(src, bins=2)
+    >>> sqlcal.ece(src, bins=2)[["ece", "n", "W", "n_bins", "binning"]]
         ece  n    W  n_bins             binning
     0  0.36  4  5.0       2  uniform(2, sqlcal)
     >>> bad = pd.DataFrame({"p": [0.1, 1.5], "y": [0, 1]})
-    >>> sqlcal.ece(bad, score="p", label="y", on_invalid="drop")
+    >>> sqlcal.ece(bad, score="p", label="y", on_invalid="drop", bootstrap=0)[
+    ...     ["ece", "n", "W", "n_bins", "binning", "n_dropped"]]
        ece  n    W  n_bins              binning  n_dropped
     0  0.1  1  1.0       1  uniform(15, sqlcal)          1
 
@@ -179,7 +180,7 @@ def source(
     NaN is read as NULL):
 
     >>> keyed = pd.DataFrame({"p": [0.2, 0.8, 0.4], "y": [0, 1, 1], "n": [1.0, None, 1.0]})
-    >>> sqlcal.brier(keyed, score="p", label="y", by="n")
+    >>> sqlcal.brier(keyed, score="p", label="y", by="n").iloc[:, :4]
           n  brier  n_    W
     0   1.0   0.20   2  2.0
     1  <NA>   0.04   1  1.0

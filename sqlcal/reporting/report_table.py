@@ -136,14 +136,17 @@ def report(
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1], "m": ["a"] * 4 + ["b"] * 4})
     >>> out = sqlcal.report(df, score="p", label="y", by="m",
     ...                     metrics=["ece", "brier", "cutoff_error"])
-    >>> out.iloc[:, :8].round(6)
+    >>> out[["m", "n", "W", "ece", "brier", "cutoff_error", "cutoff_lower",
+    ...      "cutoff_upper"]].round(6)
        m  n    W   ece  brier  cutoff_error  cutoff_lower  cutoff_upper
     0  a  4  4.0  0.35  0.175         0.175           0.0           1.0
     1  b  4  4.0  0.35  0.175         0.175           0.0           1.0
-    >>> out.iloc[:, 8:]
-       exact  cutoff_grid_bound  cutoff_confidence weight_kind
-    0   True                0.0                0.9   frequency
-    1   True                0.0                0.9   frequency
+    >>> [c for c in out.columns if c.endswith(("_lower", "_upper")) and "cutoff" not in c]
+    ['ece_lower', 'ece_upper', 'brier_lower', 'brier_upper']
+    >>> out[["confidence", "weight_kind", "exact", "cutoff_grid_bound", "cutoff_confidence"]]
+       confidence weight_kind  exact  cutoff_grid_bound  cutoff_confidence
+    0        0.95   frequency   True                0.0                0.9
+    1        0.95   frequency   True                0.0                0.9
     """
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)  # "ece" is one metric
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
