@@ -420,10 +420,18 @@ def _stream(seed: int, side: int = 0) -> list:
     return [int(seed), int(side)]
 
 
+def scanned(src) -> bool:
+    """Whether ``src`` reads rows (an interval's sums are then one more aggregate of the scan).
+    A stored window (:mod:`sqlcal.monitor.stored`) and a source finished from given summaries
+    (``from_summaries``) do not hold the second moments yet: their intervals are NaN, with
+    ``ci_method`` as for a scan."""
+    return getattr(src, "served", None) is None and getattr(src, "local_levels", None) is None
+
+
 def interval_parts(src, weight_kind: str, on: bool) -> tuple:
     """The summary parts an interval reads: the second moments (``"moments"``), and under the
     variance weight theirs (``"spread"``), unless the weights are frequencies."""
-    if not on:
+    if not on or not scanned(src):
         return ()
     from sqlcal.metrics import variance_parts
 

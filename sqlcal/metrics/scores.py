@@ -17,6 +17,7 @@ from sqlcal.metrics.intervals import (
     citl_interval,
     interval_parts,
     log_loss_interval,
+    scanned,
 )
 from sqlcal.options import checked
 from sqlcal.query import declared, executor, planner
@@ -101,7 +102,7 @@ def brier(
     0.175
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    frame = totals_summary(src, interval=interval_parts(src, weight_kind, True) + ("r4",))
+    frame = totals_summary(src, interval=_interval(src, {"weight_kind": weight_kind}, "r4"))
     weight_kind = resolve_weight_kind(src, weight_kind)
     t = brier_finish(frame)
     t["ci_lower"], t["ci_upper"] = brier_interval(frame, confidence=confidence,
@@ -440,10 +441,14 @@ def _trust(confidence: float, weight_kind: str) -> dict:
 
 def _interval(src: Source, o: dict, *extra: str) -> tuple:
     """The totals parts of a delta-method interval under the metric's options ``o``."""
+    if not scanned(src):
+        return ()
     return (*interval_parts(src, o.get("weight_kind", "auto"), True), *extra)
 
 
 def _log_loss_parts(src: Source, o: dict) -> tuple:
     """The log loss's interval reads the normalized entropy's sums: Σwℓ², and under the
     variance weight Σv, Σvℓ, Σvℓ²."""
+    if not scanned(src):
+        return ()
     return ("logloss_var", *variance_parts(src, o.get("weight_kind", "auto")))

@@ -79,6 +79,8 @@ def report(
     where: Any = None,
     metrics: Sequence[str] = DEFAULT_METRICS,
     bins: int = 15,
+    confidence: float | None = None,
+    bootstrap: int | None = None,
     **source_options: Any,
 ) -> pd.DataFrame:
     """Compute several metrics per group and return them side by side.
@@ -105,6 +107,13 @@ def report(
         an error listing the valid ones.
     bins : int, default 15
         Bins for the ECE family and the Brier decomposition (Hosmer–Lemeshow uses deciles).
+    confidence : float, optional
+        The level of every metric's interval or bounds (default: each metric's own, 0.95 for
+        the intervals ``<metric>_lower``, ``<metric>_upper``; 0.9 for the cutoff error's
+        bounds).
+    bootstrap : int, optional
+        Replicates of the binned errors' bootstrap (default: each metric's own, 1000; 0: no
+        interval on them, and no second moments in the scan).
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -116,6 +125,9 @@ def report(
         ``on_invalid="drop"``, ``n_dropped`` after ``W``). The default metrics give ``ece``,
         ``rmsce``, ``mce``, ``ece_quantile``, ``brier``, ``log_loss``, ``citl``, ``oe_ratio``,
         ``spiegelhalter_z``, ``spiegelhalter_p``, ``hl_statistic``, ``hl_dof``, ``hl_p``,
+        with ``<name>_lower`` and ``<name>_upper`` after ``ece``, ``rmsce``, ``mce``,
+        ``ece_quantile``, ``brier``, ``log_loss``, ``citl`` and ``oe_ratio`` (their intervals,
+        at the level in the ``confidence`` column; see :mod:`sqlcal.metrics.intervals`),
         ``cutoff_error``, ``cutoff_lower``, ``cutoff_upper``, ``kuiper`` and ``kuiper_p``; each
         metric's own function documents its value and the paper it comes from. Then what
         qualifies the numbers (:data:`TRUST`), after the metrics: by default ``weight_kind``
@@ -150,7 +162,9 @@ def report(
     """
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)  # "ece" is one metric
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    chosen = {name: metric_options(name, bins=bins) for name in metrics}
+    given = {k: v for k, v in (("confidence", confidence), ("bootstrap", bootstrap))
+             if v is not None}
+    chosen = {name: metric_options(name, _accepted(name, given), bins=bins) for name in metrics}
     planner.prefetch(src, needs(src, chosen), follow_ups(src, chosen))
     return wide(src, {name: METRICS[name][0](src, **chosen[name]) for name in metrics})
 
@@ -243,6 +257,12 @@ def metric_options(name: str, options: dict | None = None, bins: int | None = No
     if bins is not None and metric.report_bins:
         chosen = {"bins": bins, **chosen}
     return chosen
+
+
+def _accepted(name: str, options: dict) -> dict:
+    """The report-wide ``options`` that the report metric ``name``'s function takes."""
+    taken = inspect.signature(_metric(name).function).parameters
+    return {k: v for k, v in options.items() if k in taken}
 
 
 def takes_bins(name: str) -> bool:
