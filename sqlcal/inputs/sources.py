@@ -145,6 +145,9 @@ class Source:
         every source of the shape), its in-memory table and the columns its queries read.
     arrow : pyarrow Table or None
         An in-memory source's rows as Arrow, made on its first query.
+    baseline : str or None
+        A paired comparison's baseline score column (:func:`sqlcal.compare`), read as ``q_``
+        and validated like the score.
 
     Examples
     --------

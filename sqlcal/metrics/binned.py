@@ -21,6 +21,7 @@ from sqlcal.metrics.cells import (
     summary_parts,
 )
 from sqlcal.metrics.intervals import (
+    MAX_BINS,
     REPLICATES,
     SEED,
     bins_interval,
@@ -116,7 +117,7 @@ def ece(
         Two-sided level of the interval.
     bootstrap : int, default 1000
         Bootstrap replicates of the interval (0: no interval, and no second moments in the
-        scan).
+        scan; none either above 1024 bins, whose bins hold too few rows for it).
     seed : int, default 20260101
         Seed of the replicates' draws (with each group's key: the same interval on every run
         and engine).
@@ -188,7 +189,7 @@ def ece(
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
                          logit_range=logit_range,
-                         parts=interval_parts(src, weight_kind, bootstrap > 0))
+                         parts=interval_parts(src, weight_kind, _bootstraps(bootstrap, bins)))
     weight_kind = resolve_weight_kind(src, weight_kind)
     concentration(frame, by=src.by, bins=bins)
     values = ece_finish(frame, by=src.by, norm=norm)
@@ -196,7 +197,7 @@ def ece(
                             confidence, bootstrap, seed, weight_kind)
     out = result(src, values, [NORMS[norm], "n_bins", "ci_lower", "ci_upper"],
                  {"binning": binning(bins, strategy, convention),
-                  "ci_method": (None if bootstrap <= 0 else
+                  "ci_method": (None if not _bootstraps(bootstrap, bins) else
                                 "wilson_sidak" if norm == "max" else "bootstrap"),
                   "confidence": confidence, "weight_kind": weight_kind}, present=False)
     out["n_bins"] = out["n_bins"].fillna(0).astype(int)
@@ -792,14 +793,21 @@ def hosmer_lemeshow_finish(bins: pd.DataFrame, *, by=(), dof: str = "out_of_samp
 
 def _bootstrap_parts(src: Source, o: dict) -> tuple:
     """The bins parts of the ECE family's interval under the options ``o``."""
-    return interval_parts(src, o.get("weight_kind", "auto"), (o.get("bootstrap") or 0) > 0)
+    return interval_parts(src, o.get("weight_kind", "auto"), _bootstraps(o.get("bootstrap"),
+                                                                         o.get("bins")))
+
+
+def _bootstraps(bootstrap, bins) -> bool:
+    """Whether the ECE family draws its interval: replicates asked for, at most
+    :data:`sqlcal.metrics.intervals.MAX_BINS` bins."""
+    return (bootstrap or 0) > 0 and (bins or 15) <= MAX_BINS
 
 
 def _with_interval(values: pd.DataFrame, frame: pd.DataFrame, by, norm: str, bins: int,
                    confidence: float, bootstrap: int, seed: int, weight_kind: str
                    ) -> pd.DataFrame:
     """``values`` (one row per group) with the bootstrap's ``ci_lower`` and ``ci_upper``."""
-    if bootstrap <= 0:
+    if not _bootstraps(bootstrap, bins):
         return values.assign(ci_lower=np.nan, ci_upper=np.nan)
     if norm == "max":
         interval = mce_band(frame, by=by, confidence=confidence, weight_kind=weight_kind)

@@ -421,11 +421,16 @@ def _stream(seed: int, side: int = 0) -> list:
 
 
 def scanned(src) -> bool:
-    """Whether ``src`` reads rows (an interval's sums are then one more aggregate of the scan).
-    A stored window (:mod:`sqlcal.monitor.stored`) and a source finished from given summaries
-    (``from_summaries``) do not hold the second moments yet: their intervals are NaN, with
-    ``ci_method`` as for a scan."""
-    return getattr(src, "served", None) is None and getattr(src, "local_levels", None) is None
+    """Whether ``src`` can give an interval's sums: a scan (one more aggregate), or the levels
+    of ``from_summaries`` (binary labels: every moment is a function of a level's Σw, Σwy,
+    Σv, Σvy and its score). A stored window (:mod:`sqlcal.monitor.stored`) does not hold the
+    second moments yet: its intervals are NaN, with ``ci_method`` as for a scan."""
+    return getattr(src, "served", None) is None
+
+
+#: the most bins a binned interval is drawn for: beyond, the bins hold too few rows for the
+#: normal approximation (and the replicates' memory grows with bins × replicates)
+MAX_BINS = 1024
 
 
 def interval_parts(src, weight_kind: str, on: bool) -> tuple:
