@@ -87,7 +87,7 @@ def z_value(confidence: float) -> float:
 def second_moments(frame: pd.DataFrame, weight_kind: str) -> np.ndarray | None:
     """Per row of a summary, the 3×3 matrix :math:`\\sum v\\,(1, y, p)^\\top(1, y, p)` (None when
     the summary lacks its columns: one stored or exported without them)."""
-    names = _FREQUENCY if weight_kind == "frequency" or "sv_p" not in frame else _SAMPLING
+    names = _FREQUENCY if weight_kind == "frequency" else _SAMPLING
     cols = {}
     for name in names:
         if name in frame:
@@ -125,8 +125,7 @@ def delta_variance(metric: str, totals: pd.DataFrame, weight_kind: str):
     nan = np.full(len(W), np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
         if metric == "log_loss":
-            names = (("sw2", "sw2_logloss", "sw2_logloss_sq")
-                     if weight_kind != "frequency" and "sw2_logloss" in totals
+            names = (("sw2", "sw2_logloss", "sw2_logloss_sq") if weight_kind != "frequency"
                      else ("W", "sw_logloss", "sw_logloss_sq"))
             ll = totals["sw_logloss"].to_numpy(float) / W
             ll = np.where(totals["n_infinite_logloss"].to_numpy(float) > 0, np.inf, ll)
@@ -175,8 +174,7 @@ def log_loss_interval(totals: pd.DataFrame, *, confidence: float, weight_kind: s
     \mathrm{LL})^2/W^2` from :math:`\sum v\ell^2`, :math:`\sum v\ell`, :math:`\sum v` (the
     normalized entropy's sums). NaN for an infinite log loss or a summary without them."""
     W = totals["W"].to_numpy(float)
-    names = (("sw2", "sw2_logloss", "sw2_logloss_sq")
-             if weight_kind != "frequency" and "sw2_logloss" in totals
+    names = (("sw2", "sw2_logloss", "sw2_logloss_sq") if weight_kind != "frequency"
              else ("W", "sw_logloss", "sw_logloss_sq"))
     if any(n not in totals for n in names):
         return np.full(len(W), np.nan), np.full(len(W), np.nan)
@@ -421,10 +419,12 @@ def _stream(seed: int, side: int = 0) -> list:
 
 
 def scanned(src) -> bool:
-    """Whether ``src`` can give an interval's sums: a scan (one more aggregate), or the levels
-    of ``from_summaries`` (binary labels: every moment is a function of a level's Σw, Σwy,
-    Σv, Σvy and its score). A stored window (:mod:`sqlcal.monitor.stored`) does not hold the
-    second moments yet: its intervals are NaN, with ``ci_method`` as for a scan."""
+    """Whether ``src`` can give every interval's sums: a scan (one more aggregate), or the
+    levels of ``from_summaries`` (binary labels: every moment is a function of a level's Σw,
+    Σwy, Σv, Σvy and its score). A stored window (:mod:`sqlcal.monitor.stored`) holds the
+    frequency weights' moments (Σwp², Σwyp, and the log loss's Σwℓ²) but not Σw(y − p)⁴ nor
+    the variance weight's moments: there the Brier score's interval, and every interval under
+    sampling weights, are NaN (:func:`interval_parts` asks it for ``moments`` only)."""
     return getattr(src, "served", None) is None
 
 
@@ -436,8 +436,10 @@ MAX_BINS = 1024
 def interval_parts(src, weight_kind: str, on: bool) -> tuple:
     """The summary parts an interval reads: the second moments (``"moments"``), and under the
     variance weight theirs (``"spread"``), unless the weights are frequencies."""
-    if not on or not scanned(src):
+    if not on:
         return ()
+    if not scanned(src):
+        return ("moments",)
     from sqlcal.metrics import variance_parts
 
     return ("moments", *(("spread",) if variance_parts(src, weight_kind) else ()))
