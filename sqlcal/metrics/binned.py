@@ -377,14 +377,20 @@ def reliability_finish(frame: pd.DataFrame, *, by=(), bins: int = 15, strategy: 
 @metric(
     needs=lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
                                     convention=o["convention"], logit_range=o["logit_range"],
-                                    parts={"moments"}),
+                                    parts={"moments", *_bootstrap_parts(src, o)}),
     follow_up=lambda src, o: bins_follow_up(src, bins=o["bins"], strategy=o["strategy"],
-                                            logit_range=o["logit_range"], parts={"moments"}),
+                                            logit_range=o["logit_range"],
+                                            parts={"moments", *_bootstrap_parts(src, o)}),
     refining=_REFINING,
-    report={"brier_decomposition": Report({"reliability": "brier_reliability",
-                                           "resolution": "brier_resolution",
-                                           "uncertainty": "brier_uncertainty"})},
-    report_bins=True, trust={"binning": None}, cost=costs_binned)
+    report={"brier_decomposition": Report({
+        "reliability": "brier_reliability", "reliability_lower": "brier_reliability_lower",
+        "reliability_upper": "brier_reliability_upper", "resolution": "brier_resolution",
+        "resolution_lower": "brier_resolution_lower",
+        "resolution_upper": "brier_resolution_upper", "uncertainty": "brier_uncertainty",
+        "uncertainty_lower": "brier_uncertainty_lower",
+        "uncertainty_upper": "brier_uncertainty_upper"})},
+    report_bins=True, trust={"binning": None, "ci_method": None, "confidence": "confidence",
+                             "weight_kind": "weight_kind"}, cost=costs_binned)
 @checked
 def brier_decomposition(
     data: Any,
@@ -398,6 +404,10 @@ def brier_decomposition(
     strategy: str = "uniform",
     convention: str = "sqlcal",
     logit_range: tuple[float, float] | None = None,
+    confidence: float = 0.95,
+    bootstrap: int = REPLICATES,
+    seed: int = SEED,
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""Brier score split into reliability, resolution and uncertainty, exactly, on bins.
@@ -426,6 +436,8 @@ def brier_decomposition(
         Equal-width bin edges, as in :func:`ece`.
     logit_range : (float, float), optional
         The score range of ``strategy="logit"``, as in :func:`ece`.
+    confidence, bootstrap, seed, weight_kind
+        The intervals of the reliability, resolution and uncertainty, as in :func:`ece`.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -435,7 +447,12 @@ def brier_decomposition(
     pandas.DataFrame
         One row per group: the keys, ``brier``, ``n``, ``W``, ``reliability``, ``resolution``,
         ``uncertainty``, ``within_bin_variance``, ``within_bin_covariance``, ``label_variance``,
-        ``binning`` (as in :func:`ece`); with ``on_invalid="drop"``, ``n_dropped``.
+        ``reliability_lower``, ``reliability_upper``, ``resolution_lower``,
+        ``resolution_upper``, ``uncertainty_lower``, ``uncertainty_upper`` (intervals of the
+        population's values on the same bins: the reliability's as the RMSCE's, squared, the
+        other two from the bootstrap's linearization; see :mod:`sqlcal.metrics.intervals`),
+        ``binning`` (as in :func:`ece`), ``ci_method``, ``confidence``, ``weight_kind``; with
+        ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
     -----
@@ -457,7 +474,8 @@ def brier_decomposition(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
     >>> out = sqlcal.brier_decomposition(df, score="p", label="y", bins=2)
-    >>> out.drop(columns="binning").round(6).iloc[0]
+    >>> out[["brier", "n", "W", "reliability", "resolution", "uncertainty",
+    ...      "within_bin_variance", "within_bin_covariance", "label_variance"]].round(6).iloc[0]
     brier                    0.1750
     n                        4.0000
     W                        4.0000
@@ -473,10 +491,23 @@ def brier_decomposition(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
-                         parts={"moments"}, logit_range=logit_range)
+                         parts={"moments", *interval_parts(src, weight_kind,
+                                                           _bootstraps(bootstrap, bins))},
+                         logit_range=logit_range)
+    weight_kind = resolve_weight_kind(src, weight_kind)
     concentration(frame, by=src.by, bins=bins)
-    return result(src, brier_finish(frame, by=src.by), ["brier", *_DECOMPOSITION],
-                  {"binning": binning(bins, strategy, convention)})
+    values = brier_finish(frame, by=src.by)
+    bounds = []
+    for name in ("reliability", "resolution", "uncertainty"):
+        part = _with_interval(values[list(src.by)].copy(), frame, src.by, name, bins,
+                              confidence, bootstrap, seed, weight_kind)
+        values[f"{name}_lower"] = part["ci_lower"].to_numpy()
+        values[f"{name}_upper"] = part["ci_upper"].to_numpy()
+        bounds += [f"{name}_lower", f"{name}_upper"]
+    return result(src, values, ["brier", *_DECOMPOSITION, *bounds],
+                  {"binning": binning(bins, strategy, convention),
+                   "ci_method": "bootstrap" if _bootstraps(bootstrap, bins) else None,
+                   "confidence": confidence, "weight_kind": weight_kind})
 
 
 _DECOMPOSITION = (

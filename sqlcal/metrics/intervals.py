@@ -220,20 +220,30 @@ def _clip(lo, hi, low: float, high: float):
 
 def ece_statistic(norm: str) -> Callable[[np.ndarray], np.ndarray]:
     """The binned calibration error of ``norm`` ("l1", "l2", or "reliability": the Brier
-    score's reliability, RMSCE squared) as a function of bin sums ``S`` (..., bins, 3) =
+    score's reliability, RMSCE squared; or the Brier decomposition's "resolution" and
+    "uncertainty") as a function of bin sums ``S`` (..., bins, 3) =
     (W_k, Y_k, P_k), vectorised over the leading axes (replicates, groups); a bin of no weight
     counts for nothing."""
     def stat(S: np.ndarray) -> np.ndarray:
         Wk, R = S[..., 0], S[..., 1] - S[..., 2]
         W = Wk.sum(axis=-1)
         with np.errstate(divide="ignore", invalid="ignore"):
+            if norm in ("resolution", "uncertainty"):
+                ybar = S[..., 1].sum(axis=-1) / W
+                if norm == "uncertainty":
+                    return ybar * (1 - ybar)
+                rate = np.where(Wk > 0, S[..., 1] / np.where(Wk > 0, Wk, 1.0), 0.0)
+                return (Wk * (rate - ybar[..., None]) ** 2).sum(axis=-1) / W
             if norm == "l1":
                 return np.abs(R).sum(axis=-1) / W
             square = np.where(Wk > 0, R * R / np.where(Wk > 0, Wk, 1.0), 0.0).sum(axis=-1) / W
             return np.sqrt(square) if norm == "l2" else square
-    if norm not in ("l1", "l2", "reliability"):
+    if norm not in ("l1", "l2", "reliability", "resolution", "uncertainty"):
         raise ValueError(f"no bootstrap statistic for norm {norm!r}")
     stat.smooth = norm != "l1"  # the squared forms: see selection_threshold
+    # the Brier score's resolution and uncertainty are smooth where they matter (no kink at a
+    # calibrated bin): both ends from the linearization
+    stat.select = norm in ("l1", "l2", "reliability")
     return stat
 
 
@@ -359,6 +369,8 @@ def deviations_of(S, C, dS, statistic, size):
         centre = S.copy()
         centre[..., 1] = np.where(near, centre[..., 2], centre[..., 1])
         down = _floored(statistic, centre + dS, S) - statistic(centre)
+    if not getattr(statistic, "select", True):
+        down = up
     return theta, down, up
 
 
