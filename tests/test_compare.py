@@ -167,3 +167,27 @@ def test_power_against_a_logit_shift_on_1e5_rows():
     rates = _rejections(100_000, 40, 0.2, 2, ["ece", "calibration_in_the_large"])
     assert rates["ece"] >= 0.9, rates
     assert rates["calibration_in_the_large"] >= 0.9, rates
+
+
+def test_scheduled_report_compares_with_its_baseline(tmp_path):
+    import jsonschema
+
+    from sqlcal.reporting import scheduled
+
+    df = shadow(4000, 10, shift=0.3, groups=2)
+    path = tmp_path / "shadow.parquet"
+    df.to_parquet(path)
+    config = scheduled.validate_config({
+        "source": {"data": str(path), "score": "a", "label": "y", "by": ["g"]},
+        "metrics": {"brier": {}},
+        "compare": {"baseline": "b", "metrics": ["brier", "calibration_in_the_large"]}})
+    run = scheduled.run_report(config)
+    want = sqlcal.compare(df, score="a", baseline="b", label="y", by="g",
+                          metrics=["brier", "calibration_in_the_large"])
+    pd.testing.assert_frame_equal(run.comparison.reset_index(drop=True), want)
+    doc = scheduled.to_document(run)
+    jsonschema.validate(doc, scheduled.json_schema())
+    assert len(doc["comparison"]) == 4 and {r["design"] for r in doc["comparison"]} == {"paired"}
+    with pytest.raises(scheduled.ConfigError, match="compare"):
+        scheduled.validate_config({"source": {"data": str(path), "score": "a", "label": "y"},
+                                   "metrics": {"brier": {}}, "compare": {"metrics": ["ece"]}})
