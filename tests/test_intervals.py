@@ -221,10 +221,10 @@ def _coverage(kind: str, weights: str, n: int, reps: int, metrics, seed: int = 1
     bins, totals = pd.concat(bins, ignore_index=True), pd.concat(totals, ignore_index=True)
     out = {}
     for m in metrics:
-        if m in ("ece", "rmsce"):
+        if m in ("ece", "rmsce", "reliability"):
             iv = bins_interval(bins, by=["rep"], statistic=ece_statistic(
-                "l1" if m == "ece" else "l2"), confidence=0.95, replicates=500, seed=seed,
-                weight_kind=wk, n_bins=BINS)
+                {"ece": "l1", "rmsce": "l2"}.get(m, m)), confidence=0.95, replicates=500,
+                seed=seed, weight_kind=wk, n_bins=BINS)
             lo, hi = iv["ci_lower"].to_numpy(), iv["ci_upper"].to_numpy()
         elif m == "mce":
             iv = mce_band(bins, by=["rep"], confidence=0.95, weight_kind=wk)
@@ -233,7 +233,8 @@ def _coverage(kind: str, weights: str, n: int, reps: int, metrics, seed: int = 1
             finish = {"brier": brier_interval, "log_loss": log_loss_interval,
                       "citl": lambda *a, **k: citl_interval(*a, **k)[:2]}[m]
             lo, hi = finish(totals, confidence=0.95, weight_kind=wk)
-        t = truth(kind, m, discrete=weights == "frequency")
+        t = (truth(kind, "rmsce", discrete=weights == "frequency") ** 2 if m == "reliability"
+             else truth(kind, m, discrete=weights == "frequency"))
         out[m] = float(np.mean((lo <= t) & (t <= hi)))
     return out
 
@@ -261,3 +262,15 @@ def test_ece_coverage(kind, weights):
     # lies between 1 − α and 1 − α/2 there
     assert 0.93 <= covered["ece"] <= (0.975 if kind == "calibrated" else 0.97), covered
     assert covered["mce"] >= 0.93, covered
+
+
+@pytest.mark.parametrize("kind", POPULATIONS)
+def test_reliability_and_rmsce_coverage(kind):
+    """The RMSCE's interval and the Brier reliability's (the population's Σπμ², which the
+    debiased ECE² estimates without bias; :func:`sqlcal.debiased_ece` reports this interval)
+    hold the population value 92-98% of the time (300 samples of about 20,000 rows)."""
+    covered = _coverage(kind, "none", 20000, 300, ("rmsce", "reliability"))
+    for m, c in covered.items():
+        # a calibrated model is the boundary (θ = 0): the upper end cannot miss there, and
+        # the reliability's lower end is conservative (98.7% in this seed)
+        assert 0.92 <= c <= (0.99 if kind == "calibrated" else 0.98), (m, c)

@@ -652,6 +652,10 @@ def debiased_ece(
     bins: int = 15,
     strategy: str = "uniform",
     convention: str = "sqlcal",
+    confidence: float = 0.95,
+    bootstrap: int = REPLICATES,
+    seed: int = SEED,
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""The debiased squared binned calibration error (Kumar, Liang & Ma 2019, Verified
@@ -668,6 +672,8 @@ def debiased_ece(
         that library does).
     convention : str, default "sqlcal"
         Equal-width bin edges, as for :func:`sqlcal.ece`.
+    confidence, bootstrap, seed, weight_kind
+        The interval of the population's squared binned error, as for :func:`sqlcal.ece`.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=`` and ``on_invalid=``.
 
@@ -675,7 +681,11 @@ def debiased_ece(
     -------
     pandas.DataFrame
         One row per group: the keys, ``ece_sq_debiased`` (may be negative: it is unbiased),
-        ``n``, ``W``, ``rmsce_debiased`` = :math:`\sqrt{\max(0, \cdot)}` and ``n_bins``.
+        ``n``, ``W``, ``rmsce_debiased`` = :math:`\sqrt{\max(0, \cdot)}`, ``n_bins``,
+        ``ci_lower``, ``ci_upper`` (of the population's :math:`\sum_b \pi_b \mu_b^2`, the
+        quantity the estimate is unbiased for: the Brier reliability's bootstrap interval,
+        :mod:`sqlcal.metrics.intervals`), ``rmsce_lower``, ``rmsce_upper`` (their square
+        roots), ``ci_method``, ``confidence``, ``weight_kind``.
 
     Notes
     -----
@@ -697,8 +707,21 @@ def debiased_ece(
     0          -0.0525  4
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    on = _bootstraps(bootstrap, bins)
+    # the bins with the interval's moments first: the reliability table reads them from the
+    # source's cache (one scan)
+    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
+                         parts=interval_parts(src, weight_kind, on))
     table = reliability_table(src, bins=bins, strategy=strategy, convention=convention, ci=None)
-    return src.present(debiased_finish(table, by=src.by)).assign(**src.facts)
+    out = debiased_finish(table, by=src.by)
+    weight_kind = resolve_weight_kind(src, weight_kind)
+    bounds = _with_interval(out[list(src.by)].copy(), frame, src.by, "reliability", bins,
+                            confidence, bootstrap, seed, weight_kind)
+    out["ci_lower"], out["ci_upper"] = bounds["ci_lower"].to_numpy(), bounds["ci_upper"].to_numpy()
+    out["rmsce_lower"], out["rmsce_upper"] = np.sqrt(out["ci_lower"]), np.sqrt(out["ci_upper"])
+    out["ci_method"] = "bootstrap" if on else None
+    out["confidence"], out["weight_kind"] = confidence, weight_kind
+    return src.present(out).assign(**src.facts)
 
 
 def debiased_finish(table: pd.DataFrame, *, by: Sequence[str] = ()) -> pd.DataFrame:
