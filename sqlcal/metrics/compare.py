@@ -173,10 +173,11 @@ def compare(
     a = executor.source(data, score=score, where=where, **common)
     b = executor.source(data if baseline_data is None else baseline_data,
                         score=baseline or score, where=baseline_where, **common)
+    # the summaries first: "auto" reads the weights as the validating scan found them
+    sides = [_side(s, metrics, bins, weight_kind, bootstrap) for s in (a, b)]
     kind = resolve_weight_kind(a, weight_kind)
     if resolve_weight_kind(b, weight_kind) != kind:
         kind = "sampling"  # one side's weights are not whole numbers: read both as sampling
-    sides = [_side(s, metrics, bins, kind, bootstrap) for s in (a, b)]
     out = unpaired_finish(*sides, by=a.by, metrics=metrics, bins=bins, confidence=confidence,
                           replicates=bootstrap, seed=seed, weight_kind=kind)
     return _present(a, out, confidence, kind)
