@@ -86,7 +86,7 @@ def test_delta_intervals_match_numpy_on_rows(con, upload, weights):
         assert out["ci_method"].iloc[0] == "delta"
         assert out["confidence"].iloc[0] == 0.95
     out = sqlcal.calibration_in_the_large(t, **options)
-    np.testing.assert_allclose(out[["oe_lower", "oe_upper"]].to_numpy()[0],
+    np.testing.assert_allclose(out[["oe_ratio_lower", "oe_ratio_upper"]].to_numpy()[0],
                                rho * np.exp([-Z95 * se_log, Z95 * se_log]), **REL)
 
 

@@ -192,7 +192,8 @@ def log_loss(
 @metric(needs=lambda src, o: totals_needs(interval=_interval(src, o)),
         report={"calibration_in_the_large": Report({
             "citl": "citl", "ci_lower": "citl_lower", "ci_upper": "citl_upper",
-            "oe_ratio": "oe_ratio", "oe_lower": "oe_ratio_lower", "oe_upper": "oe_ratio_upper"})},
+            "oe_ratio": "oe_ratio", "oe_ratio_lower": "oe_ratio_lower",
+            "oe_ratio_upper": "oe_ratio_upper"})},
         trust=_TRUST)
 @checked
 def calibration_in_the_large(
@@ -238,8 +239,8 @@ def calibration_in_the_large(
     pandas.DataFrame
         One row per group: the keys, ``citl`` = :math:`(\sum wp - \sum wy)/W` (positive when the
         model over-predicts), ``n``, ``W``, ``mean_score``, ``observed``, ``oe_ratio`` =
-        :math:`\sum wy / \sum wp`, ``ci_lower``, ``ci_upper`` (of ``citl``), ``oe_lower``,
-        ``oe_upper`` (of ``oe_ratio``), ``ci_method`` (``"delta"``), ``confidence``,
+        :math:`\sum wy / \sum wp`, ``ci_lower``, ``ci_upper`` (of ``citl``), ``oe_ratio_lower``,
+        ``oe_ratio_upper`` (of ``oe_ratio``), ``ci_method`` (``"delta"``), ``confidence``,
         ``weight_kind``; with ``on_invalid="drop"``, ``n_dropped``.
 
     Notes
@@ -268,10 +269,10 @@ def calibration_in_the_large(
     frame = totals_summary(src, interval=interval_parts(src, weight_kind, True))
     weight_kind = resolve_weight_kind(src, weight_kind)
     t = calibration_in_the_large_finish(frame)
-    t["ci_lower"], t["ci_upper"], t["oe_lower"], t["oe_upper"] = citl_interval(
+    t["ci_lower"], t["ci_upper"], t["oe_ratio_lower"], t["oe_ratio_upper"] = citl_interval(
         frame, confidence=confidence, weight_kind=weight_kind)
     return result(src, t, ["citl", "mean_score", "observed", "oe_ratio", "ci_lower", "ci_upper",
-                           "oe_lower", "oe_upper"], _trust(confidence, weight_kind))
+                           "oe_ratio_lower", "oe_ratio_upper"], _trust(confidence, weight_kind))
 
 
 @metric(needs=lambda src, o: totals_needs(spiegelhalter=True),

@@ -196,6 +196,33 @@ def wide(src: Source, frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return out
 
 
+#: a metric's interval of its first statistic: certified bounds, or a confidence interval
+BOUNDS = (("lower_bound", "upper_bound"), ("ci_lower", "ci_upper"))
+
+
+def statistic_bounds(mapping: dict, values: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    """Per statistic of a report metric (``mapping``: its result columns), the result columns
+    of its interval: the metric's :data:`BOUNDS` for its first statistic, ``<column>_lower``
+    and ``<column>_upper`` for another (``oe_ratio``, the decomposition's terms). The tidy
+    tables give each statistic its interval as ``lower``, ``upper``, not rows of their own."""
+    out = {}
+    first = next(iter(mapping))
+    pair = next(((lo, hi) for lo, hi in BOUNDS if lo in values and hi in values), None)
+    if pair is not None:
+        out[first] = pair
+    for column in mapping:
+        lo, hi = f"{column}_lower", f"{column}_upper"
+        if column not in out and lo in mapping and hi in mapping:
+            out[column] = (lo, hi)
+    return out
+
+
+def statistics(mapping: dict, values: pd.DataFrame) -> list[str]:
+    """The statistics of a report metric: its mapped columns but the bounds of any of them."""
+    bounds = {c for pair in statistic_bounds(mapping, values).values() for c in pair}
+    return [c for c in mapping if c not in bounds]
+
+
 def trust(name: str, values: pd.DataFrame) -> list[str]:
     """Per row of a metric's result, the facts of :data:`TRUST` that qualify it, as a JSON object
     (sorted keys; NaN as null): the ``trust`` column of the tidy tables, the JSON's metric

@@ -38,6 +38,8 @@ from sqlcal.reporting.report_table import (
     METRICS,
     describe,
     metric_options,
+    statistic_bounds,
+    statistics,
     summary_steps,
     to_json,
     trust,
@@ -606,18 +608,15 @@ def _measure(src: Source, metrics: dict, step) -> tuple[dict, pd.DataFrame]:
         with step(f"metric: {name}"):
             frames[name] = function(src, **{**preset, **options})
         values = src.group_keys.internal(frames[name])
-        bounds = next(((lo, hi) for lo, hi in _BOUNDS if lo in values and hi in values), None)
-        primary = next(iter(mapping))
-        for column in mapping:
-            if bounds and column in bounds:
-                continue
+        bounds = statistic_bounds(mapping, values)
+        for column in statistics(mapping, values):
             counts = ["n", "W", *(["n_dropped"] if "n_dropped" in values else [])]
             part = values[[*src.by, *counts]].copy()
             part["metric"], part["statistic"] = name, column
             part["value"] = values[column].astype(float).to_numpy()
-            has = bounds and column == primary
-            part["lower"] = values[bounds[0]].astype(float).to_numpy() if has else np.nan
-            part["upper"] = values[bounds[1]].astype(float).to_numpy() if has else np.nan
+            pair = bounds.get(column)
+            part["lower"] = values[pair[0]].astype(float).to_numpy() if pair else np.nan
+            part["upper"] = values[pair[1]].astype(float).to_numpy() if pair else np.nan
             part["trust"] = trust(name, values)
             parts.append(part)
     tidy = pd.concat(parts, ignore_index=True)
