@@ -13,6 +13,11 @@ class InvalidInputError(ValueError):
     A subclass of ``ValueError``; the message names the column, the problem, the count of rows
     and what to pass instead.
 
+    See Also
+    --------
+    source : validates the data once and raises this error.
+    multiclass : checks multiclass predictions and raises it for bad examples.
+
     Examples
     --------
     >>> import pandas as pd, sqlcal
@@ -68,6 +73,11 @@ def is_data_error(e: BaseException) -> bool:
 class ConfigError(ValueError):
     """A configuration file (``sqlcal report --config``, ``monitor.toml``) is invalid; nothing
     has been read or written. The message names the file, the section and the key."""
+
+
+class StoreError(ValueError):
+    """The store holds tables sqlcal did not write, or written for another layout, or its path
+    cannot be a store (a FIFO, a folder, the source's database)."""
 
 
 def install_hint(extra: str) -> str:

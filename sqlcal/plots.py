@@ -80,11 +80,23 @@ def reliability_diagram(
     matplotlib.axes.Axes
         The Axes drawn on.
 
+    See Also
+    --------
+    sqlcal.reliability : the table drawn.
+    smooth_reliability_diagram : a kernel curve with no bins.
+    tce_diagram : each bin's test of its predictions.
+    cumulative_plot : the running residual sum, with no bins.
+
     Notes
     -----
     The points are the table of :func:`sqlcal.reliability`: per bin, the mean score
     :math:`\bar p_k` and the observed rate :math:`\bar y_k`; the diagram is that of DeGroot &
     Fienberg (1983), The Comparison and Evaluation of Forecasters.
+
+    References
+    ----------
+    .. [1] M. H. DeGroot and S. E. Fienberg, "The Comparison and Evaluation of Forecasters", Journal
+       of the Royal Statistical Society, Series D (The Statistician) 32(1-2), 1983.
 
     Examples
     --------
@@ -191,12 +203,23 @@ def smooth_reliability_diagram(
     matplotlib.axes.Axes
         The Axes drawn on.
 
+    See Also
+    --------
+    sqlcal.smooth_reliability : the curve drawn.
+    reliability_diagram : the binned diagram, with intervals.
+    cumulative_plot : the running residual sum.
+
     Notes
     -----
     The curve is :func:`sqlcal.smooth_reliability`,
     :math:`\hat y(t) = \sum_i w_i K_\sigma(t, p_i) y_i / \sum_i w_i K_\sigma(t, p_i)` with a
     Gaussian kernel reflected at 0 and 1, as relplot draws it: Błasiok & Nakkiran (2024), Smooth
     ECE: Principled Reliability Diagrams via Kernel Smoothing.
+
+    References
+    ----------
+    .. [1] J. Błasiok and P. Nakkiran, "Smooth ECE: Principled Reliability Diagrams via Kernel
+       Smoothing", ICLR, 2024.
 
     Examples
     --------
@@ -276,6 +299,11 @@ def tce_diagram(
     matplotlib.axes.Axes
         The Axes drawn on.
 
+    See Also
+    --------
+    sqlcal.tce_bins : the table drawn.
+    reliability_diagram : the binned diagram of rates.
+
     Notes
     -----
     The bins and acceptance sets are those of :func:`sqlcal.tce_bins`: Matsubara, Tax, Mudd & Guy
@@ -283,6 +311,11 @@ def tce_diagram(
     :math:`k_b` positives among :math:`n_b` predictions accepts the scores
     :math:`\{q : \mathrm{pval}(k_b, n_b, q) > \alpha\}`; the title's TCE is the percentage of
     the weight outside them.
+
+    References
+    ----------
+    .. [1] T. Matsubara, N. Tax, R. Mudd and I. Guy, "TCE: A Test-Based Approach to Measuring
+       Calibration Error", UAI (PMLR 216), 2023.
 
     Examples
     --------
@@ -380,6 +413,12 @@ def cumulative_plot(
     matplotlib.axes.Axes
         The Axes drawn on.
 
+    See Also
+    --------
+    sqlcal.cutoff_error : the curve's range as a number.
+    sqlcal.kuiper : the test on the same curve.
+    reliability_diagram : the binned diagram.
+
     Notes
     -----
     Arrieta-Ibarra, Gujral, Tannen, Tygert & Xu (2022), Metrics of calibration for probabilistic
@@ -390,6 +429,11 @@ def cumulative_plot(
 
     both drawn over W; :func:`sqlcal.cutoff_error` is the range of S/W, :math:`S_0 = 0`
     included.
+
+    References
+    ----------
+    .. [1] I. Arrieta-Ibarra, P. Gujral, J. Tannen, M. Tygert and C. Xu, "Metrics of Calibration for
+       Probabilistic Predictions", Journal of Machine Learning Research 23(351), 2022.
 
     Examples
     --------
@@ -443,6 +487,16 @@ def cumulative_curve(cells: pd.DataFrame) -> pd.DataFrame:
         weight), ``score`` (the cell's highest score), ``s`` = S/W, ``s_low`` and ``s_high``
         (how far S/W can reach inside the cell), ``null_sd`` (the null standard deviation of S/W
         so far).
+
+    See Also
+    --------
+    cumulative_plot : draws this curve.
+    sqlcal.cutoff_error : the range of the curve, as an error with bounds.
+
+    References
+    ----------
+    .. [1] I. Arrieta-Ibarra, P. Gujral, J. Tannen, M. Tygert and C. Xu, "Metrics of Calibration for
+       Probabilistic Predictions", Journal of Machine Learning Research 23(351), 2022.
 
     Examples
     --------

@@ -42,6 +42,21 @@ def test_site_builds_strictly(tmp_path):
     api = "".join(p.read_text() for p in (site / "api").rglob("index.html"))
     for name in [*sqlcal.__all__, *(f"plots.{n}" for n in PLOTS)]:
         assert f'id="sqlcal.{name}"' in api, name
+    # numpydoc's See Also and References (one paragraph each in mkdocstrings) render as a list of
+    # linked names and a paragraph per reference (docs/hooks/rst_roles.py)
+    metrics = (site / "api" / "metrics" / "index.html").read_text()
+    ece = metrics[metrics.index('id="sqlcal.ece"'):metrics.index('id="sqlcal.reliability"')]
+    assert '<a href="#sqlcal.reliability"><code>reliability</code></a>: ' in ece
+    assert "<p>[1] C. Guo, G. Pleiss" in ece
+    assert ".. [" not in api
+    for page in (site / "api").rglob("index.html"):
+        for block in re.findall(r'<details class="see-also".*?</details>', page.read_text(), re.S):
+            assert "<li>" in block and "<p>" not in block, block
+            for href in re.findall(r"<li>.*?</li>", block):
+                m = re.match(r'<li><a href="([^"#]*)#([^"]+)">', href)
+                assert m, f"{page}: a See Also name without a link: {href}"
+                target = (page.parent / m[1] / "index.html") if m[1] else page
+                assert f'id="{m[2]}"' in target.resolve().read_text(), (page, href)
     # the command line page is the parser's own help, generated at build time
     cli = (site / "guide" / "cli" / "index.html").read_text()
     assert "usage: sqlcal report" in cli and "--negative-sampling-rate" in cli

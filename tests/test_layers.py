@@ -1,7 +1,7 @@
 """The package's layers (DESIGN.md "Layers") hold: import-linter's contracts in pyproject.toml pass,
 and they do catch each planted violation (an upward import, a cycle, a family reading another,
-matplotlib or the reductions in the detector, Ibis reached from the declarations) and a module
-left out of the layers; private names
+matplotlib or the reductions in the detector, Ibis reached from the declarations, Ibis, sqlglot or
+the reductions in the summary store's modules) and a module left out of the layers; private names
 stay in their module; a package attribute named after a module is that module."""
 
 from __future__ import annotations
@@ -65,6 +65,14 @@ PLANTED = {
         "sqlcal.monitor.detector is not allowed to import sqlcal.query.reductions",
     ("query/declared.py", "from sqlcal.inputs import sources"):
         "sqlcal.query.declared is not allowed to import ibis",
+    # a query built or run outside the query layer: Ibis, sqlglot or the reductions in the
+    # summary store's modules
+    ("monitor/store.py", "import ibis"):
+        "sqlcal.monitor.store -> ibis",
+    ("monitor/stored.py", "import sqlglot"):
+        "sqlcal.monitor.stored -> sqlglot",
+    ("monitor/store.py", "from sqlcal.query import reductions"):
+        "sqlcal.monitor.store -> sqlcal.query.reductions",
 }
 
 

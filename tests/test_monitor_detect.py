@@ -406,8 +406,8 @@ def test_monitor_command_alarms_with_exit_code_3(stored_stream, tmp_path, capsys
     page = (tmp_path / "m.html").read_text()
     assert '<meta name="generator" content="sqlcal">' in page
     # each group's detector path, and the alarmed group's pre/post reliability diagram
-    assert page.count('aria-label="detector log M per day"') == 2
-    assert page.count('aria-label="reliability diagram"') == 1
+    assert page.count('data-chart="evidence"') == 2
+    assert page.count('data-chart="prepost"') == 1
     # a bad [detect] key is refused before any query, naming the key
     toml.write_text(toml.read_text() + "alfa = 0.1\n")
     assert main(["monitor", "--config", str(toml)]) == 2
@@ -537,7 +537,7 @@ def test_monitor_page_shows_the_maturity_curve(tmp_path, capsys):
     code = main(["monitor", "--config", str(toml), "--no-windows", "--html",
                  str(tmp_path / "m.html"), "--json-file", str(tmp_path / "m.json")])
     assert code == 0, capsys.readouterr()
-    assert (tmp_path / "m.html").read_text().count('aria-label="maturity curve"') == 1
+    assert (tmp_path / "m.html").read_text().count('data-chart="maturity"') == 1
     curve = json.loads((tmp_path / "m.json").read_text())["maturity"]
     positive = df["y"] == 1
     for row in curve:  # the weighted share of positives known within `delay` days

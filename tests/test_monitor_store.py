@@ -17,6 +17,7 @@ import pytest
 import sqlcal
 from sqlcal.monitor import store as monitor_store
 from sqlcal.options import OptionError
+from sqlcal.query import store_tables
 
 DAY0 = pd.Timestamp("2026-10-01")
 AS_OF = pd.Timestamp("2026-12-01")
@@ -187,7 +188,7 @@ def test_a_snapshot_that_dies_before_its_manifest_row_leaves_the_old_version_rea
 
     # the process dies once the rows are written and before the manifest names them
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(monitor_store, "_clear_current", crash)
+        patch.setattr(store_tables.Writer, "clear_current", crash)
         with pytest.raises(RuntimeError, match="killed"):
             sqlcal.snapshot(changed, store=store, **LEAN)
     assert_same(sqlcal.brier(sqlcal.stored(store, maturity="all")), before, "after a crash")
@@ -475,3 +476,22 @@ def test_a_source_without_weights_is_snapshotted_on_every_engine(con, upload):
     finally:
         if con.name == "postgres":
             drop_store(store, prefix)
+
+
+def test_a_relative_store_path_names_the_file_of_the_working_directory(tmp_path, monkeypatch):
+    # a kept connection was keyed by the path as written: after a change of directory the same
+    # relative name reached the first folder's store (the documentation's examples, run in one
+    # process, each in a folder of its own, found each other's days "unchanged")
+    from sqlcal.monitor import store as _store
+
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        monkeypatch.chdir(tmp_path / name)
+        con = _store.connect("monitor.duckdb", create=True)
+        con.raw_sql(f"CREATE TABLE here AS SELECT '{name}' AS folder")
+    for name in ("one", "two"):
+        monkeypatch.chdir(tmp_path / name)
+        con = _store.connect("monitor.duckdb")
+        assert con.raw_sql("SELECT folder FROM here").fetchall() == [(name,)]
+        _store.close("monitor.duckdb")
+    assert not [k for k in _store._CONNECTIONS if str(tmp_path) in k]

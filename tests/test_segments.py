@@ -723,7 +723,8 @@ def test_scheduled_report_has_a_segments_section_in_json_and_html(tmp_path):
     assert (first["searched"]["strategy"], first["searched"]["scans"]) == ("cube", 2)
     page = html.render(run)
     assert '<section id="segments">' in page
-    assert "&quot;country&quot; = &#x27;BR&#x27; AND &quot;device&quot; = &#x27;ios&#x27;" in page
+    # the segment's condition, escaped (markupsafe's entities for the quotes)
+    assert "&#34;country&#34; = &#39;BR&#39; AND &#34;device&#34; = &#39;ios&#39;" in page
     # SliceLine's score in the [segments] section: the slices sqlcal.segments gives
     sliceline = scheduled.validate_config({
         "source": {"data": str(path), "score": "p", "label": "y"}, "metrics": {"ece": {}},

@@ -299,7 +299,8 @@ def test_report_segments_section_by_a_key_named_segment(tmp_path):
     assert first["segment_"] == "\"country\" = 'a' AND \"device\" = 'x'"
     assert first["searched"]["mode"] == "split"
     page = html.render(run)
-    assert "&quot;country&quot; = &#x27;a&#x27; AND &quot;device&quot; = &#x27;x&#x27;" in page
+    # the segment's condition, escaped (markupsafe's entities for the quotes)
+    assert "&#34;country&#34; = &#39;a&#39; AND &#34;device&#34; = &#39;x&#39;" in page
 
 
 # -- the lattice's cost, checked against the budget before any deeper level runs -----------------

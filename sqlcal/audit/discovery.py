@@ -136,8 +136,8 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
         any deeper level runs and raises :class:`BudgetError` naming the ``min_support`` and
         ``max_depth`` that would fit.
     strategy : {"lattice", "cube"}, default "lattice"
-        ``"lattice"``: each level of the lattice reads the base table once per covering set of columns (at
-        most 2^16 raw value combinations), re-aggregated per column tuple inside it.
+        ``"lattice"``: each level of the lattice reads the base table once per covering set of
+        columns (at most 2^16 raw value combinations), re-aggregated per column tuple inside it.
         ``"cube"``: after level 1, one scan builds the reduced cube (the sums per fold, group
         and recoded feature tuple) as a temporary table of the engine, and every deeper level
         aggregates it: two base-table scans whatever the depth; worth it when the cube is much
@@ -190,6 +190,12 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
         whose name a group key or feature holds takes a trailing underscore, repeated until
         unique (``by="segment"``: the key in ``segment``, the condition in ``segment_``).
 
+    See Also
+    --------
+    multicalibration : the worst segment's error as one number.
+    segment_fix : fits and judges shifts for the segments found.
+    calibration_in_the_large : the mean residual of each group given by ``by``.
+
     Notes
     -----
     Segment S is tested with the score statistic of a logit intercept shift,
@@ -224,6 +230,22 @@ def segments(data, *, score: str, label: str, weight: str | None = None, by=None
     :func:`segment_fix` fits the unexplained ones only. The sums of S ∩ T (a conjunction)
     come from the lattice when the search evaluated it, else from one more statement (counted
     in ``statements``) per round of new unexplained segments, over their rows only.
+
+    References
+    ----------
+    .. [1] D. J. Spiegelhalter, "Probabilistic Prediction in Patient Management and Clinical
+       Trials", Statistics in Medicine 5(5), 1986.
+    .. [2] S. Sagadeeva and M. Boehm, "SliceLine: Fast, Linear-Algebra-Based Slice Finding for ML
+       Model Debugging", SIGMOD, 2021.
+    .. [3] D. R. Cox, "A Note on Data-Splitting for the Evaluation of Significance Levels",
+       Biometrika 62(2), 1975.
+    .. [4] L. Wasserman and K. Roeder, "High-Dimensional Variable Selection", Annals of Statistics
+       37(5A), 2009.
+    .. [5] Y. Benjamini and Y. Hochberg, "Controlling the False Discovery Rate: A Practical and
+       Powerful Approach to Multiple Testing", Journal of the Royal Statistical Society, Series B
+       57(1), 1995.
+    .. [6] M. P. Kim, A. Ghorbani and J. Zou, "Multiaccuracy: Black-Box Post-Processing for Fairness
+       in Classification", AIES, 2019.
 
     Examples
     --------
@@ -338,12 +360,27 @@ def multicalibration(data, *, score: str, label: str, weight: str | None = None,
         (Bonferroni on the largest \|z\|: min(1, m·p)), ``n_segments`` (m), ``n``, ``W``,
         ``metric``, ``bins``.
 
+    See Also
+    --------
+    segments : the miscalibrated segments themselves, with tests.
+    segment_fix : fits shifts that repair the segments found.
+    calibration_in_the_large : the mean residual of each group given by ``by``.
+
     Notes
     -----
     Multiaccuracy is degree-0 low-degree multicalibration (Gopalan, Kim, Singhal & Zhao 2022;
     Kim, Ghorbani & Zou 2019); the binned mass is Hébert-Johnson, Kim, Reingold & Rothblum
     (2018)'s (α, λ)-multicalibration without the division by small cell masses. The p-value is
     family-wise (any dependence), not the unadjusted minimum.
+
+    References
+    ----------
+    .. [1] Ú. Hébert-Johnson, M. P. Kim, O. Reingold and G. N. Rothblum, "Multicalibration:
+       Calibration for the (Computationally-Identifiable) Masses", ICML, 2018.
+    .. [2] M. P. Kim, A. Ghorbani and J. Zou, "Multiaccuracy: Black-Box Post-Processing for Fairness
+       in Classification", AIES, 2019.
+    .. [3] P. Gopalan, M. P. Kim, M. Singhal and S. Zhao, "Low-Degree Multicalibration", COLT (PMLR
+       178), 2022.
 
     Examples
     --------
@@ -472,6 +509,12 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
         ``n_segments``, ``accepted``, and ``reason``: why a fix is not accepted, None when it
         is).
 
+    See Also
+    --------
+    segments : finds the segments without fitting a fix.
+    multicalibration : the worst error over all segments, as one number.
+    platt : one logistic recalibration per group.
+
     Notes
     -----
     The fit minimises :math:`\sum w\,\ell(y, \sigma(\mathrm{logit}\,\tilde p + X\theta)) +
@@ -486,6 +529,13 @@ def segment_fix(data, *, score: str, label: str, weight: str | None = None, by=N
     :func:`sqlcal.query.reductions.segment_fixed`, builds both): a row in a fitted segment gets its
     corrected score clipped to [1e-6, 1 − 1e-6] (never 0 or 1, whose log loss is infinite), a
     row in none keeps its score, bit for bit.
+
+    References
+    ----------
+    .. [1] Ú. Hébert-Johnson, M. P. Kim, O. Reingold and G. N. Rothblum, "Multicalibration:
+       Calibration for the (Computationally-Identifiable) Masses", ICML, 2018.
+    .. [2] M. P. Kim, A. Ghorbani and J. Zou, "Multiaccuracy: Black-Box Post-Processing for Fairness
+       in Classification", AIES, 2019.
 
     Examples
     --------
@@ -1195,9 +1245,9 @@ def _shown(predicates, spec) -> dict:
 
 
 def _keys_of(row, features, column: str = "special_values") -> dict:
-    """A result row's predicates as ``{feature: key}`` (:func:`sqlcal.query.reductions.segment_code`),
-    its ``special_values`` (in ``column``) telling a NULL predicate and the pooled bucket from
-    values that read the same."""
+    """A result row's predicates as ``{feature: key}``
+    (:func:`sqlcal.query.reductions.segment_code`), its ``special_values`` (in ``column``) telling a
+    NULL predicate and the pooled bucket from values that read the same."""
     special = row.get(column)
     special = json.loads(special) if isinstance(special, str) else {}
     code = {name: key for key, name in SPECIAL.items()}
@@ -1401,8 +1451,8 @@ def _report(search: dict, spec: dict, *, alpha, fdr, top_k) -> pd.DataFrame:
     out = pd.concat(frames, ignore_index=True)
     columns = [*by, "segment", "depth", *features, "special_values", "n", "W", "mean_score",
                "observed", "citl", "residual", "harm", "z", "p_value", "q_value", "significant",
-               "logit_shift", "logit_shift_se", "explained_by", "residual_all", "z_all", "family_size",
-               "tested", "statements", "branches", "searched", "weight_kind"]
+               "logit_shift", "logit_shift_se", "explained_by", "residual_all", "z_all",
+               "family_size", "tested", "statements", "branches", "searched", "weight_kind"]
     if binned:
         columns[columns.index("explained_by"):columns.index("explained_by")] = [
             "ece", "chi2", "chi2_df"]

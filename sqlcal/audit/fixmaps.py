@@ -4,11 +4,11 @@ readable SQL condition of a segment (:func:`sqlcal.segments`).
 A segment is a conjunction of ``feature = value`` predicates; a value may be ``NULL`` (the
 feature is NULL) or the feature's *other* bucket (every value not kept as a segment of its
 own, NULL included unless NULL was kept). A predicate is ``(feature, key, kept)``: the key of a
-value is ``"="`` and the value as a string (:func:`sqlcal.query.reductions.segment_code`), NULL and the
-bucket are the keys :data:`~sqlcal.query.reductions.SEGMENT_NULL` and
-:data:`~sqlcal.query.reductions.SEGMENT_OTHER`, which no value's key can equal; ``kept`` (the bucket's
-complement) holds keys. Conditions are built as sqlglot or Ibis trees from the column names and
-typed literals, never by pasting text.
+value is ``"="`` and the value as a string (:func:`sqlcal.query.reductions.segment_code`), NULL and
+the bucket are the keys :data:`~sqlcal.query.reductions.SEGMENT_NULL` and
+:data:`~sqlcal.query.reductions.SEGMENT_OTHER`, which no value's key can equal; ``kept`` (the
+bucket's complement) holds keys. Conditions are built as sqlglot or Ibis trees from the column names
+and typed literals, never by pasting text.
 
 Examples
 --------
@@ -25,7 +25,6 @@ import ibis
 import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
-import sqlglot
 from sqlglot import exp
 
 from sqlcal.errors import InvalidInputError
@@ -39,6 +38,7 @@ from sqlcal.query.reductions import (
     key_match,
     segment_fixed,
 )
+from sqlcal.query.sql import to_tree
 from sqlcal.recalibration.maps import CalibrationMap
 
 
@@ -96,7 +96,8 @@ def _literal(value, kind: str) -> exp.Expression:
 def condition_sql(predicates, kinds: dict, dialect: str = "duckdb") -> str:
     """A segment's condition as SQL of ``dialect``: ``predicates`` are ``(feature, key, kept)``
     (the module's docstring: a value's key, :data:`~sqlcal.query.reductions.SEGMENT_NULL` for NULL,
-    :data:`~sqlcal.query.reductions.SEGMENT_OTHER` for the values whose keys are not in ``kept``)."""
+    :data:`~sqlcal.query.reductions.SEGMENT_OTHER` for the values whose keys are not in
+    ``kept``)."""
     parts = []
     for feature, value, kept in predicates:
         col = exp.column(exp.to_identifier(feature, quoted=True))
@@ -187,8 +188,8 @@ class SegmentFix(CalibrationMap):
         return out
 
     def _thetas(self) -> list:
-        """Each fitted segment's θ as :func:`sqlcal.query.reductions.segment_fixed` reads it: a shift,
-        or (kind="platt") an (intercept, slope) pair."""
+        """Each fitted segment's θ as :func:`sqlcal.query.reductions.segment_fixed` reads it: a
+        shift, or (kind="platt") an (intercept, slope) pair."""
         slope = self._name("slope")
         slopes = self.table[slope] if slope in self.table else [None] * len(self.table)
         return [float(theta) if slope is None or pd.isna(slope) else (float(theta), float(slope))
@@ -218,10 +219,7 @@ class SegmentFix(CalibrationMap):
         unbound = ibis.table(schema, name="t")
         query = unbound.select(sqlcal_fixed=self.expr(unbound, score))
         read = engines.sqlglot_dialect(dialect)
-        try:
-            tree = sqlglot.parse_one(ibis.to_sql(query, dialect=dialect), read=read)
-        except Exception:  # a dialect Ibis cannot compile without its backend (Spark)
-            tree = sqlglot.parse_one(ibis.to_sql(query, dialect="duckdb"), read="duckdb")
+        tree = to_tree(query, dialect)
         value = tree.expressions[0].unalias()
         for col in value.find_all(exp.Column):
             col.set("table", None)

@@ -217,13 +217,14 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     sched.add_argument("--json-file", metavar="PATH", help="write the JSON here (overrides "
                                                            "[output] json)")
     sched.add_argument("--html", metavar="PATH",
-                       help="write the HTML page here (overrides [output] html); its diagrams "
-                            "need matplotlib, the plot extra")
+                       help="write the HTML page here (overrides [output] html): one "
+                            "self-contained, interactive file")
     sched.add_argument("--time", metavar="KEY", help="also measure per value of this column "
                                                       "(overrides [time] key)")
     sched.add_argument("--no-results", action="store_true",
                        help="do not write to the results table (--config only)")
-    sched.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    sched.add_argument("--quiet", action="store_true",
+                       help="no progress on stderr (shown on a terminal: step i of n, named)")
 
     cmp_ = commands.add_parser(
         "compare", help="is a model better calibrated than a baseline? differences per group",
@@ -317,7 +318,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
     mon.add_argument("--json-file", metavar="PATH", help="write the JSON document here")
     mon.add_argument("--html", metavar="PATH", help="write the offline HTML page here")
     mon.add_argument("--json", action="store_true", help="print the JSON document")
-    mon.add_argument("--quiet", action="store_true", help="print nothing but alarms")
+    mon.add_argument("--quiet", action="store_true",
+                     help="print nothing but alarms (and no progress on stderr)")
     mon.add_argument("--no-results", action="store_true",
                      help="do not append to the results table of [monitor]")
     mon.add_argument("--no-windows", action="store_true",
@@ -653,12 +655,16 @@ def _monitor(args) -> int:
     table_name = monitoring.check_monitor(config.get("monitor"), store=config["snapshot"]["store"],
                                           where=where)
     outputs.check_all({"json": args.json_file, "html": args.html})
-    run = monitor.run(config, at=args.at)
+    step = scheduled.Progress(False if args.quiet or args.json else None,
+                              total=1 + (not args.no_windows) + bool(args.html))
+    with step("change detector on the stored days"):
+        run = monitor.run(config, at=args.at)
     snap, labels = config["snapshot"], config["labels"]
     if not args.no_windows:
-        run.windows = monitoring.windows(
-            snap["store"], windows=windows, metrics=metrics, at=args.at, maturity=maturity,
-            horizon=labels["horizon"], settle=labels["settle"], prefix=snap["prefix"])
+        with step(f"windows {', '.join(windows)}"):
+            run.windows = monitoring.windows(
+                snap["store"], windows=windows, metrics=metrics, at=args.at, maturity=maturity,
+                horizon=labels["horizon"], settle=labels["settle"], prefix=snap["prefix"])
         run.alerts = monitoring.alerts(run.windows, rules, list(config["source"]["by"]))
     check_date = str(pd.Timestamp(args.at).date()) if args.at else \
         str(pd.Timestamp.now(tz="UTC").date())
@@ -672,7 +678,11 @@ def _monitor(args) -> int:
     if args.json_file:
         outputs.write_text(args.json_file, "json", json.dumps(monitor.to_document(run), indent=2))
     if args.html:
-        outputs.write_text(args.html, "html", monitor.to_html(run))
+        from sqlcal.reporting.html import render_monitor
+
+        with step("the page"):
+            page = render_monitor(run)
+        outputs.write_text(args.html, "html", page)
     if args.json:
         _out(json.dumps(monitor.to_document(run), indent=2))
     else:
@@ -784,7 +794,7 @@ def _scheduled(args, config: dict) -> int:
     from sqlcal.reporting import scheduled
 
     _override(config, args)
-    # every output path (and matplotlib for the HTML's diagrams) is checked before any query
+    # every output path is checked before any query
     scheduled.check_outputs(config, output_dir=args.output_dir)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import math
 import re
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ from sqlcal.inputs.groupkeys import VALUE
 from sqlcal.inputs.sources import check_exprs, valid_expr
 from sqlcal.monitor import schema
 from sqlcal.query import reductions
+from sqlcal.query.sql import to_sql
 
 #: dbt adapter -> the Ibis dialect of its SQL ("spark" covers Databricks, whose adapter dispatches
 #: to spark__ macros); PostgreSQL's text is the default__ macro
@@ -131,71 +131,30 @@ def validation_sql(dialect: str, weighted: bool) -> str:
     rows = t.select(_BY, p=t.score, y=t.label, w=t.weight if weighted else ibis.literal(1.0))
     expr = reductions.validation(rows, (_BY,), check_exprs(rows, weighted),
                                 valid_expr(rows, weighted, False))
-    return _template(ibis.to_sql(expr, dialect=dialect), dialect, None, None)
+    return _template(to_sql(expr, dialect), dialect, None, None)
 
 
 def store_sql(kind: str, dialect: str) -> str:
     """The rows a snapshot stores for one summary kind (:data:`sqlcal.monitor.schema.TABLES`:
     ``"totals"``, ``"cells"`` or ``"bins"``), as a Jinja template over a relation of ``(by...,
     p, y, w, period_start)``: per group, period and key, the label-free row (``delay`` = -1,
-    over every row) and the label row of the positives (``delay`` = -2: arrival unknown).
+    over every row) and the label row of the positives (``delay`` = -2: arrival unknown): the
+    store's sums as declared once (:data:`sqlcal.query.declared.STORE_SUMS`), rendered by
+    :func:`sqlcal.query.reductions.store_rows` as the snapshot's query renders them.
 
     Examples
     --------
     >>> "{{ cells - 1 }}" in store_sql("cells", "duckdb")
     True
     """
-    table = schema.TABLES[kind]
     t = ibis.table({_BY: "string", "p": "float64", "y": "float64", "w": "float64",
                     "period_start": "timestamp"}, name=_RELATION)
-    keys = {"cells": {"cell": reductions.score_cell(t.p, _CELLS)},
-            "bins": {"bin": reductions.uniform_bin(t.p, _BINS, "sqlcal")}}.get(kind, {})
-    p = t.p
-    pc = ibis.greatest(ibis.least(p, 1 / (1 + math.exp(4.0))), 1 / (1 + math.exp(-4.0)))
-    t = t.mutate(**keys, lnp=ibis.ifelse(p > 0, p, 1.0).ln(),
-                 lnq=ibis.ifelse(p < 1, 1 - p, 1.0).ln(), h=(pc / (1 - pc)).ln() / 4.0,
-                 pq=p * (1 - p), q2=(1 - 2 * p) * (1 - 2 * p))
-    p, y = t.p, t.y
-    free = {"n": lambda r: r.count(), "W": lambda r: r.w.sum(), "sw2": lambda r: (r.w * r.w).sum(),
-            "swp": lambda r: (r.w * r.p).sum(), "swpp": lambda r: (r.w * r.p * r.p).sum(),
-            "sw2_pq": lambda r: (r.w * r.w * r.pq).sum(),
-            "spieg_var": lambda r: (r.w * (r.q2 * r.pq)).sum(),
-            "sw2_spieg_var": lambda r: (r.w * r.w * (r.q2 * r.pq)).sum(),
-            "sw_lnq": lambda r: (r.w * r.lnq).sum(),
-            "sw_lnq2": lambda r: (r.w * r.lnq * r.lnq).sum(),
-            "sw2p": lambda r: (r.w * r.w * r.p).sum(),
-            "sw2pp": lambda r: (r.w * r.w * r.p * r.p).sum(),
-            "n_p1": lambda r: r.count(where=r.p == 1),
-            "swp_h": lambda r: (r.w * r.h * r.p).sum(), "p_min": lambda r: r.p.min(),
-            "p_max": lambda r: r.p.max()}
-    label = {"n_pos": lambda r: r.count(), "swy": lambda r: r.w.sum(),
-             "swyp": lambda r: (r.w * r.p).sum(), "swy_lnp": lambda r: (r.w * r.lnp).sum(),
-             "swy_lnq": lambda r: (r.w * r.lnq).sum(),
-             "swy_lnp2": lambda r: (r.w * r.lnp * r.lnp).sum(),
-             "swy_lnq2": lambda r: (r.w * r.lnq * r.lnq).sum(),
-             "n_pos_p0": lambda r: r.count(where=r.p == 0),
-             "n_pos_p1": lambda r: r.count(where=r.p == 1), "swy_h": lambda r: (r.w * r.h).sum()}
-    free_cols = [c for c, _ in table["label_free"]]
-    label_cols = [c for c, _ in table["label"]]
-    types = dict((*table["label_free"], *table["label"]))
-    group = [_BY, "period_start", *keys]
-    order = [_BY, "period_start", "delay", *keys, *free_cols, *label_cols]
-
-    def typed(name, value):
-        return ibis.literal(value, type=types[name])
-
-    a = t.group_by(group).aggregate(**{c: free[c](t) for c in free_cols})
-    a = a.mutate(delay=ibis.literal(schema.DELAY_LABEL_FREE, type="int64"),
-                 **{c: typed(c, 0) for c in label_cols})
-    pos = t.filter(y == 1)  # labels 0/1: Σw·y·f(p) is Σw·f(p) over the positives
-    b = pos.group_by(group).aggregate(**{c: label[c](pos) for c in label_cols})
-    b = b.mutate(delay=ibis.literal(schema.DELAY_UNKNOWN, type="int64"),
-                 **{c: ibis.null(types[c]) if c in schema.MINIMA | schema.MAXIMA
-                    else typed(c, 0) for c in free_cols})
-    expr = a.select(order).union(b.select(order))
+    expr = reductions.store_rows(t, [_BY, "period_start"], kind, cells=_CELLS, bins=_BINS,
+                                 free_delay=schema.DELAY_LABEL_FREE,
+                                 label_delay=schema.DELAY_UNKNOWN)
     param, placeholder = {"cells": ("cells", _CELLS), "bins": ("bins", _BINS)}.get(kind,
                                                                              (None, None))
-    return _template(ibis.to_sql(expr, dialect=dialect), dialect, param, placeholder)
+    return _template(to_sql(expr, dialect), dialect, param, placeholder)
 
 
 def _plain_key(text: str, dialect: str) -> str:

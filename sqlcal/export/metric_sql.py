@@ -3,8 +3,8 @@ reads, ``from_summaries`` finishes the metric from the frames those statements r
 they ran (a scheduler that runs SQL only, dbt, a warehouse's own jobs, stored daily summaries).
 
 Both come from the declarations the library itself uses (each metric's registration, the
-reductions of :mod:`sqlcal.query.reductions`), so the exported SQL is the SQL that runs. A metric whose
-summaries are one-shot (read in one pass, with no follow-up that depends on the data) exports
+reductions of :mod:`sqlcal.query.reductions`), so the exported SQL is the SQL that runs. A metric
+whose summaries are one-shot (read in one pass, with no follow-up that depends on the data) exports
 them: the equal-width binned metrics, the totals metrics, the grid form of the cumulative metrics
 (``method="grid"``, which reports its certified ``grid_bound``). A form that refines with follow-up
 passes (equal-mass bins, the exact cutoff error) exports instead the one-shot exact summary, the
@@ -30,6 +30,7 @@ from sqlcal.options import check as check_options
 from sqlcal.query import declared, executor, reductions
 from sqlcal.query.declared import union
 from sqlcal.query.executor import source
+from sqlcal.query.sql import to_sql
 
 
 def exportable() -> list[str]:
@@ -73,6 +74,11 @@ def summary_sql(metric: str, *, dialect: str = "duckdb", table: str, score: str,
         For a metric that is not exported, or options whose form needs follow-up passes (the
         message names the one-shot option to pass instead).
 
+    See Also
+    --------
+    from_summaries : finishes the metric from these statements' results.
+    report : runs the statements and finishes the metrics in one call.
+
     Examples
     --------
     >>> sql = summary_sql("ece", table="preds", score="p", label="y", by="segment")
@@ -108,7 +114,7 @@ def statements(metrics: dict[str, dict], *, dialect: str = "duckdb", table: str,
         if not internal_keys:
             expr = _named(expr, src.group_keys)
         header = _LEVELS_HEADER if s.key == LEVELS.key else ""
-        out[s.name] = header + ibis.to_sql(expr, dialect=dialect).strip() + ";"
+        out[s.name] = header + to_sql(expr, dialect) + ";"
     return out
 
 
@@ -136,6 +142,12 @@ def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str =
     -------
     pandas.DataFrame
         The metric's result table, equal to the direct call on the same rows.
+
+    See Also
+    --------
+    summary_sql : the statements whose results this finishes.
+    report : several metrics in one call, when sqlcal can run the queries itself.
+    stored : a source over summaries kept in a summary store.
 
     Examples
     --------

@@ -143,14 +143,15 @@ def parse_condition(text: str, table: ir.Table, *, dialect: str | None = None) -
     >>> t = ibis.memtable({"model": ["v1", "v2"], "p": [0.2, 0.7]})
     >>> parse_condition("model = 'v2' AND p > 0.5", t).type()
     Boolean(nullable=True)
-    >>> parse_condition("1 = 1; DROP TABLE t", t)
+    >>> parse_condition("1 = 1; DROP TABLE t", t)  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    sqlcal.inputs.condition.ConditionError: where='1 = 1; DROP TABLE t' holds 2 statements; it must be one condition over the table's columns
+    sqlcal.inputs.condition.ConditionError: where='1 = 1; DROP TABLE t' holds 2 statements; it
+    must be one condition over the table's columns
     >>> parse_condition("p BETWEEN SYMMETRIC 0.7 AND 0.2", t)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    sqlcal.inputs.condition.ConditionError: where='p BETWEEN SYMMETRIC 0.7 AND 0.2': BETWEEN SYMMETRIC is not translated exactly; ...
+    sqlcal.inputs.condition.ConditionError: ... BETWEEN SYMMETRIC is not translated exactly; ...
     """
     if not isinstance(text, str):
         raise ConditionError(f"where= must be a SQL condition string, an Ibis expression or a "

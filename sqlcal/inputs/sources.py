@@ -1,8 +1,8 @@
 """What to measure: a table, its score/label/weight columns, group keys and filters.
 
-``source()`` resolves the data (Ibis table, path or glob, connection URL, in-memory frame), checks the
-columns once with one aggregate query in the engine, and returns a :class:`Source` that every metric
-accepts. The same query also produces the *totals* summary (per group: n, W, Σwy, Σwp,
+``source()`` resolves the data (Ibis table, path or glob, connection URL, in-memory frame), checks
+the columns once with one aggregate query in the engine, and returns a :class:`Source` that every
+metric accepts. The same query also produces the *totals* summary (per group: n, W, Σwy, Σwp,
 Σw(y − p)², ...), so metrics that need only totals cost no further scan.
 """
 
@@ -148,6 +148,12 @@ class Source:
     baseline : str or None
         A paired comparison's baseline score column (:func:`sqlcal.compare`), read as ``q_``
         and validated like the score.
+
+    See Also
+    --------
+    source : builds and validates a Source; pass it to any metric.
+    stored : a Source over a window of stored summaries.
+    report : several metrics of one Source at once.
 
     Examples
     --------
@@ -338,6 +344,12 @@ class Source:
     def forbid_queries(self, why: str) -> None:
         """From now on any query is an error saying ``why`` (a source built from summaries)."""
         self.forbidden = why
+
+
+def served_rows(name: str) -> ir.Table:
+    """The rows of a source served from elsewhere (a window of the summary store): their
+    normalised columns ``p``, ``y``, ``w`` on a table bound to no engine, never queried."""
+    return ibis.table({"p": "float64", "y": "float64", "w": "float64"}, name=name)
 
 
 def describe(
@@ -778,8 +790,8 @@ def _is_frame(data: Any) -> bool:
 
 
 def apply_where(base: ir.Table, where: Any) -> ir.Table:
-    """``base`` filtered by ``where``: a SQL condition (parsed by :mod:`sqlcal.inputs.condition`, never
-    pasted), an Ibis boolean expression or a callable (as ``source(where=...)`` reads it)."""
+    """``base`` filtered by ``where``: a SQL condition (parsed by :mod:`sqlcal.inputs.condition`,
+    never pasted), an Ibis boolean expression or a callable (as ``source(where=...)`` reads it)."""
     return _apply_where(base, where)
 
 

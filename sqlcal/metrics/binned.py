@@ -139,6 +139,13 @@ def ece(
         ``"uncertainty_calibration(B)"``), ``ci_method`` (``"bootstrap"``, or None),
         ``confidence``, ``weight_kind``; with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    reliability : the per-bin table behind it, with intervals.
+    debiased_ece : the squared binned error with its finite-sample bias removed.
+    smooth_ece : a calibration error with no bins to choose.
+    cutoff_error : the worst score interval, with certified bounds.
+
     Notes
     -----
     With bins :math:`k`, bin weight :math:`W_k`, mean score :math:`\bar p_k` and observed rate
@@ -177,6 +184,22 @@ def ece(
     the statistic (Fang & Santos (2019)), so a calibrated model's interval reaches 0 despite
     the plug-in value's upward bias. See :mod:`sqlcal.metrics.intervals` for the method, its
     error and its coverage.
+
+    References
+    ----------
+    .. [1] C. Guo, G. Pleiss, Y. Sun and K. Q. Weinberger, "On Calibration of Modern Neural
+       Networks", ICML (PMLR 70), 2017.
+    .. [2] M. P. Naeini, G. F. Cooper and M. Hauskrecht, "Obtaining Well Calibrated Probabilities
+       Using Bayesian Binning", AAAI, 2015.
+    .. [3] A. Kumar, P. Liang and T. Ma, "Verified Uncertainty Calibration", NeurIPS, 2019.
+    .. [4] J. A. Hanley and B. MacGibbon, "Creating non-parametric bootstrap samples using Poisson
+       frequencies", Computer Methods and Programs in Biomedicine 83(1), 2006.
+    .. [5] N. Chamandy, O. Muralidharan, A. Najmi and S. Naidu, "Estimating Uncertainty for
+       Massive Data Streams", Google technical report, 2012.
+    .. [6] Z. Fang and A. Santos, "Inference on Directionally Differentiable Functions", Review
+       of Economic Studies 86(1), 2019.
+    .. [7] Z. Šidák, "Rectangular Confidence Regions for the Means of Multivariate Normal
+       Distributions", Journal of the American Statistical Association 62(318), 1967.
 
     Examples
     --------
@@ -284,6 +307,13 @@ def reliability(
         the diagram says little there, a warning says so too; try ``strategy="logit"``); with
         ``on_invalid="drop"``, ``n_dropped`` (the group's rows left out).
 
+    See Also
+    --------
+    ece : the weighted mean gap of this table, as one number.
+    smooth_reliability : a kernel curve with no bins to choose.
+    sqlcal.plots.reliability_diagram : draws this table.
+    brier_decomposition : the Brier score from the same bins.
+
     Notes
     -----
     A bin's mean score is :math:`\bar p_k = \sum_{i\in k} w_i p_i / W_k` and its observed rate
@@ -301,6 +331,17 @@ def reliability(
     :math:`v_i` (:func:`sqlcal.query.reductions.variance_weights`: :math:`w_i^2`, or
     :math:`f_i/\pi_i^2` under a sampling rate); Kish's :math:`W_k^2/\sum v_i` where every
     label of the bin is equal.
+
+    References
+    ----------
+    .. [1] M. H. DeGroot and S. E. Fienberg, "The Comparison and Evaluation of Forecasters", Journal
+       of the Royal Statistical Society, Series D (The Statistician) 32(1-2), 1983.
+    .. [2] E. B. Wilson, "Probable Inference, the Law of Succession, and Statistical Inference",
+       Journal of the American Statistical Association 22(158), 1927.
+    .. [3] C. J. Clopper and E. S. Pearson, "The Use of Confidence or Fiducial Limits Illustrated in
+       the Case of the Binomial", Biometrika 26(4), 1934.
+    .. [4] E. L. Korn and B. I. Graubard, "Confidence Intervals for Proportions with Small Expected
+       Number of Positive Counts Estimated from Survey Data", Survey Methodology 24(2), 1998.
 
     Examples
     --------
@@ -454,6 +495,12 @@ def brier_decomposition(
         ``binning`` (as in :func:`ece`), ``ci_method``, ``confidence``, ``weight_kind``; with
         ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    brier : the Brier score alone.
+    decompose : the CORP decomposition, with no bins to choose.
+    reliability : the per-bin table the terms are summed from.
+
     Notes
     -----
     Murphy's decomposition holds only when scores are constant within a bin. Stephenson, Coelho and
@@ -468,6 +515,13 @@ def brier_decomposition(
     :math:`\mathrm{WBC} = 2\sum_k\sum_{i\in k} w_i(y_i-\bar y_k)(p_i-\bar p_k)/W`. The last term
     :math:`\mathrm{LV} = \sum_i w_i y_i(1-y_i)/W` is 0 for labels in {0, 1}; it keeps the identity
     exact for soft labels. Murphy (1973), A New Vector Partition of the Probability Score.
+
+    References
+    ----------
+    .. [1] A. H. Murphy, "A New Vector Partition of the Probability Score", Journal of Applied
+       Meteorology 12(4), 1973.
+    .. [2] D. B. Stephenson, C. A. S. Coelho and I. T. Jolliffe, "Two Extra Components in the Brier
+       Score Decomposition", Weather and Forecasting 23(4), 2008.
 
     Examples
     --------
@@ -601,6 +655,12 @@ def hosmer_lemeshow(
         ``"sampling"``: the group variance used, ``"auto"`` resolved); with
         ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    spiegelhalter : a test with no grouping to choose.
+    reliability : the observed and expected rates per bin.
+    kuiper : a test on cumulative differences, with no bins.
+
     Notes
     -----
     :math:`C = \sum_g (O_g - E_g)^2 / (W_g \bar\pi_g (1 - \bar\pi_g))` with :math:`O_g = \sum w y`,
@@ -614,6 +674,15 @@ def hosmer_lemeshow(
     regression model fitted using survey sample data, for the design-based test). That part is
     estimated from each risk group's kept negatives: with a few per group the test rejects too
     often (measured on calibrated models: 13% at about 6 kept negatives a group, 5% at 30).
+
+    References
+    ----------
+    .. [1] D. W. Hosmer and S. Lemeshow, "A Goodness-of-Fit Test for the Multiple Logistic
+       Regression Model", Communications in Statistics - Theory and Methods 9(10), 1980.
+    .. [2] K. J. Archer and S. Lemeshow, "Goodness-of-Fit Test for a Logistic Regression Model
+       Fitted Using Survey Sample Data", The Stata Journal 6(1), 2006.
+    .. [3] C.-E. Särndal, B. Swensson and J. Wretman, "Model Assisted Survey Sampling", Springer,
+       1992.
 
     Examples
     --------
@@ -687,6 +756,12 @@ def debiased_ece(
         :mod:`sqlcal.metrics.intervals`), ``rmsce_lower``, ``rmsce_upper`` (their square
         roots), ``ci_method``, ``confidence``, ``weight_kind``.
 
+    See Also
+    --------
+    ece : the plug-in binned error, biased upward on small bins.
+    reliability : the per-bin table it is computed from.
+    smooth_ece : a calibration error with no bins to choose.
+
     Notes
     -----
     With :math:`W_b`, :math:`\bar p_b` and :math:`\bar y_b` the weight, mean score and label
@@ -697,6 +772,10 @@ def debiased_ece(
 
     a bin with :math:`W_b < 2` adding 0 (uncertainty-calibration's ``unbiased_square_ce``;
     weights count as repeated examples). One scan: the reliability table's bins.
+
+    References
+    ----------
+    .. [1] A. Kumar, P. Liang and T. Ma, "Verified Uncertainty Calibration", NeurIPS, 2019.
 
     Examples
     --------

@@ -25,7 +25,8 @@ from sqlcal.metrics import key_tuple
 from sqlcal.query import declared, planner
 
 #: cells of the score histogram behind smECE: with the offsets' first moments, linear binning
-#: of a cell lying within one interval of relplot's grid is exact (see ``sqlcal.metrics.smooth``; the distances read the same histogram)
+#: of a cell lying within one interval of relplot's grid is exact (see ``sqlcal.metrics.smooth``;
+#: the distances read the same histogram)
 SMOOTH_CELLS = 2**14
 
 #: cells of the first histogram (2^10); a zoom multiplies the grid by a power of two up to
@@ -72,7 +73,8 @@ def summary_parts(src: Source, *names: str) -> frozenset:
 
 
 def cells_summary(src: Source, parts=(), cells: int | None = None) -> pd.DataFrame:
-    """The fine score histogram (:func:`sqlcal.query.reductions.cells`), one pass, cached on the source."""
+    """The fine score histogram (:func:`sqlcal.query.reductions.cells`), one pass, cached on the
+    source."""
     return planner.fetch(src, *cells_needs(src, parts, cells))
 
 

@@ -69,7 +69,20 @@ def classwise(
     -------
     pandas.DataFrame
         One row per group: the keys, ``classes`` (K), ``<value>_average``, ``<value>_max``,
-        ``worst_class`` (the class of the largest value; the smallest such class on ties) and ``W`` (the weight of the examples, each counted once).
+        ``worst_class`` (the class of the largest value; the smallest such class on ties) and
+        ``W`` (the weight of the examples, each counted once).
+
+    See Also
+    --------
+    class_summary : the same reduction of a per-class result you already have.
+    multiclass : the table of binary rows, top-label or classwise.
+    ece : a metric to pass, per class.
+
+    References
+    ----------
+    .. [1] M. Kull, M. Perello-Nieto, M. Kängsepp, T. Silva Filho, H. Song and P. Flach, "Beyond
+       Temperature Scaling: Obtaining Well-Calibrated Multiclass Probabilities with Dirichlet
+       Calibration", NeurIPS, 2019.
 
     Examples
     --------
@@ -129,6 +142,11 @@ def class_summary(per_class: pd.DataFrame, *, by: Sequence[str] = (), value: str
     pandas.DataFrame
         One row per group: ``classes`` (their number), ``<value>_average``, ``<value>_max``,
         ``worst_class`` and, when the metric's result has it, ``W``.
+
+    See Also
+    --------
+    classwise : runs a metric per class and reduces it in one call.
+    multiclass : builds the classwise table a per-class metric reads.
 
     Examples
     --------

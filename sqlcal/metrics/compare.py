@@ -133,12 +133,28 @@ def compare(
         ``design`` (``"paired"`` or ``"unpaired"``), ``ci_method`` (``"delta"`` or
         ``"bootstrap"``), ``confidence``, ``weight_kind``.
 
+    See Also
+    --------
+    ece : a binned calibration error with its interval, for one model.
+    brier : the Brier score with its interval.
+    report : every headline metric with its interval, side by side.
+
     Notes
     -----
     See :mod:`sqlcal.metrics.compare` for the methods. A paired comparison reads the table
     once; an unpaired one reads each side once. The binned errors' difference compares the
     population values of the same binned quantities; its interval is conservative where a bin
     is near calibration under either model.
+
+    References
+    ----------
+    .. [1] A. W. van der Vaart, "Asymptotic Statistics", Cambridge University Press, 1998.
+    .. [2] J. A. Hanley and B. MacGibbon, "Creating non-parametric bootstrap samples using Poisson
+       frequencies", Computer Methods and Programs in Biomedicine 83(1), 2006.
+    .. [3] Z. Fang and A. Santos, "Inference on Directionally Differentiable Functions", Review
+       of Economic Studies 86(1), 2019.
+    .. [4] B. Efron and R. J. Tibshirani, "An Introduction to the Bootstrap", Chapman & Hall,
+       1993.
 
     Examples
     --------

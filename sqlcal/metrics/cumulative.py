@@ -122,6 +122,13 @@ def cutoff_error(
         ``weight_kind`` (``"frequency"`` or ``"sampling"``: the n of the bounds, ``"auto"``
         resolved); with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    kuiper : the same running-sum range, scaled into a test with a p-value.
+    ece : the binned error, which depends on the bins chosen.
+    sqlcal.plots.cumulative_plot : draws the running sum whose range this is.
+    expected_cost : bounds the cost of interval decision rules with this error.
+
     Notes
     -----
     The cutoff calibration error of Rossellini, Soloff, Barber, Ren & Willett (2025), Can a
@@ -150,6 +157,15 @@ def cutoff_error(
     Double-precision running sums: the error of S is at most about n·2⁻⁵³ times Σw|y − p| (worst
     case), so the cutoff error's error is below n·1.1e-16; it stays under a calibrated model's
     noise floor (about 0.8/√n) up to about 3·10¹⁰ rows per group.
+
+    References
+    ----------
+    .. [1] R. Rossellini, J. A. Soloff, R. Foygel Barber, Z. Ren and R. Willett, "Can a Calibration
+       Metric Be Both Testable and Actionable?", arXiv:2502.19851, 2025.
+    .. [2] Y. Gao, A. Parameswaran and J. Peng, "On the Interpretability of Conditional Probability
+       Estimates in the Agnostic Setting", AISTATS (PMLR 54), 2017.
+    .. [3] I. Arrieta-Ibarra, P. Gujral, J. Tannen, M. Tygert and C. Xu, "Metrics of Calibration for
+       Probabilistic Predictions", Journal of Machine Learning Research 23(351), 2022.
 
     Examples
     --------
@@ -244,9 +260,16 @@ def kuiper(
     pandas.DataFrame
         One row per group: the keys, ``kuiper`` (the statistic), ``n``, ``W``, ``p_value``,
         ``null_sd`` (the null standard deviation of S_K over W), ``grid_bound`` (in statistic
-        units; 0 when exact), ``exact`` (False with ``method="grid"``), ``weight_kind`` (``"frequency"``
-        or ``"sampling"``: the null variance used, ``"auto"`` resolved); with
+        units; 0 when exact), ``exact`` (False with ``method="grid"``), ``weight_kind``
+        (``"frequency"`` or ``"sampling"``: the null variance used, ``"auto"`` resolved); with
         ``on_invalid="drop"``, ``n_dropped``.
+
+    See Also
+    --------
+    ks : the test on the running sum's largest absolute value.
+    cutoff_error : the same range over W, as an error with bounds.
+    spiegelhalter : a test of the Brier score against calibration.
+    sqlcal.plots.cumulative_plot : draws the running sum.
 
     Notes
     -----
@@ -257,6 +280,13 @@ def kuiper(
     range of standard Brownian motion on [0, 1], whose survival function is
     :math:`8\sum_{k\ge1}(-1)^{k-1} k\,\bar\Phi(kv)` (Feller 1951; integrated from its density).
     The p-value is that tail, in [0, 1]. Ties are one unit (scores are grouped, never jittered).
+
+    References
+    ----------
+    .. [1] I. Arrieta-Ibarra, P. Gujral, J. Tannen, M. Tygert and C. Xu, "Metrics of Calibration for
+       Probabilistic Predictions", Journal of Machine Learning Research 23(351), 2022.
+    .. [2] W. Feller, "The Asymptotic Distribution of the Range of Sums of Independent Random
+       Variables", Annals of Mathematical Statistics 22(3), 1951.
 
     Examples
     --------
@@ -326,6 +356,12 @@ def ks(
         ``"sampling"``: the null variance used, ``"auto"`` resolved); with
         ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    kuiper : the test on the range of the running sum, origin included.
+    cutoff_error : the same running sum as an error with bounds, not a test.
+    sqlcal.plots.cumulative_plot : draws the running sum.
+
     Notes
     -----
     :math:`D = \max_k |S_k| / \sqrt{\sum w p(1-p)}`; under perfect calibration it converges to
@@ -335,6 +371,11 @@ def ks(
     then 0), never negative ones (MAPIE's 1 − CDF can go below 0). The test on cumulative
     differences is from Arrieta-Ibarra, Gujral, Tannen, Tygert & Xu (2022), Metrics of calibration
     for probabilistic predictions.
+
+    References
+    ----------
+    .. [1] I. Arrieta-Ibarra, P. Gujral, J. Tannen, M. Tygert and C. Xu, "Metrics of Calibration for
+       Probabilistic Predictions", Journal of Machine Learning Research 23(351), 2022.
 
     Examples
     --------

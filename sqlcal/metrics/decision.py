@@ -53,8 +53,8 @@ from sqlcal.query.unlabeled import unlabeled_source
 #: row (and at least ``_WARN_MIN_ROWS`` rows): each level set is then about one row
 DEGENERATE_SHARE = 0.9
 _WARN_MIN_ROWS = 20
-#: the CDL LP (method="lp") is a cross-check, refused for a group with more level sets (use the exact
-#: envelope); the slope LP solves 2,000 levels in about 0.2 s, 20,000 in 2 s
+#: the CDL LP (method="lp") is a cross-check, refused for a group with more level sets (use the
+#: exact envelope); the slope LP solves 2,000 levels in about 0.2 s, 20,000 in 2 s
 MAX_LP_LEVELS = 2_000
 #: the largest optimality gap (upper minus lower bound, over the live mass) the CDL LP may return
 #: with; measured at most 1.8e-10 on 6,000 random and near-degenerate inputs
@@ -125,6 +125,12 @@ def calibration_decision_loss(
         ``"uniform(B, sqlcal)"`` with ``bins``) and ``method`` (``"hull"`` or ``"lp"``); with
         ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    decision_loss : the loss of one fixed decision task instead of the worst one.
+    decision_risk_gap : the loss of a threshold rule, against recalibrated and monotone rules.
+    ece : the binned error that bounds it from above (twice ECE).
+
     Notes
     -----
     Hu and Wu (2024), Predict to Minimize Swap Regret for All Payoff-Bounded Tasks (FOCS 2024),
@@ -165,6 +171,13 @@ def calibration_decision_loss(
     plug-in degenerates (it is at least the Brier score): a warning is raised when a group has
     at least 0.9 distinct scores per row; pass ``bins=``. Like ECE, the plug-in is biased
     upward: a calibrated model gets a positive value on a finite sample.
+
+    References
+    ----------
+    .. [1] L. Hu and Y. Wu, "Predict to Minimize Swap Regret for All Payoff-Bounded Tasks", FOCS,
+       2024.
+    .. [2] P. Gopalan and L. Hu, "Calibration through the Lens of Indistinguishability", ACM SIGecom
+       Exchanges 23(1), 2025.
 
     Examples
     --------
@@ -492,6 +505,12 @@ def decision_loss(
         ``binning`` (as in :func:`calibration_decision_loss`); with ``on_invalid="drop"``,
         ``n_dropped``.
 
+    See Also
+    --------
+    calibration_decision_loss : the worst loss over all bounded decision tasks.
+    decision_risk_gap : the same threshold task, with the best monotone rule too.
+    expected_cost : the cost of decision rules on unlabelled rows.
+
     Notes
     -----
     Hu and Wu (2024), Predict to Minimize Swap Regret for All Payoff-Bounded Tasks; Gopalan and
@@ -501,6 +520,13 @@ def decision_loss(
     :math:`\sum_j n_j|\bar y_j-t|\,1[1\{v_j\ge t\}\ne1\{\bar y_j\ge t\}]`, which equals the
     ``risk_gap`` of :func:`decision_risk_gap` at τ = t. The umbrella example of the survey
     (carry an umbrella iff p ≥ 0.1) is ``threshold=0.1``.
+
+    References
+    ----------
+    .. [1] L. Hu and Y. Wu, "Predict to Minimize Swap Regret for All Payoff-Bounded Tasks", FOCS,
+       2024.
+    .. [2] P. Gopalan and L. Hu, "Calibration through the Lens of Indistinguishability", ACM SIGecom
+       Exchanges 23(1), 2025.
 
     Examples
     --------
@@ -517,8 +543,10 @@ def decision_loss(
         raise ValueError(f"tie must be 'higher' or 'lower', not {tie!r}")
     if payoffs is not None:
         table = np.asarray(payoffs, dtype=float)
-        if table.ndim != 2 or table.shape[1] != 2 or len(table) < 1 or not np.isfinite(table).all():
-            raise ValueError("payoffs must be a finite array of shape (k, 2): rows (u(a,0), u(a,1))")
+        if (table.ndim != 2 or table.shape[1] != 2 or len(table) < 1
+                or not np.isfinite(table).all()):
+            raise ValueError("payoffs must be a finite array of shape (k, 2): "
+                             "rows (u(a,0), u(a,1))")
         thresholds = None
     else:
         table, thresholds = None, _thresholds(threshold)
@@ -677,6 +705,12 @@ def decision_risk_gap(
         "decreasing": act iff score ≤ ``best_threshold``) and ``best_threshold`` (NaN for never
         and always); with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    decision_loss : the same gap for any fixed payoff table.
+    calibration_decision_loss : the worst gap over all bounded tasks.
+    cutoff_error : the testable error that bounds the monotone gap.
+
     Notes
     -----
     Rossellini, Soloff, Barber, Ren and Willett (2025), Can a calibration metric be both testable
@@ -694,6 +728,11 @@ def decision_risk_gap(
     grouped-Bayes gap is not: with one row per distinct score it collapses to the risk itself.
     The two bounds hold exactly on the (weighted) empirical law. Ties in the best rule are
     resolved in the order never, always, increasing, decreasing (lowest threshold first).
+
+    References
+    ----------
+    .. [1] R. Rossellini, J. A. Soloff, R. Foygel Barber, Z. Ren and R. Willett, "Can a Calibration
+       Metric Be Both Testable and Actionable?", arXiv:2502.19851, 2025.
 
     Examples
     --------
@@ -922,8 +961,9 @@ def expected_cost(
     pandas.DataFrame
         One row per group and rule: the keys, ``rule``, ``expected_cost`` (the label-free
         estimate per unit weight, :math:`\sum_i w_i\sum_j 1\{l_j<f_i\le r_j\}
-        [a_jf_i+b_j(1-f_i)]/W`; times W for the total), ``n``, ``W``, ``error_bound`` (bound on the absolute
-        difference between the realised cost per unit weight and the estimate), ``cost_lower``,
+        [a_jf_i+b_j(1-f_i)]/W`; times W for the total), ``n``, ``W``, ``error_bound`` (bound on
+        the absolute difference between the realised cost per unit weight and the estimate),
+        ``cost_lower``,
         ``cost_upper`` (the range of the realised cost the bound allows: estimate ∓ bound, cut
         to the costs labels can give; see Notes), ``epsilon`` (the bound used for this table's
         cutoff error), ``population_bound`` (with ``validation``: bound on the absolute difference
@@ -933,6 +973,12 @@ def expected_cost(
         the action name of each interval; else None) and ``confidence`` (of the bounds: 1 − 2δ
         with ``validation``; NaN when ``epsilon`` is given, whose own confidence carries over).
         With ``on_invalid="drop"``, ``n_dropped``.
+
+    See Also
+    --------
+    cutoff_error : the calibration bound its error bound rests on.
+    decision_risk_gap : the realised risk of a threshold rule on labelled rows.
+    decision_loss : the payoff lost by one decision task on labelled rows.
 
     Notes
     -----
@@ -965,6 +1011,13 @@ def expected_cost(
     The validation rows' weights count exactly as this table's: a row of weight 0 is no row,
     whole-number weights are repeated rows (in the cutoff error and in its n), other weights
     sampling weights (n = W²/Σw², as :func:`sqlcal.cutoff_error`).
+
+    References
+    ----------
+    .. [1] Y. Gao, A. Parameswaran and J. Peng, "On the Interpretability of Conditional Probability
+       Estimates in the Agnostic Setting", AISTATS (PMLR 54), 2017.
+    .. [2] R. Rossellini, J. A. Soloff, R. Foygel Barber, Z. Ren and R. Willett, "Can a Calibration
+       Metric Be Both Testable and Actionable?", arXiv:2502.19851, 2025.
 
     Examples
     --------
@@ -1378,7 +1431,8 @@ def _rules_table(rules: Any) -> pd.DataFrame:
         table = pd.DataFrame(items, columns=["l", "r", "a", "b"]).assign(rule="rule")
     missing = {"l", "r", "a", "b"} - set(table.columns)
     if missing or table.empty:
-        raise ValueError(f"rules need intervals with columns l, r, a, b (missing {sorted(missing)})")
+        raise ValueError("rules need intervals with columns l, r, a, b "
+                         f"(missing {sorted(missing)})")
     table = table[["rule", "l", "r", "a", "b"]].copy()
     for col in "lrab":
         table[col] = table[col].astype(float)

@@ -121,6 +121,12 @@ def lipschitz_calibration_error(
         ``n_levels`` (level sets or cells used), ``lipschitz`` (the constant K); with
         ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    smooth_ece : relplot's kernel-smoothed error, a different quantity.
+    distance_to_calibration : its lower distance is within a factor 2 of smCE.
+    ece : the binned error, an upper bound.
+
     Notes
     -----
     Kakade and Foster (2008), Deterministic calibration and Nash equilibrium; the survey of
@@ -143,6 +149,13 @@ def lipschitz_calibration_error(
     W_c/W` (the largest mean absolute deviation with that range and mean; at most 2^-15).
     CITL ≤ smCE ≤ ECE, EMD/2 ≤ smCE ≤ EMD (Lemma 3.4), and smCE/2 ≤ lower distance ≤ 2·smCE
     (Theorem 6.7).
+
+    References
+    ----------
+    .. [1] S. M. Kakade and D. P. Foster, "Deterministic Calibration and Nash Equilibrium", Journal
+       of Computer and System Sciences 74(1), 2008.
+    .. [2] P. Gopalan and L. Hu, "Calibration through the Lens of Indistinguishability", ACM SIGecom
+       Exchanges 23(1), 2025.
 
     Examples
     --------
@@ -228,23 +241,30 @@ def distance_to_calibration(
           the scores to the mean score of their LP bucket (0 when the LP runs on exact levels);
         - ``upper_distance``: the smallest valid upper bound on the upper distance, and
           ``upper_method``, the bound that gave it (see Notes);
-        - ``abs_citl`` (|E[y − p]|, a lower bound on every distance), ``lipschitz_calibration_error``
-          (smCE on the levels used; max(abs_citl, smCE/2) ≤ lower distance ≤ 2·smCE, up to
+        - ``abs_citl`` (|E[y − p]|, a lower bound on every distance),
+          ``lipschitz_calibration_error`` (smCE on the levels used; max(abs_citl, smCE/2) ≤
+          lower distance ≤ 2·smCE, up to
           ``quantization_bound``, Theorem 6.7);
         - ``quantization_bound``: the same bound for the cells used (0 on exact levels), and
           ``n_levels``, the number of levels or cells used;
         - with ``on_invalid="drop"``, ``n_dropped``.
+
+    See Also
+    --------
+    lipschitz_calibration_error : the smooth error, within a factor 2 of the lower distance.
+    interval_calibration_error : an upper bound on the upper distance.
+    cutoff_error : the testable error behind the 3·sqrt(cutoff) bound.
 
     Notes
     -----
     Błasiok, Gopalan, Hu and Nakkiran (2023), A Unifying Theory of Distance from Calibration
     (STOC 2023), as presented in Gopalan and Hu (2025), Calibration through the Lens of
     Indistinguishability, Section 6. The distance to calibration
-    :math:`\mathrm{dCE}(p)=\min_{q\text{ calibrated}}\mathbb E|p-q|` depends on the feature space, which logged (score, label) rows
-    do not show; over all spaces consistent with the data it ranges over
-    :math:`[\underline{\mathrm{dCE}},\overline{\mathrm{dCE}}]`, and by Corollary 6.8 no measure
-    computed from the law of (score, label) can tell dCE ≥ η from dCE ≤ 2η²: the bracket can be
-    that wide (Theorem 6.9: :math:`\overline{\mathrm{dCE}}\le4\sqrt{\underline{\mathrm{dCE}}}`).
+    :math:`\mathrm{dCE}(p)=\min_{q\text{ calibrated}}\mathbb E|p-q|` depends on the feature space,
+    which logged (score, label) rows do not show; over all spaces consistent with the data it ranges
+    over :math:`[\underline{\mathrm{dCE}},\overline{\mathrm{dCE}}]`, and by Corollary 6.8 no measure
+    computed from the law of (score, label) can tell dCE ≥ η from dCE ≤ 2η²: the bracket can be that
+    wide (Theorem 6.9: :math:`\overline{\mathrm{dCE}}\le4\sqrt{\underline{\mathrm{dCE}}}`).
 
     *Lower distance.* The coupling LP: move the mass at (v_j, y) to points u of a grid
     :math:`U` so that the label mean at every u is u, at least cost
@@ -274,6 +294,15 @@ def distance_to_calibration(
     contiguous (three levels can show it: 10 rows each at p = 0.1, 0.6, 0.7 with 2, 5
     and 0 positives) and no efficient exact search is known, so above
     8 levels the reported value can exceed the upper distance.
+
+    References
+    ----------
+    .. [1] J. Błasiok, P. Gopalan, L. Hu and P. Nakkiran, "A Unifying Theory of Distance from
+       Calibration", STOC, 2023.
+    .. [2] P. Gopalan and L. Hu, "Calibration through the Lens of Indistinguishability", ACM SIGecom
+       Exchanges 23(1), 2025.
+    .. [3] R. Rossellini, J. A. Soloff, R. Foygel Barber, Z. Ren and R. Willett, "Can a Calibration
+       Metric Be Both Testable and Actionable?", arXiv:2502.19851, 2025.
 
     Examples
     --------
@@ -355,6 +384,12 @@ def interval_calibration_error(
         widths over partitions whose cuts fall between buckets of levels or cells: an upper
         bound on the infimum); with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    distance_to_calibration : the bracket intCE bounds from above.
+    ece : the binned error of fixed bins, without the width term.
+    lipschitz_calibration_error : another error within a constant of the distance.
+
     Notes
     -----
     Gopalan and Hu (2025), Calibration through the Lens of Indistinguishability, Def. 6.10:
@@ -369,8 +404,13 @@ def interval_calibration_error(
     R). Up to 64 levels every span is tried (exact). Above, the caps are the smallest feasible
     one (the widest single level: 0 on exact levels) and that (or else the smallest gap between
     levels) times powers of 2 up to the whole span: the cap just above the optimal width is
-    less than twice it, so the value is at most 2·intCE. More than 1024 levels (or cells) are first merged into
-    1024 contiguous buckets of equal score width.
+    less than twice it, so the value is at most 2·intCE. More than 1024 levels (or cells) are first
+    merged into 1024 contiguous buckets of equal score width.
+
+    References
+    ----------
+    .. [1] P. Gopalan and L. Hu, "Calibration through the Lens of Indistinguishability", ACM SIGecom
+       Exchanges 23(1), 2025.
 
     Examples
     --------

@@ -77,6 +77,12 @@ def normalized_entropy(
         None when it is not), ``confidence``, ``weight_kind``; with ``on_invalid="drop"``,
         ``n_dropped``.
 
+    See Also
+    --------
+    log_loss : the log loss alone.
+    calibration_ratio : expected over observed positives, with an interval.
+    brier : the quadratic scoring rule.
+
     Notes
     -----
     With :math:`\ell_i = -y_i\ln p_i - (1-y_i)\ln(1-p_i)`, :math:`\mathrm{LL} = \sum w\ell / W`
@@ -101,6 +107,12 @@ def normalized_entropy(
     :math:`\mathrm{NE} \pm z\sqrt{\widehat{\mathrm{Var}}}`. It treats the rows (before any
     sampling) as independent draws and the base rate as estimated from them; it needs enough
     positives for the normal approximation (hundreds, not tens).
+
+    References
+    ----------
+    .. [1] X. He et al., "Practical Lessons from Predicting Clicks on Ads at Facebook", ADKDD, 2014.
+    .. [2] C.-E. Särndal, B. Swensson and J. Wretman, "Model Assisted Survey Sampling", Springer,
+       1992.
 
     Examples
     --------
@@ -187,6 +199,12 @@ def calibration_ratio(
         ``weight_kind``; with ``deciles``, ``binning``; with ``on_invalid="drop"``,
         ``n_dropped``.
 
+    See Also
+    --------
+    calibration_in_the_large : mean score minus observed rate, and its inverse ratio.
+    normalized_entropy : how much the scores tell beyond the base rate.
+    reliability : the ratio's pieces per score bin.
+
     Notes
     -----
     Convention: ads report expected over observed, :math:`\mathrm{CR} = \sum wp / \sum wy`
@@ -216,6 +234,14 @@ def calibration_ratio(
     the validation page of the documentation (docs/validation.md). Wilson (1927), Probable
     Inference, the Law of Succession, and Statistical Inference, for the score-interval
     construction.
+
+    References
+    ----------
+    .. [1] X. He et al., "Practical Lessons from Predicting Clicks on Ads at Facebook", ADKDD, 2014.
+    .. [2] E. B. Wilson, "Probable Inference, the Law of Succession, and Statistical Inference",
+       Journal of the American Statistical Association 22(158), 1927.
+    .. [3] C.-E. Särndal, B. Swensson and J. Wretman, "Model Assisted Survey Sampling", Springer,
+       1992.
 
     Examples
     --------

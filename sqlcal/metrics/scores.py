@@ -79,6 +79,12 @@ def brier(
         interval of the population's Brier score), ``ci_method`` (``"delta"``),
         ``confidence``, ``weight_kind``; with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    brier_decomposition : the same score split into reliability, resolution and uncertainty.
+    decompose : the split with isotonic recalibration instead of bins.
+    log_loss : the logarithmic scoring rule instead of the quadratic one.
+
     Notes
     -----
     .. math:: \mathrm{BS} = \frac{1}{W} \sum_i w_i (y_i - p_i)^2, \qquad W = \sum_i w_i.
@@ -93,6 +99,12 @@ def brier(
     with the variance weight :math:`v_i` (:func:`sqlcal.query.reductions.variance_weights`:
     :math:`w_i` for frequency weights, :math:`w_i^2` for sampling weights, :math:`f_i/\pi_i^2`
     on a downsampled log); see :mod:`sqlcal.metrics.intervals`.
+
+    References
+    ----------
+    .. [1] G. W. Brier, "Verification of Forecasts Expressed in Terms of Probability", Monthly
+       Weather Review 78(1), 1950.
+    .. [2] A. W. van der Vaart, "Asymptotic Statistics", Cambridge University Press, 1998.
 
     Examples
     --------
@@ -161,6 +173,12 @@ def log_loss(
         the log loss is infinite), ``ci_method`` (``"delta"``), ``confidence``,
         ``weight_kind``; with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    normalized_entropy : the log loss over the entropy of the base rate.
+    brier : the quadratic scoring rule.
+    decompose : the log score split into miscalibration and discrimination.
+
     Notes
     -----
     Scores are not clipped: :math:`0 \ln 0 = 0`, and a row with infinite loss makes the group's
@@ -169,6 +187,12 @@ def log_loss(
     logarithmic scoring rule is from Good (1952), Rational Decisions. The interval is the delta
     method's, :math:`\mathrm{LL} \pm z\sqrt{\sum_i v_i(\ell_i - \mathrm{LL})^2}/W` (van der
     Vaart (1998), Asymptotic Statistics, ch. 3; v the variance weight as in :func:`brier`).
+
+    References
+    ----------
+    .. [1] I. J. Good, "Rational Decisions", Journal of the Royal Statistical Society, Series B
+       14(1), 1952.
+    .. [2] A. W. van der Vaart, "Asymptotic Statistics", Cambridge University Press, 1998.
 
     Examples
     --------
@@ -243,6 +267,12 @@ def calibration_in_the_large(
         ``oe_ratio_upper`` (of ``oe_ratio``), ``ci_method`` (``"delta"``), ``confidence``,
         ``weight_kind``; with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    calibration_ratio : the observed/expected ratio's inverse, with an interval.
+    calibration_slope : the next level of the hierarchy: slope and intercept.
+    ece : calibration within score ranges, not only on average.
+
     Notes
     -----
     .. math:: \mathrm{CITL} = \frac{\sum_i w_i p_i - \sum_i w_i y_i}{\sum_i w_i}, \qquad
@@ -255,6 +285,12 @@ def calibration_in_the_large(
     :math:`\rho = O/E` on the log scale, :math:`\rho\exp(\pm z\,\mathrm{se})` with
     :math:`\mathrm{se}^2 = \sum_i v_i(y_i - \rho p_i)^2/(\rho\sum_i w_i p_i)^2` (v the variance
     weight, as in :func:`brier`).
+
+    References
+    ----------
+    .. [1] B. Van Calster et al., "A Calibration Hierarchy for Risk Models Was Defined: from Utopia
+       to Empirical Data", Journal of Clinical Epidemiology 74, 2016.
+    .. [2] A. W. van der Vaart, "Asymptotic Statistics", Cambridge University Press, 1998.
 
     Examples
     --------
@@ -324,6 +360,12 @@ def spiegelhalter(
         ``weight_kind`` (``"frequency"`` or ``"sampling"``: the null variance used, ``"auto"``
         resolved); with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    hosmer_lemeshow : a test on risk groups.
+    kuiper : a test on cumulative differences, which sees miscalibration by score.
+    brier : the score whose excess the test weighs.
+
     Notes
     -----
     Spiegelhalter (1986), Probabilistic prediction in patient management and clinical trials
@@ -350,6 +392,13 @@ def spiegelhalter(
     :math:`\sum v_0(1-2p)^2p(1-p) + \sum (v - v_0)(y-p)^2(1-2p)^2`, the linearization of
     Särndal, Swensson & Wretman (1992), Model Assisted Survey Sampling, ch. 5, with the
     population's part under the null.
+
+    References
+    ----------
+    .. [1] D. J. Spiegelhalter, "Probabilistic Prediction in Patient Management and Clinical
+       Trials", Statistics in Medicine 5(5), 1986.
+    .. [2] C.-E. Särndal, B. Swensson and J. Wretman, "Model Assisted Survey Sampling", Springer,
+       1992.
 
     Examples
     --------

@@ -36,8 +36,9 @@ _REFINING = {("sigma", None): "sigma=<a bandwidth> (one histogram split at its g
     options={"noise": Option("choice", "the noise added to the logits", choices=NOISES),
              "noise_scale": Option("float", "scale of the noise added to the logits", low=0,
                                    open_low=True),
-             "grid_step": Option("float", "logit grid step (default noise_scale/20, noise_scale/200 "
-                            "for uniform noise)", low=0, open_low=True, optional=True)})
+             "grid_step": Option("float", "logit grid step (default noise_scale/20, "
+                                 "noise_scale/200 for uniform noise)", low=0, open_low=True,
+                                 optional=True)})
 @checked
 def ls_ece(
     data: Any,
@@ -92,6 +93,12 @@ def ls_ece(
         bound, see Notes), ``noise_scale``, ``noise``, ``clip`` and ``grid_step`` (the logit
         grid spacing δ used); with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    smooth_ece : kernel smoothing of the scores instead of noise on the logits.
+    ece : the binned error it smooths.
+    tce : a test-based error on adaptive bins.
+
     Notes
     -----
     Chidambaram, Lee, McSwiggen & Rezchikov (2024), How Flawed Is ECE? An Analysis via Logit
@@ -108,9 +115,14 @@ def ls_ece(
     0.051(\delta/\sigma)^4` to leading order (3.4e-6 at δ = σ/20, 2.4e-8 at σ/100;
     plus :math:`0.012\delta^2` for sampling the sigmoid on the grid (``grid_bound``; the default
     keeps δ ≤ 0.05 logit units). Uniform noise: linear binning moves each row's kernel by at most
-    :math:`\delta/\sigma` in total variation (first order, hence the finer default grid). LS-ECE is not 0 for a
-    calibrated model (about 0.2σ for an atom at ½: (1/4)·sqrt(2/π)·σ = 0.1995σ) and tends to ½
-    as σ → ∞; values are comparable only at the same σ.
+    :math:`\delta/\sigma` in total variation (first order, hence the finer default grid). LS-ECE is
+    not 0 for a calibrated model (about 0.2σ for an atom at ½: (1/4)·sqrt(2/π)·σ = 0.1995σ) and
+    tends to ½ as σ → ∞; values are comparable only at the same σ.
+
+    References
+    ----------
+    .. [1] M. Chidambaram, H. Lee, C. McSwiggen and S. Rezchikov, "How Flawed Is ECE? An Analysis
+       via Logit Smoothing", ICML (PMLR 235), 2024.
 
     Examples
     --------
@@ -186,6 +198,13 @@ def smooth_ece(
         used), and with ``bootstrap``, ``ci_lower``, ``ci_upper``, ``bootstrap`` (the replicates)
         and ``confidence`` (the interval's level); with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    smooth_reliability : the smoothed curve whose gap this is.
+    ls_ece : smoothing by noise on the logit instead.
+    ece : the binned error.
+    lipschitz_calibration_error : the Lipschitz smooth error smCE, a different quantity.
+
     Notes
     -----
     Błasiok & Nakkiran (2024), Smooth ECE: Principled Reliability Diagrams via Kernel Smoothing
@@ -217,6 +236,11 @@ def smooth_ece(
     weights this is exactly the Poisson bootstrap of the rows up to that placement, which leaves
     the linear binning unchanged except in the cells holding a node (a shift below 2^-14 there).
     Soft labels have no bootstrap.
+
+    References
+    ----------
+    .. [1] J. Błasiok and P. Nakkiran, "Smooth ECE: Principled Reliability Diagrams via Kernel
+       Smoothing", ICLR, 2024.
 
     Examples
     --------
@@ -290,6 +314,12 @@ def smooth_reliability(
         1 on [0, 1]), ``sigma`` (the bandwidth used); with ``on_invalid="drop"``, ``n_dropped``
         (the group's rows left out).
 
+    See Also
+    --------
+    smooth_ece : the smoothed curve's gap as one number.
+    reliability : the binned table.
+    sqlcal.plots.smooth_reliability_diagram : draws this curve.
+
     Notes
     -----
     .. math:: \hat y(t) = \frac{\sum_i w_i K_\sigma(t, p_i)\, y_i}{\sum_i w_i K_\sigma(t, p_i)},
@@ -297,6 +327,14 @@ def smooth_reliability(
     with the reflected Gaussian kernel of Błasiok & Nakkiran (2024), Smooth ECE: Principled
     Reliability Diagrams via Kernel Smoothing; the estimator is Nadaraya's (1964), On Estimating
     Regression, and Watson's (1964), Smooth Regression Analysis.
+
+    References
+    ----------
+    .. [1] J. Błasiok and P. Nakkiran, "Smooth ECE: Principled Reliability Diagrams via Kernel
+       Smoothing", ICLR, 2024.
+    .. [2] E. A. Nadaraya, "On Estimating Regression", Theory of Probability and Its Applications
+       9(1), 1964.
+    .. [3] G. S. Watson, "Smooth Regression Analysis", Sankhyā, Series A 26(4), 1964.
 
     Examples
     --------

@@ -132,6 +132,12 @@ def tce(
         ``"quantile(B)"``), ``alpha`` and ``test`` (the test's level and kind); with
         ``on_invalid="drop"``, ``n_dropped``. :func:`tce_bins` gives the per-bin table.
 
+    See Also
+    --------
+    tce_bins : the per-bin table behind the percentage.
+    ece : the binned error, a gap of rates rather than a share rejected.
+    sqlcal.plots.tce_diagram : draws the bins and their tests.
+
     Notes
     -----
     Matsubara, Tax, Mudd & Guy (2023), TCE: A Test-Based Approach to Measuring Calibration Error
@@ -153,6 +159,11 @@ def tce(
     interval shrinks like 1/√n_b while the spread of its predictions does not (the paper's Table
     12: 7.3% at N = 6,000, 19.1% at 60,000). With bins as fractions of N, a warehouse-sized table
     tends to 100%. Fix the bin sizes in counts (``n_min``/``n_max``) and report them with the value.
+
+    References
+    ----------
+    .. [1] T. Matsubara, N. Tax, R. Mudd and I. Guy, "TCE: A Test-Based Approach to Measuring
+       Calibration Error", UAI (PMLR 216), 2023.
 
     Examples
     --------
@@ -233,12 +244,23 @@ def tce_bins(
         rejects), ``tce_bin`` (percent), ``binning``, ``alpha`` and ``test`` (as in :func:`tce`);
         with ``on_invalid="drop"``, ``n_dropped`` (the group's rows left out).
 
+    See Also
+    --------
+    tce : the percentage rejected, per group.
+    reliability : the binned table of rates with intervals.
+    sqlcal.plots.tce_diagram : draws this table.
+
     Notes
     -----
     A bin b with :math:`k_b` positives among :math:`n_b` predictions accepts the scores
     :math:`\{q : \mathrm{pval}(k_b, n_b, q) > \alpha\}` (Matsubara, Tax, Mudd & Guy (2023), TCE: A
     Test-Based Approach to Measuring Calibration Error); ``tce_bin`` is the percentage of the bin's
     weight outside them.
+
+    References
+    ----------
+    .. [1] T. Matsubara, N. Tax, R. Mudd and I. Guy, "TCE: A Test-Based Approach to Measuring
+       Calibration Error", UAI (PMLR 216), 2023.
 
     Examples
     --------
@@ -397,9 +419,9 @@ def pavabc(W: np.ndarray, Y: np.ndarray, n_min: int, n_max: int, tail_rule: str 
     weight W, label sum Y): the index of the first atom of each block.
 
     The reference ``_pavabc`` on atoms (Matsubara et al. (2023), Algorithm 2): each atom is
-    pushed; the top two blocks merge while their size is ≤ n_min, or ≤ n_max with the lower mean ≥ the upper
-    (compared as Y0·W1 ≥ Y1·W0). The minimal suffix of atoms holding n_min is held back as a
-    tail block, merged into the last block or appended by ``tail_rule``.
+    pushed; the top two blocks merge while their size is ≤ n_min, or ≤ n_max with the lower
+    mean ≥ the upper (compared as Y0·W1 ≥ Y1·W0). The minimal suffix of atoms holding n_min is
+    held back as a tail block, merged into the last block or appended by ``tail_rule``.
     """
     A = len(W)
     if A == 0:

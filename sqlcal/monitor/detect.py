@@ -119,11 +119,22 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         calibration curve split by a robust line fit (:func:`split_change`), which names a change
         confined to part of the scores a shape change more often than the nested terms do.
 
+    See Also
+    --------
+    snapshot : writes the per-day summaries this reads.
+    stored : the same summaries as a source for one window's metrics.
+    metric_series : metrics per day, without a change test.
+
     Notes
     -----
     The e-values are exact functions of the stored per-day, per-cell sums (module notes;
     e-detectors of Shin, Ramdas & Rinaldo 2022, arXiv:2203.03532). The guarantee assumes the
     labels of a day are conditionally independent given their scores, and frequency weights.
+
+    References
+    ----------
+    .. [1] J. Shin, A. Ramdas and A. Rinaldo, "E-Detectors: A Nonparametric Framework for Sequential
+       Change Detection", arXiv:2203.03532, 2022.
 
     Examples
     --------
@@ -201,7 +212,8 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
         out = detector(*sums, tolerance=tolerance, windows=tuple(windows), alpha=alpha_mature,
                        checks=checks, first=first, share=share, share_error=error)
         path = pd.DataFrame({**{k: [v] * len(calendar) for k, v in keys.items()},
-                             "stream": "mature", "day": calendar, "n": n.astype("int64"), "W": sums[0].sum(-1),
+                             "stream": "mature", "day": calendar, "n": n.astype("int64"),
+                             "W": sums[0].sum(-1), **daily_rates(sums),
                              "log_e": log_mean_exp(out["log_e"], axis=-2),
                              "log_M": out["log_M"], "threshold": c})
         path["alarm"] = path["log_M"] >= c
@@ -229,6 +241,19 @@ def detect(store: Any, *, by: str | Sequence[str] | None = None, bins: int = 8,
                            "reliability": reliability, "lag": lag, "null": null,
                            "threshold_early": None if lag is None
                            else threshold(alpha / 4, checks)})
+
+
+def daily_rates(sums: np.ndarray) -> dict:
+    r"""Each day's mean score and observed rate (of the labels the stream knows), and the
+    observed rate's standard deviation were the day calibrated,
+    :math:`\sqrt{\sum w p(1 - p)} / W` (frequency weights, labels independent given their
+    scores: the detector's assumptions), from the day's (W, Σwy, Σwp, Σwp²) summed over the bet
+    bins; NaN on a day without weight."""
+    W, swy, swp, swpp = (part.sum(-1) for part in sums)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {"mean_score": np.where(W > 0, swp / W, np.nan),
+                "observed": np.where(W > 0, swy / W, np.nan),
+                "observed_sd": np.where(W > 0, np.sqrt(np.maximum(swp - swpp, 0)) / W, np.nan)}
 
 
 #: the detector's nulls: calibrated within tolerance, or as calibrated as the reference window
@@ -338,7 +363,7 @@ def _early_stream(store, prefix, spec_hash, spec, by, bet_bins, ref, mature, a, 
                        checks=checks, first=first, share=share, share_error=error)
         path = pd.DataFrame({**{k: [v] * len(calendar) for k, v in keys.items()},
                              "stream": name, "day": calendar, "n": n.astype("int64"),
-                             "W": sums[0].sum(-1),
+                             "W": sums[0].sum(-1), **daily_rates(sums),
                              "log_e": log_mean_exp(out["log_e"], axis=-2),
                              "log_M": out["log_M"], "threshold": c})
         path["alarm"] = path["log_M"] >= c

@@ -1,9 +1,9 @@
 r"""An anytime-valid calibration change detector on per-day summaries (e-detector).
 
-The finish, here, is a pure numpy function of per-day, per-bet-bin sums (:func:`detector`): for each day
-t and bet bin b the weight ``W``, ``swy`` = Σwy, ``swp`` = Σwp and ``swpp`` = Σwp², which the
-summary store holds per score cell (:mod:`sqlcal.monitor.schema`) and which add over the cells of
-a bin. :func:`sqlcal.monitor.detect.detect` reads them from the store and runs the finish per group;
+The finish, here, is a pure numpy function of per-day, per-bet-bin sums (:func:`detector`): for each
+day t and bet bin b the weight ``W``, ``swy`` = Σwy, ``swp`` = Σwp and ``swpp`` = Σwp², which the
+summary store holds per score cell (:mod:`sqlcal.monitor.schema`) and which add over the cells of a
+bin. :func:`sqlcal.monitor.detect.detect` reads them from the store and runs the finish per group;
 this module imports no query code.
 
 **Null.** For every row, given its score and the past days, :math:`|E[y \mid p] - p| \le

@@ -1,6 +1,5 @@
 """``sqlcal monitor``: the change detector of ``[detect]`` on the summary store of ``[snapshot]``,
-with its alarms, a JSON document and an offline HTML page (the detector's path against its
-threshold, per group).
+with its alarms and a JSON document (its page: :func:`sqlcal.reporting.html.render_monitor`).
 
 Examples
 --------
@@ -10,10 +9,9 @@ Examples
 
 from __future__ import annotations
 
-import html
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -48,6 +46,14 @@ class MonitorRun:
     @property
     def alarms(self) -> pd.DataFrame:
         return self.detection.alarms
+
+    def _repr_html_(self) -> str | None:
+        """The run's page in a notebook, with the charts of ``sqlcal monitor --html``."""
+        return PAGE(self) if PAGE is not None else None
+
+
+#: draws a run's page (set by sqlcal.reporting.scheduled: the page is a layer above this one)
+PAGE: Callable[[MonitorRun], str] | None = None
 
 
 def check_detect(block: dict | None, *, where: str = "config") -> dict:
@@ -162,112 +168,3 @@ def to_document(result: MonitorRun) -> dict:
             "windows": records(result.windows) if result.windows is not None else [],
             "maturity": records(result.maturity) if result.maturity is not None else [],
             "path": records(result.detection.path)}
-
-
-def to_html(result: MonitorRun) -> str:
-    """An offline page: per group, the detector log M_t against its threshold (an SVG line on
-    the log scale of M), and the alarms table."""
-    path, c = result.detection.path, result.detection.threshold
-    path = path[path["stream"] == "mature"]
-    keys = [k for k in path.columns if k not in ("stream", "day", "n", "W", "log_e", "log_M",
-                                                 "threshold", "alarm")]
-    parts = []
-    groups = path.groupby(keys, sort=True) if keys else [((), path)]
-    for key, part in groups:
-        key = key if isinstance(key, tuple) else (key,)
-        title = ", ".join(f"{k}={v}" for k, v in zip(keys, key)) or "all rows"
-        parts.append(f"<h2>{html.escape(title)}</h2>" + _svg(part["log_M"].to_numpy(), c,
-                                                              part["day"]))
-        if result.maturity is not None:
-            curve = result.maturity
-            for k, v in zip(keys, key):
-                curve = curve[curve[k] == v] if k in curve else curve
-            if len(curve):
-                parts.append("<p>Maturity: share of the eventual positives known a days after "
-                             "the prediction (mature days), with its interval.</p>"
-                             + _maturity_svg(curve))
-        diagrams = result.detection.info.get("reliability", {}).get(key)
-        if diagrams:
-            parts.append("<p>Reliability before the change (grey) and since (blue): observed "
-                         "rate against mean score, 16 equal-width bins.</p>"
-                         + _reliability_svg(diagrams["pre"], diagrams["post"]))
-        if result.windows is not None and len(result.windows):
-            mine = result.windows
-            for k, v in zip(keys, key):
-                mine = mine[mine[k] == v]
-            parts.append(mine.drop(columns=keys).to_html(
-                index=False, float_format=lambda x: f"{x:.5g}", escape=True))
-    alarms = result.alarms.to_html(index=False, float_format=lambda x: f"{x:.5g}") \
-        if len(result.alarms) else "<p>No alarm.</p>"
-    if result.alerts:
-        alarms += pd.DataFrame(result.alerts).to_html(index=False, escape=True)
-    return ("<!doctype html><html><head><meta charset=\"utf-8\">"
-            '<meta name="generator" content="sqlcal"><title>sqlcal monitor</title>'
-            "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
-            "table{border-collapse:collapse}td,th{padding:2px 6px;border:1px solid #ccc}"
-            "</style></head><body><h1>Calibration change detector</h1>"
-            f"<p>Status: <b>{result.status}</b>. Threshold log c = ln(checks/alpha) = {c:.2f}; "
-            f"{html.escape(to_document(result)['guarantee'])}.</p><h2>Alarms</h2>{alarms}"
-            + "".join(parts) + "</body></html>")
-
-
-def _svg(log_M: np.ndarray, c: float, days: pd.Series, width: int = 640, height: int = 200
-         ) -> str:
-    """log M_t (natural log of the detector, so a log scale of M) and the threshold line."""
-    y = np.maximum(np.nan_to_num(log_M, neginf=0.0), -2.0)
-    top, bottom = max(c * 1.15, float(y.max())), -2.0
-    def sx(i):
-        return 40 + (width - 50) * i / max(len(y) - 1, 1)
-    def sy(v):
-        return 10 + (height - 30) * (top - v) / (top - bottom)
-    line = " ".join(f"{sx(i):.1f},{sy(v):.1f}" for i, v in enumerate(y))
-    first, last = pd.Timestamp(days.iloc[0]), pd.Timestamp(days.iloc[-1])
-    return (f'<svg width="{width}" height="{height}" role="img" '
-            f'aria-label="detector log M per day">'
-            f'<line x1="40" x2="{width - 10}" y1="{sy(c):.1f}" y2="{sy(c):.1f}" stroke="red" '
-            f'stroke-dasharray="4"/><text x="42" y="{sy(c) - 3:.1f}" font-size="11" fill="red">'
-            f'threshold ln c = {c:.2f}</text>'
-            f'<line x1="40" x2="{width - 10}" y1="{sy(0):.1f}" y2="{sy(0):.1f}" stroke="#999"/>'
-            f'<polyline fill="none" stroke="#1f77b4" points="{line}"/>'
-            f'<text x="40" y="{height - 4}" font-size="11">{first:%Y-%m-%d}</text>'
-            f'<text x="{width - 80}" y="{height - 4}" font-size="11">{last:%Y-%m-%d}</text>'
-            f'<text x="2" y="12" font-size="11">log M</text></svg>')
-
-
-def _reliability_svg(pre: pd.DataFrame, post: pd.DataFrame, size: int = 260) -> str:
-    def sx(v):
-        return 30 + (size - 40) * v
-    def sy(v):
-        return size - 25 - (size - 40) * v
-    top = max(float(pd.concat([pre, post])[["mean_score", "observed"]].max().max()), 0.05)
-    scale = 1 / top
-    lines = []
-    for frame, colour in ((pre, "#999"), (post, "#1f77b4")):
-        pts = " ".join(f"{sx(x * scale):.1f},{sy(y * scale):.1f}"
-                       for x, y in zip(frame["mean_score"], frame["observed"]))
-        lines.append(f'<polyline fill="none" stroke="{colour}" points="{pts}"/>')
-    return (f'<svg width="{size}" height="{size}" role="img" aria-label="reliability diagram">'
-            f'<line x1="{sx(0)}" y1="{sy(0)}" x2="{sx(1)}" y2="{sy(1)}" stroke="#ccc"/>'
-            + "".join(lines)
-            + f'<text x="{sx(0)}" y="{size - 8}" font-size="11">mean score (0 .. {top:.2f})</text>'
-            f'<text x="2" y="12" font-size="11">observed</text></svg>')
-
-
-def _maturity_svg(curve: pd.DataFrame, width: int = 320, height: int = 180) -> str:
-    delays = np.concatenate([[0.0], curve["delay"].to_numpy(float)])
-    top = float(delays.max()) or 1.0
-    def sx(a):
-        return 30 + (width - 40) * a / top
-    def sy(f):
-        return height - 25 - (height - 40) * f
-    def line(values, colour, dash=""):
-        values = np.concatenate([[0.0], np.nan_to_num(values.to_numpy(float))])
-        pts = " ".join(f"{sx(a):.1f},{sy(f):.1f}" for a, f in zip(delays, values))
-        return f'<polyline fill="none" stroke="{colour}" {dash} points="{pts}"/>'
-    return (f'<svg width="{width}" height="{height}" role="img" aria-label="maturity curve">'
-            + line(curve["F_hat"], "#1f77b4")
-            + line(curve["F_lower"], "#9ecae1", 'stroke-dasharray="3"')
-            + line(curve["F_upper"], "#9ecae1", 'stroke-dasharray="3"')
-            + f'<line x1="{sx(0)}" x2="{sx(top)}" y1="{sy(1)}" y2="{sy(1)}" stroke="#ccc"/>'
-            f'<text x="{sx(0)}" y="{height - 8}" font-size="11">delay (days, 0 .. {top:g})'
-            f'</text><text x="2" y="12" font-size="11">F(a)</text></svg>')

@@ -1,7 +1,8 @@
 """The summary store's tables, as plain data: what ``sqlcal.snapshot`` writes and ``sqlcal.stored``
 reads (and what the dbt package writes and the detector reads).
 
-No Ibis here: the writers (:mod:`sqlcal.monitor.store`, the dbt macros) and the readers
+No Ibis here (the stored sums are declared in :mod:`sqlcal.query.declared`, which imports
+none): the writers (:mod:`sqlcal.monitor.store`, the dbt macros) and the readers
 (:mod:`sqlcal.monitor.stored`, the detector) import these lists.
 
 **Layout.** Every summary table is long and narrow. Each row belongs to one snapshot version
@@ -63,6 +64,8 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
+from sqlcal.query.declared import STORE_SUMS, store_sums
+
 #: version of what the stored sums mean and how they are laid out; part of the spec hash
 #: (2: group keys in the columns key_<name>; the checks table; a unique manifest. Version 1
 #: stores, whose key columns carry the keys' names, stay readable.)
@@ -118,50 +121,28 @@ LEADING = (
     ("group_keys", "string"),
 )
 
-_CELL_FREE = (("n", "int64"), ("W", "float64"), ("sw2", "float64"), ("swp", "float64"),
-              ("swpp", "float64"), ("sw2_pq", "float64"), ("p_min", "float64"),
-              ("p_max", "float64"))
-_CELL_LABEL = (("n_pos", "int64"), ("swy", "float64"), ("swyp", "float64"))
+def _sums(table: str) -> dict[str, tuple]:
+    """A table's value columns, label-free and label, from the store's sums declared once
+    (:data:`sqlcal.query.declared.STORE_SUMS`)."""
+    return {part: tuple((s.name, s.type) for s in store_sums(table, label=label))
+            for part, label in (("label_free", False), ("label", True))}
+
 
 #: per summary table: its name suffix, parameter columns (which stored variant), key columns,
 #: label-free and label value columns (sums unless named in MINIMA / MAXIMA)
 TABLES: dict[str, dict[str, Any]] = {
     # one row per group; every totals metric (Brier, log loss, calibration-in-the-large, O/E,
     # Spiegelhalter) and the detector's citl and slope statistics
-    "totals": {
-        "suffix": "sum_totals", "params": (), "keys": (),
-        "label_free": (
-            ("n", "int64"), ("W", "float64"), ("sw2", "float64"), ("swp", "float64"),
-            ("swpp", "float64"),
-            ("sw2_pq", "float64"),          # Σw²p(1−p)
-            ("spieg_var", "float64"),       # Σw(1−2p)²p(1−p)
-            ("sw2_spieg_var", "float64"),   # Σw²(1−2p)²p(1−p)
-            ("sw_lnq", "float64"),          # Σw·ln(1−p) over p < 1
-            ("sw_lnq2", "float64"),         # Σw·ln²(1−p) over p < 1
-            ("sw2p", "float64"), ("sw2pp", "float64"),  # Σw²p, Σw²p²
-            ("n_p1", "int64"),              # rows with p = 1
-            ("swp_h", "float64"),           # Σw·h(p)·p, h(p) = clip(logit p, −4, 4)/4
-            ("p_min", "float64"), ("p_max", "float64"),
-        ),
-        "label": (
-            ("n_pos", "int64"), ("swy", "float64"), ("swyp", "float64"),
-            ("swy_lnp", "float64"),         # Σwy·ln p over p > 0
-            ("swy_lnq", "float64"),         # Σwy·ln(1−p) over p < 1
-            ("swy_lnp2", "float64"),        # Σwy·ln²p over p > 0
-            ("swy_lnq2", "float64"),        # Σwy·ln²(1−p) over p < 1
-            ("n_pos_p0", "int64"), ("n_pos_p1", "int64"),
-            ("swy_h", "float64"),           # Σwy·h(p)
-        ),
-    },
+    "totals": {"suffix": "sum_totals", "params": (), "keys": (), **_sums("totals")},
     # per group and equal-width bin, one set of rows per stored (bins, convention)
     "bins": {
         "suffix": "sum_bins", "params": (("bins", "int64"), ("convention", "string")),
-        "keys": (("bin", "int64"),), "label_free": _CELL_FREE, "label": _CELL_LABEL,
+        "keys": (("bin", "int64"),), **_sums("bins"),
     },
     # per group and cell of the 2^k score grid, LEAST(FLOOR(p·K), K − 1)
     "cells": {
         "suffix": "sum_cells", "params": (("cells", "int64"),),
-        "keys": (("cell", "int64"),), "label_free": _CELL_FREE, "label": _CELL_LABEL,
+        "keys": (("cell", "int64"),), **_sums("cells"),
     },
     # per group and node k of LS-ECE's logit grid (step, clip): linear-binned masses
     "logit": {
@@ -184,18 +165,13 @@ TABLES: dict[str, dict[str, Any]] = {
         "label": (("n_pos", "int64"), ("swy", "float64"), ("swyd", "float64")),
     },
     # optional: per group and distinct score
-    "levels": {
-        "suffix": "sum_levels", "params": (), "keys": (("p", "float64"),),
-        "label_free": (("n", "int64"), ("W", "float64"), ("sw2", "float64"),
-                       ("swp", "float64"), ("swpp", "float64"), ("sw2_pq", "float64")),
-        "label": (("n_pos", "int64"), ("swy", "float64"), ("swyp", "float64"),
-                  ("sw2y", "float64")),  # Σw²y: a logistic fit's sandwich variance
-    },
+    "levels": {"suffix": "sum_levels", "params": (), "keys": (("p", "float64"),),
+               **_sums("levels")},
 }
 
 #: columns merged by MIN / MAX (every other value column is a sum)
-MINIMA = frozenset({"p_min"})
-MAXIMA = frozenset({"p_max"})
+MINIMA = frozenset({"p_min"} | {s.name for s in STORE_SUMS if s.merge == "min"})
+MAXIMA = frozenset({"p_max"} | {s.name for s in STORE_SUMS if s.merge == "max"})
 
 #: sqlcal's summary columns (sqlcal.query.declared) as linear combinations of stored columns
 #: (binary labels: y² = y, (y − p)⁺ = y(1 − p)); a column not named here is stored as is

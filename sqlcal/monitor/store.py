@@ -2,44 +2,35 @@
 to the summaries of :mod:`sqlcal.monitor.schema` and writes them, versioned, into sqlcal's own
 tables; :func:`merged` adds the stored summaries of a window back up, in the store's engine.
 
-Like the query layer, this module builds queries (Ibis expressions, and one UPDATE through sqlglot
-that clears the ``current`` flag of older versions): it reads the predictions and writes the store.
+It decides what the store holds and when (the spec, the periods due, their versions, the
+manifest-last protocol); the queries that read the predictions (:mod:`sqlcal.query.periods`) and
+the store's tables, and the store's one writer (:mod:`sqlcal.query.store_tables`), are the query
+layer's: this module builds and runs none.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import math
-import os
-import re
 from typing import Any, Sequence
 
-import ibis
-import ibis.expr.types as ir
 import numpy as np
 import pandas as pd
 
 from sqlcal._version import __version__
-from sqlcal.errors import EngineDataError, InvalidInputError, redact
-from sqlcal.inputs import engines
-from sqlcal.inputs import sources as _inputs
-from sqlcal.inputs.sources import Source, connect_url, resolve_table
+from sqlcal.errors import InvalidInputError, StoreError
+from sqlcal.inputs.grids import CONVENTIONS
+from sqlcal.inputs.sources import Source, resolve_table
 from sqlcal.monitor import schema
 from sqlcal.options import OptionError, checked
-from sqlcal.query import executor, reductions
+from sqlcal.query import periods as _periods
+from sqlcal.query import store_tables
 from sqlcal.query.executor import source
+from sqlcal.query.store_tables import CONNECTIONS as _CONNECTIONS  # noqa: F401 (tests close them)
+from sqlcal.query.store_tables import check_store_path, close, connect  # noqa: F401 (API)
 
-#: σ(±4): h(p) = clip(logit p, −4, 4)/4 is flat outside [σ(−4), σ(4)]
-_H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))
 #: the columns a snapshot adds to the rows; a `by` key may not take them
 _ADDED = ("period_start", "delay")
-
-
-class StoreError(ValueError):
-    """The store holds tables sqlcal did not write, or written for another layout, or its path
-    cannot be a store (a FIFO, a folder, the source's database)."""
 
 
 @checked
@@ -128,6 +119,12 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
         run"`` that committed the same rows first); and with ``on_invalid="drop"``, a row
         ``period_start`` NaT, status ``"left out: NULL time"`` counting the rows without a time.
 
+    See Also
+    --------
+    stored : reads a window of the summaries written here.
+    detect : the change detector on the stored summaries.
+    report : the metrics of one scan, without a store.
+
     Notes
     -----
     For binary labels every label-dependent sum is :math:`\sum_i w_i y_i f(p_i)`, so the sums
@@ -142,6 +139,10 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
     sum would. A run's rows, manifest and checks are one transaction on DuckDB and PostgreSQL
     (on PostgreSQL under an advisory lock: a concurrent run waits, then writes only what is
     still due).
+
+    References
+    ----------
+    .. [1] O. Chapelle, "Modeling Delayed Feedback in Display Advertising", KDD, 2014.
 
     Examples
     --------
@@ -169,7 +170,7 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
     con = connect(store, create=True)  # a store that is not a database is refused first
     base = resolve_table(data, table)
     if events is not None:
-        base = _joined_events(base, events, key=key, label=label, label_time=label_time)
+        base = _periods.joined_events(base, events, key=key, label=label, label_time=label_time)
     elif key is not None:
         raise OptionError("key= names the example id that joins events= to the predictions; "
                           "pass events= too (or leave key= out for the column layout)")
@@ -179,8 +180,8 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
                 raise InvalidInputError(f"column {col!r} is not in the table; its columns are "
                                         f"{list(base.columns)}")
             if col is not None:
-                _check_time(base, col)
-        spec = {"summary_version": schema.SUMMARY_VERSION, "origin": _origin(data, table),
+                _periods.check_time(base, col)
+        spec = {"summary_version": schema.SUMMARY_VERSION, "origin": _periods.origin(data, table),
                 "score": score, "label": label,
                 "weight": weight, "by": list(by), "time": time, "grain": grain,
                 "label_time": label_time, "unknown": unknown, "delays": [float(d) for d in delays],
@@ -189,14 +190,16 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
                 "smooth": [int(h) for h in smooth_grids], "levels": bool(levels)}
         stored_keys = list(schema.key_columns(spec).values())
         _check_names(base, by, score=score, label=label, weight=weight, stored_keys=stored_keys)
-        rows = _periods(base, by=by, label=label, time=time, label_time=label_time, as_of=as_of,
-                        grain=grain, delays=delays, start=start, end=end, seconds=seconds)
+        rows = _periods.periods(base, keys=schema.key_columns({"by": list(by)}), label=label,
+                                time=time, label_time=label_time, as_of=as_of, grain=grain,
+                                delays=delays, start=start, end=end, seconds=seconds,
+                                unknown_delay=schema.DELAY_UNKNOWN)
         src = source(rows, score=score, label=label, weight=weight,
                      by=(*stored_keys, *_ADDED), where=where,
                      on_invalid=on_invalid).with_named_keys()  # the store's queries name them
         spec["where"] = src.where
         if events is not None:  # the column layout's spec (and hash) stay as they were
-            spec |= {"layout": "events", "events": _origin(events, None), "key": key}
+            spec |= {"layout": "events", "events": _periods.origin(events, None), "key": key}
         spec_hash = schema.spec_hash(spec)
         key_types = {k: str(src.rows[k].type()) for k in stored_keys}
         _check_store(con, prefix, key_types)
@@ -214,12 +217,12 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
         due = _due(prints, have, force)
         frames = {}
         if due:
-            todo = src.rows.filter(src.rows.period_start.isin([ibis.literal(t) for t in due]))
-            frames = _reduce_all(src, todo, keys, cells=cells, bins=bins, sigmas=ls_ece_sigma,
-                                 grids=smooth_grids, levels=levels, max_levels=max_levels)
-        with _writing(con, prefix):
-            tables = set(con.list_tables())
-            if getattr(con, "name", "") != "duckdb":  # what another run wrote since the reading
+            frames = _reduce_all(src, _periods.due(src.rows, due), keys, cells=cells,
+                                 bins=bins, sigmas=ls_ece_sigma, grids=smooth_grids,
+                                 levels=levels, max_levels=max_levels)
+        with store_tables.writing(con, prefix) as writer:
+            tables = writer.tables
+            if store_tables.engine(con) != "duckdb":  # what another run wrote since the reading
                 have = current_versions(con, prefix, spec_hash)  # above, under the store's lock
             written = _due(prints[prints["period_start"].isin(due)], have, force)
             versions = _next_versions(con, prefix, spec_hash, written, have, tables)
@@ -227,12 +230,12 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
             manifest["version"] = manifest["period_start"].map(versions).astype("int64")
             for kind, frame in frames.items():
                 frame = frame[pd.to_datetime(frame["period_start"]).isin(written)]
-                _write(con, prefix, kind, _stored(frame, kind, spec_hash, manifest, by), key_types,
-                       tables)
+                _write(writer, prefix, kind, _stored(frame, kind, spec_hash, manifest, by),
+                       key_types)
             if schema.table_name("manifest", prefix) in tables:
-                _clear_current(con, prefix, spec_hash, written)
+                writer.clear_current(schema.table_name("manifest", prefix), spec_hash, written)
             end_of = pd.to_datetime(manifest["period_start"]) + pd.Timedelta(seconds=seconds)
-            _write(con, prefix, "manifest", pd.DataFrame(columns=[c for c, _ in schema.MANIFEST])
+            _write(writer, prefix, "manifest", pd.DataFrame(columns=[c for c, _ in schema.MANIFEST])
                    if not written else pd.DataFrame({
                 "spec_hash": spec_hash, "spec": schema.canonical_json(spec),
                 "period_start": manifest["period_start"], "period_end": end_of,
@@ -243,9 +246,9 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
                 "n_groups": manifest["n_groups"].astype("int64"),
                 "integer_weights": bool(src.integer_weights),
                 "written_at": pd.Timestamp.now("UTC").tz_localize(None).floor("s"),
-                "sqlcal_version": __version__}), key_types, tables)
+                "sqlcal_version": __version__}), key_types)
             confirmed = _confirmations(prints, have, written, as_of, horizon_age, seconds)
-            _write(con, prefix, "checks", confirmed.assign(spec_hash=spec_hash), key_types, tables)
+            _write(writer, prefix, "checks", confirmed.assign(spec_hash=spec_hash), key_types)
         out = prints.assign(version=0, status="unchanged")
         out.loc[out["period_start"].isin(written), "status"] = "written"
         out.loc[out["period_start"].isin(set(due) - set(written)), "status"] = "written by another run"
@@ -256,7 +259,7 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
                 "version": 0, "status": "left out: NULL time"}])], ignore_index=True)
         return out
     finally:  # the frames Ibis registered to read in-memory data stay until exit else
-        _forget_frames(base)
+        store_tables.forget_frames(base)
 
 
 def _due(prints: pd.DataFrame, have: pd.DataFrame, force: bool) -> list:
@@ -283,43 +286,6 @@ def _confirmations(prints: pd.DataFrame, have: pd.DataFrame, written: list, as_o
         "period_start": both["period_start"], "version": both["version"].astype("int64"),
         "as_of": as_of, "fingerprint": both["fingerprint"], "mature": final <= as_of,
         "checked_at": pd.Timestamp.now("UTC").tz_localize(None).floor("s")})
-
-
-def _joined_events(base: ir.Table, events: Any, *, key: str | None, label: str,
-                   label_time: str | None) -> ir.Table:
-    """The events layout as the column layout: the predictions left-joined on ``key`` to the
-    events table's outcome (``label``) and event time (``label_time``)."""
-    if key is None or label_time is None:
-        raise OptionError("events= needs key= (the example id in both tables) and label_time= "
-                          "(the events table's event time column)")
-    if isinstance(events, str) and not any(ch in events for ch in "/\\:.") and \
-            (found := engines.backend_of(base)) is not None and \
-            events in found.list_tables():
-        ev = found.table(events)  # a table of the predictions' database
-    else:
-        ev = resolve_table(events, None)
-    for col in (key, label, label_time):
-        if col not in ev.columns:
-            raise InvalidInputError(f"column {col!r} is not in the events table; its columns are "
-                                    f"{list(ev.columns)}")
-    if key not in base.columns:
-        raise InvalidInputError(f"key column {key!r} is not in the predictions; their columns "
-                                f"are {list(base.columns)}")
-    clash = [c for c in (label, label_time) if c in base.columns]
-    if clash:
-        raise OptionError(f"label/label_time: {clash} are columns of the predictions as well as "
-                          "of events=; in the events layout the outcome and its time come from "
-                          "the events table only (drop or rename them)")
-    counts = ev.group_by(ev[key]).aggregate(k=ev.count())
-    dup = counts.filter(counts.k > 1).count().to_pyarrow().as_py()
-    if dup:
-        raise InvalidInputError(f"events: {dup:,} values of key {key!r} have more than one "
-                                "event row; keep one row per example (its outcome and the time "
-                                "it became known)")
-    right = ev.select(__sqlcal_event_key=ev[key], **{label: ev[label],
-                                                   label_time: ev[label_time]})
-    joined = base.left_join(right, base[key] == right["__sqlcal_event_key"])
-    return joined.select(*base.columns, label, label_time)
 
 
 def _report(out: pd.DataFrame, have: pd.DataFrame, written: dict | None = None
@@ -359,8 +325,8 @@ def _check_options(by, grain, unknown, delays, cells, bins, sigmas, grids, max_l
             and cells & (cells - 1) == 0):
         raise OptionError(f"cells must be a power of two in [2^10, 2^16], not {cells!r}")
     for b, convention in bins:
-        if convention not in reductions.CONVENTIONS:
-            raise OptionError(f"bins convention must be one of {reductions.CONVENTIONS}, "
+        if convention not in CONVENTIONS:
+            raise OptionError(f"bins convention must be one of {CONVENTIONS}, "
                               f"not {convention!r}")
     if any(not (0 < float(s) <= 10) for s in sigmas):
         raise OptionError(f"ls_ece_sigma values must lie in (0, 10], not {list(sigmas)!r}")
@@ -370,7 +336,7 @@ def _check_options(by, grain, unknown, delays, cells, bins, sigmas, grids, max_l
         raise OptionError(f"max_levels must be a positive integer, not {max_levels!r}")
 
 
-def _check_names(base: ir.Table, by, *, score, label, weight, stored_keys) -> None:
+def _check_names(base, by, *, score, label, weight, stored_keys) -> None:
     """The score, label and weight columns may not take a name the snapshot gives its own
     columns (the keys are read under theirs before)."""
     own = {*_ADDED, *stored_keys}
@@ -437,79 +403,7 @@ def as_timestamp(value: Any) -> pd.Timestamp:
     return ts.tz_convert("UTC").tz_localize(None) if ts.tzinfo is not None else ts
 
 
-def _origin(data: Any, table: str | None) -> str:
-    """What the spec hash names as the rows' origin (stable as rows are added)."""
-    if isinstance(data, tuple) and len(data) == 2:
-        data, table = data
-    if isinstance(data, (str, os.PathLike)):  # a URL's password hidden: not stored, not hashed
-        return redact(os.fspath(data)) + (f" table {table}" if table else "")
-    if isinstance(data, ir.Table):
-        try:
-            return f"table {data.get_name()}"
-        except Exception:
-            return "an Ibis expression"
-    if hasattr(data, "list_tables"):
-        return f"{getattr(data, 'name', 'ibis')} table {table}"
-    return "an in-memory frame"
-
-
-# -- the rows: periods, delays, labels as of ---------------------------------------------------
-
-
-def _periods(base: ir.Table, *, by, label, time, label_time, as_of, grain, delays, start, end,
-             seconds) -> ir.Table:
-    """The table with the keys under their stored names (``key_<name>``), ``period_start``
-    (NULL for a NULL time: counted, never stored), ``delay`` and the label as known at
-    ``as_of``. The user's columns named like those are left out (a key is read before)."""
-    if start is not None:  # on the raw time column (partition pruning); NULL times stay to be
-        base = base.filter(base[time].isnull()  # counted
-                           | (base[time] >= ibis.literal(start.to_pydatetime())))
-    if end is not None:
-        last = end + pd.Timedelta(seconds=seconds)
-        base = base.filter(base[time].isnull() | (base[time] < ibis.literal(last.to_pydatetime())))
-    when = base[time].cast("timestamp")
-    period = when.truncate("D" if grain == "day" else "h")
-    lab = base[label]
-    zero = ibis.literal(False) if lab.type().is_boolean() else ibis.literal(0).cast(lab.type())
-    lab = ibis.ifelse(lab.isnull(), zero, lab)  # unknown = "negative": not arrived yet
-    if label_time is not None:
-        arrived = base[label_time].cast("timestamp")
-        lab = ibis.ifelse(arrived.notnull() & (arrived > ibis.literal(as_of.to_pydatetime())),
-                          zero, lab)
-        # whole seconds between prediction and label against each edge in seconds: one
-        # subtraction per row (the engine repeats an expression in every WHEN otherwise)
-        late = arrived.epoch_seconds() - when.epoch_seconds()
-        bucket = ibis.cases(*[(late >= float(e) * 86400.0, k)
-                              for k, e in reversed(list(enumerate(delays))) if k > 0], else_=0)
-        delay = ibis.ifelse(arrived.isnull(), schema.DELAY_UNKNOWN, bucket).cast("int64")
-    else:
-        delay = ibis.literal(schema.DELAY_UNKNOWN, type="int64")
-    keys = {col: base[k] for k, col in schema.key_columns({"by": list(by)}).items()}
-    added = {**keys, "period_start": period, "delay": delay}
-    kept = [c for c in base.columns if c not in added and c != label]
-    return base.select(*kept, **{label: lab}, **added)
-
-
-def _check_time(base: ir.Table, col: str) -> None:
-    """A time column is a timestamp or a date, or text the engine reads as one (every non-NULL
-    row; the engine would otherwise fail mid-query on the first that is not)."""
-    kind = base[col].type()
-    if kind.is_timestamp() or kind.is_date():
-        return
-    if not kind.is_string():
-        raise InvalidInputError(f"time column {col!r} is {kind}, not a timestamp or a date; "
-                                "cast it, or name another column")
-    value = base[col]
-    bad = base.filter(value.notnull() & value.try_cast("timestamp").isnull()).count()
-    try:
-        count = int(reductions.execute(bad.as_table()).iloc[0, 0])
-    except EngineDataError as e:  # an engine without TRY_CAST (PostgreSQL) casts, and says
-        raise InvalidInputError(f"time column {col!r} holds text that is not a timestamp: "
-                                f"{e}") from e
-    if count:
-        raise InvalidInputError(f"time column {col!r} has {count} rows that are not timestamps "
-                                "('2026-11-01 08:00:00'); clean them or filter them out with "
-                                "where=")
+# -- the periods' fingerprints --------------------------------------------------------------
 
 
 def _fingerprints(src: Source) -> tuple[pd.DataFrame, dict]:
@@ -525,20 +419,8 @@ def _fingerprints(src: Source) -> tuple[pd.DataFrame, dict]:
     multiples of 2^-20 before they are summed: sums of whole numbers below 2^53 are exact in
     any order, so the fingerprint of unchanged rows is the same on every run and engine (a
     float sum's last bits depend on the engine's order of addition)."""
-    r = src.rows
-    y = r.y == 1
-    scale = float(2**20)
-
-    def whole(x):  # a row's term as a whole number of 2^-20
-        return (x * scale).round().cast("float64")
     keys = [*src.by[:-2], "period_start"]
-    g = r.mutate(fp_delay=ibis.ifelse(y, r.delay, schema.DELAY_LABEL_FREE),
-                 fp_y=ibis.ifelse(y, 1, 0))
-    per_group = g.group_by([*keys, "fp_delay", "fp_y"]).aggregate(
-        fp_n=g.count(), fp_w=whole(g.w).sum(), fp_wp=whole(g.w * g.p).sum(),
-        fp_wpp=whole(g.w * g.p * g.p).sum(),
-        fp_wsin=whole(g.w * (g.p * _HIGH_FREQUENCY).sin()).sum(), fp_W=g.w.sum())
-    frame = reductions.execute(per_group)
+    frame = _periods.fingerprint_sums(src, keys, schema.DELAY_LABEL_FREE)
     frame["period_start"] = pd.to_datetime(frame["period_start"]).astype("datetime64[ns]")
     untimed = frame["period_start"].isna()
     null_time = {"n": int(frame.loc[untimed, "fp_n"].sum()),
@@ -564,40 +446,35 @@ def _fingerprints(src: Source) -> tuple[pd.DataFrame, dict]:
     return out[["period_start", "n", "W", "n_groups", "fingerprint"]], null_time
 
 
-#: the fingerprint's high-frequency term is sin(2^20·p): a score moved by 1e-9 moves it by 1e-3
-_HIGH_FREQUENCY = float(2**20)
-
-
 # -- the reductions ----------------------------------------------------------------------------
 
 
-def _reduce_all(src: Source, rows: ir.Table, keys: list[str], *, cells, bins, sigmas, grids,
+def _reduce_all(src: Source, rows, keys: list[str], *, cells, bins, sigmas, grids,
                 levels, max_levels) -> dict[str, pd.DataFrame]:
-    """Every stored summary of ``rows``, one scan per kind (the first carries the source's
-    validation). Each scan groups by the keys, the summary's key columns and ``delay`` read as -1
-    for a negative row: a group then holds negatives only, or positives of one delay bucket.
-    The label-free part is the sum over all of a key's groups (pandas, a few thousand rows); the
-    label part is the label columns of the positive groups."""
-    rows = rows.mutate(delay=ibis.ifelse(rows.y == 1, rows.delay,
-                                         schema.DELAY_LABEL_FREE).cast("int64"))
-    lead = [*keys, "delay"]
-    fused = executor.run(src, lambda checks: _fused(rows, lead, cells, bins, checks=checks))
+    """Every stored summary of ``rows`` (:func:`sqlcal.query.periods.reduce_periods`: one scan
+    per kind, the first carrying the source's validation, each grouped by the keys, the
+    summary's key columns and ``delay`` read as -1 for a negative row, so that a group holds
+    negatives only, or positives of one delay bucket) as the stored rows: the label-free part
+    is the sum over all of a key's groups (pandas, a few thousand rows); the label part is the
+    label columns of the positive groups."""
+    scans = _periods.reduce_periods(src, rows, keys, free_delay=schema.DELAY_LABEL_FREE,
+                                    cells=cells, bins=bins, sigmas=sigmas, grids=grids,
+                                    levels=levels)
+    fused = scans["fused"]
     out = {"totals": _split(fused, keys, [], "totals"),
            "cells": _split(fused, keys, ["cell"], "cells").assign(cells=int(cells))}
     frames = [_split(fused.rename(columns={f"bin_{i}": "bin"}), keys, ["bin"], "bins").assign(
         bins=b, convention=c) for i, (b, c) in enumerate(bins)]
     out["bins"] = pd.concat(frames, ignore_index=True) if frames else None
     frames = []
-    for sigma in sigmas:
+    for sigma, grid in zip(sigmas, scans["logit"]):
         step, clip = sigma / 20, 1e-6
-        grid = reductions.execute(reductions.logit_grid(rows, lead, step, clip, weighted=True))
         grid = grid.assign(n_pos=np.where(grid["delay"] == schema.DELAY_LABEL_FREE, 0,
                                           grid["n"]))
         frames.append(_split(grid, keys, ["k"], "logit").assign(step=step, clip=clip))
     out["logit"] = pd.concat(frames, ignore_index=True) if frames else None
     frames = []
-    for h in grids:
-        hist = reductions.execute(reductions.smooth_cells(rows, lead, cells, [h], weighted=True))
+    for h, hist in zip(grids, scans["smooth"]):
         # negatives: swr = −Σwp, swrd = −Σwpd exactly; positives: Σwp = Σw − Σw(1 − p)
         neg = hist["delay"] == schema.DELAY_LABEL_FREE
         hist = hist.assign(swp=np.where(neg, -hist["swr"], hist["swy"] - hist["swr"]),
@@ -607,7 +484,7 @@ def _reduce_all(src: Source, rows: ir.Table, keys: list[str], *, cells, bins, si
                              ["cell", "interval"], "smooth").assign(cells=int(cells), grid=int(h)))
     out["smooth"] = pd.concat(frames, ignore_index=True) if frames else None
     if levels:
-        found = _split(reductions.execute(_levels(rows, lead)), keys, ["p"], "levels")
+        found = _split(scans["levels"], keys, ["p"], "levels")
         free = found[found["delay"] == schema.DELAY_LABEL_FREE]
         counts = free.groupby(keys, dropna=False).size()
         if len(counts) and counts.max() > max_levels:
@@ -638,199 +515,19 @@ def _split(frame: pd.DataFrame, keys: list[str], key_columns: list[str], kind: s
     return pd.concat([free, labels], ignore_index=True)
 
 
-def _fused(rows: ir.Table, keys: list[str], cells: int, bins, *, checks=None) -> ir.Table:
-    """One GROUP BY by the keys, the finest cell and each binning's bin: the totals, the cells
-    and the bins are each a sum of its rows over the other key columns."""
-    cols = {"cell": reductions.score_cell(rows.p, cells)}
-    cols |= {f"bin_{i}": reductions.uniform_bin(rows.p, b, c) for i, (b, c) in enumerate(bins)}
-    # each row's logarithms once, in a projection: the aggregates read them (five per row when
-    # each aggregate took its own)
-    p = rows.p
-    t = rows.mutate(**cols, lnp=ibis.ifelse(p > 0, p, 1.0).ln(),
-                    lnq=ibis.ifelse(p < 1, 1 - p, 1.0).ln(), h=_h(p), pq=p * (1 - p),
-                    q2=(1 - 2 * p) * (1 - 2 * p))
-    sums = _free_sums(t) | _label_sums(t)
-    return t.group_by([*keys, *cols]).aggregate(**sums, **(checks(t) if checks else {}))
-
-
-def _free_sums(t: ir.Table) -> dict:
-    p, w, pq = t.p, t.w, t.pq
-    return {
-        "n": t.count(), "W": w.sum(), "sw2": (w * w).sum(), "swp": (w * p).sum(),
-        "swpp": (w * p * p).sum(), "sw2_pq": (w * w * pq).sum(),
-        "spieg_var": (w * (t.q2 * pq)).sum(), "sw2_spieg_var": (w * w * (t.q2 * pq)).sum(),
-        "sw_lnq": (w * t.lnq).sum(),  # ln 1 = 0 at p = 1
-        "sw_lnq2": (w * t.lnq * t.lnq).sum(), "sw2p": (w * w * p).sum(),
-        "sw2pp": (w * w * p * p).sum(),
-        "n_p1": t.count(where=p == 1), "swp_h": (w * t.h * p).sum(),
-        "p_min": p.min(), "p_max": p.max(),
-    }
-
-
-def _label_sums(t: ir.Table) -> dict:
-    """Σw·y·f(p): labels are 0 or 1 (validated by the same scan)."""
-    p, w, y = t.p, t.w, t.y
-    wy = w * y
-    return {
-        "n_pos": t.count(where=y == 1), "swy": wy.sum(), "swyp": (wy * p).sum(),
-        "swy_lnp": (wy * t.lnp).sum(),  # ln 1 = 0 at p = 0
-        "swy_lnq": (wy * t.lnq).sum(),
-        "swy_lnp2": (wy * t.lnp * t.lnp).sum(), "swy_lnq2": (wy * t.lnq * t.lnq).sum(),
-        "n_pos_p0": t.count(where=(p == 0) & (y == 1)),
-        "n_pos_p1": t.count(where=(p == 1) & (y == 1)),
-        "swy_h": (wy * t.h).sum(),
-    }
-
-
-def _h(p: ir.FloatingValue) -> ir.FloatingValue:
-    pc = ibis.greatest(ibis.least(p, _H_HI), _H_LO)
-    return (pc / (1 - pc)).ln() / 4.0
-
-
-def _levels(rows: ir.Table, keys: list[str]) -> ir.Table:
-    p, w, y = rows.p, rows.w, rows.y
-    sums = {"n": rows.count(), "W": w.sum(), "sw2": (w * w).sum(), "swp": (w * p).sum(),
-            "swpp": (w * p * p).sum(), "sw2_pq": (w * w * p * (1 - p)).sum(),
-            "n_pos": rows.count(where=y == 1), "swy": (w * y).sum(), "swyp": (w * y * p).sum(),
-            "sw2y": (w * w * y).sum()}
-    return rows.group_by([*keys, "p"]).aggregate(**sums)
-
-
 # -- writing -----------------------------------------------------------------------------------
-
-
-def connect(store: Any, *, create: bool = False):
-    """The Ibis connection of a store: a backend as is; a database URL through
-    ``ibis.connect``; a DuckDB file (``.duckdb``, ``.ddb`` or ``.db``, or ``":memory:"``) opened
-    for writing and kept open per path.
-
-    A store is a database: anything else (a Parquet or CSV path, a folder, a URL of an engine
-    that keeps no tables) is refused with a :class:`StoreError` before any work, and so is a
-    DuckDB path with no file unless ``create`` (a snapshot creates it; a reader finds nothing
-    there).
-    """
-    if hasattr(store, "list_tables"):
-        return store
-    if not isinstance(store, (str, os.PathLike)):
-        raise StoreError(f"store must be a DuckDB file, a database URL or an Ibis connection, "
-                         f"not {type(store).__name__}")
-    text = os.fspath(store)
-    if text in _CONNECTIONS:
-        return _CONNECTIONS[text]
-    if "://" in text and not text.startswith("duckdb://"):
-        scheme = text.split("://", 1)[0].lower()
-        if scheme not in _DATABASES:
-            raise StoreError(f"store: a {scheme}:// URL names no database sqlcal can keep its "
-                             "summary tables in; use a DuckDB file (monitor.duckdb), a database "
-                             "URL such as postgres://..., or an Ibis connection")
-        con = connect_url(text)
-    else:
-        path = text[len("duckdb://"):] if text.startswith("duckdb://") else text
-        check_store_path(path, create=create)
-        try:
-            con = ibis.duckdb.connect(path or ":memory:")
-        except Exception as e:  # DuckDB lets one process open a file for writing
-            if "lock" not in str(e).lower():
-                raise
-            holder = re.search(r"PID (\d+)", str(e))
-            raise StoreError(f"store {path!r} is open for writing in another process"
-                             + (f" (PID {holder.group(1)})" if holder else "")
-                             + ": DuckDB lets one process write a file at a time; run again "
-                             "when it has finished") from None
-    _CONNECTIONS[text] = con
-    return con
-
-
-#: the names of a DuckDB store file (those sqlcal.source reads as a DuckDB database)
-_DB_SUFFIXES = (".duckdb", ".ddb", ".db")
-#: stores opened by path or URL, kept open (an in-memory DuckDB store lives as long as this)
-_CONNECTIONS: dict[str, Any] = {}
-
-
-def _table(con, name: str) -> ir.Table:
-    """The Ibis table of a store table, its schema read once per connection (each read is a
-    catalog query; a daily check made some 20 of them). Forgotten when sqlcal creates the table
-    or the store is closed; a table dropped behind sqlcal's back fails its next query."""
-    known = _handles(con)
-    if name not in known:
-        known[name] = con.table(name)
-    return known[name]
-
-
-def _handles(con) -> dict:
-    """The store tables read on ``con``, kept on the connection (they live and go with it)."""
-    known = getattr(con, "_sqlcal_store_tables", None)
-    if known is None:
-        known = {}
-        con._sqlcal_store_tables = known
-    return known
-
-
-def close(store: Any) -> None:
-    """Close the connection :func:`connect` keeps open for a store path or URL (a DuckDB file
-    is then free for another process to write)."""
-    con = _CONNECTIONS.pop(os.fspath(store), None) if isinstance(store, (str, os.PathLike)) \
-        else None
-    if con is not None:
-        _handles(con).clear()
-        con.disconnect()
-#: URL schemes of databases that keep tables (an in-memory engine such as polars:// does not)
-_DATABASES = frozenset({"postgres", "postgresql", "mysql", "mssql", "snowflake", "bigquery",
-                        "trino", "clickhouse", "databricks", "oracle", "exasol", "impala",
-                        "risingwave", "athena", "sqlite", "druid"})
-
-
-def check_store_path(path: str, *, source: Any = None, create: bool = True) -> None:
-    """Refuse a DuckDB store path that cannot hold a store, before it is opened: a store is a
-    database. One that exists must be a regular file holding a DuckDB database (a FIFO would
-    block, a folder or a data file fail late, or be mistaken for a store); a new one is named
-    like one (``.duckdb``, ``.ddb``, ``.db``: a ``.parquet`` path would become a DuckDB file
-    that no Parquet reader opens), and only a writer (``create``) makes one; and it is never the
-    predictions' own database (``source``, or one this process reads through a read-only
-    connection). A :class:`StoreError`; URLs and ``":memory:"`` pass."""
-    if "://" in path or path in ("", ":memory:"):
-        return
-    shown = f"store {path!r}"
-    if os.path.lexists(path):
-        if not os.path.isfile(path):  # follows a symlink to the database it names
-            raise StoreError(f"{shown} is not a regular file (a directory, a FIFO or a "
-                             "device): a store is a database, a DuckDB file or a database URL")
-        with open(path, "rb") as f:
-            head = f.read(12)
-        if head[8:12] != b"DUCK":
-            raise StoreError(f"{shown} exists and is not a DuckDB database: a store is a "
-                             "database, and sqlcal never writes over a file: name a new "
-                             "DuckDB file or a database URL")
-    elif not path.lower().endswith(_DB_SUFFIXES):
-        raise StoreError(f"{shown} is not a DuckDB database path ({', '.join(_DB_SUFFIXES)}): "
-                         "a store is a database (a DuckDB file, a database URL such as "
-                         "postgres://..., or an Ibis connection); summaries are never written "
-                         "into a data file")
-    elif not create:
-        raise StoreError(f"no store at {path!r} (no such file): snapshot into it first")
-    if os.path.abspath(path) in _inputs.connections:
-        raise StoreError(f"{shown} is open read-only in this process as a source of "
-                         "predictions; the store must be another database")
-    if isinstance(source, str):
-        source = source.removeprefix("duckdb://")
-        if "://" not in source and os.path.exists(source) and os.path.exists(path) \
-                and os.path.samefile(path, source):
-            raise StoreError(f"{shown} is the source's database; sqlcal only reads the "
-                             "predictions: name another database for the store")
 
 
 def _check_store(con, prefix: str, key_types: dict) -> None:
     """Refuse to write over tables sqlcal did not write: a summary table without the manifest,
     tables whose columns differ from the schema."""
-    if getattr(con, "name", "") == "postgres":
+    if store_tables.engine(con) == "postgres":
         long = [k for k in key_types if len(k.encode()) > 63]
         if long:  # PostgreSQL cuts an identifier at 63 bytes: two keys could share a column
             raise OptionError(f"by: the store keeps each key in a column key_<key>, and for "
                               f"{[k[4:] for k in long]} that name is longer than the 63 bytes "
                               "PostgreSQL keeps; rename the key with a view")
-    names = set(con.list_tables())
-    for gone in set(_handles(con)) - names:  # dropped since they were read
-        _handles(con).pop(gone)
+    names = store_tables.tables(con)
     manifest = schema.table_name("manifest", prefix)
     ours = {schema.table_name(k, prefix) for k in (*schema.TABLES, "checks")}
     if manifest not in names:
@@ -840,14 +537,14 @@ def _check_store(con, prefix: str, key_types: dict) -> None:
                              "not write them; choose another prefix=")
         return
     want = [c for c, _ in schema.MANIFEST]
-    m = _table(con, manifest)
-    if list(m.columns) != want:
+    found = store_tables.columns(con, manifest)
+    if found != want:
         raise StoreError(f"table {manifest!r} is not a sqlcal manifest (its columns are "
-                         f"{list(m.columns)}); choose another prefix=")
+                         f"{found}); choose another prefix=")
     for kind in (*schema.TABLES, "checks"):
         name = schema.table_name(kind, prefix)
         if name in names:
-            cols = list(_table(con, name).columns)
+            cols = store_tables.columns(con, name)
             expected = [c for c, _ in schema.columns(kind, key_types)]
             if cols != expected:
                 raise StoreError(f"table {name!r} has columns {cols}, not the {expected} this "
@@ -894,80 +591,17 @@ def _stored(frame: pd.DataFrame, kind: str, spec_hash: str, manifest: pd.DataFra
     return frame
 
 
-def _write(con, prefix: str, kind: str, frame: pd.DataFrame, key_types: dict, tables: set
-           ) -> None:
-    """Append ``frame`` to the store table ``kind`` (created on the first write, and added to
-    ``tables``, the store's tables; the manifest with its unique version), dropping the
-    in-memory table the insert registers."""
-    if not len(frame):
-        return
-    name = schema.table_name(kind, prefix)
-    cols = schema.columns(kind, key_types)
-    if name not in tables:
-        _create(con, name, cols, unique=_UNIQUE.get(kind, ()))
-        _handles(con).pop(name, None)
-        tables.add(name)
-    rows = ibis.memtable(frame[[c for c, _ in cols]], schema=ibis.schema(cols))
-    try:
-        con.insert(name, rows)
-    finally:
-        _forget(con, rows)
+def _write(writer: store_tables.Writer, prefix: str, kind: str, frame: pd.DataFrame,
+           key_types: dict) -> None:
+    """Append ``frame`` to the store table ``kind`` through the run's writer (the table created
+    on the first write; the manifest with its unique version)."""
+    writer.append(schema.table_name(kind, prefix), frame, schema.columns(kind, key_types),
+                  unique=_UNIQUE.get(kind, ()))
 
 
 #: the store tables' unique columns, where the engine keeps constraints: a version of a period
 #: is published once, however many runs write at the same time
 _UNIQUE = {"manifest": ("spec_hash", "period_start", "version")}
-
-
-def _create(con, name: str, cols: list, unique: Sequence[str] = ()) -> None:
-    if not unique or getattr(con, "name", "") not in ("duckdb", "postgres"):
-        con.create_table(name, schema=ibis.schema(cols))
-        return
-    import sqlglot.expressions as exp
-
-    defs = ibis.schema(cols).to_sqlglot_column_defs(con.dialect)
-    key = exp.UniqueColumnConstraint(this=exp.Schema(
-        expressions=[exp.to_identifier(c, quoted=True) for c in unique]))
-    create = exp.Create(kind="TABLE", this=exp.Schema(
-        this=exp.Table(this=exp.to_identifier(name, quoted=True)), expressions=[*defs, key]))
-    con.raw_sql(create.sql(dialect=con.dialect))
-
-
-def _forget_frames(table: ir.Table) -> None:
-    """Drop what the default engine registered for the in-memory frames ``table`` reads (a
-    snapshot of a pandas frame registers one; a long-lived process would keep them all)."""
-    import ibis.expr.operations as ops
-
-    frames = table.op().find(ops.InMemoryTable)
-    if not frames:
-        return
-    con = engines.backend_of(table)
-    known = getattr(con, "_memtables", None)
-    for op in frames:
-        if known is not None and op in known:
-            _forget(con, op.to_expr())
-
-
-def _forget(con, table: ir.Table) -> None:
-    """Drop the in-memory table Ibis registered on ``con`` for ``table``: Ibis keeps it until
-    the process exits, so a long-lived process would pile them up (with their data)."""
-    op = table.op()
-    kind = getattr(con, "name", "")
-    try:
-        if kind == "duckdb":
-            con.con.unregister(op.name)
-        elif kind == "pyspark":
-            con._session.catalog.dropTempView(op.name)
-        else:
-            import sqlglot.expressions as exp
-
-            drop = exp.Drop(kind="TABLE", exists=True,
-                            this=exp.Table(this=exp.to_identifier(op.name, quoted=True)))
-            con.raw_sql(drop.sql(dialect=con.dialect))
-    finally:
-        registered = getattr(con, "_memtables", None)
-        if registered is not None:
-            registered.discard(op)
 
 
 def _next_versions(con, prefix: str, spec_hash: str, periods: list, have: pd.DataFrame,
@@ -984,67 +618,12 @@ def _next_versions(con, prefix: str, spec_hash: str, periods: list, have: pd.Dat
                 top[when] = int(v)
     name = schema.table_name("totals", prefix)
     if name in tables:
-        t = _table(con, name)
-        frame = reductions.execute(t.filter(t.spec_hash == spec_hash).group_by(
-            "period_start").aggregate(v=t.version.max()))
-        for when, v in zip(pd.to_datetime(frame["period_start"]), frame["v"]):
+        frame = store_tables.latest(con, name, "version", ["period_start"],
+                                    where={"spec_hash": spec_hash})
+        for when, v in zip(pd.to_datetime(frame["period_start"]), frame["version"]):
             if when in top:
                 top[when] = max(top[when], int(v))
     return {t: v + 1 for t, v in top.items()}
-
-
-@contextlib.contextmanager
-def _writing(con, prefix: str):
-    """A run's rows, manifest and checks in one transaction where the engine has them, under
-    the store's lock. On PostgreSQL a transaction-level advisory lock on the prefix: a second
-    run waits for the first to commit, then reads its manifest (the caller reads it again inside)
-    and writes only what is still due, and the manifest's unique version refuses a duplicate in
-    any case. DuckDB lets one process open a file for writing (a second one is refused when it
-    connects), and in one process the connection runs one transaction. Other engines (Spark)
-    rely on the manifest-last protocol: rows without a manifest row are never read."""
-    kind = getattr(con, "name", "")
-    if kind == "postgres":
-        with con.con.transaction():
-            with con.con.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(prefix),))
-            yield
-        return
-    if kind != "duckdb":
-        yield
-        return
-    con.con.begin()
-    try:
-        yield
-    except BaseException:
-        con.con.rollback()
-        raise
-    con.con.commit()
-
-
-def _lock_id(prefix: str) -> int:
-    """The advisory lock of a prefix's tables: a signed 64-bit number from its name."""
-    digest = hashlib.sha256(f"sqlcal store {prefix}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
-def _clear_current(con, prefix: str, spec_hash: str, periods: list) -> None:
-    """Clear ``current`` on the stored versions of the periods about to be written (one UPDATE,
-    where the engine has one, before the new manifest rows; readers pick the greatest version
-    either way)."""
-    if not periods or getattr(con, "name", "") not in ("duckdb", "postgres"):
-        return
-    import sqlglot.expressions as exp
-
-    name = schema.table_name("manifest", prefix)
-    when = [exp.cast(exp.Literal.string(pd.Timestamp(t).isoformat(sep=" ")), "timestamp")
-            for t in periods]
-    def col(c):
-        return exp.column(c, quoted=True)
-    cond = exp.and_(col("spec_hash").eq(exp.Literal.string(spec_hash)),
-                    col("period_start").isin(*when), col("current"))
-    update = exp.update(exp.Table(this=exp.to_identifier(name, quoted=True)),
-                        {col("current"): exp.false()}, where=cond)
-    con.raw_sql(update.sql(dialect=con.name))
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -1055,9 +634,9 @@ def manifest(store: Any, prefix: str = schema.PREFIX, tables: set | None = None
     """The store's manifest (empty with the schema's columns when there is none)."""
     con = connect(store)
     name = schema.table_name("manifest", prefix)
-    if name not in (set(con.list_tables()) if tables is None else tables):
+    if name not in (store_tables.tables(con) if tables is None else tables):
         return pd.DataFrame(columns=[c for c, _ in schema.MANIFEST])
-    frame = reductions.execute(_table(con, name))
+    frame = store_tables.read(con, name)
     for col in ("period_start", "period_end", "as_of", "written_at"):
         frame[col] = pd.to_datetime(frame[col]).astype("datetime64[ns]")
     return frame
@@ -1069,7 +648,7 @@ def current_versions(store: Any, prefix: str = schema.PREFIX, spec_hash: str | N
     use, with ``known_as_of``: the latest of its ``as_of`` and of the runs that found the period
     unchanged (:data:`sqlcal.monitor.schema.CHECKS`), the time its labels are known as of."""
     con = connect(store)
-    tables = set(con.list_tables())
+    tables = store_tables.tables(con)
     frame = manifest(con, prefix, tables)
     if spec_hash is not None:
         frame = frame[frame["spec_hash"] == spec_hash]
@@ -1080,11 +659,10 @@ def current_versions(store: Any, prefix: str = schema.PREFIX, spec_hash: str | N
     name = schema.table_name("checks", prefix)
     frame["known_as_of"] = frame["as_of"]
     if name in tables:
-        t = _table(con, name)
-        if spec_hash is not None:
-            t = t.filter(t.spec_hash == spec_hash)
-        confirmed = reductions.execute(t.group_by(["spec_hash", "period_start", "version"])
-                                      .aggregate(confirmed=t.as_of.max()))
+        confirmed = store_tables.latest(
+            con, name, "as_of", ["spec_hash", "period_start", "version"],
+            where=None if spec_hash is None else {"spec_hash": spec_hash}).rename(
+            columns={"as_of": "confirmed"})
         confirmed["period_start"] = pd.to_datetime(confirmed["period_start"]).astype(
             "datetime64[ns]")
         confirmed["confirmed"] = pd.to_datetime(confirmed["confirmed"]).astype("datetime64[ns]")
@@ -1129,28 +707,13 @@ def merged(store: Any, kind: str, *, prefix: str, spec_hash: str, versions: pd.D
     The current version of each period is the greatest one with a manifest row, selected by a
     join to the manifest in the engine (a window of any number of periods is one flat IN list,
     and no in-memory table is registered)."""
-    con = connect(store)
-    t = _table(con, schema.table_name(kind, prefix))
     table = schema.TABLES[kind]
-    periods = [ibis.literal(pd.Timestamp(p).to_pydatetime())
-               for p in sorted(set(versions["period_start"]))]
-    if not periods:
-        periods = [ibis.literal(None, type="timestamp")]
-    m = _table(con, schema.table_name("manifest", prefix))
-    current = m.filter(m.spec_hash == spec_hash, m.period_start.isin(periods)).group_by(
-        "period_start").aggregate(version=m.version.max())
-    cond = [t.spec_hash == spec_hash, t.period_start.isin(periods)]
-    if delays is not None:
-        cond.append(t.delay.isin([int(d) for d in delays]))
-    for name, value in (params or {}).items():
-        cond.append(t[name] == value)
-    t = t.filter(*cond).semi_join(current, ["period_start", "version"])
     keys = [*by, *(c for c, _ in table["keys"])]
-    aggs = {}
-    for name, _ in (*table["label_free"], *table["label"]):
-        col = t[name]
-        aggs[name] = (col.min() if name in schema.MINIMA else col.max()
-                      if name in schema.MAXIMA else col.sum())
-    expr = t.group_by(keys).aggregate(**aggs) if keys else t.aggregate(**aggs)
-    frame = reductions.execute(expr)
+    rules = {name: "min" if name in schema.MINIMA else "max" if name in schema.MAXIMA else "sum"
+             for name, _ in (*table["label_free"], *table["label"])}
+    frame = store_tables.merged(
+        connect(store), schema.table_name(kind, prefix),
+        manifest=schema.table_name("manifest", prefix), spec_hash=spec_hash,
+        periods=versions["period_start"], delays=delays, params=params or {}, keys=keys,
+        rules=rules)
     return frame.sort_values(keys, ignore_index=True) if keys else frame

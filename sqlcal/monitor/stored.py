@@ -17,13 +17,12 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-import ibis
 import numpy as np
 import pandas as pd
 
 from sqlcal.errors import InvalidInputError
 from sqlcal.inputs.groupkeys import VALUE, GroupKeys, Key
-from sqlcal.inputs.sources import Source
+from sqlcal.inputs.sources import Source, served_rows
 from sqlcal.monitor import adjusted as _adjusted
 from sqlcal.monitor import schema
 from sqlcal.monitor import store as _store
@@ -80,6 +79,12 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
         rows; False for the ``"adjusted"`` estimates) and ``window_bound`` (0, or NaN for an
         estimate).
 
+    See Also
+    --------
+    snapshot : writes the summaries this reads.
+    detect : the change detector on the same summaries.
+    source : the same for a table of rows.
+
     Notes
     -----
     With binary labels every label-dependent sum is :math:`\sum_i w_i y_i f(p_i)`, and every
@@ -128,8 +133,7 @@ def stored(store: Any, *, by: str | Sequence[str] | None = None, start: Any = No
                                     f"{end} is younger than the first delay edge")
         maturity = f"adjusted ({adjust.describe()})"
     served = _Server(store, prefix, spec_hash, spec_dict, versions, by, delays, adjust)
-    src = Source(rows=ibis.table({"p": "float64", "y": "float64", "w": "float64"},
-                                 name="stored_window"),
+    src = Source(rows=served_rows("stored_window"),
                  score=spec_dict["score"], label=spec_dict["label"],
                  weight=spec_dict["weight"], by=tuple(VALUE.format(i) for i in range(len(by))),
                  group_keys=GroupKeys(tuple(Key(k, VALUE.format(i), kind="plain")

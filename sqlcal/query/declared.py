@@ -552,14 +552,21 @@ def union(needs: Iterable[Summary]) -> list[Summary]:
 
 def rule(column: str) -> str | None:
     """How a summary column merges over disjoint sets of rows: ``"sum"``, ``"min"``, ``"max"``,
-    or None (it cannot: recompute it from a mergeable summary)."""
+    or None (it cannot: recompute it from a mergeable summary).
+
+    Examples
+    --------
+    >>> rule("swy"), rule("p_min"), rule("spieg_var"), rule("cutoff")
+    ('sum', 'min', 'sum', None)
+    """
     if column in _SUMS:
         return "sum"
     if column in _MINIMA:
         return "min"
     if column in _MAXIMA:
         return "max"
-    return None
+    # the summary store's sums (sql/store_*.sql returns them per day): their declared rule
+    return next((s.merge for s in STORE_SUMS if s.name == column), None)
 
 
 def merge(frames: Sequence[pd.DataFrame], keys: Sequence[str]) -> pd.DataFrame:
@@ -698,3 +705,107 @@ def segment_terms(by, features, folds, segments, step: float, clip: float) -> Su
     return Summary("segment_terms", (tuple(by), tuple(features),
                                      (float(folds[0]), float(folds[1]), tuple(folds[2])),
                                      segs, float(step), float(clip)))
+
+
+# -- the summary store's sums ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredSum:
+    """One column of the summary store's per-period sums (:mod:`sqlcal.monitor.schema`),
+    declared once: the snapshot's query, the store's SQL in ``sql/`` and the dbt package's
+    store macros are each rendered from :data:`STORE_SUMS` (by
+    :func:`sqlcal.query.reductions.store_sums`), and the store's tables list these columns.
+
+    Parameters
+    ----------
+    name : str
+        The stored column.
+    of : tuple
+        The row's term, a product of named factors multiplied left to right (a nested tuple is
+        a product taken first): ``w`` the weight, ``y`` the label, ``p`` the score, ``pq`` =
+        p(1 − p), ``q2`` = (1 − 2p)², ``lnp`` = ln p (0 at p = 0), ``lnq`` = ln(1 − p) (0 at
+        p = 1), ``h`` = clip(logit p, −4, 4)/4. Empty: the sum counts rows.
+    where : tuple of (factor, value)
+        A count's condition: the rows whose factors equal the values.
+    merge : {"sum", "min", "max"}
+        How the column of two disjoint sets of rows combines (its merge rule); ``min`` and
+        ``max`` take one factor.
+    tables : tuple of str
+        The store tables that carry it (``totals``, ``bins``, ``cells``, ``levels``).
+
+    Examples
+    --------
+    >>> s = StoredSum("swyp", ("w", "y", "p"))
+    >>> s.label, s.type
+    (True, 'float64')
+    """
+
+    name: str
+    of: tuple = ()
+    where: tuple = ()
+    merge: str = "sum"
+    tables: tuple = ("totals",)
+
+    @property
+    def label(self) -> bool:
+        """Whether the sum is Σw·y·f(p) (stored per delay bucket of the positives) rather than
+        label-free (over every row, labels read as 0)."""
+        return "y" in factors(self.of) or any(f == "y" for f, _ in self.where)
+
+    @property
+    def type(self) -> str:
+        return "int64" if not self.of else "float64"
+
+
+def factors(of: tuple) -> list[str]:
+    """The named factors of a stored sum's term, nested products flattened."""
+    return [g for f in of for g in (factors(f) if isinstance(f, tuple) else [f])]
+
+
+_ALL = ("totals", "bins", "cells", "levels")
+_BINNED = ("totals", "bins", "cells")
+#: the store's sums, label-free then label, in the order of the store tables' columns: adding a
+#: stored sum is one line here (a new column changes the tables' layout: a store written before
+#: it is refused by a snapshot until it moves to a new prefix)
+STORE_SUMS = (
+    StoredSum("n", tables=_ALL),
+    StoredSum("W", ("w",), tables=_ALL),
+    StoredSum("sw2", ("w", "w"), tables=_ALL),
+    StoredSum("swp", ("w", "p"), tables=_ALL),
+    StoredSum("swpp", ("w", "p", "p"), tables=_ALL),
+    StoredSum("sw2_pq", ("w", "w", "pq"), tables=_ALL),
+    StoredSum("spieg_var", ("w", ("q2", "pq"))),
+    StoredSum("sw2_spieg_var", ("w", "w", ("q2", "pq"))),
+    StoredSum("sw_lnq", ("w", "lnq")),
+    StoredSum("sw_lnq2", ("w", "lnq", "lnq")),
+    StoredSum("sw2p", ("w", "w", "p")),
+    StoredSum("sw2pp", ("w", "w", "p", "p")),
+    StoredSum("n_p1", where=(("p", 1),)),
+    StoredSum("swp_h", ("w", "h", "p")),
+    StoredSum("p_min", ("p",), merge="min", tables=_BINNED),
+    StoredSum("p_max", ("p",), merge="max", tables=_BINNED),
+    StoredSum("n_pos", where=(("y", 1),), tables=_ALL),
+    StoredSum("swy", ("w", "y"), tables=_ALL),
+    StoredSum("swyp", ("w", "y", "p"), tables=_ALL),
+    StoredSum("swy_lnp", ("w", "y", "lnp")),
+    StoredSum("swy_lnq", ("w", "y", "lnq")),
+    StoredSum("swy_lnp2", ("w", "y", "lnp", "lnp")),
+    StoredSum("swy_lnq2", ("w", "y", "lnq", "lnq")),
+    StoredSum("n_pos_p0", where=(("p", 0), ("y", 1))),
+    StoredSum("n_pos_p1", where=(("p", 1), ("y", 1))),
+    StoredSum("swy_h", ("w", "y", "h")),
+    StoredSum("sw2y", ("w", "w", "y"), tables=("levels",)),  # a logistic fit's sandwich
+)
+
+
+def store_sums(table: str, *, label: bool | None = None) -> tuple[StoredSum, ...]:
+    """The sums a store table carries (``label``: only its label or label-free part).
+
+    Examples
+    --------
+    >>> [s.name for s in store_sums("cells", label=True)]
+    ['n_pos', 'swy', 'swyp']
+    """
+    return tuple(s for s in STORE_SUMS
+                 if table in s.tables and (label is None or s.label == label))

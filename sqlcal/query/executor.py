@@ -139,6 +139,13 @@ def source(
         A column is missing or mistyped, or (with ``on_invalid="raise"``) has invalid rows; the
         message names the column, the problem and the count of rows.
 
+    See Also
+    --------
+    Source : what it returns.
+    multiclass : the binary rows of multiclass predictions, to pass as data.
+    stored : a source over stored summaries instead of rows.
+    report : several metrics of one source at once.
+
     Notes
     -----
     Weighted metrics read a row of weight :math:`w_i` as :math:`w_i` identical rows when the
@@ -155,8 +162,8 @@ def source(
     the full table's sum plus the sampling's, estimated by :math:`\sum v z^2` with the
     variance weight :math:`v_i = f_i/\pi_i^2` (:math:`\pi_i = r_i` for a kept negative, 1
     for a positive; Särndal, Swensson & Wretman (1992), Model Assisted Survey Sampling, ch. 5),
-    which every interval and test uses (see :func:`sqlcal.query.reductions.variance_weights`); a kept
-    negative never passes for :math:`1/r` observed rows.
+    which every interval and test uses (see :func:`sqlcal.query.reductions.variance_weights`); a
+    kept negative never passes for :math:`1/r` observed rows.
     A model trained on downsampled negatives predicts the odds
     :math:`p/(1-p) = \pi/((1-\pi) r)`; its scores are mapped back by
     :math:`p' = p/(p + (1-p)/r)` (He et al. (2014), Practical Lessons from Predicting Clicks on
@@ -308,6 +315,13 @@ def scan(src: Source, kind: tuple, build: Callable[[], Any]) -> pd.DataFrame:
         frame = reductions.execute(build())
         src.cache[(kind, None)] = reductions.fill_unweighted(frame)
     return src.cache[(kind, None)]
+
+
+def fetch(expr: Any) -> pd.DataFrame:
+    """Run a query that reads no source's summary (the summary store's tables, a snapshot's
+    fingerprints, a check of a column before a source is described) and return it as pandas;
+    the engine's errors about the rows become :class:`sqlcal.errors.EngineDataError`."""
+    return reductions.execute(expr)
 
 
 def validate(src: Source, frame: pd.DataFrame) -> None:

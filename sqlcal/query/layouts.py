@@ -13,8 +13,8 @@ to pool every class's rows on purpose. The result is an Ibis table: every sqlcal
 with ``score="score", label="label"`` (and ``weight="weight"`` when made with ``weight=``).
 
 Before anything is returned, one aggregate query in the engine checks every example: the
-probabilities are numbers in [0, 1] summing to 1 (within ``sum_tolerance``), the true class names one
-probability column (wide) or exactly one row (long), and no example id repeats. A problem is an
+probabilities are numbers in [0, 1] summing to 1 (within ``sum_tolerance``), the true class names
+one probability column (wide) or exactly one row (long), and no example id repeats. A problem is an
 error naming the column, the problem and the number of examples.
 """
 
@@ -140,6 +140,12 @@ def multiclass(
     ValueError
         An option that cannot be used (``mode``, ``format``, ``classes``, ``sum_tolerance``).
 
+    See Also
+    --------
+    classwise : a metric per class of a classwise table, reduced.
+    temperature_scaling : recalibrates the multiclass predictions.
+    source : the same checks for binary predictions.
+
     Notes
     -----
     Top-label: the score of example :math:`i` is :math:`\\max_k p_{ik}` and its label is
@@ -160,6 +166,16 @@ def multiclass(
     A table made in classwise mode refuses a metric without ``by="class"``, and one made with
     ``weight=`` a metric without ``weight="weight"`` (:func:`check_use`, which
     :func:`sqlcal.source` calls for every metric).
+
+    References
+    ----------
+    .. [1] C. Guo, G. Pleiss, Y. Sun and K. Q. Weinberger, "On Calibration of Modern Neural
+       Networks", ICML (PMLR 70), 2017.
+    .. [2] C. Gupta and A. Ramdas, "Top-Label Calibration and Multiclass-to-Binary Reductions",
+       ICLR, 2022.
+    .. [3] M. Kull, M. Perello-Nieto, M. Kängsepp, T. Silva Filho, H. Song and P. Flach, "Beyond
+       Temperature Scaling: Obtaining Well-Calibrated Multiclass Probabilities with Dirichlet
+       Calibration", NeurIPS, 2019.
 
     Examples
     --------
@@ -188,8 +204,8 @@ def multiclass(
 class Prepared:
     """A checked multiclass table: ``table`` as given, ``probabilities`` (the same table, or
     with logit columns replaced by their softmax), its ``layout`` (see
-    :mod:`sqlcal.query.reductions`), whether the columns hold ``logits``, and whether invalid examples
-    are to be dropped (``drop``)."""
+    :mod:`sqlcal.query.reductions`), whether the columns hold ``logits``, and whether invalid
+    examples are to be dropped (``drop``)."""
 
     table: Any
     probabilities: Any
@@ -454,8 +470,8 @@ def _judge(counts, checks: list[str], layout: list[str], on_invalid: str) -> boo
 def _sum_problem(count: int, low: float, high: float, where: str, sum_tolerance: float) -> str:
     worst = low if abs(low - 1) >= abs(high - 1) else high
     return (f"{count} examples have probabilities ({where}) summing to other than 1 by more "
-            f"than sum_tolerance={sum_tolerance:g} (the worst sums to {worst!r}): list every class's "
-            "probability, renormalise them, or pass a larger sum_tolerance=")
+            f"than sum_tolerance={sum_tolerance:g} (the worst sums to {worst!r}): list every "
+            "class's probability, renormalise them, or pass a larger sum_tolerance=")
 
 
 def _class_values(t: ir.Table, probs: list[str], label: str, classes) -> list:

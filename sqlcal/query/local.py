@@ -81,9 +81,9 @@ def evaluate(summary: Summary, levels: pd.DataFrame, by: Sequence[str]) -> pd.Da
 
 
 def level_sums(levels: pd.DataFrame, parts: frozenset) -> pd.DataFrame:
-    """Per level, the sums of :func:`sqlcal.query.reductions._sums` for ``parts`` (always ``n``, ``W``,
-    ``p_max``; ``sums``: Σwy, Σwp, ``p_min``; ``sw2``; ``moments``; ``residuals``), as the engine
-    would sum them over the level's rows."""
+    """Per level, the sums of :func:`sqlcal.query.reductions._sums` for ``parts`` (always ``n``,
+    ``W``, ``p_max``; ``sums``: Σwy, Σwp, ``p_min``; ``sw2``; ``moments``; ``residuals``), as the
+    engine would sum them over the level's rows."""
     p = levels["p"].to_numpy(float)
     W, swy, sw2 = (levels[c].to_numpy(float) for c in ("W", "swy", "sw2"))
     out = {"n": levels["n"].to_numpy(), "W": W, "p_max": p}
@@ -240,7 +240,8 @@ def in_ranges(levels: pd.DataFrame, by: Sequence[str], ranges: tuple) -> np.ndar
     for key, lo, hi in ranges:
         per_group.setdefault(tuple(key), []).append((lo, hi))
     if by:
-        positions = {tuple(None if pd.isna(v) else v for v in (k if isinstance(k, tuple) else (k,))):
+        positions = {tuple(None if pd.isna(v) else v
+                           for v in (k if isinstance(k, tuple) else (k,))):
                      rows for k, rows in levels.groupby(list(by), dropna=False,
                                                          sort=False).indices.items()}
     else:
@@ -298,7 +299,8 @@ def _in_cells(levels: pd.DataFrame, by: tuple, grid: int, pairs: tuple) -> pd.Da
 
 
 def _logit_keyed(levels: pd.DataFrame, by: tuple, scale: int, parts: frozenset) -> pd.DataFrame:
-    """The level sums per group and log-odds cell ``lcell`` (:func:`sqlcal.inputs.grids.logit_cell`)."""
+    """The level sums per group and log-odds cell ``lcell``
+    (:func:`sqlcal.inputs.grids.logit_cell`)."""
     frame = pd.concat([levels[list(by)].reset_index(drop=True),
                        pd.DataFrame({"lcell": logit_cell(levels["p"].to_numpy(float), scale)}),
                        level_sums(levels, parts).reset_index(drop=True)], axis=1)
@@ -339,7 +341,7 @@ def _extremes_within(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.Da
     return out
 
 
-# -- the recalibration fits' summaries (sqlcal.recalibration.fits) ----------------------------------
+# -- the recalibration fits' summaries (sqlcal.recalibration.fits) -------------------------------
 
 
 def _by_group(levels: pd.DataFrame, by: tuple) -> dict:
@@ -383,7 +385,8 @@ def _label_ranges(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataF
 
 
 def logistic_feature(p: np.ndarray, feature: str, clip: float) -> np.ndarray:
-    """:func:`sqlcal.query.reductions.logistic_feature` in numpy: logit of the clipped score, or p."""
+    """:func:`sqlcal.query.reductions.logistic_feature` in numpy: the logit of the clipped
+    score, or p."""
     if feature == "score":
         return p
     q = np.clip(p, clip, 1 - clip)
@@ -392,8 +395,8 @@ def logistic_feature(p: np.ndarray, feature: str, clip: float) -> np.ndarray:
 
 def logistic_sums(x: np.ndarray, W: np.ndarray, Yt: np.ndarray, a: float, b: float) -> tuple:
     """The Newton terms of σ(a + b·x) over points x of weight W and target mass Yt: ``r``,
-    ``rx``, ``h``, ``hx``, ``hxx``, ``ll``, ``sep`` (as :func:`sqlcal.query.reductions.logistic_terms`
-    sums them over rows)."""
+    ``rx``, ``h``, ``hx``, ``hxx``, ``ll``, ``sep`` (as
+    :func:`sqlcal.query.reductions.logistic_terms` sums them over rows)."""
     from scipy import special
 
     eta = a + b * x

@@ -41,11 +41,12 @@ def fetch(src: Source, summary: Summary) -> pd.DataFrame:
             summary.key, summary.parts, local.evaluate(summary, src.local_levels, src.by))
     if summary.kind in RANGED:  # the engine reads the union of the groups' ranges: keep each own
         have = executor.lookup(src, summary.key, summary.parts)
-        return have if have is not None else executor.store(src, summary.key, summary.parts, _within(
-            executor.run(src, lambda checks: reductions.reduce(summary, src.rows, src.by,
-                                                    weighted=src.weighted,
-                                                    soft=src.allow_soft)),
-            summary, src.by))
+        return have if have is not None else executor.store(
+            src, summary.key, summary.parts, _within(
+                executor.run(src, lambda checks: reductions.reduce(summary, src.rows, src.by,
+                                                                   weighted=src.weighted,
+                                                                   soft=src.allow_soft)),
+                summary, src.by))
     return executor.summary(src, summary.key, summary.parts, lambda checks: reductions.reduce(
         summary, src.rows, src.by, weighted=src.weighted, checks=checks,
         soft=src.allow_soft))

@@ -37,7 +37,8 @@ from sqlcal.inputs.columns import (  # noqa: F401 (read as reductions.* too)
     number,
 )
 from sqlcal.inputs.grids import CONVENTIONS, LOGIT_CELL_BOUND, logit_edges, uniform_edges  # noqa: F401 (part of this module's API)
-from sqlcal.query.declared import MERGED_BY_MAX, MERGED_BY_MIN
+from sqlcal.query.declared import MERGED_BY_MAX, MERGED_BY_MIN, StoredSum, factors
+from sqlcal.query.declared import store_sums as store_sums_of
 
 
 def execute(expr: ir.Table) -> pd.DataFrame:
@@ -816,6 +817,110 @@ def smooth_cells(rows: ir.Table, by: Sequence[str], cells: int, grids: Sequence[
     sums |= {"swy": times(t.y).sum(), "swr": times(t.r).sum(), "swd": times(t.d).sum(),
              "swyd": times(t.y * t.d).sum(), "swrd": times(t.r * t.d).sum()}
     return t.group_by([*by, "cell", *bins]).aggregate(**sums, **(checks(t) if checks else {}))
+
+
+# -- the summary store's sums (declared once: sqlcal.query.declared.STORE_SUMS) ---------------
+
+#: σ(±4): h(p) = clip(logit p, −4, 4)/4 is flat outside [σ(−4), σ(4)]
+_H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))
+
+
+def store_terms(t: ir.Table, sums: Sequence[StoredSum]) -> dict[str, ir.Value]:
+    """The row terms the stored ``sums`` multiply that are not columns of the rows (``pq``,
+    ``q2``, ``lnp``, ``lnq``, ``h``), to be projected once: the aggregates read them (each
+    aggregate computing its own logarithms took five per row)."""
+    p = t.p
+    used = {f for s in sums for f in (*factors(s.of), *(f for f, _ in s.where))}
+    terms = {"lnp": lambda: ibis.ifelse(p > 0, p, 1.0).ln(),  # ln 1 = 0 at p = 0
+             "lnq": lambda: ibis.ifelse(p < 1, 1 - p, 1.0).ln(),  # ln 1 = 0 at p = 1
+             "h": lambda: _logit_clipped(p), "pq": lambda: p * (1 - p),
+             "q2": lambda: (1 - 2 * p) * (1 - 2 * p)}
+    return {name: make() for name, make in terms.items() if name in used}
+
+
+def store_sums(t: ir.Table, sums: Sequence[StoredSum], *, positives: bool = False
+               ) -> dict[str, ir.Value]:
+    """The aggregates of the stored ``sums`` over a table holding ``p``, ``y``, ``w`` and the
+    projected :func:`store_terms`: the one rendering of each declaration. ``positives``: the
+    rows are the positives only, where the factor y is 1 and left out."""
+    def product(of):
+        value = None
+        for f in of:
+            if positives and f == "y":
+                continue
+            term = product(f) if isinstance(f, tuple) else t[f]
+            value = term if value is None else value * term
+        return value
+
+    out = {}
+    for s in sums:
+        if not s.of:
+            where = [t[f] == v for f, v in s.where if not (positives and f == "y")]
+            out[s.name] = t.count(where=ibis.and_(*where)) if where else t.count()
+        elif s.merge == "min":
+            out[s.name] = product(s.of).min()
+        elif s.merge == "max":
+            out[s.name] = product(s.of).max()
+        else:
+            out[s.name] = product(s.of).sum()
+    return out
+
+
+def _logit_clipped(p: ir.FloatingValue) -> ir.FloatingValue:
+    pc = ibis.greatest(ibis.least(p, _H_HI), _H_LO)
+    return (pc / (1 - pc)).ln() / 4.0
+
+
+def store_scan(rows: ir.Table, keys: Sequence[str], cells: int, bins: Sequence[tuple], *,
+               checks: Callable | None = None) -> ir.Table:
+    """A snapshot's first scan: one GROUP BY by ``keys`` (the groups, the period, the delay),
+    the finest score cell and each binning's bin (``bin_0``, ...), with every stored sum of the
+    totals: the totals, the cells and the bins are each a sum of its rows over the other key
+    columns."""
+    sums = store_sums_of("totals")
+    cols = {"cell": score_cell(rows.p, cells)}
+    cols |= {f"bin_{i}": uniform_bin(rows.p, b, c) for i, (b, c) in enumerate(bins)}
+    t = rows.mutate(**cols, **store_terms(rows, sums))
+    return t.group_by([*keys, *cols]).aggregate(**store_sums(t, sums),
+                                                **(checks(t) if checks else {}))
+
+
+def store_levels(rows: ir.Table, keys: Sequence[str]) -> ir.Table:
+    """The stored levels: per ``keys`` and distinct score ``p``, the sums the store's levels
+    table carries."""
+    sums = store_sums_of("levels")
+    t = rows.mutate(**store_terms(rows, sums))
+    return t.group_by([*keys, "p"]).aggregate(**store_sums(t, sums))
+
+
+def store_rows(rows: ir.Table, keys: Sequence[str], table: str, *, cells: int = 0,
+               bins: int = 0, free_delay: int, label_delay: int) -> ir.Table:
+    """The rows of a store table without their leading columns, as SQL that writes them
+    elsewhere (the ``sql/`` folder, the dbt package) computes them: per ``keys`` and the
+    table's key (``cell`` of ``cells``, or ``bin`` of ``bins`` sqlcal-convention bins), the
+    label-free row over every row (``delay`` = ``free_delay``, label columns 0) and the label
+    row of the positives (``delay`` = ``label_delay``, label-free sums 0, minima and maxima
+    NULL). Labels are 0/1: Σw·y·f(p) is Σw·f(p) over the positives, where y = 1."""
+    free = store_sums_of(table, label=False)
+    label = store_sums_of(table, label=True)
+    cols = {"cells": {"cell": score_cell(rows.p, cells)} if table == "cells" else {},
+            "bins": {"bin": uniform_bin(rows.p, bins, "sqlcal")} if table == "bins" else {},
+            }.get(table, {})
+    t = rows.mutate(**cols, **store_terms(rows, (*free, *label)))
+    group = [*keys, *cols]
+    order = [*keys, "delay", *cols, *(s.name for s in free), *(s.name for s in label)]
+
+    def zero(s):
+        if s.merge != "sum":
+            return ibis.null(s.type)
+        return ibis.literal(0, type=s.type)
+
+    a = t.group_by(group).aggregate(**store_sums(t, free))
+    a = a.mutate(delay=ibis.literal(free_delay, type="int64"), **{s.name: zero(s) for s in label})
+    pos = t.filter(t.y == 1)
+    b = pos.group_by(group).aggregate(**store_sums(pos, label, positives=True))
+    b = b.mutate(delay=ibis.literal(label_delay, type="int64"), **{s.name: zero(s) for s in free})
+    return a.select(order).union(b.select(order))
 
 
 # -- the recalibration fits' summaries (sqlcal.recalibration.fits) ----------------------------------

@@ -1,8 +1,8 @@
 """Sources of tables with no label column, for the label-free metrics (the expected cost of
 decision rules on an unlabeled table).
 
-A :class:`~sqlcal.inputs.sources.Source` always has a label; an unlabeled table gets a constant label
-column (0), so the shared validation of scores, weights and keys applies unchanged and every
+A :class:`~sqlcal.inputs.sources.Source` always has a label; an unlabeled table gets a constant
+label column (0), so the shared validation of scores, weights and keys applies unchanged and every
 summary keeps its shape. A metric reading such a source never reads its label sums. (This is the
 input normalisation of the source layer; it sits here, beside the queries, until
 :func:`sqlcal.source` takes ``label=None`` itself.)

@@ -1,8 +1,8 @@
 """The CORP decomposition of a proper score (Dimitriadis, Gneiting and Jordan 2021): the mean
 score of the predictions = miscalibration − discrimination + uncertainty, with the isotonic
 (PAV) recalibration in the role of the ideal recalibrated forecast. One isotonic fit
-(:func:`sqlcal.recalibration.fits.isotonic_blocks`) and the totals summary suffice; :func:`corp_finish`
-is the arithmetic from those two frames."""
+(:func:`sqlcal.recalibration.fits.isotonic_blocks`) and the totals summary suffice;
+:func:`corp_finish` is the arithmetic from those two frames."""
 
 from __future__ import annotations
 
@@ -75,12 +75,20 @@ def decompose(
     Returns
     -------
     pandas.DataFrame
-        One row per group: the keys, ``mean_loss`` (the mean proper score of the predictions), ``n``, ``W``,
+        One row per group: the keys, ``mean_loss`` (the mean proper score of the predictions),
+        ``n``, ``W``,
         ``miscalibration`` = S(p) − S(p̂), ``discrimination`` = S(ȳ) − S(p̂), ``uncertainty`` =
         S(ȳ), where p̂ is the isotonic recalibration of p (:func:`isotonic`) and ȳ the group's
         observed rate, ``scoring`` (the ``scoring`` option), ``exact`` (whether the isotonic
         fit is exact; False on the score grid), ``method`` (the isotonic method used, ``"auto"``
         resolved); with ``on_invalid="drop"``, ``n_dropped``.
+
+    See Also
+    --------
+    brier_decomposition : the binned Murphy decomposition.
+    isotonic : the recalibration map behind the decomposition.
+    brier : the Brier score alone.
+    log_loss : the log score alone.
 
     Notes
     -----
@@ -100,6 +108,11 @@ def decompose(
     score and UNC by that constant and leaves MCB and DSC as they are.
     Unlike the binned Murphy decomposition (:func:`sqlcal.brier_decomposition`), there is no bin
     count to choose.
+
+    References
+    ----------
+    .. [1] T. Dimitriadis, T. Gneiting and A. I. Jordan, "Stable Reliability Diagrams for
+       Probabilistic Classifiers", PNAS 118(8), 2021.
 
     Examples
     --------

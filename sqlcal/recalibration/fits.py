@@ -113,6 +113,12 @@ def isotonic(
         left out: ``n_dropped`` and the count failing each check). Apply with
         ``.transform``, ``.expr``, ``.apply``, ``.to_sql``; store with ``.write``.
 
+    See Also
+    --------
+    platt : a two-parameter logistic map instead of a step function.
+    decompose : the CORP score decomposition, built on this fit.
+    cutoff_error : the error the fitted map brings to 0 in-sample.
+
     Notes
     -----
     Isotonic regression of the label on the score,
@@ -156,6 +162,14 @@ def isotonic(
     ``LEVEL_CAP`` blocks are left. Each pass count is a declared summary (the blocks left after
     k passes); the engine keeps the blocks every few passes as a temporary table, which the
     later counts read, so k passes cost about k window passes in all.
+
+    References
+    ----------
+    .. [1] M. Ayer, H. D. Brunk, G. M. Ewing, W. T. Reid and E. Silverman, "An Empirical
+       Distribution Function for Sampling with Incomplete Information", Annals of Mathematical
+       Statistics 26(4), 1955.
+    .. [2] B. Zadrozny and C. Elkan, "Transforming Classifier Scores into Accurate Multiclass
+       Probability Estimates", KDD, 2002.
 
     Examples
     --------
@@ -407,9 +421,10 @@ def platt(
         observed rate. The cutoff error is computed exactly on the mapped scores (ties of the
         mapped values, e.g. from saturation, are one unit).
     epsilon : float, optional
-        ε_n for ``modified`` (the ``epsilon`` of :func:`sqlcal.cutoff_error`); default :math:`(20 + \sqrt{2\ln 20})/\sqrt{n}` (the paper's
-        suggestion: the 95% upper confidence bound of the cutoff error of a calibrated model),
-        with n the group's rows, or its total weight when the weights are whole numbers.
+        ε_n for ``modified`` (the ``epsilon`` of :func:`sqlcal.cutoff_error`); default
+        :math:`(20 + \sqrt{2\ln 20})/\sqrt{n}` (the paper's suggestion: the 95% upper confidence
+        bound of the cutoff error of a calibrated model), with n the group's rows, or its total
+        weight when the weights are whole numbers.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -422,6 +437,12 @@ def platt(
         ``epsilon``, ``constant`` (the fallback rate, NaN where the fit was kept). With
         ``on_invalid="drop"``, ``.info["dropped"]``: per group, the rows left out
         (``n_dropped`` and the count failing each check).
+
+    See Also
+    --------
+    isotonic : a monotone step map, with no parametric form.
+    calibration_slope : the same logistic fit, read as slope and intercept.
+    temperature_scaling : the one-parameter map for multiclass logits.
 
     Notes
     -----
@@ -444,6 +465,13 @@ def platt(
     A group whose fit does not exist gets NaN coefficients and maps to NULL, with a warning: a
     single distinct score (no slope to fit), or, without smoothed targets, labels the score
     separates. Modified Platt maps such a group to its rate.
+
+    References
+    ----------
+    .. [1] J. C. Platt, "Probabilistic Outputs for Support Vector Machines and Comparisons to
+       Regularized Likelihood Methods", Advances in Large Margin Classifiers, MIT Press, 1999.
+    .. [2] R. Rossellini, J. A. Soloff, R. Foygel Barber, Z. Ren and R. Willett, "Can a Calibration
+       Metric Be Both Testable and Actionable?", arXiv:2502.19851, 2025.
 
     Examples
     --------
@@ -531,6 +559,12 @@ def calibration_slope(
         ``weight_kind`` (``"frequency"``: model-based standard errors, or ``"sampling"``:
         sandwich ones; ``"auto"`` resolved); with ``on_invalid="drop"``, ``n_dropped``.
 
+    See Also
+    --------
+    calibration_in_the_large : mean calibration alone, the level below the slope.
+    platt : the same logistic fit, as a recalibration map to apply.
+    spiegelhalter : a test of calibration rather than an estimate.
+
     Notes
     -----
     Cox (1958), Two Further Applications of a Model for Binary Regression; Van Calster et al.
@@ -543,6 +577,15 @@ def calibration_slope(
     clipped to [1e-12, 1 − 1e-12] before the logit. Both are exact maximum-likelihood fits on
     the levels summary. Where the fit does not exist (one distinct score, labels all equal or
     separated by the score) the values are NaN, with a warning.
+
+    References
+    ----------
+    .. [1] D. R. Cox, "Two Further Applications of a Model for Binary Regression", Biometrika
+       45(3-4), 1958.
+    .. [2] B. Van Calster et al., "A Calibration Hierarchy for Risk Models Was Defined: from Utopia
+       to Empirical Data", Journal of Clinical Epidemiology 74, 2016.
+    .. [3] B. Van Calster et al., "Calibration: the Achilles Heel of Predictive Analytics", BMC
+       Medicine 17, 2019.
 
     Examples
     --------

@@ -2,9 +2,9 @@
 any table, as SQL for a dialect, or through a mapping table written to the warehouse.
 
 The fits that make these maps (isotonic regression, Platt scaling) are in
-:mod:`sqlcal.recalibration.fits`; this module only holds what a fitted map is and how it leaves Python.
-A map is data (:attr:`CalibrationMap.table`: group keys, then its parameters), so applying it in
-the warehouse is a CASE expression per group, or a join to that table.
+:mod:`sqlcal.recalibration.fits`; this module only holds what a fitted map is and how it leaves
+Python. A map is data (:attr:`CalibrationMap.table`: group keys, then its parameters), so applying
+it in the warehouse is a CASE expression per group, or a join to that table.
 
 Examples
 --------
@@ -31,6 +31,7 @@ from sqlcal.inputs import engines
 from sqlcal.inputs.groupkeys import GroupKeys
 from sqlcal.metrics import groups
 from sqlcal.query.reductions import number, piecewise
+from sqlcal.query.sql import to_tree
 
 #: logit features clip scores to [CLIP, 1 − CLIP]: 0 and 1 have no logit
 CLIP = 1e-12
@@ -195,17 +196,13 @@ class CalibrationMap:
         inlined (for a scheduled job or a view in the warehouse). ``columns`` (name → Ibis type)
         types the score and group keys; by default the score is a double and the keys take the
         type they had when the map was fitted."""
-        import sqlglot
         from sqlglot import exp
 
         schema = columns or {score: "float64", **{k: self._key_type(k) for k in self.by}}
         unbound = ibis.table(schema, name=table)
         query = self.apply(unbound, score, name=name, inline=True)
         read = engines.sqlglot_dialect(dialect)
-        try:
-            tree = sqlglot.parse_one(ibis.to_sql(query, dialect=dialect), read=read)
-        except Exception:  # a dialect Ibis cannot compile without its backend (Spark): transpile
-            tree = sqlglot.parse_one(ibis.to_sql(query, dialect="duckdb"), read="duckdb")
+        tree = to_tree(query, dialect)
         source = tree.args.get("from_") or tree.args["from"]  # renamed in sqlglot 28
         alias = source.this.alias_or_name
         mapped = [e for e in tree.expressions if e.alias_or_name == name]
@@ -632,7 +629,6 @@ class TemperatureMap:
         map was fitted. Long layout: a softmax over each example's rows needs a subquery, so
         the query lists its columns (those of ``columns``, by default the ones the map reads)
         instead of ``*``."""
-        import sqlglot
         from sqlglot import exp
 
         schema = columns or dict(self.types)
@@ -640,10 +636,7 @@ class TemperatureMap:
         query = self.apply(unbound, prefix=prefix, name=name)
         added = self.names(prefix, name)
         read = engines.sqlglot_dialect(dialect)
-        try:
-            tree = sqlglot.parse_one(ibis.to_sql(query, dialect=dialect), read=read)
-        except Exception:  # a dialect Ibis cannot compile without its backend (Spark)
-            tree = sqlglot.parse_one(ibis.to_sql(query, dialect="duckdb"), read="duckdb")
+        tree = to_tree(query, dialect)
         if self.layout[0] == "long":  # a window over a subquery: the columns are listed
             return tree.sql(dialect=read)
         source = tree.args.get("from_") or tree.args["from"]

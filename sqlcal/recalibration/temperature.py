@@ -112,6 +112,12 @@ def temperature_scaling(
     OptionError
         An option that cannot be used (the message names it).
 
+    See Also
+    --------
+    platt : the binary logistic map.
+    multiclass : the binary rows to measure the predictions before and after.
+    isotonic : a monotone map for binary scores.
+
     Notes
     -----
     Queries: one to check the table (a second only to name a problem), then one per Newton
@@ -121,6 +127,11 @@ def temperature_scaling(
     end known. A group stops when its step changes β by at most 1e-12 relatively. z is shifted
     by the example's largest z before exponentiating (no overflow), and exponents below −700
     are clipped (PostgreSQL's exp() refuses to underflow; e^−700 ≈ 1e−304).
+
+    References
+    ----------
+    .. [1] C. Guo, G. Pleiss, Y. Sun and K. Q. Weinberger, "On Calibration of Modern Neural
+       Networks", ICML (PMLR 70), 2017.
 
     Examples
     --------
@@ -144,8 +155,8 @@ def temperature_scaling(
                        probs=probs, logits=logits, logit=logit, classes=classes, weight=weight,
                        keys=by, table=table, where=where, sum_tolerance=sum_tolerance)
     t, layout = prepared.table, prepared.layout
-    # the fit groups by the keys' internal columns (sqlcal.inputs.groupkeys): a key may be named like
-    # a column of the fit's terms (g, h, n, W...), and NULL and NaN keys are two groups
+    # the fit groups by the keys' internal columns (sqlcal.inputs.groupkeys): a key may be named
+    # like a column of the fit's terms (g, h, n, W...), and NULL and NaN keys are two groups
     keys = GroupKeys.of(t.schema(), by)
     columns = list(keys.columns)
     t = t.mutate(**keys.select(t)) if by else t

@@ -136,6 +136,12 @@ def report(
         [``cutoff_lower``, ``cutoff_upper``]) and ``kuiper_grid_bound``; a metric that
         disagrees with a shared one gets its own, e.g. ``kuiper_exact``.
 
+    See Also
+    --------
+    metric_series : the same metrics per value of a time key.
+    source : describe the data once and pass it to report.
+    summary_sql : the SQL of each metric's summaries, to run elsewhere.
+
     Notes
     -----
     The summaries the chosen metrics need are fetched together before any metric is finished,

@@ -27,10 +27,11 @@ import numpy as np
 import pandas as pd
 
 from sqlcal import outputs
-from sqlcal.errors import ConfigError, check_schema, install_hint, read_toml, redact
+from sqlcal.errors import ConfigError, check_schema, read_toml, redact
 from sqlcal.inputs import engines
 from sqlcal.inputs.groupkeys import group_id, key_value, records, shown_name
 from sqlcal.inputs.sources import Source, connect_url
+from sqlcal.monitor import monitor as _monitor
 from sqlcal.options import check as check_options
 from sqlcal.options import checked
 from sqlcal.query.executor import as_source
@@ -110,8 +111,9 @@ class ScheduledRun:
         ``below``, ``message``.
     series : pandas.DataFrame or None
         :func:`metric_series` for the configured time key.
-    figures : dict
-        PNG bytes: ``{"series": ...}`` and, per group key tuple, ``{"reliability", "cumulative"}``.
+    charts : dict
+        The data of the HTML page's charts (:func:`sqlcal.reporting.html.report_charts`):
+        ``{kind: {group id: data}}``, and ``"series"``; empty when no page is drawn.
     """
 
     config: dict
@@ -125,7 +127,7 @@ class ScheduledRun:
     series: pd.DataFrame | None = None
     #: the source of the series (the time key last among its keys)
     series_source: Source | None = None
-    figures: dict = field(default_factory=dict)
+    charts: dict = field(default_factory=dict)
     #: sqlcal.segments of the source, with a [segments] section
     segments: pd.DataFrame | None = None
     #: sqlcal.compare of the report's model against its baseline, with a [compare] section
@@ -142,6 +144,15 @@ class ScheduledRun:
     @property
     def status(self) -> str:
         return "alert" if self.alerts else "ok"
+
+    def _repr_html_(self) -> str:
+        """The run's page in a notebook: the same charts as the HTML file (drawn from the run's
+        source when the run has none yet, as :func:`run_report` draws them)."""
+        from sqlcal.reporting.html import fragment, report_charts
+
+        if not self.charts:
+            self.charts = report_charts(self, _quiet)
+        return fragment(self)
 
     @property
     def redacted_config(self) -> dict:
@@ -300,19 +311,15 @@ def check_outputs(config: dict, *, output_dir: str | os.PathLike | None = None) 
     Each path (relative ones under ``output_dir``, default the current folder) must not be the
     source, a file the source matches, a database or data file, a symlink, a directory, or an
     existing file other than a previous sqlcal output of the same kind
-    (:func:`sqlcal.outputs.check`). An HTML page with diagrams needs matplotlib.
+    (:func:`sqlcal.outputs.check`).
 
     Raises
     ------
     sqlcal.outputs.OutputError
         Naming the output and why it is refused.
-    ConfigError
-        When an HTML page with diagrams is asked for and matplotlib is missing (naming the extra).
     """
     paths = {kind: _output_path(config, kind, output_dir) for kind in outputs.KINDS}
     checked = outputs.check_all(paths, sources=_inputs(config))
-    if "html" in checked and config["report"]["diagrams"]:
-        _require_matplotlib("the HTML page's diagrams ([report] diagrams = true)")
     return checked
 
 
@@ -363,15 +370,6 @@ def check_metric_options(name: str, options: dict, where: str) -> None:
         raise ConfigError(f"{where}: {e}") from None
 
 
-def _require_matplotlib(what: str) -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise ConfigError(f"{what} need matplotlib, which is not installed: "
-                          f"{install_hint('plot')} (or set [report] diagrams = false, or write "
-                          "no HTML output)") from None
-
-
 def config_hash(config: dict) -> str:
     """A digest of what a run measures and how it judges it (source, metrics, alerts, time key);
     outputs, titles and comments do not change it."""
@@ -418,13 +416,15 @@ def run_report(
     run_at : datetime, optional
         Default now, UTC.
     diagrams : bool, optional
-        Draw the per-group diagrams and the time-series chart (matplotlib) for the HTML page;
+        Gather the data of the HTML page's charts (``run.charts``: the reliability bins, the
+        score cells, the smooth curve and TCE's bins when those metrics run; no matplotlib);
         default: when the configuration has an HTML output and ``[report] diagrams`` is true.
-        Nothing else shows them, so without an HTML output none is drawn. When they are to be
-        drawn and matplotlib is missing, a :class:`ConfigError` names the extra before any query.
+        Nothing else shows them, so without an HTML output none is gathered.
     progress : bool or None, default False
-        One line per engine pass on stderr; ``None``: when stderr is a terminal or the run has
-        lasted more than 5 seconds.
+        Step i of n, named, on stderr (one line per engine pass and per metric); ``None``: when
+        stderr is a terminal or a notebook runs the report (``sqlcal report`` without
+        ``--quiet``). On DuckDB the engine's own progress bar shows a long query's progress
+        too.
 
     Returns
     -------
@@ -432,14 +432,17 @@ def run_report(
     """
     if diagrams is None:
         diagrams = bool(config["report"]["diagrams"] and config["output"].get("html"))
-    if diagrams:
-        _require_matplotlib("diagrams")
-    step = _Progress(progress)
+    for name, value in (("progress", progress), ("diagrams", diagrams)):
+        if value not in (True, False, None) or not isinstance(value, (bool, type(None))):
+            raise TypeError(f"run_report: {name} must be True, False or None, not {value!r}")
+    step = Progress(progress, total=_steps(config, diagrams))
     run_at = run_at or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None, microsecond=0)
     digest = config_hash(config)
     run_id = run_id or f"{run_at:%Y%m%dT%H%M%SZ}-{digest[:8]}"
     with step("open the source"):
         src = _open_source(config)
+    if step.enabled and sys.stdout.isatty():
+        _engine_progress(src)
     frames, tidy = _measure(src, config["metrics"], step)
     table = _wide(src, frames, config["metrics"])
     alerts = _check_alerts(src, frames, config["alerts"])
@@ -459,7 +462,9 @@ def run_report(
         with step("comparison with the baseline"):
             run.comparison = _comparison(config)
     if diagrams:
-        _draw(run, step)
+        from sqlcal.reporting.html import report_charts
+
+        run.charts = report_charts(run, step)
     return run
 
 
@@ -511,6 +516,12 @@ def metric_series(
         the metric has some (NaN otherwise), ``trust`` the facts that qualify the metric's numbers
         (exact or grid, the grid's bound, the weight kind, the confidence level, the bins) as a
         JSON object (:func:`sqlcal.reporting.report_table.trust`).
+
+    See Also
+    --------
+    report : the same metrics per group, without a time key.
+    detect : a sequential test for a change of calibration over time.
+    stored : metrics over a window of stored summaries.
 
     Notes
     -----
@@ -599,7 +610,10 @@ def _measure(src: Source, metrics: dict, step) -> tuple[dict, pd.DataFrame]:
     """Run each metric on ``src`` after the shared summaries; return the metric functions' frames
     and the tidy table."""
     chosen = {name: metric_options(name, options) for name, options in metrics.items()}
-    for name, run in summary_steps(src, chosen):
+    scans = summary_steps(src, chosen)
+    if hasattr(step, "total"):
+        step.total += len(scans)
+    for name, run in scans:
         with step(name):
             run()
     frames, parts = {}, []
@@ -677,42 +691,6 @@ def _worst_first(table: pd.DataFrame, alerts: list[dict], src: Source,
 
 
 # -- diagrams ---------------------------------------------------------------------------------
-
-
-def _draw(run: ScheduledRun, step) -> None:
-    import matplotlib.pyplot as plt
-
-    from sqlcal.plots import LOW_BASE_RATE, cumulative_plot, reliability_diagram
-    from sqlcal.reporting.html import png
-
-    src, bins = run.source, run.config["report"]["bins"]
-    # a low base rate (clicks, conversions) puts nearly every row in the first equal-width bin:
-    # its diagrams cut bins of equal width in log-odds and draw log-odds axes (the totals are
-    # cached: no further pass)
-    from sqlcal.metrics.scores import totals_summary
-
-    totals = totals_summary(src)
-    low = float(totals["swy"].sum() / totals["W"].sum()) < LOW_BASE_RATE
-    binning = {"strategy": "logit", "scale": "logit"} if low else {}
-    for group in records(run.table, src.key_names):
-        key = tuple(group.values())
-        name = ", ".join(f"{k}={v}" for k, v in zip(src.key_names, key)) or "all rows"
-        group = {k: _python(v) for k, v in zip(src.key_names, key)}
-        # each diagram draws its group from the summary of all groups, which the metrics have
-        # already cached on the source: no engine pass per group
-        with step(f"diagrams: {name}"):
-            fig, ax = plt.subplots(figsize=(5, 5))
-            reliability_diagram(src, bins=bins, group=group or None, ax=ax, **binning)
-            ax.set_title(f"Reliability: {name}")
-            reliability = png(fig)
-            fig, ax = plt.subplots(figsize=(6.5, 4.2))
-            cumulative_plot(src, group=group or None, ax=ax)
-            ax.set_title(f"Cumulative differences: {name}", fontsize="medium")
-            run.figures[group_id(dict(zip(src.key_names, key)))] = {
-                "reliability": reliability, "cumulative": png(fig)}
-    if run.series is not None and len(run.series):
-        run.figures["series"] = png(series_plot(run.series, time=run.config["time"]["key"],
-                                                by=src.key_names))
 
 
 def series_plot(series: pd.DataFrame, *, time: str, by: Sequence[str] = ()):
@@ -1087,20 +1065,69 @@ def _python(v):
 # -- progress ---------------------------------------------------------------------------------
 
 
-class _Progress:
-    """``with step("metric: ece"):`` prints ``sqlcal: metric: ece 0.12 s`` on stderr when enabled
-    (``None``: when stderr is a terminal or the run has lasted more than ``after`` seconds)."""
+class Progress:
+    """``with step("metric: ece"):``: on stderr, ``sqlcal: [3/9] metric: ece`` as the step
+    starts (overwritten in place on a terminal) and the step with its time as it ends.
 
-    def __init__(self, enabled: bool | None, after: float = 5.0):
-        self.enabled, self.after, self.start = enabled, after, time.monotonic()
+    ``enabled``: True, False, or None for "where someone watches": stderr is a terminal, or the
+    run is in a notebook's kernel. ``total`` is the steps known so far; a step that finds more
+    (the planner's scans) adds them."""
+
+    def __init__(self, enabled: bool | None, *, total: int = 0):
+        self.enabled = interactive() if enabled is None else enabled
+        self.total, self.done = total, 0
+        self.live = self.enabled and sys.stderr.isatty()
 
     @contextlib.contextmanager
     def __call__(self, label: str):
+        self.done += 1
+        self.total = max(self.total, self.done)
+        head = f"sqlcal: [{self.done}/{self.total}] {label}"
+        if self.live:
+            print(f"{head} ...", end="\r", file=sys.stderr, flush=True)
         begin = time.monotonic()
         yield
-        end = time.monotonic()
-        show = self.enabled
-        if show is None:
-            show = sys.stderr.isatty() or end - self.start > self.after
-        if show:
-            print(f"sqlcal: {label} {end - begin:.2f} s", file=sys.stderr, flush=True)
+        if self.enabled:
+            clear = "\x1b[K" if self.live else ""
+            print(f"{head} {time.monotonic() - begin:.2f} s{clear}", file=sys.stderr, flush=True)
+
+
+def _engine_progress(src: Source) -> None:
+    """DuckDB's own progress bar for a long query (it draws on the terminal, which is why only
+    a run whose output is a terminal asks for it)."""
+    try:
+        backend = engines.backend_of(src.rows)
+        if backend.name == "duckdb":
+            backend.raw_sql("SET enable_progress_bar = true")
+    except Exception:  # an engine without the setting, or a read-only attachment refusing it
+        pass
+
+
+def interactive() -> bool:
+    """Whether progress has a watcher: stderr is a terminal, or a notebook's kernel runs us."""
+    if sys.stderr.isatty():
+        return True
+    shell = sys.modules.get("IPython")
+    try:
+        return bool(shell) and type(shell.get_ipython()).__name__ == "ZMQInteractiveShell"
+    except Exception:  # an IPython without a running shell
+        return False
+
+
+def _steps(config: dict, diagrams: bool | None) -> int:
+    """The steps a run will show, before the planner says how many scans it needs: opening the
+    source, a step per metric, the series, the segments and the page's charts."""
+    if diagrams is None:
+        diagrams = bool(config["report"]["diagrams"] and config["output"].get("html"))
+    page = 2 + ("smooth_ece" in config["metrics"]) + ("tce" in config["metrics"])
+    return (1 + len(config["metrics"]) + bool(config["time"]) + bool(config.get("segments"))
+            + (page if diagrams else 0))
+
+
+def _monitor_page(run) -> str:
+    from sqlcal.reporting.html import fragment
+
+    return fragment(run)
+
+
+_monitor.PAGE = _monitor_page  # a monitor run shows its page in a notebook

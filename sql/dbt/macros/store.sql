@@ -80,8 +80,8 @@ FROM (
         LN(CASE WHEN "t0"."p" > 0 THEN "t0"."p" ELSE 1.0 END) AS "lnp",
         LN(CASE WHEN "t0"."p" < 1 THEN 1 - "t0"."p" ELSE 1.0 END) AS "lnq",
         CAST(LN(
-          CAST(GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) AS DOUBLE PRECISION) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
+          CAST(GREATEST(LEAST("t0"."p", 0.9820137900379085), 0.01798620996209156) AS DOUBLE PRECISION) / (
+            1 - GREATEST(LEAST("t0"."p", 0.9820137900379085), 0.01798620996209156)
           )
         ) AS DOUBLE PRECISION) / 4.0 AS "h",
         "t0"."p" * (
@@ -168,8 +168,8 @@ FROM (
         LN(CASE WHEN "t0"."p" > 0 THEN "t0"."p" ELSE 1.0 END) AS "lnp",
         LN(CASE WHEN "t0"."p" < 1 THEN 1 - "t0"."p" ELSE 1.0 END) AS "lnq",
         CAST(LN(
-          CAST(GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) AS DOUBLE PRECISION) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
+          CAST(GREATEST(LEAST("t0"."p", 0.9820137900379085), 0.01798620996209156) AS DOUBLE PRECISION) / (
+            1 - GREATEST(LEAST("t0"."p", 0.9820137900379085), 0.01798620996209156)
           )
         ) AS DOUBLE PRECISION) / 4.0 AS "h",
         "t0"."p" * (
@@ -269,8 +269,8 @@ FROM (
         LN(CASE WHEN "t0"."p" > 0 THEN "t0"."p" ELSE 1.0 END) AS "lnp",
         LN(CASE WHEN "t0"."p" < 1 THEN 1 - "t0"."p" ELSE 1.0 END) AS "lnq",
         LN(
-          GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
+          GREATEST(LEAST("t0"."p", 0.9820137900379085), 0.01798620996209156) / (
+            1 - GREATEST(LEAST("t0"."p", 0.9820137900379085), 0.01798620996209156)
           )
         ) / 4.0 AS "h",
         "t0"."p" * (
@@ -357,8 +357,8 @@ FROM (
         LN(CASE WHEN "t0"."p" > 0 THEN "t0"."p" ELSE 1.0 END) AS "lnp",
         LN(CASE WHEN "t0"."p" < 1 THEN 1 - "t0"."p" ELSE 1.0 END) AS "lnq",
         LN(
-          GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
+          GREATEST(LEAST("t0"."p", 0.9820137900379085), 0.01798620996209156) / (
+            1 - GREATEST(LEAST("t0"."p", 0.9820137900379085), 0.01798620996209156)
           )
         ) / 4.0 AS "h",
         "t0"."p" * (
@@ -459,8 +459,8 @@ FROM (
         TRY_DIVIDE(
           LN(
             TRY_DIVIDE(
-              GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085),
-              1 - GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085)
+              GREATEST(LEAST(`t0`.`p`, 0.9820137900379085), 0.01798620996209156),
+              1 - GREATEST(LEAST(`t0`.`p`, 0.9820137900379085), 0.01798620996209156)
             )
           ),
           4.0
@@ -549,8 +549,8 @@ FROM (
         TRY_DIVIDE(
           LN(
             TRY_DIVIDE(
-              GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085),
-              1 - GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085)
+              GREATEST(LEAST(`t0`.`p`, 0.9820137900379085), 0.01798620996209156),
+              1 - GREATEST(LEAST(`t0`.`p`, 0.9820137900379085), 0.01798620996209156)
             )
           ),
           4.0
@@ -653,8 +653,8 @@ FROM (
         ieee_divide(
           LN(
             ieee_divide(
-              GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085),
-              1 - GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085)
+              GREATEST(LEAST(`t0`.`p`, 0.9820137900379085), 0.01798620996209156),
+              1 - GREATEST(LEAST(`t0`.`p`, 0.9820137900379085), 0.01798620996209156)
             )
           ),
           4.0
@@ -743,8 +743,8 @@ FROM (
         ieee_divide(
           LN(
             ieee_divide(
-              GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085),
-              1 - GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085)
+              GREATEST(LEAST(`t0`.`p`, 0.9820137900379085), 0.01798620996209156),
+              1 - GREATEST(LEAST(`t0`.`p`, 0.9820137900379085), 0.01798620996209156)
             )
           ),
           4.0
@@ -845,8 +845,8 @@ FROM (
         LN(IFF("t0"."p" > 0, "t0"."p", 1.0)) AS "lnp",
         LN(IFF("t0"."p" < 1, 1 - "t0"."p", 1.0)) AS "lnq",
         LN(
-          GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
+          GREATEST(LEAST("t0"."p", 0.9820137900379085), 0.01798620996209156) / (
+            1 - GREATEST(LEAST("t0"."p", 0.9820137900379085), 0.01798620996209156)
           )
         ) / 4.0 AS "h",
         "t0"."p" * (
@@ -931,8 +931,8 @@ FROM (
         LN(IFF("t0"."p" > 0, "t0"."p", 1.0)) AS "lnp",
         LN(IFF("t0"."p" < 1, 1 - "t0"."p", 1.0)) AS "lnq",
         LN(
-          GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
+          GREATEST(LEAST("t0"."p", 0.9820137900379085), 0.01798620996209156) / (
+            1 - GREATEST(LEAST("t0"."p", 0.9820137900379085), 0.01798620996209156)
           )
         ) / 4.0 AS "h",
         "t0"."p" * (
@@ -1033,12 +1033,12 @@ FROM (
         LN(IF("t0"."p" < 1, 1 - "t0"."p", CAST(1.0 AS DOUBLE))) AS "lnq",
         LN(
           CAST(GREATEST(
-            LEAST("t0"."p", CAST(0.01798620996209156 AS DOUBLE)),
-            CAST(0.9820137900379085 AS DOUBLE)
+            LEAST("t0"."p", CAST(0.9820137900379085 AS DOUBLE)),
+            CAST(0.01798620996209156 AS DOUBLE)
           ) AS DOUBLE) / (
             1 - GREATEST(
-              LEAST("t0"."p", CAST(0.01798620996209156 AS DOUBLE)),
-              CAST(0.9820137900379085 AS DOUBLE)
+              LEAST("t0"."p", CAST(0.9820137900379085 AS DOUBLE)),
+              CAST(0.01798620996209156 AS DOUBLE)
             )
           )
         ) / CAST(4.0 AS DOUBLE) AS "h",
@@ -1127,12 +1127,12 @@ FROM (
         LN(IF("t0"."p" < 1, 1 - "t0"."p", CAST(1.0 AS DOUBLE))) AS "lnq",
         LN(
           CAST(GREATEST(
-            LEAST("t0"."p", CAST(0.01798620996209156 AS DOUBLE)),
-            CAST(0.9820137900379085 AS DOUBLE)
+            LEAST("t0"."p", CAST(0.9820137900379085 AS DOUBLE)),
+            CAST(0.01798620996209156 AS DOUBLE)
           ) AS DOUBLE) / (
             1 - GREATEST(
-              LEAST("t0"."p", CAST(0.01798620996209156 AS DOUBLE)),
-              CAST(0.9820137900379085 AS DOUBLE)
+              LEAST("t0"."p", CAST(0.9820137900379085 AS DOUBLE)),
+              CAST(0.01798620996209156 AS DOUBLE)
             )
           )
         ) / CAST(4.0 AS DOUBLE) AS "h",
@@ -1210,25 +1210,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
-        LN(CASE WHEN "t0"."p" > 0 THEN "t0"."p" ELSE 1.0 END) AS "lnp",
-        LN(CASE WHEN "t0"."p" < 1 THEN 1 - "t0"."p" ELSE 1.0 END) AS "lnq",
-        CAST(LN(
-          CAST(GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) AS DOUBLE PRECISION) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
-          )
-        ) AS DOUBLE PRECISION) / 4.0 AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -1277,25 +1261,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
-        LN(CASE WHEN "t0"."p" > 0 THEN "t0"."p" ELSE 1.0 END) AS "lnp",
-        LN(CASE WHEN "t0"."p" < 1 THEN 1 - "t0"."p" ELSE 1.0 END) AS "lnq",
-        CAST(LN(
-          CAST(GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) AS DOUBLE PRECISION) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
-          )
-        ) AS DOUBLE PRECISION) / 4.0 AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -1353,25 +1321,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
-        LN(CASE WHEN "t0"."p" > 0 THEN "t0"."p" ELSE 1.0 END) AS "lnp",
-        LN(CASE WHEN "t0"."p" < 1 THEN 1 - "t0"."p" ELSE 1.0 END) AS "lnq",
-        LN(
-          GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
-          )
-        ) / 4.0 AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -1420,25 +1372,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
-        LN(CASE WHEN "t0"."p" > 0 THEN "t0"."p" ELSE 1.0 END) AS "lnp",
-        LN(CASE WHEN "t0"."p" < 1 THEN 1 - "t0"."p" ELSE 1.0 END) AS "lnq",
-        LN(
-          GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
-          )
-        ) / 4.0 AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -1496,29 +1432,9 @@ FROM (
         `t0`.`w`,
         `t0`.`period_start`,
         LEAST(CAST(FLOOR(`t0`.`p` * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS `cell`,
-        LN(IF(`t0`.`p` > 0, `t0`.`p`, 1.0)) AS `lnp`,
-        LN(IF(`t0`.`p` < 1, 1 - `t0`.`p`, 1.0)) AS `lnq`,
-        TRY_DIVIDE(
-          LN(
-            TRY_DIVIDE(
-              GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085),
-              1 - GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085)
-            )
-          ),
-          4.0
-        ) AS `h`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`,
-        (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) * (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) AS `q2`
+        ) AS `pq`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
@@ -1567,29 +1483,9 @@ FROM (
         `t0`.`w`,
         `t0`.`period_start`,
         LEAST(CAST(FLOOR(`t0`.`p` * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS `cell`,
-        LN(IF(`t0`.`p` > 0, `t0`.`p`, 1.0)) AS `lnp`,
-        LN(IF(`t0`.`p` < 1, 1 - `t0`.`p`, 1.0)) AS `lnq`,
-        TRY_DIVIDE(
-          LN(
-            TRY_DIVIDE(
-              GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085),
-              1 - GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085)
-            )
-          ),
-          4.0
-        ) AS `h`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`,
-        (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) * (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) AS `q2`
+        ) AS `pq`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
@@ -1647,29 +1543,9 @@ FROM (
         `t0`.`w`,
         `t0`.`period_start`,
         LEAST(CAST(FLOOR(`t0`.`p` * {{ cells }}) AS INT64), {{ cells - 1 }}) AS `cell`,
-        LN(IF(`t0`.`p` > 0, `t0`.`p`, 1.0)) AS `lnp`,
-        LN(IF(`t0`.`p` < 1, 1 - `t0`.`p`, 1.0)) AS `lnq`,
-        ieee_divide(
-          LN(
-            ieee_divide(
-              GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085),
-              1 - GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085)
-            )
-          ),
-          4.0
-        ) AS `h`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`,
-        (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) * (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) AS `q2`
+        ) AS `pq`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
@@ -1718,29 +1594,9 @@ FROM (
         `t0`.`w`,
         `t0`.`period_start`,
         LEAST(CAST(FLOOR(`t0`.`p` * {{ cells }}) AS INT64), {{ cells - 1 }}) AS `cell`,
-        LN(IF(`t0`.`p` > 0, `t0`.`p`, 1.0)) AS `lnp`,
-        LN(IF(`t0`.`p` < 1, 1 - `t0`.`p`, 1.0)) AS `lnq`,
-        ieee_divide(
-          LN(
-            ieee_divide(
-              GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085),
-              1 - GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085)
-            )
-          ),
-          4.0
-        ) AS `h`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`,
-        (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) * (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) AS `q2`
+        ) AS `pq`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
@@ -1798,25 +1654,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
-        LN(IFF("t0"."p" > 0, "t0"."p", 1.0)) AS "lnp",
-        LN(IFF("t0"."p" < 1, 1 - "t0"."p", 1.0)) AS "lnq",
-        LN(
-          GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
-          )
-        ) / 4.0 AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -1865,25 +1705,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
-        LN(IFF("t0"."p" > 0, "t0"."p", 1.0)) AS "lnp",
-        LN(IFF("t0"."p" < 1, 1 - "t0"."p", 1.0)) AS "lnq",
-        LN(
-          GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
-          )
-        ) / 4.0 AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -1941,31 +1765,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
-        LN(IF("t0"."p" > 0, "t0"."p", CAST(1.0 AS DOUBLE))) AS "lnp",
-        LN(IF("t0"."p" < 1, 1 - "t0"."p", CAST(1.0 AS DOUBLE))) AS "lnq",
-        LN(
-          CAST(GREATEST(
-            LEAST("t0"."p", CAST(0.01798620996209156 AS DOUBLE)),
-            CAST(0.9820137900379085 AS DOUBLE)
-          ) AS DOUBLE) / (
-            1 - GREATEST(
-              LEAST("t0"."p", CAST(0.01798620996209156 AS DOUBLE)),
-              CAST(0.9820137900379085 AS DOUBLE)
-            )
-          )
-        ) / CAST(4.0 AS DOUBLE) AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -2014,31 +1816,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
-        LN(IF("t0"."p" > 0, "t0"."p", CAST(1.0 AS DOUBLE))) AS "lnp",
-        LN(IF("t0"."p" < 1, 1 - "t0"."p", CAST(1.0 AS DOUBLE))) AS "lnq",
-        LN(
-          CAST(GREATEST(
-            LEAST("t0"."p", CAST(0.01798620996209156 AS DOUBLE)),
-            CAST(0.9820137900379085 AS DOUBLE)
-          ) AS DOUBLE) / (
-            1 - GREATEST(
-              LEAST("t0"."p", CAST(0.01798620996209156 AS DOUBLE)),
-              CAST(0.9820137900379085 AS DOUBLE)
-            )
-          )
-        ) / CAST(4.0 AS DOUBLE) AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -2101,25 +1881,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
-        LN(CASE WHEN "t0"."p" > 0 THEN "t0"."p" ELSE 1.0 END) AS "lnp",
-        LN(CASE WHEN "t0"."p" < 1 THEN 1 - "t0"."p" ELSE 1.0 END) AS "lnq",
-        CAST(LN(
-          CAST(GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) AS DOUBLE PRECISION) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
-          )
-        ) AS DOUBLE PRECISION) / 4.0 AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -2168,25 +1932,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
-        LN(CASE WHEN "t0"."p" > 0 THEN "t0"."p" ELSE 1.0 END) AS "lnp",
-        LN(CASE WHEN "t0"."p" < 1 THEN 1 - "t0"."p" ELSE 1.0 END) AS "lnq",
-        CAST(LN(
-          CAST(GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) AS DOUBLE PRECISION) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
-          )
-        ) AS DOUBLE PRECISION) / 4.0 AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -2244,25 +1992,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
-        LN(CASE WHEN "t0"."p" > 0 THEN "t0"."p" ELSE 1.0 END) AS "lnp",
-        LN(CASE WHEN "t0"."p" < 1 THEN 1 - "t0"."p" ELSE 1.0 END) AS "lnq",
-        LN(
-          GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
-          )
-        ) / 4.0 AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -2311,25 +2043,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
-        LN(CASE WHEN "t0"."p" > 0 THEN "t0"."p" ELSE 1.0 END) AS "lnp",
-        LN(CASE WHEN "t0"."p" < 1 THEN 1 - "t0"."p" ELSE 1.0 END) AS "lnq",
-        LN(
-          GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
-          )
-        ) / 4.0 AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -2387,29 +2103,9 @@ FROM (
         `t0`.`w`,
         `t0`.`period_start`,
         LEAST(CAST(FLOOR(`t0`.`p` * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS `bin`,
-        LN(IF(`t0`.`p` > 0, `t0`.`p`, 1.0)) AS `lnp`,
-        LN(IF(`t0`.`p` < 1, 1 - `t0`.`p`, 1.0)) AS `lnq`,
-        TRY_DIVIDE(
-          LN(
-            TRY_DIVIDE(
-              GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085),
-              1 - GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085)
-            )
-          ),
-          4.0
-        ) AS `h`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`,
-        (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) * (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) AS `q2`
+        ) AS `pq`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
@@ -2458,29 +2154,9 @@ FROM (
         `t0`.`w`,
         `t0`.`period_start`,
         LEAST(CAST(FLOOR(`t0`.`p` * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS `bin`,
-        LN(IF(`t0`.`p` > 0, `t0`.`p`, 1.0)) AS `lnp`,
-        LN(IF(`t0`.`p` < 1, 1 - `t0`.`p`, 1.0)) AS `lnq`,
-        TRY_DIVIDE(
-          LN(
-            TRY_DIVIDE(
-              GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085),
-              1 - GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085)
-            )
-          ),
-          4.0
-        ) AS `h`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`,
-        (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) * (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) AS `q2`
+        ) AS `pq`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
@@ -2538,29 +2214,9 @@ FROM (
         `t0`.`w`,
         `t0`.`period_start`,
         LEAST(CAST(FLOOR(`t0`.`p` * {{ bins }}) AS INT64), {{ bins - 1 }}) AS `bin`,
-        LN(IF(`t0`.`p` > 0, `t0`.`p`, 1.0)) AS `lnp`,
-        LN(IF(`t0`.`p` < 1, 1 - `t0`.`p`, 1.0)) AS `lnq`,
-        ieee_divide(
-          LN(
-            ieee_divide(
-              GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085),
-              1 - GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085)
-            )
-          ),
-          4.0
-        ) AS `h`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`,
-        (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) * (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) AS `q2`
+        ) AS `pq`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
@@ -2609,29 +2265,9 @@ FROM (
         `t0`.`w`,
         `t0`.`period_start`,
         LEAST(CAST(FLOOR(`t0`.`p` * {{ bins }}) AS INT64), {{ bins - 1 }}) AS `bin`,
-        LN(IF(`t0`.`p` > 0, `t0`.`p`, 1.0)) AS `lnp`,
-        LN(IF(`t0`.`p` < 1, 1 - `t0`.`p`, 1.0)) AS `lnq`,
-        ieee_divide(
-          LN(
-            ieee_divide(
-              GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085),
-              1 - GREATEST(LEAST(`t0`.`p`, 0.01798620996209156), 0.9820137900379085)
-            )
-          ),
-          4.0
-        ) AS `h`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`,
-        (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) * (
-          1 - (
-            `t0`.`p` * 2
-          )
-        ) AS `q2`
+        ) AS `pq`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
@@ -2689,25 +2325,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
-        LN(IFF("t0"."p" > 0, "t0"."p", 1.0)) AS "lnp",
-        LN(IFF("t0"."p" < 1, 1 - "t0"."p", 1.0)) AS "lnq",
-        LN(
-          GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
-          )
-        ) / 4.0 AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -2756,25 +2376,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
-        LN(IFF("t0"."p" > 0, "t0"."p", 1.0)) AS "lnp",
-        LN(IFF("t0"."p" < 1, 1 - "t0"."p", 1.0)) AS "lnq",
-        LN(
-          GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085) / (
-            1 - GREATEST(LEAST("t0"."p", 0.01798620996209156), 0.9820137900379085)
-          )
-        ) / 4.0 AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -2832,31 +2436,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
-        LN(IF("t0"."p" > 0, "t0"."p", CAST(1.0 AS DOUBLE))) AS "lnp",
-        LN(IF("t0"."p" < 1, 1 - "t0"."p", CAST(1.0 AS DOUBLE))) AS "lnq",
-        LN(
-          CAST(GREATEST(
-            LEAST("t0"."p", CAST(0.01798620996209156 AS DOUBLE)),
-            CAST(0.9820137900379085 AS DOUBLE)
-          ) AS DOUBLE) / (
-            1 - GREATEST(
-              LEAST("t0"."p", CAST(0.01798620996209156 AS DOUBLE)),
-              CAST(0.9820137900379085 AS DOUBLE)
-            )
-          )
-        ) / CAST(4.0 AS DOUBLE) AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -2905,31 +2487,9 @@ FROM (
         "t0"."w",
         "t0"."period_start",
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
-        LN(IF("t0"."p" > 0, "t0"."p", CAST(1.0 AS DOUBLE))) AS "lnp",
-        LN(IF("t0"."p" < 1, 1 - "t0"."p", CAST(1.0 AS DOUBLE))) AS "lnq",
-        LN(
-          CAST(GREATEST(
-            LEAST("t0"."p", CAST(0.01798620996209156 AS DOUBLE)),
-            CAST(0.9820137900379085 AS DOUBLE)
-          ) AS DOUBLE) / (
-            1 - GREATEST(
-              LEAST("t0"."p", CAST(0.01798620996209156 AS DOUBLE)),
-              CAST(0.9820137900379085 AS DOUBLE)
-            )
-          )
-        ) / CAST(4.0 AS DOUBLE) AS "h",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq",
-        (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) * (
-          1 - (
-            "t0"."p" * 2
-          )
-        ) AS "q2"
+        ) AS "pq"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
