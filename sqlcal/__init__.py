@@ -22,6 +22,7 @@ from sqlcal.recalibration.corp import decompose
 from sqlcal.recalibration.fits import calibration_slope, isotonic, platt
 from sqlcal.recalibration.temperature import temperature_scaling
 from sqlcal.metrics.classwise import class_summary, classwise
+from sqlcal.metrics.compare import compare
 from sqlcal.reporting.report_table import report
 from sqlcal.reporting.scheduled import metric_series
 from sqlcal.inputs.sources import InvalidInputError, Source
@@ -53,6 +54,7 @@ __all__ = [
     "classwise",
     "calibration_decision_loss",
     "calibration_in_the_large",
+    "compare",
     "calibration_ratio",
     "cutoff_error",
     "decision_loss",

@@ -118,6 +118,8 @@ OPTIONS: dict[str, Option] = {
     "label": Option("column", "column of the outcome (0/1, booleans, or soft labels in [0, 1])",
                     optional=True),
     "weight": Option("column", "column of non-negative row weights", optional=True),
+    "baseline": Option("column", "a second score column of the same rows: the baseline model of "
+                       "a paired comparison", optional=True),
     "by": Option("columns", "group keys: one result row per group"),
     "where": Option("any", "a condition over the table's columns, applied in the engine first",
                     optional=True),
@@ -161,7 +163,8 @@ OPTIONS: dict[str, Option] = {
     # smoothing
     "sigma": Option("float", "kernel bandwidth in probability units (default: relplot's fixed "
                     "point)", low=0, high=1, open_low=True, optional=True),
-    "bootstrap": Option("int", "bootstrap replicates for an interval (0: none)", low=0),
+    "bootstrap": Option("int", "bootstrap replicates for an interval (0: none)", low=0,
+                        high=1_000_000),
     "seed": Option("int", "seed of the random generator", low=0),
     "points": Option("int", "evaluation points of the smoothed curve on [0, 1]", low=2),
     "clip": Option("float", "scores are clipped to [clip, 1 - clip] before the logit", low=0,
@@ -202,6 +205,10 @@ OPTIONS: dict[str, Option] = {
 
     # reports
     "metrics": Option("metrics", "metric names of sqlcal.reporting.report_table.METRICS"),
+    "baseline_data": Option("any", "the baseline model's rows, when it scored other rows (an "
+                            "unpaired comparison)", optional=True),
+    "baseline_where": Option("any", "a filter of the baseline model's rows (an unpaired "
+                             "comparison of two parts of one table)", optional=True),
     "time": Option("column", "the time key of a series"),
     # multiclass
     "format": Option("choice", "long (one row per class) or wide (a column per class)",
@@ -379,6 +386,13 @@ OVERRIDES["segment_fix"] = {
     "kind": Option("choice", "a logit shift per segment, an intercept and a slope (Platt), or "
                    "an isotonic map per segment of a decision list",
                    choices=("shift", "platt", "isotonic"))}
+#: report(): None leaves each metric its own level and replicates
+OVERRIDES["report"] = {
+    "confidence": Option("float", "confidence level of every interval or pair of bounds (None: "
+                         "each metric's own)", low=0, high=1, open_low=True, open_high=True,
+                         optional=True),
+    "bootstrap": Option("int", "bootstrap replicates of the binned intervals (None: each "
+                        "metric's own; 0: none)", low=0, high=1_000_000, optional=True)}
 OVERRIDES["source"] = {"score": Option("column", OPTIONS["score"].description),
                        "label": Option("column", OPTIONS["label"].description)}
 
@@ -534,8 +548,22 @@ def _bin_costs(option_name: str, bins: Any, strategy: str, convention: str) -> l
 
 
 def costs_binned(v: dict) -> list[Cost]:
-    return _bin_costs("bins", v.get("bins"), v.get("strategy", "uniform"),
-                      v.get("convention", "sqlcal"))
+    out = _bin_costs("bins", v.get("bins"), v.get("strategy", "uniform"),
+                     v.get("convention", "sqlcal"))
+    bins = _float(v.get("bins") or 15)
+    # the interval's replicates: a few arrays of B x (bins + 1) x 3 (no interval above
+    # BOOTSTRAP_BINS bins: too few rows a bin for it)
+    if v.get("bootstrap") and bins <= BOOTSTRAP_BINS:
+        out.append(Cost("bootstrap", "bytes", BOOTSTRAP_BYTES * _float(v["bootstrap"])
+                        * (bins + 1), "memory of the binned interval's replicates per group"))
+    return out
+
+
+#: bytes per replicate and bin of the binned intervals' draws (sqlcal.metrics.intervals: the
+#: normal draws, the deviations and two replicate sums, 3 doubles each)
+BOOTSTRAP_BYTES = 4 * 3 * 8
+#: the most bins a binned interval is drawn for (sqlcal.metrics.intervals)
+BOOTSTRAP_BINS = 1024
 
 
 def costs_cells(v: dict) -> list[Cost]:

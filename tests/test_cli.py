@@ -26,8 +26,10 @@ def test_demo_then_report(tmp_path, capsys):
                  "--by", "model", "--metrics", "ece,brier,spiegelhalter", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema_version"] == 1
-    assert doc["columns"] == ["model", "n", "W", "ece", "brier", "spiegelhalter_z",
-                              "spiegelhalter_p", "weight_kind"]
+    # each metric's interval after it, then its level (issue 34)
+    assert doc["columns"] == ["model", "n", "W", "ece", "ece_lower", "ece_upper", "brier",
+                              "brier_lower", "brier_upper", "spiegelhalter_z",
+                              "spiegelhalter_p", "confidence", "weight_kind"]
     # the weight kind travels with the test's numbers: the demo's weights count identical events
     import duckdb
 

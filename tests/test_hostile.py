@@ -190,7 +190,8 @@ def test_generated_identifiers(names):
     want = part.groupby("g").apply(_brier, include_groups=False)
     assert got[key].tolist() == want.index.tolist()
     # sqlcal's columns follow the key, one named like it with a trailing underscore
-    assert list(got.columns) == [key, *(c + "_" if c == key else c for c in ("brier", "n", "W"))]
+    assert list(got.columns) == [key, *(c + "_" if c == key else c for c in (
+        "brier", "n", "W", "ci_lower", "ci_upper", "ci_method", "confidence", "weight_kind"))]
     np.testing.assert_allclose(got[f"brier{'_' * (key == 'brier')}"], want.to_numpy(),
                                rtol=1e-12)
 

@@ -145,7 +145,9 @@ def test_report_takes_one_metric_name(frame):
     out = sqlcal.report(frame, score="p", label="y", metrics="ece")
     ids = bin_ids(frame["p"], 15)
     expected = binned_ece(frame["p"], frame["y"], np.ones(len(frame)), ids)
-    assert list(out.columns) == ["n", "W", "ece"]
+    # the metric's columns, then its interval's level and weight kind (issue 34)
+    assert list(out.columns) == ["n", "W", "ece", "ece_lower", "ece_upper", "confidence",
+                                 "weight_kind"]
     assert out["ece"].iloc[0] == pytest.approx(expected, rel=1e-12)
 
 

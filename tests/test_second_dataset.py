@@ -167,7 +167,7 @@ def test_validation_label_errors():
 # its rows are read like the main data's (weights included)
 _SECOND_DATASET_WORDS = {"validation", "holdout", "reference", "calibration", "baseline", "train",
                          "training", "mapping", "other", "background", "window", "new", "val"}
-SECOND_DATASETS = {("expected_cost", "validation")}
+SECOND_DATASETS = {("expected_cost", "validation"), ("compare", "baseline_data")}
 #: arguments whose names match the words above but that hold no rows
 NOT_DATASETS = {
     ("classwise", "data"): "the main data (the metric's name comes first)",
@@ -175,7 +175,28 @@ NOT_DATASETS = {
     ("detect", "reference_days"): "a number of days",
     ("segment_fix", "holdout"): "the share of the rows held out, not a dataset",
     ("source", "training_negative_rate"): "a rate, or the column of the main data holding it",
+    ("compare", "baseline"): "the baseline's score column (of the main data when paired)",
+    ("compare", "baseline_where"): "a condition over the main data's columns",
+    ("source", "baseline"): "a second score column of the main data (a paired comparison)",
 }
+
+
+def test_compare_reads_the_baseline_data_like_the_main_data():
+    """sqlcal.compare's baseline_data: the same label, weight, group and source options as the
+    main data, its weights included (each side's value is the metric of its own rows)."""
+    main, other = frame(3000, 21, "fractional", groups=True), frame(2000, 22, "fractional",
+                                                                     groups=True)
+    out = sqlcal.compare(main, score="p", label="y", weight="w", by="g", baseline_data=other,
+                         metrics=["brier", "ece"])
+    for metric in ("brier", "ece"):
+        rows = out[out["metric"] == metric].sort_values("g")
+        mine = getattr(sqlcal, metric)(main, score="p", label="y", weight="w", by="g")
+        theirs = getattr(sqlcal, metric)(other, score="p", label="y", weight="w", by="g")
+        np.testing.assert_allclose(rows["value"], mine.sort_values("g")[metric], rtol=1e-12)
+        np.testing.assert_allclose(rows["baseline_value"], theirs.sort_values("g")[metric],
+                                   rtol=1e-12)
+        np.testing.assert_allclose(rows["baseline_W"], theirs.sort_values("g")["W"], rtol=1e-12)
+        assert (rows["weight_kind"] == "sampling").all()
 
 
 def test_every_second_dataset_argument_is_known():

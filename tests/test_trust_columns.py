@@ -244,7 +244,10 @@ def test_disagreeing_metrics_get_their_own_column_and_the_json_keeps_everything(
         assert trust == {"exact": False, "grid_bound": pytest.approx(float(bound), rel=1e-12),
                          "confidence": 0.9, "weight_kind": "frequency"}
         assert records[("kuiper", "kuiper", g)]["trust"]["weight_kind"] == "sampling"
-        assert records[("ece", "ece", g)]["trust"] == {"binning": "uniform(5, sqlcal)"}
+        ece = records[("ece", "ece", g)]["trust"]
+        # the binning, and since issue 34 how its interval was made
+        assert ece == {"binning": "uniform(5, sqlcal)", "ci_method": "bootstrap",
+                       "confidence": 0.95, "weight_kind": ece["weight_kind"]}
 
 
 def test_results_table_stores_the_trust_column():
@@ -262,7 +265,8 @@ def test_results_table_stores_the_trust_column():
     for g in ("a", "b"):
         assert stored[("spiegelhalter", "z", g)] == {"weight_kind": _kind(df.w)}
         assert stored[("cutoff_error", "cutoff_error", g)]["exact"] is False
-        assert stored[("ece", "ece", g)] == {"binning": "uniform(5, sqlcal)"}
+        assert stored[("ece", "ece", g)]["binning"] == "uniform(5, sqlcal)"
+        assert stored[("ece", "ece", g)]["ci_method"] == "bootstrap"
 
 
 def test_a_results_table_from_before_the_trust_column_still_takes_the_rows():
@@ -328,4 +332,7 @@ def test_an_interval_from_options_carries_its_level_in_the_tidy_rows():
     smooth = series[series["metric"] == "smooth_ece"]
     assert len(smooth) == 2 and smooth["lower"].notna().all()
     assert [json.loads(t) for t in smooth["trust"]] == [{"bootstrap": 20, "confidence": 0.8}] * 2
-    assert set(series.loc[series["metric"] == "brier", "trust"]) == {"{}"}
+    brier = series[series["metric"] == "brier"]
+    assert [json.loads(t) for t in brier["trust"]] == [
+        {"ci_method": "delta", "confidence": 0.95, "weight_kind": "frequency"}] * 2
+    assert brier["lower"].notna().all()  # the delta method's interval, in the tidy rows

@@ -12,6 +12,10 @@ SELECT
   "t2"."sw2y",
   "t2"."swpp",
   "t2"."swyp",
+  "t2"."sv_p",
+  "t2"."sv_yy",
+  "t2"."sv_yp",
+  "t2"."sv_pp",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -39,6 +43,10 @@ FROM (
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
     )) AS "swyp",
+    SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
+    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
+    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
+    SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
     COUNT("t1"."p") AS "chk_p_count",
     COUNT("t1"."y") AS "chk_y_count",
     MIN("t1"."y") AS "chk_y_min",

@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             return _monitor(args)
         if args.command == "segments":
             return _segments(args)
+        if args.command == "compare":
+            return _compare(args)
         return _report(args)
     except Exception as e:
         message = _bad_input(e, args)
@@ -223,6 +225,44 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                        help="do not write to the results table (--config only)")
     sched.add_argument("--quiet", action="store_true",
                        help="no progress on stderr (shown on a terminal: step i of n, named)")
+
+    cmp_ = commands.add_parser(
+        "compare", help="is a model better calibrated than a baseline? differences per group",
+        description="The difference of calibration metrics between the model (--score) and a "
+                    "baseline, per group, with its interval and the p-value of no difference. "
+                    "Paired: --baseline names a second score column of the same rows (shadow "
+                    "scoring; one scan). Unpaired: --baseline-data names the baseline's table "
+                    "(same label, weight and group columns; --baseline its score column, "
+                    "default --score), or --where and --baseline-where pick two parts of one "
+                    "table.",
+        epilog=EXIT_CODES, formatter_class=_Formatter)
+    cmp_.add_argument("data", help="Parquet/CSV path or glob, DuckDB file, or connection URL")
+    cmp_.add_argument("--table", help="table name inside a database file or URL")
+    cmp_.add_argument("--score", required=True, help="the model's score column")
+    cmp_.add_argument("--label", required=True, help="label column (0/1 or boolean)")
+    cmp_.add_argument("--baseline", help="the baseline's score column")
+    cmp_.add_argument("--baseline-data", metavar="DATA",
+                      help="the baseline's rows, when it scored other rows (unpaired)")
+    cmp_.add_argument("--baseline-where", metavar="CONDITION",
+                      help="the baseline's rows of the same table (unpaired)")
+    cmp_.add_argument("--weight", help="weight column")
+    cmp_.add_argument("--by", help="comma-separated group keys")
+    cmp_.add_argument("--where", help="a condition over the table's columns (the model's rows)")
+    cmp_.add_argument("--metrics", metavar="NAMES",
+                      help="comma-separated, from: ece, rmsce, brier, log_loss, "
+                           "calibration_in_the_large (default: all)")
+    cmp_.add_argument("--bins", type=int, default=15, help="equal-width bins (default 15)")
+    cmp_.add_argument("--confidence", type=float, default=0.95,
+                      help="two-sided level of the intervals (default 0.95)")
+    cmp_.add_argument("--bootstrap", type=int, default=1000,
+                      help="replicates of the binned errors' bootstrap (default 1000)")
+    cmp_.add_argument("--seed", type=int, default=20260101,
+                      help="seed of the replicates (default 20260101)")
+    cmp_.add_argument("--negative-sampling-rate", metavar="RATE_OR_COLUMN", type=_rate,
+                      help="the table kept its negatives at this rate (see report)")
+    cmp_.add_argument("--on-invalid", choices=["raise", "drop"],
+                      help="rows with a NULL or out-of-range value: raise (default) or drop")
+    cmp_.add_argument("--json", action="store_true", help="print JSON records")
 
     snap = commands.add_parser(
         "snapshot", help="store each period's summaries once (monitoring over time)",
@@ -684,6 +724,30 @@ def _plain(args) -> int:
     _warn(caught)
     if args.json:
         _out(to_json(table, describe(src)))
+    else:
+        _out(terminal_table(table))
+    return EXIT_OK
+
+
+def _compare(args) -> int:
+    import sqlcal
+    from sqlcal.metrics.compare import METRICS as COMPARED
+
+    names = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics \
+        else list(COMPARED)
+    options = {k: v for k, v in (("on_invalid", args.on_invalid),
+                                 ("negative_sampling_rate", args.negative_sampling_rate))
+               if v is not None}
+    if args.table:
+        options["table"] = args.table
+    table = sqlcal.compare(args.data, score=args.score, label=args.label, baseline=args.baseline,
+                           baseline_data=args.baseline_data, baseline_where=args.baseline_where,
+                           weight=args.weight, by=_keys(args.by) if args.by else (),
+                           where=args.where, metrics=names, bins=args.bins,
+                           confidence=args.confidence, bootstrap=args.bootstrap, seed=args.seed,
+                           **options)
+    if args.json:
+        _out(table.to_json(orient="records", indent=2))
     else:
         _out(terminal_table(table))
     return EXIT_OK

@@ -12,8 +12,11 @@ RATE = "r_"
 #: the column of the training rate when it is read from the table (validation only: the scores
 #: are corrected when the rows are made)
 TRAINING_RATE = "t_"
+#: the column of a paired comparison's second score (sqlcal.compare): the baseline model's score
+#: of the same row, validated like the score
+BASELINE = "q_"
 #: the columns a summary reads from the normalised rows, beside the group keys
-ROW_COLUMNS = ("p", "y", "w", RATE)
+ROW_COLUMNS = ("p", "y", "w", RATE, BASELINE)
 #: the largest weight accepted: its square, summed over 2^53 rows and times a squared log-loss
 #: term (at most about 745^2), stays inside a double, so no variance sum can overflow
 WEIGHT_MAX = 1e140

@@ -32,7 +32,7 @@ from sqlcal.inputs.groupkeys import GroupKeys
 #: sampling rate, a training rate read from the table its column: see
 #: :data:`sqlcal.inputs.columns.RATE`); group keys take sqlcal's own names there
 #: (:mod:`sqlcal.inputs.groupkeys`), so a key may have any name
-INTERNAL = ("p", "y", "w", columns.RATE, columns.TRAINING_RATE)
+INTERNAL = ("p", "y", "w", columns.RATE, columns.TRAINING_RATE, columns.BASELINE)
 
 CHECKS = (
     # (column role, problem, result column)
@@ -55,9 +55,13 @@ CHECKS = (
     ("training rate", "NULL", "training_null"),
     ("training rate", "NaN", "training_nan"),
     ("training rate", "outside (0, 1]", "training_range"),
+    ("baseline", "NULL", "baseline_null"),
+    ("baseline", "NaN", "baseline_nan"),
+    ("baseline", "outside [0, 1]", "baseline_range"),
 )
 #: the check columns of the rate columns a source reads (see check_exprs)
-_RATE_CHECKS = {columns.RATE: "rate", columns.TRAINING_RATE: "training"}
+_RATE_CHECKS = {columns.RATE: "rate", columns.TRAINING_RATE: "training",
+                columns.BASELINE: "baseline"}
 
 
 #: tables sqlcal made to be measured in one way only (multiclass): table op -> check(by, weight),
@@ -145,6 +149,9 @@ class Source:
         every source of the shape), its in-memory table and the columns its queries read.
     arrow : pyarrow Table or None
         An in-memory source's rows as Arrow, made on its first query.
+    baseline : str or None
+        A paired comparison's baseline score column (:func:`sqlcal.compare`), read as ``q_``
+        and validated like the score.
 
     See Also
     --------
@@ -159,7 +166,7 @@ class Source:
     >>> src = sqlcal.source(df, score="p", label="y", weight="w")
     >>> src  # doctest: +ELLIPSIS
     <Source: in-memory pandas frame (4 rows); score='p', label='y', weight='w' ...>
-    >>> sqlcal.ece(src, bins=2)
+    >>> sqlcal.ece(src, bins=2)[["ece", "n", "W", "n_bins", "binning"]]
         ece  n    W  n_bins             binning
     0  0.36  4  5.0       2  uniform(2, sqlcal)
     >>> src.integer_weights, src.has_soft_labels
@@ -202,6 +209,9 @@ class Source:
     sampling_rate: float | str | None = None
     score_correction: bool = False
     training_rate: float | str | None = None
+    #: a paired comparison's baseline score column (sqlcal.compare), read as ``q_`` and
+    #: validated like the score
+    baseline: str | None = None
     #: the user's key names and their internal columns in ``by`` (by default ``by`` itself)
     group_keys: GroupKeys | None = None
     #: facts every result of this source states about where its numbers come from, as trust
@@ -253,9 +263,11 @@ class Source:
     @property
     def rate_columns(self) -> tuple[str, ...]:
         """The normalised rate columns read from the table (to validate): ``r_`` for a column
-        of sampling rates, ``t_`` for a column of training rates."""
+        of sampling rates, ``t_`` for a column of training rates (and ``q_``, a paired
+        comparison's baseline score, in [0, 1])."""
         return ((columns.RATE,) if isinstance(self.sampling_rate, str) else ()) + (
-            (columns.TRAINING_RATE,) if isinstance(self.training_rate, str) else ())
+            (columns.TRAINING_RATE,) if isinstance(self.training_rate, str) else ()) + (
+            (columns.BASELINE,) if self.baseline is not None else ())
 
     def weight_text(self) -> str:
         """The row weight in words, for messages: the weight column, times 1/rate on negatives."""
@@ -362,6 +374,7 @@ def describe(
     negative_sampling_rate: float | str | None = None,
     training_negative_rate: float | str | None = None,
     score_correction: bool = False,
+    baseline: str | None = None,
 ) -> Source:
     """:func:`sqlcal.source` without its one query: the rows to measure, their columns
     and options checked, as a :class:`Source` not validated yet (the executor validates it
@@ -380,6 +393,8 @@ def describe(
     if where is not None:
         base = _apply_where(base, where)
     _check_columns(base, score, label, weight, by)
+    if baseline is not None:
+        _check_columns(base, baseline, label, None, ())
     rate = negative_sampling_rate
     for option, value in (("negative_sampling_rate", rate), ("training_negative_rate", training)):
         if isinstance(value, str):
@@ -398,6 +413,7 @@ def describe(
         w=base[weight].cast("float64") if weight else columns.number(1.0),
         **({columns.RATE: rate_value(rate)} if rate is not None else {}),
         **({columns.TRAINING_RATE: rate_value(training)} if training is not None else {}),
+        **({columns.BASELINE: base[baseline].cast("float64")} if baseline is not None else {}),
     )
     rows = _designed(rows, rate is not None, training)
     if weight:
@@ -412,9 +428,9 @@ def describe(
                  float_label=not (label_type.is_boolean() or label_type.is_integer()),
                  origin=origin, where=_where_text(where), memory_plan=_plan(memtable, where, (
                      score, label, weight, by, on_invalid, soft_labels, negative_sampling_rate,
-                     training)),
+                     training, baseline)),
                  sampling_rate=rate, score_correction=training is not None,
-                 training_rate=training)
+                 training_rate=training, baseline=baseline)
     return src
 
 def _plan(table: Any, where: Any, options: tuple) -> tuple | None:
@@ -429,7 +445,8 @@ def _plan(table: Any, where: Any, options: tuple) -> tuple | None:
         return None
     schema = tuple((name, str(dtype)) for name, dtype in table.schema.items())
     score, label, weight, by = options[:4]
-    rates = [r for r in options[6:8] if isinstance(r, str)]  # the sampling and training rates
+    # the sampling and training rates, and a paired comparison's baseline score
+    rates = [r for r in options[6:9] if isinstance(r, str)]
     columns = None if where is not None else tuple(dict.fromkeys(
         [*by, score, label, *([weight] if weight else []), *rates]))
     return (schema, where, *options), table, columns
@@ -933,8 +950,9 @@ def check_exprs(rows: ir.Table, has_weight: bool, rates: Sequence[str] = ()
         }
     for column in rates:
         r, name = rows[column], _RATE_CHECKS[column]
+        low = (r < 0) if column == columns.BASELINE else (r <= 0)  # a score may be 0
         checks |= {f"{name}_null": _null(r), f"{name}_nan": r.isnan(),
-                   f"{name}_range": ~r.isnan() & ((r <= 0) | (r > 1))}
+                   f"{name}_range": ~r.isnan() & (low | (r > 1))}
     return checks
 
 
@@ -962,7 +980,8 @@ def valid_expr(rows: ir.Table, has_weight: bool, soft_labels: bool,
     if has_weight:
         valid &= (w >= 0) & ~w.isnan() & (w <= columns.WEIGHT_MAX)
     for column in rates:  # NaN compares greater than every number: r <= 1 rejects it
-        valid &= (rows[column] > 0) & (rows[column] <= 1) & ~rows[column].isnan()
+        low = (rows[column] >= 0) if column == columns.BASELINE else (rows[column] > 0)
+        valid &= low & (rows[column] <= 1) & ~rows[column].isnan()
     return valid
 
 

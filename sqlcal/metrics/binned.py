@@ -20,6 +20,14 @@ from sqlcal.metrics.cells import (
     equal_mass_follow_up,
     summary_parts,
 )
+from sqlcal.metrics.intervals import (
+    MAX_BINS,
+    REPLICATES,
+    SEED,
+    bins_interval,
+    ece_statistic,
+    interval_parts,
+)
 from sqlcal.options import OPTIONS, Option, checked, costs_binned, costs_hl
 from sqlcal.query import declared, executor, planner
 from sqlcal.query.executor import as_source
@@ -34,15 +42,23 @@ CONCENTRATED = 0.5
 
 @metric(
     needs=lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
-                                    convention=o["convention"], logit_range=o["logit_range"]),
+                                    convention=o["convention"], logit_range=o["logit_range"],
+                                    parts=_bootstrap_parts(src, o)),
     follow_up=lambda src, o: bins_follow_up(src, bins=o["bins"], strategy=o["strategy"],
-                                            logit_range=o["logit_range"]),
+                                            logit_range=o["logit_range"],
+                                            parts=_bootstrap_parts(src, o)),
     refining=_REFINING,
-    report={"ece": Report({"ece": "ece"}),
-            "rmsce": Report({"rmsce": "rmsce"}, {"norm": "l2"}),
-            "mce": Report({"mce": "mce"}, {"norm": "max"}),
-            "ece_quantile": Report({"ece": "ece_quantile"}, {"strategy": "quantile"})},
-    report_bins=True, trust={"binning": None}, cost=costs_binned,
+    report={"ece": Report({"ece": "ece", "ci_lower": "ece_lower", "ci_upper": "ece_upper"}),
+            "rmsce": Report({"rmsce": "rmsce", "ci_lower": "rmsce_lower",
+                             "ci_upper": "rmsce_upper"}, {"norm": "l2"}),
+            "mce": Report({"mce": "mce", "ci_lower": "mce_lower", "ci_upper": "mce_upper"},
+                          {"norm": "max"}),
+            "ece_quantile": Report({"ece": "ece_quantile", "ci_lower": "ece_quantile_lower",
+                                    "ci_upper": "ece_quantile_upper"},
+                                   {"strategy": "quantile"})},
+    report_bins=True, trust={"binning": None, "ci_method": None, "confidence": "confidence",
+                             "weight_kind": "weight_kind"},
+    cost=costs_binned,
     options={"norm": Option("choice", "the norm of the binned calibration error",
                             choices=tuple(NORMS))})
 @checked
@@ -59,6 +75,10 @@ def ece(
     norm: str = "l1",
     convention: str = "sqlcal",
     logit_range: tuple[float, float] | None = None,
+    confidence: float = 0.95,
+    bootstrap: int = REPLICATES,
+    seed: int = SEED,
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""Binned expected calibration error with norm L1 (ECE), L2 (RMSCE) or max (MCE).
@@ -93,6 +113,18 @@ def ece(
     logit_range : (float, float), optional
         With ``strategy="logit"``: the scores (lo, hi), 0 < lo < hi < 1, the log-odds bins
         span (scores outside fall in the first or last bin); by default the observed range.
+    confidence : float, default 0.95
+        Two-sided level of the interval.
+    bootstrap : int, default 1000
+        Bootstrap replicates of the interval (0: no interval, and no second moments in the
+        scan; none either above 1024 bins, whose bins hold too few rows for it).
+    seed : int, default 20260101
+        Seed of the replicates' draws (with each group's key: the same interval on every run
+        and engine).
+    weight_kind : {"auto", "frequency", "sampling"}, default "auto"
+        How weights enter the interval: a row of weight w is w rows (frequency), or one row
+        drawn with probability ∝ 1/w (sampling, and any ``negative_sampling_rate``); ``"auto"``
+        reads whole-number weights as frequencies.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -101,9 +133,11 @@ def ece(
     -------
     pandas.DataFrame
         One row per group: the keys, ``ece`` (or ``rmsce``/``mce``), ``n`` (rows), ``W`` (total
-        weight), ``n_bins`` (non-empty bins), ``binning`` (the bins asked for:
-        ``"uniform(B, convention)"``, ``"quantile(B)"`` or ``"uncertainty_calibration(B)"``);
-        with ``on_invalid="drop"``, ``n_dropped``.
+        weight), ``n_bins`` (non-empty bins), ``ci_lower``, ``ci_upper`` (the interval of the
+        population's value of the same binned quantity; NaN without ``bootstrap``),
+        ``binning`` (the bins asked for: ``"uniform(B, convention)"``, ``"quantile(B)"`` or
+        ``"uncertainty_calibration(B)"``), ``ci_method`` (``"bootstrap"``, or None),
+        ``confidence``, ``weight_kind``; with ``on_invalid="drop"``, ``n_dropped``.
 
     See Also
     --------
@@ -140,6 +174,17 @@ def ece(
     The peer has no weights: whole-number weights count as repeated rows (ranks of the expanded
     sample), and fractional weights are refused.
 
+    The interval covers the population value of the same binned quantity (the same bins; for
+    equal-mass bins, the edges this sample gave), e.g.
+    :math:`\sum_k |E[w(y - p)1_k]| / E[w]` for the ECE, not the calibration error of the
+    scores themselves. It is a bootstrap of the bins' sums whose replicates have the
+    covariance of a Poisson bootstrap of the rows (Hanley & MacGibbon (2006); Chamandy et al.
+    (2012)), drawn as Gaussian vectors from the six second moments per bin the scan adds
+    (Chernozhukov, Chetverikov & Kato (2013)); its ends follow the directional derivative of
+    the statistic (Fang & Santos (2019)), so a calibrated model's interval reaches 0 despite
+    the plug-in value's upward bias. See :mod:`sqlcal.metrics.intervals` for the method, its
+    error and its coverage.
+
     References
     ----------
     .. [1] C. Guo, G. Pleiss, Y. Sun and K. Q. Weinberger, "On Calibration of Modern Neural
@@ -147,21 +192,37 @@ def ece(
     .. [2] M. P. Naeini, G. F. Cooper and M. Hauskrecht, "Obtaining Well Calibrated Probabilities
        Using Bayesian Binning", AAAI, 2015.
     .. [3] A. Kumar, P. Liang and T. Ma, "Verified Uncertainty Calibration", NeurIPS, 2019.
+    .. [4] J. A. Hanley and B. MacGibbon, "Creating non-parametric bootstrap samples using Poisson
+       frequencies", Computer Methods and Programs in Biomedicine 83(1), 2006.
+    .. [5] N. Chamandy, O. Muralidharan, A. Najmi and S. Naidu, "Estimating Uncertainty for
+       Massive Data Streams", Google technical report, 2012.
+    .. [6] Z. Fang and A. Santos, "Inference on Directionally Differentiable Functions", Review
+       of Economic Studies 86(1), 2019.
+    .. [7] Z. Šidák, "Rectangular Confidence Regions for the Means of Multivariate Normal
+       Distributions", Journal of the American Statistical Association 62(318), 1967.
 
     Examples
     --------
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
-    >>> sqlcal.ece(df, score="p", label="y", bins=2)
+    >>> sqlcal.ece(df, score="p", label="y", bins=2)[["ece", "n", "W", "n_bins", "binning"]]
         ece  n    W  n_bins             binning
     0  0.25  4  4.0       2  uniform(2, sqlcal)
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
-                         logit_range=logit_range)
+                         logit_range=logit_range,
+                         parts=interval_parts(src, weight_kind, _bootstraps(bootstrap, bins)))
+    weight_kind = resolve_weight_kind(src, weight_kind)
     concentration(frame, by=src.by, bins=bins)
-    out = result(src, ece_finish(frame, by=src.by, norm=norm), [NORMS[norm], "n_bins"],
-                 {"binning": binning(bins, strategy, convention)}, present=False)
+    values = ece_finish(frame, by=src.by, norm=norm)
+    values = _with_interval(values, frame, src.by, "l1" if norm == "l1" else norm, bins,
+                            confidence, bootstrap, seed, weight_kind)
+    out = result(src, values, [NORMS[norm], "n_bins", "ci_lower", "ci_upper"],
+                 {"binning": binning(bins, strategy, convention),
+                  "ci_method": (None if not _bootstraps(bootstrap, bins) else
+                                "wilson_sidak" if norm == "max" else "bootstrap"),
+                  "confidence": confidence, "weight_kind": weight_kind}, present=False)
     out["n_bins"] = out["n_bins"].fillna(0).astype(int)
     return src.present(out)
 
@@ -357,14 +418,20 @@ def reliability_finish(frame: pd.DataFrame, *, by=(), bins: int = 15, strategy: 
 @metric(
     needs=lambda src, o: bins_needs(src, bins=o["bins"], strategy=o["strategy"],
                                     convention=o["convention"], logit_range=o["logit_range"],
-                                    parts={"moments"}),
+                                    parts={"moments", *_bootstrap_parts(src, o)}),
     follow_up=lambda src, o: bins_follow_up(src, bins=o["bins"], strategy=o["strategy"],
-                                            logit_range=o["logit_range"], parts={"moments"}),
+                                            logit_range=o["logit_range"],
+                                            parts={"moments", *_bootstrap_parts(src, o)}),
     refining=_REFINING,
-    report={"brier_decomposition": Report({"reliability": "brier_reliability",
-                                           "resolution": "brier_resolution",
-                                           "uncertainty": "brier_uncertainty"})},
-    report_bins=True, trust={"binning": None}, cost=costs_binned)
+    report={"brier_decomposition": Report({
+        "reliability": "brier_reliability", "reliability_lower": "brier_reliability_lower",
+        "reliability_upper": "brier_reliability_upper", "resolution": "brier_resolution",
+        "resolution_lower": "brier_resolution_lower",
+        "resolution_upper": "brier_resolution_upper", "uncertainty": "brier_uncertainty",
+        "uncertainty_lower": "brier_uncertainty_lower",
+        "uncertainty_upper": "brier_uncertainty_upper"})},
+    report_bins=True, trust={"binning": None, "ci_method": None, "confidence": "confidence",
+                             "weight_kind": "weight_kind"}, cost=costs_binned)
 @checked
 def brier_decomposition(
     data: Any,
@@ -378,6 +445,10 @@ def brier_decomposition(
     strategy: str = "uniform",
     convention: str = "sqlcal",
     logit_range: tuple[float, float] | None = None,
+    confidence: float = 0.95,
+    bootstrap: int = REPLICATES,
+    seed: int = SEED,
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""Brier score split into reliability, resolution and uncertainty, exactly, on bins.
@@ -406,6 +477,8 @@ def brier_decomposition(
         Equal-width bin edges, as in :func:`ece`.
     logit_range : (float, float), optional
         The score range of ``strategy="logit"``, as in :func:`ece`.
+    confidence, bootstrap, seed, weight_kind
+        The intervals of the reliability, resolution and uncertainty, as in :func:`ece`.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -415,7 +488,12 @@ def brier_decomposition(
     pandas.DataFrame
         One row per group: the keys, ``brier``, ``n``, ``W``, ``reliability``, ``resolution``,
         ``uncertainty``, ``within_bin_variance``, ``within_bin_covariance``, ``label_variance``,
-        ``binning`` (as in :func:`ece`); with ``on_invalid="drop"``, ``n_dropped``.
+        ``reliability_lower``, ``reliability_upper``, ``resolution_lower``,
+        ``resolution_upper``, ``uncertainty_lower``, ``uncertainty_upper`` (intervals of the
+        population's values on the same bins: the reliability's as the RMSCE's, squared, the
+        other two from the bootstrap's linearization; see :mod:`sqlcal.metrics.intervals`),
+        ``binning`` (as in :func:`ece`), ``ci_method``, ``confidence``, ``weight_kind``; with
+        ``on_invalid="drop"``, ``n_dropped``.
 
     See Also
     --------
@@ -450,7 +528,8 @@ def brier_decomposition(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
     >>> out = sqlcal.brier_decomposition(df, score="p", label="y", bins=2)
-    >>> out.drop(columns="binning").round(6).iloc[0]
+    >>> out[["brier", "n", "W", "reliability", "resolution", "uncertainty",
+    ...      "within_bin_variance", "within_bin_covariance", "label_variance"]].round(6).iloc[0]
     brier                    0.1750
     n                        4.0000
     W                        4.0000
@@ -466,10 +545,23 @@ def brier_decomposition(
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
-                         parts={"moments"}, logit_range=logit_range)
+                         parts={"moments", *interval_parts(src, weight_kind,
+                                                           _bootstraps(bootstrap, bins))},
+                         logit_range=logit_range)
+    weight_kind = resolve_weight_kind(src, weight_kind)
     concentration(frame, by=src.by, bins=bins)
-    return result(src, brier_finish(frame, by=src.by), ["brier", *_DECOMPOSITION],
-                  {"binning": binning(bins, strategy, convention)})
+    values = brier_finish(frame, by=src.by)
+    bounds = []
+    for name in ("reliability", "resolution", "uncertainty"):
+        part = _with_interval(values[list(src.by)].copy(), frame, src.by, name, bins,
+                              confidence, bootstrap, seed, weight_kind)
+        values[f"{name}_lower"] = part["ci_lower"].to_numpy()
+        values[f"{name}_upper"] = part["ci_upper"].to_numpy()
+        bounds += [f"{name}_lower", f"{name}_upper"]
+    return result(src, values, ["brier", *_DECOMPOSITION, *bounds],
+                  {"binning": binning(bins, strategy, convention),
+                   "ci_method": "bootstrap" if _bootstraps(bootstrap, bins) else None,
+                   "confidence": confidence, "weight_kind": weight_kind})
 
 
 _DECOMPOSITION = (
@@ -629,6 +721,10 @@ def debiased_ece(
     bins: int = 15,
     strategy: str = "uniform",
     convention: str = "sqlcal",
+    confidence: float = 0.95,
+    bootstrap: int = REPLICATES,
+    seed: int = SEED,
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""The debiased squared binned calibration error (Kumar, Liang & Ma 2019, Verified
@@ -645,6 +741,8 @@ def debiased_ece(
         that library does).
     convention : str, default "sqlcal"
         Equal-width bin edges, as for :func:`sqlcal.ece`.
+    confidence, bootstrap, seed, weight_kind
+        The interval of the population's squared binned error, as for :func:`sqlcal.ece`.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=`` and ``on_invalid=``.
 
@@ -652,7 +750,11 @@ def debiased_ece(
     -------
     pandas.DataFrame
         One row per group: the keys, ``ece_sq_debiased`` (may be negative: it is unbiased),
-        ``n``, ``W``, ``rmsce_debiased`` = :math:`\sqrt{\max(0, \cdot)}` and ``n_bins``.
+        ``n``, ``W``, ``rmsce_debiased`` = :math:`\sqrt{\max(0, \cdot)}`, ``n_bins``,
+        ``ci_lower``, ``ci_upper`` (of the population's :math:`\sum_b \pi_b \mu_b^2`, the
+        quantity the estimate is unbiased for: the Brier reliability's bootstrap interval,
+        :mod:`sqlcal.metrics.intervals`), ``rmsce_lower``, ``rmsce_upper`` (their square
+        roots), ``ci_method``, ``confidence``, ``weight_kind``.
 
     See Also
     --------
@@ -684,8 +786,21 @@ def debiased_ece(
     0          -0.0525  4
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    on = _bootstraps(bootstrap, bins)
+    # the bins with the interval's moments first: the reliability table reads them from the
+    # source's cache (one scan)
+    frame = bins_summary(src, bins=bins, strategy=strategy, convention=convention,
+                         parts=interval_parts(src, weight_kind, on))
     table = reliability_table(src, bins=bins, strategy=strategy, convention=convention, ci=None)
-    return src.present(debiased_finish(table, by=src.by)).assign(**src.facts)
+    out = debiased_finish(table, by=src.by)
+    weight_kind = resolve_weight_kind(src, weight_kind)
+    bounds = _with_interval(out[list(src.by)].copy(), frame, src.by, "reliability", bins,
+                            confidence, bootstrap, seed, weight_kind)
+    out["ci_lower"], out["ci_upper"] = bounds["ci_lower"].to_numpy(), bounds["ci_upper"].to_numpy()
+    out["rmsce_lower"], out["rmsce_upper"] = np.sqrt(out["ci_lower"]), np.sqrt(out["ci_upper"])
+    out["ci_method"] = "bootstrap" if on else None
+    out["confidence"], out["weight_kind"] = confidence, weight_kind
+    return src.present(out).assign(**src.facts)
 
 
 def debiased_finish(table: pd.DataFrame, *, by: Sequence[str] = ()) -> pd.DataFrame:
@@ -807,6 +922,79 @@ def hosmer_lemeshow_finish(bins: pd.DataFrame, *, by=(), dof: str = "out_of_samp
 
 
 # -- the shared bins summary, and intervals ---------------------------------------------------
+
+
+def _bootstrap_parts(src: Source, o: dict) -> tuple:
+    """The bins parts of the ECE family's interval under the options ``o``."""
+    return interval_parts(src, o.get("weight_kind", "auto"), _bootstraps(o.get("bootstrap"),
+                                                                         o.get("bins")))
+
+
+def _bootstraps(bootstrap, bins) -> bool:
+    """Whether the ECE family draws its interval: replicates asked for, at most
+    :data:`sqlcal.metrics.intervals.MAX_BINS` bins."""
+    return (bootstrap or 0) > 0 and (bins or 15) <= MAX_BINS
+
+
+def _with_interval(values: pd.DataFrame, frame: pd.DataFrame, by, norm: str, bins: int,
+                   confidence: float, bootstrap: int, seed: int, weight_kind: str
+                   ) -> pd.DataFrame:
+    """``values`` (one row per group) with the bootstrap's ``ci_lower`` and ``ci_upper``."""
+    if not _bootstraps(bootstrap, bins):
+        return values.assign(ci_lower=np.nan, ci_upper=np.nan)
+    if norm == "max":
+        interval = mce_band(frame, by=by, confidence=confidence, weight_kind=weight_kind)
+    else:
+        interval = bins_interval(frame, by=by, statistic=ece_statistic(norm),
+                                 confidence=confidence, replicates=bootstrap, seed=seed,
+                                 weight_kind=weight_kind, n_bins=bins)
+    if not by:
+        return values.assign(ci_lower=interval["ci_lower"].to_numpy(),
+                             ci_upper=interval["ci_upper"].to_numpy())
+    return values.merge(interval, on=list(by), how="left")
+
+
+def mce_band(frame: pd.DataFrame, *, by, confidence: float, weight_kind: str) -> pd.DataFrame:
+    r"""Per group, an interval of the maximum calibration error: ``ci_lower``, ``ci_upper``.
+
+    Each non-empty bin k gets Wilson's interval :math:`[l_k, u_k]` of its observed rate at the
+    Šidák level :math:`(1 - lpha)^{1/K}` (K bins; Šidák (1967), Rectangular confidence regions
+    for the means of multivariate normal distributions), on the bin's effective size as in
+    :func:`reliability` (Korn & Graubard (1998) for sampling weights). With
+    :math:`ar p_k` the bin's mean score, the gaps lie in
+    :math:`[l_k - ar p_k, u_k - ar p_k]` together with probability at least 1 − α, and then
+
+    .. math:: \max_k d(0, [l_k - ar p_k, u_k - ar p_k]) \le \mathrm{MCE}
+       \le \max_k \max(|l_k - ar p_k|, |u_k - ar p_k|).
+
+    The mean score is taken as fixed (its spread inside a bin is far below the label's).
+    """
+    by = list(by)
+    live = frame[frame["W"].to_numpy(float) > 0].sort_values([*by, "bin"], ignore_index=True)
+    W = live["W"].to_numpy(float)
+    ybar = live["swy"].to_numpy(float) / W
+    pbar = live["swp"].to_numpy(float) / W
+    n_eff = W
+    if weight_kind != "frequency" and "sw2" in live:
+        Vy = live["sw2y"].to_numpy(float) if "sw2y" in live else np.full(len(W), np.nan)
+        n_eff = _effective_size(W, ybar, live["sw2"].to_numpy(float), Vy)
+    counts = (live.groupby(by, sort=False, dropna=False)["bin"].transform("size").to_numpy()
+              if by else np.full(len(live), len(live)))
+    out = []
+    level = confidence ** (1 / np.maximum(counts, 1))
+    lo, hi = np.empty(len(live)), np.empty(len(live))
+    for lvl in np.unique(level):
+        at = level == lvl
+        lo[at], hi[at] = wilson_interval(n_eff[at] * ybar[at], n_eff[at], float(lvl))
+    a, b = lo - pbar, hi - pbar
+    least = np.where((a <= 0) & (b >= 0), 0.0, np.minimum(np.abs(a), np.abs(b)))
+    most = np.maximum(np.abs(a), np.abs(b))
+    live = live.assign(ci_lower=least, ci_upper=most)
+    if not by:
+        return pd.DataFrame({"ci_lower": [live["ci_lower"].max() if len(live) else np.nan],
+                             "ci_upper": [live["ci_upper"].max() if len(live) else np.nan]})
+    out = live.groupby(by, sort=True, dropna=False)[["ci_lower", "ci_upper"]].max()
+    return out.reset_index()
 
 
 def _interval_parts(src: Source, weight_kind: str) -> tuple:

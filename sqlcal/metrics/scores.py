@@ -12,12 +12,26 @@ from scipy import stats
 from sqlcal.inputs.sources import Source
 from sqlcal.metrics import resolve_weight_kind, result, safe_div, statistic, variance_parts
 from sqlcal.metrics._registry import Report, metric
+from sqlcal.metrics.intervals import (
+    brier_interval,
+    citl_interval,
+    interval_parts,
+    log_loss_interval,
+    scanned,
+)
 from sqlcal.options import checked
 from sqlcal.query import declared, executor, planner
 from sqlcal.query.executor import as_source
 
+#: the facts that qualify an interval: its method (fixed per metric: kept out of the wide report,
+#: in the trust column of the tidy tables), its level and how the weights entered it
+_TRUST = {"ci_method": None, "confidence": "confidence", "weight_kind": "weight_kind"}
 
-@metric(needs=lambda src, o: totals_needs(), report={"brier": Report({"brier": "brier"})})
+
+@metric(needs=lambda src, o: totals_needs(interval=_interval(src, o, "r4")),
+        report={"brier": Report({"brier": "brier", "ci_lower": "brier_lower",
+                                 "ci_upper": "brier_upper"})},
+        trust=_TRUST)
 @checked
 def brier(
     data: Any,
@@ -27,6 +41,8 @@ def brier(
     weight: str | None = None,
     by: str | Sequence[str] = (),
     where: Any = None,
+    confidence: float = 0.95,
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""The Brier score, :math:`\sum_i w_i (y_i - p_i)^2 / \sum_i w_i`.
@@ -46,6 +62,12 @@ def brier(
         Group keys: one result row per group.
     where : ibis boolean expression, callable or SQL string, optional
         Filter applied in the engine before anything else.
+    confidence : float, default 0.95
+        Two-sided level of the interval.
+    weight_kind : {"auto", "frequency", "sampling"}, default "auto"
+        How weights enter the interval: a row of weight w is w rows (frequency), or one row
+        drawn with probability ∝ 1/w (sampling, and any ``negative_sampling_rate``); ``"auto"``
+        reads whole-number weights as frequencies.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -53,8 +75,9 @@ def brier(
     Returns
     -------
     pandas.DataFrame
-        One row per group: the keys, ``brier``, ``n``, ``W``; with ``on_invalid="drop"``,
-        ``n_dropped``.
+        One row per group: the keys, ``brier``, ``n``, ``W``, ``ci_lower``, ``ci_upper`` (the
+        interval of the population's Brier score), ``ci_method`` (``"delta"``),
+        ``confidence``, ``weight_kind``; with ``on_invalid="drop"``, ``n_dropped``.
 
     See Also
     --------
@@ -71,10 +94,17 @@ def brier(
     the squared error to the label, which exceeds the expected Bernoulli Brier score by the mean of
     y(1 − y).
 
+    The interval is the delta method's (van der Vaart (1998), Asymptotic Statistics, ch. 3):
+    :math:`\mathrm{BS} \pm z\sqrt{\sum_i v_i (r_i^2 - \mathrm{BS})^2}/W`, :math:`r = y - p`,
+    with the variance weight :math:`v_i` (:func:`sqlcal.query.reductions.variance_weights`:
+    :math:`w_i` for frequency weights, :math:`w_i^2` for sampling weights, :math:`f_i/\pi_i^2`
+    on a downsampled log); see :mod:`sqlcal.metrics.intervals`.
+
     References
     ----------
     .. [1] G. W. Brier, "Verification of Forecasts Expressed in Terms of Probability", Monthly
        Weather Review 78(1), 1950.
+    .. [2] A. W. van der Vaart, "Asymptotic Statistics", Cambridge University Press, 1998.
 
     Examples
     --------
@@ -84,11 +114,18 @@ def brier(
     0.175
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    return result(src, brier_finish(totals_summary(src)), ["brier"])
+    frame = totals_summary(src, interval=_interval(src, {"weight_kind": weight_kind}, "r4"))
+    weight_kind = resolve_weight_kind(src, weight_kind)
+    t = brier_finish(frame)
+    t["ci_lower"], t["ci_upper"] = brier_interval(frame, confidence=confidence,
+                                                  weight_kind=weight_kind)
+    return result(src, t, ["brier", "ci_lower", "ci_upper"], _trust(confidence, weight_kind))
 
 
-@metric(needs=lambda src, o: totals_needs(logloss=True),
-        report={"log_loss": Report({"log_loss": "log_loss"})})
+@metric(needs=lambda src, o: totals_needs(logloss=True, interval=_log_loss_parts(src, o)),
+        report={"log_loss": Report({"log_loss": "log_loss", "ci_lower": "log_loss_lower",
+                                    "ci_upper": "log_loss_upper"})},
+        trust=_TRUST)
 @checked
 def log_loss(
     data: Any,
@@ -98,6 +135,8 @@ def log_loss(
     weight: str | None = None,
     by: str | Sequence[str] = (),
     where: Any = None,
+    confidence: float = 0.95,
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""The log loss (cross-entropy), :math:`-\sum_i w_i [y_i \ln p_i + (1-y_i)\ln(1-p_i)] / W`.
@@ -121,12 +160,18 @@ def log_loss(
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
 
+    confidence : float, default 0.95
+        Two-sided level of the interval.
+    weight_kind : {"auto", "frequency", "sampling"}, default "auto"
+        How weights enter the interval, as in :func:`brier`.
+
     Returns
     -------
     pandas.DataFrame
         One row per group: the keys, ``log_loss``, ``n``, ``W``, ``n_infinite`` (rows of positive
-        weight with p = 0 and y > 0, or p = 1 and y < 1); with ``on_invalid="drop"``,
-        ``n_dropped``.
+        weight with p = 0 and y > 0, or p = 1 and y < 1), ``ci_lower``, ``ci_upper`` (NaN when
+        the log loss is infinite), ``ci_method`` (``"delta"``), ``confidence``,
+        ``weight_kind``; with ``on_invalid="drop"``, ``n_dropped``.
 
     See Also
     --------
@@ -139,28 +184,41 @@ def log_loss(
     Scores are not clipped: :math:`0 \ln 0 = 0`, and a row with infinite loss makes the group's
     log loss ``inf``, with the count of such rows beside it. (scikit-learn's ``log_loss`` clips
     scores to [ε, 1 − ε] with the float64 machine ε, so it reports about 36 instead.) The
-    logarithmic scoring rule is from Good (1952), Rational Decisions.
+    logarithmic scoring rule is from Good (1952), Rational Decisions. The interval is the delta
+    method's, :math:`\mathrm{LL} \pm z\sqrt{\sum_i v_i(\ell_i - \mathrm{LL})^2}/W` (van der
+    Vaart (1998), Asymptotic Statistics, ch. 3; v the variance weight as in :func:`brier`).
 
     References
     ----------
     .. [1] I. J. Good, "Rational Decisions", Journal of the Royal Statistical Society, Series B
        14(1), 1952.
+    .. [2] A. W. van der Vaart, "Asymptotic Statistics", Cambridge University Press, 1998.
 
     Examples
     --------
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
-    >>> sqlcal.log_loss(df, score="p", label="y").round(6)
+    >>> sqlcal.log_loss(df, score="p", label="y")[["log_loss", "n", "W", "n_infinite"]].round(6)
        log_loss  n    W  n_infinite
     0  0.510826  4  4.0           0
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    t = log_loss_finish(totals_summary(src, logloss=True))
-    return result(src, t, ["log_loss", "n_infinite"])
+    frame = totals_summary(src, logloss=True,
+                           interval=_log_loss_parts(src, {"weight_kind": weight_kind}))
+    weight_kind = resolve_weight_kind(src, weight_kind)
+    t = log_loss_finish(frame)
+    t["ci_lower"], t["ci_upper"] = log_loss_interval(frame, confidence=confidence,
+                                                     weight_kind=weight_kind)
+    return result(src, t, ["log_loss", "n_infinite", "ci_lower", "ci_upper"],
+                  _trust(confidence, weight_kind))
 
 
-@metric(needs=lambda src, o: totals_needs(),
-        report={"calibration_in_the_large": Report({"citl": "citl", "oe_ratio": "oe_ratio"})})
+@metric(needs=lambda src, o: totals_needs(interval=_interval(src, o)),
+        report={"calibration_in_the_large": Report({
+            "citl": "citl", "ci_lower": "citl_lower", "ci_upper": "citl_upper",
+            "oe_ratio": "oe_ratio", "oe_ratio_lower": "oe_ratio_lower",
+            "oe_ratio_upper": "oe_ratio_upper"})},
+        trust=_TRUST)
 @checked
 def calibration_in_the_large(
     data: Any,
@@ -170,6 +228,8 @@ def calibration_in_the_large(
     weight: str | None = None,
     by: str | Sequence[str] = (),
     where: Any = None,
+    confidence: float = 0.95,
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""Calibration-in-the-large (mean score − observed rate) and the observed/expected ratio.
@@ -193,12 +253,19 @@ def calibration_in_the_large(
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
 
+    confidence : float, default 0.95
+        Two-sided level of the intervals.
+    weight_kind : {"auto", "frequency", "sampling"}, default "auto"
+        How weights enter the intervals, as in :func:`brier`.
+
     Returns
     -------
     pandas.DataFrame
         One row per group: the keys, ``citl`` = :math:`(\sum wp - \sum wy)/W` (positive when the
         model over-predicts), ``n``, ``W``, ``mean_score``, ``observed``, ``oe_ratio`` =
-        :math:`\sum wy / \sum wp`; with ``on_invalid="drop"``, ``n_dropped``.
+        :math:`\sum wy / \sum wp`, ``ci_lower``, ``ci_upper`` (of ``citl``), ``oe_ratio_lower``,
+        ``oe_ratio_upper`` (of ``oe_ratio``), ``ci_method`` (``"delta"``), ``confidence``,
+        ``weight_kind``; with ``on_invalid="drop"``, ``n_dropped``.
 
     See Also
     --------
@@ -213,23 +280,35 @@ def calibration_in_the_large(
 
     The first level of the calibration hierarchy of Van Calster et al. (2016), A calibration
     hierarchy for risk models was defined: from utopia to empirical data (mean calibration).
+    The intervals are the delta method's (van der Vaart (1998), Asymptotic Statistics, ch. 3):
+    :math:`\sum_i v_i (p_i - y_i - \mathrm{CITL})^2/W^2` for CITL, and for the ratio
+    :math:`\rho = O/E` on the log scale, :math:`\rho\exp(\pm z\,\mathrm{se})` with
+    :math:`\mathrm{se}^2 = \sum_i v_i(y_i - \rho p_i)^2/(\rho\sum_i w_i p_i)^2` (v the variance
+    weight, as in :func:`brier`).
 
     References
     ----------
     .. [1] B. Van Calster et al., "A Calibration Hierarchy for Risk Models Was Defined: from Utopia
        to Empirical Data", Journal of Clinical Epidemiology 74, 2016.
+    .. [2] A. W. van der Vaart, "Asymptotic Statistics", Cambridge University Press, 1998.
 
     Examples
     --------
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
-    >>> sqlcal.calibration_in_the_large(df, score="p", label="y").round(6)
+    >>> out = sqlcal.calibration_in_the_large(df, score="p", label="y")
+    >>> out[["citl", "n", "W", "mean_score", "observed", "oe_ratio"]].round(6)
        citl  n    W  mean_score  observed  oe_ratio
     0 -0.25  4  4.0         0.5      0.75       1.5
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    t = calibration_in_the_large_finish(totals_summary(src))
-    return result(src, t, ["citl", "mean_score", "observed", "oe_ratio"])
+    frame = totals_summary(src, interval=interval_parts(src, weight_kind, True))
+    weight_kind = resolve_weight_kind(src, weight_kind)
+    t = calibration_in_the_large_finish(frame)
+    t["ci_lower"], t["ci_upper"], t["oe_ratio_lower"], t["oe_ratio_upper"] = citl_interval(
+        frame, confidence=confidence, weight_kind=weight_kind)
+    return result(src, t, ["citl", "mean_score", "observed", "oe_ratio", "ci_lower", "ci_upper",
+                           "oe_ratio_lower", "oe_ratio_upper"], _trust(confidence, weight_kind))
 
 
 @metric(needs=lambda src, o: totals_needs(
@@ -391,16 +470,38 @@ def spiegelhalter_finish(totals: pd.DataFrame, *, weight_kind: str) -> pd.DataFr
     return totals.assign(z=z, p_value=2 * stats.norm.sf(np.abs(z)))
 
 
-def totals_summary(src: Source, *, logloss: bool = False, spiegelhalter: bool = False
-                   ) -> pd.DataFrame:
+def totals_summary(src: Source, *, logloss: bool = False, spiegelhalter: bool = False,
+                   interval: tuple = ()) -> pd.DataFrame:
     """The totals summary of ``src`` (one row per group), computed once and cached on it; the
-    log and Spiegelhalter terms only when asked for."""
-    return planner.fetch(src, *totals_needs(logloss=logloss, spiegelhalter=spiegelhalter)).copy()
+    log and Spiegelhalter terms, and the parts an ``interval`` reads, only when asked for."""
+    return planner.fetch(src, *totals_needs(logloss=logloss, spiegelhalter=spiegelhalter,
+                                            interval=interval)).copy()
 
 
-def totals_needs(*, logloss: bool = False, spiegelhalter: bool = False, parts=()) -> list:
-    """The declared totals summary, with the log-loss and Spiegelhalter sums when asked for, and
-    further ``parts`` (``"sw2"``: Spiegelhalter's null variance under the variance weight)."""
+def totals_needs(*, logloss: bool = False, spiegelhalter: bool = False, parts=(),
+                 interval: tuple = ()) -> list:
+    """The declared totals summary, with the log-loss and Spiegelhalter sums when asked for,
+    further ``parts`` (``"sw2"``: Spiegelhalter's null variance under the variance weight) and
+    the parts of an interval (:func:`sqlcal.metrics.intervals.interval_parts`)."""
     return [declared.totals(*(name for name, on in (("logloss", logloss),
                                                      ("spiegelhalter", spiegelhalter)) if on),
-                            *parts)]
+                            *parts, *interval)]
+
+
+def _trust(confidence: float, weight_kind: str) -> dict:
+    return {"ci_method": "delta", "confidence": confidence, "weight_kind": weight_kind}
+
+
+def _interval(src: Source, o: dict, *extra: str) -> tuple:
+    """The totals parts of a delta-method interval under the metric's options ``o``."""
+    if not scanned(src):
+        return ()
+    return (*interval_parts(src, o.get("weight_kind", "auto"), True), *extra)
+
+
+def _log_loss_parts(src: Source, o: dict) -> tuple:
+    """The log loss's interval reads the normalized entropy's sums: Σwℓ², and under the
+    variance weight Σv, Σvℓ, Σvℓ²."""
+    if not scanned(src):
+        return ()
+    return ("logloss_var", *variance_parts(src, o.get("weight_kind", "auto")))

@@ -60,6 +60,9 @@ KEY_COLUMN["logit_cells_within"] = "lcell"
 #: the log-odds histogram of every row, a first-stage summary (fused into the first scan): where
 #: the calibration by score decile starts its equal-mass search (scores crowd near 0 in a click log)
 KEY_COLUMN["logit_cells"] = "lcell"
+#: a paired comparison of two scores of the same rows (sqlcal.compare): per group and pair of
+#: equal-width bins, one of each score, ``pair`` = bin(p)·(B + 1) + bin(q)
+KEY_COLUMN["paired_bins"] = "pair"
 #: the levels of given (group, 2^k cell) pairs only, each group its own cells (a join)
 KEY_COLUMN["levels_in_cells"] = "p"
 #: the levels of every group inside one score range: a slab of the levels read in score order
@@ -85,6 +88,12 @@ _SUMS |= {"sw2p", "sw2pp", "sw_logloss_sq", "swy_logloss"}  # low base rates' va
 # and a sampling design's label-free part Σv₀ and own part Σ(v − v₀)(y − p)²
 _SUMS |= {"sw2_logloss", "sw2_logloss_sq", "sw2y_logloss", "sw2_0", "sw2_design"}
 _SUMS |= {"swr", "swd", "swyd", "swrd"}  # smooth_cells: the residual and the offsets' moments
+# the intervals' second moments under the variance weight, and Σw(y − p)⁴ (sqlcal.metrics.intervals)
+_SUMS |= {"sv_p", "sv_yy", "sv_yp", "sv_pp", "sw_r4", "sv_r4"}
+# a paired comparison's sums (sqlcal.query.reductions.paired_bins)
+_SUMS |= {f"{a}{m}" for a in ("sw", "sv") for m in (
+    "", "y", "p", "q", "yy", "yp", "yq", "pp", "pq", "qq", "d", "dd", "l", "m", "e", "ee")}
+_SUMS |= {"n_inf"}
 #: summary columns that merge over disjoint sets of rows by MIN, and by MAX; every other sum
 #: column merges by SUM (:func:`rule` reads these sets)
 MERGED_BY_MIN = frozenset({"p_min", "chk_y_min", "chk_w_min", "p_min_pos"})
@@ -106,8 +115,8 @@ class Summary:
         ``uniform``: ``(bins, convention)``; ``cells``: ``(cells,)``; ``logit_grid``:
         ``(step, clip)``; otherwise ``()``.
     parts : frozenset of str
-        Optional column sets: ``sums``, ``sw2``, ``moments``, ``soft``, ``residuals`` (all
-        kinds); ``logloss``, ``spiegelhalter`` (totals).
+        Optional column sets: ``sums``, ``sw2``, ``moments``, ``soft``, ``residuals``,
+        ``spread``, ``r4`` (all kinds); ``logloss``, ``spiegelhalter`` (totals).
 
     Examples
     --------
@@ -253,6 +262,20 @@ def intervals(cuts, *parts: str) -> Summary:
     'interval'
     """
     return Summary("intervals", (tuple(sorted({float(c) for c in cuts})),), frozenset(parts))
+
+
+def paired_bins(bins: int, convention: str = "sqlcal") -> Summary:
+    """The paired comparison's summary of a source with a baseline score ``q``: per group and
+    pair of equal-width bins (``pair`` = bin(p)·(B + 1) + bin(q)), the sums of
+    :func:`sqlcal.query.reductions.paired_bins`.
+
+    Examples
+    --------
+    >>> s = paired_bins(15)
+    >>> s.key, s.key_column
+    (('paired_bins', 15, 'sqlcal'), 'pair')
+    """
+    return Summary("paired_bins", (int(bins), convention))
 
 
 def label_ranges() -> Summary:

@@ -62,6 +62,7 @@ def source(
     negative_sampling_rate: float | str | None = None,
     training_negative_rate: float | str | None = None,
     score_correction: bool = False,
+    baseline: str | None = None,
 ) -> Source:
     r"""Describe and validate the predictions to measure.
 
@@ -122,6 +123,9 @@ def source(
         it is refused: that column describes the log's negatives, and a positive's entry there
         (NULL or 1, "every positive kept") is not the rate the model was trained at; pass
         ``training_negative_rate=`` with a column holding every row's training rate.
+    baseline : str, optional
+        A second score column of the same rows, validated like the score: the baseline model
+        of a paired comparison (:func:`sqlcal.compare`).
 
     Returns
     -------
@@ -171,11 +175,12 @@ def source(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1], "w": [1, 2, 1, 1]})
     >>> src = sqlcal.source(df, score="p", label="y", weight="w")
-    >>> sqlcal.ece(src, bins=2)
+    >>> sqlcal.ece(src, bins=2)[["ece", "n", "W", "n_bins", "binning"]]
         ece  n    W  n_bins             binning
     0  0.36  4  5.0       2  uniform(2, sqlcal)
     >>> bad = pd.DataFrame({"p": [0.1, 1.5], "y": [0, 1]})
-    >>> sqlcal.ece(bad, score="p", label="y", on_invalid="drop")
+    >>> sqlcal.ece(bad, score="p", label="y", on_invalid="drop", bootstrap=0)[
+    ...     ["ece", "n", "W", "n_bins", "binning", "n_dropped"]]
        ece  n    W  n_bins              binning  n_dropped
     0  0.1  1  1.0       1  uniform(15, sqlcal)          1
 
@@ -183,7 +188,7 @@ def source(
     NaN is read as NULL):
 
     >>> keyed = pd.DataFrame({"p": [0.2, 0.8, 0.4], "y": [0, 1, 1], "n": [1.0, None, 1.0]})
-    >>> sqlcal.brier(keyed, score="p", label="y", by="n")
+    >>> sqlcal.brier(keyed, score="p", label="y", by="n").iloc[:, :4]
           n  brier  n_    W
     0   1.0   0.20   2  2.0
     1  <NA>   0.04   1  1.0
@@ -201,7 +206,7 @@ def source(
         soft_labels=soft_labels,
         negative_sampling_rate=negative_sampling_rate,
         training_negative_rate=training_negative_rate,
-        score_correction=score_correction)
+        score_correction=score_correction, baseline=baseline)
     if on_invalid == "drop":
         valid = valid_expr(src.rows, src.weighted, soft_labels, src.rate_columns)
         checks = check_exprs(src.rows, src.weighted, src.rate_columns)
@@ -427,9 +432,11 @@ def _check(src: Source, frame: Any, explain: bool = True) -> None:
         problems += [total("chk_w_count") < rows,
                      outside("chk_w_min", "chk_w_max", high=reductions.WEIGHT_MAX)]
     for column in src.rate_columns:  # in (0, 1]: a least rate of 0 or below fails
+        least = frame[f"chk_{column}min"]
         problems += [total(f"chk_{column}count") < rows,
                      outside(f"chk_{column}max", f"chk_{column}max")
-                     or bool((frame[f"chk_{column}min"] <= 0).any())]
+                     or bool((least < 0).any() if column == reductions.BASELINE
+                             else (least <= 0).any())]
     if any(problems):
         if explain:
             _report_counts(src)
@@ -451,7 +458,8 @@ def _rate_names(src: Source) -> list[str]:
     """The rate columns read from the table, in words."""
     return [f"{option} column {name!r}" for option, name in (
         ("negative_sampling_rate", src.sampling_rate),
-        ("training_negative_rate", src.training_rate)) if isinstance(name, str)]
+        ("training_negative_rate", src.training_rate), ("baseline", src.baseline))
+        if isinstance(name, str)]
 
 
 def _report_counts(src: Source) -> None:

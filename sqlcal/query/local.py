@@ -103,6 +103,15 @@ def level_sums(levels: pd.DataFrame, parts: frozenset) -> pd.DataFrame:
         out |= {"swpp": p * levels["swp"].to_numpy(float), "swyp": p * swy}
         if "soft" in parts:
             out["swyy"] = swy  # y² = y for binary labels
+    if "spread" in parts and "sw2y" in levels:  # the variance weight's moments of (1, y, p)
+        vy = levels["sw2y"].to_numpy(float)
+        out |= {"sw2": sw2, "sw2y": vy, "sv_p": p * sw2, "sv_yy": vy, "sv_yp": p * vy,
+                "sv_pp": p * p * sw2}
+    if "r4" in parts:  # (y − p)⁴ is (1 − p)⁴ on a positive, p⁴ on a negative
+        out["sw_r4"] = swy * (1 - p) ** 4 + (W - swy) * p ** 4
+        if "spread" in parts and "sw2y" in levels:
+            vy = levels["sw2y"].to_numpy(float)
+            out["sv_r4"] = vy * (1 - p) ** 4 + (sw2 - vy) * p ** 4
     if "residuals" in parts:
         pq = p * (1 - p)
         # a row's residual y − p is positive only when y = 1 (then 1 − p ≥ 0)

@@ -28,6 +28,7 @@ from ibis import _
 from sqlcal.errors import engine_data_errors
 from sqlcal.inputs import engines
 from sqlcal.inputs.columns import (  # noqa: F401 (read as reductions.* too)
+    BASELINE,
     RATE,
     ROW_COLUMNS,
     TRAINING_RATE,
@@ -229,6 +230,10 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
     Σw(y−p), ``positive`` = Σw(y−p)⁺ (the negative part is positive − total) and the Bernoulli
     variance ``var`` = Σwp(1−p) (with ``"sw2"``, ``var2``: its null variance under the variance
     weight, Σv₀p(1−p) + Σ(v − v₀)(y − p)², Σw²p(1−p) without a design).
+    ``"spread"`` (weighted): the variance weight's second moments of (1, y, p), ``sw2`` = Σv,
+    ``sw2y`` = Σvy, ``sv_p`` = Σvp, ``sv_yy`` = Σvy², ``sv_yp`` = Σvyp, ``sv_pp`` = Σvp²: the
+    covariance of a Poisson bootstrap of the sums (Σw, Σwy, Σwp) (:mod:`sqlcal.metrics.intervals`);
+    ``"r4"``: ``sw_r4`` = Σw(y − p)⁴ (and ``sv_r4`` = Σv(y − p)⁴ with ``"spread"``).
     Unweighted, the weight products are left out: the finish reads W = Σw² = n.
     """
     w = t.w if weighted else None
@@ -260,6 +265,15 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
         sums |= {"swpp": times(t.p * t.p).sum(), "swyp": times(t.y * t.p).sum()}
         if "soft" in parts:
             sums["swyy"] = times(t.y * t.y).sum()
+    if "spread" in parts and weighted:  # the variance weight's second moments of (1, y, p)
+        sums |= {"sw2": v.sum(), "sw2y": (v * t.y).sum(), "sv_p": (v * t.p).sum(),
+                 "sv_yy": (v * t.y * t.y).sum(), "sv_yp": (v * t.y * t.p).sum(),
+                 "sv_pp": (v * t.p * t.p).sum()}
+    if "r4" in parts:  # Σw(y − p)⁴: the Brier score's delta-method variance
+        r2 = (t.y - t.p) * (t.y - t.p)
+        sums["sw_r4"] = times(r2 * r2).sum()
+        if "spread" in parts and weighted:
+            sums["sv_r4"] = (v * r2 * r2).sum()
     if "residuals" in parts:
         r = times(t.y - t.p)
         pq = t.p * (1 - t.p)
@@ -628,6 +642,8 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
     if summary.kind == "logit_bins":  # equal width in log-odds: pieces between the edges
         return intervals(rows, by, logit_edges(*summary.params)[1:-1], parts, weighted=weighted,
                          checks=checks).rename(bin="interval")
+    if summary.kind == "paired_bins":  # sqlcal.compare: two scores of the same rows
+        return paired_bins(rows, by, *summary.params, weighted=weighted, checks=checks)
     if summary.kind in ("smooth_cells", "smooth_split"):
         grid, grids = summary.params
         return smooth_cells(rows, by, grid, list(grids), weighted=weighted, checks=checks,
@@ -744,6 +760,44 @@ def grouped(t: ir.Table, keys: Sequence[str], sums: dict, checks: dict, *, weigh
 
 
 # -- smooth ECE: score cells split at the nodes of relplot's grids ---------------------------
+
+
+def paired_bins(rows: ir.Table, by: Sequence[str], bins: int, convention: str, *,
+                weighted: bool, checks: Callable | None = None) -> ir.Table:
+    """A paired comparison's summary: the rows carry the score p and a baseline score q
+    (:data:`BASELINE`); per group and ``pair`` = bin(p)·(B + 1) + bin(q) of equal-width bins, with
+    z = (1, y, p, q), the sums Σw·z (``sw``, ``swy``, ``swp``, ``swq``) and Σw·zzᵀ (``swyy``,
+    ``swyp``, ``swyq``, ``swpp``, ``swpq``, ``swqq``); the Brier difference d = (y − p)² −
+    (y − q)² as ``swd`` = Σwd, ``swdd`` = Σwd²; the log losses ``swl`` = Σwℓ(p), ``swm`` =
+    Σwℓ(q) and their difference e = ℓ(p) − ℓ(q) as ``swe``, ``swee``; ``n_inf``, the rows of
+    an infinite loss under either score. Weighted, the same second moments under the variance
+    weight v (:func:`variance_weights`) as ``sv…``. Every column is a sum: the summary merges
+    by addition, and the cells of a group sum to its totals.
+    """
+    t = rows.mutate(pair=uniform_bin(rows.p, bins, convention) * (bins + 1)
+                    + uniform_bin(rows[BASELINE], bins, convention))
+    p, y, q = t.p, t.y, t[BASELINE]
+    d = (q - p) * (2 * y - p - q)  # (y − p)² − (y − q)²
+
+    def loss(s):  # 0·ln 0 = 0; a row of infinite loss is counted in n_inf instead
+        return -(ibis.ifelse(y > 0, y * ibis.ifelse(s > 0, s, 1.0).ln(), 0.0)
+                 + ibis.ifelse(y < 1, (1 - y) * ibis.ifelse(s < 1, 1 - s, 1.0).ln(), 0.0))
+
+    lp, lq = loss(p), loss(q)
+    e = lp - lq
+    infinite = (((p == 0) | (q == 0)) & (y > 0)) | (((p == 1) | (q == 1)) & (y < 1))
+    terms = {"y": y, "p": p, "q": q, "yy": y * y, "yp": y * p, "yq": y * q, "pp": p * p,
+             "pq": p * q, "qq": q * q, "d": d, "dd": d * d, "e": e, "ee": e * e}
+    w = t.w  # 1.0 on an unweighted source
+    # p_min, p_max: the validation this scan carries as a source's first reads them
+    sums = {"n": t.count(), "n_inf": t.count(where=infinite), "p_min": p.min(),
+            "p_max": p.max(), "sw": w.sum(), "swl": (w * lp).sum(), "swm": (w * lq).sum()}
+    sums |= {f"sw{name}": (w * value).sum() for name, value in terms.items()}
+    if weighted:
+        v = variance_weights(t)[0]
+        sums |= {"sv": v.sum(), **{f"sv{name}": (v * value).sum()
+                                   for name, value in terms.items()}}
+    return _aggregate(t, [*by, "pair"], **sums, **(checks(t) if checks else {}))
 
 
 def smooth_cells(rows: ir.Table, by: Sequence[str], cells: int, grids: Sequence[int], *,

@@ -27,7 +27,13 @@ from sqlcal.monitor import schema
 from sqlcal.monitor import store as _store
 from sqlcal.monitor.config import ConfigError
 from sqlcal.monitor.stored import stored
-from sqlcal.reporting.report_table import METRICS, metric_options, trust
+from sqlcal.reporting.report_table import (
+    METRICS,
+    metric_options,
+    statistic_bounds,
+    statistics,
+    trust,
+)
 from sqlcal.reporting.scheduled import (
     RESULTS_SCHEMA,
     ResultsError,
@@ -42,8 +48,6 @@ WINDOWS = {"last_7d": {"days": 7}, "last_28d": {"days": 28},
            "month": {"calendar": "month", "compare": "previous"}}
 #: the metrics when ``[metrics]`` names none
 DEFAULT_METRICS = {"ece": {"bins": 16}, "brier": {}, "calibration_in_the_large": {}}
-#: the lower/upper columns a metric's interval comes in
-_BOUNDS = (("lower_bound", "upper_bound"), ("ci_lower", "ci_upper"))
 
 
 def check_windows(block: dict | None, *, where: str = "config") -> tuple[dict, str]:
@@ -218,18 +222,15 @@ def last_day(store: Any, *, prefix: str = schema.PREFIX, at: Any = None,
 
 def _tidy(values: pd.DataFrame, by: Sequence[str], metric: str) -> pd.DataFrame:
     mapping = METRICS[metric][2]
-    bounds = next(((lo, hi) for lo, hi in _BOUNDS if lo in values and hi in values), None)
-    primary = next(iter(mapping))
+    bounds = statistic_bounds(mapping, values)
     parts = []
-    for column in mapping:
-        if bounds and column in bounds:
-            continue
+    for column in statistics(mapping, values):
         part = values[[*by, "n", "W"]].copy()
         part["metric"], part["statistic"] = metric, column
         part["value"] = values[column].astype(float).to_numpy()
-        has = bounds is not None and column == primary
-        part["lower"] = values[bounds[0]].astype(float).to_numpy() if has else np.nan
-        part["upper"] = values[bounds[1]].astype(float).to_numpy() if has else np.nan
+        pair = bounds.get(column)
+        part["lower"] = values[pair[0]].astype(float).to_numpy() if pair else np.nan
+        part["upper"] = values[pair[1]].astype(float).to_numpy() if pair else np.nan
         part["trust"] = trust(metric, values)
         parts.append(part)
     return pd.concat(parts, ignore_index=True)

@@ -79,6 +79,8 @@ def report(
     where: Any = None,
     metrics: Sequence[str] = DEFAULT_METRICS,
     bins: int = 15,
+    confidence: float | None = None,
+    bootstrap: int | None = None,
     **source_options: Any,
 ) -> pd.DataFrame:
     """Compute several metrics per group and return them side by side.
@@ -105,6 +107,13 @@ def report(
         an error listing the valid ones.
     bins : int, default 15
         Bins for the ECE family and the Brier decomposition (Hosmer–Lemeshow uses deciles).
+    confidence : float, optional
+        The level of every metric's interval or bounds (default: each metric's own, 0.95 for
+        the intervals ``<metric>_lower``, ``<metric>_upper``; 0.9 for the cutoff error's
+        bounds).
+    bootstrap : int, optional
+        Replicates of the binned errors' bootstrap (default: each metric's own, 1000; 0: no
+        interval on them, and no second moments in the scan).
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -116,6 +125,9 @@ def report(
         ``on_invalid="drop"``, ``n_dropped`` after ``W``). The default metrics give ``ece``,
         ``rmsce``, ``mce``, ``ece_quantile``, ``brier``, ``log_loss``, ``citl``, ``oe_ratio``,
         ``spiegelhalter_z``, ``spiegelhalter_p``, ``hl_statistic``, ``hl_dof``, ``hl_p``,
+        with ``<name>_lower`` and ``<name>_upper`` after ``ece``, ``rmsce``, ``mce``,
+        ``ece_quantile``, ``brier``, ``log_loss``, ``citl`` and ``oe_ratio`` (their intervals,
+        at the level in the ``confidence`` column; see :mod:`sqlcal.metrics.intervals`),
         ``cutoff_error``, ``cutoff_lower``, ``cutoff_upper``, ``kuiper`` and ``kuiper_p``; each
         metric's own function documents its value and the paper it comes from. Then what
         qualifies the numbers (:data:`TRUST`), after the metrics: by default ``weight_kind``
@@ -142,18 +154,23 @@ def report(
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1], "m": ["a"] * 4 + ["b"] * 4})
     >>> out = sqlcal.report(df, score="p", label="y", by="m",
     ...                     metrics=["ece", "brier", "cutoff_error"])
-    >>> out.iloc[:, :8].round(6)
+    >>> out[["m", "n", "W", "ece", "brier", "cutoff_error", "cutoff_lower",
+    ...      "cutoff_upper"]].round(6)
        m  n    W   ece  brier  cutoff_error  cutoff_lower  cutoff_upper
     0  a  4  4.0  0.35  0.175         0.175           0.0           1.0
     1  b  4  4.0  0.35  0.175         0.175           0.0           1.0
-    >>> out.iloc[:, 8:]
-       exact  cutoff_grid_bound  cutoff_confidence weight_kind
-    0   True                0.0                0.9   frequency
-    1   True                0.0                0.9   frequency
+    >>> [c for c in out.columns if c.endswith(("_lower", "_upper")) and "cutoff" not in c]
+    ['ece_lower', 'ece_upper', 'brier_lower', 'brier_upper']
+    >>> out[["confidence", "weight_kind", "exact", "cutoff_grid_bound", "cutoff_confidence"]]
+       confidence weight_kind  exact  cutoff_grid_bound  cutoff_confidence
+    0        0.95   frequency   True                0.0                0.9
+    1        0.95   frequency   True                0.0                0.9
     """
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)  # "ece" is one metric
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    chosen = {name: metric_options(name, bins=bins) for name in metrics}
+    given = {k: v for k, v in (("confidence", confidence), ("bootstrap", bootstrap))
+             if v is not None}
+    chosen = {name: metric_options(name, _accepted(name, given), bins=bins) for name in metrics}
     planner.prefetch(src, needs(src, chosen), follow_ups(src, chosen))
     return wide(src, {name: METRICS[name][0](src, **chosen[name]) for name in metrics})
 
@@ -183,6 +200,33 @@ def wide(src: Source, frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
     for target, fact in trusted.items():
         out[own(target)] = fact
     return out
+
+
+#: a metric's interval of its first statistic: certified bounds, or a confidence interval
+BOUNDS = (("lower_bound", "upper_bound"), ("ci_lower", "ci_upper"))
+
+
+def statistic_bounds(mapping: dict, values: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    """Per statistic of a report metric (``mapping``: its result columns), the result columns
+    of its interval: the metric's :data:`BOUNDS` for its first statistic, ``<column>_lower``
+    and ``<column>_upper`` for another (``oe_ratio``, the decomposition's terms). The tidy
+    tables give each statistic its interval as ``lower``, ``upper``, not rows of their own."""
+    out = {}
+    first = next(iter(mapping))
+    pair = next(((lo, hi) for lo, hi in BOUNDS if lo in values and hi in values), None)
+    if pair is not None:
+        out[first] = pair
+    for column in mapping:
+        lo, hi = f"{column}_lower", f"{column}_upper"
+        if column not in out and lo in mapping and hi in mapping:
+            out[column] = (lo, hi)
+    return out
+
+
+def statistics(mapping: dict, values: pd.DataFrame) -> list[str]:
+    """The statistics of a report metric: its mapped columns but the bounds of any of them."""
+    bounds = {c for pair in statistic_bounds(mapping, values).values() for c in pair}
+    return [c for c in mapping if c not in bounds]
 
 
 def trust(name: str, values: pd.DataFrame) -> list[str]:
@@ -249,6 +293,12 @@ def metric_options(name: str, options: dict | None = None, bins: int | None = No
     if bins is not None and metric.report_bins:
         chosen = {"bins": bins, **chosen}
     return chosen
+
+
+def _accepted(name: str, options: dict) -> dict:
+    """The report-wide ``options`` that the report metric ``name``'s function takes."""
+    taken = inspect.signature(_metric(name).function).parameters
+    return {k: v for k, v in options.items() if k in taken}
 
 
 def takes_bins(name: str) -> bool:

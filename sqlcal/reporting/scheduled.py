@@ -39,6 +39,8 @@ from sqlcal.reporting.report_table import (
     METRICS,
     describe,
     metric_options,
+    statistic_bounds,
+    statistics,
     summary_steps,
     to_json,
     trust,
@@ -56,6 +58,10 @@ SECTIONS: dict[str, tuple[str, ...] | None] = {
     # sqlcal.segments on the report's source: the significantly miscalibrated segments
     "segments": ("features", "max_depth", "min_support", "mode", "fdr", "alpha", "top_k",
                  "effect", "bins", "strategy", "sliceline_alpha", "min_expected"),
+    # sqlcal.compare of the report's model against a baseline: a second score column of the
+    # same rows (baseline), or other rows of the same table (baseline_where, with where)
+    "compare": ("baseline", "where", "baseline_where", "metrics", "bins", "confidence",
+                "bootstrap", "seed"),
     "report": ("title", "order_by", "diagrams", "bins"),
     "output": ("json", "html"),
     "results": ("table", "url", "database"),
@@ -124,6 +130,8 @@ class ScheduledRun:
     charts: dict = field(default_factory=dict)
     #: sqlcal.segments of the source, with a [segments] section
     segments: pd.DataFrame | None = None
+    #: sqlcal.compare of the report's model against its baseline, with a [compare] section
+    comparison: pd.DataFrame | None = None
 
     @property
     def keys(self) -> list[str]:
@@ -282,9 +290,19 @@ def validate_config(raw: dict, *, where: str = "config") -> dict:
             check_options("segments", segments_cfg)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{where}: [segments] {e}") from None
+    compare_cfg = dict(raw["compare"]) if "compare" in raw else None
+    if compare_cfg is not None:
+        if not compare_cfg.get("baseline") and not compare_cfg.get("baseline_where"):
+            raise ConfigError(f"{where}: [compare] needs baseline = \"<score column>\" (the "
+                              "same rows) or baseline_where = \"<condition>\" (other rows)")
+        try:
+            check_options("compare", {k: v for k, v in compare_cfg.items()
+                                      if k not in ("where", "baseline_where")})
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: [compare] {e}") from None
     return {"source": src, "metrics": metrics, "alerts": alerts, "time": time_cfg,
             "report": report, "output": output, "results": results,
-            "segments": segments_cfg}
+            "segments": segments_cfg, "compare": compare_cfg}
 
 
 def check_outputs(config: dict, *, output_dir: str | os.PathLike | None = None) -> dict:
@@ -440,6 +458,9 @@ def run_report(
     if config.get("segments"):
         with step("miscalibrated segments"):
             run.segments = _segments(config)
+    if config.get("compare"):
+        with step("comparison with the baseline"):
+            run.comparison = _comparison(config)
     if diagrams:
         from sqlcal.reporting.html import report_charts
 
@@ -560,6 +581,24 @@ def _segments(config: dict) -> pd.DataFrame:
                     **config["segments"])
 
 
+def _comparison(config: dict) -> pd.DataFrame:
+    """sqlcal.compare of the report's model against the [compare] baseline: paired on a
+    second score column of the same rows, or unpaired against ``baseline_where``'s rows (the
+    model's rows: ``where`` of [compare], else of [source])."""
+    from sqlcal.metrics.compare import compare
+
+    src = {k: v for k, v in config["source"].items() if v is not None}
+    options = dict(config["compare"])
+    if options.get("baseline_where"):
+        src["where"] = options.pop("where", src.get("where"))
+    else:
+        options.pop("where", None)
+    data = src.pop("data")
+    if src.get("table") is None:
+        src.pop("table", None)
+    return compare(data, **src, **options)
+
+
 def _duckdb_file(data: Any) -> str | None:
     if not isinstance(data, str):
         return None
@@ -583,18 +622,15 @@ def _measure(src: Source, metrics: dict, step) -> tuple[dict, pd.DataFrame]:
         with step(f"metric: {name}"):
             frames[name] = function(src, **{**preset, **options})
         values = src.group_keys.internal(frames[name])
-        bounds = next(((lo, hi) for lo, hi in _BOUNDS if lo in values and hi in values), None)
-        primary = next(iter(mapping))
-        for column in mapping:
-            if bounds and column in bounds:
-                continue
+        bounds = statistic_bounds(mapping, values)
+        for column in statistics(mapping, values):
             counts = ["n", "W", *(["n_dropped"] if "n_dropped" in values else [])]
             part = values[[*src.by, *counts]].copy()
             part["metric"], part["statistic"] = name, column
             part["value"] = values[column].astype(float).to_numpy()
-            has = bounds and column == primary
-            part["lower"] = values[bounds[0]].astype(float).to_numpy() if has else np.nan
-            part["upper"] = values[bounds[1]].astype(float).to_numpy() if has else np.nan
+            pair = bounds.get(column)
+            part["lower"] = values[pair[0]].astype(float).to_numpy() if pair else np.nan
+            part["upper"] = values[pair[1]].astype(float).to_numpy() if pair else np.nan
             part["trust"] = trust(name, values)
             parts.append(part)
     tidy = pd.concat(parts, ignore_index=True)
@@ -961,6 +997,10 @@ def to_document(run: ScheduledRun) -> dict:
         series_own = run.series_source.group_keys.own if run.series_source else run.own
         doc["series"] = {"time": key, "rows": _tidy_records(run.series, keys, series_own,
                                                             key)}
+    if run.comparison is not None:
+        doc["comparison"] = [{k: (key_value(v) if k in keys else _jsonable(v))
+                              for k, v in r.items()}
+                             for r in run.comparison.to_dict("records")]
     if run.segments is not None:
         # sqlcal.segments' own column, beside keys and features of the same names
         searched = shown_name("searched", {*keys, *run.config["segments"]["features"]})

@@ -1,0 +1,152 @@
+"""Known populations for the intervals' coverage studies (tests/test_intervals.py, and the larger
+bench/intervals.py): their exact population values, samples with and without weights, and
+summaries summed in numpy from the sampled rows (independent of the engine's reductions).
+
+Populations (score density f, true rate g(p) = P(y = 1 | p)):
+
+- ``calibrated``: p ~ Beta(2, 2), g(p) = p;
+- ``overconfident``: p ~ Beta(2, 2), g = σ(0.6·logit p) (scores too far from 1/2);
+- ``lowrate``: p ~ Beta(1, 30) (base rate about 3%), g(p) = 1.1·p (under-predicting).
+
+Weights:
+
+- ``none``;
+- ``sampling``: population rows kept with probability π = 0.2 + 0.6p + 0.2y (Poisson
+  sampling that depends on the label), weight 1/π;
+- ``frequency``: the scores on a grid of 40 values; the sample's distinct (p, y) rows, each
+  weighted by its count (whole-number weights that are repeated rows).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import integrate, stats
+
+BINS = 15
+POPULATIONS = ("calibrated", "overconfident", "lowrate")
+GRID = (np.arange(40) + 0.5) / 40
+
+
+def _shape(kind: str):
+    if kind == "calibrated":
+        return (2, 2), lambda p: p
+    if kind == "overconfident":
+        return (2, 2), lambda p: 1 / (1 + np.exp(-0.6 * np.log(p / (1 - p))))
+    if kind == "lowrate":
+        return (1, 30), lambda p: 1.1 * p
+    raise ValueError(kind)
+
+
+def _expect(kind: str, h, lo: float = 0.0, hi: float = 1.0, discrete: bool = False) -> float:
+    """E[h(p, g(p)) 1{lo <= p < hi}] under the population's score law (discrete: the grid)."""
+    (a, b), g = _shape(kind)
+    if discrete:
+        mass = _grid_mass(kind)
+        inside = (GRID >= lo) & (GRID < hi)
+        return float(np.sum(mass[inside] * h(GRID[inside], g(GRID[inside]))))
+    f = stats.beta(a, b).pdf
+    return integrate.quad(lambda p: h(p, g(p)) * f(p), lo, hi, limit=400, epsabs=1e-13)[0]
+
+
+def _grid_mass(kind: str) -> np.ndarray:
+    (a, b), _ = _shape(kind)
+    edges = np.linspace(0, 1, len(GRID) + 1)
+    return np.diff(stats.beta(a, b).cdf(edges))
+
+
+def truth(kind: str, metric: str, discrete: bool = False) -> float:
+    """The population value of ``metric`` (ece, rmsce, mce on 15 equal-width bins; brier,
+    log_loss, citl)."""
+    E = lambda h, lo=0.0, hi=1.0: _expect(kind, h, lo, hi, discrete)
+    if metric == "brier":
+        return E(lambda p, g: g * (1 - p) ** 2 + (1 - g) * p ** 2)
+    if metric == "log_loss":
+        return E(lambda p, g: -(g * np.log(p) + (1 - g) * np.log(1 - p)))
+    if metric == "citl":
+        return E(lambda p, g: p - g)
+    edges = np.linspace(0, 1, BINS + 1)
+    edges[-1] = 1 + 1e-12
+    gap = np.array([E(lambda p, g: g - p, lo, hi) for lo, hi in zip(edges[:-1], edges[1:])])
+    mass = np.array([E(lambda p, g: np.ones_like(p), lo, hi)
+                     for lo, hi in zip(edges[:-1], edges[1:])])
+    live = mass > 1e-12
+    if metric == "ece":
+        return float(np.abs(gap).sum())
+    if metric == "rmsce":
+        return float(np.sqrt(np.sum(gap[live] ** 2 / mass[live])))
+    return float(np.max(np.abs(gap[live] / mass[live])))
+
+
+def sample(kind: str, n: int, rng: np.random.Generator, weights: str = "none"):
+    """Rows (p, y, w) of about ``n`` rows from the population (see the module's notes)."""
+    (a, b), g = _shape(kind)
+    if weights == "frequency":
+        p = rng.choice(GRID, size=n, p=_grid_mass(kind) / _grid_mass(kind).sum())
+        y = (rng.random(n) < g(p)).astype(float)
+        rows = pd.DataFrame({"p": p, "y": y}).value_counts().reset_index(name="w")
+        return (rows["p"].to_numpy(float), rows["y"].to_numpy(float),
+                rows["w"].to_numpy(float))
+    if weights == "sampling":
+        N = int(n * 2)
+        p = rng.beta(a, b, N)
+        y = (rng.random(N) < g(p)).astype(float)
+        pi = 0.2 + 0.6 * p + 0.2 * y
+        keep = rng.random(N) < pi
+        return p[keep], y[keep], 1 / pi[keep]
+    p = rng.beta(a, b, n)
+    return p, (rng.random(n) < g(p)).astype(float), np.ones(n)
+
+
+def moments(key: np.ndarray, size: int, p, y, w, v) -> dict:
+    """The sums of a summary, per key (numpy on the rows): n, W, Σwy, Σwp, Σwyp, Σwp², Σwy²,
+    and the variance weight's Σv, Σvy, Σvp, Σvy², Σvyp, Σvp²."""
+    s = lambda z: np.bincount(key, z, size)
+    return {"n": np.bincount(key, minlength=size), "W": s(w), "swy": s(w * y), "swp": s(w * p),
+            "swyp": s(w * y * p), "swpp": s(w * p * p), "swyy": s(w * y * y),
+            "sw2": s(v), "sw2y": s(v * y), "sv_p": s(v * p), "sv_yy": s(v * y * y),
+            "sv_yp": s(v * y * p), "sv_pp": s(v * p * p)}
+
+
+def bins_frame(p, y, w, v) -> pd.DataFrame:
+    """The 15 equal-width bins summary of the rows, with second moments."""
+    k = np.minimum((p * BINS).astype(int), BINS - 1)
+    frame = pd.DataFrame({"bin": np.arange(BINS), **moments(k, BINS, p, y, w, v)})
+    return frame[frame["n"] > 0].reset_index(drop=True)
+
+
+def totals_frame(p, y, w, v) -> pd.DataFrame:
+    """The totals summary of the rows with the delta method's sums."""
+    r = y - p
+    loss = -(y * np.log(p) + (1 - y) * np.log(1 - p))
+    out = {k: [float(np.sum(x))] for k, x in moments(np.zeros(len(p), int), 1, p, y, w, v)
+           .items()}
+    out |= {"sw_sq_resid": [np.sum(w * r * r)], "sw_r4": [np.sum(w * r ** 4)],
+            "sv_r4": [np.sum(v * r ** 4)], "sw_logloss": [np.sum(w * loss)],
+            "sw_logloss_sq": [np.sum(w * loss * loss)], "sw2_logloss": [np.sum(v * loss)],
+            "sw2_logloss_sq": [np.sum(v * loss * loss)], "n_infinite_logloss": [0]}
+    return pd.DataFrame(out)
+
+
+def paired_frame(p, q, y, w, v, bins: int = BINS) -> pd.DataFrame:
+    """The paired comparison's summary of rows scored p (model) and q (baseline), summed in
+    numpy: per ``pair`` = bin(p)·(B + 1) + bin(q), the moments of (1, y, p, q) under w and v,
+    the Brier and log-loss differences' sums."""
+    K = bins + 1
+    pair = np.minimum((p * bins).astype(int), bins - 1) * K + np.minimum((q * bins)
+                                                                          .astype(int), bins - 1)
+    size = K * K
+    loss = lambda s: -(y * np.log(s) + (1 - y) * np.log(1 - s))
+    d = (y - p) ** 2 - (y - q) ** 2
+    e = loss(p) - loss(q)
+    terms = {"": np.ones_like(p), "y": y, "p": p, "q": q, "yy": y * y, "yp": y * p, "yq": y * q,
+             "pp": p * p, "pq": p * q, "qq": q * q, "d": d, "dd": d * d, "e": e, "ee": e * e}
+    out = {"pair": np.arange(size), "n": np.bincount(pair, minlength=size),
+           "n_inf": np.zeros(size, int)}
+    for name, z in terms.items():
+        out["sw" + name] = np.bincount(pair, w * z, size)
+        out["sv" + name] = np.bincount(pair, v * z, size)
+    out["swl"] = np.bincount(pair, w * loss(p), size)
+    out["swm"] = np.bincount(pair, w * loss(q), size)
+    frame = pd.DataFrame(out)
+    return frame[frame["n"] > 0].reset_index(drop=True)
