@@ -1318,6 +1318,15 @@ SELECT
   "t2"."swp",
   "t2"."p_min",
   "t2"."sw2",
+  "t2"."swpp",
+  "t2"."swyp",
+  "t2"."sw2y",
+  "t2"."sv_p",
+  "t2"."sv_yy",
+  "t2"."sv_yp",
+  "t2"."sv_pp",
+  "t2"."sw_r4",
+  "t2"."sv_r4",
   (
     "t2"."swy" - (
       "t2"."swyp" * 2
@@ -1340,6 +1349,11 @@ SELECT
   "t2"."sw2_spieg_var",
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
+  "t2"."sw_logloss_sq",
+  "t2"."swy_logloss",
+  "t2"."sw2_logloss",
+  "t2"."sw2_logloss_sq",
+  "t2"."sw2y_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -1361,6 +1375,47 @@ FROM (
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
     SUM("t1"."w" * "t1"."w") AS "sw2",
+    SUM("t1"."w" * (
+      "t1"."p" * "t1"."p"
+    )) AS "swpp",
+    SUM("t1"."w" * (
+      "t1"."y" * "t1"."p"
+    )) AS "swyp",
+    SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+    SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
+    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
+    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
+    SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
+    SUM(
+      "t1"."w" * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        ) * (
+          (
+            "t1"."y" - "t1"."p"
+          ) * (
+            "t1"."y" - "t1"."p"
+          )
+        )
+      )
+    ) AS "sw_r4",
+    SUM(
+      "t1"."w" * "t1"."w" * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        )
+      ) * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        )
+      )
+    ) AS "sv_r4",
     SUM(
       "t1"."w" * "t1"."w" * (
         (
@@ -1380,11 +1435,14 @@ FROM (
     COUNT(*) FILTER(WHERE
       "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."w" * (
-      "t1"."y" * "t1"."p"
-    )) AS "swyp",
+      "t1"."loss" * "t1"."loss"
+    )) AS "sw_logloss_sq",
     SUM("t1"."w" * (
-      "t1"."p" * "t1"."p"
-    )) AS "swpp",
+      "t1"."y" * "t1"."loss"
+    )) AS "swy_logloss",
+    SUM("t1"."w" * "t1"."w" * "t1"."loss") AS "sw2_logloss",
+    SUM("t1"."w" * "t1"."w" * "t1"."loss" * "t1"."loss") AS "sw2_logloss_sq",
+    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."loss") AS "sw2y_logloss",
     SUM(
       "t1"."w" * (
         (
@@ -1464,6 +1522,9 @@ SELECT
   "t2"."swy",
   "t2"."swp",
   "t2"."p_min",
+  "t2"."swpp",
+  "t2"."swyp",
+  "t2"."sw_r4",
   (
     "t2"."swy" - (
       "t2"."swyp" * 2
@@ -1485,6 +1546,8 @@ SELECT
   ) AS "sw_spieg_var",
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
+  "t2"."sw_logloss_sq",
+  "t2"."swy_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -1500,11 +1563,26 @@ FROM (
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
+    SUM("t1"."p" * "t1"."p") AS "swpp",
+    SUM("t1"."y" * "t1"."p") AS "swyp",
+    SUM(
+      (
+        "t1"."y" - "t1"."p"
+      ) * (
+        "t1"."y" - "t1"."p"
+      ) * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        )
+      )
+    ) AS "sw_r4",
     SUM("t1"."loss") AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       "t1"."given" = 0) AS "n_infinite_logloss",
-    SUM("t1"."y" * "t1"."p") AS "swyp",
-    SUM("t1"."p" * "t1"."p") AS "swpp",
+    SUM("t1"."loss" * "t1"."loss") AS "sw_logloss_sq",
+    SUM("t1"."y" * "t1"."loss") AS "swy_logloss",
     SUM(
       (
         "t1"."p" - (
@@ -1564,6 +1642,15 @@ SELECT
   "t2"."swp",
   "t2"."p_min",
   "t2"."sw2",
+  "t2"."swpp",
+  "t2"."swyp",
+  "t2"."sw2y",
+  "t2"."sv_p",
+  "t2"."sv_yy",
+  "t2"."sv_yp",
+  "t2"."sv_pp",
+  "t2"."sw_r4",
+  "t2"."sv_r4",
   (
     "t2"."swy" - (
       "t2"."swyp" * 2
@@ -1586,6 +1673,11 @@ SELECT
   "t2"."sw2_spieg_var",
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
+  "t2"."sw_logloss_sq",
+  "t2"."swy_logloss",
+  "t2"."sw2_logloss",
+  "t2"."sw2_logloss_sq",
+  "t2"."sw2y_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -1607,6 +1699,47 @@ FROM (
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
     SUM("t1"."w" * "t1"."w") AS "sw2",
+    SUM("t1"."w" * (
+      "t1"."p" * "t1"."p"
+    )) AS "swpp",
+    SUM("t1"."w" * (
+      "t1"."y" * "t1"."p"
+    )) AS "swyp",
+    SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+    SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
+    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
+    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
+    SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
+    SUM(
+      "t1"."w" * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        ) * (
+          (
+            "t1"."y" - "t1"."p"
+          ) * (
+            "t1"."y" - "t1"."p"
+          )
+        )
+      )
+    ) AS "sw_r4",
+    SUM(
+      "t1"."w" * "t1"."w" * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        )
+      ) * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        )
+      )
+    ) AS "sv_r4",
     SUM(
       "t1"."w" * "t1"."w" * (
         (
@@ -1626,11 +1759,14 @@ FROM (
     COUNT(*) FILTER(WHERE
       "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."w" * (
-      "t1"."y" * "t1"."p"
-    )) AS "swyp",
+      "t1"."loss" * "t1"."loss"
+    )) AS "sw_logloss_sq",
     SUM("t1"."w" * (
-      "t1"."p" * "t1"."p"
-    )) AS "swpp",
+      "t1"."y" * "t1"."loss"
+    )) AS "swy_logloss",
+    SUM("t1"."w" * "t1"."w" * "t1"."loss") AS "sw2_logloss",
+    SUM("t1"."w" * "t1"."w" * "t1"."loss" * "t1"."loss") AS "sw2_logloss_sq",
+    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."loss") AS "sw2y_logloss",
     SUM(
       "t1"."w" * (
         (
@@ -1710,6 +1846,9 @@ SELECT
   "t2"."swy",
   "t2"."swp",
   "t2"."p_min",
+  "t2"."swpp",
+  "t2"."swyp",
+  "t2"."sw_r4",
   (
     "t2"."swy" - (
       "t2"."swyp" * 2
@@ -1731,6 +1870,8 @@ SELECT
   ) AS "sw_spieg_var",
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
+  "t2"."sw_logloss_sq",
+  "t2"."swy_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -1746,11 +1887,26 @@ FROM (
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
+    SUM("t1"."p" * "t1"."p") AS "swpp",
+    SUM("t1"."y" * "t1"."p") AS "swyp",
+    SUM(
+      (
+        "t1"."y" - "t1"."p"
+      ) * (
+        "t1"."y" - "t1"."p"
+      ) * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        )
+      )
+    ) AS "sw_r4",
     SUM("t1"."loss") AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       "t1"."given" = 0) AS "n_infinite_logloss",
-    SUM("t1"."y" * "t1"."p") AS "swyp",
-    SUM("t1"."p" * "t1"."p") AS "swpp",
+    SUM("t1"."loss" * "t1"."loss") AS "sw_logloss_sq",
+    SUM("t1"."y" * "t1"."loss") AS "swy_logloss",
     SUM(
       (
         "t1"."p" - (
@@ -1810,6 +1966,15 @@ SELECT
   `t2`.`swp`,
   `t2`.`p_min`,
   `t2`.`sw2`,
+  `t2`.`swpp`,
+  `t2`.`swyp`,
+  `t2`.`sw2y`,
+  `t2`.`sv_p`,
+  `t2`.`sv_yy`,
+  `t2`.`sv_yp`,
+  `t2`.`sv_pp`,
+  `t2`.`sw_r4`,
+  `t2`.`sv_r4`,
   (
     `t2`.`swy` - (
       `t2`.`swyp` * 2
@@ -1832,6 +1997,11 @@ SELECT
   `t2`.`sw2_spieg_var`,
   `t2`.`sw_logloss`,
   `t2`.`n_infinite_logloss`,
+  `t2`.`sw_logloss_sq`,
+  `t2`.`swy_logloss`,
+  `t2`.`sw2_logloss`,
+  `t2`.`sw2_logloss_sq`,
+  `t2`.`sw2y_logloss`,
   `t2`.`chk_p_count`,
   `t2`.`chk_y_count`,
   `t2`.`chk_y_min`,
@@ -1853,6 +2023,47 @@ FROM (
     SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
     MIN(`t1`.`p`) AS `p_min`,
     SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+    SUM(`t1`.`w` * (
+      `t1`.`p` * `t1`.`p`
+    )) AS `swpp`,
+    SUM(`t1`.`w` * (
+      `t1`.`y` * `t1`.`p`
+    )) AS `swyp`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y`) AS `sw2y`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sv_p`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`y`) AS `sv_yy`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`p`) AS `sv_yp`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sv_pp`,
+    SUM(
+      `t1`.`w` * (
+        (
+          `t1`.`y` - `t1`.`p`
+        ) * (
+          `t1`.`y` - `t1`.`p`
+        ) * (
+          (
+            `t1`.`y` - `t1`.`p`
+          ) * (
+            `t1`.`y` - `t1`.`p`
+          )
+        )
+      )
+    ) AS `sw_r4`,
+    SUM(
+      `t1`.`w` * `t1`.`w` * (
+        (
+          `t1`.`y` - `t1`.`p`
+        ) * (
+          `t1`.`y` - `t1`.`p`
+        )
+      ) * (
+        (
+          `t1`.`y` - `t1`.`p`
+        ) * (
+          `t1`.`y` - `t1`.`p`
+        )
+      )
+    ) AS `sv_r4`,
     SUM(
       `t1`.`w` * `t1`.`w` * (
         (
@@ -1871,11 +2082,14 @@ FROM (
     SUM(`t1`.`w` * `t1`.`loss`) AS `sw_logloss`,
     SUM(CAST(`t1`.`given` = 0 AS BIGINT)) AS `n_infinite_logloss`,
     SUM(`t1`.`w` * (
-      `t1`.`y` * `t1`.`p`
-    )) AS `swyp`,
+      `t1`.`loss` * `t1`.`loss`
+    )) AS `sw_logloss_sq`,
     SUM(`t1`.`w` * (
-      `t1`.`p` * `t1`.`p`
-    )) AS `swpp`,
+      `t1`.`y` * `t1`.`loss`
+    )) AS `swy_logloss`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`loss`) AS `sw2_logloss`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`loss` * `t1`.`loss`) AS `sw2_logloss_sq`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`loss`) AS `sw2y_logloss`,
     SUM(
       `t1`.`w` * (
         (
@@ -1956,6 +2170,9 @@ SELECT
   `t2`.`swy`,
   `t2`.`swp`,
   `t2`.`p_min`,
+  `t2`.`swpp`,
+  `t2`.`swyp`,
+  `t2`.`sw_r4`,
   (
     `t2`.`swy` - (
       `t2`.`swyp` * 2
@@ -1977,6 +2194,8 @@ SELECT
   ) AS `sw_spieg_var`,
   `t2`.`sw_logloss`,
   `t2`.`n_infinite_logloss`,
+  `t2`.`sw_logloss_sq`,
+  `t2`.`swy_logloss`,
   `t2`.`chk_p_count`,
   `t2`.`chk_y_count`,
   `t2`.`chk_y_min`,
@@ -1992,10 +2211,25 @@ FROM (
     SUM(`t1`.`y`) AS `swy`,
     SUM(`t1`.`p`) AS `swp`,
     MIN(`t1`.`p`) AS `p_min`,
+    SUM(`t1`.`p` * `t1`.`p`) AS `swpp`,
+    SUM(`t1`.`y` * `t1`.`p`) AS `swyp`,
+    SUM(
+      (
+        `t1`.`y` - `t1`.`p`
+      ) * (
+        `t1`.`y` - `t1`.`p`
+      ) * (
+        (
+          `t1`.`y` - `t1`.`p`
+        ) * (
+          `t1`.`y` - `t1`.`p`
+        )
+      )
+    ) AS `sw_r4`,
     SUM(`t1`.`loss`) AS `sw_logloss`,
     SUM(CAST(`t1`.`given` = 0 AS BIGINT)) AS `n_infinite_logloss`,
-    SUM(`t1`.`y` * `t1`.`p`) AS `swyp`,
-    SUM(`t1`.`p` * `t1`.`p`) AS `swpp`,
+    SUM(`t1`.`loss` * `t1`.`loss`) AS `sw_logloss_sq`,
+    SUM(`t1`.`y` * `t1`.`loss`) AS `swy_logloss`,
     SUM(
       (
         `t1`.`p` - (
@@ -2055,6 +2289,15 @@ SELECT
   `t2`.`swp`,
   `t2`.`p_min`,
   `t2`.`sw2`,
+  `t2`.`swpp`,
+  `t2`.`swyp`,
+  `t2`.`sw2y`,
+  `t2`.`sv_p`,
+  `t2`.`sv_yy`,
+  `t2`.`sv_yp`,
+  `t2`.`sv_pp`,
+  `t2`.`sw_r4`,
+  `t2`.`sv_r4`,
   (
     `t2`.`swy` - (
       `t2`.`swyp` * 2
@@ -2077,6 +2320,11 @@ SELECT
   `t2`.`sw2_spieg_var`,
   `t2`.`sw_logloss`,
   `t2`.`n_infinite_logloss`,
+  `t2`.`sw_logloss_sq`,
+  `t2`.`swy_logloss`,
+  `t2`.`sw2_logloss`,
+  `t2`.`sw2_logloss_sq`,
+  `t2`.`sw2y_logloss`,
   `t2`.`chk_p_count`,
   `t2`.`chk_y_count`,
   `t2`.`chk_y_min`,
@@ -2098,6 +2346,47 @@ FROM (
     SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
     MIN(`t1`.`p`) AS `p_min`,
     SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+    SUM(`t1`.`w` * (
+      `t1`.`p` * `t1`.`p`
+    )) AS `swpp`,
+    SUM(`t1`.`w` * (
+      `t1`.`y` * `t1`.`p`
+    )) AS `swyp`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y`) AS `sw2y`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sv_p`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`y`) AS `sv_yy`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`p`) AS `sv_yp`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sv_pp`,
+    SUM(
+      `t1`.`w` * (
+        (
+          `t1`.`y` - `t1`.`p`
+        ) * (
+          `t1`.`y` - `t1`.`p`
+        ) * (
+          (
+            `t1`.`y` - `t1`.`p`
+          ) * (
+            `t1`.`y` - `t1`.`p`
+          )
+        )
+      )
+    ) AS `sw_r4`,
+    SUM(
+      `t1`.`w` * `t1`.`w` * (
+        (
+          `t1`.`y` - `t1`.`p`
+        ) * (
+          `t1`.`y` - `t1`.`p`
+        )
+      ) * (
+        (
+          `t1`.`y` - `t1`.`p`
+        ) * (
+          `t1`.`y` - `t1`.`p`
+        )
+      )
+    ) AS `sv_r4`,
     SUM(
       `t1`.`w` * `t1`.`w` * (
         (
@@ -2116,11 +2405,14 @@ FROM (
     SUM(`t1`.`w` * `t1`.`loss`) AS `sw_logloss`,
     COUNTIF(`t1`.`given` = 0) AS `n_infinite_logloss`,
     SUM(`t1`.`w` * (
-      `t1`.`y` * `t1`.`p`
-    )) AS `swyp`,
+      `t1`.`loss` * `t1`.`loss`
+    )) AS `sw_logloss_sq`,
     SUM(`t1`.`w` * (
-      `t1`.`p` * `t1`.`p`
-    )) AS `swpp`,
+      `t1`.`y` * `t1`.`loss`
+    )) AS `swy_logloss`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`loss`) AS `sw2_logloss`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`loss` * `t1`.`loss`) AS `sw2_logloss_sq`,
+    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`loss`) AS `sw2y_logloss`,
     SUM(
       `t1`.`w` * (
         (
@@ -2200,6 +2492,9 @@ SELECT
   `t2`.`swy`,
   `t2`.`swp`,
   `t2`.`p_min`,
+  `t2`.`swpp`,
+  `t2`.`swyp`,
+  `t2`.`sw_r4`,
   (
     `t2`.`swy` - (
       `t2`.`swyp` * 2
@@ -2221,6 +2516,8 @@ SELECT
   ) AS `sw_spieg_var`,
   `t2`.`sw_logloss`,
   `t2`.`n_infinite_logloss`,
+  `t2`.`sw_logloss_sq`,
+  `t2`.`swy_logloss`,
   `t2`.`chk_p_count`,
   `t2`.`chk_y_count`,
   `t2`.`chk_y_min`,
@@ -2236,10 +2533,25 @@ FROM (
     SUM(`t1`.`y`) AS `swy`,
     SUM(`t1`.`p`) AS `swp`,
     MIN(`t1`.`p`) AS `p_min`,
+    SUM(`t1`.`p` * `t1`.`p`) AS `swpp`,
+    SUM(`t1`.`y` * `t1`.`p`) AS `swyp`,
+    SUM(
+      (
+        `t1`.`y` - `t1`.`p`
+      ) * (
+        `t1`.`y` - `t1`.`p`
+      ) * (
+        (
+          `t1`.`y` - `t1`.`p`
+        ) * (
+          `t1`.`y` - `t1`.`p`
+        )
+      )
+    ) AS `sw_r4`,
     SUM(`t1`.`loss`) AS `sw_logloss`,
     COUNTIF(`t1`.`given` = 0) AS `n_infinite_logloss`,
-    SUM(`t1`.`y` * `t1`.`p`) AS `swyp`,
-    SUM(`t1`.`p` * `t1`.`p`) AS `swpp`,
+    SUM(`t1`.`loss` * `t1`.`loss`) AS `sw_logloss_sq`,
+    SUM(`t1`.`y` * `t1`.`loss`) AS `swy_logloss`,
     SUM(
       (
         `t1`.`p` - (
@@ -2299,6 +2611,15 @@ SELECT
   "t2"."swp",
   "t2"."p_min",
   "t2"."sw2",
+  "t2"."swpp",
+  "t2"."swyp",
+  "t2"."sw2y",
+  "t2"."sv_p",
+  "t2"."sv_yy",
+  "t2"."sv_yp",
+  "t2"."sv_pp",
+  "t2"."sw_r4",
+  "t2"."sv_r4",
   (
     "t2"."swy" - (
       "t2"."swyp" * 2
@@ -2321,6 +2642,11 @@ SELECT
   "t2"."sw2_spieg_var",
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
+  "t2"."sw_logloss_sq",
+  "t2"."swy_logloss",
+  "t2"."sw2_logloss",
+  "t2"."sw2_logloss_sq",
+  "t2"."sw2y_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -2342,6 +2668,47 @@ FROM (
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
     SUM("t1"."w" * "t1"."w") AS "sw2",
+    SUM("t1"."w" * (
+      "t1"."p" * "t1"."p"
+    )) AS "swpp",
+    SUM("t1"."w" * (
+      "t1"."y" * "t1"."p"
+    )) AS "swyp",
+    SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+    SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
+    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
+    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
+    SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
+    SUM(
+      "t1"."w" * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        ) * (
+          (
+            "t1"."y" - "t1"."p"
+          ) * (
+            "t1"."y" - "t1"."p"
+          )
+        )
+      )
+    ) AS "sw_r4",
+    SUM(
+      "t1"."w" * "t1"."w" * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        )
+      ) * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        )
+      )
+    ) AS "sv_r4",
     SUM(
       "t1"."w" * "t1"."w" * (
         (
@@ -2360,11 +2727,14 @@ FROM (
     SUM("t1"."w" * "t1"."loss") AS "sw_logloss",
     COUNT_IF("t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."w" * (
-      "t1"."y" * "t1"."p"
-    )) AS "swyp",
+      "t1"."loss" * "t1"."loss"
+    )) AS "sw_logloss_sq",
     SUM("t1"."w" * (
-      "t1"."p" * "t1"."p"
-    )) AS "swpp",
+      "t1"."y" * "t1"."loss"
+    )) AS "swy_logloss",
+    SUM("t1"."w" * "t1"."w" * "t1"."loss") AS "sw2_logloss",
+    SUM("t1"."w" * "t1"."w" * "t1"."loss" * "t1"."loss") AS "sw2_logloss_sq",
+    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."loss") AS "sw2y_logloss",
     SUM(
       "t1"."w" * (
         (
@@ -2444,6 +2814,9 @@ SELECT
   "t2"."swy",
   "t2"."swp",
   "t2"."p_min",
+  "t2"."swpp",
+  "t2"."swyp",
+  "t2"."sw_r4",
   (
     "t2"."swy" - (
       "t2"."swyp" * 2
@@ -2465,6 +2838,8 @@ SELECT
   ) AS "sw_spieg_var",
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
+  "t2"."sw_logloss_sq",
+  "t2"."swy_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -2480,10 +2855,25 @@ FROM (
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
+    SUM("t1"."p" * "t1"."p") AS "swpp",
+    SUM("t1"."y" * "t1"."p") AS "swyp",
+    SUM(
+      (
+        "t1"."y" - "t1"."p"
+      ) * (
+        "t1"."y" - "t1"."p"
+      ) * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        )
+      )
+    ) AS "sw_r4",
     SUM("t1"."loss") AS "sw_logloss",
     COUNT_IF("t1"."given" = 0) AS "n_infinite_logloss",
-    SUM("t1"."y" * "t1"."p") AS "swyp",
-    SUM("t1"."p" * "t1"."p") AS "swpp",
+    SUM("t1"."loss" * "t1"."loss") AS "sw_logloss_sq",
+    SUM("t1"."y" * "t1"."loss") AS "swy_logloss",
     SUM(
       (
         "t1"."p" - (
@@ -2543,6 +2933,15 @@ SELECT
   "t2"."swp",
   "t2"."p_min",
   "t2"."sw2",
+  "t2"."swpp",
+  "t2"."swyp",
+  "t2"."sw2y",
+  "t2"."sv_p",
+  "t2"."sv_yy",
+  "t2"."sv_yp",
+  "t2"."sv_pp",
+  "t2"."sw_r4",
+  "t2"."sv_r4",
   (
     "t2"."swy" - (
       "t2"."swyp" * 2
@@ -2565,6 +2964,11 @@ SELECT
   "t2"."sw2_spieg_var",
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
+  "t2"."sw_logloss_sq",
+  "t2"."swy_logloss",
+  "t2"."sw2_logloss",
+  "t2"."sw2_logloss_sq",
+  "t2"."sw2y_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -2586,6 +2990,47 @@ FROM (
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
     SUM("t1"."w" * "t1"."w") AS "sw2",
+    SUM("t1"."w" * (
+      "t1"."p" * "t1"."p"
+    )) AS "swpp",
+    SUM("t1"."w" * (
+      "t1"."y" * "t1"."p"
+    )) AS "swyp",
+    SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+    SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
+    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
+    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
+    SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
+    SUM(
+      "t1"."w" * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        ) * (
+          (
+            "t1"."y" - "t1"."p"
+          ) * (
+            "t1"."y" - "t1"."p"
+          )
+        )
+      )
+    ) AS "sw_r4",
+    SUM(
+      "t1"."w" * "t1"."w" * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        )
+      ) * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        )
+      )
+    ) AS "sv_r4",
     SUM(
       "t1"."w" * "t1"."w" * (
         (
@@ -2605,11 +3050,14 @@ FROM (
     COUNT(*) FILTER(WHERE
       "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."w" * (
-      "t1"."y" * "t1"."p"
-    )) AS "swyp",
+      "t1"."loss" * "t1"."loss"
+    )) AS "sw_logloss_sq",
     SUM("t1"."w" * (
-      "t1"."p" * "t1"."p"
-    )) AS "swpp",
+      "t1"."y" * "t1"."loss"
+    )) AS "swy_logloss",
+    SUM("t1"."w" * "t1"."w" * "t1"."loss") AS "sw2_logloss",
+    SUM("t1"."w" * "t1"."w" * "t1"."loss" * "t1"."loss") AS "sw2_logloss_sq",
+    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."loss") AS "sw2y_logloss",
     SUM(
       "t1"."w" * (
         (
@@ -2689,6 +3137,9 @@ SELECT
   "t2"."swy",
   "t2"."swp",
   "t2"."p_min",
+  "t2"."swpp",
+  "t2"."swyp",
+  "t2"."sw_r4",
   (
     "t2"."swy" - (
       "t2"."swyp" * 2
@@ -2710,6 +3161,8 @@ SELECT
   ) AS "sw_spieg_var",
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
+  "t2"."sw_logloss_sq",
+  "t2"."swy_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -2725,11 +3178,26 @@ FROM (
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
+    SUM("t1"."p" * "t1"."p") AS "swpp",
+    SUM("t1"."y" * "t1"."p") AS "swyp",
+    SUM(
+      (
+        "t1"."y" - "t1"."p"
+      ) * (
+        "t1"."y" - "t1"."p"
+      ) * (
+        (
+          "t1"."y" - "t1"."p"
+        ) * (
+          "t1"."y" - "t1"."p"
+        )
+      )
+    ) AS "sw_r4",
     SUM("t1"."loss") AS "sw_logloss",
     COUNT(*) FILTER(WHERE
       "t1"."given" = 0) AS "n_infinite_logloss",
-    SUM("t1"."y" * "t1"."p") AS "swyp",
-    SUM("t1"."p" * "t1"."p") AS "swpp",
+    SUM("t1"."loss" * "t1"."loss") AS "sw_logloss_sq",
+    SUM("t1"."y" * "t1"."loss") AS "swy_logloss",
     SUM(
       (
         "t1"."p" - (
@@ -2802,6 +3270,10 @@ SELECT
   SUM("t1"."w" * (
     "t1"."y" * "t1"."p"
   )) AS "swyp",
+  SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
+  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
+  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
+  SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
   COUNT("t1"."p") AS "chk_p_count",
   COUNT("t1"."y") AS "chk_y_count",
   MIN("t1"."y") AS "chk_y_min",
@@ -2905,6 +3377,10 @@ SELECT
   SUM("t1"."w" * (
     "t1"."y" * "t1"."p"
   )) AS "swyp",
+  SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
+  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
+  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
+  SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
   COUNT("t1"."p") AS "chk_p_count",
   COUNT("t1"."y") AS "chk_y_count",
   MIN("t1"."y") AS "chk_y_min",
@@ -3008,6 +3484,10 @@ SELECT
   SUM(`t1`.`w` * (
     `t1`.`y` * `t1`.`p`
   )) AS `swyp`,
+  SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sv_p`,
+  SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`y`) AS `sv_yy`,
+  SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`p`) AS `sv_yp`,
+  SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sv_pp`,
   COUNT(`t1`.`p`) AS `chk_p_count`,
   COUNT(`t1`.`y`) AS `chk_y_count`,
   MIN(`t1`.`y`) AS `chk_y_min`,
@@ -3112,6 +3592,10 @@ SELECT
   SUM(`t1`.`w` * (
     `t1`.`y` * `t1`.`p`
   )) AS `swyp`,
+  SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sv_p`,
+  SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`y`) AS `sv_yy`,
+  SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`p`) AS `sv_yp`,
+  SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sv_pp`,
   COUNT(`t1`.`p`) AS `chk_p_count`,
   COUNT(`t1`.`y`) AS `chk_y_count`,
   MIN(`t1`.`y`) AS `chk_y_min`,
@@ -3215,6 +3699,10 @@ SELECT
   SUM("t1"."w" * (
     "t1"."y" * "t1"."p"
   )) AS "swyp",
+  SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
+  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
+  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
+  SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
   COUNT("t1"."p") AS "chk_p_count",
   COUNT("t1"."y") AS "chk_y_count",
   MIN("t1"."y") AS "chk_y_min",
@@ -3318,6 +3806,10 @@ SELECT
   SUM("t1"."w" * (
     "t1"."y" * "t1"."p"
   )) AS "swyp",
+  SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
+  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
+  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
+  SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
   COUNT("t1"."p") AS "chk_p_count",
   COUNT("t1"."y") AS "chk_y_count",
   MIN("t1"."y") AS "chk_y_min",
