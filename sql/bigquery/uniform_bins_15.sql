@@ -35,18 +35,24 @@ FROM (
     SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
     SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
     MIN(`t1`.`p`) AS `p_min`,
-    SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y`) AS `sw2y`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y`) AS `sw2y`,
     SUM(`t1`.`w` * (
       `t1`.`p` * `t1`.`p`
     )) AS `swpp`,
     SUM(`t1`.`w` * (
       `t1`.`y` * `t1`.`p`
     )) AS `swyp`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sv_p`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`y`) AS `sv_yy`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`p`) AS `sv_yp`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sv_pp`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p`) AS `sv_p`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`y`
+    ) AS `sv_yy`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`p`
+    ) AS `sv_yp`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p` * `t1`.`p`
+    ) AS `sv_pp`,
     COUNT(`t1`.`p`) AS `chk_p_count`,
     COUNT(`t1`.`y`) AS `chk_y_count`,
     MIN(`t1`.`y`) AS `chk_y_min`,

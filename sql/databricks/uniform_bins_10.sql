@@ -28,7 +28,7 @@ FROM (
     SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
     SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
     MIN(`t1`.`p`) AS `p_min`,
-    SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
     COUNT(`t1`.`p`) AS `chk_p_count`,
     COUNT(`t1`.`y`) AS `chk_y_count`,
     MIN(`t1`.`y`) AS `chk_y_min`,

@@ -26,12 +26,16 @@ FROM (
     COUNT(*) AS "n",
     MAX("t1"."p") AS "p_max",
     SUM("t1"."w") AS "W",
-    SUM("t1"."w" * "t1"."w") AS "sw2",
-    SUM("t1"."w" * "t1"."w" * (
-      "t1"."p" * (
-        1 - "t1"."p"
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
+    ) AS "sw2",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * (
+        "t1"."p" * (
+          1 - "t1"."p"
+        )
       )
-    )) AS "var2",
+    ) AS "var2",
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     SUM("t1"."w" * (

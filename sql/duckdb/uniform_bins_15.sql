@@ -35,18 +35,30 @@ FROM (
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
-    SUM("t1"."w" * "t1"."w") AS "sw2",
-    SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
+    ) AS "sw2",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y"
+    ) AS "sw2y",
     SUM("t1"."w" * (
       "t1"."p" * "t1"."p"
     )) AS "swpp",
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
     )) AS "swyp",
-    SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
-    SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p"
+    ) AS "sv_p",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."y"
+    ) AS "sv_yy",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."p"
+    ) AS "sv_yp",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p" * "t1"."p"
+    ) AS "sv_pp",
     COUNT("t1"."p") AS "chk_p_count",
     COUNT("t1"."y") AS "chk_y_count",
     MIN("t1"."y") AS "chk_y_min",

@@ -28,9 +28,13 @@ FROM (
     SUM("t1"."w") AS "W",
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
-    SUM("t1"."w" * "t1"."w") AS "sw2",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
+    ) AS "sw2",
     SUM("t1"."y") AS "ny",
-    SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y"
+    ) AS "sw2y",
     COUNT("t1"."p") AS "chk_p_count",
     COUNT("t1"."y") AS "chk_y_count",
     MIN("t1"."y") AS "chk_y_min",

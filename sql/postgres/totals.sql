@@ -65,21 +65,37 @@ FROM (
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
-    SUM("t1"."w" * "t1"."w") AS "sw2",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
+    ) AS "sw2",
     SUM("t1"."y") AS "ny",
-    SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
-    SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-    SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y"
+    ) AS "sw2y",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p"
+    ) AS "sw2p",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p" * "t1"."p"
+    ) AS "sw2pp",
     SUM("t1"."w" * (
       "t1"."p" * "t1"."p"
     )) AS "swpp",
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
     )) AS "swyp",
-    SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
-    SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p"
+    ) AS "sv_p",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."y"
+    ) AS "sv_yy",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."p"
+    ) AS "sv_yp",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p" * "t1"."p"
+    ) AS "sv_pp",
     SUM(
       "t1"."w" * (
         (
@@ -96,7 +112,7 @@ FROM (
       )
     ) AS "sw_r4",
     SUM(
-      "t1"."w" * "t1"."w" * (
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * (
         (
           "t1"."y" - "t1"."p"
         ) * (
@@ -111,7 +127,7 @@ FROM (
       )
     ) AS "sv_r4",
     SUM(
-      "t1"."w" * "t1"."w" * (
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * (
         (
           1 - (
             "t1"."p" * 2
@@ -134,9 +150,15 @@ FROM (
     SUM("t1"."w" * (
       "t1"."y" * "t1"."loss"
     )) AS "swy_logloss",
-    SUM("t1"."w" * "t1"."w" * "t1"."loss") AS "sw2_logloss",
-    SUM("t1"."w" * "t1"."w" * "t1"."loss" * "t1"."loss") AS "sw2_logloss_sq",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."loss") AS "sw2y_logloss",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."loss"
+    ) AS "sw2_logloss",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."loss" * "t1"."loss"
+    ) AS "sw2_logloss_sq",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."loss"
+    ) AS "sw2y_logloss",
     SUM(
       "t1"."w" * (
         (

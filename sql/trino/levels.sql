@@ -28,9 +28,21 @@ FROM (
     SUM("t1"."w") AS "W",
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
-    SUM("t1"."w" * "t1"."w") AS "sw2",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      )
+    ) AS "sw2",
     SUM("t1"."y") AS "ny",
-    SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."y"
+    ) AS "sw2y",
     COUNT("t1"."p") AS "chk_p_count",
     COUNT("t1"."y") AS "chk_y_count",
     MIN("t1"."y") AS "chk_y_min",

@@ -26,12 +26,24 @@ FROM (
     COUNT(*) AS "n",
     MAX("t1"."p") AS "p_max",
     SUM("t1"."w") AS "W",
-    SUM("t1"."w" * "t1"."w") AS "sw2",
-    SUM("t1"."w" * "t1"."w" * (
-      "t1"."p" * (
-        1 - "t1"."p"
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
       )
-    )) AS "var2",
+    ) AS "sw2",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * (
+        "t1"."p" * (
+          1 - "t1"."p"
+        )
+      )
+    ) AS "var2",
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     SUM("t1"."w" * (

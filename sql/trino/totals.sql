@@ -65,21 +65,69 @@ FROM (
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
-    SUM("t1"."w" * "t1"."w") AS "sw2",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      )
+    ) AS "sw2",
     SUM("t1"."y") AS "ny",
-    SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
-    SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-    SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."y"
+    ) AS "sw2y",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."p"
+    ) AS "sw2p",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."p" * "t1"."p"
+    ) AS "sw2pp",
     SUM("t1"."w" * (
       "t1"."p" * "t1"."p"
     )) AS "swpp",
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
     )) AS "swyp",
-    SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
-    SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."p"
+    ) AS "sv_p",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."y" * "t1"."y"
+    ) AS "sv_yy",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."y" * "t1"."p"
+    ) AS "sv_yp",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."p" * "t1"."p"
+    ) AS "sv_pp",
     SUM(
       "t1"."w" * (
         (
@@ -96,7 +144,11 @@ FROM (
       )
     ) AS "sw_r4",
     SUM(
-      "t1"."w" * "t1"."w" * (
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * (
         (
           "t1"."y" - "t1"."p"
         ) * (
@@ -111,7 +163,11 @@ FROM (
       )
     ) AS "sv_r4",
     SUM(
-      "t1"."w" * "t1"."w" * (
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * (
         (
           1 - (
             "t1"."p" * 2
@@ -134,9 +190,27 @@ FROM (
     SUM("t1"."w" * (
       "t1"."y" * "t1"."loss"
     )) AS "swy_logloss",
-    SUM("t1"."w" * "t1"."w" * "t1"."loss") AS "sw2_logloss",
-    SUM("t1"."w" * "t1"."w" * "t1"."loss" * "t1"."loss") AS "sw2_logloss_sq",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."loss") AS "sw2y_logloss",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."loss"
+    ) AS "sw2_logloss",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."loss" * "t1"."loss"
+    ) AS "sw2_logloss_sq",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."y" * "t1"."loss"
+    ) AS "sw2y_logloss",
     SUM(
       "t1"."w" * (
         (

@@ -142,6 +142,9 @@ class Source:
     cache : dict
         The summaries computed from the rows, by kind and parts: the executor's cache (a
         summary of the same kind with more parts serves a request for fewer).
+    walks : dict
+        The results of adaptive metrics' walks over cached frames (the cutoff error's and
+        Kuiper's extremes: a pure function of the cache), so a report walks once, not per metric.
     forbidden : str or None
         Why the rows must not be queried (a source built from exported summaries), or None.
     memory_plan : tuple or None

@@ -194,8 +194,14 @@ def variance_weights(t: ir.Table) -> tuple[ir.FloatingValue, ir.FloatingValue, b
     """
     if RATE in t.columns:
         return t.w * (1.0 / t[RATE]), t.w, True
-    ww = t.w * t.w
+    # w² of a weight below 2^-511 is subnormal or 0: taken as 0 on every engine (PostgreSQL
+    # raises "underflow" where a product of non-zero numbers rounds to 0; the loss is < 2^-1022)
+    ww = ibis.ifelse(t.w < TINY_WEIGHT, 0.0, t.w * t.w)
     return ww, ww, False
+
+
+#: the least weight whose square is a normal double (2^-511)
+TINY_WEIGHT = 2.0 ** -511
 
 
 def null_variance(t: ir.Table, expected: ir.FloatingValue, square: ir.FloatingValue

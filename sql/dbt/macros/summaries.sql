@@ -1374,18 +1374,30 @@ FROM (
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
-    SUM("t1"."w" * "t1"."w") AS "sw2",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
+    ) AS "sw2",
     SUM("t1"."w" * (
       "t1"."p" * "t1"."p"
     )) AS "swpp",
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
     )) AS "swyp",
-    SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
-    SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
-    SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y"
+    ) AS "sw2y",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p"
+    ) AS "sv_p",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."y"
+    ) AS "sv_yy",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."p"
+    ) AS "sv_yp",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p" * "t1"."p"
+    ) AS "sv_pp",
     SUM(
       "t1"."w" * (
         (
@@ -1402,7 +1414,7 @@ FROM (
       )
     ) AS "sw_r4",
     SUM(
-      "t1"."w" * "t1"."w" * (
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * (
         (
           "t1"."y" - "t1"."p"
         ) * (
@@ -1417,7 +1429,7 @@ FROM (
       )
     ) AS "sv_r4",
     SUM(
-      "t1"."w" * "t1"."w" * (
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * (
         (
           1 - (
             "t1"."p" * 2
@@ -1440,9 +1452,15 @@ FROM (
     SUM("t1"."w" * (
       "t1"."y" * "t1"."loss"
     )) AS "swy_logloss",
-    SUM("t1"."w" * "t1"."w" * "t1"."loss") AS "sw2_logloss",
-    SUM("t1"."w" * "t1"."w" * "t1"."loss" * "t1"."loss") AS "sw2_logloss_sq",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."loss") AS "sw2y_logloss",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."loss"
+    ) AS "sw2_logloss",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."loss" * "t1"."loss"
+    ) AS "sw2_logloss_sq",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."loss"
+    ) AS "sw2y_logloss",
     SUM(
       "t1"."w" * (
         (
@@ -1698,18 +1716,30 @@ FROM (
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
-    SUM("t1"."w" * "t1"."w") AS "sw2",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
+    ) AS "sw2",
     SUM("t1"."w" * (
       "t1"."p" * "t1"."p"
     )) AS "swpp",
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
     )) AS "swyp",
-    SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
-    SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
-    SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y"
+    ) AS "sw2y",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p"
+    ) AS "sv_p",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."y"
+    ) AS "sv_yy",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."p"
+    ) AS "sv_yp",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p" * "t1"."p"
+    ) AS "sv_pp",
     SUM(
       "t1"."w" * (
         (
@@ -1726,7 +1756,7 @@ FROM (
       )
     ) AS "sw_r4",
     SUM(
-      "t1"."w" * "t1"."w" * (
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * (
         (
           "t1"."y" - "t1"."p"
         ) * (
@@ -1741,7 +1771,7 @@ FROM (
       )
     ) AS "sv_r4",
     SUM(
-      "t1"."w" * "t1"."w" * (
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * (
         (
           1 - (
             "t1"."p" * 2
@@ -1764,9 +1794,15 @@ FROM (
     SUM("t1"."w" * (
       "t1"."y" * "t1"."loss"
     )) AS "swy_logloss",
-    SUM("t1"."w" * "t1"."w" * "t1"."loss") AS "sw2_logloss",
-    SUM("t1"."w" * "t1"."w" * "t1"."loss" * "t1"."loss") AS "sw2_logloss_sq",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."loss") AS "sw2y_logloss",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."loss"
+    ) AS "sw2_logloss",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."loss" * "t1"."loss"
+    ) AS "sw2_logloss_sq",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."loss"
+    ) AS "sw2y_logloss",
     SUM(
       "t1"."w" * (
         (
@@ -2022,18 +2058,24 @@ FROM (
     SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
     SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
     MIN(`t1`.`p`) AS `p_min`,
-    SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
     SUM(`t1`.`w` * (
       `t1`.`p` * `t1`.`p`
     )) AS `swpp`,
     SUM(`t1`.`w` * (
       `t1`.`y` * `t1`.`p`
     )) AS `swyp`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y`) AS `sw2y`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sv_p`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`y`) AS `sv_yy`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`p`) AS `sv_yp`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sv_pp`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y`) AS `sw2y`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p`) AS `sv_p`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`y`
+    ) AS `sv_yy`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`p`
+    ) AS `sv_yp`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p` * `t1`.`p`
+    ) AS `sv_pp`,
     SUM(
       `t1`.`w` * (
         (
@@ -2050,7 +2092,7 @@ FROM (
       )
     ) AS `sw_r4`,
     SUM(
-      `t1`.`w` * `t1`.`w` * (
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * (
         (
           `t1`.`y` - `t1`.`p`
         ) * (
@@ -2065,7 +2107,7 @@ FROM (
       )
     ) AS `sv_r4`,
     SUM(
-      `t1`.`w` * `t1`.`w` * (
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * (
         (
           1 - (
             `t1`.`p` * 2
@@ -2087,9 +2129,13 @@ FROM (
     SUM(`t1`.`w` * (
       `t1`.`y` * `t1`.`loss`
     )) AS `swy_logloss`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`loss`) AS `sw2_logloss`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`loss` * `t1`.`loss`) AS `sw2_logloss_sq`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`loss`) AS `sw2y_logloss`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`loss`) AS `sw2_logloss`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`loss` * `t1`.`loss`
+    ) AS `sw2_logloss_sq`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`loss`
+    ) AS `sw2y_logloss`,
     SUM(
       `t1`.`w` * (
         (
@@ -2345,18 +2391,24 @@ FROM (
     SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
     SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
     MIN(`t1`.`p`) AS `p_min`,
-    SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
     SUM(`t1`.`w` * (
       `t1`.`p` * `t1`.`p`
     )) AS `swpp`,
     SUM(`t1`.`w` * (
       `t1`.`y` * `t1`.`p`
     )) AS `swyp`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y`) AS `sw2y`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sv_p`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`y`) AS `sv_yy`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`p`) AS `sv_yp`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sv_pp`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y`) AS `sw2y`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p`) AS `sv_p`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`y`
+    ) AS `sv_yy`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`p`
+    ) AS `sv_yp`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p` * `t1`.`p`
+    ) AS `sv_pp`,
     SUM(
       `t1`.`w` * (
         (
@@ -2373,7 +2425,7 @@ FROM (
       )
     ) AS `sw_r4`,
     SUM(
-      `t1`.`w` * `t1`.`w` * (
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * (
         (
           `t1`.`y` - `t1`.`p`
         ) * (
@@ -2388,7 +2440,7 @@ FROM (
       )
     ) AS `sv_r4`,
     SUM(
-      `t1`.`w` * `t1`.`w` * (
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * (
         (
           1 - (
             `t1`.`p` * 2
@@ -2410,9 +2462,13 @@ FROM (
     SUM(`t1`.`w` * (
       `t1`.`y` * `t1`.`loss`
     )) AS `swy_logloss`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`loss`) AS `sw2_logloss`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`loss` * `t1`.`loss`) AS `sw2_logloss_sq`,
-    SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`loss`) AS `sw2y_logloss`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`loss`) AS `sw2_logloss`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`loss` * `t1`.`loss`
+    ) AS `sw2_logloss_sq`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`loss`
+    ) AS `sw2y_logloss`,
     SUM(
       `t1`.`w` * (
         (
@@ -2667,18 +2723,24 @@ FROM (
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
-    SUM("t1"."w" * "t1"."w") AS "sw2",
+    SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w")) AS "sw2",
     SUM("t1"."w" * (
       "t1"."p" * "t1"."p"
     )) AS "swpp",
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
     )) AS "swyp",
-    SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
-    SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
-    SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
+    SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."y") AS "sw2y",
+    SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."p") AS "sv_p",
+    SUM(
+      IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."y" * "t1"."y"
+    ) AS "sv_yy",
+    SUM(
+      IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."y" * "t1"."p"
+    ) AS "sv_yp",
+    SUM(
+      IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."p" * "t1"."p"
+    ) AS "sv_pp",
     SUM(
       "t1"."w" * (
         (
@@ -2695,7 +2757,7 @@ FROM (
       )
     ) AS "sw_r4",
     SUM(
-      "t1"."w" * "t1"."w" * (
+      IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * (
         (
           "t1"."y" - "t1"."p"
         ) * (
@@ -2710,7 +2772,7 @@ FROM (
       )
     ) AS "sv_r4",
     SUM(
-      "t1"."w" * "t1"."w" * (
+      IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * (
         (
           1 - (
             "t1"."p" * 2
@@ -2732,9 +2794,13 @@ FROM (
     SUM("t1"."w" * (
       "t1"."y" * "t1"."loss"
     )) AS "swy_logloss",
-    SUM("t1"."w" * "t1"."w" * "t1"."loss") AS "sw2_logloss",
-    SUM("t1"."w" * "t1"."w" * "t1"."loss" * "t1"."loss") AS "sw2_logloss_sq",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."loss") AS "sw2y_logloss",
+    SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."loss") AS "sw2_logloss",
+    SUM(
+      IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."loss" * "t1"."loss"
+    ) AS "sw2_logloss_sq",
+    SUM(
+      IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."y" * "t1"."loss"
+    ) AS "sw2y_logloss",
     SUM(
       "t1"."w" * (
         (
@@ -2989,18 +3055,54 @@ FROM (
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     MIN("t1"."p") AS "p_min",
-    SUM("t1"."w" * "t1"."w") AS "sw2",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      )
+    ) AS "sw2",
     SUM("t1"."w" * (
       "t1"."p" * "t1"."p"
     )) AS "swpp",
     SUM("t1"."w" * (
       "t1"."y" * "t1"."p"
     )) AS "swyp",
-    SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
-    SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
-    SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."y"
+    ) AS "sw2y",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."p"
+    ) AS "sv_p",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."y" * "t1"."y"
+    ) AS "sv_yy",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."y" * "t1"."p"
+    ) AS "sv_yp",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."p" * "t1"."p"
+    ) AS "sv_pp",
     SUM(
       "t1"."w" * (
         (
@@ -3017,7 +3119,11 @@ FROM (
       )
     ) AS "sw_r4",
     SUM(
-      "t1"."w" * "t1"."w" * (
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * (
         (
           "t1"."y" - "t1"."p"
         ) * (
@@ -3032,7 +3138,11 @@ FROM (
       )
     ) AS "sv_r4",
     SUM(
-      "t1"."w" * "t1"."w" * (
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * (
         (
           1 - (
             "t1"."p" * 2
@@ -3055,9 +3165,27 @@ FROM (
     SUM("t1"."w" * (
       "t1"."y" * "t1"."loss"
     )) AS "swy_logloss",
-    SUM("t1"."w" * "t1"."w" * "t1"."loss") AS "sw2_logloss",
-    SUM("t1"."w" * "t1"."w" * "t1"."loss" * "t1"."loss") AS "sw2_logloss_sq",
-    SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."loss") AS "sw2y_logloss",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."loss"
+    ) AS "sw2_logloss",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."loss" * "t1"."loss"
+    ) AS "sw2_logloss_sq",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."y" * "t1"."loss"
+    ) AS "sw2y_logloss",
     SUM(
       "t1"."w" * (
         (
@@ -3262,18 +3390,30 @@ SELECT
   SUM("t1"."w" * "t1"."y") AS "swy",
   SUM("t1"."w" * "t1"."p") AS "swp",
   MIN("t1"."p") AS "p_min",
-  SUM("t1"."w" * "t1"."w") AS "sw2",
-  SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
+  ) AS "sw2",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y"
+  ) AS "sw2y",
   SUM("t1"."w" * (
     "t1"."p" * "t1"."p"
   )) AS "swpp",
   SUM("t1"."w" * (
     "t1"."y" * "t1"."p"
   )) AS "swyp",
-  SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
-  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
-  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
-  SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p"
+  ) AS "sv_p",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."y"
+  ) AS "sv_yy",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."p"
+  ) AS "sv_yp",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p" * "t1"."p"
+  ) AS "sv_pp",
   COUNT("t1"."p") AS "chk_p_count",
   COUNT("t1"."y") AS "chk_y_count",
   MIN("t1"."y") AS "chk_y_min",
@@ -3369,18 +3509,30 @@ SELECT
   SUM("t1"."w" * "t1"."y") AS "swy",
   SUM("t1"."w" * "t1"."p") AS "swp",
   MIN("t1"."p") AS "p_min",
-  SUM("t1"."w" * "t1"."w") AS "sw2",
-  SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
+  ) AS "sw2",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y"
+  ) AS "sw2y",
   SUM("t1"."w" * (
     "t1"."p" * "t1"."p"
   )) AS "swpp",
   SUM("t1"."w" * (
     "t1"."y" * "t1"."p"
   )) AS "swyp",
-  SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
-  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
-  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
-  SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p"
+  ) AS "sv_p",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."y"
+  ) AS "sv_yy",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."p"
+  ) AS "sv_yp",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p" * "t1"."p"
+  ) AS "sv_pp",
   COUNT("t1"."p") AS "chk_p_count",
   COUNT("t1"."y") AS "chk_y_count",
   MIN("t1"."y") AS "chk_y_min",
@@ -3476,18 +3628,24 @@ SELECT
   SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
   SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
   MIN(`t1`.`p`) AS `p_min`,
-  SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
-  SUM(`t1`.`w` * `t1`.`w` * `t1`.`y`) AS `sw2y`,
+  SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
+  SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y`) AS `sw2y`,
   SUM(`t1`.`w` * (
     `t1`.`p` * `t1`.`p`
   )) AS `swpp`,
   SUM(`t1`.`w` * (
     `t1`.`y` * `t1`.`p`
   )) AS `swyp`,
-  SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sv_p`,
-  SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`y`) AS `sv_yy`,
-  SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`p`) AS `sv_yp`,
-  SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sv_pp`,
+  SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p`) AS `sv_p`,
+  SUM(
+    IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`y`
+  ) AS `sv_yy`,
+  SUM(
+    IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`p`
+  ) AS `sv_yp`,
+  SUM(
+    IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p` * `t1`.`p`
+  ) AS `sv_pp`,
   COUNT(`t1`.`p`) AS `chk_p_count`,
   COUNT(`t1`.`y`) AS `chk_y_count`,
   MIN(`t1`.`y`) AS `chk_y_min`,
@@ -3584,18 +3742,24 @@ SELECT
   SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
   SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
   MIN(`t1`.`p`) AS `p_min`,
-  SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
-  SUM(`t1`.`w` * `t1`.`w` * `t1`.`y`) AS `sw2y`,
+  SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
+  SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y`) AS `sw2y`,
   SUM(`t1`.`w` * (
     `t1`.`p` * `t1`.`p`
   )) AS `swpp`,
   SUM(`t1`.`w` * (
     `t1`.`y` * `t1`.`p`
   )) AS `swyp`,
-  SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sv_p`,
-  SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`y`) AS `sv_yy`,
-  SUM(`t1`.`w` * `t1`.`w` * `t1`.`y` * `t1`.`p`) AS `sv_yp`,
-  SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sv_pp`,
+  SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p`) AS `sv_p`,
+  SUM(
+    IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`y`
+  ) AS `sv_yy`,
+  SUM(
+    IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`p`
+  ) AS `sv_yp`,
+  SUM(
+    IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p` * `t1`.`p`
+  ) AS `sv_pp`,
   COUNT(`t1`.`p`) AS `chk_p_count`,
   COUNT(`t1`.`y`) AS `chk_y_count`,
   MIN(`t1`.`y`) AS `chk_y_min`,
@@ -3691,18 +3855,24 @@ SELECT
   SUM("t1"."w" * "t1"."y") AS "swy",
   SUM("t1"."w" * "t1"."p") AS "swp",
   MIN("t1"."p") AS "p_min",
-  SUM("t1"."w" * "t1"."w") AS "sw2",
-  SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+  SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w")) AS "sw2",
+  SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."y") AS "sw2y",
   SUM("t1"."w" * (
     "t1"."p" * "t1"."p"
   )) AS "swpp",
   SUM("t1"."w" * (
     "t1"."y" * "t1"."p"
   )) AS "swyp",
-  SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
-  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
-  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
-  SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
+  SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."p") AS "sv_p",
+  SUM(
+    IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."y" * "t1"."y"
+  ) AS "sv_yy",
+  SUM(
+    IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."y" * "t1"."p"
+  ) AS "sv_yp",
+  SUM(
+    IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."p" * "t1"."p"
+  ) AS "sv_pp",
   COUNT("t1"."p") AS "chk_p_count",
   COUNT("t1"."y") AS "chk_y_count",
   MIN("t1"."y") AS "chk_y_min",
@@ -3798,18 +3968,54 @@ SELECT
   SUM("t1"."w" * "t1"."y") AS "swy",
   SUM("t1"."w" * "t1"."p") AS "swp",
   MIN("t1"."p") AS "p_min",
-  SUM("t1"."w" * "t1"."w") AS "sw2",
-  SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+  SUM(
+    IF(
+      "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t1"."w" * "t1"."w"
+    )
+  ) AS "sw2",
+  SUM(
+    IF(
+      "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t1"."w" * "t1"."w"
+    ) * "t1"."y"
+  ) AS "sw2y",
   SUM("t1"."w" * (
     "t1"."p" * "t1"."p"
   )) AS "swpp",
   SUM("t1"."w" * (
     "t1"."y" * "t1"."p"
   )) AS "swyp",
-  SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sv_p",
-  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."y") AS "sv_yy",
-  SUM("t1"."w" * "t1"."w" * "t1"."y" * "t1"."p") AS "sv_yp",
-  SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sv_pp",
+  SUM(
+    IF(
+      "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t1"."w" * "t1"."w"
+    ) * "t1"."p"
+  ) AS "sv_p",
+  SUM(
+    IF(
+      "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t1"."w" * "t1"."w"
+    ) * "t1"."y" * "t1"."y"
+  ) AS "sv_yy",
+  SUM(
+    IF(
+      "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t1"."w" * "t1"."w"
+    ) * "t1"."y" * "t1"."p"
+  ) AS "sv_yp",
+  SUM(
+    IF(
+      "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t1"."w" * "t1"."w"
+    ) * "t1"."p" * "t1"."p"
+  ) AS "sv_pp",
   COUNT("t1"."p") AS "chk_p_count",
   COUNT("t1"."y") AS "chk_y_count",
   MIN("t1"."y") AS "chk_y_min",
@@ -3930,12 +4136,16 @@ FROM (
     COUNT(*) AS "n",
     MAX("t1"."p") AS "p_max",
     SUM("t1"."w") AS "W",
-    SUM("t1"."w" * "t1"."w") AS "sw2",
-    SUM("t1"."w" * "t1"."w" * (
-      "t1"."p" * (
-        1 - "t1"."p"
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
+    ) AS "sw2",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * (
+        "t1"."p" * (
+          1 - "t1"."p"
+        )
       )
-    )) AS "var2",
+    ) AS "var2",
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     SUM("t1"."w" * (
@@ -4074,12 +4284,16 @@ FROM (
     COUNT(*) AS "n",
     MAX("t1"."p") AS "p_max",
     SUM("t1"."w") AS "W",
-    SUM("t1"."w" * "t1"."w") AS "sw2",
-    SUM("t1"."w" * "t1"."w" * (
-      "t1"."p" * (
-        1 - "t1"."p"
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
+    ) AS "sw2",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * (
+        "t1"."p" * (
+          1 - "t1"."p"
+        )
       )
-    )) AS "var2",
+    ) AS "var2",
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     SUM("t1"."w" * (
@@ -4218,12 +4432,14 @@ FROM (
     COUNT(*) AS `n`,
     MAX(`t1`.`p`) AS `p_max`,
     SUM(`t1`.`w`) AS `W`,
-    SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
-    SUM(`t1`.`w` * `t1`.`w` * (
-      `t1`.`p` * (
-        1 - `t1`.`p`
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * (
+        `t1`.`p` * (
+          1 - `t1`.`p`
+        )
       )
-    )) AS `var2`,
+    ) AS `var2`,
     SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
     SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
     SUM(`t1`.`w` * (
@@ -4363,12 +4579,14 @@ FROM (
     COUNT(*) AS `n`,
     MAX(`t1`.`p`) AS `p_max`,
     SUM(`t1`.`w`) AS `W`,
-    SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
-    SUM(`t1`.`w` * `t1`.`w` * (
-      `t1`.`p` * (
-        1 - `t1`.`p`
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * (
+        `t1`.`p` * (
+          1 - `t1`.`p`
+        )
       )
-    )) AS `var2`,
+    ) AS `var2`,
     SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
     SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
     SUM(`t1`.`w` * (
@@ -4507,12 +4725,14 @@ FROM (
     COUNT(*) AS "n",
     MAX("t1"."p") AS "p_max",
     SUM("t1"."w") AS "W",
-    SUM("t1"."w" * "t1"."w") AS "sw2",
-    SUM("t1"."w" * "t1"."w" * (
-      "t1"."p" * (
-        1 - "t1"."p"
+    SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w")) AS "sw2",
+    SUM(
+      IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * (
+        "t1"."p" * (
+          1 - "t1"."p"
+        )
       )
-    )) AS "var2",
+    ) AS "var2",
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     SUM("t1"."w" * (
@@ -4651,12 +4871,24 @@ FROM (
     COUNT(*) AS "n",
     MAX("t1"."p") AS "p_max",
     SUM("t1"."w") AS "W",
-    SUM("t1"."w" * "t1"."w") AS "sw2",
-    SUM("t1"."w" * "t1"."w" * (
-      "t1"."p" * (
-        1 - "t1"."p"
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
       )
-    )) AS "var2",
+    ) AS "sw2",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * (
+        "t1"."p" * (
+          1 - "t1"."p"
+        )
+      )
+    ) AS "var2",
     SUM("t1"."w" * "t1"."y") AS "swy",
     SUM("t1"."w" * "t1"."p") AS "swp",
     SUM("t1"."w" * (
@@ -5842,9 +6074,13 @@ SELECT
   SUM("t1"."w") AS "W",
   SUM("t1"."w" * "t1"."y") AS "swy",
   SUM("t1"."w" * "t1"."p") AS "swp",
-  SUM("t1"."w" * "t1"."w") AS "sw2",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
+  ) AS "sw2",
   SUM("t1"."y") AS "ny",
-  SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y"
+  ) AS "sw2y",
   COUNT("t1"."p") AS "chk_p_count",
   COUNT("t1"."y") AS "chk_y_count",
   MIN("t1"."y") AS "chk_y_min",
@@ -5932,9 +6168,13 @@ SELECT
   SUM("t1"."w") AS "W",
   SUM("t1"."w" * "t1"."y") AS "swy",
   SUM("t1"."w" * "t1"."p") AS "swp",
-  SUM("t1"."w" * "t1"."w") AS "sw2",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
+  ) AS "sw2",
   SUM("t1"."y") AS "ny",
-  SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+  SUM(
+    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y"
+  ) AS "sw2y",
   COUNT("t1"."p") AS "chk_p_count",
   COUNT("t1"."y") AS "chk_y_count",
   MIN("t1"."y") AS "chk_y_min",
@@ -6022,9 +6262,9 @@ SELECT
   SUM(`t1`.`w`) AS `W`,
   SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
   SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
-  SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+  SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
   SUM(`t1`.`y`) AS `ny`,
-  SUM(`t1`.`w` * `t1`.`w` * `t1`.`y`) AS `sw2y`,
+  SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y`) AS `sw2y`,
   COUNT(`t1`.`p`) AS `chk_p_count`,
   COUNT(`t1`.`y`) AS `chk_y_count`,
   MIN(`t1`.`y`) AS `chk_y_min`,
@@ -6113,9 +6353,9 @@ SELECT
   SUM(`t1`.`w`) AS `W`,
   SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
   SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
-  SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+  SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
   SUM(`t1`.`y`) AS `ny`,
-  SUM(`t1`.`w` * `t1`.`w` * `t1`.`y`) AS `sw2y`,
+  SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y`) AS `sw2y`,
   COUNT(`t1`.`p`) AS `chk_p_count`,
   COUNT(`t1`.`y`) AS `chk_y_count`,
   MIN(`t1`.`y`) AS `chk_y_min`,
@@ -6203,9 +6443,9 @@ SELECT
   SUM("t1"."w") AS "W",
   SUM("t1"."w" * "t1"."y") AS "swy",
   SUM("t1"."w" * "t1"."p") AS "swp",
-  SUM("t1"."w" * "t1"."w") AS "sw2",
+  SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w")) AS "sw2",
   SUM("t1"."y") AS "ny",
-  SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+  SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."y") AS "sw2y",
   COUNT("t1"."p") AS "chk_p_count",
   COUNT("t1"."y") AS "chk_y_count",
   MIN("t1"."y") AS "chk_y_min",
@@ -6293,9 +6533,21 @@ SELECT
   SUM("t1"."w") AS "W",
   SUM("t1"."w" * "t1"."y") AS "swy",
   SUM("t1"."w" * "t1"."p") AS "swp",
-  SUM("t1"."w" * "t1"."w") AS "sw2",
+  SUM(
+    IF(
+      "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t1"."w" * "t1"."w"
+    )
+  ) AS "sw2",
   SUM("t1"."y") AS "ny",
-  SUM("t1"."w" * "t1"."w" * "t1"."y") AS "sw2y",
+  SUM(
+    IF(
+      "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t1"."w" * "t1"."w"
+    ) * "t1"."y"
+  ) AS "sw2y",
   COUNT("t1"."p") AS "chk_p_count",
   COUNT("t1"."y") AS "chk_y_count",
   MIN("t1"."y") AS "chk_y_min",
