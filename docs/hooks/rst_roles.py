@@ -17,7 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROLE = re.compile(r":(?:func|class|meth|attr|data|mod|obj|exc|math|ref|doc):<code>(~?)([^<]*)</code>")
+ROLE = re.compile(r":(?:func|class|meth|attr|data|mod|obj|exc|math|ref|doc)"
+                  r":<code>(~?)([^<]*)</code>")
 MATH_BLOCK = re.compile(r"<p>\.\. math::\s*(.*?)</p>", re.S)
 SEE_ALSO = re.compile(
     r'(<details class="see-also"[^>]*>\s*<summary>[^<]*</summary>\s*)<p>(.*?)</p>', re.S)
@@ -31,8 +32,10 @@ API_NAME = re.compile(r"^::: (\S+)$", re.M)
 def on_page_content(html: str, page, config, files) -> str:
     if not page.file.src_uri.startswith("api/"):
         return html
-    html = ROLE.sub(lambda m: f"<code>{m.group(2).rsplit('.', 1)[-1] if m.group(1) else m.group(2)}</code>",
-                    html)
+    def role(m: re.Match) -> str:  # ~name shows its last part only, as Sphinx does
+        return f"<code>{m.group(2).rsplit('.', 1)[-1] if m.group(1) else m.group(2)}</code>"
+
+    html = ROLE.sub(role, html)
     html = MATH_BLOCK.sub(lambda m: f"<pre><code>{m.group(1).strip()}</code></pre>", html)
     headings = _api_headings(config["docs_dir"])
     html = SEE_ALSO.sub(lambda m: m.group(1) + _see_also(m.group(2), headings, page, files), html)

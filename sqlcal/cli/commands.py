@@ -23,8 +23,8 @@ from sqlcal.reporting.report_table import DEFAULT_METRICS, METRICS, takes_bins
 EXIT_OK, EXIT_ERROR, EXIT_ALERT = 0, 2, 3
 # the exit codes each command's help lists: 3 only under the commands that return it
 _EXIT_DONE = "  0  done"
-_EXIT_REST = """  2  error: bad arguments or configuration, unreadable data, engine or write failure;
-     one line 'sqlcal: error: ...' on stderr, and nothing written
+_EXIT_REST = """  2  error: bad arguments or configuration, unreadable data, engine or write
+     failure; one line 'sqlcal: error: ...' on stderr, and nothing written
   1  never returned by sqlcal itself (Python's code for a crash: a bug, with its traceback)"""
 EXIT_CODES = f"""exit codes:
   0  done, every metric within the configured thresholds

@@ -298,12 +298,12 @@ def reliability(
     pandas.DataFrame
         One row per group and non-empty bin: the keys, ``bin``, ``bin_lower`` and ``bin_upper``
         (the bin's edges; for equal-mass bins the first bin starts at its lowest score and the
-        last ends at its highest), ``n``, ``W``, ``mean_score``, ``observed``, ``gap`` (observed − mean
-        score), ``ci_lower``, ``ci_upper``, ``score_min``, ``score_max``, ``binning`` (as in :func:`ece`),
-        ``ci_method`` (``ci``: the interval's name, or None), ``confidence`` (the intervals'
-        two-sided level), ``weight_kind`` (``"frequency"`` or ``"sampling"``: how the weights
-        entered the intervals, ``"auto"`` resolved), ``concentrated`` (True for every bin of a
-        group with more than half its weight in one bin, when 3 or more bins were asked for:
+        last ends at its highest), ``n``, ``W``, ``mean_score``, ``observed``, ``gap`` (observed −
+        mean score), ``ci_lower``, ``ci_upper``, ``score_min``, ``score_max``, ``binning`` (as in
+        :func:`ece`), ``ci_method`` (``ci``: the interval's name, or None), ``confidence`` (the
+        intervals' two-sided level), ``weight_kind`` (``"frequency"`` or ``"sampling"``: how the
+        weights entered the intervals, ``"auto"`` resolved), ``concentrated`` (True for every bin
+        of a group with more than half its weight in one bin, when 3 or more bins were asked for:
         the diagram says little there, a warning says so too; try ``strategy="logit"``); with
         ``on_invalid="drop"``, ``n_dropped`` (the group's rows left out).
 
@@ -347,7 +347,8 @@ def reliability(
     --------
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
-    >>> sqlcal.reliability(df, score="p", label="y", bins=2, ci=None)[["bin", "mean_score", "observed"]]
+    >>> out = sqlcal.reliability(df, score="p", label="y", bins=2, ci=None)
+    >>> out[["bin", "mean_score", "observed"]]
        bin  mean_score  observed
     0    0        0.15       0.5
     1    1        0.85       1.0
@@ -510,7 +511,8 @@ def brier_decomposition(
        - \mathrm{LV},
 
     with :math:`\mathrm{REL} = \sum_k W_k(\bar p_k - \bar y_k)^2/W`,
-    :math:`\mathrm{RES} = \sum_k W_k(\bar y_k - \bar y)^2/W`, :math:`\mathrm{UNC} = \bar y(1-\bar y)`,
+    :math:`\mathrm{RES} = \sum_k W_k(\bar y_k - \bar y)^2/W`,
+    :math:`\mathrm{UNC} = \bar y(1-\bar y)`,
     :math:`\mathrm{WBV} = \sum_k\sum_{i\in k} w_i(p_i - \bar p_k)^2/W`,
     :math:`\mathrm{WBC} = 2\sum_k\sum_{i\in k} w_i(y_i-\bar y_k)(p_i-\bar p_k)/W`. The last term
     :math:`\mathrm{LV} = \sum_i w_i y_i(1-y_i)/W` is 0 for labels in {0, 1}; it keeps the identity
@@ -664,11 +666,12 @@ def hosmer_lemeshow(
     Notes
     -----
     :math:`C = \sum_g (O_g - E_g)^2 / (W_g \bar\pi_g (1 - \bar\pi_g))` with :math:`O_g = \sum w y`,
-    :math:`E_g = \sum w p`, :math:`\bar\pi_g = E_g / W_g`, compared with :math:`\chi^2_\mathrm{dof}`.
-    A group whose scores are all 0 or all 1 has no variance: it adds 0 when :math:`O_g = E_g` and
-    makes C infinite (p-value 0) otherwise. The test is from Hosmer & Lemeshow (1980), A
-    goodness-of-fit test for the multiple logistic regression model. On a downsampled log the
-    group variance is the null model's for the population plus the sampling's own,
+    :math:`E_g = \sum w p`, :math:`\bar\pi_g = E_g / W_g`, compared with
+    :math:`\chi^2_\mathrm{dof}`. A group whose scores are all 0 or all 1 has no variance: it adds 0
+    when :math:`O_g = E_g` and makes C infinite (p-value 0) otherwise. The test is from Hosmer &
+    Lemeshow (1980), A goodness-of-fit test for the multiple logistic regression model. On a
+    downsampled log the group variance is the null model's for the population plus the sampling's
+    own,
     :math:`\sum_{y=0} w(1/r - 1)p^2` (Särndal, Swensson & Wretman (1992), Model Assisted
     Survey Sampling, ch. 5; Archer & Lemeshow (2006), Goodness-of-fit test for a logistic
     regression model fitted using survey sample data, for the design-based test). That part is

@@ -40,8 +40,8 @@ statistic at the truth applied to the bootstrap's deviation, and at a calibrated
 derivative is :math:`|h|`, not :math:`\mathrm{sign}(\cdot)\,h`. A bin whose mean residual is
 within :math:`\kappa_n` standard errors of 0 (:func:`selection_threshold`; Andrews & Soares
 (2010), Inference for parameters defined by moment inequalities using generalized moment
-selection) is taken as calibrated: the lower end is :math:`\hat\theta - q_{1-\alpha/2}(D^*)`, D* the statistic's change
-from the estimate with those bins' residuals set to 0; the upper end is
+selection) is taken as calibrated: the lower end is :math:`\hat\theta - q_{1-\alpha/2}(D^*)`, D*
+the statistic's change from the estimate with those bins' residuals set to 0; the upper end is
 :math:`\hat\theta - q_{\alpha/2}(U^*)`, U* its linearization at the estimate. Both are exact
 where no bin is near 0, and conservative where one is truly calibrated (the statistics are
 convex in the residuals). In the simulations of ``tests/test_intervals.py`` and

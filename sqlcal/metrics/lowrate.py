@@ -329,8 +329,9 @@ def normalized_entropy_finish(totals: pd.DataFrame, *, confidence: float = 0.95,
 
 def calibration_ratio_finish(totals: pd.DataFrame, *, confidence: float = 0.95,
                              weight_kind: str = "frequency") -> pd.DataFrame:
-    """The totals (or bins) with ``calibration_ratio`` = Σwp/Σwy, ``expected_positives``, ``observed_positives``,
-    ``n_positive``, the score interval ``ci_lower``, ``ci_upper`` and ``reason``.
+    """The totals (or bins) with ``calibration_ratio`` = Σwp/Σwy, ``expected_positives``,
+    ``observed_positives``, ``n_positive``, the score interval ``ci_lower``, ``ci_upper`` and
+    ``reason``.
 
     ``totals`` carries ``W``, ``swy``, ``swp``, ``swpp`` = Σwp², ``ny`` (rows with y = 1;
     an unweighted summary leaves it out, Σwy counts them) and, for ``weight_kind="sampling"``,

@@ -1,5 +1,5 @@
-"""Metrics read off the totals summary alone: Brier score, log loss, calibration-in-the-large and the
-observed/expected ratio, and Spiegelhalter's Z test. They cost no scan beyond validation."""
+"""Metrics read off the totals summary alone: Brier score, log loss, calibration-in-the-large and
+the observed/expected ratio, and Spiegelhalter's Z test. They cost no scan beyond validation."""
 
 from __future__ import annotations
 

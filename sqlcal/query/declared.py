@@ -3,8 +3,8 @@
 A :class:`Summary` names one reduction of the normalised rows (group keys, ``p``, ``y``, ``w``):
 its kind, the parameters that shape it (number of bins, convention, cells) and the optional column
 sets (``parts``) a metric asks for. The Ibis reduction of each kind lives in
-:mod:`sqlcal.query.reductions`; this module holds no query code, so metric modules can name what they need
-without importing Ibis.
+:mod:`sqlcal.query.reductions`; this module holds no query code, so metric modules can name what
+they need without importing Ibis.
 
 **Merge rules.** Every column of a first-stage summary is a sum, a minimum or a maximum over the
 rows behind its key, so the summaries of two disjoint sets of rows combine exactly: concatenate,
@@ -30,16 +30,16 @@ KEY_COLUMN = {"totals": None, "uniform": "bin", "cells": "cell", "levels": "p", 
 #: follow-ups that read the rows inside score ranges only; their last param is the ranges
 RANGED = {"cells_within": "cell", "levels_within": "p", "extremes_within": "cell"}
 KEY_COLUMN.update(RANGED)
-#: the recalibration fits' summaries (sqlcal.recalibration.fits): where each label lies, the Newton terms
-#: of a logistic fit at given coefficients, the sandwich's middle, the lowest running residual
+#: the recalibration fits' summaries (sqlcal.recalibration.fits): where each label lies, the Newton
+#: terms of a logistic fit at given coefficients, the sandwich's middle, the lowest running residual
 #: inside score ranges (isotonic's KKT checks), and grouped PAV passes run in the engine
 KEY_COLUMN.update({"label_ranges": None, "logistic_terms": None, "logistic_meat": None,
                    "prefix_min": "lo", "pav_count": None, "pav_blocks": "lo"})
 #: the checks of a multiclass table as given (sqlcal.multiclass), one row each
 KEY_COLUMN.update({"multiclass_quick": None, "multiclass_counts": None,
                    "multiclass_unmatched": None})
-#: the terms of a temperature-scaling fit of a multiclass table (sqlcal.recalibration.temperature), one row per
-#: group of the table's keys
+#: the terms of a temperature-scaling fit of a multiclass table (sqlcal.recalibration.temperature),
+#: one row per group of the table's keys
 KEY_COLUMN["temperature_terms"] = None
 #: the logistic terms clip |exponents| here (PostgreSQL's exp() raises on overflow, near 709)
 EXP_LIMIT = 700.0
@@ -77,8 +77,8 @@ KEY_COLUMN.update({"segment_sums": None, "segment_terms": "pattern",
                    "segment_overlaps": None})
 
 _SUMS = frozenset({
-    "n", "W", "ny", "swy", "swp", "swpp", "swyp", "swyy", "sw2", "total", "positive", "negative", "var",
-    "var2", "sw_sq_resid", "sw_spieg", "sw_spieg_var", "sw2_spieg_var", "sw_logloss",
+    "n", "W", "ny", "swy", "swp", "swpp", "swyp", "swyy", "sw2", "total", "positive", "negative",
+    "var", "var2", "sw_sq_resid", "sw_spieg", "sw_spieg_var", "sw2_spieg_var", "sw_logloss",
     "n_infinite_logloss", "chk_p_count", "chk_y_count", "chk_w_count", "chk_y_soft", "chk_w_frac",
     "m_lo", "m_hi", "y_lo", "y_hi", "v_lo", "v_hi", "vy_lo", "vy_hi",
 })
@@ -456,8 +456,8 @@ def cells_within(cells: int, ranges: Iterable[tuple], *parts: str) -> Summary:
 def logit_cells(scale: int, *parts: str) -> Summary:
     """The log-odds histogram of every row: per group and log-odds cell ``lcell`` =
     FLOOR(ln(p/(1 − p))·``scale``) (:func:`sqlcal.inputs.grids.logit_cell`), with the sums of
-    :func:`sqlcal.query.reductions._sums` for ``parts``. A first-stage summary: one GROUP BY with the
-    totals, bins and score cells; ``scale`` a power of two, so a finer histogram sums up to a
+    :func:`sqlcal.query.reductions._sums` for ``parts``. A first-stage summary: one GROUP BY with
+    the totals, bins and score cells; ``scale`` a power of two, so a finer histogram sums up to a
     coarser one (lcell // 2^j).
 
     >>> logit_cells(32, "sums").name
@@ -632,18 +632,18 @@ def segment_sums(by, features, folds, bins, tuples, kept=None, candidates=None,
                  cube: str | None = None, cover: Sequence[int] = (),
                  extremes: bool = False) -> Summary:
     """Per fold, group and segment (a conjunction of feature = value), the sums of
-    :func:`sqlcal.query.reductions.segment_sums`: one UNION ALL branch per column tuple in ``tuples``
-    (indices into ``features``). ``folds``: ``(holdout, a_share, split columns)``; ``bins``: 0,
-    or a number of equal-width score bins added as key ``bin``; ``kept``: None (level 1: every
-    value) or per feature the values kept (the rest pooled as ``"__other__"``); ``candidates``:
-    None or ``(tuple index, values)`` pairs, the only segments returned; ``cube``: None, or
-    from level 2 on a token naming one search's reduced cube (the sums per recoded feature
+    :func:`sqlcal.query.reductions.segment_sums`: one UNION ALL branch per column tuple in
+    ``tuples`` (indices into ``features``). ``folds``: ``(holdout, a_share, split columns)``;
+    ``bins``: 0, or a number of equal-width score bins added as key ``bin``; ``kept``: None (level
+    1: every value) or per feature the values kept (the rest pooled as ``"__other__"``);
+    ``candidates``: None or ``(tuple index, values)`` pairs, the only segments returned; ``cube``:
+    None, or from level 2 on a token naming one search's reduced cube (the sums per recoded feature
     tuple, a temporary table built by one base-table scan and reused by every level of that
     search), which the branches aggregate instead of the base table; ``cover``: empty (one
     base-table branch per column tuple), or each feature's number of distinct raw values: the
     level then reads the table once per covering GROUP BY
-    (:func:`sqlcal.query.reductions.segment_plan`); ``extremes``: also ``p_min_pos`` (the least score
-    of a row with y = 1) and ``p_max_neg`` (the largest of a row with y = 0), from which a
+    (:func:`sqlcal.query.reductions.segment_plan`); ``extremes``: also ``p_min_pos`` (the least
+    score of a row with y = 1) and ``p_max_neg`` (the largest of a row with y = 0), from which a
     segment's largest squared error (y − p)² follows (``effect="sliceline"``).
 
     Examples
@@ -685,9 +685,9 @@ def segment_overlaps(by, folds, bins, fold, nodes, within, cube: str | None = No
 def segment_terms(by, features, folds, segments, step: float, clip: float) -> Summary:
     """Per fold, group and membership ``pattern`` over ``segments`` (``(group key, predicates,
     theta)``, predicates ``(feature, value, kept)``, theta a number, an (intercept, slope)
-    pair, or an isotonic map's blocks (lo, hi, value, slope): a decision list): the histogram of a per-segment logit-shift
-    fit (``step`` > 0: also per logit cell) or its exact terms at the given thetas (``step`` =
-    0); see :func:`sqlcal.query.reductions.segment_terms`.
+    pair, or an isotonic map's blocks (lo, hi, value, slope): a decision list): the histogram of a
+    per-segment logit-shift fit (``step`` > 0: also per logit cell) or its exact terms at the given
+    thetas (``step`` = 0); see :func:`sqlcal.query.reductions.segment_terms`.
 
     Examples
     --------

@@ -1,8 +1,8 @@
 """Ibis expressions for the sufficient statistics (docs/design.md, "Reduce in the engine").
 
-Every function here maps a table expression of normalised rows (group keys, ``p``, ``y``, ``w``) to a
-small summary table expression; :func:`execute` brings a summary back as pandas. Nothing else in the
-package builds queries, and nothing here computes a metric.
+Every function here maps a table expression of normalised rows (group keys, ``p``, ``y``, ``w``) to
+a small summary table expression; :func:`execute` brings a summary back as pandas. Nothing else in
+the package builds queries, and nothing here computes a metric.
 
 Summaries that scan all rows take ``checks``: a function of the scanned table giving extra cheap
 aggregates (counts, minima, maxima) that validate the input in the same pass (see
@@ -658,7 +658,7 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
         return recalibration_reduce(summary, rows, by, weighted=weighted, checks=checks)
     if summary.kind in MULTICLASS_KINDS:
         return multiclass_checks(summary, rows)
-    if summary.kind == "temperature_terms":  # sqlcal.recalibration.temperature, on the table as given
+    if summary.kind == "temperature_terms":  # recalibration.temperature, on the table as given
         return temperature_terms(summary, rows)
     if summary.kind == "segment_sums":  # sqlcal.segments: one branch per column tuple
         return segment_sums(rows, summary.params, weighted=weighted, checks=checks)
@@ -937,7 +937,7 @@ def store_rows(rows: ir.Table, keys: Sequence[str], table: str, *, cells: int = 
     return a.select(order).union(b.select(order))
 
 
-# -- the recalibration fits' summaries (sqlcal.recalibration.fits) ----------------------------------
+# -- the recalibration fits' summaries (sqlcal.recalibration.fits) ---------------------------------
 
 #: as :data:`sqlcal.query.declared.EXP_LIMIT` and ``SATURATED`` (this layer cannot import it)
 EXP_LIMIT = 700.0
@@ -1355,7 +1355,7 @@ def multiclass_rows(t: ir.Table, layout: tuple, mode: str, *, drop: bool = False
                       **({"weight": w} if w is not None else {}))
 
 
-# -- softmax and temperature scaling of multiclass tables (sqlcal.recalibration.temperature) ----------------
+# -- softmax and temperature scaling of multiclass tables (sqlcal.recalibration.temperature) -------
 
 
 #: 1.0 as a double (a bare literal is NUMERIC in PostgreSQL, and its sums come back as Decimal)

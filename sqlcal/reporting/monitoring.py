@@ -3,7 +3,8 @@ the summary store (last 7 days, last 28, month over month), threshold alerts on 
 results-table rows of a check date.
 
 It sits above the store (:mod:`sqlcal.monitor`) and the report's metric table
-(:mod:`sqlcal.reporting.report_table`), next to :mod:`sqlcal.reporting.scheduled`, whose results table it appends to.
+(:mod:`sqlcal.reporting.report_table`), next to :mod:`sqlcal.reporting.scheduled`, whose results
+table it appends to.
 
 Examples
 --------
@@ -334,8 +335,8 @@ def check_alerts(rules: Any, windows: dict, metrics: dict, *, where: str = "conf
 
 def results_rows(table: pd.DataFrame, path: pd.DataFrame, keys: Sequence[str], *, run_id: str,
                  config_hash: str) -> pd.DataFrame:
-    """The results table's rows of a check (:data:`sqlcal.reporting.scheduled.RESULTS_SCHEMA`): one per
-    group, window, metric and statistic (the window in ``group_keys``), and the detector's
+    """The results table's rows of a check (:data:`sqlcal.reporting.scheduled.RESULTS_SCHEMA`): one
+    per group, window, metric and statistic (the window in ``group_keys``), and the detector's
     ``log_M`` on the check's last day per group (window ``"detector"``)."""
     path = path[path["stream"] == "mature"]
     last = path[path["day"] == path["day"].max()]
@@ -357,8 +358,9 @@ def results_rows(table: pd.DataFrame, path: pd.DataFrame, keys: Sequence[str], *
 
 def store_results(store: Any, name: str, rows: pd.DataFrame) -> int:
     """Append a check's rows to the results table ``name`` in the store (one INSERT that adds
-    nothing when the check date is already there, :func:`sqlcal.reporting.scheduled.write_results`), then
-    read them back through a new connection to the store; returns the rows added.
+    nothing when the check date is already there,
+    :func:`sqlcal.reporting.scheduled.write_results`), then read them back through a new connection
+    to the store; returns the rows added.
 
     Raises
     ------

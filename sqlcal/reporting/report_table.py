@@ -321,8 +321,8 @@ def _defaults(function) -> dict:
 def to_json(table: pd.DataFrame, src_description: dict) -> str:
     """The report as JSON with a schema version; NaN and infinities become null, except in a
     group key (``src_description["by"]``), where NULL is null and NaN and infinities are the
-    strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (:func:`sqlcal.inputs.groupkeys.key_value`):
-    two groups stay two."""
+    strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``
+    (:func:`sqlcal.inputs.groupkeys.key_value`): two groups stay two."""
     def clean(v):
         if v is None or v is pd.NA or v is pd.NaT:
             return None

@@ -68,8 +68,9 @@ SECTIONS: dict[str, tuple[str, ...] | None] = {
 }
 #: the results table: one row per (run, group, metric, statistic); ``trust`` is the metric's
 #: facts that qualify the value (exact or grid, the grid's bound, the weight kind, the
-#: confidence level, the bins), a JSON object as text (:func:`sqlcal.reporting.report_table.trust`): one
-#: documented column rather than a row per fact, so that every row stays a number to plot
+#: confidence level, the bins), a JSON object as text
+#: (:func:`sqlcal.reporting.report_table.trust`): one documented column rather than a row per fact,
+#: so that every row stays a number to plot
 RESULTS_SCHEMA = ibis.schema({
     "run_id": "string",
     "run_at": "timestamp",
@@ -354,7 +355,8 @@ def config_schema() -> dict:
     registered report metrics (:data:`sqlcal.reporting.report_table.METRICS`)."""
     from importlib.resources import files
 
-    schema = json.loads(files("sqlcal.reporting").joinpath("report_config.schema.json").read_text("utf-8"))
+    text = files("sqlcal.reporting").joinpath("report_config.schema.json").read_text("utf-8")
+    schema = json.loads(text)
     schema["$defs"]["metric"]["enum"] = sorted(METRICS)
     return schema
 
@@ -536,11 +538,11 @@ def metric_series(
     >>> out = sqlcal.metric_series(df, score="p", label="y", time="day",
     ...                            metrics=["brier", "cutoff_error"])
     >>> out.drop(columns="trust").round(6)
-       day  n    W        metric     statistic  value  lower  upper
-    0    1  2  2.0         brier         brier   0.04    NaN    NaN
-    1    1  2  2.0  cutoff_error  cutoff_error   0.10    0.0    1.0
-    2    2  2  2.0         brier         brier   0.29    NaN    NaN
-    3    2  2  2.0  cutoff_error  cutoff_error   0.50    0.0    1.0
+       day  n    W        metric     statistic  value     lower     upper
+    0    1  2  2.0         brier         brier   0.04  0.040000  0.040000
+    1    1  2  2.0  cutoff_error  cutoff_error   0.10  0.000000  1.000000
+    2    2  2  2.0         brier         brier   0.29  0.012819  0.567181
+    3    2  2  2.0  cutoff_error  cutoff_error   0.50  0.000000  1.000000
     >>> print(out["trust"].iloc[1])
     {"confidence": 0.9, "exact": true, "grid_bound": 0.0, "weight_kind": "frequency"}
     """
@@ -974,9 +976,9 @@ def _source_backend(run: ScheduledRun):
 
 
 def to_document(run: ScheduledRun) -> dict:
-    """The run as the JSON document of ``sqlcal/reporting/report.schema.json``: ``generator`` ("sqlcal",
-    the mark of sqlcal's own output files), the plain report's fields (``schema_version``,
-    ``source``, ``columns``, ``rows``) and the run, the tidy metrics, the
+    """The run as the JSON document of ``sqlcal/reporting/report.schema.json``: ``generator``
+    ("sqlcal", the mark of sqlcal's own output files), the plain report's fields
+    (``schema_version``, ``source``, ``columns``, ``rows``) and the run, the tidy metrics, the
     alerts and the series."""
     doc = json.loads(to_json(run.table, {**describe(run.source), **_where_from(run.config)}))
     # the marker by which sqlcal knows a file is its own output, which it may replace
