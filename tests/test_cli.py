@@ -78,10 +78,16 @@ def test_report_shares_one_pass_per_summary(monkeypatch):
     # log loss, Spiegelhalter, calibration-in-the-large) into one GROUP BY, validation riding
     # along; the follow-ups read only the rows inside a few score ranges (score comparisons or
     # one IN list of cell ids), the equal-mass levels of quantile ECE and Hosmer-Lemeshow shared
+    # Before it, the weights are learned whole or not by ungrouped aggregates of the weight
+    # column alone (executor.learn_weight_kind: whole weights need no variance sums)
     follow_up = re.compile(r'[")] IN \(|>= CAST')
     full = [sql for sql in calls if not follow_up.search(sql)]
-    assert len(full) == 1, full
-    assert len(calls) <= 4
+    grouped = [sql for sql in full if "GROUP BY" in sql]
+    assert len(grouped) == 1, full
+    for sql in set(full) - set(grouped):
+        assert re.search(r'"w"', sql) and not re.search(r'"(p|y)"\s*[,)]?\s*(AS|FROM)?', sql
+                                                         .split("FROM", 1)[0]), sql
+    assert len(full) <= 3 and len(calls) <= 6
 
 
 def test_config_exit_codes_and_results_once_per_run_id(tmp_path, capsys):

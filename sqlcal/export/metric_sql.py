@@ -155,9 +155,9 @@ def from_summaries(metric: str, frames: dict[str, pd.DataFrame], *, score: str =
     >>> preds = pd.DataFrame({"p": [0.1, 0.2, 0.8, 0.9], "y": [0, 1, 1, 1]})
     >>> sql = summary_sql("ece", table="preds", score="p", label="y", bins=2)
     >>> frames = {name: duckdb.sql(text).df() for name, text in sql.items()}
-    >>> from_summaries("ece", frames, score="p", label="y", bins=2)
-        ece  n    W  n_bins             binning
-    0  0.25  4  4.0       2  uniform(2, sqlcal)
+    >>> from_summaries("ece", frames, score="p", label="y", bins=2)[["ece", "n", "W", "binning"]]
+        ece  n    W             binning
+    0  0.25  4  4.0  uniform(2, sqlcal)
     """
     table = "summaries"
     by = (by,) if isinstance(by, str) else tuple(by)

@@ -282,8 +282,9 @@ def variance_parts(src: Source, weight_kind: str) -> tuple:
     frequencies (v = w: the Σw-sums serve): ``weight_kind="frequency"``, or ``"auto"`` with
     whole-number weights (known after validation, or before it from
     :func:`sqlcal.query.executor.learn_weight_kind`)."""
-    if src.sampling_rate is not None:
+    if src.sampling_rate is not None:  # a sampling design: whole 1/r weights are not frequencies
         resolve_weight_kind(src, weight_kind)  # refuses "frequency" before any scan
+        return ("sw2",)
     if not src.weighted or weight_kind == "frequency":
         return ()
     known = src.validated or src.weights_known
