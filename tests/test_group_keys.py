@@ -96,10 +96,14 @@ METRICS = [
                               metrics=["ece", "brier"]), "rows"),
     ("classwise", lambda data, **kw: sqlcal.classwise(sqlcal.ece, data, score=SCORE,
                                                       label=LABEL, **kw), "one"),
+    ("compare", lambda data, **kw: sqlcal.compare(
+        data.append_column("baseline", pc.add(pc.multiply(data[SCORE], 0.8), 0.1)),
+        score=SCORE, label=LABEL, baseline="baseline", bins=4, **kw), "rows"),
 ]
 #: the functions of METRICS that cannot take a grouped Source, with the reason
 NO_SOURCE = {"metric_series": "adds its time key to the source's keys: it takes data",
-             "classwise": "groups a multiclass table by its class: it takes the table"}
+             "classwise": "groups a multiclass table by its class: it takes the table",
+             "compare": "pairs two score columns of the rows: it takes data"}
 #: public functions taking data and by= that the table above does not run, with the reason
 #: (each has its own test of its groups)
 ELSEWHERE = {
@@ -412,7 +416,8 @@ def test_keys_named_like_result_columns_keep_their_values_on_their_groups():
     # the rule: the key first under its name, sqlcal's column with a trailing underscore
     frame = pd.DataFrame({"n": values, "score": p, "label": y})
     assert list(sqlcal.ece(frame, score="score", label="label", by="n").columns) == [
-        "n", "ece", "n_", "W", "n_bins", "binning"]
+        "n", "ece", "n_", "W", "n_bins", "ci_lower", "ci_upper", "binning", "ci_method",
+        "confidence", "weight_kind"]
 
 
 def _debiased(p, y, bins=15) -> float:
@@ -603,7 +608,15 @@ def test_a_stored_window_keeps_its_groups_in_every_function(name, call, kind, st
             pytest.skip(f"{name} on a stored window: {e}")
         want = _frame(call(sqlcal.source(frame, score="p", label="y", by="model")), kind)
     assert got["model"].tolist() == want["model"].tolist() and len(got) >= 3
-    _same(got.drop(columns="model"), want.drop(columns="model"), name)
+    unserved = [c for c in STORE_UNSERVED.get(name, ()) if c in want]
+    for column in unserved:  # documented NaN on a window (sqlcal.metrics.intervals.scanned)
+        assert got[column].isna().all() and want[column].notna().all(), (name, column)
+    _same(got.drop(columns=["model", *unserved]), want.drop(columns=["model", *unserved]), name)
+
+
+#: the interval columns a stored window leaves NaN by design (unweighted rows): the Brier
+#: score's, whose Σw(y − p)⁴ the store does not keep (sqlcal.metrics.intervals.scanned)
+STORE_UNSERVED = {"brier": ("ci_lower", "ci_upper"), "report": ("brier_lower", "brier_upper")}
 
 
 @pytest.fixture(scope="module")

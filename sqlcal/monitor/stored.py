@@ -14,6 +14,7 @@ it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, Sequence
 
@@ -377,7 +378,7 @@ class _Server:
                               "distinct score is then adjusted exactly) or read the window "
                               "with maturity='lag:<a>d' or 'mature'")
         if why is not None:
-            frame = local.evaluate(summary, self.levels(), self.by)
+            frame = self._levels_totals(summary)
         elif summary.kind == "totals":
             if len(self.adjust.immature) and self.spec["levels"]:
                 frame = local.evaluate(summary, self.levels(), self.by)
@@ -392,6 +393,17 @@ class _Server:
         if "ny" in frame and "n_pos" in frame:  # adjusted counts are estimates, not integers
             frame["ny"] = frame["n_pos"].astype(float)
         return frame
+
+    def _levels_totals(self, summary: Summary) -> pd.DataFrame:
+        """A summary from the levels; the log loss's totals with the Σwℓ² the stored totals
+        serve (the frequency weights' second moment its interval reads), so an adjusted window
+        keeps the interval a mature one has (the variance weight's sums stay unserved)."""
+        if summary.kind != "totals" or "logloss" not in summary.parts:
+            return local.evaluate(summary, self.levels(), self.by)
+        wider = dataclasses.replace(summary, parts=summary.parts | {"logloss_var"})
+        frame = local.evaluate(wider, self.levels(), self.by)
+        return frame.drop(columns=["swy_logloss", "sw2_logloss", "sw2_logloss_sq",
+                                   "sw2y_logloss"], errors="ignore")
 
     def levels(self) -> pd.DataFrame:
         if self._levels is None:
