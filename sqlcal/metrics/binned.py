@@ -954,6 +954,8 @@ def _with_interval(values: pd.DataFrame, frame: pd.DataFrame, by, norm: str, bin
     if not by:
         return values.assign(ci_lower=interval["ci_lower"].to_numpy(),
                              ci_upper=interval["ci_upper"].to_numpy())
+    # the interval's keys come back from numpy: an all-NULL string key as float NaN
+    interval = interval.astype({k: values[k].dtype for k in by})
     return values.merge(interval, on=list(by), how="left")
 
 
