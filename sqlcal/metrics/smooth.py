@@ -183,9 +183,10 @@ def ls_ece(
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
-    >>> sqlcal.ls_ece(df, score="p", label="y").round(6)
-         ls_ece  n    W  grid_bound  noise_scale     noise      clip  grid_step
-    0  0.342332  8  8.0    0.000004          0.1  gaussian  0.000001      0.005
+    >>> out = sqlcal.ls_ece(df, score="p", label="y")
+    >>> out[["ls_ece", "ci_lower", "ci_upper", "noise_scale", "grid_step"]].round(6)
+         ls_ece  ci_lower  ci_upper  noise_scale  grid_step
+    0  0.342332       0.0  0.491216          0.1      0.005
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     step = _logit_step(noise_scale, noise, grid_step)

@@ -596,19 +596,19 @@ def logit_grid_moments(t: ir.Table, g: ir.FloatingValue, h: ir.FloatingValue, pa
     the rows the node masses (M_k, M_k+1, Y_k, Y_k+1) of one cell vary with covariance
     Σv·(1, y)⊗(g, h) (1, y)⊗(g, h)ᵀ: ``q_ll`` = Σvg², ``q_lh`` = Σvgh, ``q_hh`` = Σvh², the
     same times y (``qy_*``) and, with ``"soft"``, y² (``qyy_*``). v = w (frequency weights,
-    columns ``q*``), or with ``"spread"`` the variance weight (columns ``qv*``)."""
+    columns ``q*``), and with ``"spread"`` also the variance weight (columns ``qv*``)."""
     if "moments" not in parts:
         return {}
-    if "spread" in parts and weighted:
-        v, prefix = variance_weights(t)[0], "qv"
-    else:
-        v, prefix = (t.w if weighted else None), "q"
-    times = (lambda z: v * z) if v is not None else (lambda z: z)
+    weights = [("q", t.w if weighted else None)]
+    if "spread" in parts and weighted:  # the weights' kind may be learnt after the scan
+        weights.append(("qv", variance_weights(t)[0]))
     out = {}
     labels = (("", None), ("y", t.y)) + ((("yy", t.y * t.y),) if "soft" in parts else ())
-    for name, y in labels:
-        for ab, share in (("ll", g * g), ("lh", g * h), ("hh", h * h)):
-            out[f"{prefix}{name}_{ab}"] = times(share if y is None else y * share).sum()
+    for prefix, v in weights:
+        for name, y in labels:
+            for ab, share in (("ll", g * g), ("lh", g * h), ("hh", h * h)):
+                z = share if y is None else y * share
+                out[f"{prefix}{name}_{ab}"] = (z if v is None else v * z).sum()
     return out
 
 
