@@ -271,7 +271,7 @@ def bins_interval(bins: pd.DataFrame, *, by: Sequence[str], statistic: Callable,
     n_bins : int
         The number of bins asked for (bin ids are below ``n_bins + 1``).
     side : int, default 0
-        The stream of draws (:func:`_stream`): two independent samples of a comparison take
+        The stream of draws (:func:`draw_stream`): two independent samples of a comparison take
         sides 0 and 1.
     deviations : bool, default False
         Also return, per group, the estimate and the replicates' ``(down, up)`` deviations
@@ -312,7 +312,7 @@ def bins_interval(bins: pd.DataFrame, *, by: Sequence[str], statistic: Callable,
     if moments is not None and G:
         C[codes, ids] = moments
         L = cholesky3(C.reshape(-1, 3, 3)).reshape(G, K, 3, 3)
-        z = np.random.default_rng(_stream(seed, side)).standard_normal((replicates, K, 3))
+        z = np.random.default_rng(draw_stream(seed, side)).standard_normal((replicates, K, 3))
         chunk = max(1, _CHUNK // (replicates * K * 3))
         for a in range(0, G, chunk):
             b = min(G, a + chunk)
@@ -423,7 +423,24 @@ def cholesky3(c: np.ndarray) -> np.ndarray:
     return L
 
 
-def _stream(seed: int, side: int = 0) -> list:
+def cholesky(c: np.ndarray) -> np.ndarray:
+    """:func:`cholesky3` for a stack of d×d positive semi-definite matrices (any d): the lower
+    factor, column by column, a pivot that is 0 up to rounding set to 0 (its column then 0)."""
+    d = c.shape[-1]
+    L = np.zeros_like(c)
+    tol = 1e-10
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for j in range(d):
+            pivot = c[:, j, j] - (L[:, j, :j] ** 2).sum(axis=-1)
+            pivot = np.where(pivot > tol * np.maximum(c[:, j, j], 1e-300), pivot, 0.0)
+            L[:, j, j] = root = np.sqrt(pivot)
+            inv = np.where(root > 0, 1 / np.where(root > 0, root, 1.0), 0.0)
+            for i in range(j + 1, d):
+                L[:, i, j] = (c[:, i, j] - (L[:, i, :j] * L[:, j, :j]).sum(axis=-1)) * inv
+    return L
+
+
+def draw_stream(seed: int, side: int = 0) -> list:
     """The random stream of the draws: the seed, and the side of a comparison (0 for a metric's
     own interval). Every group reads the same draws, bin by bin, so a group's interval depends
     on its own sums only (not on its key's type on an engine, nor on the other groups)."""

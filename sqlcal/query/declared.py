@@ -94,6 +94,10 @@ _SUMS |= {"sv_p", "sv_yy", "sv_yp", "sv_pp", "sw_r4", "sv_r4"}
 _SUMS |= {f"{a}{m}" for a in ("sw", "sv") for m in (
     "", "y", "p", "q", "yy", "yp", "yq", "pp", "pq", "qq", "d", "dd", "l", "m", "e", "ee")}
 _SUMS |= {"n_inf"}
+# LS-ECE's interval: per logit cell, Σv·a·b for the row's shares a, b ∈ {1 − f, f} of its two
+# nodes, times 1, y and y² (``q`` under the weight, ``qv`` under the variance weight)
+_SUMS |= {f"{pre}{m}_{ab}" for pre in ("q", "qv") for m in ("", "y", "yy")
+          for ab in ("ll", "lh", "hh")}
 #: summary columns that merge over disjoint sets of rows by MIN, and by MAX; every other sum
 #: column merges by SUM (:func:`rule` reads these sets)
 MERGED_BY_MIN = frozenset({"p_min", "chk_y_min", "chk_w_min", "p_min_pos"})
@@ -193,16 +197,18 @@ def levels(*parts: str) -> Summary:
     return Summary("levels", (), frozenset({"sums", *parts}))
 
 
-def logit_grid(step: float, clip: float) -> Summary:
+def logit_grid(step: float, clip: float, *parts: str) -> Summary:
     """LS-ECE's linear-binned histogram on the logit grid of spacing ``step``, scores clipped
-    to [clip, 1 − clip] (key ``k``, the node below each row's logit).
+    to [clip, 1 − clip] (key ``k``, the node below each row's logit); ``parts``: ``"moments"``
+    (the second moments of the row's split between its two nodes, for the interval; under the
+    variance weight with ``"spread"``, and of y² with ``"soft"``).
 
     Examples
     --------
     >>> logit_grid(0.005, 1e-6).key
     ('logit_grid', 0.005, 1e-06)
     """
-    return Summary("logit_grid", (float(step), float(clip)))
+    return Summary("logit_grid", (float(step), float(clip)), frozenset(parts))
 
 
 def logit_bins(bins: int, lo: float, hi: float, *parts: str) -> Summary:
