@@ -12,6 +12,7 @@ import pytest
 from scipy import special, stats
 
 import sqlcal
+from sqlcal import options
 from sqlcal.metrics import binomial
 from sqlcal.metrics.intervals import selection_threshold
 from sqlcal.metrics.smooth import ls_ece_finish
@@ -311,3 +312,16 @@ def test_report_carries_the_intervals():
         np.testing.assert_allclose(out[f"{name}_upper"], alone["ci_upper"], rtol=1e-12)
     off = sqlcal.report(df, score="p", label="y", metrics=["ls_ece", "tce"], bootstrap=0)
     assert off[["ls_ece_lower", "tce_upper"]].isna().all().all()
+
+
+def test_ls_ece_interval_costs_are_checked_before_any_work():
+    # 1,000 replicates a group convolve the whole logit grid twice each (about 0.6 s a group):
+    # the budget counts them per group and over the groups, as smooth ECE's
+    rng = np.random.default_rng(2)
+    df = pd.DataFrame({"p": rng.uniform(0.05, 0.95, 500), "y": rng.integers(0, 2, 500),
+                       "g": rng.integers(0, 80, 500)})
+    with pytest.raises(options.BudgetError, match="bootstrap=5000"):
+        sqlcal.ls_ece(df, score="p", label="y", bootstrap=5000)
+    with pytest.raises(options.BudgetError, match="80 groups"):
+        sqlcal.ls_ece(df, score="p", label="y", by="g")
+    assert len(sqlcal.ls_ece(df, score="p", label="y", by="g", bootstrap=0)) == 80
