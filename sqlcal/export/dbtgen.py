@@ -275,8 +275,7 @@ def store_file() -> str:
         out.append(_macro(f"store_{kind}", args, calls,
                           {a: store_sql(kind, d) for a, d in ADAPTERS.items()}))
     columns = {kind: [c for c, _ in (*schema.TABLES[kind]["keys"],
-                                     *schema.TABLES[kind]["label_free"],
-                                     *schema.TABLES[kind]["label"])]
+                                     *schema.TABLES[kind]["values"])]
                for kind in ("totals", "cells", "bins")}
     out.append(_text("store.sql").replace("__COLUMNS__", repr(columns)).replace(
         "__DELAYS__", repr([float(d) for d in schema.DELAYS])).replace(
