@@ -448,16 +448,17 @@ class _Server:
 def _columns(summary: Summary) -> set:
     """The columns a declared summary has (as a scan gives them), read off its evaluation on
     one made-up level; empty for a summary without a local evaluation."""
-    if summary.key not in _COLUMNS:
+    key = (summary.key, summary.parts)  # the parts name columns too (r4: sw_r4)
+    if key not in _COLUMNS:
         try:
             probe = pd.DataFrame({"p": [0.5], **{c: [1] for c in local.LEVEL_COLUMNS}})
-            _COLUMNS[summary.key] = set(local.evaluate(summary, probe, ()).columns)
+            _COLUMNS[key] = set(local.evaluate(summary, probe, ()).columns)
         except Exception:  # no evaluator, or parts it does not reproduce: no check
-            _COLUMNS[summary.key] = set()
-    return _COLUMNS[summary.key]
+            _COLUMNS[key] = set()
+    return _COLUMNS[key]
 
 
-#: declared summary key -> its columns
+#: (declared summary key, parts) -> its columns
 _COLUMNS: dict = {}
 
 
