@@ -447,14 +447,39 @@ def draw_stream(seed: int, side: int = 0) -> list:
     return [int(seed), int(side)]
 
 
-def scanned(src) -> bool:
-    """Whether ``src`` can give every interval's sums: a scan (one more aggregate), or the
-    levels of ``from_summaries`` (binary labels: every moment is a function of a level's Σw,
-    Σwy, Σv, Σvy and its score). A stored window (:mod:`sqlcal.monitor.stored`) holds the
-    frequency weights' moments (Σwp², Σwyp, and the log loss's Σwℓ²) but not Σw(y − p)⁴ nor
-    the variance weight's moments: there the Brier score's interval, and every interval under
-    sampling weights, are NaN (:func:`interval_parts` asks it for ``moments`` only)."""
-    return getattr(src, "served", None) is None
+def held(src) -> frozenset | None:
+    """The interval parts ``src`` can give (:func:`interval_parts`, and the totals' ``"r4"``
+    and ``"logloss_var"``): None for a scan (one more aggregate gives any) or the levels of
+    ``from_summaries`` (binary labels: every moment is a function of a level's Σw, Σwy, Σv, Σvy
+    and its score); for a stored window (:mod:`sqlcal.monitor.stored`), the parts its
+    periods' stored sums give (summary version 3 stores them all; a window holding a period
+    that version 2 wrote gives the frequency weights' moments only)."""
+    served = getattr(src, "served", None)
+    if served is None:
+        return None
+    return frozenset(getattr(served, "interval_parts", ("moments",)))
+
+
+def available(src, parts: Sequence[str]) -> tuple:
+    """The ``parts`` ``src`` can give (:func:`held`); for the others a warning says why the
+    intervals that read them are NaN (never made up)."""
+    have = held(src)
+    if have is None:
+        return tuple(parts)
+    missing = [p for p in parts if p not in have]
+    if missing:
+        import warnings
+
+        why = getattr(getattr(src, "served", None), "interval_gap", None) or (
+            "this source does not hold their sums")
+        warnings.warn(f"intervals NaN ({', '.join(_PART_SUMS.get(p, p) for p in missing)} "
+                      f"missing): {why}", stacklevel=3)
+    return tuple(p for p in parts if p in have)
+
+
+#: what each interval part adds, for the warning of :func:`available`
+_PART_SUMS = {"r4": "Σw(y − p)⁴", "spread": "the variance weight's moments",
+              "logloss_var": "Σwℓ²", "sw2": "Σv", "moments": "Σwp², Σwyp"}
 
 
 #: the most bins a binned interval is drawn for: beyond, the bins hold too few rows for the
@@ -467,8 +492,7 @@ def interval_parts(src, weight_kind: str, on: bool) -> tuple:
     variance weight theirs (``"spread"``), unless the weights are frequencies."""
     if not on:
         return ()
-    if not scanned(src):
-        return ("moments",)
     from sqlcal.metrics import variance_parts
 
-    return ("moments", *(("spread",) if variance_parts(src, weight_kind) else ()))
+    return available(src, ("moments", *(("spread",) if variance_parts(src, weight_kind)
+                                        else ())))

@@ -867,14 +867,16 @@ _H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))
 
 def store_terms(t: ir.Table, sums: Sequence[StoredSum]) -> dict[str, ir.Value]:
     """The row terms the stored ``sums`` multiply that are not columns of the rows (``pq``,
-    ``q2``, ``lnp``, ``lnq``, ``h``), to be projected once: the aggregates read them (each
+    ``q2``, ``lnp``, ``lnq``, ``h``, ``d4``), to be projected once: the aggregates read them (each
     aggregate computing its own logarithms took five per row)."""
     p = t.p
     used = {f for s in sums for f in (*factors(s.of), *(f for f, _ in s.where))}
     terms = {"lnp": lambda: ibis.ifelse(p > 0, p, 1.0).ln(),  # ln 1 = 0 at p = 0
              "lnq": lambda: ibis.ifelse(p < 1, 1 - p, 1.0).ln(),  # ln 1 = 0 at p = 1
              "h": lambda: _logit_clipped(p), "pq": lambda: p * (1 - p),
-             "q2": lambda: (1 - 2 * p) * (1 - 2 * p)}
+             "q2": lambda: (1 - 2 * p) * (1 - 2 * p),
+             # (1 − p)⁴ − p⁴ factored: no cancellation of two fourth powers near p = 1/2
+             "d4": lambda: (1 - 2 * p) * (1 - 2 * p + 2 * p * p)}
     return {name: make() for name, make in terms.items() if name in used}
 
 
@@ -948,7 +950,7 @@ def store_rows(rows: ir.Table, keys: Sequence[str], table: str, *, cells: int = 
             }.get(table, {})
     t = rows.mutate(**cols, **store_terms(rows, (*free, *label)))
     group = [*keys, *cols]
-    order = [*keys, "delay", *cols, *(s.name for s in free), *(s.name for s in label)]
+    order = [*keys, "delay", *cols, *(s.name for s in store_sums_of(table))]
 
     def zero(s):
         if s.merge != "sum":
