@@ -5044,6 +5044,92 @@ SELECT
       1 - "t2"."f"
     ) * "t2"."f"
   ) * "t2"."f") AS "vy_hi",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "q_ll",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "q_lh",
+  SUM("t2"."w" * (
+    "t2"."f" * "t2"."f"
+  )) AS "q_hh",
+  SUM(
+    "t2"."w" * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qy_ll",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  )) AS "qy_lh",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      "t2"."f" * "t2"."f"
+    )
+  )) AS "qy_hh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      (
+        1 - "t2"."f"
+      ) * (
+        1 - "t2"."f"
+      )
+    )
+  ) AS "qv_ll",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  ) AS "qv_lh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."f" * "t2"."f"
+    )
+  ) AS "qv_hh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qvy_ll",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * "t2"."f"
+      )
+    )
+  ) AS "qvy_lh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."y" * (
+        "t2"."f" * "t2"."f"
+      )
+    )
+  ) AS "qvy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",
@@ -5136,6 +5222,30 @@ SELECT
   SUM("t2"."y" * (
     1 - "t2"."f"
   ) * "t2"."f" * "t2"."f") AS "vy_hi",
+  SUM((
+    1 - "t2"."f"
+  ) * (
+    1 - "t2"."f"
+  )) AS "q_ll",
+  SUM((
+    1 - "t2"."f"
+  ) * "t2"."f") AS "q_lh",
+  SUM("t2"."f" * "t2"."f") AS "q_hh",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "qy_ll",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "qy_lh",
+  SUM("t2"."y" * (
+    "t2"."f" * "t2"."f"
+  )) AS "qy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",
@@ -5219,6 +5329,92 @@ SELECT
       1 - "t2"."f"
     ) * "t2"."f"
   ) * "t2"."f") AS "vy_hi",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "q_ll",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "q_lh",
+  SUM("t2"."w" * (
+    "t2"."f" * "t2"."f"
+  )) AS "q_hh",
+  SUM(
+    "t2"."w" * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qy_ll",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  )) AS "qy_lh",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      "t2"."f" * "t2"."f"
+    )
+  )) AS "qy_hh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      (
+        1 - "t2"."f"
+      ) * (
+        1 - "t2"."f"
+      )
+    )
+  ) AS "qv_ll",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  ) AS "qv_lh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."f" * "t2"."f"
+    )
+  ) AS "qv_hh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qvy_ll",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * "t2"."f"
+      )
+    )
+  ) AS "qvy_lh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."y" * (
+        "t2"."f" * "t2"."f"
+      )
+    )
+  ) AS "qvy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",
@@ -5311,6 +5507,30 @@ SELECT
   SUM("t2"."y" * (
     1 - "t2"."f"
   ) * "t2"."f" * "t2"."f") AS "vy_hi",
+  SUM((
+    1 - "t2"."f"
+  ) * (
+    1 - "t2"."f"
+  )) AS "q_ll",
+  SUM((
+    1 - "t2"."f"
+  ) * "t2"."f") AS "q_lh",
+  SUM("t2"."f" * "t2"."f") AS "q_hh",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "qy_ll",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "qy_lh",
+  SUM("t2"."y" * (
+    "t2"."f" * "t2"."f"
+  )) AS "qy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",
@@ -5394,6 +5614,92 @@ SELECT
       1 - `t2`.`f`
     ) * `t2`.`f`
   ) * `t2`.`f`) AS `vy_hi`,
+  SUM(`t2`.`w` * (
+    (
+      1 - `t2`.`f`
+    ) * (
+      1 - `t2`.`f`
+    )
+  )) AS `q_ll`,
+  SUM(`t2`.`w` * (
+    (
+      1 - `t2`.`f`
+    ) * `t2`.`f`
+  )) AS `q_lh`,
+  SUM(`t2`.`w` * (
+    `t2`.`f` * `t2`.`f`
+  )) AS `q_hh`,
+  SUM(
+    `t2`.`w` * (
+      `t2`.`y` * (
+        (
+          1 - `t2`.`f`
+        ) * (
+          1 - `t2`.`f`
+        )
+      )
+    )
+  ) AS `qy_ll`,
+  SUM(`t2`.`w` * (
+    `t2`.`y` * (
+      (
+        1 - `t2`.`f`
+      ) * `t2`.`f`
+    )
+  )) AS `qy_lh`,
+  SUM(`t2`.`w` * (
+    `t2`.`y` * (
+      `t2`.`f` * `t2`.`f`
+    )
+  )) AS `qy_hh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      (
+        1 - `t2`.`f`
+      ) * (
+        1 - `t2`.`f`
+      )
+    )
+  ) AS `qv_ll`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      (
+        1 - `t2`.`f`
+      ) * `t2`.`f`
+    )
+  ) AS `qv_lh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`f` * `t2`.`f`
+    )
+  ) AS `qv_hh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`y` * (
+        (
+          1 - `t2`.`f`
+        ) * (
+          1 - `t2`.`f`
+        )
+      )
+    )
+  ) AS `qvy_ll`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`y` * (
+        (
+          1 - `t2`.`f`
+        ) * `t2`.`f`
+      )
+    )
+  ) AS `qvy_lh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`y` * (
+        `t2`.`f` * `t2`.`f`
+      )
+    )
+  ) AS `qvy_hh`,
   COUNT(`t2`.`p`) AS `chk_p_count`,
   COUNT(`t2`.`y`) AS `chk_y_count`,
   MIN(`t2`.`y`) AS `chk_y_min`,
@@ -5488,6 +5794,30 @@ SELECT
   SUM(`t2`.`y` * (
     1 - `t2`.`f`
   ) * `t2`.`f` * `t2`.`f`) AS `vy_hi`,
+  SUM((
+    1 - `t2`.`f`
+  ) * (
+    1 - `t2`.`f`
+  )) AS `q_ll`,
+  SUM((
+    1 - `t2`.`f`
+  ) * `t2`.`f`) AS `q_lh`,
+  SUM(`t2`.`f` * `t2`.`f`) AS `q_hh`,
+  SUM(`t2`.`y` * (
+    (
+      1 - `t2`.`f`
+    ) * (
+      1 - `t2`.`f`
+    )
+  )) AS `qy_ll`,
+  SUM(`t2`.`y` * (
+    (
+      1 - `t2`.`f`
+    ) * `t2`.`f`
+  )) AS `qy_lh`,
+  SUM(`t2`.`y` * (
+    `t2`.`f` * `t2`.`f`
+  )) AS `qy_hh`,
   COUNT(`t2`.`p`) AS `chk_p_count`,
   COUNT(`t2`.`y`) AS `chk_y_count`,
   MIN(`t2`.`y`) AS `chk_y_min`,
@@ -5572,6 +5902,92 @@ SELECT
       1 - `t2`.`f`
     ) * `t2`.`f`
   ) * `t2`.`f`) AS `vy_hi`,
+  SUM(`t2`.`w` * (
+    (
+      1 - `t2`.`f`
+    ) * (
+      1 - `t2`.`f`
+    )
+  )) AS `q_ll`,
+  SUM(`t2`.`w` * (
+    (
+      1 - `t2`.`f`
+    ) * `t2`.`f`
+  )) AS `q_lh`,
+  SUM(`t2`.`w` * (
+    `t2`.`f` * `t2`.`f`
+  )) AS `q_hh`,
+  SUM(
+    `t2`.`w` * (
+      `t2`.`y` * (
+        (
+          1 - `t2`.`f`
+        ) * (
+          1 - `t2`.`f`
+        )
+      )
+    )
+  ) AS `qy_ll`,
+  SUM(`t2`.`w` * (
+    `t2`.`y` * (
+      (
+        1 - `t2`.`f`
+      ) * `t2`.`f`
+    )
+  )) AS `qy_lh`,
+  SUM(`t2`.`w` * (
+    `t2`.`y` * (
+      `t2`.`f` * `t2`.`f`
+    )
+  )) AS `qy_hh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      (
+        1 - `t2`.`f`
+      ) * (
+        1 - `t2`.`f`
+      )
+    )
+  ) AS `qv_ll`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      (
+        1 - `t2`.`f`
+      ) * `t2`.`f`
+    )
+  ) AS `qv_lh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`f` * `t2`.`f`
+    )
+  ) AS `qv_hh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`y` * (
+        (
+          1 - `t2`.`f`
+        ) * (
+          1 - `t2`.`f`
+        )
+      )
+    )
+  ) AS `qvy_ll`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`y` * (
+        (
+          1 - `t2`.`f`
+        ) * `t2`.`f`
+      )
+    )
+  ) AS `qvy_lh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`y` * (
+        `t2`.`f` * `t2`.`f`
+      )
+    )
+  ) AS `qvy_hh`,
   COUNT(`t2`.`p`) AS `chk_p_count`,
   COUNT(`t2`.`y`) AS `chk_y_count`,
   MIN(`t2`.`y`) AS `chk_y_min`,
@@ -5665,6 +6081,30 @@ SELECT
   SUM(`t2`.`y` * (
     1 - `t2`.`f`
   ) * `t2`.`f` * `t2`.`f`) AS `vy_hi`,
+  SUM((
+    1 - `t2`.`f`
+  ) * (
+    1 - `t2`.`f`
+  )) AS `q_ll`,
+  SUM((
+    1 - `t2`.`f`
+  ) * `t2`.`f`) AS `q_lh`,
+  SUM(`t2`.`f` * `t2`.`f`) AS `q_hh`,
+  SUM(`t2`.`y` * (
+    (
+      1 - `t2`.`f`
+    ) * (
+      1 - `t2`.`f`
+    )
+  )) AS `qy_ll`,
+  SUM(`t2`.`y` * (
+    (
+      1 - `t2`.`f`
+    ) * `t2`.`f`
+  )) AS `qy_lh`,
+  SUM(`t2`.`y` * (
+    `t2`.`f` * `t2`.`f`
+  )) AS `qy_hh`,
   COUNT(`t2`.`p`) AS `chk_p_count`,
   COUNT(`t2`.`y`) AS `chk_y_count`,
   MIN(`t2`.`y`) AS `chk_y_min`,
@@ -5749,6 +6189,92 @@ SELECT
       1 - "t2"."f"
     ) * "t2"."f"
   ) * "t2"."f") AS "vy_hi",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "q_ll",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "q_lh",
+  SUM("t2"."w" * (
+    "t2"."f" * "t2"."f"
+  )) AS "q_hh",
+  SUM(
+    "t2"."w" * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qy_ll",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  )) AS "qy_lh",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      "t2"."f" * "t2"."f"
+    )
+  )) AS "qy_hh",
+  SUM(
+    IFF("t2"."w" < 1.4916681462400413e-154, 0.0, "t2"."w" * "t2"."w") * (
+      (
+        1 - "t2"."f"
+      ) * (
+        1 - "t2"."f"
+      )
+    )
+  ) AS "qv_ll",
+  SUM(
+    IFF("t2"."w" < 1.4916681462400413e-154, 0.0, "t2"."w" * "t2"."w") * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  ) AS "qv_lh",
+  SUM(
+    IFF("t2"."w" < 1.4916681462400413e-154, 0.0, "t2"."w" * "t2"."w") * (
+      "t2"."f" * "t2"."f"
+    )
+  ) AS "qv_hh",
+  SUM(
+    IFF("t2"."w" < 1.4916681462400413e-154, 0.0, "t2"."w" * "t2"."w") * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qvy_ll",
+  SUM(
+    IFF("t2"."w" < 1.4916681462400413e-154, 0.0, "t2"."w" * "t2"."w") * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * "t2"."f"
+      )
+    )
+  ) AS "qvy_lh",
+  SUM(
+    IFF("t2"."w" < 1.4916681462400413e-154, 0.0, "t2"."w" * "t2"."w") * (
+      "t2"."y" * (
+        "t2"."f" * "t2"."f"
+      )
+    )
+  ) AS "qvy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",
@@ -5841,6 +6367,30 @@ SELECT
   SUM("t2"."y" * (
     1 - "t2"."f"
   ) * "t2"."f" * "t2"."f") AS "vy_hi",
+  SUM((
+    1 - "t2"."f"
+  ) * (
+    1 - "t2"."f"
+  )) AS "q_ll",
+  SUM((
+    1 - "t2"."f"
+  ) * "t2"."f") AS "q_lh",
+  SUM("t2"."f" * "t2"."f") AS "q_hh",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "qy_ll",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "qy_lh",
+  SUM("t2"."y" * (
+    "t2"."f" * "t2"."f"
+  )) AS "qy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",
@@ -5924,6 +6474,116 @@ SELECT
       1 - "t2"."f"
     ) * "t2"."f"
   ) * "t2"."f") AS "vy_hi",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "q_ll",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "q_lh",
+  SUM("t2"."w" * (
+    "t2"."f" * "t2"."f"
+  )) AS "q_hh",
+  SUM(
+    "t2"."w" * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qy_ll",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  )) AS "qy_lh",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      "t2"."f" * "t2"."f"
+    )
+  )) AS "qy_hh",
+  SUM(
+    IF(
+      "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t2"."w" * "t2"."w"
+    ) * (
+      (
+        1 - "t2"."f"
+      ) * (
+        1 - "t2"."f"
+      )
+    )
+  ) AS "qv_ll",
+  SUM(
+    IF(
+      "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t2"."w" * "t2"."w"
+    ) * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  ) AS "qv_lh",
+  SUM(
+    IF(
+      "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t2"."w" * "t2"."w"
+    ) * (
+      "t2"."f" * "t2"."f"
+    )
+  ) AS "qv_hh",
+  SUM(
+    IF(
+      "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t2"."w" * "t2"."w"
+    ) * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qvy_ll",
+  SUM(
+    IF(
+      "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t2"."w" * "t2"."w"
+    ) * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * "t2"."f"
+      )
+    )
+  ) AS "qvy_lh",
+  SUM(
+    IF(
+      "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t2"."w" * "t2"."w"
+    ) * (
+      "t2"."y" * (
+        "t2"."f" * "t2"."f"
+      )
+    )
+  ) AS "qvy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",
@@ -6018,6 +6678,30 @@ SELECT
   SUM("t2"."y" * (
     1 - "t2"."f"
   ) * "t2"."f" * "t2"."f") AS "vy_hi",
+  SUM((
+    1 - "t2"."f"
+  ) * (
+    1 - "t2"."f"
+  )) AS "q_ll",
+  SUM((
+    1 - "t2"."f"
+  ) * "t2"."f") AS "q_lh",
+  SUM("t2"."f" * "t2"."f") AS "q_hh",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "qy_ll",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "qy_lh",
+  SUM("t2"."y" * (
+    "t2"."f" * "t2"."f"
+  )) AS "qy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",
