@@ -6,6 +6,7 @@
 ``pyspark`` is installed. A missing engine is a skip with the reason printed (``-ra``); with
 ``SQLCAL_STRICT_ENGINES=1`` (``.ci/run`` sets it) it is a failure instead.
 
+Local Spark runs some parametrised tests with part of their parameters (:data:`SPARK_CASES`).
 ``spark_cluster`` runs a representative subset (:data:`CLUSTER_TESTS`, or tests marked
 ``@pytest.mark.cluster``) on a Spark standalone cluster at ``SQLCAL_SPARK_MASTER`` (e.g.
 ``spark://127.0.0.1:7077``; ``.ci/spark-cluster start`` runs a master and two workers on loopback);
@@ -42,6 +43,25 @@ CLUSTER_TESTS = {
     "test_decision.py::test_risk_gap_matches_brute_force[spark_cluster-0]",
     "test_scores.py::test_brier_matches_sklearn_weighted_grouped",
     "test_recalibrate.py::test_exported_sql_equals_numpy",
+}
+
+#: the parametrised engine tests that run on local Spark with some of their parameters only (the
+#: ids after ``spark-``): each axis once against a fixed other, where DuckDB and PostgreSQL run
+#: the whole cross product; every query is a Spark job of seconds
+SPARK_CASES = {
+    # every peer's bin edges in the engine (l1), every norm once (sqlcal's edges)
+    "test_binned.py::test_ece_matches_brute_force": {
+        "l1-sqlcal", "l1-sklearn", "l1-netcal", "l1-relplot", "l2-sqlcal", "max-sqlcal"},
+    # the exact method on every hand-checked fixture, the grid on the weighted ones
+    "test_cumulative.py::test_hand_checked_fixtures": {
+        *(f"exact-p{i}-y{i}-{w}" for i, w in enumerate(
+            ["None-0.4", "w1-0.26666666666666666", "None-0.25", "None-0.0", "None-0.3",
+             "w5-0.275", "None-0.15", "None-0.7"])),
+        "grid-p1-y1-w1-0.26666666666666666", "grid-p5-y5-w5-0.275"},
+    # a tie at a threshold that is not a binary fraction, and at one that is
+    "test_decision.py::test_threshold_and_payoff_forms_of_a_task_agree_at_ties": {"0.1", "0.25"},
+    "test_distance.py::test_lipschitz_error_equals_the_primal_lp_and_emd_the_transport_lp": {
+        "0", "1", "2"},
 }
 
 
@@ -107,15 +127,25 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups this marks
 def pytest_collection_modifyitems(config, items):
     """The Spark cluster runs the representative subset only, not every Spark test twice."""
-    keep, drop = [], []
+    keep, drop, seen = [], [], set()
     for item in items:
         on_cluster = "[spark_cluster" in item.nodeid or "-spark_cluster" in item.nodeid
         case = item.nodeid.split("/")[-1]
         chosen = case in CLUSTER_TESTS or case.split("[")[0] in CLUSTER_TESTS
+        spark_params = case.partition("[spark-")[2][:-1]
+        if spark_params and case.split("[")[0] in SPARK_CASES:
+            seen.add((case.split("[")[0], spark_params))
+            if spark_params not in SPARK_CASES[case.split("[")[0]]:
+                drop.append(item)
+                continue
         if on_cluster and not chosen and not item.get_closest_marker("cluster"):
             drop.append(item)
         else:
             keep.append(item)
+    for name in {name for name, _ in seen}:  # renamed parameters would drop all Spark cases
+        ids = [ids for seen_name, ids in seen if seen_name == name]
+        if len(ids) > 1 and not SPARK_CASES[name] & set(ids):
+            raise pytest.UsageError(f"SPARK_CASES[{name!r}] names none of its Spark cases {ids}")
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
