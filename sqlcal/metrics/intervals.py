@@ -344,7 +344,19 @@ def _codes(frame: pd.DataFrame, by: list) -> tuple[np.ndarray, list]:
 def _deviations(S, C, L, z, statistic, size):
     """The estimate θ̂ of each group (G), and the replicates' deviations (B × G) of
     :func:`deviations_of` for the draws ``z`` (B × bins × 3) through the factors ``L``."""
-    return deviations_of(S, C, np.einsum("gkij,rkj->rgki", L, z), statistic, size)
+    return deviations_of(S, C, lower_times(L, z), statistic, size)
+
+
+def lower_times(L: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """L·z for lower-triangular 3×3 factors ``L`` (G × bins × 3 × 3) and draws ``z`` (B × bins ×
+    3): B × G × bins × 3, written out term by term (six products; ``np.einsum`` took half of a
+    3,000-group ECE interval's time on its generic loop)."""
+    z0, z1, z2 = (z[:, None, :, j] for j in range(3))
+    out = np.empty((z.shape[0], *L.shape[:2], 3))
+    out[..., 0] = L[None, ..., 0, 0] * z0
+    out[..., 1] = L[None, ..., 1, 0] * z0 + L[None, ..., 1, 1] * z1
+    out[..., 2] = L[None, ..., 2, 0] * z0 + L[None, ..., 2, 1] * z1 + L[None, ..., 2, 2] * z2
+    return out
 
 
 def deviations_of(S, C, dS, statistic, size):
