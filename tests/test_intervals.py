@@ -196,12 +196,18 @@ def test_options_checked_at_the_boundary():
 def test_report_carries_the_intervals():
     df = rows(2000, 9, groups=2)
     out = sqlcal.report(df, score="p", label="y", by="g")
-    for name in ("ece", "rmsce", "mce", "ece_quantile", "brier", "log_loss", "citl"):
+    for name in ("ece", "rmsce", "mce", "ece_quantile", "brier", "log_loss", "citl",
+                 "cutoff_error"):
         assert (out[f"{name}_lower"] <= out[name]).all(), name
         assert (out[name] <= out[f"{name}_upper"]).all(), name
     assert (out["confidence"] == 0.95).all()
     ece = sqlcal.ece(df, score="p", label="y", by="g").sort_values("g")
     np.testing.assert_allclose(out.sort_values("g")["ece_upper"], ece["ci_upper"], rtol=1e-12)
+    # the cutoff error's interval at its own level (the certified bounds' 0.9), beside them
+    cut = sqlcal.cutoff_error(df, score="p", label="y", by="g").sort_values("g")
+    np.testing.assert_allclose(out.sort_values("g")[["cutoff_error_lower", "cutoff_error_upper"]],
+                               cut[["ci_lower", "ci_upper"]], rtol=1e-12)
+    assert (out["cutoff_confidence"] == 0.9).all()
 
 
 # -- coverage of the population value ----------------------------------------------------------

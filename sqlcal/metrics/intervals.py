@@ -590,7 +590,10 @@ def _walk_group(part: pd.DataFrame, ext: pd.Series, z, e, zx, alpha: float, grid
     # the cell's (W_c, R_c) as L·z, L the Cholesky factor of its 2×2 covariance
     l11 = np.sqrt(np.maximum(a, 0.0))
     l21 = np.where(l11 > 0, b / np.where(l11 > 0, l11, 1.0), 0.0)
-    l22 = np.sqrt(np.maximum(d - l21 * l21, 0.0))
+    # a cell whose residuals are all equal (one row) has a pivot that is 0 up to rounding:
+    # its square root would turn the sums' last bits into 1e-8 (see cholesky3)
+    pivot = d - l21 * l21
+    l22 = np.sqrt(np.where(pivot > 1e-10 * np.maximum(d, 1e-300), pivot, 0.0))
     zc = z[:, ids, :]
     s_end = np.cumsum(R) / W
     s_start = s_end - R / W
