@@ -216,18 +216,29 @@ def test_report_carries_the_intervals():
 def _coverage(kind: str, weights: str, n: int, reps: int, metrics, seed: int = 11) -> dict:
     """The share of ``reps`` samples whose 95% interval holds the population value, per metric
     (every sample one group of one summary: the finishes run all at once)."""
+    from sqlcal.metrics.intervals import walk_interval
+    from tests.intervals_sim import cells_frame, walk_extremes
+
     rng = np.random.default_rng(seed)
     wk = "sampling" if weights == "sampling" else "frequency"
-    bins, totals = [], []
+    bins, totals, cells, ext = [], [], [], []
     for r in range(reps):
         p, y, w = sample(kind, n, rng, weights)
         v = w * w if wk == "sampling" else w
         bins.append(bins_frame(p, y, w, v).assign(rep=r))
         totals.append(totals_frame(p, y, w, v))
+        if "cutoff" in metrics:
+            cells.append(cells_frame(p, y, w, v).assign(rep=r))
+            ext.append({"rep": r, **walk_extremes(p, y, w)})
     bins, totals = pd.concat(bins, ignore_index=True), pd.concat(totals, ignore_index=True)
     out = {}
     for m in metrics:
-        if m in ("ece", "rmsce", "reliability"):
+        if m == "cutoff":
+            iv = walk_interval(pd.concat(cells, ignore_index=True), pd.DataFrame(ext),
+                               by=["rep"], grid=1024, confidence=0.95, replicates=500,
+                               seed=seed, weight_kind=wk)
+            lo, hi = iv["ci_lower"].to_numpy(), iv["ci_upper"].to_numpy()
+        elif m in ("ece", "rmsce", "reliability"):
             iv = bins_interval(bins, by=["rep"], statistic=ece_statistic(
                 {"ece": "l1", "rmsce": "l2"}.get(m, m)), confidence=0.95, replicates=500,
                 seed=seed, weight_kind=wk, n_bins=BINS)
