@@ -289,8 +289,10 @@ def test_reliability_and_rmsce_coverage(kind):
     covered = _coverage(kind, "none", 20000, 300, ("rmsce", "reliability"))
     for m, c in covered.items():
         # a calibrated model is the boundary (θ = 0): the upper end cannot miss there, and
-        # the reliability's lower end is conservative (98.7% in this seed)
-        assert 0.92 <= c <= (0.99 if kind == "calibrated" else 0.98), (m, c)
+        # the reliability's lower end is conservative (98.7% in this seed); the low base rate
+        # leaves its upper bins a few rows each, which the small-bin rule judges with the
+        # spread calibration implies: conservative there too (98.7%)
+        assert 0.92 <= c <= (0.98 if kind == "overconfident" else 0.99), (m, c)
 
 
 # -- the cutoff error's interval (a bootstrap of the running residual sum) -----------------------
