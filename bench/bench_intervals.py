@@ -3,6 +3,7 @@
 Run from the repository root::
 
     nice -n 10 python bench/bench_intervals.py coverage --rows 1e3,1e4,1e5 --reps 400
+    nice -n 10 python bench/bench_intervals.py smooth --rows 5e3 --reps 200
     nice -n 10 python bench/bench_intervals.py compare --rows 1e5 --reps 200
     nice -n 10 python bench/bench_intervals.py cost --rows 1e6     # 1e8 for the issue's figure
 
@@ -11,6 +12,11 @@ Run from the repository root::
 and weighting (none, sampling, frequency) of ``tests/intervals_sim.py``; every sample is one
 group of one summary summed in numpy, the finishes run all groups at once. Prints a Markdown
 table (docs/performance.md, "Intervals").
+
+**smooth**: the same for LS-ECE (σ = 0.1, 500 replicates; the population's LS-ECE at σ from
+``tests/intervals_sim.py``'s quadrature) in every population × weighting, and TCE (PAVA-BC, the
+binomial and the t-test, 500 replicates; the expected TCE at n, the mean TCE of ``--reps``
+other samples) on unweighted samples.
 
 **compare**: the paired comparison's rejection rate at 5% when the two score columns are equal
 in distribution (false positives) and when the baseline is shifted by ``--shift`` in logit
@@ -52,6 +58,30 @@ def coverage(rows, reps: int, seed: int) -> pd.DataFrame:
                 t = time.time()
                 c = _coverage(kind, weights, int(n), reps, metrics, seed=seed)
                 out.append({"rows": int(n), "population": kind, "weights": weights, **c,
+                            "seconds": round(time.time() - t, 1)})
+                print(out[-1], flush=True)
+    return pd.DataFrame(out)
+
+
+def smooth(rows, reps: int, seed: int) -> pd.DataFrame:
+    from tests.intervals_sim import POPULATIONS
+    from tests.test_intervals_smooth import _ls_ece_coverage, _tce_coverage
+
+    out = []
+    for n in rows:
+        for kind in POPULATIONS:
+            for weights in ("none", "sampling", "frequency"):
+                t = time.time()
+                c = _ls_ece_coverage(kind, weights, int(n), reps, seed=seed, replicates=500)
+                out.append({"rows": int(n), "metric": "ls_ece", "population": kind,
+                            "weights": weights, "coverage": c,
+                            "seconds": round(time.time() - t, 1)})
+                print(out[-1], flush=True)
+            for test in ("ttest", "binomial"):
+                t = time.time()
+                c = _tce_coverage(kind, int(n), reps, test, seed=seed, replicates=500)
+                out.append({"rows": int(n), "metric": f"tce ({test})", "population": kind,
+                            "weights": "none", "coverage": c,
                             "seconds": round(time.time() - t, 1)})
                 print(out[-1], flush=True)
     return pd.DataFrame(out)
@@ -128,7 +158,7 @@ def cost(rows: int) -> pd.DataFrame:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["coverage", "compare", "cost"])
+    parser.add_argument("what", choices=["coverage", "smooth", "compare", "cost"])
     parser.add_argument("--rows", default="1e4")
     parser.add_argument("--reps", type=int, default=400)
     parser.add_argument("--shift", type=float, default=0.2)
@@ -137,6 +167,8 @@ def main() -> None:
     rows = [int(float(r)) for r in args.rows.split(",")]
     if args.what == "coverage":
         frame = coverage(rows, args.reps, args.seed)
+    elif args.what == "smooth":
+        frame = smooth(rows, args.reps, args.seed)
     elif args.what == "compare":
         frame = compare(rows[0], args.reps, args.shift)
     else:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 import sqlcal
 from sqlcal.export import dbtgen
@@ -176,8 +177,13 @@ def _library(frame: pd.DataFrame, metric: str, weighted: bool) -> pd.DataFrame:
     con.register("preds", frame)
     sql = sqlcal.summary_sql(name, table="preds", **kw, **options)
     frames = {k: con.sql(text).df() for k, text in sql.items()}
-    out = sqlcal.from_summaries(name, frames, **kw, **options)
+    level = {"confidence": 0.9} if metric in DELTA else {}  # the macro's default level
+    out = sqlcal.from_summaries(name, frames, **kw, **options, **level)
     return out.rename(columns={column: "expected"})
+
+
+#: the metrics whose values the macro gives with the delta method's interval (lower, upper)
+DELTA = ("brier", "log_loss", "citl")
 
 
 @pytest.fixture(params=["duckdb", "postgres"])
@@ -234,10 +240,27 @@ def test_values_equal_the_library(built):
             np.testing.assert_allclose(got["value"].astype(float), want["expected"],
                                        rtol=1e-9, atol=1e-12, err_msg=f"{adapter} {metric}")
             np.testing.assert_allclose(got["w_total"].astype(float), want["W"], rtol=1e-12)
+            if metric in DELTA:  # the interval's ends, as the library gives them
+                for end in ("lower", "upper"):
+                    np.testing.assert_allclose(got[end].astype(float), want[f"ci_{end}"],
+                                               rtol=1e-9, atol=1e-12,
+                                               err_msg=f"{adapter} {metric} {end}")
+            else:
+                assert got["lower"].isna().all() and got["upper"].isna().all(), metric
             if weighted:  # and a brute-force computation on the raw rows
                 brute = [_brute(part, metric) for _, part in table.groupby("segment")]
                 np.testing.assert_allclose(got["value"].astype(float), brute, rtol=1e-9,
                                            atol=1e-12, err_msg=f"{adapter} {metric} (numpy)")
+            if weighted and metric == "brier":  # its interval too (sampling weights: v = w²)
+                z = float(stats.norm.isf(0.05))
+                for (_, part), lo, hi in zip(table.groupby("segment"), got["lower"],
+                                             got["upper"]):
+                    p, y, w = (part[c].to_numpy(float) for c in ("score", "label", "weight"))
+                    bs = (w * (y - p) ** 2).sum() / w.sum()
+                    se = np.sqrt((w * w * ((y - p) ** 2 - bs) ** 2).sum()) / w.sum()
+                    np.testing.assert_allclose([float(lo), float(hi)],
+                                               [max(bs - z * se, 0), min(bs + z * se, 1)],
+                                               rtol=1e-9, err_msg=f"{adapter} brier (numpy)")
 
 
 def _brute(t: pd.DataFrame, metric: str) -> float:

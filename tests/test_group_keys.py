@@ -608,15 +608,8 @@ def test_a_stored_window_keeps_its_groups_in_every_function(name, call, kind, st
             pytest.skip(f"{name} on a stored window: {e}")
         want = _frame(call(sqlcal.source(frame, score="p", label="y", by="model")), kind)
     assert got["model"].tolist() == want["model"].tolist() and len(got) >= 3
-    unserved = [c for c in STORE_UNSERVED.get(name, ()) if c in want]
-    for column in unserved:  # documented NaN on a window (sqlcal.metrics.intervals.scanned)
-        assert got[column].isna().all() and want[column].notna().all(), (name, column)
-    _same(got.drop(columns=["model", *unserved]), want.drop(columns=["model", *unserved]), name)
-
-
-#: the interval columns a stored window leaves NaN by design (unweighted rows): the Brier
-#: score's, whose Σw(y − p)⁴ the store does not keep (sqlcal.metrics.intervals.scanned)
-STORE_UNSERVED = {"brier": ("ci_lower", "ci_upper"), "report": ("brier_lower", "brier_upper")}
+    # the intervals too: the store keeps what they read (issue 34)
+    _same(got.drop(columns=["model"]), want.drop(columns=["model"]), name)
 
 
 @pytest.fixture(scope="module")
@@ -635,27 +628,26 @@ def stored_window():
     return frame, sqlcal.stored(":memory:", prefix=prefix, maturity="all")
 
 
-def test_normalized_entropy_of_a_stored_window_reads_the_levels_or_names_them(stored_window):
-    """The stored totals hold no Σwℓ² (the interval's): a window with levels gives each group's
-    NE of brute-force numpy (it raised KeyError 'sw_logloss_sq'); one without names levels=True
-    (its log loss, from the stored totals, still works)."""
-    from sqlcal.options import OptionError
-
+def test_normalized_entropy_of_a_stored_window_equals_numpy_with_or_without_levels(
+        stored_window):
+    """A window with levels gives each group's NE of brute-force numpy (it raised KeyError
+    'sw_logloss_sq'); so does one without, from the totals of summary version 3 (Σwℓ², Σwyℓ
+    and their variance-weight forms)."""
     frame, window = stored_window
-    got = sqlcal.normalized_entropy(window)
-    for row in got.itertuples():
-        part = frame[frame["model"] == row.model]
-        p, y = part["p"].to_numpy(), part["y"].to_numpy()
-        b = y.mean()
-        ll = -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))
-        np.testing.assert_allclose(row.normalized_entropy,
-                                   ll / -(b * np.log(b) + (1 - b) * np.log(1 - b)), rtol=1e-9)
     sqlcal.snapshot(frame, score="p", label="y", by="model", time="t", store=":memory:",
                     as_of="2026-12-31", prefix="keys_no_levels_")
     bare = sqlcal.stored(":memory:", prefix="keys_no_levels_", maturity="all")
-    with pytest.raises(OptionError, match="levels=True"):
-        sqlcal.normalized_entropy(bare)
-    assert len(sqlcal.log_loss(bare)) == 3
+    for source in (window, bare):
+        got = sqlcal.normalized_entropy(source)
+        assert len(got) == 3
+        for row in got.itertuples():
+            part = frame[frame["model"] == row.model]
+            p, y = part["p"].to_numpy(), part["y"].to_numpy()
+            b = y.mean()
+            ll = -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))
+            np.testing.assert_allclose(row.normalized_entropy,
+                                       ll / -(b * np.log(b) + (1 - b) * np.log(1 - b)),
+                                       rtol=1e-9)
 
 
 def test_integer_keys_above_two_to_the_53_stay_apart_beside_a_null():

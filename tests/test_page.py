@@ -101,3 +101,32 @@ def test_a_report_without_keys_opens_its_one_group(tmp_path):
     page = html.render(scheduled.run_report(config))
     assert 'data-col="0" tabindex="0" aria-sort="none">group</th>' in page
     assert 'class="open" data-group="0" title="open all rows">all rows</button>' in page
+
+
+def test_the_comparison_with_the_baseline_is_on_each_groups_page(tmp_path):
+    # model "a" pushed 0.6 in log-odds from the true rate, the baseline "b" calibrated: the
+    # model is worse in every group (Brier's difference Σ((y − a)² − (y − b)²)/n > 0)
+    rng = np.random.default_rng(8)
+    n = 6000
+    t = rng.beta(2, 3, n)
+    logit = np.log(t / (1 - t))
+    df = pd.DataFrame({"a": 1 / (1 + np.exp(-(logit + 0.6))), "b": t,
+                       "y": (rng.random(n) < t).astype(int), "metric": rng.integers(0, 2, n)})
+    config = scheduled.validate_config({
+        "source": {"data": df, "score": "a", "label": "y", "by": "metric"},
+        "metrics": {"brier": {}}, "compare": {"baseline": "b", "metrics": ["brier"]},
+        "output": {"html": str(tmp_path / "r.html")}})
+    run = scheduled.run_report(config)
+    page = html.render(run)
+    assert page.count('data-table="comparison"') == 2  # one table per group
+    for k in (0, 1):
+        rows = df[df["metric"] == k]
+        want = (((rows["y"] - rows["a"]) ** 2).mean() - ((rows["y"] - rows["b"]) ** 2).mean())
+        # the key is named "metric": the comparison's own column is "metric_" beside it
+        got = run.comparison[run.comparison["metric"] == k].iloc[0]
+        assert got["metric_"] == "brier" and got["difference"] == pytest.approx(want, rel=1e-9)
+        shown = html.readable(got["difference"])
+        interval = f'[{html.readable(got["ci_lower"])}, {html.readable(got["ci_upper"])}]'
+        assert f'{shown} <span class="ci">{interval}</span>' in page
+    # significantly worse in both groups: both rows marked
+    assert page.count('<tr class="alert"><td>brier</td>') == 2

@@ -91,16 +91,19 @@ def monitor_page(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hostile_page(tmp_path_factory):
-    """A report whose groups are named like markup, with a series over days."""
+    """A report whose groups are named like markup, with a series over days and a comparison
+    with a baseline score column."""
     folder = tmp_path_factory.mktemp("hostile")
     rng = np.random.default_rng(5)
     n = 6000
     df = pd.DataFrame({"g": rng.choice(HOSTILE, n), "p": rng.uniform(0.05, 0.95, n),
                        "day": rng.integers(1, 6, n)})
     df["y"] = (rng.uniform(size=n) < df["p"]).astype(int)
+    df["base"] = np.clip(df["p"] + rng.normal(0, 0.05, n), 0.01, 0.99)  # a baseline model
     config = scheduled.validate_config({
         "source": {"data": df, "score": "p", "label": "y", "by": "g"},
         "metrics": {"ece": {}, "cutoff_error": {}},
+        "compare": {"baseline": "base", "metrics": ["ece", "brier"]},
         "time": {"key": "day", "metrics": ["ece"]},
         "report": {"title": "<script>alert(2)</script> title"},
         "alerts": [{"metric": "ece", "above": 0.0}],
@@ -281,8 +284,12 @@ def test_hostile_group_names_show_as_text(browser, hostile_page):
     for name in HOSTILE:
         assert f"g = {name}" in legend
     for row in range(3):
-        charts, _ = _open(page, row)
+        charts, group = _open(page, row)
         assert all(drawn == "yes" for _, drawn, _ in charts)
+        # the comparison with the baseline: one row per metric, each difference with its interval
+        versus = page.locator(f'#group-{group} table[data-table="comparison"] tbody tr')
+        assert versus.count() == 2
+        assert all("[" in versus.nth(i).inner_text() for i in range(2))
     assert page.locator("img").count() == 0
     _clean(seen)
     page.close()
@@ -300,8 +307,12 @@ def test_hostile_group_names_on_the_monitor_page(browser, hostile_monitor_page):
     assert all(f"g = {name}" in legend for name in HOSTILE)
     assert page.inner_text("#groups tbody tr:first-child td:first-child") == HOSTILE[0]
     for row in range(3):
-        charts, _ = _open(page, row)
+        charts, group = _open(page, row)
         assert all(drawn == "yes" for _, drawn, _ in charts)
+        # the comparison with the baseline: one row per metric, each difference with its interval
+        versus = page.locator(f'#group-{group} table[data-table="comparison"] tbody tr')
+        assert versus.count() == 2
+        assert all("[" in versus.nth(i).inner_text() for i in range(2))
     assert page.locator("img").count() == 0
     _clean(seen)
     page.close()

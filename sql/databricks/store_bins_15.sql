@@ -17,7 +17,11 @@ FROM (
     `t4`.`p_max`,
     0 AS `n_pos`,
     0.0 AS `swy`,
-    0.0 AS `swyp`
+    0.0 AS `swyp`,
+    `t4`.`sw2p`,
+    `t4`.`sw2pp`,
+    0.0 AS `sw2y`,
+    0.0 AS `sw2yp`
   FROM (
     SELECT
       `t1`.`segment`,
@@ -30,7 +34,9 @@ FROM (
       SUM(`t1`.`w` * `t1`.`p` * `t1`.`p`) AS `swpp`,
       SUM(`t1`.`w` * `t1`.`w` * `t1`.`pq`) AS `sw2_pq`,
       MIN(`t1`.`p`) AS `p_min`,
-      MAX(`t1`.`p`) AS `p_max`
+      MAX(`t1`.`p`) AS `p_max`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sw2p`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sw2pp`
     FROM (
       SELECT
         `t0`.`segment`,
@@ -69,7 +75,11 @@ FROM (
     CAST(NULL AS DOUBLE) AS `p_max`,
     `t3`.`n_pos`,
     `t3`.`swy`,
-    `t3`.`swyp`
+    `t3`.`swyp`,
+    0.0 AS `sw2p`,
+    0.0 AS `sw2pp`,
+    `t3`.`sw2y`,
+    `t3`.`sw2yp`
   FROM (
     SELECT
       `t2`.`segment`,
@@ -77,7 +87,9 @@ FROM (
       `t2`.`bin`,
       COUNT(*) AS `n_pos`,
       SUM(`t2`.`w`) AS `swy`,
-      SUM(`t2`.`w` * `t2`.`p`) AS `swyp`
+      SUM(`t2`.`w` * `t2`.`p`) AS `swyp`,
+      SUM(`t2`.`w` * `t2`.`w`) AS `sw2y`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`p`) AS `sw2yp`
     FROM (
       SELECT
         `t0`.`segment`,

@@ -17,7 +17,13 @@ FROM (
     "t4"."p_max",
     0 AS "n_pos",
     0.0 AS "swy",
-    0.0 AS "swyp"
+    0.0 AS "swyp",
+    "t4"."sw2p",
+    "t4"."sw2pp",
+    0.0 AS "sw2y",
+    0.0 AS "sw2yp",
+    0.0 AS "swy_d4",
+    0.0 AS "sw2y_d4"
   FROM (
     SELECT
       "t1"."segment",
@@ -30,7 +36,9 @@ FROM (
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
       SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
-      MAX("t1"."p") AS "p_max"
+      MAX("t1"."p") AS "p_max",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
         "t0"."segment",
@@ -41,7 +49,20 @@ FROM (
         LEAST(CAST(FLOOR("t0"."score" * 16384) AS BIGINT), 16383) AS "cell",
         "t0"."score" * (
           1 - "t0"."score"
-        ) AS "pq"
+        ) AS "pq",
+        (
+          1 - (
+            "t0"."score" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."score" * 2
+            )
+          ) + (
+            "t0"."score" * 2 * "t0"."score"
+          )
+        ) AS "d4"
       FROM "predictions" AS "t0"
     ) AS "t1"
     GROUP BY
@@ -69,7 +90,13 @@ FROM (
     CAST(NULL AS DOUBLE) AS "p_max",
     "t3"."n_pos",
     "t3"."swy",
-    "t3"."swyp"
+    "t3"."swyp",
+    0.0 AS "sw2p",
+    0.0 AS "sw2pp",
+    "t3"."sw2y",
+    "t3"."sw2yp",
+    "t3"."swy_d4",
+    "t3"."sw2y_d4"
   FROM (
     SELECT
       "t2"."segment",
@@ -77,7 +104,11 @@ FROM (
       "t2"."cell",
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
-      SUM("t2"."w" * "t2"."p") AS "swyp"
+      SUM("t2"."w" * "t2"."p") AS "swyp",
+      SUM("t2"."w" * "t2"."w") AS "sw2y",
+      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."w" * "t2"."d4") AS "swy_d4",
+      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4"
     FROM (
       SELECT
         "t0"."segment",
@@ -88,7 +119,20 @@ FROM (
         LEAST(CAST(FLOOR("t0"."score" * 16384) AS BIGINT), 16383) AS "cell",
         "t0"."score" * (
           1 - "t0"."score"
-        ) AS "pq"
+        ) AS "pq",
+        (
+          1 - (
+            "t0"."score" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."score" * 2
+            )
+          ) + (
+            "t0"."score" * 2 * "t0"."score"
+          )
+        ) AS "d4"
       FROM "predictions" AS "t0"
       WHERE
         COALESCE("t0"."label", 0.0) = 1

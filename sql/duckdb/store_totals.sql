@@ -31,7 +31,19 @@ FROM (
     0.0 AS "swy_lnq2",
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
-    0.0 AS "swy_h"
+    0.0 AS "swy_h",
+    "t4"."swp4",
+    "t4"."sw2p4",
+    "t4"."sw2_lnq",
+    "t4"."sw2_lnq2",
+    0.0 AS "sw2y",
+    0.0 AS "sw2yp",
+    0.0 AS "swy_d4",
+    0.0 AS "sw2y_d4",
+    0.0 AS "sw2y_lnp",
+    0.0 AS "sw2y_lnq",
+    0.0 AS "sw2y_lnp2",
+    0.0 AS "sw2y_lnq2"
   FROM (
     SELECT
       "t1"."segment",
@@ -56,7 +68,11 @@ FROM (
         "t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
-      MAX("t1"."p") AS "p_max"
+      MAX("t1"."p") AS "p_max",
+      SUM("t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "swp4",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
+      SUM("t1"."w" * "t1"."w" * "t1"."lnq") AS "sw2_lnq",
+      SUM("t1"."w" * "t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
     FROM (
       SELECT
         "t0"."segment",
@@ -82,7 +98,20 @@ FROM (
           1 - (
             "t0"."score" * 2
           )
-        ) AS "q2"
+        ) AS "q2",
+        (
+          1 - (
+            "t0"."score" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."score" * 2
+            )
+          ) + (
+            "t0"."score" * 2 * "t0"."score"
+          )
+        ) AS "d4"
       FROM "predictions" AS "t0"
     ) AS "t1"
     GROUP BY
@@ -123,7 +152,19 @@ FROM (
     "t3"."swy_lnq2",
     "t3"."n_pos_p0",
     "t3"."n_pos_p1",
-    "t3"."swy_h"
+    "t3"."swy_h",
+    0.0 AS "swp4",
+    0.0 AS "sw2p4",
+    0.0 AS "sw2_lnq",
+    0.0 AS "sw2_lnq2",
+    "t3"."sw2y",
+    "t3"."sw2yp",
+    "t3"."swy_d4",
+    "t3"."sw2y_d4",
+    "t3"."sw2y_lnp",
+    "t3"."sw2y_lnq",
+    "t3"."sw2y_lnp2",
+    "t3"."sw2y_lnq2"
   FROM (
     SELECT
       "t2"."segment",
@@ -139,7 +180,15 @@ FROM (
         "t2"."p" = 0) AS "n_pos_p0",
       COUNT(*) FILTER(WHERE
         "t2"."p" = 1) AS "n_pos_p1",
-      SUM("t2"."w" * "t2"."h") AS "swy_h"
+      SUM("t2"."w" * "t2"."h") AS "swy_h",
+      SUM("t2"."w" * "t2"."w") AS "sw2y",
+      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."w" * "t2"."d4") AS "swy_d4",
+      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnp") AS "sw2y_lnp",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnq") AS "sw2y_lnq",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnp" * "t2"."lnp") AS "sw2y_lnp2",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnq" * "t2"."lnq") AS "sw2y_lnq2"
     FROM (
       SELECT
         "t0"."segment",
@@ -165,7 +214,20 @@ FROM (
           1 - (
             "t0"."score" * 2
           )
-        ) AS "q2"
+        ) AS "q2",
+        (
+          1 - (
+            "t0"."score" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."score" * 2
+            )
+          ) + (
+            "t0"."score" * 2 * "t0"."score"
+          )
+        ) AS "d4"
       FROM "predictions" AS "t0"
       WHERE
         COALESCE("t0"."label", 0.0) = 1

@@ -14,6 +14,18 @@ SELECT
   "t3"."v_hi",
   "t3"."vy_lo",
   "t3"."vy_hi",
+  "t3"."q_ll",
+  "t3"."q_lh",
+  "t3"."q_hh",
+  "t3"."qy_ll",
+  "t3"."qy_lh",
+  "t3"."qy_hh",
+  "t3"."qv_ll",
+  "t3"."qv_lh",
+  "t3"."qv_hh",
+  "t3"."qvy_ll",
+  "t3"."qvy_lh",
+  "t3"."qvy_hh",
   "t3"."chk_p_count",
   "t3"."chk_y_count",
   "t3"."chk_y_min",
@@ -65,6 +77,116 @@ FROM (
         1 - "t2"."f"
       ) * "t2"."f"
     ) * "t2"."f") AS "vy_hi",
+    SUM("t2"."w" * (
+      (
+        1 - "t2"."f"
+      ) * (
+        1 - "t2"."f"
+      )
+    )) AS "q_ll",
+    SUM("t2"."w" * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )) AS "q_lh",
+    SUM("t2"."w" * (
+      "t2"."f" * "t2"."f"
+    )) AS "q_hh",
+    SUM(
+      "t2"."w" * (
+        "t2"."y" * (
+          (
+            1 - "t2"."f"
+          ) * (
+            1 - "t2"."f"
+          )
+        )
+      )
+    ) AS "qy_ll",
+    SUM("t2"."w" * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * "t2"."f"
+      )
+    )) AS "qy_lh",
+    SUM("t2"."w" * (
+      "t2"."y" * (
+        "t2"."f" * "t2"."f"
+      )
+    )) AS "qy_hh",
+    SUM(
+      IF(
+        "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t2"."w" * "t2"."w"
+      ) * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    ) AS "qv_ll",
+    SUM(
+      IF(
+        "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t2"."w" * "t2"."w"
+      ) * (
+        (
+          1 - "t2"."f"
+        ) * "t2"."f"
+      )
+    ) AS "qv_lh",
+    SUM(
+      IF(
+        "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t2"."w" * "t2"."w"
+      ) * (
+        "t2"."f" * "t2"."f"
+      )
+    ) AS "qv_hh",
+    SUM(
+      IF(
+        "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t2"."w" * "t2"."w"
+      ) * (
+        "t2"."y" * (
+          (
+            1 - "t2"."f"
+          ) * (
+            1 - "t2"."f"
+          )
+        )
+      )
+    ) AS "qvy_ll",
+    SUM(
+      IF(
+        "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t2"."w" * "t2"."w"
+      ) * (
+        "t2"."y" * (
+          (
+            1 - "t2"."f"
+          ) * "t2"."f"
+        )
+      )
+    ) AS "qvy_lh",
+    SUM(
+      IF(
+        "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t2"."w" * "t2"."w"
+      ) * (
+        "t2"."y" * (
+          "t2"."f" * "t2"."f"
+        )
+      )
+    ) AS "qvy_hh",
     COUNT("t2"."p") AS "chk_p_count",
     COUNT("t2"."y") AS "chk_y_count",
     MIN("t2"."y") AS "chk_y_min",

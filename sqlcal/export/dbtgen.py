@@ -29,6 +29,7 @@ from sqlcal import outputs
 from sqlcal.export.metric_sql import statements
 from sqlcal.inputs.groupkeys import VALUE
 from sqlcal.inputs.sources import check_exprs, valid_expr
+from sqlcal.metrics.intervals import z_value
 from sqlcal.monitor import schema
 from sqlcal.query import reductions
 from sqlcal.query.sql import to_sql
@@ -57,6 +58,11 @@ SUMMARIES = {
 TEST_METRICS = {"ece": "uniform_bins", "mce": "uniform_bins", "citl": "totals",
                 "brier": "totals", "log_loss": "totals", "spiegelhalter_z": "totals",
                 "cutoff_error": "score_cells"}
+
+
+#: the two-sided normal quantiles of the confidence levels the delta-method intervals of
+#: ``calibration_values`` (brier, log_loss, citl) take (SQL has no normal quantile function)
+LEVELS = {str(c): z_value(c) for c in (0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999)}
 
 
 #: what the generic test can detect: per group, the rows at which it fails a model whose true
@@ -275,12 +281,13 @@ def store_file() -> str:
         out.append(_macro(f"store_{kind}", args, calls,
                           {a: store_sql(kind, d) for a, d in ADAPTERS.items()}))
     columns = {kind: [c for c, _ in (*schema.TABLES[kind]["keys"],
-                                     *schema.TABLES[kind]["label_free"],
-                                     *schema.TABLES[kind]["label"])]
+                                     *schema.TABLES[kind]["values"])]
                for kind in ("totals", "cells", "bins")}
     out.append(_text("store.sql").replace("__COLUMNS__", repr(columns)).replace(
         "__DELAYS__", repr([float(d) for d in schema.DELAYS])).replace(
         "__SUMMARY_VERSION__", str(schema.SUMMARY_VERSION)).replace(
+        "__HASHED_VERSION__", str(schema.EXTENDS.get(schema.SUMMARY_VERSION,
+                                                     schema.SUMMARY_VERSION))).replace(
         "__VERSION__", __import__("sqlcal").__version__))
     return "".join(out)
 
@@ -298,7 +305,7 @@ def render() -> dict[str, str]:
     return {"dbt_project.yml": _text("dbt_project.yml"),
             "macros/summaries.sql": summaries_file(),
             "macros/calibration.sql": _HEADER + _text("calibration.sql").replace(
-                "__METRICS__", metrics),
+                "__METRICS__", metrics).replace("__Z__", repr(LEVELS)),
             "macros/calibration_change.sql": _HEADER + _text("calibration_change.sql"),
             "macros/store.sql": store_file(),
             "macros/sqlcal.yml": _text("sqlcal.yml").format(**_figures()),

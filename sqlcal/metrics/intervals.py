@@ -276,7 +276,7 @@ def bins_interval(bins: pd.DataFrame, *, by: Sequence[str], statistic: Callable,
     n_bins : int
         The number of bins asked for (bin ids are below ``n_bins + 1``).
     side : int, default 0
-        The stream of draws (:func:`_stream`): two independent samples of a comparison take
+        The stream of draws (:func:`draw_stream`): two independent samples of a comparison take
         sides 0 and 1.
     deviations : bool, default False
         Also return, per group, the estimate and the replicates' ``(down, up)`` deviations
@@ -317,7 +317,7 @@ def bins_interval(bins: pd.DataFrame, *, by: Sequence[str], statistic: Callable,
     if moments is not None and G:
         C[codes, ids] = moments
         L = cholesky3(C.reshape(-1, 3, 3)).reshape(G, K, 3, 3)
-        z = np.random.default_rng(_stream(seed, side)).standard_normal((replicates, K, 3))
+        z = np.random.default_rng(draw_stream(seed, side)).standard_normal((replicates, K, 3))
         chunk = max(1, _CHUNK // (replicates * K * 3))
         for a in range(0, G, chunk):
             b = min(G, a + chunk)
@@ -451,21 +451,63 @@ def cholesky3(c: np.ndarray) -> np.ndarray:
     return L
 
 
-def _stream(seed: int, side: int = 0) -> list:
+def cholesky(c: np.ndarray) -> np.ndarray:
+    """:func:`cholesky3` for a stack of d×d positive semi-definite matrices (any d): the lower
+    factor, column by column, a pivot that is 0 up to rounding set to 0 (its column then 0)."""
+    d = c.shape[-1]
+    L = np.zeros_like(c)
+    tol = 1e-10
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for j in range(d):
+            pivot = c[:, j, j] - (L[:, j, :j] ** 2).sum(axis=-1)
+            pivot = np.where(pivot > tol * np.maximum(c[:, j, j], 1e-300), pivot, 0.0)
+            L[:, j, j] = root = np.sqrt(pivot)
+            inv = np.where(root > 0, 1 / np.where(root > 0, root, 1.0), 0.0)
+            for i in range(j + 1, d):
+                L[:, i, j] = (c[:, i, j] - (L[:, i, :j] * L[:, j, :j]).sum(axis=-1)) * inv
+    return L
+
+
+def draw_stream(seed: int, side: int = 0) -> list:
     """The random stream of the draws: the seed, and the side of a comparison (0 for a metric's
     own interval). Every group reads the same draws, bin by bin, so a group's interval depends
     on its own sums only (not on its key's type on an engine, nor on the other groups)."""
     return [int(seed), int(side)]
 
 
-def scanned(src) -> bool:
-    """Whether ``src`` can give every interval's sums: a scan (one more aggregate), or the
-    levels of ``from_summaries`` (binary labels: every moment is a function of a level's Σw,
-    Σwy, Σv, Σvy and its score). A stored window (:mod:`sqlcal.monitor.stored`) holds the
-    frequency weights' moments (Σwp², Σwyp, and the log loss's Σwℓ²) but not Σw(y − p)⁴ nor
-    the variance weight's moments: there the Brier score's interval, and every interval under
-    sampling weights, are NaN (:func:`interval_parts` asks it for ``moments`` only)."""
-    return getattr(src, "served", None) is None
+def held(src) -> frozenset | None:
+    """The interval parts ``src`` can give (:func:`interval_parts`, and the totals' ``"r4"``
+    and ``"logloss_var"``): None for a scan (one more aggregate gives any) or the levels of
+    ``from_summaries`` (binary labels: every moment is a function of a level's Σw, Σwy, Σv, Σvy
+    and its score); for a stored window (:mod:`sqlcal.monitor.stored`), the parts its
+    periods' stored sums give (summary version 3 stores them all; a window holding a period
+    that version 2 wrote gives the frequency weights' moments only)."""
+    served = getattr(src, "served", None)
+    if served is None:
+        return None
+    return frozenset(getattr(served, "interval_parts", ("moments",)))
+
+
+def available(src, parts: Sequence[str]) -> tuple:
+    """The ``parts`` ``src`` can give (:func:`held`); for the others a warning says why the
+    intervals that read them are NaN (never made up)."""
+    have = held(src)
+    if have is None:
+        return tuple(parts)
+    missing = [p for p in parts if p not in have]
+    if missing:
+        import warnings
+
+        why = getattr(getattr(src, "served", None), "interval_gap", None) or (
+            "this source does not hold their sums")
+        warnings.warn(f"intervals NaN ({', '.join(_PART_SUMS.get(p, p) for p in missing)} "
+                      f"missing): {why}", stacklevel=3)
+    return tuple(p for p in parts if p in have)
+
+
+#: what each interval part adds, for the warning of :func:`available`
+_PART_SUMS = {"r4": "Σw(y − p)⁴", "spread": "the variance weight's moments",
+              "logloss_var": "Σwℓ²", "sw2": "Σv", "moments": "Σwp², Σwyp"}
 
 
 #: the most bins a binned interval is drawn for: beyond, the bins hold too few rows for the
@@ -478,11 +520,10 @@ def interval_parts(src, weight_kind: str, on: bool) -> tuple:
     variance weight theirs (``"spread"``), unless the weights are frequencies."""
     if not on:
         return ()
-    if not scanned(src):
-        return ("moments",)
     from sqlcal.metrics import variance_parts
 
-    return ("moments", *(("spread",) if variance_parts(src, weight_kind) else ()))
+    return available(src, ("moments", *(("spread",) if variance_parts(src, weight_kind)
+                                        else ())))
 
 
 # -- the bootstrap of the running residual sum (the cutoff error) --------------------------------
@@ -558,7 +599,7 @@ def walk_interval(cells: pd.DataFrame, extremes: pd.DataFrame, *, by: Sequence[s
         return _walk_out(ext, by, lower, upper)
     frame = frame.assign(_m00=moments[:, 0, 0], _m01=moments[:, 0, 1] - moments[:, 0, 2],
                          _m11=moments[:, 1, 1] - 2 * moments[:, 1, 2] + moments[:, 2, 2])
-    rng = np.random.default_rng(_stream(seed, 2))
+    rng = np.random.default_rng(draw_stream(seed, 2))
     z = rng.standard_normal((replicates, grid, 2))
     e = -2 * np.log1p(-rng.random((replicates, grid, 2)))  # −2 ln U, U uniform on (0, 1]
     zx = rng.standard_normal((replicates, 2))

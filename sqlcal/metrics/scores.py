@@ -13,11 +13,11 @@ from sqlcal.inputs.sources import Source
 from sqlcal.metrics import resolve_weight_kind, result, safe_div, statistic, variance_parts
 from sqlcal.metrics._registry import Report, metric
 from sqlcal.metrics.intervals import (
+    available,
     brier_interval,
     citl_interval,
     interval_parts,
     log_loss_interval,
-    scanned,
 )
 from sqlcal.options import checked
 from sqlcal.query import declared, executor, planner
@@ -493,15 +493,12 @@ def _trust(confidence: float, weight_kind: str) -> dict:
 
 
 def _interval(src: Source, o: dict, *extra: str) -> tuple:
-    """The totals parts of a delta-method interval under the metric's options ``o``."""
-    if not scanned(src):
-        return ()
-    return (*interval_parts(src, o.get("weight_kind", "auto"), True), *extra)
+    """The totals parts of a delta-method interval under the metric's options ``o`` (those
+    the source can give: :func:`sqlcal.metrics.intervals.available`)."""
+    return (*interval_parts(src, o.get("weight_kind", "auto"), True), *available(src, extra))
 
 
 def _log_loss_parts(src: Source, o: dict) -> tuple:
     """The log loss's interval reads the normalized entropy's sums: Σwℓ², and under the
     variance weight Σv, Σvℓ, Σvℓ²."""
-    if not scanned(src):
-        return ()
-    return ("logloss_var", *variance_parts(src, o.get("weight_kind", "auto")))
+    return available(src, ("logloss_var", *variance_parts(src, o.get("weight_kind", "auto"))))

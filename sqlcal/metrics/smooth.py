@@ -14,9 +14,18 @@ import pandas as pd
 from scipy import signal, special, stats
 
 from sqlcal.inputs.sources import Source
-from sqlcal.metrics import groups, key_tuple, per_group, result
+from sqlcal.metrics import groups, key_tuple, per_group, resolve_weight_kind, result
 from sqlcal.metrics._registry import Report, metric
 from sqlcal.metrics.cells import SMOOTH_CELLS
+from sqlcal.metrics.intervals import (
+    REPLICATES,
+    SEED,
+    WEIGHT_FLOOR,
+    cholesky,
+    draw_stream,
+    interval_parts,
+    selection_threshold,
+)
 from sqlcal.options import Option, checked, costs_ls_ece, costs_smooth
 from sqlcal.query import declared, executor, planner
 from sqlcal.query.executor import as_source
@@ -28,10 +37,13 @@ _REFINING = {("sigma", None): "sigma=<a bandwidth> (one histogram split at its g
 
 
 @metric(
-    needs=lambda src, o: [declared.logit_grid(_logit_step(o["noise_scale"], o["noise"],
-                                                          o["grid_step"]), o["clip"])],
-    report={"ls_ece": Report({"ls_ece": "ls_ece"})},
-    trust={"grid_bound": "ls_ece_grid_bound", "noise": None, "grid_step": None},
+    needs=lambda src, o: [declared.logit_grid(
+        _logit_step(o["noise_scale"], o["noise"], o["grid_step"]), o["clip"],
+        *_ls_ece_parts(src, o))],
+    report={"ls_ece": Report({"ls_ece": "ls_ece", "ci_lower": "ls_ece_lower",
+                              "ci_upper": "ls_ece_upper"})},
+    trust={"grid_bound": "ls_ece_grid_bound", "noise": None, "grid_step": None,
+           "ci_method": None, "confidence": "confidence", "weight_kind": "weight_kind"},
     cost=costs_ls_ece,
     options={"noise": Option("choice", "the noise added to the logits", choices=NOISES),
              "noise_scale": Option("float", "scale of the noise added to the logits", low=0,
@@ -52,6 +64,10 @@ def ls_ece(
     noise: str = "gaussian",
     clip: float = 1e-6,
     grid_step: float | None = None,
+    confidence: float = 0.95,
+    bootstrap: int = REPLICATES,
+    seed: int = SEED,
+    weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""The logit-smoothed ECE: the ECE of the predictor after noise is added to its logit.
@@ -82,6 +98,17 @@ def ls_ece(
         or 1 have no logit. A confidently wrong prediction still contributes about 1.
     grid_step : float, optional
         The logit grid's spacing δ; default min(σ, 1)/20 (Gaussian) or min(σ, 1)/200 (uniform).
+    confidence : float, default 0.95
+        Two-sided level of the interval.
+    bootstrap : int, default 1000
+        Replicates of the interval's bootstrap (0: no interval, and no second moments in the
+        scan).
+    seed : int, default 20260101
+        Seed of the replicates' draws (the same interval on every run and engine).
+    weight_kind : {"auto", "frequency", "sampling"}, default "auto"
+        How weights enter the interval: a row of weight w is w rows (frequency), or one row
+        drawn with probability ∝ 1/w (sampling, and any ``negative_sampling_rate``); ``"auto"``
+        reads whole-number weights as frequencies.
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -89,9 +116,12 @@ def ls_ece(
     Returns
     -------
     pandas.DataFrame
-        One row per group: the keys, ``ls_ece``, ``n``, ``W``, ``grid_bound`` (the grid's error
-        bound, see Notes), ``noise_scale``, ``noise``, ``clip`` and ``grid_step`` (the logit
-        grid spacing δ used); with ``on_invalid="drop"``, ``n_dropped``.
+        One row per group: the keys, ``ls_ece``, ``n``, ``W``, ``ci_lower``, ``ci_upper`` (the
+        interval of the population's LS-ECE at the same σ, see Notes; NaN without
+        ``bootstrap``), ``grid_bound`` (the grid's error bound, see Notes), ``noise_scale``,
+        ``noise``, ``clip``, ``grid_step`` (the logit grid spacing δ used), ``ci_method``
+        (``"bootstrap"``, or None), ``confidence``, ``weight_kind``; with
+        ``on_invalid="drop"``, ``n_dropped``.
 
     See Also
     --------
@@ -119,26 +149,57 @@ def ls_ece(
     not 0 for a calibrated model (about 0.2σ for an atom at ½: (1/4)·sqrt(2/π)·σ = 0.1995σ) and
     tends to ½ as σ → ∞; values are comparable only at the same σ.
 
+    **The interval** covers the population's LS-ECE at the same σ, noise and clip,
+    :math:`\int |E[w(y - \rho(u))K_\sigma(u - z)]|\,du / E[w]`: the value the estimate tends
+    to as the rows grow with σ fixed, not the ECE of the scores themselves (LS-ECE reaches that
+    only as σ → 0, Chidambaram et al.'s Theorem 5.4). That value is not 0 for a calibrated model:
+    it carries the smoothing's own bias (0.1995σ for an atom, O(σ²) for a smooth score
+    density), so a calibrated model's interval reaches down to that bias, and to 0 only where
+    the bias is within the noise. The plug-in value is biased upward where A(u) is near 0 (as
+    the binned ECE is at a calibrated bin); the ends follow the directional derivative of
+    :math:`\int|A|` (Fang & Santos 2019), with the replicates of a Poisson bootstrap of the
+    rows drawn, as Gaussian vectors with the same covariance, from the second moments of each
+    row's split between its two logit nodes that the grid's scan adds (Hanley & MacGibbon 2006;
+    Chernozhukov, Chetverikov & Kato 2013). The grid's error ``grid_bound`` widens both ends.
+    See :func:`sqlcal.metrics.smooth.ls_ece_interval` for the method and its approximations,
+    and the guide's Intervals page for its measured coverage.
+
     References
     ----------
     .. [1] M. Chidambaram, H. Lee, C. McSwiggen and S. Rezchikov, "How Flawed Is ECE? An Analysis
        via Logit Smoothing", ICML (PMLR 235), 2024.
+    .. [2] Z. Fang and A. Santos, "Inference on Directionally Differentiable Functions", Review
+       of Economic Studies 86(1), 2019.
+    .. [3] J. A. Hanley and B. MacGibbon, "Creating non-parametric bootstrap samples using Poisson
+       frequencies", Computer Methods and Programs in Biomedicine 83(1), 2006.
+    .. [4] V. Chernozhukov, D. Chetverikov and K. Kato, "Gaussian approximations and multiplier
+       bootstrap for maxima of sums of high-dimensional random vectors", Annals of Statistics
+       41(6), 2013.
+    .. [5] D. W. K. Andrews and G. Soares, "Inference for Parameters Defined by Moment
+       Inequalities Using Generalized Moment Selection", Econometrica 78(1), 2010.
 
     Examples
     --------
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9],
     ...                    "y": [0, 0, 1, 0, 1, 0, 1, 1]})
-    >>> sqlcal.ls_ece(df, score="p", label="y").round(6)
-         ls_ece  n    W  grid_bound  noise_scale     noise      clip  grid_step
-    0  0.342332  8  8.0    0.000004          0.1  gaussian  0.000001      0.005
+    >>> out = sqlcal.ls_ece(df, score="p", label="y")
+    >>> out[["ls_ece", "ci_lower", "ci_upper", "noise_scale", "grid_step"]].round(6)
+         ls_ece  ci_lower  ci_upper  noise_scale  grid_step
+    0  0.342332       0.0  0.491216          0.1      0.005
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
     step = _logit_step(noise_scale, noise, grid_step)
-    grid = planner.fetch(src, declared.logit_grid(step, clip))
-    out = ls_ece_finish(grid, by=src.by, noise_scale=noise_scale, noise=noise, step=step)
-    return result(src, out, ["ls_ece", "grid_bound", "noise_scale"],
-                  {"noise": noise, "clip": clip, "grid_step": step})
+    parts = _ls_ece_parts(src, {"bootstrap": bootstrap, "weight_kind": weight_kind})
+    grid = planner.fetch(src, declared.logit_grid(step, clip, *parts))
+    weight_kind = resolve_weight_kind(src, weight_kind)
+    out = ls_ece_finish(grid, by=src.by, noise_scale=noise_scale, noise=noise, step=step,
+                        confidence=confidence, bootstrap=bootstrap, seed=seed,
+                        weight_kind=weight_kind)
+    return result(src, out, ["ls_ece", "ci_lower", "ci_upper", "grid_bound", "noise_scale"],
+                  {"noise": noise, "clip": clip, "grid_step": step,
+                   "ci_method": "bootstrap" if bootstrap else None, "confidence": confidence,
+                   "weight_kind": weight_kind})
 
 
 @metric(needs=lambda src, o: _cells_needs(src, o), refining=_REFINING,
@@ -367,6 +428,14 @@ def _logit_step(sigma: float, noise: str, delta: float | None) -> float:
     return delta or (min(sigma, 1.0) / 20 if noise == "gaussian" else min(sigma, 1.0) / 200)
 
 
+def _ls_ece_parts(src: Source, options: dict) -> tuple:
+    """The logit grid's parts of LS-ECE's interval: the moments (and under the variance
+    weight, ``spread``; with soft labels, ``soft``) when it draws one."""
+    parts = interval_parts(src, options.get("weight_kind", "auto"),
+                           bool(options.get("bootstrap")))
+    return (*parts, *(("soft",) if parts and src.allow_soft else ()))
+
+
 def _cells_needs(src: Source, options: dict) -> list:
     """smECE's first histogram: the cells split at the grid of ``sigma`` (automatic: of σ = 1,
     which every bandwidth search reads first and which serves every σ ≥ 0.01)."""
@@ -387,9 +456,12 @@ def _integer_weights(src: Source) -> bool:
 
 
 def ls_ece_finish(grid: pd.DataFrame, *, by: Sequence[str], noise_scale: float, noise: str,
-                  step: float) -> pd.DataFrame:
+                  step: float, confidence: float = 0.95, bootstrap: int = 0, seed: int = SEED,
+                  weight_kind: str = "frequency") -> pd.DataFrame:
     """LS-ECE per group from the logit-grid histogram (:func:`sqlcal.query.declared.logit_grid`
-    of step ``step``): the keys, ``n``, ``W``, ``ls_ece``, ``grid_bound``, ``noise_scale``."""
+    of step ``step``): the keys, ``n``, ``W``, ``ls_ece``, ``grid_bound``, ``noise_scale``, and
+    with ``bootstrap`` replicates ``ci_lower``, ``ci_upper`` (:func:`ls_ece_interval`; NaN where
+    the grid lacks the interval's moments)."""
     sigma, delta = noise_scale, step  # the paper's σ and the grid's δ
     kernel, curvature = _kernel(sigma, delta, noise)
     r = delta / sigma
@@ -400,18 +472,125 @@ def ls_ece_finish(grid: pd.DataFrame, *, by: Sequence[str], noise_scale: float, 
         u, mass, label_mass, var, label_var = _logit_masses(part, len(kernel) // 2)
         W = part["W"].sum()
         if W <= 0:
-            return {"ls_ece": np.nan}
+            return {"ls_ece": np.nan, "ci_lower": np.nan, "ci_upper": np.nan}
         N = signal.fftconvolve(mass, kernel, mode="same")
         N1 = signal.fftconvolve(label_mass, kernel, mode="same")
         if curvature is not None:  # cancel linear binning's ½δ²f(1−f)K'' per row
             N -= 0.5 * delta**2 * signal.fftconvolve(var, curvature, mode="same")
             N1 -= 0.5 * delta**2 * signal.fftconvolve(label_var, curvature, mode="same")
-        A = N1 - special.expit(u * delta) * N
-        return {"ls_ece": float(_integral_of_abs(A, delta) / W)}
+        rho = special.expit(u * delta)
+        A = N1 - rho * N
+        value = float(_integral_of_abs(A, delta) / W)
+        out = {"ls_ece": value, "ci_lower": np.nan, "ci_upper": np.nan}
+        if bootstrap:
+            size = float(W if weight_kind == "frequency" else part["n"].sum())
+            lo, hi = ls_ece_interval(part, int(u[0]), A, rho, kernel, delta, value, float(W),
+                                     size, confidence=confidence, replicates=bootstrap,
+                                     seed=seed, weight_kind=weight_kind)
+            # the estimate's own grid error, on both ends
+            out["ci_lower"], out["ci_upper"] = max(lo - bound, 0.0), hi + bound
+        return out
 
     out = per_group(grid, list(by), finish)
     out["grid_bound"], out["noise_scale"] = bound, sigma
     return out
+
+
+#: LS-ECE's draws come in blocks of this many logit cells, each block its own random stream
+#: (seeded by the seed and the block's place on the grid): a group's replicates depend on its
+#: own sums only, whatever cells the other groups occupy
+_BLOCK = 256
+
+
+def ls_ece_interval(part: pd.DataFrame, first: int, A: np.ndarray, rho: np.ndarray,
+                    kernel: np.ndarray, delta: float, value: float, W: float, size: float, *,
+                    confidence: float, replicates: int, seed: int, weight_kind: str
+                    ) -> tuple[float, float]:
+    r"""One group's interval of LS-ECE: (lower, upper), NaN without the grid's moments.
+
+    ``part``: the group's logit-grid rows with the moments of
+    :func:`sqlcal.query.reductions.logit_grid_moments`; ``first``: the logit node of ``A[0]``;
+    ``A``: :math:`A(u_j) = N_1(u_j) - \rho(u_j)N(u_j)` on the nodes, ``rho`` the sigmoid
+    there; ``value``: the estimate; ``W`` its weight; ``size``: its rows (frequency: W).
+
+    Under Poisson(1) resampling of the rows, the node masses (M_k, M_k+1, Y_k, Y_k+1) that the
+    rows of logit cell k make vary with covariance :math:`\sum v\,x x^\top`,
+    :math:`x = (1, y) \otimes (1 - f, f)`, independently from cell to cell (v the variance
+    weight). The replicates draw exactly that covariance as Gaussian vectors (the multiplier
+    bootstrap, as :func:`sqlcal.metrics.intervals.bins_interval`), and carry them through the
+    same convolution: :math:`A^* - \hat A = K * \Delta Y - \rho\,(K * \Delta M)`, linear in
+    the draws. A(u) sums the rows within a few σ of u, so its deviation is close to normal
+    however few rows a cell holds; the curvature term's deviation (δ²/8 of the kernel's second
+    derivative, relative size (δ/σ)²/8) is left out.
+
+    The ends follow Fang & Santos (2019) as the binned ECE's: the upper end from the
+    linearization :math:`\delta\sum \mathrm{sign}(\hat A)\,\Delta A / W - \hat\theta\,
+    \Delta W / W`, the lower end from the change of :math:`\delta\sum|A_c + \Delta A|/(W +
+    \Delta W)` at the centre :math:`A_c`, which sets to 0 the nodes whose :math:`|\hat A(u)|`
+    is within :math:`\kappa_n` of its standard error (from the replicates;
+    :func:`sqlcal.metrics.intervals.selection_threshold`).
+    """
+    alpha = 1 - confidence
+    C = _grid_moments(part, weight_kind)
+    if C is None:
+        return np.nan, np.nan
+    cells = part["k"].to_numpy(np.int64)
+    order = np.argsort(cells, kind="stable")
+    cells, C = cells[order], C[order]
+    L = cholesky(C)
+    nodes = len(A)
+    at = cells - first  # each cell's lower node
+    blocks = np.unique(np.floor_divide(cells, _BLOCK))
+    streams = {b: np.random.default_rng([*draw_stream(seed), int(b) + 2**40]) for b in blocks}
+    chunk = max(1, min(replicates, 2**21 // max(nodes, 1)))
+    dA = np.empty((replicates, nodes))
+    dW = np.empty(replicates)
+    taken = {b: np.flatnonzero(np.floor_divide(cells, _BLOCK) == b) for b in blocks}
+    for a in range(0, replicates, chunk):
+        r = min(chunk, replicates - a)
+        z = np.empty((r, len(cells), 4))
+        for b in blocks:  # each block's draws in replicate order, a chunk at a time
+            draws = streams[b].standard_normal((r, _BLOCK, 4))
+            z[:, taken[b]] = draws[:, cells[taken[b]] - b * _BLOCK]
+        e = np.matmul(L, z[..., None])[..., 0]  # (r, cells, 4): each cell's deviation
+        dM, dY = np.zeros((r, nodes)), np.zeros((r, nodes))
+        dM[:, at] += e[..., 0]
+        dM[:, at + 1] += e[..., 1]
+        dY[:, at] += e[..., 2]
+        dY[:, at + 1] += e[..., 3]
+        dA[a:a + r] = (signal.fftconvolve(dY, kernel[None], mode="same", axes=-1)
+                       - rho * signal.fftconvolve(dM, kernel[None], mode="same", axes=-1))
+        dW[a:a + r] = dM.sum(axis=-1)
+    se = dA.std(axis=0)
+    kappa = selection_threshold(np.array([size]), False)[0]
+    centre = np.where(np.abs(A) <= kappa * se, 0.0, A)
+    replicate_W = np.maximum(W + dW, WEIGHT_FLOOR * W)
+    down = (delta * np.abs(centre + dA).sum(axis=-1) / replicate_W
+            - delta * np.abs(centre).sum() / W)
+    up = delta * (np.sign(A) * dA).sum(axis=-1) / W - value * dW / W
+    lower = value - np.quantile(down, 1 - alpha / 2)
+    upper = value - np.quantile(up, alpha / 2)
+    return max(min(lower, value), 0.0), max(upper, value)
+
+
+def _grid_moments(part: pd.DataFrame, weight_kind: str) -> np.ndarray | None:
+    """Per logit cell, the 4×4 covariance of its node masses (M_k, M_k+1, Y_k, Y_k+1) under a
+    Poisson bootstrap of its rows (None when the grid lacks the sums)."""
+    prefix = "q" if weight_kind == "frequency" else "qv"
+    names = [f"{prefix}{m}_{ab}" for m in ("", "y") for ab in ("ll", "lh", "hh")]
+    if any(n not in part for n in names):
+        return None
+    ll, lh, hh, yll, ylh, yhh = (part[n].to_numpy(float) for n in names)
+    soft = [f"{prefix}yy_{ab}" for ab in ("ll", "lh", "hh")]
+    yyll, yylh, yyhh = ((part[n].to_numpy(float) for n in soft) if all(n in part for n in soft)
+                        else (yll, ylh, yhh))  # binary labels: y² = y
+    C = np.empty((len(part), 4, 4))
+    rows = ((ll, lh, yll, ylh), (lh, hh, ylh, yhh), (yll, ylh, yyll, yylh),
+            (ylh, yhh, yylh, yyhh))
+    for i, row in enumerate(rows):
+        for j, col in enumerate(row):
+            C[:, i, j] = col
+    return C
 
 
 def smooth_ece_finish(cells: pd.DataFrame, *, by: Sequence[str], sigma: float | None = None,

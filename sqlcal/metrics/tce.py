@@ -20,6 +20,7 @@ from sqlcal.inputs.sources import InvalidInputError, Source
 from sqlcal.metrics import binomial, groups, key_tuple, level_sets, result
 from sqlcal.metrics._registry import Report, metric
 from sqlcal.metrics.cells import CELLS, cell_levels, cells_needs, cells_summary, chunks, slab_rows
+from sqlcal.metrics.intervals import SEED
 from sqlcal.options import BudgetError, Option, checked, costs_tce
 from sqlcal.query import declared, executor, planner
 from sqlcal.query.executor import as_source
@@ -59,8 +60,10 @@ _TCE = dict(
              "test": Option("choice", "the per-bin test", choices=TESTS)})
 
 
-@metric(**_TCE, report={"tce": Report({"tce": "tce", "n_bins": "tce_bins"})},
-        trust={"binning": None, "alpha": None, "test": None})
+@metric(**_TCE, report={"tce": Report({"tce": "tce", "n_bins": "tce_bins", "ci_lower": "tce_lower",
+                                        "ci_upper": "tce_upper"})},
+        trust={"binning": None, "alpha": None, "test": None, "ci_method": None,
+               "confidence": "confidence", "weight_kind": "weight_kind"})
 @checked
 def tce(
     data: Any,
@@ -77,6 +80,9 @@ def tce(
     alpha: float = 0.05,
     test: str = "binomial",
     tail_rule: str = "code",
+    confidence: float = 0.95,
+    bootstrap: int = 0,
+    seed: int = SEED,
     **source_options: Any,
 ) -> pd.DataFrame:
     r"""TCE: the percentage of predictions rejected by an exact binomial test against their bin.
@@ -119,6 +125,14 @@ def tce(
         PAVA-BC's last ``n_min`` points: merged into the last block when 2·n_min ≤ n_max (the
         reference code, which produced the published numbers; the last bin can then exceed
         n_max), or when that block plus n_min fits in n_max (the paper's Algorithm 2).
+    confidence : float, default 0.95
+        Two-sided level of the interval.
+    bootstrap : int, default 0
+        Replicates of the interval's bootstrap (0: no interval; 1000 is the other intervals'
+        default). Off by default: with the bins held fixed it under-covers a miscalibrated
+        model (see Notes).
+    seed : int, default 20260101
+        Seed of the replicates' draws (the same interval on every run and engine).
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -127,10 +141,13 @@ def tce(
     -------
     pandas.DataFrame
         One row per group: the keys, ``tce`` (percent), ``n``, ``W``, ``n_bins``, ``rejected``
-        (weight of rejected predictions), ``binning`` (the bins: ``"pavabc(n_min, n_max,
-        tail_rule)"`` with the group's bin-size limits in rows, ``"uniform(B)"`` or
-        ``"quantile(B)"``), ``alpha`` and ``test`` (the test's level and kind); with
-        ``on_invalid="drop"``, ``n_dropped``. :func:`tce_bins` gives the per-bin table.
+        (weight of rejected predictions), ``ci_lower``, ``ci_upper`` (the interval of the
+        expected TCE at this sample size, see Notes; NaN without ``bootstrap``), ``binning``
+        (the bins: ``"pavabc(n_min, n_max, tail_rule)"`` with the group's bin-size limits in
+        rows, ``"uniform(B)"`` or ``"quantile(B)"``), ``alpha`` and ``test`` (the test's level
+        and kind), ``ci_method`` (``"bootstrap"``, or None), ``confidence``, ``weight_kind``
+        (always ``"frequency"``: the weights are counts); with ``on_invalid="drop"``,
+        ``n_dropped``. :func:`tce_bins` gives the per-bin table.
 
     See Also
     --------
@@ -160,24 +177,59 @@ def tce(
     12: 7.3% at N = 6,000, 19.1% at 60,000). With bins as fractions of N, a warehouse-sized table
     tends to 100%. Fix the bin sizes in counts (``n_min``/``n_max``) and report them with the value.
 
+    **The interval.** TCE has no population value apart from the sample size: a calibrated
+    model's TCE grows with N. What the interval covers is :math:`\theta_N = E[\mathrm{TCE}_N]`,
+    the expected TCE of a sample of the same N rows (weight) from the population, with the same
+    options (bins, limits, α, test): the number the statistic estimates without bias. Its
+    replicates come from a stratified bootstrap of the rows inside this sample's bins, drawn
+    exactly from the bins' counts and score histogram the metric already read (no further
+    scan; :func:`sqlcal.metrics.tce.tce_interval` for the method and its approximations), and
+    the interval is the basic bootstrap interval around TCE of the replicates' deviations from
+    their mean (Efron & Tibshirani (1993), ch. 13). The bins are held fixed, so the spread a
+    re-fit of the bins adds is not in it, and TCE is a step function of each bin's count: in
+    seeded simulations of 2,000 rows (PAVA-BC, t-test) the 95% interval held θ_N 99.5% of the
+    time for a calibrated model but only 79-87% for an over-confident one (88% with 10
+    equal-width bins), where the bootstrap's spread was 0.7 of TCE's own. Hence it is off by
+    default (``bootstrap=0``), and ``ci_method`` says ``"bootstrap"`` when asked for. Weights
+    are counts (sampling weights and ``negative_sampling_rate`` are refused above), so
+    ``weight_kind`` is ``"frequency"``.
+
     References
     ----------
     .. [1] T. Matsubara, N. Tax, R. Mudd and I. Guy, "TCE: A Test-Based Approach to Measuring
        Calibration Error", UAI (PMLR 216), 2023.
+    .. [2] B. Efron and R. J. Tibshirani, "An Introduction to the Bootstrap", Chapman & Hall,
+       1993.
+    .. [3] E. B. Wilson, "Probable Inference, the Law of Succession, and Statistical Inference",
+       Journal of the American Statistical Association 22(158), 1927.
 
     Examples
     --------
     >>> import pandas as pd, sqlcal
     >>> df = pd.DataFrame({"p": [0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9] * 2,
     ...                    "y": [1, 0, 1, 0, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1]})
-    >>> sqlcal.tce(df, score="p", label="y", strategy="uniform", bins=2)
+    >>> out = sqlcal.tce(df, score="p", label="y", strategy="uniform", bins=2)
+    >>> out[["tce", "n", "W", "n_bins", "rejected", "binning", "alpha", "test"]]
         tce   n     W  n_bins  rejected     binning  alpha      test
     0  25.0  16  16.0       2       4.0  uniform(2)   0.05  binomial
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    table = _bins_table(src, strategy, n_min, n_max, bins, alpha, test, tail_rule)
-    out = result(src, tce_finish(table, by=src.by), ["tce", "n_bins", "rejected", "binning"],
-                 {"alpha": alpha, "test": test}, present=False)
+    units: list = []
+    table = _bins_table(src, strategy, n_min, n_max, bins, alpha, test, tail_rule, units)
+    values = tce_finish(table, by=src.by)
+    if bootstrap and len(table):
+        interval = tce_interval(table, pd.concat(units, ignore_index=True), by=src.by,
+                                alpha=alpha, test=test, confidence=confidence,
+                                replicates=bootstrap, seed=seed)
+        values = (values.merge(interval.astype({k: values[k].dtype for k in src.by}),
+                               on=list(src.by), how="left") if src.by
+                  else values.assign(ci_lower=interval["ci_lower"].to_numpy(),
+                                     ci_upper=interval["ci_upper"].to_numpy()))
+    else:
+        values = values.assign(ci_lower=np.nan, ci_upper=np.nan)
+    out = result(src, values, ["tce", "n_bins", "rejected", "ci_lower", "ci_upper", "binning"],
+                 {"alpha": alpha, "test": test, "ci_method": "bootstrap" if bootstrap else None,
+                  "confidence": confidence, "weight_kind": "frequency"}, present=False)
     if out["binning"].isna().any():  # groups left without rows still had these bins asked for
         out["binning"] = out["binning"].fillna(_binning(strategy, n_min, n_max, bins, tail_rule))
     return src.present(out)
@@ -302,7 +354,8 @@ def _pava_grid(src: Source) -> tuple[pd.DataFrame, int]:
     return cells_summary(src, ("sums",), cells), cells
 
 
-def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rule):
+def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rule,
+                units: list | None = None):
     if strategy == "pavabc":
         grid, cells = _pava_grid(src)
         _require_counts(src)
@@ -311,7 +364,7 @@ def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rul
             return pavabc_cells_table(grid, by=src.by, n_min=n_min, n_max=n_max,
                                       tail_rule=tail_rule, alpha=alpha, test=test,
                                       cells=cells, levels_in=lambda ranges: _cell_levels(
-                                          src, cells, ranges))
+                                          src, cells, ranges), units=units)
         frame = level_sets(src)
     else:
         frame = cells_summary(src, ("sums",))
@@ -320,7 +373,7 @@ def _bins_table(src: Source, strategy, n_min, n_max, bins, alpha, test, tail_rul
     return tce_bins_finish(frame, by=src.by, strategy=strategy, n_min=n_min, n_max=n_max,
                            bins=bins, alpha=alpha, test=test, tail_rule=tail_rule,
                            levels_in=lambda ranges: planner.fetch(
-                               src, declared.levels_within(ranges, "sums")))
+                               src, declared.levels_within(ranges, "sums")), units=units)
 
 
 # -- the finishes: numpy from the summary frames ----------------------------------------------
@@ -343,17 +396,21 @@ def tce_finish(table: pd.DataFrame, *, by: Sequence[str]) -> pd.DataFrame:
 
 def tce_bins_finish(frame: pd.DataFrame, *, by: Sequence[str], strategy: str = "pavabc",
                     n_min=None, n_max=None, bins: int = 10, alpha: float = 0.05,
-                    test: str = "binomial", tail_rule: str = "code", levels_in=None
-                    ) -> pd.DataFrame:
+                    test: str = "binomial", tail_rule: str = "code", levels_in=None,
+                    units: list | None = None) -> pd.DataFrame:
     """The per-bin table of :func:`tce_bins` (without ``alpha``, ``test``), from the levels
     (``strategy="pavabc"``: one row per group and distinct score with ``n``, ``W``, ``swy``,
     ``swp``) or the score cells of :data:`sqlcal.metrics.cells.CELLS` (other strategies, with
     ``p_min``, ``p_max``). ``levels_in(ranges)`` returns the levels of the rows inside score
     ranges ``((group key tuple, lo, hi), ...)`` (:func:`sqlcal.query.declared.levels_within`):
-    the cells holding a bin edge or an acceptance interval's end."""
+    the cells holding a bin edge or an acceptance interval's end. ``units``, a list: the bins'
+    score histogram (keys, ``bin``, ``p_min``, ``p_max``, ``W``, ``swy``, ``level``) is
+    appended to it, for :func:`tce_interval`."""
     if strategy == "pavabc":
-        return _pavabc_table(frame, by, n_min, n_max, tail_rule, alpha, test)
+        return _pavabc_table(frame, by, n_min, n_max, tail_rule, alpha, test, units)
     pieces = _histogram_pieces(frame, by, strategy, bins, levels_in)
+    if units is not None:
+        units.append(pieces)
     table = _count_rejections(by, pieces, alpha, test, levels_in)
     table["binning"] = _binning(strategy, n_min, n_max, bins, tail_rule)
     return table
@@ -374,8 +431,8 @@ def _binning(strategy, n_min, n_max, bins, tail_rule) -> str:
 # distinct score (a level). Columns: keys, bin, p_min, p_max, n, W, swy, swp, level.
 
 
-def _pavabc_table(levels: pd.DataFrame, by, n_min, n_max, tail_rule, alpha, test
-                  ) -> pd.DataFrame:
+def _pavabc_table(levels: pd.DataFrame, by, n_min, n_max, tail_rule, alpha, test,
+                  units: list | None = None) -> pd.DataFrame:
     # PAVA-BC is sequential over the distinct scores of a group: the levels summary, one pass;
     # every level's score is then at hand, so rejections are decided level by level in numpy
     rows = []
@@ -391,6 +448,11 @@ def _pavabc_table(levels: pd.DataFrame, by, n_min, n_max, tail_rule, alpha, test
             raise ValueError(f"n_min ({lo}) must not exceed n_max ({hi})")
         starts = pavabc(W, Y, lo, hi, tail_rule)
         ends = np.append(starts[1:], len(p))
+        if units is not None:
+            units.append(pd.DataFrame({
+                **{c: [v] * len(p) for c, v in key.items()},
+                "bin": np.repeat(np.arange(len(starts)), ends - starts), "p_min": p,
+                "p_max": p, "W": W, "swy": Y, "level": True}))
         for b, (s, e) in enumerate(zip(starts, ends)):
             k, n = float(Y[s:e].sum()), float(W[s:e].sum())
             intervals = _acceptance(k, n, alpha, test)
@@ -490,7 +552,8 @@ def pavabc(W: np.ndarray, Y: np.ndarray, n_min: int, n_max: int, tail_rule: str 
 
 def pavabc_cells_table(grid: pd.DataFrame, *, by: Sequence[str], n_min=None, n_max=None,
                        tail_rule: str = "code", alpha: float = 0.05, test: str = "binomial",
-                       levels_in=None, cells: int = PAVA_CELLS) -> pd.DataFrame:
+                       levels_in=None, cells: int = PAVA_CELLS,
+                       units: list | None = None) -> pd.DataFrame:
     """The PAVA-BC bins table (as :func:`tce_bins_finish`) from the score cells of the grid
     ``cells`` (``grid``: keys, ``cell``, ``n``, ``W``, ``swy``, ``swp``, ``p_min``, ``p_max``),
     reading through ``levels_in(ranges)`` (score ranges (key tuple, lo, hi), as
@@ -547,6 +610,8 @@ def pavabc_cells_table(grid: pd.DataFrame, *, by: Sequence[str], n_min=None, n_m
         out.append(pieces.assign(bin=bin_of, **dict(zip(by, key))))
     if not out:
         return pd.DataFrame()
+    if units is not None:
+        units.append(pd.concat(out, ignore_index=True))
     table = _count_rejections(by, pd.concat(out, ignore_index=True), alpha, test, levels_in,
                               cells)
     labels = {key: _binning("pavabc", *limits[key], None, tail_rule) for key in limits}
@@ -765,6 +830,117 @@ def _require_counts(src: Source) -> None:
         raise InvalidInputError(
             f"TCE needs whole-number weights (counts of identical predictions): weight column "
             f"{src.weight!r} has fractional values, and there is no exact binomial test for them")
+
+
+# -- the interval ----------------------------------------------------------------------------
+
+
+def tce_interval(table: pd.DataFrame, units: pd.DataFrame, *, by: Sequence[str], alpha: float,
+                 test: str, confidence: float, replicates: int, seed: int) -> pd.DataFrame:
+    r"""Per group, ``ci_lower`` and ``ci_upper`` of TCE (percent): a stratified bootstrap of the
+    rows within this sample's bins.
+
+    ``table``: the bins table (:func:`tce_bins_finish`); ``units``: the bins' score histogram
+    (keys, ``bin``, ``p_min``, ``p_max``, ``W``, ``swy``, ``level``: distinct scores, or score
+    cells whose rows spread over [p_min, p_max]).
+
+    Each replicate resamples each bin's :math:`n_b` rows with replacement (Efron &
+    Tibshirani (1993), ch. 8, the stratified bootstrap), exactly and without drawing a row at a
+    time: the replicate's positives :math:`k^* \sim \mathrm{Bin}(n_b, k_b/n_b)`; its test
+    accepts the scores :math:`A^* = A(k^*, n_b)`; of its positives,
+    :math:`\mathrm{Bin}(k^*, Y_{A^*}/k_b)` lie in :math:`A^*`, and of its negatives
+    :math:`\mathrm{Bin}(n_b - k^*, N_{A^*}/(n_b - k_b))` (:math:`Y_{A^*}`, :math:`N_{A^*}`: the
+    bin's positives and negatives with scores in :math:`A^*`, exact on distinct scores, a
+    cell's rows spread evenly over its range otherwise). :math:`A^*` for the binomial test is
+    the Wilson score interval at :math:`(k^*, n_b)` shifted by the exact set's offset from
+    Wilson's at :math:`k_b` (at :math:`k^* = k_b` it is the exact set's hull): the exact set's
+    ends differ from Wilson's by less than :math:`0.56/n_b` for every k (measured from
+    n = 100 to 20,000), so the replicates' ends are within about :math:`0.5/n_b` of the exact
+    test's, its islands left out; for the t-test it is exact.
+
+    With :math:`T^*` the replicates' TCE, the interval is
+    :math:`[T - q_{1-lpha/2}(T^* - ar T^*), T - q_{lpha/2}(T^* - ar T^*)]`, clipped
+    to [0, 100]: TCE is an unbiased estimate of its own expectation at this sample size (what
+    the interval covers, see :func:`tce`), and the replicates' spread around their mean
+    estimates its sampling law. The bins are held at this sample's (as the equal-mass ECE's
+    edges): the spread a re-fit of PAVA-BC's blocks would add is left out.
+    """
+    by = list(by)
+    a2 = (1 - confidence) / 2
+    pieces = {key_tuple(k): p for k, p in groups(units, [*by, "bin"])}
+    rows = []
+    for keys, part in groups(table, by):
+        total, draws = 0.0, np.zeros(replicates)
+        for _, b in part.iterrows():
+            n, k = int(round(b["W"])), int(round(b["k"]))
+            if n <= 0:
+                continue
+            total += n
+            unit = pieces[key_tuple({**keys, "bin": b["bin"]})]
+            rng = np.random.default_rng([int(seed), 0, int(b["bin"])])
+            draws += n - _accepted_draws(unit, n, k, b["accepted"], alpha, test, rng,
+                                         replicates)
+        value = 100 * float(part["rejected"].sum()) / total if total > 0 else np.nan
+        lo = hi = np.nan
+        if total > 0:
+            spread = 100 * draws / total
+            spread -= spread.mean()
+            lo = float(np.clip(value - np.quantile(spread, 1 - a2), 0, 100))
+            hi = float(np.clip(value - np.quantile(spread, a2), 0, 100))
+        rows.append({**keys, "ci_lower": lo, "ci_upper": hi})
+    return pd.DataFrame(rows, columns=[*by, "ci_lower", "ci_upper"])
+
+
+def _accepted_draws(unit: pd.DataFrame, n: int, k: int, accepted, alpha: float, test: str,
+                    rng, replicates: int) -> np.ndarray:
+    """One bin's accepted predictions in each replicate (see :func:`tce_interval`)."""
+    unit = unit.sort_values("p_min", kind="stable")
+    lo, hi = unit["p_min"].to_numpy(float), unit["p_max"].to_numpy(float)
+    level = unit["level"].to_numpy(bool) | (hi <= lo)
+    pos = unit["swy"].to_numpy(float)
+    neg = unit["W"].to_numpy(float) - pos
+    k_star = rng.binomial(n, k / n, replicates)
+    a, b = _replicate_sets(k_star, n, k, accepted, alpha, test)
+
+    def inside(mass):
+        before = np.concatenate([[0.0], np.cumsum(mass)])
+
+        def below(x, strict):
+            i = np.searchsorted(lo, x, side="left" if strict else "right") - 1
+            j = np.maximum(i, 0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                frac = np.where(level[j], 1.0, np.clip((x - lo[j]) / (hi[j] - lo[j]), 0, 1))
+            return np.where(i >= 0, before[j] + mass[j] * frac, 0.0)
+
+        return np.clip(below(b, False) - below(a, True), 0.0, mass.sum())
+
+    share_pos = np.where(k > 0, inside(pos) / max(k, 1), 0.0)
+    share_neg = np.where(n - k > 0, inside(neg) / max(n - k, 1), 0.0)
+    return (rng.binomial(k_star, np.clip(share_pos, 0, 1))
+            + rng.binomial(n - k_star, np.clip(share_neg, 0, 1))).astype(float)
+
+
+def _replicate_sets(k_star: np.ndarray, n: int, k: int, accepted, alpha: float, test: str):
+    """The replicates' accepted score intervals [a, b] (see :func:`tce_interval`)."""
+    if test != "binomial":
+        if n <= 1:  # no variance estimate: nothing is rejected (as the statistic)
+            return np.zeros(len(k_star)), np.ones(len(k_star))
+        rate = k_star / n
+        s = np.sqrt(n / (n - 1) * rate * (1 - rate))
+        half = stats.t.isf(alpha / 2, n - 1) * s / np.sqrt(n)
+        return np.maximum(rate - half, 0.0), np.minimum(rate + half, 1.0)
+    z = stats.norm.isf(alpha / 2)
+
+    def wilson(x):
+        rate = x / n
+        centre = (rate + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * np.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        return centre - half, centre + half
+
+    wa, wb = wilson(float(k))
+    ra, rb = wilson(k_star.astype(float))
+    return (np.clip(ra + (accepted[0][0] - wa), 0.0, 1.0),
+            np.clip(rb + (accepted[-1][1] - wb), 0.0, 1.0))
 
 
 # -- the tests and the counting ---------------------------------------------------------------

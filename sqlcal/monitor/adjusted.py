@@ -31,8 +31,9 @@ from sqlcal.monitor import store as _store
 
 #: score bins of the maturity curve the adjustment divides by (equal weight per group)
 BINS = 8
-#: the totals' label columns the stored cells carry (the others are per group only)
-_FROM_CELLS = ("n_pos", "swy", "swyp")
+#: the totals' label columns the stored cells carry (the others are per group only; summary
+#: version 3 added the Brier score's Σwy·d4 and the variance weight's, which its intervals read)
+_FROM_CELLS = ("n_pos", "swy", "swyp", "sw2y", "sw2yp", "swy_d4", "sw2y_d4")
 #: the key column that locates a stored row on the score grid, per stored summary
 _CELL_KEYS = {"cells": "cell", "smooth": "cell", "levels": "p"}
 
@@ -121,6 +122,10 @@ class Adjustment:
         lag = np.array([np.inf if a >= mature_age else
                         max([e for e in self.edges[1:] if e <= a], default=0.0) for a in age])
         window = window.assign(lag=lag)
+        #: the oldest summary version of the window's periods: the sums later ones added are
+        #: left out of every merge (a part of the window would miss them)
+        self.oldest = min((schema.stored_version(s) for s in set(window["spec"])),
+                          default=schema.SUMMARY_VERSION)
         self.mature = window[window["lag"] == np.inf]
         self.immature = window[(window["lag"] > 0) & (window["lag"] < np.inf)]
         #: periods younger than the first delay edge: nothing known to adjust from
@@ -212,10 +217,10 @@ class Adjustment:
             parts.append(self._merge("totals", self.immature, self.by,
                                      [schema.DELAY_LABEL_FREE], {}))
             cells = self.merged_immature_cells()
-            parts.append(cells[[*self.by, *_FROM_CELLS]])
+            parts.append(cells[[*self.by, *(c for c in _FROM_CELLS if c in cells)]])
         frame = _sum(pd.concat(parts, ignore_index=True), self.by)
         dropped = [c for c, _ in schema.TABLES["totals"]["label"] if c not in _FROM_CELLS]
-        return frame.drop(columns=dropped) if len(self.immature) else frame
+        return frame.drop(columns=dropped, errors="ignore") if len(self.immature) else frame
 
     def merged_immature_cells(self) -> pd.DataFrame:
         """The immature periods' adjusted label sums per group (their cells summed)."""
@@ -241,8 +246,9 @@ class Adjustment:
         return frame[keep].reset_index(drop=True)
 
     def _merge(self, kind, versions, by, delays, params) -> pd.DataFrame:
-        return _store.merged(self.store, kind, prefix=self.prefix, spec_hash=self.spec_hash,
-                             versions=versions, by=by, delays=delays, params=params)
+        frame = _store.merged(self.store, kind, prefix=self.prefix, spec_hash=self.spec_hash,
+                              versions=versions, by=by, delays=delays, params=params)
+        return frame.drop(columns=schema.added_after(kind, self.oldest), errors="ignore")
 
     def describe(self) -> str:
         """What the view did, for the source's origin."""

@@ -68,8 +68,15 @@ from sqlcal.query.declared import STORE_SUMS, store_sums
 
 #: version of what the stored sums mean and how they are laid out; part of the spec hash
 #: (2: group keys in the columns key_<name>; the checks table; a unique manifest. Version 1
-#: stores, whose key columns carry the keys' names, stay readable.)
-SUMMARY_VERSION = 2
+#: stores, whose key columns carry the keys' names, stay readable. 3: the sums the intervals
+#: read (Σw(y − p)⁴, the variance weight's moments: ``since`` in
+#: :data:`sqlcal.query.declared.STORE_SUMS`), added after 2's columns; a snapshot adds them to a
+#: version 2 store's tables, whose periods written before keep 2's sums: :data:`EXTENDS`)
+SUMMARY_VERSION = 3
+#: summary versions that only add sums to the tables of the version they extend: a spec's hash
+#: reads them as that version, so a store's spec (and the daily job writing it) continues across
+#: the upgrade, and each manifest row's ``spec`` says which sums its period holds
+EXTENDS = {3: 2}
 #: default prefix of the store's tables
 PREFIX = "sqlcal_"
 #: the ``delay`` of the label-free part
@@ -122,10 +129,12 @@ LEADING = (
 )
 
 def _sums(table: str) -> dict[str, tuple]:
-    """A table's value columns, label-free and label, from the store's sums declared once
-    (:data:`sqlcal.query.declared.STORE_SUMS`)."""
-    return {part: tuple((s.name, s.type) for s in store_sums(table, label=label))
-            for part, label in (("label_free", False), ("label", True))}
+    """A table's value columns, label-free and label, and all of them in the order of the
+    table's columns (``values``: each summary version's additions after the older columns),
+    from the store's sums declared once (:data:`sqlcal.query.declared.STORE_SUMS`)."""
+    return {**{part: tuple((s.name, s.type) for s in store_sums(table, label=label))
+               for part, label in (("label_free", False), ("label", True))},
+            "values": tuple((s.name, s.type) for s in store_sums(table))}
 
 
 #: per summary table: its name suffix, parameter columns (which stored variant), key columns,
@@ -192,6 +201,17 @@ DERIVED: dict[str, dict[str, float]] = {
     "swyy": {"swy": 1},
     "swr": {"swy": 1, "swp": -1},
     "swrd": {"swyd": 1, "swpd": -1},
+    # 3: the intervals' sums (sqlcal.metrics.intervals). (y − p)⁴ = p⁴ + y·d4; the variance
+    # weight of the store's sampling weights is v = w² (a snapshot takes no sampling rate)
+    "sw_r4": {"swp4": 1, "swy_d4": 1},
+    "sv_r4": {"sw2p4": 1, "sw2y_d4": 1},
+    "sv_p": {"sw2p": 1},
+    "sv_pp": {"sw2pp": 1},
+    "sv_yy": {"sw2y": 1},
+    "sv_yp": {"sw2yp": 1},
+    "sw2_logloss": {"sw2y_lnp": -1, "sw2_lnq": -1, "sw2y_lnq": 1},
+    "sw2_logloss_sq": {"sw2_lnq2": 1, "sw2y_lnq2": -1, "sw2y_lnp2": 1},
+    "sw2y_logloss": {"sw2y_lnp": -1},
 }
 
 #: the spec dict's fields (spec_hash is over all of them)
@@ -230,14 +250,18 @@ def key_columns(spec: Mapping[str, Any]) -> dict[str, str]:
     return {k: f"key_{k}" for k in by}
 
 
-def columns(kind: str, keys: Mapping[str, str] | Sequence[tuple[str, str]] = ()) -> list[tuple]:
+def columns(kind: str, keys: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+            version: int = SUMMARY_VERSION) -> list[tuple]:
     """Every ``(name, type)`` column of a store table; a summary table's key columns
-    (``{stored column: type}``, :func:`key_columns`) after :data:`LEADING`.
+    (``{stored column: type}``, :func:`key_columns`) after :data:`LEADING`; ``version``: the
+    columns a store table of that summary version has (2 or later).
 
     Examples
     --------
     >>> [c for c, _ in columns("cells", {"key_model": "string"})][:8]
     ['spec_hash', 'version', 'period_start', 'delay', 'group_keys', 'key_model', 'cells', 'cell']
+    >>> [c for c, _ in columns("bins")][-4:], [c for c, _ in columns("bins", version=2)][-2:]
+    (['sw2p', 'sw2pp', 'sw2y', 'sw2yp'], ['swy', 'swyp'])
     """
     if kind == "manifest":
         return list(MANIFEST)
@@ -245,8 +269,38 @@ def columns(kind: str, keys: Mapping[str, str] | Sequence[tuple[str, str]] = ())
         return list(CHECKS)
     table = TABLES[kind]
     keys = list(keys.items()) if isinstance(keys, Mapping) else list(keys)
-    return [*LEADING, *keys, *table["params"], *table["keys"], *table["label_free"],
-            *table["label"]]
+    values = table.get("values", (*table["label_free"], *table["label"]))
+    later = added_after(kind, version)
+    return [*LEADING, *keys, *table["params"], *table["keys"],
+            *(c for c in values if c[0] not in later)]
+
+
+def added_after(kind: str, version: int) -> set[str]:
+    """The value columns of store table ``kind`` that summary versions after ``version`` added
+    (a store of ``version`` lacks them; so does a window holding a period it wrote).
+
+    Examples
+    --------
+    >>> sorted(added_after("bins", 2))
+    ['sw2p', 'sw2pp', 'sw2y', 'sw2yp']
+    >>> added_after("levels", 2), added_after("totals", SUMMARY_VERSION)
+    (set(), set())
+    """
+    if kind not in ("totals", "bins", "cells", "levels"):
+        return set()
+    return {s.name for s in store_sums(kind) if s.added(kind) > version}
+
+
+def stored_version(spec: Mapping[str, Any] | str) -> int:
+    """The summary version a manifest row's ``spec`` (a dict or its JSON) was written by.
+
+    Examples
+    --------
+    >>> stored_version('{"summary_version":2}'), stored_version({})
+    (2, 1)
+    """
+    spec = json.loads(spec) if isinstance(spec, str) else spec
+    return int(spec.get("summary_version", 1))
 
 
 def presented(frame, keys: Mapping[str, str]):
@@ -307,13 +361,20 @@ def group_keys(keys: Mapping[str, Any]) -> str:
 
 
 def spec_hash(spec: Mapping[str, Any]) -> str:
-    """The first 16 hex digits of the SHA-256 of the spec's canonical JSON.
+    """The first 16 hex digits of the SHA-256 of the spec's canonical JSON, its
+    ``summary_version`` read as the version it extends (:data:`EXTENDS`).
 
     Examples
     --------
     >>> spec_hash({"b": 1, "a": [1, 2]}) == spec_hash({"a": [1, 2], "b": 1})
     True
+    >>> spec_hash({"summary_version": 3}) == spec_hash({"summary_version": 2})
+    True
     >>> len(spec_hash({}))
     16
     """
-    return hashlib.sha256(canonical_json(dict(spec)).encode()).hexdigest()[:16]
+    spec = dict(spec)
+    if "summary_version" in spec:
+        version = int(spec["summary_version"])
+        spec["summary_version"] = EXTENDS.get(version, version)
+    return hashlib.sha256(canonical_json(spec).encode()).hexdigest()[:16]

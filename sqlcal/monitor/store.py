@@ -10,7 +10,6 @@ layer's: this module builds and runs none.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, Sequence
 
@@ -202,7 +201,7 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
             spec |= {"layout": "events", "events": _periods.origin(events, None), "key": key}
         spec_hash = schema.spec_hash(spec)
         key_types = {k: str(src.rows[k].type()) for k in stored_keys}
-        _check_store(con, prefix, key_types)
+        upgrade = _check_store(con, prefix, key_types)
         stored = current_versions(con, prefix)  # every spec's
         _check_layout(stored, prefix)
 
@@ -222,6 +221,8 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
                                  levels=levels, max_levels=max_levels)
         with store_tables.writing(con, prefix) as writer:
             tables = writer.tables
+            for name, cols in upgrade.items():  # an older version's tables: the new sums
+                writer.add_columns(name, cols)
             if store_tables.engine(con) != "duckdb":  # what another run wrote since the reading
                 have = current_versions(con, prefix, spec_hash)  # above, under the store's lock
             written = _due(prints[prints["period_start"].isin(due)], have, force)
@@ -519,9 +520,12 @@ def _split(frame: pd.DataFrame, keys: list[str], key_columns: list[str], kind: s
 # -- writing -----------------------------------------------------------------------------------
 
 
-def _check_store(con, prefix: str, key_types: dict) -> None:
+def _check_store(con, prefix: str, key_types: dict) -> dict[str, list]:
     """Refuse to write over tables sqlcal did not write: a summary table without the manifest,
-    tables whose columns differ from the schema."""
+    tables whose columns differ from the schema. Returns the columns to add to the tables an
+    older summary version wrote (:func:`sqlcal.monitor.schema.columns`: a version's sums come
+    after the older ones, so those tables are this version's without them): ``{table: [(name,
+    type), ...]}``, which the run's writer adds before it appends."""
     if store_tables.engine(con) == "postgres":
         long = [k for k in key_types if len(k.encode()) > 63]
         if long:  # PostgreSQL cuts an identifier at 63 bytes: two keys could share a column
@@ -536,28 +540,37 @@ def _check_store(con, prefix: str, key_types: dict) -> None:
         if found:
             raise StoreError(f"the store holds {found} but no manifest {manifest!r}: sqlcal did "
                              "not write them; choose another prefix=")
-        return
+        return {}
     want = [c for c, _ in schema.MANIFEST]
     found = store_tables.columns(con, manifest)
     if found != want:
         raise StoreError(f"table {manifest!r} is not a sqlcal manifest (its columns are "
                          f"{found}); choose another prefix=")
+    upgrade = {}
     for kind in (*schema.TABLES, "checks"):
         name = schema.table_name(kind, prefix)
         if name in names:
             cols = store_tables.columns(con, name)
-            expected = [c for c, _ in schema.columns(kind, key_types)]
-            if cols != expected:
-                raise StoreError(f"table {name!r} has columns {cols}, not the {expected} this "
-                                 f"snapshot writes (other by keys?); choose another "
-                                 "prefix=")
+            expected = schema.columns(kind, key_types)
+            if cols == [c for c, _ in expected]:
+                continue
+            older = [c for c, _ in schema.columns(kind, key_types, version=2)]
+            if cols != older:
+                raise StoreError(f"table {name!r} has columns {cols}, not the "
+                                 f"{[c for c, _ in expected]} this snapshot writes (other by "
+                                 "keys?); choose another prefix=")
+            upgrade[name] = expected[len(older):]
+    return upgrade
 
 
 def _check_layout(stored: pd.DataFrame, prefix: str) -> None:
     """Refuse to add to a store of an older layout (``stored``: every spec's current
-    versions)."""
-    layouts = {int(json.loads(text).get("summary_version", 1)) for text in set(stored["spec"])}
-    if layouts - {schema.SUMMARY_VERSION}:
+    versions); a version this one extends (:data:`sqlcal.monitor.schema.EXTENDS`: the same
+    tables, fewer sums) is continued."""
+    layouts = {schema.stored_version(text) for text in set(stored["spec"])}
+    continued = {schema.SUMMARY_VERSION, *(old for new, old in schema.EXTENDS.items()
+                                           if new == schema.SUMMARY_VERSION)}
+    if layouts - continued:
         raise StoreError(
             f"prefix {prefix!r} holds summaries of layout {sorted(layouts)} (an older sqlcal); "
             f"this one writes layout {schema.SUMMARY_VERSION}. They stay readable "
@@ -707,11 +720,19 @@ def merged(store: Any, kind: str, *, prefix: str, spec_hash: str, versions: pd.D
 
     The current version of each period is the greatest one with a manifest row, selected by a
     join to the manifest in the engine (a window of any number of periods is one flat IN list,
-    and no in-memory table is registered)."""
+    and no in-memory table is registered).
+
+    The sums a later summary version added (:func:`sqlcal.monitor.schema.added_after`) are left
+    out when a period of ``versions`` was written by an older one (its rows hold none of them,
+    or NULL in a table a later snapshot upgraded: a sum over the window would miss that
+    period's part), so a reader finds them absent, never partial."""
     table = schema.TABLES[kind]
     keys = [*by, *(c for c, _ in table["keys"])]
+    oldest = min((schema.stored_version(s) for s in set(versions["spec"])),
+                 default=schema.SUMMARY_VERSION)
+    absent = schema.added_after(kind, oldest)
     rules = {name: "min" if name in schema.MINIMA else "max" if name in schema.MAXIMA else "sum"
-             for name, _ in (*table["label_free"], *table["label"])}
+             for name, _ in (*table["label_free"], *table["label"]) if name not in absent}
     frame = store_tables.merged(
         connect(store), schema.table_name(kind, prefix),
         manifest=schema.table_name("manifest", prefix), spec_hash=spec_hash,

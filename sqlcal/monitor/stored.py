@@ -269,10 +269,14 @@ def _admitted(maturity: str, spec: dict) -> list[int] | None:
     raise OptionError(f"maturity must be one of {VIEWS}, not {maturity!r}")
 
 
-#: totals parts whose sums no stored table holds: the log loss's square and its product with
-#: the label are no combination of the stored sums (:data:`schema.DERIVED`), so they are served
-#: exactly from the stored levels, or refused naming levels=True
+#: totals parts whose sums a store of summary version 2 does not hold (the variance weight's
+#: Σvℓ, Σvℓ², Σvyℓ): served exactly from the stored levels, or refused naming levels=True; from
+#: version 3 on, the stored totals give them (:data:`schema.DERIVED`)
 _LEVELS_ONLY_TOTALS = frozenset({"logloss_var"})
+#: the interval parts (:func:`sqlcal.metrics.intervals.held`) a window gives whose periods
+#: summary version 3 or later wrote: Σw(y − p)⁴, the variance weight's moments, Σwℓ² and Σvℓ²;
+#: an older period's sums give the frequency weights' second moments only
+INTERVAL_PARTS = frozenset({"moments", "spread", "r4", "logloss_var", "sw2"})
 
 
 class _Server:
@@ -291,6 +295,19 @@ class _Server:
         self.versions, self.delays = versions, delays
         self._levels = None
         self._cache: dict = {}
+        written = versions["spec"].map(schema.stored_version)
+        #: the oldest summary version of the window's periods, the interval parts its sums
+        #: give, and why the others are missing (:func:`sqlcal.metrics.intervals.available`)
+        self.oldest = int(written.min())
+        self.interval_parts = INTERVAL_PARTS if self.oldest >= 3 else frozenset({"moments"})
+        self.interval_gap = None
+        if self.oldest < 3:
+            old = versions.loc[written < 3, "period_start"]
+            self.interval_gap = (
+                f"{len(old)} of the window's periods ({old.min():%Y-%m-%d}..{old.max():%Y-%m-%d})"
+                f" were stored by summary version {self.oldest}, which keeps neither Σw(y − p)⁴ "
+                "nor the variance weight's moments; snapshot them again with force=True "
+                "(start=, end=) to store them")
 
     def _merged(self, kind: str, **params) -> pd.DataFrame:
         key = (kind, tuple(sorted(params.items())))
@@ -317,7 +334,7 @@ class _Server:
         K = self.spec["cells"]
         if self.adjust is not None and not self._inner:
             return self._adjusted(summary)
-        if kind == "totals" and summary.parts & _LEVELS_ONLY_TOTALS:
+        if kind == "totals" and summary.parts & _LEVELS_ONLY_TOTALS and self.oldest < 3:
             return self._from_levels(summary, "levels=True (the normalized entropy's interval "
                                      "needs each group's Σwℓ² and Σwyℓ, which the stored "
                                      "totals do not hold)")
@@ -398,7 +415,8 @@ class _Server:
         """A summary from the levels; the log loss's totals with the Σwℓ² the stored totals
         serve (the frequency weights' second moment its interval reads), so an adjusted window
         keeps the interval a mature one has (the variance weight's sums stay unserved)."""
-        if summary.kind != "totals" or "logloss" not in summary.parts:
+        if summary.kind != "totals" or "logloss" not in summary.parts \
+                or "logloss_var" in summary.parts:  # asked for: a window of version 3's sums
             return local.evaluate(summary, self.levels(), self.by)
         wider = dataclasses.replace(summary, parts=summary.parts | {"logloss_var"})
         frame = local.evaluate(wider, self.levels(), self.by)
@@ -430,16 +448,17 @@ class _Server:
 def _columns(summary: Summary) -> set:
     """The columns a declared summary has (as a scan gives them), read off its evaluation on
     one made-up level; empty for a summary without a local evaluation."""
-    if summary.key not in _COLUMNS:
+    key = (summary.key, summary.parts)  # the parts name columns too (r4: sw_r4)
+    if key not in _COLUMNS:
         try:
             probe = pd.DataFrame({"p": [0.5], **{c: [1] for c in local.LEVEL_COLUMNS}})
-            _COLUMNS[summary.key] = set(local.evaluate(summary, probe, ()).columns)
+            _COLUMNS[key] = set(local.evaluate(summary, probe, ()).columns)
         except Exception:  # no evaluator, or parts it does not reproduce: no check
-            _COLUMNS[summary.key] = set()
-    return _COLUMNS[summary.key]
+            _COLUMNS[key] = set()
+    return _COLUMNS[key]
 
 
-#: declared summary key -> its columns
+#: (declared summary key, parts) -> its columns
 _COLUMNS: dict = {}
 
 

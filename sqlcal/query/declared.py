@@ -94,6 +94,10 @@ _SUMS |= {"sv_p", "sv_yy", "sv_yp", "sv_pp", "sw_r4", "sv_r4"}
 _SUMS |= {f"{a}{m}" for a in ("sw", "sv") for m in (
     "", "y", "p", "q", "yy", "yp", "yq", "pp", "pq", "qq", "d", "dd", "l", "m", "e", "ee")}
 _SUMS |= {"n_inf"}
+# LS-ECE's interval: per logit cell, Σv·a·b for the row's shares a, b ∈ {1 − f, f} of its two
+# nodes, times 1, y and y² (``q`` under the weight, ``qv`` under the variance weight)
+_SUMS |= {f"{pre}{m}_{ab}" for pre in ("q", "qv") for m in ("", "y", "yy")
+          for ab in ("ll", "lh", "hh")}
 #: summary columns that merge over disjoint sets of rows by MIN, and by MAX; every other sum
 #: column merges by SUM (:func:`rule` reads these sets)
 MERGED_BY_MIN = frozenset({"p_min", "chk_y_min", "chk_w_min", "p_min_pos"})
@@ -193,16 +197,18 @@ def levels(*parts: str) -> Summary:
     return Summary("levels", (), frozenset({"sums", *parts}))
 
 
-def logit_grid(step: float, clip: float) -> Summary:
+def logit_grid(step: float, clip: float, *parts: str) -> Summary:
     """LS-ECE's linear-binned histogram on the logit grid of spacing ``step``, scores clipped
-    to [clip, 1 − clip] (key ``k``, the node below each row's logit).
+    to [clip, 1 − clip] (key ``k``, the node below each row's logit); ``parts``: ``"moments"``
+    (the second moments of the row's split between its two nodes, for the interval; under the
+    variance weight with ``"spread"``, and of y² with ``"soft"``).
 
     Examples
     --------
     >>> logit_grid(0.005, 1e-6).key
     ('logit_grid', 0.005, 1e-06)
     """
-    return Summary("logit_grid", (float(step), float(clip)))
+    return Summary("logit_grid", (float(step), float(clip)), frozenset(parts))
 
 
 def logit_bins(bins: int, lo: float, hi: float, *parts: str) -> Summary:
@@ -725,7 +731,8 @@ class StoredSum:
         The row's term, a product of named factors multiplied left to right (a nested tuple is
         a product taken first): ``w`` the weight, ``y`` the label, ``p`` the score, ``pq`` =
         p(1 − p), ``q2`` = (1 − 2p)², ``lnp`` = ln p (0 at p = 0), ``lnq`` = ln(1 − p) (0 at
-        p = 1), ``h`` = clip(logit p, −4, 4)/4. Empty: the sum counts rows.
+        p = 1), ``h`` = clip(logit p, −4, 4)/4, ``d4`` = (1 − p)⁴ − p⁴ = (1 − 2p)(1 − 2p +
+        2p²) (what a positive label adds to (y − p)⁴). Empty: the sum counts rows.
     where : tuple of (factor, value)
         A count's condition: the rows whose factors equal the values.
     merge : {"sum", "min", "max"}
@@ -733,12 +740,17 @@ class StoredSum:
         ``max`` take one factor.
     tables : tuple of str
         The store tables that carry it (``totals``, ``bins``, ``cells``, ``levels``).
+    since : tuple of (table, version)
+        The tables that gained it after summary version 2, and the version that added it there
+        (:data:`sqlcal.monitor.schema.SUMMARY_VERSION`); the others have carried it since 2. A
+        table's columns list a version's additions after the older ones, so a store table of
+        an older version takes the new columns by ``ALTER TABLE ... ADD COLUMN``.
 
     Examples
     --------
     >>> s = StoredSum("swyp", ("w", "y", "p"))
-    >>> s.label, s.type
-    (True, 'float64')
+    >>> s.label, s.type, s.added("totals")
+    (True, 'float64', 2)
     """
 
     name: str
@@ -746,6 +758,11 @@ class StoredSum:
     where: tuple = ()
     merge: str = "sum"
     tables: tuple = ("totals",)
+    since: tuple = ()
+
+    def added(self, table: str) -> int:
+        """The summary version that added the sum to ``table``."""
+        return dict(self.since).get(table, 2)
 
     @property
     def label(self) -> bool:
@@ -765,9 +782,16 @@ def factors(of: tuple) -> list[str]:
 
 _ALL = ("totals", "bins", "cells", "levels")
 _BINNED = ("totals", "bins", "cells")
-#: the store's sums, label-free then label, in the order of the store tables' columns: adding a
-#: stored sum is one line here (a new column changes the tables' layout: a store written before
-#: it is refused by a snapshot until it moves to a new prefix)
+
+
+def _in_3(*tables: str) -> tuple:
+    """``since`` of a sum summary version 3 added to ``tables``."""
+    return tuple((t, 3) for t in tables)
+
+
+#: the store's sums, label-free then label within each version, in the order of the store
+#: tables' columns (:func:`store_sums`): adding a stored sum is one line here, with the summary
+#: version that adds it (``since``; a snapshot adds the column to an older store's tables)
 STORE_SUMS = (
     StoredSum("n", tables=_ALL),
     StoredSum("W", ("w",), tables=_ALL),
@@ -779,8 +803,9 @@ STORE_SUMS = (
     StoredSum("sw2_spieg_var", ("w", "w", ("q2", "pq"))),
     StoredSum("sw_lnq", ("w", "lnq")),
     StoredSum("sw_lnq2", ("w", "lnq", "lnq")),
-    StoredSum("sw2p", ("w", "w", "p")),
-    StoredSum("sw2pp", ("w", "w", "p", "p")),
+    # Σw²p, Σw²p²: the variance weight's moments under sampling weights (v = w²), per bin since 3
+    StoredSum("sw2p", ("w", "w", "p"), tables=_BINNED, since=_in_3("bins", "cells")),
+    StoredSum("sw2pp", ("w", "w", "p", "p"), tables=_BINNED, since=_in_3("bins", "cells")),
     StoredSum("n_p1", where=(("p", 1),)),
     StoredSum("swp_h", ("w", "h", "p")),
     StoredSum("p_min", ("p",), merge="min", tables=_BINNED),
@@ -795,17 +820,42 @@ STORE_SUMS = (
     StoredSum("n_pos_p0", where=(("p", 0), ("y", 1))),
     StoredSum("n_pos_p1", where=(("p", 1), ("y", 1))),
     StoredSum("swy_h", ("w", "y", "h")),
-    StoredSum("sw2y", ("w", "w", "y"), tables=("levels",)),  # a logistic fit's sandwich
+    # Σw²y: a logistic fit's sandwich (levels); the variance weight's Σvy (3: every table)
+    StoredSum("sw2y", ("w", "w", "y"), tables=_ALL, since=_in_3(*_BINNED)),
+    # 3: what the intervals read (sqlcal.metrics.intervals). The Brier score's delta method reads
+    # Σw(y − p)⁴ = Σwp⁴ + Σwy·d4 (and under sampling weights the same with w²); the log loss's
+    # under sampling weights Σw²ℓ and Σw²ℓ² (as the Σw-sums); the bootstrap of the bins and
+    # CITL's delta method the variance weight's Σvyp. The cells carry the label parts an adjusted
+    # window's totals read from them.
+    StoredSum("swp4", ("w", "p", "p", "p", "p"), since=_in_3("totals")),
+    StoredSum("sw2p4", ("w", "w", "p", "p", "p", "p"), since=_in_3("totals")),
+    StoredSum("sw2_lnq", ("w", "w", "lnq"), since=_in_3("totals")),
+    StoredSum("sw2_lnq2", ("w", "w", "lnq", "lnq"), since=_in_3("totals")),
+    StoredSum("sw2yp", ("w", "w", "y", "p"), tables=_BINNED, since=_in_3(*_BINNED)),
+    StoredSum("swy_d4", ("w", "y", "d4"), tables=("totals", "cells"),
+              since=_in_3("totals", "cells")),
+    StoredSum("sw2y_d4", ("w", "w", "y", "d4"), tables=("totals", "cells"),
+              since=_in_3("totals", "cells")),
+    StoredSum("sw2y_lnp", ("w", "w", "y", "lnp"), since=_in_3("totals")),
+    StoredSum("sw2y_lnq", ("w", "w", "y", "lnq"), since=_in_3("totals")),
+    StoredSum("sw2y_lnp2", ("w", "w", "y", "lnp", "lnp"), since=_in_3("totals")),
+    StoredSum("sw2y_lnq2", ("w", "w", "y", "lnq", "lnq"), since=_in_3("totals")),
 )
 
 
-def store_sums(table: str, *, label: bool | None = None) -> tuple[StoredSum, ...]:
-    """The sums a store table carries (``label``: only its label or label-free part).
+def store_sums(table: str, *, label: bool | None = None, version: int | None = None
+               ) -> tuple[StoredSum, ...]:
+    """The sums a store table carries (``label``: only its label or label-free part;
+    ``version``: only those a summary version up to it stored), in the order of its columns:
+    each version's label-free sums, then its label sums, versions in order.
 
     Examples
     --------
-    >>> [s.name for s in store_sums("cells", label=True)]
+    >>> [s.name for s in store_sums("cells", label=True, version=2)]
     ['n_pos', 'swy', 'swyp']
+    >>> [s.name for s in store_sums("bins")][-4:]
+    ['sw2p', 'sw2pp', 'sw2y', 'sw2yp']
     """
-    return tuple(s for s in STORE_SUMS
-                 if table in s.tables and (label is None or s.label == label))
+    sums = [s for s in STORE_SUMS if table in s.tables and (label is None or s.label == label)
+            and (version is None or s.added(table) <= version)]
+    return tuple(sorted(sums, key=lambda s: (s.added(table), s.label)))

@@ -564,4 +564,13 @@ def _logit_grid(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFra
     sums = {"W": W}
     for name, mass in (("m", W), ("y", swy), ("v", W * (g * h)), ("vy", swy * (g * h))):
         sums |= {f"{name}_lo": mass * g, f"{name}_hi": mass * h}
+    if "moments" in summary.parts:  # a level's rows share one f: its Σv and Σvy times g², gh, h²
+        weights = [("q", W, swy)]
+        if "spread" in summary.parts and "sw2" in levels and "sw2y" in levels:
+            weights.append(("qv", levels["sw2"].to_numpy(float), levels["sw2y"].to_numpy(float)))
+        for prefix, V, Vy in weights:
+            labels = (("", V), ("y", Vy)) + ((("yy", Vy),) if "soft" in summary.parts else ())
+            for name, mass in labels:  # binary labels: y² = y
+                for ab, share in (("ll", g * g), ("lh", g * h), ("hh", h * h)):
+                    sums[f"{prefix}{name}_{ab}"] = mass * share
     return _keyed_sums(levels, by, {"k": k}, sums)

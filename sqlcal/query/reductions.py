@@ -562,7 +562,8 @@ def cell_prefix_min(rows: ir.Table, by: Sequence[str], cells: int, centres: pd.D
 
 
 def logit_grid(rows: ir.Table, by: Sequence[str], delta: float, clip: float, *,
-               weighted: bool, checks: Callable | None = None) -> ir.Table:
+               weighted: bool, checks: Callable | None = None,
+               parts: frozenset = frozenset()) -> ir.Table:
     """Per group and logit-grid node k: the linear-binned masses of every row and of its label.
 
     z = logit(p) with p clipped to [clip, 1 − clip]; x = z/δ, k = FLOOR(x), f = x − k. Each row puts
@@ -570,8 +571,9 @@ def logit_grid(rows: ir.Table, by: Sequence[str], delta: float, clip: float, *,
     mass and mean). Its second-order error, ½δ²f(1−f)K'' per row, is cancelled in numpy from the
     variance masses, split the same way. Columns: ``m_lo`` = Σw(1−f), ``m_hi`` = Σwf, ``y_lo`` =
     Σwy(1−f), ``y_hi`` = Σwyf, ``v_lo`` = Σwf(1−f)², ``v_hi`` = Σwf²(1−f), ``vy_lo``, ``vy_hi``
-    (the same times y), ``n``, ``W`` (weighted), ``p_min``, ``p_max``. The grid is anchored at 0
-    for every group, so no pass for the range is needed.
+    (the same times y), ``n``, ``W`` (weighted), ``p_min``, ``p_max``, and the interval's second
+    moments for ``parts`` (:func:`logit_grid_moments`). The grid is anchored at 0 for every
+    group, so no pass for the range is needed.
     """
     pc = ibis.greatest(ibis.least(rows.p, 1 - clip), clip)
     x = (pc.ln() - (1 - pc).ln()) / delta
@@ -583,7 +585,31 @@ def logit_grid(rows: ir.Table, by: Sequence[str], delta: float, clip: float, *,
     for name, mass in (("m", times(1.0)), ("y", times(t.y)), ("v", times(g * h)),
                        ("vy", times(t.y * g * h))):
         sums |= {f"{name}_lo": (mass * g).sum(), f"{name}_hi": (mass * h).sum()}
+    sums |= logit_grid_moments(t, g, h, parts, weighted=weighted)
     return t.group_by([*by, "k"]).aggregate(**sums, **(checks(t) if checks else {}))
+
+
+def logit_grid_moments(t: ir.Table, g: ir.FloatingValue, h: ir.FloatingValue, parts: frozenset,
+                       *, weighted: bool) -> dict:
+    """LS-ECE's interval sums per logit cell (``parts`` with ``"moments"``): a row gives shares
+    g = 1 − f and h = f of its weight to the nodes k and k + 1, so under a Poisson bootstrap of
+    the rows the node masses (M_k, M_k+1, Y_k, Y_k+1) of one cell vary with covariance
+    Σv·(1, y)⊗(g, h) (1, y)⊗(g, h)ᵀ: ``q_ll`` = Σvg², ``q_lh`` = Σvgh, ``q_hh`` = Σvh², the
+    same times y (``qy_*``) and, with ``"soft"``, y² (``qyy_*``). v = w (frequency weights,
+    columns ``q*``), and with ``"spread"`` also the variance weight (columns ``qv*``)."""
+    if "moments" not in parts:
+        return {}
+    weights = [("q", t.w if weighted else None)]
+    if "spread" in parts and weighted:  # the weights' kind may be learnt after the scan
+        weights.append(("qv", variance_weights(t)[0]))
+    out = {}
+    labels = (("", None), ("y", t.y)) + ((("yy", t.y * t.y),) if "soft" in parts else ())
+    for prefix, v in weights:
+        for name, y in labels:
+            for ab, share in (("ll", g * g), ("lh", g * h), ("hh", h * h)):
+                z = share if y is None else y * share
+                out[f"{prefix}{name}_{ab}"] = (z if v is None else v * z).sum()
+    return out
 
 
 def levels(rows: ir.Table, by: Sequence[str], parts: frozenset, *, weighted: bool,
@@ -642,7 +668,7 @@ def reduce(summary, rows: ir.Table, by: Sequence[str], *, weighted: bool,
                        checks(t) if checks else {}, weighted=weighted, soft=soft)
     if summary.kind == "logit_grid":
         step, clip = summary.params
-        return logit_grid(rows, by, step, clip, weighted=weighted, checks=checks)
+        return logit_grid(rows, by, step, clip, weighted=weighted, checks=checks, parts=parts)
     if summary.kind == "intervals":
         return intervals(rows, by, summary.params[0], parts, weighted=weighted, checks=checks)
     if summary.kind == "logit_bins":  # equal width in log-odds: pieces between the edges
@@ -841,14 +867,16 @@ _H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))
 
 def store_terms(t: ir.Table, sums: Sequence[StoredSum]) -> dict[str, ir.Value]:
     """The row terms the stored ``sums`` multiply that are not columns of the rows (``pq``,
-    ``q2``, ``lnp``, ``lnq``, ``h``), to be projected once: the aggregates read them (each
+    ``q2``, ``lnp``, ``lnq``, ``h``, ``d4``), to be projected once: the aggregates read them (each
     aggregate computing its own logarithms took five per row)."""
     p = t.p
     used = {f for s in sums for f in (*factors(s.of), *(f for f, _ in s.where))}
     terms = {"lnp": lambda: ibis.ifelse(p > 0, p, 1.0).ln(),  # ln 1 = 0 at p = 0
              "lnq": lambda: ibis.ifelse(p < 1, 1 - p, 1.0).ln(),  # ln 1 = 0 at p = 1
              "h": lambda: _logit_clipped(p), "pq": lambda: p * (1 - p),
-             "q2": lambda: (1 - 2 * p) * (1 - 2 * p)}
+             "q2": lambda: (1 - 2 * p) * (1 - 2 * p),
+             # (1 − p)⁴ − p⁴ factored: no cancellation of two fourth powers near p = 1/2
+             "d4": lambda: (1 - 2 * p) * (1 - 2 * p + 2 * p * p)}
     return {name: make() for name, make in terms.items() if name in used}
 
 
@@ -922,7 +950,7 @@ def store_rows(rows: ir.Table, keys: Sequence[str], table: str, *, cells: int = 
             }.get(table, {})
     t = rows.mutate(**cols, **store_terms(rows, (*free, *label)))
     group = [*keys, *cols]
-    order = [*keys, "delay", *cols, *(s.name for s in free), *(s.name for s in label)]
+    order = [*keys, "delay", *cols, *(s.name for s in store_sums_of(table))]
 
     def zero(s):
         if s.merge != "sum":

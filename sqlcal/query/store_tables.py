@@ -249,6 +249,23 @@ class Writer:
         finally:
             _forget(self.con, rows)
 
+    def add_columns(self, name: str, cols: Sequence[tuple]) -> None:
+        """Add the columns ``cols`` (``(name, type)``, in order, NULL in the rows already
+        there) to table ``name``, in the run's transaction: an older summary version's table
+        takes a later one's sums. A column already there (a concurrent run added it first, under
+        the store's lock) is left as it is."""
+        if not cols or name not in self.tables:
+            return
+        _handles(self.con).pop(name, None)  # read the table's columns as they are now
+        have = set(columns(self.con, name))
+        defs = ibis.schema([c for c in cols if c[0] not in have]).to_sqlglot_column_defs(
+            self.con.dialect)
+        table = exp.Table(this=exp.to_identifier(name, quoted=True))
+        for column in defs:
+            alter = exp.Alter(this=table, kind="TABLE", actions=[column])
+            self.con.raw_sql(alter.sql(dialect=self.con.dialect))
+        _handles(self.con).pop(name, None)
+
     def clear_current(self, name: str, spec_hash: str, periods: Sequence) -> None:
         """Clear ``current`` on the manifest rows of the periods about to be written (one
         UPDATE, where the engine has one, before the new manifest rows; readers pick the

@@ -192,6 +192,9 @@ def _report_model(run: ScheduledRun) -> dict:
         segs = _segment_rows(run, group) if run.segments is not None else None
         if segs:
             tables.append(segs)
+        versus = _comparison_rows(run, group) if run.comparison is not None else None
+        if versus:
+            tables.append(versus)
         have = data_groups[i]
         chart_list = [c for c in (
             ("reliability", "Reliability diagram: observed rate per bin with its interval, and "
@@ -583,6 +586,34 @@ def _segment_rows(run: ScheduledRun, group: dict | None) -> dict | None:
             "rows": [{"alert": True, "cells": [
                 {"text": r[name[c]], "code": True} if c == "segment" else _cell(r[name[c]])
                 for c in columns]} for r in rows.to_dict("records")]}
+
+
+def _comparison_rows(run: ScheduledRun, group: dict) -> dict | None:
+    """A group's comparison with the baseline (:func:`sqlcal.compare` in the run): per metric
+    the model's value, the baseline's, their difference with its interval, the p-value and the
+    design; a row is marked when the model is significantly worse (difference > 0 at the
+    comparison's confidence). None when the group has no row."""
+    frame = run.comparison
+    users = set(run.keys)
+    name = {c: shown_name(c, users) for c in ("metric", "value", "baseline_value", "difference",
+                                               "ci_lower", "ci_upper", "p_value", "design",
+                                               "confidence")}
+    rows = _rows_of(frame, group) if group else frame
+    if not len(rows):
+        return None
+    out = []
+    for r in rows.to_dict("records"):
+        alpha = 1 - float(r[name["confidence"]])
+        worse = (_finite(r[name["p_value"]]) and r[name["p_value"]] < alpha
+                 and _finite(r[name["difference"]]) and r[name["difference"]] > 0)
+        out.append({"alert": bool(worse), "cells": [
+            r[name["metric"]], _cell(r[name["value"]]), _cell(r[name["baseline_value"]]),
+            _with_interval(r[name["difference"]], r[name["ci_lower"]], r[name["ci_upper"]]),
+            _cell(r[name["p_value"]]), r[name["design"]]]})
+    return {"caption": "Against the baseline (difference = model − baseline: negative is "
+                       "better; marked: significantly worse)", "id": "comparison",
+            "columns": ["metric", "model", "baseline", "difference [interval]", "p-value",
+                        "design"], "rows": out}
 
 
 def _split(src, frame: pd.DataFrame):

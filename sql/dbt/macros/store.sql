@@ -40,7 +40,19 @@ FROM (
     0.0 AS "swy_lnq2",
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
-    0.0 AS "swy_h"
+    0.0 AS "swy_h",
+    "t4"."swp4",
+    "t4"."sw2p4",
+    "t4"."sw2_lnq",
+    "t4"."sw2_lnq2",
+    0.0 AS "sw2y",
+    0.0 AS "sw2yp",
+    0.0 AS "swy_d4",
+    0.0 AS "sw2y_d4",
+    0.0 AS "sw2y_lnp",
+    0.0 AS "sw2y_lnq",
+    0.0 AS "sw2y_lnp2",
+    0.0 AS "sw2y_lnq2"
   FROM (
     SELECT
 {%- for c in by %}
@@ -67,7 +79,11 @@ FROM (
         "t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
-      MAX("t1"."p") AS "p_max"
+      MAX("t1"."p") AS "p_max",
+      SUM("t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "swp4",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
+      SUM("t1"."w" * "t1"."w" * "t1"."lnq") AS "sw2_lnq",
+      SUM("t1"."w" * "t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -95,7 +111,20 @@ FROM (
           1 - (
             "t0"."p" * 2
           )
-        ) AS "q2"
+        ) AS "q2",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -137,7 +166,19 @@ FROM (
     "t3"."swy_lnq2",
     "t3"."n_pos_p0",
     "t3"."n_pos_p1",
-    "t3"."swy_h"
+    "t3"."swy_h",
+    0.0 AS "swp4",
+    0.0 AS "sw2p4",
+    0.0 AS "sw2_lnq",
+    0.0 AS "sw2_lnq2",
+    "t3"."sw2y",
+    "t3"."sw2yp",
+    "t3"."swy_d4",
+    "t3"."sw2y_d4",
+    "t3"."sw2y_lnp",
+    "t3"."sw2y_lnq",
+    "t3"."sw2y_lnp2",
+    "t3"."sw2y_lnq2"
   FROM (
     SELECT
 {%- for c in by %}
@@ -155,7 +196,15 @@ FROM (
         "t2"."p" = 0) AS "n_pos_p0",
       COUNT(*) FILTER(WHERE
         "t2"."p" = 1) AS "n_pos_p1",
-      SUM("t2"."w" * "t2"."h") AS "swy_h"
+      SUM("t2"."w" * "t2"."h") AS "swy_h",
+      SUM("t2"."w" * "t2"."w") AS "sw2y",
+      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."w" * "t2"."d4") AS "swy_d4",
+      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnp") AS "sw2y_lnp",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnq") AS "sw2y_lnq",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnp" * "t2"."lnp") AS "sw2y_lnp2",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnq" * "t2"."lnq") AS "sw2y_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -183,7 +232,20 @@ FROM (
           1 - (
             "t0"."p" * 2
           )
-        ) AS "q2"
+        ) AS "q2",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -229,7 +291,19 @@ FROM (
     0.0 AS "swy_lnq2",
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
-    0.0 AS "swy_h"
+    0.0 AS "swy_h",
+    "t4"."swp4",
+    "t4"."sw2p4",
+    "t4"."sw2_lnq",
+    "t4"."sw2_lnq2",
+    0.0 AS "sw2y",
+    0.0 AS "sw2yp",
+    0.0 AS "swy_d4",
+    0.0 AS "sw2y_d4",
+    0.0 AS "sw2y_lnp",
+    0.0 AS "sw2y_lnq",
+    0.0 AS "sw2y_lnp2",
+    0.0 AS "sw2y_lnq2"
   FROM (
     SELECT
 {%- for c in by %}
@@ -256,7 +330,11 @@ FROM (
         "t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
-      MAX("t1"."p") AS "p_max"
+      MAX("t1"."p") AS "p_max",
+      SUM("t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "swp4",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
+      SUM("t1"."w" * "t1"."w" * "t1"."lnq") AS "sw2_lnq",
+      SUM("t1"."w" * "t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -284,7 +362,20 @@ FROM (
           1 - (
             "t0"."p" * 2
           )
-        ) AS "q2"
+        ) AS "q2",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -326,7 +417,19 @@ FROM (
     "t3"."swy_lnq2",
     "t3"."n_pos_p0",
     "t3"."n_pos_p1",
-    "t3"."swy_h"
+    "t3"."swy_h",
+    0.0 AS "swp4",
+    0.0 AS "sw2p4",
+    0.0 AS "sw2_lnq",
+    0.0 AS "sw2_lnq2",
+    "t3"."sw2y",
+    "t3"."sw2yp",
+    "t3"."swy_d4",
+    "t3"."sw2y_d4",
+    "t3"."sw2y_lnp",
+    "t3"."sw2y_lnq",
+    "t3"."sw2y_lnp2",
+    "t3"."sw2y_lnq2"
   FROM (
     SELECT
 {%- for c in by %}
@@ -344,7 +447,15 @@ FROM (
         "t2"."p" = 0) AS "n_pos_p0",
       COUNT(*) FILTER(WHERE
         "t2"."p" = 1) AS "n_pos_p1",
-      SUM("t2"."w" * "t2"."h") AS "swy_h"
+      SUM("t2"."w" * "t2"."h") AS "swy_h",
+      SUM("t2"."w" * "t2"."w") AS "sw2y",
+      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."w" * "t2"."d4") AS "swy_d4",
+      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnp") AS "sw2y_lnp",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnq") AS "sw2y_lnq",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnp" * "t2"."lnp") AS "sw2y_lnp2",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnq" * "t2"."lnq") AS "sw2y_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -372,7 +483,20 @@ FROM (
           1 - (
             "t0"."p" * 2
           )
-        ) AS "q2"
+        ) AS "q2",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -418,7 +542,19 @@ FROM (
     0.0 AS `swy_lnq2`,
     0 AS `n_pos_p0`,
     0 AS `n_pos_p1`,
-    0.0 AS `swy_h`
+    0.0 AS `swy_h`,
+    `t4`.`swp4`,
+    `t4`.`sw2p4`,
+    `t4`.`sw2_lnq`,
+    `t4`.`sw2_lnq2`,
+    0.0 AS `sw2y`,
+    0.0 AS `sw2yp`,
+    0.0 AS `swy_d4`,
+    0.0 AS `sw2y_d4`,
+    0.0 AS `sw2y_lnp`,
+    0.0 AS `sw2y_lnq`,
+    0.0 AS `sw2y_lnp2`,
+    0.0 AS `sw2y_lnq2`
   FROM (
     SELECT
 {%- for c in by %}
@@ -444,7 +580,11 @@ FROM (
       SUM(CAST(`t1`.`p` = 1 AS BIGINT)) AS `n_p1`,
       SUM(`t1`.`w` * `t1`.`h` * `t1`.`p`) AS `swp_h`,
       MIN(`t1`.`p`) AS `p_min`,
-      MAX(`t1`.`p`) AS `p_max`
+      MAX(`t1`.`p`) AS `p_max`,
+      SUM(`t1`.`w` * `t1`.`p` * `t1`.`p` * `t1`.`p` * `t1`.`p`) AS `swp4`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p` * `t1`.`p` * `t1`.`p`) AS `sw2p4`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`lnq`) AS `sw2_lnq`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`lnq` * `t1`.`lnq`) AS `sw2_lnq2`
     FROM (
       SELECT
 {%- for c in by %}
@@ -476,7 +616,20 @@ FROM (
           1 - (
             `t0`.`p` * 2
           )
-        ) AS `q2`
+        ) AS `q2`,
+        (
+          1 - (
+            `t0`.`p` * 2
+          )
+        ) * (
+          (
+            1 - (
+              `t0`.`p` * 2
+            )
+          ) + (
+            `t0`.`p` * 2 * `t0`.`p`
+          )
+        ) AS `d4`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
@@ -518,7 +671,19 @@ FROM (
     `t3`.`swy_lnq2`,
     `t3`.`n_pos_p0`,
     `t3`.`n_pos_p1`,
-    `t3`.`swy_h`
+    `t3`.`swy_h`,
+    0.0 AS `swp4`,
+    0.0 AS `sw2p4`,
+    0.0 AS `sw2_lnq`,
+    0.0 AS `sw2_lnq2`,
+    `t3`.`sw2y`,
+    `t3`.`sw2yp`,
+    `t3`.`swy_d4`,
+    `t3`.`sw2y_d4`,
+    `t3`.`sw2y_lnp`,
+    `t3`.`sw2y_lnq`,
+    `t3`.`sw2y_lnp2`,
+    `t3`.`sw2y_lnq2`
   FROM (
     SELECT
 {%- for c in by %}
@@ -534,7 +699,15 @@ FROM (
       SUM(`t2`.`w` * `t2`.`lnq` * `t2`.`lnq`) AS `swy_lnq2`,
       SUM(CAST(`t2`.`p` = 0 AS BIGINT)) AS `n_pos_p0`,
       SUM(CAST(`t2`.`p` = 1 AS BIGINT)) AS `n_pos_p1`,
-      SUM(`t2`.`w` * `t2`.`h`) AS `swy_h`
+      SUM(`t2`.`w` * `t2`.`h`) AS `swy_h`,
+      SUM(`t2`.`w` * `t2`.`w`) AS `sw2y`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`p`) AS `sw2yp`,
+      SUM(`t2`.`w` * `t2`.`d4`) AS `swy_d4`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`d4`) AS `sw2y_d4`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnp`) AS `sw2y_lnp`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnq`) AS `sw2y_lnq`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnp` * `t2`.`lnp`) AS `sw2y_lnp2`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnq` * `t2`.`lnq`) AS `sw2y_lnq2`
     FROM (
       SELECT
 {%- for c in by %}
@@ -566,7 +739,20 @@ FROM (
           1 - (
             `t0`.`p` * 2
           )
-        ) AS `q2`
+        ) AS `q2`,
+        (
+          1 - (
+            `t0`.`p` * 2
+          )
+        ) * (
+          (
+            1 - (
+              `t0`.`p` * 2
+            )
+          ) + (
+            `t0`.`p` * 2 * `t0`.`p`
+          )
+        ) AS `d4`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
@@ -612,7 +798,19 @@ FROM (
     0.0 AS `swy_lnq2`,
     0 AS `n_pos_p0`,
     0 AS `n_pos_p1`,
-    0.0 AS `swy_h`
+    0.0 AS `swy_h`,
+    `t4`.`swp4`,
+    `t4`.`sw2p4`,
+    `t4`.`sw2_lnq`,
+    `t4`.`sw2_lnq2`,
+    0.0 AS `sw2y`,
+    0.0 AS `sw2yp`,
+    0.0 AS `swy_d4`,
+    0.0 AS `sw2y_d4`,
+    0.0 AS `sw2y_lnp`,
+    0.0 AS `sw2y_lnq`,
+    0.0 AS `sw2y_lnp2`,
+    0.0 AS `sw2y_lnq2`
   FROM (
     SELECT
 {%- for c in by %}
@@ -638,7 +836,11 @@ FROM (
       COUNTIF(`t1`.`p` = 1) AS `n_p1`,
       SUM(`t1`.`w` * `t1`.`h` * `t1`.`p`) AS `swp_h`,
       MIN(`t1`.`p`) AS `p_min`,
-      MAX(`t1`.`p`) AS `p_max`
+      MAX(`t1`.`p`) AS `p_max`,
+      SUM(`t1`.`w` * `t1`.`p` * `t1`.`p` * `t1`.`p` * `t1`.`p`) AS `swp4`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p` * `t1`.`p` * `t1`.`p`) AS `sw2p4`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`lnq`) AS `sw2_lnq`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`lnq` * `t1`.`lnq`) AS `sw2_lnq2`
     FROM (
       SELECT
 {%- for c in by %}
@@ -670,7 +872,20 @@ FROM (
           1 - (
             `t0`.`p` * 2
           )
-        ) AS `q2`
+        ) AS `q2`,
+        (
+          1 - (
+            `t0`.`p` * 2
+          )
+        ) * (
+          (
+            1 - (
+              `t0`.`p` * 2
+            )
+          ) + (
+            `t0`.`p` * 2 * `t0`.`p`
+          )
+        ) AS `d4`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
@@ -712,7 +927,19 @@ FROM (
     `t3`.`swy_lnq2`,
     `t3`.`n_pos_p0`,
     `t3`.`n_pos_p1`,
-    `t3`.`swy_h`
+    `t3`.`swy_h`,
+    0.0 AS `swp4`,
+    0.0 AS `sw2p4`,
+    0.0 AS `sw2_lnq`,
+    0.0 AS `sw2_lnq2`,
+    `t3`.`sw2y`,
+    `t3`.`sw2yp`,
+    `t3`.`swy_d4`,
+    `t3`.`sw2y_d4`,
+    `t3`.`sw2y_lnp`,
+    `t3`.`sw2y_lnq`,
+    `t3`.`sw2y_lnp2`,
+    `t3`.`sw2y_lnq2`
   FROM (
     SELECT
 {%- for c in by %}
@@ -728,7 +955,15 @@ FROM (
       SUM(`t2`.`w` * `t2`.`lnq` * `t2`.`lnq`) AS `swy_lnq2`,
       COUNTIF(`t2`.`p` = 0) AS `n_pos_p0`,
       COUNTIF(`t2`.`p` = 1) AS `n_pos_p1`,
-      SUM(`t2`.`w` * `t2`.`h`) AS `swy_h`
+      SUM(`t2`.`w` * `t2`.`h`) AS `swy_h`,
+      SUM(`t2`.`w` * `t2`.`w`) AS `sw2y`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`p`) AS `sw2yp`,
+      SUM(`t2`.`w` * `t2`.`d4`) AS `swy_d4`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`d4`) AS `sw2y_d4`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnp`) AS `sw2y_lnp`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnq`) AS `sw2y_lnq`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnp` * `t2`.`lnp`) AS `sw2y_lnp2`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnq` * `t2`.`lnq`) AS `sw2y_lnq2`
     FROM (
       SELECT
 {%- for c in by %}
@@ -760,7 +995,20 @@ FROM (
           1 - (
             `t0`.`p` * 2
           )
-        ) AS `q2`
+        ) AS `q2`,
+        (
+          1 - (
+            `t0`.`p` * 2
+          )
+        ) * (
+          (
+            1 - (
+              `t0`.`p` * 2
+            )
+          ) + (
+            `t0`.`p` * 2 * `t0`.`p`
+          )
+        ) AS `d4`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
@@ -806,7 +1054,19 @@ FROM (
     0.0 AS "swy_lnq2",
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
-    0.0 AS "swy_h"
+    0.0 AS "swy_h",
+    "t4"."swp4",
+    "t4"."sw2p4",
+    "t4"."sw2_lnq",
+    "t4"."sw2_lnq2",
+    0.0 AS "sw2y",
+    0.0 AS "sw2yp",
+    0.0 AS "swy_d4",
+    0.0 AS "sw2y_d4",
+    0.0 AS "sw2y_lnp",
+    0.0 AS "sw2y_lnq",
+    0.0 AS "sw2y_lnp2",
+    0.0 AS "sw2y_lnq2"
   FROM (
     SELECT
 {%- for c in by %}
@@ -832,7 +1092,11 @@ FROM (
       COUNT_IF("t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
-      MAX("t1"."p") AS "p_max"
+      MAX("t1"."p") AS "p_max",
+      SUM("t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "swp4",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
+      SUM("t1"."w" * "t1"."w" * "t1"."lnq") AS "sw2_lnq",
+      SUM("t1"."w" * "t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -860,7 +1124,20 @@ FROM (
           1 - (
             "t0"."p" * 2
           )
-        ) AS "q2"
+        ) AS "q2",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -902,7 +1179,19 @@ FROM (
     "t3"."swy_lnq2",
     "t3"."n_pos_p0",
     "t3"."n_pos_p1",
-    "t3"."swy_h"
+    "t3"."swy_h",
+    0.0 AS "swp4",
+    0.0 AS "sw2p4",
+    0.0 AS "sw2_lnq",
+    0.0 AS "sw2_lnq2",
+    "t3"."sw2y",
+    "t3"."sw2yp",
+    "t3"."swy_d4",
+    "t3"."sw2y_d4",
+    "t3"."sw2y_lnp",
+    "t3"."sw2y_lnq",
+    "t3"."sw2y_lnp2",
+    "t3"."sw2y_lnq2"
   FROM (
     SELECT
 {%- for c in by %}
@@ -918,7 +1207,15 @@ FROM (
       SUM("t2"."w" * "t2"."lnq" * "t2"."lnq") AS "swy_lnq2",
       COUNT_IF("t2"."p" = 0) AS "n_pos_p0",
       COUNT_IF("t2"."p" = 1) AS "n_pos_p1",
-      SUM("t2"."w" * "t2"."h") AS "swy_h"
+      SUM("t2"."w" * "t2"."h") AS "swy_h",
+      SUM("t2"."w" * "t2"."w") AS "sw2y",
+      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."w" * "t2"."d4") AS "swy_d4",
+      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnp") AS "sw2y_lnp",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnq") AS "sw2y_lnq",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnp" * "t2"."lnp") AS "sw2y_lnp2",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnq" * "t2"."lnq") AS "sw2y_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -946,7 +1243,20 @@ FROM (
           1 - (
             "t0"."p" * 2
           )
-        ) AS "q2"
+        ) AS "q2",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -992,7 +1302,19 @@ FROM (
     CAST(0.0 AS DOUBLE) AS "swy_lnq2",
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
-    CAST(0.0 AS DOUBLE) AS "swy_h"
+    CAST(0.0 AS DOUBLE) AS "swy_h",
+    "t4"."swp4",
+    "t4"."sw2p4",
+    "t4"."sw2_lnq",
+    "t4"."sw2_lnq2",
+    CAST(0.0 AS DOUBLE) AS "sw2y",
+    CAST(0.0 AS DOUBLE) AS "sw2yp",
+    CAST(0.0 AS DOUBLE) AS "swy_d4",
+    CAST(0.0 AS DOUBLE) AS "sw2y_d4",
+    CAST(0.0 AS DOUBLE) AS "sw2y_lnp",
+    CAST(0.0 AS DOUBLE) AS "sw2y_lnq",
+    CAST(0.0 AS DOUBLE) AS "sw2y_lnp2",
+    CAST(0.0 AS DOUBLE) AS "sw2y_lnq2"
   FROM (
     SELECT
 {%- for c in by %}
@@ -1019,7 +1341,11 @@ FROM (
         "t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
-      MAX("t1"."p") AS "p_max"
+      MAX("t1"."p") AS "p_max",
+      SUM("t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "swp4",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
+      SUM("t1"."w" * "t1"."w" * "t1"."lnq") AS "sw2_lnq",
+      SUM("t1"."w" * "t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1053,7 +1379,20 @@ FROM (
           1 - (
             "t0"."p" * 2
           )
-        ) AS "q2"
+        ) AS "q2",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -1095,7 +1434,19 @@ FROM (
     "t3"."swy_lnq2",
     "t3"."n_pos_p0",
     "t3"."n_pos_p1",
-    "t3"."swy_h"
+    "t3"."swy_h",
+    CAST(0.0 AS DOUBLE) AS "swp4",
+    CAST(0.0 AS DOUBLE) AS "sw2p4",
+    CAST(0.0 AS DOUBLE) AS "sw2_lnq",
+    CAST(0.0 AS DOUBLE) AS "sw2_lnq2",
+    "t3"."sw2y",
+    "t3"."sw2yp",
+    "t3"."swy_d4",
+    "t3"."sw2y_d4",
+    "t3"."sw2y_lnp",
+    "t3"."sw2y_lnq",
+    "t3"."sw2y_lnp2",
+    "t3"."sw2y_lnq2"
   FROM (
     SELECT
 {%- for c in by %}
@@ -1113,7 +1464,15 @@ FROM (
         "t2"."p" = 0) AS "n_pos_p0",
       COUNT(*) FILTER(WHERE
         "t2"."p" = 1) AS "n_pos_p1",
-      SUM("t2"."w" * "t2"."h") AS "swy_h"
+      SUM("t2"."w" * "t2"."h") AS "swy_h",
+      SUM("t2"."w" * "t2"."w") AS "sw2y",
+      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."w" * "t2"."d4") AS "swy_d4",
+      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnp") AS "sw2y_lnp",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnq") AS "sw2y_lnq",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnp" * "t2"."lnp") AS "sw2y_lnp2",
+      SUM("t2"."w" * "t2"."w" * "t2"."lnq" * "t2"."lnq") AS "sw2y_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1147,7 +1506,20 @@ FROM (
           1 - (
             "t0"."p" * 2
           )
-        ) AS "q2"
+        ) AS "q2",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -1184,7 +1556,13 @@ FROM (
     "t4"."p_max",
     0 AS "n_pos",
     0.0 AS "swy",
-    0.0 AS "swyp"
+    0.0 AS "swyp",
+    "t4"."sw2p",
+    "t4"."sw2pp",
+    0.0 AS "sw2y",
+    0.0 AS "sw2yp",
+    0.0 AS "swy_d4",
+    0.0 AS "sw2y_d4"
   FROM (
     SELECT
 {%- for c in by %}
@@ -1199,7 +1577,9 @@ FROM (
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
       SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
-      MAX("t1"."p") AS "p_max"
+      MAX("t1"."p") AS "p_max",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1212,7 +1592,20 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -1240,7 +1633,13 @@ FROM (
     CAST(NULL AS DOUBLE PRECISION) AS "p_max",
     "t3"."n_pos",
     "t3"."swy",
-    "t3"."swyp"
+    "t3"."swyp",
+    0.0 AS "sw2p",
+    0.0 AS "sw2pp",
+    "t3"."sw2y",
+    "t3"."sw2yp",
+    "t3"."swy_d4",
+    "t3"."sw2y_d4"
   FROM (
     SELECT
 {%- for c in by %}
@@ -1250,7 +1649,11 @@ FROM (
       "t2"."cell",
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
-      SUM("t2"."w" * "t2"."p") AS "swyp"
+      SUM("t2"."w" * "t2"."p") AS "swyp",
+      SUM("t2"."w" * "t2"."w") AS "sw2y",
+      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."w" * "t2"."d4") AS "swy_d4",
+      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1263,7 +1666,20 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -1295,7 +1711,13 @@ FROM (
     "t4"."p_max",
     0 AS "n_pos",
     0.0 AS "swy",
-    0.0 AS "swyp"
+    0.0 AS "swyp",
+    "t4"."sw2p",
+    "t4"."sw2pp",
+    0.0 AS "sw2y",
+    0.0 AS "sw2yp",
+    0.0 AS "swy_d4",
+    0.0 AS "sw2y_d4"
   FROM (
     SELECT
 {%- for c in by %}
@@ -1310,7 +1732,9 @@ FROM (
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
       SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
-      MAX("t1"."p") AS "p_max"
+      MAX("t1"."p") AS "p_max",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1323,7 +1747,20 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -1351,7 +1788,13 @@ FROM (
     CAST(NULL AS DOUBLE) AS "p_max",
     "t3"."n_pos",
     "t3"."swy",
-    "t3"."swyp"
+    "t3"."swyp",
+    0.0 AS "sw2p",
+    0.0 AS "sw2pp",
+    "t3"."sw2y",
+    "t3"."sw2yp",
+    "t3"."swy_d4",
+    "t3"."sw2y_d4"
   FROM (
     SELECT
 {%- for c in by %}
@@ -1361,7 +1804,11 @@ FROM (
       "t2"."cell",
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
-      SUM("t2"."w" * "t2"."p") AS "swyp"
+      SUM("t2"."w" * "t2"."p") AS "swyp",
+      SUM("t2"."w" * "t2"."w") AS "sw2y",
+      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."w" * "t2"."d4") AS "swy_d4",
+      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1374,7 +1821,20 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -1406,7 +1866,13 @@ FROM (
     `t4`.`p_max`,
     0 AS `n_pos`,
     0.0 AS `swy`,
-    0.0 AS `swyp`
+    0.0 AS `swyp`,
+    `t4`.`sw2p`,
+    `t4`.`sw2pp`,
+    0.0 AS `sw2y`,
+    0.0 AS `sw2yp`,
+    0.0 AS `swy_d4`,
+    0.0 AS `sw2y_d4`
   FROM (
     SELECT
 {%- for c in by %}
@@ -1421,7 +1887,9 @@ FROM (
       SUM(`t1`.`w` * `t1`.`p` * `t1`.`p`) AS `swpp`,
       SUM(`t1`.`w` * `t1`.`w` * `t1`.`pq`) AS `sw2_pq`,
       MIN(`t1`.`p`) AS `p_min`,
-      MAX(`t1`.`p`) AS `p_max`
+      MAX(`t1`.`p`) AS `p_max`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sw2p`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sw2pp`
     FROM (
       SELECT
 {%- for c in by %}
@@ -1434,7 +1902,20 @@ FROM (
         LEAST(CAST(FLOOR(`t0`.`p` * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS `cell`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`
+        ) AS `pq`,
+        (
+          1 - (
+            `t0`.`p` * 2
+          )
+        ) * (
+          (
+            1 - (
+              `t0`.`p` * 2
+            )
+          ) + (
+            `t0`.`p` * 2 * `t0`.`p`
+          )
+        ) AS `d4`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
@@ -1462,7 +1943,13 @@ FROM (
     CAST(NULL AS DOUBLE) AS `p_max`,
     `t3`.`n_pos`,
     `t3`.`swy`,
-    `t3`.`swyp`
+    `t3`.`swyp`,
+    0.0 AS `sw2p`,
+    0.0 AS `sw2pp`,
+    `t3`.`sw2y`,
+    `t3`.`sw2yp`,
+    `t3`.`swy_d4`,
+    `t3`.`sw2y_d4`
   FROM (
     SELECT
 {%- for c in by %}
@@ -1472,7 +1959,11 @@ FROM (
       `t2`.`cell`,
       COUNT(*) AS `n_pos`,
       SUM(`t2`.`w`) AS `swy`,
-      SUM(`t2`.`w` * `t2`.`p`) AS `swyp`
+      SUM(`t2`.`w` * `t2`.`p`) AS `swyp`,
+      SUM(`t2`.`w` * `t2`.`w`) AS `sw2y`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`p`) AS `sw2yp`,
+      SUM(`t2`.`w` * `t2`.`d4`) AS `swy_d4`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`d4`) AS `sw2y_d4`
     FROM (
       SELECT
 {%- for c in by %}
@@ -1485,7 +1976,20 @@ FROM (
         LEAST(CAST(FLOOR(`t0`.`p` * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS `cell`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`
+        ) AS `pq`,
+        (
+          1 - (
+            `t0`.`p` * 2
+          )
+        ) * (
+          (
+            1 - (
+              `t0`.`p` * 2
+            )
+          ) + (
+            `t0`.`p` * 2 * `t0`.`p`
+          )
+        ) AS `d4`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
@@ -1517,7 +2021,13 @@ FROM (
     `t4`.`p_max`,
     0 AS `n_pos`,
     0.0 AS `swy`,
-    0.0 AS `swyp`
+    0.0 AS `swyp`,
+    `t4`.`sw2p`,
+    `t4`.`sw2pp`,
+    0.0 AS `sw2y`,
+    0.0 AS `sw2yp`,
+    0.0 AS `swy_d4`,
+    0.0 AS `sw2y_d4`
   FROM (
     SELECT
 {%- for c in by %}
@@ -1532,7 +2042,9 @@ FROM (
       SUM(`t1`.`w` * `t1`.`p` * `t1`.`p`) AS `swpp`,
       SUM(`t1`.`w` * `t1`.`w` * `t1`.`pq`) AS `sw2_pq`,
       MIN(`t1`.`p`) AS `p_min`,
-      MAX(`t1`.`p`) AS `p_max`
+      MAX(`t1`.`p`) AS `p_max`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sw2p`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sw2pp`
     FROM (
       SELECT
 {%- for c in by %}
@@ -1545,7 +2057,20 @@ FROM (
         LEAST(CAST(FLOOR(`t0`.`p` * {{ cells }}) AS INT64), {{ cells - 1 }}) AS `cell`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`
+        ) AS `pq`,
+        (
+          1 - (
+            `t0`.`p` * 2
+          )
+        ) * (
+          (
+            1 - (
+              `t0`.`p` * 2
+            )
+          ) + (
+            `t0`.`p` * 2 * `t0`.`p`
+          )
+        ) AS `d4`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
@@ -1573,7 +2098,13 @@ FROM (
     CAST(NULL AS FLOAT64) AS `p_max`,
     `t3`.`n_pos`,
     `t3`.`swy`,
-    `t3`.`swyp`
+    `t3`.`swyp`,
+    0.0 AS `sw2p`,
+    0.0 AS `sw2pp`,
+    `t3`.`sw2y`,
+    `t3`.`sw2yp`,
+    `t3`.`swy_d4`,
+    `t3`.`sw2y_d4`
   FROM (
     SELECT
 {%- for c in by %}
@@ -1583,7 +2114,11 @@ FROM (
       `t2`.`cell`,
       COUNT(*) AS `n_pos`,
       SUM(`t2`.`w`) AS `swy`,
-      SUM(`t2`.`w` * `t2`.`p`) AS `swyp`
+      SUM(`t2`.`w` * `t2`.`p`) AS `swyp`,
+      SUM(`t2`.`w` * `t2`.`w`) AS `sw2y`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`p`) AS `sw2yp`,
+      SUM(`t2`.`w` * `t2`.`d4`) AS `swy_d4`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`d4`) AS `sw2y_d4`
     FROM (
       SELECT
 {%- for c in by %}
@@ -1596,7 +2131,20 @@ FROM (
         LEAST(CAST(FLOOR(`t0`.`p` * {{ cells }}) AS INT64), {{ cells - 1 }}) AS `cell`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`
+        ) AS `pq`,
+        (
+          1 - (
+            `t0`.`p` * 2
+          )
+        ) * (
+          (
+            1 - (
+              `t0`.`p` * 2
+            )
+          ) + (
+            `t0`.`p` * 2 * `t0`.`p`
+          )
+        ) AS `d4`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
@@ -1628,7 +2176,13 @@ FROM (
     "t4"."p_max",
     0 AS "n_pos",
     0.0 AS "swy",
-    0.0 AS "swyp"
+    0.0 AS "swyp",
+    "t4"."sw2p",
+    "t4"."sw2pp",
+    0.0 AS "sw2y",
+    0.0 AS "sw2yp",
+    0.0 AS "swy_d4",
+    0.0 AS "sw2y_d4"
   FROM (
     SELECT
 {%- for c in by %}
@@ -1643,7 +2197,9 @@ FROM (
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
       SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
-      MAX("t1"."p") AS "p_max"
+      MAX("t1"."p") AS "p_max",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1656,7 +2212,20 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -1684,7 +2253,13 @@ FROM (
     CAST(NULL AS DOUBLE) AS "p_max",
     "t3"."n_pos",
     "t3"."swy",
-    "t3"."swyp"
+    "t3"."swyp",
+    0.0 AS "sw2p",
+    0.0 AS "sw2pp",
+    "t3"."sw2y",
+    "t3"."sw2yp",
+    "t3"."swy_d4",
+    "t3"."sw2y_d4"
   FROM (
     SELECT
 {%- for c in by %}
@@ -1694,7 +2269,11 @@ FROM (
       "t2"."cell",
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
-      SUM("t2"."w" * "t2"."p") AS "swyp"
+      SUM("t2"."w" * "t2"."p") AS "swyp",
+      SUM("t2"."w" * "t2"."w") AS "sw2y",
+      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."w" * "t2"."d4") AS "swy_d4",
+      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1707,7 +2286,20 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -1739,7 +2331,13 @@ FROM (
     "t4"."p_max",
     0 AS "n_pos",
     CAST(0.0 AS DOUBLE) AS "swy",
-    CAST(0.0 AS DOUBLE) AS "swyp"
+    CAST(0.0 AS DOUBLE) AS "swyp",
+    "t4"."sw2p",
+    "t4"."sw2pp",
+    CAST(0.0 AS DOUBLE) AS "sw2y",
+    CAST(0.0 AS DOUBLE) AS "sw2yp",
+    CAST(0.0 AS DOUBLE) AS "swy_d4",
+    CAST(0.0 AS DOUBLE) AS "sw2y_d4"
   FROM (
     SELECT
 {%- for c in by %}
@@ -1754,7 +2352,9 @@ FROM (
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
       SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
-      MAX("t1"."p") AS "p_max"
+      MAX("t1"."p") AS "p_max",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1767,7 +2367,20 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -1795,7 +2408,13 @@ FROM (
     CAST(NULL AS DOUBLE) AS "p_max",
     "t3"."n_pos",
     "t3"."swy",
-    "t3"."swyp"
+    "t3"."swyp",
+    CAST(0.0 AS DOUBLE) AS "sw2p",
+    CAST(0.0 AS DOUBLE) AS "sw2pp",
+    "t3"."sw2y",
+    "t3"."sw2yp",
+    "t3"."swy_d4",
+    "t3"."sw2y_d4"
   FROM (
     SELECT
 {%- for c in by %}
@@ -1805,7 +2424,11 @@ FROM (
       "t2"."cell",
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
-      SUM("t2"."w" * "t2"."p") AS "swyp"
+      SUM("t2"."w" * "t2"."p") AS "swyp",
+      SUM("t2"."w" * "t2"."w") AS "sw2y",
+      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."w" * "t2"."d4") AS "swy_d4",
+      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1818,7 +2441,20 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ cells }}) AS BIGINT), {{ cells - 1 }}) AS "cell",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        (
+          1 - (
+            "t0"."p" * 2
+          )
+        ) * (
+          (
+            1 - (
+              "t0"."p" * 2
+            )
+          ) + (
+            "t0"."p" * 2 * "t0"."p"
+          )
+        ) AS "d4"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -1855,7 +2491,11 @@ FROM (
     "t4"."p_max",
     0 AS "n_pos",
     0.0 AS "swy",
-    0.0 AS "swyp"
+    0.0 AS "swyp",
+    "t4"."sw2p",
+    "t4"."sw2pp",
+    0.0 AS "sw2y",
+    0.0 AS "sw2yp"
   FROM (
     SELECT
 {%- for c in by %}
@@ -1870,7 +2510,9 @@ FROM (
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
       SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
-      MAX("t1"."p") AS "p_max"
+      MAX("t1"."p") AS "p_max",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1911,7 +2553,11 @@ FROM (
     CAST(NULL AS DOUBLE PRECISION) AS "p_max",
     "t3"."n_pos",
     "t3"."swy",
-    "t3"."swyp"
+    "t3"."swyp",
+    0.0 AS "sw2p",
+    0.0 AS "sw2pp",
+    "t3"."sw2y",
+    "t3"."sw2yp"
   FROM (
     SELECT
 {%- for c in by %}
@@ -1921,7 +2567,9 @@ FROM (
       "t2"."bin",
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
-      SUM("t2"."w" * "t2"."p") AS "swyp"
+      SUM("t2"."w" * "t2"."p") AS "swyp",
+      SUM("t2"."w" * "t2"."w") AS "sw2y",
+      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1966,7 +2614,11 @@ FROM (
     "t4"."p_max",
     0 AS "n_pos",
     0.0 AS "swy",
-    0.0 AS "swyp"
+    0.0 AS "swyp",
+    "t4"."sw2p",
+    "t4"."sw2pp",
+    0.0 AS "sw2y",
+    0.0 AS "sw2yp"
   FROM (
     SELECT
 {%- for c in by %}
@@ -1981,7 +2633,9 @@ FROM (
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
       SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
-      MAX("t1"."p") AS "p_max"
+      MAX("t1"."p") AS "p_max",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -2022,7 +2676,11 @@ FROM (
     CAST(NULL AS DOUBLE) AS "p_max",
     "t3"."n_pos",
     "t3"."swy",
-    "t3"."swyp"
+    "t3"."swyp",
+    0.0 AS "sw2p",
+    0.0 AS "sw2pp",
+    "t3"."sw2y",
+    "t3"."sw2yp"
   FROM (
     SELECT
 {%- for c in by %}
@@ -2032,7 +2690,9 @@ FROM (
       "t2"."bin",
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
-      SUM("t2"."w" * "t2"."p") AS "swyp"
+      SUM("t2"."w" * "t2"."p") AS "swyp",
+      SUM("t2"."w" * "t2"."w") AS "sw2y",
+      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -2077,7 +2737,11 @@ FROM (
     `t4`.`p_max`,
     0 AS `n_pos`,
     0.0 AS `swy`,
-    0.0 AS `swyp`
+    0.0 AS `swyp`,
+    `t4`.`sw2p`,
+    `t4`.`sw2pp`,
+    0.0 AS `sw2y`,
+    0.0 AS `sw2yp`
   FROM (
     SELECT
 {%- for c in by %}
@@ -2092,7 +2756,9 @@ FROM (
       SUM(`t1`.`w` * `t1`.`p` * `t1`.`p`) AS `swpp`,
       SUM(`t1`.`w` * `t1`.`w` * `t1`.`pq`) AS `sw2_pq`,
       MIN(`t1`.`p`) AS `p_min`,
-      MAX(`t1`.`p`) AS `p_max`
+      MAX(`t1`.`p`) AS `p_max`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sw2p`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sw2pp`
     FROM (
       SELECT
 {%- for c in by %}
@@ -2133,7 +2799,11 @@ FROM (
     CAST(NULL AS DOUBLE) AS `p_max`,
     `t3`.`n_pos`,
     `t3`.`swy`,
-    `t3`.`swyp`
+    `t3`.`swyp`,
+    0.0 AS `sw2p`,
+    0.0 AS `sw2pp`,
+    `t3`.`sw2y`,
+    `t3`.`sw2yp`
   FROM (
     SELECT
 {%- for c in by %}
@@ -2143,7 +2813,9 @@ FROM (
       `t2`.`bin`,
       COUNT(*) AS `n_pos`,
       SUM(`t2`.`w`) AS `swy`,
-      SUM(`t2`.`w` * `t2`.`p`) AS `swyp`
+      SUM(`t2`.`w` * `t2`.`p`) AS `swyp`,
+      SUM(`t2`.`w` * `t2`.`w`) AS `sw2y`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`p`) AS `sw2yp`
     FROM (
       SELECT
 {%- for c in by %}
@@ -2188,7 +2860,11 @@ FROM (
     `t4`.`p_max`,
     0 AS `n_pos`,
     0.0 AS `swy`,
-    0.0 AS `swyp`
+    0.0 AS `swyp`,
+    `t4`.`sw2p`,
+    `t4`.`sw2pp`,
+    0.0 AS `sw2y`,
+    0.0 AS `sw2yp`
   FROM (
     SELECT
 {%- for c in by %}
@@ -2203,7 +2879,9 @@ FROM (
       SUM(`t1`.`w` * `t1`.`p` * `t1`.`p`) AS `swpp`,
       SUM(`t1`.`w` * `t1`.`w` * `t1`.`pq`) AS `sw2_pq`,
       MIN(`t1`.`p`) AS `p_min`,
-      MAX(`t1`.`p`) AS `p_max`
+      MAX(`t1`.`p`) AS `p_max`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sw2p`,
+      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sw2pp`
     FROM (
       SELECT
 {%- for c in by %}
@@ -2244,7 +2922,11 @@ FROM (
     CAST(NULL AS FLOAT64) AS `p_max`,
     `t3`.`n_pos`,
     `t3`.`swy`,
-    `t3`.`swyp`
+    `t3`.`swyp`,
+    0.0 AS `sw2p`,
+    0.0 AS `sw2pp`,
+    `t3`.`sw2y`,
+    `t3`.`sw2yp`
   FROM (
     SELECT
 {%- for c in by %}
@@ -2254,7 +2936,9 @@ FROM (
       `t2`.`bin`,
       COUNT(*) AS `n_pos`,
       SUM(`t2`.`w`) AS `swy`,
-      SUM(`t2`.`w` * `t2`.`p`) AS `swyp`
+      SUM(`t2`.`w` * `t2`.`p`) AS `swyp`,
+      SUM(`t2`.`w` * `t2`.`w`) AS `sw2y`,
+      SUM(`t2`.`w` * `t2`.`w` * `t2`.`p`) AS `sw2yp`
     FROM (
       SELECT
 {%- for c in by %}
@@ -2299,7 +2983,11 @@ FROM (
     "t4"."p_max",
     0 AS "n_pos",
     0.0 AS "swy",
-    0.0 AS "swyp"
+    0.0 AS "swyp",
+    "t4"."sw2p",
+    "t4"."sw2pp",
+    0.0 AS "sw2y",
+    0.0 AS "sw2yp"
   FROM (
     SELECT
 {%- for c in by %}
@@ -2314,7 +3002,9 @@ FROM (
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
       SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
-      MAX("t1"."p") AS "p_max"
+      MAX("t1"."p") AS "p_max",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -2355,7 +3045,11 @@ FROM (
     CAST(NULL AS DOUBLE) AS "p_max",
     "t3"."n_pos",
     "t3"."swy",
-    "t3"."swyp"
+    "t3"."swyp",
+    0.0 AS "sw2p",
+    0.0 AS "sw2pp",
+    "t3"."sw2y",
+    "t3"."sw2yp"
   FROM (
     SELECT
 {%- for c in by %}
@@ -2365,7 +3059,9 @@ FROM (
       "t2"."bin",
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
-      SUM("t2"."w" * "t2"."p") AS "swyp"
+      SUM("t2"."w" * "t2"."p") AS "swyp",
+      SUM("t2"."w" * "t2"."w") AS "sw2y",
+      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -2410,7 +3106,11 @@ FROM (
     "t4"."p_max",
     0 AS "n_pos",
     CAST(0.0 AS DOUBLE) AS "swy",
-    CAST(0.0 AS DOUBLE) AS "swyp"
+    CAST(0.0 AS DOUBLE) AS "swyp",
+    "t4"."sw2p",
+    "t4"."sw2pp",
+    CAST(0.0 AS DOUBLE) AS "sw2y",
+    CAST(0.0 AS DOUBLE) AS "sw2yp"
   FROM (
     SELECT
 {%- for c in by %}
@@ -2425,7 +3125,9 @@ FROM (
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
       SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
-      MAX("t1"."p") AS "p_max"
+      MAX("t1"."p") AS "p_max",
+      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
+      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -2466,7 +3168,11 @@ FROM (
     CAST(NULL AS DOUBLE) AS "p_max",
     "t3"."n_pos",
     "t3"."swy",
-    "t3"."swyp"
+    "t3"."swyp",
+    CAST(0.0 AS DOUBLE) AS "sw2p",
+    CAST(0.0 AS DOUBLE) AS "sw2pp",
+    "t3"."sw2y",
+    "t3"."sw2yp"
   FROM (
     SELECT
 {%- for c in by %}
@@ -2476,7 +3182,9 @@ FROM (
       "t2"."bin",
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
-      SUM("t2"."w" * "t2"."p") AS "swyp"
+      SUM("t2"."w" * "t2"."p") AS "swyp",
+      SUM("t2"."w" * "t2"."w") AS "sw2y",
+      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -2500,7 +3208,9 @@ FROM (
 ) AS "t5"
 {% endmacro %}
 
-{#- The spec of the stored sums (what sqlcal.stored reads from the manifest) and its hash. #}
+{#- The spec of the stored sums (what sqlcal.stored reads from the manifest) and its hash, taken
+    with the summary version this one extends (as sqlcal.snapshot takes it: the days a store
+    holds from before and after an upgrade that only adds sums stay one spec). #}
 {% macro store_spec(relation, score, label, time, weight=none, by=none, cells=16384, bins=15,
                     where=none) %}
 {%- set by = [] if by is none else ([by] if by is string else by) %}
@@ -2509,8 +3219,9 @@ FROM (
                 "time": time, "grain": "day", "label_time": none, "unknown": "negative",
                 "delays": [0.0, 1.0, 2.0, 3.0, 5.0, 7.0, 14.0, 30.0], "cells": cells | int, "bins": [[bins | int, "sqlcal"]],
                 "logit": [], "smooth": [], "levels": false} %}
-{%- set text = tojson(spec, sort_keys=true) %}
-{{ return({"spec": text, "hash": local_md5(text)[:16], "by": by}) }}
+{%- set hash = local_md5(tojson(spec, sort_keys=true))[:16] %}
+{%- do spec.update({"summary_version": 3}) %}
+{{ return({"spec": tojson(spec, sort_keys=true), "hash": hash, "by": by}) }}
 {% endmacro %}
 
 {#- The rows of a predictions relation as the store reads them: the keys under their stored
@@ -2550,7 +3261,7 @@ FROM (
 {%- set keys = [] %}
 {%- for c in by %}{% do keys.append("key_" ~ c) %}{% endfor %}
 {%- set q = adapter.quote %}
-{%- set columns = {'totals': ['n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'spieg_var', 'sw2_spieg_var', 'sw_lnq', 'sw_lnq2', 'sw2p', 'sw2pp', 'n_p1', 'swp_h', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp', 'swy_lnp', 'swy_lnq', 'swy_lnp2', 'swy_lnq2', 'n_pos_p0', 'n_pos_p1', 'swy_h'], 'cells': ['cell', 'n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp'], 'bins': ['bin', 'n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp']} %}
+{%- set columns = {'totals': ['n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'spieg_var', 'sw2_spieg_var', 'sw_lnq', 'sw_lnq2', 'sw2p', 'sw2pp', 'n_p1', 'swp_h', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp', 'swy_lnp', 'swy_lnq', 'swy_lnp2', 'swy_lnq2', 'n_pos_p0', 'n_pos_p1', 'swy_h', 'swp4', 'sw2p4', 'sw2_lnq', 'sw2_lnq2', 'sw2y', 'sw2yp', 'swy_d4', 'sw2y_d4', 'sw2y_lnp', 'sw2y_lnq', 'sw2y_lnp2', 'sw2y_lnq2'], 'cells': ['cell', 'n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp', 'sw2p', 'sw2pp', 'sw2y', 'sw2yp', 'swy_d4', 'sw2y_d4'], 'bins': ['bin', 'n', 'W', 'sw2', 'swp', 'swpp', 'sw2_pq', 'p_min', 'p_max', 'n_pos', 'swy', 'swyp', 'sw2p', 'sw2pp', 'sw2y', 'sw2yp']} %}
 with sqlcal_rows as (
 {{ sqlcal.store_input(relation, score, label, time, weight, by, where) }}
 ),

@@ -5244,6 +5244,92 @@ SELECT
       1 - "t2"."f"
     ) * "t2"."f"
   ) * "t2"."f") AS "vy_hi",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "q_ll",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "q_lh",
+  SUM("t2"."w" * (
+    "t2"."f" * "t2"."f"
+  )) AS "q_hh",
+  SUM(
+    "t2"."w" * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qy_ll",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  )) AS "qy_lh",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      "t2"."f" * "t2"."f"
+    )
+  )) AS "qy_hh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      (
+        1 - "t2"."f"
+      ) * (
+        1 - "t2"."f"
+      )
+    )
+  ) AS "qv_ll",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  ) AS "qv_lh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."f" * "t2"."f"
+    )
+  ) AS "qv_hh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qvy_ll",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * "t2"."f"
+      )
+    )
+  ) AS "qvy_lh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."y" * (
+        "t2"."f" * "t2"."f"
+      )
+    )
+  ) AS "qvy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",
@@ -5336,6 +5422,30 @@ SELECT
   SUM("t2"."y" * (
     1 - "t2"."f"
   ) * "t2"."f" * "t2"."f") AS "vy_hi",
+  SUM((
+    1 - "t2"."f"
+  ) * (
+    1 - "t2"."f"
+  )) AS "q_ll",
+  SUM((
+    1 - "t2"."f"
+  ) * "t2"."f") AS "q_lh",
+  SUM("t2"."f" * "t2"."f") AS "q_hh",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "qy_ll",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "qy_lh",
+  SUM("t2"."y" * (
+    "t2"."f" * "t2"."f"
+  )) AS "qy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",
@@ -5419,6 +5529,92 @@ SELECT
       1 - "t2"."f"
     ) * "t2"."f"
   ) * "t2"."f") AS "vy_hi",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "q_ll",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "q_lh",
+  SUM("t2"."w" * (
+    "t2"."f" * "t2"."f"
+  )) AS "q_hh",
+  SUM(
+    "t2"."w" * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qy_ll",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  )) AS "qy_lh",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      "t2"."f" * "t2"."f"
+    )
+  )) AS "qy_hh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      (
+        1 - "t2"."f"
+      ) * (
+        1 - "t2"."f"
+      )
+    )
+  ) AS "qv_ll",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  ) AS "qv_lh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."f" * "t2"."f"
+    )
+  ) AS "qv_hh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qvy_ll",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * "t2"."f"
+      )
+    )
+  ) AS "qvy_lh",
+  SUM(
+    CASE WHEN "t2"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t2"."w" * "t2"."w" END * (
+      "t2"."y" * (
+        "t2"."f" * "t2"."f"
+      )
+    )
+  ) AS "qvy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",
@@ -5511,6 +5707,30 @@ SELECT
   SUM("t2"."y" * (
     1 - "t2"."f"
   ) * "t2"."f" * "t2"."f") AS "vy_hi",
+  SUM((
+    1 - "t2"."f"
+  ) * (
+    1 - "t2"."f"
+  )) AS "q_ll",
+  SUM((
+    1 - "t2"."f"
+  ) * "t2"."f") AS "q_lh",
+  SUM("t2"."f" * "t2"."f") AS "q_hh",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "qy_ll",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "qy_lh",
+  SUM("t2"."y" * (
+    "t2"."f" * "t2"."f"
+  )) AS "qy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",
@@ -5594,6 +5814,92 @@ SELECT
       1 - `t2`.`f`
     ) * `t2`.`f`
   ) * `t2`.`f`) AS `vy_hi`,
+  SUM(`t2`.`w` * (
+    (
+      1 - `t2`.`f`
+    ) * (
+      1 - `t2`.`f`
+    )
+  )) AS `q_ll`,
+  SUM(`t2`.`w` * (
+    (
+      1 - `t2`.`f`
+    ) * `t2`.`f`
+  )) AS `q_lh`,
+  SUM(`t2`.`w` * (
+    `t2`.`f` * `t2`.`f`
+  )) AS `q_hh`,
+  SUM(
+    `t2`.`w` * (
+      `t2`.`y` * (
+        (
+          1 - `t2`.`f`
+        ) * (
+          1 - `t2`.`f`
+        )
+      )
+    )
+  ) AS `qy_ll`,
+  SUM(`t2`.`w` * (
+    `t2`.`y` * (
+      (
+        1 - `t2`.`f`
+      ) * `t2`.`f`
+    )
+  )) AS `qy_lh`,
+  SUM(`t2`.`w` * (
+    `t2`.`y` * (
+      `t2`.`f` * `t2`.`f`
+    )
+  )) AS `qy_hh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      (
+        1 - `t2`.`f`
+      ) * (
+        1 - `t2`.`f`
+      )
+    )
+  ) AS `qv_ll`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      (
+        1 - `t2`.`f`
+      ) * `t2`.`f`
+    )
+  ) AS `qv_lh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`f` * `t2`.`f`
+    )
+  ) AS `qv_hh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`y` * (
+        (
+          1 - `t2`.`f`
+        ) * (
+          1 - `t2`.`f`
+        )
+      )
+    )
+  ) AS `qvy_ll`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`y` * (
+        (
+          1 - `t2`.`f`
+        ) * `t2`.`f`
+      )
+    )
+  ) AS `qvy_lh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`y` * (
+        `t2`.`f` * `t2`.`f`
+      )
+    )
+  ) AS `qvy_hh`,
   COUNT(`t2`.`p`) AS `chk_p_count`,
   COUNT(`t2`.`y`) AS `chk_y_count`,
   MIN(`t2`.`y`) AS `chk_y_min`,
@@ -5688,6 +5994,30 @@ SELECT
   SUM(`t2`.`y` * (
     1 - `t2`.`f`
   ) * `t2`.`f` * `t2`.`f`) AS `vy_hi`,
+  SUM((
+    1 - `t2`.`f`
+  ) * (
+    1 - `t2`.`f`
+  )) AS `q_ll`,
+  SUM((
+    1 - `t2`.`f`
+  ) * `t2`.`f`) AS `q_lh`,
+  SUM(`t2`.`f` * `t2`.`f`) AS `q_hh`,
+  SUM(`t2`.`y` * (
+    (
+      1 - `t2`.`f`
+    ) * (
+      1 - `t2`.`f`
+    )
+  )) AS `qy_ll`,
+  SUM(`t2`.`y` * (
+    (
+      1 - `t2`.`f`
+    ) * `t2`.`f`
+  )) AS `qy_lh`,
+  SUM(`t2`.`y` * (
+    `t2`.`f` * `t2`.`f`
+  )) AS `qy_hh`,
   COUNT(`t2`.`p`) AS `chk_p_count`,
   COUNT(`t2`.`y`) AS `chk_y_count`,
   MIN(`t2`.`y`) AS `chk_y_min`,
@@ -5772,6 +6102,92 @@ SELECT
       1 - `t2`.`f`
     ) * `t2`.`f`
   ) * `t2`.`f`) AS `vy_hi`,
+  SUM(`t2`.`w` * (
+    (
+      1 - `t2`.`f`
+    ) * (
+      1 - `t2`.`f`
+    )
+  )) AS `q_ll`,
+  SUM(`t2`.`w` * (
+    (
+      1 - `t2`.`f`
+    ) * `t2`.`f`
+  )) AS `q_lh`,
+  SUM(`t2`.`w` * (
+    `t2`.`f` * `t2`.`f`
+  )) AS `q_hh`,
+  SUM(
+    `t2`.`w` * (
+      `t2`.`y` * (
+        (
+          1 - `t2`.`f`
+        ) * (
+          1 - `t2`.`f`
+        )
+      )
+    )
+  ) AS `qy_ll`,
+  SUM(`t2`.`w` * (
+    `t2`.`y` * (
+      (
+        1 - `t2`.`f`
+      ) * `t2`.`f`
+    )
+  )) AS `qy_lh`,
+  SUM(`t2`.`w` * (
+    `t2`.`y` * (
+      `t2`.`f` * `t2`.`f`
+    )
+  )) AS `qy_hh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      (
+        1 - `t2`.`f`
+      ) * (
+        1 - `t2`.`f`
+      )
+    )
+  ) AS `qv_ll`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      (
+        1 - `t2`.`f`
+      ) * `t2`.`f`
+    )
+  ) AS `qv_lh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`f` * `t2`.`f`
+    )
+  ) AS `qv_hh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`y` * (
+        (
+          1 - `t2`.`f`
+        ) * (
+          1 - `t2`.`f`
+        )
+      )
+    )
+  ) AS `qvy_ll`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`y` * (
+        (
+          1 - `t2`.`f`
+        ) * `t2`.`f`
+      )
+    )
+  ) AS `qvy_lh`,
+  SUM(
+    IF(`t2`.`w` < 1.4916681462400413e-154, 0.0, `t2`.`w` * `t2`.`w`) * (
+      `t2`.`y` * (
+        `t2`.`f` * `t2`.`f`
+      )
+    )
+  ) AS `qvy_hh`,
   COUNT(`t2`.`p`) AS `chk_p_count`,
   COUNT(`t2`.`y`) AS `chk_y_count`,
   MIN(`t2`.`y`) AS `chk_y_min`,
@@ -5865,6 +6281,30 @@ SELECT
   SUM(`t2`.`y` * (
     1 - `t2`.`f`
   ) * `t2`.`f` * `t2`.`f`) AS `vy_hi`,
+  SUM((
+    1 - `t2`.`f`
+  ) * (
+    1 - `t2`.`f`
+  )) AS `q_ll`,
+  SUM((
+    1 - `t2`.`f`
+  ) * `t2`.`f`) AS `q_lh`,
+  SUM(`t2`.`f` * `t2`.`f`) AS `q_hh`,
+  SUM(`t2`.`y` * (
+    (
+      1 - `t2`.`f`
+    ) * (
+      1 - `t2`.`f`
+    )
+  )) AS `qy_ll`,
+  SUM(`t2`.`y` * (
+    (
+      1 - `t2`.`f`
+    ) * `t2`.`f`
+  )) AS `qy_lh`,
+  SUM(`t2`.`y` * (
+    `t2`.`f` * `t2`.`f`
+  )) AS `qy_hh`,
   COUNT(`t2`.`p`) AS `chk_p_count`,
   COUNT(`t2`.`y`) AS `chk_y_count`,
   MIN(`t2`.`y`) AS `chk_y_min`,
@@ -5949,6 +6389,92 @@ SELECT
       1 - "t2"."f"
     ) * "t2"."f"
   ) * "t2"."f") AS "vy_hi",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "q_ll",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "q_lh",
+  SUM("t2"."w" * (
+    "t2"."f" * "t2"."f"
+  )) AS "q_hh",
+  SUM(
+    "t2"."w" * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qy_ll",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  )) AS "qy_lh",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      "t2"."f" * "t2"."f"
+    )
+  )) AS "qy_hh",
+  SUM(
+    IFF("t2"."w" < 1.4916681462400413e-154, 0.0, "t2"."w" * "t2"."w") * (
+      (
+        1 - "t2"."f"
+      ) * (
+        1 - "t2"."f"
+      )
+    )
+  ) AS "qv_ll",
+  SUM(
+    IFF("t2"."w" < 1.4916681462400413e-154, 0.0, "t2"."w" * "t2"."w") * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  ) AS "qv_lh",
+  SUM(
+    IFF("t2"."w" < 1.4916681462400413e-154, 0.0, "t2"."w" * "t2"."w") * (
+      "t2"."f" * "t2"."f"
+    )
+  ) AS "qv_hh",
+  SUM(
+    IFF("t2"."w" < 1.4916681462400413e-154, 0.0, "t2"."w" * "t2"."w") * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qvy_ll",
+  SUM(
+    IFF("t2"."w" < 1.4916681462400413e-154, 0.0, "t2"."w" * "t2"."w") * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * "t2"."f"
+      )
+    )
+  ) AS "qvy_lh",
+  SUM(
+    IFF("t2"."w" < 1.4916681462400413e-154, 0.0, "t2"."w" * "t2"."w") * (
+      "t2"."y" * (
+        "t2"."f" * "t2"."f"
+      )
+    )
+  ) AS "qvy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",
@@ -6041,6 +6567,30 @@ SELECT
   SUM("t2"."y" * (
     1 - "t2"."f"
   ) * "t2"."f" * "t2"."f") AS "vy_hi",
+  SUM((
+    1 - "t2"."f"
+  ) * (
+    1 - "t2"."f"
+  )) AS "q_ll",
+  SUM((
+    1 - "t2"."f"
+  ) * "t2"."f") AS "q_lh",
+  SUM("t2"."f" * "t2"."f") AS "q_hh",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "qy_ll",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "qy_lh",
+  SUM("t2"."y" * (
+    "t2"."f" * "t2"."f"
+  )) AS "qy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",
@@ -6124,6 +6674,116 @@ SELECT
       1 - "t2"."f"
     ) * "t2"."f"
   ) * "t2"."f") AS "vy_hi",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "q_ll",
+  SUM("t2"."w" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "q_lh",
+  SUM("t2"."w" * (
+    "t2"."f" * "t2"."f"
+  )) AS "q_hh",
+  SUM(
+    "t2"."w" * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qy_ll",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  )) AS "qy_lh",
+  SUM("t2"."w" * (
+    "t2"."y" * (
+      "t2"."f" * "t2"."f"
+    )
+  )) AS "qy_hh",
+  SUM(
+    IF(
+      "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t2"."w" * "t2"."w"
+    ) * (
+      (
+        1 - "t2"."f"
+      ) * (
+        1 - "t2"."f"
+      )
+    )
+  ) AS "qv_ll",
+  SUM(
+    IF(
+      "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t2"."w" * "t2"."w"
+    ) * (
+      (
+        1 - "t2"."f"
+      ) * "t2"."f"
+    )
+  ) AS "qv_lh",
+  SUM(
+    IF(
+      "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t2"."w" * "t2"."w"
+    ) * (
+      "t2"."f" * "t2"."f"
+    )
+  ) AS "qv_hh",
+  SUM(
+    IF(
+      "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t2"."w" * "t2"."w"
+    ) * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * (
+          1 - "t2"."f"
+        )
+      )
+    )
+  ) AS "qvy_ll",
+  SUM(
+    IF(
+      "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t2"."w" * "t2"."w"
+    ) * (
+      "t2"."y" * (
+        (
+          1 - "t2"."f"
+        ) * "t2"."f"
+      )
+    )
+  ) AS "qvy_lh",
+  SUM(
+    IF(
+      "t2"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+      CAST(0.0 AS DOUBLE),
+      "t2"."w" * "t2"."w"
+    ) * (
+      "t2"."y" * (
+        "t2"."f" * "t2"."f"
+      )
+    )
+  ) AS "qvy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",
@@ -6218,6 +6878,30 @@ SELECT
   SUM("t2"."y" * (
     1 - "t2"."f"
   ) * "t2"."f" * "t2"."f") AS "vy_hi",
+  SUM((
+    1 - "t2"."f"
+  ) * (
+    1 - "t2"."f"
+  )) AS "q_ll",
+  SUM((
+    1 - "t2"."f"
+  ) * "t2"."f") AS "q_lh",
+  SUM("t2"."f" * "t2"."f") AS "q_hh",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * (
+      1 - "t2"."f"
+    )
+  )) AS "qy_ll",
+  SUM("t2"."y" * (
+    (
+      1 - "t2"."f"
+    ) * "t2"."f"
+  )) AS "qy_lh",
+  SUM("t2"."y" * (
+    "t2"."f" * "t2"."f"
+  )) AS "qy_hh",
   COUNT("t2"."p") AS "chk_p_count",
   COUNT("t2"."y") AS "chk_y_count",
   MIN("t2"."y") AS "chk_y_min",

@@ -92,7 +92,8 @@ sqlcal_metric as (
   select {{ keys }} {{ q("n") }}, {{ q("W") }}, {{ q("problem") }},
     case when {{ q("n_eff") }} > 0 then
       greatest(least({{ q("estimate") }} - (20 + sqrt(2 * ln(1 / cast({{ (1 - confidence) / 2 }} as {{ double }}))))
-                     / sqrt({{ q("n_eff") }}), 1), 0) end as {{ q("value") }}
+                     / sqrt({{ q("n_eff") }}), 1), 0) end as {{ q("value") }},
+    cast(null as {{ double }}) as {{ q("variance") }}
   from sqlcal_value
 )
 {%- else %}
@@ -117,11 +118,29 @@ sqlcal_metric as (
 {%- elif metric == "spiegelhalter_z" %}
     sum({{ q("sw_spieg") }}) / nullif(sqrt(case when max({{ q("sampling") }}) = 1
       then sum({{ q("sw2_spieg_var") }}) else sum({{ q("sw_spieg_var") }}) end), 0)
-{%- endif %} as {{ q("value") }}
+{%- endif %} as {{ q("value") }},
+{%- if metric in ("brier", "log_loss", "citl") %}
+    {{ sqlcal._delta_variance(metric) }} as {{ q("variance") }}
+{%- else %}
+    cast(null as {{ double }}) as {{ q("variance") }}
+{%- endif %}
   from sqlcal_summary cross join sqlcal_kind{{ group }}
 )
 {%- endif %}
+{#- the delta method's interval (brier, log_loss, citl), value ± z·√variance, clipped as the
+    library clips it; z tabulated by the generator for the usual levels (NULL ends otherwise) #}
+{%- set z = __Z__.get(confidence | string) %}
+{%- set half = "(" ~ (z if z is not none else "null") ~ " * sqrt(case when " ~ q("variance")
+    ~ " > 0 then " ~ q("variance") ~ " else 0 end))" %}
+{%- set low, high = {"brier": (0, 1), "log_loss": (0, none)}.get(metric, (none, none)) %}
 select '{{ metric }}' as {{ q("metric") }}, {{ keys }} {{ q("value") }},
+  {%- if metric in ("brier", "log_loss", "citl") %}
+  cast({% if low is not none %}greatest({% endif %}{{ q("value") }} - {{ half }}{% if low is not none %}, {{ low }}){% endif %} as {{ double }}) as {{ q("lower") }},
+  cast({% if high is not none %}least({% endif %}{{ q("value") }} + {{ half }}{% if high is not none %}, {{ high }}){% endif %} as {{ double }}) as {{ q("upper") }},
+  {%- else %}
+  cast(null as {{ double }}) as {{ q("lower") }},
+  cast(null as {{ double }}) as {{ q("upper") }},
+  {%- endif %}
   cast({{ max if max is not none else "null" }} as {{ double }}) as {{ q("max") }},
   {{ q("n") }}, {{ q("W") }},
   case
@@ -146,6 +165,37 @@ select * from (
 ) sqlcal_values
 where {{ adapter.quote("failed") }} = 1
 {% endmacro %}
+
+{#- The delta method's variance of brier, log_loss or citl per group, as
+    sqlcal.metrics.intervals computes it from the totals: Σv(r² − BS)²/W², Σv(ℓ − LL)²/W²,
+    Σv(p − y − CITL)²/W², expanded into the summary's sums, v = w for frequency (whole-number)
+    weights and w² for sampling weights (van der Vaart (1998), Asymptotic Statistics, ch. 3). #}
+{% macro _delta_variance(metric) %}
+{%- set q = adapter.quote %}
+{%- set m = {} %}
+{%- for name, frequency, sampling in [("v1", "W", "sw2"), ("vy", "swy", "sw2y"),
+                                      ("vp", "swp", "sv_p"), ("vyy", "swy", "sv_yy"),
+                                      ("vyp", "swyp", "sv_yp"), ("vpp", "swpp", "sv_pp"),
+                                      ("r4", "sw_r4", "sv_r4"), ("l1", "sw_logloss", "sw2_logloss"),
+                                      ("l2", "sw_logloss_sq", "sw2_logloss_sq")] %}
+  {%- do m.update({name: "(case when max(" ~ q("sampling") ~ ") = 1 then sum(" ~ q(sampling)
+                         ~ ") else sum(" ~ q(frequency) ~ ") end)"}) %}
+{%- endfor %}
+{%- set W = "sum(" ~ q("W") ~ ")" %}
+{%- if metric == "brier" %}
+  {%- set x = "(sum(" ~ q("sw_sq_resid") ~ ") / nullif(" ~ W ~ ", 0))" %}
+    ({{ m.r4 }} - 2 * {{ x }} * ({{ m.vyy }} - 2 * {{ m.vyp }} + {{ m.vpp }})
+     + {{ x }} * {{ x }} * {{ m.v1 }}) / nullif({{ W }} * {{ W }}, 0)
+{%- elif metric == "log_loss" %}
+  {%- set x = "(sum(" ~ q("sw_logloss") ~ ") / nullif(" ~ W ~ ", 0))" %}
+    ({{ m.l2 }} - 2 * {{ x }} * {{ m.l1 }} + {{ x }} * {{ x }} * {{ m.v1 }})
+     / nullif({{ W }} * {{ W }}, 0)
+{%- else %}
+  {%- set x = "((sum(" ~ q("swp") ~ ") - sum(" ~ q("swy") ~ ")) / nullif(" ~ W ~ ", 0))" %}
+    (({{ m.vyy }} - 2 * {{ m.vyp }} + {{ m.vpp }}) - 2 * {{ x }} * ({{ m.vp }} - {{ m.vy }})
+     + {{ x }} * {{ x }} * {{ m.v1 }}) / nullif({{ W }} * {{ W }}, 0)
+{%- endif %}
+{%- endmacro %}
 
 {#- Why a group's rows cannot be measured (NULL when they can): the library's validation on the
     summary's check columns. #}

@@ -1,15 +1,18 @@
 
-{#- The spec of the stored sums (what sqlcal.stored reads from the manifest) and its hash. #}
+{#- The spec of the stored sums (what sqlcal.stored reads from the manifest) and its hash, taken
+    with the summary version this one extends (as sqlcal.snapshot takes it: the days a store
+    holds from before and after an upgrade that only adds sums stay one spec). #}
 {% macro store_spec(relation, score, label, time, weight=none, by=none, cells=16384, bins=15,
                     where=none) %}
 {%- set by = [] if by is none else ([by] if by is string else by) %}
-{%- set spec = {"summary_version": __SUMMARY_VERSION__, "origin": "dbt:" ~ relation,
+{%- set spec = {"summary_version": __HASHED_VERSION__, "origin": "dbt:" ~ relation,
                 "where": where, "score": score, "label": label, "weight": weight, "by": by,
                 "time": time, "grain": "day", "label_time": none, "unknown": "negative",
                 "delays": __DELAYS__, "cells": cells | int, "bins": [[bins | int, "sqlcal"]],
                 "logit": [], "smooth": [], "levels": false} %}
-{%- set text = tojson(spec, sort_keys=true) %}
-{{ return({"spec": text, "hash": local_md5(text)[:16], "by": by}) }}
+{%- set hash = local_md5(tojson(spec, sort_keys=true))[:16] %}
+{%- do spec.update({"summary_version": __SUMMARY_VERSION__}) %}
+{{ return({"spec": tojson(spec, sort_keys=true), "hash": hash, "by": by}) }}
 {% endmacro %}
 
 {#- The rows of a predictions relation as the store reads them: the keys under their stored
