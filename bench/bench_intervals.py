@@ -8,7 +8,7 @@ Run from the repository root::
     nice -n 10 python bench/bench_intervals.py cost --rows 1e6     # 1e8 for the figure
 
 **coverage**: the share of 95% intervals holding the population value, for each metric
-(ece, rmsce, mce, brier, log_loss, citl), population (calibrated, over-confident, low base rate)
+(ece, rmsce, mce, brier, log_loss, citl, cutoff: the cutoff error), population (calibrated, over-confident, low base rate)
 and weighting (none, sampling, frequency) of ``tests/intervals_sim.py``; every sample is one
 group of one summary summed in numpy, the finishes run all groups at once. Prints a Markdown
 table (docs/performance.md, "Intervals").
@@ -51,7 +51,7 @@ def coverage(rows, reps: int, seed: int) -> pd.DataFrame:
     from tests.test_intervals import _coverage
 
     out = []
-    metrics = ("ece", "rmsce", "mce", "brier", "log_loss", "citl")
+    metrics = ("ece", "rmsce", "mce", "brier", "log_loss", "citl", "cutoff")
     for n in rows:
         for kind in POPULATIONS:
             for weights in ("none", "sampling", "frequency"):

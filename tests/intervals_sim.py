@@ -57,7 +57,7 @@ def _grid_mass(kind: str) -> np.ndarray:
 
 def truth(kind: str, metric: str, discrete: bool = False) -> float:
     """The population value of ``metric`` (ece, rmsce, mce on 15 equal-width bins; brier,
-    log_loss, citl)."""
+    log_loss, citl; cutoff: the cutoff calibration error)."""
     E = lambda h, lo=0.0, hi=1.0: _expect(kind, h, lo, hi, discrete)
     if metric == "brier":
         return E(lambda p, g: g * (1 - p) ** 2 + (1 - g) * p ** 2)
@@ -65,6 +65,8 @@ def truth(kind: str, metric: str, discrete: bool = False) -> float:
         return E(lambda p, g: -(g * np.log(p) + (1 - g) * np.log(1 - p)))
     if metric == "citl":
         return E(lambda p, g: p - g)
+    if metric == "cutoff":
+        return cutoff_truth(kind, discrete)
     edges = np.linspace(0, 1, BINS + 1)
     edges[-1] = 1 + 1e-12
     gap = np.array([E(lambda p, g: g - p, lo, hi) for lo, hi in zip(edges[:-1], edges[1:])])
@@ -150,6 +152,46 @@ def paired_frame(p, q, y, w, v, bins: int = BINS) -> pd.DataFrame:
     out["swm"] = np.bincount(pair, w * loss(q), size)
     frame = pd.DataFrame(out)
     return frame[frame["n"] > 0].reset_index(drop=True)
+
+
+def cutoff_truth(kind: str, discrete: bool = False) -> float:
+    """The population's cutoff calibration error: the range of S(t) = E[(y − p)1{p <= t}]
+    (S = 0 below every score included). g(p) − p changes sign at most at 1/2 in these
+    populations (calibrated: never; over-confident: at 1/2; low base rate: never), so the
+    range is read from S at 1/2 and at 1 (on the grid: from S at every grid point)."""
+    (a, b), g = _shape(kind)
+    if discrete:
+        walk = np.cumsum(_grid_mass(kind) * (g(GRID) - GRID))
+        return float(max(walk.max(), 0.0) - min(walk.min(), 0.0))
+    f = stats.beta(a, b).pdf
+    gap = lambda lo, hi: integrate.quad(lambda p: (g(p) - p) * f(p), lo, hi, limit=400,
+                                        epsabs=1e-14)[0]
+    half = gap(0.0, 0.5)
+    walk = np.array([0.0, half, half + gap(0.5, 1.0)])
+    return float(walk.max() - walk.min())
+
+
+def cells_frame(p, y, w, v, grid: int = 1024) -> pd.DataFrame:
+    """The score-cell histogram of the rows (cell = min(floor(p·grid), grid − 1)), with
+    ``p_min``, ``p_max`` and the second moments, summed in numpy."""
+    k = np.minimum(np.floor(p * grid), grid - 1).astype(int)
+    frame = pd.DataFrame({"cell": np.arange(grid), **moments(k, grid, p, y, w, v)})
+    lo, hi = np.full(grid, np.inf), np.full(grid, -np.inf)
+    np.minimum.at(lo, k, p)
+    np.maximum.at(hi, k, p)
+    frame["p_min"], frame["p_max"] = lo, hi
+    return frame[frame["n"] > 0].reset_index(drop=True)
+
+
+def walk_extremes(p, y, w) -> dict:
+    """The exact extremes of the running residual sum over the distinct scores (brute force
+    on the sorted rows, ties one unit): ``W``, ``s_max``, ``s_min`` (without S₀), a score at
+    each, ``grid_bound`` 0."""
+    u, at = np.unique(p, return_inverse=True)
+    S = np.cumsum(np.bincount(at, w * (y - p), len(u)))
+    i, j = int(np.argmax(S)), int(np.argmin(S))
+    return {"W": float(w.sum()), "s_max": float(S[i]), "s_min": float(S[j]),
+            "p_at_max": float(u[i]), "p_at_min": float(u[j]), "grid_bound": 0.0}
 
 
 # -- LS-ECE: the logit grid summed in numpy, and the population value -------------------------

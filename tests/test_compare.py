@@ -191,3 +191,38 @@ def test_scheduled_report_compares_with_its_baseline(tmp_path):
     with pytest.raises(scheduled.ConfigError, match="compare"):
         scheduled.validate_config({"source": {"data": str(path), "score": "a", "label": "y"},
                                    "metrics": {"brier": {}}, "compare": {"metrics": ["ece"]}})
+
+
+def test_dropped_rows_are_counted_per_side_and_group():
+    """on_invalid="drop": each side reports the invalid rows it left out, per group (counted
+    here in pandas), and the comparison equals the one on the clean rows."""
+    rng = np.random.default_rng(21)
+    n = 3000
+    p = rng.uniform(0.05, 0.95, n)
+    df = pd.DataFrame({"p": p, "q": np.clip(p + 0.05, 0, 1), "g": rng.integers(0, 3, n),
+                       "y": (rng.random(n) < p).astype(float)})
+    df.loc[:9, "p"] = np.nan          # the model's score
+    df.loc[10:13, "q"] = 1.5          # the baseline's score
+    df.loc[14:15, "y"] = np.nan       # both sides' label
+    bad_p = df["p"].isna() | df["y"].isna()
+    bad_q = (df["q"] > 1) | df["y"].isna()
+    options = dict(score="p", label="y", by="g", bootstrap=200, on_invalid="drop")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        unpaired = sqlcal.compare(df, baseline="q", baseline_data=df, **options)
+        paired = sqlcal.compare(df, baseline="q", **options)
+    clean = sqlcal.compare(df[~bad_p].drop(columns="q"), baseline="p",
+                           baseline_data=df[~bad_q].drop(columns="p").rename(columns={"q": "p"}),
+                           **{**options, "on_invalid": "raise"})
+    per_group = unpaired.drop_duplicates("g").set_index("g")
+    assert per_group["n_dropped"].to_dict() == df[bad_p].groupby("g").size().reindex(
+        [0, 1, 2], fill_value=0).to_dict()
+    assert per_group["baseline_n_dropped"].to_dict() == df[bad_q].groupby("g").size().reindex(
+        [0, 1, 2], fill_value=0).to_dict()
+    pd.testing.assert_frame_equal(unpaired.drop(columns=["n_dropped", "baseline_n_dropped"]),
+                                  clean)
+    both = (bad_p | bad_q)
+    want = df[both].groupby("g").size().reindex([0, 1, 2], fill_value=0).to_dict()
+    got = paired.drop_duplicates("g").set_index("g")
+    assert got["n_dropped"].to_dict() == want == got["baseline_n_dropped"].to_dict()

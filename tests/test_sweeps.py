@@ -116,6 +116,11 @@ SWEPT = {
     "plots.tce_diagram": lambda d, **k: sqlcal.plots.tce_diagram(
         d, **{a: v for a, v in k.items() if a != "by"}),
     "plots.cumulative_plot": lambda d, **k: sqlcal.plots.cumulative_plot(d, cells=64, **k),
+    # unpaired: the same rows as the baseline's (both sides validated and weighted alike);
+    # paired: a second score column of the same rows (invalid where the score is)
+    "compare": lambda d, **k: sqlcal.compare(d, baseline_data=d, bootstrap=200, **k),
+    "compare[paired]": lambda d, **k: sqlcal.compare(
+        d.mutate(q=d.p * 0.8 + 0.1), baseline="q", bootstrap=200, **k),
 }
 
 #: public names that are not swept, and why
@@ -139,9 +144,6 @@ NOT_SWEPT = {
                 "scan of each period (tests/test_monitor_store.py)",
     "stored": "reads a summary store, not rows",
     "detect": "reads a summary store, not rows",
-    "compare": "both sides pass source()'s checks (tests/test_compare.py: an invalid baseline "
-               "column named with its count); NOT YET: with on_invalid='drop' it reports no "
-               "n_dropped, and its row counts (baseline_n) are outside this sweep's n rule",
     "segment_fix": "fits on a fold and accepts on a holdout of the rows segments() reads "
                    "(swept through segments and multicalibration, the same source and checks)",
 }
@@ -379,6 +381,9 @@ def test_drop_equals_the_clean_rows(name):
             assert keyed.set_index("g")["n_dropped"].to_dict() == per_group.to_dict()
         else:
             assert int(keyed["n_dropped"].iloc[0]) == len(bad)
+        if "baseline_n_dropped" in got:  # sqlcal.compare: the baseline's rows, the same ones
+            assert (got["baseline_n_dropped"] == got["n_dropped"]).all()
+            got = got.drop(columns="baseline_n_dropped")
         got = got.drop(columns="n_dropped")
     else:
         assert name.startswith("plots."), f"{name} reports no n_dropped column"
@@ -397,7 +402,7 @@ def test_drop_nan_or_infinite_weight(kind):
 
 #: row counts: a row of weight 2 is one row (see the module's docstring); calibration_decision_loss's
 #: distinct_per_row is n_levels / n, a ratio of counts
-ROW_COUNTS = ("n", "distinct_per_row", "n_positive")
+ROW_COUNTS = ("n", "distinct_per_row", "n_positive", "baseline_n")
 
 
 def duplicated(df: pd.DataFrame) -> pd.DataFrame:

@@ -242,7 +242,7 @@ def test_disagreeing_metrics_get_their_own_column_and_the_json_keeps_everything(
     for g, bound in zip(direct["g"], direct["grid_bound"]):
         trust = records[("cutoff_error", "cutoff_error", g)]["trust"]
         assert trust == {"exact": False, "grid_bound": pytest.approx(float(bound), rel=1e-12),
-                         "confidence": 0.9, "weight_kind": "frequency"}
+                         "confidence": 0.9, "ci_method": "bootstrap", "weight_kind": "frequency"}
         assert records[("kuiper", "kuiper", g)]["trust"]["weight_kind"] == "sampling"
         ece = records[("ece", "ece", g)]["trust"]
         # the binning, and since issue 34 how its interval was made

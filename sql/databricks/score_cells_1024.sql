@@ -5,7 +5,17 @@ SELECT
   `t2`.`n`,
   `t2`.`p_max`,
   `t2`.`W`,
+  `t2`.`swy`,
+  `t2`.`swp`,
+  `t2`.`p_min`,
   `t2`.`sw2`,
+  `t2`.`swpp`,
+  `t2`.`swyp`,
+  `t2`.`sw2y`,
+  `t2`.`sv_p`,
+  `t2`.`sv_yy`,
+  `t2`.`sv_yp`,
+  `t2`.`sv_pp`,
   `t2`.`swy` - `t2`.`swp` AS `total`,
   `t2`.`swy` - `t2`.`swyp` AS `positive`,
   `t2`.`swp` - `t2`.`swpp` AS `var`,
@@ -26,7 +36,27 @@ FROM (
     COUNT(*) AS `n`,
     MAX(`t1`.`p`) AS `p_max`,
     SUM(`t1`.`w`) AS `W`,
+    SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
+    SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
+    MIN(`t1`.`p`) AS `p_min`,
     SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
+    SUM(`t1`.`w` * (
+      `t1`.`p` * `t1`.`p`
+    )) AS `swpp`,
+    SUM(`t1`.`w` * (
+      `t1`.`y` * `t1`.`p`
+    )) AS `swyp`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y`) AS `sw2y`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p`) AS `sv_p`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`y`
+    ) AS `sv_yy`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`p`
+    ) AS `sv_yp`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p` * `t1`.`p`
+    ) AS `sv_pp`,
     SUM(
       IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * (
         `t1`.`p` * (
@@ -34,14 +64,6 @@ FROM (
         )
       )
     ) AS `var2`,
-    SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
-    SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
-    SUM(`t1`.`w` * (
-      `t1`.`y` * `t1`.`p`
-    )) AS `swyp`,
-    SUM(`t1`.`w` * (
-      `t1`.`p` * `t1`.`p`
-    )) AS `swpp`,
     COUNT(`t1`.`p`) AS `chk_p_count`,
     COUNT(`t1`.`y`) AS `chk_y_count`,
     MIN(`t1`.`y`) AS `chk_y_min`,

@@ -131,7 +131,10 @@ def compare(
         miscalibration), ``ci_lower``, ``ci_upper`` (of the difference), ``p_value`` (of no
         difference), ``n``, ``W`` (the model's rows), ``baseline_n``, ``baseline_W``,
         ``design`` (``"paired"`` or ``"unpaired"``), ``ci_method`` (``"delta"`` or
-        ``"bootstrap"``), ``confidence``, ``weight_kind``.
+        ``"bootstrap"``), ``confidence``, ``weight_kind``; with ``on_invalid="drop"``,
+        ``n_dropped`` and ``baseline_n_dropped`` (the invalid rows each side left out, per
+        group; a paired comparison drops a row when either score is invalid, so the two
+        agree). A group that lost all its rows on the model's side has no row.
 
     See Also
     --------
@@ -185,7 +188,7 @@ def compare(
         kind = resolve_weight_kind(src, weight_kind)
         out = paired_finish(frame, by=src.by, metrics=metrics, bins=bins, confidence=confidence,
                             replicates=bootstrap, seed=seed, weight_kind=kind)
-        return _present(src, out, confidence, kind)
+        return _present(src, out, confidence, kind, src)
     a = executor.source(data, score=score, where=where, **common)
     b = executor.source(data if baseline_data is None else baseline_data,
                         score=baseline or score, where=baseline_where, **common)
@@ -196,7 +199,7 @@ def compare(
         kind = "sampling"  # one side's weights are not whole numbers: read both as sampling
     out = unpaired_finish(*sides, by=a.by, metrics=metrics, bins=bins, confidence=confidence,
                           replicates=bootstrap, seed=seed, weight_kind=kind)
-    return _present(a, out, confidence, kind)
+    return _present(a, out, confidence, kind, b)
 
 
 def _side(src: Source, metrics, bins: int, weight_kind: str, bootstrap: int) -> dict:
@@ -212,11 +215,31 @@ def _side(src: Source, metrics, bins: int, weight_kind: str, bootstrap: int) -> 
     return {"totals": totals, "bins": frame}
 
 
-def _present(src: Source, out: pd.DataFrame, confidence: float, weight_kind: str
-             ) -> pd.DataFrame:
+def _present(src: Source, out: pd.DataFrame, confidence: float, weight_kind: str,
+             baseline: Source) -> pd.DataFrame:
+    """The result in its columns, with ``on_invalid="drop"`` each side's rows dropped per
+    group (``n_dropped``, ``baseline_n_dropped``: the same count in a paired comparison, whose
+    rows are dropped when either score is invalid)."""
+    by = list(src.by)
     out = out.assign(confidence=confidence, weight_kind=weight_kind)
-    out = out[[*src.by, *COLUMNS]].reset_index(drop=True)
+    out = out[[*by, *COLUMNS]].reset_index(drop=True)
+    if src.on_invalid == "drop":
+        counts = _dropped(src, by, "n_dropped")
+        other = _dropped(baseline, by, "baseline_n_dropped")
+        if by:
+            out = out.merge(counts, on=by, how="left").merge(other, on=by, how="left")
+        else:
+            out = out.assign(n_dropped=counts["n_dropped"].sum(),
+                             baseline_n_dropped=other["baseline_n_dropped"].sum())
+        # a group with rows on one side only has dropped none on the other
+        out[["n_dropped", "baseline_n_dropped"]] = (
+            out[["n_dropped", "baseline_n_dropped"]].fillna(0).astype(int))
     return src.present(out)
+
+
+def _dropped(src: Source, by: list, name: str) -> pd.DataFrame:
+    """Per group, the rows ``src`` dropped (its validating scan's counts)."""
+    return src.dropped[[*by, "n_dropped"]].rename(columns={"n_dropped": name})
 
 
 # -- finishes ------------------------------------------------------------------------------------

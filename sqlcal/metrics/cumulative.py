@@ -18,6 +18,7 @@ from sqlcal.inputs.sources import Source
 from sqlcal.metrics import Grouped, resolve_weight_kind, result, safe_div, statistic, variance_parts
 from sqlcal.metrics._registry import Report, metric
 from sqlcal.metrics.cells import CELLS, cell_ranges, cells_needs, zoom_factor
+from sqlcal.metrics.intervals import REPLICATES, SEED, interval_parts, walk_interval
 from sqlcal.options import Option, checked, costs_cells
 from sqlcal.query import declared, executor, planner
 from sqlcal.query.executor import as_source
@@ -46,12 +47,16 @@ _EXTREMES = dict(
                               renamed=(("cells", "grid"), ("levels", "exact")))})
 
 
-@metric(**_EXTREMES,
+@metric(**{**_EXTREMES, "needs": lambda src, o: _cutoff_needs(src, o["cells"], o["weight_kind"],
+                                                             o["bootstrap"])},
         report={"cutoff_error": Report({"cutoff_error": "cutoff_error",
                                         "lower_bound": "cutoff_lower",
-                                        "upper_bound": "cutoff_upper"})},
+                                        "upper_bound": "cutoff_upper",
+                                        "ci_lower": "cutoff_error_lower",
+                                        "ci_upper": "cutoff_error_upper"})},
         trust={"exact": "exact", "grid_bound": "cutoff_grid_bound",
-               "confidence": "cutoff_confidence", "weight_kind": "weight_kind"})
+               "confidence": "cutoff_confidence", "ci_method": None,
+               "weight_kind": "weight_kind"})
 @checked
 def cutoff_error(
     data: Any,
@@ -65,6 +70,8 @@ def cutoff_error(
     cells: int | None = None,
     confidence: float = 0.9,
     epsilon: float | None = None,
+    bootstrap: int = REPLICATES,
+    seed: int = SEED,
     weight_kind: str = "auto",
     **source_options: Any,
 ) -> pd.DataFrame:
@@ -94,15 +101,22 @@ def cutoff_error(
         for any value; more cells make the first pass larger and the second smaller. In grid mode
         more cells tighten ``grid_bound``.
     confidence : float, default 0.9
-        Confidence level of [``lower_bound``, ``upper_bound``]: each bound alone fails with
-        probability δ = (1 − confidence)/2.
+        Confidence level of [``lower_bound``, ``upper_bound``] (each bound alone fails with
+        probability δ = (1 − confidence)/2) and of [``ci_lower``, ``ci_upper``].
     epsilon : float, optional
         A tolerance to certify: adds ``certified_within`` (upper bound ≤ ε: calibrated within ε
         with confidence 1 − δ) and ``certified_beyond`` (lower bound > ε: not calibrated within ε).
+    bootstrap : int, default 1000
+        Replicates of the interval [``ci_lower``, ``ci_upper``] (0: no interval, and no second
+        moments in the scan).
+    seed : int, default 20260101
+        Seed of the replicates' draws (the same interval on every run and engine).
     weight_kind : {"auto", "frequency", "sampling"}, default "auto"
         ``"auto"`` reads whole-number weights as frequencies and any others as sampling weights.
         Frequency weights count rows, so the bounds use n = W. Sampling weights use Kish's
-        effective size W²/Σw², a heuristic: the bounds are not proven for them.
+        effective size W²/Σw², a heuristic: the bounds are not proven for them; the interval
+        carries their variance through the variance weight (w², or w/r under
+        ``negative_sampling_rate``).
     **source_options
         Further options of :func:`sqlcal.source`, such as ``table=``, ``on_invalid=`` and
         ``soft_labels=``.
@@ -115,10 +129,13 @@ def cutoff_error(
         scores), ``excursion_above`` = max(0, max S)/W, ``excursion_below`` = −min(0, min S)/W,
         ``interval_lower`` (exclusive; −inf when the worst interval starts at the lowest score),
         ``interval_upper`` (inclusive), ``interval_gap`` (signed residual mass there over W: > 0
-        under-prediction, < 0 over-prediction), ``grid_bound`` (0 when exact), and with
+        under-prediction, < 0 over-prediction), ``grid_bound`` (0 when exact), ``ci_lower``,
+        ``ci_upper`` (the interval of the population's cutoff error at ``confidence``: a
+        bootstrap of the running sum, see Notes; NaN without ``bootstrap``), and with
         ``epsilon``, ``certified_within`` and ``certified_beyond``; then ``exact`` (False for
         the grid's lower bound, ``method="grid"``), ``confidence`` (the level of
-        [``lower_bound``, ``upper_bound``]; each bound alone holds with 1 − δ),
+        [``lower_bound``, ``upper_bound``], each bound alone holding with 1 − δ, and of
+        [``ci_lower``, ``ci_upper``]), ``ci_method`` (``"bootstrap"``, or None),
         ``weight_kind`` (``"frequency"`` or ``"sampling"``: the n of the bounds, ``"auto"``
         resolved); with ``on_invalid="drop"``, ``n_dropped``.
 
@@ -154,6 +171,18 @@ def cutoff_error(
     interval (pass δ/2 for a 1 − δ one). They do not hold for a model fitted or recalibrated on
     the same rows, nor under drift; for simultaneous statements over G groups use δ/G.
 
+    The bounds are certified (finite-sample, worst case) and wide: the lower one is 0 below
+    about 504/ε² rows. [``ci_lower``, ``ci_upper``] is an asymptotic interval of the population
+    value :math:`\Delta = \sup_I |E[w(y - p)1\{p \in I\}]|/E[w]` from the score cells the
+    metric already reads (a Gaussian multiplier draw of each cell's residual sum and weight,
+    with the covariance of a Poisson bootstrap of its rows; no extra scan): its lower end
+    follows the directional derivative of the range at the walk's estimated extreme sets
+    (Fang & Santos 2019), so a calibrated model's interval reaches 0 despite the plug-in
+    value's upward bias; its upper end, the linearization at the estimate's own extremes.
+    Inside a cell the walk is drawn as a Brownian bridge (a cell of one score has no
+    interior). See :func:`sqlcal.metrics.intervals.walk_interval` for the method and its
+    coverage.
+
     Double-precision running sums: the error of S is at most about n·2⁻⁵³ times Σw|y − p| (worst
     case), so the cutoff error's error is below n·1.1e-16; it stays under a calibrated model's
     noise floor (about 0.8/√n) up to about 3·10¹⁰ rows per group.
@@ -166,6 +195,15 @@ def cutoff_error(
        Estimates in the Agnostic Setting", AISTATS (PMLR 54), 2017.
     .. [3] I. Arrieta-Ibarra, P. Gujral, J. Tannen, M. Tygert and C. Xu, "Metrics of Calibration for
        Probabilistic Predictions", Journal of Machine Learning Research 23(351), 2022.
+    .. [4] Z. Fang and A. Santos, "Inference on Directionally Differentiable Functions", Review
+       of Economic Studies 86(1), 2019.
+    .. [5] V. Chernozhukov, D. Chetverikov and K. Kato, "Gaussian Approximations and Multiplier
+       Bootstrap for Maxima of Sums of High-Dimensional Random Vectors", Annals of Statistics
+       41(6), 2013.
+    .. [6] N. Chamandy, O. Muralidharan, A. Najmi and S. Naidu, "Estimating Uncertainty for
+       Massive Data Streams", Google technical report, 2012.
+    .. [7] D. W. K. Andrews and G. Soares, "Inference for Parameters Defined by Moment
+       Inequalities Using Generalized Moment Selection", Econometrica 78(1), 2010.
 
     Examples
     --------
@@ -188,24 +226,37 @@ def cutoff_error(
     interval_upper           0.3
     interval_gap          0.0875
     grid_bound               0.0
+    ci_lower                 0.0
+    ci_upper            0.226187
     exact                   True
     confidence               0.9
+    ci_method          bootstrap
     weight_kind        frequency
     Name: 0, dtype: object
     """
     exact = _exact(method)
     delta = (1 - confidence) / 2  # each one-sided bound's failure probability
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
+    # the histogram with the interval's sums first: the extremes' first read is served by it
+    histogram = planner.fetch(src, _cutoff_needs(src, cells, weight_kind, bootstrap)[0])
     t = _extremes(src, exact, cells, weight_kind)
     weight_kind = resolve_weight_kind(src, weight_kind)
     t = cutoff_finish(t, delta=delta, epsilon=epsilon, weight_kind=weight_kind,
                       weighted=src.weighted)
+    on = bootstrap > 0
+    t["ci_lower"], t["ci_upper"] = np.nan, np.nan
+    if on:
+        ci = walk_interval(histogram, t, by=src.by, grid=_checked_cells(cells),
+                           confidence=confidence, replicates=bootstrap, seed=seed,
+                           weight_kind=weight_kind)
+        t["ci_lower"], t["ci_upper"] = ci["ci_lower"].to_numpy(), ci["ci_upper"].to_numpy()
     columns = ["cutoff_error", "lower_bound", "upper_bound", "noise_floor", "excursion_above",
                "excursion_below", "interval_lower", "interval_upper", "interval_gap",
-               "grid_bound"]
+               "grid_bound", "ci_lower", "ci_upper"]
     if epsilon is not None:
         columns += ["certified_within", "certified_beyond"]
     return result(src, t, columns, {"exact": exact, "confidence": confidence,
+                                    "ci_method": "bootstrap" if on else None,
                                     "weight_kind": weight_kind})
 
 
@@ -658,6 +709,14 @@ def _worst_interval(t: pd.DataFrame) -> None:
     # below 1e-12 the value is rounding noise (a constant predictor at the mean rate): no interval
     empty = ~(t["cutoff_error"] > 1e-12)
     t.loc[empty, ["interval_lower", "interval_upper", "interval_gap"]] = np.nan
+
+
+def _cutoff_needs(src: Source, cells: int | None, weight_kind: str, bootstrap: int) -> list:
+    """The histogram :func:`_extremes` starts from, with the interval's sums when it is
+    drawn: Σwy, Σwp, each cell's least score, and the second moments of
+    :func:`sqlcal.metrics.intervals.walk_interval`."""
+    extra = ("sums", *interval_parts(src, weight_kind, True)) if (bootstrap or 0) > 0 else ()
+    return cells_needs(src, ("residuals", *variance_parts(src, weight_kind), *extra), cells)
 
 
 def _extremes_needs(src: Source, cells: int | None, weight_kind: str) -> list:

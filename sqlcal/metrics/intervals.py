@@ -24,6 +24,11 @@ Two methods, each named in the result's ``ci_method`` column:
   a fixed seed (``seed=``, default :data:`SEED`; every group reads the same draws), so an
   interval is the same on every run and every engine (the sums agree to about 1e-15).
 
+The cutoff error's interval (:func:`walk_interval`) draws the same way the score cells'
+weight and residual sums the metric already reads, rebuilds the running residual sum from them,
+and takes the directional derivative of its range (the lower end) and its linearization at the
+estimate's extremes (the upper end).
+
 **Weights.** A row weight enters a variance through the variance weight v
 (:func:`sqlcal.query.reductions.variance_weights`): v = w for frequency weights (a row of weight
 3 is three rows), :math:`v = w^2` for sampling weights, :math:`v = f/\pi^2` on a negatively
@@ -375,8 +380,14 @@ def deviations_of(S, C, dS, statistic, size):
         m = np.where(live, R / np.where(live, Wk, 1.0), 0.0)
         var_r = ((C[..., 1, 1] - 2 * C[..., 1, 2] + C[..., 2, 2])
                  - 2 * m * (C[..., 0, 1] - C[..., 0, 2]) + m * m * C[..., 0, 0])
+        smooth = getattr(statistic, "smooth", True)
+        if smooth:  # a small bin's own spread understates its mean's: see small_bins
+            var_r = np.maximum(var_r, C[..., 0, 2] - C[..., 2, 2])
         se = np.sqrt(np.maximum(var_r, 0.0)) / np.where(live, Wk, 1.0)
-        kappa = selection_threshold(size, getattr(statistic, "smooth", True))
+        kappa = selection_threshold(size, smooth)
+        if smooth:
+            kappa = np.maximum(kappa, stats.norm.isf(SELECTION_ERROR / 2
+                                                      / np.maximum(live.sum(axis=-1), 1)))
         near = live & (np.abs(m) <= kappa[:, None] * se)
         centre = S.copy()
         centre[..., 1] = np.where(near, centre[..., 2], centre[..., 1])
@@ -386,8 +397,13 @@ def deviations_of(S, C, dS, statistic, size):
     return theta, down, up
 
 
+#: the squared forms' small-bin rule: the chance that some truly calibrated bin of a group is
+#: taken as miscalibrated is held below this (a Bonferroni bound over the group's bins)
+SELECTION_ERROR = 0.05
+
+
 def selection_threshold(size: np.ndarray, smooth: bool) -> np.ndarray:
-    """κ_n, n the rows (frequency weights: W, the rows they stand for): a bin whose mean
+    r"""κ_n, n the rows (frequency weights: W, the rows they stand for): a bin whose mean
     residual is within κ_n standard errors of 0 is taken as calibrated. Both choices satisfy
     κ_n → ∞ and κ_n/√n → 0, as Fang & Santos (2019) require:
 
@@ -397,6 +413,18 @@ def selection_threshold(size: np.ndarray, smooth: bool) -> np.ndarray:
       bin taken as miscalibrated loses its whole contribution to the lower end (√(2 ln ln n)
       covered a calibrated model's RMSCE 70-73% of the time, in the simulations of
       ``bench/intervals.py``), where the L1 form loses only the sign.
+
+    The squared forms' small-bin rule (:func:`deviations_of`): at 10³ rows their 15 bins hold
+    a few rows each where scores are sparse, and their interval covered a calibrated model's
+    RMSCE 82-86% of the time (a low base rate's 82-88%), every miss at the lower end: a truly
+    calibrated bin taken as miscalibrated. Two causes, two remedies. A bin of a few rows
+    estimates its mean residual's spread from those rows (one row: 0, so a single positive at
+    p = 0.2 looked 0.8 off with no error); the selection reads the larger of that and the
+    spread calibration implies, :math:`\sum v\,p(1 - p)` (Hosmer & Lemeshow's null variance).
+    And with K bins, √(ln n) standard errors (2.6 at 10³ rows) are crossed by one calibrated
+    bin in about 12% of samples; κ is at least the Bonferroni level
+    :math:`z_{1 - \gamma/(2K)}`, γ = :data:`SELECTION_ERROR` (binding below about 10⁴ rows).
+    Coverage at 10³ rows became 96-99% (``bench/bench_intervals.py coverage``).
     """
     size = np.maximum(size, 16.0)
     if smooth:
@@ -508,3 +536,255 @@ def interval_parts(src, weight_kind: str, on: bool) -> tuple:
 
     return available(src, ("moments", *(("spread",) if variance_parts(src, weight_kind)
                                         else ())))
+
+
+# -- the bootstrap of the running residual sum (the cutoff error) --------------------------------
+
+
+def walk_interval(cells: pd.DataFrame, extremes: pd.DataFrame, *, by: Sequence[str],
+                  grid: int, confidence: float, replicates: int, seed: int,
+                  weight_kind: str) -> pd.DataFrame:
+    r"""Per group: ``ci_lower`` and ``ci_upper`` of the population's cutoff calibration error
+    :math:`\Delta = \sup_t S(t) - \inf_t S(t)`, :math:`S(t) = E[w(y - p)1\{p \le t\}]/E[w]`
+    (:math:`S(-\infty) = 0` included), from the score-cell histogram the metric already reads.
+
+    Parameters
+    ----------
+    cells : pandas.DataFrame
+        The score-cell histogram on the 2^k grid ``grid``: per group and ``cell`` the sums
+        ``n``, ``W``, ``swy``, ``swp``, ``p_min``, ``p_max`` and the second moments of
+        :func:`second_moments` (``swyp``, ``swpp``; under the variance weight ``sw2``, ``sw2y``,
+        ``sv_p``, ``sv_yy``, ``sv_yp``, ``sv_pp``).
+    extremes : pandas.DataFrame
+        Per group (the keys), ``W``, ``s_max`` and ``s_min`` (the extremes of the running sum
+        over the distinct scores, without :math:`S_0`), ``p_at_max``, ``p_at_min`` (a score
+        reaching each) and ``grid_bound`` (0 when the extremes are exact).
+    by : sequence of str
+        The group keys.
+    grid : int
+        The number of cells of the grid (the draws are indexed by cell).
+    confidence, replicates, seed, weight_kind
+        The level, the number of replicates B, the seed and the resolved weight kind.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The group keys, ``ci_lower``, ``ci_upper`` (NaN for a group of no weight, or a histogram
+        without the second moments).
+
+    Notes
+    -----
+    The walk's increments over the cells are drawn as in :func:`bins_interval`: each cell's
+    (W_c, R_c = Σw(y − p)) as a Gaussian vector with the covariance of a Poisson bootstrap of
+    its rows (:math:`\sum v (1, r)^\top (1, r)`), the cells independently (Hanley & MacGibbon
+    2006; Chamandy et al. 2012; the multiplier form of Chernozhukov, Chetverikov & Kato 2013),
+    linearized through the ratio: :math:`h^*(t) = (R^*_{\le t} - \hat S(t) W^*)/W`. The range
+    is not differentiable where its maximum or minimum is not unique (at a calibrated model
+    S ≡ 0 is maximal everywhere), and the plug-in value is biased upward; its directional
+    derivative (Fang & Santos 2019) is :math:`\sup_{t \in A^+} h(t) - \inf_{t \in A^-} h(t)`,
+    :math:`A^\pm` the sets where S is maximal, minimal. The lower end is
+    :math:`\hat\Delta - q_{1-\alpha/2}(D^*)`, D* that derivative with :math:`A^\pm` estimated
+    as the cells whose running sum at an end is within :math:`\kappa_n` standard errors (of
+    the walk between them and the extreme) of the extreme, the origin included
+    (:func:`walk_threshold`; Andrews & Soares 2010); the upper end is
+    :math:`\hat\Delta - q_{\alpha/2}(U^*)`, U* the linearization :math:`h^*(\hat t_{max}) -
+    h^*(\hat t_{min})` at the estimate's own extremes, then ``grid_bound`` added (grid mode's
+    value is a lower bound). A calibrated model's interval reaches 0 (D* is then the range of
+    the whole process, the Brownian range the noise floor states).
+
+    The cells' resolution: the extremes are exact (the metric zooms into the candidate cells),
+    the draws are per cell. Inside a cell of several distinct scores the process is drawn as a
+    Brownian bridge between its ends with the cell's variance (its maximum has the law
+    :math:`P(M \ge m) = e^{-2(m - a)(m - b)/V}`), so D* takes the supremum over the whole cell:
+    an over-statement where the cell's scores are few (conservative for the lower end), exact
+    for a cell of one score (its walk has no interior). The linearization U* interpolates the
+    cell of each extreme by the score's position (a Brownian bridge at that fraction).
+    """
+    by = list(by)
+    frame = _coarser(cells[cells["W"].to_numpy(float) > 0], by, grid, weight_kind)
+    grid = min(grid, WALK_CELLS)
+    moments = second_moments(frame, weight_kind)
+    ext = extremes.reset_index(drop=True)
+    G = len(ext)
+    lower, upper = np.full(G, np.nan), np.full(G, np.nan)
+    if moments is None or not G or not len(frame):
+        return _walk_out(ext, by, lower, upper)
+    frame = frame.assign(_m00=moments[:, 0, 0], _m01=moments[:, 0, 1] - moments[:, 0, 2],
+                         _m11=moments[:, 1, 1] - 2 * moments[:, 1, 2] + moments[:, 2, 2])
+    rng = np.random.default_rng(draw_stream(seed, 2))
+    z = rng.standard_normal((replicates, grid, 2))
+    e = -2 * np.log1p(-rng.random((replicates, grid, 2)))  # −2 ln U, U uniform on (0, 1]
+    zx = rng.standard_normal((replicates, 2))
+    alpha = 1 - confidence
+    parts = {key: part for key, part in _group_parts(frame, by)}
+    for g in range(G):
+        key = tuple(ext.loc[g, c] for c in by)
+        part = parts.get(_norm_key(key))
+        if part is None:
+            continue
+        if part["W"].sum() > 0:
+            lower[g], upper[g] = _walk_group(part, ext.loc[g], z, e, zx, alpha, grid,
+                                             weight_kind)
+    return _walk_out(ext, by, lower, upper)
+
+
+#: the cells :func:`walk_interval` draws the walk on (a finer histogram is merged to this many
+#: cells: the process inside a cell is drawn as a Brownian bridge, so the draws need not be
+#: finer, and their cost is replicates × cells per group)
+WALK_CELLS = 256
+
+
+def _coarser(frame: pd.DataFrame, by: list, grid: int, weight_kind: str) -> pd.DataFrame:
+    """The histogram on :data:`WALK_CELLS` cells: adjacent cells merged (sums add, the least
+    and greatest scores kept)."""
+    if grid <= WALK_CELLS:
+        return frame
+    frame = frame.assign(cell=frame["cell"].to_numpy(np.int64) // (grid // WALK_CELLS))
+    sums = [c for c in frame.columns if c not in (*by, "cell", "p_min", "p_max")
+            and pd.api.types.is_numeric_dtype(frame[c])]
+    grouped = frame.groupby([*by, "cell"], sort=False, dropna=False)
+    out = grouped[sums].sum()
+    out["p_min"] = grouped["p_min"].min()
+    out["p_max"] = grouped["p_max"].max()
+    return out.reset_index()
+
+
+def walk_threshold(size) -> np.ndarray:
+    """κ_n of :func:`walk_interval`'s estimated extreme sets (n the rows; frequency weights:
+    W): √(ln n), the BIC-like rate of Andrews & Soares (2010) (κ_n → ∞, κ_n/√n → 0, as Fang &
+    Santos (2019) require). Seen from its maximum, Brownian motion is a 3-dimensional Bessel
+    process, so at a calibrated model the walk at distance s (in variance) lies
+    :math:`\\sqrt{s}\\,\\chi_3` below its maximum: a κ of 2 would leave out a quarter of the
+    points that are truly maximal, and the lower end would miss (see the module's notes)."""
+    return np.sqrt(np.log(np.maximum(np.asarray(size, float), 16.0)))
+
+
+def _walk_group(part: pd.DataFrame, ext: pd.Series, z, e, zx, alpha: float, grid: int,
+                weight_kind: str) -> tuple[float, float]:
+    """One group's (lower, upper) of :func:`walk_interval`; ``z`` the cells' normal draws,
+    ``e`` their bridges' exponential draws (−2 ln U), ``zx`` the extremes' own normals."""
+    part = part.sort_values("cell")
+    ids = part["cell"].to_numpy(np.int64)
+    W = float(part["W"].sum())
+    R = (part["swy"] - part["swp"]).to_numpy(float)
+    a, b, d = (part[c].to_numpy(float) for c in ("_m00", "_m01", "_m11"))
+    # the cell's (W_c, R_c) as L·z, L the Cholesky factor of its 2×2 covariance
+    l11 = np.sqrt(np.maximum(a, 0.0))
+    l21 = np.where(l11 > 0, b / np.where(l11 > 0, l11, 1.0), 0.0)
+    # a cell whose residuals are all equal (one row) has a pivot that is 0 up to rounding:
+    # its square root would turn the sums' last bits into 1e-8 (see cholesky3)
+    pivot = d - l21 * l21
+    l22 = np.sqrt(np.where(pivot > 1e-10 * np.maximum(d, 1e-300), pivot, 0.0))
+    zc = z[:, ids, :]
+    s_end = np.cumsum(R) / W
+    s_start = s_end - R / W
+    h_end = np.cumsum(l21 * zc[..., 0] + l22 * zc[..., 1], axis=1)
+    h_end -= s_end * (zc[..., 0] @ l11)[:, None]
+    h_end /= W
+    V = np.maximum(d, 0.0) / (W * W)  # the cell's own variance of h
+    v_end = np.cumsum(V)
+    v_start = v_end - V
+    p_min, p_max = part["p_min"].to_numpy(float), part["p_max"].to_numpy(float)
+    several = p_max > p_min  # more than one distinct score: the walk has an interior
+    s_max, s_min = float(ext["s_max"]), float(ext["s_min"])
+    hi, lo = max(s_max, 0.0) / W, min(s_min, 0.0) / W
+    theta = hi - lo
+    size = float(W if weight_kind == "frequency" else part["n"].sum())
+    kappa = float(walk_threshold(size))
+    B = len(h_end)
+    D, U = np.zeros(B), np.zeros(B)
+    for value, at, sign, k in ((hi, ext["p_at_max"], 1.0, 0), (lo, ext["p_at_min"], -1.0, 1)):
+        if sign * value > 0:  # the extreme is reached inside the cells, at score `at`
+            star = min(int(np.searchsorted(ids, _cell(at, grid))), len(ids) - 1)
+            vs, ve = v_start[star], v_end[star]
+        else:  # the origin S₀ = 0
+            star, vs, ve = -1, 0.0, 0.0
+        # the estimated extreme set: cells whose running sum at an end is within κ standard
+        # errors (of the walk between it and the extreme) of the extreme, the origin too
+        dist = np.maximum(np.maximum(v_start - ve, vs - v_end), 0.0)
+        ends = np.where(several, sign * np.maximum(sign * s_start, sign * s_end), s_end)
+        near = sign * ends >= sign * value - kappa * np.sqrt(dist)
+        if star >= 0:
+            near[star] = True
+        cols = np.flatnonzero(near)
+        h1 = h_end[:, cols]
+        h0 = np.where(cols > 0, h_end[:, np.maximum(cols - 1, 0)], 0.0)
+        # the supremum over each whole cell: its interior a Brownian bridge between its ends
+        bridge = np.sqrt((h1 - h0) ** 2 + V[cols] * e[:, ids[cols], k])
+        # a cell of one score: its walk steps once, to its end (its start is the cell before's)
+        reach = sign * np.where(several[cols], (h0 + h1 + sign * bridge) / 2, h1)
+        extreme = reach.max(axis=1, initial=-np.inf)
+        if star < 0 or 0.0 >= sign * value - kappa * np.sqrt(vs):
+            extreme = np.maximum(extreme, 0.0)
+        D += extreme
+        own = np.zeros(B)
+        if star >= 0:  # the linearization at the estimate's extreme, inside its cell
+            f = 1.0
+            if several[star]:
+                f = float(np.clip((float(at) - p_min[star]) / (p_max[star] - p_min[star]),
+                                  0.0, 1.0))
+            start = h_end[:, star - 1] if star > 0 else 0.0
+            own = start + f * (h_end[:, star] - start) + np.sqrt(f * (1 - f) * V[star]) * zx[:, k]
+        U += sign * _separate(own, star, s_end, v_end, h_end, value, kappa, sign)
+    low = theta - np.quantile(D, 1 - alpha / 2)
+    high = theta - np.quantile(U, alpha / 2) + float(ext["grid_bound"])
+    return (float(np.clip(min(low, theta), 0.0, 1.0)),
+            float(np.clip(max(high, theta), 0.0, 1.0)))
+
+
+def _separate(h_star: np.ndarray, star: int, s_end: np.ndarray, v_end: np.ndarray,
+              h_end: np.ndarray, value: float, kappa: float, sign: int) -> np.ndarray:
+    """The linearization's value at the extremes: h* at the estimate's own extreme, and at
+    every other peak of the walk (``sign`` 1; trough, -1) within κ standard errors of it and
+    apart from it and from each other by a dip of κ standard errors (a walk as low at its
+    end as at its origin, as a model calibrated in the large but over-confident): the
+    largest (smallest) of h* there. Its neighbours are no peaks of their own, so they do not
+    widen the law (the supremum over a neighbourhood would, and the upper end would miss)."""
+    values = sign * np.r_[0.0, s_end]  # position 0: the origin, then each cell's end
+    var = np.r_[0.0, v_end]
+    at = star + 1
+    close = values >= sign * value - kappa * np.sqrt(np.abs(var - var[at]))
+    left = np.r_[-np.inf, values[:-1]]
+    right = np.r_[values[1:], -np.inf]
+    peaks = np.flatnonzero(close & (values >= left) & (values >= right))
+    accepted = [at]
+    for c in peaks[np.argsort(-values[peaks], kind="stable")][:64]:
+        if len(accepted) >= 8:
+            break
+        apart = True
+        for a in accepted:
+            lo, hi = min(a, c), max(a, c)
+            dip = values[lo:hi + 1].min()
+            if min(values[a], values[c]) - dip < kappa * np.sqrt(abs(var[hi] - var[lo])):
+                apart = False
+                break
+        if apart and c != at:
+            accepted.append(int(c))
+    out = h_star
+    columns = np.concatenate([np.zeros((len(h_end), 1)), h_end], axis=1)
+    for c in accepted[1:]:
+        out = np.maximum(out, columns[:, c]) if sign > 0 else np.minimum(out, columns[:, c])
+    return out
+
+
+def _cell(p, grid: int) -> int:
+    return int(min(np.floor(float(p) * grid), grid - 1))
+
+
+def _norm_key(key: tuple) -> tuple:
+    return tuple(None if pd.isna(k) else k for k in key)
+
+
+def _group_parts(frame: pd.DataFrame, by: list):
+    if not by:
+        yield (), frame
+        return
+    for key, part in frame.groupby(by, sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        yield _norm_key(key), part
+
+
+def _walk_out(ext: pd.DataFrame, by: list, lower, upper) -> pd.DataFrame:
+    out = ext[by].copy() if by else pd.DataFrame(index=range(len(ext)))
+    out["ci_lower"], out["ci_upper"] = lower, upper
+    return out.reset_index(drop=True)

@@ -202,8 +202,10 @@ def wide(src: Source, frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return out
 
 
-#: a metric's interval of its first statistic: certified bounds, or a confidence interval
-BOUNDS = (("lower_bound", "upper_bound"), ("ci_lower", "ci_upper"))
+#: a metric's interval of its first statistic: the population value's confidence interval, or
+#: (a metric without one) certified bounds; the cutoff error has both: its interval is the
+#: one the tidy tables carry, its certified bounds stay in the wide table (cutoff_lower, ...)
+BOUNDS = (("ci_lower", "ci_upper"), ("lower_bound", "upper_bound"))
 
 
 def statistic_bounds(mapping: dict, values: pd.DataFrame) -> dict[str, tuple[str, str]]:
@@ -226,6 +228,7 @@ def statistic_bounds(mapping: dict, values: pd.DataFrame) -> dict[str, tuple[str
 def statistics(mapping: dict, values: pd.DataFrame) -> list[str]:
     """The statistics of a report metric: its mapped columns but the bounds of any of them."""
     bounds = {c for pair in statistic_bounds(mapping, values).values() for c in pair}
+    bounds |= {c for pair in BOUNDS for c in pair if all(b in values for b in pair)}
     return [c for c in mapping if c not in bounds]
 
 

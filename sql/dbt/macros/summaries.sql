@@ -4113,7 +4113,17 @@ SELECT
   "t2"."n",
   "t2"."p_max",
   "t2"."W",
+  "t2"."swy",
+  "t2"."swp",
+  "t2"."p_min",
   "t2"."sw2",
+  "t2"."swpp",
+  "t2"."swyp",
+  "t2"."sw2y",
+  "t2"."sv_p",
+  "t2"."sv_yy",
+  "t2"."sv_yp",
+  "t2"."sv_pp",
   "t2"."swy" - "t2"."swp" AS "total",
   "t2"."swy" - "t2"."swyp" AS "positive",
   "t2"."swp" - "t2"."swpp" AS "var",
@@ -4136,9 +4146,33 @@ FROM (
     COUNT(*) AS "n",
     MAX("t1"."p") AS "p_max",
     SUM("t1"."w") AS "W",
+    SUM("t1"."w" * "t1"."y") AS "swy",
+    SUM("t1"."w" * "t1"."p") AS "swp",
+    MIN("t1"."p") AS "p_min",
     SUM(
       CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
     ) AS "sw2",
+    SUM("t1"."w" * (
+      "t1"."p" * "t1"."p"
+    )) AS "swpp",
+    SUM("t1"."w" * (
+      "t1"."y" * "t1"."p"
+    )) AS "swyp",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y"
+    ) AS "sw2y",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p"
+    ) AS "sv_p",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."y"
+    ) AS "sv_yy",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."p"
+    ) AS "sv_yp",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p" * "t1"."p"
+    ) AS "sv_pp",
     SUM(
       CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * (
         "t1"."p" * (
@@ -4146,14 +4180,6 @@ FROM (
         )
       )
     ) AS "var2",
-    SUM("t1"."w" * "t1"."y") AS "swy",
-    SUM("t1"."w" * "t1"."p") AS "swp",
-    SUM("t1"."w" * (
-      "t1"."y" * "t1"."p"
-    )) AS "swyp",
-    SUM("t1"."w" * (
-      "t1"."p" * "t1"."p"
-    )) AS "swpp",
     COUNT("t1"."p") AS "chk_p_count",
     COUNT("t1"."y") AS "chk_y_count",
     MIN("t1"."y") AS "chk_y_min",
@@ -4207,6 +4233,11 @@ SELECT
   "t2"."cell",
   "t2"."n",
   "t2"."p_max",
+  "t2"."swy",
+  "t2"."swp",
+  "t2"."p_min",
+  "t2"."swpp",
+  "t2"."swyp",
   "t2"."swy" - "t2"."swp" AS "total",
   "t2"."swy" - "t2"."swyp" AS "positive",
   "t2"."swp" - "t2"."swpp" AS "var",
@@ -4225,8 +4256,9 @@ FROM (
     MAX("t1"."p") AS "p_max",
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
-    SUM("t1"."y" * "t1"."p") AS "swyp",
+    MIN("t1"."p") AS "p_min",
     SUM("t1"."p" * "t1"."p") AS "swpp",
+    SUM("t1"."y" * "t1"."p") AS "swyp",
     COUNT("t1"."p") AS "chk_p_count",
     COUNT("t1"."y") AS "chk_y_count",
     MIN("t1"."y") AS "chk_y_min",
@@ -4261,7 +4293,17 @@ SELECT
   "t2"."n",
   "t2"."p_max",
   "t2"."W",
+  "t2"."swy",
+  "t2"."swp",
+  "t2"."p_min",
   "t2"."sw2",
+  "t2"."swpp",
+  "t2"."swyp",
+  "t2"."sw2y",
+  "t2"."sv_p",
+  "t2"."sv_yy",
+  "t2"."sv_yp",
+  "t2"."sv_pp",
   "t2"."swy" - "t2"."swp" AS "total",
   "t2"."swy" - "t2"."swyp" AS "positive",
   "t2"."swp" - "t2"."swpp" AS "var",
@@ -4284,9 +4326,33 @@ FROM (
     COUNT(*) AS "n",
     MAX("t1"."p") AS "p_max",
     SUM("t1"."w") AS "W",
+    SUM("t1"."w" * "t1"."y") AS "swy",
+    SUM("t1"."w" * "t1"."p") AS "swp",
+    MIN("t1"."p") AS "p_min",
     SUM(
       CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
     ) AS "sw2",
+    SUM("t1"."w" * (
+      "t1"."p" * "t1"."p"
+    )) AS "swpp",
+    SUM("t1"."w" * (
+      "t1"."y" * "t1"."p"
+    )) AS "swyp",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y"
+    ) AS "sw2y",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p"
+    ) AS "sv_p",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."y"
+    ) AS "sv_yy",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."p"
+    ) AS "sv_yp",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p" * "t1"."p"
+    ) AS "sv_pp",
     SUM(
       CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * (
         "t1"."p" * (
@@ -4294,14 +4360,6 @@ FROM (
         )
       )
     ) AS "var2",
-    SUM("t1"."w" * "t1"."y") AS "swy",
-    SUM("t1"."w" * "t1"."p") AS "swp",
-    SUM("t1"."w" * (
-      "t1"."y" * "t1"."p"
-    )) AS "swyp",
-    SUM("t1"."w" * (
-      "t1"."p" * "t1"."p"
-    )) AS "swpp",
     COUNT("t1"."p") AS "chk_p_count",
     COUNT("t1"."y") AS "chk_y_count",
     MIN("t1"."y") AS "chk_y_min",
@@ -4355,6 +4413,11 @@ SELECT
   "t2"."cell",
   "t2"."n",
   "t2"."p_max",
+  "t2"."swy",
+  "t2"."swp",
+  "t2"."p_min",
+  "t2"."swpp",
+  "t2"."swyp",
   "t2"."swy" - "t2"."swp" AS "total",
   "t2"."swy" - "t2"."swyp" AS "positive",
   "t2"."swp" - "t2"."swpp" AS "var",
@@ -4373,8 +4436,9 @@ FROM (
     MAX("t1"."p") AS "p_max",
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
-    SUM("t1"."y" * "t1"."p") AS "swyp",
+    MIN("t1"."p") AS "p_min",
     SUM("t1"."p" * "t1"."p") AS "swpp",
+    SUM("t1"."y" * "t1"."p") AS "swyp",
     COUNT("t1"."p") AS "chk_p_count",
     COUNT("t1"."y") AS "chk_y_count",
     MIN("t1"."y") AS "chk_y_min",
@@ -4409,7 +4473,17 @@ SELECT
   `t2`.`n`,
   `t2`.`p_max`,
   `t2`.`W`,
+  `t2`.`swy`,
+  `t2`.`swp`,
+  `t2`.`p_min`,
   `t2`.`sw2`,
+  `t2`.`swpp`,
+  `t2`.`swyp`,
+  `t2`.`sw2y`,
+  `t2`.`sv_p`,
+  `t2`.`sv_yy`,
+  `t2`.`sv_yp`,
+  `t2`.`sv_pp`,
   `t2`.`swy` - `t2`.`swp` AS `total`,
   `t2`.`swy` - `t2`.`swyp` AS `positive`,
   `t2`.`swp` - `t2`.`swpp` AS `var`,
@@ -4432,7 +4506,27 @@ FROM (
     COUNT(*) AS `n`,
     MAX(`t1`.`p`) AS `p_max`,
     SUM(`t1`.`w`) AS `W`,
+    SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
+    SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
+    MIN(`t1`.`p`) AS `p_min`,
     SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
+    SUM(`t1`.`w` * (
+      `t1`.`p` * `t1`.`p`
+    )) AS `swpp`,
+    SUM(`t1`.`w` * (
+      `t1`.`y` * `t1`.`p`
+    )) AS `swyp`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y`) AS `sw2y`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p`) AS `sv_p`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`y`
+    ) AS `sv_yy`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`p`
+    ) AS `sv_yp`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p` * `t1`.`p`
+    ) AS `sv_pp`,
     SUM(
       IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * (
         `t1`.`p` * (
@@ -4440,14 +4534,6 @@ FROM (
         )
       )
     ) AS `var2`,
-    SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
-    SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
-    SUM(`t1`.`w` * (
-      `t1`.`y` * `t1`.`p`
-    )) AS `swyp`,
-    SUM(`t1`.`w` * (
-      `t1`.`p` * `t1`.`p`
-    )) AS `swpp`,
     COUNT(`t1`.`p`) AS `chk_p_count`,
     COUNT(`t1`.`y`) AS `chk_y_count`,
     MIN(`t1`.`y`) AS `chk_y_min`,
@@ -4502,6 +4588,11 @@ SELECT
   `t2`.`cell`,
   `t2`.`n`,
   `t2`.`p_max`,
+  `t2`.`swy`,
+  `t2`.`swp`,
+  `t2`.`p_min`,
+  `t2`.`swpp`,
+  `t2`.`swyp`,
   `t2`.`swy` - `t2`.`swp` AS `total`,
   `t2`.`swy` - `t2`.`swyp` AS `positive`,
   `t2`.`swp` - `t2`.`swpp` AS `var`,
@@ -4520,8 +4611,9 @@ FROM (
     MAX(`t1`.`p`) AS `p_max`,
     SUM(`t1`.`y`) AS `swy`,
     SUM(`t1`.`p`) AS `swp`,
-    SUM(`t1`.`y` * `t1`.`p`) AS `swyp`,
+    MIN(`t1`.`p`) AS `p_min`,
     SUM(`t1`.`p` * `t1`.`p`) AS `swpp`,
+    SUM(`t1`.`y` * `t1`.`p`) AS `swyp`,
     COUNT(`t1`.`p`) AS `chk_p_count`,
     COUNT(`t1`.`y`) AS `chk_y_count`,
     MIN(`t1`.`y`) AS `chk_y_min`,
@@ -4556,7 +4648,17 @@ SELECT
   `t2`.`n`,
   `t2`.`p_max`,
   `t2`.`W`,
+  `t2`.`swy`,
+  `t2`.`swp`,
+  `t2`.`p_min`,
   `t2`.`sw2`,
+  `t2`.`swpp`,
+  `t2`.`swyp`,
+  `t2`.`sw2y`,
+  `t2`.`sv_p`,
+  `t2`.`sv_yy`,
+  `t2`.`sv_yp`,
+  `t2`.`sv_pp`,
   `t2`.`swy` - `t2`.`swp` AS `total`,
   `t2`.`swy` - `t2`.`swyp` AS `positive`,
   `t2`.`swp` - `t2`.`swpp` AS `var`,
@@ -4579,7 +4681,27 @@ FROM (
     COUNT(*) AS `n`,
     MAX(`t1`.`p`) AS `p_max`,
     SUM(`t1`.`w`) AS `W`,
+    SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
+    SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
+    MIN(`t1`.`p`) AS `p_min`,
     SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
+    SUM(`t1`.`w` * (
+      `t1`.`p` * `t1`.`p`
+    )) AS `swpp`,
+    SUM(`t1`.`w` * (
+      `t1`.`y` * `t1`.`p`
+    )) AS `swyp`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y`) AS `sw2y`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p`) AS `sv_p`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`y`
+    ) AS `sv_yy`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`p`
+    ) AS `sv_yp`,
+    SUM(
+      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`p` * `t1`.`p`
+    ) AS `sv_pp`,
     SUM(
       IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * (
         `t1`.`p` * (
@@ -4587,14 +4709,6 @@ FROM (
         )
       )
     ) AS `var2`,
-    SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
-    SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
-    SUM(`t1`.`w` * (
-      `t1`.`y` * `t1`.`p`
-    )) AS `swyp`,
-    SUM(`t1`.`w` * (
-      `t1`.`p` * `t1`.`p`
-    )) AS `swpp`,
     COUNT(`t1`.`p`) AS `chk_p_count`,
     COUNT(`t1`.`y`) AS `chk_y_count`,
     MIN(`t1`.`y`) AS `chk_y_min`,
@@ -4648,6 +4762,11 @@ SELECT
   `t2`.`cell`,
   `t2`.`n`,
   `t2`.`p_max`,
+  `t2`.`swy`,
+  `t2`.`swp`,
+  `t2`.`p_min`,
+  `t2`.`swpp`,
+  `t2`.`swyp`,
   `t2`.`swy` - `t2`.`swp` AS `total`,
   `t2`.`swy` - `t2`.`swyp` AS `positive`,
   `t2`.`swp` - `t2`.`swpp` AS `var`,
@@ -4666,8 +4785,9 @@ FROM (
     MAX(`t1`.`p`) AS `p_max`,
     SUM(`t1`.`y`) AS `swy`,
     SUM(`t1`.`p`) AS `swp`,
-    SUM(`t1`.`y` * `t1`.`p`) AS `swyp`,
+    MIN(`t1`.`p`) AS `p_min`,
     SUM(`t1`.`p` * `t1`.`p`) AS `swpp`,
+    SUM(`t1`.`y` * `t1`.`p`) AS `swyp`,
     COUNT(`t1`.`p`) AS `chk_p_count`,
     COUNT(`t1`.`y`) AS `chk_y_count`,
     MIN(`t1`.`y`) AS `chk_y_min`,
@@ -4702,7 +4822,17 @@ SELECT
   "t2"."n",
   "t2"."p_max",
   "t2"."W",
+  "t2"."swy",
+  "t2"."swp",
+  "t2"."p_min",
   "t2"."sw2",
+  "t2"."swpp",
+  "t2"."swyp",
+  "t2"."sw2y",
+  "t2"."sv_p",
+  "t2"."sv_yy",
+  "t2"."sv_yp",
+  "t2"."sv_pp",
   "t2"."swy" - "t2"."swp" AS "total",
   "t2"."swy" - "t2"."swyp" AS "positive",
   "t2"."swp" - "t2"."swpp" AS "var",
@@ -4725,7 +4855,27 @@ FROM (
     COUNT(*) AS "n",
     MAX("t1"."p") AS "p_max",
     SUM("t1"."w") AS "W",
+    SUM("t1"."w" * "t1"."y") AS "swy",
+    SUM("t1"."w" * "t1"."p") AS "swp",
+    MIN("t1"."p") AS "p_min",
     SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w")) AS "sw2",
+    SUM("t1"."w" * (
+      "t1"."p" * "t1"."p"
+    )) AS "swpp",
+    SUM("t1"."w" * (
+      "t1"."y" * "t1"."p"
+    )) AS "swyp",
+    SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."y") AS "sw2y",
+    SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."p") AS "sv_p",
+    SUM(
+      IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."y" * "t1"."y"
+    ) AS "sv_yy",
+    SUM(
+      IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."y" * "t1"."p"
+    ) AS "sv_yp",
+    SUM(
+      IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."p" * "t1"."p"
+    ) AS "sv_pp",
     SUM(
       IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * (
         "t1"."p" * (
@@ -4733,14 +4883,6 @@ FROM (
         )
       )
     ) AS "var2",
-    SUM("t1"."w" * "t1"."y") AS "swy",
-    SUM("t1"."w" * "t1"."p") AS "swp",
-    SUM("t1"."w" * (
-      "t1"."y" * "t1"."p"
-    )) AS "swyp",
-    SUM("t1"."w" * (
-      "t1"."p" * "t1"."p"
-    )) AS "swpp",
     COUNT("t1"."p") AS "chk_p_count",
     COUNT("t1"."y") AS "chk_y_count",
     MIN("t1"."y") AS "chk_y_min",
@@ -4794,6 +4936,11 @@ SELECT
   "t2"."cell",
   "t2"."n",
   "t2"."p_max",
+  "t2"."swy",
+  "t2"."swp",
+  "t2"."p_min",
+  "t2"."swpp",
+  "t2"."swyp",
   "t2"."swy" - "t2"."swp" AS "total",
   "t2"."swy" - "t2"."swyp" AS "positive",
   "t2"."swp" - "t2"."swpp" AS "var",
@@ -4812,8 +4959,9 @@ FROM (
     MAX("t1"."p") AS "p_max",
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
-    SUM("t1"."y" * "t1"."p") AS "swyp",
+    MIN("t1"."p") AS "p_min",
     SUM("t1"."p" * "t1"."p") AS "swpp",
+    SUM("t1"."y" * "t1"."p") AS "swyp",
     COUNT("t1"."p") AS "chk_p_count",
     COUNT("t1"."y") AS "chk_y_count",
     MIN("t1"."y") AS "chk_y_min",
@@ -4848,7 +4996,17 @@ SELECT
   "t2"."n",
   "t2"."p_max",
   "t2"."W",
+  "t2"."swy",
+  "t2"."swp",
+  "t2"."p_min",
   "t2"."sw2",
+  "t2"."swpp",
+  "t2"."swyp",
+  "t2"."sw2y",
+  "t2"."sv_p",
+  "t2"."sv_yy",
+  "t2"."sv_yp",
+  "t2"."sv_pp",
   "t2"."swy" - "t2"."swp" AS "total",
   "t2"."swy" - "t2"."swyp" AS "positive",
   "t2"."swp" - "t2"."swpp" AS "var",
@@ -4871,6 +5029,9 @@ FROM (
     COUNT(*) AS "n",
     MAX("t1"."p") AS "p_max",
     SUM("t1"."w") AS "W",
+    SUM("t1"."w" * "t1"."y") AS "swy",
+    SUM("t1"."w" * "t1"."p") AS "swp",
+    MIN("t1"."p") AS "p_min",
     SUM(
       IF(
         "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
@@ -4878,6 +5039,47 @@ FROM (
         "t1"."w" * "t1"."w"
       )
     ) AS "sw2",
+    SUM("t1"."w" * (
+      "t1"."p" * "t1"."p"
+    )) AS "swpp",
+    SUM("t1"."w" * (
+      "t1"."y" * "t1"."p"
+    )) AS "swyp",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."y"
+    ) AS "sw2y",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."p"
+    ) AS "sv_p",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."y" * "t1"."y"
+    ) AS "sv_yy",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."y" * "t1"."p"
+    ) AS "sv_yp",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."p" * "t1"."p"
+    ) AS "sv_pp",
     SUM(
       IF(
         "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
@@ -4889,14 +5091,6 @@ FROM (
         )
       )
     ) AS "var2",
-    SUM("t1"."w" * "t1"."y") AS "swy",
-    SUM("t1"."w" * "t1"."p") AS "swp",
-    SUM("t1"."w" * (
-      "t1"."y" * "t1"."p"
-    )) AS "swyp",
-    SUM("t1"."w" * (
-      "t1"."p" * "t1"."p"
-    )) AS "swpp",
     COUNT("t1"."p") AS "chk_p_count",
     COUNT("t1"."y") AS "chk_y_count",
     MIN("t1"."y") AS "chk_y_min",
@@ -4950,6 +5144,11 @@ SELECT
   "t2"."cell",
   "t2"."n",
   "t2"."p_max",
+  "t2"."swy",
+  "t2"."swp",
+  "t2"."p_min",
+  "t2"."swpp",
+  "t2"."swyp",
   "t2"."swy" - "t2"."swp" AS "total",
   "t2"."swy" - "t2"."swyp" AS "positive",
   "t2"."swp" - "t2"."swpp" AS "var",
@@ -4968,8 +5167,9 @@ FROM (
     MAX("t1"."p") AS "p_max",
     SUM("t1"."y") AS "swy",
     SUM("t1"."p") AS "swp",
-    SUM("t1"."y" * "t1"."p") AS "swyp",
+    MIN("t1"."p") AS "p_min",
     SUM("t1"."p" * "t1"."p") AS "swpp",
+    SUM("t1"."y" * "t1"."p") AS "swyp",
     COUNT("t1"."p") AS "chk_p_count",
     COUNT("t1"."y") AS "chk_y_count",
     MIN("t1"."y") AS "chk_y_min",
