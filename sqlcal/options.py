@@ -510,7 +510,8 @@ def _ls_ece_grid(v: dict) -> tuple[float, float]:
     # 2·half + 1 nodes (smooth._kernel)
     sigma, clip = _float(v["noise_scale"]), _float(v["clip"])
     gaussian = v["noise"] == "gaussian"
-    delta = v.get("grid_step") or (min(sigma, 1.0) / 20 if gaussian else min(sigma, 1.0) / 200)
+    delta = _float(v.get("grid_step") or (min(sigma, 1.0) / 20 if gaussian
+                                          else min(sigma, 1.0) / 200))
     if not delta > 0:  # a subnormal noise_scale: its step underflows, the grid is unbounded
         return math.inf, math.inf
     span = 2 * math.log((1 - clip) / clip)

@@ -307,12 +307,8 @@ def test_hostile_group_names_on_the_monitor_page(browser, hostile_monitor_page):
     assert all(f"g = {name}" in legend for name in HOSTILE)
     assert page.inner_text("#groups tbody tr:first-child td:first-child") == HOSTILE[0]
     for row in range(3):
-        charts, group = _open(page, row)
+        charts, _ = _open(page, row)
         assert all(drawn == "yes" for _, drawn, _ in charts)
-        # the comparison with the baseline: one row per metric, each difference with its interval
-        versus = page.locator(f'#group-{group} table[data-table="comparison"] tbody tr')
-        assert versus.count() == 2
-        assert all("[" in versus.nth(i).inner_text() for i in range(2))
     assert page.locator("img").count() == 0
     _clean(seen)
     page.close()

@@ -127,8 +127,10 @@ def test_calibration_limits_and_symmetry(upload):
         a = sqlcal.ls_ece(t, score="p", label="y", noise_scale=sigma).ls_ece.iloc[0]
         b = sqlcal.ls_ece(mirrored, score="p", label="y", noise_scale=sigma).ls_ece.iloc[0]
         assert a == pytest.approx(b, abs=1e-9)
-    assert sqlcal.ls_ece(t, score="p", label="y", noise_scale=200.0).ls_ece.iloc[0] == pytest.approx(
-        0.5, abs=0.02)
+    # (no interval: at σ = 200 the grid is mostly the kernel's reach, and 1,000 replicates of
+    # it are over the memory budget)
+    assert sqlcal.ls_ece(t, score="p", label="y", noise_scale=200.0,
+                         bootstrap=0).ls_ece.iloc[0] == pytest.approx(0.5, abs=0.02)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -315,7 +317,7 @@ def test_ls_ece_large_sigma_tends_to_one_half(upload, sigma):
     exact = 2 * integrate.quad(lambda x: (expit(sigma * x) - 0.5) * stats.norm.pdf(x), 0, 40,
                                epsabs=1e-14)[0]
     got = sqlcal.ls_ece(upload(pd.DataFrame({"p": [0.5, 0.5], "y": [0, 1]})), score="p",
-                        label="y", noise_scale=sigma).iloc[0]
+                        label="y", noise_scale=sigma, bootstrap=0).iloc[0]  # (point value)
     assert abs(got.ls_ece - exact) <= got.grid_bound
 
 

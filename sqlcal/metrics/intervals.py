@@ -519,7 +519,8 @@ def available(src, parts: Sequence[str]) -> tuple:
 
 #: what each interval part adds, for the warning of :func:`available`
 _PART_SUMS = {"r4": "Σw(y − p)⁴", "spread": "the variance weight's moments",
-              "logloss_var": "Σwℓ²", "sw2": "Σv", "moments": "Σwp², Σwyp"}
+              "logloss_var": "Σwℓ²", "sw2": "Σv", "moments": "Σwp², Σwyp",
+              "logit_moments": "the logit grid's split moments"}
 
 
 #: the most bins a binned interval is drawn for: beyond, the bins hold too few rows for the
@@ -689,7 +690,14 @@ def _walk_group(part: pd.DataFrame, ext: pd.Series, z, e, zx, alpha: float, grid
     s_max, s_min = float(ext["s_max"]), float(ext["s_min"])
     hi, lo = max(s_max, 0.0) / W, min(s_min, 0.0) / W
     theta = hi - lo
-    size = float(W if weight_kind == "frequency" else part["n"].sum())
+    # the rows the walk represents: W of frequency weights; under sampling weights Kish's
+    # W²/Σv, which a kept row of frequency f and its f duplicates give alike (v = f/π²)
+    if weight_kind == "frequency":
+        size = float(W)
+    elif "sw2" in part and float(part["sw2"].sum()) > 0:
+        size = float(W * W / part["sw2"].sum())
+    else:
+        size = float(part["n"].sum())
     kappa = float(walk_threshold(size))
     B = len(h_end)
     D, U = np.zeros(B), np.zeros(B)

@@ -21,8 +21,10 @@ from sqlcal.metrics.intervals import (
     REPLICATES,
     SEED,
     WEIGHT_FLOOR,
+    available,
     cholesky,
     draw_stream,
+    held,
     interval_parts,
     selection_threshold,
 )
@@ -431,8 +433,12 @@ def _logit_step(sigma: float, noise: str, delta: float | None) -> float:
 def _ls_ece_parts(src: Source, options: dict) -> tuple:
     """The logit grid's parts of LS-ECE's interval: the moments (and under the variance
     weight, ``spread``; with soft labels, ``soft``) when it draws one."""
-    parts = interval_parts(src, options.get("weight_kind", "auto"),
-                           bool(options.get("bootstrap")))
+    on = bool(options.get("bootstrap"))
+    if on and held(src) is not None and "logit_moments" not in held(src):
+        # a stored window's logit grids keep the point value's sums only: NaN, with the reason
+        available(src, ("logit_moments",))
+        on = False
+    parts = interval_parts(src, options.get("weight_kind", "auto"), on)
     return (*parts, *(("soft",) if parts and src.allow_soft else ()))
 
 

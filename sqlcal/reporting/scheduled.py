@@ -540,11 +540,12 @@ def metric_series(
     >>> out.drop(columns="trust").round(6)
        day  n    W        metric     statistic  value     lower     upper
     0    1  2  2.0         brier         brier   0.04  0.040000  0.040000
-    1    1  2  2.0  cutoff_error  cutoff_error   0.10  0.000000  1.000000
+    1    1  2  2.0  cutoff_error  cutoff_error   0.10  0.000000  0.213737
     2    2  2  2.0         brier         brier   0.29  0.012819  0.567181
-    3    2  2  2.0  cutoff_error  cutoff_error   0.50  0.000000  1.000000
-    >>> print(out["trust"].iloc[1])
-    {"confidence": 0.9, "exact": true, "grid_bound": 0.0, "weight_kind": "frequency"}
+    3    2  2  2.0  cutoff_error  cutoff_error   0.50  0.213428  0.745665
+    >>> print(out["trust"].iloc[1])  # doctest: +NORMALIZE_WHITESPACE
+    {"ci_method": "bootstrap", "confidence": 0.9, "exact": true, "grid_bound": 0.0,
+     "weight_kind": "frequency"}
     """
     by = (by,) if isinstance(by, str) else tuple(by)
     metrics = dict(metrics) if isinstance(metrics, dict) else {m: {} for m in metrics}
