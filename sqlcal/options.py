@@ -579,6 +579,22 @@ def costs_cells(v: dict) -> list[Cost]:
                                           "score cells of the histogram per group")]
 
 
+#: the cells the cutoff error's interval draws its replicate walks on
+#: (sqlcal.metrics.intervals.walk_interval)
+WALK_CELLS = 256
+
+
+def costs_cutoff(v: dict) -> list[Cost]:
+    out = costs_cells(v)
+    if v.get("bootstrap"):  # the interval's replicate walks: B x 256 values, a few arrays of it
+        walks = _float(v["bootstrap"]) * WALK_CELLS
+        out += [Cost("bootstrap", "cells", walks, "the interval's replicate walks per group "
+                                                  f"(replicates x {WALK_CELLS} cells)"),
+                Cost("bootstrap", "bytes", 6 * 8 * walks,
+                     "memory of the interval's replicate walks per group")]
+    return out
+
+
 def costs_ls_ece(v: dict) -> list[Cost]:
     nodes, kernel = _ls_ece_grid(v)
     # the grid's step sets the cost: the caller's grid_step, else noise_scale's default one

@@ -19,23 +19,10 @@ from sqlcal.metrics.smooth import ls_ece_finish
 from sqlcal.metrics.tce import _replicate_sets, tce_bins_finish, tce_finish, tce_interval
 from sqlcal.options import OptionError
 from tests.intervals_sim import logit_grid_frame, sample, truth_ls_ece
+from tests.test_intervals import rows  # the same seeded populations
 
 REL = dict(rtol=1e-9, atol=1e-12)
 STEP = 0.005  # LS-ECE's default grid at σ = 0.1
-
-
-def rows(n: int, seed: int, *, weights: str = "none", groups: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    p = rng.beta(2, 3, n)
-    y = (rng.random(n) < special.expit(1.4 * special.logit(p) - 0.1)).astype(np.int64)
-    df = pd.DataFrame({"p": p, "y": y})
-    if weights == "frequency":
-        df["w"] = rng.integers(1, 4, n).astype(float)
-    elif weights == "sampling":
-        df["w"] = rng.uniform(0.5, 3.0, n)
-    if groups:
-        df["g"] = rng.integers(0, groups, n)
-    return df
 
 
 # -- LS-ECE ------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from sqlcal.metrics import Grouped, resolve_weight_kind, result, safe_div, stati
 from sqlcal.metrics._registry import Report, metric
 from sqlcal.metrics.cells import CELLS, cell_ranges, cells_needs, zoom_factor
 from sqlcal.metrics.intervals import REPLICATES, SEED, interval_parts, walk_interval
-from sqlcal.options import Option, checked, costs_cells
+from sqlcal.options import Option, checked, costs_cells, costs_cutoff
 from sqlcal.query import declared, executor, planner
 from sqlcal.query.executor import as_source
 
@@ -47,8 +47,9 @@ _EXTREMES = dict(
                               renamed=(("cells", "grid"), ("levels", "exact")))})
 
 
-@metric(**{**_EXTREMES, "needs": lambda src, o: _cutoff_needs(src, o["cells"], o["weight_kind"],
-                                                             o["bootstrap"])},
+@metric(**{**_EXTREMES, "cost": costs_cutoff,
+           "needs": lambda src, o: _cutoff_needs(src, o["cells"], o["weight_kind"],
+                                                 o["bootstrap"])},
         report={"cutoff_error": Report({"cutoff_error": "cutoff_error",
                                         "lower_bound": "cutoff_lower",
                                         "upper_bound": "cutoff_upper",

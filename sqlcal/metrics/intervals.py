@@ -70,6 +70,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from sqlcal import options
+
 #: the default seed of the bootstrap's draws (documented; ``seed=`` changes it)
 SEED = 20260101
 #: the default number of bootstrap replicates
@@ -632,7 +634,7 @@ def walk_interval(cells: pd.DataFrame, extremes: pd.DataFrame, *, by: Sequence[s
 #: the cells :func:`walk_interval` draws the walk on (a finer histogram is merged to this many
 #: cells: the process inside a cell is drawn as a Brownian bridge, so the draws need not be
 #: finer, and their cost is replicates × cells per group)
-WALK_CELLS = 256
+WALK_CELLS = options.WALK_CELLS
 
 
 def _coarser(frame: pd.DataFrame, by: list, grid: int, weight_kind: str) -> pd.DataFrame:
