@@ -322,11 +322,14 @@ def test_budget_names_cost_and_limit_and_a_value_inside_runs(frame):
 
 
 def test_cells_budget_on_the_cumulative_metrics(frame):
+    # (bootstrap=0: the interval's replicate walks, 256 cells each, are a cost of their own)
     with options.budget(cells=1024):
-        exact = sqlcal.cutoff_error(frame, score="p", label="y", cells=1024)
+        exact = sqlcal.cutoff_error(frame, score="p", label="y", cells=1024, bootstrap=0)
         with pytest.raises(BudgetError, match=r"cells=2048 would take 2,048 cells .*"
                                               r"budget is 1,024 cells.*Pass cells <= 1024"):
-            sqlcal.cutoff_error(frame, score="p", label="y", cells=2048)
+            sqlcal.cutoff_error(frame, score="p", label="y", cells=2048, bootstrap=0)
+        with pytest.raises(BudgetError, match=r"bootstrap=1000 would take 256,000 cells"):
+            sqlcal.cutoff_error(frame, score="p", label="y", cells=1024)
     # brute force: the largest |Σ w(y − p)| over intervals of distinct scores, as max − min of
     # the running sum over the sorted levels (with S₀ = 0)
     p, y = frame["p"].to_numpy(), frame["y"].to_numpy()
