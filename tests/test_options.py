@@ -328,8 +328,9 @@ def test_cells_budget_on_the_cumulative_metrics(frame):
         with pytest.raises(BudgetError, match=r"cells=2048 would take 2,048 cells .*"
                                               r"budget is 1,024 cells.*Pass cells <= 1024"):
             sqlcal.cutoff_error(frame, score="p", label="y", cells=2048, bootstrap=0)
-        with pytest.raises(BudgetError, match=r"bootstrap=1000 would take 256,000 cells"):
-            sqlcal.cutoff_error(frame, score="p", label="y", cells=1024)
+    with options.budget(bytes=2**20), pytest.raises(BudgetError, match=r"bootstrap=1000 would "
+                                                                      r"take 11\.7 MiB"):
+        sqlcal.cutoff_error(frame, score="p", label="y", cells=1024)
     # brute force: the largest |Σ w(y − p)| over intervals of distinct scores, as max − min of
     # the running sum over the sorted levels (with S₀ = 0)
     p, y = frame["p"].to_numpy(), frame["y"].to_numpy()
