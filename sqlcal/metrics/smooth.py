@@ -433,8 +433,8 @@ def _logit_step(sigma: float, noise: str, delta: float | None) -> float:
 def _ls_ece_parts(src: Source, options: dict) -> tuple:
     """The logit grid's parts of LS-ECE's interval: the moments (and under the variance
     weight, ``spread``; with soft labels, ``soft``) when it draws one."""
-    on = bool(options.get("bootstrap"))
-    if on and held(src) is not None and "logit_moments" not in held(src):
+    on, have = bool(options.get("bootstrap")), held(src)
+    if on and have is not None and "logit_moments" not in have:
         # a stored window's logit grids keep the point value's sums only: NaN, with the reason
         available(src, ("logit_moments",))
         on = False
