@@ -33,6 +33,9 @@ Tasks, all grouped by ``g``:
     report_w_q  ``report_w`` instrumented likewise
     report_no_cutoff  ``report`` without ``cutoff_error`` and ``kuiper`` (what their exact
                 refinement costs the report; on demand, not in the default task list)
+    report_no_ci  ``report`` with every interval's sums turned off and ``bootstrap=0`` (what
+                the intervals cost the report, issue 34's target: at most one ``floor``; on
+                demand)
 
 Instrumentation (the ``*_q`` tasks only, so it does not touch the headline numbers). Inside the
 subprocess the Ibis DuckDB backend's ``to_pyarrow``, ``to_pyarrow_batches``, ``execute`` and
@@ -70,7 +73,7 @@ REPS = 3
 FLOOR_SQL = "SELECT g, count(*), sum(p), sum(y) FROM preds GROUP BY g"
 TASKS = ["floor", "report", "report_w", "ece", "ece_w", "report_q", "report_w_q"]
 #: tasks run only when named with --tasks
-EXTRA_TASKS = ["report_no_cutoff"]
+EXTRA_TASKS = ["report_no_cutoff", "report_no_ci"]
 REPORT_CPU_TARGET = 12.0  # x CPU(floor)
 WEIGHTED_REPORT_TARGET = 1.3  # x CPU(report)
 REPORT_RSS_TARGET_MB = 1.5 * 1024
@@ -97,6 +100,13 @@ def run_task(name: str, con, db: str) -> None:
 
         sqlcal.report(db, **kw, metrics=[m for m in DEFAULT_METRICS
                                          if m not in ("cutoff_error", "kuiper")])
+    elif name == "report_no_ci":  # the same code with every interval's sums turned off
+        from sqlcal.metrics import binned, scores
+
+        scores._interval = lambda src, o, *extra: ()
+        scores._log_loss_parts = lambda src, o: ()
+        binned._bootstrap_parts = lambda src, o: ()
+        sqlcal.report(db, **kw, bootstrap=0)
     elif name in ("ece", "ece_w"):
         sqlcal.ece(db, **kw, **weight)
     else:

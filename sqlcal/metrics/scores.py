@@ -302,7 +302,7 @@ def calibration_in_the_large(
     0 -0.25  4  4.0         0.5      0.75       1.5
     """
     src = as_source(data, score, label, weight=weight, by=by, where=where, **source_options)
-    frame = totals_summary(src, interval=interval_parts(src, weight_kind, True))
+    frame = totals_summary(src, interval=_interval(src, {"weight_kind": weight_kind}))
     weight_kind = resolve_weight_kind(src, weight_kind)
     t = calibration_in_the_large_finish(frame)
     t["ci_lower"], t["ci_upper"], t["oe_ratio_lower"], t["oe_ratio_upper"] = citl_interval(
