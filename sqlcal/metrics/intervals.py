@@ -521,7 +521,8 @@ def available(src, parts: Sequence[str]) -> tuple:
 
 #: what each interval part adds, for the warning of :func:`available`
 _PART_SUMS = {"r4": "Σw(y − p)⁴", "spread": "the variance weight's moments",
-              "logloss_var": "Σwℓ²", "sw2": "Σv", "moments": "Σwp², Σwyp",
+              "logloss_sq": "Σwℓ²", "logloss_var": "Σwℓ², Σwyℓ", "sw2": "Σv",
+              "moments": "Σwp², Σwyp",
               "logit_moments": "the logit grid's split moments"}
 
 

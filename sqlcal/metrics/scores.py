@@ -499,6 +499,5 @@ def _interval(src: Source, o: dict, *extra: str) -> tuple:
 
 
 def _log_loss_parts(src: Source, o: dict) -> tuple:
-    """The log loss's interval reads the normalized entropy's sums: Σwℓ², and under the
-    variance weight Σv, Σvℓ, Σvℓ²."""
-    return available(src, ("logloss_var", *variance_parts(src, o.get("weight_kind", "auto"))))
+    """The log loss's interval reads Σwℓ², and under the variance weight Σv, Σvℓ, Σvℓ²."""
+    return available(src, ("logloss_sq", *variance_parts(src, o.get("weight_kind", "auto"))))

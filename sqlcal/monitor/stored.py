@@ -272,11 +272,11 @@ def _admitted(maturity: str, spec: dict) -> list[int] | None:
 #: totals parts whose sums a store of summary version 2 does not hold (the variance weight's
 #: Σvℓ, Σvℓ², Σvyℓ): served exactly from the stored levels, or refused naming levels=True; from
 #: version 3 on, the stored totals give them (:data:`schema.DERIVED`)
-_LEVELS_ONLY_TOTALS = frozenset({"logloss_var"})
+_LEVELS_ONLY_TOTALS = frozenset({"logloss_sq", "logloss_var"})
 #: the interval parts (:func:`sqlcal.metrics.intervals.held`) a window gives whose periods
 #: summary version 3 or later wrote: Σw(y − p)⁴, the variance weight's moments, Σwℓ² and Σvℓ²;
 #: an older period's sums give the frequency weights' second moments only
-INTERVAL_PARTS = frozenset({"moments", "spread", "r4", "logloss_var", "sw2"})
+INTERVAL_PARTS = frozenset({"moments", "spread", "r4", "logloss_sq", "logloss_var", "sw2"})
 
 
 class _Server:
@@ -416,7 +416,7 @@ class _Server:
         serve (the frequency weights' second moment its interval reads), so an adjusted window
         keeps the interval a mature one has (the variance weight's sums stay unserved)."""
         if summary.kind != "totals" or "logloss" not in summary.parts \
-                or "logloss_var" in summary.parts:  # asked for: a window of version 3's sums
+                or summary.parts & {"logloss_sq", "logloss_var"}:  # asked for: version 3's sums
             return local.evaluate(summary, self.levels(), self.by)
         wider = dataclasses.replace(summary, parts=summary.parts | {"logloss_var"})
         frame = local.evaluate(wider, self.levels(), self.by)

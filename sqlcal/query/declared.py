@@ -84,6 +84,10 @@ _SUMS = frozenset({
 })
 _SUMS |= {"sw2y"}  # Σw²y, with which the levels give a logistic fit's sandwich variance
 _SUMS |= {"sw2p", "sw2pp", "sw_logloss_sq", "swy_logloss"}  # low base rates' variances
+#: the totals parts that give Σwℓ² (with the variance weight: Σvℓ, Σvℓ²): ``logloss_sq``, what
+#: the log loss's interval reads, and ``logloss_var``, which adds Σwyℓ (Σvyℓ) for the
+#: normalized entropy's; one aggregate less in the default report's first scan
+LOGLOSS_SQ = frozenset({"logloss_sq", "logloss_var"})
 # the variance weight's sums (sqlcal.query.reductions.variance_weights): the normalized entropy's,
 # and a sampling design's label-free part Σv₀ and own part Σ(v − v₀)(y − p)²
 _SUMS |= {"sw2_logloss", "sw2_logloss_sq", "sw2y_logloss", "sw2_0", "sw2_design"}

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from sqlcal.inputs.grids import logit_cell, logit_edges, uniform_edges
-from sqlcal.query.declared import SATURATED, Summary, merge
+from sqlcal.query.declared import LOGLOSS_SQ, SATURATED, Summary, merge
 
 #: the columns a levels frame carries for local evaluation
 LEVEL_COLUMNS = ("n", "W", "swy", "swp", "sw2", "ny")
@@ -212,18 +212,20 @@ def _totals(summary: Summary, levels: pd.DataFrame, by: tuple) -> pd.DataFrame:
         ny = levels["ny"].to_numpy(float)
         n = levels["n"].to_numpy(float)
         frame["sw_logloss"] = ones + zeros
-        if "logloss_var" in parts:  # a level's finite terms are −ln p (y = 1), −ln(1 − p)
+        if parts & LOGLOSS_SQ:  # a level's finite terms are −ln p (y = 1), −ln(1 − p)
             with np.errstate(divide="ignore"):
                 lp = np.where(p > 0, -np.log(np.where(p > 0, p, 1.0)), 0.0)
                 lq = np.where(p < 1, -np.log(np.where(p < 1, 1 - p, 1.0)), 0.0)
             frame["sw_logloss_sq"] = swy * lp * lp + neg * lq * lq
-            frame["swy_logloss"] = swy * lp
+            if "logloss_var" in parts:
+                frame["swy_logloss"] = swy * lp
             if "sw2" in parts and "sw2y" in levels:  # the same under the variance weight
                 vy = levels["sw2y"].to_numpy(float)
                 vn = sw2 - vy
                 frame["sw2_logloss"] = vy * lp + vn * lq
                 frame["sw2_logloss_sq"] = vy * lp * lp + vn * lq * lq
-                frame["sw2y_logloss"] = vy * lp
+                if "logloss_var" in parts:
+                    frame["sw2y_logloss"] = vy * lp
         frame["n_infinite_logloss"] = (np.where(p == 0, ny, 0) + np.where(p == 1, n - ny, 0)
                                        ).astype(np.int64)
     keys = list(by)

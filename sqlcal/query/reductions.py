@@ -37,7 +37,7 @@ from sqlcal.inputs.columns import (  # noqa: F401 (read as reductions.* too)
     number,
 )
 from sqlcal.inputs.grids import CONVENTIONS, LOGIT_CELL_BOUND, logit_edges, uniform_edges  # noqa: F401 (part of this module's API)
-from sqlcal.query.declared import MERGED_BY_MAX, MERGED_BY_MIN, StoredSum, factors
+from sqlcal.query.declared import LOGLOSS_SQ, MERGED_BY_MAX, MERGED_BY_MIN, StoredSum, factors
 from sqlcal.query.declared import store_sums as store_sums_of
 
 
@@ -385,12 +385,15 @@ def totals_sums(t: ir.Table, parts: frozenset, *, weighted: bool, soft: bool = T
             # negative weight fails validation; a test of w here cost the weighted scan a tenth)
             infinite = given == 0
         sums |= dict(sw_logloss=times(loss).sum(), n_infinite_logloss=t.count(where=infinite))
-        if "logloss_var" in parts:  # Σwℓ², Σwyℓ: the normalized entropy's delta-method variance
-            sums |= dict(sw_logloss_sq=times(loss * loss).sum(), swy_logloss=times(y * loss).sum())
+        if parts & LOGLOSS_SQ:  # Σwℓ²: the log loss's delta-method variance; with Σwyℓ
+            sums |= dict(sw_logloss_sq=times(loss * loss).sum())  # (logloss_var) the NE's
+            if "logloss_var" in parts:
+                sums |= dict(swy_logloss=times(y * loss).sum())
             if "sw2" in parts and weighted:  # the same under the variance weight, with Σvℓ
                 v = variance_weights(t)[0]
-                sums |= dict(sw2_logloss=(v * loss).sum(), sw2_logloss_sq=(v * loss * loss).sum(),
-                             sw2y_logloss=(v * y * loss).sum())
+                sums |= dict(sw2_logloss=(v * loss).sum(), sw2_logloss_sq=(v * loss * loss).sum())
+                if "logloss_var" in parts:
+                    sums |= dict(sw2y_logloss=(v * y * loss).sum())
     return sums
 
 
