@@ -622,7 +622,31 @@ def levels(rows: ir.Table, by: Sequence[str], parts: frozenset, *, weighted: boo
     them, such as PAVA-BC)."""
     sums = _sums(rows, parts, weighted=weighted)
     sums.pop("p_max"), sums.pop("p_min", None)  # the key p is the score itself
-    return rows.group_by([*by, "p"]).aggregate(**sums, **(checks(rows) if checks else {}))
+    # p is one value in a level: a sum of w·pᵏ (w·y·pᵏ, v·pᵏ) is pᵏ times the level's Σw (Σwy,
+    # Σv), taken on the grouped rows, not summed over the table's (at 10^8 rows on DuckDB each
+    # sum left out of the GROUP BY saves about a bare scan's CPU over the rows it reads)
+    after = {name: (k, of) for name, (k, of) in _LEVEL_POWERS.items()
+             if name in sums and (of in sums or (of == "W" and not weighted))}
+    for name in after:
+        sums.pop(name)
+    out = rows.group_by([*by, "p"]).aggregate(**sums, **(checks(rows) if checks else {}))
+    if not after:
+        return out
+    def base(of: str) -> ir.NumericValue:
+        return out["n"].cast("float64") if of == "W" and not weighted else out[of]
+
+    return out.mutate(**{name: _power(out.p, k) * base(of) for name, (k, of) in after.items()})
+
+
+#: the level sums that are a power of the level's score times another of its sums (name: (k,
+#: the sum)): Σwp = p·Σw, Σwp² = p²·Σw, Σwyp = p·Σwy, and under the variance weight Σvp,
+#: Σvp², Σvyp (``W`` is n unweighted)
+_LEVEL_POWERS = {"swp": (1, "W"), "swpp": (2, "W"), "swyp": (1, "swy"),
+                 "sv_p": (1, "sw2"), "sv_pp": (2, "sw2"), "sv_yp": (1, "sw2y")}
+
+
+def _power(p: ir.FloatingValue, k: int) -> ir.FloatingValue:
+    return p if k == 1 else p * p
 
 
 # -- score intervals: the pieces of the decision rules' intervals ------------------------------
