@@ -435,7 +435,8 @@ def _ls_ece_parts(src: Source, options: dict) -> tuple:
     weight, ``spread``; with soft labels, ``soft``) when it draws one."""
     on, have = bool(options.get("bootstrap")), held(src)
     if on and have is not None and "logit_moments" not in have:
-        # a stored window's logit grids keep the point value's sums only: NaN, with the reason
+        # a stored window holding a period an older summary version wrote, whose logit grid
+        # keeps the point value's sums only: NaN, with the periods to snapshot again
         available(src, ("logit_moments",))
         on = False
     parts = interval_parts(src, options.get("weight_kind", "auto"), on)
