@@ -101,7 +101,8 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
     bins : sequence, default (15,)
         Equal-width binnings stored exactly: ``B`` or ``(B, convention)``.
     ls_ece_sigma : sequence of float, default (0.1,)
-        One logit grid per LS-ECE noise scale σ (spacing σ/20, clip 1e-6).
+        One logit grid per LS-ECE noise scale σ (spacing σ/20, clip 1e-6), with the split
+        moments of LS-ECE's interval.
     smooth_grids : sequence of int, default (1000,)
         Smooth ECE's interval grids (1000 serves its default bandwidth search).
     levels : bool, default False
