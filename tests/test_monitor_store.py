@@ -64,8 +64,8 @@ METRICS = {
     "reliability": lambda s, **k: sqlcal.reliability(s, bins=15, **k),
     "cutoff_grid": lambda s, **k: sqlcal.cutoff_error(s, method="grid", **k),
     "smooth_ece": lambda s, **k: sqlcal.smooth_ece(s, **k),
-    # (the point value: a window keeps no split moments for its interval, NaN there)
-    "ls_ece": lambda s, **k: sqlcal.ls_ece(s, **k, bootstrap=0),
+    # its interval too: summary version 4 keeps the logit grid's split moments it reads
+    "ls_ece": lambda s, **k: sqlcal.ls_ece(s, **k),
 }
 
 

@@ -129,16 +129,9 @@ def test_every_metric_on_a_stored_window_equals_the_scan_or_names_the_option(win
     if name not in NO_FACTS:
         assert got[facts].drop_duplicates().values.tolist() == [
             ["2026-10-01..2026-10-04 (4 periods)", "all", True, 0.0]], name
-    if name in NOT_STORED:  # intervals whose sums the store does not keep: NaN, never made up
-        assert got[NOT_STORED[name]].isna().all().all(), name
-        assert want[NOT_STORED[name]].notna().all().all(), name
-        got, want = got.drop(columns=NOT_STORED[name]), want.drop(columns=NOT_STORED[name])
-    # every other column, the intervals included: the store keeps what they read (issue 34)
+    # every column, the intervals included (LS-ECE's from summary version 4's split moments of
+    # the logit grid): the store keeps what they read
     assert_same_values(got, want, name)
-
-
-#: the store's logit grids keep the LS-ECE's point-value sums, not its interval's split moments
-NOT_STORED = {"ls_ece": ["ci_lower", "ci_upper"]}
 
 
 @pytest.mark.parametrize("name", sorted(NEEDS_ROWS))

@@ -494,8 +494,9 @@ def held(src) -> frozenset | None:
     and ``"logloss_var"``): None for a scan (one more aggregate gives any) or the levels of
     ``from_summaries`` (binary labels: every moment is a function of a level's Σw, Σwy, Σv, Σvy
     and its score); for a stored window (:mod:`sqlcal.monitor.stored`), the parts its
-    periods' stored sums give (summary version 3 stores them all; a window holding a period
-    that version 2 wrote gives the frequency weights' moments only)."""
+    periods' stored sums give (summary version 4 stores them all; a window holding a period
+    that version 3 wrote lacks the logit grid's split moments, one that version 2 wrote gives
+    the frequency weights' moments only)."""
     served = getattr(src, "served", None)
     if served is None:
         return None
@@ -512,8 +513,8 @@ def available(src, parts: Sequence[str]) -> tuple:
     if missing:
         import warnings
 
-        why = getattr(getattr(src, "served", None), "interval_gap", None) or (
-            "this source does not hold their sums")
+        gap = getattr(getattr(src, "served", None), "interval_gap", None)
+        why = (gap(missing) if callable(gap) else gap) or "this source does not hold their sums"
         warnings.warn(f"intervals NaN ({', '.join(_PART_SUMS.get(p, p) for p in missing)} "
                       f"missing): {why}", stacklevel=3)
     return tuple(p for p in parts if p in have)

@@ -71,12 +71,14 @@ from sqlcal.query.declared import STORE_SUMS, store_sums
 #: stores, whose key columns carry the keys' names, stay readable. 3: the sums the intervals
 #: read (Σw(y − p)⁴, the variance weight's moments: ``since`` in
 #: :data:`sqlcal.query.declared.STORE_SUMS`), added after 2's columns; a snapshot adds them to a
-#: version 2 store's tables, whose periods written before keep 2's sums: :data:`EXTENDS`)
-SUMMARY_VERSION = 3
+#: version 2 store's tables, whose periods written before keep 2's sums: :data:`EXTENDS`. 4: the
+#: logit grid's split moments LS-ECE's interval reads, added to the logit table after its older
+#: columns the same way, to a version 2 or 3 store)
+SUMMARY_VERSION = 4
 #: summary versions that only add sums to the tables of the version they extend: a spec's hash
 #: reads them as that version, so a store's spec (and the daily job writing it) continues across
 #: the upgrade, and each manifest row's ``spec`` says which sums its period holds
-EXTENDS = {3: 2}
+EXTENDS = {3: 2, 4: 2}
 #: default prefix of the store's tables
 PREFIX = "sqlcal_"
 #: the ``delay`` of the label-free part
@@ -128,13 +130,16 @@ LEADING = (
     ("group_keys", "string"),
 )
 
-def _sums(table: str) -> dict[str, tuple]:
+def _sums(table: str, label_free: tuple = (), label: tuple = ()) -> dict[str, tuple]:
     """A table's value columns, label-free and label, and all of them in the order of the
     table's columns (``values``: each summary version's additions after the older columns),
-    from the store's sums declared once (:data:`sqlcal.query.declared.STORE_SUMS`)."""
-    return {**{part: tuple((s.name, s.type) for s in store_sums(table, label=label))
-               for part, label in (("label_free", False), ("label", True))},
-            "values": tuple((s.name, s.type) for s in store_sums(table))}
+    from the store's sums declared once (:data:`sqlcal.query.declared.STORE_SUMS`), after
+    the columns ``label_free`` and ``label`` summary version 2 listed here (the logit
+    table's)."""
+    return {"label_free": (*label_free, *((s.name, s.type)
+                                          for s in store_sums(table, label=False))),
+            "label": (*label, *((s.name, s.type) for s in store_sums(table, label=True))),
+            "values": (*label_free, *label, *((s.name, s.type) for s in store_sums(table)))}
 
 
 #: per summary table: its name suffix, parameter columns (which stored variant), key columns,
@@ -153,15 +158,17 @@ TABLES: dict[str, dict[str, Any]] = {
         "suffix": "sum_cells", "params": (("cells", "int64"),),
         "keys": (("cell", "int64"),), **_sums("cells"),
     },
-    # per group and node k of LS-ECE's logit grid (step, clip): linear-binned masses
+    # per group and node k of LS-ECE's logit grid (step, clip): linear-binned masses, and from
+    # version 4 their split moments (STORE_SUMS), which LS-ECE's interval reads
     "logit": {
         "suffix": "sum_logit", "params": (("step", "float64"), ("clip", "float64")),
         "keys": (("k", "int64"),),
-        "label_free": (("n", "int64"), ("W", "float64"), ("m_lo", "float64"),
-                       ("m_hi", "float64"), ("v_lo", "float64"), ("v_hi", "float64"),
-                       ("p_min", "float64"), ("p_max", "float64")),
-        "label": (("n_pos", "int64"), ("y_lo", "float64"), ("y_hi", "float64"),
-                  ("vy_lo", "float64"), ("vy_hi", "float64")),
+        **_sums("logit", label_free=(
+            ("n", "int64"), ("W", "float64"), ("m_lo", "float64"), ("m_hi", "float64"),
+            ("v_lo", "float64"), ("v_hi", "float64"), ("p_min", "float64"),
+            ("p_max", "float64")), label=(
+            ("n_pos", "int64"), ("y_lo", "float64"), ("y_hi", "float64"),
+            ("vy_lo", "float64"), ("vy_hi", "float64"))),
     },
     # smooth ECE's histogram: per group, cell of the 2^k grid and interval FLOOR(p·grid)
     "smooth": {
@@ -212,6 +219,8 @@ DERIVED: dict[str, dict[str, float]] = {
     "sw2_logloss": {"sw2y_lnp": -1, "sw2_lnq": -1, "sw2y_lnq": 1},
     "sw2_logloss_sq": {"sw2_lnq2": 1, "sw2y_lnq2": -1, "sw2y_lnp2": 1},
     "sw2y_logloss": {"sw2y_lnp": -1},
+    # 4: LS-ECE's interval's moments under the variance weight v = w² (the logit table)
+    **{f"qv{y}_{ab}": {f"q2{y}_{ab}": 1} for y in ("", "y") for ab in ("ll", "lh", "hh")},
 }
 
 #: the spec dict's fields (spec_hash is over all of them)
@@ -285,8 +294,10 @@ def added_after(kind: str, version: int) -> set[str]:
     ['sw2p', 'sw2pp', 'sw2y', 'sw2yp']
     >>> added_after("levels", 2), added_after("totals", SUMMARY_VERSION)
     (set(), set())
+    >>> sorted(added_after("logit", 3))[:3], added_after("logit", 4)
+    (['q2_hh', 'q2_lh', 'q2_ll'], set())
     """
-    if kind not in ("totals", "bins", "cells", "levels"):
+    if kind not in TABLES:
         return set()
     return {s.name for s in store_sums(kind) if s.added(kind) > version}
 

@@ -24,6 +24,7 @@ from sqlcal.monitor import schema
 from sqlcal.options import OptionError, checked
 from sqlcal.query import periods as _periods
 from sqlcal.query import store_tables
+from sqlcal.query.declared import factors, store_sums
 from sqlcal.query.executor import source
 from sqlcal.query.store_tables import CONNECTIONS as _CONNECTIONS  # noqa: F401 (tests close them)
 from sqlcal.query.store_tables import check_store_path, close, connect  # noqa: F401 (API)
@@ -100,7 +101,8 @@ def snapshot(data: Any, *, score: str, label: str, weight: str | None = None,
     bins : sequence, default (15,)
         Equal-width binnings stored exactly: ``B`` or ``(B, convention)``.
     ls_ece_sigma : sequence of float, default (0.1,)
-        One logit grid per LS-ECE noise scale σ (spacing σ/20, clip 1e-6).
+        One logit grid per LS-ECE noise scale σ (spacing σ/20, clip 1e-6), with the split
+        moments of LS-ECE's interval.
     smooth_grids : sequence of int, default (1000,)
         Smooth ECE's interval grids (1000 serves its default bandwidth search).
     levels : bool, default False
@@ -469,10 +471,15 @@ def _reduce_all(src: Source, rows, keys: list[str], *, cells, bins, sigmas, grid
         bins=b, convention=c) for i, (b, c) in enumerate(bins)]
     out["bins"] = pd.concat(frames, ignore_index=True) if frames else None
     frames = []
+    # a group of positives (y = 1) holds Σw·y·f = Σw·f: the label sums of the logit grid's
+    # split moments are their label-free twins there (0 in the negatives' group)
+    twins = {s.name: _label_free_twin(s) for s in store_sums("logit", label=True)}
     for sigma, grid in zip(sigmas, scans["logit"]):
         step, clip = sigma / 20, 1e-6
-        grid = grid.assign(n_pos=np.where(grid["delay"] == schema.DELAY_LABEL_FREE, 0,
-                                          grid["n"]))
+        negatives = grid["delay"] == schema.DELAY_LABEL_FREE
+        grid = grid.assign(n_pos=np.where(negatives, 0, grid["n"]),
+                           **{name: np.where(negatives, 0.0, grid[twin])
+                              for name, twin in twins.items()})
         frames.append(_split(grid, keys, ["k"], "logit").assign(step=step, clip=clip))
     out["logit"] = pd.concat(frames, ignore_index=True) if frames else None
     frames = []
@@ -496,6 +503,14 @@ def _reduce_all(src: Source, rows, keys: list[str], *, cells, bins, sigmas, grid
                 "score cells (levels=False)")
         out["levels"] = found
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _label_free_twin(label_sum) -> str:
+    """The label-free stored sum of the same table whose term is ``label_sum``'s without y."""
+    term = [f for f in factors(label_sum.of) if f != "y"]
+    table = label_sum.tables[0]
+    return next(s.name for s in store_sums(table, label=False)
+                if factors(s.of) == term and table in s.tables)
 
 
 def _split(frame: pd.DataFrame, keys: list[str], key_columns: list[str], kind: str
@@ -554,8 +569,10 @@ def _check_store(con, prefix: str, key_types: dict) -> dict[str, list]:
             expected = schema.columns(kind, key_types)
             if cols == [c for c, _ in expected]:
                 continue
-            older = [c for c, _ in schema.columns(kind, key_types, version=2)]
-            if cols != older:
+            older = next((names for names in (
+                [c for c, _ in schema.columns(kind, key_types, version=v)]
+                for v in _extended()) if cols == names), None)
+            if older is None:
                 raise StoreError(f"table {name!r} has columns {cols}, not the "
                                  f"{[c for c, _ in expected]} this snapshot writes (other by "
                                  "keys?); choose another prefix=")
@@ -563,13 +580,20 @@ def _check_store(con, prefix: str, key_types: dict) -> dict[str, list]:
     return upgrade
 
 
+def _extended() -> list[int]:
+    """The older summary versions this one extends (:data:`sqlcal.monitor.schema.EXTENDS`):
+    their tables are this version's without the sums added since, newest first."""
+    base = schema.EXTENDS.get(schema.SUMMARY_VERSION, schema.SUMMARY_VERSION)
+    return sorted((v for v in {base, *schema.EXTENDS} if v < schema.SUMMARY_VERSION
+                   and schema.EXTENDS.get(v, v) == base), reverse=True)
+
+
 def _check_layout(stored: pd.DataFrame, prefix: str) -> None:
     """Refuse to add to a store of an older layout (``stored``: every spec's current
     versions); a version this one extends (:data:`sqlcal.monitor.schema.EXTENDS`: the same
     tables, fewer sums) is continued."""
     layouts = {schema.stored_version(text) for text in set(stored["spec"])}
-    continued = {schema.SUMMARY_VERSION, *(old for new, old in schema.EXTENDS.items()
-                                           if new == schema.SUMMARY_VERSION)}
+    continued = {schema.SUMMARY_VERSION, *_extended()}
     if layouts - continued:
         raise StoreError(
             f"prefix {prefix!r} holds summaries of layout {sorted(layouts)} (an older sqlcal); "

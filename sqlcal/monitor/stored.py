@@ -273,10 +273,12 @@ def _admitted(maturity: str, spec: dict) -> list[int] | None:
 #: Σvℓ, Σvℓ², Σvyℓ): served exactly from the stored levels, or refused naming levels=True; from
 #: version 3 on, the stored totals give them (:data:`schema.DERIVED`)
 _LEVELS_ONLY_TOTALS = frozenset({"logloss_sq", "logloss_var"})
-#: the interval parts (:func:`sqlcal.metrics.intervals.held`) a window gives whose periods
-#: summary version 3 or later wrote: Σw(y − p)⁴, the variance weight's moments, Σwℓ² and Σvℓ²;
-#: an older period's sums give the frequency weights' second moments only
-INTERVAL_PARTS = frozenset({"moments", "spread", "r4", "logloss_sq", "logloss_var", "sw2"})
+#: the interval parts (:func:`sqlcal.metrics.intervals.held`) a window gives, each with the
+#: summary version from which the store keeps its sums: the frequency weights' second moments
+#: (2); Σw(y − p)⁴, the variance weight's moments, Σwℓ² and Σvℓ² (3); the logit grid's split
+#: moments of LS-ECE's interval (4). A window holding a period an older version wrote lacks them
+INTERVAL_PARTS = {"moments": 2, "spread": 3, "r4": 3, "logloss_sq": 3, "logloss_var": 3,
+                  "sw2": 3, "logit_moments": 4}
 
 
 class _Server:
@@ -295,19 +297,26 @@ class _Server:
         self.versions, self.delays = versions, delays
         self._levels = None
         self._cache: dict = {}
-        written = versions["spec"].map(schema.stored_version)
-        #: the oldest summary version of the window's periods, the interval parts its sums
-        #: give, and why the others are missing (:func:`sqlcal.metrics.intervals.available`)
-        self.oldest = int(written.min())
-        self.interval_parts = INTERVAL_PARTS if self.oldest >= 3 else frozenset({"moments"})
-        self.interval_gap = None
-        if self.oldest < 3:
-            old = versions.loc[written < 3, "period_start"]
-            self.interval_gap = (
-                f"{len(old)} of the window's periods ({old.min():%Y-%m-%d}..{old.max():%Y-%m-%d})"
-                f" were stored by summary version {self.oldest}, which keeps neither Σw(y − p)⁴ "
-                "nor the variance weight's moments; snapshot them again with force=True "
-                "(start=, end=) to store them")
+        self._written = versions["spec"].map(schema.stored_version)
+        #: the oldest summary version of the window's periods, and the interval parts its sums
+        #: give (:func:`sqlcal.metrics.intervals.available`; :meth:`interval_gap` says why the
+        #: others are missing)
+        self.oldest = int(self._written.min())
+        self.interval_parts = frozenset(p for p, v in INTERVAL_PARTS.items()
+                                        if self.oldest >= v)
+
+    def interval_gap(self, missing) -> str:
+        """Why the interval parts ``missing`` are not in the window: the periods an older
+        summary version wrote, to snapshot again."""
+        need = max(INTERVAL_PARTS.get(p, schema.SUMMARY_VERSION) for p in missing)
+        old = self.versions.loc[self._written < need, "period_start"].sort_values()
+        days = [f"{t:%Y-%m-%d}" for t in old]
+        named = ", ".join(days) if len(days) <= 6 else f"{days[0]}..{days[-1]}"
+        versions = sorted(set(self._written[self._written < need]))
+        return (f"{len(old)} of the window's periods ({named}) were stored by summary version "
+                f"{' and '.join(map(str, versions))}, before version {need} stored them; "
+                "snapshot them again with force=True (start=, end=; sqlcal snapshot --force "
+                "--since --until) to store them")
 
     def _merged(self, kind: str, **params) -> pd.DataFrame:
         key = (kind, tuple(sorted(params.items())))
@@ -360,7 +369,7 @@ class _Server:
                    for s, c in self.spec["logit"]):
                 stored_step = next(s for s, c in self.spec["logit"]
                                    if np.isclose(step, s, rtol=1e-12, atol=0) and clip == c)
-                return self._merged("logit", step=stored_step, clip=clip)
+                return _derive(self._merged("logit", step=stored_step, clip=clip))
             return self._from_levels(summary, f"ls_ece_sigma={step * 20:g}")
         if kind == "smooth_cells" and len(params[1]) == 1 and params[1][0] in self.spec["smooth"] \
                 and params[0] == K:

@@ -736,14 +736,18 @@ class StoredSum:
         a product taken first): ``w`` the weight, ``y`` the label, ``p`` the score, ``pq`` =
         p(1 − p), ``q2`` = (1 − 2p)², ``lnp`` = ln p (0 at p = 0), ``lnq`` = ln(1 − p) (0 at
         p = 1), ``h`` = clip(logit p, −4, 4)/4, ``d4`` = (1 − p)⁴ − p⁴ = (1 − 2p)(1 − 2p +
-        2p²) (what a positive label adds to (y − p)⁴). Empty: the sum counts rows.
+        2p²) (what a positive label adds to (y − p)⁴); in the logit table, ``lo`` = 1 − f and
+        ``hi`` = f, the row's shares of its cell's lower and upper node (f its position in its
+        logit cell, :func:`sqlcal.query.reductions.logit_grid`). Empty: the sum counts rows.
     where : tuple of (factor, value)
         A count's condition: the rows whose factors equal the values.
     merge : {"sum", "min", "max"}
         How the column of two disjoint sets of rows combines (its merge rule); ``min`` and
         ``max`` take one factor.
     tables : tuple of str
-        The store tables that carry it (``totals``, ``bins``, ``cells``, ``levels``).
+        The store tables that carry it (``totals``, ``bins``, ``cells``, ``levels``,
+        ``logit``: the logit table's point-value masses are listed in
+        :data:`sqlcal.monitor.schema.TABLES`, the sums after version 2 here).
     since : tuple of (table, version)
         The tables that gained it after summary version 2, and the version that added it there
         (:data:`sqlcal.monitor.schema.SUMMARY_VERSION`); the others have carried it since 2. A
@@ -791,6 +795,14 @@ _BINNED = ("totals", "bins", "cells")
 def _in_3(*tables: str) -> tuple:
     """``since`` of a sum summary version 3 added to ``tables``."""
     return tuple((t, 3) for t in tables)
+
+
+def _in_4(*tables: str) -> tuple:
+    """``since`` of a sum summary version 4 added to ``tables``."""
+    return tuple((t, 4) for t in tables)
+
+
+_LOGIT = ("logit",)
 
 
 #: the store's sums, label-free then label within each version, in the order of the store
@@ -844,6 +856,23 @@ STORE_SUMS = (
     StoredSum("sw2y_lnq", ("w", "w", "y", "lnq"), since=_in_3("totals")),
     StoredSum("sw2y_lnp2", ("w", "w", "y", "lnp", "lnp"), since=_in_3("totals")),
     StoredSum("sw2y_lnq2", ("w", "w", "y", "lnq", "lnq"), since=_in_3("totals")),
+    # 4: LS-ECE's interval (sqlcal.metrics.smooth.ls_ece_interval) draws each logit cell's node
+    # masses with the covariance Σv·a·b of a Poisson bootstrap of its rows, a, b ∈ {lo, hi} the
+    # row's shares of the cell's two nodes, times 1 and y: q_* under the weight (v = w:
+    # frequency weights, or none), q2_* under its square (v = w²: sampling weights). The logit
+    # table's only: the other tables are unchanged
+    StoredSum("q_ll", ("w", "lo", "lo"), tables=_LOGIT, since=_in_4(*_LOGIT)),
+    StoredSum("q_lh", ("w", "lo", "hi"), tables=_LOGIT, since=_in_4(*_LOGIT)),
+    StoredSum("q_hh", ("w", "hi", "hi"), tables=_LOGIT, since=_in_4(*_LOGIT)),
+    StoredSum("q2_ll", ("w", "w", "lo", "lo"), tables=_LOGIT, since=_in_4(*_LOGIT)),
+    StoredSum("q2_lh", ("w", "w", "lo", "hi"), tables=_LOGIT, since=_in_4(*_LOGIT)),
+    StoredSum("q2_hh", ("w", "w", "hi", "hi"), tables=_LOGIT, since=_in_4(*_LOGIT)),
+    StoredSum("qy_ll", ("w", "y", "lo", "lo"), tables=_LOGIT, since=_in_4(*_LOGIT)),
+    StoredSum("qy_lh", ("w", "y", "lo", "hi"), tables=_LOGIT, since=_in_4(*_LOGIT)),
+    StoredSum("qy_hh", ("w", "y", "hi", "hi"), tables=_LOGIT, since=_in_4(*_LOGIT)),
+    StoredSum("q2y_ll", ("w", "w", "y", "lo", "lo"), tables=_LOGIT, since=_in_4(*_LOGIT)),
+    StoredSum("q2y_lh", ("w", "w", "y", "lo", "hi"), tables=_LOGIT, since=_in_4(*_LOGIT)),
+    StoredSum("q2y_hh", ("w", "w", "y", "hi", "hi"), tables=_LOGIT, since=_in_4(*_LOGIT)),
 )
 
 

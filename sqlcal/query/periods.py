@@ -178,8 +178,12 @@ def reduce_periods(src: Source, rows: ir.Table, keys: list[str], *, free_delay: 
     lead = [*keys, "delay"]
     out: dict[str, Any] = {"fused": executor.run(
         src, lambda checks: reductions.store_scan(rows, lead, cells, bins, checks=checks))}
+    # the split moments LS-ECE's interval reads: their label parts are the label-free sums of
+    # the positives' groups (the store's reader takes them there: sqlcal.monitor.store)
+    logit = reductions.store_sums_of("logit", label=False)
     out["logit"] = [executor.fetch(reductions.logit_grid(rows, lead, s / 20, 1e-6,
-                                                         weighted=True)) for s in sigmas]
+                                                         weighted=True, stored=logit))
+                    for s in sigmas]
     out["smooth"] = [executor.fetch(reductions.smooth_cells(rows, lead, cells, [h],
                                                             weighted=True)) for h in grids]
     if levels:

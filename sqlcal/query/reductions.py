@@ -566,7 +566,7 @@ def cell_prefix_min(rows: ir.Table, by: Sequence[str], cells: int, centres: pd.D
 
 def logit_grid(rows: ir.Table, by: Sequence[str], delta: float, clip: float, *,
                weighted: bool, checks: Callable | None = None,
-               parts: frozenset = frozenset()) -> ir.Table:
+               parts: frozenset = frozenset(), stored: Sequence[StoredSum] = ()) -> ir.Table:
     """Per group and logit-grid node k: the linear-binned masses of every row and of its label.
 
     z = logit(p) with p clipped to [clip, 1 − clip]; x = z/δ, k = FLOOR(x), f = x − k. Each row puts
@@ -576,12 +576,16 @@ def logit_grid(rows: ir.Table, by: Sequence[str], delta: float, clip: float, *,
     Σwy(1−f), ``y_hi`` = Σwyf, ``v_lo`` = Σwf(1−f)², ``v_hi`` = Σwf²(1−f), ``vy_lo``, ``vy_hi``
     (the same times y), ``n``, ``W`` (weighted), ``p_min``, ``p_max``, and the interval's second
     moments for ``parts`` (:func:`logit_grid_moments`). The grid is anchored at 0 for every
-    group, so no pass for the range is needed.
+    group, so no pass for the range is needed. ``stored``: the summary store's sums of its logit
+    table (:data:`sqlcal.query.declared.STORE_SUMS`, factors ``lo`` = 1 − f and ``hi`` = f),
+    rendered by :func:`store_sums` (the snapshot's scan).
     """
     pc = ibis.greatest(ibis.least(rows.p, 1 - clip), clip)
     x = (pc.ln() - (1 - pc).ln()) / delta
     t = rows.mutate(x=x).mutate(k=_.x.floor().cast("int64"))
     t = t.mutate(f=t.x - t.k)
+    if stored:  # the stored sums' factors, by name
+        t = t.mutate(lo=1 - t.f, hi=t.f)
     times = (lambda v: t.w * v) if weighted else (lambda v: v)
     g, h = 1 - t.f, t.f
     sums = _sums(t, frozenset(), weighted=weighted) | {"p_min": t.p.min()}
@@ -589,6 +593,7 @@ def logit_grid(rows: ir.Table, by: Sequence[str], delta: float, clip: float, *,
                        ("vy", times(t.y * g * h))):
         sums |= {f"{name}_lo": (mass * g).sum(), f"{name}_hi": (mass * h).sum()}
     sums |= logit_grid_moments(t, g, h, parts, weighted=weighted)
+    sums |= store_sums(t, stored)
     return t.group_by([*by, "k"]).aggregate(**sums, **(checks(t) if checks else {}))
 
 

@@ -3220,7 +3220,7 @@ FROM (
                 "delays": [0.0, 1.0, 2.0, 3.0, 5.0, 7.0, 14.0, 30.0], "cells": cells | int, "bins": [[bins | int, "sqlcal"]],
                 "logit": [], "smooth": [], "levels": false} %}
 {%- set hash = local_md5(tojson(spec, sort_keys=true))[:16] %}
-{%- do spec.update({"summary_version": 3}) %}
+{%- do spec.update({"summary_version": 4}) %}
 {{ return({"spec": tojson(spec, sort_keys=true), "hash": hash, "by": by}) }}
 {% endmacro %}
 
