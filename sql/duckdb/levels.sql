@@ -7,7 +7,6 @@ SELECT
   "t2"."n",
   "t2"."W",
   "t2"."swy",
-  "t2"."swp",
   "t2"."sw2",
   "t2"."ny",
   "t2"."sw2y",
@@ -19,7 +18,8 @@ SELECT
   "t2"."chk_w_count",
   "t2"."chk_w_min",
   "t2"."chk_w_max",
-  "t2"."chk_w_frac"
+  "t2"."chk_w_frac",
+  "t2"."p" * "t2"."W" AS "swp"
 FROM (
   SELECT
     "t1"."__key0",
@@ -27,7 +27,6 @@ FROM (
     COUNT(*) AS "n",
     SUM("t1"."w") AS "W",
     SUM("t1"."w" * "t1"."y") AS "swy",
-    SUM("t1"."w" * "t1"."p") AS "swp",
     SUM(
       CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
     ) AS "sw2",

@@ -1350,10 +1350,8 @@ SELECT
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
   "t2"."sw_logloss_sq",
-  "t2"."swy_logloss",
   "t2"."sw2_logloss",
   "t2"."sw2_logloss_sq",
-  "t2"."sw2y_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -1449,18 +1447,12 @@ FROM (
     SUM("t1"."w" * (
       "t1"."loss" * "t1"."loss"
     )) AS "sw_logloss_sq",
-    SUM("t1"."w" * (
-      "t1"."y" * "t1"."loss"
-    )) AS "swy_logloss",
     SUM(
       CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."loss"
     ) AS "sw2_logloss",
     SUM(
       CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."loss" * "t1"."loss"
     ) AS "sw2_logloss_sq",
-    SUM(
-      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."loss"
-    ) AS "sw2y_logloss",
     SUM(
       "t1"."w" * (
         (
@@ -1565,7 +1557,6 @@ SELECT
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
   "t2"."sw_logloss_sq",
-  "t2"."swy_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -1600,7 +1591,6 @@ FROM (
     COUNT(*) FILTER(WHERE
       "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."loss" * "t1"."loss") AS "sw_logloss_sq",
-    SUM("t1"."y" * "t1"."loss") AS "swy_logloss",
     SUM(
       (
         "t1"."p" - (
@@ -1692,10 +1682,8 @@ SELECT
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
   "t2"."sw_logloss_sq",
-  "t2"."swy_logloss",
   "t2"."sw2_logloss",
   "t2"."sw2_logloss_sq",
-  "t2"."sw2y_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -1791,18 +1779,12 @@ FROM (
     SUM("t1"."w" * (
       "t1"."loss" * "t1"."loss"
     )) AS "sw_logloss_sq",
-    SUM("t1"."w" * (
-      "t1"."y" * "t1"."loss"
-    )) AS "swy_logloss",
     SUM(
       CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."loss"
     ) AS "sw2_logloss",
     SUM(
       CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."loss" * "t1"."loss"
     ) AS "sw2_logloss_sq",
-    SUM(
-      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y" * "t1"."loss"
-    ) AS "sw2y_logloss",
     SUM(
       "t1"."w" * (
         (
@@ -1907,7 +1889,6 @@ SELECT
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
   "t2"."sw_logloss_sq",
-  "t2"."swy_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -1942,7 +1923,6 @@ FROM (
     COUNT(*) FILTER(WHERE
       "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."loss" * "t1"."loss") AS "sw_logloss_sq",
-    SUM("t1"."y" * "t1"."loss") AS "swy_logloss",
     SUM(
       (
         "t1"."p" - (
@@ -2034,10 +2014,8 @@ SELECT
   `t2`.`sw_logloss`,
   `t2`.`n_infinite_logloss`,
   `t2`.`sw_logloss_sq`,
-  `t2`.`swy_logloss`,
   `t2`.`sw2_logloss`,
   `t2`.`sw2_logloss_sq`,
-  `t2`.`sw2y_logloss`,
   `t2`.`chk_p_count`,
   `t2`.`chk_y_count`,
   `t2`.`chk_y_min`,
@@ -2126,16 +2104,10 @@ FROM (
     SUM(`t1`.`w` * (
       `t1`.`loss` * `t1`.`loss`
     )) AS `sw_logloss_sq`,
-    SUM(`t1`.`w` * (
-      `t1`.`y` * `t1`.`loss`
-    )) AS `swy_logloss`,
     SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`loss`) AS `sw2_logloss`,
     SUM(
       IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`loss` * `t1`.`loss`
     ) AS `sw2_logloss_sq`,
-    SUM(
-      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`loss`
-    ) AS `sw2y_logloss`,
     SUM(
       `t1`.`w` * (
         (
@@ -2241,7 +2213,6 @@ SELECT
   `t2`.`sw_logloss`,
   `t2`.`n_infinite_logloss`,
   `t2`.`sw_logloss_sq`,
-  `t2`.`swy_logloss`,
   `t2`.`chk_p_count`,
   `t2`.`chk_y_count`,
   `t2`.`chk_y_min`,
@@ -2275,7 +2246,6 @@ FROM (
     SUM(`t1`.`loss`) AS `sw_logloss`,
     SUM(CAST(`t1`.`given` = 0 AS BIGINT)) AS `n_infinite_logloss`,
     SUM(`t1`.`loss` * `t1`.`loss`) AS `sw_logloss_sq`,
-    SUM(`t1`.`y` * `t1`.`loss`) AS `swy_logloss`,
     SUM(
       (
         `t1`.`p` - (
@@ -2367,10 +2337,8 @@ SELECT
   `t2`.`sw_logloss`,
   `t2`.`n_infinite_logloss`,
   `t2`.`sw_logloss_sq`,
-  `t2`.`swy_logloss`,
   `t2`.`sw2_logloss`,
   `t2`.`sw2_logloss_sq`,
-  `t2`.`sw2y_logloss`,
   `t2`.`chk_p_count`,
   `t2`.`chk_y_count`,
   `t2`.`chk_y_min`,
@@ -2459,16 +2427,10 @@ FROM (
     SUM(`t1`.`w` * (
       `t1`.`loss` * `t1`.`loss`
     )) AS `sw_logloss_sq`,
-    SUM(`t1`.`w` * (
-      `t1`.`y` * `t1`.`loss`
-    )) AS `swy_logloss`,
     SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`loss`) AS `sw2_logloss`,
     SUM(
       IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`loss` * `t1`.`loss`
     ) AS `sw2_logloss_sq`,
-    SUM(
-      IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y` * `t1`.`loss`
-    ) AS `sw2y_logloss`,
     SUM(
       `t1`.`w` * (
         (
@@ -2573,7 +2535,6 @@ SELECT
   `t2`.`sw_logloss`,
   `t2`.`n_infinite_logloss`,
   `t2`.`sw_logloss_sq`,
-  `t2`.`swy_logloss`,
   `t2`.`chk_p_count`,
   `t2`.`chk_y_count`,
   `t2`.`chk_y_min`,
@@ -2607,7 +2568,6 @@ FROM (
     SUM(`t1`.`loss`) AS `sw_logloss`,
     COUNTIF(`t1`.`given` = 0) AS `n_infinite_logloss`,
     SUM(`t1`.`loss` * `t1`.`loss`) AS `sw_logloss_sq`,
-    SUM(`t1`.`y` * `t1`.`loss`) AS `swy_logloss`,
     SUM(
       (
         `t1`.`p` - (
@@ -2699,10 +2659,8 @@ SELECT
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
   "t2"."sw_logloss_sq",
-  "t2"."swy_logloss",
   "t2"."sw2_logloss",
   "t2"."sw2_logloss_sq",
-  "t2"."sw2y_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -2791,16 +2749,10 @@ FROM (
     SUM("t1"."w" * (
       "t1"."loss" * "t1"."loss"
     )) AS "sw_logloss_sq",
-    SUM("t1"."w" * (
-      "t1"."y" * "t1"."loss"
-    )) AS "swy_logloss",
     SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."loss") AS "sw2_logloss",
     SUM(
       IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."loss" * "t1"."loss"
     ) AS "sw2_logloss_sq",
-    SUM(
-      IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."y" * "t1"."loss"
-    ) AS "sw2y_logloss",
     SUM(
       "t1"."w" * (
         (
@@ -2905,7 +2857,6 @@ SELECT
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
   "t2"."sw_logloss_sq",
-  "t2"."swy_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -2939,7 +2890,6 @@ FROM (
     SUM("t1"."loss") AS "sw_logloss",
     COUNT_IF("t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."loss" * "t1"."loss") AS "sw_logloss_sq",
-    SUM("t1"."y" * "t1"."loss") AS "swy_logloss",
     SUM(
       (
         "t1"."p" - (
@@ -3031,10 +2981,8 @@ SELECT
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
   "t2"."sw_logloss_sq",
-  "t2"."swy_logloss",
   "t2"."sw2_logloss",
   "t2"."sw2_logloss_sq",
-  "t2"."sw2y_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -3162,9 +3110,6 @@ FROM (
     SUM("t1"."w" * (
       "t1"."loss" * "t1"."loss"
     )) AS "sw_logloss_sq",
-    SUM("t1"."w" * (
-      "t1"."y" * "t1"."loss"
-    )) AS "swy_logloss",
     SUM(
       IF(
         "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
@@ -3179,13 +3124,6 @@ FROM (
         "t1"."w" * "t1"."w"
       ) * "t1"."loss" * "t1"."loss"
     ) AS "sw2_logloss_sq",
-    SUM(
-      IF(
-        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
-        CAST(0.0 AS DOUBLE),
-        "t1"."w" * "t1"."w"
-      ) * "t1"."y" * "t1"."loss"
-    ) AS "sw2y_logloss",
     SUM(
       "t1"."w" * (
         (
@@ -3290,7 +3228,6 @@ SELECT
   "t2"."sw_logloss",
   "t2"."n_infinite_logloss",
   "t2"."sw_logloss_sq",
-  "t2"."swy_logloss",
   "t2"."chk_p_count",
   "t2"."chk_y_count",
   "t2"."chk_y_min",
@@ -3325,7 +3262,6 @@ FROM (
     COUNT(*) FILTER(WHERE
       "t1"."given" = 0) AS "n_infinite_logloss",
     SUM("t1"."loss" * "t1"."loss") AS "sw_logloss_sq",
-    SUM("t1"."y" * "t1"."loss") AS "swy_logloss",
     SUM(
       (
         "t1"."p" - (
@@ -6951,93 +6887,127 @@ GROUP BY
 {%- if weighted %}
 SELECT
 {%- for c in by %}
-  "t1".{{ adapter.quote(c) }},
+  "t2".{{ adapter.quote(c) }},
 {%- endfor %}
-  "t1"."p",
-  COUNT(*) AS "n",
-  SUM("t1"."w") AS "W",
-  SUM("t1"."w" * "t1"."y") AS "swy",
-  SUM("t1"."w" * "t1"."p") AS "swp",
-  SUM(
-    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
-  ) AS "sw2",
-  SUM("t1"."y") AS "ny",
-  SUM(
-    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y"
-  ) AS "sw2y",
-  COUNT("t1"."p") AS "chk_p_count",
-  COUNT("t1"."y") AS "chk_y_count",
-  MIN("t1"."y") AS "chk_y_min",
-  MAX("t1"."y") AS "chk_y_max",
-  SUM("t1"."y" * (
-    1 - "t1"."y"
-  )) AS "chk_y_soft",
-  COUNT("t1"."w") AS "chk_w_count",
-  MIN("t1"."w") AS "chk_w_min",
-  MAX("t1"."w") AS "chk_w_max",
-  SUM(
-    CASE
-      WHEN ABS("t1"."w") < CAST('4503599627370496.0' AS DOUBLE PRECISION)
-      THEN ABS(
-        ABS("t1"."w") - (
-          (
-            ABS("t1"."w") + CAST('4503599627370496.0' AS DOUBLE PRECISION)
-          ) - CAST('4503599627370496.0' AS DOUBLE PRECISION)
-        )
-      )
-      ELSE CAST('0.0' AS DOUBLE PRECISION)
-    END
-  ) AS "chk_w_frac"
+  "t2"."p",
+  "t2"."n",
+  "t2"."W",
+  "t2"."swy",
+  "t2"."sw2",
+  "t2"."ny",
+  "t2"."sw2y",
+  "t2"."chk_p_count",
+  "t2"."chk_y_count",
+  "t2"."chk_y_min",
+  "t2"."chk_y_max",
+  "t2"."chk_y_soft",
+  "t2"."chk_w_count",
+  "t2"."chk_w_min",
+  "t2"."chk_w_max",
+  "t2"."chk_w_frac",
+  "t2"."p" * "t2"."W" AS "swp"
 FROM (
   SELECT
 {%- for c in by %}
-    "t0".{{ adapter.quote(c) }},
+    "t1".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t0"."score" AS "p",
-    "t0"."label" AS "y",
-    "t0"."weight" AS "w"
-  FROM {{ relation }} AS "t0"
-  WHERE
-    NOT (
-      (
-        "t0"."weight" = 0
-      ) AND (
-        "t0"."weight" IS NOT NULL
+    "t1"."p",
+    COUNT(*) AS "n",
+    SUM("t1"."w") AS "W",
+    SUM("t1"."w" * "t1"."y") AS "swy",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
+    ) AS "sw2",
+    SUM("t1"."y") AS "ny",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y"
+    ) AS "sw2y",
+    COUNT("t1"."p") AS "chk_p_count",
+    COUNT("t1"."y") AS "chk_y_count",
+    MIN("t1"."y") AS "chk_y_min",
+    MAX("t1"."y") AS "chk_y_max",
+    SUM("t1"."y" * (
+      1 - "t1"."y"
+    )) AS "chk_y_soft",
+    COUNT("t1"."w") AS "chk_w_count",
+    MIN("t1"."w") AS "chk_w_min",
+    MAX("t1"."w") AS "chk_w_max",
+    SUM(
+      CASE
+        WHEN ABS("t1"."w") < CAST('4503599627370496.0' AS DOUBLE PRECISION)
+        THEN ABS(
+          ABS("t1"."w") - (
+            (
+              ABS("t1"."w") + CAST('4503599627370496.0' AS DOUBLE PRECISION)
+            ) - CAST('4503599627370496.0' AS DOUBLE PRECISION)
+          )
+        )
+        ELSE CAST('0.0' AS DOUBLE PRECISION)
+      END
+    ) AS "chk_w_frac"
+  FROM (
+    SELECT
+{%- for c in by %}
+      "t0".{{ adapter.quote(c) }},
+{%- endfor %}
+      "t0"."score" AS "p",
+      "t0"."label" AS "y",
+      "t0"."weight" AS "w"
+    FROM {{ relation }} AS "t0"
+    WHERE
+      NOT (
+        (
+          "t0"."weight" = 0
+        ) AND (
+          "t0"."weight" IS NOT NULL
+        )
       )
-    )
-) AS "t1"
-GROUP BY
-  {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-
+  ) AS "t1"
+  GROUP BY
+    {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
+) AS "t2"
 {%- else %}
 SELECT
 {%- for c in by %}
-  "t1".{{ adapter.quote(c) }},
+  "t2".{{ adapter.quote(c) }},
 {%- endfor %}
-  "t1"."p",
-  COUNT(*) AS "n",
-  SUM("t1"."y") AS "swy",
-  SUM("t1"."p") AS "swp",
-  COUNT("t1"."p") AS "chk_p_count",
-  COUNT("t1"."y") AS "chk_y_count",
-  MIN("t1"."y") AS "chk_y_min",
-  MAX("t1"."y") AS "chk_y_max",
-  SUM("t1"."y" * (
-    1 - "t1"."y"
-  )) AS "chk_y_soft"
+  "t2"."p",
+  "t2"."n",
+  "t2"."swy",
+  "t2"."chk_p_count",
+  "t2"."chk_y_count",
+  "t2"."chk_y_min",
+  "t2"."chk_y_max",
+  "t2"."chk_y_soft",
+  "t2"."p" * CAST("t2"."n" AS DOUBLE PRECISION) AS "swp"
 FROM (
   SELECT
 {%- for c in by %}
-    "t0".{{ adapter.quote(c) }},
+    "t1".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t0"."score" AS "p",
-    "t0"."label" AS "y",
-    CAST('1.0' AS DOUBLE PRECISION) AS "w"
-  FROM {{ relation }} AS "t0"
-) AS "t1"
-GROUP BY
-  {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-
+    "t1"."p",
+    COUNT(*) AS "n",
+    SUM("t1"."y") AS "swy",
+    COUNT("t1"."p") AS "chk_p_count",
+    COUNT("t1"."y") AS "chk_y_count",
+    MIN("t1"."y") AS "chk_y_min",
+    MAX("t1"."y") AS "chk_y_max",
+    SUM("t1"."y" * (
+      1 - "t1"."y"
+    )) AS "chk_y_soft"
+  FROM (
+    SELECT
+{%- for c in by %}
+      "t0".{{ adapter.quote(c) }},
+{%- endfor %}
+      "t0"."score" AS "p",
+      "t0"."label" AS "y",
+      CAST('1.0' AS DOUBLE PRECISION) AS "w"
+    FROM {{ relation }} AS "t0"
+  ) AS "t1"
+  GROUP BY
+    {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
+) AS "t2"
 {%- endif %}
 {% endmacro %}
 
@@ -7045,93 +7015,127 @@ GROUP BY
 {%- if weighted %}
 SELECT
 {%- for c in by %}
-  "t1".{{ adapter.quote(c) }},
+  "t2".{{ adapter.quote(c) }},
 {%- endfor %}
-  "t1"."p",
-  COUNT(*) AS "n",
-  SUM("t1"."w") AS "W",
-  SUM("t1"."w" * "t1"."y") AS "swy",
-  SUM("t1"."w" * "t1"."p") AS "swp",
-  SUM(
-    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
-  ) AS "sw2",
-  SUM("t1"."y") AS "ny",
-  SUM(
-    CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y"
-  ) AS "sw2y",
-  COUNT("t1"."p") AS "chk_p_count",
-  COUNT("t1"."y") AS "chk_y_count",
-  MIN("t1"."y") AS "chk_y_min",
-  MAX("t1"."y") AS "chk_y_max",
-  SUM("t1"."y" * (
-    1 - "t1"."y"
-  )) AS "chk_y_soft",
-  COUNT("t1"."w") AS "chk_w_count",
-  MIN("t1"."w") AS "chk_w_min",
-  MAX("t1"."w") AS "chk_w_max",
-  SUM(
-    CASE
-      WHEN ABS("t1"."w") < CAST('4503599627370496.0' AS DOUBLE)
-      THEN ABS(
-        ABS("t1"."w") - (
-          (
-            ABS("t1"."w") + CAST('4503599627370496.0' AS DOUBLE)
-          ) - CAST('4503599627370496.0' AS DOUBLE)
-        )
-      )
-      ELSE CAST('0.0' AS DOUBLE)
-    END
-  ) AS "chk_w_frac"
+  "t2"."p",
+  "t2"."n",
+  "t2"."W",
+  "t2"."swy",
+  "t2"."sw2",
+  "t2"."ny",
+  "t2"."sw2y",
+  "t2"."chk_p_count",
+  "t2"."chk_y_count",
+  "t2"."chk_y_min",
+  "t2"."chk_y_max",
+  "t2"."chk_y_soft",
+  "t2"."chk_w_count",
+  "t2"."chk_w_min",
+  "t2"."chk_w_max",
+  "t2"."chk_w_frac",
+  "t2"."p" * "t2"."W" AS "swp"
 FROM (
   SELECT
 {%- for c in by %}
-    "t0".{{ adapter.quote(c) }},
+    "t1".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t0"."score" AS "p",
-    "t0"."label" AS "y",
-    "t0"."weight" AS "w"
-  FROM {{ relation }} AS "t0"
-  WHERE
-    NOT (
-      (
-        "t0"."weight" = 0
-      ) AND (
-        "t0"."weight" IS NOT NULL
+    "t1"."p",
+    COUNT(*) AS "n",
+    SUM("t1"."w") AS "W",
+    SUM("t1"."w" * "t1"."y") AS "swy",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END
+    ) AS "sw2",
+    SUM("t1"."y") AS "ny",
+    SUM(
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."y"
+    ) AS "sw2y",
+    COUNT("t1"."p") AS "chk_p_count",
+    COUNT("t1"."y") AS "chk_y_count",
+    MIN("t1"."y") AS "chk_y_min",
+    MAX("t1"."y") AS "chk_y_max",
+    SUM("t1"."y" * (
+      1 - "t1"."y"
+    )) AS "chk_y_soft",
+    COUNT("t1"."w") AS "chk_w_count",
+    MIN("t1"."w") AS "chk_w_min",
+    MAX("t1"."w") AS "chk_w_max",
+    SUM(
+      CASE
+        WHEN ABS("t1"."w") < CAST('4503599627370496.0' AS DOUBLE)
+        THEN ABS(
+          ABS("t1"."w") - (
+            (
+              ABS("t1"."w") + CAST('4503599627370496.0' AS DOUBLE)
+            ) - CAST('4503599627370496.0' AS DOUBLE)
+          )
+        )
+        ELSE CAST('0.0' AS DOUBLE)
+      END
+    ) AS "chk_w_frac"
+  FROM (
+    SELECT
+{%- for c in by %}
+      "t0".{{ adapter.quote(c) }},
+{%- endfor %}
+      "t0"."score" AS "p",
+      "t0"."label" AS "y",
+      "t0"."weight" AS "w"
+    FROM {{ relation }} AS "t0"
+    WHERE
+      NOT (
+        (
+          "t0"."weight" = 0
+        ) AND (
+          "t0"."weight" IS NOT NULL
+        )
       )
-    )
-) AS "t1"
-GROUP BY
-  {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-
+  ) AS "t1"
+  GROUP BY
+    {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
+) AS "t2"
 {%- else %}
 SELECT
 {%- for c in by %}
-  "t1".{{ adapter.quote(c) }},
+  "t2".{{ adapter.quote(c) }},
 {%- endfor %}
-  "t1"."p",
-  COUNT(*) AS "n",
-  SUM("t1"."y") AS "swy",
-  SUM("t1"."p") AS "swp",
-  COUNT("t1"."p") AS "chk_p_count",
-  COUNT("t1"."y") AS "chk_y_count",
-  MIN("t1"."y") AS "chk_y_min",
-  MAX("t1"."y") AS "chk_y_max",
-  SUM("t1"."y" * (
-    1 - "t1"."y"
-  )) AS "chk_y_soft"
+  "t2"."p",
+  "t2"."n",
+  "t2"."swy",
+  "t2"."chk_p_count",
+  "t2"."chk_y_count",
+  "t2"."chk_y_min",
+  "t2"."chk_y_max",
+  "t2"."chk_y_soft",
+  "t2"."p" * CAST("t2"."n" AS DOUBLE) AS "swp"
 FROM (
   SELECT
 {%- for c in by %}
-    "t0".{{ adapter.quote(c) }},
+    "t1".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t0"."score" AS "p",
-    "t0"."label" AS "y",
-    CAST('1.0' AS DOUBLE) AS "w"
-  FROM {{ relation }} AS "t0"
-) AS "t1"
-GROUP BY
-  {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-
+    "t1"."p",
+    COUNT(*) AS "n",
+    SUM("t1"."y") AS "swy",
+    COUNT("t1"."p") AS "chk_p_count",
+    COUNT("t1"."y") AS "chk_y_count",
+    MIN("t1"."y") AS "chk_y_min",
+    MAX("t1"."y") AS "chk_y_max",
+    SUM("t1"."y" * (
+      1 - "t1"."y"
+    )) AS "chk_y_soft"
+  FROM (
+    SELECT
+{%- for c in by %}
+      "t0".{{ adapter.quote(c) }},
+{%- endfor %}
+      "t0"."score" AS "p",
+      "t0"."label" AS "y",
+      CAST('1.0' AS DOUBLE) AS "w"
+    FROM {{ relation }} AS "t0"
+  ) AS "t1"
+  GROUP BY
+    {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
+) AS "t2"
 {%- endif %}
 {% endmacro %}
 
@@ -7139,90 +7143,124 @@ GROUP BY
 {%- if weighted %}
 SELECT
 {%- for c in by %}
-  `t1`.{{ adapter.quote(c) }},
+  `t2`.{{ adapter.quote(c) }},
 {%- endfor %}
-  `t1`.`p`,
-  COUNT(*) AS `n`,
-  SUM(`t1`.`w`) AS `W`,
-  SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
-  SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
-  SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
-  SUM(`t1`.`y`) AS `ny`,
-  SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y`) AS `sw2y`,
-  COUNT(`t1`.`p`) AS `chk_p_count`,
-  COUNT(`t1`.`y`) AS `chk_y_count`,
-  MIN(`t1`.`y`) AS `chk_y_min`,
-  MAX(`t1`.`y`) AS `chk_y_max`,
-  SUM(`t1`.`y` * (
-    1 - `t1`.`y`
-  )) AS `chk_y_soft`,
-  COUNT(`t1`.`w`) AS `chk_w_count`,
-  MIN(`t1`.`w`) AS `chk_w_min`,
-  MAX(`t1`.`w`) AS `chk_w_max`,
-  SUM(
-    IF(
-      ABS(`t1`.`w`) < CAST('4503599627370496.0' AS DOUBLE),
-      ABS(
-        ABS(`t1`.`w`) - (
-          (
-            ABS(`t1`.`w`) + CAST('4503599627370496.0' AS DOUBLE)
-          ) - CAST('4503599627370496.0' AS DOUBLE)
-        )
-      ),
-      CAST('0.0' AS DOUBLE)
-    )
-  ) AS `chk_w_frac`
+  `t2`.`p`,
+  `t2`.`n`,
+  `t2`.`W`,
+  `t2`.`swy`,
+  `t2`.`sw2`,
+  `t2`.`ny`,
+  `t2`.`sw2y`,
+  `t2`.`chk_p_count`,
+  `t2`.`chk_y_count`,
+  `t2`.`chk_y_min`,
+  `t2`.`chk_y_max`,
+  `t2`.`chk_y_soft`,
+  `t2`.`chk_w_count`,
+  `t2`.`chk_w_min`,
+  `t2`.`chk_w_max`,
+  `t2`.`chk_w_frac`,
+  `t2`.`p` * `t2`.`W` AS `swp`
 FROM (
   SELECT
 {%- for c in by %}
-    `t0`.{{ adapter.quote(c) }},
+    `t1`.{{ adapter.quote(c) }},
 {%- endfor %}
-    `t0`.`score` AS `p`,
-    `t0`.`label` AS `y`,
-    `t0`.`weight` AS `w`
-  FROM {{ relation }} AS `t0`
-  WHERE
-    NOT (
-      (
-        `t0`.`weight` = 0
+    `t1`.`p`,
+    COUNT(*) AS `n`,
+    SUM(`t1`.`w`) AS `W`,
+    SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
+    SUM(`t1`.`y`) AS `ny`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y`) AS `sw2y`,
+    COUNT(`t1`.`p`) AS `chk_p_count`,
+    COUNT(`t1`.`y`) AS `chk_y_count`,
+    MIN(`t1`.`y`) AS `chk_y_min`,
+    MAX(`t1`.`y`) AS `chk_y_max`,
+    SUM(`t1`.`y` * (
+      1 - `t1`.`y`
+    )) AS `chk_y_soft`,
+    COUNT(`t1`.`w`) AS `chk_w_count`,
+    MIN(`t1`.`w`) AS `chk_w_min`,
+    MAX(`t1`.`w`) AS `chk_w_max`,
+    SUM(
+      IF(
+        ABS(`t1`.`w`) < CAST('4503599627370496.0' AS DOUBLE),
+        ABS(
+          ABS(`t1`.`w`) - (
+            (
+              ABS(`t1`.`w`) + CAST('4503599627370496.0' AS DOUBLE)
+            ) - CAST('4503599627370496.0' AS DOUBLE)
+          )
+        ),
+        CAST('0.0' AS DOUBLE)
       )
-      AND (
-        `t0`.`weight` IS NOT NULL AND NOT ISNAN(`t0`.`weight`)
+    ) AS `chk_w_frac`
+  FROM (
+    SELECT
+{%- for c in by %}
+      `t0`.{{ adapter.quote(c) }},
+{%- endfor %}
+      `t0`.`score` AS `p`,
+      `t0`.`label` AS `y`,
+      `t0`.`weight` AS `w`
+    FROM {{ relation }} AS `t0`
+    WHERE
+      NOT (
+        (
+          `t0`.`weight` = 0
+        )
+        AND (
+          `t0`.`weight` IS NOT NULL AND NOT ISNAN(`t0`.`weight`)
+        )
       )
-    )
-) AS `t1`
-GROUP BY
-  {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-
+  ) AS `t1`
+  GROUP BY
+    {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
+) AS `t2`
 {%- else %}
 SELECT
 {%- for c in by %}
-  `t1`.{{ adapter.quote(c) }},
+  `t2`.{{ adapter.quote(c) }},
 {%- endfor %}
-  `t1`.`p`,
-  COUNT(*) AS `n`,
-  SUM(`t1`.`y`) AS `swy`,
-  SUM(`t1`.`p`) AS `swp`,
-  COUNT(`t1`.`p`) AS `chk_p_count`,
-  COUNT(`t1`.`y`) AS `chk_y_count`,
-  MIN(`t1`.`y`) AS `chk_y_min`,
-  MAX(`t1`.`y`) AS `chk_y_max`,
-  SUM(`t1`.`y` * (
-    1 - `t1`.`y`
-  )) AS `chk_y_soft`
+  `t2`.`p`,
+  `t2`.`n`,
+  `t2`.`swy`,
+  `t2`.`chk_p_count`,
+  `t2`.`chk_y_count`,
+  `t2`.`chk_y_min`,
+  `t2`.`chk_y_max`,
+  `t2`.`chk_y_soft`,
+  `t2`.`p` * CAST(`t2`.`n` AS DOUBLE) AS `swp`
 FROM (
   SELECT
 {%- for c in by %}
-    `t0`.{{ adapter.quote(c) }},
+    `t1`.{{ adapter.quote(c) }},
 {%- endfor %}
-    `t0`.`score` AS `p`,
-    `t0`.`label` AS `y`,
-    CAST('1.0' AS DOUBLE) AS `w`
-  FROM {{ relation }} AS `t0`
-) AS `t1`
-GROUP BY
-  {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-
+    `t1`.`p`,
+    COUNT(*) AS `n`,
+    SUM(`t1`.`y`) AS `swy`,
+    COUNT(`t1`.`p`) AS `chk_p_count`,
+    COUNT(`t1`.`y`) AS `chk_y_count`,
+    MIN(`t1`.`y`) AS `chk_y_min`,
+    MAX(`t1`.`y`) AS `chk_y_max`,
+    SUM(`t1`.`y` * (
+      1 - `t1`.`y`
+    )) AS `chk_y_soft`
+  FROM (
+    SELECT
+{%- for c in by %}
+      `t0`.{{ adapter.quote(c) }},
+{%- endfor %}
+      `t0`.`score` AS `p`,
+      `t0`.`label` AS `y`,
+      CAST('1.0' AS DOUBLE) AS `w`
+    FROM {{ relation }} AS `t0`
+  ) AS `t1`
+  GROUP BY
+    {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
+) AS `t2`
 {%- endif %}
 {% endmacro %}
 
@@ -7230,89 +7268,123 @@ GROUP BY
 {%- if weighted %}
 SELECT
 {%- for c in by %}
-  `t1`.{{ adapter.quote(c) }},
+  `t2`.{{ adapter.quote(c) }},
 {%- endfor %}
-  `t1`.`p`,
-  COUNT(*) AS `n`,
-  SUM(`t1`.`w`) AS `W`,
-  SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
-  SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
-  SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
-  SUM(`t1`.`y`) AS `ny`,
-  SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y`) AS `sw2y`,
-  COUNT(`t1`.`p`) AS `chk_p_count`,
-  COUNT(`t1`.`y`) AS `chk_y_count`,
-  MIN(`t1`.`y`) AS `chk_y_min`,
-  MAX(`t1`.`y`) AS `chk_y_max`,
-  SUM(`t1`.`y` * (
-    1 - `t1`.`y`
-  )) AS `chk_y_soft`,
-  COUNT(`t1`.`w`) AS `chk_w_count`,
-  MIN(`t1`.`w`) AS `chk_w_min`,
-  MAX(`t1`.`w`) AS `chk_w_max`,
-  SUM(
-    IF(
-      ABS(`t1`.`w`) < CAST('4503599627370496.0' AS FLOAT64),
-      ABS(
-        ABS(`t1`.`w`) - (
-          (
-            ABS(`t1`.`w`) + CAST('4503599627370496.0' AS FLOAT64)
-          ) - CAST('4503599627370496.0' AS FLOAT64)
-        )
-      ),
-      CAST('0.0' AS FLOAT64)
-    )
-  ) AS `chk_w_frac`
+  `t2`.`p`,
+  `t2`.`n`,
+  `t2`.`W`,
+  `t2`.`swy`,
+  `t2`.`sw2`,
+  `t2`.`ny`,
+  `t2`.`sw2y`,
+  `t2`.`chk_p_count`,
+  `t2`.`chk_y_count`,
+  `t2`.`chk_y_min`,
+  `t2`.`chk_y_max`,
+  `t2`.`chk_y_soft`,
+  `t2`.`chk_w_count`,
+  `t2`.`chk_w_min`,
+  `t2`.`chk_w_max`,
+  `t2`.`chk_w_frac`,
+  `t2`.`p` * `t2`.`W` AS `swp`
 FROM (
   SELECT
 {%- for c in by %}
-    `t0`.{{ adapter.quote(c) }},
+    `t1`.{{ adapter.quote(c) }},
 {%- endfor %}
-    `t0`.`score` AS `p`,
-    `t0`.`label` AS `y`,
-    `t0`.`weight` AS `w`
-  FROM {{ relation }} AS `t0`
-  WHERE
-    NOT (
-      (
-        `t0`.`weight` = 0
-      ) AND (
-        `t0`.`weight` IS NOT NULL
+    `t1`.`p`,
+    COUNT(*) AS `n`,
+    SUM(`t1`.`w`) AS `W`,
+    SUM(`t1`.`w` * `t1`.`y`) AS `swy`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`)) AS `sw2`,
+    SUM(`t1`.`y`) AS `ny`,
+    SUM(IF(`t1`.`w` < 1.4916681462400413e-154, 0.0, `t1`.`w` * `t1`.`w`) * `t1`.`y`) AS `sw2y`,
+    COUNT(`t1`.`p`) AS `chk_p_count`,
+    COUNT(`t1`.`y`) AS `chk_y_count`,
+    MIN(`t1`.`y`) AS `chk_y_min`,
+    MAX(`t1`.`y`) AS `chk_y_max`,
+    SUM(`t1`.`y` * (
+      1 - `t1`.`y`
+    )) AS `chk_y_soft`,
+    COUNT(`t1`.`w`) AS `chk_w_count`,
+    MIN(`t1`.`w`) AS `chk_w_min`,
+    MAX(`t1`.`w`) AS `chk_w_max`,
+    SUM(
+      IF(
+        ABS(`t1`.`w`) < CAST('4503599627370496.0' AS FLOAT64),
+        ABS(
+          ABS(`t1`.`w`) - (
+            (
+              ABS(`t1`.`w`) + CAST('4503599627370496.0' AS FLOAT64)
+            ) - CAST('4503599627370496.0' AS FLOAT64)
+          )
+        ),
+        CAST('0.0' AS FLOAT64)
       )
-    )
-) AS `t1`
-GROUP BY
-  {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-
+    ) AS `chk_w_frac`
+  FROM (
+    SELECT
+{%- for c in by %}
+      `t0`.{{ adapter.quote(c) }},
+{%- endfor %}
+      `t0`.`score` AS `p`,
+      `t0`.`label` AS `y`,
+      `t0`.`weight` AS `w`
+    FROM {{ relation }} AS `t0`
+    WHERE
+      NOT (
+        (
+          `t0`.`weight` = 0
+        ) AND (
+          `t0`.`weight` IS NOT NULL
+        )
+      )
+  ) AS `t1`
+  GROUP BY
+    {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
+) AS `t2`
 {%- else %}
 SELECT
 {%- for c in by %}
-  `t1`.{{ adapter.quote(c) }},
+  `t2`.{{ adapter.quote(c) }},
 {%- endfor %}
-  `t1`.`p`,
-  COUNT(*) AS `n`,
-  SUM(`t1`.`y`) AS `swy`,
-  SUM(`t1`.`p`) AS `swp`,
-  COUNT(`t1`.`p`) AS `chk_p_count`,
-  COUNT(`t1`.`y`) AS `chk_y_count`,
-  MIN(`t1`.`y`) AS `chk_y_min`,
-  MAX(`t1`.`y`) AS `chk_y_max`,
-  SUM(`t1`.`y` * (
-    1 - `t1`.`y`
-  )) AS `chk_y_soft`
+  `t2`.`p`,
+  `t2`.`n`,
+  `t2`.`swy`,
+  `t2`.`chk_p_count`,
+  `t2`.`chk_y_count`,
+  `t2`.`chk_y_min`,
+  `t2`.`chk_y_max`,
+  `t2`.`chk_y_soft`,
+  `t2`.`p` * CAST(`t2`.`n` AS FLOAT64) AS `swp`
 FROM (
   SELECT
 {%- for c in by %}
-    `t0`.{{ adapter.quote(c) }},
+    `t1`.{{ adapter.quote(c) }},
 {%- endfor %}
-    `t0`.`score` AS `p`,
-    `t0`.`label` AS `y`,
-    CAST('1.0' AS FLOAT64) AS `w`
-  FROM {{ relation }} AS `t0`
-) AS `t1`
-GROUP BY
-  {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-
+    `t1`.`p`,
+    COUNT(*) AS `n`,
+    SUM(`t1`.`y`) AS `swy`,
+    COUNT(`t1`.`p`) AS `chk_p_count`,
+    COUNT(`t1`.`y`) AS `chk_y_count`,
+    MIN(`t1`.`y`) AS `chk_y_min`,
+    MAX(`t1`.`y`) AS `chk_y_max`,
+    SUM(`t1`.`y` * (
+      1 - `t1`.`y`
+    )) AS `chk_y_soft`
+  FROM (
+    SELECT
+{%- for c in by %}
+      `t0`.{{ adapter.quote(c) }},
+{%- endfor %}
+      `t0`.`score` AS `p`,
+      `t0`.`label` AS `y`,
+      CAST('1.0' AS FLOAT64) AS `w`
+    FROM {{ relation }} AS `t0`
+  ) AS `t1`
+  GROUP BY
+    {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
+) AS `t2`
 {%- endif %}
 {% endmacro %}
 
@@ -7320,89 +7392,123 @@ GROUP BY
 {%- if weighted %}
 SELECT
 {%- for c in by %}
-  "t1".{{ adapter.quote(c) }},
+  "t2".{{ adapter.quote(c) }},
 {%- endfor %}
-  "t1"."p",
-  COUNT(*) AS "n",
-  SUM("t1"."w") AS "W",
-  SUM("t1"."w" * "t1"."y") AS "swy",
-  SUM("t1"."w" * "t1"."p") AS "swp",
-  SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w")) AS "sw2",
-  SUM("t1"."y") AS "ny",
-  SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."y") AS "sw2y",
-  COUNT("t1"."p") AS "chk_p_count",
-  COUNT("t1"."y") AS "chk_y_count",
-  MIN("t1"."y") AS "chk_y_min",
-  MAX("t1"."y") AS "chk_y_max",
-  SUM("t1"."y" * (
-    1 - "t1"."y"
-  )) AS "chk_y_soft",
-  COUNT("t1"."w") AS "chk_w_count",
-  MIN("t1"."w") AS "chk_w_min",
-  MAX("t1"."w") AS "chk_w_max",
-  SUM(
-    IFF(
-      ABS("t1"."w") < CAST('4503599627370496.0' AS DOUBLE),
-      ABS(
-        ABS("t1"."w") - (
-          (
-            ABS("t1"."w") + CAST('4503599627370496.0' AS DOUBLE)
-          ) - CAST('4503599627370496.0' AS DOUBLE)
-        )
-      ),
-      CAST('0.0' AS DOUBLE)
-    )
-  ) AS "chk_w_frac"
+  "t2"."p",
+  "t2"."n",
+  "t2"."W",
+  "t2"."swy",
+  "t2"."sw2",
+  "t2"."ny",
+  "t2"."sw2y",
+  "t2"."chk_p_count",
+  "t2"."chk_y_count",
+  "t2"."chk_y_min",
+  "t2"."chk_y_max",
+  "t2"."chk_y_soft",
+  "t2"."chk_w_count",
+  "t2"."chk_w_min",
+  "t2"."chk_w_max",
+  "t2"."chk_w_frac",
+  "t2"."p" * "t2"."W" AS "swp"
 FROM (
   SELECT
 {%- for c in by %}
-    "t0".{{ adapter.quote(c) }},
+    "t1".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t0"."score" AS "p",
-    "t0"."label" AS "y",
-    "t0"."weight" AS "w"
-  FROM {{ relation }} AS "t0"
-  WHERE
-    NOT (
-      (
-        "t0"."weight" = 0
-      ) AND (
-        "t0"."weight" IS NOT NULL
+    "t1"."p",
+    COUNT(*) AS "n",
+    SUM("t1"."w") AS "W",
+    SUM("t1"."w" * "t1"."y") AS "swy",
+    SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w")) AS "sw2",
+    SUM("t1"."y") AS "ny",
+    SUM(IFF("t1"."w" < 1.4916681462400413e-154, 0.0, "t1"."w" * "t1"."w") * "t1"."y") AS "sw2y",
+    COUNT("t1"."p") AS "chk_p_count",
+    COUNT("t1"."y") AS "chk_y_count",
+    MIN("t1"."y") AS "chk_y_min",
+    MAX("t1"."y") AS "chk_y_max",
+    SUM("t1"."y" * (
+      1 - "t1"."y"
+    )) AS "chk_y_soft",
+    COUNT("t1"."w") AS "chk_w_count",
+    MIN("t1"."w") AS "chk_w_min",
+    MAX("t1"."w") AS "chk_w_max",
+    SUM(
+      IFF(
+        ABS("t1"."w") < CAST('4503599627370496.0' AS DOUBLE),
+        ABS(
+          ABS("t1"."w") - (
+            (
+              ABS("t1"."w") + CAST('4503599627370496.0' AS DOUBLE)
+            ) - CAST('4503599627370496.0' AS DOUBLE)
+          )
+        ),
+        CAST('0.0' AS DOUBLE)
       )
-    )
-) AS "t1"
-GROUP BY
-  {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-
+    ) AS "chk_w_frac"
+  FROM (
+    SELECT
+{%- for c in by %}
+      "t0".{{ adapter.quote(c) }},
+{%- endfor %}
+      "t0"."score" AS "p",
+      "t0"."label" AS "y",
+      "t0"."weight" AS "w"
+    FROM {{ relation }} AS "t0"
+    WHERE
+      NOT (
+        (
+          "t0"."weight" = 0
+        ) AND (
+          "t0"."weight" IS NOT NULL
+        )
+      )
+  ) AS "t1"
+  GROUP BY
+    {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
+) AS "t2"
 {%- else %}
 SELECT
 {%- for c in by %}
-  "t1".{{ adapter.quote(c) }},
+  "t2".{{ adapter.quote(c) }},
 {%- endfor %}
-  "t1"."p",
-  COUNT(*) AS "n",
-  SUM("t1"."y") AS "swy",
-  SUM("t1"."p") AS "swp",
-  COUNT("t1"."p") AS "chk_p_count",
-  COUNT("t1"."y") AS "chk_y_count",
-  MIN("t1"."y") AS "chk_y_min",
-  MAX("t1"."y") AS "chk_y_max",
-  SUM("t1"."y" * (
-    1 - "t1"."y"
-  )) AS "chk_y_soft"
+  "t2"."p",
+  "t2"."n",
+  "t2"."swy",
+  "t2"."chk_p_count",
+  "t2"."chk_y_count",
+  "t2"."chk_y_min",
+  "t2"."chk_y_max",
+  "t2"."chk_y_soft",
+  "t2"."p" * CAST("t2"."n" AS DOUBLE) AS "swp"
 FROM (
   SELECT
 {%- for c in by %}
-    "t0".{{ adapter.quote(c) }},
+    "t1".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t0"."score" AS "p",
-    "t0"."label" AS "y",
-    CAST('1.0' AS DOUBLE) AS "w"
-  FROM {{ relation }} AS "t0"
-) AS "t1"
-GROUP BY
-  {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-
+    "t1"."p",
+    COUNT(*) AS "n",
+    SUM("t1"."y") AS "swy",
+    COUNT("t1"."p") AS "chk_p_count",
+    COUNT("t1"."y") AS "chk_y_count",
+    MIN("t1"."y") AS "chk_y_min",
+    MAX("t1"."y") AS "chk_y_max",
+    SUM("t1"."y" * (
+      1 - "t1"."y"
+    )) AS "chk_y_soft"
+  FROM (
+    SELECT
+{%- for c in by %}
+      "t0".{{ adapter.quote(c) }},
+{%- endfor %}
+      "t0"."score" AS "p",
+      "t0"."label" AS "y",
+      CAST('1.0' AS DOUBLE) AS "w"
+    FROM {{ relation }} AS "t0"
+  ) AS "t1"
+  GROUP BY
+    {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
+) AS "t2"
 {%- endif %}
 {% endmacro %}
 
@@ -7410,100 +7516,134 @@ GROUP BY
 {%- if weighted %}
 SELECT
 {%- for c in by %}
-  "t1".{{ adapter.quote(c) }},
+  "t2".{{ adapter.quote(c) }},
 {%- endfor %}
-  "t1"."p",
-  COUNT(*) AS "n",
-  SUM("t1"."w") AS "W",
-  SUM("t1"."w" * "t1"."y") AS "swy",
-  SUM("t1"."w" * "t1"."p") AS "swp",
-  SUM(
-    IF(
-      "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
-      CAST(0.0 AS DOUBLE),
-      "t1"."w" * "t1"."w"
-    )
-  ) AS "sw2",
-  SUM("t1"."y") AS "ny",
-  SUM(
-    IF(
-      "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
-      CAST(0.0 AS DOUBLE),
-      "t1"."w" * "t1"."w"
-    ) * "t1"."y"
-  ) AS "sw2y",
-  COUNT("t1"."p") AS "chk_p_count",
-  COUNT("t1"."y") AS "chk_y_count",
-  MIN("t1"."y") AS "chk_y_min",
-  MAX("t1"."y") AS "chk_y_max",
-  SUM("t1"."y" * (
-    1 - "t1"."y"
-  )) AS "chk_y_soft",
-  COUNT("t1"."w") AS "chk_w_count",
-  MIN("t1"."w") AS "chk_w_min",
-  MAX("t1"."w") AS "chk_w_max",
-  SUM(
-    IF(
-      ABS("t1"."w") < CAST('4503599627370496.0' AS DOUBLE),
-      ABS(
-        ABS("t1"."w") - (
-          (
-            ABS("t1"."w") + CAST('4503599627370496.0' AS DOUBLE)
-          ) - CAST('4503599627370496.0' AS DOUBLE)
-        )
-      ),
-      CAST('0.0' AS DOUBLE)
-    )
-  ) AS "chk_w_frac"
+  "t2"."p",
+  "t2"."n",
+  "t2"."W",
+  "t2"."swy",
+  "t2"."sw2",
+  "t2"."ny",
+  "t2"."sw2y",
+  "t2"."chk_p_count",
+  "t2"."chk_y_count",
+  "t2"."chk_y_min",
+  "t2"."chk_y_max",
+  "t2"."chk_y_soft",
+  "t2"."chk_w_count",
+  "t2"."chk_w_min",
+  "t2"."chk_w_max",
+  "t2"."chk_w_frac",
+  "t2"."p" * "t2"."W" AS "swp"
 FROM (
   SELECT
 {%- for c in by %}
-    "t0".{{ adapter.quote(c) }},
+    "t1".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t0"."score" AS "p",
-    "t0"."label" AS "y",
-    "t0"."weight" AS "w"
-  FROM {{ relation }} AS "t0"
-  WHERE
-    NOT (
-      (
-        "t0"."weight" = 0
-      ) AND (
-        "t0"."weight" IS NOT NULL
+    "t1"."p",
+    COUNT(*) AS "n",
+    SUM("t1"."w") AS "W",
+    SUM("t1"."w" * "t1"."y") AS "swy",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
       )
-    )
-) AS "t1"
-GROUP BY
-  {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-
+    ) AS "sw2",
+    SUM("t1"."y") AS "ny",
+    SUM(
+      IF(
+        "t1"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+        CAST(0.0 AS DOUBLE),
+        "t1"."w" * "t1"."w"
+      ) * "t1"."y"
+    ) AS "sw2y",
+    COUNT("t1"."p") AS "chk_p_count",
+    COUNT("t1"."y") AS "chk_y_count",
+    MIN("t1"."y") AS "chk_y_min",
+    MAX("t1"."y") AS "chk_y_max",
+    SUM("t1"."y" * (
+      1 - "t1"."y"
+    )) AS "chk_y_soft",
+    COUNT("t1"."w") AS "chk_w_count",
+    MIN("t1"."w") AS "chk_w_min",
+    MAX("t1"."w") AS "chk_w_max",
+    SUM(
+      IF(
+        ABS("t1"."w") < CAST('4503599627370496.0' AS DOUBLE),
+        ABS(
+          ABS("t1"."w") - (
+            (
+              ABS("t1"."w") + CAST('4503599627370496.0' AS DOUBLE)
+            ) - CAST('4503599627370496.0' AS DOUBLE)
+          )
+        ),
+        CAST('0.0' AS DOUBLE)
+      )
+    ) AS "chk_w_frac"
+  FROM (
+    SELECT
+{%- for c in by %}
+      "t0".{{ adapter.quote(c) }},
+{%- endfor %}
+      "t0"."score" AS "p",
+      "t0"."label" AS "y",
+      "t0"."weight" AS "w"
+    FROM {{ relation }} AS "t0"
+    WHERE
+      NOT (
+        (
+          "t0"."weight" = 0
+        ) AND (
+          "t0"."weight" IS NOT NULL
+        )
+      )
+  ) AS "t1"
+  GROUP BY
+    {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
+) AS "t2"
 {%- else %}
 SELECT
 {%- for c in by %}
-  "t1".{{ adapter.quote(c) }},
+  "t2".{{ adapter.quote(c) }},
 {%- endfor %}
-  "t1"."p",
-  COUNT(*) AS "n",
-  SUM("t1"."y") AS "swy",
-  SUM("t1"."p") AS "swp",
-  COUNT("t1"."p") AS "chk_p_count",
-  COUNT("t1"."y") AS "chk_y_count",
-  MIN("t1"."y") AS "chk_y_min",
-  MAX("t1"."y") AS "chk_y_max",
-  SUM("t1"."y" * (
-    1 - "t1"."y"
-  )) AS "chk_y_soft"
+  "t2"."p",
+  "t2"."n",
+  "t2"."swy",
+  "t2"."chk_p_count",
+  "t2"."chk_y_count",
+  "t2"."chk_y_min",
+  "t2"."chk_y_max",
+  "t2"."chk_y_soft",
+  "t2"."p" * CAST("t2"."n" AS DOUBLE) AS "swp"
 FROM (
   SELECT
 {%- for c in by %}
-    "t0".{{ adapter.quote(c) }},
+    "t1".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t0"."score" AS "p",
-    "t0"."label" AS "y",
-    CAST('1.0' AS DOUBLE) AS "w"
-  FROM {{ relation }} AS "t0"
-) AS "t1"
-GROUP BY
-  {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-
+    "t1"."p",
+    COUNT(*) AS "n",
+    SUM("t1"."y") AS "swy",
+    COUNT("t1"."p") AS "chk_p_count",
+    COUNT("t1"."y") AS "chk_y_count",
+    MIN("t1"."y") AS "chk_y_min",
+    MAX("t1"."y") AS "chk_y_max",
+    SUM("t1"."y" * (
+      1 - "t1"."y"
+    )) AS "chk_y_soft"
+  FROM (
+    SELECT
+{%- for c in by %}
+      "t0".{{ adapter.quote(c) }},
+{%- endfor %}
+      "t0"."score" AS "p",
+      "t0"."label" AS "y",
+      CAST('1.0' AS DOUBLE) AS "w"
+    FROM {{ relation }} AS "t0"
+  ) AS "t1"
+  GROUP BY
+    {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
+) AS "t2"
 {%- endif %}
 {% endmacro %}
