@@ -21,7 +21,9 @@ other samples) on unweighted samples.
 
 **tce**: TCE's interval alone (PAVA-BC, the exact binomial test, 1,000 replicates of the
 bootstrap that cuts the bins again) in every population, unweighted and with frequency
-weights; the expected TCE at n is the mean TCE of 2·``--reps`` other samples.
+weights; the expected TCE at n is the mean TCE of 2·``--reps`` other samples. It prints
+first the CPU seconds of 1,000 replicates of one sample of each size (PAVA-BC and quantile
+bins).
 
 **compare**: the paired comparison's rejection rate at 5% when the two score columns are equal
 in distribution (false positives) and when the baseline is shifted by ``--shift`` in logit
@@ -93,11 +95,24 @@ def smooth(rows, reps: int, seed: int) -> pd.DataFrame:
 
 
 def tce(rows, reps: int, seed: int) -> pd.DataFrame:
-    from tests.intervals_sim import POPULATIONS
-    from tests.test_intervals_smooth import _tce_coverage
+    from sqlcal.metrics.tce import refit_draws, tce_bins_finish
+    from tests.intervals_sim import POPULATIONS, sample
+    from tests.test_intervals_smooth import _levels, _tce_coverage
 
     out = []
     for n in rows:
+        # the cost: CPU seconds of 1,000 replicates on one over-confident sample of n rows
+        p, y, _ = sample("overconfident", int(n), np.random.default_rng(seed))
+        units: list = []
+        tce_bins_finish(_levels(p, y), by=[], units=units)
+        for strategy in ("pavabc", "quantile"):
+            c0 = time.process_time()
+            refit_draws(pd.concat(units), int(n), strategy=strategy, n_min=int(n) // 20,
+                        n_max=int(n) // 5, bins=10, tail_rule="code", alpha=0.05,
+                        test="binomial", replicates=1000, rng=np.random.default_rng(seed))
+            print({"rows": int(n), "strategy": strategy,
+                   "cpu_seconds_1000_replicates": round(time.process_time() - c0, 2)},
+                  flush=True)
         for kind in POPULATIONS:
             for weights in ("none", "frequency"):
                 t = time.time()

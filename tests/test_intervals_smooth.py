@@ -375,3 +375,16 @@ def test_ls_ece_interval_costs_are_checked_before_any_work():
     with pytest.raises(options.BudgetError, match="80 groups"):
         sqlcal.ls_ece(df, score="p", label="y", by="g")
     assert len(sqlcal.ls_ece(df, score="p", label="y", by="g", bootstrap=0)) == 80
+
+
+def test_tce_interval_costs_are_checked_before_any_work():
+    # each replicate cuts the bins again over up to 2,048 score units (about 1 ms): the budget
+    # counts the replicates per group and over the groups, as LS-ECE's
+    rng = np.random.default_rng(2)
+    df = pd.DataFrame({"p": rng.uniform(0.05, 0.95, 500), "y": rng.integers(0, 2, 500),
+                       "g": rng.integers(0, 80, 500)})
+    with pytest.raises(options.BudgetError, match="bootstrap=5000"):
+        sqlcal.tce(df, score="p", label="y", bootstrap=5000)
+    with pytest.raises(options.BudgetError, match="80 groups"):
+        sqlcal.tce(df, score="p", label="y", by="g", bootstrap=1000)
+    assert len(sqlcal.tce(df, score="p", label="y", by="g")) == 80  # no interval: no cost
