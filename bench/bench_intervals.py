@@ -4,6 +4,7 @@ Run from the repository root::
 
     nice -n 10 python bench/bench_intervals.py coverage --rows 1e3,1e4,1e5 --reps 400
     nice -n 10 python bench/bench_intervals.py smooth --rows 5e3 --reps 200
+    nice -n 10 python bench/bench_intervals.py tce --rows 1e3,1e4 --reps 150
     nice -n 10 python bench/bench_intervals.py compare --rows 1e5 --reps 200
     nice -n 10 python bench/bench_intervals.py cost --rows 1e6     # 1e8 for the issue's figure
 
@@ -17,6 +18,12 @@ table (docs/performance.md, "Intervals").
 ``tests/intervals_sim.py``'s quadrature) in every population × weighting, and TCE (PAVA-BC, the
 binomial and the t-test, 500 replicates; the expected TCE at n, the mean TCE of ``--reps``
 other samples) on unweighted samples.
+
+**tce**: TCE's interval alone (PAVA-BC, the exact binomial test, 1,000 replicates of the
+bootstrap that cuts the bins again) in every population, unweighted and with frequency
+weights; the expected TCE at n is the mean TCE of 2·``--reps`` other samples. It prints
+first the CPU seconds of 1,000 replicates of one sample of each size (PAVA-BC and quantile
+bins).
 
 **compare**: the paired comparison's rejection rate at 5% when the two score columns are equal
 in distribution (false positives) and when the baseline is shifted by ``--shift`` in logit
@@ -83,6 +90,36 @@ def smooth(rows, reps: int, seed: int) -> pd.DataFrame:
                 out.append({"rows": int(n), "metric": f"tce ({test})", "population": kind,
                             "weights": "none", "coverage": c,
                             "seconds": round(time.time() - t, 1)})
+                print(out[-1], flush=True)
+    return pd.DataFrame(out)
+
+
+def tce(rows, reps: int, seed: int) -> pd.DataFrame:
+    from sqlcal.metrics.tce import refit_draws, tce_bins_finish
+    from tests.intervals_sim import POPULATIONS, sample
+    from tests.test_intervals_smooth import _levels, _tce_coverage
+
+    out = []
+    for n in rows:
+        # the cost: CPU seconds of 1,000 replicates on one over-confident sample of n rows
+        p, y, _ = sample("overconfident", int(n), np.random.default_rng(seed))
+        units: list = []
+        tce_bins_finish(_levels(p, y), by=[], units=units)
+        for strategy in ("pavabc", "quantile"):
+            c0 = time.process_time()
+            refit_draws(pd.concat(units), int(n), strategy=strategy, n_min=int(n) // 20,
+                        n_max=int(n) // 5, bins=10, tail_rule="code", alpha=0.05,
+                        test="binomial", replicates=1000, rng=np.random.default_rng(seed))
+            print({"rows": int(n), "strategy": strategy,
+                   "cpu_seconds_1000_replicates": round(time.process_time() - c0, 2)},
+                  flush=True)
+        for kind in POPULATIONS:
+            for weights in ("none", "frequency"):
+                t = time.time()
+                c = _tce_coverage(kind, int(n), reps, "binomial", seed=seed, replicates=1000,
+                                  weights=weights)
+                out.append({"rows": int(n), "population": kind, "weights": weights,
+                            "coverage": c, "seconds": round(time.time() - t, 1)})
                 print(out[-1], flush=True)
     return pd.DataFrame(out)
 
@@ -158,7 +195,7 @@ def cost(rows: int) -> pd.DataFrame:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["coverage", "smooth", "compare", "cost"])
+    parser.add_argument("what", choices=["coverage", "smooth", "tce", "compare", "cost"])
     parser.add_argument("--rows", default="1e4")
     parser.add_argument("--reps", type=int, default=400)
     parser.add_argument("--shift", type=float, default=0.2)
@@ -169,6 +206,8 @@ def main() -> None:
         frame = coverage(rows, args.reps, args.seed)
     elif args.what == "smooth":
         frame = smooth(rows, args.reps, args.seed)
+    elif args.what == "tce":
+        frame = tce(rows, args.reps, args.seed)
     elif args.what == "compare":
         frame = compare(rows[0], args.reps, args.shift)
     else:
