@@ -62,6 +62,16 @@ SPARK_CASES = {
     "test_decision.py::test_threshold_and_payoff_forms_of_a_task_agree_at_ties": {"0.1", "0.25"},
     "test_distance.py::test_lipschitz_error_equals_the_primal_lp_and_emd_the_transport_lp": {
         "0", "1", "2"},
+    # weighted: the weight column's path through every statement (unweighted on the others)
+    "test_export_smooth_tce_distance.py::"
+    "test_every_metric_of_the_families_round_trips_through_exported_sql": {"True"},
+    "test_recalibrate.py::test_isotonic_engine_passes_equal_numpy": {"True"},
+    # (weighted-zoom) both weightings and both refinements, each once
+    "test_export_binned_cumulative.py::test_refining_forms_round_trip_through_the_levels": {
+        "True-True", "False-False"},
+    # whole and fractional weights (the integer and float PAV sums); no weight on the others
+    "test_finishes_recalibrate.py::test_engine_summaries_equal_their_local_evaluation": {
+        "whole", "fractional"},
 }
 
 

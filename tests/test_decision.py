@@ -585,10 +585,10 @@ def test_group_by_equals_filtering(upload):
                        "g": rng.choice(["a", "b", "c"], n)})
     data = upload(df)
     grouped = _all_metrics(data, by="g")
+    keys = calibration_decision_loss(data, score="p", label="y", by="g")["g"]  # the groups' order
     for g in "abc":
         alone = _all_metrics(upload(df[df.g == g].drop(columns="g").reset_index(drop=True)))
         for whole, part, per in zip(grouped, alone, (1, 2, 2, 1)):
-            keys = calibration_decision_loss(data, score="p", label="y", by="g")["g"]
             at = np.flatnonzero(np.repeat(keys.to_numpy(), per) == g)
             np.testing.assert_allclose(whole.to_numpy(float)[at], part.to_numpy(float),
                                        atol=1e-12)

@@ -118,14 +118,18 @@ def test_report_reads_the_equal_mass_levels_once(upload, monkeypatch):
 
 
 def test_shared_zoom_and_levels_equal_each_metric_alone(upload, monkeypatch):
-    """With tiny thresholds every follow-up stage runs (zooms, levels, the window), shared."""
-    monkeypatch.setattr(cells, "LEVEL_ROWS", 10)
+    """With small thresholds every follow-up stage runs (zooms, levels, the window), shared."""
+    # 300 rows, not 10: the same stages in 31 queries, not 61 (each a job on Spark)
+    monkeypatch.setattr(cells, "LEVEL_ROWS", 300)
     monkeypatch.setattr(cumulative, "WINDOW_ROWS", 0)
     df = _data(n=2000, seed=3)
     df["p"] = np.clip(np.round(df["p"] + np.random.default_rng(3).random(len(df)) * 1e-6, 9), 0, 1)
     table = upload(df)
     metrics = ["ece_quantile", "hosmer_lemeshow", "cutoff_error", "kuiper"]
+    kinds, fetch = [], planner.fetch
+    monkeypatch.setattr(planner, "fetch", lambda src, s: kinds.append(s.kind) or fetch(src, s))
     out = sqlcal.report(table, score="p", label="y", weight="w", by="g", metrics=metrics)
+    assert {"cells_within", "levels_within", "extremes_within"} <= set(kinds), kinds
     for name, column, call in [
             ("ece_quantile", "ece", lambda: sqlcal.ece(table, score="p", label="y", weight="w",
                                                         by="g", strategy="quantile")),

@@ -46,9 +46,12 @@ def _direct_per_group(sigma: float, g: str) -> float:
 @pytest.mark.parametrize("sigma", [0.05, 0.3, 1.0])
 def test_ls_ece_equals_direct_integration(upload, sigma):
     df = _integration_data()
-    got = sqlcal.ls_ece(upload(df), score="p", label="y", weight="w", by="g", noise_scale=sigma)
+    # the point values (bootstrap=0: no interval, which these tests do not read; LS-ECE's
+    # 1,000 replicates of a fine grid took most of a minute a call on the CI machine)
+    got = sqlcal.ls_ece(upload(df), score="p", label="y", weight="w", by="g", noise_scale=sigma,
+                        bootstrap=0)
     fine = sqlcal.ls_ece(upload(df), score="p", label="y", weight="w", by="g", noise_scale=sigma,
-                         grid_step=sigma / 100)
+                         grid_step=sigma / 100, bootstrap=0)
     for (_, row), (_, row_fine) in zip(got.iterrows(), fine.iterrows()):
         want = _direct_per_group(sigma, row.g)
         assert abs(row.ls_ece - want) <= row.grid_bound
@@ -57,7 +60,8 @@ def test_ls_ece_equals_direct_integration(upload, sigma):
 
 def test_ls_ece_uniform_noise_within_its_bound(upload):
     df = calibration_data(200, seed=2)
-    got = sqlcal.ls_ece(upload(df), score="p", label="y", noise_scale=0.2, noise="uniform").iloc[0]
+    got = sqlcal.ls_ece(upload(df), score="p", label="y", noise_scale=0.2, noise="uniform",
+                        bootstrap=0).iloc[0]
     want = direct_ls_ece(df.p, df.y, np.ones(len(df)), 0.2, noise="uniform")
     assert abs(got.ls_ece - want) <= got.grid_bound
 
@@ -87,7 +91,8 @@ def test_ls_ece_uniform_noise_is_the_same_for_shuffled_and_rescaled_weights():
 def test_ls_ece_soft_labels(upload):
     df = calibration_data(150, seed=3)
     df["y"] = np.random.default_rng(3).random(len(df))
-    got = sqlcal.ls_ece(upload(df), score="p", label="y", noise_scale=0.3, soft_labels=True).iloc[0]
+    got = sqlcal.ls_ece(upload(df), score="p", label="y", noise_scale=0.3, soft_labels=True,
+                        bootstrap=0).iloc[0]
     want = direct_ls_ece(df.p, df.y, np.ones(len(df)), 0.3)
     assert abs(got.ls_ece - want) <= got.grid_bound
 
@@ -104,7 +109,7 @@ def test_ls_ece_matches_the_papers_monte_carlo_estimator(upload):
         K = np.exp(-0.5 * ((t[:, None] - z[None, :]) / sigma) ** 2)
         runs.append(np.mean(np.abs(K @ y / K.sum(1) - expit(t))))
     got = sqlcal.ls_ece(upload(pd.DataFrame({"p": expit(z), "y": y.astype(int)})), score="p",
-                        label="y", noise_scale=sigma).ls_ece.iloc[0]
+                        label="y", noise_scale=sigma, bootstrap=0).ls_ece.iloc[0]
     assert abs(got - np.mean(runs)) <= 3 * np.std(runs, ddof=1) / np.sqrt(len(runs))
 
 
@@ -121,7 +126,8 @@ T1 = [  # a, (σ = 0.05, 0.1, 0.5)
 def test_two_atom_fixture(upload, a, values):
     df = pd.DataFrame({"p": [expit(a), expit(-a)], "y": [1, 0]})
     for sigma, want in zip((0.05, 0.1, 0.5), values):
-        got = sqlcal.ls_ece(upload(df), score="p", label="y", noise_scale=sigma).iloc[0]
+        got = sqlcal.ls_ece(upload(df), score="p", label="y", noise_scale=sigma,
+                            bootstrap=0).iloc[0]
         assert abs(got.ls_ece - want) <= got.grid_bound + 1e-6
 
 
@@ -130,12 +136,13 @@ def test_binned_ece_jumps_where_ls_ece_moves_continuously(upload):
     # LS-ECE moves by at most sqrt(2/π)·a/σ (its Lipschitz bound, spec §2.8)
     sigma = 0.1
     base = sqlcal.ls_ece(upload(pd.DataFrame({"p": [0.5, 0.5], "y": [1, 0]})), score="p",
-                         label="y", noise_scale=sigma).ls_ece.iloc[0]
+                         label="y", noise_scale=sigma, bootstrap=0).ls_ece.iloc[0]
     for a in (1e-6, 1e-4, 1e-3):
         df = pd.DataFrame({"p": [expit(a), expit(-a)], "y": [1, 0]})
         t = upload(df)
         assert sqlcal.ece(t, score="p", label="y", bins=10).ece.iloc[0] > 0.49
-        moved = abs(sqlcal.ls_ece(t, score="p", label="y", noise_scale=sigma).ls_ece.iloc[0] - base)
+        moved = abs(sqlcal.ls_ece(t, score="p", label="y", noise_scale=sigma,
+                                  bootstrap=0).ls_ece.iloc[0] - base)
         assert moved <= np.sqrt(2 / np.pi) * a / sigma + 1e-6
     assert sqlcal.ece(upload(pd.DataFrame({"p": [0.5, 0.5], "y": [1, 0]})), score="p",
                       label="y", bins=10).ece.iloc[0] == 0
@@ -146,8 +153,9 @@ def test_calibration_limits_and_symmetry(upload):
     t = upload(df)
     mirrored = upload(df.assign(p=1 - df.p, y=1 - df.y))
     for sigma in (0.1, 1.0):
-        a = sqlcal.ls_ece(t, score="p", label="y", noise_scale=sigma).ls_ece.iloc[0]
-        b = sqlcal.ls_ece(mirrored, score="p", label="y", noise_scale=sigma).ls_ece.iloc[0]
+        a = sqlcal.ls_ece(t, score="p", label="y", noise_scale=sigma, bootstrap=0).ls_ece.iloc[0]
+        b = sqlcal.ls_ece(mirrored, score="p", label="y", noise_scale=sigma,
+                          bootstrap=0).ls_ece.iloc[0]
         assert a == pytest.approx(b, abs=1e-9)
     # (no interval: at σ = 200 the grid is mostly the kernel's reach, and 1,000 replicates of
     # it are over the memory budget)
@@ -163,8 +171,8 @@ def test_lipschitz_in_the_logits(upload, seed, scale):
     shift = rng.normal(0, scale, len(df))
     moved = df.assign(p=expit(logit(df.p) + shift))
     sigma = 0.2
-    a = sqlcal.ls_ece(upload(df), score="p", label="y", noise_scale=sigma).iloc[0]
-    b = sqlcal.ls_ece(upload(moved), score="p", label="y", noise_scale=sigma).iloc[0]
+    a = sqlcal.ls_ece(upload(df), score="p", label="y", noise_scale=sigma, bootstrap=0).iloc[0]
+    b = sqlcal.ls_ece(upload(moved), score="p", label="y", noise_scale=sigma, bootstrap=0).iloc[0]
     bound = np.sqrt(2 / np.pi) * np.abs(shift).mean() / sigma
     assert abs(a.ls_ece - b.ls_ece) <= bound + a.grid_bound + b.grid_bound
 
