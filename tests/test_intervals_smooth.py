@@ -364,27 +364,19 @@ def test_report_carries_the_intervals():
     assert off[["ls_ece_lower", "tce_upper"]].isna().all().all()
 
 
-def test_ls_ece_interval_costs_are_checked_before_any_work():
-    # 1,000 replicates a group convolve the whole logit grid twice each (about 0.6 s a group):
-    # the budget counts them per group and over the groups, as smooth ECE's
+@pytest.mark.parametrize("name, on, off", [("ls_ece", {}, {"bootstrap": 0}),
+                                            ("tce", {"bootstrap": 1000}, {})])
+def test_interval_costs_are_checked_before_any_work(name, on, off):
+    # LS-ECE: 1,000 replicates a group convolve the whole logit grid twice each (about 0.6 s a
+    # group); TCE (opt-in): each replicate cuts the bins again over up to 2,048 score units
+    # (about 1 ms): the budget counts the replicates per group and over the groups, as smooth
+    # ECE's, and a call without an interval costs none
     rng = np.random.default_rng(2)
     df = pd.DataFrame({"p": rng.uniform(0.05, 0.95, 500), "y": rng.integers(0, 2, 500),
                        "g": rng.integers(0, 80, 500)})
+    metric = getattr(sqlcal, name)
     with pytest.raises(options.BudgetError, match="bootstrap=5000"):
-        sqlcal.ls_ece(df, score="p", label="y", bootstrap=5000)
+        metric(df, score="p", label="y", bootstrap=5000)
     with pytest.raises(options.BudgetError, match="80 groups"):
-        sqlcal.ls_ece(df, score="p", label="y", by="g")
-    assert len(sqlcal.ls_ece(df, score="p", label="y", by="g", bootstrap=0)) == 80
-
-
-def test_tce_interval_costs_are_checked_before_any_work():
-    # each replicate cuts the bins again over up to 2,048 score units (about 1 ms): the budget
-    # counts the replicates per group and over the groups, as LS-ECE's
-    rng = np.random.default_rng(2)
-    df = pd.DataFrame({"p": rng.uniform(0.05, 0.95, 500), "y": rng.integers(0, 2, 500),
-                       "g": rng.integers(0, 80, 500)})
-    with pytest.raises(options.BudgetError, match="bootstrap=5000"):
-        sqlcal.tce(df, score="p", label="y", bootstrap=5000)
-    with pytest.raises(options.BudgetError, match="80 groups"):
-        sqlcal.tce(df, score="p", label="y", by="g", bootstrap=1000)
-    assert len(sqlcal.tce(df, score="p", label="y", by="g")) == 80  # no interval: no cost
+        metric(df, score="p", label="y", by="g", **on)
+    assert len(metric(df, score="p", label="y", by="g", **off)) == 80
