@@ -450,10 +450,7 @@ def _pavabc_table(levels: pd.DataFrame, by, n_min, n_max, tail_rule, alpha, test
         W, Y = part["W"].to_numpy(float)[order], part["swy"].to_numpy(float)[order]
         n_rows, wp = part["n"].to_numpy()[order], part["swp"].to_numpy(float)[order]
         N = int(round(W.sum()))
-        lo = int(N / 20) if n_min is None else _count(n_min, "n_min")
-        hi = int(N / 5) if n_max is None else _count(n_max, "n_max")
-        if lo > hi:
-            raise ValueError(f"n_min ({lo}) must not exceed n_max ({hi})")
+        lo, hi = _block_limits(N, n_min, n_max)
         starts = pavabc(W, Y, lo, hi, tail_rule)
         ends = np.append(starts[1:], len(p))
         if units is not None:
@@ -469,6 +466,15 @@ def _pavabc_table(levels: pd.DataFrame, by, n_min, n_max, tail_rule, alpha, test
                                  float(wp[s:e].sum()), intervals, rejected)
                         | {"binning": _binning("pavabc", lo, hi, None, tail_rule)})
     return pd.DataFrame(rows)
+
+
+def _block_limits(N: int, n_min, n_max) -> tuple[int, int]:
+    """PAVA-BC's block limits for a group of N rows: n_min (default N/20) and n_max (N/5)."""
+    lo = int(N / 20) if n_min is None else _count(n_min, "n_min")
+    hi = int(N / 5) if n_max is None else _count(n_max, "n_max")
+    if lo > hi:
+        raise ValueError(f"n_min ({lo}) must not exceed n_max ({hi})")
+    return lo, hi
 
 
 def _count(value, name: str) -> int:
@@ -574,10 +580,7 @@ def pavabc_cells_table(grid: pd.DataFrame, *, by: Sequence[str], n_min=None, n_m
     limits = {}
     for key, part in per_group.items():
         N = int(round(float(part["W"].sum())))
-        lo = int(N / 20) if n_min is None else _count(n_min, "n_min")
-        hi = int(N / 5) if n_max is None else _count(n_max, "n_max")
-        if lo > hi:
-            raise ValueError(f"n_min ({lo}) must not exceed n_max ({hi})")
+        lo, hi = _block_limits(N, n_min, n_max)
         limits[key] = (lo, hi)
     expanded = {key: pd.DataFrame() for key in per_group}
     held, cap = 0, HELD_SLABS * slab_rows()
@@ -888,8 +891,7 @@ def tce_interval(table: pd.DataFrame, units: pd.DataFrame, *, by: Sequence[str],
         lo = hi = np.nan
         value = 100 * float(part["rejected"].sum()) / N if N > 0 else np.nan
         if N > 0:
-            low = int(N / 20) if n_min is None else int(n_min)
-            high = int(N / 5) if n_max is None else int(n_max)
+            low, high = _block_limits(N, n_min, n_max)
             draws = refit_draws(per_group[key_tuple(keys)], N, strategy=strategy, n_min=low,
                                 n_max=high, bins=bins, tail_rule=tail_rule, alpha=alpha,
                                 test=test, replicates=replicates,
