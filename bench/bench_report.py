@@ -49,7 +49,8 @@ Per-query times are medians over the repetitions when every repetition ran the s
 
 Targets (shown, not asserted; stated for 1e8 rows, 10 groups, on float32-resolution scores with
 ties as on continuous ones): report CPU <= 12x floor; the weighted report's CPU <= 1.3x the
-unweighted one's; report added memory <= 1.5 GB; weighted ECE CPU <= 2x unweighted ECE.
+unweighted one's; report added memory <= 1.5 GB; weighted ECE CPU <= 2x unweighted ECE; the
+intervals (report minus report_no_ci, when both run) <= 1x floor.
 Results go to ``bench/out/report_<rows>_<groups>g.json`` with the commit measured (``git rev-parse
 HEAD``) and whether ``sqlcal/`` had uncommitted changes.
 """
@@ -78,6 +79,7 @@ REPORT_CPU_TARGET = 12.0  # x CPU(floor)
 WEIGHTED_REPORT_TARGET = 1.3  # x CPU(report)
 REPORT_RSS_TARGET_MB = 1.5 * 1024
 WEIGHTED_ECE_TARGET = 2.0  # x CPU(ece)
+INTERVALS_TARGET = 1.0  # x CPU(floor): report minus report_no_ci (issue 34)
 TARGET_ROWS = 10**8
 TOP = 8  # queries listed per instrumented task
 
@@ -356,6 +358,11 @@ def targets(rows: int, res: dict) -> str:
             out.append(f"- report_w CPU {xw:.2f}x floor, {w:.2f}x the unweighted report (target "
                        f"<= {WEIGHTED_REPORT_TARGET:g}x): {verdict(w <= WEIGHTED_REPORT_TARGET)}"
                        f"{scope}")
+        if ok(res, "report_no_ci"):
+            extra = (res["report"]["cpu_s"] - res["report_no_ci"]["cpu_s"]) / res["floor"]["cpu_s"]
+            out.append(f"- the intervals add {extra:.2f}x floor to the report (report minus "
+                       f"report_no_ci; target <= {INTERVALS_TARGET:g}x): "
+                       f"{verdict(extra <= INTERVALS_TARGET)}{scope}")
     if ok(res, "report"):
         mb = res["report"]["task_rss_mb"]
         out.append(f"- report added memory {mb:.0f} MB (target <= {REPORT_RSS_TARGET_MB:.0f} MB): "
