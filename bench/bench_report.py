@@ -36,6 +36,11 @@ Tasks, all grouped by ``g``:
     report_no_ci  ``report`` with every interval's sums turned off and ``bootstrap=0`` (what
                 the intervals cost the report, issue 34's target: at most one ``floor``; on
                 demand)
+    ci_split      the same difference split into its parts, in one process: ``report`` and
+                ``report_no_ci`` run once each with their queries recorded; every query whose
+                SQL differs between the two is then run again, the pair alternating with
+                the floor query, ``--reps`` times (medians); numpy's part is each run's CPU
+                outside its queries (on demand)
 
 Instrumentation (the ``*_q`` tasks only, so it does not touch the headline numbers). Inside the
 subprocess the Ibis DuckDB backend's ``to_pyarrow``, ``to_pyarrow_batches``, ``execute`` and
@@ -74,7 +79,7 @@ REPS = 3
 FLOOR_SQL = "SELECT g, count(*), sum(p), sum(y) FROM preds GROUP BY g"
 TASKS = ["floor", "report", "report_w", "ece", "ece_w", "report_q", "report_w_q"]
 #: tasks run only when named with --tasks
-EXTRA_TASKS = ["report_no_cutoff", "report_no_ci"]
+EXTRA_TASKS = ["report_no_cutoff", "report_no_ci", "ci_split"]
 REPORT_CPU_TARGET = 12.0  # x CPU(floor)
 WEIGHTED_REPORT_TARGET = 1.3  # x CPU(report)
 REPORT_RSS_TARGET_MB = 1.5 * 1024
@@ -217,11 +222,56 @@ def _short_kind(kind) -> str:
     return " ".join(head)
 
 
+def ci_split(con, db: str, reps: int) -> dict:
+    """The ``ci_split`` task: what the intervals add to the report, query by query."""
+    log = QueryLog()
+    log.install()
+    runs = {}
+    for name in ("report", "report_no_ci"):  # report_no_ci patches the modules: last
+        log.reset()
+        c0 = time.process_time()
+        run_task(name, con, db)
+        cpu = time.process_time() - c0 - log.instrument_cpu
+        runs[name] = {"cpu_s": cpu, "queries": log.queries,
+                      "numpy_s": cpu - sum(q["cpu_s"] for q in log.queries)}
+    pairs = [(a["sql"], b["sql"], _caller(a["site"])) for a, b in zip(runs["report"]["queries"],
+                                                             runs["report_no_ci"]["queries"])
+             if a["sql"] != b["sql"]]
+    if len(runs["report"]["queries"]) != len(runs["report_no_ci"]["queries"]):
+        raise RuntimeError("report and report_no_ci made different numbers of queries")
+
+    def timed(sql: str) -> float:
+        c0 = time.process_time()
+        con.raw_sql(sql).fetchall()
+        return time.process_time() - c0
+
+    floor, split = [], []
+    for _ in range(reps):
+        floor.append(timed(FLOOR_SQL))
+        split.append([(timed(with_ci), timed(without)) for with_ci, without, _ in pairs])
+    queries = [{"label": label, "with_s": statistics.median(r[i][0] for r in split),
+                "without_s": statistics.median(r[i][1] for r in split),
+                "extra_s": statistics.median(r[i][0] - r[i][1] for r in split)}
+               for i, (_, _, label) in enumerate(pairs)]
+    sql_extra = sum(q["extra_s"] for q in queries)
+    numpy_extra = runs["report"]["numpy_s"] - runs["report_no_ci"]["numpy_s"]
+    return {"floor_s": statistics.median(floor), "floors": floor, "queries": queries,
+            "sql_extra_s": sql_extra, "numpy_extra_s": numpy_extra,
+            "extra_vs_floor": (sql_extra + numpy_extra) / statistics.median(floor),
+            "report_cpu_s": runs["report"]["cpu_s"],
+            "report_no_ci_cpu_s": runs["report_no_ci"]["cpu_s"]}
+
+
 def task_main(name: str, db: str, reps: int) -> None:
     """Subprocess entry point: time ``reps`` runs of one task; print one JSON line."""
     import ibis
 
     import sqlcal  # imported before the baseline
+
+    if name == "ci_split":
+        con = ibis.duckdb.connect(db, read_only=True)
+        print(json.dumps(ci_split(con, db, reps)))
+        return
 
     log = QueryLog() if name.endswith("_q") else None
     if log:
@@ -291,7 +341,7 @@ def spawn(name: str, db: Path, reps: int, src: Path | None) -> dict:
         print(f"task {name} FAILED:\n{proc.stderr}", file=sys.stderr)
         return {"error": proc.stderr.strip()[-4000:]}
     r = json.loads(proc.stdout.strip().splitlines()[-1])
-    if r["vmhwm_mb"] and r["peak_rss_mb"] > 1.05 * r["vmhwm_mb"]:
+    if r.get("vmhwm_mb") and r["peak_rss_mb"] > 1.05 * r["vmhwm_mb"]:
         print(f"warning: {name}: ru_maxrss {r['peak_rss_mb']:.0f} MB > VmHWM {r['vmhwm_mb']:.0f} MB "
               "(inherited from the driver?)", file=sys.stderr)
     return r
@@ -306,7 +356,7 @@ def table(res: dict) -> str:
              "|---|---|---|---|---|---|---|"]
     for name in TASKS + EXTRA_TASKS:
         r = res.get(name)
-        if r is None:
+        if r is None or name == "ci_split":  # its own line under the targets
             continue
         if "error" in r:
             lines.append(f"| {name} | ERROR | | | | | |")
@@ -348,6 +398,15 @@ def targets(rows: int, res: dict) -> str:
     scope = "" if rows >= TARGET_ROWS else f" [stated at {TARGET_ROWS:.0e} rows; this run: {rows:.0e}]"
     verdict = lambda hit: "met" if hit else "NOT met"  # noqa: E731
     out = []
+    if ok(res, "ci_split"):
+        r = res["ci_split"]
+        parts = ", ".join(f"{q['label']} +{q['extra_s']:.2f} s ({q['without_s']:.2f} -> "
+                          f"{q['with_s']:.2f})" for q in r["queries"])
+        out.append(f"- the intervals add {r['extra_vs_floor']:.2f}x floor by their parts "
+                   f"(ci_split: queries {r['sql_extra_s']:.2f} CPU s [{parts}], numpy "
+                   f"{r['numpy_extra_s']:.2f} CPU s; floor {r['floor_s']:.2f} CPU s; target <= "
+                   f"{INTERVALS_TARGET:g}x): {verdict(r['extra_vs_floor'] <= INTERVALS_TARGET)}"
+                   f"{scope}")
     if ok(res, "report") and ok(res, "floor"):
         x = res["report"]["cpu_s"] / res["floor"]["cpu_s"]
         out.append(f"- report CPU {x:.2f}x floor (target <= {REPORT_CPU_TARGET:g}x): "
@@ -436,7 +495,7 @@ def main() -> None:
         res[name] = spawn(name, db, args.reps, src)
         print(f"  {rows:.0e} {name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     for name in res:
-        if ok(res, name) and ok(res, "floor"):
+        if ok(res, name) and ok(res, "floor") and "cpu_s" in res[name]:
             res[name]["cpu_vs_floor"] = res[name]["cpu_s"] / res["floor"]["cpu_s"]
     dirty = (f" (exported to {src.relative_to(ROOT)})" if src else
              " (working tree; sqlcal/ had uncommitted changes)" if meta["sqlcal_dirty"] else "")
