@@ -31,14 +31,14 @@ FROM (
       "t1"."cell",
       COUNT(*) AS "n",
       SUM("t1"."w") AS "W",
-      SUM("t1"."w" * "t1"."w") AS "sw2",
+      SUM("t1"."ww") AS "sw2",
       SUM("t1"."w" * "t1"."p") AS "swp",
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
-      SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
+      SUM("t1"."ww" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
-      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
+      SUM("t1"."ww" * "t1"."p") AS "sw2p",
+      SUM("t1"."ww" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
         "t0"."segment",
@@ -62,7 +62,12 @@ FROM (
           ) + (
             "t0"."score" * 2 * "t0"."score"
           )
-        ) AS "d4"
+        ) AS "d4",
+        CASE
+          WHEN "t0"."weight" < 1.4916681462400413e-154
+          THEN 0.0
+          ELSE "t0"."weight" * "t0"."weight"
+        END AS "ww"
       FROM "predictions" AS "t0"
     ) AS "t1"
     GROUP BY
@@ -105,10 +110,10 @@ FROM (
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
       SUM("t2"."w" * "t2"."p") AS "swyp",
-      SUM("t2"."w" * "t2"."w") AS "sw2y",
-      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."ww") AS "sw2y",
+      SUM("t2"."ww" * "t2"."p") AS "sw2yp",
       SUM("t2"."w" * "t2"."d4") AS "swy_d4",
-      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4"
+      SUM("t2"."ww" * "t2"."d4") AS "sw2y_d4"
     FROM (
       SELECT
         "t0"."segment",
@@ -132,7 +137,12 @@ FROM (
           ) + (
             "t0"."score" * 2 * "t0"."score"
           )
-        ) AS "d4"
+        ) AS "d4",
+        CASE
+          WHEN "t0"."weight" < 1.4916681462400413e-154
+          THEN 0.0
+          ELSE "t0"."weight" * "t0"."weight"
+        END AS "ww"
       FROM "predictions" AS "t0"
       WHERE
         COALESCE("t0"."label", 0.0) = 1

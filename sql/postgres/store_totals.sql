@@ -50,29 +50,29 @@ FROM (
       "t1"."period_start",
       COUNT(*) AS "n",
       SUM("t1"."w") AS "W",
-      SUM("t1"."w" * "t1"."w") AS "sw2",
+      SUM("t1"."ww") AS "sw2",
       SUM("t1"."w" * "t1"."p") AS "swp",
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
-      SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
+      SUM("t1"."ww" * "t1"."pq") AS "sw2_pq",
       SUM("t1"."w" * (
         "t1"."q2" * "t1"."pq"
       )) AS "spieg_var",
-      SUM("t1"."w" * "t1"."w" * (
+      SUM("t1"."ww" * (
         "t1"."q2" * "t1"."pq"
       )) AS "sw2_spieg_var",
       SUM("t1"."w" * "t1"."lnq") AS "sw_lnq",
       SUM("t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw_lnq2",
-      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
+      SUM("t1"."ww" * "t1"."p") AS "sw2p",
+      SUM("t1"."ww" * "t1"."p" * "t1"."p") AS "sw2pp",
       COUNT(*) FILTER(WHERE
         "t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
       SUM("t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "swp4",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
-      SUM("t1"."w" * "t1"."w" * "t1"."lnq") AS "sw2_lnq",
-      SUM("t1"."w" * "t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
+      SUM("t1"."ww" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
+      SUM("t1"."ww" * "t1"."lnq") AS "sw2_lnq",
+      SUM("t1"."ww" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
     FROM (
       SELECT
         "t0"."segment",
@@ -111,7 +111,12 @@ FROM (
           ) + (
             "t0"."score" * 2 * "t0"."score"
           )
-        ) AS "d4"
+        ) AS "d4",
+        CASE
+          WHEN "t0"."weight" < 1.4916681462400413e-154
+          THEN 0.0
+          ELSE "t0"."weight" * "t0"."weight"
+        END AS "ww"
       FROM "predictions" AS "t0"
     ) AS "t1"
     GROUP BY
@@ -181,14 +186,14 @@ FROM (
       COUNT(*) FILTER(WHERE
         "t2"."p" = 1) AS "n_pos_p1",
       SUM("t2"."w" * "t2"."h") AS "swy_h",
-      SUM("t2"."w" * "t2"."w") AS "sw2y",
-      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."ww") AS "sw2y",
+      SUM("t2"."ww" * "t2"."p") AS "sw2yp",
       SUM("t2"."w" * "t2"."d4") AS "swy_d4",
-      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnp") AS "sw2y_lnp",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnq") AS "sw2y_lnq",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnp" * "t2"."lnp") AS "sw2y_lnp2",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnq" * "t2"."lnq") AS "sw2y_lnq2"
+      SUM("t2"."ww" * "t2"."d4") AS "sw2y_d4",
+      SUM("t2"."ww" * "t2"."lnp") AS "sw2y_lnp",
+      SUM("t2"."ww" * "t2"."lnq") AS "sw2y_lnq",
+      SUM("t2"."ww" * "t2"."lnp" * "t2"."lnp") AS "sw2y_lnp2",
+      SUM("t2"."ww" * "t2"."lnq" * "t2"."lnq") AS "sw2y_lnq2"
     FROM (
       SELECT
         "t0"."segment",
@@ -227,7 +232,12 @@ FROM (
           ) + (
             "t0"."score" * 2 * "t0"."score"
           )
-        ) AS "d4"
+        ) AS "d4",
+        CASE
+          WHEN "t0"."weight" < 1.4916681462400413e-154
+          THEN 0.0
+          ELSE "t0"."weight" * "t0"."weight"
+        END AS "ww"
       FROM "predictions" AS "t0"
       WHERE
         COALESCE("t0"."label", 0.0) = 1

@@ -29,14 +29,14 @@ FROM (
       "t1"."bin",
       COUNT(*) AS "n",
       SUM("t1"."w") AS "W",
-      SUM("t1"."w" * "t1"."w") AS "sw2",
+      SUM("t1"."ww") AS "sw2",
       SUM("t1"."w" * "t1"."p") AS "swp",
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
-      SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
+      SUM("t1"."ww" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
-      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
+      SUM("t1"."ww" * "t1"."p") AS "sw2p",
+      SUM("t1"."ww" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
         "t0"."segment",
@@ -47,7 +47,12 @@ FROM (
         LEAST(CAST(FLOOR("t0"."score" * 15) AS BIGINT), 14) AS "bin",
         "t0"."score" * (
           1 - "t0"."score"
-        ) AS "pq"
+        ) AS "pq",
+        IF(
+          "t0"."weight" < CAST(1.4916681462400413e-154 AS DOUBLE),
+          CAST(0.0 AS DOUBLE),
+          "t0"."weight" * "t0"."weight"
+        ) AS "ww"
       FROM "predictions" AS "t0"
     ) AS "t1"
     GROUP BY
@@ -88,8 +93,8 @@ FROM (
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
       SUM("t2"."w" * "t2"."p") AS "swyp",
-      SUM("t2"."w" * "t2"."w") AS "sw2y",
-      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp"
+      SUM("t2"."ww") AS "sw2y",
+      SUM("t2"."ww" * "t2"."p") AS "sw2yp"
     FROM (
       SELECT
         "t0"."segment",
@@ -100,7 +105,12 @@ FROM (
         LEAST(CAST(FLOOR("t0"."score" * 15) AS BIGINT), 14) AS "bin",
         "t0"."score" * (
           1 - "t0"."score"
-        ) AS "pq"
+        ) AS "pq",
+        IF(
+          "t0"."weight" < CAST(1.4916681462400413e-154 AS DOUBLE),
+          CAST(0.0 AS DOUBLE),
+          "t0"."weight" * "t0"."weight"
+        ) AS "ww"
       FROM "predictions" AS "t0"
       WHERE
         COALESCE("t0"."label", CAST(0.0 AS DOUBLE)) = 1

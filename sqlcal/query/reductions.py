@@ -194,10 +194,17 @@ def variance_weights(t: ir.Table) -> tuple[ir.FloatingValue, ir.FloatingValue, b
     """
     if RATE in t.columns:
         return t.w * (1.0 / t[RATE]), t.w, True
+    ww = weight_square(t.w)
+    return ww, ww, False
+
+
+def weight_square(w: ir.FloatingValue) -> ir.FloatingValue:
+    """w², taken as 0 for a weight below :data:`TINY_WEIGHT`: the one rule of every w²-sum, the
+    scans' variance weight (:func:`variance_weights`) and the summary store's sums
+    (:func:`store_sums`) alike, so a stored window's sums are a scan's."""
     # w² of a weight below 2^-511 is subnormal or 0: taken as 0 on every engine (PostgreSQL
     # raises "underflow" where a product of non-zero numbers rounds to 0; the loss is < 2^-1022)
-    ww = ibis.ifelse(t.w < TINY_WEIGHT, 0.0, t.w * t.w)
-    return ww, ww, False
+    return ibis.ifelse(w < TINY_WEIGHT, 0.0, w * w)
 
 
 #: the least weight whose square is a normal double (2^-511)
@@ -585,7 +592,7 @@ def logit_grid(rows: ir.Table, by: Sequence[str], delta: float, clip: float, *,
     t = rows.mutate(x=x).mutate(k=_.x.floor().cast("int64"))
     t = t.mutate(f=t.x - t.k)
     if stored:  # the stored sums' factors, by name
-        t = t.mutate(lo=1 - t.f, hi=t.f)
+        t = t.mutate(lo=1 - t.f, hi=t.f, **store_terms(t, stored))
     times = (lambda v: t.w * v) if weighted else (lambda v: v)
     g, h = 1 - t.f, t.f
     sums = _sums(t, frozenset(), weighted=weighted) | {"p_min": t.p.min()}
@@ -899,29 +906,46 @@ _H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))
 
 def store_terms(t: ir.Table, sums: Sequence[StoredSum]) -> dict[str, ir.Value]:
     """The row terms the stored ``sums`` multiply that are not columns of the rows (``pq``,
-    ``q2``, ``lnp``, ``lnq``, ``h``, ``d4``), to be projected once: the aggregates read them (each
-    aggregate computing its own logarithms took five per row)."""
+    ``q2``, ``lnp``, ``lnq``, ``h``, ``d4``, and :data:`WEIGHT_SQUARE` for a term with the
+    weight twice), to be projected once: the aggregates read them (each aggregate computing its
+    own logarithms took five per row)."""
     p = t.p
     used = {f for s in sums for f in (*factors(s.of), *(f for f, _ in s.where))}
+    if any(_squares_weight(s.of) for s in sums):
+        used.add(WEIGHT_SQUARE)
     terms = {"lnp": lambda: ibis.ifelse(p > 0, p, 1.0).ln(),  # ln 1 = 0 at p = 0
              "lnq": lambda: ibis.ifelse(p < 1, 1 - p, 1.0).ln(),  # ln 1 = 0 at p = 1
              "h": lambda: _logit_clipped(p), "pq": lambda: p * (1 - p),
              "q2": lambda: (1 - 2 * p) * (1 - 2 * p),
              # (1 − p)⁴ − p⁴ factored: no cancellation of two fourth powers near p = 1/2
-             "d4": lambda: (1 - 2 * p) * (1 - 2 * p + 2 * p * p)}
+             "d4": lambda: (1 - 2 * p) * (1 - 2 * p + 2 * p * p),
+             WEIGHT_SQUARE: lambda: weight_square(t.w)}
     return {name: make() for name, make in terms.items() if name in used}
+
+
+#: the projected column of w² (:func:`weight_square`) the stored w²-sums read
+WEIGHT_SQUARE = "ww"
+
+
+def _squares_weight(of: tuple) -> bool:
+    """Whether a stored term holds the weight twice (a w²-sum: sampling weights' v = w²)."""
+    return list(of).count("w") == 2
 
 
 def store_sums(t: ir.Table, sums: Sequence[StoredSum], *, positives: bool = False
                ) -> dict[str, ir.Value]:
     """The aggregates of the stored ``sums`` over a table holding ``p``, ``y``, ``w`` and the
     projected :func:`store_terms`: the one rendering of each declaration. ``positives``: the
-    rows are the positives only, where the factor y is 1 and left out."""
+    rows are the positives only, where the factor y is 1 and left out. A term with the weight
+    twice starts from w² as the scans' variance weight takes it (:func:`weight_square`: 0 below
+    :data:`TINY_WEIGHT`, where PostgreSQL's w·w raises an underflow), then multiplies the
+    other factors left to right, as the scans multiply theirs."""
     def product(of):
+        of = [f for f in of if not (positives and f == "y")]
         value = None
+        if _squares_weight(of):
+            value, of = t[WEIGHT_SQUARE], [f for f in of if f != "w"]
         for f in of:
-            if positives and f == "y":
-                continue
             term = product(f) if isinstance(f, tuple) else t[f]
             value = term if value is None else value * term
         return value

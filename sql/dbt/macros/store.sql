@@ -61,29 +61,29 @@ FROM (
       "t1"."period_start",
       COUNT(*) AS "n",
       SUM("t1"."w") AS "W",
-      SUM("t1"."w" * "t1"."w") AS "sw2",
+      SUM("t1"."ww") AS "sw2",
       SUM("t1"."w" * "t1"."p") AS "swp",
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
-      SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
+      SUM("t1"."ww" * "t1"."pq") AS "sw2_pq",
       SUM("t1"."w" * (
         "t1"."q2" * "t1"."pq"
       )) AS "spieg_var",
-      SUM("t1"."w" * "t1"."w" * (
+      SUM("t1"."ww" * (
         "t1"."q2" * "t1"."pq"
       )) AS "sw2_spieg_var",
       SUM("t1"."w" * "t1"."lnq") AS "sw_lnq",
       SUM("t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw_lnq2",
-      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
+      SUM("t1"."ww" * "t1"."p") AS "sw2p",
+      SUM("t1"."ww" * "t1"."p" * "t1"."p") AS "sw2pp",
       COUNT(*) FILTER(WHERE
         "t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
       SUM("t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "swp4",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
-      SUM("t1"."w" * "t1"."w" * "t1"."lnq") AS "sw2_lnq",
-      SUM("t1"."w" * "t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
+      SUM("t1"."ww" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
+      SUM("t1"."ww" * "t1"."lnq") AS "sw2_lnq",
+      SUM("t1"."ww" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -124,7 +124,8 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -197,14 +198,14 @@ FROM (
       COUNT(*) FILTER(WHERE
         "t2"."p" = 1) AS "n_pos_p1",
       SUM("t2"."w" * "t2"."h") AS "swy_h",
-      SUM("t2"."w" * "t2"."w") AS "sw2y",
-      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."ww") AS "sw2y",
+      SUM("t2"."ww" * "t2"."p") AS "sw2yp",
       SUM("t2"."w" * "t2"."d4") AS "swy_d4",
-      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnp") AS "sw2y_lnp",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnq") AS "sw2y_lnq",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnp" * "t2"."lnp") AS "sw2y_lnp2",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnq" * "t2"."lnq") AS "sw2y_lnq2"
+      SUM("t2"."ww" * "t2"."d4") AS "sw2y_d4",
+      SUM("t2"."ww" * "t2"."lnp") AS "sw2y_lnp",
+      SUM("t2"."ww" * "t2"."lnq") AS "sw2y_lnq",
+      SUM("t2"."ww" * "t2"."lnp" * "t2"."lnp") AS "sw2y_lnp2",
+      SUM("t2"."ww" * "t2"."lnq" * "t2"."lnq") AS "sw2y_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -245,7 +246,8 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -312,29 +314,29 @@ FROM (
       "t1"."period_start",
       COUNT(*) AS "n",
       SUM("t1"."w") AS "W",
-      SUM("t1"."w" * "t1"."w") AS "sw2",
+      SUM("t1"."ww") AS "sw2",
       SUM("t1"."w" * "t1"."p") AS "swp",
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
-      SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
+      SUM("t1"."ww" * "t1"."pq") AS "sw2_pq",
       SUM("t1"."w" * (
         "t1"."q2" * "t1"."pq"
       )) AS "spieg_var",
-      SUM("t1"."w" * "t1"."w" * (
+      SUM("t1"."ww" * (
         "t1"."q2" * "t1"."pq"
       )) AS "sw2_spieg_var",
       SUM("t1"."w" * "t1"."lnq") AS "sw_lnq",
       SUM("t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw_lnq2",
-      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
+      SUM("t1"."ww" * "t1"."p") AS "sw2p",
+      SUM("t1"."ww" * "t1"."p" * "t1"."p") AS "sw2pp",
       COUNT(*) FILTER(WHERE
         "t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
       SUM("t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "swp4",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
-      SUM("t1"."w" * "t1"."w" * "t1"."lnq") AS "sw2_lnq",
-      SUM("t1"."w" * "t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
+      SUM("t1"."ww" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
+      SUM("t1"."ww" * "t1"."lnq") AS "sw2_lnq",
+      SUM("t1"."ww" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -375,7 +377,8 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -448,14 +451,14 @@ FROM (
       COUNT(*) FILTER(WHERE
         "t2"."p" = 1) AS "n_pos_p1",
       SUM("t2"."w" * "t2"."h") AS "swy_h",
-      SUM("t2"."w" * "t2"."w") AS "sw2y",
-      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."ww") AS "sw2y",
+      SUM("t2"."ww" * "t2"."p") AS "sw2yp",
       SUM("t2"."w" * "t2"."d4") AS "swy_d4",
-      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnp") AS "sw2y_lnp",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnq") AS "sw2y_lnq",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnp" * "t2"."lnp") AS "sw2y_lnp2",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnq" * "t2"."lnq") AS "sw2y_lnq2"
+      SUM("t2"."ww" * "t2"."d4") AS "sw2y_d4",
+      SUM("t2"."ww" * "t2"."lnp") AS "sw2y_lnp",
+      SUM("t2"."ww" * "t2"."lnq") AS "sw2y_lnq",
+      SUM("t2"."ww" * "t2"."lnp" * "t2"."lnp") AS "sw2y_lnp2",
+      SUM("t2"."ww" * "t2"."lnq" * "t2"."lnq") AS "sw2y_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -496,7 +499,8 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -563,28 +567,28 @@ FROM (
       `t1`.`period_start`,
       COUNT(*) AS `n`,
       SUM(`t1`.`w`) AS `W`,
-      SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+      SUM(`t1`.`ww`) AS `sw2`,
       SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
       SUM(`t1`.`w` * `t1`.`p` * `t1`.`p`) AS `swpp`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`pq`) AS `sw2_pq`,
+      SUM(`t1`.`ww` * `t1`.`pq`) AS `sw2_pq`,
       SUM(`t1`.`w` * (
         `t1`.`q2` * `t1`.`pq`
       )) AS `spieg_var`,
-      SUM(`t1`.`w` * `t1`.`w` * (
+      SUM(`t1`.`ww` * (
         `t1`.`q2` * `t1`.`pq`
       )) AS `sw2_spieg_var`,
       SUM(`t1`.`w` * `t1`.`lnq`) AS `sw_lnq`,
       SUM(`t1`.`w` * `t1`.`lnq` * `t1`.`lnq`) AS `sw_lnq2`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sw2p`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sw2pp`,
+      SUM(`t1`.`ww` * `t1`.`p`) AS `sw2p`,
+      SUM(`t1`.`ww` * `t1`.`p` * `t1`.`p`) AS `sw2pp`,
       SUM(CAST(`t1`.`p` = 1 AS BIGINT)) AS `n_p1`,
       SUM(`t1`.`w` * `t1`.`h` * `t1`.`p`) AS `swp_h`,
       MIN(`t1`.`p`) AS `p_min`,
       MAX(`t1`.`p`) AS `p_max`,
       SUM(`t1`.`w` * `t1`.`p` * `t1`.`p` * `t1`.`p` * `t1`.`p`) AS `swp4`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p` * `t1`.`p` * `t1`.`p`) AS `sw2p4`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`lnq`) AS `sw2_lnq`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`lnq` * `t1`.`lnq`) AS `sw2_lnq2`
+      SUM(`t1`.`ww` * `t1`.`p` * `t1`.`p` * `t1`.`p` * `t1`.`p`) AS `sw2p4`,
+      SUM(`t1`.`ww` * `t1`.`lnq`) AS `sw2_lnq`,
+      SUM(`t1`.`ww` * `t1`.`lnq` * `t1`.`lnq`) AS `sw2_lnq2`
     FROM (
       SELECT
 {%- for c in by %}
@@ -629,7 +633,8 @@ FROM (
           ) + (
             `t0`.`p` * 2 * `t0`.`p`
           )
-        ) AS `d4`
+        ) AS `d4`,
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
@@ -700,14 +705,14 @@ FROM (
       SUM(CAST(`t2`.`p` = 0 AS BIGINT)) AS `n_pos_p0`,
       SUM(CAST(`t2`.`p` = 1 AS BIGINT)) AS `n_pos_p1`,
       SUM(`t2`.`w` * `t2`.`h`) AS `swy_h`,
-      SUM(`t2`.`w` * `t2`.`w`) AS `sw2y`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`p`) AS `sw2yp`,
+      SUM(`t2`.`ww`) AS `sw2y`,
+      SUM(`t2`.`ww` * `t2`.`p`) AS `sw2yp`,
       SUM(`t2`.`w` * `t2`.`d4`) AS `swy_d4`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`d4`) AS `sw2y_d4`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnp`) AS `sw2y_lnp`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnq`) AS `sw2y_lnq`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnp` * `t2`.`lnp`) AS `sw2y_lnp2`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnq` * `t2`.`lnq`) AS `sw2y_lnq2`
+      SUM(`t2`.`ww` * `t2`.`d4`) AS `sw2y_d4`,
+      SUM(`t2`.`ww` * `t2`.`lnp`) AS `sw2y_lnp`,
+      SUM(`t2`.`ww` * `t2`.`lnq`) AS `sw2y_lnq`,
+      SUM(`t2`.`ww` * `t2`.`lnp` * `t2`.`lnp`) AS `sw2y_lnp2`,
+      SUM(`t2`.`ww` * `t2`.`lnq` * `t2`.`lnq`) AS `sw2y_lnq2`
     FROM (
       SELECT
 {%- for c in by %}
@@ -752,7 +757,8 @@ FROM (
           ) + (
             `t0`.`p` * 2 * `t0`.`p`
           )
-        ) AS `d4`
+        ) AS `d4`,
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
@@ -819,28 +825,28 @@ FROM (
       `t1`.`period_start`,
       COUNT(*) AS `n`,
       SUM(`t1`.`w`) AS `W`,
-      SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+      SUM(`t1`.`ww`) AS `sw2`,
       SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
       SUM(`t1`.`w` * `t1`.`p` * `t1`.`p`) AS `swpp`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`pq`) AS `sw2_pq`,
+      SUM(`t1`.`ww` * `t1`.`pq`) AS `sw2_pq`,
       SUM(`t1`.`w` * (
         `t1`.`q2` * `t1`.`pq`
       )) AS `spieg_var`,
-      SUM(`t1`.`w` * `t1`.`w` * (
+      SUM(`t1`.`ww` * (
         `t1`.`q2` * `t1`.`pq`
       )) AS `sw2_spieg_var`,
       SUM(`t1`.`w` * `t1`.`lnq`) AS `sw_lnq`,
       SUM(`t1`.`w` * `t1`.`lnq` * `t1`.`lnq`) AS `sw_lnq2`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sw2p`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sw2pp`,
+      SUM(`t1`.`ww` * `t1`.`p`) AS `sw2p`,
+      SUM(`t1`.`ww` * `t1`.`p` * `t1`.`p`) AS `sw2pp`,
       COUNTIF(`t1`.`p` = 1) AS `n_p1`,
       SUM(`t1`.`w` * `t1`.`h` * `t1`.`p`) AS `swp_h`,
       MIN(`t1`.`p`) AS `p_min`,
       MAX(`t1`.`p`) AS `p_max`,
       SUM(`t1`.`w` * `t1`.`p` * `t1`.`p` * `t1`.`p` * `t1`.`p`) AS `swp4`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p` * `t1`.`p` * `t1`.`p`) AS `sw2p4`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`lnq`) AS `sw2_lnq`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`lnq` * `t1`.`lnq`) AS `sw2_lnq2`
+      SUM(`t1`.`ww` * `t1`.`p` * `t1`.`p` * `t1`.`p` * `t1`.`p`) AS `sw2p4`,
+      SUM(`t1`.`ww` * `t1`.`lnq`) AS `sw2_lnq`,
+      SUM(`t1`.`ww` * `t1`.`lnq` * `t1`.`lnq`) AS `sw2_lnq2`
     FROM (
       SELECT
 {%- for c in by %}
@@ -885,7 +891,8 @@ FROM (
           ) + (
             `t0`.`p` * 2 * `t0`.`p`
           )
-        ) AS `d4`
+        ) AS `d4`,
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
@@ -956,14 +963,14 @@ FROM (
       COUNTIF(`t2`.`p` = 0) AS `n_pos_p0`,
       COUNTIF(`t2`.`p` = 1) AS `n_pos_p1`,
       SUM(`t2`.`w` * `t2`.`h`) AS `swy_h`,
-      SUM(`t2`.`w` * `t2`.`w`) AS `sw2y`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`p`) AS `sw2yp`,
+      SUM(`t2`.`ww`) AS `sw2y`,
+      SUM(`t2`.`ww` * `t2`.`p`) AS `sw2yp`,
       SUM(`t2`.`w` * `t2`.`d4`) AS `swy_d4`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`d4`) AS `sw2y_d4`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnp`) AS `sw2y_lnp`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnq`) AS `sw2y_lnq`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnp` * `t2`.`lnp`) AS `sw2y_lnp2`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`lnq` * `t2`.`lnq`) AS `sw2y_lnq2`
+      SUM(`t2`.`ww` * `t2`.`d4`) AS `sw2y_d4`,
+      SUM(`t2`.`ww` * `t2`.`lnp`) AS `sw2y_lnp`,
+      SUM(`t2`.`ww` * `t2`.`lnq`) AS `sw2y_lnq`,
+      SUM(`t2`.`ww` * `t2`.`lnp` * `t2`.`lnp`) AS `sw2y_lnp2`,
+      SUM(`t2`.`ww` * `t2`.`lnq` * `t2`.`lnq`) AS `sw2y_lnq2`
     FROM (
       SELECT
 {%- for c in by %}
@@ -1008,7 +1015,8 @@ FROM (
           ) + (
             `t0`.`p` * 2 * `t0`.`p`
           )
-        ) AS `d4`
+        ) AS `d4`,
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
@@ -1075,28 +1083,28 @@ FROM (
       "t1"."period_start",
       COUNT(*) AS "n",
       SUM("t1"."w") AS "W",
-      SUM("t1"."w" * "t1"."w") AS "sw2",
+      SUM("t1"."ww") AS "sw2",
       SUM("t1"."w" * "t1"."p") AS "swp",
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
-      SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
+      SUM("t1"."ww" * "t1"."pq") AS "sw2_pq",
       SUM("t1"."w" * (
         "t1"."q2" * "t1"."pq"
       )) AS "spieg_var",
-      SUM("t1"."w" * "t1"."w" * (
+      SUM("t1"."ww" * (
         "t1"."q2" * "t1"."pq"
       )) AS "sw2_spieg_var",
       SUM("t1"."w" * "t1"."lnq") AS "sw_lnq",
       SUM("t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw_lnq2",
-      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
+      SUM("t1"."ww" * "t1"."p") AS "sw2p",
+      SUM("t1"."ww" * "t1"."p" * "t1"."p") AS "sw2pp",
       COUNT_IF("t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
       SUM("t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "swp4",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
-      SUM("t1"."w" * "t1"."w" * "t1"."lnq") AS "sw2_lnq",
-      SUM("t1"."w" * "t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
+      SUM("t1"."ww" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
+      SUM("t1"."ww" * "t1"."lnq") AS "sw2_lnq",
+      SUM("t1"."ww" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1137,7 +1145,8 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        IFF("t0"."w" < 1.4916681462400413e-154, 0.0, "t0"."w" * "t0"."w") AS "ww"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -1208,14 +1217,14 @@ FROM (
       COUNT_IF("t2"."p" = 0) AS "n_pos_p0",
       COUNT_IF("t2"."p" = 1) AS "n_pos_p1",
       SUM("t2"."w" * "t2"."h") AS "swy_h",
-      SUM("t2"."w" * "t2"."w") AS "sw2y",
-      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."ww") AS "sw2y",
+      SUM("t2"."ww" * "t2"."p") AS "sw2yp",
       SUM("t2"."w" * "t2"."d4") AS "swy_d4",
-      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnp") AS "sw2y_lnp",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnq") AS "sw2y_lnq",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnp" * "t2"."lnp") AS "sw2y_lnp2",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnq" * "t2"."lnq") AS "sw2y_lnq2"
+      SUM("t2"."ww" * "t2"."d4") AS "sw2y_d4",
+      SUM("t2"."ww" * "t2"."lnp") AS "sw2y_lnp",
+      SUM("t2"."ww" * "t2"."lnq") AS "sw2y_lnq",
+      SUM("t2"."ww" * "t2"."lnp" * "t2"."lnp") AS "sw2y_lnp2",
+      SUM("t2"."ww" * "t2"."lnq" * "t2"."lnq") AS "sw2y_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1256,7 +1265,8 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        IFF("t0"."w" < 1.4916681462400413e-154, 0.0, "t0"."w" * "t0"."w") AS "ww"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -1323,29 +1333,29 @@ FROM (
       "t1"."period_start",
       COUNT(*) AS "n",
       SUM("t1"."w") AS "W",
-      SUM("t1"."w" * "t1"."w") AS "sw2",
+      SUM("t1"."ww") AS "sw2",
       SUM("t1"."w" * "t1"."p") AS "swp",
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
-      SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
+      SUM("t1"."ww" * "t1"."pq") AS "sw2_pq",
       SUM("t1"."w" * (
         "t1"."q2" * "t1"."pq"
       )) AS "spieg_var",
-      SUM("t1"."w" * "t1"."w" * (
+      SUM("t1"."ww" * (
         "t1"."q2" * "t1"."pq"
       )) AS "sw2_spieg_var",
       SUM("t1"."w" * "t1"."lnq") AS "sw_lnq",
       SUM("t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw_lnq2",
-      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp",
+      SUM("t1"."ww" * "t1"."p") AS "sw2p",
+      SUM("t1"."ww" * "t1"."p" * "t1"."p") AS "sw2pp",
       COUNT(*) FILTER(WHERE
         "t1"."p" = 1) AS "n_p1",
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
       SUM("t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "swp4",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
-      SUM("t1"."w" * "t1"."w" * "t1"."lnq") AS "sw2_lnq",
-      SUM("t1"."w" * "t1"."w" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
+      SUM("t1"."ww" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
+      SUM("t1"."ww" * "t1"."lnq") AS "sw2_lnq",
+      SUM("t1"."ww" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1392,7 +1402,12 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        IF(
+          "t0"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+          CAST(0.0 AS DOUBLE),
+          "t0"."w" * "t0"."w"
+        ) AS "ww"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -1465,14 +1480,14 @@ FROM (
       COUNT(*) FILTER(WHERE
         "t2"."p" = 1) AS "n_pos_p1",
       SUM("t2"."w" * "t2"."h") AS "swy_h",
-      SUM("t2"."w" * "t2"."w") AS "sw2y",
-      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."ww") AS "sw2y",
+      SUM("t2"."ww" * "t2"."p") AS "sw2yp",
       SUM("t2"."w" * "t2"."d4") AS "swy_d4",
-      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnp") AS "sw2y_lnp",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnq") AS "sw2y_lnq",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnp" * "t2"."lnp") AS "sw2y_lnp2",
-      SUM("t2"."w" * "t2"."w" * "t2"."lnq" * "t2"."lnq") AS "sw2y_lnq2"
+      SUM("t2"."ww" * "t2"."d4") AS "sw2y_d4",
+      SUM("t2"."ww" * "t2"."lnp") AS "sw2y_lnp",
+      SUM("t2"."ww" * "t2"."lnq") AS "sw2y_lnq",
+      SUM("t2"."ww" * "t2"."lnp" * "t2"."lnp") AS "sw2y_lnp2",
+      SUM("t2"."ww" * "t2"."lnq" * "t2"."lnq") AS "sw2y_lnq2"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1519,7 +1534,12 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        IF(
+          "t0"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+          CAST(0.0 AS DOUBLE),
+          "t0"."w" * "t0"."w"
+        ) AS "ww"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -1572,14 +1592,14 @@ FROM (
       "t1"."cell",
       COUNT(*) AS "n",
       SUM("t1"."w") AS "W",
-      SUM("t1"."w" * "t1"."w") AS "sw2",
+      SUM("t1"."ww") AS "sw2",
       SUM("t1"."w" * "t1"."p") AS "swp",
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
-      SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
+      SUM("t1"."ww" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
-      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
+      SUM("t1"."ww" * "t1"."p") AS "sw2p",
+      SUM("t1"."ww" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1605,7 +1625,8 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -1650,10 +1671,10 @@ FROM (
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
       SUM("t2"."w" * "t2"."p") AS "swyp",
-      SUM("t2"."w" * "t2"."w") AS "sw2y",
-      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."ww") AS "sw2y",
+      SUM("t2"."ww" * "t2"."p") AS "sw2yp",
       SUM("t2"."w" * "t2"."d4") AS "swy_d4",
-      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4"
+      SUM("t2"."ww" * "t2"."d4") AS "sw2y_d4"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1679,7 +1700,8 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -1727,14 +1749,14 @@ FROM (
       "t1"."cell",
       COUNT(*) AS "n",
       SUM("t1"."w") AS "W",
-      SUM("t1"."w" * "t1"."w") AS "sw2",
+      SUM("t1"."ww") AS "sw2",
       SUM("t1"."w" * "t1"."p") AS "swp",
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
-      SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
+      SUM("t1"."ww" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
-      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
+      SUM("t1"."ww" * "t1"."p") AS "sw2p",
+      SUM("t1"."ww" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1760,7 +1782,8 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -1805,10 +1828,10 @@ FROM (
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
       SUM("t2"."w" * "t2"."p") AS "swyp",
-      SUM("t2"."w" * "t2"."w") AS "sw2y",
-      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."ww") AS "sw2y",
+      SUM("t2"."ww" * "t2"."p") AS "sw2yp",
       SUM("t2"."w" * "t2"."d4") AS "swy_d4",
-      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4"
+      SUM("t2"."ww" * "t2"."d4") AS "sw2y_d4"
     FROM (
       SELECT
 {%- for c in by %}
@@ -1834,7 +1857,8 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -1882,14 +1906,14 @@ FROM (
       `t1`.`cell`,
       COUNT(*) AS `n`,
       SUM(`t1`.`w`) AS `W`,
-      SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+      SUM(`t1`.`ww`) AS `sw2`,
       SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
       SUM(`t1`.`w` * `t1`.`p` * `t1`.`p`) AS `swpp`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`pq`) AS `sw2_pq`,
+      SUM(`t1`.`ww` * `t1`.`pq`) AS `sw2_pq`,
       MIN(`t1`.`p`) AS `p_min`,
       MAX(`t1`.`p`) AS `p_max`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sw2p`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sw2pp`
+      SUM(`t1`.`ww` * `t1`.`p`) AS `sw2p`,
+      SUM(`t1`.`ww` * `t1`.`p` * `t1`.`p`) AS `sw2pp`
     FROM (
       SELECT
 {%- for c in by %}
@@ -1915,7 +1939,8 @@ FROM (
           ) + (
             `t0`.`p` * 2 * `t0`.`p`
           )
-        ) AS `d4`
+        ) AS `d4`,
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
@@ -1960,10 +1985,10 @@ FROM (
       COUNT(*) AS `n_pos`,
       SUM(`t2`.`w`) AS `swy`,
       SUM(`t2`.`w` * `t2`.`p`) AS `swyp`,
-      SUM(`t2`.`w` * `t2`.`w`) AS `sw2y`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`p`) AS `sw2yp`,
+      SUM(`t2`.`ww`) AS `sw2y`,
+      SUM(`t2`.`ww` * `t2`.`p`) AS `sw2yp`,
       SUM(`t2`.`w` * `t2`.`d4`) AS `swy_d4`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`d4`) AS `sw2y_d4`
+      SUM(`t2`.`ww` * `t2`.`d4`) AS `sw2y_d4`
     FROM (
       SELECT
 {%- for c in by %}
@@ -1989,7 +2014,8 @@ FROM (
           ) + (
             `t0`.`p` * 2 * `t0`.`p`
           )
-        ) AS `d4`
+        ) AS `d4`,
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
@@ -2037,14 +2063,14 @@ FROM (
       `t1`.`cell`,
       COUNT(*) AS `n`,
       SUM(`t1`.`w`) AS `W`,
-      SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+      SUM(`t1`.`ww`) AS `sw2`,
       SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
       SUM(`t1`.`w` * `t1`.`p` * `t1`.`p`) AS `swpp`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`pq`) AS `sw2_pq`,
+      SUM(`t1`.`ww` * `t1`.`pq`) AS `sw2_pq`,
       MIN(`t1`.`p`) AS `p_min`,
       MAX(`t1`.`p`) AS `p_max`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sw2p`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sw2pp`
+      SUM(`t1`.`ww` * `t1`.`p`) AS `sw2p`,
+      SUM(`t1`.`ww` * `t1`.`p` * `t1`.`p`) AS `sw2pp`
     FROM (
       SELECT
 {%- for c in by %}
@@ -2070,7 +2096,8 @@ FROM (
           ) + (
             `t0`.`p` * 2 * `t0`.`p`
           )
-        ) AS `d4`
+        ) AS `d4`,
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
@@ -2115,10 +2142,10 @@ FROM (
       COUNT(*) AS `n_pos`,
       SUM(`t2`.`w`) AS `swy`,
       SUM(`t2`.`w` * `t2`.`p`) AS `swyp`,
-      SUM(`t2`.`w` * `t2`.`w`) AS `sw2y`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`p`) AS `sw2yp`,
+      SUM(`t2`.`ww`) AS `sw2y`,
+      SUM(`t2`.`ww` * `t2`.`p`) AS `sw2yp`,
       SUM(`t2`.`w` * `t2`.`d4`) AS `swy_d4`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`d4`) AS `sw2y_d4`
+      SUM(`t2`.`ww` * `t2`.`d4`) AS `sw2y_d4`
     FROM (
       SELECT
 {%- for c in by %}
@@ -2144,7 +2171,8 @@ FROM (
           ) + (
             `t0`.`p` * 2 * `t0`.`p`
           )
-        ) AS `d4`
+        ) AS `d4`,
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
@@ -2192,14 +2220,14 @@ FROM (
       "t1"."cell",
       COUNT(*) AS "n",
       SUM("t1"."w") AS "W",
-      SUM("t1"."w" * "t1"."w") AS "sw2",
+      SUM("t1"."ww") AS "sw2",
       SUM("t1"."w" * "t1"."p") AS "swp",
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
-      SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
+      SUM("t1"."ww" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
-      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
+      SUM("t1"."ww" * "t1"."p") AS "sw2p",
+      SUM("t1"."ww" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -2225,7 +2253,8 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        IFF("t0"."w" < 1.4916681462400413e-154, 0.0, "t0"."w" * "t0"."w") AS "ww"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -2270,10 +2299,10 @@ FROM (
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
       SUM("t2"."w" * "t2"."p") AS "swyp",
-      SUM("t2"."w" * "t2"."w") AS "sw2y",
-      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."ww") AS "sw2y",
+      SUM("t2"."ww" * "t2"."p") AS "sw2yp",
       SUM("t2"."w" * "t2"."d4") AS "swy_d4",
-      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4"
+      SUM("t2"."ww" * "t2"."d4") AS "sw2y_d4"
     FROM (
       SELECT
 {%- for c in by %}
@@ -2299,7 +2328,8 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        IFF("t0"."w" < 1.4916681462400413e-154, 0.0, "t0"."w" * "t0"."w") AS "ww"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -2347,14 +2377,14 @@ FROM (
       "t1"."cell",
       COUNT(*) AS "n",
       SUM("t1"."w") AS "W",
-      SUM("t1"."w" * "t1"."w") AS "sw2",
+      SUM("t1"."ww") AS "sw2",
       SUM("t1"."w" * "t1"."p") AS "swp",
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
-      SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
+      SUM("t1"."ww" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
-      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
+      SUM("t1"."ww" * "t1"."p") AS "sw2p",
+      SUM("t1"."ww" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -2380,7 +2410,12 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        IF(
+          "t0"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+          CAST(0.0 AS DOUBLE),
+          "t0"."w" * "t0"."w"
+        ) AS "ww"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -2425,10 +2460,10 @@ FROM (
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
       SUM("t2"."w" * "t2"."p") AS "swyp",
-      SUM("t2"."w" * "t2"."w") AS "sw2y",
-      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp",
+      SUM("t2"."ww") AS "sw2y",
+      SUM("t2"."ww" * "t2"."p") AS "sw2yp",
       SUM("t2"."w" * "t2"."d4") AS "swy_d4",
-      SUM("t2"."w" * "t2"."w" * "t2"."d4") AS "sw2y_d4"
+      SUM("t2"."ww" * "t2"."d4") AS "sw2y_d4"
     FROM (
       SELECT
 {%- for c in by %}
@@ -2454,7 +2489,12 @@ FROM (
           ) + (
             "t0"."p" * 2 * "t0"."p"
           )
-        ) AS "d4"
+        ) AS "d4",
+        IF(
+          "t0"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+          CAST(0.0 AS DOUBLE),
+          "t0"."w" * "t0"."w"
+        ) AS "ww"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -2505,14 +2545,14 @@ FROM (
       "t1"."bin",
       COUNT(*) AS "n",
       SUM("t1"."w") AS "W",
-      SUM("t1"."w" * "t1"."w") AS "sw2",
+      SUM("t1"."ww") AS "sw2",
       SUM("t1"."w" * "t1"."p") AS "swp",
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
-      SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
+      SUM("t1"."ww" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
-      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
+      SUM("t1"."ww" * "t1"."p") AS "sw2p",
+      SUM("t1"."ww" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -2525,7 +2565,8 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -2568,8 +2609,8 @@ FROM (
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
       SUM("t2"."w" * "t2"."p") AS "swyp",
-      SUM("t2"."w" * "t2"."w") AS "sw2y",
-      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp"
+      SUM("t2"."ww") AS "sw2y",
+      SUM("t2"."ww" * "t2"."p") AS "sw2yp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -2582,7 +2623,8 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -2628,14 +2670,14 @@ FROM (
       "t1"."bin",
       COUNT(*) AS "n",
       SUM("t1"."w") AS "W",
-      SUM("t1"."w" * "t1"."w") AS "sw2",
+      SUM("t1"."ww") AS "sw2",
       SUM("t1"."w" * "t1"."p") AS "swp",
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
-      SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
+      SUM("t1"."ww" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
-      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
+      SUM("t1"."ww" * "t1"."p") AS "sw2p",
+      SUM("t1"."ww" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -2648,7 +2690,8 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -2691,8 +2734,8 @@ FROM (
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
       SUM("t2"."w" * "t2"."p") AS "swyp",
-      SUM("t2"."w" * "t2"."w") AS "sw2y",
-      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp"
+      SUM("t2"."ww") AS "sw2y",
+      SUM("t2"."ww" * "t2"."p") AS "sw2yp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -2705,7 +2748,8 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -2751,14 +2795,14 @@ FROM (
       `t1`.`bin`,
       COUNT(*) AS `n`,
       SUM(`t1`.`w`) AS `W`,
-      SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+      SUM(`t1`.`ww`) AS `sw2`,
       SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
       SUM(`t1`.`w` * `t1`.`p` * `t1`.`p`) AS `swpp`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`pq`) AS `sw2_pq`,
+      SUM(`t1`.`ww` * `t1`.`pq`) AS `sw2_pq`,
       MIN(`t1`.`p`) AS `p_min`,
       MAX(`t1`.`p`) AS `p_max`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sw2p`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sw2pp`
+      SUM(`t1`.`ww` * `t1`.`p`) AS `sw2p`,
+      SUM(`t1`.`ww` * `t1`.`p` * `t1`.`p`) AS `sw2pp`
     FROM (
       SELECT
 {%- for c in by %}
@@ -2771,7 +2815,8 @@ FROM (
         LEAST(CAST(FLOOR(`t0`.`p` * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS `bin`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`
+        ) AS `pq`,
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
@@ -2814,8 +2859,8 @@ FROM (
       COUNT(*) AS `n_pos`,
       SUM(`t2`.`w`) AS `swy`,
       SUM(`t2`.`w` * `t2`.`p`) AS `swyp`,
-      SUM(`t2`.`w` * `t2`.`w`) AS `sw2y`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`p`) AS `sw2yp`
+      SUM(`t2`.`ww`) AS `sw2y`,
+      SUM(`t2`.`ww` * `t2`.`p`) AS `sw2yp`
     FROM (
       SELECT
 {%- for c in by %}
@@ -2828,7 +2873,8 @@ FROM (
         LEAST(CAST(FLOOR(`t0`.`p` * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS `bin`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`
+        ) AS `pq`,
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
@@ -2874,14 +2920,14 @@ FROM (
       `t1`.`bin`,
       COUNT(*) AS `n`,
       SUM(`t1`.`w`) AS `W`,
-      SUM(`t1`.`w` * `t1`.`w`) AS `sw2`,
+      SUM(`t1`.`ww`) AS `sw2`,
       SUM(`t1`.`w` * `t1`.`p`) AS `swp`,
       SUM(`t1`.`w` * `t1`.`p` * `t1`.`p`) AS `swpp`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`pq`) AS `sw2_pq`,
+      SUM(`t1`.`ww` * `t1`.`pq`) AS `sw2_pq`,
       MIN(`t1`.`p`) AS `p_min`,
       MAX(`t1`.`p`) AS `p_max`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p`) AS `sw2p`,
-      SUM(`t1`.`w` * `t1`.`w` * `t1`.`p` * `t1`.`p`) AS `sw2pp`
+      SUM(`t1`.`ww` * `t1`.`p`) AS `sw2p`,
+      SUM(`t1`.`ww` * `t1`.`p` * `t1`.`p`) AS `sw2pp`
     FROM (
       SELECT
 {%- for c in by %}
@@ -2894,7 +2940,8 @@ FROM (
         LEAST(CAST(FLOOR(`t0`.`p` * {{ bins }}) AS INT64), {{ bins - 1 }}) AS `bin`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`
+        ) AS `pq`,
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
@@ -2937,8 +2984,8 @@ FROM (
       COUNT(*) AS `n_pos`,
       SUM(`t2`.`w`) AS `swy`,
       SUM(`t2`.`w` * `t2`.`p`) AS `swyp`,
-      SUM(`t2`.`w` * `t2`.`w`) AS `sw2y`,
-      SUM(`t2`.`w` * `t2`.`w` * `t2`.`p`) AS `sw2yp`
+      SUM(`t2`.`ww`) AS `sw2y`,
+      SUM(`t2`.`ww` * `t2`.`p`) AS `sw2yp`
     FROM (
       SELECT
 {%- for c in by %}
@@ -2951,7 +2998,8 @@ FROM (
         LEAST(CAST(FLOOR(`t0`.`p` * {{ bins }}) AS INT64), {{ bins - 1 }}) AS `bin`,
         `t0`.`p` * (
           1 - `t0`.`p`
-        ) AS `pq`
+        ) AS `pq`,
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
@@ -2997,14 +3045,14 @@ FROM (
       "t1"."bin",
       COUNT(*) AS "n",
       SUM("t1"."w") AS "W",
-      SUM("t1"."w" * "t1"."w") AS "sw2",
+      SUM("t1"."ww") AS "sw2",
       SUM("t1"."w" * "t1"."p") AS "swp",
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
-      SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
+      SUM("t1"."ww" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
-      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
+      SUM("t1"."ww" * "t1"."p") AS "sw2p",
+      SUM("t1"."ww" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -3017,7 +3065,8 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        IFF("t0"."w" < 1.4916681462400413e-154, 0.0, "t0"."w" * "t0"."w") AS "ww"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -3060,8 +3109,8 @@ FROM (
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
       SUM("t2"."w" * "t2"."p") AS "swyp",
-      SUM("t2"."w" * "t2"."w") AS "sw2y",
-      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp"
+      SUM("t2"."ww") AS "sw2y",
+      SUM("t2"."ww" * "t2"."p") AS "sw2yp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -3074,7 +3123,8 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        IFF("t0"."w" < 1.4916681462400413e-154, 0.0, "t0"."w" * "t0"."w") AS "ww"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
@@ -3120,14 +3170,14 @@ FROM (
       "t1"."bin",
       COUNT(*) AS "n",
       SUM("t1"."w") AS "W",
-      SUM("t1"."w" * "t1"."w") AS "sw2",
+      SUM("t1"."ww") AS "sw2",
       SUM("t1"."w" * "t1"."p") AS "swp",
       SUM("t1"."w" * "t1"."p" * "t1"."p") AS "swpp",
-      SUM("t1"."w" * "t1"."w" * "t1"."pq") AS "sw2_pq",
+      SUM("t1"."ww" * "t1"."pq") AS "sw2_pq",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
-      SUM("t1"."w" * "t1"."w" * "t1"."p") AS "sw2p",
-      SUM("t1"."w" * "t1"."w" * "t1"."p" * "t1"."p") AS "sw2pp"
+      SUM("t1"."ww" * "t1"."p") AS "sw2p",
+      SUM("t1"."ww" * "t1"."p" * "t1"."p") AS "sw2pp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -3140,7 +3190,12 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        IF(
+          "t0"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+          CAST(0.0 AS DOUBLE),
+          "t0"."w" * "t0"."w"
+        ) AS "ww"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
@@ -3183,8 +3238,8 @@ FROM (
       COUNT(*) AS "n_pos",
       SUM("t2"."w") AS "swy",
       SUM("t2"."w" * "t2"."p") AS "swyp",
-      SUM("t2"."w" * "t2"."w") AS "sw2y",
-      SUM("t2"."w" * "t2"."w" * "t2"."p") AS "sw2yp"
+      SUM("t2"."ww") AS "sw2y",
+      SUM("t2"."ww" * "t2"."p") AS "sw2yp"
     FROM (
       SELECT
 {%- for c in by %}
@@ -3197,7 +3252,12 @@ FROM (
         LEAST(CAST(FLOOR("t0"."p" * {{ bins }}) AS BIGINT), {{ bins - 1 }}) AS "bin",
         "t0"."p" * (
           1 - "t0"."p"
-        ) AS "pq"
+        ) AS "pq",
+        IF(
+          "t0"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
+          CAST(0.0 AS DOUBLE),
+          "t0"."w" * "t0"."w"
+        ) AS "ww"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
