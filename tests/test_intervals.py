@@ -90,6 +90,31 @@ def test_delta_intervals_match_numpy_on_rows(con, upload, weights):
                                rho * np.exp([-Z95 * se_log, Z95 * se_log]), **REL)
 
 
+@pytest.mark.parametrize("weights", ["none", "sampling"])
+def test_brier_interval_of_tiny_scores_on_every_engine(con, upload, weights):
+    """Scores down to 1e-150 (a logit of about −345): the Brier score's interval reads
+    Σw(y − p)⁴, whose p⁴ of a score below ~1.8e-81 rounds to 0 (PostgreSQL raised "value out
+    of range: underflow" there: the metric and the report failed); taken as the square of
+    (y − p)², 0 below 2^-1022 (sqlcal.query.reductions.square), on every engine. Against numpy
+    on the rows, where those fourth powers are subnormal or 0: the sums agree to 1e-12."""
+    df = rows(400, 5, weights=weights)
+    tiny = [1e-150, 1e-100, 1e-82, 2.0 ** -269, 1e-80, 1e-40]
+    df.loc[:len(tiny) - 1, "p"] = tiny
+    df.loc[:len(tiny) - 1, "y"] = [0, 0, 0, 1, 0, 1]
+    w, v = _variance_weight(df, weights)
+    p, y = df["p"].to_numpy(), df["y"].to_numpy(float)
+    W = w.sum()
+    r2 = (y - p) ** 2
+    bs = np.sum(w * r2) / W
+    t = upload(df)
+    options = dict(score="p", label="y", weight="w" if "w" in df else None)
+    out = sqlcal.brier(t, **options)
+    np.testing.assert_allclose(out[["brier", "ci_lower", "ci_upper"]].to_numpy()[0],
+                               [bs, *_wald(bs, np.sum(v * (r2 - bs) ** 2) / W ** 2)], **REL)
+    report = sqlcal.report(t, **options, metrics=["brier", "log_loss", "ece"])
+    assert np.isfinite(report.filter(like="_upper").to_numpy(float)).all()
+
+
 @pytest.mark.parametrize("weights", ["none", "frequency", "sampling"])
 def test_ece_interval_engines_agree_with_numpy_sums(con, upload, weights):
     """Each engine's interval equals the finish run on numpy's sums over the raw rows to 1e-9

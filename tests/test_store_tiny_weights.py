@@ -1,5 +1,5 @@
 """Tiny sampling weights in the summary store (issue 34): a stored w²-sum takes w² as the scans'
-variance weight does, 0 below TINY_WEIGHT = 2^-511 (sqlcal.query.reductions.weight_square), so a
+variance weight does, 0 below TINY = 2^-511 (sqlcal.query.reductions.square), so a
 snapshot of weights down to 1e-300 runs on PostgreSQL (which raises "value out of range:
 underflow" where a product of non-zero doubles rounds to 0) and a stored window's intervals are a
 scan's on every engine.
@@ -43,7 +43,9 @@ SUBNORMAL = 8 * 2.0 ** -1074
 def tiny_rows(n: int = 900, days: int = 3, seed: int = 34) -> pd.DataFrame:
     """Two groups over ``days`` days; half the weights log-uniform over 1e-300..1e3 (with
     2^-511, the weights just below it, 1e-162 whose square rounds to 0, and 1e-300), half of
-    ordinary size; scores of three decimals (tied levels) in [0.02, 0.98]."""
+    ordinary size; scores of three decimals (tied levels) in [0.02, 0.98], and on eight rows of
+    ordinary weight scores from 1e-100 to 1e-80, whose p⁴ (the Brier score's interval) is
+    subnormal or 0 (on PostgreSQL an "underflow")."""
     rng = np.random.default_rng(seed)
     p = np.round(rng.uniform(0.02, 0.98, n), 3)
     y = (rng.random(n) < p).astype(np.int64)
@@ -52,6 +54,8 @@ def tiny_rows(n: int = 900, days: int = 3, seed: int = 34) -> pd.DataFrame:
     w[spread] = 10.0 ** rng.uniform(-300, 3, spread.sum())
     edges = [TINY, np.nextafter(TINY, 0), 2.0 ** -512, 2.0 ** -537, 1e-162, 1e-200, 1e-300]
     w[:2 * len(edges)] = edges * 2  # each edge in both groups (the first rows alternate)
+    ordinary = np.flatnonzero(~spread & (np.arange(n) >= 2 * len(edges)))[:8]
+    p[ordinary] = [1e-100, 1e-82, 2.0 ** -269, 1e-80] * 2
     t = DAY0 + pd.to_timedelta(rng.integers(0, days * 86400, n), unit="s")
     return pd.DataFrame({"p": p, "y": y, "w": w, "g": np.where(np.arange(n) % 2, "b", "a"),
                          "t": pd.Series(t)})
@@ -67,7 +71,8 @@ def row_factors(p: np.ndarray, y: np.ndarray, w: np.ndarray, f: np.ndarray | Non
     h = np.log(pc / (1 - pc)) / 4  # clip(logit p, −4, 4)/4
     out = {"w": w, "y": y, "p": p, "pq": p * (1 - p), "q2": (1 - 2 * p) ** 2,
            "lnp": np.log(np.where(p > 0, p, 1.0)), "lnq": np.log(np.where(p < 1, 1 - p, 1.0)),
-           "h": h, "d4": (1 - p) ** 4 - p ** 4}
+           "h": h, "d4": (1 - p) ** 4 - p ** 4,
+           "p4": np.where(p * p < TINY, 0.0, (p * p) ** 2)}
     if f is not None:
         out |= {"lo": 1 - f, "hi": f}
     return out

@@ -3,25 +3,25 @@ SELECT
   *
 FROM (
   SELECT
-    "t4"."segment",
-    "t4"."period_start",
+    "t3"."segment",
+    "t3"."period_start",
     -1 AS "delay",
-    "t4"."n",
-    "t4"."W",
-    "t4"."sw2",
-    "t4"."swp",
-    "t4"."swpp",
-    "t4"."sw2_pq",
-    "t4"."spieg_var",
-    "t4"."sw2_spieg_var",
-    "t4"."sw_lnq",
-    "t4"."sw_lnq2",
-    "t4"."sw2p",
-    "t4"."sw2pp",
-    "t4"."n_p1",
-    "t4"."swp_h",
-    "t4"."p_min",
-    "t4"."p_max",
+    "t3"."n",
+    "t3"."W",
+    "t3"."sw2",
+    "t3"."swp",
+    "t3"."swpp",
+    "t3"."sw2_pq",
+    "t3"."spieg_var",
+    "t3"."sw2_spieg_var",
+    "t3"."sw_lnq",
+    "t3"."sw_lnq2",
+    "t3"."sw2p",
+    "t3"."sw2pp",
+    "t3"."n_p1",
+    "t3"."swp_h",
+    "t3"."p_min",
+    "t3"."p_max",
     0 AS "n_pos",
     0.0 AS "swy",
     0.0 AS "swyp",
@@ -32,10 +32,10 @@ FROM (
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
     0.0 AS "swy_h",
-    "t4"."swp4",
-    "t4"."sw2p4",
-    "t4"."sw2_lnq",
-    "t4"."sw2_lnq2",
+    "t3"."swp4",
+    "t3"."sw2p4",
+    "t3"."sw2_lnq",
+    "t3"."sw2_lnq2",
     0.0 AS "sw2y",
     0.0 AS "sw2yp",
     0.0 AS "swy_d4",
@@ -69,8 +69,8 @@ FROM (
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
-      SUM("t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "swp4",
-      SUM("t1"."ww" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
+      SUM("t1"."w" * "t1"."p4") AS "swp4",
+      SUM("t1"."ww" * "t1"."p4") AS "sw2p4",
       SUM("t1"."ww" * "t1"."lnq") AS "sw2_lnq",
       SUM("t1"."ww" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
     FROM (
@@ -116,21 +116,30 @@ FROM (
           WHEN "t0"."weight" < 1.4916681462400413e-154
           THEN 0.0
           ELSE "t0"."weight" * "t0"."weight"
-        END AS "ww"
+        END AS "ww",
+        CASE
+          WHEN (
+            "t0"."score" * "t0"."score"
+          ) < 1.4916681462400413e-154
+          THEN 0.0
+          ELSE "t0"."score" * "t0"."score" * (
+            "t0"."score" * "t0"."score"
+          )
+        END AS "p4"
       FROM "predictions" AS "t0"
     ) AS "t1"
     GROUP BY
       1,
       2
-  ) AS "t4"
-) AS "t6"
+  ) AS "t3"
+) AS "t5"
 UNION ALL
 SELECT
   *
 FROM (
   SELECT
-    "t3"."segment",
-    "t3"."period_start",
+    "t4"."segment",
+    "t4"."period_start",
     -2 AS "delay",
     0 AS "n",
     0.0 AS "W",
@@ -148,28 +157,28 @@ FROM (
     0.0 AS "swp_h",
     CAST(NULL AS DOUBLE) AS "p_min",
     CAST(NULL AS DOUBLE) AS "p_max",
-    "t3"."n_pos",
-    "t3"."swy",
-    "t3"."swyp",
-    "t3"."swy_lnp",
-    "t3"."swy_lnq",
-    "t3"."swy_lnp2",
-    "t3"."swy_lnq2",
-    "t3"."n_pos_p0",
-    "t3"."n_pos_p1",
-    "t3"."swy_h",
+    "t4"."n_pos",
+    "t4"."swy",
+    "t4"."swyp",
+    "t4"."swy_lnp",
+    "t4"."swy_lnq",
+    "t4"."swy_lnp2",
+    "t4"."swy_lnq2",
+    "t4"."n_pos_p0",
+    "t4"."n_pos_p1",
+    "t4"."swy_h",
     0.0 AS "swp4",
     0.0 AS "sw2p4",
     0.0 AS "sw2_lnq",
     0.0 AS "sw2_lnq2",
-    "t3"."sw2y",
-    "t3"."sw2yp",
-    "t3"."swy_d4",
-    "t3"."sw2y_d4",
-    "t3"."sw2y_lnp",
-    "t3"."sw2y_lnq",
-    "t3"."sw2y_lnp2",
-    "t3"."sw2y_lnq2"
+    "t4"."sw2y",
+    "t4"."sw2yp",
+    "t4"."swy_d4",
+    "t4"."sw2y_d4",
+    "t4"."sw2y_lnp",
+    "t4"."sw2y_lnq",
+    "t4"."sw2y_lnp2",
+    "t4"."sw2y_lnq2"
   FROM (
     SELECT
       "t2"."segment",
@@ -237,7 +246,16 @@ FROM (
           WHEN "t0"."weight" < 1.4916681462400413e-154
           THEN 0.0
           ELSE "t0"."weight" * "t0"."weight"
-        END AS "ww"
+        END AS "ww",
+        CASE
+          WHEN (
+            "t0"."score" * "t0"."score"
+          ) < 1.4916681462400413e-154
+          THEN 0.0
+          ELSE "t0"."score" * "t0"."score" * (
+            "t0"."score" * "t0"."score"
+          )
+        END AS "p4"
       FROM "predictions" AS "t0"
       WHERE
         COALESCE("t0"."label", 0.0) = 1
@@ -245,5 +263,5 @@ FROM (
     GROUP BY
       1,
       2
-  ) AS "t3"
-) AS "t5";
+  ) AS "t4"
+) AS "t6";

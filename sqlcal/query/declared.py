@@ -736,9 +736,11 @@ class StoredSum:
         a product taken first): ``w`` the weight, ``y`` the label, ``p`` the score, ``pq`` =
         p(1 − p), ``q2`` = (1 − 2p)², ``lnp`` = ln p (0 at p = 0), ``lnq`` = ln(1 − p) (0 at
         p = 1), ``h`` = clip(logit p, −4, 4)/4, ``d4`` = (1 − p)⁴ − p⁴ = (1 − 2p)(1 − 2p +
-        2p²) (what a positive label adds to (y − p)⁴); in the logit table, ``lo`` = 1 − f and
-        ``hi`` = f, the row's shares of its cell's lower and upper node (f its position in its
-        logit cell, :func:`sqlcal.query.reductions.logit_grid`). Empty: the sum counts rows.
+        2p²) (what a positive label adds to (y − p)⁴), ``p4`` = p⁴ as the square of p² (0
+        below 2^-1022, :func:`sqlcal.query.reductions.square`); in the logit table, ``lo`` =
+        1 − f and ``hi`` = f, the row's shares of its cell's lower and upper node (f its
+        position in its logit cell, :func:`sqlcal.query.reductions.logit_grid`). Empty: the
+        sum counts rows.
     where : tuple of (factor, value)
         A count's condition: the rows whose factors equal the values.
     merge : {"sum", "min", "max"}
@@ -839,12 +841,13 @@ STORE_SUMS = (
     # Σw²y: a logistic fit's sandwich (levels); the variance weight's Σvy (3: every table)
     StoredSum("sw2y", ("w", "w", "y"), tables=_ALL, since=_in_3(*_BINNED)),
     # 3: what the intervals read (sqlcal.metrics.intervals). The Brier score's delta method reads
-    # Σw(y − p)⁴ = Σwp⁴ + Σwy·d4 (and under sampling weights the same with w²); the log loss's
+    # Σw(y − p)⁴ = Σwp⁴ + Σwy·d4 (and under sampling weights the same with w²; p⁴ the square of
+    # p² as the scans take it, 0 below 2^-1022: sqlcal.query.reductions.square); the log loss's
     # under sampling weights Σw²ℓ and Σw²ℓ² (as the Σw-sums); the bootstrap of the bins and
     # CITL's delta method the variance weight's Σvyp. The cells carry the label parts an adjusted
     # window's totals read from them.
-    StoredSum("swp4", ("w", "p", "p", "p", "p"), since=_in_3("totals")),
-    StoredSum("sw2p4", ("w", "w", "p", "p", "p", "p"), since=_in_3("totals")),
+    StoredSum("swp4", ("w", "p4"), since=_in_3("totals")),
+    StoredSum("sw2p4", ("w", "w", "p4"), since=_in_3("totals")),
     StoredSum("sw2_lnq", ("w", "w", "lnq"), since=_in_3("totals")),
     StoredSum("sw2_lnq2", ("w", "w", "lnq", "lnq"), since=_in_3("totals")),
     StoredSum("sw2yp", ("w", "w", "y", "p"), tables=_BINNED, since=_in_3(*_BINNED)),

@@ -194,21 +194,23 @@ def variance_weights(t: ir.Table) -> tuple[ir.FloatingValue, ir.FloatingValue, b
     """
     if RATE in t.columns:
         return t.w * (1.0 / t[RATE]), t.w, True
-    ww = weight_square(t.w)
+    ww = square(t.w)
     return ww, ww, False
 
 
-def weight_square(w: ir.FloatingValue) -> ir.FloatingValue:
-    """w², taken as 0 for a weight below :data:`TINY_WEIGHT`: the one rule of every w²-sum, the
-    scans' variance weight (:func:`variance_weights`) and the summary store's sums
-    (:func:`store_sums`) alike, so a stored window's sums are a scan's."""
-    # w² of a weight below 2^-511 is subnormal or 0: taken as 0 on every engine (PostgreSQL
-    # raises "underflow" where a product of non-zero numbers rounds to 0; the loss is < 2^-1022)
-    return ibis.ifelse(w < TINY_WEIGHT, 0.0, w * w)
+def square(x: ir.FloatingValue) -> ir.FloatingValue:
+    """x², taken as 0 for x below :data:`TINY` (x ≥ 0): the one rule of a square whose operand
+    may be tiny, in the scans and the summary store alike, so a stored window's sums are a
+    scan's: a weight's (the sampling weights' variance weight w², :func:`variance_weights`, and
+    every stored w²-sum, :func:`store_sums`) and the Brier score's interval's fourth powers
+    ((y − p)⁴ as the square of (y − p)², a score's p⁴ as the square of p²)."""
+    # x² below 2^-1022 is subnormal or 0: taken as 0 on every engine (PostgreSQL raises
+    # "underflow" where a product of non-zero numbers rounds to 0; the loss is < 2^-1022)
+    return ibis.ifelse(x < TINY, 0.0, x * x)
 
 
-#: the least weight whose square is a normal double (2^-511)
-TINY_WEIGHT = 2.0 ** -511
+#: the least number whose square is a normal double (2^-511)
+TINY = 2.0 ** -511
 
 
 def null_variance(t: ir.Table, expected: ir.FloatingValue, square: ir.FloatingValue
@@ -283,10 +285,10 @@ def _sums(t: ir.Table, parts: frozenset, *, weighted: bool) -> dict:
                  "sv_yy": (v * t.y * t.y).sum(), "sv_yp": (v * t.y * t.p).sum(),
                  "sv_pp": (v * t.p * t.p).sum()}
     if "r4" in parts:  # Σw(y − p)⁴: the Brier score's delta-method variance
-        r2 = (t.y - t.p) * (t.y - t.p)
-        sums["sw_r4"] = times(r2 * r2).sum()
+        r4 = square((t.y - t.p) * (t.y - t.p))  # a score below ~1e-81 has a p⁴ of 0
+        sums["sw_r4"] = times(r4).sum()
         if "spread" in parts and weighted:
-            sums["sv_r4"] = (v * r2 * r2).sum()
+            sums["sv_r4"] = (v * r4).sum()
     if "residuals" in parts:
         r = times(t.y - t.p)
         pq = t.p * (1 - t.p)
@@ -906,7 +908,7 @@ _H_LO, _H_HI = 1 / (1 + math.exp(4.0)), 1 / (1 + math.exp(-4.0))
 
 def store_terms(t: ir.Table, sums: Sequence[StoredSum]) -> dict[str, ir.Value]:
     """The row terms the stored ``sums`` multiply that are not columns of the rows (``pq``,
-    ``q2``, ``lnp``, ``lnq``, ``h``, ``d4``, and :data:`WEIGHT_SQUARE` for a term with the
+    ``q2``, ``lnp``, ``lnq``, ``h``, ``d4``, ``p4``, and :data:`WEIGHT_SQUARE` for a term with the
     weight twice), to be projected once: the aggregates read them (each aggregate computing its
     own logarithms took five per row)."""
     p = t.p
@@ -919,11 +921,12 @@ def store_terms(t: ir.Table, sums: Sequence[StoredSum]) -> dict[str, ir.Value]:
              "q2": lambda: (1 - 2 * p) * (1 - 2 * p),
              # (1 − p)⁴ − p⁴ factored: no cancellation of two fourth powers near p = 1/2
              "d4": lambda: (1 - 2 * p) * (1 - 2 * p + 2 * p * p),
-             WEIGHT_SQUARE: lambda: weight_square(t.w)}
+             WEIGHT_SQUARE: lambda: square(t.w),
+             "p4": lambda: square(p * p)}
     return {name: make() for name, make in terms.items() if name in used}
 
 
-#: the projected column of w² (:func:`weight_square`) the stored w²-sums read
+#: the projected column of w² (:func:`square`) the stored w²-sums read
 WEIGHT_SQUARE = "ww"
 
 
@@ -937,8 +940,8 @@ def store_sums(t: ir.Table, sums: Sequence[StoredSum], *, positives: bool = Fals
     """The aggregates of the stored ``sums`` over a table holding ``p``, ``y``, ``w`` and the
     projected :func:`store_terms`: the one rendering of each declaration. ``positives``: the
     rows are the positives only, where the factor y is 1 and left out. A term with the weight
-    twice starts from w² as the scans' variance weight takes it (:func:`weight_square`: 0 below
-    :data:`TINY_WEIGHT`, where PostgreSQL's w·w raises an underflow), then multiplies the
+    twice starts from w² as the scans' variance weight takes it (:func:`square`: 0 below
+    :data:`TINY`, where PostgreSQL's w·w raises an underflow), then multiplies the
     other factors left to right, as the scans multiply theirs."""
     def product(of):
         of = [f for f in of if not (positives and f == "y")]

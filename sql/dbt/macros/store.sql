@@ -11,26 +11,26 @@ SELECT
 FROM (
   SELECT
 {%- for c in by %}
-    "t4".{{ adapter.quote(c) }},
+    "t3".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t4"."period_start",
+    "t3"."period_start",
     -1 AS "delay",
-    "t4"."n",
-    "t4"."W",
-    "t4"."sw2",
-    "t4"."swp",
-    "t4"."swpp",
-    "t4"."sw2_pq",
-    "t4"."spieg_var",
-    "t4"."sw2_spieg_var",
-    "t4"."sw_lnq",
-    "t4"."sw_lnq2",
-    "t4"."sw2p",
-    "t4"."sw2pp",
-    "t4"."n_p1",
-    "t4"."swp_h",
-    "t4"."p_min",
-    "t4"."p_max",
+    "t3"."n",
+    "t3"."W",
+    "t3"."sw2",
+    "t3"."swp",
+    "t3"."swpp",
+    "t3"."sw2_pq",
+    "t3"."spieg_var",
+    "t3"."sw2_spieg_var",
+    "t3"."sw_lnq",
+    "t3"."sw_lnq2",
+    "t3"."sw2p",
+    "t3"."sw2pp",
+    "t3"."n_p1",
+    "t3"."swp_h",
+    "t3"."p_min",
+    "t3"."p_max",
     0 AS "n_pos",
     0.0 AS "swy",
     0.0 AS "swyp",
@@ -41,10 +41,10 @@ FROM (
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
     0.0 AS "swy_h",
-    "t4"."swp4",
-    "t4"."sw2p4",
-    "t4"."sw2_lnq",
-    "t4"."sw2_lnq2",
+    "t3"."swp4",
+    "t3"."sw2p4",
+    "t3"."sw2_lnq",
+    "t3"."sw2_lnq2",
     0.0 AS "sw2y",
     0.0 AS "sw2yp",
     0.0 AS "swy_d4",
@@ -80,8 +80,8 @@ FROM (
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
-      SUM("t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "swp4",
-      SUM("t1"."ww" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
+      SUM("t1"."w" * "t1"."p4") AS "swp4",
+      SUM("t1"."ww" * "t1"."p4") AS "sw2p4",
       SUM("t1"."ww" * "t1"."lnq") AS "sw2_lnq",
       SUM("t1"."ww" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
     FROM (
@@ -125,22 +125,31 @@ FROM (
             "t0"."p" * 2 * "t0"."p"
           )
         ) AS "d4",
-        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww",
+        CASE
+          WHEN (
+            "t0"."p" * "t0"."p"
+          ) < 1.4916681462400413e-154
+          THEN 0.0
+          ELSE "t0"."p" * "t0"."p" * (
+            "t0"."p" * "t0"."p"
+          )
+        END AS "p4"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
       {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-  ) AS "t4"
-) AS "t6"
+  ) AS "t3"
+) AS "t5"
 UNION ALL
 SELECT
   *
 FROM (
   SELECT
 {%- for c in by %}
-    "t3".{{ adapter.quote(c) }},
+    "t4".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t3"."period_start",
+    "t4"."period_start",
     -2 AS "delay",
     0 AS "n",
     0.0 AS "W",
@@ -158,28 +167,28 @@ FROM (
     0.0 AS "swp_h",
     CAST(NULL AS DOUBLE PRECISION) AS "p_min",
     CAST(NULL AS DOUBLE PRECISION) AS "p_max",
-    "t3"."n_pos",
-    "t3"."swy",
-    "t3"."swyp",
-    "t3"."swy_lnp",
-    "t3"."swy_lnq",
-    "t3"."swy_lnp2",
-    "t3"."swy_lnq2",
-    "t3"."n_pos_p0",
-    "t3"."n_pos_p1",
-    "t3"."swy_h",
+    "t4"."n_pos",
+    "t4"."swy",
+    "t4"."swyp",
+    "t4"."swy_lnp",
+    "t4"."swy_lnq",
+    "t4"."swy_lnp2",
+    "t4"."swy_lnq2",
+    "t4"."n_pos_p0",
+    "t4"."n_pos_p1",
+    "t4"."swy_h",
     0.0 AS "swp4",
     0.0 AS "sw2p4",
     0.0 AS "sw2_lnq",
     0.0 AS "sw2_lnq2",
-    "t3"."sw2y",
-    "t3"."sw2yp",
-    "t3"."swy_d4",
-    "t3"."sw2y_d4",
-    "t3"."sw2y_lnp",
-    "t3"."sw2y_lnq",
-    "t3"."sw2y_lnp2",
-    "t3"."sw2y_lnq2"
+    "t4"."sw2y",
+    "t4"."sw2yp",
+    "t4"."swy_d4",
+    "t4"."sw2y_d4",
+    "t4"."sw2y_lnp",
+    "t4"."sw2y_lnq",
+    "t4"."sw2y_lnp2",
+    "t4"."sw2y_lnq2"
   FROM (
     SELECT
 {%- for c in by %}
@@ -247,15 +256,24 @@ FROM (
             "t0"."p" * 2 * "t0"."p"
           )
         ) AS "d4",
-        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww",
+        CASE
+          WHEN (
+            "t0"."p" * "t0"."p"
+          ) < 1.4916681462400413e-154
+          THEN 0.0
+          ELSE "t0"."p" * "t0"."p" * (
+            "t0"."p" * "t0"."p"
+          )
+        END AS "p4"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
     ) AS "t2"
     GROUP BY
       {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-  ) AS "t3"
-) AS "t5"
+  ) AS "t4"
+) AS "t6"
 {% endmacro %}
 
 {% macro duckdb__store_totals(relation, by) %}
@@ -264,26 +282,26 @@ SELECT
 FROM (
   SELECT
 {%- for c in by %}
-    "t4".{{ adapter.quote(c) }},
+    "t3".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t4"."period_start",
+    "t3"."period_start",
     -1 AS "delay",
-    "t4"."n",
-    "t4"."W",
-    "t4"."sw2",
-    "t4"."swp",
-    "t4"."swpp",
-    "t4"."sw2_pq",
-    "t4"."spieg_var",
-    "t4"."sw2_spieg_var",
-    "t4"."sw_lnq",
-    "t4"."sw_lnq2",
-    "t4"."sw2p",
-    "t4"."sw2pp",
-    "t4"."n_p1",
-    "t4"."swp_h",
-    "t4"."p_min",
-    "t4"."p_max",
+    "t3"."n",
+    "t3"."W",
+    "t3"."sw2",
+    "t3"."swp",
+    "t3"."swpp",
+    "t3"."sw2_pq",
+    "t3"."spieg_var",
+    "t3"."sw2_spieg_var",
+    "t3"."sw_lnq",
+    "t3"."sw_lnq2",
+    "t3"."sw2p",
+    "t3"."sw2pp",
+    "t3"."n_p1",
+    "t3"."swp_h",
+    "t3"."p_min",
+    "t3"."p_max",
     0 AS "n_pos",
     0.0 AS "swy",
     0.0 AS "swyp",
@@ -294,10 +312,10 @@ FROM (
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
     0.0 AS "swy_h",
-    "t4"."swp4",
-    "t4"."sw2p4",
-    "t4"."sw2_lnq",
-    "t4"."sw2_lnq2",
+    "t3"."swp4",
+    "t3"."sw2p4",
+    "t3"."sw2_lnq",
+    "t3"."sw2_lnq2",
     0.0 AS "sw2y",
     0.0 AS "sw2yp",
     0.0 AS "swy_d4",
@@ -333,8 +351,8 @@ FROM (
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
-      SUM("t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "swp4",
-      SUM("t1"."ww" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
+      SUM("t1"."w" * "t1"."p4") AS "swp4",
+      SUM("t1"."ww" * "t1"."p4") AS "sw2p4",
       SUM("t1"."ww" * "t1"."lnq") AS "sw2_lnq",
       SUM("t1"."ww" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
     FROM (
@@ -378,22 +396,31 @@ FROM (
             "t0"."p" * 2 * "t0"."p"
           )
         ) AS "d4",
-        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww",
+        CASE
+          WHEN (
+            "t0"."p" * "t0"."p"
+          ) < 1.4916681462400413e-154
+          THEN 0.0
+          ELSE "t0"."p" * "t0"."p" * (
+            "t0"."p" * "t0"."p"
+          )
+        END AS "p4"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
       {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-  ) AS "t4"
-) AS "t6"
+  ) AS "t3"
+) AS "t5"
 UNION ALL
 SELECT
   *
 FROM (
   SELECT
 {%- for c in by %}
-    "t3".{{ adapter.quote(c) }},
+    "t4".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t3"."period_start",
+    "t4"."period_start",
     -2 AS "delay",
     0 AS "n",
     0.0 AS "W",
@@ -411,28 +438,28 @@ FROM (
     0.0 AS "swp_h",
     CAST(NULL AS DOUBLE) AS "p_min",
     CAST(NULL AS DOUBLE) AS "p_max",
-    "t3"."n_pos",
-    "t3"."swy",
-    "t3"."swyp",
-    "t3"."swy_lnp",
-    "t3"."swy_lnq",
-    "t3"."swy_lnp2",
-    "t3"."swy_lnq2",
-    "t3"."n_pos_p0",
-    "t3"."n_pos_p1",
-    "t3"."swy_h",
+    "t4"."n_pos",
+    "t4"."swy",
+    "t4"."swyp",
+    "t4"."swy_lnp",
+    "t4"."swy_lnq",
+    "t4"."swy_lnp2",
+    "t4"."swy_lnq2",
+    "t4"."n_pos_p0",
+    "t4"."n_pos_p1",
+    "t4"."swy_h",
     0.0 AS "swp4",
     0.0 AS "sw2p4",
     0.0 AS "sw2_lnq",
     0.0 AS "sw2_lnq2",
-    "t3"."sw2y",
-    "t3"."sw2yp",
-    "t3"."swy_d4",
-    "t3"."sw2y_d4",
-    "t3"."sw2y_lnp",
-    "t3"."sw2y_lnq",
-    "t3"."sw2y_lnp2",
-    "t3"."sw2y_lnq2"
+    "t4"."sw2y",
+    "t4"."sw2yp",
+    "t4"."swy_d4",
+    "t4"."sw2y_d4",
+    "t4"."sw2y_lnp",
+    "t4"."sw2y_lnq",
+    "t4"."sw2y_lnp2",
+    "t4"."sw2y_lnq2"
   FROM (
     SELECT
 {%- for c in by %}
@@ -500,15 +527,24 @@ FROM (
             "t0"."p" * 2 * "t0"."p"
           )
         ) AS "d4",
-        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww"
+        CASE WHEN "t0"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t0"."w" * "t0"."w" END AS "ww",
+        CASE
+          WHEN (
+            "t0"."p" * "t0"."p"
+          ) < 1.4916681462400413e-154
+          THEN 0.0
+          ELSE "t0"."p" * "t0"."p" * (
+            "t0"."p" * "t0"."p"
+          )
+        END AS "p4"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
     ) AS "t2"
     GROUP BY
       {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-  ) AS "t3"
-) AS "t5"
+  ) AS "t4"
+) AS "t6"
 {% endmacro %}
 
 {% macro spark__store_totals(relation, by) %}
@@ -517,26 +553,26 @@ SELECT
 FROM (
   SELECT
 {%- for c in by %}
-    `t4`.{{ adapter.quote(c) }},
+    `t3`.{{ adapter.quote(c) }},
 {%- endfor %}
-    `t4`.`period_start`,
+    `t3`.`period_start`,
     -1 AS `delay`,
-    `t4`.`n`,
-    `t4`.`W`,
-    `t4`.`sw2`,
-    `t4`.`swp`,
-    `t4`.`swpp`,
-    `t4`.`sw2_pq`,
-    `t4`.`spieg_var`,
-    `t4`.`sw2_spieg_var`,
-    `t4`.`sw_lnq`,
-    `t4`.`sw_lnq2`,
-    `t4`.`sw2p`,
-    `t4`.`sw2pp`,
-    `t4`.`n_p1`,
-    `t4`.`swp_h`,
-    `t4`.`p_min`,
-    `t4`.`p_max`,
+    `t3`.`n`,
+    `t3`.`W`,
+    `t3`.`sw2`,
+    `t3`.`swp`,
+    `t3`.`swpp`,
+    `t3`.`sw2_pq`,
+    `t3`.`spieg_var`,
+    `t3`.`sw2_spieg_var`,
+    `t3`.`sw_lnq`,
+    `t3`.`sw_lnq2`,
+    `t3`.`sw2p`,
+    `t3`.`sw2pp`,
+    `t3`.`n_p1`,
+    `t3`.`swp_h`,
+    `t3`.`p_min`,
+    `t3`.`p_max`,
     0 AS `n_pos`,
     0.0 AS `swy`,
     0.0 AS `swyp`,
@@ -547,10 +583,10 @@ FROM (
     0 AS `n_pos_p0`,
     0 AS `n_pos_p1`,
     0.0 AS `swy_h`,
-    `t4`.`swp4`,
-    `t4`.`sw2p4`,
-    `t4`.`sw2_lnq`,
-    `t4`.`sw2_lnq2`,
+    `t3`.`swp4`,
+    `t3`.`sw2p4`,
+    `t3`.`sw2_lnq`,
+    `t3`.`sw2_lnq2`,
     0.0 AS `sw2y`,
     0.0 AS `sw2yp`,
     0.0 AS `swy_d4`,
@@ -585,8 +621,8 @@ FROM (
       SUM(`t1`.`w` * `t1`.`h` * `t1`.`p`) AS `swp_h`,
       MIN(`t1`.`p`) AS `p_min`,
       MAX(`t1`.`p`) AS `p_max`,
-      SUM(`t1`.`w` * `t1`.`p` * `t1`.`p` * `t1`.`p` * `t1`.`p`) AS `swp4`,
-      SUM(`t1`.`ww` * `t1`.`p` * `t1`.`p` * `t1`.`p` * `t1`.`p`) AS `sw2p4`,
+      SUM(`t1`.`w` * `t1`.`p4`) AS `swp4`,
+      SUM(`t1`.`ww` * `t1`.`p4`) AS `sw2p4`,
       SUM(`t1`.`ww` * `t1`.`lnq`) AS `sw2_lnq`,
       SUM(`t1`.`ww` * `t1`.`lnq` * `t1`.`lnq`) AS `sw2_lnq2`
     FROM (
@@ -634,22 +670,31 @@ FROM (
             `t0`.`p` * 2 * `t0`.`p`
           )
         ) AS `d4`,
-        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`,
+        IF(
+          (
+            `t0`.`p` * `t0`.`p`
+          ) < 1.4916681462400413e-154,
+          0.0,
+          `t0`.`p` * `t0`.`p` * (
+            `t0`.`p` * `t0`.`p`
+          )
+        ) AS `p4`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
       {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-  ) AS `t4`
-) AS `t6`
+  ) AS `t3`
+) AS `t5`
 UNION ALL
 SELECT
   *
 FROM (
   SELECT
 {%- for c in by %}
-    `t3`.{{ adapter.quote(c) }},
+    `t4`.{{ adapter.quote(c) }},
 {%- endfor %}
-    `t3`.`period_start`,
+    `t4`.`period_start`,
     -2 AS `delay`,
     0 AS `n`,
     0.0 AS `W`,
@@ -667,28 +712,28 @@ FROM (
     0.0 AS `swp_h`,
     CAST(NULL AS DOUBLE) AS `p_min`,
     CAST(NULL AS DOUBLE) AS `p_max`,
-    `t3`.`n_pos`,
-    `t3`.`swy`,
-    `t3`.`swyp`,
-    `t3`.`swy_lnp`,
-    `t3`.`swy_lnq`,
-    `t3`.`swy_lnp2`,
-    `t3`.`swy_lnq2`,
-    `t3`.`n_pos_p0`,
-    `t3`.`n_pos_p1`,
-    `t3`.`swy_h`,
+    `t4`.`n_pos`,
+    `t4`.`swy`,
+    `t4`.`swyp`,
+    `t4`.`swy_lnp`,
+    `t4`.`swy_lnq`,
+    `t4`.`swy_lnp2`,
+    `t4`.`swy_lnq2`,
+    `t4`.`n_pos_p0`,
+    `t4`.`n_pos_p1`,
+    `t4`.`swy_h`,
     0.0 AS `swp4`,
     0.0 AS `sw2p4`,
     0.0 AS `sw2_lnq`,
     0.0 AS `sw2_lnq2`,
-    `t3`.`sw2y`,
-    `t3`.`sw2yp`,
-    `t3`.`swy_d4`,
-    `t3`.`sw2y_d4`,
-    `t3`.`sw2y_lnp`,
-    `t3`.`sw2y_lnq`,
-    `t3`.`sw2y_lnp2`,
-    `t3`.`sw2y_lnq2`
+    `t4`.`sw2y`,
+    `t4`.`sw2yp`,
+    `t4`.`swy_d4`,
+    `t4`.`sw2y_d4`,
+    `t4`.`sw2y_lnp`,
+    `t4`.`sw2y_lnq`,
+    `t4`.`sw2y_lnp2`,
+    `t4`.`sw2y_lnq2`
   FROM (
     SELECT
 {%- for c in by %}
@@ -758,15 +803,24 @@ FROM (
             `t0`.`p` * 2 * `t0`.`p`
           )
         ) AS `d4`,
-        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`,
+        IF(
+          (
+            `t0`.`p` * `t0`.`p`
+          ) < 1.4916681462400413e-154,
+          0.0,
+          `t0`.`p` * `t0`.`p` * (
+            `t0`.`p` * `t0`.`p`
+          )
+        ) AS `p4`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
     ) AS `t2`
     GROUP BY
       {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-  ) AS `t3`
-) AS `t5`
+  ) AS `t4`
+) AS `t6`
 {% endmacro %}
 
 {% macro bigquery__store_totals(relation, by) %}
@@ -775,26 +829,26 @@ SELECT
 FROM (
   SELECT
 {%- for c in by %}
-    `t4`.{{ adapter.quote(c) }},
+    `t3`.{{ adapter.quote(c) }},
 {%- endfor %}
-    `t4`.`period_start`,
+    `t3`.`period_start`,
     -1 AS `delay`,
-    `t4`.`n`,
-    `t4`.`W`,
-    `t4`.`sw2`,
-    `t4`.`swp`,
-    `t4`.`swpp`,
-    `t4`.`sw2_pq`,
-    `t4`.`spieg_var`,
-    `t4`.`sw2_spieg_var`,
-    `t4`.`sw_lnq`,
-    `t4`.`sw_lnq2`,
-    `t4`.`sw2p`,
-    `t4`.`sw2pp`,
-    `t4`.`n_p1`,
-    `t4`.`swp_h`,
-    `t4`.`p_min`,
-    `t4`.`p_max`,
+    `t3`.`n`,
+    `t3`.`W`,
+    `t3`.`sw2`,
+    `t3`.`swp`,
+    `t3`.`swpp`,
+    `t3`.`sw2_pq`,
+    `t3`.`spieg_var`,
+    `t3`.`sw2_spieg_var`,
+    `t3`.`sw_lnq`,
+    `t3`.`sw_lnq2`,
+    `t3`.`sw2p`,
+    `t3`.`sw2pp`,
+    `t3`.`n_p1`,
+    `t3`.`swp_h`,
+    `t3`.`p_min`,
+    `t3`.`p_max`,
     0 AS `n_pos`,
     0.0 AS `swy`,
     0.0 AS `swyp`,
@@ -805,10 +859,10 @@ FROM (
     0 AS `n_pos_p0`,
     0 AS `n_pos_p1`,
     0.0 AS `swy_h`,
-    `t4`.`swp4`,
-    `t4`.`sw2p4`,
-    `t4`.`sw2_lnq`,
-    `t4`.`sw2_lnq2`,
+    `t3`.`swp4`,
+    `t3`.`sw2p4`,
+    `t3`.`sw2_lnq`,
+    `t3`.`sw2_lnq2`,
     0.0 AS `sw2y`,
     0.0 AS `sw2yp`,
     0.0 AS `swy_d4`,
@@ -843,8 +897,8 @@ FROM (
       SUM(`t1`.`w` * `t1`.`h` * `t1`.`p`) AS `swp_h`,
       MIN(`t1`.`p`) AS `p_min`,
       MAX(`t1`.`p`) AS `p_max`,
-      SUM(`t1`.`w` * `t1`.`p` * `t1`.`p` * `t1`.`p` * `t1`.`p`) AS `swp4`,
-      SUM(`t1`.`ww` * `t1`.`p` * `t1`.`p` * `t1`.`p` * `t1`.`p`) AS `sw2p4`,
+      SUM(`t1`.`w` * `t1`.`p4`) AS `swp4`,
+      SUM(`t1`.`ww` * `t1`.`p4`) AS `sw2p4`,
       SUM(`t1`.`ww` * `t1`.`lnq`) AS `sw2_lnq`,
       SUM(`t1`.`ww` * `t1`.`lnq` * `t1`.`lnq`) AS `sw2_lnq2`
     FROM (
@@ -892,22 +946,31 @@ FROM (
             `t0`.`p` * 2 * `t0`.`p`
           )
         ) AS `d4`,
-        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`,
+        IF(
+          (
+            `t0`.`p` * `t0`.`p`
+          ) < 1.4916681462400413e-154,
+          0.0,
+          `t0`.`p` * `t0`.`p` * (
+            `t0`.`p` * `t0`.`p`
+          )
+        ) AS `p4`
       FROM {{ relation }} AS `t0`
     ) AS `t1`
     GROUP BY
       {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-  ) AS `t4`
-) AS `t6`
+  ) AS `t3`
+) AS `t5`
 UNION ALL
 SELECT
   *
 FROM (
   SELECT
 {%- for c in by %}
-    `t3`.{{ adapter.quote(c) }},
+    `t4`.{{ adapter.quote(c) }},
 {%- endfor %}
-    `t3`.`period_start`,
+    `t4`.`period_start`,
     -2 AS `delay`,
     0 AS `n`,
     0.0 AS `W`,
@@ -925,28 +988,28 @@ FROM (
     0.0 AS `swp_h`,
     CAST(NULL AS FLOAT64) AS `p_min`,
     CAST(NULL AS FLOAT64) AS `p_max`,
-    `t3`.`n_pos`,
-    `t3`.`swy`,
-    `t3`.`swyp`,
-    `t3`.`swy_lnp`,
-    `t3`.`swy_lnq`,
-    `t3`.`swy_lnp2`,
-    `t3`.`swy_lnq2`,
-    `t3`.`n_pos_p0`,
-    `t3`.`n_pos_p1`,
-    `t3`.`swy_h`,
+    `t4`.`n_pos`,
+    `t4`.`swy`,
+    `t4`.`swyp`,
+    `t4`.`swy_lnp`,
+    `t4`.`swy_lnq`,
+    `t4`.`swy_lnp2`,
+    `t4`.`swy_lnq2`,
+    `t4`.`n_pos_p0`,
+    `t4`.`n_pos_p1`,
+    `t4`.`swy_h`,
     0.0 AS `swp4`,
     0.0 AS `sw2p4`,
     0.0 AS `sw2_lnq`,
     0.0 AS `sw2_lnq2`,
-    `t3`.`sw2y`,
-    `t3`.`sw2yp`,
-    `t3`.`swy_d4`,
-    `t3`.`sw2y_d4`,
-    `t3`.`sw2y_lnp`,
-    `t3`.`sw2y_lnq`,
-    `t3`.`sw2y_lnp2`,
-    `t3`.`sw2y_lnq2`
+    `t4`.`sw2y`,
+    `t4`.`sw2yp`,
+    `t4`.`swy_d4`,
+    `t4`.`sw2y_d4`,
+    `t4`.`sw2y_lnp`,
+    `t4`.`sw2y_lnq`,
+    `t4`.`sw2y_lnp2`,
+    `t4`.`sw2y_lnq2`
   FROM (
     SELECT
 {%- for c in by %}
@@ -1016,15 +1079,24 @@ FROM (
             `t0`.`p` * 2 * `t0`.`p`
           )
         ) AS `d4`,
-        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`
+        IF(`t0`.`w` < 1.4916681462400413e-154, 0.0, `t0`.`w` * `t0`.`w`) AS `ww`,
+        IF(
+          (
+            `t0`.`p` * `t0`.`p`
+          ) < 1.4916681462400413e-154,
+          0.0,
+          `t0`.`p` * `t0`.`p` * (
+            `t0`.`p` * `t0`.`p`
+          )
+        ) AS `p4`
       FROM {{ relation }} AS `t0`
       WHERE
         `t0`.`y` = 1
     ) AS `t2`
     GROUP BY
       {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-  ) AS `t3`
-) AS `t5`
+  ) AS `t4`
+) AS `t6`
 {% endmacro %}
 
 {% macro snowflake__store_totals(relation, by) %}
@@ -1033,26 +1105,26 @@ SELECT
 FROM (
   SELECT
 {%- for c in by %}
-    "t4".{{ adapter.quote(c) }},
+    "t3".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t4"."period_start",
+    "t3"."period_start",
     -1 AS "delay",
-    "t4"."n",
-    "t4"."W",
-    "t4"."sw2",
-    "t4"."swp",
-    "t4"."swpp",
-    "t4"."sw2_pq",
-    "t4"."spieg_var",
-    "t4"."sw2_spieg_var",
-    "t4"."sw_lnq",
-    "t4"."sw_lnq2",
-    "t4"."sw2p",
-    "t4"."sw2pp",
-    "t4"."n_p1",
-    "t4"."swp_h",
-    "t4"."p_min",
-    "t4"."p_max",
+    "t3"."n",
+    "t3"."W",
+    "t3"."sw2",
+    "t3"."swp",
+    "t3"."swpp",
+    "t3"."sw2_pq",
+    "t3"."spieg_var",
+    "t3"."sw2_spieg_var",
+    "t3"."sw_lnq",
+    "t3"."sw_lnq2",
+    "t3"."sw2p",
+    "t3"."sw2pp",
+    "t3"."n_p1",
+    "t3"."swp_h",
+    "t3"."p_min",
+    "t3"."p_max",
     0 AS "n_pos",
     0.0 AS "swy",
     0.0 AS "swyp",
@@ -1063,10 +1135,10 @@ FROM (
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
     0.0 AS "swy_h",
-    "t4"."swp4",
-    "t4"."sw2p4",
-    "t4"."sw2_lnq",
-    "t4"."sw2_lnq2",
+    "t3"."swp4",
+    "t3"."sw2p4",
+    "t3"."sw2_lnq",
+    "t3"."sw2_lnq2",
     0.0 AS "sw2y",
     0.0 AS "sw2yp",
     0.0 AS "swy_d4",
@@ -1101,8 +1173,8 @@ FROM (
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
-      SUM("t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "swp4",
-      SUM("t1"."ww" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
+      SUM("t1"."w" * "t1"."p4") AS "swp4",
+      SUM("t1"."ww" * "t1"."p4") AS "sw2p4",
       SUM("t1"."ww" * "t1"."lnq") AS "sw2_lnq",
       SUM("t1"."ww" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
     FROM (
@@ -1146,22 +1218,31 @@ FROM (
             "t0"."p" * 2 * "t0"."p"
           )
         ) AS "d4",
-        IFF("t0"."w" < 1.4916681462400413e-154, 0.0, "t0"."w" * "t0"."w") AS "ww"
+        IFF("t0"."w" < 1.4916681462400413e-154, 0.0, "t0"."w" * "t0"."w") AS "ww",
+        IFF(
+          (
+            "t0"."p" * "t0"."p"
+          ) < 1.4916681462400413e-154,
+          0.0,
+          "t0"."p" * "t0"."p" * (
+            "t0"."p" * "t0"."p"
+          )
+        ) AS "p4"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
       {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-  ) AS "t4"
-) AS "t6"
+  ) AS "t3"
+) AS "t5"
 UNION ALL
 SELECT
   *
 FROM (
   SELECT
 {%- for c in by %}
-    "t3".{{ adapter.quote(c) }},
+    "t4".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t3"."period_start",
+    "t4"."period_start",
     -2 AS "delay",
     0 AS "n",
     0.0 AS "W",
@@ -1179,28 +1260,28 @@ FROM (
     0.0 AS "swp_h",
     CAST(NULL AS DOUBLE) AS "p_min",
     CAST(NULL AS DOUBLE) AS "p_max",
-    "t3"."n_pos",
-    "t3"."swy",
-    "t3"."swyp",
-    "t3"."swy_lnp",
-    "t3"."swy_lnq",
-    "t3"."swy_lnp2",
-    "t3"."swy_lnq2",
-    "t3"."n_pos_p0",
-    "t3"."n_pos_p1",
-    "t3"."swy_h",
+    "t4"."n_pos",
+    "t4"."swy",
+    "t4"."swyp",
+    "t4"."swy_lnp",
+    "t4"."swy_lnq",
+    "t4"."swy_lnp2",
+    "t4"."swy_lnq2",
+    "t4"."n_pos_p0",
+    "t4"."n_pos_p1",
+    "t4"."swy_h",
     0.0 AS "swp4",
     0.0 AS "sw2p4",
     0.0 AS "sw2_lnq",
     0.0 AS "sw2_lnq2",
-    "t3"."sw2y",
-    "t3"."sw2yp",
-    "t3"."swy_d4",
-    "t3"."sw2y_d4",
-    "t3"."sw2y_lnp",
-    "t3"."sw2y_lnq",
-    "t3"."sw2y_lnp2",
-    "t3"."sw2y_lnq2"
+    "t4"."sw2y",
+    "t4"."sw2yp",
+    "t4"."swy_d4",
+    "t4"."sw2y_d4",
+    "t4"."sw2y_lnp",
+    "t4"."sw2y_lnq",
+    "t4"."sw2y_lnp2",
+    "t4"."sw2y_lnq2"
   FROM (
     SELECT
 {%- for c in by %}
@@ -1266,15 +1347,24 @@ FROM (
             "t0"."p" * 2 * "t0"."p"
           )
         ) AS "d4",
-        IFF("t0"."w" < 1.4916681462400413e-154, 0.0, "t0"."w" * "t0"."w") AS "ww"
+        IFF("t0"."w" < 1.4916681462400413e-154, 0.0, "t0"."w" * "t0"."w") AS "ww",
+        IFF(
+          (
+            "t0"."p" * "t0"."p"
+          ) < 1.4916681462400413e-154,
+          0.0,
+          "t0"."p" * "t0"."p" * (
+            "t0"."p" * "t0"."p"
+          )
+        ) AS "p4"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
     ) AS "t2"
     GROUP BY
       {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-  ) AS "t3"
-) AS "t5"
+  ) AS "t4"
+) AS "t6"
 {% endmacro %}
 
 {% macro trino__store_totals(relation, by) %}
@@ -1283,26 +1373,26 @@ SELECT
 FROM (
   SELECT
 {%- for c in by %}
-    "t4".{{ adapter.quote(c) }},
+    "t3".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t4"."period_start",
+    "t3"."period_start",
     -1 AS "delay",
-    "t4"."n",
-    "t4"."W",
-    "t4"."sw2",
-    "t4"."swp",
-    "t4"."swpp",
-    "t4"."sw2_pq",
-    "t4"."spieg_var",
-    "t4"."sw2_spieg_var",
-    "t4"."sw_lnq",
-    "t4"."sw_lnq2",
-    "t4"."sw2p",
-    "t4"."sw2pp",
-    "t4"."n_p1",
-    "t4"."swp_h",
-    "t4"."p_min",
-    "t4"."p_max",
+    "t3"."n",
+    "t3"."W",
+    "t3"."sw2",
+    "t3"."swp",
+    "t3"."swpp",
+    "t3"."sw2_pq",
+    "t3"."spieg_var",
+    "t3"."sw2_spieg_var",
+    "t3"."sw_lnq",
+    "t3"."sw_lnq2",
+    "t3"."sw2p",
+    "t3"."sw2pp",
+    "t3"."n_p1",
+    "t3"."swp_h",
+    "t3"."p_min",
+    "t3"."p_max",
     0 AS "n_pos",
     CAST(0.0 AS DOUBLE) AS "swy",
     CAST(0.0 AS DOUBLE) AS "swyp",
@@ -1313,10 +1403,10 @@ FROM (
     0 AS "n_pos_p0",
     0 AS "n_pos_p1",
     CAST(0.0 AS DOUBLE) AS "swy_h",
-    "t4"."swp4",
-    "t4"."sw2p4",
-    "t4"."sw2_lnq",
-    "t4"."sw2_lnq2",
+    "t3"."swp4",
+    "t3"."sw2p4",
+    "t3"."sw2_lnq",
+    "t3"."sw2_lnq2",
     CAST(0.0 AS DOUBLE) AS "sw2y",
     CAST(0.0 AS DOUBLE) AS "sw2yp",
     CAST(0.0 AS DOUBLE) AS "swy_d4",
@@ -1352,8 +1442,8 @@ FROM (
       SUM("t1"."w" * "t1"."h" * "t1"."p") AS "swp_h",
       MIN("t1"."p") AS "p_min",
       MAX("t1"."p") AS "p_max",
-      SUM("t1"."w" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "swp4",
-      SUM("t1"."ww" * "t1"."p" * "t1"."p" * "t1"."p" * "t1"."p") AS "sw2p4",
+      SUM("t1"."w" * "t1"."p4") AS "swp4",
+      SUM("t1"."ww" * "t1"."p4") AS "sw2p4",
       SUM("t1"."ww" * "t1"."lnq") AS "sw2_lnq",
       SUM("t1"."ww" * "t1"."lnq" * "t1"."lnq") AS "sw2_lnq2"
     FROM (
@@ -1407,22 +1497,31 @@ FROM (
           "t0"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
           CAST(0.0 AS DOUBLE),
           "t0"."w" * "t0"."w"
-        ) AS "ww"
+        ) AS "ww",
+        IF(
+          (
+            "t0"."p" * "t0"."p"
+          ) < CAST(1.4916681462400413e-154 AS DOUBLE),
+          CAST(0.0 AS DOUBLE),
+          "t0"."p" * "t0"."p" * (
+            "t0"."p" * "t0"."p"
+          )
+        ) AS "p4"
       FROM {{ relation }} AS "t0"
     ) AS "t1"
     GROUP BY
       {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-  ) AS "t4"
-) AS "t6"
+  ) AS "t3"
+) AS "t5"
 UNION ALL
 SELECT
   *
 FROM (
   SELECT
 {%- for c in by %}
-    "t3".{{ adapter.quote(c) }},
+    "t4".{{ adapter.quote(c) }},
 {%- endfor %}
-    "t3"."period_start",
+    "t4"."period_start",
     -2 AS "delay",
     0 AS "n",
     CAST(0.0 AS DOUBLE) AS "W",
@@ -1440,28 +1539,28 @@ FROM (
     CAST(0.0 AS DOUBLE) AS "swp_h",
     CAST(NULL AS DOUBLE) AS "p_min",
     CAST(NULL AS DOUBLE) AS "p_max",
-    "t3"."n_pos",
-    "t3"."swy",
-    "t3"."swyp",
-    "t3"."swy_lnp",
-    "t3"."swy_lnq",
-    "t3"."swy_lnp2",
-    "t3"."swy_lnq2",
-    "t3"."n_pos_p0",
-    "t3"."n_pos_p1",
-    "t3"."swy_h",
+    "t4"."n_pos",
+    "t4"."swy",
+    "t4"."swyp",
+    "t4"."swy_lnp",
+    "t4"."swy_lnq",
+    "t4"."swy_lnp2",
+    "t4"."swy_lnq2",
+    "t4"."n_pos_p0",
+    "t4"."n_pos_p1",
+    "t4"."swy_h",
     CAST(0.0 AS DOUBLE) AS "swp4",
     CAST(0.0 AS DOUBLE) AS "sw2p4",
     CAST(0.0 AS DOUBLE) AS "sw2_lnq",
     CAST(0.0 AS DOUBLE) AS "sw2_lnq2",
-    "t3"."sw2y",
-    "t3"."sw2yp",
-    "t3"."swy_d4",
-    "t3"."sw2y_d4",
-    "t3"."sw2y_lnp",
-    "t3"."sw2y_lnq",
-    "t3"."sw2y_lnp2",
-    "t3"."sw2y_lnq2"
+    "t4"."sw2y",
+    "t4"."sw2yp",
+    "t4"."swy_d4",
+    "t4"."sw2y_d4",
+    "t4"."sw2y_lnp",
+    "t4"."sw2y_lnq",
+    "t4"."sw2y_lnp2",
+    "t4"."sw2y_lnq2"
   FROM (
     SELECT
 {%- for c in by %}
@@ -1539,15 +1638,24 @@ FROM (
           "t0"."w" < CAST(1.4916681462400413e-154 AS DOUBLE),
           CAST(0.0 AS DOUBLE),
           "t0"."w" * "t0"."w"
-        ) AS "ww"
+        ) AS "ww",
+        IF(
+          (
+            "t0"."p" * "t0"."p"
+          ) < CAST(1.4916681462400413e-154 AS DOUBLE),
+          CAST(0.0 AS DOUBLE),
+          "t0"."p" * "t0"."p" * (
+            "t0"."p" * "t0"."p"
+          )
+        ) AS "p4"
       FROM {{ relation }} AS "t0"
       WHERE
         "t0"."y" = 1
     ) AS "t2"
     GROUP BY
       {% for c in by %}{{ loop.index }}{{ ', ' if not loop.last }}{% endfor %}{{ ', ' if by }}{{ by | length + 1 }}
-  ) AS "t3"
-) AS "t5"
+  ) AS "t4"
+) AS "t6"
 {% endmacro %}
 
 {# stored rows of sqlcal_sum_cells, before the leading columns #}
