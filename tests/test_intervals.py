@@ -397,7 +397,8 @@ def test_cell_extreme_matches_a_loop(sign):
         several = rng.random(n) < 0.7
         e = -2 * np.log1p(-rng.random((grid, B)))
         for cols in (np.arange(n), np.array([1, 3]), np.array([], dtype=np.int64)):
-            got = _cell_extreme(H, cols, ids, V, several, e, n == grid, sign)
+            got = _cell_extreme(H, cols, ids, V, several, e, n == grid, sign,
+                                np.full((2, n, B), np.nan))
             want = np.full(B, -np.inf)
             for b in range(B):
                 for c in cols:

@@ -682,9 +682,15 @@ def _by_cell(z: np.ndarray, e: np.ndarray) -> dict:
     """The walk's draws laid out by cell: ``z0``, ``z1`` (the normals of each cell's (W_c, R_c))
     and ``e0``, ``e1`` (the bridges' exponentials at the maximum, the minimum), each a
     contiguous cells × B array, so that a group's cells are whole rows (a copy of rows, not a
-    strided gather from the B × cells × 2 draws, for each of hundreds of groups)."""
-    return {f"{name}{j}": np.ascontiguousarray(draws[..., j].T)
-            for name, draws in (("z", z), ("e", e)) for j in (0, 1)}
+    strided gather from the B × cells × 2 draws, for each of hundreds of groups). With them
+    the groups' working memory, reused group after group (fresh arrays of megabytes cost as
+    much in page faults as the arithmetic on them): the walk ``H`` (cells + 1 × B) and
+    ``scratch`` (4 × cells × B)."""
+    out = {f"{name}{j}": np.ascontiguousarray(draws[..., j].T)
+           for name, draws in (("z", z), ("e", e)) for j in (0, 1)}
+    cells, B = out["z0"].shape
+    out["H"], out["scratch"] = np.empty((cells + 1, B)), np.empty((4, cells, B))
+    return out
 
 
 def _walk_group(part: dict, ext: dict, draws: dict, zx, alpha: float, grid: int,
@@ -709,19 +715,24 @@ def _walk_group(part: dict, ext: dict, draws: dict, zx, alpha: float, grid: int,
     # its square root would turn the sums' last bits into 1e-8 (see cholesky3)
     pivot = d - l21 * l21
     l22 = np.sqrt(np.where(pivot > 1e-10 * np.maximum(d, 1e-300), pivot, 0.0))
-    every = len(ids) == grid  # the cells are sorted and distinct: all of them
-    z0, z1 = (draws[f"z{j}"] if every else draws[f"z{j}"][ids] for j in (0, 1))
+    n = len(ids)
+    every = n == grid  # the cells are sorted and distinct: all of them
+    scratch = draws["scratch"][:, :n]
+    z0, z1 = (draws[f"z{j}"] if every else _rows(draws[f"z{j}"], ids, scratch[j])
+              for j in (0, 1))
     B = z0.shape[1]
     s_end = np.cumsum(R) / W
     s_start = s_end - R / W
-    H = np.zeros((len(ids) + 1, B))  # H[c + 1]: h at the end of cell c; H[0]: the origin
+    H = draws["H"][:n + 1]  # H[c + 1]: h at the end of cell c; H[0]: the origin
+    H[0] = 0.0
     h_end = H[1:]
     np.multiply(l21[:, None], z0, out=h_end)
-    h_end += l22[:, None] * z1
+    h_end += np.multiply(l22[:, None], z1, out=scratch[2])
     np.cumsum(h_end, axis=0, out=h_end)
     # each replicate's W* deviation, summed over the cells in order (a matrix product would
     # sum in another order, and the intervals would move in their last bits)
-    h_end -= s_end[:, None] * (l11[:, None] * z0).sum(axis=0)
+    dW = np.multiply(l11[:, None], z0, out=scratch[2]).sum(axis=0)
+    h_end -= np.multiply(s_end[:, None], dW, out=scratch[2])
     h_end /= W
     V = np.maximum(d, 0.0) / (W * W)  # the cell's own variance of h
     v_end = np.cumsum(V)
@@ -755,7 +766,7 @@ def _walk_group(part: dict, ext: dict, draws: dict, zx, alpha: float, grid: int,
         if star >= 0:
             near[star] = True
         extreme = _cell_extreme(H, np.flatnonzero(near), ids, V, several,
-                                draws[f"e{k}"], every, sign)
+                                draws[f"e{k}"], every, sign, scratch[2:])
         if star < 0 or 0.0 >= sign * value - kappa * np.sqrt(vs):
             extreme = np.maximum(extreme, 0.0)
         D += extreme
@@ -775,13 +786,15 @@ def _walk_group(part: dict, ext: dict, draws: dict, zx, alpha: float, grid: int,
 
 
 def _cell_extreme(H: np.ndarray, cols: np.ndarray, ids: np.ndarray, V: np.ndarray,
-                  several: np.ndarray, e: np.ndarray, every: bool, sign: float) -> np.ndarray:
+                  several: np.ndarray, e: np.ndarray, every: bool, sign: float,
+                  scratch: np.ndarray) -> np.ndarray:
     """Per replicate, the greatest (``sign`` 1; the least, -1, as ``sign`` times it) of the
     walk over the cells ``cols`` (of the group's cells ``ids``; ``every``: they are all the
     grid's), each taken whole: a cell of several scores as a Brownian bridge between its ends
     H[c] and H[c + 1] with variance V[c], whose supremum is
     :math:`(h_0 + h_1 + \\sqrt{(h_1 - h_0)^2 + V E})/2`, E = −2 ln U of ``e`` (the row of its
     grid cell), and a cell of one score at its end (its walk steps once). −∞ for no cells.
+    ``scratch``: two arrays of at least len(cols) × B, overwritten.
 
     References
     ----------
@@ -793,19 +806,32 @@ def _cell_extreme(H: np.ndarray, cols: np.ndarray, ids: np.ndarray, V: np.ndarra
     whole = len(cols) == len(ids)
     h0 = H[:-1] if whole else H[cols]
     h1 = H[1:] if whole else H[cols + 1]
-    bridge = h1 - h0
+    bridge, reach = scratch[0, :len(cols)], scratch[1, :len(cols)]
+    np.subtract(h1, h0, out=bridge)
     bridge *= bridge
-    bridge += V[cols][:, None] * (e if every and whole else e[ids[cols]])
+    if every and whole:
+        np.multiply(V[:, None], e, out=reach)
+    else:
+        np.multiply(V[cols][:, None], _rows(e, ids[cols], reach), out=reach)
+    bridge += reach
     np.sqrt(bridge, out=bridge)
-    reach = h0 + h1
+    np.add(h0, h1, out=reach)
     if sign > 0:
         reach += bridge
     else:
         reach -= bridge
-    reach /= 2
+    # twice the reach (a cell of one score: twice its end), halved once per replicate after
+    # the extreme is taken: halving is exact, so this is the extreme of the halves
     one = ~several[cols]
-    reach[one] = h1[one]
-    return reach.max(axis=0) if sign > 0 else -reach.min(axis=0)
+    if one.any():
+        reach[one] = 2 * h1[one]
+    return (reach.max(axis=0) if sign > 0 else -reach.min(axis=0)) / 2
+
+
+def _rows(a: np.ndarray, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The rows ``ids`` of ``a``, written into ``out`` (ids are in range: numpy's checked take
+    into ``out`` copies twice, its clipped one once)."""
+    return np.take(a, ids, axis=0, out=out, mode="clip")
 
 
 def _separate(h_star: np.ndarray, star: int, s_end: np.ndarray, v_end: np.ndarray,
