@@ -553,10 +553,18 @@ def _wanted_ranges(pieces: dict, wanted: dict, by, scale: int) -> list:
 
 
 def _cell_ranges_of(keys: list, cells: list, scale: int) -> list:
-    """The score ranges ``(group key, lo, hi)`` of each group's cells (``keys[g]`` and the ids
-    ``cells[g]`` on the 2^k grid ``scale``), as :func:`cell_ranges` gives them."""
-    return [(key, c / scale, (c + 1) / scale)
-            for key, ids in zip(keys, cells) for c in ids.tolist()]
+    """The score ranges ``(group key, lo, hi)`` of each group's cells (``keys[g]`` and the
+    sorted ids ``cells[g]`` on the 2^k grid ``scale``): a run of consecutive cells as one range,
+    as :func:`sqlcal.query.declared.score_ranges` merges them (the ranges of thousands of
+    groups were a tenth of a second of Python a stage)."""
+    out = []
+    for key, ids in zip(keys, cells):
+        if not len(ids):
+            continue
+        breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+        first, last = ids[np.r_[0, breaks]], ids[np.r_[breaks - 1, len(ids) - 1]]
+        out += [(key, a / scale, (b + 1) / scale) for a, b in zip(first.tolist(), last.tolist())]
+    return out
 
 
 def _group_order(frame: pd.DataFrame, by: list) -> tuple[np.ndarray, list, np.ndarray]:
