@@ -226,6 +226,33 @@ def test_equal_mass_bins_through_zoomed_cells(upload, monkeypatch, ties):
         np.testing.assert_allclose(part.observed.to_numpy(), want.to_numpy(), **TOL)
 
 
+def test_equal_mass_bins_of_many_groups_match_numpy(upload):
+    """Sixty groups read together (one of one row, one of one distinct score, a NULL key):
+    every group's quantile edges are np.quantile's of its own rows to the last bit, and the
+    Hosmer-Lemeshow statistic of each group with ten distinct deciles is the oracle's on
+    pd.qcut's."""
+    df = calibration_data(12000, seed=14, groups=60)
+    df.loc[df.g == "g1", "p"] = 0.3
+    df = pd.concat([df[df.g != "g2"], df[df.g == "g2"].head(1)], ignore_index=True)
+    # numeric keys, NaN for NULL (a NULL string key reaches Spark as the string 'NaN')
+    df["g"] = df["g"].str[1:].astype(float).where(df["g"] != "g3")
+    t = upload(df)
+    got = sqlcal.reliability(t, score="p", label="y", by="g", bins=9, strategy="quantile",
+                             ci=None)
+    hl = sqlcal.hosmer_lemeshow(t, score="p", label="y", by="g")
+    assert got.g.nunique(dropna=False) == 60 and len(hl) == 60
+    for g, part in got.groupby("g", dropna=False):
+        rows = df[df.g.isna()] if pd.isna(g) else df[df.g == g]
+        edges = np.quantile(rows.p, np.linspace(0, 1, 10)[1:-1])
+        np.testing.assert_array_equal(part.bin_upper.to_numpy()[:-1],
+                                      edges[part.bin.to_numpy()[:-1]])
+        if rows.p.nunique() < 10:
+            continue
+        stat, _, _ = oracle.hosmer_lemeshow(rows.p, rows.y, pd.qcut(rows.p, 10, labels=False), 0)
+        row = hl[hl.g.isna()] if pd.isna(g) else hl[hl.g == g]
+        np.testing.assert_allclose(row.hl_statistic.iloc[0], stat, **TOL)
+
+
 def test_equal_mass_bins_with_tied_edges_match_sklearn(upload):
     # review finding: an edge computed as (n−1)·k/B instead of numpy's (n−1)·linspace lands a
     # tied score in the wrong bin; here numpy's edge is 0.7999999999999999

@@ -329,7 +329,7 @@ def _cutoff_oracle(df: pd.DataFrame, kind: str, *, by=None, replicates=400, seed
     from sqlcal.metrics.intervals import walk_interval
     from tests.intervals_sim import cells_frame, walk_extremes
 
-    parts = df.groupby(by) if by else [(None, df)]
+    parts = df.groupby(by, dropna=False) if by else [(None, df)]
     cells, ext = [], []
     for g, part in parts:
         p, y = part["p"].to_numpy(float), part["y"].to_numpy(float)
@@ -378,6 +378,61 @@ def test_cutoff_interval_of_a_one_signed_walk_is_the_delta_interval():
     # the quantiles of 20,000 draws: a few hundredths of a standard error apart from z
     np.testing.assert_allclose([lo, hi], [theta - Z95 * se, theta + Z95 * se], atol=0.06 * se)
     assert (hi - lo) / 2 == pytest.approx(Z95 * se, rel=0.02)
+
+
+def test_cutoff_interval_of_many_groups_is_each_groups_own():
+    """walk_interval over several groups (one holding every walk cell, one of 20 scores whose
+    walk is one-signed, one of three rows, a NULL key) gives each group the interval it gets
+    alone, and the one-signed group's ends are the delta method's θ̂ ± z·se of its mean
+    residual computed on its rows (as in the test above)."""
+    rng = np.random.default_rng(21)
+    p = rng.choice(np.linspace(0.1, 0.8, 20), 20000)
+    one_signed = pd.DataFrame({"p": p, "y": (rng.random(20000) < p + 0.1).astype(float),
+                               "g": "a"})
+    dense = rows(30000, 22).assign(g="b")
+    few = rows(3, 23).assign(g="c")
+    null = rows(500, 24).assign(g=None)
+    df = pd.concat([one_signed, dense, few, null], ignore_index=True)
+    together = _cutoff_oracle(df, "frequency", by="g", replicates=20000, seed=8)
+    for part in (one_signed, dense, few, null):
+        alone = _cutoff_oracle(part.drop(columns="g"), "frequency", replicates=20000, seed=8)
+        key = part["g"].iloc[0]
+        got = together[together["g"].isna()] if key is None else together[together["g"] == key]
+        np.testing.assert_allclose(got[["ci_lower", "ci_upper"]].to_numpy(float),
+                                   alone[["ci_lower", "ci_upper"]].to_numpy(float), rtol=1e-12)
+    r = (one_signed["y"] - one_signed["p"]).to_numpy()
+    theta, se = r.mean(), np.sqrt(np.sum((r - r.mean()) ** 2)) / len(r)
+    lo, hi = together[together["g"] == "a"][["ci_lower", "ci_upper"]].to_numpy()[0]
+    np.testing.assert_allclose([lo, hi], [theta - Z95 * se, theta + Z95 * se], atol=0.06 * se)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_cell_extreme_matches_a_loop(sign):
+    """The walk's extreme over whole cells (vectorised over cells and replicates, rows taken as
+    views where every cell is near or the group holds the grid) equals the Brownian bridge's
+    supremum written out cell by cell and replicate by replicate."""
+    from sqlcal.metrics.intervals import _cell_extreme
+
+    rng = np.random.default_rng(31)
+    grid, B = 12, 50
+    for ids in (np.arange(grid), np.array([0, 2, 3, 7, 11])):
+        n = len(ids)
+        H = np.vstack([np.zeros(B), rng.standard_normal((n, B))])
+        V = rng.uniform(0.0, 0.5, n)
+        several = rng.random(n) < 0.7
+        e = -2 * np.log1p(-rng.random((grid, B)))
+        for cols in (np.arange(n), np.array([1, 3]), np.array([], dtype=np.int64)):
+            got = _cell_extreme(H, cols, ids, V, several, e, n == grid, sign,
+                                np.full((2, n, B), np.nan))
+            want = np.full(B, -np.inf)
+            for b in range(B):
+                for c in cols:
+                    h0, h1 = H[c, b], H[c + 1, b]
+                    top = h1
+                    if several[c]:
+                        top = (h0 + h1 + sign * np.sqrt((h1 - h0) ** 2 + V[c] * e[ids[c], b])) / 2
+                    want[b] = max(want[b], sign * top)
+            np.testing.assert_allclose(got, want, rtol=1e-15)
 
 
 def test_cutoff_interval_frequency_weights_equal_duplicated_rows_and_grid():
