@@ -94,9 +94,10 @@ def test_delta_intervals_match_numpy_on_rows(con, upload, weights):
 def test_brier_interval_of_tiny_scores_on_every_engine(con, upload, weights):
     """Scores down to 1e-150 (a logit of about −345): the Brier score's interval reads
     Σw(y − p)⁴, whose p⁴ of a score below ~1.8e-81 rounds to 0 (PostgreSQL raised "value out
-    of range: underflow" there: the metric and the report failed); taken as the square of
-    (y − p)², 0 below 2^-1022 (sqlcal.query.reductions.square), on every engine. Against numpy
-    on the rows, where those fourth powers are subnormal or 0: the sums agree to 1e-12."""
+    of range: underflow" there: the metric and the report failed); taken there as the square
+    of (y − p)², 0 below 2^-1022 (sqlcal.query.reductions.fourth_power), and on DuckDB and
+    Spark as the plain product (its subnormal or 0). Against numpy on the rows, where those
+    fourth powers are subnormal or 0: the sums agree to 1e-12."""
     df = rows(400, 5, weights=weights)
     tiny = [1e-150, 1e-100, 1e-82, 2.0 ** -269, 1e-80, 1e-40]
     df.loc[:len(tiny) - 1, "p"] = tiny

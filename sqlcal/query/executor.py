@@ -288,11 +288,18 @@ def run(src: Source, build: Callable[..., Any]) -> pd.DataFrame:
             shape, table, columns = src.memory_plan
             if src.arrow is None:
                 src.arrow = _to_arrow(table, columns)
+
+            def built():  # an in-memory source runs on DuckDB
+                with reductions.building_for("duckdb"):
+                    return build(checks)
+
             result = reductions.execute_planned(
-                (shape, plan, check), lambda: build(checks),
+                (shape, plan, check), built,
                 frame_connection(src.arrow.num_rows), table.name, src.arrow, arrow=True)
         else:
-            result = frame = reductions.execute(build(checks))
+            with reductions.building_for(engines.dialect_of(src.rows)):
+                query = build(checks)
+            result = frame = reductions.execute(query)
     except Exception:
         # NaN or infinite scores fail the engine's integer cast of a bin id: say which rows
         if check:
