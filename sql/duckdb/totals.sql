@@ -97,16 +97,8 @@ FROM (
       CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * "t1"."p" * "t1"."p"
     ) AS "sv_pp",
     SUM(
-      "t1"."w" * CASE
-        WHEN (
-          (
-            "t1"."y" - "t1"."p"
-          ) * (
-            "t1"."y" - "t1"."p"
-          )
-        ) < 1.4916681462400413e-154
-        THEN 0.0
-        ELSE (
+      "t1"."w" * (
+        (
           "t1"."y" - "t1"."p"
         ) * (
           "t1"."y" - "t1"."p"
@@ -117,19 +109,11 @@ FROM (
             "t1"."y" - "t1"."p"
           )
         )
-      END
+      )
     ) AS "sw_r4",
     SUM(
-      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * CASE
-        WHEN (
-          (
-            "t1"."y" - "t1"."p"
-          ) * (
-            "t1"."y" - "t1"."p"
-          )
-        ) < 1.4916681462400413e-154
-        THEN 0.0
-        ELSE (
+      CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * (
+        (
           "t1"."y" - "t1"."p"
         ) * (
           "t1"."y" - "t1"."p"
@@ -140,7 +124,7 @@ FROM (
             "t1"."y" - "t1"."p"
           )
         )
-      END
+      )
     ) AS "sv_r4",
     SUM(
       CASE WHEN "t1"."w" < 1.4916681462400413e-154 THEN 0.0 ELSE "t1"."w" * "t1"."w" END * (

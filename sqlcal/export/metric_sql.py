@@ -109,8 +109,9 @@ def statements(metrics: dict[str, dict], *, dialect: str = "duckdb", table: str,
                                                   float_label=src.float_label)
     out = {}
     for s in union(needs):
-        expr = reductions.reduce(s, src.rows, src.by, weighted=src.weighted, checks=checks,
-                                soft=src.allow_soft)
+        with reductions.building_for(dialect):  # as the executor builds it for that engine
+            expr = reductions.reduce(s, src.rows, src.by, weighted=src.weighted, checks=checks,
+                                    soft=src.allow_soft)
         if not internal_keys:
             expr = _named(expr, src.group_keys)
         header = _LEVELS_HEADER if s.key == LEVELS.key else ""

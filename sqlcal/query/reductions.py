@@ -217,7 +217,7 @@ TINY = 2.0 ** -511
 #: the dialects whose products give a subnormal or 0 where they underflow, as IEEE arithmetic
 #: does (PostgreSQL raises "value out of range: underflow"; an engine not named here is taken
 #: to raise)
-QUIET_UNDERFLOW = frozenset({"duckdb", "spark"})
+QUIET_UNDERFLOW = frozenset({"duckdb", "spark", "databricks"})
 
 _DIALECT: ContextVar[str | None] = ContextVar("sqlcal_query_dialect", default=None)
 
