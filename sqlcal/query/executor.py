@@ -284,22 +284,17 @@ def run(src: Source, build: Callable[..., Any]) -> pd.DataFrame:
                       weights_checked=src.weights_known)
               if check else None)
     try:
-        if plan is not None and src.memory_plan is not None:
-            shape, table, columns = src.memory_plan
-            if src.arrow is None:
-                src.arrow = _to_arrow(table, columns)
-
-            def built():  # an in-memory source runs on DuckDB
-                with reductions.building_for("duckdb"):
-                    return build(checks)
-
-            result = reductions.execute_planned(
-                (shape, plan, check), built,
-                frame_connection(src.arrow.num_rows), table.name, src.arrow, arrow=True)
-        else:
-            with reductions.building_for(engines.dialect_of(src.rows)):
-                query = build(checks)
-            result = frame = reductions.execute(query)
+        # an in-memory source's rows are unbound: DuckDB's dialect, the engine that runs them
+        with reductions.building_for(engines.dialect_of(src.rows)):
+            if plan is not None and src.memory_plan is not None:
+                shape, table, columns = src.memory_plan
+                if src.arrow is None:
+                    src.arrow = _to_arrow(table, columns)
+                result = reductions.execute_planned(
+                    (shape, plan, check), lambda: build(checks),
+                    frame_connection(src.arrow.num_rows), table.name, src.arrow, arrow=True)
+            else:
+                result = frame = reductions.execute(build(checks))
     except Exception:
         # NaN or infinite scores fail the engine's integer cast of a bin id: say which rows
         if check:
